@@ -112,7 +112,9 @@ class RankingData:
         if queries.ndim != 1 or queries.size == 0:
             raise ValueError("subset needs a non-empty 1-d list of query positions")
         if queries.min() < 0 or queries.max() >= self.n_queries:
-            raise ValueError(f"query positions must lie in [0, {self.n_queries}), got {queries.min()}..{queries.max()}")
+            raise ValueError(
+                f"query positions must lie in [0, {self.n_queries}), got {queries.min()}..{queries.max()}"
+            )
         lengths = self.query_lengths[queries]
         starts = self.query_offsets[queries]
         # rows = concatenation of ranges [start, start + length) without a Python loop

@@ -1,0 +1,140 @@
+"""Binary cache of parsed data files.
+
+The first parse of a file writes ``<cache_dir>/<hash of path and options>.npz``; later loads reuse it
+when the stored key still matches the file: absolute path, size, modification time (ns), the sha256
+of the file's first MiB, the parse options and the group file's size and time. A stale entry (any of
+those changed) or a corrupt one (unreadable archive, wrong arrays, checksum mismatch) is detected and
+rebuilt, never trusted. The archive is read with ``allow_pickle=False``: loading a cache never runs
+code. Writes are atomic (temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ctxrank.data.ranking_data import RankingData
+
+CACHE_VERSION = 1
+HEAD_BYTES = 1 << 20
+_ARRAYS = ("features", "labels", "query_ids", "query_offsets", "docids")
+
+
+def default_cache_dir() -> Path:
+    """``$CTXRANK_CACHE_DIR``, else ``$XDG_CACHE_HOME/ctxrank``, else ``~/.cache/ctxrank``."""
+    env = os.environ.get("CTXRANK_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ctxrank"
+
+
+def file_key(path: Path) -> dict:
+    st = path.stat()
+    with path.open("rb") as fh:
+        head = hashlib.sha256(fh.read(HEAD_BYTES)).hexdigest()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        arr = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+        h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
+
+
+def cached_parse(
+    path: Path,
+    options: dict,
+    parse: Callable[[], RankingData],
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    extra_files: Sequence[Path] = (),
+) -> RankingData:
+    """Return the cached parse of ``path`` under ``options``, parsing (and caching) when needed."""
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = {
+        "version": CACHE_VERSION,
+        "file": file_key(path),
+        "options": options,
+        "extra": [file_key(Path(p)) for p in extra_files],
+    }
+    name = hashlib.sha256(json.dumps([key["file"]["path"], options], sort_keys=True).encode()).hexdigest()
+    entry = directory / f"{name[:32]}.npz"
+    if entry.is_file():
+        data, why = _load(entry, key)
+        if data is not None:
+            return data
+        warnings.warn(f"ignoring cache {entry} for {path}: {why}; re-parsing", stacklevel=3)
+    data = parse()
+    try:
+        _store(entry, key, data)
+    except OSError as exc:
+        warnings.warn(f"could not write cache {entry}: {exc}", stacklevel=3)
+    return data
+
+
+def _load(entry: Path, key: dict) -> tuple[RankingData | None, str]:
+    try:
+        with np.load(entry, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("key") != key:
+                return None, "stale (the file or the options changed)"
+            arrays = {n: z[n] for n in _ARRAYS if n in z.files}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
+        return None, f"unreadable ({type(exc).__name__}: {exc})"
+    if _checksum(arrays) != meta.get("checksum"):
+        return None, "corrupt (checksum mismatch)"
+    try:
+        data = RankingData(
+            features=arrays["features"],
+            labels=arrays["labels"],
+            query_ids=arrays["query_ids"],
+            query_offsets=arrays["query_offsets"],
+            docids=arrays.get("docids"),
+            feature_names=tuple(meta["feature_names"]),
+            source=meta["source"],
+            info=meta["info"],
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        return None, f"inconsistent ({exc})"
+    return data, ""
+
+
+def _store(entry: Path, key: dict, data: RankingData) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "features": data.features,
+        "labels": data.labels,
+        "query_ids": data.query_ids,
+        "query_offsets": data.query_offsets,
+    }
+    if data.docids is not None:
+        arrays["docids"] = data.docids
+    meta = {
+        "key": key,
+        "checksum": _checksum(arrays),
+        "feature_names": list(data.feature_names),
+        "source": data.source,
+        "info": data.info,
+    }
+    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=entry.stem, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, entry)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

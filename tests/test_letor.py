@@ -1,0 +1,369 @@
+"""read_letor: values, conventions, every error naming file:line, fast path == careful path, cache."""
+
+import gzip
+import re
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxrank.data import letor
+from ctxrank.data.cache import default_cache_dir
+from ctxrank.data.letor import read_group_sizes, read_letor
+
+from .conftest import REPO
+
+MQ2008 = REPO / "src" / "ctxrank" / "datasets" / "mq2008"
+
+TINY = """\
+2 qid:10 1:0.5 2:1.5 3:-1 #docid = A inc = 1
+0 qid:10 1:0.25 3:2 #docid = B
+1 qid:7 2:3e-2 #docid = C
+"""
+
+
+def write(tmp_path, text, name="f.txt", mode="w"):
+    p = tmp_path / name
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    return p
+
+
+def test_tiny_file_values(tmp_path):
+    d = read_letor(write(tmp_path, TINY), cache=False)
+    np.testing.assert_array_equal(
+        d.features, np.array([[0.5, 1.5, -1], [0.25, 0, 2], [0, 0.03, 0]], dtype=np.float32)
+    )
+    np.testing.assert_array_equal(d.labels, [2, 0, 1])
+    assert d.query_ids.tolist() == ["10", "7"]
+    assert d.query_offsets.tolist() == [0, 2, 3]
+    assert d.docids.tolist() == ["A", "B", "C"]
+    assert d.feature_names == ("f1", "f2", "f3")
+    assert d.features.dtype == np.float32 and d.labels.dtype == np.float32
+
+
+def test_gzip_bom_crlf_blank_and_comment_lines(tmp_path):
+    text = "\ufeff" + "# header comment\n\n" + TINY.replace("\n", "\r\n") + "   \n"
+    p = tmp_path / "f.txt.gz"
+    with gzip.open(p, "wb") as fh:
+        fh.write(text.encode("utf-8"))
+    d = read_letor(p, cache=False)
+    ref = read_letor(write(tmp_path, TINY), cache=False)
+    np.testing.assert_array_equal(d.features, ref.features)
+    assert d.docids.tolist() == ["A", "B", "C"]
+
+
+def test_n_features_pads_and_limits(tmp_path):
+    p = write(tmp_path, TINY)
+    assert read_letor(p, n_features=5, cache=False).features.shape == (3, 5)
+    with pytest.raises(ValueError, match=r"f\.txt:1: feature index 3 exceeds the limit of 2"):
+        read_letor(p, n_features=2, cache=False)
+
+
+def test_docids_none_when_some_lines_lack_them(tmp_path):
+    d = read_letor(write(tmp_path, "1 qid:1 1:1 #docid = a\n0 qid:1 1:2\n"), cache=False)
+    assert d.docids is None
+
+
+# ------------------------------------------------------------------------------------ NULL tokens
+NULLS = "2 qid:1 1:NULL 2:5\n1 qid:1 1:3 2:NULL\n0 qid:1 1:4 2:7\n1 qid:2 1:NULL 2:1\n"
+
+
+def test_null_query_min_fill(tmp_path):
+    d = read_letor(write(tmp_path, NULLS), cache=False)
+    # query 1: feature 1 min over {3, 4} = 3; feature 2 min over {5, 7} = 5; query 2 lacks f1 -> 0
+    np.testing.assert_array_equal(d.features, [[3, 5], [3, 5], [4, 7], [0, 1]])
+    assert d.info["null_filled"] == 3
+
+
+def test_null_constant_fill(tmp_path):
+    d = read_letor(write(tmp_path, NULLS), null_fill=-1.0, cache=False)
+    np.testing.assert_array_equal(d.features, [[-1, 5], [3, -1], [4, 7], [-1, 1]])
+    assert d.info["null_filled"] == 3
+    with pytest.raises(ValueError, match="null_fill"):
+        read_letor(write(tmp_path, NULLS), null_fill="median", cache=False)
+
+
+# ------------------------------------------------------------------------------------ group files
+def test_query_file_convention(tmp_path):
+    p = write(tmp_path, "1 1:0.5\n0 2:1\n2 1:3\n", name="train.txt")
+    write(tmp_path, "2\n1\n", name="train.txt.query")
+    d = read_letor(p, cache=False)
+    assert d.query_offsets.tolist() == [0, 2, 3]
+    assert d.query_ids.tolist() == ["0", "1"]
+
+
+def test_group_file_and_explicit_query_file(tmp_path):
+    p = write(tmp_path, "1 1:0.5\n0 2:1\n2 1:3\n", name="x.txt")
+    write(tmp_path, "1\n2\n", name="x.txt.group")
+    assert read_letor(p, cache=False).query_offsets.tolist() == [0, 1, 3]
+    q = write(tmp_path, "3\n", name="sizes")
+    assert read_letor(p, query_file=q, cache=False).query_offsets.tolist() == [0, 3]
+
+
+def test_group_sizes_must_sum_to_rows(tmp_path):
+    p = write(tmp_path, "1 1:0.5\n0 2:1\n", name="x.txt")
+    write(tmp_path, "3\n", name="x.txt.query")
+    with pytest.raises(ValueError, match=r"x\.txt\.query: group sizes sum to 3 but .* has 2 rows"):
+        read_letor(p, cache=False)
+
+
+def test_bad_group_file_line(tmp_path):
+    q = write(tmp_path, "2\nabc\n", name="g.query")
+    with pytest.raises(ValueError, match=r"g\.query:2: expected a positive integer"):
+        read_group_sizes(q)
+    with pytest.raises(ValueError, match="empty group file"):
+        read_group_sizes(write(tmp_path, "\n", name="e.query"))
+
+
+def test_no_qid_and_no_group_file(tmp_path):
+    with pytest.raises(ValueError, match=r"f\.txt:1: expected 'qid:<id>' .* needs a group file"):
+        read_letor(write(tmp_path, "1 1:0.5\n"), cache=False)
+
+
+# ---------------------------------------------------------------------------------- bad input
+BAD = [
+    ("1 qid:1 1:0.5\n0 1:0.3\n", 2, "expected 'qid:<id>' as the second token"),
+    ("1 qid:1 1:0.5\n0 qi:1 1:0.3\n", 2, "expected 'qid:<id>' as the second token"),
+    ("1 qid: 1:0.5\n", 1, "empty query id"),
+    ("1 1:0.5\n0 qid:1 1:0.3\n", 2, "'qid:' found but earlier lines had no query id"),
+    ("1 qid:1 1:abc\n", 1, "expected a number for feature 1, got 'abc'"),
+    ("x qid:1 1:1\n", 1, "expected a numeric label"),
+    ("1 qid:1 0:1\n", 1, "feature index must be >= 1"),
+    ("1 qid:1 -2:1\n", 1, "feature index must be an integer >= 1"),
+    ("1 qid:1 1.5:1\n", 1, "feature index must be an integer >= 1"),
+    ("1 qid:1 2:1 2:3\n", 1, "feature 2 appears twice"),
+    ("1 qid:1 1:nan\n", 1, "non-finite value 'nan'"),
+    ("1 qid:1 1:inf\n", 1, "non-finite value 'inf'"),
+    ("1 qid:1 1:1e39\n", 1, "non-finite value '1e39'"),
+    ("nan qid:1 1:1\n", 1, "numeric label as the first token, got a non-finite value"),
+    ("1 qid:1 1:\n", 1, "expected 'index:value', got '1:'"),
+    ("1 qid:1 1:2 7\n", 1, "expected 'index:value', got '7'"),
+    ("1 qid:1 1 :2\n", 1, "expected 'index:value'"),
+    ("1 qid:1 1:2:3\n", 1, "expected a number for feature 1, got '2:3'"),
+    ("1 1:2 qid:1\n", 1, "'qid:' must be the second token|earlier lines had no query id"),
+    ("1 qid:1 99999999999:1\n", 1, "exceeds the limit"),
+    ("1 qid:1 1:1\n0 qid:1 1:\x00\x01\n", 2, "NUL byte|expected"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), BAD)
+def test_malformed_line_names_file_and_line(tmp_path, text, line, message):
+    p = write(tmp_path, "# a comment first\n" + text)
+    with pytest.raises(ValueError, match=rf"f\.txt:{line + 1}: ") as info:
+        read_letor(p, cache=False)
+    assert re.search(message, str(info.value)), str(info.value)
+
+
+def test_invalid_utf8_and_garbage_gzip(tmp_path):
+    with pytest.raises(ValueError, match=r"f\.txt:2: not UTF-8"):
+        read_letor(write(tmp_path, b"1 qid:1 1:1\n1 qid:1 1:\xff\xfe\n"), cache=False)
+    p = write(tmp_path, b"\x1f\x8b" + b"garbage" * 10, name="bad.gz")
+    with pytest.raises(ValueError, match=r"bad\.gz: cannot read compressed data"):
+        read_letor(p, cache=False)
+
+
+def test_empty_file(tmp_path):
+    for text in ["", "\n\n", "# only a comment\n"]:
+        with pytest.raises(ValueError, match=r"f\.txt: empty file"):
+            read_letor(write(tmp_path, text), cache=False)
+    with pytest.raises(ValueError, match="no such file"):
+        read_letor(tmp_path / "missing.txt")
+
+
+def test_reappearing_query_names_both_lines(tmp_path):
+    text = "1 qid:1 1:1\n0 qid:2 1:2\n1 qid:1 1:3\n"
+    with pytest.raises(ValueError, match=r"f\.txt:3: query id 1 reappears .*first seen at line 1"):
+        read_letor(write(tmp_path, text), cache=False)
+
+
+def test_regroup_gathers_rows_stably(tmp_path):
+    text = "1 qid:b 1:1\n0 qid:a 1:2\n2 qid:b 1:3\n0 qid:a 1:4\n"
+    d = read_letor(write(tmp_path, text), regroup=True, cache=False)
+    assert d.query_ids.tolist() == ["b", "a"]
+    np.testing.assert_array_equal(d.features[:, 0], [1, 3, 2, 4])
+    np.testing.assert_array_equal(d.labels, [1, 2, 0, 0])
+
+
+# ------------------------------------------------------------------------ fast path vs careful
+def _random_letor(rng, n_lines, nulls=True):
+    lines = []
+    qid = 0
+    for _ in range(n_lines):
+        if rng.random() < 0.2:
+            qid += 1
+        feats = np.sort(rng.choice(np.arange(1, 30), size=rng.integers(0, 8), replace=False))
+        if rng.random() < 0.3:
+            rng.shuffle(feats)
+        toks = [str(rng.integers(0, 5)), f"qid:{qid}"]
+        for f in feats:
+            scale = 10.0 ** rng.integers(-5, 5)
+            v = "NULL" if nulls and rng.random() < 0.05 else repr(float(rng.normal() * scale))
+            toks.append(f"{f}:{v}")
+        line = " ".join(toks)
+        if rng.random() < 0.5:
+            line += f" #docid = d{rng.integers(1e6)} inc = 1"
+        if rng.random() < 0.05:
+            lines.append("")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), chunk=st.integers(16, 400))
+def test_fast_path_equals_careful_path(tmp_path, seed, n, chunk):
+    rng = np.random.default_rng(seed)
+    text = _random_letor(rng, n).encode()
+    fast = letor._parse_chunk_fast(text, 1, None, None)
+    careful = letor._parse_chunk_careful(text, 1, "x", None, None)
+    assert fast is not None
+    w = max(fast.features.shape[1], careful.features.shape[1])
+    pad = lambda f: np.pad(f, ((0, 0), (0, w - f.shape[1])))  # noqa: E731
+    np.testing.assert_array_equal(pad(fast.features), pad(careful.features))
+    np.testing.assert_array_equal(fast.labels, careful.labels)
+    np.testing.assert_array_equal(fast.qids, careful.qids)
+    np.testing.assert_array_equal(fast.lines, careful.lines)
+    assert fast.docids == careful.docids
+    # whole-file read, in small chunks, equals the one-chunk read
+    p = write(tmp_path, text, name=f"r{seed}.txt")
+    a = read_letor(p, cache=False, chunk_bytes=chunk, regroup=True)
+    b = read_letor(p, cache=False, regroup=True)
+    np.testing.assert_array_equal(a.features, b.features)
+    np.testing.assert_array_equal(a.query_offsets, b.query_offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), cut=st.integers(0, 10_000), junk=st.binary(min_size=1, max_size=6))
+def test_mutated_lines_load_or_raise_the_same_way(seed, cut, junk):
+    """Random garbage spliced into a valid file: fast path either agrees with the careful path or
+    declines; the careful path either loads or raises ValueError naming a line."""
+    rng = np.random.default_rng(seed)
+    text = _random_letor(rng, 20).encode()
+    cut %= len(text)
+    mutated = text[:cut] + junk + text[cut:]
+    try:
+        careful = letor._parse_chunk_careful(mutated, 1, "x", None, None)
+    except ValueError as exc:
+        assert re.match(r"x:\d+: ", str(exc)), str(exc)
+        assert letor._parse_chunk_fast(mutated, 1, None, None) is None
+        return
+    fast = letor._parse_chunk_fast(mutated, 1, None, None)
+    if fast is not None:
+        w = max(fast.features.shape[1], careful.features.shape[1])
+        f = np.pad(fast.features, ((0, 0), (0, w - fast.features.shape[1])))
+        c = np.pad(careful.features, ((0, 0), (0, w - careful.features.shape[1])))
+        np.testing.assert_array_equal(f, c)
+        np.testing.assert_array_equal(fast.qids.astype(str), careful.qids.astype(str))
+
+
+def test_matches_sklearn_on_mq2008():
+    from sklearn.datasets import load_svmlight_file
+
+    for part in ("S1", "S4"):
+        path = MQ2008 / f"{part}.txt.gz"
+        x, y, q = load_svmlight_file(str(path), query_id=True, zero_based=False)
+        d = read_letor(path, cache=False)
+        np.testing.assert_array_equal(d.features, x.toarray().astype(np.float32))
+        np.testing.assert_array_equal(d.labels, y.astype(np.float32))
+        np.testing.assert_array_equal(np.repeat(d.query_ids.astype(np.int64), d.query_lengths), q)
+
+
+def test_mq2008_counts():
+    parts = [read_letor(MQ2008 / f"S{i}.txt.gz") for i in range(1, 6)]
+    assert [p.n_items for p in parts] == [2933, 3635, 3062, 2707, 2874]
+    assert [p.n_queries for p in parts] == [157, 157, 157, 157, 156]
+    assert sum(p.queries_without_relevant() for p in parts) == 220
+    assert all(p.n_features == 46 for p in parts)
+    assert parts[0].label_histogram() == {0.0: 2316, 1.0: 427, 2.0: 190}
+
+
+def test_peak_memory_at_most_twice_the_dense_array(tmp_path):
+    rng = np.random.default_rng(0)
+    n, f = 20_000, 60
+    x = rng.random((n, f)).astype(np.float32)
+    with (tmp_path / "big.txt").open("w") as fh:
+        for i in range(n):
+            values = " ".join(f"{j + 1}:{v:.6f}" for j, v in enumerate(x[i]))
+            fh.write(f"{i % 5} qid:{i // 50} {values}\n")
+    dense = n * f * 4
+    tracemalloc.start()
+    d = read_letor(tmp_path / "big.txt", cache=False, chunk_bytes=1 << 20)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert d.features.shape == (n, f)
+    rows = n * 64  # O(rows) bookkeeping allowance: labels, line numbers, query keys, docids
+    chunk_work = 40 << 20  # one 1 MiB chunk's working set (per-byte masks, pandas table)
+    assert peak <= 2 * dense + rows + chunk_work, (peak, dense)
+
+
+# ------------------------------------------------------------------------------------------ cache
+def test_cache_hit_skips_parsing(tmp_path, monkeypatch):
+    p = write(tmp_path, TINY)
+    first = read_letor(p, cache_dir=tmp_path / "c")
+    monkeypatch.setattr(letor, "_parse", lambda *a, **k: pytest.fail("parsed again despite a valid cache"))
+    second = read_letor(p, cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(first.features, second.features)
+    assert second.docids.tolist() == ["A", "B", "C"]
+    assert second.query_ids.tolist() == ["10", "7"]
+
+
+def test_default_cache_dir_follows_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXRANK_CACHE_DIR", str(tmp_path / "here"))
+    read_letor(write(tmp_path, TINY))
+    assert default_cache_dir() == tmp_path / "here"
+    assert len(list((tmp_path / "here").glob("*.npz"))) == 1
+
+
+def test_stale_cache_is_rebuilt(tmp_path):
+    p = write(tmp_path, TINY)
+    read_letor(p, cache_dir=tmp_path / "c")
+    p.write_text(TINY.replace("0.5", "0.75"))
+    with pytest.warns(UserWarning, match="stale"):
+        d = read_letor(p, cache_dir=tmp_path / "c")
+    assert d.features[0, 0] == np.float32(0.75)
+
+
+def test_options_are_part_of_the_key(tmp_path):
+    p = write(tmp_path, NULLS)
+    a = read_letor(p, cache_dir=tmp_path / "c")
+    b = read_letor(p, cache_dir=tmp_path / "c", null_fill=-1.0)
+    assert a.features[0, 0] == 3 and b.features[0, 0] == -1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "pickle"])
+def test_corrupt_or_hostile_cache_is_never_trusted(tmp_path, damage):
+    p = write(tmp_path, TINY)
+    good = read_letor(p, cache_dir=tmp_path / "c")
+    (entry,) = (tmp_path / "c").glob("*.npz")
+    raw = entry.read_bytes()
+    marker = tmp_path / "pwned"
+    if damage == "truncate":
+        entry.write_bytes(raw[: len(raw) // 2])
+    elif damage == "flip":
+        # change one feature value inside the stored array, keeping the archive readable
+        with np.load(entry, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["features"][0, 0] = 42
+        np.savez(entry, **arrays)
+    else:
+        import pickle
+
+        class Evil:
+            def __reduce__(self):
+                return (open, (str(marker), "w"))
+
+        arrays = {"meta": np.array([Evil()], dtype=object), "features": np.zeros(1)}
+        with entry.open("wb") as fh:
+            np.savez(fh, **arrays)
+        assert b"pwned" in entry.read_bytes() or pickle  # the payload really is in the file
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = read_letor(p, cache_dir=tmp_path / "c")
+    assert any("ignoring cache" in str(w.message) for w in caught)
+    np.testing.assert_array_equal(d.features, good.features)
+    assert not marker.exists()
