@@ -9,16 +9,18 @@ Design (why it is hand-written): scikit-learn's ``load_svmlight_file`` is fast b
 file and line of a bad row, silently accepts NaN/inf values and duplicate features, knows nothing of
 ``NULL`` tokens or ``#docid`` comments. So parsing is done here in two tiers:
 
-* a **fast path** per chunk of about 16 MB of whole lines: the structure of every line (comments,
+* a **fast path** per chunk of about 4 MB of whole lines: the structure of every line (comments,
   tokens, colons, the position of ``qid:``) is checked with vectorized NumPy byte operations, then the
   numbers are converted by pandas' C tokenizer (about 3x faster than ``load_svmlight_file`` here);
 * a **careful path**, line by line in Python, used only for a chunk the fast path declines (anything
   unusual: an error, non-numeric query ids, literal ``nan``). It is the single authority for error
   messages, which always name ``file:line`` and what was expected.
 
-Memory: chunks are parsed into small dense blocks and copied once into the final array, so the peak is
-about 2x the final float32 array plus O(rows) bookkeeping (line numbers, query keys, docids) and one
-chunk's working set; no Python object is created per value.
+Memory: a first pass counts the lines, the final float32 array is allocated once, and each chunk's
+small dense block is copied into it; the peak is about 1x the final array plus O(rows) bookkeeping
+(line numbers, query keys, docids) and one chunk's working set (about 15x the 4 MB chunk). No Python
+object is created per value. (A sparse file whose largest feature index first appears late is widened
+once, briefly holding 2x.)
 
 Parsed files are cached (see :mod:`ctxrank.data.cache`): later loads of an unchanged file skip parsing.
 """
@@ -41,16 +43,15 @@ from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["read_group_sizes", "read_letor"]
 
-DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
 _DOCID = re.compile(rb"docid\s*=\s*(\S+)")
-_WS = np.zeros(256, dtype=bool)
-_WS[[9, 10, 11, 12, 13, 32]] = True
-# bytes allowed outside comments on the fast path: digits . + - e E : whitespace, and the letters of
-# "qid" and "NULL"; anything else (literal nan/inf, string query ids, garbage) goes the careful way
+_COMMENT = re.compile(rb"#[^\n]*")
+_WS_TABLE = bytes(1 if i in (9, 10, 11, 12, 13, 32) else 0 for i in range(256))  # byte -> is space
 _F32_MAX = float(np.finfo(np.float32).max)
-_FAST_OK = _WS.copy()
-_FAST_OK[[ord(c) for c in "0123456789.+-eE:qidNUL"]] = True
+# bytes the fast path handles outside comments: digits . + - e E : whitespace, and the letters of
+# "qid" and "NULL"; anything else (literal nan/inf, string query ids, garbage) goes the careful way
+_FAST_CHARS = b"0123456789.+-eE:qidNUL \t\n\r\x0b\x0c"
 
 
 @dataclass
@@ -143,28 +144,37 @@ def _parse(
     chunk_bytes: int,
 ) -> RankingData:
     name = str(path)
+    # The final array is allocated once, for the file's line count (an upper bound on its rows), and
+    # each chunk's block is copied in and dropped: peak = 1x the dense array + one chunk's work.
+    n_lines = _count_lines(path)
+    features = None
     blocks: list[_Block] = []
     has_qid: bool | None = None
+    n_rows = 0
     for chunk, first_line in _iter_chunks(path, chunk_bytes):
         block = _parse_chunk_fast(chunk, first_line, has_qid, n_features)
         if block is None:
             block = _parse_chunk_careful(chunk, first_line, name, has_qid, n_features)
-        if block.labels.size == 0:
+        n = block.labels.size
+        if n == 0:
             continue
         if has_qid is None:
             has_qid = block.qids is not None
+        width = max(n_features or 0, block.features.shape[1])
+        if features is None:
+            features = np.zeros((n_lines, width), dtype=np.float32)
+        elif width > features.shape[1]:  # a sparse file whose indices grow: widen (once, usually)
+            wider = np.zeros((n_lines, width), dtype=np.float32)
+            wider[:n_rows, : features.shape[1]] = features[:n_rows]
+            features = wider
+        features[n_rows : n_rows + n, : block.features.shape[1]] = block.features
+        n_rows += n
+        block.features = None  # type: ignore[assignment]
         blocks.append(block)
-    if not blocks:
+    if features is None:
         raise ValueError(f"{name}: empty file (no data lines)")
-
-    n_rows = sum(b.labels.size for b in blocks)
-    width = n_features or max(b.features.shape[1] for b in blocks)
-    features = np.zeros((n_rows, width), dtype=np.float32)
-    start = 0
-    for b in blocks:  # one copy per chunk into the final array; each block freed as we go
-        features[start : start + b.labels.size, : b.features.shape[1]] = b.features
-        start += b.labels.size
-        b.features = None  # type: ignore[assignment]
+    features = features[:n_rows]
+    width = features.shape[1]
     labels = np.concatenate([b.labels for b in blocks])
     lines = np.concatenate([b.lines for b in blocks])
     docid_lists = [b.docids for b in blocks]
@@ -207,13 +217,29 @@ def _parse(
     )
 
 
-def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
-    """Yield (whole lines, 1-based number of the chunk's first line)."""
+def _open(path: Path):
     with path.open("rb") as raw:
         magic = raw.read(2)
-    opener = gzip.open if magic == b"\x1f\x8b" else open
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
+
+
+def _count_lines(path: Path) -> int:
+    """Lines in the (decompressed) file, counting a last line without a newline."""
+    count, last = 0, b"\n"
     try:
-        with opener(path, "rb") as fh:
+        with _open(path) as fh:
+            while block := fh.read(DEFAULT_CHUNK_BYTES):
+                count += block.count(b"\n")
+                last = block[-1:]
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{path}: cannot read compressed data ({exc})") from exc
+    return count + (last != b"\n")
+
+
+def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """Yield (whole lines, 1-based number of the chunk's first line)."""
+    try:
+        with _open(path) as fh:
             line_no = 1
             rest = b""
             first = True
@@ -240,79 +266,71 @@ def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
 
 
 def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_features: int | None):
-    """Vectorized parse of one chunk; None when anything is unusual (the careful path decides)."""
-    a = np.frombuffer(chunk, dtype=np.uint8)
+    """Vectorized parse of one chunk; None when anything is unusual (the careful path decides).
+
+    Structure checks work on token and colon positions (NumPy), never on a Python object per value:
+    every data line must be ``label qid:Q i:v i:v ...`` (or ``label i:v ...`` in a group-file file)
+    with exactly one colon inside each token after the first.
+    """
+    body = _COMMENT.sub(b"", chunk) if b"#" in chunk else chunk  # comments run to the end of the line
+    if body.translate(None, delete=_FAST_CHARS):  # a byte the fast path does not handle
+        return None
+    a = np.frombuffer(body, dtype=np.uint8)
     if a.size == 0:
-        return None
-    is_nl = a == 10
-    line_of = np.cumsum(is_nl, dtype=np.int32)
-    line_of -= is_nl  # the newline belongs to its own line
-    n_lines = int(line_of[-1]) + 1
-    # comments: from '#' to the end of the line
-    hashes = np.cumsum(a == 35, dtype=np.int32)
-    line_starts = np.concatenate([[0], np.flatnonzero(is_nl) + 1])[:n_lines]
-    before = hashes[line_starts] - (a[line_starts] == 35)
-    in_comment = hashes > before[line_of]
-    in_comment &= ~is_nl
-    del hashes
-    body = a.copy()
-    body[in_comment] = 32
-    if not _FAST_OK[body].all():
-        return None
-    ws = _WS[body]
-    tok_start = ~ws
-    tok_start[1:] &= ws[:-1]
-    tokens_per_line = np.bincount(line_of[tok_start], minlength=n_lines)
-    data_line = tokens_per_line > 0
-    if not data_line.any():
         return _empty_block()
-    tok_number = np.cumsum(tok_start, dtype=np.int32)  # token count up to each byte
-    tok_before_line = tok_number[line_starts] - tok_start[line_starts]
-    colons = np.flatnonzero(body == 58)
+    ws = np.frombuffer(body.translate(_WS_TABLE), dtype=bool)
+    newlines = np.flatnonzero(a == 10)
+    n_lines = newlines.size + int(a[-1] != 10)
+    starts = ~ws
+    starts[1:] &= ws[:-1]
+    tok_pos = np.flatnonzero(starts)  # first byte of every token
+    if tok_pos.size == 0:
+        return _empty_block()
+    tok_line = np.searchsorted(newlines, tok_pos)  # line of each token
+    tokens_per_line = np.bincount(tok_line, minlength=n_lines)
+    first_tok = np.cumsum(tokens_per_line) - tokens_per_line  # index of each line's first token
+    data_line = tokens_per_line > 0
+    colons = np.flatnonzero(a == 58)
+    colons_per_line = np.zeros(n_lines, dtype=np.int64)
     if colons.size:
-        if colons[-1] == body.size - 1 or ws[colons + 1].any() or colons[0] == 0 or ws[colons - 1].any():
+        if colons[0] == 0 or colons[-1] == a.size - 1 or ws[colons - 1].any() or ws[colons + 1].any():
             return None
-        colon_tok = tok_number[colons]
+        colon_tok = np.searchsorted(tok_pos, colons, side="right") - 1
         if np.any(colon_tok[1:] == colon_tok[:-1]):  # two colons in one token
             return None
-        if np.any(colon_tok - tok_before_line[line_of[colons]] < 2):  # colon in the label token
+        colon_line = tok_line[colon_tok]
+        if np.any(colon_tok == first_tok[colon_line]):  # a colon in the label token
             return None
-    colons_per_line = np.bincount(line_of[colons], minlength=n_lines)
-    if np.any(colons_per_line[data_line] != tokens_per_line[data_line] - 1):
+        colons_per_line = np.bincount(colon_line, minlength=n_lines)
+    if np.any(colons_per_line[data_line] != tokens_per_line[data_line] - 1):  # a token without colon
         return None
     # 'qid:' must open the second token of every data line (or of none)
-    q = np.flatnonzero(
-        (body[:-3] == ord("q")) & (body[1:-2] == ord("i")) & (body[2:-1] == ord("d")) & (body[3:] == 58)
-    )
-    line_has_qid = np.bincount(line_of[q], minlength=n_lines) if q.size else np.zeros(n_lines, np.int64)
-    chunk_qid = bool(line_has_qid[data_line].any())
+    q = np.flatnonzero((a[:-3] == 113) & (a[1:-2] == 105) & (a[2:-1] == 100) & (a[3:] == 58))
+    if not body.count(b"q") == body.count(b"i") == body.count(b"d") == q.size:  # letters elsewhere
+        return None
+    chunk_qid = q.size > 0
     if chunk_qid:
-        if np.any(line_has_qid[data_line] != 1) or not tok_start[q].all():
+        if has_qid is False or not starts[q].all():
             return None
-        if np.any(tok_number[q] - tok_before_line[line_of[q]] != 2):
+        q_tok = np.searchsorted(tok_pos, q)
+        q_line = tok_line[q_tok]
+        if np.any(q_tok - first_tok[q_line] != 1):
             return None
-        if has_qid is False:
+        if np.any(np.bincount(q_line, minlength=n_lines)[data_line] != 1):
             return None
     elif has_qid is True:
         return None
-    letters = (body == ord("q")) | (body == ord("i")) | (body == ord("d"))
-    if chunk_qid:
-        letters[q] = letters[q + 1] = letters[q + 2] = False
-    if letters.any():
-        return None
-    del letters, tok_start, tok_number, in_comment
+    del ws, starts, tok_pos, tok_line
 
-    body[colons] = 32
+    clean = body.replace(b":", b" ")
     if chunk_qid:
-        body[q] = body[q + 1] = body[q + 2] = 32
-    if not data_line.all():  # drop blank / comment-only lines
-        body = body[data_line[line_of]]
-    pairs = colons_per_line[data_line] - (1 if chunk_qid else 0)
+        clean = clean.replace(b"qid", b"   ")
+    pairs = colons_per_line[data_line] - int(chunk_qid)
     n_head = 2 if chunk_qid else 1
     n_cols = n_head + 2 * int(pairs.max())
     try:
         table = pd.read_csv(
-            io.BytesIO(body.tobytes()),
+            io.BytesIO(clean),
             sep=r"\s+",
             header=None,
             names=range(n_cols),
@@ -324,6 +342,7 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
         ).to_numpy()
     except (ValueError, pd.errors.ParserError):
         return None
+    del clean
     n = int(data_line.sum())
     if table.shape != (n, n_cols):
         return None
@@ -343,8 +362,7 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     if idx_v.size:
         if not np.isfinite(idx_v).all() or np.any(idx_v != np.floor(idx_v)) or idx_v.min() < 1:
             return None
-        limit = n_features or MAX_FEATURE_INDEX
-        if idx_v.max() > limit:
+        if idx_v.max() > (n_features or MAX_FEATURE_INDEX):
             return None
         if np.any(np.abs(val[valid]) > _F32_MAX):  # inf, or beyond float32 (NULL's NaN passes)
             return None
@@ -358,24 +376,25 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     features = np.zeros((n, width), dtype=np.float32)
     rows, cols = np.nonzero(valid)
     features[rows, idx[rows, cols].astype(np.int64) - 1] = val[rows, cols]
-    lines = first_line + np.flatnonzero(data_line).astype(np.int64)
-    return _Block(features, labels.astype(np.float32), qids, lines, _docids(chunk, line_starts, data_line))
+    data_lines = np.flatnonzero(data_line)
+    docids = _docids(chunk, data_lines)
+    return _Block(features, labels.astype(np.float32), qids, first_line + data_lines, docids)
 
 
-def _docids(chunk: bytes, line_starts: np.ndarray, data_line: np.ndarray) -> list | None:
+def _docids(chunk: bytes, data_lines: np.ndarray) -> list | None:
     """docid per data line from '#docid = X' comments (None entries where absent)."""
-    hash_pos, ids = [], []
-    for m in _DOCID.finditer(chunk):
-        hash_pos.append(m.start())
-        ids.append(m.group(1).decode("utf-8", "replace"))
-    if not ids:
+    if b"docid" not in chunk:
         return None
-    line = np.searchsorted(line_starts, np.asarray(hash_pos), side="right") - 1
-    per_line: list = [None] * line_starts.size
+    positions, ids = [], []
+    for m in _DOCID.finditer(chunk):
+        positions.append(m.start())
+        ids.append(m.group(1).decode("utf-8", "replace"))
+    newlines = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    line = np.searchsorted(newlines, np.asarray(positions))
+    per_line: dict[int, str] = {}
     for i, d in zip(line.tolist(), ids, strict=True):
-        if per_line[i] is None:
-            per_line[i] = d
-    return [per_line[i] for i in np.flatnonzero(data_line)]
+        per_line.setdefault(i, d)
+    return [per_line.get(i) for i in data_lines.tolist()]
 
 
 def _empty_block() -> _Block:
