@@ -1,0 +1,414 @@
+"""Reader for tabular ranking data: CSV / TSV (optionally gzipped) and Parquet.
+
+One row per (query, item): a query-id column, a label column, numeric feature columns, optional
+categorical columns (strings or integers, encoded to integer codes) and an optional docid column.
+
+Conventions:
+
+* **Row numbers** in error messages are *data rows*, 1-based, header excluded: data row 1 is the first
+  row after the header (file line 2 of a CSV without blank lines or multi-line quoted fields).
+* **Query grouping**: tabular data is often not sorted by query, so by default each query's rows are
+  gathered (stably, queries in order of first appearance, rows in file order within a query). With
+  ``regroup=False`` a query id that reappears after other queries is an error naming both rows.
+  ``info["regrouped"]`` is 1 when rows were moved, else 0.
+* **Missing values**: in CSV the usual NA spellings (empty cell, ``NA``, ``NaN``, ``null``, ``None``,
+  ``N/A``, ...) mark a missing value in numeric and label columns; in query, docid and categorical
+  columns only an empty cell is missing (so a category literally called ``"NA"`` survives). Missing
+  numeric features are filled with ``fill_value`` (default 0, the SVMlight convention for an absent
+  feature; the same constant on every split, so no statistic leaks from one split to another) and
+  counted in ``info["missing_filled"]``. A missing label or query id is an error. A missing
+  categorical value gets code 0, as does a category not in the encoder's vocabulary.
+* **Categorical encoding** (:class:`CategoricalEncoder`): fitted on the training file only; code 0 is
+  reserved for unknown / missing, known categories get 1..K in sorted (string) order. Pass the training
+  encoder when reading validation / test files so their codes match and unseen categories map to 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ctxrank.data.ranking_data import RankingData
+
+__all__ = ["CategoricalEncoder", "read_table"]
+
+_F32_MAX = float(np.finfo(np.float32).max)
+# pandas' default NA spellings, used for numeric and label columns
+_NA_VALUES = [
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+]  # fmt: skip
+_FORMATS = {".csv": ",", ".csv.gz": ",", ".tsv": "\t", ".tsv.gz": "\t", ".parquet": None, ".pq": None}
+
+
+# ------------------------------------------------------------------------------------- encoder
+class CategoricalEncoder:
+    """Integer codes for categorical columns; code 0 is reserved for unknown or missing values.
+
+    Fitted on the training split: each column's vocabulary is its distinct non-missing values
+    (as strings) seen at least ``min_count`` times, in sorted order, coded 1..K. At transform time a
+    value outside the vocabulary, or a missing value, gets 0.
+
+    Args:
+        min_count: categories seen fewer times than this in the training data are left out of the
+            vocabulary (they become 0, "unknown"), which bounds the size of embedding tables.
+
+    Attributes:
+        columns_: the column names, in the order of the code matrix's columns.
+        vocab_: column name -> list of its categories (the category with code c is ``vocab_[col][c-1]``).
+        cardinalities_: per column, K + 1 (the vocabulary size including the reserved code 0).
+    """
+
+    def __init__(self, min_count: int = 1) -> None:
+        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+            raise ValueError(f"min_count must be a positive integer, got {min_count!r}")
+        self.min_count = min_count
+        self.columns_: tuple[str, ...] | None = None
+        self.vocab_: dict[str, list[str]] = {}
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.columns_ is not None
+
+    @property
+    def cardinalities_(self) -> tuple[int, ...]:
+        self._check_fitted()
+        return tuple(len(self.vocab_[c]) + 1 for c in self.columns_)  # type: ignore[union-attr]
+
+    def fit(self, columns: Mapping[str, Any]) -> CategoricalEncoder:
+        """Learn each column's vocabulary.
+
+        Args:
+            columns: column name -> N values (a pandas Series, array or list); None/NaN = missing.
+                Values are compared as strings (``str(value)``).
+
+        Returns:
+            self.
+        """
+        if not columns:
+            raise ValueError("CategoricalEncoder.fit needs at least one column")
+        vocab = {}
+        for name, values in columns.items():
+            s, missing = _as_strings(values)
+            counts = s[~missing].value_counts()
+            vocab[str(name)] = sorted(str(v) for v in counts.index[counts.to_numpy() >= self.min_count])
+        self.vocab_ = vocab
+        self.columns_ = tuple(vocab)
+        return self
+
+    def transform(self, columns: Mapping[str, Any]) -> np.ndarray:
+        """int64 [N, C] codes, columns in ``columns_`` order (extra input columns are ignored)."""
+        return self._encode(columns)[0]
+
+    def fit_transform(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return self.fit(columns).transform(columns)
+
+    def _encode(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
+        """(codes int64 [N, C], number of unknown non-missing values, number of missing values)."""
+        self._check_fitted()
+        lacking = [c for c in self.columns_ if c not in columns]  # type: ignore[union-attr]
+        if lacking:
+            raise ValueError(
+                f"CategoricalEncoder was fitted on columns {list(self.columns_)}; missing {lacking}"
+            )
+        parts, unknown, n_missing = [], 0, 0
+        for name in self.columns_:  # type: ignore[union-attr]
+            s, missing = _as_strings(columns[name])
+            codes = pd.Index(self.vocab_[name], dtype=object).get_indexer(s).astype(np.int64) + 1  # -1 -> 0
+            codes[missing] = 0
+            unknown += int(np.sum((codes == 0) & ~missing))
+            n_missing += int(missing.sum())
+            parts.append(codes)
+        n = parts[0].size
+        if any(p.size != n for p in parts):
+            raise ValueError("categorical columns have different lengths")
+        return np.stack(parts, axis=1), unknown, n_missing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form: ``{"min_count": int, "columns": [...] | None, "vocab": {col: [str, ...]}}``."""
+        return {
+            "min_count": self.min_count,
+            "columns": None if self.columns_ is None else list(self.columns_),
+            "vocab": {c: list(v) for c, v in self.vocab_.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CategoricalEncoder:
+        """Rebuild an encoder from :meth:`to_dict` output."""
+        enc = cls(min_count=int(d.get("min_count", 1)))
+        if d.get("columns") is not None:
+            columns = tuple(str(c) for c in d["columns"])
+            vocab = d.get("vocab") or {}
+            if set(vocab) != set(columns):
+                raise ValueError(f"encoder vocab names {sorted(vocab)}, columns {list(columns)}")
+            enc.vocab_ = {c: [str(v) for v in vocab[c]] for c in columns}
+            for c, v in enc.vocab_.items():
+                if len(set(v)) != len(v):
+                    raise ValueError(f"encoder vocabulary of column {c!r} has duplicates")
+            enc.columns_ = columns
+        return enc
+
+    def _check_fitted(self) -> None:
+        if self.columns_ is None:
+            raise ValueError("CategoricalEncoder is not fitted: call fit() on the training data first")
+
+    def __repr__(self) -> str:
+        if self.columns_ is None:
+            return f"CategoricalEncoder(min_count={self.min_count}, unfitted)"
+        cards = dict(zip(self.columns_, self.cardinalities_, strict=True))
+        return f"CategoricalEncoder(min_count={self.min_count}, cardinalities={cards})"
+
+
+def _as_strings(values: Any) -> tuple[pd.Series, np.ndarray]:
+    """(values as an object Series of str with None where missing, bool [N] missing mask)."""
+    s = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
+    missing = s.isna().to_numpy()
+    out = np.full(len(s), None, dtype=object)
+    if (~missing).any():
+        out[~missing] = s[~missing].astype(str).to_numpy(dtype=object)
+    return pd.Series(out, dtype=object), missing
+
+
+# -------------------------------------------------------------------------------------- reader
+def read_table(
+    path: str | os.PathLike,
+    *,
+    query: str,
+    label: str,
+    categorical: Sequence[str] = (),
+    numeric: Sequence[str] | None = None,
+    encoder: CategoricalEncoder | None = None,
+    docid: str | None = None,
+    regroup: bool = True,
+    fill_value: float = 0.0,
+) -> RankingData:
+    """Read a CSV / TSV / Parquet file with one row per (query, item) into a :class:`RankingData`.
+
+    Args:
+        path: ``.csv``, ``.csv.gz``, ``.tsv``, ``.tsv.gz`` (header line required) or ``.parquet``.
+        query: name of the query-id column (ids kept as strings, e.g. ``"007"`` stays ``"007"`` in CSV).
+        label: name of the relevance-label column (numeric).
+        categorical: names of categorical columns, encoded with ``encoder``.
+        numeric: names of the numeric feature columns, in this order; default: every column that is
+            not the query, label, docid or a categorical column, in file order.
+        encoder: a :class:`CategoricalEncoder`. Unfitted: it is fitted on this file (in place) and
+            used. Fitted (the training encoder): applied as is, unseen categories get code 0. None: a
+            fresh encoder is fitted on this file; only right for the training split (its JSON form is
+            kept in ``info["categorical_encoder"]``, rebuild it with ``CategoricalEncoder.from_dict``).
+        docid: optional name of a document-id column (missing ids become ``""``).
+        regroup: gather each query's rows when the file is not sorted by query (default True);
+            False makes a reappearing query id an error.
+        fill_value: value for missing numeric features (default 0.0).
+
+    Returns:
+        RankingData with features float32 [N, F] (``feature_names`` = numeric columns), labels float32
+        [N], query ids (str) in order of first appearance, docids, categorical int64 [N, C] codes with
+        names and cardinalities (when ``categorical`` is given), and ``info`` with ``missing_filled``,
+        ``regrouped`` and, with categorical columns, ``categorical_unknown`` (non-missing values outside
+        the vocabulary), ``categorical_missing`` and ``categorical_encoder`` (the encoder's JSON form).
+
+    Raises:
+        ValueError: unsupported extension, unreadable or empty file (no data rows), absent or repeated
+            columns, a non-numeric or non-finite value in a numeric or label column (naming the column
+            and the first offending data row), a missing label or query id (naming the row), a
+            reappearing query id with ``regroup=False``, an encoder fitted on other columns.
+    """
+    path = Path(path)
+    name = str(path)
+    fmt = next((ext for ext in sorted(_FORMATS, key=len, reverse=True) if name.lower().endswith(ext)), None)
+    if fmt is None:
+        raise ValueError(f"{name}: unsupported file type; expected one of {sorted(_FORMATS)}")
+    if not path.is_file():
+        raise ValueError(f"{name}: no such file")
+    categorical = _names(categorical, "categorical")
+    if numeric is not None:
+        numeric = _names(numeric, "numeric")
+    if not np.isfinite(fill_value):
+        raise ValueError(f"fill_value must be finite, got {fill_value}")
+    if encoder is not None and not isinstance(encoder, CategoricalEncoder):
+        raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
+
+    special = [query, label, *categorical] + ([docid] if docid is not None else [])
+    if len(set(special)) != len(special):
+        raise ValueError(f"query, label, docid and categorical columns must be distinct, got {special}")
+    if numeric is not None:
+        clash = sorted(set(numeric) & set(special))
+        if clash:
+            raise ValueError(
+                f"numeric columns {clash} are also the query, label, docid or categorical column"
+            )
+
+    text_cols = [query, *categorical] + ([docid] if docid is not None else [])
+    df = _read_frame(path, fmt, text_cols)
+    available = [str(c) for c in df.columns]
+    wanted = special + (list(numeric) if numeric is not None else [])
+    absent = [c for c in wanted if c not in available]
+    if absent:
+        raise ValueError(f"{name}: no column(s) {absent}; the file has columns {available}")
+    if len(set(available)) != len(available):
+        raise ValueError(f"{name}: repeated column names in the header")
+    if numeric is None:
+        numeric = tuple(c for c in available if c not in set(special))
+    n = len(df)
+    if n == 0:
+        raise ValueError(f"{name}: empty file (no data rows)")
+
+    # query ids
+    q_raw = df[query]
+    q_missing = q_raw.isna().to_numpy()
+    if q_missing.any():
+        raise ValueError(
+            f"{name}: data row {int(np.argmax(q_missing)) + 1}: missing query id in column {query!r}"
+        )
+    q_str = q_raw.astype(str).to_numpy(dtype=object)
+
+    # labels
+    labels, lab_missing = _numeric(df[label], label, name)
+    if lab_missing.any():
+        raise ValueError(
+            f"{name}: data row {int(np.argmax(lab_missing)) + 1}: missing label in column {label!r}"
+        )
+
+    # numeric features
+    features = np.empty((n, len(numeric)), dtype=np.float32)
+    missing_filled = 0
+    for j, col in enumerate(numeric):
+        values, miss = _numeric(df[col], col, name)
+        if miss.any():
+            values[miss] = fill_value
+            missing_filled += int(miss.sum())
+        features[:, j] = values
+
+    info: dict[str, Any] = {"missing_filled": missing_filled}
+
+    # categorical codes
+    codes = None
+    cat_names: tuple[str, ...] = ()
+    cards: tuple[int, ...] = ()
+    if categorical:
+        if encoder is None:
+            encoder = CategoricalEncoder()
+        columns = {c: df[c] for c in categorical}
+        if not encoder.is_fitted:
+            encoder.fit(columns)
+        elif set(encoder.columns_) != set(categorical):  # type: ignore[arg-type]
+            raise ValueError(
+                f"the encoder was fitted on categorical columns {list(encoder.columns_)}, "  # type: ignore[arg-type]
+                f"got {list(categorical)}"
+            )
+        codes, unknown, n_missing = encoder._encode(columns)
+        cat_names = tuple(encoder.columns_)  # type: ignore[arg-type]
+        cards = encoder.cardinalities_
+        info.update(categorical_unknown=unknown, categorical_missing=n_missing)
+        info["categorical_encoder"] = encoder.to_dict()
+    elif encoder is not None and encoder.is_fitted:
+        raise ValueError(f"an encoder fitted on {list(encoder.columns_)} was given but categorical=()")  # type: ignore[arg-type]
+
+    docids = None
+    if docid is not None:
+        d = df[docid]
+        docids = np.where(d.isna().to_numpy(), "", d.astype(str).to_numpy(dtype=object)).astype(str)
+
+    # group rows by query: codes in order of first appearance
+    qcode, uniques = pd.factorize(q_str)
+    qcode = qcode.astype(np.int64)
+    order = None
+    if np.any(qcode[1:] < qcode[:-1]):
+        if not regroup:
+            again = int(np.flatnonzero(qcode[1:] < qcode[:-1])[0]) + 1
+            first = int(np.argmax(qcode == qcode[again]))
+            raise ValueError(
+                f"{name}: data row {again + 1}: query id {q_str[again]!s} reappears after other queries "
+                f"(first seen at data row {first + 1}); pass regroup=True to gather its rows"
+            )
+        order = np.argsort(qcode, kind="stable")
+    info["regrouped"] = int(order is not None)
+    sizes = np.bincount(qcode, minlength=len(uniques))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if order is not None:
+        features, labels = features[order], labels[order]
+        codes = None if codes is None else codes[order]
+        docids = None if docids is None else docids[order]
+
+    return RankingData(
+        features=np.ascontiguousarray(features),
+        labels=labels.astype(np.float32),
+        query_ids=np.asarray(uniques, dtype=object).astype(str),
+        query_offsets=offsets,
+        docids=docids,
+        categorical=codes,
+        feature_names=tuple(numeric),
+        categorical_names=cat_names,
+        categorical_cardinalities=cards,
+        source=name,
+        info=info,
+    )
+
+
+def _names(cols: Sequence[str], what: str) -> tuple[str, ...]:
+    if isinstance(cols, str):
+        raise TypeError(f"{what} must be a sequence of column names, not a single string {cols!r}")
+    out = tuple(cols)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what} lists a column twice: {list(out)}")
+    return out
+
+
+def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
+    name = str(path)
+    sep = _FORMATS[fmt]
+    if sep is None:
+        try:
+            return pd.read_parquet(path, dtype_backend="numpy_nullable")
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise ValueError(f"{name}: cannot read as Parquet ({type(exc).__name__}: {exc})") from exc
+    try:
+        header = pd.read_csv(path, sep=sep, nrows=0)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{name}: empty file (no header, no data rows)") from None
+    except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
+        raise ValueError(f"{name}: cannot read as {fmt} ({exc})") from exc
+    cols = [str(c) for c in header.columns]
+    text = set(text_cols)
+    na_values = {c: ([""] if c in text else _NA_VALUES) for c in cols}
+    try:
+        return pd.read_csv(
+            path,
+            sep=sep,
+            dtype={c: str for c in cols if c in text},
+            keep_default_na=False,
+            na_values=na_values,
+        )
+    except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
+        raise ValueError(f"{name}: cannot read as {fmt} ({exc})") from exc
+
+
+def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 [N] values, NaN where missing; bool [N] missing) of a numeric column."""
+    dtype = s.dtype
+    if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
+        values = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    elif pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype):
+        coerced = pd.to_numeric(s, errors="coerce")
+        bad = (coerced.isna() & s.notna()).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"{name}: data row {i + 1}: column {col!r}: expected a number, got {s.iloc[i]!r}"
+            )
+        values = coerced.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        raise ValueError(f"{name}: column {col!r} has dtype {dtype}; expected numbers")
+    missing = np.isnan(values)
+    bad = ~missing & ~(np.abs(values) <= _F32_MAX)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"{name}: data row {i + 1}: column {col!r}: value {s.iloc[i]!r} is not a finite float32 number"
+        )
+    return values.astype(np.float32), missing

@@ -1,0 +1,410 @@
+"""Feature normalizers: fitted on the training split only, applied to any split.
+
+The API follows scikit-learn: ``fit(data) -> self`` learns statistics from a :class:`RankingData`,
+``transform(data) -> RankingData`` returns a copy with normalized ``features`` (float32 [N, F]);
+learned attributes end with ``_``. ``to_dict()`` / ``Transform.from_dict()`` give a JSON-safe form
+(plain lists of floats, no pickle) so a saved model can carry its normalizer.
+
+Normalizers (``TRANSFORMS`` registry name in brackets):
+
+* :class:`Identity` (``"none"``): features unchanged.
+* :class:`GlobalMinMax` (``"minmax"``): ``(x - min) / (max - min)`` with min and max over the training
+  rows, as in the QILCM paper; values outside the training range are clipped to [0, 1] by default.
+* :class:`QueryMinMax` (``"query-minmax"``): LETOR's "QueryLevelNorm", the same formula with min and
+  max taken within each query (stateless: nothing is learned, every split is normalized by itself).
+* :class:`ZScore` (``"zscore"``): ``(x - mean) / std`` with the training mean and population std.
+* :class:`Log1pZScore` (``"log1p-zscore"``): z-score of ``sign(x) * log1p(|x|)``, for heavy-tailed
+  count-like features (e.g. MSLR-WEB's BM25 and link counts).
+
+Guards shared by all of them:
+
+* A feature that is constant (zero range, zero std) on the data it was fitted on maps to 0 everywhere;
+  nothing ever divides by zero. "Constant" is decided exactly (``max == min``), not with a tolerance.
+* Arithmetic is done in float64, in blocks of rows to bound memory, and the float32 result is clipped
+  to the finite float32 range: every finite input gives a finite output (never NaN or inf).
+* A NaN or inf in the input is an error (``ValueError``), never hidden.
+* Only ``features`` change: labels, categorical codes, docids, offsets are shared with the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ctxrank.data.ranking_data import RankingData
+
+__all__ = [
+    "TRANSFORMS",
+    "GlobalMinMax",
+    "Identity",
+    "Log1pZScore",
+    "QueryMinMax",
+    "Transform",
+    "ZScore",
+    "make_transform",
+]
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_BLOCK_ELEMENTS = 1 << 22  # about 32 MB of float64 per block of rows
+
+
+def _row_step(n_features: int) -> int:
+    return max(1, _BLOCK_ELEMENTS // max(n_features, 1))
+
+
+def _signed_log1p(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log1p(|x|)``: odd, monotone, identity near 0, logarithmic for large |x|."""
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def _check_finite(block: np.ndarray, start: int, data: RankingData) -> None:
+    if not np.isfinite(block).all():
+        r, c = np.argwhere(~np.isfinite(block))[0]
+        name = data.feature_names[c] if data.feature_names else f"column {c}"
+        raise ValueError(
+            f"{data.source or 'data'}: feature {name} of row {start + r} is {block[r, c]}; "
+            "features must be finite"
+        )
+
+
+class Transform:
+    """Base class of the feature normalizers (see the module docstring).
+
+    Subclasses set ``name`` (the registry key), may set ``stateless = True`` (nothing learned: usable
+    without ``fit``), and implement ``_fit_state`` and ``_apply``.
+
+    Attributes (after ``fit``):
+        n_features_in_: F, the feature count seen by ``fit``; ``transform`` requires the same.
+        feature_names_in_: the feature names seen by ``fit`` (may be empty); ``transform`` rejects
+            data whose names are non-empty and differ.
+    """
+
+    name: ClassVar[str] = ""
+    stateless: ClassVar[bool] = False
+    _state_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        self.n_features_in_: int | None = None
+        self.feature_names_in_: tuple[str, ...] = ()
+
+    # ---------------------------------------------------------------------------------- public
+    @property
+    def is_fitted(self) -> bool:
+        return self.n_features_in_ is not None
+
+    def fit(self, data: RankingData) -> Transform:
+        """Learn the statistics from ``data`` (the training split). Returns self."""
+        if data.n_items == 0:
+            raise ValueError(f"cannot fit {type(self).__name__} on data without rows")
+        self._fit_state(data)
+        self.n_features_in_ = data.n_features
+        self.feature_names_in_ = tuple(data.feature_names)
+        return self
+
+    def transform(self, data: RankingData) -> RankingData:
+        """A copy of ``data`` with normalized features (float32 [N, F]); other fields shared.
+
+        Raises:
+            ValueError: not fitted (unless stateless), a feature count or names other than at fit
+                time, or a non-finite feature value.
+        """
+        if self.is_fitted:
+            if data.n_features != self.n_features_in_:
+                raise ValueError(
+                    f"{type(self).__name__} was fitted on {self.n_features_in_} features, "
+                    f"got data with {data.n_features}"
+                )
+            if self.feature_names_in_ and data.feature_names and data.feature_names != self.feature_names_in_:
+                diff = next(
+                    i
+                    for i, (a, b) in enumerate(zip(self.feature_names_in_, data.feature_names, strict=True))
+                    if a != b
+                )
+                raise ValueError(
+                    f"{type(self).__name__} was fitted on other features: feature {diff} is "
+                    f"{data.feature_names[diff]!r}, expected {self.feature_names_in_[diff]!r}"
+                )
+        elif not self.stateless:
+            raise ValueError(f"{type(self).__name__} is not fitted: call fit(train) first")
+        return data.with_features(self._apply(data))
+
+    def fit_transform(self, data: RankingData) -> RankingData:
+        """``fit(data)`` then ``transform(data)``."""
+        return self.fit(data).transform(data)
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-safe)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe description: ``{"name", "params", "n_features_in", "feature_names_in", "state"}``.
+
+        ``state`` maps each learned array attribute (e.g. ``"min_"``) to a list of floats, or is None
+        when not fitted. Floats survive ``json.dumps``/``json.loads`` exactly.
+        """
+        state = None
+        if self.is_fitted:
+            state = {k: [float(v) for v in getattr(self, k)] for k in self._state_names}
+        return {
+            "name": self.name,
+            "params": self.get_params(),
+            "n_features_in": self.n_features_in_,
+            "feature_names_in": list(self.feature_names_in_),
+            "state": state,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Transform:
+        """Rebuild a transform from :meth:`to_dict` output.
+
+        Called on ``Transform`` it dispatches on ``d["name"]``; called on a subclass the name must
+        match that subclass.
+        """
+        if not isinstance(d, dict) or "name" not in d:
+            raise ValueError(f"expected a dict from Transform.to_dict(), got {type(d).__name__}")
+        klass = TRANSFORMS.get(d["name"])
+        if klass is None:
+            raise ValueError(f"unknown transform {d['name']!r}; valid names: {sorted(TRANSFORMS)}")
+        if cls is not Transform and klass is not cls:
+            raise ValueError(f"{cls.__name__}.from_dict got a dict for {klass.__name__} ({d['name']!r})")
+        obj = klass(**d.get("params", {}))
+        if d.get("state") is not None:
+            n = d.get("n_features_in")
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"n_features_in must be an integer >= 0, got {n!r}")
+            state = d.get("state") or {}
+            for k in klass._state_names:
+                if k not in state:
+                    raise ValueError(f"{klass.__name__} state lacks {k!r}")
+                arr = np.asarray(state[k], dtype=np.float64)
+                if arr.shape != (n,) or not np.isfinite(arr).all():
+                    raise ValueError(f"{klass.__name__} state {k!r} must be {n} finite numbers")
+                setattr(obj, k, arr)
+            obj.n_features_in_ = n
+            obj.feature_names_in_ = tuple(d.get("feature_names_in") or ())
+        return obj
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"
+
+    # -------------------------------------------------------------------------------- subclass
+    def _fit_state(self, data: RankingData) -> None:
+        """Set the learned arrays from ``data``."""
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        """float32 [N, F] normalized features."""
+        raise NotImplementedError
+
+
+class Identity(Transform):
+    """No normalization (registry name ``"none"``); features are returned as they are."""
+
+    name = "none"
+    stateless = True
+
+    def transform(self, data: RankingData) -> RankingData:
+        """Returns ``data`` itself (after the same feature-count checks as other transforms)."""
+        if self.is_fitted and data.n_features != self.n_features_in_:
+            raise ValueError(
+                f"Identity was fitted on {self.n_features_in_} features, got data with {data.n_features}"
+            )
+        return data
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        return data.features
+
+
+class _Affine(Transform):
+    """Feature-wise ``(g(x) - shift_) * scale`` with ``scale = 1 / divisor_`` (0 where constant)."""
+
+    _log: ClassVar[bool] = False  # g = signed log1p instead of identity
+    _clip01: bool = False
+
+    def _g(self, block: np.ndarray) -> np.ndarray:
+        x = block.astype(np.float64)
+        return _signed_log1p(x) if self._log else x
+
+    def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        shift, divisor = self._shift_divisor()
+        nonconst = divisor > 0
+        scale = np.zeros_like(divisor)
+        scale[nonconst] = 1.0 / divisor[nonconst]
+        x = data.features
+        out = np.empty(x.shape, dtype=np.float32)
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            block = x[a : a + step]
+            _check_finite(block, a, data)
+            y = (self._g(block) - shift) * scale  # (rows, F) float64
+            if self._clip01:
+                np.clip(y, 0.0, 1.0, out=y)
+            else:
+                np.clip(y, -_F32_MAX, _F32_MAX, out=y)
+            out[a : a + step] = y
+        return out
+
+
+class GlobalMinMax(_Affine):
+    """Global min-max scaling to [0, 1] with the training split's min and max (QILCM paper).
+
+    ``y = (x - min_) / (max_ - min_)`` per feature; a feature constant on the training split
+    (``max_ == min_``) gives 0.
+
+    Args:
+        clip: clip the result to [0, 1] (default True). Validation/test values outside the training
+            range would otherwise go below 0 or above 1, into a region the model never saw during
+            training. With ``clip=False`` they are kept (only clipped to the finite float32 range).
+
+    Attributes:
+        min_: float64 [F] per-feature minimum on the training rows.
+        max_: float64 [F] per-feature maximum on the training rows.
+    """
+
+    name = "minmax"
+    _state_names = ("min_", "max_")
+
+    def __init__(self, clip: bool = True) -> None:
+        super().__init__()
+        if not isinstance(clip, bool):
+            raise TypeError(f"clip must be a bool, got {clip!r}")
+        self.clip = clip
+        self._clip01 = clip
+        self.min_: np.ndarray | None = None
+        self.max_: np.ndarray | None = None
+
+    def get_params(self) -> dict[str, Any]:
+        return {"clip": self.clip}
+
+    def _fit_state(self, data: RankingData) -> None:
+        x = data.features
+        lo = np.full(x.shape[1], np.inf)
+        hi = np.full(x.shape[1], -np.inf)
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            block = x[a : a + step]
+            _check_finite(block, a, data)
+            np.minimum(lo, block.min(axis=0), out=lo)
+            np.maximum(hi, block.max(axis=0), out=hi)
+        self.min_, self.max_ = lo, hi
+
+    def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.min_, self.max_ - self.min_
+
+
+class ZScore(_Affine):
+    """Standardization with the training split's mean and (population) standard deviation.
+
+    ``y = (x - mean_) / std_`` per feature; a feature constant on the training split gives 0
+    (its ``std_`` is stored as 0). Statistics are computed in float64 with two passes over the rows.
+
+    Attributes:
+        mean_: float64 [F] per-feature mean on the training rows.
+        std_: float64 [F] per-feature population std (ddof = 0) on the training rows; 0 where constant.
+    """
+
+    name = "zscore"
+    _state_names = ("mean_", "std_")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean_: np.ndarray | None = None
+        self.std_: np.ndarray | None = None
+
+    def _fit_state(self, data: RankingData) -> None:
+        x = data.features
+        n, f = x.shape
+        step = _row_step(f)
+        total = np.zeros(f)
+        lo = np.full(f, np.inf)
+        hi = np.full(f, -np.inf)
+        for a in range(0, n, step):
+            block = x[a : a + step]
+            _check_finite(block, a, data)
+            g = self._g(block)
+            total += g.sum(axis=0)
+            np.minimum(lo, g.min(axis=0), out=lo)
+            np.maximum(hi, g.max(axis=0), out=hi)
+        mean = total / n
+        m2 = np.zeros(f)
+        for a in range(0, n, step):
+            m2 += np.square(self._g(x[a : a + step]) - mean).sum(axis=0)
+        std = np.sqrt(m2 / n)
+        std[hi == lo] = 0.0  # exactly constant: never divide by a rounding residue
+        self.mean_, self.std_ = mean, std
+
+    def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mean_, self.std_
+
+
+class Log1pZScore(ZScore):
+    """Z-score of ``sign(x) * log1p(|x|)``, fitted on the training split.
+
+    The signed log compresses heavy tails (counts, BM25, PageRank) before standardizing; it is odd
+    and monotone, so the order of values within a feature is kept.
+
+    Attributes:
+        mean_: float64 [F] mean of ``sign(x) * log1p(|x|)`` on the training rows.
+        std_: float64 [F] population std of the same; 0 where constant.
+    """
+
+    name = "log1p-zscore"
+    _log = True
+
+
+class QueryMinMax(Transform):
+    """Per-query min-max scaling to [0, 1] (LETOR "QueryLevelNorm").
+
+    Within each query q and feature j: ``y = (x - min_q,j) / (max_q,j - min_q,j)``; a feature constant
+    within a query (in particular every feature of a one-item query) gives 0. Nothing is learned:
+    ``fit`` only records the feature count, and ``transform`` works without it. Vectorized with
+    ``np.minimum.reduceat`` / ``np.maximum.reduceat`` over ``query_offsets`` (no loop over queries).
+    """
+
+    name = "query-minmax"
+    stateless = True
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        x = data.features
+        out = np.empty(x.shape, dtype=np.float32)
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            _check_finite(x[a : a + step], a, data)
+        starts = data.query_offsets[:-1]
+        lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)  # (Q, F)
+        rng = np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo  # (Q, F)
+        nonconst = rng > 0
+        inv = np.zeros_like(rng)
+        inv[nonconst] = 1.0 / rng[nonconst]
+        qidx = data.query_index  # (N,)
+        for a in range(0, x.shape[0], step):
+            q = qidx[a : a + step]
+            y = (x[a : a + step].astype(np.float64) - lo[q]) * inv[q]
+            np.clip(y, 0.0, 1.0, out=y)  # in [0, 1] up to rounding
+            out[a : a + step] = y
+        return out
+
+
+TRANSFORMS: dict[str, type[Transform]] = {
+    "none": Identity,
+    "minmax": GlobalMinMax,
+    "query-minmax": QueryMinMax,
+    "zscore": ZScore,
+    "log1p-zscore": Log1pZScore,
+}
+
+
+def make_transform(name: str, **kwargs: Any) -> Transform:
+    """A new (unfitted) transform from its registry name, e.g. ``make_transform("minmax", clip=False)``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid names).
+    """
+    klass = TRANSFORMS.get(name)
+    if klass is None:
+        raise ValueError(f"unknown transform {name!r}; valid names: {sorted(TRANSFORMS)}")
+    return klass(**kwargs)

@@ -1,0 +1,190 @@
+"""read_table: CSV / TSV / gzip / Parquet, regrouping, categorical encoding, missing values, errors."""
+
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ctxrank.data.table import CategoricalEncoder, read_table
+
+CSV = """\
+qid,label,price,rating,brand,color
+007,1,10.5,4,acme,red
+007,0,3,NA,zeta,
+8,2,7.25,,acme,blue
+007,1,1e2,5,NA,red
+"""
+# rows of query 007 are not contiguous: regrouped to 007, 007, 007, 8
+
+
+def write(tmp_path, text, name="t.csv"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_csv_values_regrouping_and_encoding(tmp_path):
+    d = read_table(write(tmp_path, CSV), query="qid", label="label", categorical=["brand", "color"])
+    assert d.query_ids.tolist() == ["007", "8"]  # strings kept as written, order of first appearance
+    assert d.query_offsets.tolist() == [0, 3, 4]
+    assert d.feature_names == ("price", "rating")
+    np.testing.assert_array_equal(d.features, np.array([[10.5, 4], [3, 0], [100, 5], [7.25, 0]], np.float32))
+    np.testing.assert_array_equal(d.labels, [1, 0, 1, 2])
+    assert d.features.dtype == np.float32 and d.labels.dtype == np.float32
+    assert d.categorical_names == ("brand", "color")
+    # sorted vocabularies: brand NA < acme < zeta ("NA" is a category, not missing), color blue < red
+    assert d.categorical_cardinalities == (4, 3)
+    np.testing.assert_array_equal(d.categorical, [[2, 2], [3, 0], [1, 2], [2, 1]])
+    assert d.categorical.dtype == np.int64
+    assert d.info["missing_filled"] == 2 and d.info["regrouped"] == 1
+    assert d.info["categorical_missing"] == 1 and d.info["categorical_unknown"] == 0
+    assert d.source.endswith("t.csv")
+
+
+def test_regroup_false_names_rows(tmp_path):
+    with pytest.raises(ValueError, match=r"t.csv: data row 4: query id 007 reappears .* data row 1"):
+        read_table(
+            write(tmp_path, CSV), query="qid", label="label", categorical=["brand", "color"], regroup=False
+        )
+    sorted_csv = "q,y,x\n1,0,1\n1,1,2\n2,0,3\n"
+    d = read_table(write(tmp_path, sorted_csv, "s.csv"), query="q", label="y", regroup=False)
+    assert d.info["regrouped"] == 0 and d.query_offsets.tolist() == [0, 2, 3]
+
+
+def test_tsv_gzip_and_parquet_give_the_same_data(tmp_path):
+    kw = dict(query="qid", label="label", categorical=["brand", "color"], docid="doc")
+    text = CSV.replace("color\n", "color,doc\n", 1)
+    text = "\n".join(line + f",d{i}" if i else line for i, line in enumerate(text.splitlines())) + "\n"
+    ref = read_table(write(tmp_path, text), **kw)
+    assert ref.docids.tolist() == ["d1", "d2", "d4", "d3"]
+    tsv = write(tmp_path, text.replace(",", "\t"), "t.tsv")
+    gz = tmp_path / "t.csv.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    pq = tmp_path / "t.parquet"
+    pd.DataFrame(
+        {
+            "qid": ["007", "007", "8", "007"],
+            "label": [1, 0, 2, 1],
+            "price": [10.5, 3, 7.25, 100],
+            "rating": pd.array([4, None, None, 5], dtype="Int64"),
+            "brand": ["acme", "zeta", "acme", "NA"],
+            "color": ["red", None, "blue", "red"],
+            "doc": ["d1", "d2", "d3", "d4"],
+        }
+    ).to_parquet(pq)
+    for p in (tsv, gz, pq):
+        d = read_table(p, **kw)
+        for field in ("features", "labels", "query_ids", "query_offsets", "docids", "categorical"):
+            np.testing.assert_array_equal(getattr(d, field), getattr(ref, field), err_msg=f"{p.name} {field}")
+        assert d.feature_names == ref.feature_names and d.info["missing_filled"] == 2
+
+
+def test_train_encoder_applied_to_test_unseen_maps_to_zero(tmp_path):
+    enc = CategoricalEncoder()
+    kw = dict(query="qid", label="label", categorical=["brand"], numeric=["price", "rating"])
+    train = read_table(write(tmp_path, CSV), **kw, encoder=enc)
+    assert enc.is_fitted and enc.vocab_ == {"brand": ["NA", "acme", "zeta"]}
+    test_csv = "qid,label,price,rating,brand,color\n1,0,1,1,zeta,x\n1,1,2,2,newco,y\n1,0,3,3,,z\n"
+    saved = CategoricalEncoder.from_dict(json.loads(json.dumps(enc.to_dict())))
+    test = read_table(write(tmp_path, test_csv, "test.csv"), **kw, encoder=saved)
+    assert test.categorical[:, 0].tolist() == [3, 0, 0]  # zeta known; newco unseen; empty = missing
+    assert test.info["categorical_unknown"] == 1 and test.info["categorical_missing"] == 1
+    assert test.categorical_cardinalities == train.categorical_cardinalities == (4,)
+    assert enc.vocab_ == saved.vocab_  # applying a fitted encoder does not refit it
+
+
+def test_encoder_none_records_its_vocabulary(tmp_path):
+    d = read_table(write(tmp_path, CSV), query="qid", label="label", categorical=["color"], numeric=["price"])
+    enc = CategoricalEncoder.from_dict(d.info["categorical_encoder"])
+    assert enc.vocab_ == {"color": ["blue", "red"]} and enc.cardinalities_ == (3,)
+    json.dumps(d.info)  # JSON-safe
+
+
+def test_encoder_min_count_and_direct_use():
+    enc = CategoricalEncoder(min_count=2).fit({"c": ["a", "b", "a", None, 3, "3"]})
+    assert enc.vocab_ == {"c": ["3", "a"]}  # values compared as strings; "b" seen once
+    codes = enc.transform({"c": pd.Series(["a", "b", None, 3])})
+    assert codes.tolist() == [[2], [0], [0], [1]]
+    with pytest.raises(ValueError, match="missing"):
+        enc.transform({"d": ["a"]})
+    with pytest.raises(ValueError, match="not fitted"):
+        CategoricalEncoder().transform({"c": ["a"]})
+    with pytest.raises(ValueError, match="min_count"):
+        CategoricalEncoder(min_count=0)
+
+
+def test_encoder_columns_must_match(tmp_path):
+    enc = CategoricalEncoder().fit({"color": ["red"]})
+    with pytest.raises(
+        ValueError, match=r"fitted on categorical columns \['color'\], got \['brand', 'color'\]"
+    ):
+        read_table(
+            write(tmp_path, CSV), query="qid", label="label", categorical=["brand", "color"], encoder=enc
+        )
+
+
+def test_numeric_selection_and_fill_value(tmp_path):
+    d = read_table(
+        write(tmp_path, CSV), query="qid", label="label", numeric=["rating", "price"], fill_value=-1.0
+    )
+    assert d.feature_names == ("rating", "price") and d.categorical is None
+    np.testing.assert_array_equal(d.features[:, 0], [4, -1, 5, -1])
+    assert d.info["missing_filled"] == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("q,y,x\n1,0,1\n1,1,abc\n", r"data row 2: column 'x': expected a number, got 'abc'"),
+        ("q,y,x\n1,0,1\n1,1,inf\n", r"data row 2: column 'x': value .* not a finite float32"),
+        ("q,y,x\n1,0,1\n1,1,1e40\n", r"data row 2: column 'x': value .* not a finite float32"),
+        ("q,y,x\n1,0,1\n1,,2\n", r"data row 2: missing label in column 'y'"),
+        ("q,y,x\n1,0,1\n1,high,2\n", r"data row 2: column 'y': expected a number, got 'high'"),
+        ("q,y,x\n1,0,1\n,1,2\n", r"data row 2: missing query id in column 'q'"),
+        ("", r"empty file"),
+        ("q,y,x\n", r"empty file \(no data rows\)"),
+        ("q,y,z\n1,0,1\n", r"no column\(s\) \['x'\]; the file has columns \['q', 'y', 'z'\]"),
+    ],
+)
+def test_errors_name_column_and_row(tmp_path, text, message):
+    p = write(tmp_path, text)
+    with pytest.raises(ValueError, match=message):
+        read_table(p, query="q", label="y", numeric=["x"])
+
+
+def test_argument_errors(tmp_path):
+    p = write(tmp_path, CSV)
+    with pytest.raises(ValueError, match="unsupported file type"):
+        read_table(tmp_path / "t.xlsx", query="qid", label="label")
+    with pytest.raises(ValueError, match="no such file"):
+        read_table(tmp_path / "absent.csv", query="qid", label="label")
+    with pytest.raises(ValueError, match="must be distinct"):
+        read_table(p, query="qid", label="qid")
+    with pytest.raises(ValueError, match=r"numeric columns \['brand'\] are also"):
+        read_table(p, query="qid", label="label", categorical=["brand"], numeric=["brand"])
+    with pytest.raises(TypeError, match="not a single string"):
+        read_table(p, query="qid", label="label", categorical="brand")
+    bad_pq = tmp_path / "bad.parquet"
+    bad_pq.write_text("not parquet")
+    with pytest.raises(ValueError, match="cannot read as Parquet"):
+        read_table(bad_pq, query="qid", label="label")
+
+
+def test_parquet_integer_and_bool_columns(tmp_path):
+    pq = tmp_path / "t.parquet"
+    pd.DataFrame(
+        {
+            "q": [5, 5, 6],
+            "y": [0.0, 1.0, 2.0],
+            "flag": [True, False, True],
+            "store": pd.array([10, None, 10], dtype="Int64"),
+        }
+    ).to_parquet(pq)
+    d = read_table(pq, query="q", label="y", categorical=["store"])
+    assert d.query_ids.tolist() == ["5", "6"]
+    assert d.features[:, 0].tolist() == [1, 0, 1]
+    assert d.categorical[:, 0].tolist() == [1, 0, 1]
+    enc = CategoricalEncoder.from_dict(d.info["categorical_encoder"])
+    assert enc.vocab_ == {"store": ["10"]}  # integers kept as "10", not "10.0"

@@ -1,0 +1,204 @@
+"""Feature normalizers: formulas, fit-on-train-only, constant features, finiteness, JSON round trip."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ctxrank.data import transforms
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.transforms import (
+    TRANSFORMS,
+    GlobalMinMax,
+    Log1pZScore,
+    QueryMinMax,
+    Transform,
+    ZScore,
+    make_transform,
+)
+
+
+def make_data(features, lengths=None, categorical=False, names=True) -> RankingData:
+    x = np.asarray(features, dtype=np.float32)
+    n, f = x.shape
+    lengths = [n] if lengths is None else lengths
+    assert sum(lengths) == n
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    cat = np.arange(n, dtype=np.int64)[:, None] % 3 if categorical else None
+    return RankingData(
+        features=x,
+        labels=np.arange(n, dtype=np.float32) % 3,
+        query_ids=np.array([f"q{i}" for i in range(len(lengths))]),
+        query_offsets=offsets,
+        categorical=cat,
+        categorical_names=("c",) if categorical else (),
+        categorical_cardinalities=(3,) if categorical else (),
+        feature_names=tuple(f"f{i + 1}" for i in range(f)) if names else (),
+    )
+
+
+def random_data(seed=0, n_queries=20, n_features=5, scale=10.0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 12, n_queries).tolist()
+    x = rng.normal(size=(sum(lengths), n_features)) * scale
+    x[:, 1] = np.abs(x[:, 1]) ** 3  # heavy tail
+    x[:, 2] = 7.0  # constant
+    return make_data(x, lengths, categorical=True)
+
+
+TRAIN = make_data([[0, 10, 5], [2, 30, 5], [4, 20, 5]])
+TEST = make_data([[-2, 20, 6], [1, 40, 5]])
+
+
+def test_global_minmax_fitted_on_train_applied_to_test():
+    t = GlobalMinMax().fit(TRAIN)
+    np.testing.assert_array_equal(t.min_, [0, 10, 5])
+    np.testing.assert_array_equal(t.max_, [4, 30, 5])
+    np.testing.assert_allclose(t.transform(TRAIN).features, [[0, 0, 0], [0.5, 1, 0], [1, 0.5, 0]])
+    # test values outside the train range are clipped to [0, 1]; a train-constant feature gives 0
+    np.testing.assert_allclose(t.transform(TEST).features, [[0, 0.5, 0], [0.25, 1, 0]])
+    unclipped = GlobalMinMax(clip=False).fit(TRAIN).transform(TEST).features
+    np.testing.assert_allclose(unclipped, [[-0.5, 0.5, 0], [0.25, 1.5, 0]])
+
+
+def test_zscore_and_log1p_zscore_formulas():
+    d = random_data()
+    x = d.features.astype(np.float64)
+    for t, g in [(ZScore(), x), (Log1pZScore(), np.sign(x) * np.log1p(np.abs(x)))]:
+        out = t.fit_transform(d).features
+        mean, std = g.mean(0), g.std(0)
+        expected = np.where(std > 0, (g - mean) / np.where(std > 0, std, 1), 0)
+        expected[:, 2] = 0
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(t.mean_, mean, rtol=1e-12)
+        assert t.std_[2] == 0
+        nonconst = [0, 1, 3, 4]
+        np.testing.assert_allclose(out[:, nonconst].mean(0), 0, atol=1e-5)
+        np.testing.assert_allclose(out[:, nonconst].std(0), 1, atol=1e-5)
+
+
+def test_log1p_is_signed_and_monotone():
+    d = make_data([[-100.0], [-1.0], [0.0], [1.0], [100.0]])
+    out = Log1pZScore().fit_transform(d).features[:, 0]
+    assert np.all(np.diff(out) > 0)
+    np.testing.assert_allclose(out, -out[::-1], atol=1e-6)  # odd function of a symmetric sample
+
+
+def test_query_minmax_matches_loop_reference():
+    d = random_data(seed=3)
+    out = QueryMinMax().transform(d).features  # stateless: no fit needed
+    for q in range(d.n_queries):
+        block = d.features[d.query_slice(q)].astype(np.float64)
+        lo, hi = block.min(0), block.max(0)
+        expected = np.where(hi > lo, (block - lo) / np.where(hi > lo, hi - lo, 1), 0)
+        np.testing.assert_allclose(out[d.query_slice(q)], expected, rtol=1e-6, atol=1e-7)
+    assert out.min() >= 0 and out.max() <= 1
+    assert np.all(out[:, 2] == 0)
+
+
+def test_query_minmax_ignores_fit_split():
+    fitted = QueryMinMax().fit(TRAIN)
+    np.testing.assert_array_equal(fitted.transform(TEST).features, QueryMinMax().transform(TEST).features)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_registry_transform_contract(name):
+    train, test = random_data(seed=1), random_data(seed=2)
+    t = make_transform(name)
+    assert isinstance(t, TRANSFORMS[name]) and t.name == name
+    out = t.fit(train).transform(test)
+    assert out.features.dtype == np.float32 and out.features.shape == test.features.shape
+    assert np.isfinite(out.features).all()
+    # only the features change; the input is not modified
+    assert out.categorical is test.categorical and out.labels is test.labels
+    np.testing.assert_array_equal(out.query_offsets, test.query_offsets)
+    assert out.feature_names == test.feature_names
+    np.testing.assert_array_equal(test.features, random_data(seed=2).features)
+    if name != "none":
+        assert np.all(out.features[:, 2] == 0)  # constant feature -> 0, even on another split
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_json_round_trip(name):
+    train, test = random_data(seed=1), random_data(seed=2)
+    t = make_transform(name).fit(train)
+    d = json.loads(json.dumps(t.to_dict()))
+    back = Transform.from_dict(d)
+    assert type(back) is type(t) and back.is_fitted
+    np.testing.assert_array_equal(back.transform(test).features, t.transform(test).features)
+    assert TRANSFORMS[name].from_dict(d).to_dict() == t.to_dict()
+    # an unfitted transform round-trips as unfitted
+    assert not Transform.from_dict(json.loads(json.dumps(make_transform(name).to_dict()))).is_fitted
+
+
+def test_minmax_clip_param_round_trips():
+    t = Transform.from_dict(json.loads(json.dumps(GlobalMinMax(clip=False).fit(TRAIN).to_dict())))
+    assert t.clip is False
+    assert t.transform(TEST).features.min() < 0
+
+
+def test_from_dict_errors():
+    d = ZScore().fit(TRAIN).to_dict()
+    with pytest.raises(ValueError, match=r"GlobalMinMax\.from_dict got a dict for ZScore"):
+        GlobalMinMax.from_dict(d)
+    with pytest.raises(ValueError, match="valid names"):
+        Transform.from_dict({**d, "name": "nope"})
+    with pytest.raises(ValueError, match="'std_' must be 3 finite numbers"):
+        Transform.from_dict({**d, "state": {"mean_": [0, 0, 0], "std_": [1, 1]}})
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(ValueError, match=r"valid names: \['log1p-zscore', 'minmax', 'none'"):
+        make_transform("min-max")
+
+
+def test_misuse_errors():
+    with pytest.raises(ValueError, match="not fitted"):
+        ZScore().transform(TRAIN)
+    with pytest.raises(ValueError, match="fitted on 3 features, got data with 2"):
+        GlobalMinMax().fit(TRAIN).transform(make_data([[1, 2]]))
+    renamed = TRAIN.with_features(TRAIN.features, ["f1", "x", "f3"])
+    with pytest.raises(ValueError, match="feature 1 is 'x', expected 'f2'"):
+        ZScore().fit(TRAIN).transform(renamed)
+    with pytest.raises(TypeError, match="clip must be a bool"):
+        GlobalMinMax(clip="yes")
+
+
+@pytest.mark.parametrize("name", ["minmax", "zscore", "log1p-zscore", "query-minmax"])
+def test_non_finite_input_is_an_error_not_hidden(name):
+    bad = TRAIN.features.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="feature f3 of row 1 is nan"):
+        make_transform(name).fit_transform(TRAIN.with_features(bad))
+
+
+@pytest.mark.parametrize("name", ["minmax", "zscore", "log1p-zscore", "query-minmax"])
+def test_row_blocks_give_the_same_result(name, monkeypatch):
+    d = random_data(seed=4)
+    full = make_transform(name).fit(d).transform(d).features
+    monkeypatch.setattr(transforms, "_BLOCK_ELEMENTS", 7)  # blocks of 1 row
+    blocked = make_transform(name).fit(d).transform(d).features
+    np.testing.assert_allclose(blocked, full, rtol=1e-6, atol=1e-6)
+
+
+finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    train=hnp.arrays(np.float32, st.tuples(st.integers(1, 6), st.integers(1, 3)), elements=finite32),
+    test_rows=hnp.arrays(np.float32, st.tuples(st.integers(1, 6), st.just(1)), elements=finite32),
+)
+def test_finite_input_gives_finite_output(train, test_rows):
+    test = np.repeat(test_rows, train.shape[1], axis=1)
+    n = train.shape[0]
+    d_train = make_data(train, [1, n - 1] if n > 1 else [1])
+    d_test = make_data(test)
+    for t in [make_transform(name) for name in TRANSFORMS] + [GlobalMinMax(clip=False)]:
+        t.fit(d_train)
+        for d in (d_train, d_test):
+            out = t.transform(d).features
+            assert np.isfinite(out).all(), (t, d.features, out)
