@@ -367,3 +367,10 @@ def test_corrupt_or_hostile_cache_is_never_trusted(tmp_path, damage):
     assert any("ignoring cache" in str(w.message) for w in caught)
     np.testing.assert_array_equal(d.features, good.features)
     assert not marker.exists()
+
+
+def test_cached_load_reports_the_path_as_given(tmp_path, monkeypatch):
+    p = write(tmp_path, TINY)
+    read_letor(p, cache_dir=tmp_path / "c")
+    monkeypatch.chdir(tmp_path)
+    assert read_letor("f.txt", cache_dir=tmp_path / "c").source == "f.txt"

@@ -17,6 +17,7 @@ import tempfile
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +75,7 @@ def cached_parse(
     if entry.is_file():
         data, why = _load(entry, key)
         if data is not None:
-            return data
+            return replace(data, source=str(path))  # the path as the caller spelled it this time
         warnings.warn(f"ignoring cache {entry} for {path}: {why}; re-parsing", stacklevel=3)
     data = parse()
     try:

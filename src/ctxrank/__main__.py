@@ -1,0 +1,5 @@
+"""``python -m ctxrank``: the same as the ``ctxrank`` console script."""
+
+from ctxrank.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""Downloading and unpacking dataset archives (standard library only, plus tqdm for progress).
+
+``download`` streams a URL to a temporary file next to the destination, hashes it on the way, checks
+the length announced by the server and the sha256 when one is given, and only then renames it into
+place: an interrupted or corrupt download never leaves a file under the destination name.
+``extract`` unpacks ``.zip`` and ``.tar``/``.tar.gz``/``.tgz``/``.tar.bz2``/``.tar.xz`` archives with the
+standard library, refusing members that would land outside the target directory. RAR archives (the
+format of the LETOR 4.0 releases) have no standard-library reader and are refused with instructions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+
+__all__ = ["DownloadError", "archive_format", "download", "download_dataset", "extract", "sha256_file"]
+
+CHUNK_BYTES = 1 << 20
+USER_AGENT = "ctxrank-downloader (Python urllib)"
+
+
+class DownloadError(ValueError):
+    """A download failed (HTTP error, unreachable host, truncated transfer, checksum mismatch).
+
+    A subclass of ``ValueError`` so that the CLI reports it as a plain error message.
+    """
+
+
+def sha256_file(path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _normalize_sha256(sha256: str | None) -> str | None:
+    if sha256 is None:
+        return None
+    value = sha256.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"sha256 must be 64 hexadecimal digits, got {sha256!r}")
+    return value
+
+
+def _filename_from_url(url: str) -> str:
+    name = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+    return name or "download"
+
+
+def download(
+    url: str,
+    dest: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    progress: bool = True,
+    timeout: float = 60.0,
+) -> Path:
+    """Download ``url`` to ``dest`` atomically and return the final path.
+
+    Args:
+        url: ``http(s)://`` (or ``file://``) address. Redirects are followed.
+        dest: target file; when it is an existing directory, the file name is taken from the URL.
+            Missing parent directories are created.
+        sha256: expected hex digest of the downloaded bytes. When given, a mismatch raises and
+            removes the partial file; when None nothing is verified (the digest is not known).
+        progress: show a tqdm progress bar on stderr (total from ``Content-Length`` when sent).
+        timeout: socket timeout in seconds for connecting and for each read.
+
+    Returns:
+        The path of the complete, verified file.
+
+    Raises:
+        DownloadError: HTTP error (e.g. 404), unreachable host, a transfer shorter than the announced
+            ``Content-Length``, or a sha256 mismatch. No file is left under ``dest`` in any of these
+            cases, and a pre-existing file at ``dest`` is left untouched.
+        ValueError: a malformed ``sha256``.
+    """
+    from tqdm.auto import tqdm
+
+    expected = _normalize_sha256(sha256)
+    dest = Path(dest)
+    if dest.is_dir():
+        dest = dest / _filename_from_url(url)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                response = urllib.request.urlopen(request, timeout=timeout)
+            except urllib.error.HTTPError as exc:
+                raise DownloadError(f"download of {url} failed: HTTP {exc.code} {exc.reason}") from exc
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise DownloadError(f"download of {url} failed: {reason}") from exc
+            with response:
+                length = response.headers.get("Content-Length")
+                total = int(length) if length and length.isdigit() else None
+                h = hashlib.sha256()
+                received = 0
+                with tqdm(
+                    total=total,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=dest.name,
+                    disable=not progress,
+                    leave=False,
+                ) as bar:
+                    while True:
+                        try:
+                            block = response.read(CHUNK_BYTES)
+                        except Exception as exc:  # IncompleteRead, reset connection, timeout
+                            raise DownloadError(
+                                f"download of {url} was interrupted after {received} bytes: {exc!r}"
+                            ) from exc
+                        if not block:
+                            break
+                        out.write(block)
+                        h.update(block)
+                        received += len(block)
+                        bar.update(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+        if total is not None and received != total:
+            raise DownloadError(
+                f"download of {url} is incomplete: received {received} of {total} bytes "
+                "(connection closed early); nothing was saved, please retry"
+            )
+        digest = h.hexdigest()
+        if expected is not None and digest != expected:
+            raise DownloadError(
+                f"sha256 mismatch for {url}: expected {expected}, got {digest}; the partial file was "
+                "removed (if the publisher changed the archive, check it and pass the new --sha256)"
+            )
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def archive_format(path: str | os.PathLike) -> str | None:
+    """``"zip"``, ``"tar"`` or ``"rar"`` from the file name, None for anything else."""
+    name = Path(path).name.lower()
+    if name.endswith(".zip"):
+        return "zip"
+    if name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")):
+        return "tar"
+    if name.endswith(".rar"):
+        return "rar"
+    return None
+
+
+def _safe_member(root: Path, name: str, archive: Path) -> None:
+    target = (root / name).resolve()
+    if not (target == root or root in target.parents):
+        raise ValueError(f"{archive}: member {name!r} would be written outside {root}; refusing to extract")
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    """Move the tree ``src`` into ``dst``; files replace files of the same name, nothing else is removed."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in src.iterdir():
+        target = dst / entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            if target.exists() and not target.is_dir():
+                target.unlink()
+            if target.exists():
+                _merge_into(entry, target)
+            else:
+                os.replace(entry, target)
+        else:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+
+
+def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike) -> list[Path]:
+    """Unpack ``archive`` into ``dest_dir`` and return the paths of the extracted files.
+
+    The archive is first unpacked into a temporary directory inside ``dest_dir`` and then moved into
+    place, so an archive that fails half-way leaves ``dest_dir`` as it was. Members with absolute paths
+    or ``..`` components, links pointing outside, and device files are refused.
+
+    Raises:
+        ValueError: unsupported format (``.rar``: extract with ``unrar x`` or ``7z x``), a corrupt
+            archive, or an unsafe member.
+    """
+    archive = Path(archive)
+    dest_dir = Path(dest_dir)
+    fmt = archive_format(archive)
+    if fmt == "rar":
+        raise ValueError(
+            f"{archive}: RAR archives are not supported (the Python standard library cannot read them); "
+            f"extract it yourself, e.g. `unrar x {archive} {dest_dir}/` or `7z x {archive} -o{dest_dir}`"
+        )
+    if fmt is None:
+        raise ValueError(f"{archive}: not a supported archive (expected .zip, .tar, .tar.gz, .tgz, ...)")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest_dir))
+    root = staging.resolve()
+    try:
+        if fmt == "zip":
+            try:
+                with zipfile.ZipFile(archive) as zf:
+                    for name in zf.namelist():
+                        _safe_member(root, name, archive)
+                    zf.extractall(staging)
+            except zipfile.BadZipFile as exc:
+                raise ValueError(f"{archive}: corrupt zip archive ({exc})") from exc
+        else:
+            try:
+                with tarfile.open(archive) as tf:
+                    members = tf.getmembers()
+                    for m in members:
+                        _safe_member(root, m.name, archive)
+                        if m.isdev():
+                            raise ValueError(f"{archive}: member {m.name!r} is a device file; refusing")
+                        if m.issym() or m.islnk():
+                            _safe_member(root, str(Path(m.name).parent / m.linkname), archive)
+                    if hasattr(tarfile, "data_filter"):
+                        tf.extractall(staging, members=members, filter="data")
+                    else:  # pragma: no cover - Python without PEP 706 filters
+                        tf.extractall(staging, members=members)
+            except tarfile.TarError as exc:
+                raise ValueError(f"{archive}: corrupt tar archive ({exc})") from exc
+        extracted = sorted(p.relative_to(staging) for p in staging.rglob("*") if p.is_file())
+        _merge_into(staging, dest_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [dest_dir / p for p in extracted]
+
+
+def download_dataset(
+    name: str,
+    *,
+    root: str | os.PathLike | None = None,
+    url: str | None = None,
+    sha256: str | None = None,
+    progress: bool = True,
+    keep_archive: bool = False,
+) -> Path:
+    """Download a registered dataset's archive, verify it, unpack it and check the fold layout.
+
+    Args:
+        name: dataset name or alias (see :data:`ctxrank.data.registry.DATASETS`).
+        root: target directory (default :func:`ctxrank.data.registry.dataset_root`).
+        url: download address overriding the registry's (needed where none is recorded).
+        sha256: expected archive digest; default the registry's, when known and ``url`` is the
+            registry's. Without either, the archive is not verified.
+        progress: tqdm progress bar.
+        keep_archive: keep the archive after unpacking (default: removed once unpacked).
+
+    Returns:
+        The directory holding the dataset (pass it as ``root`` / ``--data-root``).
+
+    Raises:
+        ValueError: unknown dataset; no download address; a RAR archive (downloaded, but it must be
+            unpacked by hand: the message says how); an unpacked archive without the expected files.
+        DownloadError: HTTP error, interrupted transfer, checksum mismatch.
+    """
+    from ctxrank.data import registry
+
+    spec = registry.get_spec(name)
+    if url is None:
+        url = spec.url
+        if url is None:
+            raise ValueError(
+                f"no direct download address is recorded for {spec.display_name}: {spec.notes} "
+                f"Homepage: {spec.homepage}. If you have an address of the archive, pass --url URL."
+            )
+        expected = sha256 or spec.sha256
+        filename = spec.archive_name or _filename_from_url(url)
+    else:
+        expected = sha256
+        filename = _filename_from_url(url)
+    dest_dir = registry.dataset_root(spec, root)
+    archive = download(url, dest_dir / filename, sha256=expected, progress=progress)
+    fmt = archive_format(archive)
+    if fmt == "rar":
+        raise ValueError(
+            f"downloaded {archive}, but RAR archives are not supported by the Python standard library: "
+            f"run `unrar x {archive} {dest_dir}/` (or `7z x {archive} -o{dest_dir}`), then use "
+            f"--data-root {dest_dir}"
+        )
+    if fmt is not None:
+        extract(archive, dest_dir)
+        if not keep_archive:
+            archive.unlink(missing_ok=True)
+    try:
+        registry.find_files(spec, 1, root=dest_dir)
+    except ValueError as exc:
+        raise ValueError(
+            f"downloaded {url} into {dest_dir}, but the expected files are missing: {exc}"
+        ) from exc
+    return dest_dir

@@ -1,0 +1,300 @@
+"""The ``ctxrank`` command line, in-process (``main([...])``) and as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxrank.cli import build_parser, main, read_scores
+from tests.conftest import REPO
+
+# query "1": labels 2, 0, 1; query "2": no relevant item
+TINY = (
+    "2 qid:1 1:0.1 2:1 #docid = a\n"
+    "0 qid:1 1:0.2 2:0 #docid = b\n"
+    "1 qid:1 1:0.3 2:1 #docid = c\n"
+    "0 qid:2 1:0.1 2:0 #docid = d\n"
+    "0 qid:2 1:0.5 2:1 #docid = e\n"
+)
+SCORES = "0.1\n0.9\n0.5\n1\n2\n"  # query 1 ranked b, c, a
+# hand-computed, gain 2^y - 1, discount 1/log2(1 + r): ranking b (gain 0), c (1), a (3)
+DCG3 = 0.0 + 1.0 / math.log2(3) + 3.0 / math.log2(4)
+IDCG3 = 3.0 + 1.0 / math.log2(3) + 0.0
+NDCG3_Q1 = DCG3 / IDCG3  # 0.586883
+AP_Q1 = (1 / 2 + 2 / 3) / 2  # relevant (label >= 1) at ranks 2 and 3
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    data = tmp_path / "tiny.txt"
+    data.write_text(TINY)
+    scores = tmp_path / "scores.txt"
+    scores.write_text(SCORES)
+    return data, scores
+
+
+# ------------------------------------------------------------------------------------ data-info
+def test_data_info_embedded_mq2008(capsys):
+    rc, out, err = run(capsys, "data-info", "--dataset", "mq2008")
+    assert rc == 0, err
+    assert re.search(r"^queries\s+784$", out, re.M) and re.search(r"^items\s+15,211$", out, re.M)
+    assert "0: 12,279" in out and "220 (28.1%)" in out and "NULL cells filled" in out
+    assert "min 5" in out and "max 121" in out
+
+
+def test_data_info_json_fold_split(capsys):
+    rc, out, _ = run(capsys, "data-info", "--dataset", "MQ2008", "--fold", "2", "--split", "test", "--json")
+    assert rc == 0
+    info = json.loads(out)
+    assert (info["queries"], info["items"], info["features"]) == (157, 2933, 46)  # Fold2 test = S1
+    assert info["label_histogram"] == {"0": 2316, "1": 427, "2": 190}
+    assert set(info["list_length"]) == {"min", "median", "mean", "max"}
+    assert info["null_filled"] == 0 and info["source"] == "MQ2008 Fold2 test (S1)"
+
+
+def test_data_info_file(capsys, tiny):
+    rc, out, _ = run(capsys, "data-info", str(tiny[0]), "--json")
+    assert rc == 0
+    info = json.loads(out)
+    assert (info["queries"], info["items"], info["queries_without_relevant"]) == (2, 5, 1)
+    assert info["list_length"] == {"min": 2, "median": 2.5, "mean": 2.5, "max": 3}
+
+
+def test_data_info_subprocess():
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ctxrank", "data-info", "--dataset", "mq2008"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "784" in proc.stdout and "15,211" in proc.stdout
+
+
+def test_console_script_error_subprocess(tmp_path):
+    script = Path(sys.executable).parent / "ctxrank"
+    if not script.exists():
+        pytest.skip(f"console script not installed next to {sys.executable}")
+    proc = subprocess.run(
+        [str(script), "data-info", str(tmp_path / "missing.txt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ctxrank: error:") and "missing.txt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------------- evaluate
+def test_evaluate_matches_hand_computed(capsys, tiny):
+    data, scores = tiny
+    rc, out, err = run(
+        capsys, "evaluate", "--data", str(data), "--scores", str(scores), "--metrics", "ndcg@3,map"
+    )
+    assert rc == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("ndcg@3", "map"))}
+    # query 2 has no relevant item and scores 0 by default: the mean is half of query 1's value
+    assert rows["ndcg@3"][1] == f"{NDCG3_Q1 / 2:.4f}" == "0.2934"
+    assert rows["map"][1] == f"{AP_Q1 / 2:.4f}"
+    assert rows["ndcg@3"][2] == "2"
+    assert "convention" in out and "standard" in out and "1/log2(1+r)" in out and "no relevant item" in out
+
+
+def test_evaluate_json_per_query(capsys, tiny):
+    data, scores = tiny
+    rc, out, _ = run(
+        capsys, "evaluate", "--data", str(data), "--scores", str(scores),
+        "--metrics", "ndcg@1,ndcg@3,map", "--no-relevant", "skip", "--json",
+    )  # fmt: skip
+    assert rc == 0
+    res = json.loads(out)
+    assert res["query_ids"] == ["1", "2"]
+    assert res["per_query"]["ndcg@3"][0] == pytest.approx(NDCG3_Q1, abs=1e-12)
+    assert res["per_query"]["ndcg@3"][1] is None  # skipped: NaN -> null
+    assert res["per_query"]["ndcg@1"] == [0.0, None]
+    assert res["metrics"]["map"] == pytest.approx(AP_Q1)
+    assert res["queries_evaluated"] == {"ndcg@1": 1, "ndcg@3": 1, "map": 1}
+    conv = res["conventions"]
+    assert conv["name"] == "standard" and conv["no_relevant"] == "skip" and conv["gain"] == "exp2"
+    assert (res["queries"], res["items"]) == (2, 5)
+
+
+def test_evaluate_letor4_convention(capsys, tiny):
+    data, scores = tiny
+    rc, out, _ = run(
+        capsys, "evaluate", "--data", str(data), "--scores", str(scores),
+        "--metrics", "ndcg@3", "--convention", "letor4", "--json",
+    )  # fmt: skip
+    assert rc == 0
+    res = json.loads(out)
+    # LETOR 4.0 discount: ranks 1-2 undiscounted, rank 3 divided by log2(3)
+    expected = (0.0 + 1.0 + 3.0 / math.log2(3)) / (3.0 + 1.0 + 0.0)
+    assert res["per_query"]["ndcg@3"][0] == pytest.approx(expected)
+    assert res["conventions"]["name"] == "letor4"
+
+
+def test_evaluate_on_registered_split(capsys, tmp_path):
+    (tmp_path / "s.txt").write_text("0\n" * 2874)
+    rc, out, err = run(
+        capsys, "evaluate", "--dataset", "mq2008", "--split", "test", "--scores", str(tmp_path / "s.txt"),
+        "--metrics", "ndcg@10", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["queries"] == 156 and len(res["per_query"]["ndcg@10"]) == 156
+
+
+@pytest.mark.parametrize(
+    "scores_text, needle",
+    [
+        ("0.1\n0.2\n", "has 2 scores but"),
+        ("0.1\n0.2\n0.3\n0.4\n0.5\n0.6\n", "has 6 scores but"),
+        ("0.1\nabc\n0.3\n0.4\n0.5\n", "scores.txt:2: expected one number per line, got 'abc'"),
+        ("0.1\n\n0.3\n0.4\n0.5\n", "scores.txt:2: expected one number"),
+        ("0.1\nnan\n0.3\n0.4\n0.5\n", "scores.txt:2: scores must be finite"),
+    ],
+)
+def test_evaluate_bad_scores(capsys, tiny, scores_text, needle):
+    data, scores = tiny
+    scores.write_text(scores_text)
+    rc, out, err = run(capsys, "evaluate", "--data", str(data), "--scores", str(scores))
+    assert rc == 2 and out == ""
+    assert err.startswith("ctxrank: error:") and needle in err and "Traceback" not in err
+    if "scores but" in needle:
+        assert "5 rows" in err and str(scores) in err and str(data) in err
+
+
+def test_read_scores_trailing_blank_lines(tmp_path):
+    p = tmp_path / "s.txt"
+    p.write_text("1\n-2.5e-1\n\n\n")
+    assert read_scores(p, 2).tolist() == [1.0, -0.25]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["data-info", "{tmp}/missing.txt"], "missing.txt: no such file"),
+        (["evaluate", "--data", "{data}", "--scores", "{tmp}/nope.txt"], "nope.txt: no such scores file"),
+        (["evaluate", "--data", "{tmp}/nodata.txt", "--scores", "{scores}"], "nodata.txt: no such file"),
+        (["evaluate", "--data", "{data}", "--scores", "{scores}", "--metrics", "foo@3"], "unknown metric"),
+        (["data-info", "--dataset", "nope"], "unknown dataset 'nope'; known datasets: istella-s"),
+        (["data-info", "--dataset", "web30k", "--data-root", "{tmp}"], "MSLR-WEB30K fold 1 not found"),
+        (["data-info", "{data}", "--fold", "2"], "--fold applies to --dataset"),
+        (["data-info"], "give a data file or --dataset"),
+        (
+            [
+                "evaluate",
+                "--data",
+                "{data}",
+                "--scores",
+                "{scores}",
+                "--convention",
+                "letor4",
+                "--no-relevant",
+                "skip",
+            ],
+            "fixes no_relevant=0.0",
+        ),
+        (["datasets", "download", "yahoo", "--root", "{tmp}"], "no direct download address"),
+        (["datasets", "show", "nope"], "unknown dataset"),
+    ],
+)
+def test_error_paths_exit_2(capsys, tiny, tmp_path, argv, needle):
+    data, scores = tiny
+    argv = [a.format(tmp=tmp_path, data=data, scores=scores) for a in argv]
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2
+    assert err.startswith("ctxrank: error:") and needle in err and "Traceback" not in err
+
+
+def test_debug_shows_traceback(tmp_path):
+    with pytest.raises(ValueError, match="no such file"):
+        main(["--debug", "data-info", str(tmp_path / "missing.txt")])
+    with pytest.raises(ValueError, match="no such file"):
+        main(["data-info", str(tmp_path / "missing.txt"), "--debug"])
+
+
+def test_usage_errors_and_help(capsys):
+    assert main([]) == 2
+    assert "required" in capsys.readouterr().err
+    assert main(["evaluate", "--data", "x"]) == 2  # --scores is required
+    assert main(["evaluate", "--no-relevant", "2", "--scores", "s"]) == 2
+    assert "expected 0, 1 or skip" in capsys.readouterr().err
+    assert main(["--version"]) == 0
+    capsys.readouterr()
+    for cmd in (
+        ["--help"],
+        ["datasets", "--help"],
+        ["datasets", "download", "--help"],
+        ["data-info", "--help"],
+        ["evaluate", "--help"],
+        ["demo", "--help"],
+    ):
+        assert main(cmd) == 0
+        out = capsys.readouterr().out
+        assert "usage: ctxrank" in out and len(out) > 300, cmd
+
+
+def test_every_subcommand_has_a_description():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert p.description and len(p.description) > 60, name
+
+
+# ------------------------------------------------------------------------------------- datasets
+def test_datasets_table(capsys):
+    rc, out, _ = run(capsys, "datasets")
+    assert rc == 0
+    for name in ("mq2007", "mq2008", "ohsumed", "mslr-web10k", "mslr-web30k", "istella-s", "yahoo-set1"):
+        assert name in out
+    assert "embedded" in out and "CTXRANK_DATA" in out
+    rc, out, _ = run(capsys, "datasets", "--json")
+    rows = {d["name"]: d for d in json.loads(out)}
+    assert rows["mq2008"]["present"] == "embedded"
+    assert rows["mslr-web30k"]["sha256"] and rows["yahoo-set1"]["url"] is None
+    assert rows["ohsumed"]["fold_table"][0] == {"fold": 1, "train": "P2+P3+P4", "valid": "P5", "test": "P1"}
+
+
+def test_datasets_show(capsys):
+    rc, out, _ = run(capsys, "datasets", "show", "WEB10K")
+    assert rc == 0
+    assert "MSLR-WEB10K" in out and "pytorchltr" in out and "Fold1/train.txt" in out
+    rc, out, _ = run(capsys, "datasets", "show", "mq2008")
+    assert "arXiv:1306.2597" in out and "S1+S2+S3" in out
+
+
+# ----------------------------------------------------------------------------------------- demo
+def test_demo(capsys):
+    rc, out, err = run(capsys, "demo", "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["splits"]["train"]["queries"] == 471 and res["splits"]["test"]["items"] == 2874
+    for conv in ("standard", "letor4"):
+        metrics = res["test_metrics"][conv]
+        assert set(metrics) == {"ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"}
+        assert all(0.0 < v < 1.0 for v in metrics.values())
+    # a trained ranker beats random on MQ2008 (random NDCG@10 ~ 0.35 under the standard convention)
+    assert res["test_metrics"]["standard"]["ndcg@10"] > 0.4
+    assert res["model"]["params"]["label_gain"] == [0.0, 1.0, 3.0]
+    assert res["model"]["best_iteration"] >= 1
+    assert res["conventions"]["letor4"]["name"] == "letor4"
+    assert res["seconds"] < 60
