@@ -1,3 +1,24 @@
-"""ctxrank: learning to rank with listwise context models on PyTorch."""
+"""ctxrank: learning to rank with listwise context models on PyTorch.
+
+The public API is re-exported here lazily (see ``ctxrank._lazy``): ``from ctxrank import read_letor``.
+"""
+
+from ctxrank._lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "RankingData": "ctxrank.data.ranking_data",
+    "read_letor": "ctxrank.data.letor",
+    "read_table": "ctxrank.data.table",
+    "iterate_batches": "ctxrank.data.lists",
+    "truncate_top_k": "ctxrank.data.lists",
+    "make_transform": "ctxrank.data.transforms",
+    "DATASETS": "ctxrank.data.registry",
+    "load_fold": "ctxrank.data.registry",
+    "evaluate_queries": "ctxrank.metrics",
+    "mean_metrics": "ctxrank.metrics",
+    "metric_convention": "ctxrank.metrics",
+}
+__all__ = ["__version__", *sorted(_EXPORTS)]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
