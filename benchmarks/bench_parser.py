@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,7 +126,7 @@ def main() -> None:
     )
 
     # cached reload
-    cache = workdir / "cache"
+    cache = Path(tempfile.mkdtemp(prefix="ctxrank-bench-cache-"))  # empty: the first load must parse
     os.environ["CTXRANK_CACHE_DIR"] = str(cache)
     t = time.perf_counter()
     read_letor(synth)
@@ -138,6 +139,7 @@ def main() -> None:
         f"({first / again:.1f}x faster)"
     )
     print(json.dumps({"rows": rows, "cache_first_s": first, "cache_reload_s": again}))
+    shutil.rmtree(cache)
     if args.keep is None:
         for p in sorted(workdir.rglob("*"), reverse=True):
             p.unlink() if p.is_file() else p.rmdir()
