@@ -11,3 +11,27 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CTXRANK_CACHE_DIR", str(tmp_path_factory.mktemp("ctxrank-cache")))
+
+
+def make_ranking_data(n_queries=40, max_len=12, n_features=5, seed=0, min_len=1):
+    """A small learnable dataset: labels 0-2 from a noisy linear function of the features."""
+    import numpy as np
+
+    from ctxrank.data.ranking_data import RankingData
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len + 1, size=n_queries)
+    n = int(lengths.sum())
+    x = rng.normal(size=(n, n_features)).astype(np.float32)
+    w = np.linspace(1.0, -0.5, n_features)
+    utility = x @ w + 0.3 * rng.normal(size=n)
+    labels = np.digitize(utility, [0.5, 1.5]).astype(np.float32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return RankingData(
+        features=x,
+        labels=labels,
+        query_ids=np.array([f"q{i}" for i in range(n_queries)]),
+        query_offsets=offsets,
+        feature_names=tuple(f"f{i + 1}" for i in range(n_features)),
+        source=f"synthetic(seed={seed})",
+    )

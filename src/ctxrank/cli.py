@@ -6,8 +6,11 @@ Subcommands::
     ctxrank datasets show NAME                           everything known about one dataset
     ctxrank datasets download NAME [--root DIR] [--sha256 HEX] [--url URL]
     ctxrank data-info FILE | --dataset NAME [--fold K] [--split train|valid|test|all] [--json]
-    ctxrank evaluate --data FILE --scores FILE [--metrics ndcg@1,ndcg@10,map] [--no-relevant 0|1|skip]
-                     [--convention standard|letor4|letor3] [--json]
+    ctxrank evaluate --data FILE (--scores FILE | --model DIR) [--metrics ndcg@1,ndcg@10,map]
+                     [--no-relevant 0|1|skip] [--convention standard|letor4|letor3] [--json]
+    ctxrank train --model NAME (--dataset NAME --fold K | --train F --valid F [--test F]) --out DIR
+                  [--config F.toml] [--set key=value ...] [--seed N]
+    ctxrank predict --model DIR --data FILE --output scores.txt
     ctxrank demo                                          LightGBM lambdarank on embedded MQ2008 Fold1
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
@@ -104,8 +107,11 @@ def _parse_metrics(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------- data access
-def _load_data(args: argparse.Namespace, file_attr: str):
-    """The RankingData named by FILE (``read_letor``) or by ``--dataset/--fold/--split``."""
+def _load_data(args: argparse.Namespace, file_attr: str, *, n_features: int | None = None):
+    """The RankingData named by FILE (``read_letor``) or by ``--dataset/--fold/--split``.
+
+    ``n_features`` (a saved model's feature count) pads a sparse file whose last features are absent.
+    """
     path = getattr(args, file_attr, None)
     if path is not None and args.dataset is not None:
         raise ValueError("give either a data file or --dataset, not both")
@@ -117,7 +123,7 @@ def _load_data(args: argparse.Namespace, file_attr: str):
         for opt in ("fold", "split", "variant"):
             if getattr(args, opt, None) is not None:
                 raise ValueError(f"--{opt} applies to --dataset, not to a data file")
-        return read_letor(path, query_file=args.query_file, cache=not args.no_cache)
+        return read_letor(path, query_file=args.query_file, n_features=n_features, cache=not args.no_cache)
     from ctxrank.data.registry import load_split
 
     return load_split(
@@ -338,8 +344,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     conv = metric_convention(
         args.convention, gain=args.gain, no_relevant=args.no_relevant, threshold=args.threshold
     )
-    data = _load_data(args, "data")
-    scores = read_scores(args.scores, data.n_items, data_name=data.source or "the data")
+    if (args.scores is None) == (args.model is None):
+        raise ValueError("give exactly one of --scores FILE or --model DIR")
+    if args.model is not None:
+        from ctxrank.checkpoint import load_model
+
+        predictor = load_model(args.model)
+        data = _load_data(args, "data", n_features=predictor.n_features)
+        scores = predictor.predict(data)
+    else:
+        data = _load_data(args, "data")
+        scores = read_scores(args.scores, data.n_items, data_name=data.source or "the data")
     per_query = evaluate_queries(
         scores,
         data.labels,
@@ -356,7 +371,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _print_json(
             {
                 "data": data.source,
-                "scores": str(args.scores),
+                "scores": str(args.scores) if args.scores is not None else None,
+                "model": str(args.model) if args.model is not None else None,
                 "queries": data.n_queries,
                 "items": data.n_items,
                 "metrics": means,
@@ -368,7 +384,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
         return 0
     _out(f"data    {data.source} ({data.n_queries:,} queries, {data.n_items:,} items)")
-    _out(f"scores  {args.scores}")
+    _out(f"scores  {args.scores}" if args.scores is not None else f"model   {args.model}")
     _out()
     _out(
         _table(
@@ -572,7 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ctxrank",
         description=(
             "ctxrank: learning to rank with listwise context models on PyTorch. "
-            "Inspect LETOR data, evaluate ranking scores with explicit metric conventions, run the demo."
+            "Inspect LETOR data, train and apply rankers, evaluate ranking scores with explicit metric "
+            "conventions, run the demo."
         ),
         epilog="Run `ctxrank COMMAND --help` for the options of a command.",
     )
@@ -661,7 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file with the labels (.txt or .gz)")
-    p.add_argument("--scores", metavar="FILE", required=True, help="one score per line, in row order")
+    p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
+    p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
     p.add_argument(
         "--metrics",
         default=DEFAULT_METRICS,
@@ -692,6 +710,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dataset_options(p, defaults_text="default all")
     p.add_argument("--json", action="store_true", help="machine-readable output with per-query vectors")
     p.set_defaults(func=cmd_evaluate)
+
+    # train, predict ---------------------------------------------------------------------------
+    from ctxrank.cli_train import add_commands
+
+    add_commands(sub, common)
 
     # demo -------------------------------------------------------------------------------------
     p = sub.add_parser(

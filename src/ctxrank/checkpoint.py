@@ -1,0 +1,180 @@
+"""Saved models: a directory with ``model.safetensors`` (weights) and ``ctxrank.json`` (everything else).
+
+``ctxrank.json`` records the model name and config, the loss, the feature count and names, the
+normalizer state (JSON), the metric conventions, the ctxrank and torch versions and the training
+summary; ``config.toml`` is the resolved run config, for repeating the run. Nothing is pickled:
+loading a checkpoint reads JSON and safetensors only, so it cannot execute code. Files are written
+atomically (temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.config import RunConfig, to_toml
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.transforms import Transform
+
+FORMAT_VERSION = 1
+META_FILE = "ctxrank.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        with tmp.open("rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, allow_nan=True) + "\n"))
+
+
+@dataclass
+class TorchPredictor:
+    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out."""
+
+    model: Any  # ctxrank.models.base.Ranker
+    transform: Transform
+    config: RunConfig
+    meta: dict[str, Any]
+
+    @property
+    def n_features(self) -> int:
+        return int(self.meta["n_features"])
+
+    def check_data(self, data: RankingData) -> None:
+        if data.n_features != self.n_features:
+            raise ValueError(
+                f"the model was trained on {self.n_features} features but {data.source or 'the data'} has "
+                f"{data.n_features}; pass data with the training feature layout (e.g. --n-features)"
+            )
+
+    def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
+        from ctxrank.train import predict
+
+        self.check_data(data)
+        return predict(self.model, self.transform.transform(data), init_scores=init_scores)
+
+
+def save_checkpoint(
+    directory: str | Path,
+    model: Any,
+    config: RunConfig,
+    transform: Transform,
+    *,
+    train_data: RankingData,
+    summary: dict[str, Any] | None = None,
+    conventions: dict[str, Any] | None = None,
+) -> Path:
+    """Write weights, metadata and the resolved config into ``directory``; returns the directory."""
+    import safetensors.torch
+    import torch
+
+    from ctxrank import __version__
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    atomic_write(directory / WEIGHTS_FILE, lambda tmp: safetensors.torch.save_file(state, str(tmp)))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "kind": "torch",
+        "ctxrank_version": __version__,
+        "torch_version": torch.__version__,
+        "model": config.model,
+        "model_config": _jsonable(dataclasses.asdict(model.config)),
+        "loss": config.loss_name,
+        "n_features": train_data.n_features,
+        "feature_names": list(train_data.feature_names),
+        "categorical_names": list(train_data.categorical_names),
+        "categorical_cardinalities": list(model.categorical_cardinalities),
+        "transform": transform.to_dict(),
+        "run_config": config.to_dict(),
+        "metric_conventions": conventions or {},
+        "training": summary or {},
+    }
+    write_json(directory / META_FILE, meta)
+    atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
+    return directory
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    directory = Path(directory)
+    path = directory / META_FILE
+    if not path.is_file():
+        raise ValueError(f"{directory}: not a ctxrank model directory (no {META_FILE})")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable model metadata ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: unsupported model format "
+            f"{meta.get('format_version') if isinstance(meta, dict) else meta!r}"
+        )
+    return meta
+
+
+def load_model(directory: str | Path):
+    """Rebuild a saved model for inference (``.predict(data)`` on raw, un-normalized data).
+
+    Raises:
+        ValueError: not a model directory, unknown format or model, weights that do not fit the model.
+    """
+    import safetensors
+    import safetensors.torch
+
+    from ctxrank.models import make_model
+
+    directory = Path(directory)
+    meta = read_meta(directory)
+    kind = meta.get("kind")
+    if kind != "torch":
+        raise ValueError(f"{directory}: unknown model kind {kind!r}")
+    config = RunConfig.from_dict(meta["run_config"])
+    model = make_model(
+        meta["model"],
+        int(meta["n_features"]),
+        meta["model_config"],
+        categorical_cardinalities=meta.get("categorical_cardinalities", ()),
+    )
+    weights = directory / WEIGHTS_FILE
+    try:
+        state = safetensors.torch.load_file(str(weights))
+    except (OSError, safetensors.SafetensorError) as exc:
+        raise ValueError(f"{weights}: cannot read weights ({exc})") from None
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatch
+        raise ValueError(f"{weights}: weights do not fit the model ({exc})") from None
+    if missing or unexpected:
+        raise ValueError(
+            f"{weights}: weights do not fit the model (missing {missing}, unexpected {unexpected})"
+        )
+    model.eval()
+    transform = Transform.from_dict(meta["transform"])
+    return TorchPredictor(model=model, transform=transform, config=config, meta=meta)
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -1,0 +1,293 @@
+"""Run configuration: frozen dataclasses, loadable from TOML, overridable with ``--set key=value``.
+
+A run is described by one :class:`RunConfig`::
+
+    model = "listnet"            # a name from ctxrank.models.MODELS
+    loss = "listnet"             # a name from ctxrank.losses.LOSSES ("" = the model's default loss)
+    transform = "minmax"         # feature normalizer fitted on train (ctxrank.data.transforms)
+
+    [model_params]               # the model's own config dataclass (e.g. MLPConfig)
+    hidden = [64]
+
+    [loss_params]                # keyword options of the loss function
+    temperature = 1.0
+
+    [train]                      # TrainConfig
+    lr = 0.001
+    batch_size = 80
+
+Overrides use dotted keys whose values are TOML literals (strings may be bare):
+``--set train.lr=3e-4 --set model_params.hidden=[128,64] --set loss=listmle``.
+Every value is validated when the dataclasses are built; errors name the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimization and model selection (defaults: the QILCM paper, Adam lr 1e-3, batch 80 queries,
+    at most 100 epochs with early stopping on validation).
+
+    Attributes:
+        lr: Adam learning rate.
+        weight_decay: Adam L2 weight decay.
+        batch_size: queries per batch.
+        max_epochs: epoch limit.
+        patience: epochs without an improvement of at least ``min_delta`` before stopping.
+        min_delta: smallest validation improvement that counts.
+        metric: validation metric for early stopping and model selection (``ndcg@10``, ``map``, ...).
+        no_relevant: value of the metric for a validation query with no relevant item (0.0, 1.0, "skip").
+        clip_grad_norm: clip the global gradient norm to this value (None = no clipping).
+        seed: seeds torch and the batch shuffling generator.
+        threads: torch CPU threads (None = leave torch's default).
+        eval_batch_size: queries per batch when scoring (no gradients).
+    """
+
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 80
+    max_epochs: int = 100
+    patience: int = 10
+    min_delta: float = 0.0
+    metric: str = "ndcg@10"
+    no_relevant: float | str = 0.0
+    clip_grad_norm: float | None = None
+    seed: int = 0
+    threads: int | None = None
+    eval_batch_size: int = 512
+
+    def __post_init__(self) -> None:
+        _positive(self, "lr", self.lr)
+        _non_negative(self, "weight_decay", self.weight_decay)
+        _positive_int(self, "batch_size", self.batch_size)
+        _positive_int(self, "max_epochs", self.max_epochs)
+        _positive_int(self, "patience", self.patience)
+        _non_negative(self, "min_delta", self.min_delta)
+        _positive_int(self, "eval_batch_size", self.eval_batch_size)
+        if self.clip_grad_norm is not None:
+            _positive(self, "clip_grad_norm", self.clip_grad_norm)
+        if self.threads is not None:
+            _positive_int(self, "threads", self.threads)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"train.seed must be a non-negative integer, got {self.seed!r}")
+        if self.no_relevant not in (0.0, 1.0, "skip"):
+            raise ValueError(f"train.no_relevant must be 0, 1 or 'skip', got {self.no_relevant!r}")
+        from ctxrank.metrics import parse_metric
+
+        try:
+            parse_metric(self.metric)
+        except ValueError as exc:
+            raise ValueError(f"train.metric: {exc}") from None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything needed to repeat a training run (saved next to the weights)."""
+
+    model: str = "listnet"
+    loss: str = ""
+    transform: str = "minmax"
+    model_params: Mapping[str, Any] = field(default_factory=dict)
+    loss_params: Mapping[str, Any] = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        from ctxrank.data.transforms import TRANSFORMS
+        from ctxrank.losses import LOSSES
+        from ctxrank.models import MODELS
+
+        if self.model not in MODELS:
+            raise ValueError(
+                f"model: unknown model {self.model!r}; valid models: {', '.join(sorted(MODELS))}"
+            )
+        if self.loss and self.loss not in LOSSES:
+            raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(
+                f"transform: unknown transform {self.transform!r}; valid: {', '.join(sorted(TRANSFORMS))}"
+            )
+        if not isinstance(self.train, TrainConfig):
+            raise TypeError("train must be a TrainConfig")
+        # a model's params must build its config dataclass (unknown keys and bad values raise here)
+        MODELS[self.model].make_config(self.model_params)
+        options = loss_options(LOSSES[self.loss_name])
+        for key in self.loss_params:
+            if key not in options:
+                raise ValueError(
+                    f"loss_params.{key}: not an option of loss {self.loss_name!r} "
+                    f"(options: {', '.join(options) or 'none'})"
+                )
+
+    @property
+    def loss_name(self) -> str:
+        """The loss actually used: ``loss`` or the model's default loss."""
+        from ctxrank.models import MODELS
+
+        return self.loss or MODELS[self.model].default_loss
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "loss": self.loss_name,
+            "transform": self.transform,
+            "model_params": dict(self.model_params),
+            "loss_params": dict(self.loss_params),
+            "train": dataclasses.asdict(self.train),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown config key(s) {sorted(unknown)}; valid keys: {sorted(known)}")
+        train = d.get("train", {})
+        if not isinstance(train, Mapping):
+            raise ValueError("[train] must be a table")
+        return cls(
+            model=d.get("model", "listnet"),
+            loss=d.get("loss", ""),
+            transform=d.get("transform", "minmax"),
+            model_params=dict(d.get("model_params", {})),
+            loss_params=dict(d.get("loss_params", {})),
+            train=build_dataclass(TrainConfig, train, "train"),
+        )
+
+
+def loss_options(fn: Any) -> list[str]:
+    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``)."""
+    import inspect
+
+    return [
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator")
+    ]
+
+
+def build_dataclass(cls: type, values: Mapping[str, Any], section: str):
+    """``cls(**values)`` with errors naming ``section.key``; lists become tuples."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{section}: unknown option(s) {unknown}; valid options: {sorted(names)}")
+    clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    try:
+        return cls(**clean)
+    except TypeError as exc:
+        raise ValueError(f"{section}: {exc}") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML ({exc})") from None
+
+
+def apply_overrides(d: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``key=value`` / ``section.key=value`` overrides; values are TOML literals or bare strings."""
+    out: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()}
+    for item in overrides:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        value = _parse_value(raw.strip())
+        parts = key.split(".")
+        if len(parts) > 2:
+            raise ValueError(f"--set {key}: at most one dot (section.key)")
+        if len(parts) == 1:
+            out[key] = value
+        else:
+            section = out.setdefault(parts[0], {})
+            if not isinstance(section, dict):
+                raise ValueError(f"--set {key}: {parts[0]!r} is not a section")
+            section[parts[1]] = value
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw  # a bare string such as listmle
+
+
+def resolve_config(
+    config_file: str | Path | None = None, overrides: Sequence[str] = (), **defaults: Any
+) -> RunConfig:
+    """Defaults, then the TOML file, then ``--set`` overrides, then validation."""
+    d: dict[str, Any] = dict(defaults)
+    if config_file is not None:
+        for k, v in load_toml(config_file).items():
+            if isinstance(v, Mapping) and isinstance(d.get(k), Mapping):
+                d[k] = {**d[k], **v}
+            else:
+                d[k] = v
+    return RunConfig.from_dict(apply_overrides(d, overrides))
+
+
+def to_toml(d: Mapping[str, Any]) -> str:
+    """A small TOML writer for saved configs (scalars, lists, one level of tables)."""
+    lines, tables = [], []
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            tables.append((k, v))
+        elif v is not None:
+            lines.append(f"{k} = {_toml_value(v)}")
+    for name, table in tables:
+        lines.append(f"\n[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _positive(obj: Any, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{_section(obj)}.{name} must be a positive number, got {value!r}")
+
+
+def _non_negative(obj: Any, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{_section(obj)}.{name} must be a number >= 0, got {value!r}")
+
+
+def _positive_int(obj: Any, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{_section(obj)}.{name} must be a positive integer, got {value!r}")
+
+
+def _section(obj: Any) -> str:
+    return getattr(obj, "SECTION", "train" if isinstance(obj, TrainConfig) else type(obj).__name__)
+
+
+check_positive, check_non_negative, check_positive_int = _positive, _non_negative, _positive_int

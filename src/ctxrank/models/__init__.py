@@ -1,0 +1,34 @@
+"""Ranking models. ``MODELS`` maps a name to a :class:`Ranker` subclass; ``make_model`` builds one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxrank.models.base import Ranker
+from ctxrank.models.mlp import ListNet, MLPScorer
+
+MODELS: dict[str, type[Ranker]] = {
+    "listnet": ListNet,
+    "mlp": MLPScorer,
+}
+
+
+def get_model_class(name: str) -> type[Ranker]:
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(sorted(MODELS))}")
+    return MODELS[name]
+
+
+def make_model(
+    name: str,
+    n_features: int,
+    params: Mapping[str, Any] | None = None,
+    *,
+    categorical_cardinalities: Sequence[int] = (),
+) -> Ranker:
+    cls = get_model_class(name)
+    return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)
+
+
+__all__ = ["MODELS", "ListNet", "MLPScorer", "Ranker", "get_model_class", "make_model"]

@@ -1,0 +1,112 @@
+"""The model contract every ranker follows.
+
+``forward(features, mask, *, init_scores=None, categorical=None) -> scores``
+
+* ``features`` float [B, L, F], ``mask`` bool [B, L] (True = real item), ``init_scores`` [B, L] or None,
+  ``categorical`` int64 [B, L, C] codes (0 = unknown) or None.
+* ``scores`` float [B, L]; values at padded positions are arbitrary (losses and metrics mask them).
+
+``training_loss(batch, loss_fn)`` is what the trainer minimizes. The default is the ranking loss of
+the scores; models with extra terms (QILCM's query confusion, ARSM's estimator) override it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ctxrank.config import build_dataclass
+from ctxrank.data.lists import ListBatch
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "tanh": nn.Tanh,
+    "gelu": nn.GELU,
+    "sigmoid": nn.Sigmoid,
+}
+
+
+def make_activation(name: str) -> nn.Module:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; valid: {', '.join(sorted(ACTIVATIONS))}")
+    return ACTIVATIONS[name]()
+
+
+def embedding_dim(cardinality: int) -> int:
+    """Embedding size rule for a categorical column with ``cardinality`` codes (incl. the unknown code):
+    ``min(50, ceil(cardinality / 2))``, at least 1 (the fast.ai-style rule of thumb, capped at 50)."""
+    return max(1, min(50, (cardinality + 1) // 2))
+
+
+class CategoricalEmbedding(nn.Module):
+    """One learned embedding per categorical column, concatenated: int64 [..., C] -> float [..., E]."""
+
+    def __init__(self, cardinalities: Sequence[int]) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(int(c), embedding_dim(int(c))) for c in cardinalities)
+        self.out_dim = sum(t.embedding_dim for t in self.tables)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        if codes.shape[-1] != len(self.tables):
+            raise ValueError(f"expected {len(self.tables)} categorical columns, got {codes.shape[-1]}")
+        # unseen codes beyond the vocabulary fall back to the reserved unknown code 0
+        parts = [
+            t(torch.where(codes[..., i] < t.num_embeddings, codes[..., i], 0))
+            for i, t in enumerate(self.tables)
+        ]
+        return torch.cat(parts, dim=-1)
+
+
+class Ranker(nn.Module):
+    """Base class: subclasses set ``name``, ``config_class``, ``default_loss`` and implement forward."""
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type] = object
+    default_loss: ClassVar[str] = "listnet"
+
+    def __init__(
+        self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()
+    ) -> None:
+        super().__init__()
+        if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+            raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}"
+            )
+        self.n_features = n_features
+        self.config = config
+        self.categorical_cardinalities = tuple(int(c) for c in categorical_cardinalities)
+        self.embedding = (
+            CategoricalEmbedding(self.categorical_cardinalities) if categorical_cardinalities else None
+        )
+
+    @classmethod
+    def make_config(cls, params: Mapping[str, Any] | None = None) -> Any:
+        return build_dataclass(cls.config_class, dict(params or {}), "model_params")
+
+    @property
+    def input_dim(self) -> int:
+        """Per-item input width after categorical embeddings are appended."""
+        return self.n_features + (self.embedding.out_dim if self.embedding is not None else 0)
+
+    def item_inputs(self, features: torch.Tensor, categorical: torch.Tensor | None) -> torch.Tensor:
+        """[B, L, F] features (+ [B, L, C] codes) -> [B, L, input_dim]."""
+        if features.shape[-1] != self.n_features:
+            raise ValueError(f"model expects {self.n_features} features, got {features.shape[-1]}")
+        if self.embedding is None:
+            return features
+        if categorical is None:
+            raise ValueError("this model was trained with categorical columns; none were given")
+        return torch.cat([features, self.embedding(categorical)], dim=-1)
+
+    def score_batch(self, batch: ListBatch) -> torch.Tensor:
+        return self(batch.features, batch.mask, init_scores=batch.init_scores, categorical=batch.categorical)
+
+    def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """The scalar the trainer minimizes (default: the ranking loss averaged over lists)."""
+        return loss_fn(self.score_batch(batch), batch.labels, batch.mask)

@@ -1,0 +1,89 @@
+"""MLPScorer: a feed-forward network scoring each item independently (no list context).
+
+With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007, seed 002).
+ListNet = MLPScorer + the ``listnet`` loss (top-one probability cross entropy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ctxrank.config import check_non_negative
+from ctxrank.models.base import ACTIVATIONS, Ranker, make_activation
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """Attributes:
+    hidden: widths of the hidden layers; ``()`` = a linear scorer.
+    activation: one of ``ctxrank.models.base.ACTIVATIONS``.
+    dropout: dropout probability after each hidden layer.
+    """
+
+    SECTION = "model_params"
+    hidden: tuple[int, ...] = (64, 32)
+    activation: str = "relu"
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hidden, tuple) or any(
+            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
+        ):
+            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"model_params.activation: unknown {self.activation!r}; "
+                f"valid: {', '.join(sorted(ACTIVATIONS))}"
+            )
+        check_non_negative(self, "dropout", self.dropout)
+        if self.dropout >= 1:
+            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class ListNetConfig(MLPConfig):
+    """ListNet's defaults: the paper's linear neural network (no hidden layer)."""
+
+    hidden: tuple[int, ...] = ()
+
+
+class MLPScorer(Ranker):
+    """s_i = MLP(x_i): [B, L, F] -> [B, L]."""
+
+    name = "mlp"
+    config_class = MLPConfig
+    default_loss = "listnet"
+
+    def __init__(self, n_features: int, config: MLPConfig, *, categorical_cardinalities: Sequence[int] = ()):
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        layers: list[nn.Module] = []
+        width = self.input_dim
+        for h in config.hidden:
+            layers += [nn.Linear(width, h), make_activation(config.activation)]
+            if config.dropout > 0:
+                layers.append(nn.Dropout(config.dropout))
+            width = h
+        layers.append(nn.Linear(width, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.net(self.item_inputs(features, categorical)).squeeze(-1)
+
+
+class ListNet(MLPScorer):
+    """ListNet (seed 002): a linear scorer trained with the top-one probability cross entropy."""
+
+    name = "listnet"
+    config_class = ListNetConfig
+    default_loss = "listnet"

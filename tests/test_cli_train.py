@@ -1,0 +1,91 @@
+"""ctxrank train / predict / evaluate --model, end to end on the embedded MQ2008 and on files."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ctxrank.cli import main
+from ctxrank.data.letor import read_letor
+
+from .conftest import REPO
+
+MQ = REPO / "src" / "ctxrank" / "datasets" / "mq2008"
+QUICK = ["--set", "train.max_epochs=2", "--set", "train.threads=1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "listnet"
+    code = main(
+        ["train", "--model", "listnet", "--dataset", "mq2008", "--fold", "1", "--out", str(out), *QUICK]
+    )
+    assert code == 0
+    return out
+
+
+def test_train_writes_everything(trained):
+    for name in ("model.safetensors", "ctxrank.json", "config.toml", "train_log.jsonl", "test_metrics.json"):
+        assert (trained / name).is_file(), name
+    metrics = json.loads((trained / "test_metrics.json").read_text())
+    assert len(metrics["query_ids"]) == 156  # Fold1 test = S5
+    assert 0.2 < metrics["metrics"]["ndcg@10"] <= 1
+    assert len((trained / "train_log.jsonl").read_text().splitlines()) == 2
+
+
+def test_predict_and_evaluate_with_the_saved_model(trained, tmp_path, capsys):
+    out = tmp_path / "scores.txt"
+    assert (
+        main(["predict", "--model", str(trained), "--data", str(MQ / "S5.txt.gz"), "--output", str(out)]) == 0
+    )
+    scores = np.loadtxt(out)
+    assert scores.shape == (read_letor(MQ / "S5.txt.gz").n_items,)
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(trained), "--data", str(MQ / "S5.txt.gz"), "--json"]) == 0
+    via_model = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--scores", str(out), "--data", str(MQ / "S5.txt.gz"), "--json"]) == 0
+    via_scores = json.loads(capsys.readouterr().out)
+    saved = json.loads((trained / "test_metrics.json").read_text())["metrics"]
+    for k in ("ndcg@10", "map"):
+        assert via_model["metrics"][k] == pytest.approx(via_scores["metrics"][k], abs=1e-8)
+        assert via_model["metrics"][k] == pytest.approx(saved[k], abs=1e-8)
+
+
+def test_train_on_files_with_a_config_file(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('model = "mlp"\nloss = "listmle"\n[model_params]\nhidden = [8]\n[train]\nmax_epochs = 1\n')
+    out = tmp_path / "m"
+    args = [
+        "train",
+        "--config",
+        str(cfg),
+        "--train",
+        str(MQ / "S1.txt.gz"),
+        "--valid",
+        str(MQ / "S2.txt.gz"),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--seed",
+        "3",
+    ]
+    assert main(args) == 0
+    meta = json.loads((out / "ctxrank.json").read_text())
+    assert meta["model"] == "mlp" and meta["loss"] == "listmle" and meta["run_config"]["train"]["seed"] == 3
+    assert not (out / "test_metrics.json").exists()
+    assert main(args) == 2  # refuses to overwrite a saved model
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "nope"], "unknown model 'nope'; valid models:"),
+        (["--loss", "nope"], "unknown loss 'nope'; valid losses:"),
+        (["--set", "train.lr=-1"], "train.lr must be a positive number"),
+        ([], "give --dataset NAME"),
+    ],
+)
+def test_train_errors_are_clear(tmp_path, capsys, argv, message):
+    extra = [] if argv == [] else ["--dataset", "mq2008"]
+    assert main(["train", *argv, *extra, "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""Run configs: defaults, TOML, --set overrides, validation messages naming the option."""
+
+import pytest
+
+from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config, to_toml
+
+
+def test_defaults_are_the_paper_defaults():
+    c = RunConfig()
+    assert c.model == "listnet" and c.loss_name == "listnet"
+    assert (c.train.lr, c.train.batch_size, c.train.max_epochs, c.train.metric) == (1e-3, 80, 100, "ndcg@10")
+
+
+def test_toml_then_overrides(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text('model = "mlp"\n[model_params]\nhidden = [16]\n[train]\nlr = 0.01\npatience = 3\n')
+    c = resolve_config(f, ["train.lr=3e-4", "loss=listmle", "model_params.dropout=0.1"])
+    assert c.model == "mlp" and c.loss_name == "listmle"
+    assert c.train.lr == 3e-4 and c.train.patience == 3
+    assert dict(c.model_params) == {"hidden": [16], "dropout": 0.1}
+
+
+def test_round_trip_through_dict_and_toml(tmp_path):
+    c = resolve_config(None, ["model=mlp", "model_params.hidden=[8, 4]", "train.clip_grad_norm=1.0"])
+    again = RunConfig.from_dict(c.to_dict())
+    assert again.to_dict() == c.to_dict()
+    f = tmp_path / "saved.toml"
+    f.write_text(to_toml(c.to_dict()))
+    assert resolve_config(f).to_dict() == c.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.lr=-1"], r"train\.lr must be a positive number"),
+        (["train.batch_size=0"], r"train\.batch_size must be a positive integer"),
+        (["train.metric=ndcg@0"], r"train\.metric"),
+        (["train.no_relevant=0.5"], r"train\.no_relevant"),
+        (["train.nope=1"], r"train: unknown option\(s\) \['nope'\]"),
+        (["model=nope"], r"unknown model 'nope'; valid models: .*listnet"),
+        (["loss=nope"], r"unknown loss 'nope'; valid losses: .*listmle"),
+        (["transform=nope"], r"unknown transform 'nope'"),
+        (["model_params.hidden=[0]"], r"model_params\.hidden must be a list of positive integers"),
+        (["model_params.width=3"], r"model_params: unknown option\(s\) \['width'\]"),
+        (["loss_params.nope=3"], r"loss_params\.nope: not an option of loss 'listnet'"),
+        (["nope=1"], r"unknown config key\(s\) \['nope'\]"),
+        (["train.lr"], r"--set expects key=value"),
+    ],
+)
+def test_bad_values_name_the_option(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(None, overrides)
+
+
+def test_override_values_are_toml_literals_or_bare_strings():
+    d = apply_overrides({}, ["a=1", "b=1.5", "c=[1,2]", "d=true", "e=listmle", 'f="x y"'])
+    assert d == {"a": 1, "b": 1.5, "c": [1, 2], "d": True, "e": "listmle", "f": "x y"}
+
+
+def test_bad_toml_file(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text("model = \n")
+    with pytest.raises(ValueError, match="invalid TOML"):
+        resolve_config(f)
+    with pytest.raises(ValueError, match="config file not found"):
+        resolve_config(tmp_path / "missing.toml")
+
+
+def test_train_config_is_frozen():
+    with pytest.raises(AttributeError):
+        TrainConfig().lr = 1.0  # type: ignore[misc]

@@ -1,0 +1,183 @@
+"""fit / predict / checkpoints: learning, early stopping, determinism, safe loading."""
+
+import functools
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from ctxrank.checkpoint import load_model, save_checkpoint
+from ctxrank.config import RunConfig, TrainConfig, resolve_config
+from ctxrank.data.transforms import make_transform
+from ctxrank.losses import get_loss
+from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.models import MODELS, make_model
+from ctxrank.train import NonFiniteLossError, fit, predict, seed_everything
+
+from .conftest import make_ranking_data
+
+FAST = {"batch_size": 16, "max_epochs": 8, "patience": 3, "lr": 0.01, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return make_ranking_data(80, seed=1), make_ranking_data(30, seed=2), make_ranking_data(30, seed=3)
+
+
+def _ndcg(model, data):
+    return mean_metrics(evaluate_queries(predict(model, data), data.labels, data.query_offsets, ["ndcg@10"]))[
+        "ndcg@10"
+    ]
+
+
+def _train(splits, seed=0, model="listnet", **train):
+    tr, va, _ = splits
+    seed_everything(seed)
+    m = make_model(model, tr.n_features)
+    cfg = TrainConfig(**{**FAST, "seed": seed, **train})
+    result = fit(m, get_loss(MODELS[model].default_loss), tr, va, cfg, progress=False)
+    return m, result
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_learns_the_synthetic_task(splits, name):
+    tr, va, te = splits
+    seed_everything(0)
+    untrained = _ndcg(make_model(name, tr.n_features), te)
+    model, result = _train(splits, model=name, max_epochs=15, patience=15)
+    assert _ndcg(model, te) > untrained + 0.05
+    assert result.best_metric == pytest.approx(_ndcg(model, va), abs=1e-12)  # best weights restored
+
+
+def test_same_seed_is_bitwise_equal_and_another_seed_differs(splits):
+    a, ra = _train(splits, seed=7)
+    b, rb = _train(splits, seed=7)
+    c, _ = _train(splits, seed=8)
+    assert [h["valid_ndcg@10"] for h in ra.history] == [h["valid_ndcg@10"] for h in rb.history]
+    for (k, va), (_, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(va, vb), k
+    assert not all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values(), strict=True)
+    )
+
+
+def test_early_stopping_with_patience(splits):
+    tr, va, _ = splits
+    model = make_model("listnet", tr.n_features)
+    # a zero learning-rate-like setting: nothing improves after the first epoch
+    cfg = TrainConfig(batch_size=16, max_epochs=50, patience=2, lr=1e-12, min_delta=0.5, threads=1)
+    result = fit(model, get_loss("listnet"), tr, va, cfg, progress=False)
+    assert result.best_epoch == 1 and result.epochs_run == 3 and result.stopped_early
+
+
+def test_jsonl_log_one_record_per_epoch(splits, tmp_path):
+    tr, va, _ = splits
+    model = make_model("listnet", tr.n_features)
+    result = fit(
+        model,
+        get_loss("listnet"),
+        tr,
+        va,
+        TrainConfig(**FAST),
+        log_path=tmp_path / "log.jsonl",
+        progress=False,
+    )
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(1, result.epochs_run + 1))
+    assert all({"train_loss", "valid_ndcg@10", "best_epoch", "seconds"} <= set(r) for r in records)
+
+
+def test_non_finite_loss_stops_with_a_clear_message(splits):
+    tr, va, _ = splits
+    model = make_model("listnet", tr.n_features)
+
+    def broken(scores, labels, mask):
+        return scores.sum() * float("nan")
+
+    with pytest.raises(NonFiniteLossError, match=r"non-finite training loss .* epoch 1, batch 1"):
+        fit(model, broken, tr, va, TrainConfig(**FAST), progress=False)
+
+
+def test_predict_is_in_file_order_and_padding_free(splits):
+    tr, _, _ = splits
+    seed_everything(0)
+    model = make_model("mlp", tr.n_features)
+    scores = predict(model, tr, batch_size=7)
+    with torch.no_grad():
+        direct = model.net(torch.from_numpy(tr.features)).squeeze(-1).double().numpy()
+    np.testing.assert_allclose(scores, direct, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+def _saved(splits, tmp_path, model="mlp"):
+    tr, va, _ = splits
+    cfg = resolve_config(None, [f"model={model}", "train.max_epochs=2", "train.threads=1"])
+    transform = make_transform(cfg.transform).fit(tr)
+    seed_everything(0)
+    m = make_model(cfg.model, tr.n_features, cfg.model_params)
+    fit(
+        m,
+        get_loss(cfg.loss_name),
+        transform.transform(tr),
+        transform.transform(va),
+        cfg.train,
+        progress=False,
+    )
+    save_checkpoint(tmp_path / "m", m, cfg, transform, train_data=tr)
+    return m, transform
+
+
+def test_checkpoint_round_trip(splits, tmp_path):
+    m, transform = _saved(splits, tmp_path)
+    te = splits[2]
+    loaded = load_model(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.predict(te), predict(m, transform.transform(te)))
+    meta = json.loads((tmp_path / "m" / "ctxrank.json").read_text())
+    assert meta["n_features"] == te.n_features and meta["model"] == "mlp" and meta["kind"] == "torch"
+    assert isinstance(loaded.config, RunConfig) and (tmp_path / "m" / "config.toml").is_file()
+
+
+def test_checkpoint_feature_count_mismatch(splits, tmp_path):
+    _saved(splits, tmp_path)
+    other = make_ranking_data(5, n_features=7)
+    with pytest.raises(ValueError, match=r"trained on 5 features but .* has 7"):
+        load_model(tmp_path / "m").predict(other)
+
+
+def test_checkpoint_errors(splits, tmp_path):
+    with pytest.raises(ValueError, match="not a ctxrank model directory"):
+        load_model(tmp_path)
+    _saved(splits, tmp_path)
+    meta_path = tmp_path / "m" / "ctxrank.json"
+    meta = json.loads(meta_path.read_text())
+    meta["model_config"]["hidden"] = [3]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="weights do not fit the model"):
+        load_model(tmp_path / "m")
+
+
+def test_planted_pickle_is_refused_and_never_runs(splits, tmp_path):
+    _saved(splits, tmp_path)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "m" / "model.safetensors").write_bytes(pickle.dumps({"w": Evil()}))
+    torch.save({"w": Evil()}, tmp_path / "evil.pt")
+    (tmp_path / "evil.pt").replace(tmp_path / "m" / "model.safetensors")
+    with pytest.raises(ValueError, match="cannot read weights"):
+        load_model(tmp_path / "m")
+    assert not marker.exists()
+
+
+def test_loss_params_reach_the_loss():
+    cfg = resolve_config(None, ["loss=listnet", "loss_params.temperature=2.0", "train.max_epochs=1"])
+    fn = functools.partial(get_loss(cfg.loss_name), **cfg.loss_params)
+    s = torch.randn(2, 3)
+    y = torch.tensor([[2.0, 0, 1], [1, 0, 0]])
+    m = torch.ones(2, 3, dtype=torch.bool)
+    assert fn(s, y, m) == pytest.approx(get_loss("listnet")(s, y, m, temperature=2.0).item())
