@@ -19,6 +19,14 @@ _EXPORTS = {
     "evaluate_queries": "ctxrank.metrics",
     "mean_metrics": "ctxrank.metrics",
     "metric_convention": "ctxrank.metrics",
+    "LOSSES": "ctxrank.losses",
+    "get_loss": "ctxrank.losses",
+    "MODELS": "ctxrank.models",
+    "make_model": "ctxrank.models",
+    "fit": "ctxrank.train",
+    "predict": "ctxrank.train",
+    "load_model": "ctxrank.checkpoint",
+    "resolve_config": "ctxrank.config",
 }
 __all__ = ["__version__", *sorted(_EXPORTS)]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

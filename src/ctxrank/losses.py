@@ -1,0 +1,748 @@
+"""Listwise ranking losses over padded, masked batches of lists, and QILCM's query-confusion loss.
+
+Every ranking loss is a pure function ``(scores, labels, mask, *, options..., reduction="mean") -> Tensor``:
+
+* ``scores``  float ``(B, L)``: model scores, higher = ranked first. Values at padded positions are
+  arbitrary (even NaN/inf): they never reach the computation and get an exact zero gradient.
+* ``labels``  float ``(B, L)``: graded relevance ``>= 0`` (a negative label on a real item raises
+  ``ValueError``); ``0`` on padding.
+* ``mask``    bool  ``(B, L)``: ``True`` = real item.
+
+Conventions shared by all of them:
+
+* **Contributing list.** A list *contributes* when it has at least one real item with label ``> 0``
+  (which implies at least one real item). A list that does not contribute (no real item, or no relevant
+  item) has the value ``0`` exactly and passes a zero gradient to every score.
+* **Reduction.** ``"none"``: one value per list, ``(B,)``. ``"sum"``: the sum of those values.
+  ``"mean"``: the sum divided by the number of contributing lists (at least 1, so an all-empty batch
+  gives ``0``, not ``0/0``). Non-contributing lists are therefore neither in the numerator nor in the
+  denominator: adding an empty or all-irrelevant list to a batch changes nothing. (QILCM eq. 12 divides
+  by the batch size ``|B|``; the two agree when every list in the batch has a relevant item.)
+* **Padding.** Padded items never change a value or a gradient: in softmax-type sums they get a finite
+  fill ``finfo(dtype).min / 2`` (``exp`` of it underflows to exactly 0, and unlike ``-inf`` an
+  all-padded row stays finite, so no NaN appears even in discarded branches of ``torch.where``).
+* **Numerics.** Everything is computed in ``log`` space with ``log_softmax`` / ``logsumexp`` /
+  ``logcumsumexp``: no NaN or inf for scores of ``±1e4``. The work dtype is ``scores.dtype`` promoted to
+  at least float32.
+* **NaN.** A NaN score or label on a real item makes that list's value NaN (also in means and sums), even
+  for a list that would otherwise not contribute: a real NaN is never hidden.
+
+Losses (``LOSSES`` registry; ``get_loss(name)``):
+
+* :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML; seed 002).
+* :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008; seed 003).
+* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 (seed 000/001) or DLCM eq. 11 (Ai et al.
+  2018; seed 003), or the variant of DLCM's released code.
+* :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; seed 003 eq. 8).
+
+Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
+(eq. 13-14) over item representations ``(B, L, D)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+__all__ = [
+    "ATTRANK_FORMS",
+    "CHAMFER_FORMS",
+    "LABEL_TRANSFORMS",
+    "LOSSES",
+    "REDUCTIONS",
+    "SOFTRANK_GAINS",
+    "attrank",
+    "chamfer_block_shape",
+    "chamfer_confusion",
+    "get_loss",
+    "listmle",
+    "listnet",
+    "softrank",
+    "softrank_rank_distribution",
+]
+
+REDUCTIONS: tuple[str, ...] = ("mean", "sum", "none")
+LABEL_TRANSFORMS: tuple[str, ...] = ("exp", "identity", "exp2")
+ATTRANK_FORMS: tuple[str, ...] = ("qilcm", "dlcm", "dlcm_code")
+SOFTRANK_GAINS: tuple[str, ...] = ("exp2", "linear")
+CHAMFER_FORMS: tuple[str, ...] = ("sum", "mean")
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shared machinery
+# ----------------------------------------------------------------------------------------------------
+
+
+def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in valid:
+        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+
+
+def _check_positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: object, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def _neg(dtype: torch.dtype) -> float:
+    """Finite stand-in for ``-inf`` in softmax-type sums: ``exp(neg - x)`` is exactly 0 for real ``x``."""
+    return torch.finfo(dtype).min / 2
+
+
+class _Lists:
+    """Validated inputs of a ranking loss.
+
+    Attributes:
+        s: ``(B, L)`` scores in the work dtype, 0 on padding (padded scores are cut off from the graph).
+        y: ``(B, L)`` labels in the work dtype, 0 on padding.
+        mask: ``(B, L)`` bool, True = real item.
+        n: ``(B,)`` number of real items (work dtype).
+        rel: ``(B, L)`` bool, real item with label > 0.
+        contrib: ``(B,)`` bool, the list has a relevant item.
+        nan: ``(B,)`` bool, NaN score or label on a real item.
+    """
+
+    def __init__(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
+        for name, t in (("scores", scores), ("labels", labels), ("mask", mask)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True = real item), got dtype {mask.dtype}")
+        if not scores.dtype.is_floating_point:
+            raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
+        if scores.dim() != 2:
+            raise ValueError(f"scores must have shape (B, L), got {tuple(scores.shape)}")
+        if labels.shape != scores.shape or mask.shape != scores.shape:
+            raise ValueError(
+                f"scores, labels, mask must have the same shape (B, L); got {tuple(scores.shape)}, "
+                f"{tuple(labels.shape)}, {tuple(mask.shape)}"
+            )
+        self.dtype = torch.promote_types(scores.dtype, torch.float32)
+        zero = torch.zeros((), dtype=self.dtype, device=scores.device)
+        self.mask = mask
+        self.s = torch.where(mask, scores.to(self.dtype), zero)  # (B, L)
+        self.y = torch.where(mask, labels.to(self.dtype), zero)  # (B, L)
+        bad = torch.isnan(scores) | torch.isnan(labels)
+        self.nan = (bad & mask).any(-1)  # (B,)
+        if bool((self.y < 0).any()):
+            bad_vals = torch.unique(self.y[self.y < 0])[:5].tolist()
+            raise ValueError(f"labels must be >= 0 on real items (graded relevance), got {bad_vals}")
+        self.rel = (self.y > 0) & mask  # (B, L)
+        self.contrib = self.rel.any(-1)  # (B,)
+        self.n = mask.sum(-1).to(self.dtype)  # (B,)
+        self.neg = _neg(self.dtype)
+
+    def logits(self, scores: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, L)`` scores with padding replaced by the finite ``-inf`` stand-in."""
+        return torch.where(self.mask, self.s if scores is None else scores, self.neg)
+
+    def reduce(self, per_list: torch.Tensor, reduction: str) -> torch.Tensor:
+        """Zero non-contributing lists, make NaN lists NaN, and apply the reduction."""
+        zero = torch.zeros((), dtype=per_list.dtype, device=per_list.device)
+        per_list = per_list + self.s[:, :0].sum(-1)  # keeps the graph (zero gradient) if nothing is real
+        out = torch.where(self.contrib, per_list, zero)
+        out = torch.where(self.nan, torch.full_like(zero, float("nan")), out)
+        if reduction == "none":
+            return out
+        total = out.sum()
+        if reduction == "sum":
+            return total
+        return total / self.contrib.sum().clamp(min=1).to(total.dtype)
+
+
+def _masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``sum_j values_j`` over ``mask`` along the last axis (``torch.where``, so padding can be anything)."""
+    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum(-1)
+
+
+def _gain(y: torch.Tensor, gain: str) -> torch.Tensor:
+    if gain == "exp2":
+        return torch.expm1(y * math.log(2.0))  # 2^y - 1, exact near 0
+    return y
+
+
+# ----------------------------------------------------------------------------------------------------
+# ListNet
+# ----------------------------------------------------------------------------------------------------
+
+
+def _top_one_target(lists: _Lists, label_transform: str) -> torch.Tensor:
+    """``(B, L)`` target top-one distribution ``P_y``; rows of contributing lists sum to 1, 0 on padding."""
+    if label_transform == "exp":
+        return torch.softmax(lists.logits(lists.y), dim=-1)
+    g = lists.y if label_transform == "identity" else _gain(lists.y, "exp2")
+    total = g.sum(-1, keepdim=True)  # (B, 1)
+    return g / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def listnet(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    label_transform: str = "exp",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """ListNet: cross entropy between top-one probabilities of labels and scores (Cao et al. 2007).
+
+    With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (seed 002,
+    section 3.1-3.2), the loss of a list is
+
+        ``L = - sum_j P_y(j) log P_s(j)``,  ``log P_s = log_softmax(s / temperature)``
+
+    over the real items of the list (padding is excluded from the softmax denominators).
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        temperature: ``> 0``; divides the scores (not the labels).
+        label_transform: how labels become ``P_y``: ``"exp"`` = ``softmax(y)`` (ListNet's ``phi = exp``,
+            default), ``"identity"`` = ``y / sum y``, ``"exp2"`` = ``(2^y - 1) / sum (2^y - 1)``.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    _check_choice("reduction", reduction, REDUCTIONS)
+    _check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
+    temperature = _check_positive("temperature", temperature)
+    lists = _Lists(scores, labels, mask)
+    log_p = torch.log_softmax(lists.logits(lists.s / temperature), dim=-1)  # (B, L)
+    target = _top_one_target(lists, label_transform)  # (B, L)
+    per_list = -_masked_sum(target * log_p, lists.mask)  # (B,)
+    return lists.reduce(per_list, reduction)
+
+
+# ----------------------------------------------------------------------------------------------------
+# ListMLE
+# ----------------------------------------------------------------------------------------------------
+
+
+def _label_order(lists: _Lists, generator: torch.Generator | None) -> torch.Tensor:
+    """``(B, L)`` permutation: real items by descending label, then padding."""
+    key = torch.where(lists.mask, lists.y, float("-inf"))  # (B, L); padding sorts last
+    if generator is None:
+        return torch.argsort(key, dim=-1, descending=True, stable=True)  # ties: input position
+    noise = torch.rand(key.shape, generator=generator, device=generator.device).to(key.device)
+    shuffle = torch.argsort(noise, dim=-1)  # (B, L) random permutation per list
+    order = torch.argsort(key.gather(-1, shuffle), dim=-1, descending=True, stable=True)
+    return shuffle.gather(-1, order)  # ties: random
+
+
+def listmle(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """ListMLE: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
+
+    Sorting the ``n`` real items by label, descending, gives the order ``pi``; seed 003 (section 4.4)
+    writes its Plackett-Luce probability ``P(pi | s) = prod_i exp(s_pi(i)) / sum_{k >= i} exp(s_pi(k))``,
+    so
+
+        ``L = sum_{i=1}^{n} ( logsumexp_{k >= i} s_pi(k) - s_pi(i) )``,
+
+    computed for all lists at once as a reversed ``logcumsumexp`` over the sorted scores; padded items
+    are sorted last and excluded from every denominator.
+
+    Ties among equal labels: with ``generator=None`` they are broken by input position (earlier item
+    first), which is deterministic; with a ``torch.Generator`` they are broken uniformly at random (the
+    usual ListMLE practice), reproducibly for a given generator state. The random keys are drawn for the
+    whole ``(B, L)`` batch, so the tie order (not the tie-free value) depends on the padded shape.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        generator: random tie-breaking; ``None`` = by position.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    _check_choice("reduction", reduction, REDUCTIONS)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    lists = _Lists(scores, labels, mask)
+    order = _label_order(lists, generator)  # (B, L)
+    valid = lists.mask.gather(-1, order)  # (B, L), a prefix of each row
+    s_sorted = torch.where(valid, lists.s.gather(-1, order), lists.neg)  # (B, L)
+    # log of the Plackett-Luce denominators: logsumexp_{k >= i} s_(k)
+    tail = torch.logcumsumexp(s_sorted.flip(-1), dim=-1).flip(-1)  # (B, L)
+    per_list = _masked_sum(tail - s_sorted, valid)  # (B,)
+    return lists.reduce(per_list, reduction)
+
+
+# ----------------------------------------------------------------------------------------------------
+# AttRank
+# ----------------------------------------------------------------------------------------------------
+
+
+def _log_one_minus_softmax(z: torch.Tensor, lse: torch.Tensor, neg: float) -> torch.Tensor:
+    """``(B, L)`` exact ``log(1 - softmax(z)_i) = logsumexp_{k != i} z_k - logsumexp_k z_k``.
+
+    ``logsumexp_{k != i}`` is combined from exclusive prefix and suffix ``logcumsumexp`` (O(L) memory).
+    Where ``i`` is the only real item the result is a meaningless finite number; callers mask it.
+    """
+    fill = torch.full_like(z[:, :1], neg)  # (B, 1)
+    before = torch.cat([fill, torch.logcumsumexp(z, dim=-1)[:, :-1]], dim=-1)  # lse_{k < i}
+    after = torch.cat([torch.logcumsumexp(z.flip(-1), dim=-1).flip(-1)[:, 1:], fill], dim=-1)  # lse_{k > i}
+    return torch.logaddexp(before, after) - lse
+
+
+def attrank(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    form: str = "qilcm",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """AttRank: cross entropy between a label attention and the score softmax (Ai et al. 2018).
+
+    Labels are normalized with the truncated exponential ``psi(x) = exp(x)`` if ``x > 0`` else ``0``
+    (QILCM eq. 11; DLCM's ``a^y``, seed 003): ``y~_i = psi(y_i) / sum_j psi(y_j)``. The model's
+    attention is ``s_i = softmax(scores)_i`` over the real items (QILCM eq. 9). Per list, with ``n`` real
+    items:
+
+    * ``form="qilcm"`` (default), QILCM eq. 12 (seeds 000/001):
+      ``L = -(1/n) sum_i y~_i log s_i``.
+    * ``form="dlcm"``, DLCM paper eq. 11 (seed 003), two-sided:
+      ``L = -sum_i [ y~_i log s_i + (1 - y~_i) log(1 - s_i) ]``, with ``log(1 - s_i)`` computed exactly
+      as ``logsumexp_{k != i} scores_k - logsumexp_k scores_k``. For a one-item list ``1 - s_1 = 0`` and
+      ``1 - y~_1 = 0``; the term ``0 * log 0`` is defined as 0 (the list's value is then 0).
+    * ``form="dlcm_code"``, DLCM's released code (``QingyaoAi/Deep-Listwise-Context-Model-for-Ranking-
+      Refinement``, ``RankLSTM_model.py``, ``loss_func='softmax'``): ``softmax_cross_entropy_with_logits``
+      with the ``psi``-normalized labels, i.e. ``L = -sum_i y~_i log s_i`` (no ``1/n``, no second term).
+
+    Default ``"qilcm"``: this project's QILCM and DCM-with-AttRank use eq. 12 (QILCM's paper says it
+    replaces DCM's loss by "the AttRank loss used in DLCM and our method"); the DLCM model passes
+    ``form="dlcm"`` explicitly.
+
+    Args:
+        scores: ``(B, L)`` scores (logits of the attention).
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        form: ``"qilcm"``, ``"dlcm"`` or ``"dlcm_code"``.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    _check_choice("reduction", reduction, REDUCTIONS)
+    _check_choice("form", form, ATTRANK_FORMS)
+    lists = _Lists(scores, labels, mask)
+    z = lists.logits()  # (B, L)
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (B, 1)
+    log_s = z - lse  # (B, L) log softmax
+    target = torch.softmax(torch.where(lists.rel, lists.y, lists.neg), dim=-1)  # (B, L) psi-normalized
+    per_list = -_masked_sum(target * log_s, lists.mask)  # (B,)
+    if form == "qilcm":
+        per_list = per_list / lists.n.clamp(min=1)
+    elif form == "dlcm":
+        log_rest = _log_one_minus_softmax(z, lse, lists.neg)  # (B, L)
+        two_or_more = lists.mask & (lists.n >= 2)[:, None]
+        per_list = per_list - _masked_sum((1 - target) * log_rest, two_or_more)
+    return lists.reduce(per_list, reduction)
+
+
+# ----------------------------------------------------------------------------------------------------
+# SoftRank
+# ----------------------------------------------------------------------------------------------------
+
+
+def _insert_items(state: torch.Tensor, beats: torch.Tensor) -> torch.Tensor:
+    """Add items one at a time to the rank distributions.
+
+    Args:
+        state: ``(B, L, R)`` ``P[b, j, r]`` = probability that item ``j`` has 0-based rank ``r``.
+        beats: ``(B, T, L)`` ``pi[b, i, j]`` for the ``T`` items ``i`` added in this block.
+    """
+    for t in range(beats.shape[1]):
+        p = beats[:, t, :, None]  # (B, L, 1): item i is ranked above j -> j moves down one rank
+        shifted = F.pad(state[..., :-1], (1, 0))  # (B, L, R): P(r - 1), mass beyond R dropped
+        state = state + p * (shifted - state)
+    return state
+
+
+def _rank_distribution(s: torch.Tensor, mask: torch.Tensor, sigma: float, ranks: int) -> torch.Tensor:
+    """``(B, L, R)`` SoftRank rank distributions of the real items (rows of padded items are 0)."""
+    B, L = s.shape
+    diff = s[:, :, None] - s[:, None, :]  # (B, L, L): s_i - s_j
+    # pi_ij = P(s_i' > s_j') = Phi((s_i - s_j) / (sqrt(2) sigma)) = erfc(-(s_i - s_j) / (2 sigma)) / 2
+    pi = 0.5 * torch.erfc(-diff / (2.0 * sigma))  # (B, L, L)
+    eye = torch.eye(L, dtype=torch.bool, device=s.device)
+    pair = mask[:, :, None] & mask[:, None, :] & ~eye  # padded items and the item itself never shift
+    pi = torch.where(pair, pi, torch.zeros((), dtype=s.dtype, device=s.device))
+    state = torch.zeros((B, L, ranks), dtype=s.dtype, device=s.device)
+    state[..., 0] = 1.0  # alone, every item has rank 0
+    active = torch.nonzero(mask.any(0)).flatten()  # items i that are real in some list
+    beats = pi.index_select(1, active)  # (B, T, L)
+    T = beats.shape[1]
+    block = max(1, math.isqrt(max(T - 1, 0)) + 1)  # ~sqrt(T) items per checkpointed block
+    use_ckpt = torch.is_grad_enabled() and beats.requires_grad and T > block
+    for start in range(0, T, block):
+        part = beats[:, start : start + block]
+        if use_ckpt:
+            state = checkpoint(_insert_items, state, part, use_reentrant=False)
+        else:
+            state = _insert_items(state, part)
+    return torch.where(mask[:, :, None], state, torch.zeros((), dtype=s.dtype, device=s.device))
+
+
+def softrank_rank_distribution(
+    scores: torch.Tensor, mask: torch.Tensor, sigma: float = 0.1, *, max_rank: int | None = None
+) -> torch.Tensor:
+    """SoftRank rank distributions ``p_j(r)`` (Taylor et al. 2008; seed 003 eq. 8 and recursion).
+
+    Each real score gets independent Gaussian noise ``N(s_j, sigma^2)``; item ``i`` is ranked above
+    ``j`` with probability ``pi_ij = Phi((s_i - s_j) / (sqrt(2) sigma))``. Starting from ``p_j(0) = 1``,
+    the real items ``i != j`` are added one at a time:
+    ``p_j(r) <- p_j(r - 1) pi_ij + p_j(r) (1 - pi_ij)``. Padded items are never added, so they cannot
+    shift a real item's rank.
+
+    Cost: ``L`` sequential steps, each O(B L R) (R = ``max_rank`` or L), plus the O(B L^2) table of
+    ``pi``. Memory: O(B L^2 + B L R) forward; for backward, blocks of ~sqrt(L) steps are checkpointed
+    (recomputed), so about ``2 sqrt(L)`` states of size ``(B, L, R)`` are kept instead of ``L``.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        mask: ``(B, L)`` bool, True = real item.
+        sigma: noise standard deviation, ``> 0``.
+        max_rank: keep 0-based ranks ``< max_rank`` only (exact for those ranks; mass beyond is dropped);
+            ``None`` = all ``L`` ranks.
+
+    Returns:
+        ``(B, L, R)``: ``[b, j, r]`` = probability that item ``j`` has 0-based rank ``r`` among the real
+        items of list ``b``. Rows of real items sum to 1 (with ``max_rank=None``); rows of padded items
+        are 0; ranks ``>= n_b`` have probability 0.
+    """
+    sigma = _check_positive("sigma", sigma)
+    max_rank = _check_int("max_rank", max_rank)
+    lists = _Lists(scores, torch.zeros_like(scores), mask)
+    L = scores.shape[1]
+    return _rank_distribution(lists.s, mask, sigma, L if max_rank is None else min(max_rank, L))
+
+
+def softrank(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    sigma: float = 0.1,
+    k: int | None = None,
+    gain: str = "exp2",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """SoftRank: one minus the expected NDCG@k under Gaussian score noise (Taylor et al. 2008).
+
+    With the rank distributions ``p_j(r)`` of :func:`softrank_rank_distribution` (seed 003 eq. 8; DLCM
+    uses ``sigma = 0.1``),
+
+        ``E[DCG@k] = sum_j g(y_j) sum_{r < k} p_j(r) D(r)``,  ``D(r) = 1 / log2(r + 2)`` (0-based rank),
+        ``L = 1 - E[DCG@k] / IDCG@k``,
+
+    where ``g(y) = 2^y - 1`` (``gain="exp2"``) or ``y`` (``"linear"``) and ``IDCG@k`` is the DCG@k of all
+    the list's real items sorted by label. Padded items never enter the recursion or the ideal DCG.
+
+    Cost and memory (``R = min(k, L)``): ``L`` sequential steps of O(B L R) each (no Python loop over
+    lists or pairs), the ``(B, L, L)`` pairwise table, and about ``2 sqrt(L)`` checkpointed states of
+    ``(B, L, R)`` for backward. E.g. B = 80, L = 100, float32: 3.2 MB per state. A cutoff ``k`` makes it
+    cheaper and is exact for NDCG@k.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        sigma: noise standard deviation, ``> 0``.
+        k: NDCG cutoff (``None`` = whole list; ``k > L`` = whole list).
+        gain: ``"exp2"`` or ``"linear"``.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    _check_choice("reduction", reduction, REDUCTIONS)
+    _check_choice("gain", gain, SOFTRANK_GAINS)
+    sigma = _check_positive("sigma", sigma)
+    k = _check_int("k", k)
+    lists = _Lists(scores, labels, mask)
+    L = scores.shape[1]
+    R = L if k is None else min(k, L)
+    g = _gain(lists.y, gain)  # (B, L), 0 on padding
+    disc = 1.0 / torch.log2(torch.arange(R, dtype=lists.dtype, device=scores.device) + 2.0)  # (R,)
+    if R == 0:  # L == 0: nothing to rank
+        return lists.reduce(torch.zeros(scores.shape[0], dtype=lists.dtype, device=scores.device), reduction)
+    probs = _rank_distribution(lists.s, lists.mask, sigma, R)  # (B, L, R)
+    expected_disc = (probs * disc).sum(-1)  # (B, L)
+    edcg = (g * expected_disc).sum(-1)  # (B,)
+    ideal = (torch.sort(g, dim=-1, descending=True).values[:, :R] * disc).sum(-1)  # (B,)
+    per_list = 1.0 - edcg / torch.where(ideal > 0, ideal, torch.ones_like(ideal))
+    return lists.reduce(per_list, reduction)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------------------
+
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {
+    "listnet": listnet,
+    "listmle": listmle,
+    "attrank": attrank,
+    "softrank": softrank,
+}
+
+
+def get_loss(name: str) -> Callable[..., torch.Tensor]:
+    """The ranking loss registered as ``name`` in :data:`LOSSES`.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"loss name must be a str, one of {sorted(LOSSES)}, got {type(name).__name__}")
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; valid names: {sorted(LOSSES)}") from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Query confusion (Chamfer)
+# ----------------------------------------------------------------------------------------------------
+
+
+def chamfer_block_shape(
+    batch_size: int,
+    list_len: int,
+    dim: int,
+    *,
+    itemsize: int = 4,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+    sampled: bool = False,
+) -> tuple[int, int]:
+    """Block shape ``(q1 queries, q2 queries)`` that :func:`chamfer_confusion` uses within a memory budget.
+
+    A pair ``(q1, q2)`` costs about ``itemsize * 4 L^2`` bytes of block temporaries (the ``(L, L)`` squared
+    distances in forward and their gradient in backward, with margin), plus ``itemsize * 4 L D`` for the
+    gathered item rows when pairs are sampled. Blocks are whole ``q1`` rows against all ``B`` queries when
+    one row fits (``(max(1, budget // (B * pair)), B)``), else one ``q1`` against as many ``q2`` as fit (at
+    least one), so ``q1 * q2 * pair <= max_block_bytes`` unless a single pair is larger than the budget.
+    For sampled pairs a block holds ``q1 * q2`` pairs.
+    """
+    pair = itemsize * (4 * list_len * list_len + (4 * list_len * dim if sampled else 0))
+    per_pair_fit = max(1, max_block_bytes // max(pair, 1))
+    B = max(batch_size, 1)
+    if per_pair_fit >= B:
+        return per_pair_fit // B, B
+    return 1, per_pair_fit
+
+
+def _chamfer_rows(
+    reps: torch.Tensor,
+    sq_j: torch.Tensor,
+    sq: torch.Tensor,
+    weight: torch.Tensor,
+    nonempty: torch.Tensor,
+    q1: tuple[int, int],
+    q2: tuple[int, int],
+) -> torch.Tensor:
+    """``(c1, c2)`` block ``d[q1[0]:q1[1], q2[0]:q2[1]]`` of the Chamfer matrix (diagonal not fixed up).
+
+    ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: one ``addmm`` per block, with
+    ``sq_j = |b_j|^2`` set to ``+inf`` on padded ``j``. Autograd keeps only the argmin indices
+    ``(c1, L, c2)`` and views of ``reps``, never the ``(c1 L, c2 L)`` block.
+    """
+    A = reps[q1[0] : q1[1]]  # (c1, L, D)
+    H = reps[q2[0] : q2[1]]  # (c2, L, D)
+    c1, L, D = A.shape
+    c2 = H.shape[0]
+    part = torch.addmm(
+        sq_j[q2[0] : q2[1]].reshape(1, c2 * L), A.reshape(c1 * L, D), H.reshape(c2 * L, D).T, alpha=-2.0
+    ).view(c1, L, c2, L)  # |b_j|^2 - 2 a_i.b_j
+    nearest = part.min(-1).values + sq[q1[0] : q1[1], :, None]  # (c1, L, c2)
+    nearest = nearest.clamp(min=0.0).masked_fill(~nonempty[None, None, q2[0] : q2[1]], 0.0)
+    return (weight[q1[0] : q1[1], :, None] * nearest).sum(1)  # (c1, c2)
+
+
+def _chamfer_pairs(
+    reps: torch.Tensor,
+    sq_j: torch.Tensor,
+    sq: torch.Tensor,
+    weight: torch.Tensor,
+    q1: torch.Tensor,
+    q2: torch.Tensor,
+) -> torch.Tensor:
+    """``(c,)`` Chamfer distances ``d[q1[p], q2[p]]`` of a block of pairs (each ``q2[p]`` non-empty)."""
+    part = torch.baddbmm(sq_j[q2][:, None, :], reps[q1], reps[q2].transpose(1, 2), alpha=-2.0)  # (c, L, L)
+    nearest = (part.min(-1).values + sq[q1]).clamp(min=0.0)  # (c, L)
+    return (weight[q1] * nearest).sum(-1)
+
+
+def chamfer_confusion(
+    reps: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    form: str = "sum",
+    pairs: int | None = None,
+    generator: torch.Generator | None = None,
+    chunk_size: int | None = None,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """QILCM's query-confusion loss: mean Chamfer distance between the item sets of two queries.
+
+    QILCM eq. 13-14 (seeds 000/001), over the normalized item representations ``h`` (eq. 8):
+
+        ``L_conf = 1/|B|^2 sum_{q1} sum_{q2} d_CH(q1, q2)``,
+        ``d_CH(q1, q2) = sum_{i in q1} min_{j in q2} ||h_{q1,i} - h_{q2,j}||^2``   (``form="sum"``, default).
+
+    ``form="mean"`` is a scale-free variant: ``(1/n_q1) sum_{i in q1} min_j ||.||^2 / D``. The paper's sum
+    form grows with the list length and ``D``: with ~300-dimensional unit-variance representations it is
+    typically 10^4-10^5 times a ranking loss, so its weight ``lambda`` (eq. 10) must be tiny.
+
+    Definitions at the edges: the sums run over real items only (padded rows of ``reps`` may hold
+    anything, even NaN); a ``q2`` without real items contributes ``d = 0`` (no nearest point), as does a
+    ``q1`` without real items; ``|B|`` is the number of lists with at least one real item (so padding the
+    batch with empty lists changes nothing). The diagonal ``d_CH(q, q)`` is exactly 0 mathematically
+    (every point is its own nearest point); the expansion below would leave round-off, so it is set to
+    exactly 0, with zero gradient (its true gradient).
+
+    Computation: no Python loop over pairs or items. Squared distances use
+    ``||a||^2 + ||b||^2 - 2 a.b`` (one matrix product per block) on representations centered on the mean
+    real item of the batch (distances are shift-invariant; centering reduces round-off), clamped at 0,
+    so two identical items in different queries give about ``eps * ||h - mean||^2`` rather than exactly 0.
+    The ``(B, L, B, L)`` tensor is never built: blocks of ``q1`` rows (or of ``q2`` columns, see
+    :func:`chamfer_block_shape`) are computed one at a time, and autograd keeps only the argmin indices,
+    ``(B, L, B)`` integers, so training memory is bounded too. On top of the block budget come tensors of
+    the size of ``reps`` (a masked copy, its gradient). Ties in the min send the gradient to one nearest
+    point (a valid subgradient).
+
+    Sampled estimate (``pairs=P``): ``P`` ordered pairs ``(q1, q2)`` are drawn uniformly with replacement
+    from the non-empty lists (``q1 == q2`` allowed, value 0). Each draw has expectation
+    ``1/|B|^2 sum_{q1,q2} d_CH``, so the mean over draws is an unbiased estimate of ``L_conf``, and of its
+    gradient; cost O(P L^2 D) instead of O(|B|^2 L^2 D). Blocks of sampled pairs are checkpointed
+    (recomputed in backward) so that their gathered rows are not kept.
+
+    Args:
+        reps: ``(B, L, D)`` float item representations.
+        mask: ``(B, L)`` bool, True = real item.
+        form: ``"sum"`` (paper, default) or ``"mean"``.
+        pairs: ``None`` = exact over all pairs; an int ``P >= 1`` = sampled estimate.
+        generator: ``torch.Generator`` for the sampled pairs.
+        chunk_size: number of ``q1`` queries per block (each against all ``B`` queries; for sampled pairs,
+            ``chunk_size * B`` pairs per block); ``None`` = from ``max_block_bytes``.
+        max_block_bytes: memory budget of one block's temporaries when ``chunk_size`` is None
+            (default 64 MiB).
+        reduction: exact: ``"mean"`` (eq. 13), ``"sum"`` (``sum_{q1,q2} d_CH``) or ``"none"`` (the
+            ``(B, B)`` matrix ``d_CH[q1, q2]``). Sampled: ``"mean"`` (unbiased for eq. 13), ``"sum"``
+            (mean times ``|B|^2``, unbiased for the double sum) or ``"none"`` (the ``(P,)`` sampled values).
+
+    Returns:
+        Scalar, ``(B, B)`` or ``(P,)``.
+    """
+    _check_choice("form", form, CHAMFER_FORMS)
+    _check_choice("reduction", reduction, REDUCTIONS)
+    if not isinstance(reps, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        raise TypeError("reps and mask must be torch.Tensors")
+    if not reps.dtype.is_floating_point or reps.dim() != 3:
+        raise ValueError(
+            f"reps must be a float tensor of shape (B, L, D), got {reps.dtype} {tuple(reps.shape)}"
+        )
+    if mask.dtype != torch.bool or mask.shape != reps.shape[:2]:
+        raise ValueError(
+            f"mask must be a bool tensor of shape {tuple(reps.shape[:2])}, "
+            f"got {mask.dtype} {tuple(mask.shape)}"
+        )
+    pairs = _check_int("pairs", pairs)
+    chunk_size = _check_int("chunk_size", chunk_size)
+    if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, int) or max_block_bytes < 1:
+        raise ValueError(f"max_block_bytes must be an int >= 1, got {max_block_bytes!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+    B, L, D = reps.shape
+    device = reps.device
+    zero = torch.zeros((), dtype=reps.dtype, device=device)
+    h = torch.where(mask[..., None], reps, zero)  # (B, L, D): padded rows never reach the math
+    # Distances do not change under a common shift; centering on the mean real item (a constant for
+    # autograd) shrinks the norms and with them the round-off of the expansion.
+    center = (h.detach().sum((0, 1)) / mask.sum().clamp(min=1)).to(h.dtype)  # (D,)
+    h = torch.where(mask[..., None], h - center, zero)
+    sq = (h * h).sum(-1)  # (B, L) squared norms
+    sq_j = torch.where(mask, sq, float("inf"))  # a padded j is never the nearest
+    n_items = mask.sum(-1)  # (B,)
+    nonempty = n_items > 0  # (B,)
+    M = int(nonempty.sum())
+    weight = mask.to(reps.dtype)  # (B, L): weight of item i of q1 in d_CH(q1, .)
+    if form == "mean":
+        weight = weight / (n_items.clamp(min=1).to(reps.dtype)[:, None] * max(D, 1))
+    if chunk_size is not None:
+        rows, cols = min(chunk_size, max(B, 1)), max(B, 1)
+    else:
+        rows, cols = chamfer_block_shape(
+            B, L, D, itemsize=reps.element_size(), max_block_bytes=max_block_bytes, sampled=pairs is not None
+        )
+
+    if pairs is None:
+        blocks = [
+            torch.cat(
+                [
+                    _chamfer_rows(h, sq_j, sq, weight, nonempty, (r, min(r + rows, B)), (c, min(c + cols, B)))
+                    for c in range(0, B, cols)
+                ],
+                dim=1,
+            )
+            for r in range(0, B, rows)
+        ]
+        matrix = torch.cat(blocks, dim=0) if blocks else h.reshape(-1)[:0].view(0, 0)  # (B, B)
+        matrix = matrix.masked_fill(torch.eye(B, dtype=torch.bool, device=device), 0.0)
+        if reduction == "none":
+            return matrix
+        total = matrix.sum()
+        return total if reduction == "sum" else total / max(M, 1) ** 2
+
+    if M > 0:
+        draw = torch.randint(
+            M, (2, pairs), generator=generator, device=device if generator is None else generator.device
+        ).to(device)
+        ids = torch.nonzero(nonempty).flatten()  # (M,)
+        q1, q2 = ids[draw[0]], ids[draw[1]]  # (P,) uniform over ordered pairs, with replacement
+    else:
+        q1 = q2 = torch.zeros(pairs, dtype=torch.long, device=device)
+    off_diag = torch.nonzero(q1 != q2).flatten()  # diagonal pairs are exactly 0: not computed
+    use_ckpt = torch.is_grad_enabled() and reps.requires_grad
+    parts = []
+    for idx in off_diag.split(rows * cols):
+        args = (h, sq_j, sq, weight, q1[idx], q2[idx])
+        parts.append(
+            checkpoint(_chamfer_pairs, *args, use_reentrant=False) if use_ckpt else _chamfer_pairs(*args)
+        )
+    values = torch.cat(parts) if parts else h.reshape(-1)[:0]  # empty, still in the graph
+    sampled = h.new_zeros(pairs).index_put((off_diag,), values)  # (P,), 0 on q1 == q2
+    if reduction == "none":
+        return sampled
+    mean = sampled.mean()
+    return mean if reduction == "mean" else mean * M**2

@@ -1,0 +1,574 @@
+"""Tests of ctxrank.losses: registry invariants, hand formulas, brute-force oracles, Chamfer memory bound."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ctxrank.losses import (
+    LOSSES,
+    attrank,
+    chamfer_block_shape,
+    chamfer_confusion,
+    get_loss,
+    listmle,
+    listnet,
+    softrank,
+    softrank_rank_distribution,
+)
+
+F64 = torch.float64
+
+# Every registered loss with its defaults, plus the other documented variants of known losses.
+_VARIANTS = {
+    "listnet": [{"label_transform": "identity", "temperature": 0.5}, {"label_transform": "exp2"}],
+    "attrank": [{"form": "dlcm"}, {"form": "dlcm_code"}],
+    "softrank": [{"k": 3, "gain": "linear", "sigma": 0.5}],
+}
+CASES = [(name, {}) for name in LOSSES] + [
+    (name, kw) for name, kws in _VARIANTS.items() if name in LOSSES for kw in kws
+]
+CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in kw.items()) for name, kw in CASES]
+cases = pytest.mark.parametrize(("name", "kw"), CASES, ids=CASE_IDS)
+
+
+def call(name, scores, labels, mask, kw, **more):
+    return LOSSES[name](scores, labels, mask, **kw, **more)
+
+
+def batch(seed=0, B=4, L=6, dtype=F64, tie_free=False):
+    """Random padded batch: each list has >= 2 real items, one relevant; padding inside and at the end."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(B, L, generator=g, dtype=dtype)
+    if tie_free:
+        labels = torch.stack([torch.randperm(L, generator=g) for _ in range(B)]).to(dtype) * (4.0 / L)
+    else:
+        labels = torch.randint(0, 5, (B, L), generator=g).to(dtype)
+    mask = torch.rand(B, L, generator=g) > 0.25
+    mask[:, :2] = True
+    mask[0, -1] = False  # trailing padding
+    mask[1, 2] = False  # interior padding
+    labels[:, 0] = labels[:, 0].clamp(min=1.0)  # a relevant real item
+    labels = torch.where(mask, labels, torch.zeros((), dtype=dtype))
+    return scores, labels, mask
+
+
+def grad_of(fn, scores):
+    s = scores.detach().clone().requires_grad_(True)
+    value = fn(s)
+    (g,) = torch.autograd.grad(value.sum(), s)
+    return value.detach(), g
+
+
+# ----------------------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_get_loss():
+    for name, fn in LOSSES.items():
+        assert get_loss(name) is fn
+    with pytest.raises(ValueError, match=r"unknown loss 'nope'; valid names: \['attrank', 'listmle'"):
+        get_loss("nope")
+    with pytest.raises(TypeError, match="loss name must be a str"):
+        get_loss(None)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_common_signature(name):
+    params = list(inspect.signature(LOSSES[name]).parameters.values())
+    assert [p.name for p in params[:3]] == ["scores", "labels", "mask"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not p.empty for p in params[3:])
+    assert inspect.signature(LOSSES[name]).parameters["reduction"].default == "mean"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Invariants, for every registered loss
+# ----------------------------------------------------------------------------------------------------
+
+
+@cases
+def test_padding_invariance(name, kw):
+    scores, labels, mask = batch(seed=1)
+    B, L = scores.shape
+    base, base_grad = grad_of(lambda s: call(name, s, labels, mask, kw, reduction="none"), scores)
+    # Insert 4 padded items between and after the real ones, holding arbitrary scores and labels.
+    g = torch.Generator().manual_seed(7)
+    total = L + 4
+    pad_cols = torch.randperm(total, generator=g)[:4].sort().values
+    real_cols = torch.tensor([c for c in range(total) if c not in set(pad_cols.tolist())])
+    junk_s = torch.tensor([1e4, float("nan"), -float("inf"), 3.0], dtype=F64)
+    junk_y = torch.tensor([4.0, float("nan"), -2.0, 1.0], dtype=F64)
+    s2 = torch.empty(B, total, dtype=F64)
+    y2 = torch.empty(B, total, dtype=F64)
+    m2 = torch.zeros(B, total, dtype=torch.bool)
+    s2[:, real_cols], y2[:, real_cols], m2[:, real_cols] = scores, labels, mask
+    s2[:, pad_cols], y2[:, pad_cols] = junk_s, junk_y
+    value, grad = grad_of(lambda s: call(name, s, y2, m2, kw, reduction="none"), s2)
+    torch.testing.assert_close(value, base, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad[:, real_cols], base_grad, rtol=1e-10, atol=1e-12)
+    assert torch.equal(grad[:, pad_cols], torch.zeros_like(grad[:, pad_cols]))
+    assert torch.equal(grad[~m2], torch.zeros_like(grad[~m2]))
+
+
+@cases
+def test_no_relevant_and_empty_lists_give_zero(name, kw):
+    scores, labels, mask = batch(seed=2, B=3)
+    labels[1] = 0.0  # no relevant item
+    mask[2] = False  # no real item
+    labels[2] = 0.0
+    value, grad = grad_of(lambda s: call(name, s, labels, mask, kw, reduction="none"), scores)
+    assert torch.isfinite(value).all() and torch.isfinite(grad).all()
+    assert value[0] != 0 and value[1] == 0 and value[2] == 0
+    assert torch.equal(grad[1:], torch.zeros_like(grad[1:]))
+    # the mean is over contributing lists only: here just list 0
+    mean = call(name, scores, labels, mask, kw)
+    assert mean.item() == pytest.approx(value[0].item(), rel=1e-12)
+
+
+@cases
+def test_empty_batch_is_finite_zero(name, kw):
+    scores, labels, _ = batch(seed=3, B=2)
+    for mask, y in ((torch.zeros(scores.shape, dtype=torch.bool), labels), (batch(3, B=2)[2], labels * 0)):
+        for reduction in ("mean", "sum"):
+            value, grad = grad_of(
+                lambda s, m=mask, y=y, r=reduction: call(name, s, y, m, kw, reduction=r), scores
+            )
+            assert value.item() == 0.0 and torch.equal(grad, torch.zeros_like(grad))
+
+
+@cases
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_extreme_scores_are_finite(name, kw, dtype):
+    scores, labels, mask = batch(seed=4, B=6, L=8, dtype=dtype)
+    g = torch.Generator().manual_seed(4)
+    signs = torch.where(torch.rand(scores.shape, generator=g) > 0.5, 1.0, -1.0).to(dtype)
+    extreme = signs * 1e4
+    extreme[0, :3] = torch.tensor([1e4, 1e4, -1e4], dtype=dtype)  # ties at the extremes
+    labels[1] = torch.tensor([4.0, 0, 0, 0, 0, 0, 0, 4.0], dtype=dtype) * mask[1]
+    for s in (extreme, extreme * 0 + 1e4, -extreme):
+        value, grad = grad_of(lambda x: call(name, x, labels, mask, kw, reduction="none"), s)
+        assert torch.isfinite(value).all(), value
+        assert torch.isfinite(grad).all()
+
+
+@cases
+def test_gradcheck_float64(name, kw):
+    scores, labels, mask = batch(seed=5, B=3, L=5)
+    labels[0, 1] = labels[0, 0] + 0.5  # keep the label order of listmle free of the gradcheck perturbation
+    s = scores.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x: call(name, x, labels, mask, kw, reduction="sum"), (s,))
+
+
+def test_gradcheck_listmle_with_generator():
+    scores, labels, mask = batch(seed=6, B=3, L=5)
+    s = scores.clone().requires_grad_(True)
+
+    def fn(x):
+        return listmle(x, labels, mask, generator=torch.Generator().manual_seed(0), reduction="sum")
+
+    assert torch.autograd.gradcheck(fn, (s,))
+
+
+@cases
+def test_batch_equals_loop_over_lists(name, kw):
+    scores, labels, mask = batch(seed=7, B=5)
+    whole = call(name, scores, labels, mask, kw, reduction="none")
+    singles = torch.cat(
+        [
+            call(name, scores[b : b + 1], labels[b : b + 1], mask[b : b + 1], kw, reduction="none")
+            for b in range(scores.shape[0])
+        ]
+    )
+    torch.testing.assert_close(whole, singles, rtol=1e-12, atol=1e-12)
+    assert whole.shape == (5,)
+
+
+@cases
+def test_reductions_agree_with_none(name, kw):
+    scores, labels, mask = batch(seed=8, B=5)
+    labels[3] = 0.0  # one non-contributing list
+    none = call(name, scores, labels, mask, kw, reduction="none")
+    assert call(name, scores, labels, mask, kw, reduction="sum").item() == pytest.approx(none.sum().item())
+    assert call(name, scores, labels, mask, kw, reduction="mean").item() == pytest.approx(
+        none.sum().item() / 4
+    )
+    assert call(name, scores, labels, mask, kw).item() == pytest.approx(none.sum().item() / 4)
+
+
+@cases
+def test_permutation_invariance(name, kw):
+    scores, labels, mask = batch(seed=9, B=4, L=7, tie_free=True)
+    g = torch.Generator().manual_seed(9)
+    perm = torch.stack([torch.randperm(7, generator=g) for _ in range(4)])
+    base = call(name, scores, labels, mask, kw, reduction="none")
+    permuted = call(
+        name, scores.gather(1, perm), labels.gather(1, perm), mask.gather(1, perm), kw, reduction="none"
+    )
+    torch.testing.assert_close(permuted, base, rtol=1e-10, atol=1e-12)
+
+
+@cases
+def test_nan_is_never_hidden(name, kw):
+    scores, labels, mask = batch(seed=10, B=3)
+    scores[0, 0] = float("nan")  # contributing list
+    labels[1] = 0.0
+    labels[1, 1] = float("nan")  # otherwise non-contributing list
+    value = call(name, scores, labels, mask, kw, reduction="none")
+    assert torch.isnan(value[:2]).all() and torch.isfinite(value[2])
+    assert torch.isnan(call(name, scores, labels, mask, kw))
+
+
+@cases
+def test_input_errors(name, kw):
+    scores, labels, mask = batch(seed=11)
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        call(name, scores, labels, mask.int(), kw)
+    with pytest.raises(ValueError, match="same shape"):
+        call(name, scores, labels[:, :-1], mask, kw)
+    with pytest.raises(ValueError, match=r"reduction must be one of \['mean', 'sum', 'none'\], got 'avg'"):
+        call(name, scores, labels, mask, kw, reduction="avg")
+    bad = labels.clone()
+    bad[0, 0] = -1.0
+    with pytest.raises(ValueError, match=r"labels must be >= 0 on real items"):
+        call(name, scores, bad, mask, kw)
+
+
+def test_option_errors():
+    s, y, m = batch(seed=12)
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        listnet(s, y, m, temperature=0.0)
+    with pytest.raises(ValueError, match=r"label_transform must be one of \['exp', 'identity', 'exp2'\]"):
+        listnet(s, y, m, label_transform="softmax")
+    with pytest.raises(ValueError, match=r"form must be one of \['qilcm', 'dlcm', 'dlcm_code'\]"):
+        attrank(s, y, m, form="ai2018")
+    with pytest.raises(ValueError, match="sigma must be a finite number > 0"):
+        softrank(s, y, m, sigma=-1.0)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        softrank(s, y, m, k=0)
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
+        listmle(s, y, m, generator=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Hand formulas and brute-force oracles (plain Python math)
+# ----------------------------------------------------------------------------------------------------
+
+S3 = [0.5, -1.0, 2.0]
+Y3 = [2.0, 0.0, 1.0]
+
+
+def one(values):
+    return torch.tensor([values], dtype=F64)
+
+
+def full(n):
+    return torch.ones(1, n, dtype=torch.bool)
+
+
+def test_listnet_hand():
+    def softmax(xs):
+        z = sum(math.exp(x) for x in xs)
+        return [math.exp(x) / z for x in xs]
+
+    for transform, target in (
+        ("exp", softmax(Y3)),
+        ("identity", [y / sum(Y3) for y in Y3]),
+        ("exp2", [(2**y - 1) / sum(2**v - 1 for v in Y3) for y in Y3]),
+    ):
+        for temperature in (1.0, 2.5):
+            p = softmax([s / temperature for s in S3])
+            expected = -sum(t * math.log(q) for t, q in zip(target, p, strict=True))
+            got = listnet(one(S3), one(Y3), full(3), temperature=temperature, label_transform=transform)
+            assert got.item() == pytest.approx(expected, rel=1e-12)
+
+
+def plackett_luce_nll(scores, order):
+    nll = 0.0
+    for pos in range(len(order)):
+        rest = order[pos:]
+        nll -= math.log(math.exp(scores[order[pos]]) / sum(math.exp(scores[k]) for k in rest))
+    return nll
+
+
+def test_listmle_brute_force():
+    s = [0.3, -1.2, 2.0, 0.7, 0.0]
+    y = [1.0, 3.0, 0.0, 2.0, 0.5]  # tie-free; label order: 1, 3, 0, 4, 2
+    order = sorted(range(5), key=lambda i: -y[i])
+    assert order == [1, 3, 0, 4, 2]
+    # the brute-force PL probabilities form a distribution over the 5! orders
+    assert sum(math.exp(-plackett_luce_nll(s, list(p))) for p in itertools.permutations(range(5))) == (
+        pytest.approx(1.0, rel=1e-12)
+    )
+    got = listmle(one(s), one(y), full(5))
+    assert got.item() == pytest.approx(plackett_luce_nll(s, order), rel=1e-12)
+    # padding in the middle and at the end
+    s_pad, y_pad = [*s[:2], 9.0, *s[2:], -3.0], [*y[:2], 4.0, *y[2:], 1.0]
+    m = torch.tensor([[True, True, False, True, True, True, False]])
+    assert listmle(one(s_pad), one(y_pad), m).item() == pytest.approx(plackett_luce_nll(s, order), rel=1e-12)
+
+
+def test_listmle_ties():
+    s = [0.2, 1.5, -0.4]
+    y = [1.0, 1.0, 0.0]  # items 0 and 1 tie
+    by_position = plackett_luce_nll(s, [0, 1, 2])
+    swapped = plackett_luce_nll(s, [1, 0, 2])
+    assert listmle(one(s), one(y), full(3)).item() == pytest.approx(by_position, rel=1e-12)
+    seen = set()
+    for seed in range(40):
+        v = listmle(one(s), one(y), full(3), generator=torch.Generator().manual_seed(seed)).item()
+        assert v == pytest.approx(by_position, rel=1e-12) or v == pytest.approx(swapped, rel=1e-12)
+        seen.add(round(v, 9))
+        again = listmle(one(s), one(y), full(3), generator=torch.Generator().manual_seed(seed)).item()
+        assert again == v
+    assert len(seen) == 2
+
+
+def test_attrank_hand():
+    def psi(x):
+        return math.exp(x) if x > 0 else 0.0
+
+    z = sum(math.exp(v) for v in S3)
+    att = [math.exp(v) / z for v in S3]
+    norm = sum(psi(v) for v in Y3)
+    target = [psi(v) / norm for v in Y3]
+    ce = -sum(t * math.log(a) for t, a in zip(target, att, strict=True))
+    two_sided = ce - sum((1 - t) * math.log(1 - a) for t, a in zip(target, att, strict=True))
+    args = (one(S3), one(Y3), full(3))
+    assert attrank(*args).item() == pytest.approx(ce / 3, rel=1e-12)  # QILCM eq. 12: 1/n_q
+    assert attrank(*args, form="qilcm").item() == pytest.approx(ce / 3, rel=1e-12)
+    assert attrank(*args, form="dlcm").item() == pytest.approx(two_sided, rel=1e-12)
+    assert attrank(*args, form="dlcm_code").item() == pytest.approx(ce, rel=1e-12)
+
+
+def test_attrank_dlcm_log_one_minus_is_exact_at_extremes():
+    # s = softmax([1e4, 0, -1e4]) puts all mass on item 0, whose label is 0: the exact loss is
+    # -log s_2 - log(1 - s_1) - log(1 - s_3) = 1e4 + 1e4 + ~0. A naive log(1 - s) gives inf here.
+    s, y = one([1e4, 0.0, -1e4]), one([0.0, 4.0, 0.0])
+    for dtype in (F64, torch.float32):
+        value = attrank(s.to(dtype), y.to(dtype), full(3), form="dlcm")
+        assert value.item() == pytest.approx(2e4, rel=1e-6)
+    # one-item list: 1 - s = 0 and 1 - y~ = 0, the term is 0 by definition
+    assert attrank(one([3.0]), one([2.0]), full(1), form="dlcm").item() == 0.0
+
+
+def simple_ndcg(scores, labels, k=None):
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    cut = len(scores) if k is None else k
+    dcg = sum((2 ** labels[i] - 1) / math.log2(r + 2) for r, i in enumerate(order[:cut]))
+    ideal = sum((2**v - 1) / math.log2(r + 2) for r, v in enumerate(sorted(labels, reverse=True)[:cut]))
+    return dcg / ideal
+
+
+def test_softrank_small_sigma_is_true_ndcg():
+    s = [0.3, -1.2, 2.0, 0.7, 0.0, 1.1]
+    y = [1.0, 3.0, 0.0, 2.0, 1.0, 0.0]
+    for k in (None, 2, 4):
+        loss = softrank(one(s), one(y), full(6), sigma=1e-3, k=k)
+        assert 1.0 - loss.item() == pytest.approx(simple_ndcg(s, y, k), abs=1e-12)
+    # larger noise pulls the expected NDCG away from the true one (towards a random ranking)
+    assert 1.0 - softrank(one(s), one(y), full(6), sigma=2.0).item() != pytest.approx(
+        simple_ndcg(s, y), abs=1e-3
+    )
+
+
+def test_softrank_rank_distribution_brute_force():
+    s = [0.3, -0.2, 0.9, 0.1]
+    sigma = 0.4
+    n = len(s)
+
+    def beats(i, j):  # P(s_i + noise > s_j + noise)
+        return 0.5 * math.erfc(-(s[i] - s[j]) / (2 * sigma))
+
+    # rank of j = number of other items that beat it, each independently (the SoftRank model)
+    expected = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        others = [i for i in range(n) if i != j]
+        for outcome in itertools.product([0, 1], repeat=n - 1):
+            p = math.prod(beats(i, j) if o else 1 - beats(i, j) for i, o in zip(others, outcome, strict=True))
+            expected[j][sum(outcome)] += p
+    got = softrank_rank_distribution(one(s), full(n), sigma)
+    torch.testing.assert_close(got[0], torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-14)
+
+
+def test_softrank_rank_distribution_sums_to_one():
+    scores, _, mask = batch(seed=13, B=5, L=9)
+    dist = softrank_rank_distribution(scores, mask, 0.3)
+    assert dist.shape == (5, 9, 9)
+    sums = dist.sum(-1)
+    torch.testing.assert_close(sums[mask], torch.ones_like(sums[mask]), rtol=0, atol=1e-12)
+    assert torch.equal(dist[~mask], torch.zeros_like(dist[~mask]))  # padded items have no rank
+    n = mask.sum(-1)
+    beyond = torch.arange(9)[None, None, :] >= n[:, None, None]  # ranks >= n are impossible
+    assert torch.equal(dist[beyond.expand_as(dist)], torch.zeros_like(dist[beyond.expand_as(dist)]))
+    # truncation keeps the first ranks exactly
+    torch.testing.assert_close(softrank_rank_distribution(scores, mask, 0.3, max_rank=3), dist[..., :3])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chamfer query confusion
+# ----------------------------------------------------------------------------------------------------
+
+
+def naive_chamfer(reps, mask, form):
+    """Double loop over query pairs and items (torch ops only for the vectors, so autograd works)."""
+    B, _, D = reps.shape
+    d = [[reps.new_zeros(()) for _ in range(B)] for _ in range(B)]
+    for q1 in range(B):
+        items1 = [i for i in range(reps.shape[1]) if mask[q1, i]]
+        for q2 in range(B):
+            items2 = [j for j in range(reps.shape[1]) if mask[q2, j]]
+            if not items1 or not items2:
+                continue
+            total = reps.new_zeros(())
+            for i in items1:
+                total = total + min(((reps[q1, i] - reps[q2, j]) ** 2).sum() for j in items2)
+            d[q1][q2] = total if form == "sum" else total / (len(items1) * D)
+    return torch.stack([torch.stack(row) for row in d])
+
+
+def chamfer_batch(seed=0, B=5, L=4, D=3):
+    g = torch.Generator().manual_seed(seed)
+    reps = torch.randn(B, L, D, generator=g, dtype=F64)
+    mask = torch.rand(B, L, generator=g) > 0.3
+    mask[:, 0] = True
+    mask[2] = False  # an empty list
+    mask[3, 1:] = False  # a one-item list
+    reps[~mask] = float("nan")  # padded rows hold garbage
+    return reps, mask
+
+
+@pytest.mark.parametrize("form", ["sum", "mean"])
+def test_chamfer_against_naive_loop(form):
+    reps, mask = chamfer_batch()
+    clean = torch.where(mask[..., None], reps, 0.0).requires_grad_(True)
+    naive = naive_chamfer(clean, mask, form)
+    n_nonempty = 4
+    (naive_grad,) = torch.autograd.grad(naive.sum() / n_nonempty**2, clean)
+    for kwargs in (
+        {},
+        {"chunk_size": 1},
+        {"chunk_size": 2},
+        {"max_block_bytes": 1},
+        {"max_block_bytes": 500},
+    ):
+        r = reps.clone().requires_grad_(True)
+        matrix = chamfer_confusion(r, mask, form=form, reduction="none", **kwargs)
+        torch.testing.assert_close(matrix, naive.detach(), rtol=1e-12, atol=1e-12)
+        assert torch.equal(matrix.diagonal(), torch.zeros(5, dtype=F64))
+        total = chamfer_confusion(r, mask, form=form, reduction="sum", **kwargs)
+        assert total.item() == pytest.approx(naive.sum().item(), rel=1e-12)
+        mean = chamfer_confusion(r, mask, form=form, **kwargs)
+        assert mean.item() == pytest.approx(naive.sum().item() / n_nonempty**2, rel=1e-12)
+        (grad,) = torch.autograd.grad(mean, r)
+        torch.testing.assert_close(grad[mask], naive_grad[mask], rtol=1e-10, atol=1e-12)
+        assert torch.equal(grad[~mask], torch.zeros_like(grad[~mask]))
+
+
+def test_chamfer_gradcheck():
+    reps, mask = chamfer_batch(seed=1)
+    r = torch.where(mask[..., None], reps, 0.0).requires_grad_(True)
+    for form in ("sum", "mean"):
+        assert torch.autograd.gradcheck(
+            lambda x, f=form: chamfer_confusion(x, mask, form=f, chunk_size=2), (r,), fast_mode=True
+        )
+    assert torch.autograd.gradcheck(
+        lambda x: chamfer_confusion(x, mask, pairs=7, generator=torch.Generator().manual_seed(0)),
+        (r,),
+        fast_mode=True,
+    )
+
+
+def test_chamfer_diagonal_and_duplicates():
+    g = torch.Generator().manual_seed(2)
+    reps = 300.0 + 30.0 * torch.randn(3, 50, 300, generator=g)  # large norms: expansion round-off is large
+    reps[1] = reps[0].flip(0)  # the same item set in another order
+    mask = torch.ones(3, 50, dtype=torch.bool)
+    matrix = chamfer_confusion(reps, mask, reduction="none")
+    assert torch.equal(matrix.diagonal(), torch.zeros(3))  # exactly 0
+    assert (matrix >= 0).all()
+    assert matrix[0, 1].item() < 1e-6 * matrix[0, 2].item()  # round-off only
+    # an empty list in the batch changes nothing
+    more = torch.cat([reps, torch.randn(1, 50, 300, generator=g)])
+    more_mask = torch.cat([mask, torch.zeros(1, 50, dtype=torch.bool)])
+    assert chamfer_confusion(more, more_mask).item() == pytest.approx(chamfer_confusion(reps, mask).item())
+
+
+def test_chamfer_empty_batch():
+    reps = torch.randn(3, 4, 2, requires_grad=True)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    for pairs in (None, 5):
+        value = chamfer_confusion(reps, mask, pairs=pairs)
+        (grad,) = torch.autograd.grad(value, reps)
+        assert value.item() == 0.0 and torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_chamfer_sampled_pairs_are_unbiased():
+    reps, mask = chamfer_batch(seed=3, B=6, L=4, D=3)
+    r = reps.clone().requires_grad_(True)
+    exact = chamfer_confusion(r, mask)
+    (exact_grad,) = torch.autograd.grad(exact, r)
+    g = torch.Generator().manual_seed(0)
+    draws, grads = [], []
+    for _ in range(200):
+        est = chamfer_confusion(r, mask, pairs=50, generator=g)
+        draws.append(est.item())
+        grads.append(torch.autograd.grad(est, r)[0])
+    draws_t = torch.tensor(draws, dtype=F64)
+    stderr = draws_t.std().item() / math.sqrt(len(draws))
+    assert abs(draws_t.mean().item() - exact.item()) < 4 * stderr
+    assert draws_t.std().item() > 0  # really random
+    torch.testing.assert_close(torch.stack(grads).mean(0)[mask], exact_grad[mask], rtol=0.1, atol=0.05)
+    # reproducible, shapes, and the sum is the mean scaled by |B|^2 (5 non-empty lists)
+    a = chamfer_confusion(reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none")
+    b = chamfer_confusion(reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none")
+    assert a.shape == (30,) and torch.equal(a, b)
+    total = chamfer_confusion(
+        reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="sum"
+    )
+    assert total.item() == pytest.approx(a.mean().item() * 25)
+
+
+def test_chamfer_errors():
+    reps, mask = chamfer_batch()
+    with pytest.raises(ValueError, match=r"form must be one of \['sum', 'mean'\]"):
+        chamfer_confusion(reps, mask, form="max")
+    with pytest.raises(ValueError, match="mask must be a bool tensor of shape"):
+        chamfer_confusion(reps, mask[:, :2])
+    with pytest.raises(ValueError, match="reps must be a float tensor of shape"):
+        chamfer_confusion(reps[0], mask)
+    with pytest.raises(ValueError, match="pairs must be >= 1"):
+        chamfer_confusion(reps, mask, pairs=0)
+
+
+def test_chamfer_block_shape():
+    # 80 x 100 x 300 float32: a pair costs 4 * 4 * 100^2 = 160 kB; 64 MiB holds 5 rows of 80 queries
+    assert chamfer_block_shape(80, 100, 300) == (5, 80)
+    assert chamfer_block_shape(80, 100, 300, max_block_bytes=8 * 2**20) == (1, 52)  # less than one row
+    assert chamfer_block_shape(80, 100, 300, max_block_bytes=1) == (1, 1)
+    for budget in (2**20, 5 * 2**20, 64 * 2**20):
+        rows, cols = chamfer_block_shape(80, 100, 300, max_block_bytes=budget)
+        assert rows * cols * 4 * 4 * 100 * 100 <= budget
+        rows, cols = chamfer_block_shape(80, 100, 300, max_block_bytes=budget, sampled=True)
+        assert rows * cols * 4 * (4 * 100 * 100 + 4 * 100 * 300) <= budget
+
+
+def test_chamfer_memory_is_bounded():
+    """B=80, L=100, D=300 (QILCM's batch): no operation allocates anywhere near the (B, L, B, L) tensor."""
+    g = torch.Generator().manual_seed(0)
+    reps = torch.randn(80, 100, 300, generator=g).requires_grad_(True)
+    mask = torch.ones(80, 100, dtype=torch.bool)
+    mask[::3, 60:] = False
+    budget = 32 * 2**20  # blocks of 2 x 80 queries
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        value = chamfer_confusion(reps, mask, max_block_bytes=budget)
+        value.backward()
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    full_block = 80 * 100 * 80 * 100 * 4  # 256 MB
+    assert largest <= budget + 2 * reps.numel() * 4 < full_block / 4
+    assert torch.isfinite(value) and torch.isfinite(reps.grad).all()
