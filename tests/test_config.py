@@ -69,3 +69,30 @@ def test_bad_toml_file(tmp_path):
 def test_train_config_is_frozen():
     with pytest.raises(AttributeError):
         TrainConfig().lr = 1.0  # type: ignore[misc]
+
+
+def test_rerank_section_and_nested_overrides(tmp_path):
+    c = resolve_config(
+        None, ["rerank.initial=lambdamart", "rerank.top_k=50", "rerank.initial_params.num_leaves=15"]
+    )
+    assert c.rerank.initial == "lambdamart" and c.rerank.top_k == 50
+    assert dict(c.rerank.initial_params) == {"num_leaves": 15}
+    f = tmp_path / "saved.toml"
+    f.write_text(to_toml(c.to_dict()))
+    assert "[rerank.initial_params]" in f.read_text()
+    assert resolve_config(f).to_dict() == c.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rerank.initial=bm25", r"rerank\.initial must be"),
+        ("rerank.crossfit=1", r"rerank\.crossfit must be 0 \(off\) or an integer >= 2"),
+        ("rerank.top_k=0", r"rerank\.top_k must be a positive integer"),
+        ("rerank.ideal=half", r"rerank\.ideal must be"),
+        ("rerank.rank_feature=3", r"rerank\.rank_feature must be true or false"),
+    ],
+)
+def test_bad_rerank_values(override, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(None, [override])

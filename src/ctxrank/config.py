@@ -94,6 +94,50 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class RerankConfig:
+    """The re-ranking protocol (see ``ctxrank.rerank``).
+
+    Attributes:
+        initial: initial ranker: ``""`` (none: the model ranks whole lists) or ``"lambdamart"``.
+        top_k: items kept per query, by initial score (the whole list when shorter).
+        crossfit: K > 1 = out-of-fold initial scores (K folds over queries) on the training split.
+        rank_feature: append the initial rank as a feature (None = the model's default).
+        score_feature: append the initial score as a feature (None = the model's default).
+        ideal: evaluation scope: ``"full"`` (ideal DCG over every judged item) or ``"top-k"``.
+        initial_params: parameters of the initial ranker (``LambdaMART(**initial_params)``).
+    """
+
+    SECTION = "rerank"
+    initial: str = ""
+    top_k: int = 100
+    crossfit: int = 0
+    rank_feature: bool | None = None
+    score_feature: bool | None = None
+    ideal: str = "full"
+    initial_params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.initial not in ("", "lambdamart"):
+            raise ValueError(f"rerank.initial must be '' or 'lambdamart', got {self.initial!r}")
+        _positive_int(self, "top_k", self.top_k)
+        if (
+            isinstance(self.crossfit, bool)
+            or not isinstance(self.crossfit, int)
+            or self.crossfit in (1,)
+            or self.crossfit < 0
+        ):
+            raise ValueError(f"rerank.crossfit must be 0 (off) or an integer >= 2, got {self.crossfit!r}")
+        for name in ("rank_feature", "score_feature"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"rerank.{name} must be true or false, got {value!r}")
+        if self.ideal not in ("full", "top-k"):
+            raise ValueError(f"rerank.ideal must be 'full' or 'top-k', got {self.ideal!r}")
+        if not isinstance(self.initial_params, Mapping):
+            raise ValueError("rerank.initial_params must be a table")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything needed to repeat a training run (saved next to the weights)."""
 
@@ -103,6 +147,7 @@ class RunConfig:
     model_params: Mapping[str, Any] = field(default_factory=dict)
     loss_params: Mapping[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
 
     def __post_init__(self) -> None:
         from ctxrank.data.transforms import TRANSFORMS
@@ -146,6 +191,10 @@ class RunConfig:
             "model_params": dict(self.model_params),
             "loss_params": dict(self.loss_params),
             "train": dataclasses.asdict(self.train),
+            "rerank": {
+                k: dict(v) if isinstance(v, Mapping) else v
+                for k, v in dataclasses.asdict(self.rerank).items()
+            },
         }
 
     @classmethod
@@ -154,9 +203,9 @@ class RunConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown config key(s) {sorted(unknown)}; valid keys: {sorted(known)}")
-        train = d.get("train", {})
-        if not isinstance(train, Mapping):
-            raise ValueError("[train] must be a table")
+        train, rerank = d.get("train", {}), d.get("rerank", {})
+        if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
+            raise ValueError("[train] and [rerank] must be tables")
         return cls(
             model=d.get("model", "listnet"),
             loss=d.get("loss", ""),
@@ -164,6 +213,7 @@ class RunConfig:
             model_params=dict(d.get("model_params", {})),
             loss_params=dict(d.get("loss_params", {})),
             train=build_dataclass(TrainConfig, train, "train"),
+            rerank=build_dataclass(RerankConfig, rerank, "rerank"),
         )
 
 
@@ -203,25 +253,27 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def apply_overrides(d: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key=value`` / ``section.key=value`` overrides; values are TOML literals or bare strings."""
-    out: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()}
+    """Apply ``key=value`` / ``section.key=value`` (any depth) overrides; values are TOML literals or bare
+    strings."""
+    out: dict[str, Any] = _copy_tables(d)
     for item in overrides:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq or not key:
             raise ValueError(f"--set expects key=value, got {item!r}")
         value = _parse_value(raw.strip())
-        parts = key.split(".")
-        if len(parts) > 2:
-            raise ValueError(f"--set {key}: at most one dot (section.key)")
-        if len(parts) == 1:
-            out[key] = value
-        else:
-            section = out.setdefault(parts[0], {})
-            if not isinstance(section, dict):
-                raise ValueError(f"--set {key}: {parts[0]!r} is not a section")
-            section[parts[1]] = value
+        *sections, leaf = key.split(".")
+        target = out
+        for i, part in enumerate(sections):
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {key}: {'.'.join(sections[: i + 1])!r} is not a section")
+        target[leaf] = value
     return out
+
+
+def _copy_tables(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _copy_tables(v) if isinstance(v, Mapping) else v for k, v in d.items()}
 
 
 def _parse_value(raw: str) -> Any:
@@ -246,17 +298,23 @@ def resolve_config(
 
 
 def to_toml(d: Mapping[str, Any]) -> str:
-    """A small TOML writer for saved configs (scalars, lists, one level of tables)."""
-    lines, tables = [], []
+    """A small TOML writer for saved configs (scalars, lists and nested tables)."""
+    lines: list[str] = []
+    _write_table(lines, d, prefix="")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _write_table(lines: list[str], d: Mapping[str, Any], prefix: str) -> None:
+    tables = []
     for k, v in d.items():
         if isinstance(v, Mapping):
             tables.append((k, v))
         elif v is not None:
             lines.append(f"{k} = {_toml_value(v)}")
-    for name, table in tables:
+    for k, v in tables:
+        name = f"{prefix}.{k}" if prefix else k
         lines.append(f"\n[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
-    return "\n".join(lines) + "\n"
+        _write_table(lines, v, name)
 
 
 def _toml_value(v: Any) -> str:

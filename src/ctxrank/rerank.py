@@ -1,0 +1,113 @@
+"""The ranking-refinement protocol of the DLCM and QILCM papers.
+
+1. An initial ranker (LambdaMART) scores every item of every query.
+2. Each query keeps its top ``k`` items (default 100; the whole list when shorter), ordered by the
+   initial score; the initial rank and/or score can be appended as extra features (QILCM). The order
+   is kept, so sequence models (DLCM) read the initial ranking.
+3. A re-ranker scores the top-k lists.
+4. Evaluation (:func:`merge_scores`): the re-ranked top k come first, the items cut off follow in
+   their initial order, and metrics are computed on the FULL query — so the ideal DCG counts every
+   judged item of the query, including those cut off by top-k, and a relevant item lost by the cut
+   costs recall. ``ideal="top-k"`` instead evaluates the truncated lists alone (ideal DCG over the
+   kept items only), which is what some re-ranking papers report; the choice is recorded.
+
+Leakage: initial scores on the training split from a model trained on that same split are
+over-confident (the re-ranker learns to trust them more than it should). ``crossfit=K`` replaces them
+by out-of-fold scores (K folds over queries); validation and test always use the model fitted on the
+whole training split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ctxrank.data.lists import truncate_top_k
+from ctxrank.data.ranking_data import RankingData
+
+IDEAL_SCOPES = ("full", "top-k")
+
+
+@dataclass(frozen=True)
+class RerankSplit:
+    """One split prepared for re-ranking.
+
+    Attributes:
+        full: the original split, every judged item (N rows).
+        top: each query's top-k items, ordered by initial score (N' rows), with the extra features.
+        rows: int64 [N'] row of each ``top`` item in ``full``.
+        initial_scores: float64 [N] initial scores of ``full``.
+    """
+
+    full: RankingData
+    top: RankingData
+    rows: np.ndarray
+    initial_scores: np.ndarray
+
+    @property
+    def top_initial_scores(self) -> np.ndarray:
+        """float32 [N'] initial scores of the ``top`` items (ListBatch.init_scores)."""
+        return self.initial_scores[self.rows].astype(np.float32)
+
+
+def prepare_split(
+    data: RankingData,
+    initial_scores: np.ndarray,
+    *,
+    k: int = 100,
+    rank_feature: bool = False,
+    score_feature: bool = False,
+) -> RerankSplit:
+    """Top-k truncation by ``initial_scores`` (see :func:`ctxrank.data.lists.truncate_top_k`)."""
+    initial_scores = np.asarray(initial_scores, dtype=np.float64)
+    top, rows = truncate_top_k(
+        data, initial_scores, k, add_rank_feature=rank_feature, add_score_feature=score_feature
+    )
+    return RerankSplit(full=data, top=top, rows=rows, initial_scores=initial_scores)
+
+
+def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
+    """Full-query scores [N]: re-ranked top-k first (ties kept in initial order), then the rest.
+
+    The values are ranks turned into scores (higher = better), unique within a query, so any metric
+    computed on them sees exactly this order. Vectorized: two ``lexsort``s, no loop over queries.
+    """
+    full, rows = split.full, split.rows
+    rerank_scores = np.asarray(rerank_scores, dtype=np.float64)
+    if rerank_scores.shape != rows.shape:
+        raise ValueError(
+            f"expected {rows.size} re-ranking scores (one per top-k item), got {rerank_scores.shape}"
+        )
+    if not np.isfinite(rerank_scores).all():
+        raise ValueError("re-ranking scores must be finite")
+    qidx = full.query_index  # [N]
+    n = full.n_items
+    # new order of the kept items: by query, then re-ranker score, ties by their initial position
+    kept_q = qidx[rows]
+    initial_pos = np.arange(rows.size)  # top is already in initial order within each query
+    order = np.lexsort((initial_pos, -rerank_scores, kept_q))
+    final_rank = np.empty(n, dtype=np.int64)
+    kept_starts = np.searchsorted(kept_q[order], kept_q[order], side="left")
+    final_rank[rows[order]] = np.arange(rows.size) - kept_starts
+    # items cut off: after every kept item, in initial order (ties by file position)
+    cut = np.ones(n, dtype=bool)
+    cut[rows] = False
+    cut_rows = np.flatnonzero(cut)
+    if cut_rows.size:
+        cq = qidx[cut_rows]
+        corder = np.lexsort((cut_rows, -split.initial_scores[cut_rows], cq))
+        cut_sorted = cut_rows[corder]
+        starts = np.searchsorted(cq[corder], cq[corder], side="left")
+        kept_per_query = split.top.query_lengths  # min(length, k)
+        final_rank[cut_sorted] = kept_per_query[cq[corder]] + np.arange(cut_rows.size) - starts
+    return -final_rank.astype(np.float64)
+
+
+def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str = "full"):
+    """(scores, data) to evaluate: merged full-query scores, or the top-k lists alone."""
+    if ideal not in IDEAL_SCOPES:
+        raise ValueError(f"ideal must be one of {IDEAL_SCOPES}, got {ideal!r}")
+    if ideal == "full":
+        return merge_scores(split, rerank_scores), split.full
+    return np.asarray(rerank_scores, dtype=np.float64), split.top

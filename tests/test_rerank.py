@@ -1,0 +1,71 @@
+"""Re-ranking protocol: top-k preparation and full-query evaluation after re-ranking."""
+
+import numpy as np
+import pytest
+
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.metrics import evaluate_queries
+from ctxrank.rerank import evaluation_target, merge_scores, prepare_split
+
+from .conftest import make_ranking_data
+
+
+def _data():
+    # query a: 5 items, the only relevant one (label 2) has the 4th best initial score
+    # query b: 2 items
+    x = np.arange(7, dtype=np.float32)[:, None]
+    return RankingData(
+        features=x,
+        labels=np.array([0, 0, 0, 2, 0, 1, 0], dtype=np.float32),
+        query_ids=np.array(["a", "b"]),
+        query_offsets=np.array([0, 5, 7]),
+    )
+
+
+INITIAL = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.1, 0.2])
+
+
+def test_prepare_orders_by_initial_score_and_adds_features():
+    s = prepare_split(_data(), INITIAL, k=3, rank_feature=True, score_feature=True)
+    assert s.rows.tolist() == [0, 1, 2, 6, 5]
+    assert s.top.feature_names[-2:] == ("initial_rank", "initial_score")
+    np.testing.assert_array_equal(s.top.features[:, 1], [1, 2, 3, 1, 2])
+    np.testing.assert_allclose(s.top_initial_scores, INITIAL[s.rows].astype(np.float32))
+
+
+def test_cut_off_relevant_item_counts_in_the_ideal_dcg():
+    s = prepare_split(_data(), INITIAL, k=3)
+    rerank = np.array([0.0, 0.0, 1.0, 0.0, 1.0])  # re-ranker lifts row 2 in query a, row 5 in query b
+    merged = merge_scores(s, rerank)
+    # final order a: row 2, row 0, row 1 (kept), then 3, 4 (cut, initial order); b: row 5, row 6
+    order_a = np.argsort(-merged[:5], kind="stable")
+    assert order_a.tolist() == [2, 0, 1, 3, 4]
+    assert np.argsort(-merged[5:], kind="stable").tolist() == [0, 1]
+    full = evaluate_queries(*[merged, s.full.labels, s.full.query_offsets], ["ndcg@10"])["ndcg@10"]
+    # relevant item of query a at rank 4: DCG = 3/log2(5), ideal = 3/log2(2)
+    assert full[0] == pytest.approx(1 / np.log2(5))
+    scores, data = evaluation_target(s, rerank, ideal="top-k")
+    top = evaluate_queries(scores, data.labels, data.query_offsets, ["ndcg@10"])["ndcg@10"]
+    assert top[0] == 0.0  # the relevant item is not in the top-3 list at all (no relevant: 0)
+    assert full[1] == top[1] == 1.0
+
+
+def test_identity_rerank_reproduces_the_initial_ranking():
+    d = make_ranking_data(50, max_len=30, seed=4)
+    initial = np.random.default_rng(0).normal(size=d.n_items)
+    s = prepare_split(d, initial, k=7)
+    merged = merge_scores(s, s.initial_scores[s.rows])
+    a = evaluate_queries(merged, d.labels, d.query_offsets, ["ndcg@10", "map", "ndcg@30"])
+    b = evaluate_queries(initial, d.labels, d.query_offsets, ["ndcg@10", "map", "ndcg@30"])
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-12)
+
+
+def test_merge_errors():
+    s = prepare_split(_data(), INITIAL, k=3)
+    with pytest.raises(ValueError, match="expected 5 re-ranking scores"):
+        merge_scores(s, np.zeros(4))
+    with pytest.raises(ValueError, match="finite"):
+        merge_scores(s, np.array([0, 0, np.nan, 0, 0]))
+    with pytest.raises(ValueError, match="ideal must be one of"):
+        evaluation_target(s, np.zeros(5), ideal="nope")
