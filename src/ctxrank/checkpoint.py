@@ -85,6 +85,7 @@ def save_checkpoint(
     train_data: RankingData,
     summary: dict[str, Any] | None = None,
     conventions: dict[str, Any] | None = None,
+    rerank: dict[str, Any] | None = None,
 ) -> Path:
     """Write weights, metadata and the resolved config into ``directory``; returns the directory."""
     import safetensors.torch
@@ -112,6 +113,7 @@ def save_checkpoint(
         "run_config": config.to_dict(),
         "metric_conventions": conventions or {},
         "training": summary or {},
+        "rerank": rerank,
     }
     write_json(directory / META_FILE, meta)
     atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
@@ -173,7 +175,13 @@ def load_model(directory: str | Path):
         )
     model.eval()
     transform = Transform.from_dict(meta["transform"])
-    return TorchPredictor(model=model, transform=transform, config=config, meta=meta)
+    predictor = TorchPredictor(model=model, transform=transform, config=config, meta=meta)
+    if meta.get("rerank"):
+        from ctxrank.rerank import RerankPredictor
+
+        rerank = meta["rerank"]
+        return RerankPredictor(load_model(directory / rerank["dir"]), predictor, rerank)
+    return predictor
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

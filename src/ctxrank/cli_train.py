@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-TRAIN_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
-
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     from ctxrank.cli import _add_dataset_options
@@ -32,7 +30,10 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`."
         ),
     )
-    p.add_argument("--model", help="model name (e.g. listnet, mlp); default: the config file's, else listnet")
+    p.add_argument(
+        "--model",
+        help="model name (listnet, mlp, dlcm, lambdamart, ...); default: the config file's, else listnet",
+    )
     p.add_argument("--loss", help="ranking loss (default: the model's own)")
     p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
     p.add_argument(
@@ -44,6 +45,20 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)",
     )
     p.add_argument("--seed", type=int, help="random seed (train.seed)")
+    p.add_argument(
+        "--initial",
+        choices=("lambdamart",),
+        help="re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
+    )
+    p.add_argument(
+        "--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k, default 100)"
+    )
+    p.add_argument(
+        "--crossfit",
+        type=int,
+        metavar="K",
+        help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory for the saved model")
     p.add_argument("--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight)")
     p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
@@ -97,80 +112,69 @@ def _training_data(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import functools
-
-    from ctxrank.checkpoint import save_checkpoint, write_json
+    from ctxrank.checkpoint import write_json
     from ctxrank.cli import _out, _table
     from ctxrank.config import resolve_config
-    from ctxrank.data.transforms import make_transform
-    from ctxrank.losses import get_loss
-    from ctxrank.metrics import evaluate_queries, mean_metrics, metric_convention
-    from ctxrank.models import make_model
-    from ctxrank.train import fit, predict, seed_everything
+    from ctxrank.metrics import mean_metrics, metric_convention
+    from ctxrank.pipeline import run_training
 
     overrides = list(args.overrides)
-    if args.model:
-        overrides.append(f"model={args.model}")
-    if args.loss:
-        overrides.append(f"loss={args.loss}")
-    if args.seed is not None:
-        overrides.append(f"train.seed={args.seed}")
+    for flag, key in (
+        ("model", "model"),
+        ("loss", "loss"),
+        ("seed", "train.seed"),
+        ("initial", "rerank.initial"),
+        ("top_k", "rerank.top_k"),
+        ("crossfit", "rerank.crossfit"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append(f"{key}={value}")
     config = resolve_config(args.config, overrides)
     out = Path(args.out)
     if (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
     train, valid, test, what = _training_data(args)
-    tc = config.train
-    _out(
-        f"{config.model} ({config.loss_name} loss) on {what}: train {train.n_queries} queries, "
-        f"valid {valid.n_queries}" + (f", test {test.n_queries}" if test is not None else "")
+    counts = f"train {train.n_queries} queries, valid {valid.n_queries}" + (
+        f", test {test.n_queries}" if test is not None else ""
     )
-
-    seed_everything(tc.seed, tc.threads)
-    transform = make_transform(config.transform).fit(train)
-    train_n, valid_n = transform.transform(train), transform.transform(valid)
-    model = make_model(
-        config.model,
-        train.n_features,
-        config.model_params,
-        categorical_cardinalities=train.categorical_cardinalities,
-    )
-    loss_fn = functools.partial(get_loss(config.loss_name), **config.loss_params)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_log.jsonl").unlink(missing_ok=True)
+    rr = config.rerank
+    how = f" re-ranking LambdaMART's top {rr.top_k}" if rr.initial else ""
+    _out(f"{config.model} ({config.loss_name} loss){how} on {what}: {counts}")
     t0 = time.perf_counter()
-    result = fit(
-        model, loss_fn, train_n, valid_n, tc, log_path=out / "train_log.jsonl", progress=not args.no_progress
-    )
-    conv = metric_convention("standard", no_relevant=tc.no_relevant)
-    save_checkpoint(
-        out, model, config, transform, train_data=train, summary=result.to_dict(), conventions=conv.to_dict()
-    )
-    _out(
-        f"best epoch {result.best_epoch} of {result.epochs_run} "
-        f"(valid {tc.metric} {result.best_metric:.4f}), "
-        f"{time.perf_counter() - t0:.1f} s; saved to {out}"
-    )
-    if test is not None:
-        scores = predict(model, transform.transform(test))
-        per_query = evaluate_queries(
-            scores, test.labels, test.query_offsets, TRAIN_METRICS, no_relevant=tc.no_relevant
+    result = run_training(config, train, valid, test, out=out, progress=not args.no_progress, log=_out)
+    s = result.summary
+    if "best_epoch" in s:
+        _out(
+            f"best epoch {s['best_epoch']} of {s['epochs_run']} "
+            f"(valid {s['metric']} {s['best_valid_metric']:.4f}), "
+            f"{time.perf_counter() - t0:.1f} s; saved to {out}"
         )
-        means = mean_metrics(per_query)
-        write_json(
-            out / "test_metrics.json",
-            {
-                "data": test.source,
-                "metrics": means,
-                "conventions": conv.to_dict(),
-                "query_ids": [str(q) for q in test.query_ids],
-                "per_query": {
-                    k: [None if np.isnan(x) else float(x) for x in v] for k, v in per_query.items()
-                },
+    else:
+        _out(f"best iteration {s['best_iteration']}, {time.perf_counter() - t0:.1f} s; saved to {out}")
+    if result.test_metrics is not None:
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+        means = mean_metrics(result.test_metrics)
+        record = {
+            "data": test.source,
+            "metrics": means,
+            "conventions": conv.to_dict(),
+            "ideal": rr.ideal if rr.initial else "full",
+            "query_ids": [str(q) for q in test.query_ids],
+            "per_query": {
+                k: [None if np.isnan(x) else float(x) for x in v] for k, v in result.test_metrics.items()
             },
-        )
+        }
+        rows = [(k, f"{v:.4f}") for k, v in means.items()]
+        headers: tuple[str, ...] = ("test metric", config.model)
+        if result.initial_test_metrics is not None:
+            initial = mean_metrics(result.initial_test_metrics)
+            record["initial_metrics"] = initial
+            rows = [(k, f"{initial[k]:.4f}", v) for k, v in rows]
+            headers = ("test metric", "lambdamart", f"{config.model} re-ranked")
+        write_json(out / "test_metrics.json", record)
         _out()
-        _out(_table(("test metric", "mean"), [(k, f"{v:.4f}") for k, v in means.items()], right=(1,)))
+        _out(_table(headers, rows, right=tuple(range(1, len(headers)))))
     return 0
 
 

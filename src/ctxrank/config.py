@@ -36,6 +36,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
+BASELINE_MODELS = ("lambdamart",)  # non-neural models trained by their own library (LightGBM)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimization and model selection (defaults: the QILCM paper, Adam lr 1e-3, batch 80 queries,
@@ -154,10 +157,9 @@ class RunConfig:
         from ctxrank.losses import LOSSES
         from ctxrank.models import MODELS
 
-        if self.model not in MODELS:
-            raise ValueError(
-                f"model: unknown model {self.model!r}; valid models: {', '.join(sorted(MODELS))}"
-            )
+        if self.model not in MODELS and self.model not in BASELINE_MODELS:
+            valid = ", ".join(sorted([*MODELS, *BASELINE_MODELS]))
+            raise ValueError(f"model: unknown model {self.model!r}; valid models: {valid}")
         if self.loss and self.loss not in LOSSES:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         if self.transform not in TRANSFORMS:
@@ -166,6 +168,14 @@ class RunConfig:
             )
         if not isinstance(self.train, TrainConfig):
             raise TypeError("train must be a TrainConfig")
+        if self.model in BASELINE_MODELS:
+            if self.loss:
+                raise ValueError(
+                    f"loss: {self.model} trains LightGBM's lambdarank objective; --loss does not apply"
+                )
+            if self.rerank.initial:
+                raise ValueError(f"rerank.initial: {self.model} is itself the initial ranker")
+            return
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         MODELS[self.model].make_config(self.model_params)
         options = loss_options(LOSSES[self.loss_name])
@@ -181,6 +191,8 @@ class RunConfig:
         """The loss actually used: ``loss`` or the model's default loss."""
         from ctxrank.models import MODELS
 
+        if self.model in BASELINE_MODELS:
+            return "lambdarank"
         return self.loss or MODELS[self.model].default_loss
 
     def to_dict(self) -> dict[str, Any]:

@@ -111,3 +111,31 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
     if ideal == "full":
         return merge_scores(split, rerank_scores), split.full
     return np.asarray(rerank_scores, dtype=np.float64), split.top
+
+
+class RerankPredictor:
+    """Initial ranker + re-ranker: raw RankingData in, full-query scores out (see :func:`merge_scores`).
+
+    Args:
+        initial: an object with ``predict(data)`` and ``n_features`` (e.g. LambdaMART).
+        reranker: a ``TorchPredictor`` trained on the prepared top-k lists.
+        meta: ``{"top_k", "rank_feature", "score_feature", ...}`` as saved in ``ctxrank.json``.
+    """
+
+    def __init__(self, initial, reranker, meta: dict) -> None:
+        self.initial, self.reranker, self.meta = initial, reranker, dict(meta)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.initial.n_features)
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        split = prepare_split(
+            data,
+            self.initial.predict(data),
+            k=int(self.meta["top_k"]),
+            rank_feature=bool(self.meta["rank_feature"]),
+            score_feature=bool(self.meta["score_feature"]),
+        )
+        top_scores = self.reranker.predict(split.top, init_scores=split.top_initial_scores)
+        return merge_scores(split, top_scores)
