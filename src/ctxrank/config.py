@@ -195,13 +195,25 @@ class RunConfig:
             return "lambdarank"
         return self.loss or MODELS[self.model].default_loss
 
+    @property
+    def effective_loss_params(self) -> dict[str, Any]:
+        """``loss_params`` over the model's implied options for its default loss (e.g. DLCM's AttRank
+        form), so that saved configs record what was actually used."""
+        from ctxrank.models import MODELS
+
+        cls = MODELS.get(self.model)
+        implied = (
+            dict(cls.default_loss_params) if cls is not None and self.loss_name == cls.default_loss else {}
+        )
+        return {**implied, **self.loss_params}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "loss": self.loss_name,
             "transform": self.transform,
             "model_params": dict(self.model_params),
-            "loss_params": dict(self.loss_params),
+            "loss_params": self.effective_loss_params if self.model not in BASELINE_MODELS else {},
             "train": dataclasses.asdict(self.train),
             "rerank": {
                 k: dict(v) if isinstance(v, Mapping) else v

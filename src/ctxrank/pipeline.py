@@ -136,7 +136,7 @@ def run_training(
         config.model_params,
         categorical_cardinalities=fit_train.categorical_cardinalities,
     )
-    loss_fn = functools.partial(get_loss(config.loss_name), **config.loss_params)
+    loss_fn = functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     log_path = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -6,11 +6,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxrank.models.base import Ranker
+from ctxrank.models.dlcm import DLCM
 from ctxrank.models.mlp import ListNet, MLPScorer
+from ctxrank.models.qilcm import QILCM, QILCM_VARIANTS
 
 MODELS: dict[str, type[Ranker]] = {
+    "dlcm": DLCM,
     "listnet": ListNet,
     "mlp": MLPScorer,
+    "qilcm": QILCM,
+    **QILCM_VARIANTS,  # ablations of Table 3: qilcm-variant1, -variant2, -variant3
 }
 
 
@@ -31,4 +36,4 @@ def make_model(
     return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)
 
 
-__all__ = ["MODELS", "ListNet", "MLPScorer", "Ranker", "get_model_class", "make_model"]
+__all__ = ["DLCM", "MODELS", "QILCM", "ListNet", "MLPScorer", "Ranker", "get_model_class", "make_model"]

@@ -67,6 +67,8 @@ class Ranker(nn.Module):
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object
     default_loss: ClassVar[str] = "listnet"
+    default_loss_params: ClassVar[Mapping[str, Any]] = {}  # options of default_loss this model implies
+    rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()

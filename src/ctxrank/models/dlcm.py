@@ -1,0 +1,363 @@
+"""DLCM: the Deep Listwise Context Model (Ai, Bi, Guo, Croft; SIGIR 2018; seed 003).
+
+DLCM re-ranks the top ``n`` items of an initial ranking. **The row order of a list is the initial
+ranking**: position 0 is the initial top-1 (``ctxrank.data.lists.truncate_top_k`` / the re-ranking
+pipeline order the items that way; on whole lists without re-ranking the rows are in file order and
+DLCM reads that order). ``init_scores`` are not used (the authors' ``use_residua`` was dropped from
+their final model). Three steps, per list of ``n`` real items ``d_1..d_n`` (``d_1`` = top):
+
+1. **Input representation** (sec. 4.1, eq. 3): a two-layer ELU network abstracts each feature vector
+   and the abstraction is concatenated with it (Wide & Deep style)::
+
+       z^(0) = x,  z^(l) = elu(W_z^(l-1) z^(l-1) + b_z^(l-1)),  l = 1, 2;   x' = [x; z^(2)]
+
+   ``alpha`` = width of ``x`` and ``beta`` = width of ``z^(2)``; ``beta = 0`` means ``x' = x``.
+2. **Local context** (sec. 4.2, eq. 4): a GRU reads the ``n`` items one by one, by default from the
+   LOWEST position to the HIGHEST (``d_n`` first, ``d_1`` last, so the top items weigh most on the
+   final state). ``d_i`` is then fed at step ``n + 1 - i`` and its output is ``o_{n+1-i}``; the state
+   after the last step, ``s_n``, is the local context ``I(R_q^n, X_q^n)``. (Eq. 4 writes ``s_t`` for
+   the candidate activation and ``o_t`` for the GRU output; for a one-layer GRU the final state is the
+   last output, and, as in the authors' code (``static_rnn``'s final state), ``s_n`` here is that
+   final state ``o`` after the last step.)
+3. **Local ranking function** (sec. 4.3, eq. 5)::
+
+       phi(o_{n+1-i}, s_n) = V_phi . ( o_{n+1-i} (.) tanh(W_phi . s_n + b_phi) )
+
+   with ``W_phi`` in ``R^{A x k x A}``, ``b_phi`` in ``R^{A x k}``, ``V_phi`` in ``R^k`` (``A`` = GRU
+   width). ``W_phi . s_n + b_phi`` is an ``A x k`` matrix ``C``; ``o`` multiplies it along ``A``
+   (broadcast over the ``k`` columns) and the result is summed over ``A`` (``o^T C``, a ``k``-vector)
+   and dotted with ``V_phi``::
+
+       score_i = sum_{a, j} o[a] * tanh( sum_c W_phi[a, j, c] s_n[c] + b_phi[a, j] ) * V_phi[j]
+
+   ``k`` plays the role of the attention heads of the authors' code: their ``att_strategy="multi"``
+   (the setting in their README) computes, per head ``j``, ``sum_a o[a] tanh(W_j s_n + b_j)[a]``,
+   scales it by a learned ``head_weight_j`` and averages the ``k = num_heads = 3`` heads, which is
+   eq. 5 with ``V_phi = head_weight / k``.
+
+Shapes (``B`` lists, ``L`` padded length, ``F`` input width incl. categorical embeddings)::
+
+    features (B, L, F) -> x' (B, L, alpha) -> [per-row reordering] -> GRU outputs (B, L, A),
+    s_n (B, A) -> C = tanh(einsum("akc,bc->bak", W_phi, s_n) + b_phi) (B, A, k)
+    -> scores = einsum("bla,bak,k->bl", o, C, V_phi) (B, L)
+
+with ``A = H`` or ``2 H`` (bidirectional), ``H`` = GRU hidden size (default ``alpha``, as in eq. 4).
+
+**Padding.** Real items come first in each row (``mask`` True). Each row is reordered *within its own
+length* (a gather with per-row indices: for the reverse order, step ``t`` reads item ``n_b - 1 - t``),
+so every row's real items occupy steps ``0..n_b - 1`` and padding only follows them; the recurrence
+stops at each row's length (the state is frozen after step ``n_b - 1``), so ``s_n`` is the state after
+the last real item and no padded item ever enters a real item's output, the context or a real score.
+(The authors' code pads to a fixed ``rank_list_size`` and feeds a learned PAD vector through the GRU
+*before* the real items, for both feeding orders; the context then depends on the amount of padding,
+and the PAD outputs also enter their min-shift and softmax. Here scores do not depend on padding at
+all, which the tests check.)
+
+**Loss.** ``default_loss = "attrank"`` and, unless the loss options say otherwise, DLCM trains with
+``form="dlcm"``, the two-sided Attention Rank cross entropy of the paper (eq. 11)::
+
+    L = - sum_i [ a^y_i log a^S_i + (1 - a^y_i) log(1 - a^S_i) ]
+
+(:attr:`DLCM.default_loss_params`, applied in :meth:`DLCM.training_loss` when the trainer's loss is
+``attrank`` with no ``form`` bound). Other choices, as run-config overrides::
+
+    --set loss_params.form=dlcm_code   # the authors' released code: softmax cross entropy only
+    --set loss_params.form=qilcm       # QILCM's eq. 12
+    --set loss=listmle                 # ListMLE (paper sec. 4.4)
+    --set loss=softrank                # SoftRank, sigma = 0.1 as in the paper (the loss default)
+
+**Defaults from the authors' code** (``QingyaoAi/Deep-Listwise-Context-Model-for-Ranking-Refinement``,
+``DLCM/RankLSTM_model.py`` and ``DLCM/main.py``): ``--embed_size 1024`` is the width of ``x'``; the
+abstraction adds ``beta = max(1024 - F, 0)`` columns through hidden widths
+``[(F + beta) // 2, beta]`` = ``[512, 1024 - F]`` with ELU after both layers (``abstract()`` in
+``embedding_rnn_seq2seq``); the GRU (``tf.contrib.rnn.GRUCell``) has ``F + beta`` units, i.e.
+``H = alpha``; ``num_heads = 3`` (``k``); ``reverse_input = True``; one layer; no dropout.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxrank.config import check_non_negative, check_positive_int
+from ctxrank.data.lists import ListBatch
+from ctxrank.models.base import Ranker
+
+__all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
+
+DIRECTIONS: tuple[str, ...] = ("reverse_rank", "rank")
+GRU_CELLS: tuple[str, ...] = ("paper", "torch")
+AUTHORS_EMBED_SIZE = 1024  # width of x' in the authors' code (main.py, --embed_size)
+
+
+@dataclass(frozen=True)
+class DLCMConfig:
+    """Attributes:
+    encoder_widths: widths ``(h1, beta)`` of the two ELU layers of the input abstraction (eq. 3);
+        ``()`` = no abstraction (``beta = 0``, ``x' = x``); ``None`` (default) = the authors' rule
+        for ``F`` input features: ``beta = max(1024 - F, 0)``, ``h1 = (F + beta) // 2`` (so ``x'`` has
+        1024 columns; no abstraction when ``F >= 1024``).
+    gru_hidden: GRU state width ``H``; ``None`` = ``alpha``, the width of ``x'`` (eq. 4).
+    k: hidden units of the local ranking function (eq. 5); the authors' code uses 3 heads.
+    direction: feeding order of the GRU: ``"reverse_rank"`` (paper: lowest position first, the
+        top-1 last) or ``"rank"`` (top-1 first).
+    bidirectional: also run a second GRU (own weights) in the other order and concatenate outputs
+        and final states, ``[primary; other]`` (``A = 2 H``).
+    gru: ``"paper"`` = eq. 4 as written (reset gate applied before the recurrent matrix, as in the
+        TensorFlow ``GRUCell`` of the authors' code; a Python loop over steps) or ``"torch"`` =
+        ``torch.nn.GRU`` (reset gate applied after the recurrent matrix; fused cuDNN kernel, faster
+        on GPU). Both have biases (eq. 4 omits them, the authors' cell has them).
+    dropout: dropout probability on ``x'`` before the GRU (not in the paper or code: default 0).
+    """
+
+    SECTION = "model_params"
+    encoder_widths: tuple[int, ...] | None = None
+    gru_hidden: int | None = None
+    k: int = 3
+    direction: str = "reverse_rank"
+    bidirectional: bool = False
+    gru: str = "paper"
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        w = self.encoder_widths
+        if w is not None and (
+            not isinstance(w, tuple)
+            or len(w) not in (0, 2)
+            or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in w)
+        ):
+            raise ValueError(
+                "model_params.encoder_widths must be two positive integers [h1, beta] (the two ELU "
+                f"layers of eq. 3), [] for no abstraction, or omitted for the authors' rule; got {w!r}"
+            )
+        if self.gru_hidden is not None:
+            check_positive_int(self, "gru_hidden", self.gru_hidden)
+        check_positive_int(self, "k", self.k)
+        if self.direction not in DIRECTIONS:
+            raise ValueError(
+                f"model_params.direction must be one of {list(DIRECTIONS)}, got {self.direction!r}"
+            )
+        if not isinstance(self.bidirectional, bool):
+            raise ValueError(f"model_params.bidirectional must be true or false, got {self.bidirectional!r}")
+        if self.gru not in GRU_CELLS:
+            raise ValueError(f"model_params.gru must be one of {list(GRU_CELLS)}, got {self.gru!r}")
+        check_non_negative(self, "dropout", self.dropout)
+        if self.dropout >= 1:
+            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+
+    def resolved_encoder_widths(self, n_inputs: int) -> tuple[int, ...]:
+        """``(h1, beta)`` or ``()`` for ``n_inputs`` input columns (applies the authors' rule)."""
+        if self.encoder_widths is not None:
+            return self.encoder_widths
+        beta = max(AUTHORS_EMBED_SIZE - n_inputs, 0)
+        return ((n_inputs + beta) // 2, beta) if beta > 0 else ()
+
+
+class PaperGRU(nn.Module):
+    """The GRU of DLCM eq. 4, run over length-masked sequences.
+
+    With ``x_t`` the input and ``o_{t-1}`` the previous output (= state)::
+
+        u_t = sigmoid(W_u^x x_t + W_u^s o_{t-1} + b_u)        update gate
+        r_t = sigmoid(W_r^x x_t + W_r^s o_{t-1} + b_r)        reset gate
+        c_t = tanh(W^x x_t + W^s (r_t (.) o_{t-1}) + b)       candidate (the paper's s_t)
+        o_t = (1 - u_t) (.) o_{t-1} + u_t (.) c_t
+
+    The reset gate acts before ``W^s`` (as in eq. 4 and TensorFlow's ``GRUCell``), unlike
+    ``torch.nn.GRU`` which computes ``r_t (.) (W^s o_{t-1} + b)``. The initial state is 0.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.input_proj = nn.Linear(input_size, 3 * hidden_size)  # [W_u^x; W_r^x; W^x] and biases
+        self.gate_proj = nn.Linear(hidden_size, 2 * hidden_size, bias=False)  # [W_u^s; W_r^s]
+        self.cand_proj = nn.Linear(hidden_size, hidden_size, bias=False)  # W^s
+        bound = hidden_size**-0.5  # torch.nn.GRU's initialization
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def forward(self, seq: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``seq`` (B, T, D), row b real at steps ``0..lengths[b]-1`` -> outputs (B, T, H), state (B, H).
+
+        After step ``lengths[b] - 1`` row b's state is frozen (later steps repeat it), so the returned
+        state is the state after the row's last real step (0 for an empty row).
+        """
+        B, T, _ = seq.shape
+        H = self.hidden_size
+        h = seq.new_zeros(B, H)
+        if T == 0:
+            return seq.new_zeros(B, 0, H), h
+        xp = self.input_proj(seq)  # (B, T, 3H): all input projections at once
+        steps = torch.arange(T, device=seq.device)
+        live = steps[None, :] < lengths[:, None]  # (B, T)
+        outputs = []
+        for t in range(T):
+            xu, xr, xc = xp[:, t].split(H, dim=-1)  # (B, H) each
+            hu, hr = self.gate_proj(h).split(H, dim=-1)  # (B, H) each
+            u = torch.sigmoid(xu + hu)
+            r = torch.sigmoid(xr + hr)
+            c = torch.tanh(xc + self.cand_proj(r * h))
+            h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)  # (1 - u) h + u c
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h
+
+
+class DLCM(Ranker):
+    """Deep Listwise Context Model: ``[B, L, F]`` features in initial-rank order -> ``[B, L]`` scores.
+
+    See the module docstring for the equations, the padding treatment and the loss options.
+    """
+
+    name = "dlcm"
+    config_class = DLCMConfig
+    default_loss = "attrank"
+    #: loss options applied when the loss is ``default_loss`` and the run does not set them
+    default_loss_params: ClassVar[Mapping[str, Any]] = {"form": "dlcm"}
+    #: DLCM reads the raw feature vectors only (paper sec. 4.1: no extra features)
+    rerank_features: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n_features: int, config: DLCMConfig, *, categorical_cardinalities: Sequence[int] = ()):
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        widths = config.resolved_encoder_widths(self.input_dim)
+        if widths:
+            h1, beta = widths
+            self.encoder: nn.Module | None = nn.Sequential(
+                nn.Linear(self.input_dim, h1), nn.ELU(), nn.Linear(h1, beta), nn.ELU()
+            )
+        else:
+            beta = 0
+            self.encoder = None
+        self.alpha = self.input_dim + beta  # width of x' (the paper's alpha in eq. 4)
+        self.hidden = config.gru_hidden or self.alpha
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+        orders = [config.direction]
+        if config.bidirectional:
+            orders.append("rank" if config.direction == "reverse_rank" else "reverse_rank")
+        self.orders = tuple(orders)
+        self.grus = nn.ModuleList(self._make_gru() for _ in self.orders)
+        A, k = self.hidden * len(self.orders), config.k
+        self.context_width = A
+        bound = A**-0.5
+        self.W_phi = nn.Parameter(torch.empty(A, k, A).uniform_(-bound, bound))  # (A, k, A)
+        self.b_phi = nn.Parameter(torch.empty(A, k).uniform_(-bound, bound))  # (A, k)
+        self.V_phi = nn.Parameter(torch.empty(k).uniform_(-(k**-0.5), k**-0.5))  # (k,)
+
+    def _make_gru(self) -> nn.Module:
+        if self.config.gru == "paper":
+            return PaperGRU(self.alpha, self.hidden)
+        return nn.GRU(self.alpha, self.hidden, batch_first=True)
+
+    # ------------------------------------------------------------------------------------------------
+    def represent(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
+        """x' = [x; z^(2)] (eq. 3): [B, L, F] -> [B, L, alpha]."""
+        x = self.item_inputs(features, categorical)
+        if self.encoder is None:
+            return x
+        return torch.cat([x, self.encoder(x)], dim=-1)
+
+    @staticmethod
+    def feed_order(lengths: torch.Tensor, L: int, order: str) -> torch.Tensor:
+        """int64 [B, L]: ``idx[b, t]`` = the item fed at step ``t``.
+
+        ``"rank"``: ``t``. ``"reverse_rank"``: ``n_b - 1 - t`` for ``t < n_b`` (real items reversed
+        within the row's own length), ``t`` on padding. Both are involutions: ``idx[b, idx[b, i]] = i``,
+        so the same index maps step outputs back to items.
+        """
+        t = torch.arange(L, device=lengths.device).expand(lengths.shape[0], L)
+        if order == "rank":
+            return t
+        n = lengths[:, None]
+        return torch.where(t < n, n - 1 - t, t)
+
+    def _run(
+        self, gru: nn.Module, seq: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One direction over ``seq`` (B, T, alpha) in feeding order -> outputs (B, T, H), s_n (B, H)."""
+        if isinstance(gru, PaperGRU):
+            return gru(seq, lengths)
+        B, T, _ = seq.shape
+        if T == 0:
+            return seq.new_zeros(B, 0, self.hidden), seq.new_zeros(B, self.hidden)
+        # Real steps come first in every row and a GRU is causal: outputs at real steps never see the
+        # padded steps after them, so no packing is needed; s_n is the output at the last real step.
+        out, _ = gru(seq)  # (B, T, H)
+        last = (lengths - 1).clamp(min=0)  # (B,)
+        s_n = out.gather(1, last[:, None, None].expand(B, 1, self.hidden)).squeeze(1)  # (B, H)
+        return out, torch.where(lengths[:, None] > 0, s_n, torch.zeros_like(s_n))
+
+    def context(
+        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-item GRU outputs ``o`` (B, L, A), aligned with the items, and the context ``s_n`` (B, A)."""
+        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
+            raise ValueError(
+                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+        B, L = mask.shape
+        lengths = mask.sum(dim=1)  # (B,)
+        steps = torch.arange(L, device=mask.device)
+        if not torch.equal(mask, steps[None, :] < lengths[:, None]):
+            raise ValueError("DLCM needs the real items first in each row (mask = True, then padding)")
+        x = self.represent(features, categorical)  # (B, L, alpha)
+        if self.dropout is not None:
+            x = self.dropout(x)
+        T = int(lengths.max()) if B > 0 else 0  # steps beyond the longest list are never needed
+        outs, states = [], []
+        for order, gru in zip(self.orders, self.grus, strict=True):
+            idx = self.feed_order(lengths, L, order)  # (B, L) item fed at each step
+            seq = x.gather(1, idx[..., None].expand_as(x))[:, :T]  # (B, T, alpha) in feeding order
+            o_steps, s_n = self._run(gru, seq, lengths)  # (B, T, H), (B, H)
+            o_steps = F.pad(o_steps, (0, 0, 0, L - T))  # (B, L, H); padded steps -> 0
+            outs.append(o_steps.gather(1, idx[..., None].expand(B, L, self.hidden)))  # back to items
+            states.append(s_n)
+        return torch.cat(outs, dim=-1), torch.cat(states, dim=-1)
+
+    def local_ranking(self, o: torch.Tensor, s_n: torch.Tensor) -> torch.Tensor:
+        """Eq. 5: ``o`` (B, L, A), ``s_n`` (B, A) -> scores (B, L).
+
+        ``C = tanh(W_phi . s_n + b_phi)`` (B, A, k); ``score = sum_{a,j} o[a] C[a, j] V_phi[j]``.
+        """
+        C = torch.tanh(torch.einsum("akc,bc->bak", self.W_phi, s_n) + self.b_phi)  # (B, A, k)
+        return torch.einsum("bla,bak,k->bl", o, C, self.V_phi)  # (B, L)
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        o, s_n = self.context(features, mask, categorical)
+        return self.local_ranking(o, s_n)
+
+    def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """The ranking loss of the scores; AttRank gets ``form="dlcm"`` unless the run sets a form."""
+        return _with_defaults(loss_fn, self.default_loss, self.default_loss_params)(
+            self.score_batch(batch), batch.labels, batch.mask
+        )
+
+
+def _with_defaults(
+    loss_fn: Callable[..., torch.Tensor], loss_name: str, defaults: Mapping[str, Any]
+) -> Callable[..., torch.Tensor]:
+    """``loss_fn`` with ``defaults`` bound when it is the registered ``loss_name`` loss (possibly a
+    ``functools.partial`` of it) and those options are not bound already."""
+    from ctxrank.losses import LOSSES
+
+    fn, bound = loss_fn, {}
+    while isinstance(fn, functools.partial):
+        bound = {**fn.keywords, **bound}
+        fn = fn.func
+    if fn is not LOSSES.get(loss_name):
+        return loss_fn
+    missing = {k: v for k, v in defaults.items() if k not in bound}
+    return functools.partial(loss_fn, **missing) if missing else loss_fn

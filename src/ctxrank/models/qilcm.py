@@ -1,0 +1,231 @@
+"""QILCM: Query-Invariant Listwise Context Model (Zhu, Chen and He, AAAI 2019; seeds 000/001).
+
+Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask [B, L].
+
+* Item encoder (eq. 1-2): x^(1) = ELU(W1 x + b1), x^(2) = ELU(W2 x^(1) + b2), h = [x ; x^(2)]  [B, L, D].
+  ``x`` holds the numerical features (min-max normalized to [0, 1] on train: the run config's
+  ``transform = "minmax"``), learned embeddings of categorical columns, and the initial ranker's rank
+  (and optionally score) as extra numerical features when re-ranking (``rerank_features``).
+* Item pooling (eq. 3-5): a = masked softmax_i(MLP_att(h_i)) [B, L]; c = sum_i a_i h_i [B, D];
+  refined h~_i = [c (.) h_i ; h_i] [B, L, 2D].
+* Query normalization (eq. 6-8, parameter-free): c-bar = sum_i a_i h~_i, sigma-bar^2 = sum_i a_i
+  (h~_i - c-bar)^2, h-bar_i = (h~_i - c-bar) / (sigma-bar + eps)  [B, L, 2D].
+* Ranking layer (eq. 9): s = masked softmax_i(MLP_rank(h-bar_i)). ``forward`` returns the logits
+  MLP_rank(h-bar_i) [B, L]: the softmax is monotone, so they rank identically, and the AttRank loss
+  applies the (log-)softmax itself (numerically safer than log(softmax)).
+* Objective (eq. 10): L = L_rank + lambda * L_conf, L_rank = AttRank (eq. 11-12: the ``attrank`` loss,
+  ``form="qilcm"``, the model's default loss), L_conf = Chamfer query-confusion loss (eq. 13-14) between
+  the normalized item sets h-bar of every pair of lists in the batch (``ctxrank.losses.chamfer_confusion``).
+
+Choices where the paper is silent (all options of :class:`QILCMConfig`):
+
+* sigma-bar = sqrt(var + ``var_floor``): about 20% of (query, feature) pairs of MQ2008 are constant
+  within a query, and d sqrt(v)/dv is infinite at v = 0 (NaN gradients); the floor (1e-12) keeps the
+  gradient finite and changes sigma-bar by at most 1e-6. ``eps`` (1e-5, the batch-norm default) is
+  the paper's epsilon of eq. 8.
+* Padded items get attention weight exactly 0 (masked softmax), so they never change c, c-bar,
+  sigma-bar, the scores of real items or the Chamfer term.
+* Chamfer form: ``"sum"`` is eq. 13-14 as written (sums of squared distances between 2D-dimensional
+  vectors, 10^4-10^5 times the ranking loss on MQ2008); ``"mean"`` averages over items and dimensions
+  (scale-free). ``confusion_pairs`` samples that many ordered query pairs (an unbiased estimate).
+* Ablations (Table 3): variant 1 = ``pooling="mean"`` (plain average pooling, unweighted mean and
+  variance); variant 2 = ``confusion_weight=0``; variant 3 = ``confusion_weight=0, query_norm=False``.
+  Without the QN layer a non-zero confusion weight applies the Chamfer term to h~.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ctxrank.config import check_non_negative, check_positive
+from ctxrank.data.lists import ListBatch
+from ctxrank.losses import chamfer_confusion
+from ctxrank.models.base import Ranker
+
+VARIANTS = {
+    "full": {},
+    "variant1": {"pooling": "mean"},
+    "variant2": {"confusion_weight": 0.0},
+    "variant3": {"confusion_weight": 0.0, "query_norm": False},
+}
+
+
+@dataclass(frozen=True)
+class QILCMConfig:
+    """Attributes (paper defaults: encoder 100 ELUs, MLPs of 256 and 128 ELUs):
+    encoder_width: width of both ELU layers of eq. 1.
+    att_hidden: hidden widths of MLP_att (eq. 3).
+    rank_hidden: hidden widths of MLP_rank (eq. 9).
+    pooling: ``"attention"`` (eq. 3-4) or ``"mean"`` (ablation variant 1).
+    query_norm: apply the QN layer (eq. 6-8); False = ablation variant 3.
+    confusion_weight: lambda of eq. 10 (0 = no confusion term: variants 2 and 3).
+    confusion_form: ``"sum"`` (eq. 13-14 as written) or ``"mean"`` (scale-free).
+    confusion_pairs: None = all ordered pairs of the batch; an int = that many sampled pairs.
+    eps: epsilon of eq. 8.
+    var_floor: added to the variance under the square root (finite gradients for constant features).
+    """
+
+    SECTION = "model_params"
+    encoder_width: int = 100
+    att_hidden: tuple[int, ...] = (256, 128)
+    rank_hidden: tuple[int, ...] = (256, 128)
+    pooling: str = "attention"
+    query_norm: bool = True
+    confusion_weight: float = 1e-4
+    confusion_form: str = "sum"
+    confusion_pairs: int | None = None
+    eps: float = 1e-5
+    var_floor: float = 1e-12
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.encoder_width, bool)
+            or not isinstance(self.encoder_width, int)
+            or self.encoder_width < 1
+        ):
+            raise ValueError(
+                f"model_params.encoder_width must be a positive integer, got {self.encoder_width!r}"
+            )
+        for name in ("att_hidden", "rank_hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or any(
+                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value
+            ):
+                raise ValueError(f"model_params.{name} must be a list of positive integers, got {value!r}")
+        if self.pooling not in ("attention", "mean"):
+            raise ValueError(f"model_params.pooling must be 'attention' or 'mean', got {self.pooling!r}")
+        if not isinstance(self.query_norm, bool):
+            raise ValueError(f"model_params.query_norm must be true or false, got {self.query_norm!r}")
+        check_non_negative(self, "confusion_weight", self.confusion_weight)
+        if self.confusion_form not in ("sum", "mean"):
+            raise ValueError(
+                f"model_params.confusion_form must be 'sum' or 'mean', got {self.confusion_form!r}"
+            )
+        if self.confusion_pairs is not None and (
+            isinstance(self.confusion_pairs, bool)
+            or not isinstance(self.confusion_pairs, int)
+            or self.confusion_pairs < 1
+        ):
+            raise ValueError(
+                f"model_params.confusion_pairs must be a positive integer, got {self.confusion_pairs!r}"
+            )
+        check_positive(self, "eps", self.eps)
+        check_positive(self, "var_floor", self.var_floor)
+
+
+class QILCMOutput(NamedTuple):
+    """Everything QILCM computes for a batch (for inspection and the training loss)."""
+
+    scores: torch.Tensor  # [B, L] MLP_rank logits (eq. 9 before the softmax)
+    attention: torch.Tensor  # [B, L] a_i of eq. 3 (0 at padding)
+    context: torch.Tensor  # [B, D] c of eq. 4
+    normalized: torch.Tensor  # [B, L, 2D] h-bar of eq. 8 (h~ when query_norm is off)
+
+
+def _elu_mlp(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), nn.ELU()]
+        in_dim = h
+    layers.append(nn.Linear(in_dim, 1))
+    return nn.Sequential(*layers)
+
+
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the list dimension with padded entries exactly 0 (all-padded rows give zeros)."""
+    neg = torch.finfo(logits.dtype).min
+    weights = torch.softmax(logits.masked_fill(~mask, neg), dim=-1)
+    return weights * mask
+
+
+class QILCM(Ranker):
+    """Query-invariant listwise context model (see the module docstring for the equations)."""
+
+    name = "qilcm"
+    config_class = QILCMConfig
+    default_loss = "attrank"
+    rerank_features = ("rank",)
+
+    def __init__(
+        self, n_features: int, config: QILCMConfig, *, categorical_cardinalities: Sequence[int] = ()
+    ):
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        e = config.encoder_width
+        self.encoder = nn.Sequential(nn.Linear(self.input_dim, e), nn.ELU(), nn.Linear(e, e), nn.ELU())
+        d = self.input_dim + e
+        self.mlp_att = _elu_mlp(d, config.att_hidden)
+        self.mlp_rank = _elu_mlp(2 * d, config.rank_hidden)
+
+    def details(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        categorical: torch.Tensor | None = None,
+    ) -> QILCMOutput:
+        """Scores plus attention weights, context vectors and normalized representations."""
+        cfg = self.config
+        x = self.item_inputs(features, categorical)  # [B, L, F']
+        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: [B, L, D]
+        if cfg.pooling == "attention":
+            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: [B, L]
+        else:  # variant 1: average pooling
+            m = mask.to(h.dtype)
+            a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
+        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: [B, D]
+        refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: [B, L, 2D]
+        if cfg.query_norm:
+            mean = torch.einsum("bl,bld->bd", a, refined)  # eq. 6
+            centered = refined - mean.unsqueeze(1)
+            var = torch.einsum("bl,bld->bd", a, centered.square())  # eq. 7
+            sigma = torch.sqrt(var + cfg.var_floor)
+            normalized = centered / (sigma.unsqueeze(1) + cfg.eps)  # eq. 8
+        else:
+            normalized = refined
+        normalized = normalized * mask.unsqueeze(-1)  # padded rows exactly 0 (never used, kept clean)
+        scores = self.mlp_rank(normalized).squeeze(-1)  # eq. 9 logits
+        return QILCMOutput(scores=scores, attention=a, context=c, normalized=normalized)
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.details(features, mask, categorical=categorical).scores
+
+    def confusion_loss(self, normalized: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """lambda-free L_conf of eq. 13-14 on the normalized item sets of the batch."""
+        cfg = self.config
+        return chamfer_confusion(normalized, mask, form=cfg.confusion_form, pairs=cfg.confusion_pairs)
+
+    def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """Eq. 10: ranking loss + confusion_weight * Chamfer query-confusion loss."""
+        out = self.details(batch.features, batch.mask, categorical=batch.categorical)
+        loss = loss_fn(out.scores, batch.labels, batch.mask)
+        if self.config.confusion_weight > 0:
+            loss = loss + self.config.confusion_weight * self.confusion_loss(out.normalized, batch.mask)
+        return loss
+
+
+def _variant(name: str, overrides: dict) -> type[QILCM]:
+    """A registry entry for an ablation variant: QILCM with other config defaults (Table 3)."""
+    import dataclasses
+
+    fields = [
+        (k, type(getattr(QILCMConfig(), k)), dataclasses.field(default=v)) for k, v in overrides.items()
+    ]
+    config_cls = dataclasses.make_dataclass(
+        f"QILCM{name.title()}Config", fields, bases=(QILCMConfig,), frozen=True
+    )
+    return type(f"QILCM{name.title()}", (QILCM,), {"name": f"qilcm-{name}", "config_class": config_cls})
+
+
+QILCM_VARIANTS = {f"qilcm-{name}": _variant(name, over) for name, over in VARIANTS.items() if name != "full"}
