@@ -19,6 +19,15 @@ from ctxrank.train import NonFiniteLossError, fit, predict, seed_everything
 from .conftest import make_ranking_data
 
 FAST = {"batch_size": 16, "max_epochs": 8, "patience": 3, "lr": 0.01, "threads": 1}
+# small widths so that every registered model trains in a second or two
+SMALL_PARAMS = {
+    "dlcm": {"encoder_widths": [16, 16]},
+    **{
+        name: {"encoder_width": 8, "att_hidden": [16], "rank_hidden": [16]}
+        for name in MODELS
+        if name.startswith("qilcm")
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +44,7 @@ def _ndcg(model, data):
 def _train(splits, seed=0, model="listnet", **train):
     tr, va, _ = splits
     seed_everything(seed)
-    m = make_model(model, tr.n_features)
+    m = make_model(model, tr.n_features, SMALL_PARAMS.get(model))
     cfg = TrainConfig(**{**FAST, "seed": seed, **train})
     result = fit(m, get_loss(MODELS[model].default_loss), tr, va, cfg, progress=False)
     return m, result
@@ -45,7 +54,7 @@ def _train(splits, seed=0, model="listnet", **train):
 def test_every_model_learns_the_synthetic_task(splits, name):
     tr, va, te = splits
     seed_everything(0)
-    untrained = _ndcg(make_model(name, tr.n_features), te)
+    untrained = _ndcg(make_model(name, tr.n_features, SMALL_PARAMS.get(name)), te)
     model, result = _train(splits, model=name, max_epochs=15, patience=15)
     assert _ndcg(model, te) > untrained + 0.05
     assert result.best_metric == pytest.approx(_ndcg(model, va), abs=1e-12)  # best weights restored
