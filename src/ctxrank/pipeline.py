@@ -118,7 +118,7 @@ def run_training(
         if rr.crossfit:
             from ctxrank.baselines.lambdamart import cross_fit_predict
 
-            params = {**initial.get_params()}
+            params = {k: v for k, v in initial.get_params().items() if k != "seed"}
             train_scores = cross_fit_predict(train, n_folds=rr.crossfit, seed=tc.seed, **params)
         else:
             train_scores = initial.predict(train)
