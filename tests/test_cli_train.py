@@ -89,3 +89,103 @@ def test_train_errors_are_clear(tmp_path, capsys, argv, message):
     extra = [] if argv == [] else ["--dataset", "mq2008"]
     assert main(["train", *argv, *extra, "--out", str(tmp_path / "x"), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rr") / "dlcm"
+    argv = [
+        "train",
+        "--model",
+        "dlcm",
+        "--initial",
+        "lambdamart",
+        "--top-k",
+        "10",
+        "--crossfit",
+        "3",
+        "--dataset",
+        "mq2008",
+        "--fold",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "model_params.encoder_widths=[16,16]",
+        "--set",
+        "rerank.initial_params.n_estimators=40",
+        *QUICK,
+    ]
+    assert main(argv) == 0
+    return out
+
+
+def test_rerank_training_saves_both_models(reranker):
+    meta = json.loads((reranker / "ctxrank.json").read_text())
+    assert meta["rerank"] == {
+        "dir": "initial",
+        "top_k": 10,
+        "rank_feature": False,
+        "score_feature": False,
+        "crossfit": 3,
+        "ideal": "full",
+    }
+    assert meta["run_config"]["loss_params"] == {"form": "dlcm"}  # DLCM's AttRank form is recorded
+    assert (reranker / "initial" / "ctxrank.json").is_file()
+    metrics = json.loads((reranker / "test_metrics.json").read_text())
+    assert set(metrics["initial_metrics"]) == set(metrics["metrics"])
+    assert metrics["ideal"] == "full"
+
+
+def test_rerank_predict_applies_both_models(reranker, tmp_path, capsys):
+    data = MQ / "S1.txt.gz"  # Fold2 test
+    assert main(["evaluate", "--model", str(reranker), "--data", str(data), "--json"]) == 0
+    via_model = json.loads(capsys.readouterr().out)["metrics"]
+    saved = json.loads((reranker / "test_metrics.json").read_text())["metrics"]
+    for k in ("ndcg@1", "ndcg@10", "map"):
+        assert via_model[k] == pytest.approx(saved[k], abs=1e-9)
+    out = tmp_path / "s.txt"
+    assert main(["predict", "--model", str(reranker), "--data", str(data), "--output", str(out)]) == 0
+    assert np.loadtxt(out).shape == (read_letor(data).n_items,)
+
+
+def test_lambdamart_as_a_model(tmp_path, capsys):
+    out = tmp_path / "lm"
+    argv = [
+        "train",
+        "--model",
+        "lambdamart",
+        "--dataset",
+        "mq2008",
+        "--fold",
+        "1",
+        "--out",
+        str(out),
+        "--set",
+        "model_params.n_estimators=50",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    assert (out / "model.txt").is_file()
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(MQ / "S5.txt.gz"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["ndcg@10"] == pytest.approx(
+        json.loads((out / "test_metrics.json").read_text())["metrics"]["ndcg@10"], abs=1e-9
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "lambdamart",
+                "--loss",
+                "listnet",
+                "--dataset",
+                "mq2008",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
+    assert "lambdarank objective" in capsys.readouterr().err

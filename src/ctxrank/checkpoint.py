@@ -143,14 +143,19 @@ def load_model(directory: str | Path):
     Raises:
         ValueError: not a model directory, unknown format or model, weights that do not fit the model.
     """
+    directory = Path(directory)
+    meta = read_meta(directory)
+    kind = meta.get("kind")
+    if kind == "lightgbm":
+        from ctxrank.baselines.lambdamart import LambdaMART
+
+        return LambdaMART.load(directory)
+
     import safetensors
     import safetensors.torch
 
     from ctxrank.models import make_model
 
-    directory = Path(directory)
-    meta = read_meta(directory)
-    kind = meta.get("kind")
     if kind != "torch":
         raise ValueError(f"{directory}: unknown model kind {kind!r}")
     config = RunConfig.from_dict(meta["run_config"])

@@ -1,0 +1,686 @@
+"""LambdaMART: LightGBM's ``lambdarank`` objective behind a scikit-learn-style wrapper on RankingData.
+
+LambdaMART (Burges, "From RankNet to LambdaRank to LambdaMART: An Overview", MSR-TR-2010-82) boosts
+regression trees on the LambdaRank gradients of NDCG. LightGBM (Ke et al., NeurIPS 2017) implements it
+as ``objective="lambdarank"``; this module only prepares the data, the gains, the early stopping and the
+saved-model format.
+
+Conventions (checked against LightGBM 4.x, see ``tests/test_lambdamart.py``):
+
+* **Gain.** ``label_gain = [2^y - 1 for y in 0..max_label]`` (``max_label`` over the training and
+  validation labels), so LightGBM's NDCG gain is ctxrank's ``gain="exp2"``. Labels must be
+  non-negative integers (LightGBM uses them as indices into ``label_gain``).
+* **Discount and cutoff.** LightGBM's NDCG@k uses ``1 / log2(1 + r)`` and the whole list when the
+  query is shorter than k: ctxrank's ``convention="standard"``.
+* **Queries with no relevant item.** LightGBM's ``ndcg@k`` metric counts such a query as **1**
+  (``src/metric/rank_metric.hpp``, ``NDCGMetric::Eval``: "if all doc in this query are all negative,
+  let its NDCG=1"); LightGBM 4.7 has no parameter to change this (its ranking parameters are
+  ``lambdarank_truncation_level``, ``lambdarank_norm``, ``lambdarank_position_bias_regularization``,
+  ``label_gain``, ``eval_at``). ctxrank's default is 0. The raw LightGBM values are kept in
+  ``evals_result_`` unchanged; early stopping and ``best_score_`` use the value converted to this
+  model's ``no_relevant`` convention (exact: the no-relevant queries add the constant ``n0`` to
+  LightGBM's sum, so ``ctxrank = (lgb * Q - n0 + n0 * no_relevant) / Q``, or ``/ (Q - n0)`` without
+  the ``n0`` terms for ``"skip"``). The selected iteration is the same under every convention up to
+  floating-point rounding, since the conversion is increasing and affine.
+* **Ties.** LightGBM's metric sorts a query's items with ``std::stable_sort`` on descending score
+  (``src/metric/dcg_calculator.cpp``, ``DCGCalculator::CalDCG``): equal scores keep input order,
+  which is ctxrank's rule. Tree ensembles produce many exact ties, so this matters; the tests check it
+  on deliberately tied scores.
+
+Nothing here imports LightGBM at module import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.data.ranking_data import RankingData
+
+__all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
+
+MODEL_FILE = "model.txt"
+KIND = "lightgbm"
+#: LightGBM's limit on the items of one query (``DCGCalculator::kMaxPosition``).
+MAX_QUERY_LENGTH = 10000
+#: Largest label whose gain ``2^y - 1`` is a finite double.
+MAX_LABEL = 1023
+_METRIC_RE = re.compile(r"^\s*ndcg\s*@\s*(\d+)\s*$", re.IGNORECASE)
+
+# Named parameter -> the LightGBM parameter it sets (for rejecting duplicates in extra_lgb_params).
+_LGB_NAME = {
+    "n_estimators": "num_iterations",
+    "learning_rate": "learning_rate",
+    "num_leaves": "num_leaves",
+    "min_data_in_leaf": "min_data_in_leaf",
+    "feature_fraction": "feature_fraction",
+    "bagging_fraction": "bagging_fraction",
+    "lambda_l2": "lambda_l2",
+    "max_position": "lambdarank_truncation_level",
+    "early_stopping_rounds": "early_stopping_round",
+    "eval_at": "eval_at",
+    "metric": "metric",
+    "seed": "seed",
+    "num_threads": "num_threads",
+    "deterministic": "deterministic",
+    "verbose": "verbosity",
+}
+# LightGBM parameters set here that no named parameter exposes.
+_FIXED = {"objective": "always 'lambdarank'", "label_gain": "always 2^y - 1 (ctxrank's NDCG gain)"}
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The model is used before ``fit`` (or ``load``)."""
+
+
+def _aliases(name: str) -> set[str]:
+    """LightGBM's aliases of a parameter, the name included (private LightGBM API, with a fallback)."""
+    try:
+        from lightgbm.basic import _ConfigAliases
+
+        return set(_ConfigAliases.get(name)) | {name}
+    except Exception:  # pragma: no cover - LightGBM moved its private alias table
+        return {name}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _rows_of(data: RankingData, queries: np.ndarray) -> np.ndarray:
+    """int64 rows of the given queries, in query order (the rows ``data.subset(queries)`` holds)."""
+    lengths = data.query_lengths[queries]
+    starts = data.query_offsets[queries]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
+
+
+def _check_data(data: Any, what: str) -> RankingData:
+    if not isinstance(data, RankingData):
+        raise TypeError(f"{what} must be a RankingData, got {type(data).__name__}")
+    longest = int(data.query_lengths.max())
+    if longest > MAX_QUERY_LENGTH:
+        q = int(np.argmax(data.query_lengths))
+        raise ValueError(
+            f"{what}: query {data.query_ids[q]!r} has {longest} items; LightGBM's lambdarank accepts at "
+            f"most {MAX_QUERY_LENGTH} per query (truncate the lists first)"
+        )
+    return data
+
+
+def _check_labels(data: RankingData, what: str) -> int:
+    """The largest label, after checking that every label is a non-negative integer."""
+    y = data.labels
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(y) | (y < 0) | (y != np.floor(y)) | (y > MAX_LABEL)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+        raise ValueError(
+            f"{what} labels must be integers in [0, {MAX_LABEL}] (LightGBM's lambdarank indexes "
+            f"label_gain = 2^y - 1 with them); found {float(y[i])!r} at row {i} (query "
+            f"{data.query_ids[q]!r}) of {data.source or what}, {int(bad.sum())} such label(s) in all"
+        )
+    return int(y.max())
+
+
+def _normalize_no_relevant(value: Any) -> float | str:
+    if isinstance(value, str):
+        if value == "skip":
+            return value
+    elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if float(value) in (0.0, 1.0):
+            return float(value)
+    raise ValueError(f"no_relevant must be 0.0, 1.0 or 'skip', got {value!r}")
+
+
+class _EarlyStopping:
+    """Early stopping on one validation metric, converted to ctxrank's no-relevant convention.
+
+    LightGBM calls it after every iteration (after ``record_evaluation``, ``order`` 20). It keeps the
+    first iteration with the highest converted value; with ``rounds`` it stops ``rounds`` iterations
+    without a strict improvement later, and at the last iteration it stops too, so that
+    ``lgb.train`` always truncates the returned booster to the best iteration.
+    """
+
+    def __init__(self, data_name: str, metric_name: str, rounds: int | None, convert) -> None:
+        # instance attributes: lgb.train gives callbacks without an instance ``order`` a negative one
+        self.order, self.before_iteration = 30, False
+        self.data_name, self.metric_name, self.rounds, self.convert = data_name, metric_name, rounds, convert
+        self.best_iter = -1  # 0-based
+        self.best_score = -math.inf
+        self.best_results: list = []
+
+    def __call__(self, env) -> None:
+        from lightgbm.callback import EarlyStopException
+
+        results = env.evaluation_result_list or []
+        for item in results:
+            if item[0] == self.data_name and item[1] == self.metric_name:
+                score = self.convert(float(item[2]))
+                break
+        else:  # pragma: no cover - LightGBM always reports the configured metric
+            raise RuntimeError(f"LightGBM did not report {self.data_name} {self.metric_name}")
+        if self.best_iter < 0 or score > self.best_score:
+            self.best_iter, self.best_score, self.best_results = env.iteration, score, list(results)
+        if self.rounds is None:
+            return
+        if env.iteration - self.best_iter >= self.rounds or env.iteration == env.end_iteration - 1:
+            raise EarlyStopException(self.best_iter, self.best_results)
+
+
+class LambdaMART:
+    """LightGBM lambdarank with ctxrank's gain, metric conventions, data type and saved-model format.
+
+    Parameters are stored as given; they are checked in :meth:`fit`. scikit-learn style:
+    :meth:`get_params` / :meth:`set_params`, learned attributes end in ``_``.
+
+    Args:
+        n_estimators: boosting rounds at most (LightGBM ``num_iterations``).
+        learning_rate, num_leaves, min_data_in_leaf, feature_fraction, bagging_fraction, lambda_l2:
+            LightGBM's parameters of the same names (``bagging_freq = 1`` is set when
+            ``bagging_fraction < 1``, unless given in ``extra_lgb_params``).
+        max_position: LightGBM ``lambdarank_truncation_level`` (LightGBM's default 30): pairs are formed
+            only with the items ranked in the top ``max_position`` by the current model (the "truncation
+            level" of the LambdaMART overview, Sec. 3; ``max_position`` was its LightGBM 2.x name).
+        early_stopping_rounds: stop after this many rounds without a strict improvement of ``metric``
+            on the validation split, and keep the best iteration; ``None``: train ``n_estimators``
+            rounds and keep them all (validation metrics are still recorded).
+        eval_at: cutoff(s) of LightGBM's validation NDCG recorded in ``evals_result_`` (the
+            cutoff of ``metric`` is always added).
+        metric: early-stopping metric, ``"ndcg@K"`` (LightGBM's ``ndcg`` with ``eval_at`` K).
+        no_relevant: ctxrank's NDCG of a validation query with no relevant item, ``0.0``, ``1.0`` or
+            ``"skip"``, for early stopping and ``best_score_`` (LightGBM itself counts it as 1).
+        seed: LightGBM ``seed`` (it derives the bagging, feature-fraction and binning seeds).
+        num_threads: threads for training and prediction.
+        deterministic: LightGBM ``deterministic`` (with ``force_col_wise``, set unless
+            ``force_row_wise`` / ``force_col_wise`` is given): same data, seed and threads ->
+            same model.
+        verbose: LightGBM's log and an evaluation line every 10 rounds.
+        **extra_lgb_params: any other LightGBM parameter (e.g. ``max_bin``, ``lambdarank_norm``). The
+            parameters above, their LightGBM aliases, ``objective`` and ``label_gain`` are rejected.
+
+    Learned attributes: ``booster_`` (``lightgbm.Booster``; holds exactly ``best_iteration_`` trees
+    when early stopping selected one), ``best_iteration_`` (trees used by :meth:`predict`),
+    ``best_score_`` (validation ``metric`` at that iteration in the ``no_relevant`` convention, None
+    without validation), ``n_features_in_``, ``feature_names_in_`` (tuple, empty when the data has
+    none), ``evals_result_`` (``{"valid": {"ndcg@K": [value per iteration]}}``: LightGBM's own values,
+    no-relevant queries counted as 1), ``label_gain_``, ``lgb_params_`` (what was passed to LightGBM).
+
+    Only ``features`` are used; ``RankingData.categorical`` is ignored.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int = 1000,
+        learning_rate: float = 0.05,
+        num_leaves: int = 31,
+        min_data_in_leaf: int = 20,
+        feature_fraction: float = 1.0,
+        bagging_fraction: float = 1.0,
+        lambda_l2: float = 0.0,
+        max_position: int = 30,
+        early_stopping_rounds: int | None = 50,
+        eval_at: int | Sequence[int] = 10,
+        metric: str = "ndcg@10",
+        no_relevant: float | str = 0.0,
+        seed: int = 0,
+        num_threads: int = 1,
+        deterministic: bool = True,
+        verbose: bool = False,
+        **extra_lgb_params: Any,
+    ) -> None:
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_data_in_leaf = min_data_in_leaf
+        self.feature_fraction = feature_fraction
+        self.bagging_fraction = bagging_fraction
+        self.lambda_l2 = lambda_l2
+        self.max_position = max_position
+        self.early_stopping_rounds = early_stopping_rounds
+        self.eval_at = eval_at
+        self.metric = metric
+        self.no_relevant = no_relevant
+        self.seed = seed
+        self.num_threads = num_threads
+        self.deterministic = deterministic
+        self.verbose = verbose
+        self.extra_lgb_params = extra_lgb_params
+
+    # ------------------------------------------------------------------ params
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The named parameters and the extra LightGBM parameters, in one flat dict."""
+        return {**{name: getattr(self, name) for name in _LGB_NAME}, **self.extra_lgb_params}
+
+    def set_params(self, **params: Any) -> LambdaMART:
+        """Set named parameters; any other name becomes an extra LightGBM parameter. Returns self."""
+        for name, value in params.items():
+            if name in _LGB_NAME:
+                setattr(self, name, value)
+            else:
+                self.extra_lgb_params[name] = value
+        return self
+
+    def __repr__(self) -> str:
+        defaults = LambdaMART.__init__.__kwdefaults__ or {}
+        shown = [
+            f"{k}={v!r}"
+            for k, v in self.get_params().items()
+            if k not in defaults or not _same(defaults[k], v)
+        ]
+        return f"LambdaMART({', '.join(shown)})"
+
+    def _resolve(self) -> tuple[int, list[int], float | str]:
+        """Check the named parameters: (metric cutoff, sorted eval_at, no_relevant)."""
+        if not _is_int(self.n_estimators) or self.n_estimators < 1:
+            raise ValueError(f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
+        if self.early_stopping_rounds is not None and (
+            not _is_int(self.early_stopping_rounds) or self.early_stopping_rounds < 1
+        ):
+            raise ValueError(
+                f"early_stopping_rounds must be None or an int >= 1, got {self.early_stopping_rounds!r}"
+            )
+        if not _is_int(self.max_position) or self.max_position < 1:
+            raise ValueError(f"max_position must be an int >= 1, got {self.max_position!r}")
+        m = _METRIC_RE.match(self.metric) if isinstance(self.metric, str) else None
+        if m is None or int(m.group(1)) < 1:
+            raise ValueError(f"metric must be 'ndcg@K' with K >= 1 (LightGBM's ndcg), got {self.metric!r}")
+        k = int(m.group(1))
+        eval_at = [self.eval_at] if _is_int(self.eval_at) else self.eval_at
+        if (
+            isinstance(eval_at, (str, bytes))
+            or not isinstance(eval_at, Sequence)
+            or not all(_is_int(e) and e >= 1 for e in eval_at)
+        ):
+            raise ValueError(f"eval_at must be an int >= 1 or a sequence of them, got {self.eval_at!r}")
+        cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
+        no_relevant = _normalize_no_relevant(self.no_relevant)
+        for name, value in self.extra_lgb_params.items():
+            for own, lgb_name in _LGB_NAME.items():
+                if name in _aliases(lgb_name):
+                    raise ValueError(
+                        f"LightGBM parameter {name!r} (= {lgb_name}) is LambdaMART's named parameter "
+                        f"{own!r}; pass {own}={value!r} instead"
+                    )
+            for lgb_name, why in _FIXED.items():
+                if name in _aliases(lgb_name):
+                    raise ValueError(f"LightGBM parameter {name!r} cannot be set: {lgb_name} is {why}")
+        return k, cutoffs, no_relevant
+
+    def _lgb_params(self, label_gain: list[float], cutoffs: list[int]) -> dict[str, Any]:
+        extra = dict(self.extra_lgb_params)
+        params: dict[str, Any] = {
+            "objective": "lambdarank",
+            "metric": "ndcg",
+            "eval_at": cutoffs,
+            "label_gain": label_gain,
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction,
+            "bagging_fraction": self.bagging_fraction,
+            "lambda_l2": self.lambda_l2,
+            "lambdarank_truncation_level": self.max_position,
+            "seed": self.seed,
+            "num_threads": self.num_threads,
+            "deterministic": self.deterministic,
+            "verbosity": 1 if self.verbose else -1,
+        }
+        if self.bagging_fraction != 1.0 and not (set(extra) & _aliases("bagging_freq")):
+            params["bagging_freq"] = 1
+        if not (set(extra) & (_aliases("force_row_wise") | _aliases("force_col_wise"))):
+            params["force_col_wise"] = True
+        params.update(extra)
+        return params
+
+    # --------------------------------------------------------------- training
+    def fit(self, train: RankingData, valid: RankingData | None = None) -> LambdaMART:
+        """Fit on ``train``; with ``valid``, record its NDCG each round and stop early on ``metric``.
+
+        Raises:
+            TypeError: not RankingData.
+            ValueError: bad parameters, labels that are not non-negative integers (the message names
+                the first one), feature counts that differ between the splits, a validation split
+                whose queries all lack a relevant item under ``no_relevant="skip"``, or anything
+                LightGBM rejects.
+        """
+        import lightgbm as lgb
+
+        _check_data(train, "train")
+        k, cutoffs, no_relevant = self._resolve()
+        max_label = _check_labels(train, "train")
+        if valid is not None:
+            _check_data(valid, "valid")
+            if valid.n_features != train.n_features:
+                raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
+            max_label = max(max_label, _check_labels(valid, "valid"))
+        label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
+        params = self._lgb_params(label_gain, cutoffs)
+        metric_name = f"ndcg@{k}"
+
+        train_set = lgb.Dataset(train.features, label=train.labels, group=train.query_lengths)
+        valid_sets, valid_names, callbacks = [], [], []
+        evals: dict[str, Any] = {}
+        stopper = None
+        if valid is not None:
+            n_queries = valid.n_queries
+            # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
+            n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
+            if no_relevant == "skip" and n0 == n_queries:
+                raise ValueError(
+                    f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
+                    "NDCG with no_relevant='skip' is undefined"
+                )
+            convert = _convention(n_queries, n0, no_relevant)
+            valid_sets.append(
+                lgb.Dataset(
+                    valid.features, label=valid.labels, group=valid.query_lengths, reference=train_set
+                )
+            )
+            valid_names.append("valid")
+            callbacks.append(lgb.record_evaluation(evals))
+            stopper = _EarlyStopping("valid", metric_name, self.early_stopping_rounds, convert)
+            callbacks.append(stopper)
+            if self.verbose:
+                callbacks.append(lgb.log_evaluation(period=10))
+        try:
+            booster = lgb.train(
+                params,
+                train_set,
+                num_boost_round=self.n_estimators,
+                valid_sets=valid_sets,
+                valid_names=valid_names,
+                callbacks=callbacks,
+            )
+        except lgb.basic.LightGBMError as exc:
+            raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
+
+        self.booster_ = booster
+        self.lgb_params_ = params
+        self.n_features_in_ = train.n_features
+        self.feature_names_in_ = tuple(train.feature_names)
+        self.label_gain_ = label_gain
+        self.evals_result_ = {
+            name: {metric: [float(v) for v in values] for metric, values in per.items()}
+            for name, per in evals.items()
+        }
+        if stopper is not None and self.early_stopping_rounds is not None:
+            self.best_iteration_ = stopper.best_iter + 1
+            self.best_score_ = float(stopper.best_score)
+        else:
+            self.best_iteration_ = int(booster.current_iteration())
+            self.best_score_ = None
+            if stopper is not None:  # no selection: the metric of the last iteration
+                last = self.evals_result_["valid"][metric_name][-1]
+                self.best_score_ = float(convert(last))
+        assert booster.current_iteration() >= self.best_iteration_ >= 1, (
+            booster.current_iteration(),
+            self.best_iteration_,
+        )
+        return self
+
+    # -------------------------------------------------------------- inference
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "booster_"):
+            raise NotFittedError("this LambdaMART is not fitted; call fit(train, valid) or LambdaMART.load()")
+
+    @property
+    def n_features(self) -> int:
+        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        self._check_fitted()
+        return int(self.n_features_in_)
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        """float64 ``(N,)`` scores of every row of ``data`` with the first ``best_iteration_`` trees.
+
+        Raises:
+            ValueError: not fitted, or a feature count other than the training one.
+        """
+        self._check_fitted()
+        if not isinstance(data, RankingData):
+            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+        if data.n_features != self.n_features_in_:
+            raise ValueError(
+                f"the model was trained on {self.n_features_in_} features but {data.source or 'the data'} "
+                f"has {data.n_features}; pass data with the training feature layout (e.g. --n-features)"
+            )
+        scores = self.booster_.predict(
+            data.features, num_iteration=self.best_iteration_, num_threads=self.num_threads
+        )
+        return np.ascontiguousarray(scores, dtype=np.float64)
+
+    # ------------------------------------------------------------ persistence
+    def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
+        """Write ``model.txt`` (LightGBM's text format, the first ``best_iteration_`` trees) and
+        ``ctxrank.json`` (``"kind": "lightgbm"``), plus ``config.toml`` when ``run_config`` is given.
+
+        Every file is written atomically; ``ctxrank.json`` last, with the SHA-256 of ``model.txt``.
+        Returns the directory.
+        """
+        import lightgbm as lgb
+
+        from ctxrank import __version__
+        from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, atomic_write, write_json
+
+        self._check_fitted()
+        params = self.get_params()
+        for name, value in params.items():
+            try:
+                json.dumps(value, allow_nan=True)
+            except TypeError:
+                raise ValueError(
+                    f"cannot save parameter {name}={value!r}: not representable in JSON"
+                ) from None
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        data = self.booster_.model_to_string(num_iteration=self.best_iteration_).encode("utf-8")
+        atomic_write(directory / MODEL_FILE, lambda tmp: tmp.write_bytes(data))
+        if run_config is not None:
+            from ctxrank.config import to_toml
+
+            text = to_toml(dict(run_config))
+            atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": KIND,
+            "ctxrank_version": __version__,
+            "lightgbm_version": lgb.__version__,
+            "model_file": MODEL_FILE,
+            "model_sha256": hashlib.sha256(data).hexdigest(),
+            "params": params,
+            "lightgbm_params": _jsonable(self.lgb_params_),
+            "n_features": int(self.n_features_in_),
+            "feature_names": list(self.feature_names_in_),
+            "label_gain": list(self.label_gain_),
+            "best_iteration": int(self.best_iteration_),
+            "best_score": self.best_score_,
+            "metric_conventions": {
+                "metric": self.metric,
+                "gain": "exp2",
+                "convention": "standard",
+                "no_relevant": _normalize_no_relevant(self.no_relevant),
+                "ties": "stable by input position",
+                "evals_result_no_relevant": 1.0,
+            },
+            "evals_result": self.evals_result_,
+            "run_config": dict(run_config) if run_config is not None else None,
+        }
+        write_json(directory / META_FILE, meta)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> LambdaMART:
+        """Load a model saved by :meth:`save` (reads JSON and LightGBM's text format; never unpickles).
+
+        Raises:
+            ValueError: not a ctxrank model directory, another kind of model, a ``model.txt`` that
+                is missing, changed since saving, or does not match the metadata.
+        """
+        from ctxrank.checkpoint import read_meta
+
+        directory = Path(directory)
+        meta = read_meta(directory)
+        if meta.get("kind") != KIND:
+            raise ValueError(
+                f"{directory}: a {meta.get('kind')!r} model, not a LightGBM one "
+                "(ctxrank.checkpoint.load_model loads any kind)"
+            )
+        return cls._from_meta(directory, meta)
+
+    @classmethod
+    def _from_meta(cls, directory: Path, meta: dict[str, Any]) -> LambdaMART:
+        import lightgbm as lgb
+
+        try:
+            params = dict(meta["params"])
+            n_features = int(meta["n_features"])
+            best_iteration = int(meta["best_iteration"])
+            label_gain = [float(g) for g in meta["label_gain"]]
+            feature_names = tuple(str(n) for n in meta["feature_names"])
+            digest = str(meta["model_sha256"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{directory}: incomplete LightGBM model metadata ({exc!r})") from None
+        path = directory / MODEL_FILE
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read the LightGBM model ({exc})") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ValueError(f"{path}: the file changed since the model was saved (SHA-256 mismatch)")
+        try:
+            booster = lgb.Booster(model_str=data.decode("utf-8"))
+        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not a readable LightGBM model ({exc})") from None
+        if booster.num_feature() != n_features or booster.current_iteration() != best_iteration:
+            raise ValueError(
+                f"{path}: holds {booster.current_iteration()} trees over {booster.num_feature()} features, "
+                f"the metadata says {best_iteration} over {n_features}"
+            )
+        model = cls(**params)
+        model.booster_ = booster
+        model.best_iteration_ = best_iteration
+        model.best_score_ = meta.get("best_score")
+        model.n_features_in_ = n_features
+        model.feature_names_in_ = feature_names
+        model.label_gain_ = label_gain
+        model.evals_result_ = meta.get("evals_result") or {}
+        model.lgb_params_ = meta.get("lightgbm_params") or {}
+        return model
+
+
+def _convention(n_queries: int, n0: int, no_relevant: float | str):
+    """LightGBM's mean NDCG (no-relevant queries = 1) -> the mean under ``no_relevant``."""
+    if no_relevant == 1.0 or n0 == 0:
+        return lambda v: v
+    if no_relevant == "skip":
+        return lambda v: (v * n_queries - n0) / (n_queries - n0)
+    return lambda v: (v * n_queries - n0) / n_queries
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:
+        return False
+
+
+def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in params.items():
+        try:
+            json.dumps(v, allow_nan=True)
+            out[k] = v
+        except TypeError:
+            out[k] = repr(v)
+    return out
+
+
+def cross_fit_predict(
+    train: RankingData,
+    n_folds: int = 5,
+    seed: int = 0,
+    *,
+    valid_fraction: float = 0.2,
+    return_folds: bool = False,
+    **params: Any,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Out-of-fold LambdaMART scores for every row of the training split (cross-fitting).
+
+    The queries are dealt into ``n_folds`` folds at random (``numpy.random.default_rng(seed)``; fold
+    sizes differ by at most one). For each fold, a ``LambdaMART(**params)`` is fitted on the other
+    folds' queries and scores the fold's rows, so no row is scored by a model that saw its query.
+    The re-ranking pipeline uses these scores on the training split (top-k selection and initial
+    rank/score features) so that the re-ranker trains on initial scores as (in)accurate as the ones
+    it will meet on unseen queries, not on a model's in-sample fit.
+
+    Early stopping: each fold model is early-stopped on a random ``valid_fraction`` of *its own*
+    training queries (at least one query), not on the real validation split. Reasons: (1) the
+    validation split selects the second stage (the re-ranker's early stopping and model choice); if
+    its labels also chose the number of trees of the models that produce the training features, it
+    would have been used twice and the second stage's validation score would be optimistic; (2) so
+    every out-of-fold score is a function of training-split labels only, which is what cross-fitting
+    promises, and the validation and test splits stay untouched until they are scored by the single
+    full model. The price: a fold model fits ``(1 - 1/n_folds) * (1 - valid_fraction)`` of the
+    training queries (64 % with the defaults), so out-of-fold scores are somewhat weaker than the
+    full model's scores on validation and test, and score scales differ a little between folds (only
+    the order within a query matters to top-k selection and rank features). ``valid_fraction=0``
+    trains every fold model for ``n_estimators`` rounds without early stopping.
+
+    Args:
+        train: the training split.
+        n_folds: K >= 2 folds over queries (at most the number of queries).
+        seed: fold assignment and early-stopping split; also the models' ``seed`` unless ``params``
+            has one.
+        valid_fraction: share of each fold model's training queries held out for its early stopping,
+            in [0, 1).
+        return_folds: also return the fold (0..K-1) of each query.
+        **params: :class:`LambdaMART` parameters.
+
+    Returns:
+        float64 ``(N,)`` out-of-fold scores, every row finite; with ``return_folds``, also int64
+        ``(Q,)`` the fold of each query.
+    """
+    _check_data(train, "train")
+    n_queries = train.n_queries
+    if not _is_int(n_folds) or not 2 <= n_folds <= n_queries:
+        raise ValueError(
+            f"n_folds must be an int in [2, {n_queries}] (the number of queries), got {n_folds!r}"
+        )
+    if isinstance(valid_fraction, bool) or not (
+        isinstance(valid_fraction, (int, float)) and 0.0 <= valid_fraction < 1.0
+    ):
+        raise ValueError(f"valid_fraction must be in [0, 1), got {valid_fraction!r}")
+    params.setdefault("seed", seed)
+    LambdaMART(**params)._resolve()  # bad parameters fail before any fitting
+
+    rng = np.random.default_rng(seed)
+    folds = np.empty(n_queries, dtype=np.int64)
+    folds[rng.permutation(n_queries)] = np.arange(n_queries) % n_folds
+    scores = np.full(train.n_items, np.nan, dtype=np.float64)
+    for f in range(n_folds):
+        held = np.flatnonzero(folds == f)
+        rest = np.flatnonzero(folds != f)
+        n_es = 0
+        if valid_fraction > 0:
+            n_es = min(max(1, round(valid_fraction * rest.size)), rest.size - 1)
+        es = np.zeros(rest.size, dtype=bool)
+        es[rng.permutation(rest.size)[:n_es]] = True
+        fit_queries, es_queries = rest[~es], rest[es]
+        model = LambdaMART(**params)
+        if n_es:
+            model.fit(train.subset(fit_queries), train.subset(es_queries))
+        else:
+            model.fit(train.subset(fit_queries))
+        scores[_rows_of(train, held)] = model.predict(train.subset(held))
+    if not np.all(np.isfinite(scores)):  # pragma: no cover - every row belongs to exactly one fold
+        raise RuntimeError("cross_fit_predict left rows without a finite score")
+    return (scores, folds) if return_folds else scores
