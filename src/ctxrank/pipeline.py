@@ -72,8 +72,14 @@ def run_training(
     progress: bool = True,
     metrics: tuple[str, ...] = EVAL_METRICS,
     log: Any = None,
+    initial: Any = None,
+    train_initial_scores: np.ndarray | None = None,
 ) -> RunResult:
-    """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given."""
+    """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
+
+    ``initial`` (a fitted initial ranker) and ``train_initial_scores`` (e.g. out-of-fold scores) let
+    several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
+    """
     from ctxrank.metrics import evaluate_queries, metric_convention
 
     say = log or (lambda *_: None)
@@ -104,7 +110,8 @@ def run_training(
     from ctxrank.train import fit, predict, seed_everything
 
     rr = config.rerank
-    initial = None
+    if not rr.initial:
+        initial = None
     splits: dict[str, Any] = {}
     fit_train, fit_valid = train, valid
     train_init = valid_init = None
@@ -114,8 +121,11 @@ def run_training(
             f"initial ranker: LambdaMART, top {rr.top_k}"
             + (f", {rr.crossfit}-fold cross-fitting" if rr.crossfit else "")
         )
-        initial = _lambdamart(config, dict(rr.initial_params)).fit(train, valid)
-        if rr.crossfit:
+        if initial is None:
+            initial = _lambdamart(config, dict(rr.initial_params)).fit(train, valid)
+        if train_initial_scores is not None:
+            train_scores = np.asarray(train_initial_scores, dtype=np.float64)
+        elif rr.crossfit:
             from ctxrank.baselines.lambdamart import cross_fit_predict
 
             params = {k: v for k, v in initial.get_params().items() if k != "seed"}

@@ -1,0 +1,190 @@
+"""Re-ranking LambdaMART's top-k on MQ2008: LambdaMART alone vs neural re-rankers (DLCM, QILCM, ...).
+
+For every fold and seed: LightGBM LambdaMART is fitted on train (early stopping on validation
+NDCG@10); its scores on the training split are in-sample, or out-of-fold with ``--crossfit K``; every
+re-ranker in ``--models`` is trained on the top-k lists (``ctxrank.pipeline.run_training`` with the
+shared initial ranker) and evaluated on the FULL test queries (re-ranked top k first, the rest in
+initial order; ideal DCG over every judged item). Metrics under the ``standard`` convention
+(no-relevant = 0) and ``letor4``. Statistics: mean +- std over the fold x seed runs, improvement over
+LambdaMART, and a paired t-test over test queries (each query's metric averaged over seeds; every
+MQ2008 query is a test query exactly once over the 5 folds).
+
+    .venv/bin/python benchmarks/bench_rerank_mq2008.py --models dlcm,qilcm --seeds 0,1,2
+    .venv/bin/python benchmarks/bench_rerank_mq2008.py --models dlcm --crossfit 5      # leakage check
+    .venv/bin/python benchmarks/bench_rerank_mq2008.py --models qilcm \
+        --set qilcm:model_params.confusion_weight=0
+
+``--set KEY=VALUE`` applies to every model, ``--set MODEL:KEY=VALUE`` to one (run-config keys, see
+docs/training.md). Results are written as JSON with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
+from ctxrank.config import resolve_config
+from ctxrank.data.registry import load_fold
+from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.pipeline import run_training
+
+METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+CONVENTIONS = ("standard", "letor4")
+
+
+def per_query(scores, data) -> dict[str, dict[str, np.ndarray]]:
+    return {
+        conv: evaluate_queries(
+            scores, data.labels, data.query_offsets, METRICS, convention=conv, no_relevant=0.0
+        )
+        for conv in CONVENTIONS
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="dlcm,qilcm", help="comma-separated re-rankers")
+    ap.add_argument("--folds", default="1,2,3,4,5")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--top-k", type=int, default=100)
+    ap.add_argument(
+        "--crossfit", type=int, default=0, help="K-fold out-of-fold initial scores on train (0 = off)"
+    )
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]KEY=VALUE")
+    ap.add_argument("--out", type=Path, help="write all results (per-query vectors included) as JSON")
+    args = ap.parse_args()
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    folds = [int(f) for f in args.folds.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    common = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
+    per_model = {m: [o.split(":", 1)[1] for o in args.overrides if o.startswith(f"{m}:")] for m in models}
+    names = ["lambdamart", *models]
+    # results[name][seed][conv][metric] -> list of per-query arrays over folds (file order per fold)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    per_q: dict[str, dict[int, dict[str, dict[str, list]]]] = {
+        n: {s: {c: {m: [] for m in METRICS} for c in CONVENTIONS} for s in seeds} for n in names
+    }
+    seconds: dict[str, float] = {n: 0.0 for n in names}
+    total = len(folds) * len(seeds)
+    t_start = time.perf_counter()
+    done = 0
+    for fold_k in folds:
+        fold = load_fold("mq2008", fold_k)
+        for seed in seeds:
+            t0 = time.perf_counter()
+            lm = LambdaMART(seed=seed, num_threads=args.threads).fit(fold.train, fold.valid)
+            seconds["lambdamart"] += time.perf_counter() - t0
+            if args.crossfit:
+                params = {k: v for k, v in lm.get_params().items() if k != "seed"}
+                train_scores = cross_fit_predict(fold.train, n_folds=args.crossfit, seed=seed, **params)
+            else:
+                train_scores = lm.predict(fold.train)
+            results = {"lambdamart": per_query(lm.predict(fold.test), fold.test)}
+            for m in models:
+                overrides = [
+                    f"model={m}",
+                    "rerank.initial=lambdamart",
+                    f"rerank.top_k={args.top_k}",
+                    f"rerank.crossfit={args.crossfit}",
+                    f"train.seed={seed}",
+                    f"train.threads={args.threads}",
+                    *common,
+                    *per_model[m],
+                ]
+                config = resolve_config(None, overrides)
+                t0 = time.perf_counter()
+                r = run_training(
+                    config,
+                    fold.train,
+                    fold.valid,
+                    fold.test,
+                    progress=False,
+                    initial=lm,
+                    train_initial_scores=train_scores,
+                )
+                seconds[m] += time.perf_counter() - t0
+                results[m] = per_query(r.test_scores, fold.test)
+                runs[m].append({"fold": fold_k, "seed": seed, **r.summary})
+            for n, res in results.items():
+                for c in CONVENTIONS:
+                    for k in METRICS:
+                        per_q[n][seed][c][k].append(res[c][k])
+            done += 1
+            elapsed = time.perf_counter() - t_start
+            line = "  ".join(f"{n} {mean_metrics(results[n]['standard'])['ndcg@10']:.4f}" for n in names)
+            print(
+                f"[{done}/{total}] fold {fold_k} seed {seed}: test ndcg@10 {line}  "
+                f"(elapsed {elapsed:.0f} s, eta {elapsed / done * (total - done):.0f} s)",
+                flush=True,
+            )
+
+    report = {
+        "args": vars(args) | {"out": str(args.out) if args.out else None},
+        "seconds": seconds,
+        "runs": runs,
+    }
+    for conv in CONVENTIONS:
+        print(f"\n### {conv} convention (no-relevant = 0), {len(folds)} folds x {len(seeds)} seeds\n")
+        header = "| model | " + " | ".join(METRICS) + " |"
+        print(header)
+        print("|" + "---|" * (len(METRICS) + 1))
+        table = {}
+        for n in names:
+            # one value per (fold, seed) run: the mean over that fold's test queries
+            vals = {
+                k: np.array([np.nanmean(a) for s in seeds for a in per_q[n][s][conv][k]]) for k in METRICS
+            }
+            table[n] = {
+                k: (float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0) for k, v in vals.items()
+            }
+            print(f"| {n} | " + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in table[n].values()) + " |")
+        print(
+            "\nimprovement over LambdaMART and paired t-test over test queries "
+            "(per-query means over seeds):\n"
+        )
+        print("| model | " + " | ".join(METRICS) + " |")
+        print("|" + "---|" * (len(METRICS) + 1))
+        tests = {}
+        for n in models:
+            cells = []
+            tests[n] = {}
+            for k in METRICS:
+                a = np.mean([np.concatenate(per_q[n][s][conv][k]) for s in seeds], axis=0)
+                b = np.mean([np.concatenate(per_q["lambdamart"][s][conv][k]) for s in seeds], axis=0)
+                t = stats.ttest_rel(a, b)
+                imp = (table[n][k][0] / table["lambdamart"][k][0] - 1) * 100
+                tests[n][k] = {
+                    "improvement_pct": imp,
+                    "t": float(t.statistic),
+                    "p": float(t.pvalue),
+                    "queries": a.size,
+                }
+                cells.append(f"{imp:+.2f}% (p={t.pvalue:.3g})")
+            print(f"| {n} | " + " | ".join(cells) + " |")
+        report[conv] = {"table": table, "vs_lambdamart": tests}
+    print("\ntraining seconds per model (all runs):", {k: round(v, 1) for k, v in seconds.items()})
+    if args.out:
+        report["per_query"] = {
+            n: {
+                str(s): {
+                    c: {k: [v.tolist() for v in per_q[n][s][c][k]] for k in METRICS} for c in CONVENTIONS
+                }
+                for s in seeds
+            }
+            for n in names
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
