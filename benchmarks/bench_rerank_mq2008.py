@@ -58,6 +58,12 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]KEY=VALUE")
+    ap.add_argument(
+        "--compare",
+        default="",
+        metavar="A:B,...",
+        help="extra paired comparisons besides every model vs LambdaMART (e.g. qilcm:dlcm)",
+    )
     ap.add_argument("--out", type=Path, help="write all results (per-query vectors included) as JSON")
     args = ap.parse_args()
 
@@ -67,6 +73,12 @@ def main() -> None:
     common = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
     per_model = {m: [o.split(":", 1)[1] for o in args.overrides if o.startswith(f"{m}:")] for m in models}
     names = ["lambdamart", *models]
+    comparisons = [(m, "lambdamart") for m in models]
+    for pair in filter(None, (c.strip() for c in args.compare.split(","))):
+        a, sep, b = pair.partition(":")
+        if not sep or a not in names or b not in names:
+            ap.error(f"--compare takes A:B pairs of {names}, got {pair!r}")
+        comparisons.append((a, b))
     # results[name][seed][conv][metric] -> list of per-query arrays over folds (file order per fold)
     runs: dict[str, list[dict]] = {n: [] for n in names}
     per_q: dict[str, dict[int, dict[str, dict[str, list]]]] = {
@@ -147,28 +159,29 @@ def main() -> None:
             }
             print(f"| {n} | " + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in table[n].values()) + " |")
         print(
-            "\nimprovement over LambdaMART and paired t-test over test queries "
+            "\nimprovement of A over B and paired t-test over test queries "
             "(per-query means over seeds):\n"
         )
-        print("| model | " + " | ".join(METRICS) + " |")
+        print("| A vs B | " + " | ".join(METRICS) + " |")
         print("|" + "---|" * (len(METRICS) + 1))
         tests = {}
-        for n in models:
+        for n, base in comparisons:
             cells = []
-            tests[n] = {}
+            key = n if base == "lambdamart" else f"{n}_vs_{base}"
+            tests[key] = {}
             for k in METRICS:
                 a = np.mean([np.concatenate(per_q[n][s][conv][k]) for s in seeds], axis=0)
-                b = np.mean([np.concatenate(per_q["lambdamart"][s][conv][k]) for s in seeds], axis=0)
+                b = np.mean([np.concatenate(per_q[base][s][conv][k]) for s in seeds], axis=0)
                 t = stats.ttest_rel(a, b)
-                imp = (table[n][k][0] / table["lambdamart"][k][0] - 1) * 100
-                tests[n][k] = {
+                imp = (table[n][k][0] / table[base][k][0] - 1) * 100
+                tests[key][k] = {
                     "improvement_pct": imp,
                     "t": float(t.statistic),
                     "p": float(t.pvalue),
                     "queries": a.size,
                 }
                 cells.append(f"{imp:+.2f}% (p={t.pvalue:.3g})")
-            print(f"| {n} | " + " | ".join(cells) + " |")
+            print(f"| {n} vs {base} | " + " | ".join(cells) + " |")
         report[conv] = {"table": table, "vs_lambdamart": tests}
     print("\ntraining seconds per model (all runs):", {k: round(v, 1) for k, v in seconds.items()})
     if args.out:

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     check_model = make_model("listnet", train.n_features)
     batch = next(iterate_batches(train, args.batch_size))
-    lib = float(listnet(check_model.score_batch(batch), batch.labels, batch.mask))
+    lib = float(listnet(check_model.score_batch(batch), batch.labels, batch.mask).detach())
     per_query = []
     for b in range(batch.batch_size):
         m = batch.mask[b]
