@@ -47,6 +47,33 @@ def per_query(scores, data) -> dict[str, dict[str, np.ndarray]]:
     }
 
 
+def compare_against(path: Path, per_q: dict, seeds: list[int], names: list[str]) -> dict:
+    """Paired t-tests of this run's models against the same names in an earlier ``--out`` file."""
+    other = json.loads(path.read_text())
+    prev = other["per_query"]
+    out: dict[str, dict] = {}
+    for conv in CONVENTIONS:
+        print(f"\n### this run vs {path} ({conv}; per-query means over common seeds, paired t-test)\n")
+        print("| model | seeds | " + " | ".join(METRICS) + " |")
+        print("|" + "---|" * (len(METRICS) + 2))
+        for n in names:
+            common = [s for s in seeds if str(s) in prev.get(n, {})]
+            if not common:
+                continue
+            cells = []
+            for k in METRICS:
+                a = np.mean([np.concatenate(per_q[n][s][conv][k]) for s in common], axis=0)
+                b = np.mean(
+                    [np.concatenate([np.asarray(v) for v in prev[n][str(s)][conv][k]]) for s in common], 0
+                )
+                t = stats.ttest_rel(a, b)
+                d = float(np.nanmean(a) - np.nanmean(b))
+                out.setdefault(conv, {}).setdefault(n, {})[k] = {"diff": d, "p": float(t.pvalue)}
+                cells.append(f"{d:+.4f} (p={t.pvalue:.3g})")
+            print(f"| {n} | {','.join(map(str, common))} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="dlcm,qilcm", help="comma-separated re-rankers")
@@ -63,6 +90,13 @@ def main() -> None:
         default="",
         metavar="A:B,...",
         help="extra paired comparisons besides every model vs LambdaMART (e.g. qilcm:dlcm)",
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        metavar="FILE",
+        help="an earlier --out file (e.g. without --crossfit): paired t-test of each model against its "
+        "namesake there, over test queries (per-query means over the seeds both runs have)",
     )
     ap.add_argument("--out", type=Path, help="write all results (per-query vectors included) as JSON")
     args = ap.parse_args()
@@ -158,10 +192,7 @@ def main() -> None:
                 k: (float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0) for k, v in vals.items()
             }
             print(f"| {n} | " + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in table[n].values()) + " |")
-        print(
-            "\nimprovement of A over B and paired t-test over test queries "
-            "(per-query means over seeds):\n"
-        )
+        print("\nimprovement of A over B and paired t-test over test queries (per-query means over seeds):\n")
         print("| A vs B | " + " | ".join(METRICS) + " |")
         print("|" + "---|" * (len(METRICS) + 1))
         tests = {}
@@ -183,6 +214,8 @@ def main() -> None:
                 cells.append(f"{imp:+.2f}% (p={t.pvalue:.3g})")
             print(f"| {n} vs {base} | " + " | ".join(cells) + " |")
         report[conv] = {"table": table, "vs_lambdamart": tests}
+    if args.against:
+        report["against"] = compare_against(args.against, per_q, seeds, names)
     print("\ntraining seconds per model (all runs):", {k: round(v, 1) for k, v in seconds.items()})
     if args.out:
         report["per_query"] = {
