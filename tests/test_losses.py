@@ -547,14 +547,13 @@ def test_chamfer_errors():
 
 
 def test_chamfer_block_shape():
-    # 80 x 100 x 300 float32: a pair costs 4 * (4 * 100^2 + 2 * 100 * 300) = 400 kB (distances and the
-    # gathered nearest rows); 64 MiB holds 167 pairs = 2 rows of 80 queries
-    assert chamfer_block_shape(80, 100, 300) == (2, 80)
-    assert chamfer_block_shape(80, 100, 300, max_block_bytes=8 * 2**20) == (1, 20)  # less than one row
+    # 80 x 100 x 300 float32: a pair costs 4 * 4 * 100^2 = 160 kB; 64 MiB holds 5 rows of 80 queries
+    assert chamfer_block_shape(80, 100, 300) == (5, 80)
+    assert chamfer_block_shape(80, 100, 300, max_block_bytes=8 * 2**20) == (1, 52)  # less than one row
     assert chamfer_block_shape(80, 100, 300, max_block_bytes=1) == (1, 1)
     for budget in (2**20, 5 * 2**20, 64 * 2**20):
         rows, cols = chamfer_block_shape(80, 100, 300, max_block_bytes=budget)
-        assert rows * cols * 4 * (4 * 100 * 100 + 2 * 100 * 300) <= budget
+        assert rows * cols * 4 * 4 * 100 * 100 <= budget
         rows, cols = chamfer_block_shape(80, 100, 300, max_block_bytes=budget, sampled=True)
         assert rows * cols * 4 * (4 * 100 * 100 + 4 * 100 * 300) <= budget
 
@@ -565,7 +564,7 @@ def test_chamfer_memory_is_bounded():
     reps = torch.randn(80, 100, 300, generator=g).requires_grad_(True)
     mask = torch.ones(80, 100, dtype=torch.bool)
     mask[::3, 60:] = False
-    budget = 32 * 2**20  # blocks of 1 x 80 queries
+    budget = 32 * 2**20  # blocks of 2 x 80 queries
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         value = chamfer_confusion(reps, mask, max_block_bytes=budget)
         value.backward()

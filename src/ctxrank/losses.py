@@ -546,13 +546,13 @@ def chamfer_block_shape(
     """Block shape ``(q1 queries, q2 queries)`` that :func:`chamfer_confusion` uses within a memory budget.
 
     A pair ``(q1, q2)`` costs about ``itemsize * 4 L^2`` bytes of block temporaries (the ``(L, L)`` squared
-    distances, with margin), plus ``itemsize * 2 L D`` for the gathered nearest rows (forward and
-    backward of :class:`_NearestDot`), ``itemsize * 4 L D`` when pairs are sampled. Blocks are whole ``q1`` rows against all ``B`` queries when
+    distances, with margin), plus ``itemsize * 4 L D`` for the gathered item rows when pairs are sampled.
+    Blocks are whole ``q1`` rows against all ``B`` queries when
     one row fits (``(max(1, budget // (B * pair)), B)``), else one ``q1`` against as many ``q2`` as fit (at
     least one), so ``q1 * q2 * pair <= max_block_bytes`` unless a single pair is larger than the budget.
     For sampled pairs a block holds ``q1 * q2`` pairs.
     """
-    pair = itemsize * (4 * list_len * list_len + (4 if sampled else 2) * list_len * dim)
+    pair = itemsize * (4 * list_len * list_len + (4 * list_len * dim if sampled else 0))
     per_pair_fit = max(1, max_block_bytes // max(pair, 1))
     B = max(batch_size, 1)
     if per_pair_fit >= B:
@@ -560,31 +560,43 @@ def chamfer_block_shape(
     return 1, per_pair_fit
 
 
-class _NearestDot(torch.autograd.Function):
-    """``dots[i, k] = a_i . b_{idx[i, k]}`` for a few selected rows of ``b``, with a sparse backward.
+class _GroupMinDot(torch.autograd.Function):
+    """``m[i, k] = min_{j in group k} (c_j - 2 a_i . b_j)`` with a sparse backward.
 
-    Why by hand: written as ``min`` over a dense ``(n1, n2)`` product, autograd's backward is two more
-    dense products of the same size (3x the forward's flops), although only one ``j`` per ``(i, k)`` gets
-    a gradient. Here the backward gathers the selected rows again: O(n1 K D) instead of O(n1 n2 D).
+    Shapes: ``a (n1, D)``, ``b (K G, D)`` (K groups of G rows), ``c (K G,)`` -> ``(n1, K)``; ``c = |b_j|^2``
+    (``+inf`` at padding) turns ``m + |a_i|^2`` into the squared distance from ``a_i`` to its nearest ``b_j``.
 
-    Shapes: ``a (n1, D)``, ``b (n2, D)``, ``idx (n1, K)`` int64 rows of ``b`` -> ``(n1, K)``.
+    Why by hand: autograd through a dense ``min`` of the ``(n1, K G)`` product spends two more dense
+    products of that size in backward for a gradient with one non-zero per ``(i, k)``. Here the backward is
+    two sparse products with ``n1 K`` non-zeros: O(n1 K D) instead of O(n1 K G D).
     """
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(a, b, idx)
-        return torch.bmm(b[idx], a.unsqueeze(-1)).squeeze(-1)  # (n1, K, D) @ (n1, D, 1)
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, groups: int) -> torch.Tensor:
+        n1, n2 = a.shape[0], b.shape[0]
+        part = torch.addmm(c.unsqueeze(0), a, b.T, alpha=-2.0).view(n1, groups, n2 // max(groups, 1))
+        values, j = part.min(-1)  # (n1, K)
+        j += torch.arange(groups, device=j.device).mul_(n2 // max(groups, 1))  # row of b
+        ctx.save_for_backward(a, b, j)
+        return values
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        a, b, idx = ctx.saved_tensors
-        grad_a = grad_b = None
+        a, b, j = ctx.saved_tensors
+        n1, K = j.shape
+        rows = torch.arange(n1, device=j.device).repeat_interleave(K)
+        sel = torch.sparse_coo_tensor(
+            torch.stack([rows, j.reshape(-1)]), grad.reshape(-1), (n1, b.shape[0]), check_invariants=False
+        ).coalesce()  # (n1, K G) with grad[i, k] at (i, j[i, k])
+        grad_a = grad_b = grad_c = None
         if ctx.needs_input_grad[0]:
-            grad_a = torch.bmm(grad.unsqueeze(1), b[idx]).squeeze(1)  # (n1, 1, K) @ (n1, K, D)
+            grad_a = torch.sparse.mm(sel, b).mul_(-2.0)
         if ctx.needs_input_grad[1]:
-            contrib = (grad.unsqueeze(-1) * a.unsqueeze(1)).reshape(-1, a.shape[-1])  # (n1 K, D)
-            grad_b = torch.zeros_like(b).index_add_(0, idx.reshape(-1), contrib)
-        return grad_a, grad_b, None
+            grad_b = torch.sparse.mm(sel.t(), a).mul_(-2.0)
+        if ctx.needs_input_grad[2]:
+            grad_c = torch.zeros(b.shape[0], dtype=grad.dtype, device=grad.device)
+            grad_c.index_add_(0, j.reshape(-1), grad.reshape(-1))
+        return grad_a, grad_b, grad_c, None
 
 
 def _chamfer_rows(
@@ -598,23 +610,16 @@ def _chamfer_rows(
 ) -> torch.Tensor:
     """``(c1, c2)`` block ``d[q1[0]:q1[1], q2[0]:q2[1]]`` of the Chamfer matrix (diagonal not fixed up).
 
-    ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: the nearest ``j`` of every ``(i, q2)``
-    comes from one ``addmm`` per block outside autograd; the value is then rebuilt differentiably from
-    the selected rows only (:class:`_NearestDot`), so autograd keeps the argmin indices ``(c1, L, c2)``
-    and views of ``reps``, never the ``(c1 L, c2 L)`` block, and its backward is a gather.
+    ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: one ``addmm`` per block, with
+    ``sq_j = |b_j|^2`` set to ``+inf`` on padded ``j`` (:class:`_GroupMinDot`). Autograd keeps only the
+    argmin indices ``(c1 L, c2)`` and views of ``reps``, never the ``(c1 L, c2 L)`` block.
     """
     A = reps[q1[0] : q1[1]]  # (c1, L, D)
     H = reps[q2[0] : q2[1]]  # (c2, L, D)
     c1, L, D = A.shape
     c2 = H.shape[0]
-    sq_h = sq_j[q2[0] : q2[1]].reshape(c2 * L)  # (c2 L,) |b_j|^2, +inf at padding
-    H_flat = H.reshape(c2 * L, D)
-    with torch.no_grad():
-        part = torch.addmm(sq_h.unsqueeze(0), A.reshape(c1 * L, D), H_flat.T, alpha=-2.0)  # (c1 L, c2 L)
-        j = part.view(c1 * L, c2, L).argmin(-1)  # (c1 L, c2) nearest item within each q2
-        j += torch.arange(c2, device=j.device).mul_(L)  # row of H_flat
-    dots = _NearestDot.apply(A.reshape(c1 * L, D), H_flat, j)  # (c1 L, c2)
-    nearest = (sq_h[j] - 2.0 * dots).view(c1, L, c2) + sq[q1[0] : q1[1], :, None]  # (c1, L, c2)
+    m = _GroupMinDot.apply(A.reshape(c1 * L, D), H.reshape(c2 * L, D), sq_j[q2[0] : q2[1]].reshape(-1), c2)
+    nearest = m.view(c1, L, c2) + sq[q1[0] : q1[1], :, None]  # (c1, L, c2)
     nearest = nearest.clamp(min=0.0).masked_fill(~nonempty[None, None, q2[0] : q2[1]], 0.0)
     return (weight[q1[0] : q1[1], :, None] * nearest).sum(1)  # (c1, c2)
 
