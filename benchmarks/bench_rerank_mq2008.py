@@ -173,7 +173,7 @@ def main() -> None:
             )
 
     report = {
-        "args": vars(args) | {"out": str(args.out) if args.out else None},
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "seconds": seconds,
         "runs": runs,
     }
