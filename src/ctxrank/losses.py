@@ -547,9 +547,9 @@ def chamfer_block_shape(
 
     A pair ``(q1, q2)`` costs about ``itemsize * 4 L^2`` bytes of block temporaries (the ``(L, L)`` squared
     distances, with margin), plus ``itemsize * 4 L D`` for the gathered item rows when pairs are sampled.
-    Blocks are whole ``q1`` rows against all ``B`` queries when
-    one row fits (``(max(1, budget // (B * pair)), B)``), else one ``q1`` against as many ``q2`` as fit (at
-    least one), so ``q1 * q2 * pair <= max_block_bytes`` unless a single pair is larger than the budget.
+    Blocks are whole ``q1`` rows against all ``B`` queries when one row fits
+    (``(max(1, budget // (B * pair)), B)``), else one ``q1`` against as many ``q2`` as fit (at least one),
+    so ``q1 * q2 * pair <= max_block_bytes`` unless a single pair is larger than the budget.
     For sampled pairs a block holds ``q1 * q2`` pairs.
     """
     pair = itemsize * (4 * list_len * list_len + (4 * list_len * dim if sampled else 0))
@@ -573,10 +573,10 @@ class _GroupMinDot(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, groups: int) -> torch.Tensor:
-        n1, n2 = a.shape[0], b.shape[0]
-        part = torch.addmm(c.unsqueeze(0), a, b.T, alpha=-2.0).view(n1, groups, n2 // max(groups, 1))
+        size = b.shape[0] // max(groups, 1)  # G rows a group
+        part = torch.addmm(c.unsqueeze(0), a, b.T, alpha=-2.0).view(a.shape[0], groups, size)
         values, j = part.min(-1)  # (n1, K)
-        j += torch.arange(groups, device=j.device).mul_(n2 // max(groups, 1))  # row of b
+        j += torch.arange(groups, device=j.device).mul_(size)  # row of b
         ctx.save_for_backward(a, b, j)
         return values
 
@@ -585,9 +585,14 @@ class _GroupMinDot(torch.autograd.Function):
         a, b, j = ctx.saved_tensors
         n1, K = j.shape
         rows = torch.arange(n1, device=j.device).repeat_interleave(K)
+        # (n1, K G) with grad[i, k] at (i, j[i, k]); the indices are unique and sorted (row, then group)
         sel = torch.sparse_coo_tensor(
-            torch.stack([rows, j.reshape(-1)]), grad.reshape(-1), (n1, b.shape[0]), check_invariants=False
-        ).coalesce()  # (n1, K G) with grad[i, k] at (i, j[i, k])
+            torch.stack([rows, j.reshape(-1)]),
+            grad.reshape(-1),
+            (n1, b.shape[0]),
+            check_invariants=False,
+            is_coalesced=True,
+        )
         grad_a = grad_b = grad_c = None
         if ctx.needs_input_grad[0]:
             grad_a = torch.sparse.mm(sel, b).mul_(-2.0)
