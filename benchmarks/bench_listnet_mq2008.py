@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import math
 import platform
 import sys
@@ -58,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from _report import emit_json
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 CONVENTIONS = ("standard", "letor4")
@@ -677,14 +678,7 @@ def main(argv=None) -> int:
     }
     print()
     print(f"total {fmt_duration(total)} for {len(jobs)} fits")
-    print()
-    print("```json")
-    text = json.dumps(blob, indent=1, default=lambda o: list(o) if isinstance(o, tuple) else str(o))
-    print(text)
-    print("```")
-    if args.json:
-        with open(args.json, "w") as fh:
-            fh.write(text + "\n")
+    emit_json(blob, args.json)
     return 0
 
 

@@ -20,13 +20,13 @@ on their values); every timing is repeated ``--repeats`` times after ``--warmup`
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 
 import torch
 
+from _report import emit_json
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import get_loss
 from ctxrank.models import make_model
@@ -101,9 +101,7 @@ def main(argv=None) -> int:
         "results": rows,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
-    if args.json:
-        with open(args.json, "w") as fh:
-            fh.write(json.dumps(blob, indent=1) + "\n")
+    emit_json(blob, args.json, echo=False)
     return 0
 
 

@@ -47,25 +47,30 @@ def per_query(scores, data) -> dict[str, dict[str, np.ndarray]]:
     }
 
 
+def query_means(by_seed: dict, seeds: list[int], conv: str, metric: str) -> np.ndarray:
+    """One value per test query (folds concatenated in order): its metric averaged over ``seeds``."""
+    return np.mean([np.concatenate([np.asarray(v) for v in by_seed[s][conv][metric]]) for s in seeds], axis=0)
+
+
 def compare_against(path: Path, per_q: dict, seeds: list[int], names: list[str]) -> dict:
     """Paired t-tests of this run's models against the same names in an earlier ``--out`` file."""
-    other = json.loads(path.read_text())
-    prev = other["per_query"]
+    prev = {
+        n: {int(s): v for s, v in by_seed.items()}
+        for n, by_seed in json.loads(path.read_text())["per_query"].items()
+    }
     out: dict[str, dict] = {}
     for conv in CONVENTIONS:
         print(f"\n### this run vs {path} ({conv}; per-query means over common seeds, paired t-test)\n")
         print("| model | seeds | " + " | ".join(METRICS) + " |")
         print("|" + "---|" * (len(METRICS) + 2))
         for n in names:
-            common = [s for s in seeds if str(s) in prev.get(n, {})]
+            common = [s for s in seeds if s in prev.get(n, {})]
             if not common:
                 continue
             cells = []
             for k in METRICS:
-                a = np.mean([np.concatenate(per_q[n][s][conv][k]) for s in common], axis=0)
-                b = np.mean(
-                    [np.concatenate([np.asarray(v) for v in prev[n][str(s)][conv][k]]) for s in common], 0
-                )
+                a = query_means(per_q[n], common, conv, k)
+                b = query_means(prev[n], common, conv, k)
                 t = stats.ttest_rel(a, b)
                 d = float(np.nanmean(a) - np.nanmean(b))
                 out.setdefault(conv, {}).setdefault(n, {})[k] = {"diff": d, "p": float(t.pvalue)}
@@ -201,8 +206,8 @@ def main() -> None:
             key = n if base == "lambdamart" else f"{n}_vs_{base}"
             tests[key] = {}
             for k in METRICS:
-                a = np.mean([np.concatenate(per_q[n][s][conv][k]) for s in seeds], axis=0)
-                b = np.mean([np.concatenate(per_q[base][s][conv][k]) for s in seeds], axis=0)
+                a = query_means(per_q[n], seeds, conv, k)
+                b = query_means(per_q[base], seeds, conv, k)
                 t = stats.ttest_rel(a, b)
                 imp = (table[n][k][0] / table[base][k][0] - 1) * 100
                 tests[key][k] = {
@@ -213,7 +218,7 @@ def main() -> None:
                 }
                 cells.append(f"{imp:+.2f}% (p={t.pvalue:.3g})")
             print(f"| {n} vs {base} | " + " | ".join(cells) + " |")
-        report[conv] = {"table": table, "vs_lambdamart": tests}
+        report[conv] = {"table": table, "comparisons": tests}
     if args.against:
         report["against"] = compare_against(args.against, per_q, seeds, names)
     print("\ntraining seconds per model (all runs):", {k: round(v, 1) for k, v in seconds.items()})

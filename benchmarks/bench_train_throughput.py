@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import platform
 import statistics
 import sys
 import time
 
 import numpy as np
+
+from _report import emit_json
 
 
 def median_min(xs: list[float]) -> tuple[float, float]:
@@ -280,14 +281,7 @@ def main(argv=None) -> int:
             "numpy": np.__version__,
         },
     }
-    text = json.dumps(blob, indent=1)
-    print()
-    print("```json")
-    print(text)
-    print("```")
-    if args.json:
-        with open(args.json, "w") as fh:
-            fh.write(text + "\n")
+    emit_json(blob, args.json)
     return 0
 
 
