@@ -15,7 +15,9 @@ MQ2008 query is a test query exactly once over the 5 folds).
         --set qilcm:model_params.confusion_weight=0
 
 ``--set KEY=VALUE`` applies to every model, ``--set MODEL:KEY=VALUE`` to one (run-config keys, see
-docs/training.md). Results are written as JSON with ``--out``.
+docs/training.md). Results are written as JSON with ``--out``. ``--merge FILE`` adds the seeds of an
+earlier ``--out`` file (same models and settings, other seeds) to this run's tables and tests, so a
+study can grow seed by seed; ``--seeds ''`` with ``--merge`` only recomputes the report.
 """
 
 from __future__ import annotations
@@ -79,6 +81,38 @@ def compare_against(path: Path, per_q: dict, seeds: list[int], names: list[str])
     return out
 
 
+def merge_results(
+    path: Path, per_q: dict, runs: dict, seeds: list[int], names: list[str], n_folds: int
+) -> list[int]:
+    """Add an earlier ``--out`` file's seeds to ``per_q``/``runs`` in place; returns the seeds added.
+
+    Refuses a file that lacks one of ``names`` or repeats a seed already present, so no run is counted
+    twice and every model has the same seeds.
+    """
+    blob = json.loads(path.read_text())
+    prev = blob["per_query"]
+    missing = [n for n in names if n not in prev]
+    if missing:
+        raise SystemExit(f"--merge {path}: no results for {missing} (it has {sorted(prev)})")
+    new = sorted({int(s) for s in prev[names[0]]})
+    clash = sorted(set(new) & set(seeds))
+    if clash:
+        raise SystemExit(f"--merge {path}: seeds {clash} are already in this run")
+    for n in names:
+        if sorted(int(s) for s in prev[n]) != new:
+            raise SystemExit(f"--merge {path}: {n} has seeds {sorted(prev[n])}, expected {new}")
+        for s in new:
+            if len(prev[n][str(s)]["standard"]["map"]) != n_folds:
+                raise SystemExit(f"--merge {path}: {n} seed {s} does not have {n_folds} folds")
+            per_q[n][s] = {
+                c: {k: [np.asarray(v, dtype=float) for v in prev[n][str(s)][c][k]] for k in METRICS}
+                for c in CONVENTIONS
+            }
+        runs[n] += [r for r in blob["runs"].get(n, []) if r["seed"] in new]
+    print(f"merged seeds {new} from {path} (args there: {blob['args']})")
+    return new
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="dlcm,qilcm", help="comma-separated re-rankers")
@@ -103,12 +137,23 @@ def main() -> None:
         help="an earlier --out file (e.g. without --crossfit): paired t-test of each model against its "
         "namesake there, over test queries (per-query means over the seeds both runs have)",
     )
+    ap.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an earlier --out file with the same models and settings on other seeds: its per-query "
+        "results join this run's (repeatable)",
+    )
     ap.add_argument("--out", type=Path, help="write all results (per-query vectors included) as JSON")
     args = ap.parse_args()
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     folds = [int(f) for f in args.folds.split(",")]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if not seeds and not args.merge:
+        ap.error("--seeds is empty: give seeds to run, or --merge files to report on")
     common = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
     per_model = {m: [o.split(":", 1)[1] for o in args.overrides if o.startswith(f"{m}:")] for m in models}
     names = ["lambdamart", *models]
@@ -176,6 +221,8 @@ def main() -> None:
                 f"(elapsed {elapsed:.0f} s, eta {elapsed / done * (total - done):.0f} s)",
                 flush=True,
             )
+    for path in args.merge:
+        seeds += merge_results(path, per_q, runs, seeds, names, len(folds))
 
     report = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -187,17 +234,21 @@ def main() -> None:
         header = "| model | " + " | ".join(METRICS) + " |"
         print(header)
         print("|" + "---|" * (len(METRICS) + 1))
-        table = {}
+        table, run_means = {}, {}
         for n in names:
             # one value per (fold, seed) run: the mean over that fold's test queries
             vals = {
                 k: np.array([np.nanmean(a) for s in seeds for a in per_q[n][s][conv][k]]) for k in METRICS
             }
+            run_means[n] = vals
             table[n] = {
                 k: (float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0) for k, v in vals.items()
             }
             print(f"| {n} | " + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in table[n].values()) + " |")
-        print("\nimprovement of A over B and paired t-test over test queries (per-query means over seeds):\n")
+        print(
+            "\nimprovement of A over B; paired t-test p over test queries (per-query means over seeds)"
+            "; runs: paired over the fold x seed runs (the QILCM paper's test)\n"
+        )
         print("| A vs B | " + " | ".join(METRICS) + " |")
         print("|" + "---|" * (len(METRICS) + 1))
         tests = {}
@@ -209,14 +260,17 @@ def main() -> None:
                 a = query_means(per_q[n], seeds, conv, k)
                 b = query_means(per_q[base], seeds, conv, k)
                 t = stats.ttest_rel(a, b)
+                t_runs = stats.ttest_rel(run_means[n][k], run_means[base][k])
                 imp = (table[n][k][0] / table[base][k][0] - 1) * 100
                 tests[key][k] = {
                     "improvement_pct": imp,
                     "t": float(t.statistic),
                     "p": float(t.pvalue),
                     "queries": a.size,
+                    "p_runs": float(t_runs.pvalue),
+                    "runs": run_means[n][k].size,
                 }
-                cells.append(f"{imp:+.2f}% (p={t.pvalue:.3g})")
+                cells.append(f"{imp:+.2f}% (p={t.pvalue:.2g}; runs {t_runs.pvalue:.2g})")
             print(f"| {n} vs {base} | " + " | ".join(cells) + " |")
         report[conv] = {"table": table, "comparisons": tests}
     if args.against:
