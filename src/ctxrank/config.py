@@ -178,6 +178,14 @@ class RunConfig:
             return
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         MODELS[self.model].make_config(self.model_params)
+        own = MODELS[self.model].own_objective
+        if own:
+            if self.loss or self.loss_params:
+                raise ValueError(
+                    f"loss: {self.model} trains its own {own} objective (see model_params); "
+                    "loss and loss_params do not apply"
+                )
+            return
         options = loss_options(LOSSES[self.loss_name])
         for key in self.loss_params:
             if key not in options:
@@ -193,7 +201,7 @@ class RunConfig:
 
         if self.model in BASELINE_MODELS:
             return "lambdarank"
-        return self.loss or MODELS[self.model].default_loss
+        return self.loss or MODELS[self.model].own_objective or MODELS[self.model].default_loss
 
     @property
     def effective_loss_params(self) -> dict[str, Any]:
@@ -202,6 +210,8 @@ class RunConfig:
         from ctxrank.models import MODELS
 
         cls = MODELS.get(self.model)
+        if cls is not None and cls.own_objective:
+            return {}
         implied = (
             dict(cls.default_loss_params) if cls is not None and self.loss_name == cls.default_loss else {}
         )

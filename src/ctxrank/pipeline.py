@@ -146,7 +146,11 @@ def run_training(
         config.model_params,
         categorical_cardinalities=fit_train.categorical_cardinalities,
     )
-    loss_fn = functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
+    loss_fn = (
+        None  # the model trains its own objective (e.g. ARSM-L2R)
+        if model.own_objective
+        else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
+    )
     log_path = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

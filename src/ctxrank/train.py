@@ -103,7 +103,7 @@ def evaluate_model(
 
 def fit(
     model: Ranker,
-    loss_fn: LossFn,
+    loss_fn: LossFn | None,
     train: RankingData,
     valid: RankingData,
     config: TrainConfig,
@@ -118,7 +118,8 @@ def fit(
 
     Args:
         model: a :class:`Ranker` (already built for ``train.n_features`` features).
-        loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``);
+        loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``),
+            or None for a model with its own objective (``model.own_objective``, e.g. ARSM-L2R);
             the model's ``training_loss`` decides how it is used.
         train, valid: normalized data; valid drives early stopping and model selection only.
         config: optimization settings (``TrainConfig``).
@@ -135,6 +136,8 @@ def fit(
     """
     from tqdm.auto import tqdm
 
+    if loss_fn is None and not model.own_objective:
+        raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
     seed_everything(config.seed, config.threads)
     generator = np.random.default_rng(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

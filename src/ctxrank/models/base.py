@@ -68,6 +68,9 @@ class Ranker(nn.Module):
     config_class: ClassVar[type] = object
     default_loss: ClassVar[str] = "listnet"
     default_loss_params: ClassVar[Mapping[str, Any]] = {}  # options of default_loss this model implies
+    #: non-empty: the model trains its own objective (e.g. ``"arsm"``), ``training_loss`` ignores
+    #: ``loss_fn`` and a run's ``loss`` option does not apply
+    own_objective: ClassVar[str] = ""
     rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
 
     def __init__(
