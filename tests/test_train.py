@@ -22,6 +22,7 @@ FAST = {"batch_size": 16, "max_epochs": 8, "patience": 3, "lr": 0.01, "threads":
 # small widths so that every registered model trains in a second or two
 SMALL_PARAMS = {
     "dlcm": {"encoder_widths": [16, 16]},
+    "arsm": {"hidden": [16], "n_levels": 5},
     **{
         name: {"encoder_width": 8, "att_hidden": [16], "rank_hidden": [16]}
         for name in MODELS
@@ -46,7 +47,8 @@ def _train(splits, seed=0, model="listnet", **train):
     seed_everything(seed)
     m = make_model(model, tr.n_features, SMALL_PARAMS.get(model))
     cfg = TrainConfig(**{**FAST, "seed": seed, **train})
-    result = fit(m, get_loss(MODELS[model].default_loss), tr, va, cfg, progress=False)
+    loss_fn = None if MODELS[model].own_objective else get_loss(MODELS[model].default_loss)
+    result = fit(m, loss_fn, tr, va, cfg, progress=False)
     return m, result
 
 

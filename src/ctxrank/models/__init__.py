@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ctxrank.models.arsm_l2r import ArsmL2R
 from ctxrank.models.base import Ranker
 from ctxrank.models.dlcm import DLCM
 from ctxrank.models.mlp import ListNet, MLPScorer
 from ctxrank.models.qilcm import QILCM, QILCM_VARIANTS
 
 MODELS: dict[str, type[Ranker]] = {
+    "arsm": ArsmL2R,
     "dlcm": DLCM,
     "listnet": ListNet,
     "mlp": MLPScorer,
@@ -36,4 +38,14 @@ def make_model(
     return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)
 
 
-__all__ = ["DLCM", "MODELS", "QILCM", "ListNet", "MLPScorer", "Ranker", "get_model_class", "make_model"]
+__all__ = [
+    "DLCM",
+    "MODELS",
+    "QILCM",
+    "ArsmL2R",
+    "ListNet",
+    "MLPScorer",
+    "Ranker",
+    "get_model_class",
+    "make_model",
+]

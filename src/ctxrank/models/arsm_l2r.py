@@ -1,0 +1,152 @@
+"""ARSM-L2R: categorical relevance levels from an MLP, trained with the ARSM estimator (seed 004).
+
+``phi_j = T_theta(x_j)`` (``C`` logits per item, eq. 1); ``z_j ~ Cat(softmax(phi_j))``; training
+minimizes ``E[loss(z, y)]`` (eq. 2) for a non-differentiable ``loss`` (negative NDCG@10 by default) with
+the gradient of :mod:`ctxrank.arsm` (Algorithm 1, eq. 6-7). Defaults are the paper's: ``C = 20``, one
+hidden layer of 500 tanh units, Glorot (Xavier uniform) weights and zero biases (section 3.4).
+
+Prediction (section 2.4): ``score = sum_{c=1..C} c * p_c`` (``score="expected"``); also ``"argmax"``
+(the most probable level, ties broken by expected level) and ``"expected_gain"`` (``sum_c (2^(c-1) - 1)
+p_c``, the expected NDCG gain of the level ``c - 1``).
+
+The paper trains with Adam at lr 1e-4 for 2000 epochs, keeping the best validation epoch; ctxrank's
+defaults (lr 1e-3, early stopping) apply unless the run config says otherwise.
+
+Choices the paper leaves open (options): the cutoff of "truncated NDCG" (``loss_k = 10``); ties between
+equal sampled levels are broken by input position, as in :mod:`ctxrank.metrics`; training labels must
+lie in ``0..C-1`` (the model's levels are meant to cover the true levels, section 2.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ctxrank.arsm import ARSM_LOSSES, arsm_surrogate, get_arsm_loss
+from ctxrank.config import check_non_negative
+from ctxrank.data.lists import ListBatch
+from ctxrank.models.base import ACTIVATIONS, Ranker, make_activation
+
+SCORES = ("expected", "argmax", "expected_gain")
+
+
+@dataclass(frozen=True)
+class ArsmL2RConfig:
+    """Attributes:
+    n_levels: ``C``, the number of categorical relevance levels (seed 004: 20).
+    hidden: hidden layer widths of ``T_theta`` (seed 004: one layer of 500).
+    activation: one of ``ctxrank.models.base.ACTIVATIONS`` (seed 004: tanh).
+    loss: the non-differentiable loss, a name in ``ctxrank.arsm.ARSM_LOSSES`` (``ndcg`` = negative NDCG).
+    loss_k: its cutoff (``None`` = whole list).
+    score: prediction score, one of ``expected`` (seed 004), ``argmax``, ``expected_gain``.
+    dedupe: evaluate each distinct pseudo-action once (exact; faster when many swaps coincide).
+    dropout: dropout after each hidden layer.
+    """
+
+    SECTION = "model_params"
+    n_levels: int = 20
+    hidden: tuple[int, ...] = (500,)
+    activation: str = "tanh"
+    loss: str = "ndcg"
+    loss_k: int | None = 10
+    score: str = "expected"
+    dedupe: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_levels, bool) or not isinstance(self.n_levels, int) or self.n_levels < 2:
+            raise ValueError(f"model_params.n_levels must be an integer >= 2, got {self.n_levels!r}")
+        if not isinstance(self.hidden, tuple) or any(
+            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
+        ):
+            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        for name, value, valid in (
+            ("activation", self.activation, ACTIVATIONS),
+            ("loss", self.loss, ARSM_LOSSES),
+            ("score", self.score, SCORES),
+        ):
+            if value not in valid:
+                raise ValueError(f"model_params.{name}: unknown {value!r}; valid: {', '.join(sorted(valid))}")
+        if self.loss_k is not None and (
+            isinstance(self.loss_k, bool) or not isinstance(self.loss_k, int) or self.loss_k < 1
+        ):
+            raise ValueError(
+                f"model_params.loss_k must be a positive integer or omitted, got {self.loss_k!r}"
+            )
+        if not isinstance(self.dedupe, bool):
+            raise ValueError(f"model_params.dedupe must be true or false, got {self.dedupe!r}")
+        check_non_negative(self, "dropout", self.dropout)
+        if self.dropout >= 1:
+            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+
+
+class ArsmL2R(Ranker):
+    """``[B, L, F] -> phi [B, L, C] -> scores [B, L]``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
+
+    name = "arsm"
+    config_class = ArsmL2RConfig
+    default_loss = ""
+    own_objective = "arsm"
+
+    def __init__(
+        self, n_features: int, config: ArsmL2RConfig, *, categorical_cardinalities: Sequence[int] = ()
+    ) -> None:
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        layers: list[nn.Module] = []
+        width = self.input_dim
+        for h in config.hidden:
+            layers += [nn.Linear(width, h), make_activation(config.activation)]
+            if config.dropout > 0:
+                layers.append(nn.Dropout(config.dropout))
+            width = h
+        layers.append(nn.Linear(width, config.n_levels))
+        self.net = nn.Sequential(*layers)
+        for m in self.net:
+            if isinstance(m, nn.Linear):  # Glorot initialization (seed 004, section 3.4)
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        self.arsm_loss = get_arsm_loss(config.loss, config.loss_k)
+        levels = torch.arange(1, config.n_levels + 1, dtype=torch.float32)
+        self.register_buffer("levels", levels, persistent=False)
+        self.register_buffer("gains", torch.exp2(levels - 1) - 1, persistent=False)
+
+    def logits(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
+        """``phi``: ``[B, L, F]`` -> ``[B, L, C]`` (eq. 1)."""
+        return self.net(self.item_inputs(features, categorical))
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        p = torch.softmax(self.logits(features, categorical), dim=-1)  # (B, L, C)
+        expected = p @ self.levels
+        if self.config.score == "expected":
+            return expected
+        if self.config.score == "expected_gain":
+            return p @ self.gains
+        # argmax level, ties (and equal argmax across items) ordered by the expected level
+        top = p.argmax(-1).to(expected.dtype) + 1
+        return top + expected / (self.config.n_levels + 1)
+
+    def training_loss(
+        self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The ARSM surrogate of ``E[loss(z, y)]`` (value: the mean sampled loss); ignores ``loss_fn``."""
+        labels = batch.labels[batch.mask]
+        C = self.config.n_levels
+        if labels.numel() and (
+            labels.min() < 0 or labels.max() > C - 1 or not torch.equal(labels, labels.round())
+        ):
+            raise ValueError(
+                f"ARSM-L2R with n_levels={C} needs integer labels in 0..{C - 1}; got labels in "
+                f"[{labels.min().item():g}, {labels.max().item():g}] (raise model_params.n_levels)"
+            )
+        phi = self.logits(batch.features, batch.categorical)
+        return arsm_surrogate(phi, batch.labels, batch.mask, self.arsm_loss, dedupe=self.config.dedupe)
