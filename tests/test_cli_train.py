@@ -189,3 +189,72 @@ def test_lambdamart_as_a_model(tmp_path, capsys):
         == 2
     )
     assert "lambdarank objective" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("model", "params", "line", "kind"),
+    [
+        ("ranksvm", ["model_params.C=0.01"], "ranksvm (pairwise-squared-hinge loss)", "ranksvm"),
+        ("adarank-ndcg", ["model_params.n_rounds=15"], "adarank-ndcg (adarank-ndcg@10 loss)", "adarank"),
+    ],
+)
+def test_classical_baselines_end_to_end(model, params, line, kind, tmp_path, capsys):
+    out = tmp_path / model
+    argv = [
+        "train",
+        "--model",
+        model,
+        "--dataset",
+        "mq2008",
+        "--fold",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    for p in params:
+        argv += ["--set", p]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert line in printed and ("C = 0.01" in printed if model == "ranksvm" else "best round" in printed)
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "ctxrank.json", "test_metrics.json"]
+    meta = json.loads((out / "ctxrank.json").read_text())
+    assert meta["kind"] == kind and meta["n_features"] == 46
+    saved = json.loads((out / "test_metrics.json").read_text())["metrics"]
+    assert 0.3 < saved["ndcg@10"] <= 1
+    assert main(["evaluate", "--model", str(out), "--data", str(MQ / "S5.txt.gz"), "--json"]) == 0
+    via_model = json.loads(capsys.readouterr().out)["metrics"]
+    for k in ("ndcg@1", "ndcg@10", "map"):
+        assert via_model[k] == pytest.approx(saved[k], abs=1e-12)
+    scores = tmp_path / "scores.txt"
+    assert (
+        main(["predict", "--model", str(out), "--data", str(MQ / "S5.txt.gz"), "--output", str(scores)]) == 0
+    )
+    assert np.loadtxt(scores).shape == (read_letor(MQ / "S5.txt.gz").n_items,)
+
+
+@pytest.mark.parametrize(
+    ("model", "trains"),
+    [
+        ("ranksvm", "a pairwise linear SVM (scikit-learn LinearSVC"),
+        ("adarank-map", "AdaRank's boosting on MAP"),
+    ],
+)
+def test_classical_baselines_refuse_a_loss(model, trains, tmp_path, capsys):
+    argv = [
+        "train",
+        "--model",
+        model,
+        "--loss",
+        "listnet",
+        "--dataset",
+        "mq2008",
+        "--out",
+        str(tmp_path / "x"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"loss: {model} trains {trains}" in err and "--loss does not apply" in err and "LightGBM" not in err
+    )
+    assert not (tmp_path / "x").exists()

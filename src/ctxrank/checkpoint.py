@@ -5,6 +5,10 @@ normalizer state (JSON), the metric conventions, the ctxrank and torch versions 
 summary; ``config.toml`` is the resolved run config, for repeating the run. Nothing is pickled:
 loading a checkpoint reads JSON and safetensors only, so it cannot execute code. Files are written
 atomically (temporary file, fsync, rename).
+
+The baselines (``config.BASELINE_MODELS``) save their own directories, told apart by ``kind`` in
+``ctxrank.json``: ``"lightgbm"`` (LambdaMART, plus LightGBM's text ``model.txt``), ``"ranksvm"`` and
+``"adarank"`` (everything in ``ctxrank.json``); :func:`load_model` dispatches on it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank.config import RunConfig, to_toml
+from ctxrank.config import BASELINE_MODELS, RunConfig, to_toml
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
 
@@ -146,10 +150,9 @@ def load_model(directory: str | Path):
     directory = Path(directory)
     meta = read_meta(directory)
     kind = meta.get("kind")
-    if kind == "lightgbm":
-        from ctxrank.baselines.lambdamart import LambdaMART
-
-        return LambdaMART.load(directory)
+    for baseline in BASELINE_MODELS.values():  # lightgbm, ranksvm, adarank
+        if kind == baseline.kind:
+            return baseline.load(directory)
 
     import safetensors
     import safetensors.torch

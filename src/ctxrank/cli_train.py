@@ -26,15 +26,23 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             "(--train F --valid F [--test F]), with early stopping on the validation split. Saves "
             "model.safetensors, ctxrank.json (metadata), config.toml (the resolved config), "
             "train_log.jsonl (one record per epoch) and, when a test split is given, test_metrics.json "
-            "(the test split is evaluated once, at the end). Example: "
+            "(the test split is evaluated once, at the end). The baselines save their own model files "
+            "instead of the weights: LambdaMART model.txt (LightGBM), RankSVM and AdaRank everything in "
+            "ctxrank.json. Example: "
             "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`."
         ),
     )
     p.add_argument(
         "--model",
-        help="model name (listnet, mlp, dlcm, lambdamart, ...); default: the config file's, else listnet",
+        help=(
+            "model name: a neural model (listnet, mlp, dlcm, qilcm, ...) or a baseline (lambdamart, "
+            "ranksvm, adarank-map, adarank-ndcg; see docs/baselines.md); default: the config file's, "
+            "else listnet"
+        ),
     )
-    p.add_argument("--loss", help="ranking loss (default: the model's own)")
+    p.add_argument(
+        "--loss", help="ranking loss of a neural model (default: the model's own; baselines train their own)"
+    )
     p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
     p.add_argument(
         "--set",
@@ -151,7 +159,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{time.perf_counter() - t0:.1f} s; saved to {out}"
         )
     else:
-        _out(f"best iteration {s['best_iteration']}, {time.perf_counter() - t0:.1f} s; saved to {out}")
+        _out(f"{_baseline_summary(s)}, {time.perf_counter() - t0:.1f} s; saved to {out}")
     if result.test_metrics is not None:
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         means = mean_metrics(result.test_metrics)
@@ -176,6 +184,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         _out()
         _out(_table(headers, rows, right=tuple(range(1, len(headers)))))
     return 0
+
+
+def _baseline_summary(s: dict[str, Any]) -> str:
+    """One line from a baseline's ``training_summary()`` (LambdaMART, RankSVM, AdaRank)."""
+    valid = s.get("best_valid_metric")
+    on_valid = f" (valid {s['metric']} {valid:.4f})" if valid is not None else ""
+    if "best_iteration" in s:
+        return f"best iteration {s['best_iteration']}{on_valid}"
+    if "C" in s:
+        return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
+    if "best_round" in s:
+        if valid is None:
+            on_valid = f" (train {s['metric']} {s['best_train_metric']:.4f})"
+        return f"best round {s['best_round']} of {s['rounds_run']}{on_valid}"
+    return "trained"
 
 
 # ----------------------------------------------------------------------------------------- predict

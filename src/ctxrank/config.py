@@ -36,7 +36,120 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-BASELINE_MODELS = ("lambdamart",)  # non-neural models trained by their own library (LightGBM)
+@dataclass(frozen=True)
+class Baseline:
+    """How ``--model NAME`` builds one of the non-neural baselines (``BASELINE_MODELS[NAME]``).
+
+    Attributes:
+        module, cls: where the model class lives (imported only when it is built or loaded).
+        kind: the ``kind`` its saved ``ctxrank.json`` records (``checkpoint.load_model`` dispatches on it).
+        trains: what it optimizes and with which library, for messages.
+        objective: ``RunConfig.loss_name`` given ``model_params``.
+        fixed: parameters the name implies (``adarank-map``: ``metric = "map"``), checked against
+            ``model_params``: ``{name: (default, allowed base metric)}`` for metrics.
+        seed, threads: the class's parameters that receive ``train.seed`` and ``train.threads``
+            (unless ``model_params`` sets them), or ``""`` when it has none.
+    """
+
+    module: str
+    cls: str
+    kind: str
+    trains: str
+    objective: Any  # Callable[[Mapping[str, Any]], str]
+    fixed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    seed: str = ""
+    threads: str = ""
+
+    def model_class(self) -> type:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.cls)
+
+    def params(self, model_params: Mapping[str, Any], train: TrainConfig | None = None) -> dict[str, Any]:
+        """The constructor's keyword arguments: implied, then seed/threads from ``train``, then
+        ``model_params``. Raises ValueError naming ``model_params.<key>`` for a conflict."""
+        from ctxrank.metrics import parse_metric
+
+        out: dict[str, Any] = {}
+        for key, (default, base) in self.fixed.items():
+            value = model_params.get(key, default)
+            try:
+                ok = isinstance(value, str) and parse_metric(value)[0] == base
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"model_params.{key}: this model trains {self.trains}, so {key} must be a "
+                    f"{base} metric, got {value!r}"
+                )
+            out[key] = default
+        if train is not None:
+            if self.seed:
+                out[self.seed] = train.seed
+            if self.threads:
+                out[self.threads] = train.threads or 1
+        out.update(model_params)
+        return out
+
+    def build(self, model_params: Mapping[str, Any], train: TrainConfig | None = None) -> Any:
+        """An unfitted model. Raises ValueError (``model_params: ...``) for bad parameters."""
+        cls = self.model_class()
+        params = self.params(model_params, train)
+        names = getattr(cls, "_PARAMS", None)
+        if names is not None:
+            unknown = sorted(set(params) - set(names))
+            if unknown:
+                raise ValueError(
+                    f"model_params: unknown option(s) {unknown} for {self.cls}; "
+                    f"valid options: {sorted(names)}"
+                )
+        try:
+            return cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"model_params: {exc}") from None
+
+    def load(self, directory: str | Path) -> Any:
+        return self.model_class().load(directory)
+
+
+#: Non-neural models trained by their own library: name -> how to build, describe and load them.
+BASELINE_MODELS: dict[str, Baseline] = {
+    "lambdamart": Baseline(
+        module="ctxrank.baselines.lambdamart",
+        cls="LambdaMART",
+        kind="lightgbm",
+        trains="LightGBM's lambdarank objective",
+        objective=lambda params: "lambdarank",
+        seed="seed",
+        threads="num_threads",
+    ),
+    "ranksvm": Baseline(
+        module="ctxrank.baselines.ranksvm",
+        cls="RankSVM",
+        kind="ranksvm",
+        trains="a pairwise linear SVM (scikit-learn LinearSVC, liblinear)",
+        objective=lambda params: "pairwise-" + str(params.get("loss", "squared_hinge")).replace("_", "-"),
+        seed="seed",
+    ),
+    "adarank-map": Baseline(
+        module="ctxrank.baselines.adarank",
+        cls="AdaRank",
+        kind="adarank",
+        trains="AdaRank's boosting on MAP (numpy, ctxrank's metrics)",
+        objective=lambda params: "adarank-map",
+        fixed={"metric": ("map", "map")},
+        threads="num_threads",
+    ),
+    "adarank-ndcg": Baseline(
+        module="ctxrank.baselines.adarank",
+        cls="AdaRank",
+        kind="adarank",
+        trains="AdaRank's boosting on NDCG@K (numpy, ctxrank's metrics)",
+        objective=lambda params: "adarank-" + str(params.get("metric", "ndcg@10")).replace(" ", "").lower(),
+        fixed={"metric": ("ndcg@10", "ndcg")},
+        threads="num_threads",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -160,22 +273,31 @@ class RunConfig:
         if self.model not in MODELS and self.model not in BASELINE_MODELS:
             valid = ", ".join(sorted([*MODELS, *BASELINE_MODELS]))
             raise ValueError(f"model: unknown model {self.model!r}; valid models: {valid}")
-        if self.loss and self.loss not in LOSSES:
-            raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         if self.transform not in TRANSFORMS:
             raise ValueError(
                 f"transform: unknown transform {self.transform!r}; valid: {', '.join(sorted(TRANSFORMS))}"
             )
         if not isinstance(self.train, TrainConfig):
             raise TypeError("train must be a TrainConfig")
-        if self.model in BASELINE_MODELS:
-            if self.loss:
+        baseline = BASELINE_MODELS.get(self.model)
+        if baseline is not None:
+            # a saved config records loss_name (e.g. "lambdarank"): that one is accepted
+            if self.loss and self.loss != baseline.objective(self.model_params):
+                raise ValueError(f"loss: {self.model} trains {baseline.trains}; --loss does not apply")
+            if self.loss_params:
                 raise ValueError(
-                    f"loss: {self.model} trains LightGBM's lambdarank objective; --loss does not apply"
+                    f"loss_params: {self.model} trains {baseline.trains}; loss_params do not apply"
                 )
             if self.rerank.initial:
-                raise ValueError(f"rerank.initial: {self.model} is itself the initial ranker")
+                raise ValueError(
+                    f"rerank.initial: {self.model} is a baseline that ranks whole lists"
+                    + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
+                    + "; re-ranking an initial ranker's top k applies to the neural models"
+                )
+            baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
+        if self.loss and self.loss not in LOSSES:
+            raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         MODELS[self.model].make_config(self.model_params)
         own = MODELS[self.model].own_objective
@@ -200,7 +322,7 @@ class RunConfig:
         from ctxrank.models import MODELS
 
         if self.model in BASELINE_MODELS:
-            return "lambdarank"
+            return BASELINE_MODELS[self.model].objective(self.model_params)
         return self.loss or MODELS[self.model].own_objective or MODELS[self.model].default_loss
 
     @property

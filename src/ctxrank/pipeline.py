@@ -2,7 +2,9 @@
 
 :func:`run_training` takes a resolved :class:`RunConfig` and the train/valid(/test) splits and:
 
-* ``model = "lambdamart"``: fits the LightGBM baseline alone;
+* ``model`` a baseline (``config.BASELINE_MODELS``: ``lambdamart``, ``ranksvm``, ``adarank-map``,
+  ``adarank-ndcg``): fits it alone on whole lists (it has its own feature handling; ``transform`` does
+  not apply) and records its ``training_summary()`` (best iteration, chosen ``C``, kept rounds, ...);
 * otherwise, when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
   on train with ``rerank.crossfit = K``), keeps each query's top ``rerank.top_k`` and trains the
   neural re-ranker on those lists (``ctxrank.rerank``);
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank.config import RunConfig
+from ctxrank.config import BASELINE_MODELS, RunConfig
 from ctxrank.data.ranking_data import RankingData
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -91,9 +93,10 @@ def run_training(
     def evaluate(scores: np.ndarray, data: RankingData) -> dict[str, np.ndarray]:
         return evaluate_queries(scores, data.labels, data.query_offsets, metrics, no_relevant=tc.no_relevant)
 
-    if config.model == "lambdamart":
-        model = _lambdamart(config, dict(config.model_params)).fit(train, valid)
-        summary = {"best_iteration": model.best_iteration_, "seconds": time.perf_counter() - t0}
+    baseline = BASELINE_MODELS.get(config.model)
+    if baseline is not None:
+        model = baseline.build(config.model_params, tc).fit(train, valid)
+        summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
         if out is not None:
             model.save(out, run_config=config.to_dict())
         result = RunResult(config=config, summary=summary, predictor=model)

@@ -428,6 +428,16 @@ class LambdaMART:
         )
         return self
 
+    def training_summary(self) -> dict[str, Any]:
+        """What ``ctxrank train`` records: the trees kept and their validation metric (None without
+        validation), in this model's ``no_relevant`` convention."""
+        self._check_fitted()
+        return {
+            "best_iteration": int(self.best_iteration_),
+            "metric": self.metric,
+            "best_valid_metric": self.best_score_,
+        }
+
     # -------------------------------------------------------------- inference
     def _check_fitted(self) -> None:
         if not hasattr(self, "booster_"):

@@ -1,0 +1,229 @@
+"""What RankSVM and AdaRank share: parameter checks, the stored min-max scaling, validation metrics and
+the JSON-only saved-model format.
+
+Both models are linear scorers ``s(x) = w · m(x)`` over the min-max scaled features
+``m(x) = (x - min) / (max - min)`` (min and max over the training rows, a feature constant on train
+maps to 0; :class:`ctxrank.data.transforms.GlobalMinMax` with ``clip=False``: a linear scorer
+extrapolates beyond the training range, clipping would only create ties). A saved model is one
+``ctxrank.json`` file holding the parameters, the scaling and the weights as JSON numbers (which
+round-trip exactly), so loading reads JSON and nothing else: it cannot execute code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.transforms import GlobalMinMax, Transform
+
+__all__ = ["NotFittedError"]
+
+
+# -------------------------------------------------------------------------------- parameter checks
+def is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if not is_int(value) or value < minimum:
+        none = "None or " if allow_none else ""
+        raise ValueError(f"{name} must be {none}an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_positive(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def check_no_relevant(value: Any) -> float | str:
+    return _normalize_no_relevant(value)
+
+
+def check_metric(name: str, value: Any, allowed: tuple[str, ...] | None = None) -> str:
+    """A ctxrank metric name (``ctxrank.metrics.parse_metric``), canonical form; ``allowed`` restricts
+    the base names."""
+    from ctxrank.metrics import format_metric, parse_metric
+
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a metric name such as 'ndcg@10', got {value!r}")
+    try:
+        base, k = parse_metric(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if allowed is not None and base not in allowed:
+        forms = " or ".join(f"'{b}@K'" if b == "ndcg" else f"'{b}'" for b in allowed)
+        raise ValueError(f"{name} must be {forms}, got {value!r}")
+    return format_metric(base, k)
+
+
+def check_params(cls: type, params: Mapping[str, Any]) -> None:
+    """Unknown parameter names -> ValueError listing the valid ones (instead of Python's TypeError)."""
+    valid = sorted(cls._PARAMS)
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown parameter(s) {unknown}; valid parameters: {valid}")
+
+
+# ------------------------------------------------------------------------------------------- data
+def check_data(data: Any, what: str) -> RankingData:
+    if not isinstance(data, RankingData):
+        raise TypeError(f"{what} must be a RankingData, got {type(data).__name__}")
+    return data
+
+
+def check_same_features(train: RankingData, valid: RankingData | None) -> None:
+    if valid is not None and valid.n_features != train.n_features:
+        raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
+
+
+def fit_scaler(train: RankingData) -> GlobalMinMax:
+    """Global min-max over the training rows, without clipping (see the module docstring)."""
+    return GlobalMinMax(clip=False).fit(train)
+
+
+def scaled(scaler: Transform, data: RankingData) -> np.ndarray:
+    """float64 ``(N, F)`` scaled features (computed in float64, stored as float32 by the transform)."""
+    return scaler.transform(data).features.astype(np.float64)
+
+
+def check_predict_data(model: Any, data: Any) -> RankingData:
+    model._check_fitted()
+    if not isinstance(data, RankingData):
+        raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+    if data.n_features != model.n_features_in_:
+        raise ValueError(
+            f"the model was trained on {model.n_features_in_} features but {data.source or 'the data'} "
+            f"has {data.n_features}; pass data with the training feature layout (e.g. --n-features)"
+        )
+    return data
+
+
+def per_query(scores: np.ndarray, data: RankingData, metric: str, no_relevant: float | str) -> np.ndarray:
+    """float64 ``(Q,)`` per-query ``metric`` (standard convention, ties by input order; NaN = skipped)."""
+    from ctxrank.metrics import evaluate_queries
+
+    return evaluate_queries(scores, data.labels, data.query_offsets, [metric], no_relevant=no_relevant)[
+        metric
+    ]
+
+
+def mean_metric(scores: np.ndarray, data: RankingData, metric: str, no_relevant: float | str) -> float:
+    """Mean of :func:`per_query` over the queries that are not skipped."""
+    v = per_query(scores, data, metric, no_relevant)
+    kept = v[~np.isnan(v)]
+    if kept.size == 0:
+        raise ValueError(
+            f"{data.source or 'the data'}: no query has a relevant item, so {metric} with "
+            "no_relevant='skip' is undefined"
+        )
+    return float(kept.mean())
+
+
+# ------------------------------------------------------------------------------------ persistence
+def save_meta(
+    directory: str | Path,
+    kind: str,
+    meta: dict[str, Any],
+    run_config: Mapping[str, Any] | None,
+) -> Path:
+    """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically."""
+    import json
+
+    from ctxrank import __version__
+    from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, atomic_write, write_json
+
+    for name, value in meta.get("params", {}).items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if run_config is not None:
+        from ctxrank.config import to_toml
+
+        text = to_toml(dict(run_config))
+        atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
+    full = {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "ctxrank_version": __version__,
+        **meta,
+        "run_config": dict(run_config) if run_config is not None else None,
+    }
+    write_json(directory / META_FILE, full)
+    return directory
+
+
+def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
+    """``ctxrank.json`` of ``directory`` (JSON only), checked to be a ``kind`` model."""
+    from ctxrank.checkpoint import read_meta
+
+    directory = Path(directory)
+    meta = read_meta(directory)
+    if meta.get("kind") != kind:
+        raise ValueError(
+            f"{directory}: a {meta.get('kind')!r} model, not {what} one "
+            "(ctxrank.checkpoint.load_model loads any kind)"
+        )
+    return directory, meta
+
+
+def float_vector(directory: Path, meta: Mapping[str, Any], key: str, n: int) -> np.ndarray:
+    """``meta[key]`` as a float64 ``(n,)`` vector of finite numbers, or a ValueError naming the key."""
+    value = meta.get(key)
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise ValueError(f"{directory}: {key!r} must be a list of numbers in the model metadata")
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape != (n,) or not np.isfinite(arr).all():
+        raise ValueError(f"{directory}: {key!r} must hold {n} finite numbers, got {arr.shape[0]}")
+    return arr
+
+
+def load_scaler(directory: Path, meta: Mapping[str, Any], n_features: int) -> Transform:
+    try:
+        scaler = Transform.from_dict(meta.get("scaler"))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{directory}: bad 'scaler' in the model metadata ({exc})") from None
+    if not isinstance(scaler, GlobalMinMax) or scaler.clip or scaler.n_features_in_ != n_features:
+        raise ValueError(
+            f"{directory}: 'scaler' must be an unclipped min-max scaling fitted on {n_features} features"
+        )
+    return scaler
+
+
+def load_params(directory: Path, meta: Mapping[str, Any]) -> dict[str, Any]:
+    params = meta.get("params")
+    if not isinstance(params, dict):
+        raise ValueError(f"{directory}: 'params' missing from the model metadata")
+    return params
+
+
+def n_features_of(directory: Path, meta: Mapping[str, Any]) -> int:
+    n = meta.get("n_features")
+    if not is_int(n) or n < 1:
+        raise ValueError(f"{directory}: 'n_features' must be an integer >= 1, got {n!r}")
+    return int(n)

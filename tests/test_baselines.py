@@ -1,0 +1,131 @@
+"""The baseline registry (``config.BASELINE_MODELS``): every baseline through RunConfig, run_training,
+the saved directory and ``checkpoint.load_model``."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ctxrank.checkpoint import META_FILE, load_model
+from ctxrank.config import BASELINE_MODELS, resolve_config
+from ctxrank.pipeline import run_training
+
+from .conftest import make_ranking_data
+
+# small, fast settings per baseline
+FAST = {
+    "lambdamart": {"n_estimators": 20, "min_data_in_leaf": 5, "early_stopping_rounds": 5},
+    "ranksvm": {"C": [0.01, 1.0]},
+    "adarank-map": {"n_rounds": 20, "patience": 5},
+    "adarank-ndcg": {"n_rounds": 20, "patience": 5},
+}
+SUMMARY_KEY = {
+    "lambdamart": "best_iteration",
+    "ranksvm": "C",
+    "adarank-map": "best_round",
+    "adarank-ndcg": "best_round",
+}
+OBJECTIVE = {
+    "lambdamart": "lambdarank",
+    "ranksvm": "pairwise-squared-hinge",
+    "adarank-map": "adarank-map",
+    "adarank-ndcg": "adarank-ndcg@10",
+}
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return make_ranking_data(50, seed=1), make_ranking_data(20, seed=2), make_ranking_data(20, seed=3)
+
+
+def _overrides(name):
+    return [f"model={name}", *(f"model_params.{k}={json.dumps(v)}" for k, v in FAST[name].items())]
+
+
+def test_registry_names_and_kinds():
+    assert set(BASELINE_MODELS) == {"lambdamart", "ranksvm", "adarank-map", "adarank-ndcg"}
+    assert {b.kind for b in BASELINE_MODELS.values()} == {"lightgbm", "ranksvm", "adarank"}
+    with pytest.raises(ValueError, match=r"valid models: .*adarank-map, adarank-ndcg.*lambdamart.*ranksvm"):
+        resolve_config(None, ["model=nope"])
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_MODELS))
+def test_run_training_save_and_load_model(name, splits, tmp_path):
+    train, valid, test = splits
+    config = resolve_config(None, [*_overrides(name), "train.seed=3"])
+    assert config.loss_name == OBJECTIVE[name]
+    result = run_training(config, train, valid, test, out=tmp_path / name)
+    s = result.summary
+    assert SUMMARY_KEY[name] in s and s["seconds"] > 0 and s["metric"]
+    assert s.get("best_valid_metric") is not None
+    assert result.test_scores.shape == (test.n_items,) and np.isfinite(result.test_scores).all()
+    assert 0 < result.test_metrics["ndcg@10"].mean() <= 1
+    meta = json.loads((tmp_path / name / META_FILE).read_text())
+    assert meta["kind"] == BASELINE_MODELS[name].kind
+    assert meta["run_config"]["model"] == name and meta["run_config"]["loss"] == OBJECTIVE[name]
+    loaded = load_model(tmp_path / name)
+    assert loaded.n_features == 5
+    assert np.array_equal(loaded.predict(test), result.test_scores)
+    # the saved config.toml repeats the run (its loss is the baseline's own objective name)
+    again = resolve_config(tmp_path / name / "config.toml")
+    assert again.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_MODELS))
+def test_loss_and_rerank_do_not_apply(name):
+    trains = BASELINE_MODELS[name].trains
+    with pytest.raises(ValueError, match=rf"loss: {name} trains .*; --loss does not apply") as info:
+        resolve_config(None, [f"model={name}", "loss=listnet"])
+    assert trains in str(info.value)
+    with pytest.raises(ValueError, match="loss_params"):
+        resolve_config(None, [f"model={name}", "loss_params.temperature=2"])
+    with pytest.raises(ValueError, match=rf"rerank.initial: {name} is a baseline that ranks whole lists"):
+        resolve_config(None, [f"model={name}", "rerank.initial=lambdamart"])
+
+
+def test_messages_name_the_right_library():
+    assert "LightGBM" in BASELINE_MODELS["lambdamart"].trains
+    assert "LinearSVC" in BASELINE_MODELS["ranksvm"].trains
+    for name in ("ranksvm", "adarank-map", "adarank-ndcg"):
+        assert "LightGBM" not in BASELINE_MODELS[name].trains
+    with pytest.raises(ValueError, match="ranksvm trains a pairwise linear SVM"):
+        resolve_config(None, ["model=ranksvm", "loss=listnet"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=ranksvm", "model_params.kernel=rbf"], r"model_params: unknown option\(s\) \['kernel'\]"),
+        (["model=ranksvm", "model_params.C=-1"], r"model_params: C must be a finite number > 0"),
+        (["model=adarank-map", "model_params.metric=ndcg@10"], r"model_params\.metric: .* must be a map"),
+        (["model=adarank-ndcg", "model_params.metric=map"], r"model_params\.metric: .* must be a ndcg"),
+        (["model=adarank-ndcg", "model_params.n_rounds=0"], r"model_params: n_rounds must be an int >= 1"),
+    ],
+)
+def test_bad_model_params_fail_when_the_config_is_built(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(None, overrides)
+
+
+def test_seed_threads_and_params_reach_the_model():
+    tc = resolve_config(None, ["model=ranksvm", "train.seed=7", "train.threads=2"]).train
+    svm = BASELINE_MODELS["ranksvm"].build({"loss": "hinge"}, tc)
+    assert svm.seed == 7 and svm.loss == "hinge"
+    assert BASELINE_MODELS["ranksvm"].build({"seed": 1}, tc).seed == 1  # model_params win
+    ada = BASELINE_MODELS["adarank-ndcg"].build({"metric": "ndcg@5"}, tc)
+    assert ada.metric == "ndcg@5" and ada.num_threads == 2
+    assert BASELINE_MODELS["adarank-map"].build({}, tc).metric == "map"
+    c = resolve_config(None, ["model=adarank-ndcg", "model_params.metric=ndcg@5"])
+    assert c.loss_name == "adarank-ndcg@5"
+    assert resolve_config(None, ["model=ranksvm", "model_params.loss=hinge"]).loss_name == "pairwise-hinge"
+
+
+def test_importing_the_baselines_pulls_neither_lightgbm_nor_sklearn():
+    code = (
+        "import sys, ctxrank.baselines, ctxrank.baselines.ranksvm, ctxrank.baselines.adarank; "
+        "print('lightgbm' in sys.modules, 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
