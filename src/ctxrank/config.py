@@ -296,13 +296,13 @@ class RunConfig:
                 )
             baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
-        if self.loss and self.loss not in LOSSES:
+        own = MODELS[self.model].own_objective if self.model in MODELS else ""
+        if self.loss and self.loss not in LOSSES and self.loss != own:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         MODELS[self.model].make_config(self.model_params)
-        own = MODELS[self.model].own_objective
         if own:
-            if self.loss or self.loss_params:
+            if self.loss not in ("", own) or self.loss_params:
                 raise ValueError(
                     f"loss: {self.model} trains its own {own} objective (see model_params); "
                     "loss and loss_params do not apply"
