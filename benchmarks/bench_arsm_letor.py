@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         # per_q[model][conv][metric] -> list over folds of per-query arrays
         per_q = {m: {c: {k: [] for k in METRICS} for c in convs} for m in models}
         seconds = dict.fromkeys(models, 0.0)
+        runs: dict[str, list] = {m: [] for m in models}  # per fold: best epoch, chosen C, rounds, ...
         t_start = time.perf_counter()
         for i, fold_k in enumerate(folds):
             fold = load_fold(ds, fold_k, root=None if ds == "mq2008" else root)
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
                     resolve_config(None, overrides), fold.train, fold.valid, fold.test, progress=False
                 )
                 seconds[m] += time.perf_counter() - t0
+                runs[m].append({k: v for k, v in r.summary.items() if k != "history"})
                 for c in convs:
                     vals = evaluate_queries(
                         r.test_scores, fold.test.labels, fold.test.query_offsets, METRICS, convention=c
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
                 f"(elapsed {el:.0f} s, eta {el / (i + 1) * (len(folds) - i - 1):.0f} s)",
                 flush=True,
             )
-        out = {"seconds": seconds, "tables": {}, "tests": {}}
+        out = {"seconds": seconds, "runs": runs, "tables": {}, "tests": {}}
         for c in convs:
             print(f"\n### {ds}, {c} convention, mean of {len(folds)} fold means (seed {args.seed})\n")
             print("| model | " + " | ".join(METRICS) + " |")
@@ -145,6 +147,12 @@ def main(argv=None) -> int:
                     print(f"| {m} | " + " | ".join(cells) + " |")
                 out["tests"][c] = tests
         print("\ntraining seconds per model (all folds):", {k: round(v, 1) for k, v in seconds.items()})
+        for m in models:
+            if "best_epoch" in runs[m][0]:
+                print(
+                    f"{m}: best epoch / epochs run per fold:",
+                    [(r["best_epoch"], r["epochs_run"]) for r in runs[m]],
+                )
         out["per_query"] = {
             m: {c: {k: [a.tolist() for a in per_q[m][c][k]] for k in METRICS} for c in convs} for m in models
         }
