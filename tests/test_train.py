@@ -23,6 +23,7 @@ FAST = {"batch_size": 16, "max_epochs": 8, "patience": 3, "lr": 0.01, "threads":
 SMALL_PARAMS = {
     "dlcm": {"encoder_widths": [16, 16]},
     "arsm": {"hidden": [16], "n_levels": 5},
+    "dcm": {"hidden": 16, "embed": 8},
     **{
         name: {"encoder_width": 8, "att_hidden": [16], "rank_hidden": [16]}
         for name in MODELS

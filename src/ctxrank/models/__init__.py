@@ -7,12 +7,14 @@ from typing import Any
 
 from ctxrank.models.arsm_l2r import ArsmL2R
 from ctxrank.models.base import Ranker
+from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
 from ctxrank.models.mlp import ListNet, MLPScorer
 from ctxrank.models.qilcm import QILCM, QILCM_VARIANTS
 
 MODELS: dict[str, type[Ranker]] = {
     "arsm": ArsmL2R,
+    "dcm": DCM,
     "dlcm": DLCM,
     "listnet": ListNet,
     "mlp": MLPScorer,
@@ -39,6 +41,7 @@ def make_model(
 
 
 __all__ = [
+    "DCM",
     "DLCM",
     "MODELS",
     "QILCM",
