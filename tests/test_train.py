@@ -24,6 +24,7 @@ SMALL_PARAMS = {
     "dlcm": {"encoder_widths": [16, 16]},
     "arsm": {"hidden": [16], "n_levels": 5},
     "dcm": {"hidden": 16, "embed": 8},
+    "mnl": {},
     **{
         name: {"encoder_width": 8, "att_hidden": [16], "rank_hidden": [16]}
         for name in MODELS

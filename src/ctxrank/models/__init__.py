@@ -9,7 +9,7 @@ from ctxrank.models.arsm_l2r import ArsmL2R
 from ctxrank.models.base import Ranker
 from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
-from ctxrank.models.mlp import ListNet, MLPScorer
+from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
 from ctxrank.models.qilcm import QILCM, QILCM_VARIANTS
 
 MODELS: dict[str, type[Ranker]] = {
@@ -18,6 +18,7 @@ MODELS: dict[str, type[Ranker]] = {
     "dlcm": DLCM,
     "listnet": ListNet,
     "mlp": MLPScorer,
+    "mnl": MultinomialLogit,
     "qilcm": QILCM,
     **QILCM_VARIANTS,  # ablations of Table 3: qilcm-variant1, -variant2, -variant3
 }
@@ -48,6 +49,7 @@ __all__ = [
     "ArsmL2R",
     "ListNet",
     "MLPScorer",
+    "MultinomialLogit",
     "Ranker",
     "get_model_class",
     "make_model",

@@ -12,6 +12,7 @@ the scores; models with extra terms (QILCM's query confusion, ARSM's estimator) 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -113,5 +114,26 @@ class Ranker(nn.Module):
         return self(batch.features, batch.mask, init_scores=batch.init_scores, categorical=batch.categorical)
 
     def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
-        """The scalar the trainer minimizes (default: the ranking loss averaged over lists)."""
+        """The scalar the trainer minimizes (default: the ranking loss averaged over lists); when
+        ``loss_fn`` is the model's ``default_loss``, its ``default_loss_params`` apply unless bound."""
+        loss_fn = with_default_options(loss_fn, self.default_loss, self.default_loss_params)
         return loss_fn(self.score_batch(batch), batch.labels, batch.mask)
+
+
+def with_default_options(
+    loss_fn: Callable[..., torch.Tensor], loss_name: str, defaults: Mapping[str, Any]
+) -> Callable[..., torch.Tensor]:
+    """``loss_fn`` with ``defaults`` bound when it is the registered ``loss_name`` loss (possibly a
+    ``functools.partial`` of it) and those options are not bound already."""
+    from ctxrank.losses import LOSSES
+
+    if not defaults:
+        return loss_fn
+    fn, bound = loss_fn, {}
+    while isinstance(fn, functools.partial):
+        bound = {**fn.keywords, **bound}
+        fn = fn.func
+    if fn is not LOSSES.get(loss_name):
+        return loss_fn
+    missing = {k: v for k, v in defaults.items() if k not in bound}
+    return functools.partial(loss_fn, **missing) if missing else loss_fn

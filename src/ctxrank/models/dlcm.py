@@ -58,7 +58,7 @@ all, which the tests check.)
 
     L = - sum_i [ a^y_i log a^S_i + (1 - a^y_i) log(1 - a^S_i) ]
 
-(:attr:`DLCM.default_loss_params`, applied in :meth:`DLCM.training_loss` when the trainer's loss is
+(:attr:`DLCM.default_loss_params`, applied in :meth:`Ranker.training_loss` when the trainer's loss is
 ``attrank`` with no ``form`` bound). Other choices, as run-config overrides::
 
     --set loss_params.form=dlcm_code   # the authors' released code: softmax cross entropy only
@@ -76,8 +76,7 @@ abstraction adds ``beta = max(1024 - F, 0)`` columns through hidden widths
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -86,7 +85,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxrank.config import check_non_negative, check_positive_int
-from ctxrank.data.lists import ListBatch
 from ctxrank.models.base import Ranker
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
@@ -338,26 +336,3 @@ class DLCM(Ranker):
     ) -> torch.Tensor:
         o, s_n = self.context(features, mask, categorical)
         return self.local_ranking(o, s_n)
-
-    def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
-        """The ranking loss of the scores; AttRank gets ``form="dlcm"`` unless the run sets a form."""
-        return _with_defaults(loss_fn, self.default_loss, self.default_loss_params)(
-            self.score_batch(batch), batch.labels, batch.mask
-        )
-
-
-def _with_defaults(
-    loss_fn: Callable[..., torch.Tensor], loss_name: str, defaults: Mapping[str, Any]
-) -> Callable[..., torch.Tensor]:
-    """``loss_fn`` with ``defaults`` bound when it is the registered ``loss_name`` loss (possibly a
-    ``functools.partial`` of it) and those options are not bound already."""
-    from ctxrank.losses import LOSSES
-
-    fn, bound = loss_fn, {}
-    while isinstance(fn, functools.partial):
-        bound = {**fn.keywords, **bound}
-        fn = fn.func
-    if fn is not LOSSES.get(loss_name):
-        return loss_fn
-    missing = {k: v for k, v in defaults.items() if k not in bound}
-    return functools.partial(loss_fn, **missing) if missing else loss_fn

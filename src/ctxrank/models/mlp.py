@@ -2,12 +2,15 @@
 
 With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007, seed 002).
 ListNet = MLPScorer + the ``listnet`` loss (top-one probability cross entropy).
+MultinomialLogit = the same linear scorer + the log-likelihood of the chosen item under
+``softmax(scores)`` (McFadden's conditional logit), the classical baseline of choice modelling.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -87,3 +90,19 @@ class ListNet(MLPScorer):
     name = "listnet"
     config_class = ListNetConfig
     default_loss = "listnet"
+
+
+class MultinomialLogit(MLPScorer):
+    """Multinomial (conditional) logit (McFadden 1974): linear utilities ``v_j = w . x_j + b`` and
+    ``P(choose j) = softmax(v)_j``, fitted by maximum likelihood of the chosen items.
+
+    The loss is ListNet's cross entropy with ``label_transform="identity"``: for one chosen item per
+    list (label 1, the others 0) that is exactly ``-log softmax(v)_chosen``; with several positives it is
+    the mean log-likelihood over them. Categorical columns enter through learned embeddings (i.e.
+    alternative-specific constants per category when the embedding is 1-wide).
+    """
+
+    name = "mnl"
+    config_class = ListNetConfig
+    default_loss = "listnet"
+    default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
