@@ -7,7 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ctxrank.data.table import CategoricalEncoder, read_table
+from ctxrank.data.table import (
+    CategoricalEncoder,
+    TableSpec,
+    is_table_path,
+    read_table,
+    read_table_with_rows,
+    refit_categorical,
+    table_columns,
+)
 
 CSV = """\
 qid,label,price,rating,brand,color
@@ -188,3 +196,80 @@ def test_parquet_integer_and_bool_columns(tmp_path):
     assert d.categorical[:, 0].tolist() == [1, 0, 1]
     enc = CategoricalEncoder.from_dict(d.info["categorical_encoder"])
     assert enc.vocab_ == {"store": ["10"]}  # integers kept as "10", not "10.0"
+
+
+# ------------------------------------------------------------- file row order, specs, refitting
+def test_file_rows_undo_the_regrouping(tmp_path):
+    d, rows = read_table_with_rows(
+        write(tmp_path, CSV), query="qid", label="label", categorical=["brand", "color"]
+    )
+    assert rows.tolist() == [0, 1, 3, 2] and rows.dtype == np.int64  # query 007's rows, then 8's
+    file_labels = np.empty(4, np.float32)
+    file_labels[rows] = d.labels
+    assert file_labels.tolist() == [1, 0, 2, 1]  # the label column in file order
+    _, same = read_table_with_rows(write(tmp_path, "q,y\n1,0\n2,1\n", "s.csv"), query="q", label="y")
+    assert same.tolist() == [0, 1]
+
+
+def test_label_none_reads_unlabelled_data(tmp_path):
+    text = "qid,price,brand\n1,3,acme\n1,4,zeta\n2,5,\n"
+    d = read_table(write(tmp_path, text), query="qid", label=None, categorical=["brand"])
+    assert d.labels.tolist() == [0, 0, 0] and d.labels.dtype == np.float32
+    assert d.feature_names == ("price",)
+
+
+def test_table_columns_and_extensions(tmp_path):
+    assert table_columns(write(tmp_path, CSV)) == ["qid", "label", "price", "rating", "brand", "color"]
+    pq = tmp_path / "t.pq"
+    pd.DataFrame({"a": [1], "b": ["x"]}).to_parquet(pq)
+    assert table_columns(pq) == ["a", "b"]
+    assert is_table_path("x.CSV") and is_table_path("x.tsv.gz") and is_table_path(pq)
+    assert not is_table_path("x.txt") and not is_table_path("x.gz")
+    with pytest.raises(ValueError, match="no such file"):
+        table_columns(tmp_path / "none.csv")
+
+
+def test_decode_inverts_transform():
+    enc = CategoricalEncoder().fit({"c": ["b", "a", None, "b"]})
+    codes = enc.transform({"c": ["a", "b", "zz", None]})
+    assert codes[:, 0].tolist() == [1, 2, 0, 0]
+    assert enc.decode(codes)["c"].tolist() == ["a", "b", None, None]
+    with pytest.raises(ValueError, match="must lie in"):
+        enc.decode(np.array([[3]]))
+
+
+def test_refit_categorical_uses_the_training_split_only(tmp_path):
+    text = "q,y,x,brand\n1,1,0,acme\n1,0,1,zeta\n2,1,0,acme\n2,0,1,only_test\n3,0,1,\n"
+    enc = CategoricalEncoder()
+    full = read_table(write(tmp_path, text), query="q", label="y", categorical=["brand"], encoder=enc)
+    assert enc.vocab_ == {"brand": ["acme", "only_test", "zeta"]}
+    train, test = full.subset([0]), full.subset([1, 2])
+    new, (train2, test2) = refit_categorical(enc, train, test)
+    assert new.vocab_ == {"brand": ["acme", "zeta"]} and enc.vocab_["brand"][1] == "only_test"
+    assert train2.categorical[:, 0].tolist() == [1, 2] and train2.categorical_cardinalities == (3,)
+    assert test2.categorical[:, 0].tolist() == [1, 0, 0]  # only_test -> unknown, missing -> 0
+    assert test2.info["categorical_unknown"] == 1 and test2.info["categorical_missing"] == 1
+    # the same codes as reading the test rows from their own file with the training encoder
+    own = read_table(
+        write(tmp_path, "q,y,x,brand\n2,1,0,acme\n2,0,1,only_test\n3,0,1,\n", "te.csv"),
+        query="q", label="y", categorical=["brand"], encoder=new,
+    )  # fmt: skip
+    np.testing.assert_array_equal(own.categorical, test2.categorical)
+
+
+def test_table_spec_round_trip_and_scoring(tmp_path):
+    enc = CategoricalEncoder().fit({"brand": ["acme", "zeta"]})
+    spec = TableSpec(query="qid", label="label", categorical=["brand"], numeric=["price"], docid="doc",
+                     encoder=enc)  # fmt: skip
+    d = spec.to_dict()
+    json.dumps(d)
+    back = TableSpec.from_dict(d)
+    assert back == spec and back.encoder.vocab_ == enc.vocab_ and back.categorical == ("brand",)
+    # data to be scored: no label and no docid column
+    data, rows = back.read(write(tmp_path, "qid,price,brand\n1,2,zeta\n1,3,new\n"), scoring=True)
+    assert data.labels.tolist() == [0, 0] and data.docids is None
+    assert data.categorical[:, 0].tolist() == [2, 0] and rows.tolist() == [0, 1]
+    with pytest.raises(ValueError, match=r"no column\(s\) \['label', 'doc'\]"):
+        back.read(write(tmp_path, "qid,price,brand\n1,2,zeta\n", "u.csv"))
+    with pytest.raises(ValueError, match="needs at least a 'query'"):
+        TableSpec.from_dict({"label": "y"})

@@ -2,7 +2,10 @@
 
 ``ctxrank.json`` records the model name and config, the loss, the feature count and names, the
 normalizer state (JSON), the metric conventions, the ctxrank and torch versions and the training
-summary; ``config.toml`` is the resolved run config, for repeating the run. Nothing is pickled:
+summary and, for a model trained on a table (CSV / Parquet), the table spec under ``"table"`` (column
+names and the fitted categorical encoder, so ``predict`` reads new files the same way) and the
+train/valid/test split of ``ctxrank train --data FILE`` under ``"split"``; ``config.toml`` is the
+resolved run config, for repeating the run. Nothing is pickled:
 loading a checkpoint reads JSON and safetensors only, so it cannot execute code. Files are written
 atomically (temporary file, fsync, rename).
 
@@ -90,8 +93,13 @@ def save_checkpoint(
     summary: dict[str, Any] | None = None,
     conventions: dict[str, Any] | None = None,
     rerank: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write weights, metadata and the resolved config into ``directory``; returns the directory."""
+    """Write weights, metadata and the resolved config into ``directory``; returns the directory.
+
+    ``extra``: more JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``); they may
+    not replace the standard keys.
+    """
     import safetensors.torch
     import torch
 
@@ -119,9 +127,23 @@ def save_checkpoint(
         "training": summary or {},
         "rerank": rerank,
     }
+    if extra:
+        clash = sorted(set(extra) & set(meta))
+        if clash:
+            raise ValueError(f"extra metadata may not replace the standard entries {clash}")
+        meta.update(extra)
     write_json(directory / META_FILE, meta)
     atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
     return directory
+
+
+def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
+    """Add JSON-ready ``entries`` to a saved model's ``ctxrank.json`` (atomically), e.g. after a
+    baseline wrote its own metadata."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    meta.update(entries)
+    write_json(directory / META_FILE, meta)
 
 
 def read_meta(directory: str | Path) -> dict[str, Any]:

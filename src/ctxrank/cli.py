@@ -8,10 +8,15 @@ Subcommands::
     ctxrank data-info FILE | --dataset NAME [--fold K] [--split train|valid|test|all] [--json]
     ctxrank evaluate --data FILE (--scores FILE | --model DIR) [--metrics ndcg@1,ndcg@10,map]
                      [--no-relevant 0|1|skip] [--convention standard|letor4|letor3] [--json]
-    ctxrank train --model NAME (--dataset NAME --fold K | --train F --valid F [--test F]) --out DIR
-                  [--config F.toml] [--set key=value ...] [--seed N]
+    ctxrank train --model NAME (--dataset NAME --fold K | --train F --valid F [--test F] | --data F)
+                  --out DIR [--config F.toml] [--set key=value ...] [--seed N]
     ctxrank predict --model DIR --data FILE --output scores.txt
+    ctxrank synth choice|letor ... --out FILE             write SYNTHETIC data (tests, demos)
     ctxrank demo                                          LightGBM lambdarank on embedded MQ2008 Fold1
+
+A data FILE ending in .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table (one row per query-item
+pair; columns named by --query-col, --label-col, --categorical, --numeric, --docid-col, or by the spec
+saved with a model); any other file is LETOR / SVMlight. See :mod:`ctxrank.cli_table`.
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
 with status 2; ``--debug`` shows the traceback instead. :func:`main` returns the exit status and never
@@ -107,26 +112,54 @@ def _parse_metrics(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------- data access
-def _load_data(args: argparse.Namespace, file_attr: str, *, n_features: int | None = None):
-    """The RankingData named by FILE (``read_letor``) or by ``--dataset/--fold/--split``.
+def _load_data(args: argparse.Namespace, file_attr: str, *, n_features: int | None = None, **table: Any):
+    """The RankingData of :func:`_load_data_rows` (the data only)."""
+    return _load_data_rows(args, file_attr, n_features=n_features, **table)[0]
 
-    ``n_features`` (a saved model's feature count) pads a sparse file whose last features are absent.
+
+def _load_data_rows(
+    args: argparse.Namespace,
+    file_attr: str,
+    *,
+    n_features: int | None = None,
+    purpose: str = "info",
+    saved_table: dict[str, Any] | None = None,
+):
+    """``(data, file_rows)``: the RankingData named by FILE or by ``--dataset/--fold/--split``.
+
+    FILE is read with ``read_table`` when its name ends in a table extension (``file_rows``: each
+    row's data row in the file, see :mod:`ctxrank.cli_table`), else with ``read_letor``
+    (``file_rows`` None: the rows are in file order). ``n_features`` (a saved model's feature count)
+    pads a sparse LETOR file whose last features are absent. ``purpose`` and ``saved_table`` (a
+    model's table spec) decide how a table's columns are read (:func:`ctxrank.cli_table.resolve_spec`).
     """
+    from ctxrank.cli_table import read_table_file, reject_table_options, resolve_spec
+    from ctxrank.data.table import is_table_path
+
     path = getattr(args, file_attr, None)
     if path is not None and args.dataset is not None:
         raise ValueError("give either a data file or --dataset, not both")
     if path is None and args.dataset is None:
         raise ValueError("give a data file or --dataset NAME (see `ctxrank datasets`)")
     if path is not None:
-        from ctxrank.data.letor import read_letor
-
         for opt in ("fold", "split", "variant"):
             if getattr(args, opt, None) is not None:
                 raise ValueError(f"--{opt} applies to --dataset, not to a data file")
-        return read_letor(path, query_file=args.query_file, n_features=n_features, cache=not args.no_cache)
+        if is_table_path(path):
+            if args.query_file is not None:
+                raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+            spec = resolve_spec(args, path, purpose=purpose, saved=saved_table)
+            return read_table_file(path, spec, scoring=purpose == "predict")
+        from ctxrank.data.letor import read_letor
+
+        reject_table_options(args, path)
+        data = read_letor(path, query_file=args.query_file, n_features=n_features, cache=not args.no_cache)
+        return data, None
     from ctxrank.data.registry import load_split
 
-    return load_split(
+    reject_table_options(args, f"--dataset {args.dataset}")
+
+    data = load_split(
         args.dataset,
         args.split or "all",
         args.fold or 1,
@@ -134,6 +167,7 @@ def _load_data(args: argparse.Namespace, file_attr: str, *, n_features: int | No
         variant=args.variant,
         cache=not args.no_cache,
     )
+    return data, None
 
 
 def data_summary(data, threshold: float = 1.0) -> dict[str, Any]:
@@ -154,7 +188,8 @@ def data_summary(data, threshold: float = 1.0) -> dict[str, Any]:
         },
         "relevance_threshold": threshold,
         "queries_without_relevant": data.queries_without_relevant(threshold),
-        "null_filled": int(data.info.get("null_filled", 0)),
+        # NULL cells of a LETOR file; missing numeric cells of a table
+        "null_filled": int(data.info.get("null_filled", data.info.get("missing_filled", 0))),
     }
 
 
@@ -347,14 +382,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if (args.scores is None) == (args.model is None):
         raise ValueError("give exactly one of --scores FILE or --model DIR")
     if args.model is not None:
-        from ctxrank.checkpoint import load_model
+        from ctxrank.checkpoint import load_model, read_meta
 
+        saved_table = read_meta(args.model).get("table")
         predictor = load_model(args.model)
-        data = _load_data(args, "data", n_features=predictor.n_features)
+        data, _ = _load_data_rows(
+            args, "data", n_features=predictor.n_features, purpose="evaluate", saved_table=saved_table
+        )
         scores = predictor.predict(data)
     else:
-        data = _load_data(args, "data")
+        from ctxrank.cli_table import from_file_order
+
+        data, file_rows = _load_data_rows(args, "data", purpose="scores")
         scores = read_scores(args.scores, data.n_items, data_name=data.source or "the data")
+        scores = from_file_order(scores, file_rows)
     per_query = evaluate_queries(
         scores,
         data.labels,
@@ -578,6 +619,12 @@ def _add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> N
     p.add_argument("--no-cache", action="store_true", help="do not read or write the binary parse cache")
 
 
+def _add_table_options(p: argparse.ArgumentParser, *, saved_spec: bool = False) -> None:
+    from ctxrank.cli_table import add_table_options
+
+    add_table_options(p, saved_spec=saved_spec)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -649,16 +696,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "data-info",
         parents=[common],
-        help="statistics of a LETOR file or a registered dataset",
+        help="statistics of a LETOR file, a table or a registered dataset",
         description=(
             "Queries, items, features, label histogram, list-length statistics (min/median/mean/max), "
-            "queries with no relevant item and NULL cells filled, for a LETOR/SVMlight FILE (.txt or .gz) "
-            "or a registered --dataset (default: the whole dataset, all splits). "
-            "Example: `ctxrank data-info --dataset mq2008`."
+            "queries with no relevant item and NULL cells filled, for a LETOR/SVMlight FILE (.txt or .gz), "
+            "a table (.csv/.tsv/.parquet, with --query-col and --label-col) or a registered --dataset "
+            "(default: the whole dataset, all splits). Example: `ctxrank data-info --dataset mq2008`."
         ),
     )
-    p.add_argument("file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz)")
+    p.add_argument(
+        "file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz) or a table (.csv, ...)"
+    )
     _add_dataset_options(p, defaults_text="default all: the whole dataset")
+    _add_table_options(p)
     p.add_argument(
         "--threshold", type=float, default=1.0, help="relevant means label >= THRESHOLD (default 1)"
     )
@@ -669,15 +719,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "evaluate",
         parents=[common],
-        help="evaluate a scores file against a LETOR file",
+        help="evaluate a scores file or a saved model against labelled data",
         description=(
             "Mean ranking metrics of a scores file (one float per line, in the data file's row order; the "
-            "count must equal the number of rows) against the labels of a LETOR file or a registered "
-            "dataset split. The conventions used (gain, discount, ties, no-relevant queries, cutoffs "
-            "beyond the list) are printed with the result; --json adds per-query vectors with query ids."
+            "count must equal the number of rows), or of a model saved by `ctxrank train` (--model), "
+            "against the labels of a LETOR file, a table (.csv/.tsv/.parquet) or a registered dataset "
+            "split. A table is read with the model's saved table spec (--model) or with --query-col and "
+            "--label-col (--scores). The conventions used (gain, discount, ties, no-relevant queries, "
+            "cutoffs beyond the list) are printed with the result; --json adds per-query vectors with "
+            "query ids."
         ),
     )
-    p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file with the labels (.txt or .gz)")
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        help="file with the labels: LETOR / SVMlight (.txt or .gz) or a table (.csv, .tsv, .parquet, ...)",
+    )
     p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
     p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
     p.add_argument(
@@ -708,6 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="relevant means label >= THRESHOLD for P/MAP/MRR (default 1)",
     )
     _add_dataset_options(p, defaults_text="default all")
+    _add_table_options(p, saved_spec=True)
     p.add_argument("--json", action="store_true", help="machine-readable output with per-query vectors")
     p.set_defaults(func=cmd_evaluate)
 
@@ -715,6 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxrank.cli_train import add_commands
 
     add_commands(sub, common)
+
+    # synth ------------------------------------------------------------------------------------
+    from ctxrank.cli_synth import add_synth_command
+
+    add_synth_command(sub, common)
 
     # demo -------------------------------------------------------------------------------------
     p = sub.add_parser(

@@ -8,28 +8,45 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 
+def _fractions(text: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    from ctxrank.cli import _add_dataset_options
+    from ctxrank.cli import _add_dataset_options, _add_table_options
 
     p = sub.add_parser(
         "train",
         parents=[common],
         help="train a ranker and save it",
         description=(
-            "Train a model on a registered dataset fold (--dataset NAME --fold K) or on files "
-            "(--train F --valid F [--test F]), with early stopping on the validation split. Saves "
+            "Train a model on a registered dataset fold (--dataset NAME --fold K), on files "
+            "(--train F --valid F [--test F]) or on one file split at random by query into train / "
+            "validation / test (--data F, 60/20/20 by default, drawn from train.seed), with early "
+            "stopping on the validation split. Files may be LETOR/SVMlight or tables (.csv, .csv.gz, "
+            ".tsv, .tsv.gz, .parquet, .pq) with the tabular-data options. Saves "
             "model.safetensors, ctxrank.json (metadata), config.toml (the resolved config), "
             "train_log.jsonl (one record per epoch) and, when a test split is given, test_metrics.json "
             "(the test split is evaluated once, at the end). The baselines save their own model files "
             "instead of the weights: LambdaMART model.txt (LightGBM), RankSVM and AdaRank everything in "
-            "ctxrank.json. Example: "
-            "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`."
+            "ctxrank.json. A model trained on a table saves its table spec (columns and categorical "
+            "encoder) in ctxrank.json, so predict/evaluate read new tables the same way. Examples: "
+            "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`; "
+            "`ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen "
+            "--categorical airline,cabin --out runs/q`."
         ),
     )
     p.add_argument(
@@ -68,61 +85,181 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory for the saved model")
-    p.add_argument("--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight)")
+    p.add_argument(
+        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
+    )
     p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
     p.add_argument("--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)")
+    p.add_argument(
+        "--data",
+        dest="data_file",
+        metavar="FILE",
+        help="one file (LETOR/SVMlight or a table), split at random by query into train/valid/test",
+    )
+    p.add_argument(
+        "--split-fractions",
+        type=_fractions,
+        metavar="TR,VA,TE",
+        help="query fractions of the --data split (default 0.6,0.2,0.2)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_dataset_options(p, defaults_text="not used by train")
+    _add_table_options(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
         "predict",
         parents=[common],
-        help="score a LETOR file with a saved model",
+        help="score a LETOR file or a table with a saved model",
         description=(
-            "Score every row of a LETOR/SVMlight file (or a registered dataset split) with a model saved by "
-            "`ctxrank train`; writes one score per line, in the file's row order."
+            "Score every row of a LETOR/SVMlight file, a table (.csv, .csv.gz, .tsv, .tsv.gz, .parquet, "
+            ".pq) or a registered dataset split with a model saved by `ctxrank train`; writes one score "
+            "per line, in the FILE's row order (also for a table whose rows are not grouped by query: "
+            "the regrouping done for the model is undone). A table is read with the table spec saved "
+            "with the model (columns, categorical encoder: unseen or missing categories get code 0, "
+            "missing numbers 0); its label column is not read (it may be absent)."
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="directory written by `ctxrank train`")
-    p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file to score")
+    p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file or table to score")
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     _add_dataset_options(p, defaults_text="default test")
+    _add_table_options(p, saved_spec=True)
     p.set_defaults(func=cmd_predict)
 
 
 # ------------------------------------------------------------------------------------------- train
-def _training_data(args: argparse.Namespace):
-    """(train, valid, test | None, description) from --dataset/--fold or --train/--valid/--test."""
-    from ctxrank.data.letor import read_letor
+@dataclass
+class TrainingData:
+    """The splits ``ctxrank train`` uses and what to record about them."""
+
+    train: Any
+    valid: Any
+    test: Any
+    what: str
+    meta: dict[str, Any] = field(default_factory=dict)  # extra ctxrank.json entries: table, split
+    split: dict[str, Any] | None = None  # the --data split record
+
+
+def _training_data(args: argparse.Namespace, seed: int) -> TrainingData:
+    """The splits from --dataset/--fold, --train/--valid/--test or --data (split by query at random)."""
+    from ctxrank.cli_table import reject_table_options
 
     files = (args.train_file, args.valid_file, args.test_file)
+    if args.split_fractions is not None and args.data_file is None:
+        raise ValueError("--split-fractions applies to --data FILE (one file split into train/valid/test)")
     if args.dataset is not None:
-        if any(files):
-            raise ValueError("give either --dataset or --train/--valid/--test files, not both")
+        if any(files) or args.data_file is not None:
+            raise ValueError(
+                "give either --dataset or data files (--train/--valid/--test or --data), not both"
+            )
         if args.split is not None:
             raise ValueError("--split does not apply to train (it uses the fold's train/valid/test)")
+        reject_table_options(args, f"--dataset {args.dataset}")
         from ctxrank.data.registry import load_fold
 
         fold = load_fold(
             args.dataset, args.fold or 1, root=args.data_root, variant=args.variant, cache=not args.no_cache
         )
-        return fold.train, fold.valid, fold.test, f"{args.dataset} fold {args.fold or 1}"
+        return TrainingData(fold.train, fold.valid, fold.test, f"{args.dataset} fold {args.fold or 1}")
+    for opt in ("fold", "variant", "split"):
+        if getattr(args, opt, None) is not None:
+            raise ValueError(f"--{opt} applies to --dataset, not to data files")
+    if args.data_file is not None:
+        if any(files):
+            raise ValueError("give either --data FILE (split at random) or --train/--valid/--test, not both")
+        return _split_one_file(args, seed)
     if not (args.train_file and args.valid_file):
-        raise ValueError("give --dataset NAME [--fold K], or both --train FILE and --valid FILE")
+        raise ValueError(
+            "give --dataset NAME [--fold K], --train FILE --valid FILE [--test FILE], or --data FILE"
+        )
+    from ctxrank.data.table import is_table_path
+
+    given = [f for f in files if f]
+    tables = [is_table_path(f) for f in given]
+    if any(tables) and not all(tables):
+        raise ValueError(
+            f"--train/--valid/--test must all be tables or all LETOR files, got {', '.join(given)}"
+        )
+    if all(tables):
+        return _read_table_files(args)
+    reject_table_options(args, args.train_file)
+    from ctxrank.data.letor import read_letor
+
     train = read_letor(args.train_file, query_file=args.query_file, cache=not args.no_cache)
     other = {"n_features": train.n_features, "cache": not args.no_cache}
     valid = read_letor(args.valid_file, **other)
     test = read_letor(args.test_file, **other) if args.test_file else None
-    return train, valid, test, f"train {args.train_file}"
+    return TrainingData(train, valid, test, f"train {args.train_file}")
+
+
+def _table_spec(args: argparse.Namespace, path: str):
+    from ctxrank.cli_table import resolve_spec
+
+    if args.query_file is not None:
+        raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+    return resolve_spec(args, path, purpose="train")
+
+
+def _read_table_files(args: argparse.Namespace) -> TrainingData:
+    """--train/--valid/--test tables: the encoder and the numeric columns come from the training file."""
+    from dataclasses import replace
+
+    from ctxrank.cli_table import read_table_file, table_meta
+    from ctxrank.data.table import CategoricalEncoder
+
+    spec = _table_spec(args, args.train_file)
+    encoder = CategoricalEncoder()
+    train, _ = read_table_file(args.train_file, spec, encoder=encoder)  # fits the encoder in place
+    fitted = replace(spec, numeric=tuple(train.feature_names), encoder=encoder)
+    valid, _ = read_table_file(args.valid_file, fitted)
+    test = read_table_file(args.test_file, fitted)[0] if args.test_file else None
+    meta = {"table": table_meta(spec, train, encoder)}
+    return TrainingData(train, valid, test, f"train {args.train_file}", meta=meta)
+
+
+def _split_one_file(args: argparse.Namespace, seed: int) -> TrainingData:
+    """--data FILE: read it, split its queries at random (train.seed), re-fit the encoder on train."""
+    from ctxrank.cli_table import read_table_file, reject_table_options, table_meta
+    from ctxrank.data.split import DEFAULT_FRACTIONS, split_queries
+    from ctxrank.data.table import CategoricalEncoder, is_table_path, refit_categorical
+
+    path = args.data_file
+    fractions = args.split_fractions or DEFAULT_FRACTIONS
+    meta: dict[str, Any] = {}
+    if is_table_path(path):
+        spec = _table_spec(args, path)
+        encoder = CategoricalEncoder()
+        full, _ = read_table_file(path, spec, encoder=encoder)
+        train, valid, test, record = split_queries(full, fractions, seed)
+        if spec.categorical:  # the vocabulary of the whole file -> of the training queries only
+            encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
+        meta["table"] = table_meta(spec, train, encoder)
+    else:
+        from ctxrank.data.letor import read_letor
+
+        reject_table_options(args, path)
+        full = read_letor(path, query_file=args.query_file, cache=not args.no_cache)
+        train, valid, test, record = split_queries(full, fractions, seed)
+    meta["split"] = record
+    return TrainingData(train, valid, test, f"{path} (random query split)", meta=meta, split=record)
+
+
+def _split_text(record: dict[str, Any]) -> str:
+    q = record["queries"]
+    fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
+    return (
+        f"split: {sum(q.values())} queries of {record['source']} at random by query (seed {record['seed']}, "
+        f"{fr} %): train {q['train']}, valid {q['valid']}, test {q['test']} queries"
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ctxrank.checkpoint import write_json
     from ctxrank.cli import _out, _table
-    from ctxrank.config import resolve_config
+    from ctxrank.config import BASELINE_MODELS, resolve_config
     from ctxrank.metrics import mean_metrics, metric_convention
     from ctxrank.pipeline import run_training
 
@@ -142,15 +279,38 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
-    train, valid, test, what = _training_data(args)
+    if config.model in BASELINE_MODELS and args.categorical:
+        raise ValueError(
+            f"{config.model} uses numeric features only and would ignore the categorical columns "
+            f"{','.join(args.categorical)}; drop --categorical and name the numeric columns with --numeric, "
+            "or train a neural model (mlp, qilcm, dcm, ...) that embeds them"
+        )
+    td = _training_data(args, config.train.seed)
+    train, valid, test, what = td.train, td.valid, td.test, td.what
     counts = f"train {train.n_queries} queries, valid {valid.n_queries}" + (
         f", test {test.n_queries}" if test is not None else ""
     )
     rr = config.rerank
     how = f" re-ranking LambdaMART's top {rr.top_k}" if rr.initial else ""
+    if td.split is not None:
+        _out(_split_text(td.split))
+    if train.categorical is not None:
+        cards = dict(zip(train.categorical_names, train.categorical_cardinalities, strict=True))
+        _out(
+            f"table: {train.n_features} numeric columns ({', '.join(train.feature_names)}), categorical "
+            f"{', '.join(f'{k} ({v - 1} values + unknown)' for k, v in cards.items())}; "
+            "the encoder is fitted on the training split"
+        )
+        if rr.initial:
+            _out(
+                "note: the initial ranker (LambdaMART) uses the numeric columns only; the categorical "
+                "columns are embedded by the re-ranker"
+            )
     _out(f"{config.model} ({config.loss_name} loss){how} on {what}: {counts}")
     t0 = time.perf_counter()
-    result = run_training(config, train, valid, test, out=out, progress=not args.no_progress, log=_out)
+    result = run_training(
+        config, train, valid, test, out=out, progress=not args.no_progress, log=_out, meta=td.meta or None
+    )
     s = result.summary
     if "best_epoch" in s:
         _out(
@@ -168,6 +328,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "metrics": means,
             "conventions": conv.to_dict(),
             "ideal": rr.ideal if rr.initial else "full",
+            **({"split": td.split} if td.split is not None else {}),
             "query_ids": [str(q) for q in test.query_ids],
             "per_query": {
                 k: [None if np.isnan(x) else float(x) for x in v] for k, v in result.test_metrics.items()
@@ -205,14 +366,18 @@ def _baseline_summary(s: dict[str, Any]) -> str:
 def cmd_predict(args: argparse.Namespace) -> int:
     import sys
 
-    from ctxrank.checkpoint import load_model
-    from ctxrank.cli import _load_data
+    from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.cli import _load_data_rows
+    from ctxrank.cli_table import to_file_order
 
+    saved_table = read_meta(args.model).get("table")
     predictor = load_model(args.model)
     if args.dataset is not None and args.split is None:
         args.split = "test"
-    data = _load_data(args, "data", n_features=predictor.n_features)
-    scores = predictor.predict(data)
+    data, file_rows = _load_data_rows(
+        args, "data", n_features=predictor.n_features, purpose="predict", saved_table=saved_table
+    )
+    scores = to_file_order(predictor.predict(data), file_rows)  # the file's row order
     text = "".join(f"{s:.9g}\n" for s in scores.tolist())
     if args.output == "-":
         sys.stdout.write(text)

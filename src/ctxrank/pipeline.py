@@ -76,8 +76,12 @@ def run_training(
     log: Any = None,
     initial: Any = None,
     train_initial_scores: np.ndarray | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
+
+    ``meta``: extra JSON-ready entries for the saved ``ctxrank.json`` (``ctxrank train`` records the
+    table spec and the data split there).
 
     ``initial`` (a fitted initial ranker) and ``train_initial_scores`` (e.g. out-of-fold scores) let
     several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
@@ -99,6 +103,10 @@ def run_training(
         summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
         if out is not None:
             model.save(out, run_config=config.to_dict())
+            if meta:
+                from ctxrank.checkpoint import update_meta
+
+                update_meta(out, meta)
         result = RunResult(config=config, summary=summary, predictor=model)
         if test is not None:
             result.test_scores = model.predict(test)
@@ -198,6 +206,7 @@ def run_training(
             summary=summary,
             conventions=conv.to_dict(),
             rerank=rerank_meta,
+            extra=meta,
         )
     result = RunResult(config=config, summary=summary, predictor=predictor)
     if test is not None:

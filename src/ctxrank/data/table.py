@@ -21,12 +21,18 @@ Conventions:
 * **Categorical encoding** (:class:`CategoricalEncoder`): fitted on the training file only; code 0 is
   reserved for unknown / missing, known categories get 1..K in sorted (string) order. Pass the training
   encoder when reading validation / test files so their codes match and unseen categories map to 0.
+  When one file is split into train / validation / test after reading, :func:`refit_categorical`
+  re-fits the vocabulary on the training queries only and re-codes every split.
+* **File row order**: :func:`read_table_with_rows` also returns each row's 0-based data row in the
+  file, so scores computed on the regrouped data can be written back in the file's row order (and a
+  scores file in file order can be matched to the regrouped rows).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,16 @@ import pandas as pd
 
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["CategoricalEncoder", "read_table"]
+__all__ = [
+    "TABLE_EXTENSIONS",
+    "CategoricalEncoder",
+    "TableSpec",
+    "is_table_path",
+    "read_table",
+    "read_table_with_rows",
+    "refit_categorical",
+    "table_columns",
+]
 
 _F32_MAX = float(np.finfo(np.float32).max)
 # pandas' default NA spellings, used for numeric and label columns
@@ -44,6 +59,42 @@ _NA_VALUES = [
     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
 ]  # fmt: skip
 _FORMATS = {".csv": ",", ".csv.gz": ",", ".tsv": "\t", ".tsv.gz": "\t", ".parquet": None, ".pq": None}
+#: file name endings read by :func:`read_table` (case-insensitive)
+TABLE_EXTENSIONS = tuple(_FORMATS)
+
+
+def _format_of(path: str | os.PathLike) -> str | None:
+    name = str(path).lower()
+    return next((ext for ext in sorted(_FORMATS, key=len, reverse=True) if name.endswith(ext)), None)
+
+
+def is_table_path(path: str | os.PathLike) -> bool:
+    """True when the file name ends in a table extension (:data:`TABLE_EXTENSIONS`, any case)."""
+    return _format_of(path) is not None
+
+
+def table_columns(path: str | os.PathLike) -> list[str]:
+    """The column names of a table file (the CSV/TSV header, or the Parquet schema), without reading rows."""
+    path = Path(path)
+    fmt = _format_of(path)
+    if fmt is None:
+        raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    sep = _FORMATS[fmt]
+    if sep is None:
+        import pyarrow.parquet as pq
+
+        try:
+            return [str(c) for c in pq.read_schema(path).names if not str(c).startswith("__index_level_")]
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            raise ValueError(f"{path}: cannot read as Parquet ({type(exc).__name__}: {exc})") from exc
+    try:
+        return [str(c) for c in pd.read_csv(path, sep=sep, nrows=0).columns]
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path}: empty file (no header, no data rows)") from None
+    except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read as {fmt} ({exc})") from exc
 
 
 # ------------------------------------------------------------------------------------- encoder
@@ -129,6 +180,22 @@ class CategoricalEncoder:
             raise ValueError("categorical columns have different lengths")
         return np.stack(parts, axis=1), unknown, n_missing
 
+    def decode(self, codes: np.ndarray) -> dict[str, np.ndarray]:
+        """Inverse of :meth:`transform`: int [N, C] codes -> column name -> object [N] categories
+        (``None`` for code 0, unknown or missing)."""
+        self._check_fitted()
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[1] != len(self.columns_):  # type: ignore[arg-type]
+            raise ValueError(f"expected codes of shape [N, {len(self.columns_)}], got {codes.shape}")  # type: ignore[arg-type]
+        out = {}
+        for j, name in enumerate(self.columns_):  # type: ignore[union-attr]
+            table = np.array([None, *self.vocab_[name]], dtype=object)
+            col = codes[:, j]
+            if col.size and (col.min() < 0 or col.max() >= table.size):
+                raise ValueError(f"codes of column {name!r} must lie in [0, {table.size}), got {col.max()}")
+            out[name] = table[col]
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form: ``{"min_count": int, "columns": [...] | None, "vocab": {col: [str, ...]}}``."""
         return {
@@ -174,12 +241,93 @@ def _as_strings(values: Any) -> tuple[pd.Series, np.ndarray]:
     return pd.Series(out, dtype=object), missing
 
 
+# ----------------------------------------------------------------------------------------- spec
+@dataclass(frozen=True)
+class TableSpec:
+    """How to read a table: column roles and the fitted categorical encoder.
+
+    A model trained on a table saves its spec (``to_dict()``, under ``"table"`` in ``ctxrank.json``) so
+    new files are read with the same numeric columns, in the same order, and the same categorical codes
+    (``TableSpec.from_dict(meta["table"]).read(path, scoring=True)``).
+
+    Attributes:
+        query, label, docid: column names (``label`` None: no labels; ``docid`` None: no docid column).
+        categorical: categorical column names.
+        numeric: numeric feature columns in order; None = every other column of the file.
+        encoder: the fitted :class:`CategoricalEncoder` (None before training, or without categorical
+            columns). Not compared by ``==``.
+    """
+
+    query: str
+    label: str | None = None
+    categorical: tuple[str, ...] = ()
+    numeric: tuple[str, ...] | None = None
+    docid: str | None = None
+    encoder: CategoricalEncoder | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "categorical", _names(self.categorical, "categorical"))
+        if self.numeric is not None:
+            object.__setattr__(self, "numeric", _names(self.numeric, "numeric"))
+
+    def read(
+        self, path: str | os.PathLike, *, scoring: bool = False, encoder: CategoricalEncoder | None = None
+    ) -> tuple[RankingData, np.ndarray]:
+        """:func:`read_table_with_rows` with this spec: ``(data, file_rows)``.
+
+        Args:
+            scoring: the file is data to be scored: the label column is not read (it may be absent
+                or empty; labels are 0) and the docid column may be absent (docids None).
+            encoder: overrides ``self.encoder`` (e.g. a fresh one to fit on a training file).
+        """
+        label, docid = self.label, self.docid
+        if scoring:
+            label = None
+            if docid is not None and docid not in set(table_columns(path)):
+                docid = None
+        enc = encoder if encoder is not None else self.encoder
+        return read_table_with_rows(
+            path,
+            query=self.query,
+            label=label,
+            categorical=self.categorical,
+            numeric=self.numeric,
+            encoder=enc if self.categorical else None,
+            docid=docid,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: ``{"query", "label", "docid", "numeric", "categorical", "encoder"}``."""
+        return {
+            "query": self.query,
+            "label": self.label,
+            "docid": self.docid,
+            "numeric": None if self.numeric is None else list(self.numeric),
+            "categorical": list(self.categorical),
+            "encoder": None if self.encoder is None else self.encoder.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TableSpec:
+        if not isinstance(d, Mapping) or not isinstance(d.get("query"), str):
+            raise ValueError(f"a table spec needs at least a 'query' column name, got {d!r}")
+        enc = d.get("encoder")
+        return cls(
+            query=d["query"],
+            label=d.get("label"),
+            categorical=tuple(d.get("categorical") or ()),
+            numeric=None if d.get("numeric") is None else tuple(d["numeric"]),
+            docid=d.get("docid"),
+            encoder=None if enc is None else CategoricalEncoder.from_dict(enc),
+        )
+
+
 # -------------------------------------------------------------------------------------- reader
 def read_table(
     path: str | os.PathLike,
     *,
     query: str,
-    label: str,
+    label: str | None,
     categorical: Sequence[str] = (),
     numeric: Sequence[str] | None = None,
     encoder: CategoricalEncoder | None = None,
@@ -190,9 +338,10 @@ def read_table(
     """Read a CSV / TSV / Parquet file with one row per (query, item) into a :class:`RankingData`.
 
     Args:
-        path: ``.csv``, ``.csv.gz``, ``.tsv``, ``.tsv.gz`` (header line required) or ``.parquet``.
+        path: ``.csv``, ``.csv.gz``, ``.tsv``, ``.tsv.gz`` (header line required), ``.parquet`` or ``.pq``.
         query: name of the query-id column (ids kept as strings, e.g. ``"007"`` stays ``"007"`` in CSV).
-        label: name of the relevance-label column (numeric).
+        label: name of the relevance-label column (numeric). ``None``: the file has no labels (data to
+            be scored); every label is 0.
         categorical: names of categorical columns, encoded with ``encoder``.
         numeric: names of the numeric feature columns, in this order; default: every column that is
             not the query, label, docid or a categorical column, in file order.
@@ -218,9 +367,42 @@ def read_table(
             and the first offending data row), a missing label or query id (naming the row), a
             reappearing query id with ``regroup=False``, an encoder fitted on other columns.
     """
+    return read_table_with_rows(
+        path,
+        query=query,
+        label=label,
+        categorical=categorical,
+        numeric=numeric,
+        encoder=encoder,
+        docid=docid,
+        regroup=regroup,
+        fill_value=fill_value,
+    )[0]
+
+
+def read_table_with_rows(
+    path: str | os.PathLike,
+    *,
+    query: str,
+    label: str | None,
+    categorical: Sequence[str] = (),
+    numeric: Sequence[str] | None = None,
+    encoder: CategoricalEncoder | None = None,
+    docid: str | None = None,
+    regroup: bool = True,
+    fill_value: float = 0.0,
+) -> tuple[RankingData, np.ndarray]:
+    """:func:`read_table`, plus where each row came from.
+
+    Returns:
+        ``(data, file_rows)``: ``file_rows`` int64 [N] is the 0-based data row of the file (header
+        excluded) of each row of ``data``; the identity unless the rows were regrouped. Scores
+        ``s`` [N] computed on ``data`` are in file order as ``out[file_rows] = s``; scores ``t`` [N]
+        in file order are in ``data``'s order as ``t[file_rows]``.
+    """
     path = Path(path)
     name = str(path)
-    fmt = next((ext for ext in sorted(_FORMATS, key=len, reverse=True) if name.lower().endswith(ext)), None)
+    fmt = _format_of(path)
     if fmt is None:
         raise ValueError(f"{name}: unsupported file type; expected one of {sorted(_FORMATS)}")
     if not path.is_file():
@@ -233,7 +415,9 @@ def read_table(
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
 
-    special = [query, label, *categorical] + ([docid] if docid is not None else [])
+    special = [query, *([label] if label is not None else []), *categorical] + (
+        [docid] if docid is not None else []
+    )
     if len(set(special)) != len(special):
         raise ValueError(f"query, label, docid and categorical columns must be distinct, got {special}")
     if numeric is not None:
@@ -268,7 +452,10 @@ def read_table(
     q_str = q_raw.astype(str).to_numpy(dtype=object)
 
     # labels
-    labels, lab_missing = _numeric(df[label], label, name)
+    if label is None:
+        labels, lab_missing = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool)
+    else:
+        labels, lab_missing = _numeric(df[label], label, name)
     if lab_missing.any():
         raise ValueError(
             f"{name}: data row {int(np.argmax(lab_missing)) + 1}: missing label in column {label!r}"
@@ -334,8 +521,9 @@ def read_table(
         features, labels = features[order], labels[order]
         codes = None if codes is None else codes[order]
         docids = None if docids is None else docids[order]
+    file_rows = order.astype(np.int64) if order is not None else np.arange(n, dtype=np.int64)
 
-    return RankingData(
+    data = RankingData(
         features=np.ascontiguousarray(features),
         labels=labels.astype(np.float32),
         query_ids=np.asarray(uniques, dtype=object).astype(str),
@@ -348,6 +536,48 @@ def read_table(
         source=name,
         info=info,
     )
+    return data, file_rows
+
+
+def refit_categorical(
+    encoder: CategoricalEncoder, train: RankingData, *others: RankingData
+) -> tuple[CategoricalEncoder, list[RankingData]]:
+    """Re-fit a categorical vocabulary on ``train`` only and re-code ``train`` and ``others``.
+
+    For one file read with an encoder fitted on all of it and then split by query: the new encoder
+    (same ``min_count``) learns only the categories of the training rows, so a category seen only in
+    validation / test rows becomes code 0 there, exactly as if the splits had been separate files read
+    with the training encoder. ``info["categorical_unknown"]`` / ``["categorical_missing"]`` of each
+    returned split are recounted.
+
+    Returns:
+        (the new encoder, [train, *others] re-coded), in the order given.
+    """
+    if train.categorical is None:
+        raise ValueError("refit_categorical needs data with categorical columns")
+    if tuple(train.categorical_names) != tuple(encoder.columns_ or ()):
+        raise ValueError(
+            f"the data's categorical columns {list(train.categorical_names)} are not the encoder's "
+            f"{list(encoder.columns_ or ())}"
+        )
+    new = CategoricalEncoder(min_count=encoder.min_count).fit(encoder.decode(train.categorical))
+    out = []
+    for d in (train, *others):
+        if d.categorical is None or tuple(d.categorical_names) != tuple(train.categorical_names):
+            raise ValueError("every split must have the training split's categorical columns")
+        values = encoder.decode(d.categorical)
+        codes, unknown, n_missing = new._encode(values)
+        info = {**d.info, "categorical_unknown": unknown, "categorical_missing": n_missing}
+        info["categorical_encoder"] = new.to_dict()
+        out.append(
+            replace(
+                d,
+                categorical=codes,
+                categorical_cardinalities=new.cardinalities_,
+                info=info,
+            )
+        )
+    return new, out
 
 
 def _names(cols: Sequence[str], what: str) -> tuple[str, ...]:

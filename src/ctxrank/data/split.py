@@ -1,0 +1,89 @@
+"""Random query-level train / validation / test split of one dataset.
+
+Used by ``ctxrank train --data FILE`` when a single file is given instead of separate splits. The split
+is at the query level (all items of a query go to the same split, so no query leaks across splits):
+
+1. ``perm = numpy.random.default_rng(seed).permutation(Q)`` over the queries in file order;
+2. the validation split gets ``n_valid = max(1, round(fractions[1] * Q))`` queries, the test split
+   ``n_test = max(1, round(fractions[2] * Q))``, the training split the rest
+   (``Q - n_valid - n_test``, at least 1): the first ``n_train`` queries of ``perm`` train, the next
+   ``n_valid`` validate, the last ``n_test`` test (150 queries at 60/20/20: 90/30/30);
+3. each split keeps its queries in file order.
+
+The same ``(Q, fractions, seed)`` always gives the same split (numpy's ``default_rng`` stream is stable
+across platforms for a given numpy version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ctxrank.data.ranking_data import RankingData
+
+__all__ = ["DEFAULT_FRACTIONS", "query_split_indices", "split_queries"]
+
+DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
+SPLIT_NAMES = ("train", "valid", "test")
+
+
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    fr = tuple(float(f) for f in fractions)
+    if len(fr) != 3 or any(not np.isfinite(f) or f <= 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
+        raise ValueError(
+            f"split fractions must be three positive numbers (train, valid, test) summing to 1, "
+            f"got {list(fractions)}"
+        )
+    return fr  # type: ignore[return-value]
+
+
+def query_split_indices(
+    n_queries: int, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Query positions (int64, ascending) of the train, validation and test splits.
+
+    Raises:
+        ValueError: bad fractions, or too few queries for every split to get at least one.
+    """
+    fr = _check_fractions(fractions)
+    n = int(n_queries)
+    n_valid = max(1, round(fr[1] * n))
+    n_test = max(1, round(fr[2] * n))
+    n_train = n - n_valid - n_test
+    if min(n_train, n_valid, n_test) < 1:
+        raise ValueError(
+            f"{n} queries are too few to split {fr[0]:g}/{fr[1]:g}/{fr[2]:g} into train/valid/test "
+            f"with at least one query each (got {n_train}/{n_valid}/{n_test})"
+        )
+    perm = np.random.default_rng(seed).permutation(n)
+    parts = (perm[:n_train], perm[n_train : n_train + n_valid], perm[n_train + n_valid :])
+    return tuple(np.sort(p).astype(np.int64) for p in parts)  # type: ignore[return-value]
+
+
+def split_queries(
+    data: RankingData, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+) -> tuple[RankingData, RankingData, RankingData, dict[str, Any]]:
+    """Split ``data`` at random by query into train / validation / test (see the module docstring).
+
+    Returns:
+        ``(train, valid, test, record)``; ``record`` is JSON-ready: ``method``, ``seed``,
+        ``fractions``, ``queries`` ({split: count}), ``items`` ({split: count}) and ``source``.
+    """
+    fr = _check_fractions(fractions)
+    idx = query_split_indices(data.n_queries, fr, seed)
+    parts = []
+    for name, q in zip(SPLIT_NAMES, idx, strict=True):
+        part = data.subset(q)
+        parts.append(replace(part, source=f"{data.source} [{name} split]"))
+    record = {
+        "method": "random query-level split: numpy.random.default_rng(seed).permutation(queries)",
+        "seed": int(seed),
+        "fractions": list(fr),
+        "queries": {n: p.n_queries for n, p in zip(SPLIT_NAMES, parts, strict=True)},
+        "items": {n: p.n_items for n, p in zip(SPLIT_NAMES, parts, strict=True)},
+        "source": data.source,
+    }
+    return parts[0], parts[1], parts[2], record

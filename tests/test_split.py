@@ -1,0 +1,47 @@
+"""Random query-level train / validation / test split (ctxrank.data.split)."""
+
+import numpy as np
+import pytest
+
+from ctxrank.data.split import query_split_indices, split_queries
+
+from .conftest import make_ranking_data
+
+
+@pytest.mark.parametrize("n", [3, 7, 150, 1001])
+def test_split_is_disjoint_covers_every_query_and_is_deterministic(n):
+    tr, va, te = query_split_indices(n, seed=5)
+    assert np.array_equal(np.sort(np.concatenate([tr, va, te])), np.arange(n))  # disjoint + cover
+    assert min(tr.size, va.size, te.size) >= 1
+    assert va.size == max(1, round(0.2 * n)) == te.size and tr.size == n - 2 * va.size
+    for a, b in zip((tr, va, te), query_split_indices(n, seed=5), strict=True):
+        assert np.array_equal(a, b)
+    assert all(np.all(np.diff(p) > 0) for p in (tr, va, te))  # file order within a split
+    if n >= 7:
+        assert not np.array_equal(tr, query_split_indices(n, seed=6)[0])
+
+
+def test_split_queries_keeps_whole_queries_and_records_the_split():
+    data = make_ranking_data(50, seed=2)
+    train, valid, test, record = split_queries(data, (0.5, 0.3, 0.2), seed=1)
+    assert record["queries"] == {"train": 25, "valid": 15, "test": 10}
+    assert record["seed"] == 1 and record["fractions"] == [0.5, 0.3, 0.2]
+    assert sum(record["items"].values()) == data.n_items
+    ids = [set(p.query_ids.tolist()) for p in (train, valid, test)]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert set().union(*ids) == set(data.query_ids.tolist())
+    for part in (train, valid, test):
+        for q, qid in enumerate(part.query_ids):
+            src = data.query_slice(int(np.flatnonzero(data.query_ids == qid)[0]))
+            np.testing.assert_array_equal(part.features[part.query_slice(q)], data.features[src])
+    assert test.source.endswith("[test split]")
+
+
+def test_split_errors():
+    with pytest.raises(ValueError, match="too few to split"):
+        query_split_indices(2)
+    assert [p.size for p in query_split_indices(3)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="summing to 1"):
+        query_split_indices(10, (0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match="three positive numbers"):
+        query_split_indices(10, (1.0, 0.0))
