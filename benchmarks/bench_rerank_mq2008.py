@@ -225,7 +225,7 @@ def main() -> None:
         seeds += merge_results(path, per_q, runs, seeds, names, len(folds))
 
     report = {
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": json.loads(json.dumps(vars(args), default=str)),
         "seconds": seconds,
         "runs": runs,
     }
