@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 SYNTHETIC_NOTE = "note: these data are SYNTHETIC (generated, not measured); use them for tests and demos only"
-CHOICE_FORMATS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 
 
 def _positive_int(text: str) -> int:
@@ -103,12 +102,11 @@ def add_synth_command(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def chooser_path(out: str | Path) -> Path:
     """``sessions.csv`` / ``sessions.csv.gz`` / ``sessions.parquet`` -> ``sessions.chooser.csv``."""
+    from ctxrank.data.table import _format_of
+
     out = Path(out)
-    name = out.name
-    for ext in sorted(CHOICE_FORMATS, key=len, reverse=True):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-            break
+    ext = _format_of(out)
+    name = out.name[: -len(ext)] if ext else out.name
     return out.with_name(f"{name}.chooser.csv")
 
 
@@ -118,12 +116,12 @@ def cmd_synth_choice(args: argparse.Namespace) -> int:
     from ctxrank.checkpoint import atomic_write
     from ctxrank.cli import _out, _print_json
     from ctxrank.data.synth_choice import make_choice_sessions
-    from ctxrank.data.table import _format_of
+    from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
 
     out = Path(args.out)
     fmt = _format_of(out)
     if fmt is None:
-        raise ValueError(f"{out}: --out must end in one of {', '.join(CHOICE_FORMATS)}")
+        raise ValueError(f"{out}: --out must end in one of {', '.join(TABLE_EXTENSIONS)}")
     chooser = chooser_path(out)
     if chooser.resolve() == out.resolve():
         raise ValueError(f"{out}: choose a name whose chooser file ({chooser.name}) differs from it")
