@@ -119,6 +119,47 @@ def check_predict_data(model: Any, data: Any) -> RankingData:
     return data
 
 
+class LinearScorer:
+    """What RankSVM and AdaRank share once fitted: ``score = w · m(x)`` over the stored min-max scaling
+    ``scaler_`` and weights ``coef_``, and the metadata both save."""
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            name = type(self).__name__
+            raise NotFittedError(f"this {name} is not fitted; call fit(train, valid) or {name}.load()")
+
+    @property
+    def n_features(self) -> int:
+        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        self._check_fitted()
+        return int(self.n_features_in_)
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        """float64 ``(N,)`` scores ``w · m(x)`` of every row of ``data``.
+
+        Raises:
+            ValueError: not fitted, or a feature count other than the training one.
+        """
+        check_predict_data(self, data)
+        return np.ascontiguousarray(scaled(self.scaler_, data) @ self.coef_, dtype=np.float64)
+
+    def _linear_meta(self) -> dict[str, Any]:
+        """The saved fields common to both: features, scaling, weights and the metric conventions."""
+        return {
+            "n_features": int(self.n_features_in_),
+            "feature_names": list(self.feature_names_in_),
+            "scaler": self.scaler_.to_dict(),
+            "coef": [float(v) for v in self.coef_],
+            "metric_conventions": {
+                "metric": self.metric,
+                "gain": "exp2",
+                "convention": "standard",
+                "no_relevant": self.no_relevant,
+                "ties": "stable by input position",
+            },
+        }
+
+
 def per_query(scores: np.ndarray, data: RankingData, metric: str, no_relevant: float | str) -> np.ndarray:
     """float64 ``(Q,)`` per-query ``metric`` (standard convention, ties by input order; NaN = skipped)."""
     from ctxrank.metrics import evaluate_queries

@@ -85,7 +85,7 @@ def _softmax_neg(e: np.ndarray) -> np.ndarray:
     return z / z.sum()
 
 
-class AdaRank:
+class AdaRank(lin.LinearScorer):
     """AdaRank (Xu & Li 2007) with single-feature weak rankers; see the module docstring.
 
     Args:
@@ -257,26 +257,6 @@ class AdaRank:
             "stop_reason": self.stop_reason_,
         }
 
-    # -------------------------------------------------------------- inference
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError("this AdaRank is not fitted; call fit(train, valid) or AdaRank.load()")
-
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
-
-    def predict(self, data: RankingData) -> np.ndarray:
-        """float64 ``(N,)`` scores ``f_{t*}(x) = w · m(x)`` of every row of ``data``.
-
-        Raises:
-            ValueError: not fitted, or a feature count other than the training one.
-        """
-        lin.check_predict_data(self, data)
-        return np.ascontiguousarray(lin.scaled(self.scaler_, data) @ self.coef_, dtype=np.float64)
-
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
         """Write ``ctxrank.json`` (``"kind": "adarank"``: parameters, scaling, the kept rounds and the
@@ -285,11 +265,7 @@ class AdaRank:
         self._check_fitted()
         meta = {
             "params": self.get_params(),
-            "n_features": int(self.n_features_in_),
-            "feature_names": list(self.feature_names_in_),
-            "scaler": self.scaler_.to_dict(),
             "rounds": [[int(k), float(a)] for k, a in self.rounds_],
-            "coef": [float(v) for v in self.coef_],
             "best_round": int(self.best_round_),
             "rounds_run": int(self.rounds_run_),
             "best_score": self.best_score_,
@@ -298,13 +274,7 @@ class AdaRank:
             "history": self.history_,
             "objective": self.objective,
             "min_denominator": MIN_DENOMINATOR,
-            "metric_conventions": {
-                "metric": self.metric,
-                "gain": "exp2",
-                "convention": "standard",
-                "no_relevant": self.no_relevant,
-                "ties": "stable by input position",
-            },
+            **self._linear_meta(),
         }
         return lin.save_meta(directory, KIND, meta, run_config)
 

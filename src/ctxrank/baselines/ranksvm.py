@@ -113,7 +113,7 @@ def pair_indices(
     return first, second, target
 
 
-class RankSVM:
+class RankSVM(lin.LinearScorer):
     """Pairwise linear SVM ranker (see the module docstring for every choice).
 
     Args:
@@ -289,26 +289,6 @@ class RankSVM:
             "converged": self.converged_,
         }
 
-    # -------------------------------------------------------------- inference
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError("this RankSVM is not fitted; call fit(train, valid) or RankSVM.load()")
-
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
-
-    def predict(self, data: RankingData) -> np.ndarray:
-        """float64 ``(N,)`` scores ``w · m(x)`` of every row of ``data``.
-
-        Raises:
-            ValueError: not fitted, or a feature count other than the training one.
-        """
-        lin.check_predict_data(self, data)
-        return np.ascontiguousarray(lin.scaled(self.scaler_, data) @ self.coef_, dtype=np.float64)
-
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
         """Write ``ctxrank.json`` (``"kind": "ranksvm"``: parameters, scaling, weights as JSON numbers)
@@ -322,23 +302,13 @@ class RankSVM:
         meta = {
             "scikit_learn_version": sklearn.__version__,
             "params": params,
-            "n_features": int(self.n_features_in_),
-            "feature_names": list(self.feature_names_in_),
-            "scaler": self.scaler_.to_dict(),
-            "coef": [float(v) for v in self.coef_],
             "C": self.C_,
             "best_score": self.best_score_,
             "grid_scores": [[c, v] for c, v in self.grid_scores_.items()],
             "n_pairs": self.n_pairs_,
             "converged": self.converged_,
             "objective": self.objective,
-            "metric_conventions": {
-                "metric": self.metric,
-                "gain": "exp2",
-                "convention": "standard",
-                "no_relevant": self.no_relevant,
-                "ties": "stable by input position",
-            },
+            **self._linear_meta(),
         }
         return lin.save_meta(directory, KIND, meta, run_config)
 
