@@ -28,7 +28,7 @@ from torch import nn
 from ctxrank.arsm import ARSM_LOSSES, arsm_surrogate, get_arsm_loss
 from ctxrank.config import check_non_negative
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import ACTIVATIONS, Ranker, make_activation
+from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
 SCORES = ("expected", "argmax", "expected_gain")
 
@@ -95,15 +95,7 @@ class ArsmL2R(Ranker):
         self, n_features: int, config: ArsmL2RConfig, *, categorical_cardinalities: Sequence[int] = ()
     ) -> None:
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
-        layers: list[nn.Module] = []
-        width = self.input_dim
-        for h in config.hidden:
-            layers += [nn.Linear(width, h), make_activation(config.activation)]
-            if config.dropout > 0:
-                layers.append(nn.Dropout(config.dropout))
-            width = h
-        layers.append(nn.Linear(width, config.n_levels))
-        self.net = nn.Sequential(*layers)
+        self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, config.n_levels)
         for m in self.net:
             if isinstance(m, nn.Linear):  # Glorot initialization (seed 004, section 3.4)
                 nn.init.xavier_uniform_(m.weight)

@@ -37,6 +37,21 @@ def make_activation(name: str) -> nn.Module:
     return ACTIVATIONS[name]()
 
 
+def make_mlp(
+    in_dim: int, hidden: Sequence[int], activation: str, dropout: float, out_dim: int
+) -> nn.Sequential:
+    """``Linear -> activation (-> Dropout)`` per hidden width, then a ``Linear`` to ``out_dim``."""
+    layers: list[nn.Module] = []
+    width = in_dim
+    for h in hidden:
+        layers += [nn.Linear(width, h), make_activation(activation)]
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = h
+    layers.append(nn.Linear(width, out_dim))
+    return nn.Sequential(*layers)
+
+
 def embedding_dim(cardinality: int) -> int:
     """Embedding size rule for a categorical column with ``cardinality`` codes (incl. the unknown code):
     ``min(50, ceil(cardinality / 2))``, at least 1 (the fast.ai-style rule of thumb, capped at 50)."""

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
 
 from ctxrank.config import check_non_negative
-from ctxrank.models.base import ACTIVATIONS, Ranker, make_activation
+from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
 
 @dataclass(frozen=True)
@@ -63,15 +62,7 @@ class MLPScorer(Ranker):
 
     def __init__(self, n_features: int, config: MLPConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
-        layers: list[nn.Module] = []
-        width = self.input_dim
-        for h in config.hidden:
-            layers += [nn.Linear(width, h), make_activation(config.activation)]
-            if config.dropout > 0:
-                layers.append(nn.Dropout(config.dropout))
-            width = h
-        layers.append(nn.Linear(width, 1))
-        self.net = nn.Sequential(*layers)
+        self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, 1)
 
     def forward(
         self,
