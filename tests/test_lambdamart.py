@@ -308,9 +308,11 @@ def test_cross_fit_never_scores_a_query_with_a_model_that_saw_it(monkeypatch):
     data = make_ranking_data(53, seed=7)
     seen: dict[int, dict[str, set]] = {}
     predicted: dict[int, np.ndarray] = {}
+    models: list[LambdaMART] = []  # kept alive: a freed model's id() can be reused by the next fold's
     fit, predict = LambdaMART.fit, LambdaMART.predict
 
     def recording_fit(self, train, valid=None):
+        models.append(self)
         seen[id(self)] = {"fit": set(train.query_ids), "es": set(valid.query_ids) if valid else set()}
         return fit(self, train, valid)
 
