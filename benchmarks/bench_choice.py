@@ -29,6 +29,7 @@ its 1024-wide default (the choice data have 11 input columns).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from dataclasses import replace
@@ -88,9 +89,19 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="[MODEL:]KEY=VALUE")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="add the runs of an earlier --json output (same sessions, data seed, models and --set; "
+        "other seeds); repeatable. With --seeds '' only the report is recomputed.",
+    )
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if not seeds and not args.merge:
+        ap.error("nothing to do: --seeds is empty and nothing is merged")
 
     sessions = make_choice_sessions(args.sessions, seed=args.data_seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +119,9 @@ def main(argv=None) -> int:
     cols = (*METRICS, "hit@5", "log_lik")
     results = {n: {k: [] for k in cols} for n in names}
     seconds = dict.fromkeys(models, 0.0)
+    all_seeds: list[int] = []
+    for path in args.merge:
+        all_seeds += merge_runs(path, args, models, seeds + all_seeds, results, seconds)
     t_start = time.perf_counter()
     for i, seed in enumerate(seeds):
         tr, va, te, _ = split_queries(data, seed=seed)
@@ -148,17 +162,22 @@ def main(argv=None) -> int:
             f"(elapsed {el:.0f} s, eta {el / (i + 1) * (len(seeds) - i - 1):.0f} s)",
             flush=True,
         )
-    print(f"\n### test, mean ± std over {len(seeds)} runs (SYNTHETIC data, {data.n_queries} sessions)\n")
+    all_seeds += seeds
+    n_runs = len(all_seeds)
+    print(
+        f"\n### test, mean ± std over {n_runs} runs, seeds {all_seeds} "
+        f"(SYNTHETIC data, {data.n_queries} sessions)\n"
+    )
     print("| model | " + " | ".join(cols) + " |")
     print("|" + "---|" * (len(cols) + 1))
     for n in names:
         cells = [
-            f"{np.mean(results[n][k]):.4f} ± {np.std(results[n][k], ddof=1) if len(seeds) > 1 else 0:.4f}"
+            f"{np.mean(results[n][k]):.4f} ± {np.std(results[n][k], ddof=1) if n_runs > 1 else 0:.4f}"
             for k in cols
         ]
         print(f"| {n} | " + " | ".join(cells) + " |")
     tests = {}
-    if "qilcm" in models and len(seeds) > 1:
+    if "qilcm" in models and n_runs > 1:
         print("\nQILCM vs each model: improvement and paired t-test over runs (the QILCM paper's test)\n")
         print("| vs | " + " | ".join(cols) + " |")
         print("|" + "---|" * (len(cols) + 1))
@@ -175,6 +194,7 @@ def main(argv=None) -> int:
     emit_json(
         {
             "args": vars(args),
+            "seeds": all_seeds,
             "chooser_all_sessions": ref,
             "results": results,
             "tests": tests,
@@ -184,6 +204,29 @@ def main(argv=None) -> int:
         echo=False,
     )
     return 0
+
+
+def merge_runs(path, args, models, taken, results, seconds) -> list[int]:
+    """Append the runs stored in an earlier ``--json`` output to ``results``/``seconds``; its seeds.
+
+    Refuses files made with other data (sessions, data seed), other models or other ``--set`` options,
+    and seeds that are already in this study.
+    """
+    blob = json.loads(Path(path).read_text())
+    old = blob["args"]
+    for key in ("sessions", "data_seed", "models", "overrides"):
+        if old[key] != getattr(args, key):
+            raise SystemExit(f"--merge {path}: {key} there is {old[key]!r}, here {getattr(args, key)!r}")
+    old_seeds = blob.get("seeds") or [int(s) for s in old["seeds"].split(",") if s.strip()]
+    if clash := sorted(set(old_seeds) & set(taken)):
+        raise SystemExit(f"--merge {path}: seeds {clash} are already in this study")
+    for n, per_metric in results.items():
+        for k, values in per_metric.items():
+            values += blob["results"][n][k]
+    for m in models:
+        seconds[m] += blob["seconds"][m]
+    print(f"merged seeds {old_seeds} from {path}", flush=True)
+    return old_seeds
 
 
 def _encoder_of(data):
