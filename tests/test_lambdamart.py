@@ -374,3 +374,34 @@ def test_import_does_not_pull_lightgbm():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def _categorical_task(seed):
+    """Relevance decided by a categorical column alone (code 3 relevant); numeric features are noise."""
+    data = make_ranking_data(60, max_len=10, min_len=4, n_features=3, seed=seed)
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(1, 6, size=(data.n_items, 1))
+    return dataclasses.replace(
+        data,
+        labels=(codes[:, 0] == 3).astype(np.float32),
+        categorical=codes,
+        categorical_names=("airline",),
+        categorical_cardinalities=(6,),
+    )
+
+
+def test_categorical_columns_are_native_lightgbm_categoricals(tmp_path):
+    tr, va, te = (_categorical_task(s) for s in (1, 2, 3))
+    m = LambdaMART(**FAST).fit(tr, va)
+    assert m.n_categorical_in_ == 1 and m.booster_.num_feature() == tr.n_features + 1
+    has_rel = np.maximum.reduceat(te.labels, te.query_offsets[:-1]) > 0
+    per_q = evaluate_queries(m.predict(te), te.labels, te.query_offsets, ["ndcg@1"])["ndcg@1"]
+    assert per_q[has_rel].mean() == 1.0  # the code decides relevance: the trees must find it
+    blind = LambdaMART(**FAST).fit(*(dataclasses.replace(d, categorical=None) for d in (tr, va)))
+    blind_te = dataclasses.replace(te, categorical=None)
+    blind_q = evaluate_queries(blind.predict(blind_te), te.labels, te.query_offsets, ["ndcg@1"])["ndcg@1"]
+    assert blind_q[has_rel].mean() < 0.8  # without the column: noise
+    with pytest.raises(ValueError, match="1 categorical columns but"):
+        m.predict(blind_te)
+    m.save(tmp_path / "m")
+    np.testing.assert_array_equal(LambdaMART.load(tmp_path / "m").predict(te), m.predict(te))

@@ -214,7 +214,9 @@ class LambdaMART:
     none), ``evals_result_`` (``{"valid": {"ndcg@K": [value per iteration]}}``: LightGBM's own values,
     no-relevant queries counted as 1), ``label_gain_``, ``lgb_params_`` (what was passed to LightGBM).
 
-    Only ``features`` are used; ``RankingData.categorical`` is ignored.
+    Categorical columns (``RankingData.categorical``, e.g. from ``read_table``) are passed to LightGBM
+    as native categorical features after the numeric ones (``categorical_feature``: splits on sets of
+    codes; code 0 = unknown). ``n_categorical_in_`` records how many; prediction needs the same count.
     """
 
     def __init__(
@@ -367,7 +369,13 @@ class LambdaMART:
         params = self._lgb_params(label_gain, cutoffs)
         metric_name = f"ndcg@{k}"
 
-        train_set = lgb.Dataset(train.features, label=train.labels, group=train.query_lengths)
+        n_cat = _n_categorical(train)
+        if valid is not None and _n_categorical(valid) != n_cat:
+            raise ValueError(f"train has {n_cat} categorical columns but valid has {_n_categorical(valid)}")
+        cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
+        train_set = lgb.Dataset(
+            _lgb_matrix(train), label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
+        )
         valid_sets, valid_names, callbacks = [], [], []
         evals: dict[str, Any] = {}
         stopper = None
@@ -383,7 +391,11 @@ class LambdaMART:
             convert = _convention(n_queries, n0, no_relevant)
             valid_sets.append(
                 lgb.Dataset(
-                    valid.features, label=valid.labels, group=valid.query_lengths, reference=train_set
+                    _lgb_matrix(valid),
+                    label=valid.labels,
+                    group=valid.query_lengths,
+                    reference=train_set,
+                    categorical_feature=cat_idx,
                 )
             )
             valid_names.append("valid")
@@ -407,6 +419,7 @@ class LambdaMART:
         self.booster_ = booster
         self.lgb_params_ = params
         self.n_features_in_ = train.n_features
+        self.n_categorical_in_ = n_cat
         self.feature_names_in_ = tuple(train.feature_names)
         self.label_gain_ = label_gain
         self.evals_result_ = {
@@ -463,8 +476,13 @@ class LambdaMART:
                 f"the model was trained on {self.n_features_in_} features but {data.source or 'the data'} "
                 f"has {data.n_features}; pass data with the training feature layout (e.g. --n-features)"
             )
+        if _n_categorical(data) != self.n_categorical_in_:
+            raise ValueError(
+                f"the model was trained with {self.n_categorical_in_} categorical columns but "
+                f"{data.source or 'the data'} has {_n_categorical(data)}"
+            )
         scores = self.booster_.predict(
-            data.features, num_iteration=self.best_iteration_, num_threads=self.num_threads
+            _lgb_matrix(data), num_iteration=self.best_iteration_, num_threads=self.num_threads
         )
         return np.ascontiguousarray(scores, dtype=np.float64)
 
@@ -509,6 +527,7 @@ class LambdaMART:
             "params": params,
             "lightgbm_params": _jsonable(self.lgb_params_),
             "n_features": int(self.n_features_in_),
+            "n_categorical": int(self.n_categorical_in_),
             "feature_names": list(self.feature_names_in_),
             "label_gain": list(self.label_gain_),
             "best_iteration": int(self.best_iteration_),
@@ -553,6 +572,7 @@ class LambdaMART:
         try:
             params = dict(meta["params"])
             n_features = int(meta["n_features"])
+            n_categorical = int(meta.get("n_categorical", 0))
             best_iteration = int(meta["best_iteration"])
             label_gain = [float(g) for g in meta["label_gain"]]
             feature_names = tuple(str(n) for n in meta["feature_names"])
@@ -570,21 +590,36 @@ class LambdaMART:
             booster = lgb.Booster(model_str=data.decode("utf-8"))
         except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: not a readable LightGBM model ({exc})") from None
-        if booster.num_feature() != n_features or booster.current_iteration() != best_iteration:
+        if (
+            booster.num_feature() != n_features + n_categorical
+            or booster.current_iteration() != best_iteration
+        ):
             raise ValueError(
                 f"{path}: holds {booster.current_iteration()} trees over {booster.num_feature()} features, "
-                f"the metadata says {best_iteration} over {n_features}"
+                f"the metadata says {best_iteration} over {n_features} (+ {n_categorical} categorical)"
             )
         model = cls(**params)
         model.booster_ = booster
         model.best_iteration_ = best_iteration
         model.best_score_ = meta.get("best_score")
         model.n_features_in_ = n_features
+        model.n_categorical_in_ = n_categorical
         model.feature_names_in_ = feature_names
         model.label_gain_ = label_gain
         model.evals_result_ = meta.get("evals_result") or {}
         model.lgb_params_ = meta.get("lightgbm_params") or {}
         return model
+
+
+def _n_categorical(data: RankingData) -> int:
+    return 0 if data.categorical is None else int(data.categorical.shape[1])
+
+
+def _lgb_matrix(data: RankingData) -> np.ndarray:
+    """LightGBM's input: the numeric features, then the categorical codes (as float) when present."""
+    if data.categorical is None:
+        return data.features
+    return np.concatenate([data.features, data.categorical.astype(np.float32)], axis=1)
 
 
 def _convention(n_queries: int, n0: int, no_relevant: float | str):
