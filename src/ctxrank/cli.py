@@ -779,6 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_synth_command(sub, common)
 
+    # experiment, compare ----------------------------------------------------------------------
+    from ctxrank.cli_experiment import add_commands as add_experiment_commands
+
+    add_experiment_commands(sub, common)
+
     # demo -------------------------------------------------------------------------------------
     p = sub.add_parser(
         "demo",

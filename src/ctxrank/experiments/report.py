@@ -1,0 +1,329 @@
+"""The report of an experiment: results.json, Markdown and CSV tables, PNG figures.
+
+Statistics (QILCM paper, Table 2): mean +- sample std over runs; the target model's improvement (%)
+over the best baseline per metric (the baseline with the highest mean on that metric); Student's paired
+t-test p-values, paired over runs (each run's mean over its test queries; the paper's test) or over
+test queries (each query's metric averaged over the runs it was tested in), as ``[report] test`` says;
+optionally Holm-adjusted over all the table's comparisons. Every caption says which.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.checkpoint import atomic_write, write_json
+from ctxrank.experiments.runner import REFERENCE
+from ctxrank.experiments.spec import ExperimentSpec
+from ctxrank.experiments.stats import holm, mean_std, paired_test
+from ctxrank.experiments.store import RunStore
+
+__all__ = ["build_report", "collect", "query_means", "run_means"]
+
+
+def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]], dict[str, list[dict]]]:
+    """The runs every model has finished (in run order) and each model's records for them."""
+    names = [*spec.models, *([REFERENCE] if spec.data.synth else [])]
+    keys = [k for k in spec.run_keys() if all(store.has_run(m, *k) for m in names)]
+    return keys, {m: [store.load_run(m, *k) for k in keys] for m in names}
+
+
+def run_means(records: list[dict], metric: str) -> np.ndarray:
+    """One value per run: the mean of ``metric`` over that run's test queries (NaN entries skipped)."""
+    return np.array([np.nanmean(np.asarray(r["metrics"][metric], dtype=float)) for r in records])
+
+
+def query_means(records: list[dict], metric: str) -> dict[str, float]:
+    """Query id -> the query's ``metric`` averaged over the runs in which it was a test query."""
+    sums: dict[str, list[float]] = {}
+    for r in records:
+        for q, v in zip(r["query_ids"], r["metrics"][metric], strict=True):
+            sums.setdefault(q, []).append(v)
+    return {q: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for q, v in sums.items()}
+
+
+def _pair(a: list[dict], b: list[dict], metric: str, over: str) -> dict[str, float]:
+    if over == "runs":
+        return paired_test(run_means(a, metric), run_means(b, metric))
+    qa, qb = query_means(a, metric), query_means(b, metric)
+    common = sorted(set(qa) & set(qb))
+    return paired_test([qa[q] for q in common], [qb[q] for q in common])
+
+
+def _environment() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version()}
+    for pkg in ("ctxrank", "torch", "numpy", "scipy", "scikit-learn", "lightgbm", "pandas"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        here = Path(__file__).resolve().parent
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = None, ""
+    return {
+        "git_sha": sha,
+        "git_dirty": bool(dirty),
+        "versions": versions,
+        "machine": f"{platform.system()} {platform.machine()}",
+    }
+
+
+def _fmt_p(p: float) -> str:
+    return "n/a" if not np.isfinite(p) else (f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None = None) -> dict[str, Any]:
+    """Write ``results.json``, ``table.md``, ``table.csv`` and the figures to ``out`` (default: the store's
+    directory); returns the results dict. Uses the runs that every model has finished.
+
+    Raises:
+        ValueError: no run has been finished by every model yet.
+    """
+    from ctxrank.metrics import metric_convention
+
+    out = Path(out) if out is not None else store.root
+    keys, records = collect(spec, store)
+    if not keys:
+        raise ValueError(f"{store.root}: no run is finished by every model yet; nothing to report")
+    rep = spec.report
+    metrics = list(rep.metrics)
+    table = {
+        m: {k: dict(zip(("mean", "std"), mean_std(run_means(recs, k)), strict=True)) for k in metrics}
+        for m, recs in records.items()
+    }
+    for m, recs in records.items():
+        for k in metrics:
+            table[m][k]["runs"] = run_means(recs, k).tolist()
+    target = rep.target
+    comparisons = []
+    for b in rep.baselines:
+        for k in metrics:
+            t = _pair(records[target], records[b], k, rep.test)
+            base = table[b][k]["mean"]
+            imp = (table[target][k]["mean"] / base - 1) * 100 if base else float("nan")
+            comparisons.append({"target": target, "baseline": b, "metric": k, "improvement_pct": imp, **t})
+    if rep.holm:
+        for c, p in zip(comparisons, holm([c["p"] for c in comparisons]), strict=True):
+            c["p_holm"] = float(p)
+    best = {k: max(rep.baselines, key=lambda b, k=k: table[b][k]["mean"]) for k in metrics}
+    n_runs = len(keys)
+    test_text = (
+        f"paired over the {n_runs} runs (each run's mean over its test queries)"
+        if rep.test == "runs"
+        else "paired over test queries (each query's value averaged over its runs)"
+    )
+    env = _environment()
+    results = {
+        "name": spec.name,
+        "title": spec.title,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "spec": spec.to_dict(),
+        "fingerprint": spec.fingerprint(),
+        "runs": [{"seed": s, "fold": f} for s, f in keys],
+        "runs_planned": spec.runs,
+        "metric_convention": metric_convention(rep.convention, no_relevant=rep.no_relevant).to_dict(),
+        "test": f"Student's t-test (scipy.stats.ttest_rel), two-sided, {test_text}"
+        + ("; Holm-adjusted p in p_holm" if rep.holm else ""),
+        "table": table,
+        "best_baseline": best,
+        "comparisons": comparisons,
+        "splits": [r.get("split") for r in records[next(iter(spec.models))]],
+        "seconds": {m: float(sum(r.get("seconds", 0.0) for r in recs)) for m, recs in records.items()},
+        **env,
+    }
+    if spec.anomaly is not None:
+        results["anomaly"] = _anomaly(spec, store, keys, records)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    md = _markdown(spec, results, test_text)
+    atomic_write(out / "table.md", lambda tmp: tmp.write_text(md))
+    text = _csv(results, metrics)
+    atomic_write(out / "table.csv", lambda tmp: tmp.write_text(text))
+    _figures(spec, results, out)
+    return results
+
+
+def _anomaly(spec, store, keys, records) -> dict[str, Any]:
+    from ctxrank.experiments.anomaly import bucket_gaps
+
+    a_name, b_name = spec.anomaly.models
+    scores, a_vals, b_vals = [], {k: [] for k in spec.anomaly.metrics}, {k: [] for k in spec.anomaly.metrics}
+    for i, (s, f) in enumerate(keys):
+        unit = store.load_unit(s, f)
+        ra, rb = records[a_name][i], records[b_name][i]
+        if not (unit["query_ids"] == ra["query_ids"] == rb["query_ids"]):
+            raise ValueError(f"run seed {s} fold {f}: the models' test queries differ from the unit's")
+        scores += unit["anomaly_score"]
+        for k in spec.anomaly.metrics:
+            a_vals[k] += ra["metrics"][k]
+            b_vals[k] += rb["metrics"][k]
+    res = bucket_gaps(np.array(scores), a_vals, b_vals, spec.anomaly.buckets)
+    res.update(models=[a_name, b_name], method=store.load_unit(*keys[0])["method"], pairs=len(scores))
+    return res
+
+
+def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
+    rep = spec.report
+    metrics = list(rep.metrics)
+    t = res["table"]
+    lines = [f"# {spec.name}" + (f": {spec.title}" if spec.title else ""), ""]
+    lines.append(
+        f"{spec.data.describe()}; {len(res['runs'])} runs (seed, fold: "
+        + ", ".join(f"{r['seed']},{r['fold']}" for r in res["runs"][:12])
+        + (" ..." if len(res["runs"]) > 12 else "")
+        + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}."
+    )
+    lines += ["", f"Mean ± std over runs. * = best model on the metric. Test: {test_text}.", ""]
+    lines.append("| model | " + " | ".join(metrics) + " |")
+    lines.append("|---|" + "---:|" * len(metrics))
+    ranked = [m for m in t if m != REFERENCE or m in spec.models]
+    top = {k: max(ranked, key=lambda m, k=k: t[m][k]["mean"]) for k in metrics}
+    for m in t:
+        label = f"{m} (reference: the synthetic chooser)" if m not in spec.models else m
+        cells = [
+            f"{t[m][k]['mean']:.4f} ± {t[m][k]['std']:.4f}" + ("*" if top[k] == m else "") for k in metrics
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    comp = {(c["baseline"], c["metric"]): c for c in res["comparisons"]}
+    target = rep.target
+    pcol = "p_holm" if rep.holm else "p"
+    lines.append(
+        f"| {target} vs best baseline, improvement | "
+        + " | ".join(
+            f"{comp[res['best_baseline'][k], k]['improvement_pct']:+.2f}% ({res['best_baseline'][k]})"
+            for k in metrics
+        )
+        + " |"
+    )
+    lines.append(
+        f"| p-value{' (Holm)' if rep.holm else ''} | "
+        + " | ".join(_fmt_p(comp[res["best_baseline"][k], k][pcol]) for k in metrics)
+        + " |"
+    )
+    lines += [
+        "",
+        f"{target} against every baseline: improvement % (p-value{', Holm-adjusted' if rep.holm else ''}).",
+        "",
+    ]
+    lines.append("| baseline | " + " | ".join(metrics) + " |")
+    lines.append("|---|" + "---:|" * len(metrics))
+    for b in rep.baselines:
+        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_fmt_p(comp[b, k][pcol])})" for k in metrics]
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    if "anomaly" in res:
+        an = res["anomaly"]
+        a_name, b_name = an["models"]
+        lines += [
+            "",
+            f"Anomalous queries: per-query gap {a_name} - {b_name} by anomaly bucket "
+            f"(1 = least anomalous; {an['pairs']} (run, test query) pairs; ± = 95% CI; p: paired t-test).",
+            f"Method: {an['method']}.",
+            "",
+            "| bucket | queries | " + " | ".join(spec.anomaly.metrics) + " |",
+            "|---:|---:|" + "---:|" * len(spec.anomaly.metrics),
+        ]
+        for row in an["buckets"]:
+            cells = [
+                f"{row[k]['gap']:+.4f} ± {row[k]['ci95']:.4f} (p={_fmt_p(row[k]['p'])})"
+                for k in spec.anomaly.metrics
+            ]
+            lines.append(f"| {row['bucket']} | {row['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _csv(res: dict[str, Any], metrics: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["row", "model", *(f"{k}_{s}" for k in metrics for s in ("mean", "std"))])
+    for m, per in res["table"].items():
+        w.writerow(["model", m, *(f"{per[k][s]:.6f}" for k in metrics for s in ("mean", "std"))])
+    w.writerow([])
+    w.writerow(["row", "target", "baseline", "metric", "improvement_pct", "diff", "t", "p", "p_holm", "n"])
+    for c in res["comparisons"]:
+        w.writerow(
+            [
+                "comparison",
+                c["target"],
+                c["baseline"],
+                c["metric"],
+                f"{c['improvement_pct']:.4f}",
+                f"{c['diff']:.6f}",
+                f"{c['t']:.4f}",
+                f"{c['p']:.6g}",
+                f"{c.get('p_holm', float('nan')):.6g}",
+                c["n"],
+            ]
+        )
+    return buf.getvalue()
+
+
+def _figures(spec: ExperimentSpec, res: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(spec.report.metrics)
+    models = list(res["table"])
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(metrics), 3.6))
+    width = 0.8 / len(models)
+    x = np.arange(len(metrics))
+    for i, m in enumerate(models):
+        means = [res["table"][m][k]["mean"] for k in metrics]
+        stds = [res["table"][m][k]["std"] for k in metrics]
+        ax.bar(x + (i - (len(models) - 1) / 2) * width, means, width, yerr=stds, capsize=2, label=m)
+    ax.set_xticks(x, metrics)
+    ax.set_ylabel(f"test metric ({spec.report.convention})")
+    ax.set_title(f"{spec.name}: mean ± std over {len(res['runs'])} runs", fontsize=10)
+    ax.legend(fontsize=8, ncol=min(len(models), 5), loc="upper left")
+    lo = min(res["table"][m][k]["mean"] for m in models for k in metrics)
+    ax.set_ylim(max(0.0, lo - 0.1), None)
+    fig.tight_layout()
+    _save(fig, out / "metrics.png")
+    plt.close(fig)
+    if "anomaly" in res:
+        an = res["anomaly"]
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        xs = np.array([r["bucket"] for r in an["buckets"]])
+        for j, k in enumerate(spec.anomaly.metrics):
+            ax.errorbar(
+                xs + 0.06 * (j - (len(spec.anomaly.metrics) - 1) / 2),
+                [r[k]["gap"] for r in an["buckets"]],
+                yerr=[r[k]["ci95"] for r in an["buckets"]],
+                marker="o",
+                capsize=3,
+                label=k,
+            )
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xticks(xs)
+        ax.set_xlabel("anomaly bucket (1 = least anomalous, equal counts)")
+        ax.set_ylabel(f"{an['models'][0]} - {an['models'][1]}")
+        ax.set_title(f"{spec.name}: gap by query anomaly (95% CI)", fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        _save(fig, out / "anomaly.png")
+        plt.close(fig)
+
+
+def _save(fig: Any, path: Path) -> None:
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))

@@ -1,0 +1,254 @@
+"""Run an experiment: every model on every ``(seed, fold)`` run, stored as it finishes.
+
+For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split of one
+file drawn from the seed, as in the QILCM paper), the initial LambdaMART is fitted once when the
+protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
+each model that has no stored result is trained with ``ctxrank.pipeline.run_training`` and evaluated
+once on the test split. Per-query test metrics are written to the run store
+(``ctxrank.experiments.store``) the moment a model's run ends, so a killed experiment resumes where it
+stopped. On synthetic choice data the generator's own chooser is stored as the reference ``chooser``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.experiments.spec import ExperimentSpec
+from ctxrank.experiments.store import RunStore
+
+__all__ = ["REFERENCE", "Unit", "load_unit", "pending_runs", "run_experiment"]
+
+REFERENCE = "chooser"
+
+
+@dataclass
+class Unit:
+    """The data of one run: the three splits, where they came from, and reference test scores."""
+
+    train: RankingData
+    valid: RankingData
+    test: RankingData
+    split: dict[str, Any]
+    reference_scores: np.ndarray | None = None
+
+
+class _Source:
+    """Loads (and for files and synthetic data, caches) what the runs of one experiment read."""
+
+    def __init__(self, spec: ExperimentSpec) -> None:
+        self.spec = spec
+        self._data: RankingData | None = None
+        self._reference: np.ndarray | None = None
+
+    def whole(self) -> RankingData:
+        """The one dataset of a spec without folds (read or generated once)."""
+        if self._data is None:
+            d = self.spec.data
+            if d.synth:
+                from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
+                from ctxrank.data.table import read_table
+
+                sessions = make_choice_sessions(d.sessions, seed=d.synth_seed)
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = Path(tmp) / "sessions.parquet"
+                    sessions.table.to_parquet(path)
+                    data = read_table(
+                        path, query="session", label="chosen", categorical=CATEGORICAL, numeric=FEATURES
+                    )
+                self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
+            else:
+                from ctxrank.data.table import TableSpec, is_table_path
+
+                if is_table_path(d.file):
+                    table = TableSpec(
+                        query=d.query_col, label=d.label_col, categorical=d.categorical, numeric=d.numeric
+                    )
+                    data, _ = table.read(d.file)
+                else:
+                    from ctxrank.data.letor import read_letor
+
+                    data = read_letor(d.file)
+            self._data = data
+        return self._data
+
+
+def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
+    """Train / valid / test of run ``(seed, fold)``."""
+    d = spec.data
+    if d.dataset:
+        from ctxrank.data.registry import load_fold
+
+        f = load_fold(d.dataset, fold, root=d.root, variant=d.variant)
+        split = {"method": "published fold", "dataset": f.dataset, "fold": fold, "variant": f.variant}
+        return Unit(f.train, f.valid, f.test, split)
+    from ctxrank.data.split import query_split_indices, split_queries
+
+    source = source or _Source(spec)
+    data = source.whole()
+    train, valid, test, record = split_queries(data, d.split, seed=seed)
+    if data.categorical is not None:
+        from ctxrank.data.table import CategoricalEncoder, refit_categorical
+
+        encoder = CategoricalEncoder.from_dict(data.info["categorical_encoder"])
+        _, (train, valid, test) = refit_categorical(encoder, train, valid, test)
+        record["categorical"] = "vocabulary re-fitted on the training split"
+    ref = None
+    if source._reference is not None:
+        test_q = query_split_indices(data.n_queries, d.split, seed)[2]
+        rows = np.concatenate([np.arange(data.query_offsets[q], data.query_offsets[q + 1]) for q in test_q])
+        ref = source._reference[rows]
+    return Unit(train, valid, test, record, ref)
+
+
+def pending_runs(spec: ExperimentSpec, store: RunStore) -> list[tuple[int, int, str]]:
+    """``(seed, fold, model)`` of every run without a stored result, in run order."""
+    return [(s, f, m) for s, f in spec.run_keys() for m in _run_names(spec) if not store.has_run(m, s, f)]
+
+
+def _run_names(spec: ExperimentSpec) -> list[str]:
+    return [*spec.models, *([REFERENCE] if spec.data.synth else [])]
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> RunStore:
+    """Run every pending ``(seed, fold, model)`` of ``spec`` into the store at ``out``; returns it.
+
+    Raises:
+        ValueError: ``out`` holds another experiment's runs, or a run fails (the message names it; the
+            runs finished before it are kept).
+    """
+    from tqdm.auto import tqdm
+
+    store = RunStore(out)
+    store.claim(spec)
+    keys = spec.run_keys()
+    names = _run_names(spec)
+    todo = pending_runs(spec, store)
+    need_units = {(s, f) for s, f in keys if spec.anomaly and not store.has_unit(s, f)}
+    total = len(keys) * len(names)
+    log(
+        f"{spec.name}: {len(names)} models x {len(keys)} runs on {spec.data.describe()}; "
+        f"{total - len(todo)} of {total} already stored in {store.root}"
+    )
+    source = _Source(spec)
+    bar = tqdm(total=total, initial=total - len(todo), disable=not progress, unit="run", dynamic_ncols=True)
+    try:
+        for seed, fold in keys:
+            missing = [m for s, f, m in todo if (s, f) == (seed, fold)]
+            if not missing and (seed, fold) not in need_units:
+                continue
+            unit = load_unit(spec, seed, fold, source)
+            shared = _SharedInitial(spec, unit, seed)
+            for m in missing:
+                bar.set_description(f"seed {seed} fold {fold} {m}")
+                t0 = time.perf_counter()
+                try:
+                    record = _run_one(spec, m, seed, fold, unit, shared)
+                except Exception as exc:
+                    raise ValueError(f"run {m} seed {seed} fold {fold} failed: {exc}") from exc
+                record["seconds"] = time.perf_counter() - t0
+                store.save_run(record)
+                bar.update(1)
+                shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
+                bar.write(f"  seed {seed} fold {fold} {m}: {shown} ({record['seconds']:.0f} s)")
+            if (seed, fold) in need_units:
+                store.save_unit(seed, fold, _anomaly_unit(spec, unit, shared, seed))
+    finally:
+        bar.close()
+    return store
+
+
+class _SharedInitial:
+    """The run's LambdaMART initial ranker, fitted on first use (default ``initial_params`` only)."""
+
+    def __init__(self, spec: ExperimentSpec, unit: Unit, seed: int) -> None:
+        self.spec, self.unit, self.seed = spec, unit, seed
+        self._model = None
+        self._train_scores: np.ndarray | None = None
+
+    def get(self) -> tuple[Any, np.ndarray]:
+        if self._model is None:
+            from ctxrank.baselines.lambdamart import LambdaMART
+
+            self._model = LambdaMART(seed=self.seed, num_threads=self.spec.threads).fit(
+                self.unit.train, self.unit.valid
+            )
+            self._train_scores = self._model.predict(self.unit.train)
+        return self._model, self._train_scores
+
+
+def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> dict[str, list[float]]:
+    from ctxrank.metrics import evaluate_queries
+
+    rep = spec.report
+    per = evaluate_queries(
+        scores,
+        test.labels,
+        test.query_offsets,
+        list(rep.metrics),
+        convention=rep.convention,
+        no_relevant=rep.no_relevant,
+    )
+    return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in per.items()}
+
+
+def _run_one(
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial
+) -> dict[str, Any]:
+    from ctxrank.pipeline import run_training
+
+    base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
+    if model == REFERENCE and spec.data.synth and model not in spec.models:
+        return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
+    config = spec.run_config(model, seed)
+    kw: dict[str, Any] = {}
+    if config.rerank.initial and not config.rerank.initial_params:
+        kw["initial"], train_scores = shared.get()
+        if not config.rerank.crossfit:
+            kw["train_initial_scores"] = train_scores
+    r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
+    if r.test_scores is None:
+        raise ValueError("rerank.ideal = 'top-k' runs cannot be stored by an experiment (no full scores)")
+    return {
+        **base,
+        "metrics": _evaluate(spec, r.test_scores, unit.test),
+        "summary": r.summary,
+        "config": config.to_dict(),
+        "split": unit.split,
+    }
+
+
+def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: _SharedInitial, seed: int) -> dict[str, Any]:
+    from ctxrank.experiments.anomaly import anomaly_scores
+
+    a = spec.anomaly
+    initial, train_scores = shared.get()
+    scores = anomaly_scores(
+        unit.train,
+        train_scores,
+        unit.test,
+        initial.predict(unit.test),
+        top=a.top,
+        n_estimators=a.n_estimators,
+        seed=seed,
+    )
+    return {
+        "seed": seed,
+        "query_ids": [str(q) for q in unit.test.query_ids],
+        "anomaly_score": scores.tolist(),
+        "method": f"IsolationForest(n_estimators={a.n_estimators}, random_state={seed}) on the mean "
+        f"features of each query's top {a.top} items under LambdaMART (fitted on train)",
+    }

@@ -1,0 +1,335 @@
+"""Experiment specifications: what ``ctxrank experiment CONFIG.toml`` runs.
+
+An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A TOML file::
+
+    name = "qilcm-table2"
+    title = "QILCM vs DCM vs DLCM vs LambdaMART, re-ranking LambdaMART's top 100"
+
+    [data]
+    dataset = "mq2008"     # a registry name (its folds are used) ...
+    folds = []             # ... [] = every fold
+    # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
+    # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...])
+    # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
+
+    [runs]
+    count = 20             # runs in seed-major order: seed 0 on every fold, then seed 1, ...
+    threads = 2
+
+    [protocol]
+    initial = "lambdamart" # neural models re-rank LambdaMART's top_k; "" = whole lists
+    top_k = 100
+
+    [report]
+    metrics = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
+    target = "qilcm"       # the model compared with every baseline (improvement %, t-test)
+    baselines = []         # [] = every other model
+    test = "runs"          # paired t-test over runs (the QILCM paper) or "queries"
+    holm = false           # Holm-Bonferroni correction over the table's comparisons
+
+    [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
+    model = "qilcm"
+
+With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
+(``ctxrank.experiments.anomaly``). Relative paths in ``[data] file`` are relative to the TOML file.
+Built-in specifications live in ``ctxrank/experiments/configs/`` and are named without ``.toml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ctxrank.config import BASELINE_MODELS, RunConfig, apply_overrides, load_toml
+
+__all__ = [
+    "AnomalySpec",
+    "DataSpec",
+    "ExperimentSpec",
+    "ReportSpec",
+    "builtin_names",
+    "load_spec",
+]
+
+DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+
+
+def _fail(section: str, msg: str) -> ValueError:
+    return ValueError(f"[{section}] {msg}")
+
+
+def _known(section: str, d: Mapping[str, Any], names: Sequence[str]) -> None:
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise _fail(section, f"unknown key(s) {unknown}; valid keys: {sorted(names)}")
+
+
+def _int(section: str, name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(section, f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _names(section: str, name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise _fail(section, f"{name} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Where the queries come from (exactly one of ``dataset``, ``file``, ``synth``)."""
+
+    dataset: str = ""
+    folds: tuple[int, ...] = ()
+    variant: str | None = None
+    root: str | None = None
+    file: str = ""
+    query_col: str = "qid"
+    label_col: str = "label"
+    categorical: tuple[str, ...] = ()
+    numeric: tuple[str, ...] | None = None
+    synth: str = ""
+    sessions: int = 2000
+    synth_seed: int = 0
+    split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
+        _known("data", d, [f.name for f in dataclasses.fields(cls)])
+        sources = [k for k in ("dataset", "file", "synth") if d.get(k)]
+        if len(sources) != 1:
+            raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
+        kw = dict(d)
+        if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
+            kw["file"] = str((base / kw["file"]).resolve())
+        if "folds" in kw:
+            kw["folds"] = tuple(_int("data", "folds", f, 1) for f in kw["folds"])
+        for name in ("categorical", "numeric"):
+            if kw.get(name) is not None:
+                kw[name] = _names("data", name, kw[name])
+        if "split" in kw:
+            kw["split"] = tuple(float(x) for x in kw["split"])
+        if kw.get("synth") not in (None, "", "choice"):
+            raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
+        _int("data", "sessions", kw.get("sessions", 2000), 10)
+        return cls(**kw)
+
+    @property
+    def has_folds(self) -> bool:
+        return bool(self.dataset)
+
+    def resolved_folds(self) -> tuple[int, ...]:
+        """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
+        if not self.dataset:
+            return (0,)
+        from ctxrank.data.registry import get_spec
+
+        n = get_spec(self.dataset).n_folds
+        folds = self.folds or tuple(range(1, n + 1))
+        bad = [f for f in folds if f > n]
+        if bad:
+            raise _fail("data", f"{self.dataset} has folds 1..{n}, got {bad}")
+        return folds
+
+    def describe(self) -> str:
+        if self.dataset:
+            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "")
+        if self.synth:
+            return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
+        return self.file
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    convention: str = "standard"
+    no_relevant: float | str = 0.0
+    target: str = ""
+    baselines: tuple[str, ...] = ()
+    test: str = "runs"
+    holm: bool = False
+
+
+@dataclass(frozen=True)
+class AnomalySpec:
+    """The QILCM paper's anomalous-query analysis (Figure 2): see ``ctxrank.experiments.anomaly``."""
+
+    models: tuple[str, str] = ("qilcm", "dlcm")
+    top: int = 10
+    buckets: int = 5
+    metrics: tuple[str, ...] = ("ndcg@1", "ndcg@10")
+    n_estimators: int = 100
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment (see the module docstring for the TOML form)."""
+
+    name: str
+    data: DataSpec
+    models: Mapping[str, Mapping[str, Any]]
+    runs: int = 5
+    threads: int = 1
+    initial: str = ""
+    top_k: int = 100
+    title: str = ""
+    report: ReportSpec = field(default_factory=ReportSpec)
+    anomaly: AnomalySpec | None = None
+    source: str = ""
+
+    # ------------------------------------------------------------------ runs
+    def run_keys(self) -> list[tuple[int, int]]:
+        """``(seed, fold)`` of every run in order: seed-major (seed 0 on every fold, then seed 1, ...)."""
+        folds = self.data.resolved_folds()
+        n_seeds = -(-self.runs // len(folds))
+        return [(s, f) for s in range(n_seeds) for f in folds][: self.runs]
+
+    def run_config(self, model: str, seed: int) -> RunConfig:
+        """The model's run config for one seed: its table, the protocol, ``train.seed`` and threads."""
+        d = apply_overrides(self.models[model], [f"train.seed={seed}", f"train.threads={self.threads}"])
+        if self.initial and d.get("model", "listnet") not in BASELINE_MODELS:
+            d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
+        return RunConfig.from_dict(d)
+
+    def fingerprint(self) -> str:
+        """Hash of what determines each run's result (not ``runs``, threads or the report)."""
+        key = {
+            "data": dataclasses.asdict(self.data),
+            "models": self.models,
+            "initial": self.initial,
+            "top_k": self.top_k,
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, base: Path | None = None, source: str = "") -> ExperimentSpec:
+        _known("top", d, ["name", "title", "data", "runs", "protocol", "report", "models", "analysis"])
+        name = d.get("name") or (Path(source).stem if source else "")
+        if not isinstance(name, str) or not name:
+            raise _fail("top", "name is required")
+        data = DataSpec.from_dict(d.get("data") or {}, base)
+        runs = dict(d.get("runs") or {})
+        _known("runs", runs, ["count", "threads"])
+        protocol = dict(d.get("protocol") or {})
+        _known("protocol", protocol, ["initial", "top_k"])
+        initial = protocol.get("initial", "")
+        if initial not in ("", "lambdamart"):
+            raise _fail("protocol", f"initial must be '' or 'lambdamart', got {initial!r}")
+        models = d.get("models") or {}
+        if not isinstance(models, Mapping) or not models:
+            raise _fail("models", "at least one [models.NAME] table is required")
+        for m, table in models.items():
+            if not isinstance(table, Mapping):
+                raise _fail(f"models.{m}", "must be a table (a run config)")
+            try:
+                RunConfig.from_dict(table)
+            except ValueError as exc:
+                raise _fail(f"models.{m}", str(exc)) from None
+        report = _report(dict(d.get("report") or {}), list(models))
+        analysis = dict(d.get("analysis") or {})
+        _known("analysis", analysis, ["anomaly"])
+        anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
+        spec = cls(
+            name=name,
+            title=str(d.get("title", "")),
+            data=data,
+            models={m: dict(t) for m, t in models.items()},
+            runs=_int("runs", "count", runs.get("count", 5), 1),
+            threads=_int("runs", "threads", runs.get("threads", 1), 1),
+            initial=initial,
+            top_k=_int("protocol", "top_k", protocol.get("top_k", 100), 1),
+            report=report,
+            anomaly=anomaly,
+            source=source,
+        )
+        spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
+        return spec
+
+
+def _report(d: dict[str, Any], models: list[str]) -> ReportSpec:
+    from ctxrank.metrics import parse_metric
+
+    _known("report", d, [f.name for f in dataclasses.fields(ReportSpec)])
+    metrics = _names("report", "metrics", d.get("metrics", DEFAULT_METRICS))
+    for m in metrics:
+        try:
+            parse_metric(m)
+        except ValueError as exc:
+            raise _fail("report", f"metrics: {exc}") from None
+    target = d.get("target") or ("qilcm" if "qilcm" in models else models[-1])
+    if target not in models:
+        raise _fail("report", f"target {target!r} is not one of the models {models}")
+    baselines = _names("report", "baselines", d.get("baselines", ())) or tuple(
+        m for m in models if m != target
+    )
+    unknown = [b for b in baselines if b not in models or b == target]
+    if unknown:
+        raise _fail("report", f"baselines {unknown} must be models other than the target {target!r}")
+    if d.get("test", "runs") not in ("runs", "queries"):
+        raise _fail("report", f"test must be 'runs' or 'queries', got {d.get('test')!r}")
+    if d.get("convention", "standard") not in ("standard", "letor4", "letor3"):
+        raise _fail("report", f"convention must be standard, letor4 or letor3, got {d.get('convention')!r}")
+    if not isinstance(d.get("holm", False), bool):
+        raise _fail("report", f"holm must be true or false, got {d.get('holm')!r}")
+    return ReportSpec(
+        metrics=metrics,
+        convention=d.get("convention", "standard"),
+        no_relevant=d.get("no_relevant", 0.0),
+        target=target,
+        baselines=baselines,
+        test=d.get("test", "runs"),
+        holm=d.get("holm", False),
+    )
+
+
+def _anomaly(d: Mapping[str, Any], models: list[str]) -> AnomalySpec:
+    _known("analysis.anomaly", d, [f.name for f in dataclasses.fields(AnomalySpec)])
+    pair = _names("analysis.anomaly", "models", d.get("models", ("qilcm", "dlcm")))
+    if len(pair) != 2 or any(m not in models for m in pair):
+        raise _fail("analysis.anomaly", f"models must name two of {models}, got {list(pair)}")
+    return AnomalySpec(
+        models=(pair[0], pair[1]),
+        top=_int("analysis.anomaly", "top", d.get("top", 10), 1),
+        buckets=_int("analysis.anomaly", "buckets", d.get("buckets", 5), 2),
+        metrics=_names("analysis.anomaly", "metrics", d.get("metrics", ("ndcg@1", "ndcg@10"))),
+        n_estimators=_int("analysis.anomaly", "n_estimators", d.get("n_estimators", 100), 1),
+    )
+
+
+def builtin_names() -> list[str]:
+    """Names of the specifications shipped in ``ctxrank/experiments/configs``."""
+    root = resources.files("ctxrank.experiments") / "configs"
+    return sorted(p.name[: -len(".toml")] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec:
+    """Read a specification from a TOML path or a built-in name, apply ``--set`` overrides, validate.
+
+    Overrides use dotted keys: ``runs.count=3``, ``data.dataset=ohsumed``,
+    ``models.qilcm.model_params.confusion_weight=0``.
+    """
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        names = builtin_names()
+        if str(name_or_path) not in names:
+            raise ValueError(
+                f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
+            )
+        path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
+    d = apply_overrides(load_toml(path), overrides)
+    try:
+        return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
