@@ -27,6 +27,9 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     test = "runs"          # paired t-test over runs (the QILCM paper) or "queries"
     holm = false           # Holm-Bonferroni correction over the table's comparisons
 
+    [defaults]             # run-config keys shared by every model (a model's own table wins)
+    train = { max_epochs = 100 }
+
     [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
     model = "qilcm"
 
@@ -215,7 +218,11 @@ class ExperimentSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, base: Path | None = None, source: str = "") -> ExperimentSpec:
-        _known("top", d, ["name", "title", "data", "runs", "protocol", "report", "models", "analysis"])
+        _known(
+            "top",
+            d,
+            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis"],
+        )
         name = d.get("name") or (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
@@ -230,9 +237,16 @@ class ExperimentSpec:
         models = d.get("models") or {}
         if not isinstance(models, Mapping) or not models:
             raise _fail("models", "at least one [models.NAME] table is required")
-        for m, table in models.items():
+        defaults = d.get("defaults") or {}
+        if not isinstance(defaults, Mapping):
+            raise _fail("defaults", "must be a table (run-config keys shared by every model)")
+        if data.synth and "chooser" in models:
+            raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
+        for m, table in list(models.items()):
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
+            models = {**models, m: _deep_merge(defaults, table)}
+            table = models[m]
             try:
                 RunConfig.from_dict(table)
             except ValueError as exc:
@@ -256,6 +270,13 @@ class ExperimentSpec:
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
 
 
 def _report(d: dict[str, Any], models: list[str]) -> ReportSpec:

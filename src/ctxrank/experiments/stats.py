@@ -21,7 +21,8 @@ def paired_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     """Two-sided paired t-test of ``a`` vs ``b`` over the pairs where both are finite.
 
     Returns ``{"diff": mean(a - b), "t": ..., "p": ..., "n": pairs}``. Degenerate cases: fewer than 2
-    pairs -> p NaN; every difference 0 -> t 0, p 1; every difference equal and non-zero -> p 0.
+    pairs -> p NaN; every difference 0 -> t 0, p 1; every difference equal (up to rounding) and
+    non-zero -> p 0.
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
@@ -32,7 +33,7 @@ def paired_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     diff = float(d.mean()) if n else float("nan")
     if n < 2:
         return {"diff": diff, "t": float("nan"), "p": float("nan"), "n": n}
-    if np.ptp(d) == 0:
+    if np.ptp(d) <= 1e-12 * max(1.0, abs(diff)):  # equal differences up to rounding
         return {
             "diff": diff,
             "t": 0.0 if diff == 0 else float(np.sign(diff) * np.inf),

@@ -1,0 +1,302 @@
+"""ctxrank.experiments: specs, the resumable run store, statistics, reports, the anomaly analysis, CLI."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ctxrank.cli import main
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.synth import write_synthetic_letor
+from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment
+from ctxrank.experiments import runner as runner_mod
+from ctxrank.experiments.anomaly import anomaly_scores, bucket_gaps, query_vectors
+from ctxrank.experiments.report import query_means, run_means
+from ctxrank.experiments.store import RunStore
+
+FAST_NEURAL = "train = { max_epochs = 2, patience = 1, batch_size = 16 }"
+FAST_LM = "model_params = { n_estimators = 15, early_stopping_rounds = 5, min_data_in_leaf = 5 }"
+
+
+def _letor_spec(tmp_path, *, runs=3, extra="", models=None):
+    data = tmp_path / "d.txt"
+    if not data.exists():
+        write_synthetic_letor(data, n_queries=40, list_size=12, n_features=6, seed=3)
+    models = models or {
+        "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
+        "listnet": f'model = "listnet"\n{FAST_NEURAL}',
+        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+    }
+    body = "\n".join(f"[models.{m}]\n{t}\n" for m, t in models.items())
+    text = f"""name = "tiny"
+[data]
+file = "{data.name}"
+[runs]
+count = {runs}
+[report]
+metrics = ["ndcg@1", "ndcg@10", "map"]
+target = "{list(models)[-1]}"
+{extra}
+{body}"""
+    path = tmp_path / "tiny.toml"
+    path.write_text(text)
+    return path
+
+
+# ------------------------------------------------------------------------------------------ stats
+def test_paired_test_matches_scipy_and_handles_degenerate_cases():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=20), rng.normal(size=20)
+    res = paired_test(a, b)
+    ref = stats.ttest_rel(a, b)
+    assert res["p"] == pytest.approx(ref.pvalue) and res["t"] == pytest.approx(ref.statistic)
+    assert res["diff"] == pytest.approx(np.mean(a - b)) and res["n"] == 20
+    assert paired_test(a, a)["p"] == 1.0  # all differences 0 (SciPy alone gives NaN)
+    assert paired_test(a + 0.5, a)["p"] == 0.0  # constant non-zero difference
+    assert math.isnan(paired_test([1.0], [0.0])["p"])
+    with_nan = paired_test([np.nan, *a], [0.0, *b])  # NaN pairs (no_relevant="skip") are dropped
+    assert with_nan["n"] == 20 and with_nan["p"] == pytest.approx(ref.pvalue)
+    with pytest.raises(ValueError, match="same shape"):
+        paired_test([1.0, 2.0], [1.0])
+
+
+def test_holm_matches_its_definition_by_brute_force():
+    rng = np.random.default_rng(1)
+    for m in (1, 2, 5, 9):
+        p = rng.uniform(0, 0.2, size=m)
+        order = np.argsort(p)
+        expected = np.empty(m)
+        for i, idx in enumerate(order):
+            expected[idx] = min(1.0, max((m - j) * p[order[j]] for j in range(i + 1)))
+        np.testing.assert_allclose(holm(p), expected)
+    out = holm([0.01, np.nan, 0.04])
+    assert math.isnan(out[1]) and out[0] == pytest.approx(0.02) and out[2] == pytest.approx(0.04)
+
+
+# ------------------------------------------------------------------------------------------- spec
+def test_every_builtin_spec_loads_and_builds_its_run_configs():
+    names = builtin_names()
+    assert {"demo", "qilcm-table2", "qilcm-table3", "qilcm-figure2", "arsm-table2-3", "choice"} <= set(names)
+    for name in names:
+        spec = load_spec(name)
+        assert len(spec.run_keys()) == spec.runs
+        for m in spec.models:
+            spec.run_config(m, seed=1)
+
+
+def test_runs_are_seed_major_over_folds_and_the_protocol_applies_to_neural_models_only():
+    spec = load_spec("qilcm-table2", ["runs.count=7"])
+    assert spec.run_keys() == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 2)]
+    q = spec.run_config("qilcm", seed=3)
+    assert q.rerank.initial == "lambdamart" and q.rerank.top_k == 100 and q.train.seed == 3
+    assert spec.run_config("lambdamart", seed=3).rerank.initial == ""
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("report.target=nope", "target 'nope' is not one of the models"),
+        ("data.folds=[9]", "mq2008 has folds 1..5"),
+        ("runs.count=0", "count must be an integer >= 1"),
+        ("bogus=1", "unknown key"),
+        ("models.qilcm.model_params.nope=1", "models.qilcm"),
+        ("report.test=bootstrap", "test must be 'runs' or 'queries'"),
+        ("data.file=x.csv", "exactly one of dataset, file, synth"),
+    ],
+)
+def test_spec_errors_name_the_section(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_spec("qilcm-table2", [override])
+
+
+def test_defaults_table_is_merged_under_every_model(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.5", "models.mnl.train.lr=0.1"])
+    assert spec.run_config("listnet", 0).train.lr == 0.5
+    assert spec.run_config("mnl", 0).train.lr == 0.1
+    assert spec.run_config("mnl", 0).train.max_epochs == 2  # the model's own keys stay
+
+
+def test_unknown_builtin_lists_the_names():
+    with pytest.raises(ValueError, match=r"built-in experiment .*qilcm-table2"):
+        load_spec("no-such-experiment")
+
+
+# ----------------------------------------------------------------------------- run store, resume
+def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path))
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    for m in spec.models:
+        for s, f in spec.run_keys():
+            rec = store.load_run(m, s, f)
+            assert len(rec["query_ids"]) == len(rec["metrics"]["ndcg@10"]) == 8  # 20% of 40 queries
+            assert rec["split"]["seed"] == s  # a fresh random split per run
+    res = build_report(spec, store)
+    assert (tmp_path / "out" / "metrics.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["runs"] == [{"seed": s, "fold": 0} for s in range(3)]
+    assert {"git_sha", "versions", "metric_convention", "spec", "test"} <= set(saved)
+    recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}
+    by_hand = np.mean([np.mean(r["metrics"]["map"]) for r in recs["lambdamart"]])
+    assert res["table"]["lambdamart"]["map"]["mean"] == pytest.approx(by_hand)
+    c = next(c for c in res["comparisons"] if c["baseline"] == "listnet" and c["metric"] == "ndcg@10")
+    a, b = run_means(recs["mnl"], "ndcg@10"), run_means(recs["listnet"], "ndcg@10")
+    assert c["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, nan_ok=True)
+    assert c["improvement_pct"] == pytest.approx((a.mean() / b.mean() - 1) * 100)
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "paired over the 3 runs" in md and "mnl vs best baseline" in md
+    csv_text = (tmp_path / "out" / "table.csv").read_text()
+    assert csv_text.startswith("row,model,ndcg@1_mean") and "comparison,mnl,listnet,ndcg@10" in csv_text
+
+
+def test_a_killed_experiment_resumes_without_repeating_or_losing_a_run(tmp_path, monkeypatch):
+    spec = load_spec(_letor_spec(tmp_path))
+    full = run_experiment(spec, tmp_path / "full", progress=False, log=lambda _: None)
+
+    calls = []
+    real = runner_mod._run_one
+
+    def dies_on_the_fifth(*args, **kw):
+        calls.append(args[1:4])
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # as if killed mid-run
+        return real(*args, **kw)
+
+    monkeypatch.setattr(runner_mod, "_run_one", dies_on_the_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(spec, tmp_path / "part", progress=False, log=lambda _: None)
+    part = RunStore(tmp_path / "part")
+    assert len(list((tmp_path / "part" / "runs").rglob("*.json"))) == 4
+    assert not list((tmp_path / "part").rglob("*.tmp"))  # no half-written file left behind
+    seen = []
+    monkeypatch.setattr(runner_mod, "_run_one", lambda *a, **k: seen.append(a[1:4]) or real(*a, **k))
+    run_experiment(spec, tmp_path / "part", progress=False, log=lambda _: None)
+    assert len(seen) == 9 - 4 and len(set(seen)) == len(seen)  # only the missing runs, each once
+    for m in spec.models:
+        for s, f in spec.run_keys():
+            assert part.load_run(m, s, f)["metrics"] == full.load_run(m, s, f)["metrics"]
+
+
+def test_a_directory_of_another_experiment_is_refused(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path, runs=1))
+    run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    other = load_spec(_letor_spec(tmp_path, runs=1), ["models.mnl.train.lr=0.5"])
+    with pytest.raises(ValueError, match="different experiment"):
+        run_experiment(other, tmp_path / "out", progress=False, log=lambda _: None)
+    more = load_spec(_letor_spec(tmp_path, runs=2))  # more runs of the same experiment: fine
+    run_experiment(more, tmp_path / "out", progress=False, log=lambda _: None)
+
+
+def test_holm_and_query_level_tests_in_the_report(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path, runs=2), ["report.holm=true", "report.test=queries"])
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    res = build_report(spec, store)
+    raw = [c["p"] for c in res["comparisons"]]
+    np.testing.assert_allclose([c["p_holm"] for c in res["comparisons"]], holm(raw))
+    recs = {m: [store.load_run(m, s, 0) for s in range(2)] for m in spec.models}
+    qa, qb = query_means(recs["mnl"], "map"), query_means(recs["lambdamart"], "map")
+    common = sorted(set(qa) & set(qb))
+    c = next(c for c in res["comparisons"] if c["baseline"] == "lambdamart" and c["metric"] == "map")
+    assert c["n"] == len(common)
+    assert "Holm" in (tmp_path / "out" / "table.md").read_text()
+
+
+# ------------------------------------------------------------------------------------ anomaly
+def _data(lengths, n_features=3, seed=0):
+    rng = np.random.default_rng(seed)
+    n = int(sum(lengths))
+    return RankingData(
+        features=rng.normal(size=(n, n_features)).astype(np.float32),
+        labels=rng.integers(0, 3, size=n).astype(np.float32),
+        query_ids=np.array([f"q{i}" for i in range(len(lengths))]),
+        query_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+    )
+
+
+def test_query_vectors_equal_a_loop_over_queries():
+    data = _data([1, 4, 12, 7])
+    scores = np.random.default_rng(2).normal(size=data.n_items)
+    scores[5:7] = 0.25  # a tie: file order first
+    got = query_vectors(data, scores, top=3)
+    for q in range(data.n_queries):
+        lo, hi = data.query_offsets[q], data.query_offsets[q + 1]
+        order = sorted(range(lo, hi), key=lambda i: (-scores[i], i))[:3]
+        np.testing.assert_allclose(got[q], data.features[order].mean(axis=0), rtol=1e-6)
+
+
+def test_anomaly_scores_rank_a_shifted_query_as_most_anomalous():
+    train, test = _data([8] * 60, seed=1), _data([8] * 10, seed=2)
+    feats = test.features.copy()
+    feats[test.query_offsets[4] : test.query_offsets[5]] += 6.0  # query 4 far from every training query
+    test = RankingData(
+        features=feats, labels=test.labels, query_ids=test.query_ids, query_offsets=test.query_offsets
+    )
+    s = anomaly_scores(train, np.zeros(train.n_items), test, np.zeros(test.n_items), top=5, seed=0)
+    assert s.shape == (10,) and int(np.argmax(s)) == 4
+
+
+def test_bucket_gaps_are_equal_count_and_use_paired_differences():
+    rng = np.random.default_rng(3)
+    score = rng.normal(size=100)
+    a = {"ndcg@1": rng.uniform(size=100)}
+    b = {"ndcg@1": a["ndcg@1"] - 0.1 * (score > np.median(score))}  # A ahead only on anomalous half
+    res = bucket_gaps(score, a, b, buckets=2)
+    lo, hi = res["buckets"]
+    assert lo["n"] == hi["n"] == 50
+    assert lo["ndcg@1"]["gap"] == pytest.approx(0.0) and lo["ndcg@1"]["p"] == 1.0
+    assert hi["ndcg@1"]["gap"] == pytest.approx(0.1) and hi["ndcg@1"]["p"] == 0.0
+
+
+def test_anomaly_analysis_end_to_end(tmp_path):
+    models = {
+        "listnet": f'model = "listnet"\n{FAST_NEURAL}',
+        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+    }
+    extra = """[protocol]
+initial = "lambdamart"
+top_k = 8
+[analysis.anomaly]
+models = ["mnl", "listnet"]
+buckets = 2
+metrics = ["ndcg@1"]
+top = 3"""
+    spec = load_spec(_letor_spec(tmp_path, runs=2, extra=extra, models=models))
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    res = build_report(spec, store)
+    assert res["anomaly"]["pairs"] == 16 and sum(r["n"] for r in res["anomaly"]["buckets"]) == 16
+    assert (tmp_path / "out" / "anomaly.png").is_file()
+    assert "Anomalous queries" in (tmp_path / "out" / "table.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def test_cli_experiment_report_only_and_compare(tmp_path, capsys):
+    path = _letor_spec(tmp_path, runs=2)
+    out = tmp_path / "out"
+    assert main(["experiment", str(path), "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "| lambdamart |" in text and "report:" in text
+    (out / "table.md").unlink()
+    assert main(["experiment", str(path), "--out", str(out), "--report-only"]) == 0
+    assert (out / "table.md").is_file()
+    capsys.readouterr()
+    assert main(["compare", f"{out}:mnl", str(out / "runs" / "lambdamart"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["runs"] == [[0, 0], [1, 0]] and set(res["metrics"]) == {"ndcg@1", "ndcg@10", "map"}
+    assert res["metrics"]["map"]["runs"]["n"] == 2
+    assert main(["compare", f"{out}:mnl", f"{out}:nope"]) == 2
+    assert "no runs of model 'nope'" in capsys.readouterr().err
+
+
+def test_cli_compare_reads_evaluate_json(tmp_path, capsys):
+    data = write_synthetic_letor(tmp_path / "d.txt", n_queries=30, list_size=6, n_features=4, seed=1)
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        np.savetxt(tmp_path / f"{name}.txt", rng.normal(size=180))
+        assert (
+            main(["evaluate", "--data", str(data), "--scores", str(tmp_path / f"{name}.txt"), "--json"]) == 0
+        )
+        (tmp_path / f"{name}.json").write_text(capsys.readouterr().out)
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--metrics", "ndcg@10"]) == 0
+    text = capsys.readouterr().out
+    assert "| ndcg@10 |" in text and "(n=30)" in text and "one common run" in text
