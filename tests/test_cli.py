@@ -284,7 +284,7 @@ def test_datasets_show(capsys):
 
 # ----------------------------------------------------------------------------------------- demo
 def test_demo(capsys):
-    rc, out, err = run(capsys, "demo", "--json")
+    rc, out, err = run(capsys, "demo", "--quick", "--json")
     assert rc == 0, err
     res = json.loads(out)
     assert res["splits"]["train"]["queries"] == 471 and res["splits"]["test"]["items"] == 2874
