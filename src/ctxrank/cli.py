@@ -477,7 +477,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         threads=args.threads,
         overrides=[],
         report_only=False,
-        no_progress=False,
+        no_progress=args.no_progress,
     )
     return cmd_experiment(ns)
 
@@ -823,6 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default="results/demo", help="report directory (results/demo)")
     p.add_argument("--runs", type=int, metavar="N", help="runs of the demo experiment (default 3)")
     p.add_argument("--threads", type=int, help="threads (experiment: 2; --quick: 1, reproducible)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     q = p.add_argument_group("--quick: one LightGBM model")
     q.add_argument("--quick", action="store_true", help="LightGBM lambdarank alone, no experiment")
     q.add_argument("--fold", type=int, default=1, metavar="K", help="MQ2008 fold 1..5 (default 1)")
