@@ -30,6 +30,7 @@ from ctxrank.metrics import (
     ndcg,
     parse_metric,
     precision,
+    recall,
     reciprocal_rank,
 )
 
@@ -175,7 +176,7 @@ def test_huge_and_infinite_scores():
     expect = 0 + 1 / log2(3) + 0 + 3 / log2(5) + 1 / log2(6)
     assert val(dcg(s, y, m)) == pytest.approx(expect, abs=1e-12)
     for name, fn in METRICS.items():
-        kw = {"k": 3} if name == "p" else {}
+        kw = {"k": 3} if name in NEEDS_K else {}
         assert torch.isfinite(fn(s, y, m, **kw)).all(), name
 
 
@@ -324,6 +325,7 @@ def test_letor_matches_script_rules_on_random_lists(seed, conv, k):
 # no_relevant, empty lists, errors
 # ----------------------------------------------------------------------------------------------------
 
+NEEDS_K = ("p", "recall")
 NO_REL_METRICS = [
     ("ndcg", ndcg, {"k": 3}),
     ("p", precision, {"k": 2}),
@@ -357,7 +359,7 @@ def test_no_relevant_policies(name, fn, kw):
 @pytest.mark.parametrize("conv", CONVENTIONS)
 def test_all_masked_list_is_finite(name, conv):
     fn = METRICS[name]
-    kw = {"k": 3} if name == "p" else {}
+    kw = {"k": 3} if name in NEEDS_K else {}
     s = t([[0.3, 0.2, 0.1], [5.0, -1.0, 2.0]])
     y = t([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0]])
     m = torch.tensor([[True, True, False], [False, False, False]])
@@ -388,7 +390,7 @@ def test_nan_input_is_not_hidden():
     y = t([[2.0, 0.0, 1.0], [1.0, 0.0, 7.0]])
     m = torch.tensor([[True, True, True], [True, True, False]])  # NaN on padding is ignored
     for name, fn in METRICS.items():
-        kw = {"k": 2} if name == "p" else {}
+        kw = {"k": 2} if name in NEEDS_K else {}
         out = fn(s, y, m, **kw)
         assert math.isnan(float(out[0])), name
         assert math.isfinite(float(out[1])), name
@@ -444,7 +446,7 @@ def _call(name, fn, s, y, m, conv, k):
     kw = {"convention": conv}
     if name == "err":
         kw["max_label"] = 2  # batch-independent
-    if name == "p" or k is not None:
+    if name in NEEDS_K or k is not None:
         kw["k"] = k or 5
     return fn(s, y, m, **kw)
 
@@ -493,8 +495,10 @@ def test_batch_equals_loop(name, conv, k):
         n = int(m[b].sum())
         single = _call(name, fn, s[b : b + 1, :n], y[b : b + 1, :n], m[b : b + 1, :n], conv, k)
         torch.testing.assert_close(batched[b : b + 1], single)
-    mean = fn(s, y, m, reduction="mean", **({"k": 5} if name == "p" else {}), convention=conv)
-    torch.testing.assert_close(mean, fn(s, y, m, **({"k": 5} if name == "p" else {}), convention=conv).mean())
+    mean = fn(s, y, m, reduction="mean", **({"k": 5} if name in NEEDS_K else {}), convention=conv)
+    torch.testing.assert_close(
+        mean, fn(s, y, m, **({"k": 5} if name in NEEDS_K else {}), convention=conv).mean()
+    )
 
 
 def test_metrics_in_unit_range():
@@ -502,7 +506,7 @@ def test_metrics_in_unit_range():
     for name, fn in METRICS.items():
         if name == "dcg":
             continue
-        out = _call(name, fn, s, y, m, "standard", 10) if name == "p" else fn(s, y, m)
+        out = _call(name, fn, s, y, m, "standard", 10) if name in NEEDS_K else fn(s, y, m)
         assert ((out >= 0) & (out <= 1 + 1e-12)).all(), name
     # eq. 8 with raw labels is not bounded by 1: w_j = (sum of labels up to r_j) / r_j can exceed 1
     s2, y2 = t([[0.9, 0.1]]), t([[4.0, 1.0]])
@@ -558,7 +562,7 @@ def test_against_pytrec_eval(seed, zero_heavy):
         run[f"q{b}"] = {f"d{i}": float(scores[b, i]) for i in range(n)}
     cuts = ",".join(map(str, CUTS))
     res = pytrec_eval.RelevanceEvaluator(
-        qrel, {f"ndcg_cut.{cuts}", f"P.{cuts}", "map", "recip_rank", "ndcg"}
+        qrel, {f"ndcg_cut.{cuts}", f"P.{cuts}", f"recall.{cuts}", "map", "recip_rank", "ndcg"}
     ).evaluate(run)
     s, y, m = torch.from_numpy(scores), torch.from_numpy(labels.astype(np.float64)), torch.from_numpy(mask)
     n_items = lengths.astype(np.float64)
@@ -576,6 +580,7 @@ def test_against_pytrec_eval(seed, zero_heavy):
         # ours (standard) divides by min(k, n); trec_eval by k
         ours_p = precision(s, y, m, k=k).numpy() * np.minimum(k, n_items) / k
         np.testing.assert_allclose(ours_p, oracle(f"P_{k}"), atol=1e-6, rtol=0)
+        np.testing.assert_allclose(recall(s, y, m, k=k).numpy(), oracle(f"recall_{k}"), atol=1e-6, rtol=0)
     # exp2 gain == linear gain on the transformed labels 2^y - 1 (checked against the oracle too)
     qrel2 = {q: {d: int(2**r - 1) for d, r in docs.items()} for q, docs in qrel.items()}
     res2 = pytrec_eval.RelevanceEvaluator(qrel2, {"ndcg_cut.10"}).evaluate(run)
@@ -599,9 +604,10 @@ def test_parse_metric():
     assert parse_metric("mrr") == ("mrr", None)
     assert parse_metric("err@20") == ("err", 20)
     assert parse_metric("dcg") == ("dcg", None)
-    with pytest.raises(ValueError, match=r"valid names: \['dcg', 'err', 'map', 'mrr', 'ndcg', 'p'"):
-        parse_metric("recall@10")
-    for bad in ("ndcg@0", "ndcg@x", "ndcg@-1", "p", "", "ndcg@10@2"):
+    assert parse_metric("recall@5") == ("recall", 5)
+    with pytest.raises(ValueError, match=r"valid names: \['dcg', 'err', 'map', 'mrr', 'ndcg', 'p', 'recall'"):
+        parse_metric("hit@10")
+    for bad in ("ndcg@0", "ndcg@x", "ndcg@-1", "p", "recall", "", "ndcg@10@2"):
         with pytest.raises(ValueError):
             parse_metric(bad)
     assert format_metric("ndcg", 10) == "ndcg@10" and format_metric("map", None) == "map"

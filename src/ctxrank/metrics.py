@@ -587,6 +587,38 @@ def precision(
 
 
 @torch.no_grad()
+def recall(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k: int,
+    threshold: float = 1.0,
+    no_relevant: float | str = 0.0,
+    ideal_labels: torch.Tensor | None = None,
+    ideal_mask: torch.Tensor | None = None,
+    convention: str = "standard",
+    reduction: str = "none",
+) -> torch.Tensor:
+    """Recall at k: share of the query's relevant (``label >= threshold``) items that are in the top k.
+
+    With one relevant item per list (a user-choice session) this is the hit rate: 1 when the chosen
+    item is among the top k. The QILCM paper's airline "P@5" (0.6958 for QILCM, Table 2) can only be
+    this quantity (precision@5 with one chosen item is at most 0.2). The same formula under every
+    convention (the LETOR scripts have no recall). Arguments as :func:`precision`.
+
+    Returns:
+        ``(B,)`` recall@k per list, or its mean.
+    """
+    k = _check_k(k, required=True)
+    conv = metric_convention(convention, no_relevant=no_relevant, threshold=threshold)
+    rk, rel, q_rel, _, nan_rows, _, _ = _binary_context(scores, labels, mask, conv, ideal_labels, ideal_mask)
+    hits = (rel & rk.topk(k)).sum(-1).to(rk.ranks.dtype)  # (B,)
+    value = hits / q_rel.clamp(min=1).to(hits.dtype)
+    return _finish(value, q_rel == 0, nan_rows, conv, reduction)
+
+
+@torch.no_grad()
 def average_precision(
     scores: torch.Tensor,
     labels: torch.Tensor,
@@ -770,20 +802,21 @@ METRICS: dict[str, Callable[..., torch.Tensor]] = {
     "ndcg": ndcg,
     "dcg": dcg,
     "p": precision,
+    "recall": recall,
     "map": average_precision,
     "mrr": reciprocal_rank,
     "err": err,
 }
 METRIC_ALIASES: dict[str, str] = {"precision": "p", "ap": "map"}
-_NEEDS_K = {"p"}
+_NEEDS_K = {"p", "recall"}
 _METRIC_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(?:@\s*(\S+))?\s*$")
 
 
 def parse_metric(name: str) -> tuple[str, int | None]:
     """Parse ``"ndcg@10"`` -> ``("ndcg", 10)``, ``"map"`` -> ``("map", None)``.
 
-    Names (case-insensitive): ndcg, dcg, p (alias precision), map (alias ap), mrr, err; ``@k`` optional
-    except for p.
+    Names (case-insensitive): ndcg, dcg, p (alias precision), recall, map (alias ap), mrr, err; ``@k``
+    optional except for p and recall.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones), bad or missing cutoff.
