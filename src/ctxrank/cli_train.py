@@ -257,11 +257,8 @@ def _split_text(record: dict[str, Any]) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ctxrank.checkpoint import write_json
-    from ctxrank.cli import _out, _table
+    from ctxrank.cli import _out
     from ctxrank.config import BASELINE_MODELS, resolve_config
-    from ctxrank.metrics import mean_metrics, metric_convention
-    from ctxrank.pipeline import run_training
 
     overrides = list(args.overrides)
     for flag, key in (
@@ -276,7 +273,39 @@ def cmd_train(args: argparse.Namespace) -> int:
         if value is not None:
             overrides.append(f"{key}={value}")
     config = resolve_config(args.config, overrides)
-    out = Path(args.out)
+    from ctxrank.distributed import init_from_env
+
+    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.distributed)
+    if ctx.enabled:
+        try:
+            if config.model in BASELINE_MODELS:
+                raise ValueError(
+                    f"torchrun data-parallel training applies to the neural models, not {config.model} "
+                    "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
+                    "lightgbm.dask; see docs/training.md)"
+                )
+            if not ctx.is_main:
+                _out = _quiet
+            return _train(args, config, out=Path(args.out), main=ctx.is_main, say=_out)
+        finally:
+            import torch.distributed
+
+            torch.distributed.destroy_process_group()
+    return _train(args, config, out=Path(args.out), main=True, say=_out)
+
+
+def _quiet(*_: Any) -> None:
+    pass
+
+
+def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say: Any) -> int:
+    from ctxrank.checkpoint import write_json
+    from ctxrank.cli import _table
+    from ctxrank.config import BASELINE_MODELS
+    from ctxrank.metrics import mean_metrics, metric_convention
+    from ctxrank.pipeline import run_training
+
+    _out = say
     if (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
     if config.model in BASELINE_MODELS and args.categorical:
@@ -309,7 +338,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     _out(f"{config.model} ({config.loss_name} loss){how} on {what}: {counts}")
     t0 = time.perf_counter()
     result = run_training(
-        config, train, valid, test, out=out, progress=not args.no_progress, log=_out, meta=td.meta or None
+        config,
+        train,
+        valid,
+        test,
+        out=out if main else None,
+        progress=not args.no_progress,
+        log=_out,
+        meta=td.meta or None,
     )
     s = result.summary
     if "best_epoch" in s:
@@ -341,7 +377,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             record["initial_metrics"] = initial
             rows = [(k, f"{initial[k]:.4f}", v) for k, v in rows]
             headers = ("test metric", "lambdamart", f"{config.model} re-ranked")
-        write_json(out / "test_metrics.json", record)
+        if main:
+            write_json(out / "test_metrics.json", record)
         _out()
         _out(_table(headers, rows, right=tuple(range(1, len(headers)))))
     return 0

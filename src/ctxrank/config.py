@@ -170,6 +170,10 @@ class TrainConfig:
         seed: seeds torch and the batch shuffling generator.
         threads: torch CPU threads (None = leave torch's default).
         eval_batch_size: queries per batch when scoring (no gradients).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
+        precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
+            autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,
+            log-softmax and reductions in float32).
     """
 
     lr: float = 1e-3
@@ -184,6 +188,8 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     eval_batch_size: int = 512
+    device: str = "cpu"
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         _positive(self, "lr", self.lr)
@@ -193,6 +199,12 @@ class TrainConfig:
         _positive_int(self, "patience", self.patience)
         _non_negative(self, "min_delta", self.min_delta)
         _positive_int(self, "eval_batch_size", self.eval_batch_size)
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if not isinstance(self.device, str) or not (
+            self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")
+        ):
+            raise ValueError(f"train.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
         if self.clip_grad_norm is not None:
             _positive(self, "clip_grad_norm", self.clip_grad_norm)
         if self.threads is not None:

@@ -41,8 +41,10 @@ Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's qu
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -643,6 +645,21 @@ def _chamfer_pairs(
     return (weight[q1] * nearest).sum(-1)
 
 
+def _in_float32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Run ``fn(reps, mask, ...)`` in float32 with autocast off: under ``train.precision="bf16"/"fp16"``
+    the squared distances ``|a|^2 + |b|^2 - 2 a.b`` would lose every significant digit in 16 bits."""
+
+    @functools.wraps(fn)
+    def wrapper(reps: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+        if not isinstance(reps, torch.Tensor):
+            return fn(reps, mask, **kw)  # fn raises the TypeError
+        with torch.autocast(reps.device.type, enabled=False):
+            return fn(reps.float() if reps.dtype in (torch.float16, torch.bfloat16) else reps, mask, **kw)
+
+    return wrapper
+
+
+@_in_float32
 def chamfer_confusion(
     reps: torch.Tensor,
     mask: torch.Tensor,

@@ -6,6 +6,10 @@ with patience and ``min_delta``, best weights restored at the end. The test spli
 
 Determinism: :func:`seed_everything` seeds torch; batch order comes from ``np.random.default_rng(seed)``;
 with the same seed and thread count two runs on CPU give bitwise-equal weights and metrics (tested).
+
+Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.precision`` (``fp32``,
+``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
+``DistributedDataParallel`` (see :mod:`ctxrank.distributed`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import torch
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.distributed import DistContext, resolve_device, world
+from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -101,6 +106,51 @@ def evaluate_model(
     return evaluate_queries(scores, data.labels, data.query_offsets, metrics, **metric_options)
 
 
+class _TrainingLoss(torch.nn.Module):
+    """``forward(batch) -> model.training_loss(batch, loss_fn)``: the module DistributedDataParallel
+    wraps, so that every parameter used by the loss (QILCM's confusion term, ARSM's surrogate) goes
+    through DDP's forward and its gradients are all-reduced."""
+
+    def __init__(self, model: Ranker, loss_fn: LossFn | None) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        return self.model.training_loss(batch, self.loss_fn)
+
+
+def _subset_scores(scores: np.ndarray | None, data: RankingData, queries: np.ndarray) -> np.ndarray | None:
+    return None if scores is None else np.asarray(scores)[data.query_rows(queries)]
+
+
+def _validation_metric(
+    model: Ranker,
+    valid: RankingData,
+    config: TrainConfig,
+    init_scores: np.ndarray | None,
+    ctx: DistContext,
+    device: torch.device,
+) -> float:
+    """Mean validation metric; under torchrun each rank scores a disjoint shard and the sums are
+    all-reduced (queries whose metric is NaN under ``no_relevant="skip"`` are left out)."""
+    queries = ctx.shard(valid.n_queries, seed=0, epoch=0, shuffle=False)
+    part = valid if not ctx.enabled else valid.subset(queries)
+    scores = predict(
+        model,
+        part,
+        init_scores=_subset_scores(init_scores, valid, queries) if ctx.enabled else init_scores,
+        batch_size=config.eval_batch_size,
+        device=device,
+    )
+    per = evaluate_queries(
+        scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant
+    )[config.metric]
+    ok = np.isfinite(per)
+    total, count = ctx.all_reduce_sum(np.array([per[ok].sum(), ok.sum()]), device)
+    return float(total / count) if count else float("nan")
+
+
 def fit(
     model: Ranker,
     loss_fn: LossFn | None,
@@ -138,28 +188,54 @@ def fit(
 
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
+    ctx = world()
+    device = resolve_device(config.device)
+    if ctx.enabled and device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+    if config.precision == "fp16" and device.type != "cuda":
+        raise ValueError("train.precision='fp16' needs a CUDA device; use 'bf16' on CPU")
     seed_everything(config.seed, config.threads)
     generator = np.random.default_rng(config.seed)
+    model.to(device)
+    step: torch.nn.Module = _TrainingLoss(model, loss_fn)
+    if ctx.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step = DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    metric_options = {"no_relevant": config.no_relevant}
-    log = Path(log_path).open("a") if log_path is not None else None
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
+    main = ctx.is_main
+    log = Path(log_path).open("a") if log_path is not None and main else None
     history: list[dict[str, Any]] = []
     best_metric, best_epoch, best_state, bad_epochs = -math.inf, 0, None, 0
     t_start = time.perf_counter()
     bar = tqdm(
-        range(1, config.max_epochs + 1), desc=f"train {model.name}", unit="epoch", disable=not progress
+        range(1, config.max_epochs + 1),
+        desc=f"train {model.name}",
+        unit="epoch",
+        disable=not (progress and main),
     )
     try:
         for epoch in bar:
             model.train()
             t_epoch = time.perf_counter()
             total, n_lists = 0.0, 0
+            part, part_init = train, train_init_scores
+            if ctx.enabled:  # DistributedSampler: this rank's queries, reshuffled every epoch
+                queries = ctx.shard(train.n_queries, seed=config.seed, epoch=epoch, shuffle=True)
+                part, part_init = train.subset(queries), _subset_scores(train_init_scores, train, queries)
             batches = iterate_batches(
-                train, config.batch_size, shuffle=True, generator=generator, init_scores=train_init_scores
+                part, config.batch_size, shuffle=True, generator=generator, init_scores=part_init
             )
             for i, batch in enumerate(batches):
-                loss = model.training_loss(batch, loss_fn)
-                if not torch.isfinite(loss):
+                batch = batch.to(device)
+                with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    loss = step(batch)
+                finite = torch.isfinite(loss.detach())
+                if ctx.enabled:  # every rank must take the same decision
+                    finite = bool(ctx.all_reduce_sum(np.array([float(not finite)]), device)[0] == 0)
+                if not finite:
                     if best_state is not None:
                         model.load_state_dict(best_state)
                     raise NonFiniteLossError(
@@ -169,32 +245,27 @@ def fit(
                         "Try a lower train.lr or train.clip_grad_norm."
                     )
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                scaler.scale(loss).backward()
                 if config.clip_grad_norm is not None:
+                    scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 total += loss.item() * batch.batch_size
                 n_lists += batch.batch_size
-            per_query = evaluate_model(
-                model,
-                valid,
-                [config.metric],
-                init_scores=valid_init_scores,
-                batch_size=config.eval_batch_size,
-                **metric_options,
-            )
-            value = mean_metrics(per_query)[config.metric]
+            total, n_lists = ctx.all_reduce_sum(np.array([total, n_lists]), device)
+            value = _validation_metric(model, valid, config, valid_init_scores, ctx, device)
             improved = value > best_metric + config.min_delta or best_state is None
             if improved:
                 best_metric, best_epoch, bad_epochs = value, epoch, 0
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                if on_improve is not None:
+                if on_improve is not None and main:
                     on_improve(epoch, value)
             else:
                 bad_epochs += 1
             record = {
                 "epoch": epoch,
-                "train_loss": total / max(n_lists, 1),
+                "train_loss": float(total / max(n_lists, 1)),
                 f"valid_{config.metric}": value,
                 "best_epoch": best_epoch,
                 "seconds": time.perf_counter() - t_epoch,
@@ -212,6 +283,7 @@ def fit(
             log.close()
     assert best_state is not None
     model.load_state_dict(best_state)
+    model.to("cpu")  # checkpoints and predictions are device-independent
     model.eval()
     return FitResult(
         best_epoch=best_epoch,

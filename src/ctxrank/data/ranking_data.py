@@ -115,11 +115,8 @@ class RankingData:
             raise ValueError(
                 f"query positions must lie in [0, {self.n_queries}), got {queries.min()}..{queries.max()}"
             )
-        lengths = self.query_lengths[queries]
-        starts = self.query_offsets[queries]
-        # rows = concatenation of ranges [start, start + length) without a Python loop
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        rows = np.arange(offsets[-1]) - np.repeat(offsets[:-1] - starts, lengths)
+        rows = self.query_rows(queries)
+        offsets = np.concatenate([[0], np.cumsum(self.query_lengths[queries])])
         return replace(
             self,
             features=self.features[rows],
@@ -130,6 +127,15 @@ class RankingData:
             categorical=None if self.categorical is None else self.categorical[rows],
             info=dict(self.info),
         )
+
+    def query_rows(self, queries: np.ndarray) -> np.ndarray:
+        """int64 row indices of the given query positions, query after query (what ``subset`` keeps)."""
+        queries = np.asarray(queries, dtype=np.int64)
+        lengths = self.query_lengths[queries]
+        starts = self.query_offsets[queries]
+        # rows = concatenation of ranges [start, start + length) without a Python loop
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        return np.arange(offsets[-1]) - np.repeat(offsets[:-1] - starts, lengths)
 
     @staticmethod
     def concat(parts: Sequence[RankingData], source: str = "") -> RankingData:

@@ -1,0 +1,131 @@
+"""Devices, mixed precision and torchrun data-parallel training (ctxrank.distributed, train.fit)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ctxrank.config import TrainConfig
+from ctxrank.data.synth import write_synthetic_letor
+from ctxrank.distributed import DistContext, resolve_device
+from ctxrank.losses import listnet
+from ctxrank.models import make_model
+from ctxrank.train import fit
+
+from .conftest import make_ranking_data
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def test_resolve_device_on_a_cpu_machine(monkeypatch):
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="must be 'cpu', 'cuda'"):
+        resolve_device("tpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")  # selection only: nothing is allocated
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+
+
+def test_train_config_checks_device_and_precision():
+    with pytest.raises(ValueError, match=r"train\.device"):
+        TrainConfig(device="gpu")
+    with pytest.raises(ValueError, match=r"train\.precision"):
+        TrainConfig(precision="fp8")
+    data = make_ranking_data(20, seed=1)
+    model = make_model("mlp", data.n_features, {})
+    with pytest.raises(ValueError, match="fp16' needs a CUDA device"):
+        fit(model, listnet, data, data, TrainConfig(precision="fp16", max_epochs=1), progress=False)
+
+
+def test_bf16_autocast_trains_on_cpu_with_finite_loss():
+    train, valid = make_ranking_data(40, seed=2), make_ranking_data(20, seed=3)
+    model = make_model("qilcm", train.n_features, {})
+    res = fit(model, listnet, train, valid, TrainConfig(precision="bf16", max_epochs=2), progress=False)
+    assert all(np.isfinite(h["train_loss"]) for h in res.history)
+    assert next(model.parameters()).dtype == torch.float32  # autocast, not a cast of the weights
+
+
+def test_shards_are_equal_for_training_and_disjoint_for_validation():
+    n, world = 23, 3
+    train = [DistContext(r, world).shard(n, seed=5, epoch=2, shuffle=True) for r in range(world)]
+    assert {len(s) for s in train} == {8} and set(np.concatenate(train)) == set(range(n))  # padded
+    again = DistContext(1, world).shard(n, seed=5, epoch=2, shuffle=True)
+    assert np.array_equal(again, train[1])  # same seed and epoch: same shard on every call
+    assert not np.array_equal(DistContext(1, world).shard(n, seed=5, epoch=3, shuffle=True), train[1])
+    valid = [DistContext(r, world).shard(n, seed=0, epoch=0, shuffle=False) for r in range(world)]
+    assert sorted(np.concatenate(valid).tolist()) == list(range(n))  # no query twice
+    assert np.array_equal(DistContext().shard(5, seed=0, epoch=0, shuffle=True), np.arange(5))
+
+
+def _train(tmp_path, out, nproc, batch_size):
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [
+        *(launcher if nproc > 1 else [sys.executable]),
+        "-m",
+        "ctxrank",
+        "train",
+        "--model",
+        "mlp",
+        "--train",
+        str(tmp_path / "tr.txt"),
+        "--valid",
+        str(tmp_path / "va.txt"),
+        "--out",
+        str(tmp_path / out),
+        "--no-progress",
+        *("--set", f"train.batch_size={batch_size}", "--set", "train.max_epochs=6"),
+        *("--set", "train.threads=1", "--set", "train.lr=0.003"),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    write_synthetic_letor(tmp_path / "tr.txt", n_queries=240, list_size=20, n_features=10, seed=1)
+    write_synthetic_letor(tmp_path / "va.txt", n_queries=80, list_size=20, n_features=10, seed=2)
+    two = _train(tmp_path, "two", nproc=2, batch_size=10)  # global batch 2 x 10
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = _train(tmp_path, "one", nproc=1, batch_size=20)
+    assert one.returncode == 0, one.stderr[-3000:]
+    logs = {
+        k: [json.loads(line) for line in (tmp_path / k / "train_log.jsonl").read_text().splitlines()]
+        for k in ("one", "two")
+    }
+    assert len(logs["two"]) == 6  # one log line per epoch: only rank 0 writes
+    v1 = np.array([r["valid_ndcg@10"] for r in logs["one"]])
+    v2 = np.array([r["valid_ndcg@10"] for r in logs["two"]])
+    assert v2[-1] > v2[0] + 0.005  # it learns
+    assert abs(v1.max() - v2.max()) < 0.01  # same best validation NDCG within tolerance
+    assert np.abs(v1 - v2).max() < 0.02
+    assert two.stdout.count("best epoch") == 1  # the other rank prints nothing
+    assert (tmp_path / "two" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_torchrun_refuses_a_baseline_with_a_pointer_to_lightgbm_dask(tmp_path):
+    write_synthetic_letor(tmp_path / "tr.txt", n_queries=20, list_size=5, n_features=4, seed=1)
+    write_synthetic_letor(tmp_path / "va.txt", n_queries=10, list_size=5, n_features=4, seed=2)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "ctxrank",
+    ]
+    cmd += ["train", "--model", "lambdamart", "--train", str(tmp_path / "tr.txt"), "--valid"]
+    cmd += [str(tmp_path / "va.txt"), "--out", str(tmp_path / "lm")]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode != 0 and "lightgbm.dask" in res.stderr
