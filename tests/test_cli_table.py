@@ -252,7 +252,7 @@ def test_rerank_with_a_table(tmp_path, csv_file, capsys):
     argv = ["train", "--model", "qilcm", "--initial", "lambdamart", "--top-k", "8", "--data", str(csv_file)]
     argv += [*COLS, *CAT, "--out", str(out), "--set", "rerank.initial_params.n_estimators=20"]
     assert main([*argv, *SMALL_QILCM, *QUICK]) == 0
-    assert "initial ranker (LambdaMART) uses the numeric columns only" in capsys.readouterr().out
+    assert "LambdaMART) takes the categorical columns as LightGBM categorical" in capsys.readouterr().out
     assert read_meta(out)["table"]["categorical"] == ["airline", "cabin"]
     scores = tmp_path / "s.txt"
     assert main(["predict", "--model", str(out), "--data", str(csv_file), "--output", str(scores)]) == 0
@@ -306,7 +306,7 @@ def test_spec_mismatch_is_an_error(qilcm_run, csv_file, tmp_path, capsys):
         (["--data", "{csv}", "--train", "{csv}"], "give either --data FILE (split at random) or --train"),
         (["--train", "{csv}", "--valid", "{csv}", "--split-fractions", "0.5,0.3,0.2"], "applies to --data"),
         (["--data", "{csv}", *COLS, *CAT, "--split-fractions", "0.5,0.5,0.5"], "summing to 1"),
-        (["--model", "lambdamart", "--data", "{csv}", *COLS, *CAT], "uses numeric features only"),
+        (["--model", "ranksvm", "--data", "{csv}", *COLS, *CAT], "uses numeric features only"),
     ],
 )
 def test_train_errors(argv, message, csv_file, tmp_path, capsys):
@@ -363,3 +363,16 @@ def test_synth_letor_writes_a_readable_file(tmp_path, capsys):
     data = read_letor(out, cache=False)
     assert (data.n_queries, data.n_items, data.n_features) == (7, 35, 3)
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left
+
+
+def test_lambdamart_on_a_table_uses_the_categorical_columns(tmp_path, csv_file, capsys):
+    out = tmp_path / "lm"
+    argv = ["train", "--model", "lambdamart", "--data", str(csv_file), *COLS, *CAT, "--out", str(out)]
+    assert main([*argv, "--set", "model_params.n_estimators=20"]) == 0
+    assert read_meta(out)["n_categorical"] == 2 and read_meta(out)["table"]["categorical"] == [
+        "airline",
+        "cabin",
+    ]
+    scores = tmp_path / "s.txt"
+    assert main(["predict", "--model", str(out), "--data", str(csv_file), "--output", str(scores)]) == 0
+    assert np.isfinite(np.loadtxt(scores)).all()

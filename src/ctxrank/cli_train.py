@@ -308,7 +308,7 @@ def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say:
     _out = say
     if (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
-    if config.model in BASELINE_MODELS and args.categorical:
+    if config.model in BASELINE_MODELS and config.model != "lambdamart" and args.categorical:
         raise ValueError(
             f"{config.model} uses numeric features only and would ignore the categorical columns "
             f"{','.join(args.categorical)}; drop --categorical and name the numeric columns with --numeric, "
@@ -332,8 +332,8 @@ def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say:
         )
         if rr.initial:
             _out(
-                "note: the initial ranker (LambdaMART) uses the numeric columns only; the categorical "
-                "columns are embedded by the re-ranker"
+                "note: the initial ranker (LambdaMART) takes the categorical columns as LightGBM "
+                "categorical features; the re-ranker embeds them"
             )
     _out(f"{config.model} ({config.loss_name} loss){how} on {what}: {counts}")
     t0 = time.perf_counter()
