@@ -19,3 +19,81 @@ def emit_json(blob: dict, path: str | None = None, *, echo: bool = True) -> None
     if path:
         with open(path, "w") as fh:
             fh.write(text + "\n")
+
+
+def machine_info(threads: int | None = None) -> dict:
+    """What the timings were taken on: CPU model (``/proc/cpuinfo``), CPUs, memory, load, versions.
+
+    ``threads`` is the torch thread count the benchmark asked for (recorded as given). The load average
+    at the start is recorded because the timings are only meaningful on an otherwise idle machine.
+    """
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    mem_gib = round(int(line.split()[1]) / 2**20, 1)
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    info = {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "memory_gib": mem_gib,
+        "load_average_1_5_15": load,
+        "threads": threads,
+        "python": platform.python_version(),
+    }
+    from importlib import metadata
+
+    for mod, dist in (("torch", "torch"), ("numpy", "numpy"), ("sklearn", "scikit-learn")):
+        try:  # the installed version, without importing the package (scikit-learn takes seconds)
+            info[mod] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return info
+
+
+def machine_line(info: dict) -> str:
+    """One line for the top of a benchmark's output (from :func:`machine_info`)."""
+    parts = [f"machine: {info['cpu']}", f"{info['usable_cpus']} of {info['logical_cpus']} CPUs usable"]
+    if info.get("memory_gib") is not None:
+        parts.append(f"{info['memory_gib']} GiB")
+    if info.get("load_average_1_5_15") is not None:
+        parts.append("load average " + " ".join(f"{x:.2f}" for x in info["load_average_1_5_15"]))
+    if info.get("threads") is not None:
+        parts.append(f"torch threads {info['threads']}")
+    versions = [f"Python {info['python']}"] + [
+        f"{m} {info[m]}" for m in ("torch", "numpy", "sklearn") if m in info
+    ]
+    return "; ".join(parts) + "; " + ", ".join(versions)
+
+
+def markdown_table(header: list[str], rows: list[list], align: str | None = None) -> str:
+    """A Markdown table; ``align`` is one character per column, ``l`` or ``r`` (default: first left)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

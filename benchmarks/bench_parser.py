@@ -1,21 +1,32 @@
-"""Parser benchmark: ctxrank.read_letor vs scikit-learn load_svmlight_file(query_id=True).
+"""Parser benchmark (not a test): ctxrank.read_letor vs scikit-learn load_svmlight_file(query_id=True).
 
-Reference: scikit-learn's Cython SVMlight parser, measured in the same process on the same files.
-Files: the five embedded MQ2008 files (gzip) and a synthetic MSLR-shaped plain-text file
-(136 features, >= 200 MB, written by ctxrank.data.synth). Peak memory of each parser is measured in a
-fresh subprocess (ru_maxrss delta over the interpreter's baseline), so one run cannot inflate another.
-Also times the cached reload.
+Reference: scikit-learn's Cython SVMlight parser, ``load_svmlight_file(path, query_id=True,
+zero_based=False)`` followed by ``.toarray().astype(float32)`` so both produce the same dense float32
+matrix, measured in the same run on the same files. Files: the five embedded MQ2008 files (gzip) and a
+synthetic MSLR-shaped plain-text file (136 features, 100 items a query, ``--rows`` rows, default
+1,000,000, about 1.3 GB; written by ``ctxrank.data.synth.write_synthetic_letor``, the same file as
+``ctxrank synth letor --queries 10000 --items 100 --features 136 --seed 0 --out FILE``, which ``--file``
+accepts instead).
 
-    .venv/bin/python benchmarks/bench_parser.py [--mb 200] [--out bench-out]
+Each parse runs in a fresh subprocess (best time of ``--repeats`` runs, largest peak), after a warm-up
+parse of a small file so that lazy imports count neither as parsing time nor as parsing memory. Peak
+memory: the peak resident set during the parse minus the resident set before it (see
+``benchmarks/_common.py``; the result array is included, so compare with the dense size). ``read_letor``
+runs with ``cache=False`` (a real parse). Cached reload: the first ``read_letor`` with the binary cache
+on (parse + cache write, once, into an empty cache directory), then ``--repeats`` reloads from the
+cache, each in a fresh subprocess (time and peak memory).
+
+Reported: seconds, MB/s (file size on disk / seconds, 1 MB = 1e6 bytes), the speed ratio scikit-learn
+time / ctxrank time, peak memory of both and its multiple of the dense float32 result, and the cached
+reload time against the first load and against scikit-learn's parse.
+
+    .venv/bin/python benchmarks/bench_parser.py [--rows 1000000] [--repeats 3] [--keep DIR] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,128 +34,209 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import PeakRSS, add_common_args, child_main, run_case
+from _report import emit_json, machine_info, machine_line, markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 MQ2008 = ROOT / "src" / "ctxrank" / "datasets" / "mq2008"
-
-CHILD = r"""
-import json, resource, sys, time
-import numpy as np
-which, path = sys.argv[1], sys.argv[2]
-from sklearn.datasets import load_svmlight_file
-from ctxrank.data.letor import read_letor
-warm = sys.argv[3]  # parse a small file first so lazy imports do not count as parsing memory
-load_svmlight_file(warm, query_id=True, zero_based=False)
-read_letor(warm, cache=False)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t = time.perf_counter()
-if which == "sklearn":
-    x, y, q = load_svmlight_file(path, query_id=True, zero_based=False)
-    x = x.toarray().astype(np.float32)  # the same dense float32 result ctxrank returns
-    shape = x.shape
-else:
-    d = read_letor(path, cache=False)
-    shape = d.features.shape
-dt = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base
-print(json.dumps({"seconds": dt, "peak_kb": peak, "shape": list(shape)}))
-"""
+WARM = MQ2008 / "S4.txt.gz"  # the small file parsed first by every subprocess
+BYTES_PER_ROW = 1330  # about, for 136 features written with 6 significant digits
 
 
-def run_child(which: str, path: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, which, str(path), str(MQ2008 / "S4.txt.gz")],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def parse_case(spec: dict, measure_memory: bool) -> dict:
+    """One parse of ``spec["path"]`` by ``spec["which"]``: ``sklearn``, ``ctxrank`` (no cache),
+    ``ctxrank-first`` (cache on, empty: parse + write) or ``ctxrank-cached`` (reload from the cache)."""
+    from sklearn.datasets import load_svmlight_file
+
+    from ctxrank.data.letor import read_letor
+
+    load_svmlight_file(spec["warm"], query_id=True, zero_based=False)
+    read_letor(spec["warm"], cache=False)
+    which, path = spec["which"], spec["path"]
+    with PeakRSS(measure_memory) as mem:
+        t = time.perf_counter()
+        if which == "sklearn":
+            x, _, _ = load_svmlight_file(path, query_id=True, zero_based=False)
+            x = x.toarray().astype(np.float32)  # the same dense float32 result ctxrank returns
+            shape = x.shape
+        elif which == "ctxrank":
+            shape = read_letor(path, cache=False).features.shape
+        elif which in ("ctxrank-first", "ctxrank-cached"):
+            shape = read_letor(path, cache=True, cache_dir=spec["cache_dir"]).features.shape
+        else:
+            raise ValueError(f"unknown parser {which!r}")
+        seconds = time.perf_counter() - t
+    return {"seconds": seconds, "shape": list(shape), **mem.as_dict()}
 
 
-def best_of(which: str, path: Path, repeats: int) -> dict:
-    runs = [run_child(which, path) for _ in range(repeats)]
-    best = min(runs, key=lambda r: r["seconds"])
-    best["peak_kb"] = max(r["peak_kb"] for r in runs)
+def best_of(spec: dict, repeats: int, isolate: str) -> dict:
+    """Best time of ``repeats`` runs; the largest peak memory of them."""
+    runs = [run_case(Path(__file__), spec, isolate, parse_case) for _ in range(repeats)]
+    best = dict(min(runs, key=lambda r: r["seconds"]))
+    peaks = [r["peak_rss_delta_mib"] for r in runs if r["peak_rss_delta_mib"] is not None]
+    best["peak_rss_delta_mib"] = max(peaks) if peaks else None
+    best["runs_s"] = [r["seconds"] for r in runs]
     return best
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=200.0, help="size of the synthetic file in MB (>= 200)")
+    add_common_args(ap, threads=False)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the synthetic file (default 1M)")
+    ap.add_argument(
+        "--mb", type=float, default=None, help="size of the synthetic file in MB instead of --rows"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="runs per file and parser (best time kept)")
-    ap.add_argument("--keep", type=Path, default=None, help="directory to keep the synthetic file in")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="directory to keep (and reuse) the synthetic file"
+    )
+    ap.add_argument("--file", type=Path, default=None, help="an existing synthetic LETOR file to use instead")
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args.child, parse_case)
+    mq_files = [MQ2008 / f"S{i}.txt.gz" for i in range(1, 6)]
+    if args.quick:
+        args.rows, args.mb, args.repeats, mq_files = 2000, None, 1, mq_files[:1]
 
-    from ctxrank.data.letor import read_letor
     from ctxrank.data.synth import write_synthetic_letor
 
+    info = machine_info()
+    print(machine_line(info), flush=True)
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="ctxrank-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    synth = workdir / f"synthetic-mslr-{int(args.mb)}mb.txt"
-    if not synth.exists():
-        n_queries = max(1, int(args.mb * 1e6 / (100 * 1330)))  # about 1,330 bytes a row
-        t = time.perf_counter()
-        write_synthetic_letor(synth, n_queries=n_queries, list_size=100, n_features=136, seed=0)
-        print(f"wrote {synth} ({synth.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f} s")
+    if args.file is not None:
+        synth = args.file
+    else:
+        n_queries = max(1, round(args.mb * 1e6 / (100 * BYTES_PER_ROW))) if args.mb else -(-args.rows // 100)
+        synth = workdir / f"synthetic-mslr-{n_queries * 100}rows.txt"
+        if not synth.exists():
+            t = time.perf_counter()
+            write_synthetic_letor(synth, n_queries=n_queries, list_size=100, n_features=136, seed=0)
+            print(f"wrote {synth} ({synth.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.0f} s")
 
-    files = [MQ2008 / f"S{i}.txt.gz" for i in range(1, 6)] + [synth]
     rows = []
-    print(
-        f"{'file':<28}{'MB':>8}{'sklearn s':>11}{'ctxrank s':>11}{'speed ratio':>13}"
-        f"{'sk peak MB':>12}{'ctx peak MB':>13}{'dense MB':>10}{'peak/dense':>12}"
-    )
-    for f in files:
+    for f in [*mq_files, synth]:
         mb = f.stat().st_size / 1e6
-        sk = best_of("sklearn", f, args.repeats)
-        cx = best_of("ctxrank", f, args.repeats)
+        spec = {"path": str(f), "warm": str(WARM)}
+        sk = best_of({**spec, "which": "sklearn"}, args.repeats, args.isolate)
+        cx = best_of({**spec, "which": "ctxrank"}, args.repeats, args.isolate)
         assert sk["shape"] == cx["shape"], (sk, cx)
-        dense_mb = np.prod(cx["shape"]) * 4 / 1e6
-        ratio = sk["seconds"] / cx["seconds"]
+        dense_mib = float(np.prod(cx["shape"])) * 4 / 2**20
         row = {
             "file": f.name,
+            "synthetic": f == synth,
+            "rows": cx["shape"][0],
+            "features": cx["shape"][1],
             "mb_on_disk": mb,
             "sklearn_s": sk["seconds"],
             "ctxrank_s": cx["seconds"],
-            "speed_ratio_sklearn_over_ctxrank": ratio,
-            "sklearn_peak_mb": sk["peak_kb"] / 1e3,
-            "ctxrank_peak_mb": cx["peak_kb"] / 1e3,
-            "dense_mb": dense_mb,
+            "sklearn_mb_per_s": mb / sk["seconds"],
+            "ctxrank_mb_per_s": mb / cx["seconds"],
+            "speed_ratio_sklearn_over_ctxrank": sk["seconds"] / cx["seconds"],
+            "sklearn_peak_delta_mib": sk["peak_rss_delta_mib"],
+            "ctxrank_peak_delta_mib": cx["peak_rss_delta_mib"],
+            "dense_mib": dense_mib,
+            "sklearn_runs_s": sk["runs_s"],
+            "ctxrank_runs_s": cx["runs_s"],
         }
         rows.append(row)
-        print(
-            f"{f.name:<28}{mb:>8.1f}{sk['seconds']:>11.3f}{cx['seconds']:>11.3f}{ratio:>12.2f}x"
-            f"{sk['peak_kb'] / 1e3:>12.0f}{cx['peak_kb'] / 1e3:>13.0f}{dense_mb:>10.0f}"
-            f"{cx['peak_kb'] / 1e3 / dense_mb:>12.2f}"
-        )
-    mq = [r for r in rows if r["file"].startswith("S")]
-    total = sum(r["sklearn_s"] for r in mq) / sum(r["ctxrank_s"] for r in mq)
-    print(f"MQ2008 S1..S5 total: ctxrank is {total:.2f}x the speed of scikit-learn")
-    big = rows[-1]
-    print(
-        f"synthetic: {big['mb_on_disk'] / big['ctxrank_s']:.0f} MB/s ctxrank vs "
-        f"{big['mb_on_disk'] / big['sklearn_s']:.0f} MB/s scikit-learn "
-        f"(ratio {big['speed_ratio_sklearn_over_ctxrank']:.2f}x)"
-    )
+        print(f"  {f.name}: scikit-learn {sk['seconds']:.3f} s, ctxrank {cx['seconds']:.3f} s", flush=True)
 
-    # cached reload
-    cache = Path(tempfile.mkdtemp(prefix="ctxrank-bench-cache-"))  # empty: the first load must parse
-    os.environ["CTXRANK_CACHE_DIR"] = str(cache)
-    t = time.perf_counter()
-    read_letor(synth)
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    read_letor(synth)
-    again = time.perf_counter() - t
-    print(
-        f"cache: first load (parse + write) {first:.2f} s, cached reload {again:.2f} s "
-        f"({first / again:.1f}x faster)"
-    )
-    print(json.dumps({"rows": rows, "cache_first_s": first, "cache_reload_s": again}))
+    # cached reload: first load into an empty cache (parse + write), then reloads
+    cache = Path(tempfile.mkdtemp(prefix="ctxrank-bench-cache-"))
+    spec = {"path": str(synth), "warm": str(WARM), "cache_dir": str(cache)}
+    first = run_case(Path(__file__), {**spec, "which": "ctxrank-first"}, args.isolate, parse_case)
+    again = best_of({**spec, "which": "ctxrank-cached"}, args.repeats, args.isolate)
     shutil.rmtree(cache)
-    if args.keep is None:
-        for p in sorted(workdir.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() else p.rmdir()
-        workdir.rmdir()
+
+    def mib(x):
+        return "–" if x is None else f"{x:,.0f}"
+
+    def times(x, dense):
+        return "–" if x is None or dense <= 0 else f"{x / dense:.2f}"
+
+    header = [
+        "file",
+        "MB on disk",
+        "rows",
+        "scikit-learn s",
+        "ctxrank s",
+        "speed ratio (sk / ctx)",
+        "sk MB/s",
+        "ctx MB/s",
+        "sk peak MiB",
+        "ctx peak MiB",
+        "dense MiB",
+        "sk peak / dense",
+        "ctx peak / dense",
+    ]
+    table = []
+    for r in rows:
+        table.append(
+            [
+                r["file"],
+                f"{r['mb_on_disk']:.1f}",
+                f"{r['rows']:,}",
+                f"{r['sklearn_s']:.3f}",
+                f"{r['ctxrank_s']:.3f}",
+                f"{r['speed_ratio_sklearn_over_ctxrank']:.2f}x",
+                f"{r['sklearn_mb_per_s']:.1f}",
+                f"{r['ctxrank_mb_per_s']:.1f}",
+                mib(r["sklearn_peak_delta_mib"]),
+                mib(r["ctxrank_peak_delta_mib"]),
+                f"{r['dense_mib']:.1f}",
+                times(r["sklearn_peak_delta_mib"], r["dense_mib"]),
+                times(r["ctxrank_peak_delta_mib"], r["dense_mib"]),
+            ]
+        )
+    print()
+    print(markdown_table(header, table))
+    print()
+    mq = [r for r in rows if not r["synthetic"]]
+    total = sum(r["sklearn_s"] for r in mq) / sum(r["ctxrank_s"] for r in mq)
+    print(f"MQ2008 ({len(mq)} files) total: ctxrank is {total:.2f}x the speed of scikit-learn")
+    big = rows[-1]
+    memory = ""
+    if big["ctxrank_peak_delta_mib"] is not None:
+        memory = (
+            f"; peak memory {times(big['ctxrank_peak_delta_mib'], big['dense_mib'])}x (ctxrank) vs "
+            f"{times(big['sklearn_peak_delta_mib'], big['dense_mib'])}x (scikit-learn) the dense array"
+        )
+    print(
+        f"synthetic ({big['rows']:,} rows, {big['mb_on_disk']:.0f} MB): {big['ctxrank_mb_per_s']:.1f} MB/s "
+        f"ctxrank vs {big['sklearn_mb_per_s']:.1f} MB/s scikit-learn "
+        f"(ratio {big['speed_ratio_sklearn_over_ctxrank']:.2f}x){memory}"
+    )
+    cache_blob = {
+        "first_load_s": first["seconds"],
+        "first_load_peak_delta_mib": first["peak_rss_delta_mib"],
+        "reload_s": again["seconds"],
+        "reload_runs_s": again["runs_s"],
+        "reload_peak_delta_mib": again["peak_rss_delta_mib"],
+        "first_over_reload": first["seconds"] / again["seconds"],
+        "sklearn_parse_over_reload": big["sklearn_s"] / again["seconds"],
+    }
+    print(
+        f"cache: first load (parse + write) {first['seconds']:.3f} s "
+        f"(peak {mib(first['peak_rss_delta_mib'])} MiB), cached reload {again['seconds']:.3f} s "
+        f"(peak {mib(again['peak_rss_delta_mib'])} MiB): {cache_blob['first_over_reload']:.1f}x faster "
+        f"than the first load, {cache_blob['sklearn_parse_over_reload']:.1f}x faster than "
+        "scikit-learn's parse"
+    )
+    blob = {
+        "benchmark": "bench_parser",
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "isolate": args.isolate,
+        "machine": info,
+        "rows": rows,
+        "cache": cache_blob,
+    }
+    emit_json(blob, args.json, echo=False)
+    if args.keep is None and args.file is None:
+        shutil.rmtree(workdir)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

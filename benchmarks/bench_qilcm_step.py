@@ -3,7 +3,7 @@
 One QILCM training step (forward, AttRank loss, backward, Adam step) at the paper's batch of 80 queries
 with 100 items each (top-100 re-ranking), F = 47 inputs (MQ2008's 46 features + the initial rank),
 default widths (encoder 100, MLP_att and MLP_rank 256-128, so the normalized representations have
-2 (47 + 100) = 294 dimensions). Measured in one process with ``torch.set_num_threads(--threads)``:
+2 (47 + 100) = 294 dimensions). Measured with ``torch.set_num_threads(--threads)``:
 
 * **reference**: the step without the confusion term (``confusion_weight = 0``: ablation variant 2);
 * **exact**: the step with the exact term over all 80 x 80 ordered query pairs (``confusion_pairs``
@@ -11,68 +11,87 @@ default widths (encoder 100, MLP_att and MLP_rank 256-128, so the normalized rep
 * **sampled**: the unbiased estimate over P sampled ordered pairs (``confusion_pairs = P``).
 
 Reported: median step time of each, and the ratio (step - reference) / reference, the cost of the term
-relative to the rest of the step. Inputs are uniform [0, 1] random features (the cost does not depend
-on their values); every timing is repeated ``--repeats`` times after ``--warmup`` steps.
+relative to the rest of the step; the peak memory of each configuration. Each configuration runs in a
+fresh subprocess (``--isolate none``: all in this process, no peak memory); peak memory is the growth of
+the peak resident set during the steps over what the process held with the batch and the model built
+(``benchmarks/_common.py``). Inputs are uniform [0, 1] random features (the cost does not depend on
+their values); every timing is repeated ``--repeats`` times after ``--warmup`` steps.
 
-    .venv/bin/python benchmarks/bench_qilcm_step.py [--threads 2] [--batch 80] [--items 100]
+    .venv/bin/python benchmarks/bench_qilcm_step.py [--threads 2] [--batch 80] [--items 100] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
-import torch
-
-from _report import emit_json
-from ctxrank.data.lists import ListBatch
-from ctxrank.losses import get_loss
-from ctxrank.models import make_model
+from _common import PeakRSS, add_common_args, child_main, run_case, summarize
+from _report import emit_json, machine_info, machine_line, markdown_table
 
 
-def time_steps(params: dict, batch: ListBatch, n_features: int, repeats: int, warmup: int) -> list[float]:
-    torch.manual_seed(0)
-    model = make_model("qilcm", n_features, params)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = get_loss("attrank")
-    times = []
-    for i in range(warmup + repeats):
-        t0 = time.perf_counter()
-        loss = model.training_loss(batch, loss_fn)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
+def step_case(spec: dict, measure_memory: bool) -> dict:
+    """``warmup + repeats`` QILCM training steps with ``spec["params"]`` on one random batch."""
+    import torch
 
+    from ctxrank.data.lists import ListBatch
+    from ctxrank.losses import get_loss
+    from ctxrank.models import make_model
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=80, help="queries per batch (default 80, the paper's)")
-    ap.add_argument("--items", type=int, default=100, help="items per list (default 100: top-100)")
-    ap.add_argument("--features", type=int, default=47, help="input features (default 47 = 46 + rank)")
-    ap.add_argument("--pairs", default="80,640", help="comma-separated sampled pair counts")
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    args = ap.parse_args(argv)
-
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(spec["threads"])
     gen = torch.Generator().manual_seed(0)
-    B, L, F = args.batch, args.items, args.features
+    B, L, F = spec["batch"], spec["items"], spec["features"]
     batch = ListBatch(
         features=torch.rand(B, L, F, generator=gen),
         labels=torch.randint(0, 3, (B, L), generator=gen).float(),
         mask=torch.ones(B, L, dtype=torch.bool),
         query_index=torch.arange(B),
     )
+    torch.manual_seed(0)
+    model = make_model("qilcm", F, spec["params"])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = get_loss("attrank")
+    times = []
+    with PeakRSS(measure_memory) as mem:
+        for i in range(spec["warmup"] + spec["repeats"]):
+            t0 = time.perf_counter()
+            loss = model.training_loss(batch, loss_fn)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+    return {
+        "step": summarize(times),
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        **mem.as_dict(),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--batch", type=int, default=80, help="queries per batch (default 80, the paper's)")
+    ap.add_argument("--items", type=int, default=100, help="items per list (default 100: top-100)")
+    ap.add_argument("--features", type=int, default=47, help="input features (default 47 = 46 + rank)")
+    ap.add_argument("--pairs", default="80,640", help="comma-separated sampled pair counts")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args.child, step_case)
+    if args.quick:
+        args.batch, args.items, args.repeats, args.warmup, args.pairs = 4, 10, 2, 1, "2"
+
+    info = machine_info(args.threads)
+    print(machine_line(info), flush=True)
+    B, L, F = args.batch, args.items, args.features
     print(
-        f"QILCM step, batch {B} queries x {L} items, {F} features, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, median of {args.repeats} steps",
+        f"QILCM step, batch {B} queries x {L} items, {F} features, {args.threads} threads, median of "
+        f"{args.repeats} steps after {args.warmup} warm-up steps, isolate={args.isolate}",
         flush=True,
     )
     cases = [("reference: no confusion term (lambda = 0)", {"confusion_weight": 0.0})]
@@ -82,28 +101,51 @@ def main(argv=None) -> int:
         cases.append((f"sampled, {p} pairs, form=sum", {"confusion_pairs": p}))
     rows = {}
     for name, params in cases:
-        times = time_steps(params, batch, F, args.repeats, args.warmup)
-        rows[name] = {"median_s": statistics.median(times), "min_s": min(times)}
+        spec = {
+            "params": params,
+            "batch": B,
+            "items": L,
+            "features": F,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+        }
+        rows[name] = {"params": params, **run_case(Path(__file__), spec, args.isolate, step_case)}
         print(f"  {name}: {rows[name]['median_s'] * 1000:.1f} ms", flush=True)
     ref = rows[cases[0][0]]["median_s"]
-    print("\n| step | median ms | min ms | confusion term / rest of the step |")
-    print("|---|---:|---:|---:|")
+    table = []
     for name, r in rows.items():
         r["term_over_rest"] = (r["median_s"] - ref) / ref
-        ratio = "(reference)" if r["median_s"] == ref else f"{r['term_over_rest']:.2f}"
-        print(f"| {name} | {r['median_s'] * 1000:.1f} | {r['min_s'] * 1000:.1f} | {ratio} |")
+        ratio = "(reference)" if name == cases[0][0] else f"{r['term_over_rest']:.2f}"
+        peak = r["peak_rss_delta_mib"]
+        table.append(
+            [
+                name,
+                f"{r['median_s'] * 1000:.1f}",
+                f"{r['min_s'] * 1000:.1f}",
+                ratio,
+                "–" if peak is None else f"{peak:,.0f}",
+            ]
+        )
+    print()
+    header = ["step", "median ms", "min ms", "confusion term / rest of the step", "peak RSS delta MiB"]
+    print(markdown_table(header, table))
     blob = {
         "benchmark": "bench_qilcm_step",
+        "quick": args.quick,
         "batch": B,
         "items": L,
         "features": F,
         "threads": args.threads,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "isolate": args.isolate,
+        "machine": info,
         "results": rows,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
     emit_json(blob, args.json, echo=False)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,11 +1,28 @@
-"""Throughput benchmark (not a test): ListNet training and scoring speed on MQ2008 Fold1, CPU.
+"""Training throughput benchmark (not a test): queries/s of every model's training step, CPU.
 
-Measured in one process, with ``torch.set_num_threads(--threads)`` (default 2), batch size 80 queries
-(the QILCM paper's), Adam lr 1e-3, the ``listnet`` loss:
+Two parts (``--parts``, default both):
 
-* **ctxrank training loop**: exactly the inner loop of ``ctxrank.train.fit``: ``iterate_batches`` (length
-  buckets, seeded shuffling, padding built on the fly) -> ``model.training_loss`` -> backward -> Adam.
-  Whole epochs over the 471 training queries, after one warm-up epoch; queries/s = 471 / epoch time.
+**models** (issue 9): for EVERY model of the registry (``ctxrank.models.MODELS``; QILCM twice, with the
+exact Chamfer term over all ordered query pairs of the batch, its default, and with
+``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
+``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
+exactly the inner loop of ``ctxrank.train.fit``: the next batch of ``iterate_batches`` (length buckets,
+seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the model's default loss
+(none for ARSM, which trains its own objective) -> finiteness check -> backward -> Adam (lr 1e-3) ->
+``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a batch, the QILCM paper's,
+of ``--items`` 100 items with ``--features`` 136 uniform features and labels 0..4), ``--threads`` 2.
+Each model runs in a fresh subprocess: ``--warmup`` steps, then ``--repeats`` timed steps, each on a
+new batch; queries/s = batch / median step time. Peak memory: the growth of the subprocess's peak
+resident set (``ru_maxrss``) during the steps, over what it held with the data and the model built
+(see ``benchmarks/_common.py``). References in the same run: QILCM's queries/s (each model's ratio to
+it; the issue's target: DLCM and DCM within 2x of QILCM, i.e. ratio >= 0.5) and the target of 240
+queries/s for QILCM.
+
+**naive** (ListNet on MQ2008 Fold1, the earlier comparison): the ctxrank loop and ``fit()`` against the
+same linear model and loss written as a plain per-query Python loop:
+
+* **ctxrank training loop**: the inner loop of ``fit`` as above, ``listnet`` loss, whole epochs over
+  the 471 training queries after one warm-up epoch; queries/s = 471 / epoch time.
 * **ctxrank ``fit()`` epochs**: ``fit`` itself with early stopping disabled; its per-epoch ``seconds``
   record, which also includes scoring the 157 validation queries after every epoch.
 * **Reference, naive loop**: the same linear model (``nn.Linear(46, 1)``) and the same loss written per
@@ -19,44 +36,195 @@ Measured in one process, with ``torch.set_num_threads(--threads)`` (default 2), 
 * **Inference**: ``ctxrank.train.predict`` (default ``batch_size=512`` queries, ``torch.inference_mode``)
   on the Fold1 test split (156 queries) and on all 784 queries, against a naive per-query scoring loop.
 
-Every timing is repeated (``--epochs`` timed epochs, ``--repeats`` for inference) and the median is
-reported (the minimum is printed too): the reference machine is a shared 2-core VM. Prints a Markdown
-table, the ratios, and a JSON blob.
+Every timing is repeated and the median is reported (the minimum is printed too). Prints a machine
+line, Markdown tables, the ratios, and writes ``--json``.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_train_throughput.py [--threads 2] [--epochs 10] [--naive-epochs 3]
+    .venv/bin/python benchmarks/bench_train_throughput.py [--threads 2] [--batch 80] [--items 100]
+        [--features 136] [--warmup 2] [--repeats 10] [--models qilcm,dlcm-paper,...] [--parts models,naive]
+        [--json FILE] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from _report import emit_json
+from _common import PeakRSS, add_common_args, child_main, run_case, summarize, synthetic_ranking_data
+from _report import emit_json, machine_info, machine_line, markdown_table
+
+TARGET_QILCM_QPS = 240.0  # issue 9: QILCM training throughput target, queries/s
+WITHIN = 2.0  # issue 9: DLCM and DCM within 2x of QILCM's queries/s
 
 
-def median_min(xs: list[float]) -> tuple[float, float]:
-    return statistics.median(xs), min(xs)
+def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
+    """label -> (registry name, model params): the issue's list, then any other registry entry."""
+    from ctxrank.models import MODELS
+
+    configs: dict[str, tuple[str, dict]] = {
+        "qilcm": ("qilcm", {}),  # exact Chamfer term over all ordered pairs (the default)
+        f"qilcm-pairs{pairs}": ("qilcm", {"confusion_pairs": pairs}),
+        "dlcm-paper": ("dlcm", {"gru": "paper"}),
+        "dlcm-torch": ("dlcm", {"gru": "torch"}),
+        "dcm": ("dcm", {}),
+        "arsm": ("arsm", {}),
+        "listnet": ("listnet", {}),
+        "mnl": ("mnl", {}),
+    }
+    covered = {name for name, _ in configs.values()}
+    for name in sorted(MODELS):  # every other registry entry (mlp, the QILCM ablations, new models)
+        if name not in covered:
+            configs[name] = (name, {})
+    return configs
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
-    p.add_argument("--batch-size", type=int, default=80, help="queries per batch (default 80, QILCM)")
-    p.add_argument("--epochs", type=int, default=10, help="timed epochs for the ctxrank loop (default 10)")
-    p.add_argument("--naive-epochs", type=int, default=3, help="timed epochs for the naive loops (default 3)")
-    p.add_argument("--repeats", type=int, default=30, help="repeats of each inference timing (default 30)")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--json", metavar="FILE", help="also write the JSON blob to FILE")
-    args = p.parse_args(argv)
+def train_case(spec: dict, measure_memory: bool) -> dict:
+    """Time ``warmup + repeats`` training steps of one model configuration (see the module docstring)."""
+    import torch
 
+    from ctxrank.data.lists import iterate_batches
+    from ctxrank.losses import get_loss
+    from ctxrank.models import make_model
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(spec["seed"])
+    B, steps = spec["batch"], spec["warmup"] + spec["repeats"]
+    data = synthetic_ranking_data(B * steps, spec["items"], spec["features"], seed=spec["seed"])
+    model = make_model(spec["name"], spec["features"], spec["params"])
+    model.train()
+    loss_fn = get_loss(model.default_loss) if model.default_loss else None
+    opt = torch.optim.Adam(model.parameters(), lr=spec["lr"])
+    gen = np.random.default_rng(spec["seed"])
+    batches = iterate_batches(data, B, shuffle=True, generator=gen)
+    times = []
+    with PeakRSS(measure_memory) as mem:
+        for i in range(steps):
+            t0 = time.perf_counter()
+            batch = next(batches)
+            loss = model.training_loss(batch, loss_fn)
+            if not torch.isfinite(loss):
+                raise RuntimeError(f"{spec['label']}: non-finite loss at step {i}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+    step = summarize(times)
+    return {
+        "label": spec["label"],
+        "model": spec["name"],
+        "params": spec["params"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "step": step,
+        "queries_per_s": B / step["median_s"],
+        **mem.as_dict(),
+    }
+
+
+def run_models(args) -> dict:
+    configs = model_configs(args.pairs)
+    if args.models:
+        wanted = [m.strip() for m in args.models.split(",") if m.strip()]
+        unknown = [m for m in wanted if m not in configs]
+        if unknown:
+            raise SystemExit(f"unknown --models {unknown}; valid: {', '.join(configs)}")
+        configs = {k: configs[k] for k in wanted}
+    print(
+        f"\n## Training throughput: batch {args.batch} lists x {args.items} items x {args.features} "
+        f"features, {args.threads} threads, {args.warmup} warm-up + {args.repeats} timed steps, "
+        f"isolate={args.isolate}",
+        flush=True,
+    )
+    results = {}
+    for label, (name, params) in configs.items():
+        spec = {
+            "label": label,
+            "name": name,
+            "params": params,
+            "batch": args.batch,
+            "items": args.items,
+            "features": args.features,
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "threads": args.threads,
+            "lr": 1e-3,
+            "seed": 0,
+        }
+        r = run_case(Path(__file__), spec, args.isolate, train_case)
+        results[label] = r
+        print(
+            f"  {label}: {r['step']['median_s'] * 1000:.1f} ms/step, {r['queries_per_s']:,.1f} queries/s",
+            flush=True,
+        )
+
+    sampled = f"qilcm-pairs{args.pairs}"
+    refs = [k for k in ("qilcm", sampled) if k in results]
+    for r in results.values():
+        for ref in refs:
+            r[f"ratio_to_{ref}"] = r["queries_per_s"] / results[ref]["queries_per_s"]
+
+    def mib(x):
+        return "–" if x is None else f"{x:,.0f}"
+
+    header = ["model", "params", "step ms (median)", "step ms (min)", "queries/s"]
+    header += [f"x {ref}" for ref in refs] + ["peak RSS delta MiB", "peak RSS MiB"]
+    rows = []
+    for label, r in results.items():
+        rows.append(
+            [
+                label,
+                f"{r['parameters']:,}",
+                f"{r['step']['median_s'] * 1000:.1f}",
+                f"{r['step']['min_s'] * 1000:.1f}",
+                f"{r['queries_per_s']:,.1f}",
+                *[f"{r[f'ratio_to_{ref}']:.2f}" for ref in refs],
+                mib(r["peak_rss_delta_mib"]),
+                mib(r["peak_rss_mib"]),
+            ]
+        )
+    print()
+    print(markdown_table(header, rows))
+    print()
+    verdicts = {}
+    for ref in refs:
+        q = results[ref]["queries_per_s"]
+        verdicts[f"{ref}_over_target_{TARGET_QILCM_QPS:g}"] = q / TARGET_QILCM_QPS
+        print(
+            f"{ref}: {q:,.1f} queries/s = {q / TARGET_QILCM_QPS:.2f}x the target {TARGET_QILCM_QPS:g} "
+            f"queries/s ({'met' if q >= TARGET_QILCM_QPS else 'NOT met'})"
+        )
+    if "qilcm" in results:
+        for label in ("dlcm-paper", "dlcm-torch", "dcm"):
+            if label in results:
+                ratio = results[label]["ratio_to_qilcm"]
+                verdicts[f"{label}_over_qilcm"] = ratio
+                print(
+                    f"{label}: {ratio:.2f}x QILCM's queries/s (target: within {WITHIN:g}x, i.e. >= "
+                    f"{1 / WITHIN:.2f}x: {'met' if ratio >= 1 / WITHIN else 'NOT met'})"
+                )
+    return {
+        "batch": args.batch,
+        "items": args.items,
+        "features": args.features,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "isolate": args.isolate,
+        "target_qilcm_queries_per_s": TARGET_QILCM_QPS,
+        "results": results,
+        "verdicts": verdicts,
+    }
+
+
+def run_naive(args) -> dict:
+    print("\n## ListNet on MQ2008 Fold1: ctxrank loop vs naive per-query loops", flush=True)
     import torch
 
     from ctxrank.config import TrainConfig
@@ -75,14 +243,13 @@ def main(argv=None) -> int:
     has_rel = np.array([(train.labels[a:b] > 0).any() for a, b in itertools.pairwise(off)])
     print(
         f"MQ2008 Fold1 train: {Q} queries, {train.n_items} items ({int((~has_rel).sum())} queries without a "
-        f"relevant document); batch {args.batch_size} queries; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads"
+        f"relevant document); batch {args.naive_batch} queries; {torch.get_num_threads()} threads"
     )
 
     # ------------------------------------------------------------------ correctness of the reference
     torch.manual_seed(0)
     check_model = make_model("listnet", train.n_features)
-    batch = next(iterate_batches(train, args.batch_size))
+    batch = next(iterate_batches(train, args.naive_batch))
     lib = float(listnet(check_model.score_batch(batch), batch.labels, batch.mask).detach())
     per_query = []
     for b in range(batch.batch_size):
@@ -90,7 +257,7 @@ def main(argv=None) -> int:
         s = check_model.net(batch.features[b][m]).squeeze(-1)
         y = batch.labels[b][m]
         if (y > 0).any():
-            per_query.append(float(-(torch.softmax(y, 0) * torch.log_softmax(s, 0)).sum()))
+            per_query.append(float(-(torch.softmax(y, 0) * torch.log_softmax(s, 0)).sum().detach()))
     naive_value = float(np.mean(per_query))
     assert abs(lib - naive_value) < 1e-5 * max(1.0, abs(lib)), (lib, naive_value)
     print(f"reference check: ctxrank listnet loss {lib:.6f} == naive per-query mean {naive_value:.6f}")
@@ -105,7 +272,7 @@ def main(argv=None) -> int:
         for _ in range(n + 1):  # the first epoch is the warm-up
             model.train()
             t0 = time.perf_counter()
-            for batch in iterate_batches(train, args.batch_size, shuffle=True, generator=gen):
+            for batch in iterate_batches(train, args.naive_batch, shuffle=True, generator=gen):
                 loss = model.training_loss(batch, listnet)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -157,10 +324,10 @@ def main(argv=None) -> int:
     print("timing naive per-query loop (Adam step per query) ...", flush=True)
     t_naive = naive_epochs(args.naive_epochs, 1)
     print(
-        f"timing naive per-query loop (gradients accumulated, Adam step per {args.batch_size} queries) ...",
+        f"timing naive per-query loop (gradients accumulated, Adam step per {args.naive_batch} queries) ...",
         flush=True,
     )
-    t_naive_acc = naive_epochs(args.naive_epochs, args.batch_size)
+    t_naive_acc = naive_epochs(args.naive_epochs, args.naive_batch)
 
     print("timing fit() epochs (train loop + validation scoring) ...", flush=True)
     torch.manual_seed(0)
@@ -168,7 +335,7 @@ def main(argv=None) -> int:
     n_fit = args.epochs + 1
     cfg = TrainConfig(
         lr=args.lr,
-        batch_size=args.batch_size,
+        batch_size=args.naive_batch,
         max_epochs=n_fit,
         patience=n_fit + 1,
         seed=0,
@@ -181,7 +348,7 @@ def main(argv=None) -> int:
     def time_predict(data) -> list[float]:
         predict(model, data)  # warm-up
         out = []
-        for _ in range(args.repeats):
+        for _ in range(args.predict_repeats):
             t0 = time.perf_counter()
             predict(model, data)
             out.append(time.perf_counter() - t0)
@@ -203,7 +370,7 @@ def main(argv=None) -> int:
         ref = once()
         assert np.allclose(ref, predict(model, data), atol=1e-5), "naive scores differ from predict()"
         times = []
-        for _ in range(args.repeats):
+        for _ in range(args.predict_repeats):
             t0 = time.perf_counter()
             once()
             times.append(time.perf_counter() - t0)
@@ -223,7 +390,7 @@ def main(argv=None) -> int:
     rows = []
 
     def add(name: str, times: list[float], n_queries: int) -> dict[str, float]:
-        med, best = median_min(times)
+        med, best = statistics.median(times), min(times)
         rec = {
             "median_s": med,
             "min_s": best,
@@ -234,10 +401,10 @@ def main(argv=None) -> int:
         rows.append((name, rec))
         return rec
 
-    r_ctx = add(f"ctxrank training loop (batch {args.batch_size}, padded)", t_ctx, Q)
+    r_ctx = add(f"ctxrank training loop (batch {args.naive_batch}, padded)", t_ctx, Q)
     add("ctxrank fit() epoch (train + validation scoring)", t_fit, Q)
     r_naive = add("naive per-query loop, Adam step per query", t_naive, Q)
-    r_acc = add(f"naive per-query loop, step per {args.batch_size} queries", t_naive_acc, Q)
+    r_acc = add(f"naive per-query loop, step per {args.naive_batch} queries", t_naive_acc, Q)
     r_inf = {}
     for name, d in inf.items():
         r_inf[name] = {
@@ -258,30 +425,69 @@ def main(argv=None) -> int:
     print()
     print(
         f"training: ctxrank loop is {ratio:.1f}x the naive per-query loop (Adam step per query), "
-        f"{ratio_acc:.1f}x the naive loop with one step per {args.batch_size} queries"
+        f"{ratio_acc:.1f}x the naive loop with one step per {args.naive_batch} queries"
     )
     for name in r_inf:
         rr = r_inf[name]["predict"]["queries_per_s"] / r_inf[name]["naive"]["queries_per_s"]
         r_inf[name]["ratio"] = rr
         print(f"inference on {name}: predict() is {rr:.1f}x the naive per-query scoring loop")
-    blob = {
-        "benchmark": "bench_train_throughput",
+    return {
         "dataset": "mq2008 fold 1",
         "train_queries": Q,
         "threads": args.threads,
-        "batch_size": args.batch_size,
+        "batch_size": args.naive_batch,
         "lr": args.lr,
         "results": dict(rows),
         "ratio_vs_naive_step_per_query": ratio,
         "ratio_vs_naive_step_per_batch": ratio_acc,
         "inference_ratios": {k: v["ratio"] for k, v in r_inf.items()},
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-        },
     }
-    emit_json(blob, args.json)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--parts", default="models,naive", help="comma-separated: models, naive (default both)")
+    ap.add_argument("--batch", type=int, default=80, help="lists per batch (default 80, the QILCM paper's)")
+    ap.add_argument("--items", type=int, default=100, help="models part: items per list (default 100)")
+    ap.add_argument("--features", type=int, default=136, help="models part: features (default 136, MSLR)")
+    ap.add_argument("--warmup", type=int, default=2, help="models part: untimed warm-up steps (default 2)")
+    ap.add_argument("--repeats", type=int, default=10, help="models part: timed steps (default 10)")
+    ap.add_argument("--pairs", type=int, default=80, help="models part: QILCM's sampled pairs (default 80)")
+    ap.add_argument("--models", help="models part: comma-separated labels (default: all; see the output)")
+    ap.add_argument("--naive-batch", type=int, default=80, help="naive part: queries per batch (default 80)")
+    ap.add_argument("--epochs", type=int, default=10, help="naive part: timed ctxrank epochs (default 10)")
+    ap.add_argument("--naive-epochs", type=int, default=3, help="naive part: timed naive epochs (default 3)")
+    ap.add_argument(
+        "--predict-repeats", type=int, default=30, help="naive part: repeats of each inference timing (30)"
+    )
+    ap.add_argument("--lr", type=float, default=1e-3, help="naive part: Adam learning rate")
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args.child, train_case)
+    if args.quick:
+        args.batch, args.items, args.warmup, args.repeats = 4, 10, 1, 2
+        args.epochs, args.naive_epochs, args.predict_repeats = 1, 1, 2
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - {"models", "naive"}:
+        raise SystemExit(f"--parts must name models and/or naive, got {args.parts!r}")
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    info = machine_info(args.threads)
+    print(machine_line(info), flush=True)
+    blob = {
+        "benchmark": "bench_train_throughput",
+        "quick": args.quick,
+        "threads": args.threads,
+        "machine": info,
+    }
+    if "models" in parts:
+        blob["models"] = run_models(args)
+    if "naive" in parts:
+        blob["naive"] = run_naive(args)
+    emit_json(blob, args.json, echo=False)
     return 0
 
 
