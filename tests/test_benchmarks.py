@@ -1,0 +1,104 @@
+"""Smoke tests of the speed benchmarks (issue 9): each script runs with ``--quick`` in a subprocess and
+writes valid JSON with the fields it promises. Benchmarks are not tests: nothing here checks a timing.
+
+``--threads 1`` and ``--isolate none`` keep them fast (on a loaded machine two torch threads can be many
+times slower than one); one test runs the fresh-subprocess path that measures peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ctxrank
+from ctxrank.models import MODELS
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = pytest.mark.slow
+
+
+def run_bench(script: str, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / f"{script}.json"
+    env = dict(os.environ)
+    src = str(Path(ctxrank.__file__).resolve().parents[1])  # the ctxrank this test imports
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert "machine: " in proc.stdout and "|---|" in proc.stdout  # machine line and a Markdown table
+    blob = json.loads(out.read_text())
+    assert blob["quick"] is True
+    assert blob["machine"]["cpu"]
+    return blob
+
+
+def test_parser(tmp_path):
+    blob = run_bench("bench_parser.py", tmp_path, "--isolate", "none")
+    synth = blob["rows"][-1]
+    assert synth["synthetic"] and synth["rows"] == 2000 and synth["features"] == 136
+    for row in blob["rows"]:
+        assert row["sklearn_mb_per_s"] > 0 and row["ctxrank_mb_per_s"] > 0
+        assert row["ctxrank_peak_delta_mib"] is None  # not measured without isolation
+    assert blob["cache"]["reload_s"] > 0 and blob["cache"]["first_load_s"] > 0
+
+
+def test_train_throughput_every_model(tmp_path):
+    blob = run_bench("bench_train_throughput.py", tmp_path, "--isolate", "none", "--threads", "1")
+    results = blob["models"]["results"]
+    assert {r["model"] for r in results.values()} == set(MODELS)  # every registry entry
+    assert {"qilcm", "qilcm-pairs80", "dlcm-paper", "dlcm-torch", "dcm", "arsm", "listnet", "mnl"} <= set(
+        results
+    )
+    assert results["qilcm-pairs80"]["params"] == {"confusion_pairs": 80}
+    assert results["dlcm-paper"]["params"] == {"gru": "paper"}
+    for r in results.values():
+        assert r["queries_per_s"] > 0 and r["step"]["n"] == 2
+    assert results["qilcm"]["ratio_to_qilcm"] == pytest.approx(1.0)
+    assert {"dlcm-paper_over_qilcm", "dcm_over_qilcm", "qilcm_over_target_240"} <= set(
+        blob["models"]["verdicts"]
+    )
+    assert blob["naive"]["ratio_vs_naive_step_per_query"] > 0
+
+
+def test_train_throughput_isolated_measures_peak_memory(tmp_path):
+    blob = run_bench(
+        "bench_train_throughput.py", tmp_path, "--parts", "models", "--models", "mnl", "--threads", "1"
+    )
+    r = blob["models"]["results"]["mnl"]
+    assert r["peak_rss_mib"] > 0 and r["peak_rss_delta_mib"] >= 0 and r["peak_memory_method"]
+
+
+def test_inference(tmp_path):
+    blob = run_bench("bench_inference.py", tmp_path, "--threads", "1", "--one-thread", "1")
+    assert list(blob["settings"]) == ["one list, 1 thread", "8 lists, 1 thread"]
+    for setting in blob["settings"].values():
+        res = setting["results"]
+        assert set(res) >= {"linear (reference)", "qilcm", "dlcm-paper", "dlcm-torch", "dcm", "arsm", "mnl"}
+        assert res["linear (reference)"]["p50_over_linear"] == pytest.approx(1.0)
+        for r in res.values():
+            assert 0 < r["p50_s"] <= r["p99_s"]
+    assert any(k.startswith("qilcm_one list") for k in blob["verdicts"])
+
+
+def test_qilcm_step(tmp_path):
+    blob = run_bench("bench_qilcm_step.py", tmp_path, "--isolate", "none", "--threads", "1")
+    rows = blob["results"]
+    assert len(rows) == 4  # reference, exact sum, exact mean, one sampled count
+    assert all(r["median_s"] > 0 for r in rows.values())
+
+
+def test_arsm_step(tmp_path):
+    blob = run_bench("bench_arsm_step.py", tmp_path, "--isolate", "none", "--threads", "1")
+    assert len(blob["results"]) == 2
+    for row in blob["results"].values():
+        assert row["ratio_arsm"] > 0 and row["ratio_arsm_dedupe"] > 0
