@@ -32,8 +32,19 @@ test: dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
+# Speed benchmarks (issue 9; docs/benchmarks.md), each at the issue's sizes, one after the other, each
+# printing its Markdown tables and writing its JSON to bench-results/. Take the timings on an otherwise
+# idle machine. The quality benchmarks (bench_rerank_mq2008.py, bench_choice.py, bench_arsm_letor.py,
+# bench_listnet_mq2008.py) are deliberately NOT run here: they train many models over folds and seeds
+# and take hours; run them by hand (commands in docs/benchmarks.md).
+BENCH_OUT := bench-results
 bench: install
-	$(BIN)/python benchmarks/bench_parser.py
+	mkdir -p $(BENCH_OUT)
+	$(BIN)/python benchmarks/bench_parser.py --json $(BENCH_OUT)/parser.json
+	$(BIN)/python benchmarks/bench_train_throughput.py --json $(BENCH_OUT)/train_throughput.json
+	$(BIN)/python benchmarks/bench_inference.py --json $(BENCH_OUT)/inference.json
+	$(BIN)/python benchmarks/bench_qilcm_step.py --json $(BENCH_OUT)/qilcm_step.json
+	$(BIN)/python benchmarks/bench_arsm_step.py --json $(BENCH_OUT)/arsm_step.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
