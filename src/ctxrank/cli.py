@@ -11,6 +11,7 @@ Subcommands::
     ctxrank train --model NAME (--dataset NAME --fold K | --train F --valid F [--test F] | --data F)
                   --out DIR [--config F.toml] [--set key=value ...] [--seed N]
     ctxrank predict --model DIR --data FILE --output scores.txt
+    ctxrank export --model DIR --format torchscript|onnx --out FILE   one file for serving
     ctxrank synth choice|letor ... --out FILE             write SYNTHETIC data (tests, demos)
     ctxrank demo                                          LightGBM lambdarank on embedded MQ2008 Fold1
 
@@ -806,6 +807,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ctxrank.cli_experiment import add_commands as add_experiment_commands
 
     add_experiment_commands(sub, common)
+
+    # export -----------------------------------------------------------------------------------
+    from ctxrank.cli_export import add_commands as add_export_commands
+
+    add_export_commands(sub, common)
 
     # demo -------------------------------------------------------------------------------------
     p = sub.add_parser(

@@ -1,0 +1,70 @@
+"""``ctxrank export --model DIR --format torchscript|onnx --out FILE``: a saved neural ranker as one
+file for serving (:mod:`ctxrank.export`); prints the inputs, the format version, the size and the check."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+FORMATS = ("torchscript", "onnx")  # ctxrank.export.EXPORT_FORMATS, without importing torch for --help
+
+
+def _size_text(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ctxrank.cli import _out, _table
+    from ctxrank.export import export_model
+
+    result = export_model(args.model, args.format, args.out)
+    meta = result.meta
+    _out(
+        f"wrote {result.path} ({result.version}, {_size_text(result.size)}): {meta['model']} from "
+        f"{args.model}, normalizer {meta['transform']!r} applied inside"
+    )
+    _out()
+    rows = [(name, dtype, shape, what) for name, shape, dtype, what in result.inputs]
+    name, shape, dtype, what = meta["output"]
+    rows.append((f"-> {name}", dtype, shape, what))
+    _out(_table(("input", "dtype", "shape", "meaning"), rows))
+    names = meta["feature_names"]
+    if names:
+        shown = ", ".join(names)
+        if len(names) > 12:
+            shown = f"{', '.join(names[:10])}, ..., {names[-1]} (all {len(names)} in the file's ctxrank.json)"
+        _out(f"\nfeatures, in this order: {shown}")
+    if meta["categorical_names"]:
+        cats = zip(meta["categorical_names"], meta["categorical_cardinalities"], strict=True)
+        _out("categorical columns: " + ", ".join(f"{c} ({k} codes, 0 = unknown)" for c, k in cats))
+    _out(
+        f"checked: the file reproduces the model on a batch of another shape than the traced one "
+        f"(max abs score difference {result.max_abs_diff:.2g})"
+    )
+    for note in result.notes:
+        _out(f"note: {note}")
+    return 0
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "export",
+        parents=[common],
+        help="write a saved neural model as a TorchScript or ONNX file for serving",
+        description=(
+            "Export a model saved by `ctxrank train` as one TorchScript (torch.jit.load) or ONNX "
+            "(onnxruntime) file that scores RAW features: (features [B, L, F] "
+            "float32, mask [B, L] bool[, categorical [B, L, C] int64]) -> scores [B, L]; the saved "
+            "normalizer runs inside the graph. The written file is loaded back and checked against the "
+            "model. ONNX needs `pip install 'ctxrank[export]'`. A re-ranking model exports its neural "
+            "re-ranker only; baselines (LambdaMART: use its model.txt) are refused. See docs/export.md."
+        ),
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")
+    p.add_argument("--format", required=True, choices=FORMATS, help="torchscript or onnx")
+    p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
+    p.set_defaults(func=cmd_export)
