@@ -29,7 +29,7 @@ def _letor_spec(tmp_path, *, runs=3, extra="", models=None):
         "listnet": f'model = "listnet"\n{FAST_NEURAL}',
         "mnl": f'model = "mnl"\n{FAST_NEURAL}',
     }
-    body = "\n".join(f"[models.{m}]\n{t}\n" for m, t in models.items())
+    body = "\n".join(f"[models.{json.dumps(m)}]\n{t}\n" for m, t in models.items())
     text = f"""name = "tiny"
 [data]
 file = "{data.name}"
@@ -300,3 +300,12 @@ def test_cli_compare_reads_evaluate_json(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--metrics", "ndcg@10"]) == 0
     text = capsys.readouterr().out
     assert "| ndcg@10 |" in text and "(n=30)" in text and "one common run" in text
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", ".hidden", "x..y", "", "C:\\\\x"])
+def test_names_that_could_write_outside_the_output_directory_are_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match="names a directory in the output"):
+        load_spec(_letor_spec(tmp_path, models={bad: 'model = "mnl"'}))
+    if bad:  # an empty name falls back to the file's stem
+        with pytest.raises(ValueError, match="names a directory in the output"):
+            load_spec(_letor_spec(tmp_path), [f"name={json.dumps(bad)}"])

@@ -46,7 +46,10 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             "encoder) in ctxrank.json, so predict/evaluate read new tables the same way. Examples: "
             "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`; "
             "`ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen "
-            "--categorical airline,cabin --out runs/q`."
+            "--categorical airline,cabin --out runs/q`. A neural model's training state is saved "
+            "atomically after every epoch in DIR/resume (removed when the run finishes); "
+            "`ctxrank train --resume DIR` continues a killed run from its last finished epoch and ends "
+            "bitwise as the uninterrupted run would have."
         ),
     )
     p.add_argument(
@@ -84,7 +87,16 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory for the saved model")
+    p.add_argument("--out", metavar="DIR", help="output directory (required unless --resume)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help=(
+            "continue the interrupted run in DIR from its last finished epoch, with the options, "
+            "config and data it was started with (recorded in DIR/resume/run.json; other options, "
+            "when given, must agree with them)"
+        ),
+    )
     p.add_argument(
         "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
     )
@@ -256,23 +268,119 @@ def _split_text(record: dict[str, Any]) -> str:
     )
 
 
+RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.resume)
+PATH_OPTIONS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
+NOT_RECORDED = ("func", "resume", "no_progress", "debug", "command")
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    from ctxrank.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["train"]
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def _defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Every recorded option's default value (as JSON)."""
+    return _jsonable({k: v for k, v in vars(parser.parse_args([])).items() if k not in NOT_RECORDED})
+
+
+def _recorded_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's options as JSON, paths made absolute (so ``--resume`` works from any directory)."""
+    options = {k: v for k, v in vars(args).items() if k not in NOT_RECORDED}
+    for key in PATH_OPTIONS:
+        if options.get(key) is not None:
+            options[key] = str(Path(options[key]).absolute())
+    return _jsonable(options)
+
+
+def _command_line(options: dict[str, Any]) -> list[str]:
+    """A ``ctxrank train`` argv repeating the recorded options (for the record; ``--resume`` reads
+    the options themselves)."""
+    parser = _train_parser()
+    defaults = _defaults(parser)
+    argv = ["ctxrank", "train"]
+    for action in parser._actions:
+        dest = action.dest
+        if not action.option_strings or dest not in options or options[dest] == defaults.get(dest):
+            continue
+        flag, value = action.option_strings[0], options[dest]
+        if isinstance(value, bool):
+            argv.append(flag)
+        elif dest == "overrides":
+            for v in value:
+                argv += [flag, str(v)]
+        elif isinstance(value, list):
+            argv += [flag, ",".join(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _resumed_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[str, Any]]:
+    """``--resume DIR``: the recorded options and config of the run in DIR (refusing a finished run,
+    a directory without training state and options that differ from the recorded ones)."""
+    from ctxrank.config import RunConfig
+    from ctxrank.resume import RUN_FILE, read_json_file
+
+    out = Path(args.resume)
+    if args.out is not None and Path(args.out).absolute() != out.absolute():
+        raise ValueError(f"--resume {out} continues the run in {out}; --out, when given, must be the same")
+    run_file = out / RESUME_DIR / RUN_FILE
+    if not run_file.is_file():
+        if (out / "ctxrank.json").exists():
+            raise ValueError(f"{out} already holds a finished model (ctxrank.json): nothing to resume")
+        raise ValueError(
+            f"{out}: no training state to resume ({run_file} is missing: the directory was not written by "
+            "`ctxrank train --out`, or its run never started training)"
+        )
+    record = read_json_file(run_file, "run record")
+    if not isinstance(record, dict) or record.get("kind") != "ctxrank-train-run":
+        raise ValueError(f"{run_file}: not a ctxrank run record")
+    try:
+        saved, config = dict(record["options"]), RunConfig.from_dict(record["config"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{run_file}: malformed run record ({exc!r})") from None
+    parser = _train_parser()
+    defaults = _defaults(parser)
+    given = _recorded_options(args)
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    differ = [
+        f"{flags.get(k, k)} {v!r} (recorded: {saved.get(k)!r})"
+        for k, v in given.items()
+        if k != "out" and v != defaults.get(k) and v != saved.get(k)
+    ]
+    if differ:
+        raise ValueError(
+            f"--resume continues the run with the options it was started with ({run_file}); these differ: "
+            + ", ".join(differ)
+            + ". Resume without them, or start a new run with another --out"
+        )
+    # JSON gave lists where argparse gives tuples (--split-fractions, --categorical, --numeric)
+    saved = {k: tuple(v) if isinstance(v, list) and k != "overrides" else v for k, v in saved.items()}
+    resumed = argparse.Namespace(**{**vars(args), **saved})
+    resumed.out, resumed.resume = str(out), str(out)
+    return resumed, config, record
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ctxrank.cli import _out
-    from ctxrank.config import BASELINE_MODELS, resolve_config
+    from ctxrank.config import BASELINE_MODELS
 
-    overrides = list(args.overrides)
-    for flag, key in (
-        ("model", "model"),
-        ("loss", "loss"),
-        ("seed", "train.seed"),
-        ("initial", "rerank.initial"),
-        ("top_k", "rerank.top_k"),
-        ("crossfit", "rerank.crossfit"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            overrides.append(f"{key}={value}")
-    config = resolve_config(args.config, overrides)
+    record = None
+    if args.resume is not None:
+        args, config, record = _resumed_run(args)
+    else:
+        if args.out is None:
+            raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
+        config = _resolved_config(args)
     from ctxrank.distributed import init_from_env
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.distributed)
@@ -286,27 +394,67 @@ def cmd_train(args: argparse.Namespace) -> int:
                 )
             if not ctx.is_main:
                 _out = _quiet
-            return _train(args, config, out=Path(args.out), main=ctx.is_main, say=_out)
+            return _train(args, config, out=Path(args.out), main=ctx.is_main, say=_out, record=record)
         finally:
             import torch.distributed
 
             torch.distributed.destroy_process_group()
-    return _train(args, config, out=Path(args.out), main=True, say=_out)
+    return _train(args, config, out=Path(args.out), main=True, say=_out, record=record)
+
+
+def _resolved_config(args: argparse.Namespace) -> Any:
+    from ctxrank.config import resolve_config
+
+    overrides = list(args.overrides)
+    for flag, key in (
+        ("model", "model"),
+        ("loss", "loss"),
+        ("seed", "train.seed"),
+        ("initial", "rerank.initial"),
+        ("top_k", "rerank.top_k"),
+        ("crossfit", "rerank.crossfit"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return resolve_config(args.config, overrides)
 
 
 def _quiet(*_: Any) -> None:
     pass
 
 
-def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say: Any) -> int:
+def _train(
+    args: argparse.Namespace,
+    config: Any,
+    *,
+    out: Path,
+    main: bool,
+    say: Any,
+    record: dict[str, Any] | None = None,
+) -> int:
+    """Train and save; ``record``: the run record of ``--resume`` (None: a new run)."""
+    import os
+    import shutil
+
     from ctxrank.checkpoint import write_json
     from ctxrank.cli import _table
     from ctxrank.config import BASELINE_MODELS
+    from ctxrank.distributed import world
     from ctxrank.metrics import mean_metrics, metric_convention
     from ctxrank.pipeline import run_training
+    from ctxrank.resume import RUN_FILE, STATE_FILE, StateDir
+    from ctxrank.train import NonFiniteLossError
 
     _out = say
-    if (out / "ctxrank.json").exists():
+    state_dir = out / RESUME_DIR
+    resume = record is not None
+    if not resume and ((state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists()):
+        raise ValueError(
+            f"{out} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume {out}`, "
+            f"or remove {state_dir} (or choose another --out) to start a new one"
+        )
+    if not resume and (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
     if config.model in BASELINE_MODELS and config.model != "lambdamart" and args.categorical:
         raise ValueError(
@@ -336,17 +484,59 @@ def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say:
                 "categorical features; the re-ranker embeds them"
             )
     _out(f"{config.model} ({config.loss_name} loss){how} on {what}: {counts}")
+    if record is None:
+        options = _recorded_options(args)
+        record = {
+            "format_version": 1,
+            "kind": "ctxrank-train-run",
+            "command": _command_line(options),
+            "cwd": os.getcwd(),
+            "options": options,
+            "config": config.to_dict(),
+        }
+        world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
+        if main:
+            write_json(state_dir / RUN_FILE, record)
+    else:
+        done = StateDir(state_dir).saved_epoch()
+        _out(
+            f"resuming {out}: "
+            + (
+                f"epoch {done} was the last one saved; training goes on after it"
+                if done is not None
+                else "no epoch had finished; training starts from epoch 1"
+            )
+        )
+    meta = {**td.meta, "command": {k: record[k] for k in ("command", "cwd", "options")}}
     t0 = time.perf_counter()
-    result = run_training(
-        config,
-        train,
-        valid,
-        test,
-        out=out if main else None,
-        progress=not args.no_progress,
-        log=_out,
-        meta=td.meta or None,
-    )
+    try:
+        result = run_training(
+            config,
+            train,
+            valid,
+            test,
+            out=out if main else None,
+            progress=not args.no_progress,
+            log=_out,
+            meta=meta,
+            state_dir=state_dir,
+            resume=resume,
+        )
+    except NonFiniteLossError as exc:
+        import sys
+
+        if getattr(args, "debug", False):
+            raise
+        best = StateDir(state_dir).best_file()
+        where = (
+            f"\nthe last good epoch's training state is kept in {state_dir}; its best weights are in "
+            f"{best} (a safetensors state dict)"
+            if best is not None
+            else ""
+        )
+        if main:
+            print(f"ctxrank: error: {exc}{where}", file=sys.stderr)
+        return 1
     s = result.summary
     if "best_epoch" in s:
         _out(
@@ -359,7 +549,7 @@ def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say:
     if result.test_metrics is not None:
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         means = mean_metrics(result.test_metrics)
-        record = {
+        report = {
             "data": test.source,
             "metrics": means,
             "conventions": conv.to_dict(),
@@ -374,13 +564,15 @@ def _train(args: argparse.Namespace, config: Any, *, out: Path, main: bool, say:
         headers: tuple[str, ...] = ("test metric", config.model)
         if result.initial_test_metrics is not None:
             initial = mean_metrics(result.initial_test_metrics)
-            record["initial_metrics"] = initial
+            report["initial_metrics"] = initial
             rows = [(k, f"{initial[k]:.4f}", v) for k, v in rows]
             headers = ("test metric", "lambdamart", f"{config.model} re-ranked")
         if main:
-            write_json(out / "test_metrics.json", record)
+            write_json(out / "test_metrics.json", report)
         _out()
         _out(_table(headers, rows, right=tuple(range(1, len(headers)))))
+    if main:  # the run is complete: its training state is no longer needed
+        shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 

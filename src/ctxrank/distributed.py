@@ -81,6 +81,20 @@ class DistContext:
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
         return t.cpu().numpy()
 
+    def barrier(self) -> None:
+        """Wait for every rank (no-op outside torchrun)."""
+        if self.enabled:
+            torch.distributed.barrier()
+
+    def all_gather(self, tensor: torch.Tensor, device: torch.device) -> list[torch.Tensor]:
+        """Every rank's copy of ``tensor`` (same shape and dtype on every rank), on CPU, in rank order."""
+        if not self.enabled:
+            return [tensor.cpu()]
+        t = tensor.to(device)
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        torch.distributed.all_gather(out, t)
+        return [x.cpu() for x in out]
+
 
 def world() -> DistContext:
     """The current process group's context (not distributed when none is initialized)."""

@@ -13,6 +13,13 @@
 The normalizer is fitted on the (prepared) training split only. The test split, when given, is
 evaluated once at the end. With ``out`` the model is saved (``ctxrank.checkpoint``); a re-ranking
 model keeps its initial ranker in ``out/initial`` and ``load_model(out)`` applies both.
+
+With ``state_dir`` a neural model's training state is saved after every epoch and ``resume=True``
+continues from it (``ctxrank.resume``). Everything before the neural training is recomputed on resume:
+the normalizer and, for re-ranking, the initial ranker (LightGBM with ``deterministic=True``, the run's
+seed and thread count: the same model and scores again). ``fit`` checks a fingerprint of the lists it
+trains on, so a resume whose recomputed inputs differ is refused instead of continuing silently. A
+baseline has no epochs: resuming it trains it again.
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ def run_training(
     initial: Any = None,
     train_initial_scores: np.ndarray | None = None,
     meta: dict[str, Any] | None = None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
 
@@ -85,6 +94,8 @@ def run_training(
 
     ``initial`` (a fitted initial ranker) and ``train_initial_scores`` (e.g. out-of-fold scores) let
     several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
+
+    ``state_dir`` / ``resume``: passed to :func:`ctxrank.train.fit` (crash-safe per-epoch state).
     """
     from ctxrank.metrics import evaluate_queries, metric_convention
 
@@ -166,7 +177,8 @@ def run_training(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         log_path = out / "train_log.jsonl"
-        log_path.unlink(missing_ok=True)
+        if not resume:  # a resumed fit rewrites it from the saved history
+            log_path.unlink(missing_ok=True)
     fitted = fit(
         model,
         loss_fn,
@@ -177,6 +189,8 @@ def run_training(
         valid_init_scores=valid_init,
         log_path=log_path,
         progress=progress,
+        state_dir=state_dir,
+        resume=resume,
     )
     summary = {**fitted.to_dict(), "seconds": time.perf_counter() - t0}
     rerank_meta = None

@@ -10,10 +10,15 @@ with the same seed and thread count two runs on CPU give bitwise-equal weights a
 Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.precision`` (``fp32``,
 ``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
 ``DistributedDataParallel`` (see :mod:`ctxrank.distributed`).
+
+Crash safety: with ``state_dir`` :func:`fit` writes a resumable training state atomically after every
+epoch (:mod:`ctxrank.resume`; rank 0 only) and, with ``resume=True``, continues from it: the final
+weights, history and metrics are bitwise those of an uninterrupted run (same seed and thread count).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -50,6 +55,7 @@ class FitResult:
     stopped_early: bool
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from_epoch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +65,7 @@ class FitResult:
             "epochs_run": self.epochs_run,
             "stopped_early": self.stopped_early,
             "seconds": self.seconds,
+            "resumed_from_epoch": self.resumed_from_epoch,
         }
 
 
@@ -163,6 +170,8 @@ def fit(
     log_path: str | Path | None = None,
     progress: bool = True,
     on_improve: Callable[[int, float], None] | None = None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
 ) -> FitResult:
     """Train ``model`` in place and restore its best validation weights.
 
@@ -177,12 +186,21 @@ def fit(
         log_path: a JSON-lines file receiving one record per epoch.
         progress: show a tqdm progress bar (loss and validation metric).
         on_improve: called with (epoch, metric) after each new best epoch (e.g. to save a checkpoint).
+        state_dir: write a resumable training state here after every epoch (atomically; rank 0 only;
+            see :mod:`ctxrank.resume`). A directory that already holds a state needs ``resume=True``.
+        resume: continue from the state in ``state_dir`` (from epoch 1 when none was saved yet): same
+            weights, Adam state, RNG states, early-stopping counters and history as when it was
+            saved, so the run ends bitwise as an uninterrupted one. The model, ``config``, data and
+            process count must be the run's (else ``ValueError``).
 
     Returns:
         FitResult with the best epoch, its validation metric and the per-epoch history.
 
     Raises:
-        NonFiniteLossError: a batch gave a NaN/inf loss; the model keeps its last good weights.
+        NonFiniteLossError: a batch gave a NaN/inf loss; the model keeps its last good weights and
+            ``state_dir`` the state of the last finished epoch.
+        ValueError: ``resume`` with a state of another run, or a damaged state; a state in
+            ``state_dir`` without ``resume``.
     """
     from tqdm.auto import tqdm
 
@@ -206,12 +224,54 @@ def fit(
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
     scaler = torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
     main = ctx.is_main
-    log = Path(log_path).open("a") if log_path is not None and main else None
     history: list[dict[str, Any]] = []
     best_metric, best_epoch, best_state, bad_epochs = -math.inf, 0, None, 0
+    store, run_info, start, resumed_from = None, {}, 1, None
+    if state_dir is not None:
+        from ctxrank.resume import StateDir, TrainingState, check_same_run, fingerprint
+
+        store = StateDir(state_dir)
+        run_info = {
+            "model": model.name,
+            "train_config": dataclasses.asdict(config),
+            "world_size": ctx.world_size,
+            "train_data": fingerprint(train, train_init_scores),
+            "valid_data": fingerprint(valid, valid_init_scores),
+        }
+        saved = store.load() if resume else None
+        if saved is None and not resume and store.exists():
+            raise ValueError(
+                f"{store.manifest} holds the training state of another run: resume it (resume=True, "
+                "`ctxrank train --resume`) or remove it"
+            )
+        if saved is not None:
+            check_same_run(saved.run, run_info, store.manifest)
+            try:
+                model.load_state_dict(saved.model)
+            except RuntimeError as exc:
+                raise ValueError(f"{store.directory}: saved weights do not fit the model ({exc})") from None
+            opt_state = optimizer.state_dict()
+            opt_state["state"] = saved.optimizer
+            optimizer.load_state_dict(opt_state)
+            if saved.scaler:
+                scaler.load_state_dict(saved.scaler)
+            generator.bit_generator.state = saved.numpy_rng
+            torch.set_rng_state(saved.torch_rng[ctx.rank])
+            if saved.cuda_rng is not None and device.type == "cuda":
+                torch.cuda.set_rng_state(saved.cuda_rng[ctx.rank], device)
+            history = saved.history
+            best_metric, best_epoch, bad_epochs = saved.best_metric, saved.best_epoch, saved.bad_epochs
+            best_state = {k: v.to(device) for k, v in saved.best.items()}
+            resumed_from = saved.epoch
+            start = config.max_epochs + 1 if saved.stopped else saved.epoch + 1
+    log = None
+    if log_path is not None and main:
+        log = Path(log_path).open("w" if resumed_from is not None else "a")
+        for record in history:  # the finished epochs again: a killed run may have logged one more
+            log.write(json.dumps(record) + "\n")
     t_start = time.perf_counter()
     bar = tqdm(
-        range(1, config.max_epochs + 1),
+        range(start, config.max_epochs + 1),
         desc=f"train {model.name}",
         unit="epoch",
         disable=not (progress and main),
@@ -238,11 +298,17 @@ def fit(
                 if not finite:
                     if best_state is not None:
                         model.load_state_dict(best_state)
+                    kept = ""
+                    if store is not None and epoch > 1:
+                        kept = (
+                            f" The training state of epoch {epoch - 1} and the best weights (epoch "
+                            f"{best_epoch}) are kept in {store.directory}."
+                        )
                     raise NonFiniteLossError(
                         f"non-finite training loss ({loss.item()}) at epoch {epoch}, batch {i + 1} "
                         f"(queries {batch.query_index[:5].tolist()}...); "
                         "the model keeps its last good weights. "
-                        "Try a lower train.lr or train.clip_grad_norm."
+                        "Try a lower train.lr or train.clip_grad_norm." + kept
                     )
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
@@ -275,7 +341,32 @@ def fit(
                 log.write(json.dumps(record) + "\n")
                 log.flush()
             bar.set_postfix(loss=f"{record['train_loss']:.4f}", **{config.metric: f"{value:.4f}"})
-            if bad_epochs >= config.patience:
+            stop = bad_epochs >= config.patience
+            if store is not None:  # every rank's RNG state, then rank 0 writes
+                torch_rng = ctx.all_gather(torch.get_rng_state(), device)
+                cuda_rng = None
+                if device.type == "cuda":
+                    cuda_rng = ctx.all_gather(torch.cuda.get_rng_state(device), device)
+                if main:
+                    store.save(
+                        TrainingState(
+                            epoch=epoch,
+                            model=model.state_dict(),
+                            best=best_state,
+                            best_epoch=best_epoch,
+                            best_metric=best_metric,
+                            bad_epochs=bad_epochs,
+                            stopped=stop,
+                            history=history,
+                            optimizer=optimizer.state_dict()["state"],
+                            numpy_rng=generator.bit_generator.state,
+                            torch_rng=torch_rng,
+                            cuda_rng=cuda_rng,
+                            scaler=scaler.state_dict(),
+                            run=run_info,
+                        )
+                    )
+            if stop:
                 break
     finally:
         bar.close()
@@ -293,4 +384,5 @@ def fit(
         stopped_early=len(history) < config.max_epochs,
         seconds=time.perf_counter() - t_start,
         history=history,
+        resumed_from_epoch=resumed_from,
     )

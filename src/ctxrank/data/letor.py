@@ -45,10 +45,12 @@ __all__ = ["read_group_sizes", "read_letor"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
-_DOCID = re.compile(rb"docid\s*=\s*(\S+)")
+_DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
 _COMMENT = re.compile(rb"#[^\n]*")
 _WS_TABLE = bytes(1 if i in (9, 10, 11, 12, 13, 32) else 0 for i in range(256))  # byte -> is space
 _F32_MAX = float(np.finfo(np.float32).max)
+_BOM = b"\xef\xbb\xbf"
+_INT_QID = re.compile(r"[+-]?[0-9]+")  # an integer query id (ASCII), normalized as an integer
 # bytes the fast path handles outside comments: digits . + - e E : whitespace, and the letters of
 # "qid" and "NULL"; anything else (literal nan/inf, string query ids, garbage) goes the careful way
 _FAST_CHARS = b"0123456789.+-eE:qidNUL \t\n\r\x0b\x0c"
@@ -81,8 +83,8 @@ def read_letor(
     Args:
         path: ``.txt`` or ``.gz`` file, lines ``label qid:Q idx:val ... [# comment]``. Blank lines and
             lines holding only a comment are skipped. Feature indices are 1-based; absent features
-            are 0 (SVMlight convention). Numeric query ids are normalized as integers
-            (``qid:007`` -> ``"7"``); other query ids are kept as written.
+            are 0 (SVMlight convention). Numeric query ids (an optional sign and ASCII digits) are
+            normalized as integers (``qid:007`` -> ``"7"``); other query ids are kept as written.
         query_file: for files without ``qid:`` (LightGBM/XGBoost convention), a file with one group
             size per line. When None, ``<path>.query`` then ``<path>.group`` are tried (also with a
             ``.gz`` suffix removed). Query ids are then ``"0"``, ``"1"``, ... in file order.
@@ -114,6 +116,8 @@ def read_letor(
         raise ValueError(f"null_fill must be 'query_min' or a number, got {null_fill!r}")
     if n_features is not None and not 1 <= n_features <= MAX_FEATURE_INDEX:
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     group_path = _find_query_file(path, query_file)
     options = {
         "null_fill": null_fill,
@@ -197,10 +201,9 @@ def _parse(
                 f"needs a group file ({name}.query or {name}.group, one group size per line)"
             )
         sizes = read_group_sizes(group_path)
-        if int(sizes.sum()) != n_rows:
-            raise ValueError(
-                f"{group_path}: group sizes sum to {int(sizes.sum())} but {name} has {n_rows} rows"
-            )
+        total = sum(sizes.tolist())  # Python ints: no int64 overflow
+        if total != n_rows:
+            raise ValueError(f"{group_path}: group sizes sum to {total} but {name} has {n_rows} rows")
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         query_ids = np.arange(sizes.size).astype(str)
 
@@ -241,26 +244,24 @@ def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
     try:
         with _open(path) as fh:
             line_no = 1
-            rest = b""
-            first = True
+            pending: list[bytes] = []  # the start of a line longer than one read, joined once complete
+            data = fh.read(max(chunk_bytes, len(_BOM)))
+            if data.startswith(_BOM):  # UTF-8 byte order mark
+                data = data[len(_BOM) :] or fh.read(chunk_bytes)
             while True:
-                data = fh.read(chunk_bytes)
-                if first:
-                    first = False
-                    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte order mark
-                        data = data[3:]
                 if not data:
-                    if rest:
-                        yield rest, line_no
+                    if pending:
+                        yield b"".join(pending), line_no
                     return
-                data = rest + data
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:  # no newline yet: keep reading (a very long line)
-                    rest = data
-                    continue
-                chunk, rest = data[:cut], data[cut:]
-                yield chunk, line_no
-                line_no += chunk.count(b"\n")
+                    pending.append(data)
+                else:
+                    chunk = b"".join([*pending, data[:cut]]) if pending else data[:cut]
+                    pending = [data[cut:]] if cut < len(data) else []
+                    yield chunk, line_no
+                    line_no += chunk.count(b"\n")
+                data = fh.read(chunk_bytes)
     except (OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{path}: cannot read compressed data ({exc})") from exc
 
@@ -319,6 +320,15 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
         if np.any(np.bincount(q_line, minlength=n_lines)[data_line] != 1):
             return None
     elif has_qid is True:
+        return None
+    # pandas reads '1e0', '+1' or '1.0' as 1: indices must be plain digits and numeric query ids a sign
+    # and digits ('qid:1e3' is the string id "1e3"), as the careful path reads them
+    if colons.size:
+        idx_start = tok_pos[colon_tok]
+        is_idx = a[idx_start] != 113  # every 'q' opens a 'qid:' token (counted above)
+        if not _digits_before(a, idx_start[is_idx], colons[is_idx], max_len=9):
+            return None
+    if chunk_qid and not _digits_until_space(a, ws, q + 4, max_len=18):
         return None
     del ws, starts, tok_pos, tok_line
 
@@ -381,6 +391,47 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     return _Block(features, labels.astype(np.float32), qids, first_line + data_lines, docids)
 
 
+def _digits_before(a: np.ndarray, start: np.ndarray, end: np.ndarray, max_len: int) -> bool:
+    """Whether every ``a[start[i]:end[i]]`` is 1..max_len ASCII digits (a loop over the text length)."""
+    length = end - start
+    if length.size == 0:
+        return True
+    if length.min() < 1 or length.max() > max_len:
+        return False
+    for k in range(int(length.max())):
+        sel = start[length > k] + k if k else start
+        ch = a[sel]
+        if np.any((ch < 48) | (ch > 57)):
+            return False
+    return True
+
+
+def _digits_until_space(a: np.ndarray, ws: np.ndarray, start: np.ndarray, max_len: int) -> bool:
+    """Whether the text from each ``start`` to the next whitespace (or the end) is an optional sign and
+    1..max_len ASCII digits."""
+    n = a.size
+    if start.size == 0:
+        return True
+    if start.max() >= n:
+        return False
+    first = a[start]
+    pos = start + ((first == 43) | (first == 45))  # '+' / '-'
+    alive = np.ones(pos.size, dtype=bool)
+    for k in range(max_len + 1):
+        at = pos + k
+        clipped = np.minimum(at, n - 1)
+        ended = (at >= n) | ws[clipped]
+        if k == 0 and ended.any():  # empty, or a sign alone
+            return False
+        ch = a[clipped]
+        if np.any(alive & ~ended & ((ch < 48) | (ch > 57))):
+            return False
+        alive &= ~ended
+        if not alive.any():
+            return True
+    return False
+
+
 def _docids(chunk: bytes, data_lines: np.ndarray) -> list | None:
     """docid per data line from '#docid = X' comments (None entries where absent)."""
     if b"docid" not in chunk:
@@ -408,6 +459,7 @@ def _parse_chunk_careful(
     limit = n_features or MAX_FEATURE_INDEX
     labels: list[float] = []
     qids: list[str] = []
+    int_qids = True  # every query id an integer of at most 18 digits: int64 keys
     lines: list[int] = []
     docids: list = []
     rows: list[int] = []
@@ -421,7 +473,7 @@ def _parse_chunk_careful(
             body = body_bytes.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        tokens = body.split()
+        tokens = [t.decode() for t in body_bytes.split()]  # ASCII whitespace, as in the fast path
         if not tokens:
             continue
         if "\x00" in body:
@@ -440,7 +492,14 @@ def _parse_chunk_careful(
             qid = rest[0][4:]
             if not qid:
                 raise ValueError(f"{where}: empty query id in 'qid:'")
-            qids.append(str(int(qid)) if qid.isdigit() else qid)
+            if _INT_QID.fullmatch(qid):  # '007' -> '7', '+5' -> '5', '-0' -> '0', as int64 keys would
+                sign = "-" if qid[0] == "-" else ""
+                digits = qid.lstrip("+-").lstrip("0") or "0"
+                qid = (sign if digits != "0" else "") + digits
+                int_qids &= len(digits) <= 18
+            else:
+                int_qids = False
+            qids.append(qid)
             rest = rest[1:]
         seen: set[int] = set()
         row = len(labels)
@@ -448,10 +507,13 @@ def _parse_chunk_careful(
             idx_text, colon, val_text = tok.partition(":")
             if not colon or not idx_text or not val_text:
                 raise ValueError(f"{where}: expected 'index:value', got {tok[:40]!r}")
-            if not idx_text.isdigit():
+            if not (idx_text.isascii() and idx_text.isdigit()):
                 if idx_text == "qid":
                     raise ValueError(f"{where}: 'qid:' must be the second token")
                 raise ValueError(f"{where}: feature index must be an integer >= 1, got {idx_text[:40]!r}")
+            if len(idx_text.lstrip("0")) > len(str(limit)):  # before int(), which refuses 4300+ digits
+                shown = idx_text if len(idx_text) <= 40 else idx_text[:40] + "..."
+                raise ValueError(f"{where}: feature index {shown} exceeds the limit of {limit}")
             idx = int(idx_text)
             if idx < 1:
                 raise ValueError(f"{where}: feature index must be >= 1 (1-based), got {idx}")
@@ -473,15 +535,10 @@ def _parse_chunk_careful(
     features = np.zeros((n, width), dtype=np.float32)
     if rows:
         features[np.asarray(rows), np.asarray(cols)] = np.asarray(vals, dtype=np.float64)
+    key: np.ndarray | None = None
     if has_qid and n:
-        # keep numeric ids as int64 so fast and careful chunks merge without string conversion
-        qid_arr = np.asarray(qids)
-        try:
-            key: np.ndarray | None = qid_arr.astype(np.int64)
-        except (ValueError, OverflowError):
-            key = qid_arr
-    else:
-        key = None
+        # keep integer ids as int64 so fast and careful chunks merge without string conversion
+        key = np.array([int(q) for q in qids], dtype=np.int64) if int_qids else np.asarray(qids)
     return _Block(
         features,
         np.asarray(labels, dtype=np.float32),
@@ -493,6 +550,8 @@ def _parse_chunk_careful(
 
 def _number(text: str, where: str, expected: str) -> float:
     try:
+        if not text.isascii() or "_" in text:  # float() also takes '1_0' and non-ASCII digits
+            raise ValueError
         value = float(text)
     except ValueError:
         raise ValueError(f"{where}: expected {expected}, got {text[:40]!r}") from None
@@ -593,12 +652,15 @@ def read_group_sizes(path: str | os.PathLike) -> np.ndarray:
     sizes = []
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
+            if line_no == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
             text = raw.strip()
             if not text:
                 continue
-            if not text.isdigit() or int(text) < 1:
+            if not text.isdigit() or len(text.lstrip(b"0")) > 18 or int(text) < 1:  # isdigit: ASCII
                 raise ValueError(
-                    f"{path}:{line_no}: expected a positive integer group size, got {text[:40]!r}"
+                    f"{path}:{line_no}: expected a positive integer group size (at most 18 digits), "
+                    f"got {text[:40]!r}"
                 )
             sizes.append(int(text))
     if not sizes:

@@ -6,7 +6,9 @@ categorical columns (strings or integers, encoded to integer codes) and an optio
 Conventions:
 
 * **Row numbers** in error messages are *data rows*, 1-based, header excluded: data row 1 is the first
-  row after the header (file line 2 of a CSV without blank lines or multi-line quoted fields).
+  row after the header (file line 2 of a CSV without blank lines or multi-line quoted fields). A
+  structural fault (a row with more or fewer fields than the header, text that is not UTF-8, an
+  unclosed quote) is named by its file line too: ``t.csv:9: data row 7: 8 fields, but the header has 9``.
 * **Query grouping**: tabular data is often not sorted by query, so by default each query's rows are
   gathered (stably, queries in order of first appearance, rows in file order within a query). With
   ``regroup=False`` a query id that reappears after other queries is an error naming both rows.
@@ -30,7 +32,10 @@ Conventions:
 
 from __future__ import annotations
 
+import csv
+import gzip
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -363,8 +368,9 @@ def read_table(
 
     Raises:
         ValueError: unsupported extension, unreadable or empty file (no data rows), absent or repeated
-            columns, a non-numeric or non-finite value in a numeric or label column (naming the column
-            and the first offending data row), a missing label or query id (naming the row), a
+            columns, a row with more or fewer fields than the header or text that is not UTF-8 (naming
+            the file line), a non-numeric or non-finite value in a numeric or label column (naming the
+            column and the first offending data row), a missing label or query id (naming the row), a
             reappearing query id with ``regroup=False``, an encoder fitted on other columns.
     """
     return read_table_with_rows(
@@ -433,7 +439,7 @@ def read_table_with_rows(
     wanted = special + (list(numeric) if numeric is not None else [])
     absent = [c for c in wanted if c not in available]
     if absent:
-        raise ValueError(f"{name}: no column(s) {absent}; the file has columns {available}")
+        raise ValueError(f"{name}: no column(s) {absent}; the file has columns {_short(available)}")
     if len(set(available)) != len(available):
         raise ValueError(f"{name}: repeated column names in the header")
     if numeric is None:
@@ -510,7 +516,7 @@ def read_table_with_rows(
             again = int(np.flatnonzero(qcode[1:] < qcode[:-1])[0]) + 1
             first = int(np.argmax(qcode == qcode[again]))
             raise ValueError(
-                f"{name}: data row {again + 1}: query id {q_str[again]!s} reappears after other queries "
+                f"{name}: data row {again + 1}: query id {q_str[again][:40]!s} reappears after other queries "
                 f"(first seen at data row {first + 1}); pass regroup=True to gather its rows"
             )
         order = np.argsort(qcode, kind="stable")
@@ -594,20 +600,31 @@ def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
     sep = _FORMATS[fmt]
     if sep is None:
         try:
-            return pd.read_parquet(path, dtype_backend="numpy_nullable")
+            df = pd.read_parquet(path, dtype_backend="numpy_nullable")
+            for c in df.columns:  # pyarrow checks a string column's UTF-8 only when it is converted
+                dtype = df[c].dtype
+                if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+                    df[c].to_numpy(dtype=object)
+            return df
         except Exception as exc:  # pyarrow raises several types for a bad file
             raise ValueError(f"{name}: cannot read as Parquet ({type(exc).__name__}: {exc})") from exc
     try:
         header = pd.read_csv(path, sep=sep, nrows=0)
+        # pandas renames a repeated name ("x", "x.1"): read the header row as written too
+        written = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
         raise ValueError(f"{name}: empty file (no header, no data rows)") from None
     except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
-        raise ValueError(f"{name}: cannot read as {fmt} ({exc})") from exc
+        raise _csv_error(path, fmt, exc, n_fields=None) from exc
     cols = [str(c) for c in header.columns]
+    names = [c for c in (written.iloc[0].tolist() if len(written) else []) if c]  # "" -> "Unnamed: i"
+    if len(set(names)) != len(names):
+        repeated = sorted({c for c in names if names.count(c) > 1})
+        raise ValueError(f"{name}: repeated column names in the header: {_short(repeated)}")
     text = set(text_cols)
     na_values = {c: ([""] if c in text else _NA_VALUES) for c in cols}
     try:
-        return pd.read_csv(
+        df = pd.read_csv(
             path,
             sep=sep,
             dtype={c: str for c in cols if c in text},
@@ -615,7 +632,95 @@ def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
             na_values=na_values,
         )
     except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
-        raise ValueError(f"{name}: cannot read as {fmt} ({exc})") from exc
+        raise _csv_error(path, fmt, exc, n_fields=len(cols)) from exc
+    # pandas reads a row with fewer fields than the header with the missing ones as NA (a truncated
+    # row would load silently), and a first row with more fields as an implicit index (shifting every
+    # column). A short row leaves the last column NA, so only then are the rows counted (slow path).
+    if cols and (not isinstance(df.index, pd.RangeIndex) or df.iloc[:, -1].isna().any()):
+        problem = _bad_record(path, fmt, len(cols), strict=False)
+        if problem is not None:
+            raise ValueError(problem)
+        if not isinstance(df.index, pd.RangeIndex):
+            raise ValueError(f"{name}: data rows have more fields than the header ({len(cols)})")
+    return df
+
+
+def _short(names: list[str], limit: int = 40) -> list[str]:
+    """Column names cut to ``limit`` characters, at most 50 of them, for messages."""
+    out = [n if len(n) <= limit else n[:limit] + "..." for n in names[:50]]
+    return [*out, "..."] if len(names) > 50 else out
+
+
+def _open_text(path: Path, fmt: str):
+    """The CSV/TSV file as text for the csv module (gzip by extension, as pandas infers it)."""
+    if fmt.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return path.open("r", encoding="utf-8-sig", newline="")
+
+
+def _bad_record(path: Path, fmt: str, n_fields: int, *, strict: bool) -> str | None:
+    """Error path: ``"file:line: data row N: ..."`` for the first record whose field count differs
+    from the header's (blank lines skipped, as pandas does), or for a quoting error (``strict``);
+    None when there is none. Uses the csv module, one record at a time."""
+    sep = _FORMATS[fmt]
+    old_limit = csv.field_size_limit(1 << 30)  # a 10^6-character field is data, not an error
+    try:
+        with _open_text(path, fmt) as fh:
+            reader = csv.reader(fh, delimiter=sep, strict=strict)
+            start, data_row, header_seen = 1, 0, False
+            try:
+                for rec in reader:
+                    line, start = start, reader.line_num + 1
+                    if not rec or (len(rec) == 1 and not rec[0].strip(" \t")):
+                        continue
+                    if not header_seen:
+                        header_seen = True
+                        continue
+                    data_row += 1
+                    if n_fields and len(rec) != n_fields:
+                        return (
+                            f"{path}:{line}: data row {data_row}: {len(rec)} fields, "
+                            f"but the header has {n_fields}"
+                        )
+            except csv.Error as exc:
+                return f"{path}:{start}: data row {data_row + 1}: cannot read as {fmt} ({exc})"
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error):
+        return None
+    finally:
+        csv.field_size_limit(old_limit)
+    return None
+
+
+def _csv_error(path: Path, fmt: str, exc: Exception, n_fields: int | None) -> ValueError:
+    """A ValueError naming ``file:line`` for pandas' tokenizer and decoding errors (slow path)."""
+    if isinstance(exc, UnicodeDecodeError):
+        line = _first_undecodable_line(path, fmt)
+        if line is not None:
+            return ValueError(f"{path}:{line}: not UTF-8 text ({exc.reason})")
+    elif isinstance(exc, pd.errors.ParserError):
+        problem = _bad_record(path, fmt, n_fields or 0, strict=True)
+        if problem is not None:
+            return ValueError(problem)
+        m = re.search(r"line (\d+)", str(exc))  # pandas' own count (blank lines in, quoted newlines not)
+        if m:
+            return ValueError(f"{path}:{m.group(1)}: cannot read as {fmt} ({str(exc).strip()})")
+    return ValueError(f"{path}: cannot read as {fmt} ({str(exc).strip()})")
+
+
+def _first_undecodable_line(path: Path, fmt: str) -> int | None:
+    """1-based number of the first line that is not UTF-8 (the byte order mark aside), else None."""
+    try:
+        with gzip.open(path, "rb") if fmt.endswith(".gz") else path.open("rb") as fh:
+            for line_no, raw in enumerate(fh, start=1):
+                if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return line_no
+    except (OSError, EOFError):
+        return None
+    return None
 
 
 def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -629,7 +734,7 @@ def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(
-                f"{name}: data row {i + 1}: column {col!r}: expected a number, got {s.iloc[i]!r}"
+                f"{name}: data row {i + 1}: column {col!r}: expected a number, got {str(s.iloc[i])[:40]!r}"
             )
         values = coerced.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
@@ -639,6 +744,7 @@ def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
-            f"{name}: data row {i + 1}: column {col!r}: value {s.iloc[i]!r} is not a finite float32 number"
+            f"{name}: data row {i + 1}: column {col!r}: value {str(s.iloc[i])[:40]!r} is not a finite "
+            "float32 number"
         )
     return values.astype(np.float32), missing

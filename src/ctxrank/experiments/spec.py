@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -61,6 +62,19 @@ __all__ = [
 ]
 
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+#: experiment and model names become directory names under the output directory: no separators, no
+#: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+
+
+def _safe_name(section: str, what: str, name: Any) -> str:
+    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+        raise _fail(
+            section,
+            f"{what} {name!r} must be 1-100 letters, digits, '_', '-', '+' or '.', starting with a letter or "
+            "digit and without '..' (it names a directory in the output)",
+        )
+    return name
 
 
 def _fail(section: str, msg: str) -> ValueError:
@@ -226,6 +240,7 @@ class ExperimentSpec:
         name = d.get("name") or (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
+        _safe_name("top", "name", name)
         data = DataSpec.from_dict(d.get("data") or {}, base)
         runs = dict(d.get("runs") or {})
         _known("runs", runs, ["count", "threads"])
@@ -243,6 +258,7 @@ class ExperimentSpec:
         if data.synth and "chooser" in models:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
         for m, table in list(models.items()):
+            _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
             models = {**models, m: _deep_merge(defaults, table)}

@@ -23,6 +23,11 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
   within a query, and d sqrt(v)/dv is infinite at v = 0 (NaN gradients); the floor (1e-12) keeps the
   gradient finite and changes sigma-bar by at most 1e-6. ``eps`` (1e-5, the batch-norm default) is
   the paper's epsilon of eq. 8.
+* ``input_clip`` (1e6): the inputs ``x`` are clamped to ``[-input_clip, input_clip]`` before the
+  encoder. Min-max normalized features live in [0, 1] on train, but a test value far outside the
+  training range (a 1e30 in a raw column) maps far outside it too, and eq. 5 multiplies
+  representations (``c (.) h``): beyond ~1e19 float32 overflows to inf and the QN layer turns it into
+  NaN. The clamp never acts on data within a million times the training range; ``None`` disables it.
 * Padded items get attention weight exactly 0 (masked softmax), so they never change c, c-bar,
   sigma-bar, the scores of real items or the Chamfer term.
 * Chamfer form: ``"sum"`` is eq. 13-14 as written (sums of squared distances between 2D-dimensional
@@ -68,6 +73,7 @@ class QILCMConfig:
     confusion_pairs: None = all ordered pairs of the batch; an int = that many sampled pairs.
     eps: epsilon of eq. 8.
     var_floor: added to the variance under the square root (finite gradients for constant features).
+    input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
     """
 
     SECTION = "model_params"
@@ -81,6 +87,7 @@ class QILCMConfig:
     confusion_pairs: int | None = None
     eps: float = 1e-5
     var_floor: float = 1e-12
+    input_clip: float | None = 1e6
 
     def __post_init__(self) -> None:
         if (
@@ -116,6 +123,8 @@ class QILCMConfig:
             )
         check_positive(self, "eps", self.eps)
         check_positive(self, "var_floor", self.var_floor)
+        if self.input_clip is not None:
+            check_positive(self, "input_clip", self.input_clip)
 
 
 class QILCMOutput(NamedTuple):
@@ -171,6 +180,8 @@ class QILCM(Ranker):
         """Scores plus attention weights, context vectors and normalized representations."""
         cfg = self.config
         x = self.item_inputs(features, categorical)  # [B, L, F']
+        if cfg.input_clip is not None:
+            x = x.clamp(-cfg.input_clip, cfg.input_clip)
         h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: [B, L, D]
         if cfg.pooling == "attention":
             a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: [B, L]
