@@ -309,3 +309,37 @@ def test_names_that_could_write_outside_the_output_directory_are_refused(tmp_pat
     if bad:  # an empty name falls back to the file's stem
         with pytest.raises(ValueError, match="names a directory in the output"):
             load_spec(_letor_spec(tmp_path), [f"name={json.dumps(bad)}"])
+
+
+def test_shards_are_disjoint_cover_every_run_and_share_one_directory(tmp_path, capsys):
+    spec = load_spec(_letor_spec(tmp_path, runs=5))
+    keys = spec.run_keys()
+    parts = [runner_mod.shard_keys(keys, (k, 3)) for k in (1, 2, 3)]
+    assert sorted(sum(parts, [])) == sorted(keys) and sum(map(len, parts)) == len(keys)
+    for bad in [(0, 2), (3, 2)]:
+        with pytest.raises(ValueError, match="K/N"):
+            runner_mod.shard_keys(keys, bad)
+    full = run_experiment(spec, tmp_path / "full", progress=False, log=lambda _: None)
+    run_experiment(spec, tmp_path / "sh", progress=False, log=lambda _: None, shard=(2, 2))
+    assert len(list((tmp_path / "sh" / "runs").rglob("*.json"))) == 2 * len(spec.models)
+    assert (
+        main(
+            [
+                "experiment",
+                str(tmp_path / "tiny.toml"),
+                "--out",
+                str(tmp_path / "sh"),
+                "--shard",
+                "1/2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    sharded = RunStore(tmp_path / "sh")
+    for m in spec.models:
+        for s, f in keys:
+            assert sharded.load_run(m, s, f)["metrics"] == full.load_run(m, s, f)["metrics"]
+    bad = ["experiment", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "sh"), "--shard", "2"]
+    assert main(bad) != 0
+    assert "--shard must be K/N" in capsys.readouterr().err

@@ -41,6 +41,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)",
     )
+    p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes "
+        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only)",
+    )
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_experiment)
@@ -82,7 +88,9 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             raise ValueError(f"{out}: not an experiment directory (no experiment.json)")
         store.claim(spec)
     else:
-        store = run_experiment(spec, out, progress=not args.no_progress, log=_say)
+        store = run_experiment(
+            spec, out, progress=not args.no_progress, log=_say, shard=_parse_shard(args.shard)
+        )
     build_report(spec, store, out)
     sys.stdout.write("\n" + (out / "table.md").read_text())
     figures = sorted(p.name for p in out.glob("*.png"))
@@ -90,6 +98,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         f"\nreport: {out}/results.json, table.md, table.csv" + (f", {', '.join(figures)}" if figures else "")
     )
     return 0
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    k, sep, n = text.partition("/")
+    if not (sep and k.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(k) <= int(n):
+        raise ValueError(f"--shard must be K/N with 1 <= K <= N (e.g. 1/2), got {text!r}")
+    return int(k), int(n)
 
 
 def _say(text: str) -> None:

@@ -108,9 +108,27 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     return Unit(train, valid, test, record, ref)
 
 
-def pending_runs(spec: ExperimentSpec, store: RunStore) -> list[tuple[int, int, str]]:
-    """``(seed, fold, model)`` of every run without a stored result, in run order."""
-    return [(s, f, m) for s, f in spec.run_keys() for m in _run_names(spec) if not store.has_run(m, s, f)]
+def pending_runs(
+    spec: ExperimentSpec, store: RunStore, shard: tuple[int, int] | None = None
+) -> list[tuple[int, int, str]]:
+    """``(seed, fold, model)`` of every run without a stored result, in run order (of one shard)."""
+    keys = shard_keys(spec.run_keys(), shard)
+    return [(s, f, m) for s, f in keys for m in _run_names(spec) if not store.has_run(m, s, f)]
+
+
+def shard_keys(keys: list[tuple[int, int]], shard: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """The ``(seed, fold)`` runs of shard ``(k, n)``: every n-th run starting at the k-th (1-based).
+
+    Shards are disjoint and cover every run, so ``n`` processes (or machines sharing a directory) given
+    shards ``1/n .. n/n`` run each ``(seed, fold)`` exactly once; run files are written atomically under
+    unique temporary names, so they can share one experiment directory.
+    """
+    if shard is None:
+        return list(keys)
+    k, n = shard
+    if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
+        raise ValueError(f"shard must be K/N with 1 <= K <= N, got {k}/{n}")
+    return [key for i, key in enumerate(keys) if i % n == k - 1]
 
 
 def _run_names(spec: ExperimentSpec) -> list[str]:
@@ -123,8 +141,11 @@ def run_experiment(
     *,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    shard: tuple[int, int] | None = None,
 ) -> RunStore:
     """Run every pending ``(seed, fold, model)`` of ``spec`` into the store at ``out``; returns it.
+
+    ``shard=(k, n)``: only the runs of shard k of n (:func:`shard_keys`), for parallel processes.
 
     Raises:
         ValueError: ``out`` holds another experiment's runs, or a run fails (the message names it; the
@@ -134,14 +155,15 @@ def run_experiment(
 
     store = RunStore(out)
     store.claim(spec)
-    keys = spec.run_keys()
+    keys = shard_keys(spec.run_keys(), shard)
     names = _run_names(spec)
-    todo = pending_runs(spec, store)
+    todo = pending_runs(spec, store, shard)
     need_units = {(s, f) for s, f in keys if spec.anomaly and not store.has_unit(s, f)}
     total = len(keys) * len(names)
     log(
-        f"{spec.name}: {len(names)} models x {len(keys)} runs on {spec.data.describe()}; "
-        f"{total - len(todo)} of {total} already stored in {store.root}"
+        f"{spec.name}: {len(names)} models x {len(keys)} runs"
+        + (f" (shard {shard[0]}/{shard[1]} of {len(spec.run_keys())})" if shard else "")
+        + f" on {spec.data.describe()}; {total - len(todo)} of {total} already stored in {store.root}"
     )
     source = _Source(spec)
     bar = tqdm(total=total, initial=total - len(todo), disable=not progress, unit="run", dynamic_ncols=True)
