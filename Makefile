@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev demo test lint bench clean
+.PHONY: install dev demo test fuzz lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ lint: dev
 test: dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Input fuzzing of the readers (tests/test_fuzz.py, docs/data.md "Malformed input"): `make test` runs a
+# bounded, derandomized number of examples; this runs FUZZ_EXAMPLES random ones per test (about 10
+# minutes at 5000 on one core).
+FUZZ_EXAMPLES ?= 5000
+fuzz: dev
+	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz.py -k fuzz_ \
+		--hypothesis-show-statistics
 
 # Speed benchmarks (issue 9; docs/benchmarks.md), each at the issue's sizes, one after the other, each
 # printing its Markdown tables and writing its JSON to bench-results/. Take the timings on an otherwise

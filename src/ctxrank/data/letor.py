@@ -325,8 +325,10 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     # and digits ('qid:1e3' is the string id "1e3"), as the careful path reads them
     if colons.size:
         idx_start = tok_pos[colon_tok]
-        is_idx = a[idx_start] != 113  # every 'q' opens a 'qid:' token (counted above)
-        if not _digits_before(a, idx_start[is_idx], colons[is_idx], max_len=9):
+        idx_len = colons - idx_start  # >= 1: no colon opens a token (checked above)
+        if chunk_qid:
+            idx_len[np.searchsorted(colons, q + 3)] = 0  # the 'qid:' tokens
+        if not _digits_before(a, idx_start, idx_len, max_len=9):
             return None
     if chunk_qid and not _digits_until_space(a, ws, q + 4, max_len=18):
         return None
@@ -391,17 +393,21 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     return _Block(features, labels.astype(np.float32), qids, first_line + data_lines, docids)
 
 
-def _digits_before(a: np.ndarray, start: np.ndarray, end: np.ndarray, max_len: int) -> bool:
-    """Whether every ``a[start[i]:end[i]]`` is 1..max_len ASCII digits (a loop over the text length)."""
-    length = end - start
+def _digits_before(a: np.ndarray, start: np.ndarray, length: np.ndarray, max_len: int) -> bool:
+    """Whether every ``a[start[i]:start[i] + length[i]]`` (``start`` sorted) is ASCII digits and no
+    length exceeds max_len (a loop over the text length, not over the texts)."""
     if length.size == 0:
         return True
-    if length.min() < 1 or length.max() > max_len:
+    longest = int(length.max())
+    if longest > max_len:
         return False
-    for k in range(int(length.max())):
-        sel = start[length > k] + k if k else start
-        ch = a[sel]
-        if np.any((ch < 48) | (ch > 57)):
+    for k in range(longest):
+        at = start + k
+        if at[-1] >= a.size:  # start is sorted: a short last token near the end of the chunk
+            np.minimum(at, a.size - 1, out=at)
+        bad = (a[at] - np.uint8(48)) > 9  # uint8: bytes below '0' wrap around to large values
+        bad &= length > k
+        if bad.any():
             return False
     return True
 

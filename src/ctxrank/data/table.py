@@ -634,10 +634,13 @@ def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
     except (UnicodeDecodeError, pd.errors.ParserError, OSError, EOFError) as exc:
         raise _csv_error(path, fmt, exc, n_fields=len(cols)) from exc
     # pandas reads a row with fewer fields than the header with the missing ones as NA (a truncated
-    # row would load silently), and a first row with more fields as an implicit index (shifting every
-    # column). A short row leaves the last column NA, so only then are the rows counted (slow path).
+    # row would load silently), a first row with more fields as an implicit index (shifting every
+    # column), and drops the leading empty field of a row that follows a blank line ending in a lone CR
+    # (shifting that row). Each leaves the last column NA: only then are the rows recounted with the
+    # csv module (slow path).
     if cols and (not isinstance(df.index, pd.RangeIndex) or df.iloc[:, -1].isna().any()):
-        problem = _bad_record(path, fmt, len(cols), strict=False)
+        na_sets = [set(na_values[c]) for c in cols]
+        problem = _bad_record(path, fmt, len(cols), strict=False, frame=df, na=na_sets)
         if problem is not None:
             raise ValueError(problem)
         if not isinstance(df.index, pd.RangeIndex):
@@ -652,27 +655,40 @@ def _short(names: list[str], limit: int = 40) -> list[str]:
 
 
 def _open_text(path: Path, fmt: str):
-    """The CSV/TSV file as text for the csv module (gzip by extension, as pandas infers it)."""
+    """The CSV/TSV file as text for the csv module (gzip by extension, as pandas infers it); bytes that
+    are not UTF-8 are replaced: this reading looks at the structure only."""
     if fmt.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return path.open("r", encoding="utf-8-sig", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+    return path.open("r", encoding="utf-8-sig", errors="replace", newline="")
 
 
-def _bad_record(path: Path, fmt: str, n_fields: int, *, strict: bool) -> str | None:
+def _bad_record(
+    path: Path,
+    fmt: str,
+    n_fields: int,
+    *,
+    strict: bool,
+    frame: pd.DataFrame | None = None,
+    na: Sequence[set] = (),
+) -> str | None:
     """Error path: ``"file:line: data row N: ..."`` for the first record whose field count differs
-    from the header's (blank lines skipped, as pandas does), or for a quoting error (``strict``);
-    None when there is none. Uses the csv module, one record at a time."""
+    from the header's (blank lines skipped, as pandas does), or for a quoting error (``strict``), or,
+    given pandas' ``frame`` and each column's NA spellings ``na``, for a row after a blank line that
+    starts with an empty field and whose missing cells pandas placed elsewhere; None when there is
+    none. Uses the csv module, one record at a time."""
     sep = _FORMATS[fmt]
     old_limit = csv.field_size_limit(1 << 30)  # a 10^6-character field is data, not an error
     try:
         with _open_text(path, fmt) as fh:
             reader = csv.reader(fh, delimiter=sep, strict=strict)
-            start, data_row, header_seen = 1, 0, False
+            start, data_row, header_seen, after_blank = 1, 0, False, False
             try:
                 for rec in reader:
                     line, start = start, reader.line_num + 1
                     if not rec or (len(rec) == 1 and not rec[0].strip(" \t")):
+                        after_blank = True
                         continue
+                    suspect, after_blank = after_blank and rec[0] == "", False
                     if not header_seen:
                         header_seen = True
                         continue
@@ -682,6 +698,14 @@ def _bad_record(path: Path, fmt: str, n_fields: int, *, strict: bool) -> str | N
                             f"{path}:{line}: data row {data_row}: {len(rec)} fields, "
                             f"but the header has {n_fields}"
                         )
+                    if suspect and frame is not None and data_row <= len(frame):
+                        read = frame.iloc[data_row - 1].isna().tolist()
+                        if read != [field in na[j] for j, field in enumerate(rec)]:
+                            return (
+                                f"{path}:{line}: data row {data_row}: its fields came out shifted (pandas "
+                                "drops the leading empty field of a row after a blank line that ends in a "
+                                "lone CR); remove the blank line or end lines with LF"
+                            )
             except csv.Error as exc:
                 return f"{path}:{start}: data row {data_row + 1}: cannot read as {fmt} ({exc})"
     except (OSError, EOFError, UnicodeDecodeError, csv.Error):
@@ -725,6 +749,7 @@ def _first_undecodable_line(path: Path, fmt: str) -> int | None:
 
 def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(float32 [N] values, NaN where missing; bool [N] missing) of a numeric column."""
+    (shown,) = _short([col])
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):
         values = s.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -734,17 +759,17 @@ def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(
-                f"{name}: data row {i + 1}: column {col!r}: expected a number, got {str(s.iloc[i])[:40]!r}"
+                f"{name}: data row {i + 1}: column {shown!r}: expected a number, got {str(s.iloc[i])[:40]!r}"
             )
         values = coerced.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
-        raise ValueError(f"{name}: column {col!r} has dtype {dtype}; expected numbers")
+        raise ValueError(f"{name}: column {shown!r} has dtype {dtype}; expected numbers")
     missing = np.isnan(values)
     bad = ~missing & ~(np.abs(values) <= _F32_MAX)
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
-            f"{name}: data row {i + 1}: column {col!r}: value {str(s.iloc[i])[:40]!r} is not a finite "
+            f"{name}: data row {i + 1}: column {shown!r}: value {str(s.iloc[i])[:40]!r} is not a finite "
             "float32 number"
         )
     return values.astype(np.float32), missing
