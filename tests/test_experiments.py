@@ -137,6 +137,8 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["runs"] == [{"seed": s, "fold": 0} for s in range(3)]
     assert {"git_sha", "versions", "metric_convention", "spec", "test"} <= set(saved)
+    code = store.load_run("mnl", 0, 0)["code"]  # every run records the code that produced it
+    assert set(code) == {"git_sha", "git_dirty", "ctxrank"} and saved["run_code"] == [code]
     recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}
     by_hand = np.mean([np.mean(r["metrics"]["map"]) for r in recs["lambdamart"]])
     assert res["table"]["lambdamart"]["map"]["mean"] == pytest.approx(by_hand)
@@ -315,7 +317,7 @@ def test_shards_are_disjoint_cover_every_run_and_share_one_directory(tmp_path, c
     spec = load_spec(_letor_spec(tmp_path, runs=5))
     keys = spec.run_keys()
     parts = [runner_mod.shard_keys(keys, (k, 3)) for k in (1, 2, 3)]
-    assert sorted(sum(parts, [])) == sorted(keys) and sum(map(len, parts)) == len(keys)
+    assert sorted(k for part in parts for k in part) == sorted(keys) and sum(map(len, parts)) == len(keys)
     for bad in [(0, 2), (3, 2)]:
         with pytest.raises(ValueError, match="K/N"):
             runner_mod.shard_keys(keys, bad)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
+import json
 import platform
 import subprocess
 from pathlib import Path
@@ -55,6 +56,12 @@ def _pair(a: list[dict], b: list[dict], metric: str, over: str) -> dict[str, flo
     qa, qb = query_means(a, metric), query_means(b, metric)
     common = sorted(set(qa) & set(qb))
     return paired_test([qa[q] for q in common], [qb[q] for q in common])
+
+
+def code_version() -> dict[str, Any]:
+    """``{"git_sha", "git_dirty", "ctxrank"}`` of the code running now (SHA None outside a checkout)."""
+    env = _environment()
+    return {"git_sha": env["git_sha"], "git_dirty": env["git_dirty"], "ctxrank": env["versions"]["ctxrank"]}
 
 
 def _environment() -> dict[str, Any]:
@@ -133,6 +140,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         else "paired over test queries (each query's value averaged over its runs)"
     )
     env = _environment()
+    run_code = {json.dumps(r.get("code"), sort_keys=True) for recs in records.values() for r in recs}
     results = {
         "name": spec.name,
         "title": spec.title,
@@ -149,6 +157,9 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         "comparisons": comparisons,
         "splits": [r.get("split") for r in records[next(iter(spec.models))]],
         "seconds": {m: float(sum(r.get("seconds", 0.0) for r in recs)) for m, recs in records.items()},
+        # the code each stored run was produced with (runs can come from several sessions); the
+        # git_sha / versions below are those of the code that wrote this report
+        "run_code": [json.loads(c) for c in sorted(run_code)],
         **env,
     }
     if spec.anomaly is not None:

@@ -165,6 +165,9 @@ def run_experiment(
         + (f" (shard {shard[0]}/{shard[1]} of {len(spec.run_keys())})" if shard else "")
         + f" on {spec.data.describe()}; {total - len(todo)} of {total} already stored in {store.root}"
     )
+    from ctxrank.experiments.report import code_version
+
+    code = code_version()
     source = _Source(spec)
     bar = tqdm(total=total, initial=total - len(todo), disable=not progress, unit="run", dynamic_ncols=True)
     try:
@@ -182,6 +185,7 @@ def run_experiment(
                 except Exception as exc:
                     raise ValueError(f"run {m} seed {seed} fold {fold} failed: {exc}") from exc
                 record["seconds"] = time.perf_counter() - t0
+                record["code"] = code
                 store.save_run(record)
                 bar.update(1)
                 shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
