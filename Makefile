@@ -53,6 +53,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_inference.py --json $(BENCH_OUT)/inference.json
 	$(BIN)/python benchmarks/bench_qilcm_step.py --json $(BENCH_OUT)/qilcm_step.json
 	$(BIN)/python benchmarks/bench_arsm_step.py --json $(BENCH_OUT)/arsm_step.json
+	$(BIN)/python benchmarks/bench_recurrence_backward.py --json $(BENCH_OUT)/recurrence_backward.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

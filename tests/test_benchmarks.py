@@ -102,3 +102,11 @@ def test_arsm_step(tmp_path):
     assert len(blob["results"]) == 2
     for row in blob["results"].values():
         assert row["ratio_arsm"] > 0 and row["ratio_arsm_dedupe"] > 0
+
+
+def test_recurrence_backward(tmp_path):
+    # the script exits non-zero if the fixed loops and the reference differ in the loss or a gradient
+    blob = run_bench("bench_recurrence_backward.py", tmp_path, "--threads", "1")
+    assert set(blob["results"]) == {"dlcm-paper step", "softrank loss"}
+    for r in blob["results"].values():
+        assert r["max_abs_difference"] <= 1e-6 and r["speedup"] > 0

@@ -382,8 +382,8 @@ def _insert_items(state: torch.Tensor, beats: torch.Tensor) -> torch.Tensor:
         state: ``(B, L, R)`` ``P[b, j, r]`` = probability that item ``j`` has 0-based rank ``r``.
         beats: ``(B, T, L)`` ``pi[b, i, j]`` for the ``T`` items ``i`` added in this block.
     """
-    for t in range(beats.shape[1]):
-        p = beats[:, t, :, None]  # (B, L, 1): item i is ranked above j -> j moves down one rank
+    for beats_t in beats.unbind(1):  # unbind: one backward stack, not T zero-filled selects
+        p = beats_t[:, :, None]  # (B, L, 1): item i is ranked above j -> j moves down one rank
         shifted = F.pad(state[..., :-1], (1, 0))  # (B, L, R): P(r - 1), mass beyond R dropped
         state = state + p * (shifted - state)
     return state
