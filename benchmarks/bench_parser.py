@@ -4,7 +4,7 @@ Reference: scikit-learn's Cython SVMlight parser, ``load_svmlight_file(path, que
 zero_based=False)`` followed by ``.toarray().astype(float32)`` so both produce the same dense float32
 matrix, measured in the same run on the same files. Files: the five embedded MQ2008 files (gzip) and a
 synthetic MSLR-shaped plain-text file (136 features, 100 items a query, ``--rows`` rows, default
-1,000,000, about 1.3 GB; written by ``ctxrank.data.synth.write_synthetic_letor``, the same file as
+1,000,000, 1.69 GB; written by ``ctxrank.data.synth.write_synthetic_letor``, the same file as
 ``ctxrank synth letor --queries 10000 --items 100 --features 136 --seed 0 --out FILE``, which ``--file``
 accepts instead).
 
