@@ -11,11 +11,17 @@ default widths (encoder 100, MLP_att and MLP_rank 256-128, so the normalized rep
 * **sampled**: the unbiased estimate over P sampled ordered pairs (``confusion_pairs = P``).
 
 Reported: median step time of each, and the ratio (step - reference) / reference, the cost of the term
-relative to the rest of the step; the peak memory of each configuration. Each configuration runs in a
-fresh subprocess (``--isolate none``: all in this process, no peak memory); peak memory is the growth of
-the peak resident set during the steps over what the process held with the batch and the model built
-(``benchmarks/_common.py``). Inputs are uniform [0, 1] random features (the cost does not depend on
-their values); every timing is repeated ``--repeats`` times after ``--warmup`` steps.
+relative to the rest of the step; the peak memory of each configuration. Then the **spread of the
+sampled estimate** (not a timing): on the normalized representations of one batch (an untrained QILCM,
+same shapes), ``--draws`` independent draws of the estimate for each sampled pair count, against the
+exact term: the relative standard deviation of the value (std / exact) and the mean relative error of
+the gradient with respect to the representations (||g_sampled - g_exact|| / ||g_exact||).
+
+Each configuration runs in a fresh subprocess (``--isolate none``: all in this process, no peak memory);
+peak memory is the growth of the peak resident set during the steps over what the process held with the
+batch and the model built (``benchmarks/_common.py``). Inputs are uniform [0, 1] random features (the
+cost does not depend on their values); every timing is repeated ``--repeats`` times after ``--warmup``
+steps.
 
     .venv/bin/python benchmarks/bench_qilcm_step.py [--threads 2] [--batch 80] [--items 100] [--json FILE]
 """
@@ -71,6 +77,40 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
     }
 
 
+def estimate_spread(B: int, L: int, F: int, pair_counts: list[int], draws: int) -> dict:
+    """Relative std of the sampled Chamfer estimate's value and relative error of its gradient."""
+    import torch
+
+    from ctxrank.losses import chamfer_confusion
+    from ctxrank.models import make_model
+
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = make_model("qilcm", F, {})
+    mask = torch.ones(B, L, dtype=torch.bool)
+    with torch.no_grad():
+        reps = model.details(torch.rand(B, L, F, generator=gen), mask).normalized
+    reps.requires_grad_(True)
+    exact = chamfer_confusion(reps, mask)
+    (g_exact,) = torch.autograd.grad(exact, reps)
+    out = {"exact_value": exact.item(), "draws": draws}
+    for p in pair_counts:
+        g = torch.Generator().manual_seed(1)
+        values, errors = [], []
+        for _ in range(draws):
+            est = chamfer_confusion(reps, mask, pairs=p, generator=g)
+            (g_est,) = torch.autograd.grad(est, reps)
+            values.append(est.item())
+            errors.append(((g_est - g_exact).norm() / g_exact.norm()).item())
+        v = torch.tensor(values, dtype=torch.float64)
+        out[str(p)] = {
+            "mean_over_exact": (v.mean() / exact.item()).item(),
+            "value_relative_std": (v.std() / exact.item()).item(),
+            "gradient_relative_error": statistics.mean(errors),
+        }
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
@@ -80,11 +120,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", default="80,640", help="comma-separated sampled pair counts")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--draws", type=int, default=30, help="draws of each sampled estimate (spread part)")
     args = ap.parse_args(argv)
     if args.child:
         return child_main(args.child, step_case)
     if args.quick:
-        args.batch, args.items, args.repeats, args.warmup, args.pairs = 4, 10, 2, 1, "2"
+        args.batch, args.items, args.repeats, args.warmup, args.pairs, args.draws = 4, 10, 2, 1, "2", 3
 
     info = machine_info(args.threads)
     print(machine_line(info), flush=True)
@@ -130,6 +171,26 @@ def main(argv=None) -> int:
     print()
     header = ["step", "median ms", "min ms", "confusion term / rest of the step", "peak RSS delta MiB"]
     print(markdown_table(header, table))
+    counts = [int(x) for x in args.pairs.split(",") if x.strip()]
+    spread = estimate_spread(B, L, F, counts, args.draws)
+    print(
+        f"\nSampled estimate vs the exact term ({args.draws} draws each, "
+        f"exact value {spread['exact_value']:.4g}):"
+    )
+    print(
+        markdown_table(
+            ["pairs", "mean / exact", "value: std / exact", "gradient: mean relative error"],
+            [
+                [
+                    p,
+                    f"{spread[str(p)]['mean_over_exact']:.3f}",
+                    f"{spread[str(p)]['value_relative_std']:.3f}",
+                    f"{spread[str(p)]['gradient_relative_error']:.3f}",
+                ]
+                for p in counts
+            ],
+        )
+    )
     blob = {
         "benchmark": "bench_qilcm_step",
         "quick": args.quick,
@@ -142,6 +203,7 @@ def main(argv=None) -> int:
         "isolate": args.isolate,
         "machine": info,
         "results": rows,
+        "sampled_estimate_spread": spread,
     }
     emit_json(blob, args.json, echo=False)
     return 0
