@@ -402,24 +402,24 @@ def _feature_positions(toks):
     ]
 
 
-def m_value(draw, lines):
+def _rewrite_feature(draw, lines, rewrite):
+    """Replace one feature token ``index:value`` of a random line by ``rewrite(draw, index, value)``."""
     i = _pick(draw, lines)
     toks = _tokens(lines[i])
     pos = _feature_positions(toks)[:46]
     if pos:
         j = draw(st.sampled_from(pos))
-        toks[j] = toks[j].split(b":")[0] + b":" + draw(st.sampled_from(NASTY))
+        index, value = toks[j].split(b":", 1)
+        toks[j] = rewrite(draw, index, value)
         lines[i] = b" ".join(toks)
+
+
+def m_value(draw, lines):
+    _rewrite_feature(draw, lines, lambda draw, k, _: k + b":" + draw(st.sampled_from(NASTY)))
 
 
 def m_index(draw, lines):
-    i = _pick(draw, lines)
-    toks = _tokens(lines[i])
-    pos = _feature_positions(toks)[:46]
-    if pos:
-        j = draw(st.sampled_from(pos))
-        toks[j] = draw(st.sampled_from(NASTY_INDEX)) + b":" + toks[j].split(b":", 1)[1]
-        lines[i] = b" ".join(toks)
+    _rewrite_feature(draw, lines, lambda draw, _, value: draw(st.sampled_from(NASTY_INDEX)) + b":" + value)
 
 
 def m_duplicate_feature(draw, lines):
@@ -452,15 +452,15 @@ def m_qid(draw, lines):
 
 def m_index_spelling(draw, lines):
     """A feature index written otherwise: '0k' is k; '+k', 'k.0', 'ke0', 'k.' are not indices."""
-    i = _pick(draw, lines)
-    toks = _tokens(lines[i])
-    pos = _feature_positions(toks)[:46]
-    if pos:
-        j = draw(st.sampled_from(pos))
-        k, value = toks[j].split(b":", 1)
-        spelled = draw(st.sampled_from([b"0" + k, b"+" + k, k + b".0", k + b"e0", k + b".", k + b"E0"]))
-        toks[j] = spelled + b":" + value
-        lines[i] = b" ".join(toks)
+
+    def spell(draw, k, value):
+        return (
+            draw(st.sampled_from([b"0" + k, b"+" + k, k + b".0", k + b"e0", k + b".", k + b"E0"]))
+            + b":"
+            + value
+        )
+
+    _rewrite_feature(draw, lines, spell)
 
 
 def m_huge(draw, lines):
@@ -512,13 +512,7 @@ def m_empty_group(draw, lines):
 
 def m_null(draw, lines):
     for _ in range(draw(st.integers(1, 4))):
-        i = _pick(draw, lines)
-        toks = _tokens(lines[i])
-        pos = _feature_positions(toks)[:46]
-        if pos:
-            j = draw(st.sampled_from(pos))
-            toks[j] = toks[j].split(b":")[0] + b":NULL"
-            lines[i] = b" ".join(toks)
+        _rewrite_feature(draw, lines, lambda _draw, k, _value: k + b":NULL")
 
 
 def m_unicode(draw, lines):
