@@ -153,9 +153,9 @@ def run_experiment(
     """
     from tqdm.auto import tqdm
 
+    keys = shard_keys(spec.run_keys(), shard)  # a bad shard is refused before anything is written
     store = RunStore(out)
     store.claim(spec)
-    keys = shard_keys(spec.run_keys(), shard)
     names = _run_names(spec)
     todo = pending_runs(spec, store, shard)
     need_units = {(s, f) for s, f in keys if spec.anomaly and not store.has_unit(s, f)}
