@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from ctxrank.cli import main
+from ctxrank.cli_experiment import default_out
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment
@@ -268,7 +269,11 @@ top = 3"""
     res = build_report(spec, store)
     assert res["anomaly"]["pairs"] == 16 and sum(r["n"] for r in res["anomaly"]["buckets"]) == 16
     assert (tmp_path / "out" / "anomaly.png").is_file()
-    assert "Anomalous queries" in (tmp_path / "out" / "table.md").read_text()
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "Anomalous queries" in md
+    # every run's forest is seeded with that run's seed, and the report says so (not run 1's seed)
+    assert "random_state=the run's seed" in md and "top 3 items" in md
+    assert all(store.load_unit(s, f)["seed"] == s for s, f in spec.run_keys())
 
 
 # ---------------------------------------------------------------------------------------- CLI
@@ -288,6 +293,19 @@ def test_cli_experiment_report_only_and_compare(tmp_path, capsys):
     assert res["metrics"]["map"]["runs"]["n"] == 2
     assert main(["compare", f"{out}:mnl", f"{out}:nope"]) == 2
     assert "no runs of model 'nope'" in capsys.readouterr().err
+
+
+def test_default_output_directory_is_per_dataset_when_dataset_is_overridden():
+    assert str(default_out("qilcm-table2")) == "results/qilcm-table2"
+    assert str(default_out("qilcm-table2", "ohsumed")) == "results/qilcm-table2-ohsumed"
+    # an alias or another case is the same dataset: the same name, the same fingerprint (so it resumes)
+    specs = [
+        load_spec("qilcm-table2", [f"data.dataset={n}", "data.folds=[]"])
+        for n in ("ohsumed", "OHSUMED", "letor3-ohsumed")
+    ]
+    assert {s.data.dataset for s in specs} == {"ohsumed"} and len({s.fingerprint() for s in specs}) == 1
+    with pytest.raises(ValueError, match="nope"):
+        load_spec("qilcm-table2", ["data.dataset=nope"])
 
 
 def test_cli_compare_reads_evaluate_json(tmp_path, capsys):

@@ -29,7 +29,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("spec", metavar="CONFIG", help="TOML file or built-in experiment name")
-    p.add_argument("--out", metavar="DIR", help="experiment directory (default: results/<name>)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="experiment directory (default: results/<name>, or results/<name>-<dataset> with --dataset)",
+    )
     p.add_argument("--runs", type=int, metavar="N", help="override runs.count (e.g. 3 for a quick look)")
     p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
     p.add_argument("--threads", type=int, metavar="N", help="override runs.threads")
@@ -69,6 +73,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def default_out(name: str, dataset: str | None = None) -> Path:
+    """``results/<name>``, or ``results/<name>-<dataset>`` when ``--dataset`` overrides the spec's data,
+    so that one spec run on two datasets never lands in (and is refused by) one directory."""
+    return Path("results") / (f"{name}-{dataset}" if dataset else name)
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     from ctxrank.experiments import build_report, load_spec, run_experiment
     from ctxrank.experiments.store import RunStore
@@ -81,7 +91,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.threads is not None:
         overrides.append(f"runs.threads={args.threads}")
     spec = load_spec(args.spec, overrides)
-    out = Path(args.out) if args.out else Path("results") / spec.name
+    out = Path(args.out) if args.out else default_out(spec.name, args.dataset and spec.data.dataset)
     if args.report_only:
         store = RunStore(out)
         if not (out / "experiment.json").is_file():

@@ -22,7 +22,7 @@ from scipy import stats
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.stats import paired_test
 
-__all__ = ["anomaly_scores", "bucket_gaps", "query_vectors"]
+__all__ = ["anomaly_scores", "bucket_gaps", "method_text", "query_vectors"]
 
 
 def query_vectors(data: RankingData, scores: np.ndarray, top: int = 10) -> np.ndarray:
@@ -35,6 +35,14 @@ def query_vectors(data: RankingData, scores: np.ndarray, top: int = 10) -> np.nd
     sums = np.zeros((data.n_queries, data.n_features))
     np.add.at(sums, q[keep], data.features[keep].astype(np.float64))
     return sums / np.minimum(data.query_lengths, top)[:, None]
+
+
+def method_text(top: int, n_estimators: int) -> str:
+    """One line describing how ``anomaly_scores`` scores queries, for reports."""
+    return (
+        f"IsolationForest(n_estimators={n_estimators}, random_state=the run's seed) on the mean "
+        f"features of each query's top {top} items under LambdaMART (fitted on train)"
+    )
 
 
 def anomaly_scores(

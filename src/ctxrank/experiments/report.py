@@ -175,7 +175,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
 
 
 def _anomaly(spec, store, keys, records) -> dict[str, Any]:
-    from ctxrank.experiments.anomaly import bucket_gaps
+    from ctxrank.experiments.anomaly import bucket_gaps, method_text
 
     a_name, b_name = spec.anomaly.models
     scores, a_vals, b_vals = [], {k: [] for k in spec.anomaly.metrics}, {k: [] for k in spec.anomaly.metrics}
@@ -189,7 +189,11 @@ def _anomaly(spec, store, keys, records) -> dict[str, Any]:
             a_vals[k] += ra["metrics"][k]
             b_vals[k] += rb["metrics"][k]
     res = bucket_gaps(np.array(scores), a_vals, b_vals, spec.anomaly.buckets)
-    res.update(models=[a_name, b_name], method=store.load_unit(*keys[0])["method"], pairs=len(scores))
+    res.update(
+        models=[a_name, b_name],
+        method=method_text(spec.anomaly.top, spec.anomaly.n_estimators),
+        pairs=len(scores),
+    )
     return res
 
 
@@ -250,7 +254,7 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
             f"(1 = least anomalous; {an['pairs']} (run, test query) pairs; ± = 95% CI; p: paired t-test).",
             f"Method: {an['method']}.",
             "",
-            "| bucket | queries | " + " | ".join(spec.anomaly.metrics) + " |",
+            "| bucket | (run, query) pairs | " + " | ".join(spec.anomaly.metrics) + " |",
             "|---:|---:|" + "---:|" * len(spec.anomaly.metrics),
         ]
         for row in an["buckets"]:

@@ -258,7 +258,7 @@ def _run_one(
 
 
 def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: _SharedInitial, seed: int) -> dict[str, Any]:
-    from ctxrank.experiments.anomaly import anomaly_scores
+    from ctxrank.experiments.anomaly import anomaly_scores, method_text
 
     a = spec.anomaly
     initial, train_scores = shared.get()
@@ -275,6 +275,5 @@ def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: _SharedInitial, seed
         "seed": seed,
         "query_ids": [str(q) for q in unit.test.query_ids],
         "anomaly_score": scores.tolist(),
-        "method": f"IsolationForest(n_estimators={a.n_estimators}, random_state={seed}) on the mean "
-        f"features of each query's top {a.top} items under LambdaMART (fitted on train)",
+        "method": method_text(a.top, a.n_estimators),
     }

@@ -126,6 +126,10 @@ class DataSpec:
         if len(sources) != 1:
             raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
         kw = dict(d)
+        if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
+            from ctxrank.data.registry import get_spec
+
+            kw["dataset"] = get_spec(kw["dataset"]).name
         if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
             kw["file"] = str((base / kw["file"]).resolve())
         if "folds" in kw:
