@@ -79,7 +79,15 @@ def test_holm_matches_its_definition_by_brute_force():
 # ------------------------------------------------------------------------------------------- spec
 def test_every_builtin_spec_loads_and_builds_its_run_configs():
     names = builtin_names()
-    assert {"demo", "qilcm-table2", "qilcm-table3", "qilcm-figure2", "arsm-table2-3", "choice"} <= set(names)
+    assert {
+        "demo",
+        "qilcm-table2",
+        "qilcm-table3",
+        "qilcm-figure2",
+        "arsm-table2-3",
+        "choice",
+        "dcm-crossfit",
+    } <= set(names)
     for name in names:
         spec = load_spec(name)
         assert len(spec.run_keys()) == spec.runs
