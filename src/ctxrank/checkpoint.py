@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ctxrank._io import atomic_write, write_json
 from ctxrank.config import BASELINE_MODELS, RunConfig, to_toml
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
@@ -34,26 +32,6 @@ from ctxrank.data.transforms import Transform
 FORMAT_VERSION = 1
 META_FILE = "ctxrank.json"
 WEIGHTS_FILE = "model.safetensors"
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        with tmp.open("rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, allow_nan=True) + "\n"))
 
 
 @dataclass

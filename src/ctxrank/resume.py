@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank.checkpoint import atomic_write, write_json
+from ctxrank._io import atomic_write, read_json_file, write_json
+from ctxrank._io import fsync_dir as _fsync_dir
 
 FORMAT_VERSION = 1
 STATE_FILE = "state.json"
@@ -84,30 +84,6 @@ def fingerprint(data: Any, init_scores: np.ndarray | None = None) -> str:
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.data)
     return h.hexdigest()
-
-
-def read_json_file(path: Path, what: str) -> Any:
-    """A JSON file's content; a missing, non-UTF-8 or non-JSON file (e.g. a pickle) is a ValueError."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: missing {what}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a valid {what} (expected JSON: {exc})") from None
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (no-op where directories cannot be opened, e.g. Windows)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
