@@ -90,6 +90,33 @@ def make_choice_sessions(
     make choices more predictable (the chooser's P@1 is about 0.2 at 1.0 and 0.3 at 1.5 with the
     default session sizes).
     """
+    _check_options(n_sessions, min_items, max_items, utility_scale)
+    rng = np.random.default_rng(seed)
+    n = rng.integers(min_items, max_items + 1, size=int(n_sessions))  # items per session, (S,)
+    sess = np.repeat(np.arange(n.size), n)  # (N,)
+    travel = _draw_sessions(rng, n.size)
+    items = _draw_itineraries(rng, travel, sess)
+    utility = utility_scale * _utility(travel, items, sess)
+    starts = np.r_[0, np.cumsum(n)[:-1]]
+    prob = _session_softmax(utility, sess, starts)
+    chosen = _draw_choice(rng, prob, sess, starts, n)
+    table = pd.DataFrame(
+        {
+            "session": np.char.add("s", sess.astype(str)),
+            "item": np.arange(sess.size) - starts[sess],
+            "chosen": chosen.astype(np.int64),
+            "price": np.round(items["price"], 2),
+            "duration": np.round(items["duration"], 2),
+            "stops": items["stops"].astype(np.int64),
+            "dep_hour": items["dep_hour"].astype(np.int64),
+            "airline": np.asarray(AIRLINES)[items["airline"]],
+            "cabin": np.asarray(CABINS)[items["cabin"]],
+        }
+    )
+    return ChoiceSessions(table=table, chooser_prob=prob)
+
+
+def _check_options(n_sessions: int, min_items: int, max_items: int, utility_scale: float) -> None:
     if not (isinstance(utility_scale, (int, float)) and utility_scale > 0):
         raise ValueError(f"utility_scale must be a positive number, got {utility_scale!r}")
     for name, v in (("n_sessions", n_sessions), ("min_items", min_items), ("max_items", max_items)):
@@ -97,62 +124,85 @@ def make_choice_sessions(
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if min_items < 2 or max_items < min_items:
         raise ValueError(f"need 2 <= min_items <= max_items, got {min_items}, {max_items}")
-    rng = np.random.default_rng(seed)
-    S = int(n_sessions)
-    n = rng.integers(min_items, max_items + 1, size=S)
-    sess = np.repeat(np.arange(S), n)  # (N,)
-    N = int(n.sum())
 
-    # session level: route and traveller
+
+def _draw_sessions(rng: np.random.Generator, S: int) -> dict[str, np.ndarray]:
+    """Session level, each ``(S,)``: the route (distance, base time and fare) and the traveller's tastes."""
     dist = np.exp(rng.normal(np.log(1500.0), 0.8, size=S)).clip(250, 12000)
-    base_time = 0.6 + dist / 800.0
-    base_fare = (40.0 + 0.11 * dist) * np.exp(rng.normal(0.0, 0.25, size=S))
+    t = {"dist": dist, "base_time": 0.6 + dist / 800.0}
+    t["base_fare"] = (40.0 + 0.11 * dist) * np.exp(rng.normal(0.0, 0.25, size=S))
     business = rng.random(S) < 0.3
-    b_price = np.exp(rng.normal(np.where(business, 0.2, 1.0), 0.4))  # on log price
-    b_time = np.exp(rng.normal(np.where(business, 0.6, -0.2), 0.5))  # on duration / base time
-    b_stop = np.exp(rng.normal(-0.5, 0.5, size=S))
-    pref_hour = rng.choice([7.0, 9.0, 13.0, 18.0, 21.0], size=S) + rng.normal(0, 1.5, size=S)
-    b_hour = np.exp(rng.normal(-0.3, 0.6, size=S))
-    b_cabin = np.where(business, 1.2, -0.6) + rng.normal(0, 0.5, size=S)
-    fav_airline = rng.integers(0, len(AIRLINES), size=S)
-    b_loyal = np.exp(rng.normal(-0.2, 0.7, size=S)) * (rng.random(S) < 0.6)
+    t["b_price"] = np.exp(rng.normal(np.where(business, 0.2, 1.0), 0.4))  # on log price
+    t["b_time"] = np.exp(rng.normal(np.where(business, 0.6, -0.2), 0.5))  # on duration / base time
+    t["b_stop"] = np.exp(rng.normal(-0.5, 0.5, size=S))
+    t["pref_hour"] = rng.choice([7.0, 9.0, 13.0, 18.0, 21.0], size=S) + rng.normal(0, 1.5, size=S)
+    t["b_hour"] = np.exp(rng.normal(-0.3, 0.6, size=S))
+    t["b_cabin"] = np.where(business, 1.2, -0.6) + rng.normal(0, 0.5, size=S)
+    t["fav_airline"] = rng.integers(0, len(AIRLINES), size=S)
+    t["b_loyal"] = np.exp(rng.normal(-0.2, 0.7, size=S)) * (rng.random(S) < 0.6)
+    return t
 
-    # itinerary level
+
+def _draw_itineraries(
+    rng: np.random.Generator, travel: dict[str, np.ndarray], sess: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Itinerary level, each ``(N,)``: carrier, cabin, stops, departure hour, duration and price."""
+    N = sess.size
     airline = rng.integers(0, len(AIRLINES), size=N)
     cabin = rng.choice(len(CABINS), size=N, p=_CABIN_SHARE)
-    long_haul = (dist[sess] > 3000).astype(float)
+    long_haul = (travel["dist"][sess] > 3000).astype(float)
     stops = np.minimum(rng.poisson(0.4 + 0.6 * long_haul), 2)
     dep_hour = rng.integers(0, 24, size=N)
     layover = stops * rng.uniform(0.75, 4.0, size=N)
-    duration = base_time[sess] * (1 + 0.35 * stops) * np.exp(rng.normal(0, 0.08, size=N)) + layover
+    duration = travel["base_time"][sess] * (1 + 0.35 * stops) * np.exp(rng.normal(0, 0.08, size=N)) + layover
     price = (
-        base_fare[sess]
+        travel["base_fare"][sess]
         * _CARRIER_FARE[airline]
         * _CABIN_FARE[cabin]
         * 0.85**stops
         * np.exp(rng.normal(0, 0.18, size=N))
     )
+    return {
+        "airline": airline,
+        "cabin": cabin,
+        "stops": stops,
+        "dep_hour": dep_hour,
+        "duration": duration,
+        "price": price,
+    }
 
-    hour_gap = np.abs(dep_hour - pref_hour[sess]) % 24
+
+def _utility(travel: dict[str, np.ndarray], items: dict[str, np.ndarray], sess: np.ndarray) -> np.ndarray:
+    """The systematic utility ``V_sj`` of every itinerary, ``(N,)`` (before ``utility_scale``)."""
+    t = {k: v[sess] for k, v in travel.items()}
+    hour_gap = np.abs(items["dep_hour"] - t["pref_hour"]) % 24
     hour_gap = np.minimum(hour_gap, 24 - hour_gap) / 12.0  # circular distance in [0, 1]
-    utility = utility_scale * (
-        -b_price[sess] * np.log(price / base_fare[sess])
-        - b_time[sess] * (duration / base_time[sess] - 1)
-        - b_stop[sess] * stops
-        - b_hour[sess] * 2.0 * hour_gap
-        + b_cabin[sess] * (cabin > 0) * (0.5 + 0.5 * (cabin == 2))
+    cabin, airline = items["cabin"], items["airline"]
+    return (
+        -t["b_price"] * np.log(items["price"] / t["base_fare"])
+        - t["b_time"] * (items["duration"] / t["base_time"] - 1)
+        - t["b_stop"] * items["stops"]
+        - t["b_hour"] * 2.0 * hour_gap
+        + t["b_cabin"] * (cabin > 0) * (0.5 + 0.5 * (cabin == 2))
         + _CARRIER_QUALITY[airline]
-        + b_loyal[sess] * (airline == fav_airline[sess])
+        + t["b_loyal"] * (airline == t["fav_airline"])
     )
-    # softmax per session (stable: subtract the session max)
-    starts = np.r_[0, np.cumsum(n)[:-1]]
+
+
+def _session_softmax(utility: np.ndarray, sess: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``softmax(V_s)`` within each session, ``(N,)`` (stable: the session maximum is subtracted)."""
     v_max = np.maximum.reduceat(utility, starts)
     e = np.exp(utility - v_max[sess])
-    prob = e / np.add.reduceat(e, starts)[sess]
-    # one choice per session: inverse-CDF draw within each session, vectorized
+    return e / np.add.reduceat(e, starts)[sess]
+
+
+def _draw_choice(
+    rng: np.random.Generator, prob: np.ndarray, sess: np.ndarray, starts: np.ndarray, n: np.ndarray
+) -> np.ndarray:
+    """One chosen item per session, bool ``(N,)``: an inverse-CDF draw within each session, vectorized."""
     cum = np.cumsum(prob)
     offset = np.r_[0.0, cum[np.cumsum(n)[:-1] - 1]]  # cumulative mass before each session
-    u = rng.random(S)
+    u = rng.random(n.size)
     within = cum - offset[sess]
     before = np.r_[0.0, within[:-1]]
     before[starts] = 0.0
@@ -160,18 +210,4 @@ def make_choice_sessions(
     # float round-off can leave a session without a hit at u ~ 1: give it to its last item
     missing = np.flatnonzero(np.add.reduceat(chosen.astype(int), starts) == 0)
     chosen[starts[missing] + n[missing] - 1] = True
-
-    table = pd.DataFrame(
-        {
-            "session": np.char.add("s", sess.astype(str)),
-            "item": np.arange(N) - starts[sess],
-            "chosen": chosen.astype(np.int64),
-            "price": np.round(price, 2),
-            "duration": np.round(duration, 2),
-            "stops": stops.astype(np.int64),
-            "dep_hour": dep_hour.astype(np.int64),
-            "airline": np.asarray(AIRLINES)[airline],
-            "cabin": np.asarray(CABINS)[cabin],
-        }
-    )
-    return ChoiceSessions(table=table, chooser_prob=prob)
+    return chosen
