@@ -349,9 +349,11 @@ def test_cli_errors(saved, tmp_path, capsys):
 def test_a_trace_that_does_not_generalize_is_refused(saved, tmp_path, monkeypatch):
     """DLCM's own forward has a data-dependent loop length: traced as is, it would be wrong for other
     list lengths. The check on another batch shape must catch it, for both formats."""
-    import ctxrank.export
+    import ctxrank.models.dlcm
 
-    monkeypatch.setattr(ctxrank.export, "_recurrent_scorers", dict)
+    # the eager path traced as it is: a Python loop unrolled for the traced length
+    monkeypatch.setattr(ctxrank.models.dlcm, "tracing", lambda: False)
+    monkeypatch.setattr(ctxrank.models.dlcm, "traceable_loop", lambda fn: fn)
     model_dir = saved("dlcm")
     old = tmp_path / "d.pt"
     old.write_bytes(b"an earlier export")
