@@ -3,8 +3,8 @@
 :func:`export_model` turns a model directory of ``ctxrank train`` into one file that needs neither
 ctxrank nor its normalizer at serving time. The file holds a :class:`ServingModel`::
 
-    forward(features float32 [B, L, F], mask bool [B, L][, categorical int64 [B, L, C]])
-        -> scores float32 [B, L]
+    forward(features float32 (B, L, F), mask bool (B, L)[, categorical int64 (B, L, C)])
+        -> scores float32 (B, L)
 
 * ``features``: the RAW (un-normalized) features, in the model's feature order (``ctxrank.json``
   ``feature_names``); the saved normalizer (``transform``) is applied inside the graph, in float64 as
@@ -29,12 +29,14 @@ The items cut off follow the re-ranked ones in their initial order (:func:`ctxra
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
 
-How: the model's forward is traced (``torch.jit.trace``). DLCM and DCM run a recurrence whose length
-is the list length; tracing would unroll it for the example's length, so their recurrences here are
-TorchScript loops (:func:`torch.jit.script`) that keep the length dynamic, with the same equations as
-the models (outputs agree to float32 rounding). ONNX goes through ``torch.onnx.export(dynamo=False)``
-(the TorchScript-based exporter, which turns those loops into ONNX ``Loop``), opset
-:data:`ONNX_OPSET`, with dynamic batch and list axes. Every export is checked: the written file is
+How: this module only wraps. The normalizer is the transform's own list form
+(:meth:`ctxrank.data.transforms.Transform.normalize_lists`, the same equations as ``transform()``,
+its statistics as buffers) and the ranker is the model's own forward, traced (``torch.jit.trace``).
+A model whose forward loops over the list (DLCM's eq. 4 GRU, DCM's encoder) owns a traceable form of
+that loop: while traced it runs the loop compiled by :func:`torch.jit.script`, so the length stays
+dynamic (:mod:`ctxrank.models._jit`). ONNX goes through ``torch.onnx.export(dynamo=False)`` (the
+TorchScript-based exporter, which turns those loops into ONNX ``Loop``), opset :data:`ONNX_OPSET`,
+with dynamic batch and list axes. Every export is checked: the written file is
 loaded back and run on a batch of another shape than the traced one, and must match the eager model.
 """
 
@@ -185,9 +187,9 @@ class ExportResult:
 
 
 def example_inputs(serving: ServingModel, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """A random batch for tracing and checking: raw features [B, L, F] that normalize to U(0.1, 0.9)
+    """A random batch for tracing and checking: raw features (B, L, F) that normalize to U(0.1, 0.9)
     (:meth:`FeatureNormalizer.raw_like`), prefix masks with one full row and the others shorter (at
-    least 1 item), codes [B, L, C] in each column's vocabulary."""
+    least 1 item), codes (B, L, C) in each column's vocabulary."""
     g = torch.Generator().manual_seed(seed)
     features = serving.normalizer.raw_like(torch.rand(batch, length, serving.n_features, generator=g))
     lengths = torch.randint(1, length + 1, (batch,), generator=g)

@@ -158,14 +158,14 @@ class CategoricalEncoder:
         return self
 
     def transform(self, columns: Mapping[str, Any]) -> np.ndarray:
-        """int64 [N, C] codes, columns in ``columns_`` order (extra input columns are ignored)."""
+        """int64 (N, C) codes, columns in ``columns_`` order (extra input columns are ignored)."""
         return self._encode(columns)[0]
 
     def fit_transform(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.fit(columns).transform(columns)
 
     def _encode(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
-        """(codes int64 [N, C], number of unknown non-missing values, number of missing values)."""
+        """(codes int64 (N, C), number of unknown non-missing values, number of missing values)."""
         self._check_fitted()
         lacking = [c for c in self.columns_ if c not in columns]  # type: ignore[union-attr]
         if lacking:
@@ -186,7 +186,7 @@ class CategoricalEncoder:
         return np.stack(parts, axis=1), unknown, n_missing
 
     def decode(self, codes: np.ndarray) -> dict[str, np.ndarray]:
-        """Inverse of :meth:`transform`: int [N, C] codes -> column name -> object [N] categories
+        """Inverse of :meth:`transform`: int (N, C) codes -> column name -> object (N,) categories
         (``None`` for code 0, unknown or missing)."""
         self._check_fitted()
         codes = np.asarray(codes)
@@ -237,7 +237,7 @@ class CategoricalEncoder:
 
 
 def _as_strings(values: Any) -> tuple[pd.Series, np.ndarray]:
-    """(values as an object Series of str with None where missing, bool [N] missing mask)."""
+    """(values as an object Series of str with None where missing, bool (N,) missing mask)."""
     s = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     missing = s.isna().to_numpy()
     out = np.full(len(s), None, dtype=object)
@@ -360,8 +360,8 @@ def read_table(
         fill_value: value for missing numeric features (default 0.0).
 
     Returns:
-        RankingData with features float32 [N, F] (``feature_names`` = numeric columns), labels float32
-        [N], query ids (str) in order of first appearance, docids, categorical int64 [N, C] codes with
+        RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
+        (N,), query ids (str) in order of first appearance, docids, categorical int64 (N, C) codes with
         names and cardinalities (when ``categorical`` is given), and ``info`` with ``missing_filled``,
         ``regrouped`` and, with categorical columns, ``categorical_unknown`` (non-missing values outside
         the vocabulary), ``categorical_missing`` and ``categorical_encoder`` (the encoder's JSON form).
@@ -788,7 +788,7 @@ def _first_undecodable_line(path: Path, fmt: str) -> int | None:
 
 
 def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(float32 [N] values, NaN where missing; bool [N] missing) of a numeric column."""
+    """(float32 (N,) values, NaN where missing; bool (N,) missing) of a numeric column."""
     (shown,) = _short([col])
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):

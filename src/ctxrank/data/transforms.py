@@ -1,7 +1,7 @@
 """Feature normalizers: fitted on the training split only, applied to any split.
 
 The API follows scikit-learn: ``fit(data) -> self`` learns statistics from a :class:`RankingData`,
-``transform(data) -> RankingData`` returns a copy with normalized ``features`` (float32 [N, F]);
+``transform(data) -> RankingData`` returns a copy with normalized ``features`` (float32 (N, F));
 learned attributes end with ``_``. ``to_dict()`` / ``Transform.from_dict()`` give a JSON-safe form
 (plain lists of floats, no pickle) so a saved model can carry its normalizer.
 
@@ -126,7 +126,7 @@ class Transform:
         return self
 
     def transform(self, data: RankingData) -> RankingData:
-        """A copy of ``data`` with normalized features (float32 [N, F]); other fields shared.
+        """A copy of ``data`` with normalized features (float32 (N, F)); other fields shared.
 
         Raises:
             ValueError: not fitted (unless stateless), a feature count or names other than at fit
@@ -243,7 +243,7 @@ class Transform:
         """Set the learned arrays from ``data``."""
 
     def _apply(self, data: RankingData) -> np.ndarray:
-        """float32 [N, F] normalized features."""
+        """float32 (N, F) normalized features."""
         raise NotImplementedError
 
 
@@ -329,8 +329,8 @@ class GlobalMinMax(_Affine):
             training. With ``clip=False`` they are kept (only clipped to the finite float32 range).
 
     Attributes:
-        min_: float64 [F] per-feature minimum on the training rows.
-        max_: float64 [F] per-feature maximum on the training rows.
+        min_: float64 (F,) per-feature minimum on the training rows.
+        max_: float64 (F,) per-feature maximum on the training rows.
     """
 
     name = "minmax"
@@ -371,8 +371,8 @@ class ZScore(_Affine):
     (its ``std_`` is stored as 0). Statistics are computed in float64 with two passes over the rows.
 
     Attributes:
-        mean_: float64 [F] per-feature mean on the training rows.
-        std_: float64 [F] per-feature population std (ddof = 0) on the training rows; 0 where constant.
+        mean_: float64 (F,) per-feature mean on the training rows.
+        std_: float64 (F,) per-feature population std (ddof = 0) on the training rows; 0 where constant.
     """
 
     name = "zscore"
@@ -416,8 +416,8 @@ class Log1pZScore(ZScore):
     and monotone, so the order of values within a feature is kept.
 
     Attributes:
-        mean_: float64 [F] mean of ``sign(x) * log1p(|x|)`` on the training rows.
-        std_: float64 [F] population std of the same; 0 where constant.
+        mean_: float64 (F,) mean of ``sign(x) * log1p(|x|)`` on the training rows.
+        std_: float64 (F,) population std of the same; 0 where constant.
     """
 
     name = "log1p-zscore"

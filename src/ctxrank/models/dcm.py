@@ -71,7 +71,7 @@ class DCMConfig:
 
 
 class DCM(Ranker):
-    """Pointer-network choice model: ``[B, L, F]`` alternatives (real items first) -> ``[B, L]`` logits."""
+    """Pointer-network choice model: ``(B, L, F)`` alternatives (real items first) -> ``(B, L)`` logits."""
 
     name = "dcm"
     config_class = DCMConfig

@@ -1,4 +1,4 @@
-"""DLCM: the Deep Listwise Context Model (Ai, Bi, Guo, Croft; SIGIR 2018; seed 003).
+"""DLCM: the Deep Listwise Context Model (Ai, Bi, Guo, Croft; SIGIR 2018).
 
 DLCM re-ranks the top ``n`` items of an initial ranking. **The row order of a list is the initial
 ranking**: position 0 is the initial top-1 (``ctxrank.data.lists.truncate_top_k`` / the re-ranking
@@ -221,7 +221,7 @@ def paper_gru_steps(
 
 
 class DLCM(Ranker):
-    """Deep Listwise Context Model: ``[B, L, F]`` features in initial-rank order -> ``[B, L]`` scores.
+    """Deep Listwise Context Model: ``(B, L, F)`` features in initial-rank order -> ``(B, L)`` scores.
 
     See the module docstring for the equations, the padding treatment and the loss options.
     """
@@ -267,7 +267,7 @@ class DLCM(Ranker):
 
     # ------------------------------------------------------------------------------------------------
     def represent(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
-        """x' = [x; z^(2)] (eq. 3): [B, L, F] -> [B, L, alpha]."""
+        """x' = [x; z^(2)] (DLCM eq. 3): (B, L, F) -> (B, L, alpha)."""
         x = self.item_inputs(features, categorical)
         if self.encoder is None:
             return x
@@ -275,7 +275,7 @@ class DLCM(Ranker):
 
     @staticmethod
     def feed_order(lengths: torch.Tensor, L: int, order: str) -> torch.Tensor:
-        """int64 [B, L]: ``idx[b, t]`` = the item fed at step ``t``.
+        """int64 (B, L): ``idx[b, t]`` = the item fed at step ``t``.
 
         ``"rank"``: ``t``. ``"reverse_rank"``: ``n_b - 1 - t`` for ``t < n_b`` (real items reversed
         within the row's own length), ``t`` on padding. Both are involutions: ``idx[b, idx[b, i]] = i``,
