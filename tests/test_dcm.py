@@ -102,3 +102,17 @@ def test_defaults_and_registry():
     assert cfg.loss_name == "listnet"
     with pytest.raises(ValueError, match=r"model_params\.cell"):
         make_model("dcm", 5, {"cell": "rnn"})
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_the_traced_encoder_loop_equals_the_packed_encoder(cell):
+    """``encode_steps`` (the loop a trace records, for export) and ``encode_packed`` (training's
+    cuDNN path) compute the same outputs and final states, empty rows included."""
+    model = _model(cell=cell).double().eval()
+    gen = torch.Generator().manual_seed(3)
+    e = torch.randn(4, 6, 8, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([3, 6, 0, 1])
+    h_packed, state_packed = model.encode_packed(e, lengths)
+    h_steps, state_steps = model.encode_steps(e, lengths)
+    torch.testing.assert_close(h_steps, h_packed, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(state_steps, state_packed, rtol=1e-12, atol=1e-12)

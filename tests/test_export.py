@@ -178,6 +178,45 @@ def test_export_reproduces_the_library(name, overrides, fmt, saved, data, tmp_pa
     _padding_is_inert(run, data[2])
 
 
+class _Positional(torch.nn.Module):
+    """``model(features, mask, categorical=...)`` with positional inputs, for ``torch.jit.trace``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, features, mask, categorical):
+        return self.model(features, mask, categorical=categorical)
+
+
+def _lists(B, L, F, cards, seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, L + 1, (B,), generator=g)
+    lengths[0] = L
+    mask = torch.arange(L)[None, :] < lengths[:, None]
+    x = torch.where(mask[..., None], torch.rand(B, L, F, generator=g), torch.zeros(B, L, F))
+    codes = torch.stack([torch.randint(0, c, (B, L), generator=g) for c in cards], dim=-1)
+    return x, mask, torch.where(mask[..., None], codes, torch.zeros_like(codes))
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
+@pytest.mark.parametrize(
+    ("name", "overrides"), [(name, ()) for name in sorted(MODELS)] + VARIANTS, ids=lambda v: str(v)
+)
+def test_the_traced_forward_is_the_models_own(name, overrides):
+    """Every neural model traced as it is (no export-side restatement) gives its eager scores on
+    batches of other shapes than the traced one: the traceable forward is the model's forward."""
+    params = resolve_config(None, [f"model={name}", *SMALL.get(name, ()), *overrides]).model_params
+    torch.manual_seed(0)
+    model = make_model(name, 4, params, categorical_cardinalities=(3, 5)).eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(_Positional(model), _lists(3, 5, 4, (3, 5), seed=0))
+        for seed, (B, L) in enumerate([(4, 7), (2, 3), (5, 1)], start=1):
+            x, mask, codes = _lists(B, L, 4, (3, 5), seed)
+            eager = model(x, mask, categorical=codes)
+            torch.testing.assert_close(traced(x, mask, codes)[mask], eager[mask], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_no_model_reads_init_scores(name):
     """The export has no init_scores input: that is only right while every model ignores them."""
@@ -349,9 +388,11 @@ def test_cli_errors(saved, tmp_path, capsys):
 def test_a_trace_that_does_not_generalize_is_refused(saved, tmp_path, monkeypatch):
     """DLCM's own forward has a data-dependent loop length: traced as is, it would be wrong for other
     list lengths. The check on another batch shape must catch it, for both formats."""
-    import ctxrank.export
+    import ctxrank.models.dlcm
 
-    monkeypatch.setattr(ctxrank.export, "_recurrent_scorers", dict)
+    # the eager path traced as it is: a Python loop unrolled for the traced length
+    monkeypatch.setattr(ctxrank.models.dlcm, "tracing", lambda: False)
+    monkeypatch.setattr(ctxrank.models.dlcm, "traceable_loop", lambda fn: fn)
     model_dir = saved("dlcm")
     old = tmp_path / "d.pt"
     old.write_bytes(b"an earlier export")

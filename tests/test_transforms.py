@@ -202,3 +202,27 @@ def test_finite_input_gives_finite_output(train, test_rows):
         for d in (d_train, d_test):
             out = t.transform(d).features
             assert np.isfinite(out).all(), (t, d.features, out)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_list_form_equals_the_transform(name):
+    """``normalize_lists`` on padded lists (here with numpy as the array library; the export runs the
+    same code with torch, tests/test_export.py) gives ``transform``'s numbers on the real items, and
+    ``raw_lists`` inverts it."""
+    train, test = random_data(1), random_data(2, scale=30.0)
+    t = make_transform(name).fit(train)
+    assert t.has_list_form()
+    B, L = test.n_queries, int(np.diff(test.query_offsets).max())
+    x = np.full((B, L, test.n_features), -1e6)  # garbage at padded positions
+    mask = np.zeros((B, L), dtype=bool)
+    for q in range(B):
+        a, b = test.query_offsets[q : q + 2]
+        x[q, : b - a], mask[q, : b - a] = test.features[a:b], True
+    params = t.list_params()
+    got = t.normalize_lists(x, mask, params, np)[mask].astype(np.float32)
+    np.testing.assert_array_equal(got, t.transform(test).features)
+    if name in ("minmax", "zscore", "log1p-zscore"):
+        y = np.random.default_rng(0).uniform(0.1, 0.9, size=(3, test.n_features))
+        back = t.normalize_lists(t.raw_lists(y, params, np), np.ones((3,), bool), params, np)
+        live = params["scale"] > 0
+        np.testing.assert_allclose(back[:, live], y[:, live], rtol=1e-9)

@@ -158,14 +158,14 @@ class CategoricalEncoder:
         return self
 
     def transform(self, columns: Mapping[str, Any]) -> np.ndarray:
-        """int64 [N, C] codes, columns in ``columns_`` order (extra input columns are ignored)."""
+        """int64 (N, C) codes, columns in ``columns_`` order (extra input columns are ignored)."""
         return self._encode(columns)[0]
 
     def fit_transform(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.fit(columns).transform(columns)
 
     def _encode(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, int, int]:
-        """(codes int64 [N, C], number of unknown non-missing values, number of missing values)."""
+        """(codes int64 (N, C), number of unknown non-missing values, number of missing values)."""
         self._check_fitted()
         lacking = [c for c in self.columns_ if c not in columns]  # type: ignore[union-attr]
         if lacking:
@@ -186,7 +186,7 @@ class CategoricalEncoder:
         return np.stack(parts, axis=1), unknown, n_missing
 
     def decode(self, codes: np.ndarray) -> dict[str, np.ndarray]:
-        """Inverse of :meth:`transform`: int [N, C] codes -> column name -> object [N] categories
+        """Inverse of :meth:`transform`: int (N, C) codes -> column name -> object (N,) categories
         (``None`` for code 0, unknown or missing)."""
         self._check_fitted()
         codes = np.asarray(codes)
@@ -237,7 +237,7 @@ class CategoricalEncoder:
 
 
 def _as_strings(values: Any) -> tuple[pd.Series, np.ndarray]:
-    """(values as an object Series of str with None where missing, bool [N] missing mask)."""
+    """(values as an object Series of str with None where missing, bool (N,) missing mask)."""
     s = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     missing = s.isna().to_numpy()
     out = np.full(len(s), None, dtype=object)
@@ -360,8 +360,8 @@ def read_table(
         fill_value: value for missing numeric features (default 0.0).
 
     Returns:
-        RankingData with features float32 [N, F] (``feature_names`` = numeric columns), labels float32
-        [N], query ids (str) in order of first appearance, docids, categorical int64 [N, C] codes with
+        RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
+        (N,), query ids (str) in order of first appearance, docids, categorical int64 (N, C) codes with
         names and cardinalities (when ``categorical`` is given), and ``info`` with ``missing_filled``,
         ``regrouped`` and, with categorical columns, ``categorical_unknown`` (non-missing values outside
         the vocabulary), ``categorical_missing`` and ``categorical_encoder`` (the encoder's JSON form).
@@ -401,18 +401,14 @@ def read_table_with_rows(
     """:func:`read_table`, plus where each row came from.
 
     Returns:
-        ``(data, file_rows)``: ``file_rows`` int64 [N] is the 0-based data row of the file (header
+        ``(data, file_rows)``: ``file_rows`` int64 (N,) is the 0-based data row of the file (header
         excluded) of each row of ``data``; the identity unless the rows were regrouped. Scores
-        ``s`` [N] computed on ``data`` are in file order as ``out[file_rows] = s``; scores ``t`` [N]
+        ``s`` (N,) computed on ``data`` are in file order as ``out[file_rows] = s``; scores ``t`` (N,)
         in file order are in ``data``'s order as ``t[file_rows]``.
     """
     path = Path(path)
     name = str(path)
-    fmt = _format_of(path)
-    if fmt is None:
-        raise ValueError(f"{name}: unsupported file type; expected one of {sorted(_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"{name}: no such file")
+    fmt = _table_format(path)
     categorical = _names(categorical, "categorical")
     if numeric is not None:
         numeric = _names(numeric, "numeric")
@@ -420,115 +416,27 @@ def read_table_with_rows(
         raise ValueError(f"fill_value must be finite, got {fill_value}")
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
+    special = _special_columns(query, label, categorical, docid, numeric)
 
-    special = [query, *([label] if label is not None else []), *categorical] + (
-        [docid] if docid is not None else []
-    )
-    if len(set(special)) != len(special):
-        raise ValueError(f"query, label, docid and categorical columns must be distinct, got {special}")
-    if numeric is not None:
-        clash = sorted(set(numeric) & set(special))
-        if clash:
-            raise ValueError(
-                f"numeric columns {clash} are also the query, label, docid or categorical column"
-            )
-
-    text_cols = [query, *categorical] + ([docid] if docid is not None else [])
-    df = _read_frame(path, fmt, text_cols)
-    available = [str(c) for c in df.columns]
-    wanted = special + (list(numeric) if numeric is not None else [])
-    absent = [c for c in wanted if c not in available]
-    if absent:
-        raise ValueError(f"{name}: no column(s) {absent}; the file has columns {_short(available)}")
-    if len(set(available)) != len(available):
-        raise ValueError(f"{name}: repeated column names in the header")
-    if numeric is None:
-        numeric = tuple(c for c in available if c not in set(special))
-    n = len(df)
-    if n == 0:
-        raise ValueError(f"{name}: empty file (no data rows)")
-
-    # query ids
-    q_raw = df[query]
-    q_missing = q_raw.isna().to_numpy()
-    if q_missing.any():
-        raise ValueError(
-            f"{name}: data row {int(np.argmax(q_missing)) + 1}: missing query id in column {query!r}"
-        )
-    q_str = q_raw.astype(str).to_numpy(dtype=object)
-
-    # labels
-    if label is None:
-        labels, lab_missing = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool)
-    else:
-        labels, lab_missing = _numeric(df[label], label, name)
-    if lab_missing.any():
-        raise ValueError(
-            f"{name}: data row {int(np.argmax(lab_missing)) + 1}: missing label in column {label!r}"
-        )
-
-    # numeric features
-    features = np.empty((n, len(numeric)), dtype=np.float32)
-    missing_filled = 0
-    for j, col in enumerate(numeric):
-        values, miss = _numeric(df[col], col, name)
-        if miss.any():
-            values[miss] = fill_value
-            missing_filled += int(miss.sum())
-        features[:, j] = values
-
+    df = _read_frame(path, fmt, [query, *categorical] + ([docid] if docid is not None else []))
+    numeric = _feature_columns(df, name, special, numeric)
+    q_str = _query_ids(df, query, name)
+    labels = _labels(df, label, name)
+    features, missing_filled = _numeric_features(df, numeric, name, fill_value)
     info: dict[str, Any] = {"missing_filled": missing_filled}
-
-    # categorical codes
-    codes = None
-    cat_names: tuple[str, ...] = ()
-    cards: tuple[int, ...] = ()
-    if categorical:
-        if encoder is None:
-            encoder = CategoricalEncoder()
-        columns = {c: df[c] for c in categorical}
-        if not encoder.is_fitted:
-            encoder.fit(columns)
-        elif set(encoder.columns_) != set(categorical):  # type: ignore[arg-type]
-            raise ValueError(
-                f"the encoder was fitted on categorical columns {list(encoder.columns_)}, "  # type: ignore[arg-type]
-                f"got {list(categorical)}"
-            )
-        codes, unknown, n_missing = encoder._encode(columns)
-        cat_names = tuple(encoder.columns_)  # type: ignore[arg-type]
-        cards = encoder.cardinalities_
-        info.update(categorical_unknown=unknown, categorical_missing=n_missing)
-        info["categorical_encoder"] = encoder.to_dict()
-    elif encoder is not None and encoder.is_fitted:
-        raise ValueError(f"an encoder fitted on {list(encoder.columns_)} was given but categorical=()")  # type: ignore[arg-type]
-
+    codes, cat_names, cards = _categorical_codes(df, categorical, encoder, info)
     docids = None
     if docid is not None:
         d = df[docid]
         docids = np.where(d.isna().to_numpy(), "", d.astype(str).to_numpy(dtype=object)).astype(str)
 
-    # group rows by query: codes in order of first appearance
-    qcode, uniques = pd.factorize(q_str)
-    qcode = qcode.astype(np.int64)
-    order = None
-    if np.any(qcode[1:] < qcode[:-1]):
-        if not regroup:
-            again = int(np.flatnonzero(qcode[1:] < qcode[:-1])[0]) + 1
-            first = int(np.argmax(qcode == qcode[again]))
-            raise ValueError(
-                f"{name}: data row {again + 1}: query id {q_str[again][:40]!s} reappears after other queries "
-                f"(first seen at data row {first + 1}); pass regroup=True to gather its rows"
-            )
-        order = np.argsort(qcode, kind="stable")
+    uniques, offsets, order = _group_by_query(q_str, regroup, name)
     info["regrouped"] = int(order is not None)
-    sizes = np.bincount(qcode, minlength=len(uniques))
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     if order is not None:
         features, labels = features[order], labels[order]
         codes = None if codes is None else codes[order]
         docids = None if docids is None else docids[order]
-    file_rows = order.astype(np.int64) if order is not None else np.arange(n, dtype=np.int64)
-
+    file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
     data = RankingData(
         features=np.ascontiguousarray(features),
         labels=labels.astype(np.float32),
@@ -543,6 +451,138 @@ def read_table_with_rows(
         info=info,
     )
     return data, file_rows
+
+
+def _table_format(path: Path) -> str:
+    """The table format of ``path`` (a key of ``_FORMATS``); an error for another type or no file."""
+    fmt = _format_of(path)
+    if fmt is None:
+        raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    return fmt
+
+
+def _special_columns(
+    query: str,
+    label: str | None,
+    categorical: Sequence[str],
+    docid: str | None,
+    numeric: Sequence[str] | None,
+) -> list[str]:
+    """The query, label, categorical and docid columns: distinct, and none of them numeric."""
+    special = [query, *([label] if label is not None else []), *categorical] + (
+        [docid] if docid is not None else []
+    )
+    if len(set(special)) != len(special):
+        raise ValueError(f"query, label, docid and categorical columns must be distinct, got {special}")
+    if numeric is not None:
+        clash = sorted(set(numeric) & set(special))
+        if clash:
+            raise ValueError(
+                f"numeric columns {clash} are also the query, label, docid or categorical column"
+            )
+    return special
+
+
+def _feature_columns(
+    df: pd.DataFrame, name: str, special: list[str], numeric: Sequence[str] | None
+) -> tuple[str, ...]:
+    """Checks that the named columns exist (once each) and the file has rows; returns the numeric
+    feature columns (by default every column that is not ``special``)."""
+    available = [str(c) for c in df.columns]
+    wanted = special + (list(numeric) if numeric is not None else [])
+    absent = [c for c in wanted if c not in available]
+    if absent:
+        raise ValueError(f"{name}: no column(s) {absent}; the file has columns {_short(available)}")
+    if len(set(available)) != len(available):
+        raise ValueError(f"{name}: repeated column names in the header")
+    if numeric is None:
+        numeric = tuple(c for c in available if c not in set(special))
+    if len(df) == 0:
+        raise ValueError(f"{name}: empty file (no data rows)")
+    return tuple(numeric)
+
+
+def _query_ids(df: pd.DataFrame, query: str, name: str) -> np.ndarray:
+    """The query id of each row, as strings (object (N,)); a missing one is an error."""
+    q_raw = df[query]
+    q_missing = q_raw.isna().to_numpy()
+    if q_missing.any():
+        raise ValueError(
+            f"{name}: data row {int(np.argmax(q_missing)) + 1}: missing query id in column {query!r}"
+        )
+    return q_raw.astype(str).to_numpy(dtype=object)
+
+
+def _labels(df: pd.DataFrame, label: str | None, name: str) -> np.ndarray:
+    """float32 (N,) labels (0 without a label column); a missing one is an error."""
+    if label is None:
+        return np.zeros(len(df), dtype=np.float32)
+    labels, missing = _numeric(df[label], label, name)
+    if missing.any():
+        raise ValueError(f"{name}: data row {int(np.argmax(missing)) + 1}: missing label in column {label!r}")
+    return labels
+
+
+def _numeric_features(
+    df: pd.DataFrame, numeric: Sequence[str], name: str, fill_value: float
+) -> tuple[np.ndarray, int]:
+    """float32 (N, F) features with missing values filled, and how many were filled."""
+    features = np.empty((len(df), len(numeric)), dtype=np.float32)
+    missing_filled = 0
+    for j, col in enumerate(numeric):
+        values, miss = _numeric(df[col], col, name)
+        if miss.any():
+            values[miss] = fill_value
+            missing_filled += int(miss.sum())
+        features[:, j] = values
+    return features, missing_filled
+
+
+def _categorical_codes(
+    df: pd.DataFrame, categorical: Sequence[str], encoder: CategoricalEncoder | None, info: dict[str, Any]
+) -> tuple[np.ndarray | None, tuple[str, ...], tuple[int, ...]]:
+    """int64 (N, C) codes (None without categorical columns), column names, cardinalities; fits a
+    new encoder or checks the given one, and records the counts and the encoder in ``info``."""
+    if not categorical:
+        if encoder is not None and encoder.is_fitted:
+            raise ValueError(f"an encoder fitted on {list(encoder.columns_)} was given but categorical=()")  # type: ignore[arg-type]
+        return None, (), ()
+    if encoder is None:
+        encoder = CategoricalEncoder()
+    columns = {c: df[c] for c in categorical}
+    if not encoder.is_fitted:
+        encoder.fit(columns)
+    elif set(encoder.columns_) != set(categorical):  # type: ignore[arg-type]
+        raise ValueError(
+            f"the encoder was fitted on categorical columns {list(encoder.columns_)}, "  # type: ignore[arg-type]
+            f"got {list(categorical)}"
+        )
+    codes, unknown, n_missing = encoder._encode(columns)
+    info.update(categorical_unknown=unknown, categorical_missing=n_missing)
+    info["categorical_encoder"] = encoder.to_dict()
+    return codes, tuple(encoder.columns_), encoder.cardinalities_  # type: ignore[arg-type]
+
+
+def _group_by_query(q_str: np.ndarray, regroup: bool, name: str) -> tuple[Any, np.ndarray, np.ndarray | None]:
+    """Queries in order of first appearance: ``(query ids, offsets int64 (Q + 1,), order)``, where
+    ``order`` (N,) gathers each query's rows (stably), or is None when they are together already."""
+    qcode, uniques = pd.factorize(q_str)
+    qcode = qcode.astype(np.int64)
+    order = None
+    if np.any(qcode[1:] < qcode[:-1]):
+        if not regroup:
+            again = int(np.flatnonzero(qcode[1:] < qcode[:-1])[0]) + 1
+            first = int(np.argmax(qcode == qcode[again]))
+            raise ValueError(
+                f"{name}: data row {again + 1}: query id {q_str[again][:40]!s} reappears after other queries "
+                f"(first seen at data row {first + 1}); pass regroup=True to gather its rows"
+            )
+        order = np.argsort(qcode, kind="stable")
+    sizes = np.bincount(qcode, minlength=len(uniques))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return uniques, offsets, order
 
 
 def refit_categorical(
@@ -748,7 +788,7 @@ def _first_undecodable_line(path: Path, fmt: str) -> int | None:
 
 
 def _numeric(s: pd.Series, col: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(float32 [N] values, NaN where missing; bool [N] missing) of a numeric column."""
+    """(float32 (N,) values, NaN where missing; bool (N,) missing) of a numeric column."""
     (shown,) = _short([col])
     dtype = s.dtype
     if pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype):

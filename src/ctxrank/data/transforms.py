@@ -1,7 +1,7 @@
 """Feature normalizers: fitted on the training split only, applied to any split.
 
 The API follows scikit-learn: ``fit(data) -> self`` learns statistics from a :class:`RankingData`,
-``transform(data) -> RankingData`` returns a copy with normalized ``features`` (float32 [N, F]);
+``transform(data) -> RankingData`` returns a copy with normalized ``features`` (float32 (N, F));
 learned attributes end with ``_``. ``to_dict()`` / ``Transform.from_dict()`` give a JSON-safe form
 (plain lists of floats, no pickle) so a saved model can carry its normalizer.
 
@@ -53,9 +53,32 @@ def _row_step(n_features: int) -> int:
     return max(1, _BLOCK_ELEMENTS // max(n_features, 1))
 
 
-def _signed_log1p(x: np.ndarray) -> np.ndarray:
+def _signed_log1p(x: Any, xp: Any = np) -> Any:
     """``sign(x) * log1p(|x|)``: odd, monotone, identity near 0, logarithmic for large |x|."""
-    return np.sign(x) * np.log1p(np.abs(x))
+    return xp.sign(x) * xp.log1p(xp.abs(x))
+
+
+# The equations below are written once for both array libraries: ``xp`` is ``numpy`` (``transform``)
+# or ``torch`` (the exported graph, ctxrank.export); only functions both spell alike are used.
+def _affine_map(x: Any, shift: Any, scale: Any, lo: float, hi: float, log: bool, xp: Any) -> Any:
+    """``clip((g(x) - shift) * scale, lo, hi)``, ``g`` = :func:`_signed_log1p` if ``log`` else identity;
+    float64 ``x`` (..., F) with ``shift``, ``scale`` broadcasting to it."""
+    if log:
+        x = _signed_log1p(x, xp)
+    return xp.clip((x - shift) * scale, lo, hi)
+
+
+def _inverse(divisor: Any, xp: Any) -> Any:
+    """``1 / divisor`` where ``divisor > 0``, else 0 (a constant feature maps to 0; no division by 0)."""
+    nonconst = divisor > 0
+    return xp.where(nonconst, 1.0 / xp.where(nonconst, divisor, 1.0), 0.0)
+
+
+def _minmax_map(x: Any, lo: Any, scale: Any, xp: Any) -> Any:
+    """Query-level min-max: ``clip((x - lo) * scale, 0, 1)`` with ``scale = _inverse(max - min)``;
+    exactly 0 where ``scale`` is 0 (a feature constant in the query, or a list with no real item,
+    whose infinite ``lo`` must not enter)."""
+    return _affine_map(x, xp.where(scale > 0, lo, x), scale, 0.0, 1.0, False, xp)
 
 
 def _check_finite(block: np.ndarray, start: int, data: RankingData) -> None:
@@ -103,7 +126,7 @@ class Transform:
         return self
 
     def transform(self, data: RankingData) -> RankingData:
-        """A copy of ``data`` with normalized features (float32 [N, F]); other fields shared.
+        """A copy of ``data`` with normalized features (float32 (N, F)); other fields shared.
 
         Raises:
             ValueError: not fitted (unless stateless), a feature count or names other than at fit
@@ -189,12 +212,38 @@ class Transform:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({params})"
 
+    # ------------------------------------------------------------------- padded lists (export)
+    @classmethod
+    def has_list_form(cls) -> bool:
+        """Whether :meth:`normalize_lists` is implemented (the normalizers ctxrank can export)."""
+        return cls.normalize_lists is not Transform.normalize_lists
+
+    def list_params(self) -> dict[str, np.ndarray]:
+        """The fitted float64 arrays :meth:`normalize_lists` reads (the export stores them as buffers)."""
+        return {}
+
+    def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
+        """The normalization of padded lists, traceable: float64 ``x`` (B, L, F), ``mask`` bool (B, L)
+        (True = real item) -> float64 (B, L, F), equal on real items to :meth:`transform` of the same
+        rows. ``params``: :meth:`list_params` as arrays of ``xp`` (``numpy`` or ``torch``). Values at
+        padded positions are arbitrary, and never change a real item's.
+
+        Raises:
+            NotImplementedError: a normalizer without a list form (it cannot be exported).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no list form")
+
+    def raw_lists(self, y: Any, params: dict[str, Any], xp: Any) -> Any:
+        """Raw float64 features that :meth:`normalize_lists` maps to ``y`` (..., F) in [0, 1] (for
+        checks; the identity where any raw value will do)."""
+        return y
+
     # -------------------------------------------------------------------------------- subclass
     def _fit_state(self, data: RankingData) -> None:
         """Set the learned arrays from ``data``."""
 
     def _apply(self, data: RankingData) -> np.ndarray:
-        """float32 [N, F] normalized features."""
+        """float32 (N, F) normalized features."""
         raise NotImplementedError
 
 
@@ -215,9 +264,13 @@ class Identity(Transform):
     def _apply(self, data: RankingData) -> np.ndarray:
         return data.features
 
+    def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
+        return x
+
 
 class _Affine(Transform):
-    """Feature-wise ``(g(x) - shift_) * scale`` with ``scale = 1 / divisor_`` (0 where constant)."""
+    """Feature-wise ``clip((g(x) - shift) * scale, lo, hi)`` (:func:`_affine_map`) with ``scale =
+    1 / divisor`` (0 where constant); ``[lo, hi]`` = [0, 1] with ``_clip01``, else the float32 range."""
 
     _log: ClassVar[bool] = False  # g = signed log1p instead of identity
     _clip01: bool = False
@@ -229,23 +282,38 @@ class _Affine(Transform):
     def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
-    def _apply(self, data: RankingData) -> np.ndarray:
+    def _bounds(self) -> tuple[float, float]:
+        return (0.0, 1.0) if self._clip01 else (-_F32_MAX, _F32_MAX)
+
+    def list_params(self) -> dict[str, np.ndarray]:
+        """``shift`` and ``scale``, float64 (F,)."""
+        if not self.is_fitted:
+            raise ValueError(f"{type(self).__name__} is not fitted: call fit(train) first")
         shift, divisor = self._shift_divisor()
-        nonconst = divisor > 0
-        scale = np.zeros_like(divisor)
-        scale[nonconst] = 1.0 / divisor[nonconst]
+        return {"shift": np.asarray(shift, dtype=np.float64), "scale": _inverse(divisor, np)}
+
+    def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
+        return _affine_map(x, params["shift"], params["scale"], *self._bounds(), self._log, xp)
+
+    def raw_lists(self, y: Any, params: dict[str, Any], xp: Any) -> Any:
+        """``g^-1(shift + y / scale)`` (``y`` itself for a constant feature), ``|g(x)|`` kept <= 80."""
+        scale = params["scale"]
+        x = params["shift"] + y / xp.where(scale > 0, scale, 1.0)
+        if self._log:  # inverse of the signed log1p
+            x = xp.sign(x) * xp.expm1(xp.clip(xp.abs(x), 0.0, 80.0))
+        return xp.clip(x, -_F32_MAX, _F32_MAX)
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        params = self.list_params()
+        lo, hi = self._bounds()
         x = data.features
         out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
             block = x[a : a + step]
             _check_finite(block, a, data)
-            y = (self._g(block) - shift) * scale  # (rows, F) float64
-            if self._clip01:
-                np.clip(y, 0.0, 1.0, out=y)
-            else:
-                np.clip(y, -_F32_MAX, _F32_MAX, out=y)
-            out[a : a + step] = y
+            block = block.astype(np.float64)
+            out[a : a + step] = _affine_map(block, params["shift"], params["scale"], lo, hi, self._log, np)
         return out
 
 
@@ -261,8 +329,8 @@ class GlobalMinMax(_Affine):
             training. With ``clip=False`` they are kept (only clipped to the finite float32 range).
 
     Attributes:
-        min_: float64 [F] per-feature minimum on the training rows.
-        max_: float64 [F] per-feature maximum on the training rows.
+        min_: float64 (F,) per-feature minimum on the training rows.
+        max_: float64 (F,) per-feature maximum on the training rows.
     """
 
     name = "minmax"
@@ -303,8 +371,8 @@ class ZScore(_Affine):
     (its ``std_`` is stored as 0). Statistics are computed in float64 with two passes over the rows.
 
     Attributes:
-        mean_: float64 [F] per-feature mean on the training rows.
-        std_: float64 [F] per-feature population std (ddof = 0) on the training rows; 0 where constant.
+        mean_: float64 (F,) per-feature mean on the training rows.
+        std_: float64 (F,) per-feature population std (ddof = 0) on the training rows; 0 where constant.
     """
 
     name = "zscore"
@@ -348,8 +416,8 @@ class Log1pZScore(ZScore):
     and monotone, so the order of values within a feature is kept.
 
     Attributes:
-        mean_: float64 [F] mean of ``sign(x) * log1p(|x|)`` on the training rows.
-        std_: float64 [F] population std of the same; 0 where constant.
+        mean_: float64 (F,) mean of ``sign(x) * log1p(|x|)`` on the training rows.
+        std_: float64 (F,) population std of the same; 0 where constant.
     """
 
     name = "log1p-zscore"
@@ -376,17 +444,19 @@ class QueryMinMax(Transform):
             _check_finite(x[a : a + step], a, data)
         starts = data.query_offsets[:-1]
         lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)  # (Q, F)
-        rng = np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo  # (Q, F)
-        nonconst = rng > 0
-        inv = np.zeros_like(rng)
-        inv[nonconst] = 1.0 / rng[nonconst]
+        scale = _inverse(np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo, np)  # (Q, F)
         qidx = data.query_index  # (N,)
         for a in range(0, x.shape[0], step):
             q = qidx[a : a + step]
-            y = (x[a : a + step].astype(np.float64) - lo[q]) * inv[q]
-            np.clip(y, 0.0, 1.0, out=y)  # in [0, 1] up to rounding
-            out[a : a + step] = y
+            out[a : a + step] = _minmax_map(x[a : a + step].astype(np.float64), lo[q], scale[q], np)
         return out
+
+    def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
+        """Min and max over the REAL items of each list (padding enters neither)."""
+        real = mask[:, :, None]  # (B, L, 1)
+        lo = xp.amin(xp.where(real, x, float("inf")), 1)[:, None]  # (B, 1, F)
+        hi = xp.amax(xp.where(real, x, float("-inf")), 1)[:, None]  # (B, 1, F)
+        return _minmax_map(x, lo, _inverse(hi - lo, xp), xp)
 
 
 TRANSFORMS: dict[str, type[Transform]] = {

@@ -32,10 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctxrank.config import check_non_negative
+from ctxrank.models._jit import traceable_loop, tracing
 from ctxrank.models.base import Ranker
 
 CELLS = ("lstm", "gru")
@@ -69,7 +71,7 @@ class DCMConfig:
 
 
 class DCM(Ranker):
-    """Pointer-network choice model: ``[B, L, F]`` alternatives (real items first) -> ``[B, L]`` logits."""
+    """Pointer-network choice model: ``(B, L, F)`` alternatives (real items first) -> ``(B, L)`` logits."""
 
     name = "dcm"
     config_class = DCMConfig
@@ -91,19 +93,32 @@ class DCM(Ranker):
     def encode(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
-        """Encoder outputs ``h`` (B, L, H) (0 on padding) and the final state after each row's last item."""
+        """Encoder outputs ``h`` (B, L, H) (0 on padding) and the final state after each row's last item.
+
+        Eagerly the encoder runs packed (:meth:`encode_packed`: cuDNN / fused kernels); while a trace
+        records (export), as the length-masked loop :meth:`encode_steps`, whose length stays dynamic.
+        The two give the same numbers (``tests/test_dcm.py``).
+        """
         if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
             raise ValueError(
                 f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
                 f"got {mask.dtype} {tuple(mask.shape)}"
             )
-        B, L = mask.shape
+        L = mask.shape[1]
         lengths = mask.sum(1)
         if not torch.equal(mask, torch.arange(L, device=mask.device)[None, :] < lengths[:, None]):
             raise ValueError("DCM needs the real items first in each row (mask = True, then padding)")
         e = self.embed(self.item_inputs(features, categorical))  # (B, L, embed)
         if self.dropout is not None:
             e = self.dropout(e)
+        return self.encode_steps(e, lengths) if tracing() else self.encode_packed(e, lengths)
+
+    def encode_packed(
+        self, e: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
+        """The encoder over packed sequences: ``e`` (B, L, embed), ``lengths`` (B,) -> ``h`` (B, L, H),
+        final state (B, H) (an LSTM's ``(h_n, c_n)``); 0 for an empty row."""
+        B, L, _ = e.shape
         H = self.config.hidden
         live = lengths > 0
         h = e.new_zeros(B, L, H)
@@ -126,6 +141,15 @@ class DCM(Ranker):
                 state = zeros.index_put((live,), last[0])
         return h, state
 
+    def encode_steps(
+        self, e: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`encode_packed` as a loop over all L steps (:func:`rnn_steps`, traceable)."""
+        enc, lstm = self.encoder, self.config.cell == "lstm"
+        xp = F.linear(e, enc.weight_ih_l0, enc.bias_ih_l0)  # (B, L, G H)
+        h, h_n, c_n = traceable_loop(rnn_steps)(xp, enc.weight_hh_l0, enc.bias_hh_l0, lengths, lstm)
+        return h, ((h_n, c_n) if lstm else h_n)
+
     def forward(
         self,
         features: torch.Tensor,
@@ -139,3 +163,40 @@ class DCM(Ranker):
         out = self.decoder(go, state)
         d = out[0] if isinstance(out, tuple) else out  # (B, H) decoder query
         return self.v(torch.tanh(self.W1(h) + self.W2(d)[:, None, :])).squeeze(-1)  # (B, L) pointer logits
+
+
+def rnn_steps(
+    xp: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, lengths: torch.Tensor, lstm: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A one-layer ``torch.nn.LSTM`` / ``torch.nn.GRU`` as a loop stopping at each row's length
+    (TorchScript-compatible, :func:`ctxrank.models._jit.traceable_loop`).
+
+    ``xp`` (B, T, G H) = ``x W_ih^T + b_ih`` (G = 4 for an LSTM, 3 for a GRU) -> outputs (B, T, H) (0
+    after the row's length, as ``pad_packed_sequence`` gives), ``h`` and ``c`` (B, H) after the last
+    real step (``c`` = ``h`` for a GRU); the state of an empty row stays 0.
+    """
+    H = w_hh.size(1)
+    h = torch.zeros(xp.size(0), H, dtype=xp.dtype, device=xp.device)
+    c = torch.zeros_like(h)
+    live = torch.arange(xp.size(1), device=xp.device)[None, :] < lengths[:, None]  # (B, T)
+    outputs: list[torch.Tensor] = []
+    for t, x_t in enumerate(xp.transpose(0, 1)):  # x_t (B, G H)
+        g = F.linear(h, w_hh, b_hh)
+        if lstm:  # gates i, f, g, o
+            i = torch.sigmoid(x_t[:, :H] + g[:, :H])
+            f = torch.sigmoid(x_t[:, H : 2 * H] + g[:, H : 2 * H])
+            cand = torch.tanh(x_t[:, 2 * H : 3 * H] + g[:, 2 * H : 3 * H])
+            o = torch.sigmoid(x_t[:, 3 * H :] + g[:, 3 * H :])
+            c_new = f * c + i * cand
+            h_new = o * torch.tanh(c_new)
+        else:  # gates r, z, n
+            r = torch.sigmoid(x_t[:, :H] + g[:, :H])
+            z = torch.sigmoid(x_t[:, H : 2 * H] + g[:, H : 2 * H])
+            n = torch.tanh(x_t[:, 2 * H :] + r * g[:, 2 * H :])
+            h_new = (1.0 - z) * n + z * h
+            c_new = h_new
+        live_t = live[:, t, None]
+        h = torch.where(live_t, h_new, h)
+        c = torch.where(live_t, c_new, c)
+        outputs.append(torch.where(live_t, h_new, torch.zeros_like(h_new)))
+    return torch.stack(outputs, dim=1), h, c

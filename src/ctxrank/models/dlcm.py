@@ -1,4 +1,4 @@
-"""DLCM: the Deep Listwise Context Model (Ai, Bi, Guo, Croft; SIGIR 2018; seed 003).
+"""DLCM: the Deep Listwise Context Model (Ai, Bi, Guo, Croft; SIGIR 2018).
 
 DLCM re-ranks the top ``n`` items of an initial ranking. **The row order of a list is the initial
 ranking**: position 0 is the initial top-1 (``ctxrank.data.lists.truncate_top_k`` / the re-ranking
@@ -85,6 +85,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxrank.config import check_non_negative, check_positive_int
+from ctxrank.models._jit import traceable_loop, tracing
 from ctxrank.models.base import Ranker
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
@@ -188,30 +189,39 @@ class PaperGRU(nn.Module):
         state is the state after the row's last real step (0 for an empty row).
         """
         B, T, _ = seq.shape
-        H = self.hidden_size
-        h = seq.new_zeros(B, H)
         if T == 0:
-            return seq.new_zeros(B, 0, H), h
+            return seq.new_zeros(B, 0, self.hidden_size), seq.new_zeros(B, self.hidden_size)
         xp = self.input_proj(seq)  # (B, T, 3H): all input projections at once
-        steps = torch.arange(T, device=seq.device)
-        live = steps[None, :] < lengths[:, None]  # (B, T)
-        outputs = []
-        # unbind, not xp[:, t]: the backward of T separate selects would build and sum T zero-filled
-        # (B, T, 3H) gradients (O(T^2) memory traffic, a third of a step at T = 100, H = 1024); unbind's
-        # backward stacks the T step gradients once
-        for t, x_t in enumerate(xp.unbind(1)):
-            xu, xr, xc = x_t.split(H, dim=-1)  # (B, H) each
-            hu, hr = self.gate_proj(h).split(H, dim=-1)  # (B, H) each
-            u = torch.sigmoid(xu + hu)
-            r = torch.sigmoid(xr + hr)
-            c = torch.tanh(xc + self.cand_proj(r * h))
-            h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)  # (1 - u) h + u c
-            outputs.append(h)
-        return torch.stack(outputs, dim=1), h
+        return traceable_loop(paper_gru_steps)(xp, self.gate_proj.weight, self.cand_proj.weight, lengths)
+
+
+def paper_gru_steps(
+    xp: torch.Tensor, w_gate: torch.Tensor, w_cand: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence of DLCM eq. 4 (:class:`PaperGRU`) over the T steps (TorchScript-compatible,
+    :func:`ctxrank.models._jit.traceable_loop`).
+
+    ``xp`` (B, T, 3H) input projections ``[W_u^x x_t + b_u; W_r^x x_t + b_r; W^x x_t + b]``,
+    ``w_gate`` (2H, H) ``[W_u^s; W_r^s]``, ``w_cand`` (H, H) ``W^s``, ``lengths`` (B,) -> outputs
+    (B, T, H) and the state (B, H) after each row's last real step (frozen afterwards).
+    """
+    H = w_cand.size(0)
+    h = torch.zeros(xp.size(0), H, dtype=xp.dtype, device=xp.device)  # o_0 = 0
+    live = torch.arange(xp.size(1), device=xp.device)[None, :] < lengths[:, None]  # (B, T)
+    outputs: list[torch.Tensor] = []
+    for t, x_t in enumerate(xp.transpose(0, 1)):  # x_t (B, 3H); see _jit on why not xp[:, t]
+        xu, xr, xc = x_t.split(H, dim=-1)  # (B, H) each
+        hu, hr = F.linear(h, w_gate).split(H, dim=-1)  # (B, H) each
+        u = torch.sigmoid(xu + hu)  # update gate
+        r = torch.sigmoid(xr + hr)  # reset gate, applied before W^s
+        c = torch.tanh(xc + F.linear(r * h, w_cand))  # candidate (the paper's s_t)
+        h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)  # o_t = (1 - u) o_{t-1} + u c
+        outputs.append(h)
+    return torch.stack(outputs, dim=1), h
 
 
 class DLCM(Ranker):
-    """Deep Listwise Context Model: ``[B, L, F]`` features in initial-rank order -> ``[B, L]`` scores.
+    """Deep Listwise Context Model: ``(B, L, F)`` features in initial-rank order -> ``(B, L)`` scores.
 
     See the module docstring for the equations, the padding treatment and the loss options.
     """
@@ -257,7 +267,7 @@ class DLCM(Ranker):
 
     # ------------------------------------------------------------------------------------------------
     def represent(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
-        """x' = [x; z^(2)] (eq. 3): [B, L, F] -> [B, L, alpha]."""
+        """x' = [x; z^(2)] (DLCM eq. 3): (B, L, F) -> (B, L, alpha)."""
         x = self.item_inputs(features, categorical)
         if self.encoder is None:
             return x
@@ -265,7 +275,7 @@ class DLCM(Ranker):
 
     @staticmethod
     def feed_order(lengths: torch.Tensor, L: int, order: str) -> torch.Tensor:
-        """int64 [B, L]: ``idx[b, t]`` = the item fed at step ``t``.
+        """int64 (B, L): ``idx[b, t]`` = the item fed at step ``t``.
 
         ``"rank"``: ``t``. ``"reverse_rank"``: ``n_b - 1 - t`` for ``t < n_b`` (real items reversed
         within the row's own length), ``t`` on padding. Both are involutions: ``idx[b, idx[b, i]] = i``,
@@ -310,13 +320,15 @@ class DLCM(Ranker):
         x = self.represent(features, categorical)  # (B, L, alpha)
         if self.dropout is not None:
             x = self.dropout(x)
-        T = int(lengths.max()) if B > 0 else 0  # steps beyond the longest list are never needed
+        # steps beyond the longest list are never needed; a trace runs all L (its length stays dynamic)
+        T = L if tracing() else int(lengths.max()) if B > 0 else 0
         outs, states = [], []
         for order, gru in zip(self.orders, self.grus, strict=True):
             idx = self.feed_order(lengths, L, order)  # (B, L) item fed at each step
-            seq = x.gather(1, idx[..., None].expand_as(x))[:, :T]  # (B, T, alpha) in feeding order
-            o_steps, s_n = self._run(gru, seq, lengths)  # (B, T, H), (B, H)
-            o_steps = F.pad(o_steps, (0, 0, 0, L - T))  # (B, L, H); padded steps -> 0
+            seq = x.gather(1, idx[..., None].expand_as(x))  # (B, L, alpha) in feeding order
+            o_steps, s_n = self._run(gru, seq[:, :T] if T < L else seq, lengths)  # (B, T, H), (B, H)
+            if T < L:
+                o_steps = F.pad(o_steps, (0, 0, 0, L - T))  # (B, L, H); padded steps -> 0
             outs.append(o_steps.gather(1, idx[..., None].expand(B, L, self.hidden)))  # back to items
             states.append(s_n)
         return torch.cat(outs, dim=-1), torch.cat(states, dim=-1)
