@@ -28,10 +28,11 @@ from .conftest import make_ranking_data
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 TOL = 1e-5  # exported vs library scores: max abs difference <= TOL * max(1, max |score|)
-# ONNX of a QILCM with query normalization: its eq. 8 divides by the within-list std + 1e-5, which
-# amplifies float32 rounding (the library's own scores move by ~3e-5 when its inputs move by 1e-7
-# relative); onnxruntime's kernels round differently from torch's (docs/export.md, "Precision")
-QN_ONNX_TOL = 1e-4
+# A QILCM with query normalization: its eq. 8 divides by the within-list std + 1e-5, which amplifies
+# float32 rounding (the library's own scores move by ~3e-5 when its inputs move by 1e-7 relative), so
+# kernels that round differently -- onnxruntime's, or torch's own on other batch shapes -- move its
+# scores by more than TOL (docs/export.md, "Precision")
+QN_TOL = 1e-4
 SMALL = {
     "dlcm": ["model_params.encoder_widths=[8,8]", "model_params.gru_hidden=8"],
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],
@@ -136,8 +137,7 @@ def _check_parity(model_dir, fmt, data, tmp_path, reference=None):
     assert result.path == path and result.size == path.stat().st_size > 0
     predictor = load_model(model_dir)
     ref = predictor.predict(data) if reference is None else reference
-    model = getattr(predictor, "reranker", predictor).model
-    tol = QN_ONNX_TOL if fmt == "onnx" and getattr(model.config, "query_norm", False) else TOL
+    tol = QN_TOL if _query_norm(model_dir) else TOL
     run = _runner(path, fmt)
     worst = 0.0
     for batch_size in (4, 7):  # different B and L than the traced (3, 5) and checked (4, 7) batches
@@ -149,8 +149,17 @@ def _check_parity(model_dir, fmt, data, tmp_path, reference=None):
     return run, worst
 
 
-def _padding_is_inert(run, data):
-    """More padded positions, and garbage at padded positions, never change a real item's score."""
+def _query_norm(model_dir) -> bool:
+    """Whether the saved model applies QILCM's query normalization (eq. 8), which amplifies rounding."""
+    predictor = load_model(model_dir)
+    return bool(getattr(getattr(predictor, "reranker", predictor).model.config, "query_norm", False))
+
+
+def _padding_is_inert(run, data, atol=1e-6):
+    """More padded positions, and garbage at padded positions, never change a real item's score.
+
+    Garbage is not the issue for a model with query normalization; the longer lists are: other matrix
+    shapes round differently, and eq. 8 amplifies that (the same difference with zero padding)."""
     g = torch.Generator().manual_seed(0)
     batch = next(b for b in iterate_batches(data, 5) if not bool(b.mask.all()))
     base = run(*_inputs(batch))
@@ -165,7 +174,7 @@ def _padding_is_inert(run, data):
         )
         inputs.append(torch.where(mask[..., None], cat, torch.randint(-3, 1000, cat.shape, generator=g)))
     padded = run(*inputs)
-    np.testing.assert_allclose(padded[:, :L][batch.mask.numpy()], base[batch.mask.numpy()], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(padded[:, :L][batch.mask.numpy()], base[batch.mask.numpy()], rtol=0, atol=atol)
 
 
 # ------------------------------------------------------------------------------ every model
@@ -174,8 +183,9 @@ def _padding_is_inert(run, data):
     ("name", "overrides"), [(name, ()) for name in sorted(MODELS)] + VARIANTS, ids=lambda v: str(v)
 )
 def test_export_reproduces_the_library(name, overrides, fmt, saved, data, tmp_path):
-    run, _ = _check_parity(saved(name, *overrides), fmt, data[2], tmp_path)
-    _padding_is_inert(run, data[2])
+    model_dir = saved(name, *overrides)
+    run, _ = _check_parity(model_dir, fmt, data[2], tmp_path)
+    _padding_is_inert(run, data[2], QN_TOL if _query_norm(model_dir) else 1e-6)
 
 
 class _Positional(torch.nn.Module):
@@ -286,7 +296,7 @@ def test_export_with_categorical_columns(name, fmt, saved, table_splits, tmp_pat
     assert test.categorical is not None and test.n_features == 2
     model_dir = saved(name, train_data=train, valid_data=valid)
     run, _ = _check_parity(model_dir, fmt, test, tmp_path)
-    _padding_is_inert(run, test)
+    _padding_is_inert(run, test, QN_TOL if _query_norm(model_dir) else 1e-6)
     result = export_model(model_dir, fmt, tmp_path / "again")
     assert [i[0] for i in result.inputs] == ["features", "mask", "categorical"]
     assert result.inputs[2][1:3] == ("[B, L, 2]", "int64")
@@ -320,8 +330,8 @@ def test_cli_export_end_to_end(saved, data, tmp_path, capsys):
     assert "TorchScript (torch " in capsys.readouterr().out
     test = data[2]
     ref = load_model(model_dir).predict(test)
-    for path, fmt, tol in ((onnx_file, "onnx", QN_ONNX_TOL), (ts_file, "torchscript", TOL)):
-        assert np.abs(_exported_scores(_runner(path, fmt), test, 5) - ref).max() <= tol
+    for path, fmt in ((onnx_file, "onnx"), (ts_file, "torchscript")):
+        assert np.abs(_exported_scores(_runner(path, fmt), test, 5) - ref).max() <= QN_TOL
     # the input description travels with the file
     extra = {"ctxrank.json": ""}
     torch.jit.load(str(ts_file), _extra_files=extra)
