@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxrank.cli import build_parser, main, read_scores
+from ctxrank.cli import build_parser, main
+from ctxrank.data.scores import read_scores
 from tests.conftest import REPO
 
 # query "1": labels 2, 0, 1; query "2": no relevant item
