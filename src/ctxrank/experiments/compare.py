@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,17 @@ def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{f}: not a JSON run file ({exc})") from None
         if "per_query" in d and "query_ids" in d:  # ctxrank evaluate --json
-            runs[("evaluate", 0)] = {"query_ids": d["query_ids"], "metrics": d["per_query"]}
+            runs[("evaluate", 0)] = {"query_ids": d["query_ids"], "metrics": _vectors(d["per_query"])}
         elif {"seed", "fold", "query_ids", "metrics"} <= set(d):
-            runs[(d["seed"], d["fold"])] = {"query_ids": d["query_ids"], "metrics": d["metrics"]}
+            runs[(d["seed"], d["fold"])] = {"query_ids": d["query_ids"], "metrics": _vectors(d["metrics"])}
         else:
             raise ValueError(f"{f}: neither an experiment run file nor `ctxrank evaluate --json` output")
     return runs
+
+
+def _vectors(per_query: dict[str, list]) -> dict[str, list[float]]:
+    """Per-query vectors as written (strict JSON: a skipped query is null) -> floats, NaN for null."""
+    return {m: [math.nan if x is None else float(x) for x in v] for m, v in per_query.items()}
 
 
 def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str, Any]:
