@@ -48,7 +48,7 @@ def measure(repeats: int) -> dict[str, dict]:
     """Median (and spread) wall time of each command, ``repeats`` interleaved rounds after a warm-up."""
     env = _env()
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for name, args in COMMANDS.items():  # warm-up, not recorded
+    for args in COMMANDS.values():  # warm-up, not recorded
         _time_once(args, env)
     for _ in range(repeats):
         for name, args in COMMANDS.items():
