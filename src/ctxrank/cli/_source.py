@@ -31,7 +31,10 @@ def _check_saved(spec: Any, given: TableOptions) -> None:
         if value is None:
             continue
         want = getattr(spec, key)
-        same = tuple(value) == tuple(want or ()) if key in ("categorical", "numeric") else value == want
+        if key in ("categorical", "numeric"):
+            same = tuple(value) == tuple(() if want is None else want)
+        else:
+            same = value == want
         if not same:
             raise ValueError(
                 f"{TABLE_FLAGS[name]} {_fmt(value)} does not match the model's saved table spec "
