@@ -64,6 +64,12 @@ class TrainOptions:
     numeric: tuple[str, ...] | None = None
     docid_col: str | None = None
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainOptions:
+        """The options parsed by the ``train`` parser."""
+        given = {**vars(args), "overrides": tuple(args.overrides)}
+        return cls(**{name: given[name] for name in FLAGS})
+
     @property
     def files(self) -> TrainFiles:
         return TrainFiles(
@@ -609,8 +615,7 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
 
 
 def _run_train(a: argparse.Namespace) -> int:
-    given = {**vars(a), "overrides": tuple(a.overrides)}
-    options = TrainOptions(**{name: given[name] for name in FLAGS})
+    options = TrainOptions.from_args(a)
     return train(options, out_dir=a.out, resume=a.resume, progress=not a.no_progress, debug=a.debug)
 
 
