@@ -54,6 +54,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_qilcm_step.py --json $(BENCH_OUT)/qilcm_step.json
 	$(BIN)/python benchmarks/bench_arsm_step.py --json $(BENCH_OUT)/arsm_step.json
 	$(BIN)/python benchmarks/bench_recurrence_backward.py --json $(BENCH_OUT)/recurrence_backward.json
+	$(BIN)/python benchmarks/bench_startup.py --json $(BENCH_OUT)/startup.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -91,7 +91,7 @@ MLP_GRID: dict[str, tuple] = {
     "lr": (0.001, 0.003, 0.01),
     "weight_decay": (0.0, 1e-3),
 }
-# LightGBM: the parameters of `ctxrank demo` (src/ctxrank/cli.py), more rounds.
+# LightGBM: the defaults of ctxrank.baselines.LambdaMART (the model of `ctxrank demo --quick`), more rounds.
 LGB_PARAMS: dict[str, Any] = {
     "objective": "lambdarank",
     "learning_rate": 0.05,

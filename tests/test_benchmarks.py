@@ -110,3 +110,17 @@ def test_recurrence_backward(tmp_path):
     assert set(blob["results"]) == {"dlcm-paper step", "softrank loss"}
     for r in blob["results"].values():
         assert r["max_abs_difference"] <= 1e-6 and r["speedup"] > 0
+
+
+def test_startup(tmp_path):
+    blob = run_bench("bench_startup.py", tmp_path)
+    results = blob["results"]
+    assert list(results) == [
+        "python -c pass (reference)",
+        "python -m ctxrank --version",
+        "python -m ctxrank --help",
+    ]
+    assert results["python -c pass (reference)"]["ratio_to_reference"] == pytest.approx(1.0)
+    for r in results.values():
+        assert r["n"] == 3 and r["median_s"] > 0
+    assert set(blob["within_target"]) == {"python -m ctxrank --version", "python -m ctxrank --help"}

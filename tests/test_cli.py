@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxrank.cli import build_parser, main, read_scores
+from ctxrank.cli import build_parser, main
+from ctxrank.data.scores import read_scores
 from tests.conftest import REPO
 
 # query "1": labels 2, 0, 1; query "2": no relevant item
@@ -283,10 +284,19 @@ def test_datasets_show(capsys):
 
 
 # ----------------------------------------------------------------------------------------- demo
+def strict_json(text: str):
+    """``json.loads`` that refuses the NaN / Infinity literals (every --json output is strict JSON)."""
+
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name} in the output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def test_demo(capsys):
     rc, out, err = run(capsys, "demo", "--quick", "--json")
     assert rc == 0, err
-    res = json.loads(out)
+    res = strict_json(out)
     assert res["splits"]["train"]["queries"] == 471 and res["splits"]["test"]["items"] == 2874
     for conv in ("standard", "letor4"):
         metrics = res["test_metrics"][conv]
@@ -298,3 +308,103 @@ def test_demo(capsys):
     assert res["model"]["best_iteration"] >= 1
     assert res["conventions"]["letor4"]["name"] == "letor4"
     assert res["seconds"] < 60
+
+
+# the demo experiment at a tiny size: one run, one epoch each, LambdaMART's top 20
+TINY_DEMO = [
+    *("--runs", "1", "--set", "protocol.top_k=20", "--no-progress"),
+    *(f"--set=models.{m}.train.max_epochs=1" for m in ("qilcm", "dlcm", "listnet")),
+]
+
+
+def test_demo_experiment_end_to_end(capsys, tmp_path):
+    """The real `ctxrank demo` path (the `make demo` job), not --quick, in-process at a tiny size."""
+    rc, out, err = run(capsys, "demo", "--out", str(tmp_path / "demo"), *TINY_DEMO)
+    assert rc == 0, err
+    assert out.startswith("ctxrank demo: the `demo` experiment")
+    assert "| model | ndcg@1 | ndcg@3 | ndcg@5 | ndcg@10 | map |" in out
+    for model in ("lambdamart", "listnet", "dlcm", "qilcm"):
+        assert f"| {model} | 0." in out, model
+    assert f"report: {tmp_path / 'demo'}/results.json, table.md, table.csv, metrics.png" in out
+    for name in ("results.json", "table.md", "table.csv", "metrics.png"):
+        assert (tmp_path / "demo" / name).stat().st_size > 0, name
+    results = strict_json((tmp_path / "demo" / "results.json").read_text())
+    assert results["spec"]["name"] == "demo"
+    assert (tmp_path / "demo" / "table.md").read_text() in out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["demo", "--fold", "2", "--seed", "1"], "--fold, --seed apply to `ctxrank demo --quick` only"),
+        (["demo", "--json"], "--json apply to `ctxrank demo --quick` only"),
+        (["demo", "--quick", "--runs", "1"], "--runs apply to the demo experiment, not to --quick"),
+        (["demo", "--quick", "--set", "x=1"], "--set apply to the demo experiment"),
+        (["demo", "--quick", "--fold", "0"], "got fold 0"),
+        (["data-info", "--dataset", "mq2008", "--fold", "0"], "got fold 0"),
+        (["data-info", "--dataset", "mq2008", "--fold", "6"], "got fold 6"),
+    ],
+)
+def test_options_that_would_be_ignored_or_fall_back_are_errors(capsys, argv, needle):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert err.startswith("ctxrank: error:") and needle in err, err
+
+
+def test_every_json_output_is_strict(capsys, tiny, tmp_path):
+    """No NaN literal anywhere: `compare` of one run has no test over runs (p = null, not NaN)."""
+    data, scores = tiny
+    for name in ("a", "b"):
+        rc, out, err = run(capsys, "evaluate", "--data", str(data), "--scores", str(scores), "--json",
+                           "--no-relevant", "skip")  # fmt: skip
+        assert rc == 0, err
+        assert strict_json(out)["per_query"]["map"][1] is None
+        (tmp_path / f"{name}.json").write_text(out)
+    rc, out, err = run(capsys, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json")
+    assert rc == 0, err
+    res = strict_json(out)
+    assert res["metrics"]["map"]["runs"]["p"] is None and res["metrics"]["map"]["runs"]["n"] == 1
+    for argv in (
+        ["datasets", "--json"],
+        ["datasets", "show", "mq2008", "--json"],
+        ["data-info", str(data), "--json"],
+        ["synth", "choice", "--sessions", "3", "--out", str(tmp_path / "s.csv"), "--json"],
+    ):
+        rc, out, err = run(capsys, *argv)
+        assert rc == 0, (argv, err)
+        strict_json(out)
+
+
+def test_version_and_help_import_no_heavy_library():
+    code = (
+        "import sys\n"
+        "from ctxrank.cli import main\n"
+        "assert main(['--version']) == 0 and main(['--help']) == 0\n"
+        "heavy = ('numpy', 'torch', 'pandas', 'scipy', 'lightgbm', 'sklearn')\n"
+        "print(' '.join(m for m in heavy if m in sys.modules) or 'none')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    assert proc.stdout.splitlines()[-1] == "none"
+
+
+def test_table_extensions_of_the_help_text_are_the_readers():
+    from ctxrank.cli._options import TABLE_EXTENSIONS
+    from ctxrank.data.table import TABLE_EXTENSIONS as READER
+
+    assert tuple(TABLE_EXTENSIONS) == tuple(READER)
+
+
+def test_the_library_never_imports_the_cli():
+    """Layering: cli -> library only (not even inside a function)."""
+    src = REPO / "src" / "ctxrank"
+    offenders = [
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        if "cli" not in path.relative_to(src).parts[:1]
+        and path.name != "__main__.py"
+        and re.search(r"^\s*(from|import)\s+ctxrank\.cli\b", path.read_text(), re.M)
+    ]
+    assert offenders == []

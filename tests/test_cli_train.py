@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from ctxrank.cli import main
+from ctxrank.cli import build_parser, main
+from ctxrank.cli.train import TrainOptions
 from ctxrank.data.letor import read_letor
 
 from .conftest import REPO
@@ -258,3 +259,24 @@ def test_classical_baselines_refuse_a_loss(model, trains, tmp_path, capsys):
         f"loss: {model} trains {trains}" in err and "--loss does not apply" in err and "LightGBM" not in err
     )
     assert not (tmp_path / "x").exists()
+
+
+def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
+    """What `train` records (options as JSON, the command line) gives back the same options."""
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        *("train", "--model", "mlp", "--data", "s.csv", "--query-col", "q", "--label-col", "y"),
+        *("--categorical", "a,b", "--split-fractions", "0.5,0.25,0.25", "--seed", "0", "--no-cache"),
+        *("--set", "train.lr=0.1", "--set", "model_params.hidden=[8]", "--out", "run"),
+    ]
+    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    assert options.seed == 0 and options.categorical == ("a", "b") and options.no_cache
+    record = json.loads(json.dumps(options.to_record()))
+    assert record["data_file"] == str(tmp_path / "s.csv") and record["split_fractions"] == [0.5, 0.25, 0.25]
+    assert TrainOptions.from_record(record).to_record() == record
+    command = options.command_line("run")
+    assert command[:2] == ["ctxrank", "train"] and command[-2:] == ["--out", str(tmp_path / "run")]
+    again = TrainOptions.from_args(build_parser().parse_args(command[1:]))
+    assert again.to_record() == record
+    with pytest.raises(ValueError, match="unknown recorded option"):
+        TrainOptions.from_record({**record, "nope": 1})

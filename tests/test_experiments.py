@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from ctxrank.cli import main
-from ctxrank.cli_experiment import default_out
+from ctxrank.cli.experiment import default_out
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment

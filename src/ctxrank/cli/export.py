@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ctxrank.cli._options import out, table
+
 FORMATS = ("torchscript", "onnx")  # ctxrank.export.EXPORT_FORMATS, without importing torch for --help
 
 
-def _size_text(n: int) -> str:
+def _size_text(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB"):
         if n < 1024 or unit == "MiB":
             return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -17,48 +19,48 @@ def _size_text(n: int) -> str:
     raise AssertionError  # unreachable
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from ctxrank.cli import _out, _table
+def export(model: str, *, format: str, out_file: str) -> int:
+    """Write the model saved in ``model`` as one ``format`` file at ``out_file``, checked."""
     from ctxrank.export import export_model
 
-    result = export_model(args.model, args.format, args.out)
+    result = export_model(model, format, out_file)
     meta = result.meta
-    _out(
+    out(
         f"wrote {result.path} ({result.version}, {_size_text(result.size)}): {meta['model']} from "
-        f"{args.model}, normalizer {meta['transform']!r} applied inside"
+        f"{model}, normalizer {meta['transform']!r} applied inside"
     )
-    _out()
+    out()
     rows = [(name, dtype, shape, what) for name, shape, dtype, what in result.inputs]
     name, shape, dtype, what = meta["output"]
     rows.append((f"-> {name}", dtype, shape, what))
-    _out(_table(("input", "dtype", "shape", "meaning"), rows))
+    out(table(("input", "dtype", "shape", "meaning"), rows))
     names = meta["feature_names"]
     if names:
         shown = ", ".join(names)
         if len(names) > 12:
             shown = f"{', '.join(names[:10])}, ..., {names[-1]} (all {len(names)} in the file's ctxrank.json)"
-        _out(f"\nfeatures, in this order: {shown}")
+        out(f"\nfeatures, in this order: {shown}")
     if meta["categorical_names"]:
         cats = zip(meta["categorical_names"], meta["categorical_cardinalities"], strict=True)
-        _out("categorical columns: " + ", ".join(f"{c} ({k} codes, 0 = unknown)" for c, k in cats))
-    _out(
+        out("categorical columns: " + ", ".join(f"{c} ({k} codes, 0 = unknown)" for c, k in cats))
+    out(
         f"checked: the file reproduces the model on a batch of another shape than the traced one "
         f"(max abs score difference {result.max_abs_diff:.2g})"
     )
-    for note in result.notes:
-        _out(f"note: {note}")
+    for text in result.notes:
+        out(f"note: {text}")
     return 0
 
 
-def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "export",
         parents=[common],
         help="write a saved neural model as a TorchScript or ONNX file for serving",
         description=(
             "Export a model saved by `ctxrank train` as one TorchScript (torch.jit.load) or ONNX "
-            "(onnxruntime) file that scores RAW features: (features [B, L, F] "
-            "float32, mask [B, L] bool[, categorical [B, L, C] int64]) -> scores [B, L]; the saved "
+            "(onnxruntime) file that scores RAW features: (features (B, L, F) "
+            "float32, mask (B, L) bool[, categorical (B, L, C) int64]) -> scores (B, L); the saved "
             "normalizer runs inside the graph. The written file is loaded back and checked against the "
             "model. ONNX needs `pip install 'ctxrank[export]'`. A re-ranking model exports its neural "
             "re-ranker only; baselines (LambdaMART: use its model.txt) are refused. See docs/export.md."
@@ -67,4 +69,4 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")
     p.add_argument("--format", required=True, choices=FORMATS, help="torchscript or onnx")
     p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(run=lambda a: export(a.model, format=a.format, out_file=a.out))

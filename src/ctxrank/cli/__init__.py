@@ -1,0 +1,103 @@
+"""The ``ctxrank`` command line: a thin layer over the library.
+
+Commands (one module each group; every command is a plain function with keyword arguments, and
+argparse only maps the parsed options onto that call)::
+
+    ctxrank datasets [show NAME | download NAME]     cli/data.py: datasets, datasets_show, datasets_download
+    ctxrank data-info FILE | --dataset NAME          cli/data.py: data_info
+    ctxrank synth choice|letor ... --out FILE        cli/data.py: synth_choice, synth_letor (SYNTHETIC data)
+    ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
+    ctxrank compare A B                              cli/evaluate.py: compare
+    ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainOptions), --resume DIR
+    ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
+    ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
+    ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
+    ctxrank export --model DIR --format F --out F    cli/export.py: export
+
+Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. A data FILE ending in
+.csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
+
+Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
+with status 2; ``--debug`` shows the traceback instead. :func:`main` returns the exit status and never
+raises ``SystemExit``, so tests can call it in-process. Building the parser imports no NumPy, torch or
+pandas: each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ctxrank import __version__
+from ctxrank.cli import data, evaluate, experiment, export, train
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+#: command name -> the function that adds its parser (in ``ctxrank --help`` order)
+COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
+    "datasets": data.add_datasets_parser,
+    "data-info": data.add_data_info_parser,
+    "evaluate": evaluate.add_evaluate_parser,
+    "train": train.add_train_parser,
+    "predict": train.add_predict_parser,
+    "synth": data.add_synth_parser,
+    "experiment": experiment.add_experiment_parser,
+    "compare": evaluate.add_compare_parser,
+    "export": export.add_export_parser,
+    "demo": experiment.add_demo_parser,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ctxrank`` parser: every command of :data:`COMMANDS`; each sets ``run`` (args -> status)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors"
+    )
+    parser = argparse.ArgumentParser(
+        prog="ctxrank",
+        description=(
+            "ctxrank: learning to rank with listwise context models on PyTorch. "
+            "Inspect LETOR data, train and apply rankers, evaluate ranking scores with explicit metric "
+            "conventions, run the demo."
+        ),
+        epilog="Run `ctxrank COMMAND --help` for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctxrank {__version__}")
+    parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in COMMANDS.values():
+        add(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors: argparse has printed already
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    try:
+        return int(args.run(args))
+    except BrokenPipeError:  # `ctxrank ... | head`: stop quietly, as the reader went away
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+    except (ValueError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"ctxrank: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("ctxrank: interrupted", file=sys.stderr)
+        return 130

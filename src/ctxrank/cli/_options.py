@@ -1,0 +1,247 @@
+"""Option groups shared by several commands (declared once here) and the terminal output helpers.
+
+Each group is an ``add_*`` function that declares the options on a parser and, where a command takes
+the group as one argument, a frozen dataclass built from the parsed options (:class:`DataOptions`,
+:class:`TableOptions`). Nothing here imports NumPy, torch or pandas: ``ctxrank --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+#: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
+TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
+EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
+
+
+# ------------------------------------------------------------------------------------------ output
+def out(text: str = "") -> None:
+    """One line to stdout."""
+    print(text, file=sys.stdout)
+
+
+def note(text: str) -> None:
+    """``ctxrank: note: ...`` to stderr."""
+    print(f"ctxrank: note: {text}", file=sys.stderr)
+
+
+def print_json(obj: Any) -> None:
+    """``obj`` as strict JSON (NaN -> null) on stdout: the one JSON writer (:func:`ctxrank._io.dumps`)."""
+    from ctxrank._io import dumps
+
+    out(dumps(obj))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """A plain-text table; columns in ``right`` are right-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(r: list[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def key_value_lines(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
+    """``key  value`` lines with the keys padded to one width."""
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in rows)
+
+
+# ----------------------------------------------------------------------------------- value parsers
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
+def columns(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated distinct column names."""
+    names = tuple(c.strip() for c in text.split(","))
+    if not names or any(not c for c in names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"a column is listed twice in {text!r}")
+    return names
+
+
+# ---------------------------------------------------------------------------- single shared flags
+def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable output") -> None:
+    """``--json``."""
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable), parsed into ``overrides``."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bool = False) -> None:
+    """``--data-root DIR`` (alias ``--root``), parsed into ``data_root``."""
+    flags = ("--root", "--data-root") if root_first else ("--data-root", "--root")
+    p.add_argument(*flags, dest="data_root", metavar="DIR", help=help)
+
+
+def add_progress(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``."""
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# ------------------------------------------------------------------------------- dataset options
+@dataclass(frozen=True)
+class DataOptions:
+    """Where a command's data come from, besides a file: a registered dataset split, and how to read.
+
+    ``fold`` None means fold 1, ``split`` None the command's default split.
+    """
+
+    dataset: str | None = None
+    fold: int | None = None
+    split: str | None = None
+    variant: str | None = None
+    data_root: str | None = None
+    query_file: str | None = None
+    no_cache: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DataOptions:
+        return cls(
+            dataset=args.dataset,
+            fold=args.fold,
+            split=args.split,
+            variant=args.variant,
+            data_root=args.data_root,
+            query_file=args.query_file,
+            no_cache=args.no_cache,
+        )
+
+
+NO_DATA = DataOptions()  #: no dataset options given (a shared immutable default)
+
+
+def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> None:
+    """``--dataset --fold --split --variant --data-root`` and ``--query-file --no-cache``."""
+    g = p.add_argument_group("registered dataset")
+    g.add_argument("--dataset", metavar="NAME", help="a dataset of `ctxrank datasets` instead of a file")
+    g.add_argument("--fold", type=int, metavar="K", help="fold number (default 1)")
+    g.add_argument(
+        "--split",
+        choices=("train", "valid", "vali", "test", "all"),
+        help=f"which split of the fold ({defaults_text})",
+    )
+    g.add_argument(
+        "--variant", metavar="V", help="feature variant (OHSUMED: QueryLevelNorm, Feature-min, ...)"
+    )
+    add_data_root(
+        g,
+        "directory holding the dataset's files "
+        "(default $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name>)",
+    )
+    p.add_argument("--query-file", metavar="FILE", help="group-size file for a data file without qid:")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the binary parse cache")
+
+
+# --------------------------------------------------------------------------------- table options
+#: the table option group's flags, by field of :class:`TableOptions`
+TABLE_FLAGS = {
+    "query_col": "--query-col",
+    "label_col": "--label-col",
+    "categorical": "--categorical",
+    "numeric": "--numeric",
+    "docid_col": "--docid-col",
+}
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """The column roles of a table file (``--query-col --label-col --categorical --numeric
+    --docid-col``); None = not given."""
+
+    query_col: str | None = None
+    label_col: str | None = None
+    categorical: tuple[str, ...] | None = None
+    numeric: tuple[str, ...] | None = None
+    docid_col: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TableOptions:
+        return cls(
+            query_col=args.query_col,
+            label_col=args.label_col,
+            categorical=args.categorical,
+            numeric=args.numeric,
+            docid_col=args.docid_col,
+        )
+
+    def given(self) -> list[str]:
+        """The flags given (not None)."""
+        return [TABLE_FLAGS[f.name] for f in fields(self) if getattr(self, f.name) is not None]
+
+    def reject(self, what: str) -> None:
+        """Table flags given for LETOR data / a registered dataset: a clear error."""
+        flags = self.given()
+        if flags:
+            raise ValueError(
+                f"{', '.join(flags)} apply to table files ({EXTENSIONS_TEXT}); {what} is not one "
+                "(LETOR / SVMlight data carry their own query ids and labels)"
+            )
+
+
+NO_COLUMNS = TableOptions()  #: no table options given (a shared immutable default)
+
+
+def add_table_options(p: argparse.ArgumentParser, *, saved_spec: bool = False) -> None:
+    """The "tabular data" option group. ``saved_spec``: the command can take them from a saved model."""
+    note_text = (
+        " With --model, the spec saved with the model is used; options given must agree with it."
+        if saved_spec
+        else ""
+    )
+    g = p.add_argument_group(
+        "tabular data",
+        description=(
+            f"For data files ending in {EXTENSIONS_TEXT}: one row per (query, item), with a header. "
+            "Not allowed for LETOR files." + note_text
+        ),
+    )
+    g.add_argument("--query-col", metavar="COL", help="query / session id column (ids read as strings)")
+    g.add_argument("--label-col", metavar="COL", help="relevance label column, e.g. a 0/1 `chosen` column")
+    g.add_argument(
+        "--categorical",
+        type=columns,
+        metavar="A,B,...",
+        help="categorical columns: integer codes fitted on the training split (0 = unseen or missing)",
+    )
+    g.add_argument(
+        "--numeric",
+        type=columns,
+        metavar="C,D,...",
+        help="numeric feature columns, in this order (default: every other column, in file order)",
+    )
+    g.add_argument("--docid-col", metavar="COL", help="optional item id column (not a feature)")

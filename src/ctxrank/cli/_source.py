@@ -1,0 +1,141 @@
+"""The data a command names: a data FILE (LETOR / SVMlight, or a table by its extension) or a
+registered dataset split (:class:`~ctxrank.cli._options.DataOptions`), read into a RankingData.
+
+A table's column roles come from :class:`~ctxrank.cli._options.TableOptions` or, for ``predict`` /
+``evaluate --model``, from the table spec saved with the model: options given anyway must agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxrank.cli._options import TABLE_FLAGS, DataOptions, TableOptions
+
+PURPOSES = ("train", "predict", "evaluate", "scores", "info")
+_SPEC_KEYS = {"query_col": "query", "label_col": "label", "categorical": "categorical",
+              "numeric": "numeric", "docid_col": "docid"}  # fmt: skip
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "(none)"
+    if isinstance(v, tuple | list):
+        return ",".join(v) if v else "(none)"
+    return str(v)
+
+
+def _check_saved(spec: Any, given: TableOptions) -> None:
+    """Options given with a model must agree with its saved table spec."""
+    for name, key in _SPEC_KEYS.items():
+        value = getattr(given, name)
+        if value is None:
+            continue
+        want = getattr(spec, key)
+        if key in ("categorical", "numeric"):
+            same = tuple(value) == tuple(() if want is None else want)
+        else:
+            same = value == want
+        if not same:
+            raise ValueError(
+                f"{TABLE_FLAGS[name]} {_fmt(value)} does not match the model's saved table spec "
+                f"({key} column(s): {_fmt(want)}); leave the option out to use the saved spec"
+            )
+
+
+def resolve_spec(given: TableOptions, path: str, *, purpose: str, saved: dict[str, Any] | None = None):
+    """The :class:`~ctxrank.data.table.TableSpec` for reading the table ``path``.
+
+    Args:
+        purpose: ``train`` (label required; numeric default every other column), ``predict`` (label
+            optional), ``evaluate`` (with a model: label required), ``scores`` (``evaluate --scores``:
+            only query and label needed; numeric default none), ``info`` (``data-info``).
+        saved: the model's saved table spec (``ctxrank.json["table"]``), or None.
+    """
+    from ctxrank.data.table import TableSpec
+
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
+    if saved is not None:
+        spec = TableSpec.from_dict(saved)
+        _check_saved(spec, given)
+        if purpose != "predict" and spec.label is None:
+            raise ValueError(f"{path}: the model's table spec has no label column; cannot evaluate")
+        return spec
+    if given.query_col is None:
+        raise ValueError(
+            f"{path} is a table: give --query-col COL (the query / session id column)"
+            + (" and --label-col COL (the label column)" if purpose != "predict" else "")
+        )
+    if given.label_col is None and purpose != "predict":
+        raise ValueError(f"{path} is a table: give --label-col COL (the relevance / choice label column)")
+    if purpose == "predict" and given.categorical:
+        raise ValueError(
+            "--categorical needs the encoder fitted at training time, but this model was not trained "
+            "on a table (its ctxrank.json has no table spec)"
+        )
+    numeric = given.numeric
+    if numeric is None and purpose == "scores":
+        numeric = ()
+    return TableSpec(
+        query=given.query_col,
+        label=given.label_col,
+        categorical=given.categorical if given.categorical is not None else (),
+        numeric=numeric,
+        docid=given.docid_col,
+    )
+
+
+def load_data_rows(
+    file: str | None,
+    source: DataOptions,
+    table: TableOptions,
+    *,
+    default_split: str = "all",
+    n_features: int | None = None,
+    purpose: str = "info",
+    saved_table: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """``(data, file_rows)``: the RankingData named by ``file`` or by ``source.dataset``.
+
+    A table file is read with ``read_table`` (``file_rows``: each row's data row in the file, see
+    :mod:`ctxrank.data.table_io`), any other file with ``read_letor`` (``file_rows`` None: file order).
+    ``n_features`` (a saved model's feature count) pads a sparse LETOR file whose last features are
+    absent. ``purpose`` and ``saved_table`` decide how a table's columns are read (:func:`resolve_spec`).
+    """
+    if file is not None and source.dataset is not None:
+        raise ValueError("give either a data file or --dataset, not both")
+    if file is None and source.dataset is None:
+        raise ValueError("give a data file or --dataset NAME (see `ctxrank datasets`)")
+    if file is None:
+        return _load_registered(source, table, default_split), None
+    for opt in ("fold", "split", "variant"):
+        if getattr(source, opt) is not None:
+            raise ValueError(f"--{opt} applies to --dataset, not to a data file")
+    from ctxrank.data.table import is_table_path
+
+    if is_table_path(file):
+        from ctxrank.data.table_io import read_table_file
+
+        if source.query_file is not None:
+            raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+        spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
+        return read_table_file(file, spec, scoring=purpose == "predict")
+    from ctxrank.data.letor import read_letor
+
+    table.reject(file)
+    data = read_letor(file, query_file=source.query_file, n_features=n_features, cache=not source.no_cache)
+    return data, None
+
+
+def _load_registered(source: DataOptions, table: TableOptions, default_split: str) -> Any:
+    from ctxrank.data.registry import load_split
+
+    table.reject(f"--dataset {source.dataset}")
+    return load_split(
+        source.dataset,
+        default_split if source.split is None else source.split,
+        1 if source.fold is None else source.fold,
+        root=source.data_root,
+        variant=source.variant,
+        cache=not source.no_cache,
+    )

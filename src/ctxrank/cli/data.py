@@ -1,0 +1,482 @@
+"""``ctxrank datasets``, ``ctxrank data-info`` and ``ctxrank synth``: the data commands.
+
+``synth`` writes SYNTHETIC files for tests, demos and benchmarks: ``synth choice`` airline-itinerary
+choice sessions (the chooser's own probabilities go to a SEPARATE ``<stem>.chooser.csv`` so they can
+never be read as a feature), ``synth letor`` an MSLR-shaped LETOR text file. Nothing measured on
+them says anything about real data; every run says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ctxrank.cli._options import (
+    NO_COLUMNS,
+    NO_DATA,
+    DataOptions,
+    TableOptions,
+    add_data_root,
+    add_dataset_options,
+    add_json,
+    add_progress,
+    add_table_options,
+    key_value_lines,
+    non_negative_int,
+    note,
+    out,
+    positive_int,
+    print_json,
+    table,
+)
+
+SYNTHETIC_NOTE = "note: these data are SYNTHETIC (generated, not measured); use them for tests and demos only"
+
+
+# --------------------------------------------------------------------------------------- datasets
+def datasets(*, data_root: str | None = None, json: bool = False) -> int:
+    """The table of known datasets: features, labels, folds, presence, download, location."""
+    from ctxrank.data import registry
+
+    specs = list(registry.DATASETS.values())
+    if json:
+        print_json([_spec_dict(spec, data_root) for spec in specs])
+        return 0
+    rows = []
+    for spec in specs:
+        present, where = _presence(spec, data_root)
+        download = "auto" if spec.url else "manual"
+        rows.append((spec.name, spec.n_features, spec.labels_text, spec.n_folds, present, download, where))
+    headers = ("name", "features", "labels", "folds", "present", "download", "location")
+    out(table(headers, rows, right=(1, 3)))
+    out()
+    out(
+        "Files go in --data-root DIR, else $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name> "
+        "(MQ2008: embedded in the package)."
+    )
+    out(
+        "`ctxrank datasets show NAME` prints citation, layout and download details; `ctxrank datasets "
+        "download NAME` fetches the ones marked auto."
+    )
+    return 0
+
+
+def datasets_show(name: str, *, data_root: str | None = None, json: bool = False) -> int:
+    """Everything known about one dataset."""
+    from ctxrank.data import registry
+
+    spec = registry.get_spec(name)
+    d = _spec_dict(spec, data_root)
+    if json:
+        print_json(d)
+        return 0
+    rows = []
+    for k, v in d.items():
+        if k == "fold_table":
+            continue
+        if isinstance(v, list):
+            v = ", ".join(str(x) for x in v)
+        rows.append((k, "-" if v is None or v == "" else v))
+    out(key_value_lines(rows))
+    out()
+    out(table(("fold", "train", "valid", "test"), spec.fold_table(), right=(0,)))
+    return 0
+
+
+def datasets_download(
+    name: str,
+    *,
+    data_root: str | None = None,
+    sha256: str | None = None,
+    url: str | None = None,
+    keep_archive: bool = False,
+    progress: bool = True,
+) -> int:
+    """Download, verify and unpack a dataset."""
+    from ctxrank.data import registry
+    from ctxrank.data.download import download_dataset
+
+    spec = registry.get_spec(name)
+    if url is None and spec.url is not None and sha256 is None and spec.sha256 is None:
+        note(f"no known sha256 for {spec.url}; the archive is not verified")
+    if url is not None and sha256 is None:
+        note(f"no --sha256 given; {url} is not verified")
+    where = download_dataset(
+        spec.name, root=data_root, url=url, sha256=sha256, progress=progress, keep_archive=keep_archive
+    )
+    out(f"{spec.display_name} is ready in {where}")
+    if data_root is None and spec.embedded:
+        out(f"(load it with --data-root {where}; without a root the embedded copy is used)")
+    return 0
+
+
+def _presence(spec: Any, root: str | None) -> tuple[str, str]:
+    from ctxrank.data import registry
+
+    if root is None and spec.embedded:
+        return "embedded", str(registry.embedded_dir())
+    return ("yes" if registry.is_available(spec, root=root) else "no"), str(registry.dataset_root(spec, root))
+
+
+def _spec_dict(spec: Any, root: str | None) -> dict[str, Any]:
+    present, where = _presence(spec, root)
+    return {
+        "name": spec.name,
+        "display_name": spec.display_name,
+        "aliases": list(spec.aliases),
+        "features": spec.n_features,
+        "label_levels": list(spec.label_levels),
+        "layout": spec.layout,
+        "folds": spec.n_folds,
+        "fold_table": [
+            {"fold": k, "train": tr, "valid": va, "test": te} for k, tr, va, te in spec.fold_table()
+        ],
+        "variants": list(spec.variants) or None,
+        "size": spec.size,
+        "present": present,
+        "location": where,
+        "homepage": spec.homepage,
+        "url": spec.url,
+        "archive": spec.archive_name,
+        "sha256": spec.sha256,
+        "sha256_source": spec.sha256_source,
+        "citation": spec.citation,
+        "notes": spec.notes,
+    }
+
+
+# -------------------------------------------------------------------------------------- data-info
+def data_info(
+    file: str | None = None,
+    *,
+    source: DataOptions = NO_DATA,
+    columns: TableOptions = NO_COLUMNS,
+    threshold: float = 1.0,
+    json: bool = False,
+) -> int:
+    """Statistics of a data file or a registered dataset split (default: all splits)."""
+    from ctxrank.cli._source import load_data_rows
+    from ctxrank.data.summary import data_summary
+
+    data, _ = load_data_rows(file, source, columns, purpose="info")
+    summary = data_summary(data, threshold=threshold)
+    if json:
+        print_json(summary)
+    else:
+        out(summary_text(summary))
+    return 0
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    """The ``data-info`` text of a :func:`ctxrank.data.summary.data_summary`."""
+    n_items = s["items"]
+    labels = "  ".join(f"{k}: {v:,} ({100.0 * v / n_items:.1f}%)" for k, v in s["label_histogram"].items())
+    ll = s["list_length"]
+    nr = s["queries_without_relevant"]
+    rows = [
+        ("source", s["source"]),
+        ("queries", f"{s['queries']:,}"),
+        ("items", f"{n_items:,}"),
+        ("features", f"{s['features']:,}"),
+        ("labels", labels),
+        ("list length", f"min {ll['min']}  median {ll['median']:g}  mean {ll['mean']:.2f}  max {ll['max']}"),
+        (
+            f"queries with no relevant item (label >= {s['relevance_threshold']:g})",
+            f"{nr:,} ({100.0 * nr / max(s['queries'], 1):.1f}%)",
+        ),
+        ("NULL cells filled", f"{s['null_filled']:,}"),
+    ]
+    return key_value_lines(rows)
+
+
+# ------------------------------------------------------------------------------------------ synth
+def chooser_path(path: str | Path) -> Path:
+    """``sessions.csv`` / ``sessions.csv.gz`` / ``sessions.parquet`` -> ``sessions.chooser.csv``."""
+    from ctxrank.data.table import _format_of
+
+    path = Path(path)
+    ext = _format_of(path)
+    name = path.name[: -len(ext)] if ext else path.name
+    return path.with_name(f"{name}.chooser.csv")
+
+
+def _write_table(frame: Any, path: Path, fmt: str) -> None:
+    from ctxrank._io import atomic_write
+
+    if fmt in (".parquet", ".pq"):
+        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+    else:
+        sep = "\t" if fmt.startswith(".tsv") else ","
+        comp = "gzip" if fmt.endswith(".gz") else None
+        atomic_write(path, lambda tmp: frame.to_csv(tmp, sep=sep, index=False, compression=comp))
+
+
+def synth_choice(
+    path: str,
+    *,
+    sessions: int = 1000,
+    seed: int = 0,
+    min_items: int = 10,
+    max_items: int = 60,
+    utility_scale: float = 1.5,
+    json: bool = False,
+) -> int:
+    """Synthetic choice sessions to the table ``path`` and the chooser's probabilities beside it."""
+    import pandas as pd
+
+    from ctxrank._io import atomic_write
+    from ctxrank.data.synth_choice import make_choice_sessions
+    from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
+
+    target = Path(path)
+    fmt = _format_of(target)
+    if fmt is None:
+        raise ValueError(f"{target}: --out must end in one of {', '.join(TABLE_EXTENSIONS)}")
+    chooser = chooser_path(target)
+    if chooser.resolve() == target.resolve():
+        raise ValueError(f"{target}: choose a name whose chooser file ({chooser.name}) differs from it")
+    made = make_choice_sessions(
+        sessions, min_items=min_items, max_items=max_items, utility_scale=utility_scale, seed=seed
+    )
+    frame = made.table
+    _write_table(frame, target, fmt)
+    probs = pd.DataFrame(
+        {"session": frame["session"], "item": frame["item"], "chooser_prob": made.chooser_prob}
+    )
+    atomic_write(chooser, lambda tmp: probs.to_csv(tmp, index=False, float_format="%.9g"))
+    ref = made.chooser_reference()
+    summary = {
+        "synthetic": True,
+        "file": str(target),
+        "chooser_file": str(chooser),
+        "sessions": int(sessions),
+        "rows": len(frame),
+        "seed": seed,
+        "min_items": min_items,
+        "max_items": max_items,
+        "utility_scale": utility_scale,
+        "columns": [str(c) for c in frame.columns],
+        "chooser_reference": ref,
+    }
+    if json:
+        print_json(summary)
+        return 0
+    out(
+        f"wrote {len(frame):,} itineraries in {sessions:,} sessions to {target} "
+        f"(seed {seed}; columns {', '.join(summary['columns'])})"
+    )
+    out(f"wrote the chooser's probabilities to {chooser} (session, item, chooser_prob: not a feature)")
+    out(
+        f"chooser reference (the ceiling for any model on these data): log-likelihood "
+        f"{ref['log_likelihood']:.4f} per session, P@1 {ref['p@1']:.4f} "
+        f"(expected {ref['expected_p@1']:.4f}), hit@5 {ref['hit@5']:.4f}"
+    )
+    out(SYNTHETIC_NOTE)
+    return 0
+
+
+def synth_letor(
+    path: str,
+    *,
+    queries: int = 1000,
+    items: int = 100,
+    features: int = 136,
+    max_label: int = 4,
+    seed: int = 0,
+) -> int:
+    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz)."""
+    from ctxrank.data.synth import write_synthetic_letor
+
+    target = Path(path)
+    if target.parent != Path():
+        target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{target.suffix}")  # keep the .gz suffix for the writer
+    try:
+        write_synthetic_letor(
+            tmp, n_queries=queries, list_size=items, n_features=features, max_label=max_label, seed=seed
+        )
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    out(
+        f"wrote {queries:,} queries x {items} items, {features} features, labels "
+        f"0..{max_label} (seed {seed}) to {target}"
+    )
+    out(SYNTHETIC_NOTE)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- parsers
+def add_datasets_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "datasets",
+        parents=[common],
+        help="list known datasets; download one",
+        description=(
+            "Table of the dataset registry: feature count, label levels, folds, whether the files are "
+            "present and where they go. Subcommands: `show NAME` (citation, layout, download details) "
+            "and `download NAME`."
+        ),
+    )
+    add_data_root(p, "check this directory")
+    add_json(p)
+    p.set_defaults(run=lambda a: datasets(data_root=a.data_root, json=a.json))
+    dsub = p.add_subparsers(dest="datasets_command", metavar="{show,download}")
+    ps = dsub.add_parser(
+        "show",
+        parents=[common],
+        help="everything known about one dataset",
+        description="Citation, fold table, file layout, download address and checksum status of one dataset.",
+    )
+    ps.add_argument("name", metavar="NAME", help="dataset name or alias (case-insensitive)")
+    add_data_root(ps, "check this directory")
+    add_json(ps)
+    ps.set_defaults(run=lambda a: datasets_show(a.name, data_root=a.data_root, json=a.json))
+    _add_download_parser(dsub, common)
+
+
+def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
+    pd = dsub.add_parser(
+        "download",
+        parents=[common],
+        help="download, verify and unpack a dataset",
+        description=(
+            "Download a dataset archive (streamed, atomic), verify its sha256 when known or given, unpack "
+            ".zip/.tar.* archives and check the fold layout. RAR archives (LETOR 4.0) must be unpacked "
+            "by hand. Datasets without a public direct address (Yahoo!, MQ2007, OHSUMED) need --url or "
+            "a manual download; `ctxrank datasets show NAME` says where to get them."
+        ),
+    )
+    pd.add_argument("name", metavar="NAME", help="dataset name or alias")
+    add_data_root(
+        pd,
+        "target directory (default $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name>)",
+        root_first=True,
+    )
+    pd.add_argument("--sha256", metavar="HEX", help="expected sha256 of the archive (overrides the registry)")
+    pd.add_argument("--url", metavar="URL", help="download address (overrides the registry's)")
+    pd.add_argument("--keep-archive", action="store_true", help="keep the archive after unpacking")
+    add_progress(pd)
+    pd.set_defaults(
+        run=lambda a: datasets_download(
+            a.name,
+            data_root=a.data_root,
+            sha256=a.sha256,
+            url=a.url,
+            keep_archive=a.keep_archive,
+            progress=not a.no_progress,
+        )
+    )
+
+
+def add_data_info_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "data-info",
+        parents=[common],
+        help="statistics of a LETOR file, a table or a registered dataset",
+        description=(
+            "Queries, items, features, label histogram, list-length statistics (min/median/mean/max), "
+            "queries with no relevant item and NULL cells filled, for a LETOR/SVMlight FILE (.txt or .gz), "
+            "a table (.csv/.tsv/.parquet, with --query-col and --label-col) or a registered --dataset "
+            "(default: the whole dataset, all splits). Example: `ctxrank data-info --dataset mq2008`."
+        ),
+    )
+    p.add_argument(
+        "file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz) or a table (.csv, ...)"
+    )
+    add_dataset_options(p, defaults_text="default all: the whole dataset")
+    add_table_options(p)
+    p.add_argument(
+        "--threshold", type=float, default=1.0, help="relevant means label >= THRESHOLD (default 1)"
+    )
+    add_json(p)
+    p.set_defaults(
+        run=lambda a: data_info(
+            a.file,
+            source=DataOptions.from_args(a),
+            columns=TableOptions.from_args(a),
+            threshold=a.threshold,
+            json=a.json,
+        )
+    )
+
+
+def add_synth_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "synth",
+        parents=[common],
+        help="write SYNTHETIC data (choice sessions table, LETOR file) for tests and demos",
+        description=(
+            "Write synthetic data files. `choice`: airline-itinerary choice sessions as a table "
+            "(one row per itinerary, `chosen` 0/1), with the chooser's probabilities in a separate "
+            "<stem>.chooser.csv. `letor`: an MSLR-shaped LETOR text file. The data are generated, "
+            "not measured: results on them say nothing about real data."
+        ),
+    )
+    ssub = p.add_subparsers(dest="synth_command", metavar="{choice,letor}", required=True)
+    _add_synth_choice_parser(ssub, common)
+    _add_synth_letor_parser(ssub, common)
+
+
+def _add_synth_choice_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
+    pc = ssub.add_parser(
+        "choice",
+        parents=[common],
+        help="airline-itinerary choice sessions (a table)",
+        description=(
+            "Synthetic choice sessions (mixed logit with per-session tastes; see "
+            "ctxrank.data.synth_choice): columns session, item, chosen, price, duration, stops, "
+            "dep_hour, airline, cabin. Writes FILE (.csv, .csv.gz, .tsv, .tsv.gz, .parquet, .pq) and "
+            "<stem>.chooser.csv (session, item, chooser_prob: NOT a feature) and prints the chooser's "
+            "reference. Train on it with e.g. `ctxrank train --model qilcm --data FILE --query-col "
+            "session --label-col chosen --docid-col item --categorical airline,cabin --out runs/q`."
+        ),
+    )
+    pc.add_argument("--sessions", type=positive_int, default=1000, metavar="N", help="default 1000")
+    pc.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    pc.add_argument("--min-items", type=positive_int, default=10, metavar="N", help="default 10")
+    pc.add_argument("--max-items", type=positive_int, default=60, metavar="N", help="default 60")
+    pc.add_argument(
+        "--utility-scale",
+        type=float,
+        default=1.5,
+        metavar="X",
+        help="utility multiplier: larger = more predictable choices (default 1.5)",
+    )
+    pc.add_argument("--out", required=True, metavar="FILE", help="the table to write")
+    add_json(pc, "machine-readable summary")
+    pc.set_defaults(
+        run=lambda a: synth_choice(
+            a.out,
+            sessions=a.sessions,
+            seed=a.seed,
+            min_items=a.min_items,
+            max_items=a.max_items,
+            utility_scale=a.utility_scale,
+            json=a.json,
+        )
+    )
+
+
+def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
+    pl = ssub.add_parser(
+        "letor",
+        parents=[common],
+        help="an MSLR-shaped LETOR text file",
+        description=(
+            "A synthetic LETOR/SVMlight file (`label qid:Q 1:v ... F:v #docid = D-q-i`; .gz when FILE ends "
+            "with it): N queries of L items, F dense features, labels 0..4 from a noisy linear function."
+        ),
+    )
+    pl.add_argument("--queries", type=positive_int, default=1000, metavar="N", help="default 1000")
+    pl.add_argument("--items", type=positive_int, default=100, metavar="L", help="items per query (100)")
+    pl.add_argument("--features", type=positive_int, default=136, metavar="F", help="default 136")
+    pl.add_argument("--max-label", type=positive_int, default=4, metavar="K", help="labels 0..K (4)")
+    pl.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    pl.add_argument("--out", required=True, metavar="FILE", help="the file to write (.txt or .gz)")
+    pl.set_defaults(
+        run=lambda a: synth_letor(
+            a.out, queries=a.queries, items=a.items, features=a.features, max_label=a.max_label, seed=a.seed
+        )
+    )

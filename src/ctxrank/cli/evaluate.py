@@ -1,0 +1,261 @@
+"""``ctxrank evaluate`` (mean ranking metrics of scores or of a saved model) and ``ctxrank compare``
+(paired t-tests between two sets of runs)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ctxrank.cli._options import (
+    NO_COLUMNS,
+    NO_DATA,
+    DataOptions,
+    TableOptions,
+    add_dataset_options,
+    add_json,
+    add_table_options,
+    key_value_lines,
+    out,
+    print_json,
+    table,
+)
+
+DEFAULT_METRICS = "ndcg@1,ndcg@3,ndcg@5,ndcg@10,map"
+
+
+def parse_metrics(text: str) -> list[str]:
+    """``"ndcg@10, MAP"`` -> canonical metric names; at least one."""
+    from ctxrank.metrics import format_metric, parse_metric
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--metrics needs at least one metric, e.g. ndcg@10,map")
+    return [format_metric(*parse_metric(m)) for m in names]
+
+
+def _no_relevant(text: str) -> float | str:
+    t = text.strip().lower()
+    if t == "skip":
+        return "skip"
+    try:
+        value = float(t)
+    except ValueError:
+        value = None
+    if value not in (0.0, 1.0):
+        raise argparse.ArgumentTypeError(f"expected 0, 1 or skip, got {text!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------- evaluate
+def evaluate(
+    *,
+    data: str | None = None,
+    scores: str | None = None,
+    model: str | None = None,
+    metrics: str = DEFAULT_METRICS,
+    convention: str = "standard",
+    no_relevant: float | str = 0.0,
+    gain: str = "exp2",
+    threshold: float = 1.0,
+    source: DataOptions = NO_DATA,
+    columns: TableOptions = NO_COLUMNS,
+    json: bool = False,
+) -> int:
+    """Evaluate a scores file (``scores``) or a saved model (``model``) on labelled data."""
+    from ctxrank.evaluation import evaluate_scores
+    from ctxrank.metrics import metric_convention
+
+    names = parse_metrics(metrics)
+    conv = metric_convention(convention, gain=gain, no_relevant=no_relevant, threshold=threshold)
+    if (scores is None) == (model is None):
+        raise ValueError("give exactly one of --scores FILE or --model DIR")
+    ranking, values = _scored_data(data, scores, model, source, columns)
+    report = evaluate_scores(values, ranking, names, conv)
+    if json:
+        print_json({"data": report.pop("data"), "scores": scores, "model": model, **report})
+        return 0
+    means, counts = report["metrics"], report["queries_evaluated"]
+    out(f"data    {ranking.source} ({ranking.n_queries:,} queries, {ranking.n_items:,} items)")
+    out(f"scores  {scores}" if scores is not None else f"model   {model}")
+    out()
+    rows = [(k, f"{means[k]:.4f}" if math.isfinite(means[k]) else "nan", counts[k]) for k in names]
+    out(table(("metric", "mean", "queries"), rows, right=(1, 2)))
+    out()
+    out(conventions_text(conv))
+    return 0
+
+
+def _scored_data(
+    data: str | None, scores: str | None, model: str | None, source: DataOptions, columns: TableOptions
+) -> tuple[Any, Any]:
+    """``(RankingData, (N,) scores in its row order)`` from a scores file or a saved model."""
+    from ctxrank.cli._source import load_data_rows
+
+    if model is not None:
+        from ctxrank.checkpoint import load_model, read_meta
+
+        saved_table = read_meta(model).get("table")
+        predictor = load_model(model)
+        ranking, _ = load_data_rows(
+            data,
+            source,
+            columns,
+            n_features=predictor.n_features,
+            purpose="evaluate",
+            saved_table=saved_table,
+        )
+        return ranking, predictor.predict(ranking)
+    from ctxrank.data.scores import read_scores
+    from ctxrank.data.table_io import from_file_order
+
+    ranking, file_rows = load_data_rows(data, source, columns, purpose="scores")
+    values = read_scores(scores, ranking.n_items, data_name=ranking.source or "the data")
+    return ranking, from_file_order(values, file_rows)
+
+
+def conventions_text(conv: Any) -> str:
+    """The metric convention, one choice a line."""
+    d = conv.to_dict()
+    gain = {"exp2": "exp2 (2^y - 1)", "linear": "linear (y)"}.get(d["gain"], d["gain"])
+    rows = [
+        ("convention", d["name"]),
+        ("gain", gain),
+        ("discount", d["discount"]),
+        (
+            "no relevant item",
+            f"{d['no_relevant']}" + (" (excluded from means)" if d["no_relevant"] == "skip" else ""),
+        ),
+        ("relevant means", f"label >= {d['threshold']:g} (P, MAP, MRR)"),
+        ("ties", d["tie_rule"]),
+        ("cutoff beyond list", d["k_beyond_list"]),
+        ("source", d["source"]),
+    ]
+    return "conventions:\n" + key_value_lines(rows, indent="  ")
+
+
+# ---------------------------------------------------------------------------------------- compare
+def compare(a: str, b: str, *, metrics: Sequence[str] | None = None, json: bool = False) -> int:
+    """Per-metric difference of two sets of runs, with paired t-tests over runs and over queries."""
+    from ctxrank.experiments.compare import compare_runs, load_runs
+
+    res = compare_runs(load_runs(a), load_runs(b), list(metrics) if metrics is not None else None)
+    if json:
+        print_json({"a": a, "b": b, **res})
+        return 0
+    n = len(res["runs"])
+    out(f"A = {a}\nB = {b}\n{n} common run(s); paired two-sided t-tests\n")
+    out("| metric | A | B | A - B | p (runs) | p (queries) |")
+    out("|---|---:|---:|---:|---:|---:|")
+    for m, r in res["metrics"].items():
+        pr, pq = r["runs"], r["queries"]
+        out(
+            f"| {m} | {r['a']:.4f} | {r['b']:.4f} | {r['a'] - r['b']:+.4f} | "
+            f"{_p(pr['p'])} (n={pr['n']}) | {_p(pq['p'])} (n={pq['n']}) |"
+        )
+    if n < 2:
+        out("\none common run: no test over runs (p n/a); the test over queries still applies")
+    return 0
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None or not math.isfinite(p) else f"{p:.3g}"
+
+
+# ---------------------------------------------------------------------------------------- parsers
+def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="evaluate a scores file or a saved model against labelled data",
+        description=(
+            "Mean ranking metrics of a scores file (one float per line, in the data file's row order; the "
+            "count must equal the number of rows), or of a model saved by `ctxrank train` (--model), "
+            "against the labels of a LETOR file, a table (.csv/.tsv/.parquet) or a registered dataset "
+            "split. A table is read with the model's saved table spec (--model) or with --query-col and "
+            "--label-col (--scores). The conventions used (gain, discount, ties, no-relevant queries, "
+            "cutoffs beyond the list) are printed with the result; --json adds per-query vectors with "
+            "query ids."
+        ),
+    )
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        help="file with the labels: LETOR / SVMlight (.txt or .gz) or a table (.csv, .tsv, .parquet, ...)",
+    )
+    p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
+    p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
+    p.add_argument(
+        "--metrics",
+        default=DEFAULT_METRICS,
+        help=f"comma-separated: ndcg[@k], dcg[@k], map, p@k, mrr[@k], err[@k] (default {DEFAULT_METRICS})",
+    )
+    p.add_argument(
+        "--convention",
+        choices=("standard", "letor4", "letor3"),
+        default="standard",
+        help="standard, or the rules of the LETOR 4.0 / 3.0 evaluation scripts (default standard)",
+    )
+    p.add_argument(
+        "--no-relevant",
+        type=_no_relevant,
+        default=0.0,
+        metavar="{0,1,skip}",
+        help="value of a query without relevant items; skip = leave it out of the means (default 0)",
+    )
+    p.add_argument(
+        "--gain", choices=("exp2", "linear"), default="exp2", help="NDCG gain (default exp2: 2^y-1)"
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="relevant means label >= THRESHOLD for P/MAP/MRR (default 1)",
+    )
+    add_dataset_options(p, defaults_text="default all")
+    add_table_options(p, saved_spec=True)
+    add_json(p, "machine-readable output with per-query vectors")
+    p.set_defaults(run=_run_evaluate)
+
+
+def _run_evaluate(a: argparse.Namespace) -> int:
+    return evaluate(
+        data=a.data,
+        scores=a.scores,
+        model=a.model,
+        metrics=a.metrics,
+        convention=a.convention,
+        no_relevant=a.no_relevant,
+        gain=a.gain,
+        threshold=a.threshold,
+        source=DataOptions.from_args(a),
+        columns=TableOptions.from_args(a),
+        json=a.json,
+    )
+
+
+def add_compare_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "compare",
+        parents=[common],
+        help="per-metric difference of two sets of runs with paired t-tests",
+        description=(
+            "Compare two sets of runs: A and B are each an experiment model (OUT:MODEL or "
+            "OUT/runs/MODEL), a run file (OUT/runs/MODEL/seedS-foldF.json) or the output of "
+            "`ctxrank evaluate --json`. Runs are paired by (seed, fold); queries by query id (each "
+            "query's value averaged over its runs). Paired two-sided Student's t-tests (SciPy)."
+        ),
+    )
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--metrics", help="comma-separated (default: every metric both have)")
+    add_json(p)
+    p.set_defaults(
+        run=lambda a: compare(
+            a.a,
+            a.b,
+            metrics=[m.strip() for m in a.metrics.split(",")] if a.metrics is not None else None,
+            json=a.json,
+        )
+    )

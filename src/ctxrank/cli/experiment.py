@@ -1,0 +1,337 @@
+"""``ctxrank experiment`` (models x folds x seeds from a TOML spec; report tables, t-tests, figures) and
+``ctxrank demo`` (the built-in ``demo`` experiment, or ``--quick``: one LambdaMART model)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ctxrank.cli._options import add_json, add_overrides, add_progress, out, positive_int, print_json, table
+
+DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+
+
+def default_out(name: str, dataset: str | None = None) -> Path:
+    """``results/<name>``, or ``results/<name>-<dataset>`` when ``--dataset`` overrides the spec's data,
+    so that one spec run on two datasets never lands in (and is refused by) one directory."""
+    return Path("results") / (f"{name}-{dataset}" if dataset else name)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"K/N"`` -> ``(K, N)`` (the range is checked by the runner); None -> None."""
+    if text is None:
+        return None
+    k, sep, n = text.partition("/")
+    if not (sep and k.strip().isdigit() and n.strip().isdigit()):
+        raise ValueError(f"--shard must be K/N with 1 <= K <= N (e.g. 1/2), got {text!r}")
+    return int(k), int(n)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+# ------------------------------------------------------------------------------------- experiment
+def experiment(
+    spec: str,
+    *,
+    out_dir: str | None = None,
+    runs: int | None = None,
+    dataset: str | None = None,
+    shard: str | None = None,
+    threads: int | None = None,
+    overrides: Sequence[str] = (),
+    report_only: bool = False,
+    progress: bool = True,
+) -> int:
+    """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report."""
+    from ctxrank.experiments import build_report, load_spec, run_experiment
+    from ctxrank.experiments.store import RunStore
+
+    every = list(overrides)
+    if runs is not None:
+        every.append(f"runs.count={runs}")
+    if dataset is not None:
+        every += [f"data.dataset={dataset}", "data.folds=[]"]
+    if threads is not None:
+        every.append(f"runs.threads={threads}")
+    loaded = load_spec(spec, every)
+    if out_dir is None:
+        where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
+    else:
+        where = Path(out_dir)
+    if report_only:
+        if not (where / "experiment.json").is_file():
+            raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
+        store = RunStore(where)
+        store.claim(loaded)
+    else:
+        store = run_experiment(loaded, where, progress=progress, log=_say, shard=parse_shard(shard))
+    build_report(loaded, store, where)
+    sys.stdout.write("\n" + (where / "table.md").read_text())
+    figures = sorted(p.name for p in where.glob("*.png"))
+    shown = "".join(f", {name}" for name in figures)
+    _say(f"\nreport: {where}/results.json, table.md, table.csv{shown}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- demo
+def demo(
+    *,
+    out_dir: str | None = None,
+    runs: int | None = None,
+    threads: int | None = None,
+    overrides: Sequence[str] = (),
+    progress: bool = True,
+) -> int:
+    """The ``make demo`` job: the built-in ``demo`` experiment (:func:`experiment`; default ``out_dir``
+    results/demo)."""
+    out(
+        "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
+        "LambdaMART, and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds, paired t-tests over "
+        "test queries. Stored runs are reused: run it again to see the report at once."
+    )
+    return experiment(
+        "demo", out_dir=out_dir, runs=runs, threads=threads, overrides=overrides, progress=progress
+    )
+
+
+def quick_demo(
+    *,
+    fold: int = 1,
+    seed: int = 0,
+    rounds: int = 500,
+    early_stopping: int = 50,
+    learning_rate: float = 0.05,
+    threads: int = 1,
+    json: bool = False,
+) -> int:
+    """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold``; test metrics under
+    the standard and LETOR 4.0 conventions."""
+    import lightgbm  # LightGBM and torch (ctxrank.evaluation) are imported before the clock starts
+
+    import ctxrank.evaluation  # noqa: F401
+    from ctxrank.baselines.lambdamart import LambdaMART
+    from ctxrank.data.registry import load_fold
+    from ctxrank.data.summary import data_summary
+
+    t0 = time.perf_counter()
+    data = load_fold("mq2008", fold)
+    summaries = {s: data_summary(getattr(data, s)) for s in ("train", "valid", "test")}
+    if not json:
+        out(f"MQ2008 Fold{fold} (embedded copy; Qin & Liu, Introducing LETOR 4.0 Datasets, 2013)")
+        out(_splits_table(summaries))
+        out()
+    model = LambdaMART(
+        n_estimators=rounds,
+        learning_rate=learning_rate,
+        early_stopping_rounds=early_stopping,
+        seed=seed,
+        num_threads=threads,
+    )
+    t1 = time.perf_counter()
+    model.fit(data.train, data.valid)
+    fit_seconds = time.perf_counter() - t1
+    results, conventions = _demo_metrics(model.predict(data.test), data.test)
+    total = time.perf_counter() - t0
+    if json:
+        fitted = {
+            "library": f"lightgbm {lightgbm.__version__}",
+            "params": model.lgb_params_,
+            "best_iteration": model.best_iteration_,
+            "max_rounds": rounds,
+            "early_stopping_rounds": early_stopping,
+            "fit_seconds": fit_seconds,
+        }
+        print_json(
+            {"dataset": "mq2008", "fold": fold, "splits": summaries, "model": fitted,
+             "test_metrics": results, "conventions": conventions, "seconds": total}
+        )  # fmt: skip
+        return 0
+    out(
+        f"LightGBM lambdarank (label_gain 2^y-1, lr {learning_rate}, seed {seed}, deterministic): "
+        f"best iteration {model.best_iteration_} of at most {rounds} "
+        f"(early stopping on valid NDCG@10, patience {early_stopping}), fit {fit_seconds:.1f} s"
+    )
+    _print_demo_metrics(results, data.test)
+    out(f"done in {total:.1f} s")
+    return 0
+
+
+def _demo_metrics(scores: Any, test: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Mean test metrics and the convention records under ``standard`` and ``letor4``."""
+    from ctxrank.evaluation import evaluate_scores
+    from ctxrank.metrics import metric_convention
+
+    results, conventions = {}, {}
+    for name in ("standard", "letor4"):
+        report = evaluate_scores(scores, test, DEMO_METRICS, metric_convention(name))
+        results[name], conventions[name] = report["metrics"], report["conventions"]
+    return results, conventions
+
+
+def _splits_table(summaries: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for s, d in summaries.items():
+        ll = d["list_length"]
+        rows.append(
+            (
+                s,
+                d["source"].split("(")[-1].rstrip(")"),
+                d["queries"],
+                f"{d['items']:,}",
+                d["features"],
+                " ".join(f"{k}:{v}" for k, v in d["label_histogram"].items()),
+                f"{ll['min']}/{ll['median']:g}/{ll['mean']:.1f}/{ll['max']}",
+                d["queries_without_relevant"],
+            )
+        )
+    headers = ("split", "files", "queries", "items", "features", "labels", "len min/med/mean/max", "no rel")
+    return table(headers, rows, right=(2, 3, 4, 7))
+
+
+def _print_demo_metrics(results: dict[str, Any], test: Any) -> None:
+    out()
+    out(f"test ({test.n_queries} queries, {test.n_items:,} items)")
+    rows = [(m, f"{results['standard'][m]:.4f}", f"{results['letor4'][m]:.4f}") for m in DEMO_METRICS]
+    out(table(("metric", "standard", "letor4"), rows, right=(1, 2)))
+    out()
+    out(
+        "standard: gain 2^y-1, discount 1/log2(1+r), no-relevant queries score 0 and count in the mean, "
+        "ties stable by file order."
+    )
+    out(
+        "letor4:   Eval-Score-4.0.pl rules: ranks 1-2 undiscounted then 1/log2(r), NDCG@k = 0 for a query "
+        "shorter than k, no-relevant = 0."
+    )
+    n_norel = test.queries_without_relevant()
+    out(f"{n_norel} of {test.n_queries} test queries have no relevant item (scored 0 under both).")
+
+
+# ---------------------------------------------------------------------------------------- parsers
+def _builtin_names() -> list[str]:
+    """The built-in experiment specs (read from the package directory: no import of the library)."""
+    configs = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+    return sorted(p.name[: -len(".toml")] for p in configs.glob("*.toml"))
+
+
+def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "experiment",
+        parents=[common],
+        help="run models x folds x seeds from a TOML spec; report tables, t-tests and figures",
+        description=(
+            "Run an experiment specification (a TOML file, or a built-in name: "
+            f"{', '.join(_builtin_names())}). Every finished run is stored at once in OUT/runs, so an "
+            "interrupted experiment resumes where it stopped when run again with the same --out. "
+            "The report (results.json, table.md, table.csv, PNG figures) is written to OUT. "
+            "See docs/experiments.md."
+        ),
+    )
+    p.add_argument("spec", metavar="CONFIG", help="TOML file or built-in experiment name")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="experiment directory (default: results/<name>, or results/<name>-<dataset> with --dataset)",
+    )
+    p.add_argument(
+        "--runs", type=positive_int, metavar="N", help="override runs.count (e.g. 3 for a quick look)"
+    )
+    p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="override runs.threads")
+    add_overrides(p, "override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)")
+    p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes "
+        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only)",
+    )
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
+    add_progress(p)
+    p.set_defaults(
+        run=lambda a: experiment(
+            a.spec,
+            out_dir=a.out,
+            runs=a.runs,
+            dataset=a.dataset,
+            shard=a.shard,
+            threads=a.threads,
+            overrides=a.overrides,
+            report_only=a.report_only,
+            progress=not a.no_progress,
+        )
+    )
+
+
+# flag -> parameter of quick_demo / demo; each applies to one form of `ctxrank demo` only
+QUICK_FLAGS = {
+    "--fold": "fold",
+    "--seed": "seed",
+    "--rounds": "rounds",
+    "--early-stopping": "early_stopping",
+    "--learning-rate": "learning_rate",
+    "--json": "json",
+}
+EXPERIMENT_FLAGS = {"--out": "out", "--runs": "runs", "--set": "overrides", "--no-progress": "no_progress"}
+
+
+def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="the `make demo` job: a small QILCM Table 2 experiment on the embedded MQ2008",
+        description=(
+            "Runs the built-in `demo` experiment (`ctxrank experiment demo`): on the embedded MQ2008 "
+            "Fold1, LambdaMART and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds; prints the "
+            "table with paired t-tests and writes the report (results.json, table.md/.csv, metrics.png) "
+            "to --out. --quick instead fits one LambdaMART model (ctxrank's LightGBM lambdarank baseline) "
+            "and prints test NDCG@1/3/5/10 and MAP under the standard and LETOR 4.0 conventions (about "
+            "ten seconds). Options of one form are refused with the other."
+        ),
+    )
+    p.add_argument("--threads", type=positive_int, help="threads (experiment: 2; --quick: 1, reproducible)")
+    e = p.add_argument_group("the demo experiment")
+    e.add_argument("--out", metavar="DIR", help="report directory (default results/demo)")
+    e.add_argument("--runs", type=positive_int, metavar="N", help="runs of the demo experiment (default 3)")
+    add_overrides(e, "override a key of the demo spec, e.g. models.qilcm.train.max_epochs=1 (repeatable)")
+    add_progress(e)
+    q = p.add_argument_group("--quick: one LambdaMART model")
+    q.add_argument("--quick", action="store_true", help="LambdaMART alone, no experiment")
+    q.add_argument("--fold", type=int, metavar="K", help="MQ2008 fold 1..5 (default 1)")
+    q.add_argument("--seed", type=int, help="LightGBM seed (default 0)")
+    q.add_argument("--rounds", type=int, help="maximum boosting rounds (default 500)")
+    q.add_argument("--early-stopping", type=int, metavar="N", help="patience (default 50)")
+    q.add_argument("--learning-rate", type=float, help="default 0.05")
+    add_json(q)
+    p.set_defaults(run=_run_demo)
+
+
+def _given(a: argparse.Namespace, flags: dict[str, str]) -> dict[str, Any]:
+    """``{flag: value}`` of the flags given (not at their argparse default None / False / [])."""
+    values = vars(a)
+    return {
+        flag: values[dest]
+        for flag, dest in flags.items()
+        if values[dest] is not None and values[dest] is not False and values[dest] != []
+    }
+
+
+def _run_demo(a: argparse.Namespace) -> int:
+    quick, experiment_only = _given(a, QUICK_FLAGS), _given(a, EXPERIMENT_FLAGS)
+    if a.quick:
+        if experiment_only:
+            raise ValueError(f"{', '.join(experiment_only)} apply to the demo experiment, not to --quick")
+        threads = {} if a.threads is None else {"threads": a.threads}
+        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, **threads)
+    if quick:
+        raise ValueError(
+            f"{', '.join(quick)} apply to `ctxrank demo --quick` only; the demo experiment takes "
+            "--out, --runs, --threads, --set and --no-progress"
+        )
+    return demo(
+        out_dir=a.out, runs=a.runs, threads=a.threads, overrides=a.overrides, progress=not a.no_progress
+    )

@@ -1,0 +1,651 @@
+"""``ctxrank train`` (train a ranker, save it; ``--resume`` a killed run) and ``ctxrank predict``.
+
+The options of a training run are one frozen :class:`TrainOptions`. A run records it as JSON (with
+absolute paths) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, together with the
+``ctxrank train`` command line that repeats it; ``--resume`` reads it back from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ctxrank.cli._options import (
+    NO_COLUMNS,
+    NO_DATA,
+    DataOptions,
+    TableOptions,
+    add_dataset_options,
+    add_overrides,
+    add_progress,
+    add_table_options,
+    out,
+    table,
+)
+from ctxrank.cli._train_data import TrainFiles
+
+RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.resume)
+RUN_KIND = "ctxrank-train-run"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Everything that decides a training run, as given on the command line (None = not given).
+
+    Field names are the keys of the recorded ``options``; :data:`FLAGS` names each field's flag.
+    """
+
+    model: str | None = None
+    loss: str | None = None
+    config: str | None = None
+    overrides: tuple[str, ...] = ()
+    seed: int | None = None
+    initial: str | None = None
+    top_k: int | None = None
+    crossfit: int | None = None
+    train_file: str | None = None
+    valid_file: str | None = None
+    test_file: str | None = None
+    data_file: str | None = None
+    split_fractions: tuple[float, float, float] | None = None
+    dataset: str | None = None
+    fold: int | None = None
+    split: str | None = None
+    variant: str | None = None
+    data_root: str | None = None
+    query_file: str | None = None
+    no_cache: bool = False
+    query_col: str | None = None
+    label_col: str | None = None
+    categorical: tuple[str, ...] | None = None
+    numeric: tuple[str, ...] | None = None
+    docid_col: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainOptions:
+        """The options parsed by the ``train`` parser."""
+        given = {**vars(args), "overrides": tuple(args.overrides)}
+        return cls(**{name: given[name] for name in FLAGS})
+
+    @property
+    def files(self) -> TrainFiles:
+        return TrainFiles(
+            self.train_file, self.valid_file, self.test_file, self.data_file, self.split_fractions
+        )
+
+    @property
+    def source(self) -> DataOptions:
+        return DataOptions(
+            self.dataset, self.fold, self.split, self.variant, self.data_root, self.query_file, self.no_cache
+        )
+
+    @property
+    def columns(self) -> TableOptions:
+        return TableOptions(self.query_col, self.label_col, self.categorical, self.numeric, self.docid_col)
+
+    def to_record(self) -> dict[str, Any]:
+        """JSON-ready dict, paths made absolute (so ``--resume`` works from any directory)."""
+        d = asdict(self)
+        for key in PATH_FIELDS:
+            if d[key] is not None:
+                d[key] = str(Path(d[key]).absolute())
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TrainOptions:
+        """The options of :meth:`to_record` (``out``, which older records hold, is ignored)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(record) - names - {"out"})
+        if unknown:
+            raise ValueError(f"unknown recorded option(s) {unknown}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names})
+
+    def command_line(self, out_dir: str | Path) -> list[str]:
+        """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute)."""
+        argv = ["ctxrank", "train"]
+        record, defaults = self.to_record(), TrainOptions().to_record()
+        for name, flag in FLAGS.items():
+            value = record[name]
+            if value == defaults[name]:
+                continue
+            if isinstance(value, bool):
+                argv.append(flag)
+            elif name == "overrides":
+                for v in value:
+                    argv += [flag, v]
+            elif isinstance(value, list):
+                argv += [flag, ",".join(str(v) for v in value)]
+            else:
+                argv += [flag, str(value)]
+        return [*argv, "--out", str(Path(out_dir).absolute())]
+
+
+#: each :class:`TrainOptions` field's flag, in command-line order
+FLAGS = {
+    "model": "--model", "loss": "--loss", "config": "--config", "overrides": "--set", "seed": "--seed",
+    "initial": "--initial", "top_k": "--top-k", "crossfit": "--crossfit",
+    "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
+    "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
+    "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
+    "no_cache": "--no-cache", "query_col": "--query-col", "label_col": "--label-col",
+    "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
+}  # fmt: skip
+PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
+
+
+# ------------------------------------------------------------------------------------------- train
+def train(
+    options: TrainOptions,
+    *,
+    out_dir: str | None = None,
+    resume: str | None = None,
+    progress: bool = True,
+    debug: bool = False,
+) -> int:
+    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``."""
+    from ctxrank.config import BASELINE_MODELS
+
+    record = None
+    if resume is not None:
+        options, config, record = _resumed_run(options, out_dir, resume)
+        out_dir = resume
+    else:
+        if out_dir is None:
+            raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
+        config = _resolved_config(options)
+    from ctxrank.distributed import init_from_env
+
+    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.distributed)
+    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug)
+    if not ctx.enabled:
+        return run.execute()
+    try:
+        if config.model in BASELINE_MODELS:
+            raise ValueError(
+                f"torchrun data-parallel training applies to the neural models, not {config.model} "
+                "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
+                "lightgbm.dask; see docs/training.md)"
+            )
+        return replace(run, main=ctx.is_main).execute()
+    finally:
+        import torch.distributed
+
+        torch.distributed.destroy_process_group()
+
+
+def _resolved_config(options: TrainOptions) -> Any:
+    from ctxrank.config import resolve_config
+
+    overrides = list(options.overrides)
+    for key, value in (
+        ("model", options.model),
+        ("loss", options.loss),
+        ("train.seed", options.seed),
+        ("rerank.initial", options.initial),
+        ("rerank.top_k", options.top_k),
+        ("rerank.crossfit", options.crossfit),
+    ):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return resolve_config(options.config, overrides)
+
+
+def _read_run_record(directory: Path) -> dict[str, Any]:
+    """``DIR/resume/run.json`` of an unfinished run (refusing a finished run or a foreign file)."""
+    from ctxrank._io import read_json_file
+    from ctxrank.resume import RUN_FILE
+
+    run_file = directory / RESUME_DIR / RUN_FILE
+    if not run_file.is_file():
+        if (directory / "ctxrank.json").exists():
+            raise ValueError(f"{directory} already holds a finished model (ctxrank.json): nothing to resume")
+        raise ValueError(
+            f"{directory}: no training state to resume ({run_file} is missing: the directory was not "
+            "written by `ctxrank train --out`, or its run never started training)"
+        )
+    record = read_json_file(run_file, "run record")
+    if not isinstance(record, dict) or record.get("kind") != RUN_KIND:
+        raise ValueError(f"{run_file}: not a ctxrank run record")
+    return record
+
+
+def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple[TrainOptions, Any, dict]:
+    """``--resume DIR``: the recorded options and config of the run in DIR; options given as well must
+    agree with the recorded ones."""
+    from ctxrank.config import RunConfig
+    from ctxrank.resume import RUN_FILE
+
+    directory = Path(resume)
+    if out_dir is not None and Path(out_dir).absolute() != directory.absolute():
+        raise ValueError(
+            f"--resume {directory} continues the run in {directory}; --out, when given, must be the same"
+        )
+    record = _read_run_record(directory)
+    run_file = directory / RESUME_DIR / RUN_FILE
+    try:
+        saved = TrainOptions.from_record(dict(record["options"]))
+        config = RunConfig.from_dict(record["config"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{run_file}: malformed run record ({exc!r})") from None
+    now, then, defaults = given.to_record(), saved.to_record(), TrainOptions().to_record()
+    differ = [
+        f"{FLAGS[k]} {_shown(v)} (recorded: {_shown(then[k])})"
+        for k, v in now.items()
+        if v != defaults[k] and v != then[k]
+    ]
+    if differ:
+        raise ValueError(
+            f"--resume continues the run with the options it was started with ({run_file}); these differ: "
+            + ", ".join(differ)
+            + ". Resume without them, or start a new run with another --out"
+        )
+    return saved, config, record
+
+
+def _shown(value: Any) -> str:
+    return repr(tuple(value)) if isinstance(value, list) else repr(value)
+
+
+def _quiet(*_: Any) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One training run of ``ctxrank train``, in named steps. ``record``: the run record of
+    ``--resume`` (None: a new run); ``main``: this process writes files and prints (rank 0)."""
+
+    options: TrainOptions
+    config: Any
+    out_dir: Path
+    record: dict[str, Any] | None
+    progress: bool = True
+    debug: bool = False
+    main: bool = True
+
+    @property
+    def state_dir(self) -> Path:
+        return self.out_dir / RESUME_DIR
+
+    def say(self, text: str = "") -> None:
+        if self.main:
+            out(text)
+
+    def execute(self) -> int:
+        """Check, read the data, record the run, train, save, report; the exit status."""
+        from ctxrank.cli._train_data import training_data
+        from ctxrank.pipeline import run_training
+        from ctxrank.train import NonFiniteLossError
+
+        self._check_directory()
+        self._check_categorical()
+        o = self.options
+        td = training_data(o.files, o.source, o.columns, self.config.train.seed)
+        self._describe(td)
+        record = self._start()
+        meta = {**td.meta, "command": {k: record[k] for k in ("command", "cwd", "options")}}
+        t0 = time.perf_counter()
+        try:
+            result = run_training(
+                self.config,
+                td.train,
+                td.valid,
+                td.test,
+                out=self.out_dir if self.main else None,
+                progress=self.progress,
+                log=self.say,
+                meta=meta,
+                state_dir=self.state_dir,
+                resume=self.record is not None,
+            )
+        except NonFiniteLossError as exc:
+            if self.debug:
+                raise
+            return self._non_finite(exc)
+        self._summary_line(result.summary, time.perf_counter() - t0)
+        if result.test_metrics is not None:
+            self._test_report(result, td)
+        if self.main:  # the run is complete: its training state is no longer needed
+            import shutil
+
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return 0
+
+    def _check_directory(self) -> None:
+        from ctxrank.resume import RUN_FILE, STATE_FILE
+
+        out_dir, state_dir = self.out_dir, self.state_dir
+        if self.record is not None:
+            return
+        if (state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists():
+            raise ValueError(
+                f"{out_dir} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume "
+                f"{out_dir}`, or remove {state_dir} (or choose another --out) to start a new one"
+            )
+        if (out_dir / "ctxrank.json").exists():
+            raise ValueError(f"{out_dir} already holds a saved model; choose another --out or remove it")
+
+    def _check_categorical(self) -> None:
+        from ctxrank.config import BASELINE_MODELS
+
+        model, categorical = self.config.model, self.options.categorical
+        if model in BASELINE_MODELS and model != "lambdamart" and categorical:
+            raise ValueError(
+                f"{model} uses numeric features only and would ignore the categorical columns "
+                f"{','.join(categorical)}; drop --categorical and name the numeric columns with --numeric, "
+                "or train a neural model (mlp, qilcm, dcm, ...) that embeds them"
+            )
+
+    def _describe(self, td: Any) -> None:
+        """What is trained on what: the split, the table's columns, the model."""
+        train, valid, test, config = td.train, td.valid, td.test, self.config
+        counts = f"train {train.n_queries} queries, valid {valid.n_queries}" + (
+            f", test {test.n_queries}" if test is not None else ""
+        )
+        rr = config.rerank
+        how = f" re-ranking LambdaMART's top {rr.top_k}" if rr.initial else ""
+        if td.split is not None:
+            self.say(_split_text(td.split))
+        if train.categorical is not None:
+            cards = dict(zip(train.categorical_names, train.categorical_cardinalities, strict=True))
+            self.say(
+                f"table: {train.n_features} numeric columns ({', '.join(train.feature_names)}), categorical "
+                f"{', '.join(f'{k} ({v - 1} values + unknown)' for k, v in cards.items())}; "
+                "the encoder is fitted on the training split"
+            )
+            if rr.initial:
+                self.say(
+                    "note: the initial ranker (LambdaMART) takes the categorical columns as LightGBM "
+                    "categorical features; the re-ranker embeds them"
+                )
+        self.say(f"{config.model} ({config.loss_name} loss){how} on {td.what}: {counts}")
+
+    def _start(self) -> dict[str, Any]:
+        """A new run: write its record (``OUT/resume/run.json``); a resumed one: say where it goes on."""
+        import os
+
+        from ctxrank._io import write_json
+        from ctxrank.distributed import world
+        from ctxrank.resume import RUN_FILE, StateDir
+
+        if self.record is not None:
+            done = StateDir(self.state_dir).saved_epoch()
+            self.say(
+                f"resuming {self.out_dir}: "
+                + (
+                    f"epoch {done} was the last one saved; training goes on after it"
+                    if done is not None
+                    else "no epoch had finished; training starts from epoch 1"
+                )
+            )
+            return self.record
+        record = {
+            "format_version": 1,
+            "kind": RUN_KIND,
+            "command": self.options.command_line(self.out_dir),
+            "cwd": os.getcwd(),
+            "options": self.options.to_record(),
+            "config": self.config.to_dict(),
+        }
+        world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
+        if self.main:
+            write_json(self.state_dir / RUN_FILE, record)
+        return record
+
+    def _non_finite(self, exc: Exception) -> int:
+        import sys
+
+        from ctxrank.resume import StateDir
+
+        best = StateDir(self.state_dir).best_file()
+        where = (
+            f"\nthe last good epoch's training state is kept in {self.state_dir}; its best weights are in "
+            f"{best} (a safetensors state dict)"
+            if best is not None
+            else ""
+        )
+        if self.main:
+            print(f"ctxrank: error: {exc}{where}", file=sys.stderr)
+        return 1
+
+    def _summary_line(self, s: dict[str, Any], seconds: float) -> None:
+        if "best_epoch" in s:
+            self.say(
+                f"best epoch {s['best_epoch']} of {s['epochs_run']} "
+                f"(valid {s['metric']} {s['best_valid_metric']:.4f}), "
+                f"{seconds:.1f} s; saved to {self.out_dir}"
+            )
+        else:
+            self.say(f"{_baseline_summary(s)}, {seconds:.1f} s; saved to {self.out_dir}")
+
+    def _test_report(self, result: Any, td: Any) -> None:
+        """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
+        from ctxrank._io import write_json
+        from ctxrank.evaluation import metrics_report
+        from ctxrank.metrics import mean_metrics, metric_convention
+
+        config, rr = self.config, self.config.rerank
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+        report = metrics_report(result.test_metrics, td.test, conv)
+        report["ideal"] = rr.ideal if rr.initial else "full"
+        if td.split is not None:
+            report["split"] = td.split
+        means = report["metrics"]
+        rows: list[tuple[str, ...]] = [(k, f"{v:.4f}") for k, v in means.items()]
+        headers: tuple[str, ...] = ("test metric", config.model)
+        if result.initial_test_metrics is not None:
+            initial = mean_metrics(result.initial_test_metrics)
+            report["initial_metrics"] = initial
+            rows = [(k, f"{initial[k]:.4f}", v) for k, v in rows]
+            headers = ("test metric", "lambdamart", f"{config.model} re-ranked")
+        if self.main:
+            write_json(self.out_dir / "test_metrics.json", report)
+        self.say()
+        self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
+
+
+def _split_text(record: dict[str, Any]) -> str:
+    q = record["queries"]
+    fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
+    return (
+        f"split: {sum(q.values())} queries of {record['source']} at random by query (seed {record['seed']}, "
+        f"{fr} %): train {q['train']}, valid {q['valid']}, test {q['test']} queries"
+    )
+
+
+def _baseline_summary(s: dict[str, Any]) -> str:
+    """One line from a baseline's ``training_summary()`` (LambdaMART, RankSVM, AdaRank)."""
+    valid = s.get("best_valid_metric")
+    on_valid = f" (valid {s['metric']} {valid:.4f})" if valid is not None else ""
+    if "best_iteration" in s:
+        return f"best iteration {s['best_iteration']}{on_valid}"
+    if "C" in s:
+        return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
+    if "best_round" in s:
+        if valid is None:
+            on_valid = f" (train {s['metric']} {s['best_train_metric']:.4f})"
+        return f"best round {s['best_round']} of {s['rounds_run']}{on_valid}"
+    return "trained"
+
+
+# ----------------------------------------------------------------------------------------- predict
+def predict(
+    model: str,
+    *,
+    output: str,
+    data: str | None = None,
+    source: DataOptions = NO_DATA,
+    columns: TableOptions = NO_COLUMNS,
+) -> int:
+    """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
+    score a line, in the file's row order, to ``output`` (``-``: stdout)."""
+    import sys
+
+    from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.cli._source import load_data_rows
+    from ctxrank.data.table_io import to_file_order
+
+    saved_table = read_meta(model).get("table")
+    predictor = load_model(model)
+    ranking, file_rows = load_data_rows(
+        data,
+        source,
+        columns,
+        default_split="test",
+        n_features=predictor.n_features,
+        purpose="predict",
+        saved_table=saved_table,
+    )
+    scores = to_file_order(predictor.predict(ranking), file_rows)  # the file's row order
+    text = "".join(f"{s:.9g}\n" for s in scores.tolist())
+    if output == "-":
+        sys.stdout.write(text)
+        return 0
+    from ctxrank._io import atomic_write
+
+    atomic_write(Path(output), lambda tmp: tmp.write_text(text))
+    print(f"wrote {ranking.n_items:,} scores ({ranking.n_queries:,} queries) to {output}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- parsers
+def _fractions(text: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+TRAIN_DESCRIPTION = (
+    "Train a model on a registered dataset fold (--dataset NAME --fold K), on files "
+    "(--train F --valid F [--test F]) or on one file split at random by query into train / "
+    "validation / test (--data F, 60/20/20 by default, drawn from train.seed), with early "
+    "stopping on the validation split. Files may be LETOR/SVMlight or tables (.csv, .csv.gz, "
+    ".tsv, .tsv.gz, .parquet, .pq) with the tabular-data options. Saves "
+    "model.safetensors, ctxrank.json (metadata), config.toml (the resolved config), "
+    "train_log.jsonl (one record per epoch) and, when a test split is given, test_metrics.json "
+    "(the test split is evaluated once, at the end). The baselines save their own model files "
+    "instead of the weights: LambdaMART model.txt (LightGBM), RankSVM and AdaRank everything in "
+    "ctxrank.json. A model trained on a table saves its table spec (columns and categorical "
+    "encoder) in ctxrank.json, so predict/evaluate read new tables the same way. Examples: "
+    "`ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet`; "
+    "`ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen "
+    "--categorical airline,cabin --out runs/q`. A neural model's training state is saved "
+    "atomically after every epoch in DIR/resume (removed when the run finishes); "
+    "`ctxrank train --resume DIR` continues a killed run from its last finished epoch and ends "
+    "bitwise as the uninterrupted run would have."
+)
+
+
+def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
+    )
+    p.add_argument(
+        "--model",
+        help=(
+            "model name: a neural model (listnet, mlp, dlcm, qilcm, ...) or a baseline (lambdamart, "
+            "ranksvm, adarank-map, adarank-ndcg; see docs/baselines.md); default: the config file's, "
+            "else listnet"
+        ),
+    )
+    p.add_argument(
+        "--loss", help="ranking loss of a neural model (default: the model's own; baselines train their own)"
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
+    add_overrides(
+        p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
+    )
+    p.add_argument("--seed", type=int, help="random seed (train.seed)")
+    p.add_argument(
+        "--initial",
+        choices=("lambdamart",),
+        help="re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
+    )
+    p.add_argument(
+        "--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k, default 100)"
+    )
+    p.add_argument(
+        "--crossfit",
+        type=int,
+        metavar="K",
+        help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
+    )
+    p.add_argument("--out", metavar="DIR", help="output directory (required unless --resume)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help=(
+            "continue the interrupted run in DIR from its last finished epoch, with the options, "
+            "config and data it was started with (recorded in DIR/resume/run.json; other options, "
+            "when given, must agree with them)"
+        ),
+    )
+    _add_train_files(p)
+    add_progress(p)
+    add_dataset_options(p, defaults_text="not used by train")
+    add_table_options(p)
+    p.set_defaults(run=_run_train)
+
+
+def _add_train_files(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
+    )
+    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
+    p.add_argument("--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)")
+    p.add_argument(
+        "--data",
+        dest="data_file",
+        metavar="FILE",
+        help="one file (LETOR/SVMlight or a table), split at random by query into train/valid/test",
+    )
+    p.add_argument(
+        "--split-fractions",
+        type=_fractions,
+        metavar="TR,VA,TE",
+        help="query fractions of the --data split (default 0.6,0.2,0.2)",
+    )
+
+
+def _run_train(a: argparse.Namespace) -> int:
+    options = TrainOptions.from_args(a)
+    return train(options, out_dir=a.out, resume=a.resume, progress=not a.no_progress, debug=a.debug)
+
+
+def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "predict",
+        parents=[common],
+        help="score a LETOR file or a table with a saved model",
+        description=(
+            "Score every row of a LETOR/SVMlight file, a table (.csv, .csv.gz, .tsv, .tsv.gz, .parquet, "
+            ".pq) or a registered dataset split with a model saved by `ctxrank train`; writes one score "
+            "per line, in the FILE's row order (also for a table whose rows are not grouped by query: "
+            "the regrouping done for the model is undone). A table is read with the table spec saved "
+            "with the model (columns, categorical encoder: unseen or missing categories get code 0, "
+            "missing numbers 0); its label column is not read (it may be absent)."
+        ),
+    )
+    p.add_argument("--model", required=True, metavar="DIR", help="directory written by `ctxrank train`")
+    p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file or table to score")
+    p.add_argument(
+        "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
+    )
+    add_dataset_options(p, defaults_text="default test")
+    add_table_options(p, saved_spec=True)
+    p.set_defaults(
+        run=lambda a: predict(
+            a.model,
+            output=a.output,
+            data=a.data,
+            source=DataOptions.from_args(a),
+            columns=TableOptions.from_args(a),
+        )
+    )

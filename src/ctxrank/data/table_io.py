@@ -1,0 +1,55 @@
+"""Reading tables for a saved model and keeping the file's row order.
+
+:func:`ctxrank.data.table.read_table_with_rows` gathers each query's rows when a file is not sorted by
+query. Scores written by ``predict`` and read by ``evaluate --scores`` are always in the FILE's row
+order; :func:`to_file_order` / :func:`from_file_order` undo / apply the regrouping with its
+``file_rows`` map. :func:`table_meta` is the ``"table"`` entry a model trained on a table saves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ctxrank.data.table import TableSpec
+
+__all__ = ["from_file_order", "read_table_file", "table_meta", "to_file_order"]
+
+
+def read_table_file(
+    path: str, spec: TableSpec, *, scoring: bool = False, encoder: Any = None
+) -> tuple[Any, np.ndarray]:
+    """``spec.read(path)`` with a hint when a text column was taken as numeric: ``(data, file_rows)``."""
+    try:
+        return spec.read(path, scoring=scoring, encoder=encoder)
+    except ValueError as exc:
+        msg = str(exc)
+        if "expected a number" in msg and spec.numeric is None:
+            raise ValueError(
+                f"{msg} (every column that is not the query, label, docid or a --categorical column is "
+                "read as numeric: list text columns with --categorical, or the features with --numeric)"
+            ) from None
+        raise
+
+
+def to_file_order(scores: np.ndarray, file_rows: np.ndarray | None) -> np.ndarray:
+    """``(N,)`` scores of the (regrouped) data rows -> the same scores in the file's row order."""
+    if file_rows is None:
+        return scores
+    out = np.empty_like(scores)
+    out[file_rows] = scores
+    return out
+
+
+def from_file_order(scores: np.ndarray, file_rows: np.ndarray | None) -> np.ndarray:
+    """``(N,)`` scores in the file's row order -> the (regrouped) data's row order."""
+    return scores if file_rows is None else scores[file_rows]
+
+
+def table_meta(spec: TableSpec, train: Any, encoder: Any) -> dict[str, Any]:
+    """The ``"table"`` entry of a saved model: the spec with the training numeric columns and encoder."""
+    return replace(
+        spec, numeric=tuple(train.feature_names), encoder=encoder if spec.categorical else None
+    ).to_dict()

@@ -1,0 +1,82 @@
+"""Load stored runs and compare two sets of them with paired t-tests (``ctxrank compare``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["compare_runs", "load_runs"]
+
+
+def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
+    """Runs named by ``ref`` as ``{(seed, fold): {"query_ids": [...], "metrics": {name: [...]}}}``.
+
+    ``ref``: ``OUT:MODEL``, a ``runs/MODEL`` directory, one run file, or ``ctxrank evaluate --json``
+    output (one run keyed ``("evaluate", 0)``).
+
+    Raises:
+        ValueError: nothing readable there.
+    """
+    path = Path(ref)
+    if not path.exists() and ":" in ref:
+        root, _, model = ref.rpartition(":")
+        path = Path(root) / "runs" / model
+        if not path.is_dir():
+            raise ValueError(f"{ref}: no runs of model {model!r} in {root} (no {path})")
+    if path.is_dir():
+        files = sorted(path.glob("seed*-fold*.json"))
+        if not files:
+            raise ValueError(f"{path}: no run files (seed<S>-fold<F>.json) here")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ValueError(f"{ref}: no such file or directory")
+    runs = {}
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{f}: not a JSON run file ({exc})") from None
+        if "per_query" in d and "query_ids" in d:  # ctxrank evaluate --json
+            runs[("evaluate", 0)] = {"query_ids": d["query_ids"], "metrics": _vectors(d["per_query"])}
+        elif {"seed", "fold", "query_ids", "metrics"} <= set(d):
+            runs[(d["seed"], d["fold"])] = {"query_ids": d["query_ids"], "metrics": _vectors(d["metrics"])}
+        else:
+            raise ValueError(f"{f}: neither an experiment run file nor `ctxrank evaluate --json` output")
+    return runs
+
+
+def _vectors(per_query: dict[str, list]) -> dict[str, list[float]]:
+    """Per-query vectors as written (strict JSON: a skipped query is null) -> floats, NaN for null."""
+    return {m: [math.nan if x is None else float(x) for x in v] for m, v in per_query.items()}
+
+
+def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str, Any]:
+    """Per metric: means of A and B over their common runs, and paired tests over runs and queries."""
+    from ctxrank.experiments.report import query_means, run_means
+    from ctxrank.experiments.stats import paired_test
+
+    keys = sorted(set(a) & set(b), key=str)
+    if not keys:
+        raise ValueError(f"A and B have no run in common (A: {sorted(a, key=str)}, B: {sorted(b, key=str)})")
+    ra, rb = [a[k] for k in keys], [b[k] for k in keys]
+    common = sorted(set(ra[0]["metrics"]).intersection(*(r["metrics"] for r in ra + rb)))
+    if metrics:
+        missing = [m for m in metrics if m not in common]
+        if missing:
+            raise ValueError(f"metrics {missing} are not in both A and B (they have {common})")
+    out = {}
+    for m in metrics or common:
+        qa, qb = query_means(ra, m), query_means(rb, m)
+        qs = sorted(set(qa) & set(qb))
+        out[m] = {
+            "a": float(np.nanmean(run_means(ra, m))),
+            "b": float(np.nanmean(run_means(rb, m))),
+            "runs": paired_test(run_means(ra, m), run_means(rb, m)),
+            "queries": paired_test([qa[q] for q in qs], [qb[q] for q in qs]),
+        }
+    return {"runs": [list(k) for k in keys], "metrics": out}
