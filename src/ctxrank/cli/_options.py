@@ -128,6 +128,7 @@ class DataOptions:
     data_root: str | None = None
     query_file: str | None = None
     no_cache: bool = False
+    regroup: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -139,7 +140,15 @@ class DataOptions:
             data_root=args.data_root,
             query_file=args.query_file,
             no_cache=args.no_cache,
+            regroup=args.regroup,
         )
+
+    def letor_options(self, *, group_file: bool = True) -> dict[str, Any]:
+        """Keyword arguments of ``read_letor`` for a data file (``group_file``: pass ``--query-file``)."""
+        options: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
+        if group_file:
+            options["query_file"] = self.query_file
+        return options
 
 
 NO_DATA = DataOptions()  #: no dataset options given (a shared immutable default)
@@ -165,6 +174,11 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> No
     )
     p.add_argument("--query-file", metavar="FILE", help="group-size file for a data file without qid:")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the binary parse cache")
+    p.add_argument(
+        "--regroup",
+        action="store_true",
+        help="gather the rows of a query that reappears after other queries (LETOR files; default: error)",
+    )
 
 
 # --------------------------------------------------------------------------------- table options

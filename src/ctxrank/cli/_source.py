@@ -123,7 +123,7 @@ def load_data_rows(
     from ctxrank.data.letor import read_letor
 
     table.reject(file)
-    data = read_letor(file, query_file=source.query_file, n_features=n_features, cache=not source.no_cache)
+    data = read_letor(file, n_features=n_features, **source.letor_options())
     return data, None
 
 

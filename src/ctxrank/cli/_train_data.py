@@ -84,8 +84,8 @@ def _read_letor_files(files: TrainFiles, source: DataOptions, columns: TableOpti
     from ctxrank.data.letor import read_letor
 
     columns.reject(files.train)
-    train = read_letor(files.train, query_file=source.query_file, cache=not source.no_cache)
-    other = {"n_features": train.n_features, "cache": not source.no_cache}
+    train = read_letor(files.train, **source.letor_options())
+    other = {"n_features": train.n_features, **source.letor_options(group_file=False)}
     valid = read_letor(files.valid, **other)
     test = read_letor(files.test, **other) if files.test is not None else None
     return TrainingData(train, valid, test, f"train {files.train}")
@@ -136,7 +136,7 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
         from ctxrank.data.letor import read_letor
 
         columns.reject(path)
-        full = read_letor(path, query_file=source.query_file, cache=not source.no_cache)
+        full = read_letor(path, **source.letor_options())
         train, valid, test, record = split_queries(full, fractions, seed)
     meta["split"] = record
     return TrainingData(train, valid, test, f"{path} (random query split)", meta=meta, split=record)

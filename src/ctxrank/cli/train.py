@@ -58,6 +58,7 @@ class TrainOptions:
     data_root: str | None = None
     query_file: str | None = None
     no_cache: bool = False
+    regroup: bool = False
     query_col: str | None = None
     label_col: str | None = None
     categorical: tuple[str, ...] | None = None
@@ -79,7 +80,14 @@ class TrainOptions:
     @property
     def source(self) -> DataOptions:
         return DataOptions(
-            self.dataset, self.fold, self.split, self.variant, self.data_root, self.query_file, self.no_cache
+            self.dataset,
+            self.fold,
+            self.split,
+            self.variant,
+            self.data_root,
+            self.query_file,
+            self.no_cache,
+            self.regroup,
         )
 
     @property
@@ -130,7 +138,7 @@ FLAGS = {
     "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
     "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
-    "no_cache": "--no-cache", "query_col": "--query-col", "label_col": "--label-col",
+    "no_cache": "--no-cache", "regroup": "--regroup", "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
 }  # fmt: skip
 PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
@@ -500,7 +508,7 @@ def predict(
         saved_table=saved_table,
     )
     scores = to_file_order(predictor.predict(ranking), file_rows)  # the file's row order
-    text = "".join(f"{s:.9g}\n" for s in scores.tolist())
+    text = "".join(f"{s!r}\n" for s in scores.tolist())  # shortest text that reads back exactly
     if output == "-":
         sys.stdout.write(text)
         return 0
