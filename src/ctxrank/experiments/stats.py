@@ -219,9 +219,7 @@ def _query_ci(out: dict, d: np.ndarray, ci: bool, n_resamples: int, seed: int) -
     return out
 
 
-def query_ttest(
-    a: Any, b: Any, *, ci: bool = True, n_resamples: int = 9999, seed: int = 0
-) -> dict[str, Any]:
+def query_ttest(a: Any, b: Any, *, ci: bool = True, n_resamples: int = 9999, seed: int = 0) -> dict[str, Any]:
     """Paired t-test over queries (test ``queries``): ``a``, ``b`` are ``(Q,)`` per-query values, each
     already averaged over the seeds (runs) the query was tested in (:func:`seed_average`), so every query
     counts once.
@@ -245,13 +243,14 @@ def permutation_test(
 
     Under the null the two systems' values on a query are exchangeable, so each difference's sign is
     +-1 with probability 1/2; the statistic is mean(d) and p = P(|mean(s * d)| >= |mean(d)|) over the
-    2^n sign vectors s: ``scipy.stats.permutation_test`` with ``permutation_type="samples"``, exact when
+    2^n sign vectors s: ``scipy.stats.permutation_test`` on the one sample d with
+    ``permutation_type="samples"`` (which flips the signs of a single sample's values), exact when
     2^n <= ``n_resamples``, else ``n_resamples`` random sign vectors from ``seed`` (then
     p = (hits + 1) / (n_resamples + 1)). Every difference 0 -> p 1. CI: BCa bootstrap as
     :func:`query_ttest`.
     """
     d, _, excl = _differences(a, b)
-    exact = d.size < 63 and 2 ** d.size <= n_resamples
+    exact = d.size < 63 and 2**d.size <= n_resamples
     extra = {"n_resamples": n_resamples, "seed": seed, "exact": exact}
     few = _too_few("queries-permutation", d, excl, 2)
     if few is not None:
@@ -262,9 +261,9 @@ def permutation_test(
             "queries-permutation", d, excl, statistic=0.0, p=1.0, ci=[0.0, 0.0],
             ci_method="every difference 0", **extra,
         )  # fmt: skip
-    res = stats.permutation_test(
-        (d, np.zeros_like(d)),
-        lambda x, y, axis: np.mean(x - y, axis=axis),
+    res = stats.permutation_test(  # one sample + "samples": the null distribution flips the signs
+        (d,),
+        lambda x, axis: np.mean(x, axis=axis),
         permutation_type="samples",
         vectorized=True,
         n_resamples=n_resamples,
@@ -272,9 +271,7 @@ def permutation_test(
         batch=max(1, 2_000_000 // max(d.size, 1)),
         rng=np.random.default_rng(seed),
     )
-    out = _result(
-        "queries-permutation", d, excl, statistic=diff, p=float(min(1.0, res.pvalue)), **extra
-    )
+    out = _result("queries-permutation", d, excl, statistic=diff, p=float(min(1.0, res.pvalue)), **extra)
     if _constant(d):
         out.update(ci=[diff, diff], ci_method="every difference equal: zero width")
     return _query_ci(out, d, ci, n_resamples, seed)
