@@ -43,7 +43,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from ctxrank.experiments import stats  # noqa: E402
+from ctxrank.experiments import stats
 
 ALPHA = 0.05
 N_QUERIES = 784
@@ -195,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             for t, r in res.items():
                 default = stats.DEFAULT_TEST[protocol] == t
                 rows.append({"scenario": scenario, "protocol": protocol, "test": t, "default": default, **r})
+                lo, hi = r["ci95"]
                 print(
                     f"| {scenario} | {protocol} | {t} | {'yes' if default else ''} | {r['rate']:.3f} | "
-                    f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | {r['ratio_to_nominal']:.2f} | {r['experiments']} |"
+                    f"[{lo:.3f}, {hi:.3f}] | {r['ratio_to_nominal']:.2f} | {r['experiments']} |"
                 )
     seconds = time.perf_counter() - start
     print(f"\n{seconds:.0f} s")
