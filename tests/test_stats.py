@@ -170,8 +170,10 @@ def test_default_tests_hold_their_level_under_the_null_and_the_plain_test_does_n
     assert folds["runs-plain"]["rate"] >= 0.15, folds
     realistic = sim.simulate("folds", n, 0, scenario="realistic", tests=("folds", "runs-plain"))
     assert 0.02 <= realistic["folds"]["rate"] <= 0.09 and realistic["runs-plain"]["rate"] >= 0.15, realistic
-    splits = sim.simulate(
-        "random-splits", n, 0, scenario="realistic", tests=("corrected-resampled", "runs-plain")
-    )
-    assert 0.003 <= splits[stats.DEFAULT_TEST["random-splits"]]["rate"] <= 0.09, splits
-    assert splits["runs-plain"]["rate"] >= 0.15, splits
+    # random splits: the corrected resampled t-test is near 5% without training effects and conservative
+    # (below 5%) with them
+    for scenario, low in (("no-training-effect", 0.015), ("realistic", 0.0)):
+        tests = ("corrected-resampled", "runs-plain")
+        splits = sim.simulate("random-splits", n, 0, scenario=scenario, tests=tests)
+        assert low <= splits[stats.DEFAULT_TEST["random-splits"]]["rate"] <= 0.09, (scenario, splits)
+        assert splits["runs-plain"]["rate"] >= 0.15, (scenario, splits)
