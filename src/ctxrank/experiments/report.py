@@ -126,6 +126,13 @@ def _fmt_num(x: float | None, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
+_ZERO_WIDTH = {
+    "t interval (every difference equal: zero width)",
+    "every difference 0",
+    "every difference equal: zero width",
+}
+
+
 def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> dict[str, Any]:
     """What results.json records about the test (name, unit, n, CI method, ...) and the caption's text."""
     from ctxrank.experiments.spec import split_protocol
@@ -135,7 +142,10 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
     ns = sorted({c["n"] for c in comparisons})
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]} (NaN values excluded)"
     reasons = sorted({c["reason"] for c in comparisons if c["reason"]})
-    ci_methods = sorted({c["ci_method"] for c in comparisons if c["ci_method"]})
+    # the CI methods used (the zero-width CI of a constant difference is not a method of its own)
+    ci_methods = sorted({c["ci_method"] for c in comparisons if c["ci_method"]} - _ZERO_WIDTH) or sorted(
+        {c["ci_method"] for c in comparisons if c["ci_method"]}
+    )
     info: dict[str, Any] = {
         "name": name,
         "unit": unit,
