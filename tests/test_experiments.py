@@ -111,7 +111,9 @@ def test_runs_are_seed_major_over_folds_and_the_protocol_applies_to_neural_model
         ("runs.count=0", "count must be an integer >= 1"),
         ("bogus=1", "unknown key"),
         ("models.qilcm.model_params.nope=1", "models.qilcm"),
-        ("report.test=bootstrap", "test must be 'runs' or 'queries'"),
+        ("report.test=bootstrap", "unknown test 'bootstrap'; valid tests: queries, queries-permutation"),
+        ("report.test=runs", "'runs' is now 'runs-plain'"),
+        ("report.test=corrected-resampled", "'corrected-resampled' is for random splits"),
         ("data.file=x.csv", "exactly one of dataset, file, synth"),
     ],
 )
@@ -153,10 +155,18 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert res["table"]["lambdamart"]["map"]["mean"] == pytest.approx(by_hand)
     c = next(c for c in res["comparisons"] if c["baseline"] == "listnet" and c["metric"] == "ndcg@10")
     a, b = run_means(recs["mnl"], "ndcg@10"), run_means(recs["listnet"], "ndcg@10")
-    assert c["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, nan_ok=True)
+    # random splits: the default is the corrected resampled t-test (Nadeau & Bengio), 8 test / 32 other
+    d = a - b
+    t = d.mean() / np.sqrt((1 / 3 + 8 / 32) * d.var(ddof=1))
+    assert c["test"] == "corrected-resampled" and c["unit"] == "runs" and c["n"] == 3
+    assert c["p"] == pytest.approx(2 * stats.t.sf(abs(t), 2)) and c["test_train_ratio"] == 0.25
+    assert c["ci"][0] < c["diff"] < c["ci"][1]
+    assert saved["test"]["name"] == "corrected-resampled" and saved["test"]["n"] == 3
+    assert saved["test"]["protocol"] == "random-splits" and saved["test"]["default"]
     assert c["improvement_pct"] == pytest.approx((a.mean() / b.mean() - 1) * 100)
     md = (tmp_path / "out" / "table.md").read_text()
-    assert "paired over the 3 runs" in md and "mnl vs best baseline" in md
+    assert "corrected resampled t-test over runs" in md and "unit: runs, n = 3" in md
+    assert "mnl vs best baseline" in md and "95% CI of the difference" in md
     csv_text = (tmp_path / "out" / "table.csv").read_text()
     assert csv_text.startswith("row,model,ndcg@1_mean") and "comparison,mnl,listnet,ndcg@10" in csv_text
 
@@ -209,8 +219,15 @@ def test_holm_and_query_level_tests_in_the_report(tmp_path):
     qa, qb = query_means(recs["mnl"], "map"), query_means(recs["lambdamart"], "map")
     common = sorted(set(qa) & set(qb))
     c = next(c for c in res["comparisons"] if c["baseline"] == "lambdamart" and c["metric"] == "map")
-    assert c["n"] == len(common)
-    assert "Holm" in (tmp_path / "out" / "table.md").read_text()
+    assert c["n"] == len(common) and c["test"] == "queries" and c["unit"] == "queries"
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "Holm" in md and f"unit: queries, n = {len(common)}" in md and "BCa bootstrap" in md
+    # fewer than 3 runs per model: a test over runs gives no p-value and the report says so
+    spec = load_spec(_letor_spec(tmp_path, runs=2), ["report.test=runs-plain", "report.holm=true"])
+    res = build_report(spec, store, tmp_path / "plain")
+    assert all(c["p"] is None and c["p_holm"] is None for c in res["comparisons"])
+    md = (tmp_path / "plain" / "table.md").read_text()
+    assert "no test over runs is possible: fewer than 3 runs per model (got 2)" in md and "no test |" in md
 
 
 # ------------------------------------------------------------------------------------ anomaly

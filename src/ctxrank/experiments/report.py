@@ -1,10 +1,12 @@
 """The report of an experiment: results.json, Markdown and CSV tables, PNG figures.
 
 Statistics (QILCM paper, Table 2): mean +- sample std over runs; the target model's improvement (%)
-over the best baseline per metric (the baseline with the highest mean on that metric); Student's paired
-t-test p-values, paired over runs (each run's mean over its test queries; the paper's test) or over
-test queries (each query's metric averaged over the runs it was tested in), as ``[report] test`` says;
-optionally Holm-adjusted over all the table's comparisons. Every caption says which.
+over the best baseline per metric (the baseline with the highest mean on that metric); a paired test
+of the target against each baseline, the one ``[report] test`` names (``ctxrank.experiments.stats``:
+by default over seed-averaged queries for published folds, the corrected resampled t-test over runs for
+random splits; the paper's plain t-test over runs only as ``runs-plain``), with a 95% CI of the mean
+difference; optionally Holm-adjusted over all the table's comparisons. Every caption names the test,
+its unit and its n, and results.json records them with each comparison's CI.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from ctxrank.checkpoint import atomic_write, write_json
+from ctxrank.experiments import stats
 from ctxrank.experiments.runner import REFERENCE
 from ctxrank.experiments.spec import ExperimentSpec
-from ctxrank.experiments.stats import holm, mean_std, paired_test
+from ctxrank.experiments.stats import holm, mean_std
 from ctxrank.experiments.store import RunStore
 
 __all__ = ["build_report", "collect", "query_means", "run_means"]
@@ -50,12 +53,30 @@ def query_means(records: list[dict], metric: str) -> dict[str, float]:
     return {q: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for q, v in sums.items()}
 
 
-def _pair(a: list[dict], b: list[dict], metric: str, over: str) -> dict[str, float]:
-    if over == "runs":
-        return paired_test(run_means(a, metric), run_means(b, metric))
-    qa, qb = query_means(a, metric), query_means(b, metric)
-    common = sorted(set(qa) & set(qb))
-    return paired_test([qa[q] for q in common], [qb[q] for q in common])
+def test_train_ratio(records: list[dict]) -> float:
+    """n_test / n_train of the corrected resampled t-test: the runs' mean test queries over their mean
+    queries outside the test split (training + validation: all the data a run learned from)."""
+    q = [r["split"]["queries"] for r in records]
+    return float(np.mean([x["test"] for x in q]) / np.mean([x["train"] + x["valid"] for x in q]))
+
+
+def _pair(a: list[dict], b: list[dict], metric: str, spec: ExperimentSpec) -> dict[str, Any]:
+    """The target-vs-baseline test ``[report] test`` names (a dict of ``ctxrank.experiments.stats``)."""
+    rep = spec.report
+    test = rep.test
+    if stats.UNITS[test] == "queries":
+        qa, qb = query_means(a, metric), query_means(b, metric)
+        common = sorted(set(qa) & set(qb))
+        x, y = np.array([qa[q] for q in common]), np.array([qb[q] for q in common])
+        if test == "queries":
+            return stats.query_ttest(x, y, n_resamples=rep.resamples, seed=rep.stats_seed)
+        return stats.permutation_test(x, y, n_resamples=rep.resamples, seed=rep.stats_seed)
+    ra, rb = run_means(a, metric), run_means(b, metric)
+    if test == "folds":
+        return stats.fold_test(ra, rb, [r["fold"] for r in a])
+    if test == "corrected-resampled":
+        return stats.corrected_resampled_test(ra, rb, test_train_ratio=test_train_ratio(a))
+    return stats.runs_plain_test(ra, rb)
 
 
 def code_version() -> dict[str, Any]:
@@ -95,8 +116,67 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def _fmt_p(p: float) -> str:
-    return "n/a" if not np.isfinite(p) else (f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}")
+def _fmt_p(p: float | None) -> str:
+    if p is None or not np.isfinite(p):
+        return "no test"
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def _fmt_num(x: float | None, fmt: str) -> str:
+    return "" if x is None else format(x, fmt)
+
+
+_ZERO_WIDTH = {
+    "t interval (every difference equal: zero width)",
+    "every difference 0",
+    "every difference equal: zero width",
+}
+
+
+def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> dict[str, Any]:
+    """What results.json records about the test (name, unit, n, CI method, ...) and the caption's text."""
+    from ctxrank.experiments.spec import split_protocol
+
+    rep = spec.report
+    name, unit = rep.test, stats.UNITS[rep.test]
+    ns = sorted({c["n"] for c in comparisons})
+    n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]} (NaN values excluded)"
+    reasons = sorted({c["reason"] for c in comparisons if c["reason"]})
+    # the CI methods used (the zero-width CI of a constant difference is not a method of its own)
+    ci_methods = sorted({c["ci_method"] for c in comparisons if c["ci_method"]} - _ZERO_WIDTH) or sorted(
+        {c["ci_method"] for c in comparisons if c["ci_method"]}
+    )
+    info: dict[str, Any] = {
+        "name": name,
+        "unit": unit,
+        "description": stats.TESTS[name],
+        "protocol": split_protocol(spec.data),
+        "default": stats.DEFAULT_TEST[split_protocol(spec.data)] == name,
+        "n": ns[0] if len(ns) == 1 else ns,
+        "runs": n_runs,
+        "alternative": "two-sided",
+        "confidence": stats.CONFIDENCE,
+        "ci_method": ci_methods,
+        "holm": rep.holm,
+        "reason": reasons[0] if reasons else None,
+    }
+    if unit == "queries":
+        info.update(resamples=rep.resamples, seed=rep.stats_seed)
+    if "test_train_ratio" in comparisons[0]:
+        info["test_train_ratio"] = comparisons[0]["test_train_ratio"]
+    caption = f"{stats.TESTS[name]}, two-sided; unit: {unit}, n = {n_text}"
+    if "test_train_ratio" in info:
+        caption += f", n_test/n_train = {info['test_train_ratio']:.3f}"
+    if unit == "queries" and n_runs < stats.MIN_RUNS:
+        caption += f" (only {n_runs} run(s) per model: the test is over these trained models' queries)"
+    if ci_methods:
+        caption += f"; {stats.CONFIDENCE:.0%} CI of the mean difference: {', '.join(ci_methods)}"
+    if rep.holm:
+        caption += "; Holm-adjusted p in p_holm"
+    if reasons:
+        caption += f". No p-value: {'; '.join(reasons)}"
+    info["caption"] = caption
+    return info
 
 
 def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None = None) -> dict[str, Any]:
@@ -125,20 +205,16 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
     comparisons = []
     for b in rep.baselines:
         for k in metrics:
-            t = _pair(records[target], records[b], k, rep.test)
+            t = _pair(records[target], records[b], k, spec)
             base = table[b][k]["mean"]
             imp = (table[target][k]["mean"] / base - 1) * 100 if base else float("nan")
             comparisons.append({"target": target, "baseline": b, "metric": k, "improvement_pct": imp, **t})
     if rep.holm:
         for c, p in zip(comparisons, holm([c["p"] for c in comparisons]), strict=True):
-            c["p_holm"] = float(p)
+            c["p_holm"] = float(p) if np.isfinite(p) else None
     best = {k: max(rep.baselines, key=lambda b, k=k: table[b][k]["mean"]) for k in metrics}
-    n_runs = len(keys)
-    test_text = (
-        f"paired over the {n_runs} runs (each run's mean over its test queries)"
-        if rep.test == "runs"
-        else "paired over test queries (each query's value averaged over its runs)"
-    )
+    test_info = _test_info(spec, comparisons, len(keys))
+    test_text = test_info["caption"]
     env = _environment()
     run_code = {json.dumps(r.get("code"), sort_keys=True) for recs in records.values() for r in recs}
     results = {
@@ -150,8 +226,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         "runs": [{"seed": s, "fold": f} for s, f in keys],
         "runs_planned": spec.runs,
         "metric_convention": metric_convention(rep.convention, no_relevant=rep.no_relevant).to_dict(),
-        "test": f"Student's t-test (scipy.stats.ttest_rel), two-sided, {test_text}"
-        + ("; Holm-adjusted p in p_holm" if rep.holm else ""),
+        "test": test_info,
         "table": table,
         "best_baseline": best,
         "comparisons": comparisons,
@@ -232,7 +307,13 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     )
     lines.append(
         f"| p-value{' (Holm)' if rep.holm else ''} | "
-        + " | ".join(_fmt_p(comp[res["best_baseline"][k], k][pcol]) for k in metrics)
+        + " | ".join(_fmt_p(comp[res["best_baseline"][k], k].get(pcol)) for k in metrics)
+        + " |"
+    )
+    cis = [comp[res["best_baseline"][k], k]["ci"] for k in metrics]
+    lines.append(
+        f"| {res['test']['confidence']:.0%} CI of the difference | "
+        + " | ".join("" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" for ci in cis)
         + " |"
     )
     lines += [
@@ -243,7 +324,7 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     lines.append("| baseline | " + " | ".join(metrics) + " |")
     lines.append("|---|" + "---:|" * len(metrics))
     for b in rep.baselines:
-        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_fmt_p(comp[b, k][pcol])})" for k in metrics]
+        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_fmt_p(comp[b, k].get(pcol))})" for k in metrics]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
     if "anomaly" in res:
         an = res["anomaly"]
@@ -273,8 +354,10 @@ def _csv(res: dict[str, Any], metrics: list[str]) -> str:
     for m, per in res["table"].items():
         w.writerow(["model", m, *(f"{per[k][s]:.6f}" for k in metrics for s in ("mean", "std"))])
     w.writerow([])
-    w.writerow(["row", "target", "baseline", "metric", "improvement_pct", "diff", "t", "p", "p_holm", "n"])
+    head = ["row", "target", "baseline", "metric", "improvement_pct", "diff", "ci_low", "ci_high"]
+    w.writerow([*head, "test", "unit", "statistic", "p", "p_holm", "n"])
     for c in res["comparisons"]:
+        ci = c["ci"] or (None, None)
         w.writerow(
             [
                 "comparison",
@@ -283,9 +366,13 @@ def _csv(res: dict[str, Any], metrics: list[str]) -> str:
                 c["metric"],
                 f"{c['improvement_pct']:.4f}",
                 f"{c['diff']:.6f}",
-                f"{c['t']:.4f}",
-                f"{c['p']:.6g}",
-                f"{c.get('p_holm', float('nan')):.6g}",
+                _fmt_num(ci[0], ".6f"),
+                _fmt_num(ci[1], ".6f"),
+                c["test"],
+                c["unit"],
+                _fmt_num(c["statistic"], ".4f"),
+                _fmt_num(c["p"], ".6g"),
+                _fmt_num(c.get("p_holm"), ".6g"),
                 c["n"],
             ]
         )

@@ -24,7 +24,11 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     metrics = ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
     target = "qilcm"       # the model compared with every baseline (improvement %, t-test)
     baselines = []         # [] = every other model
-    test = "runs"          # paired t-test over runs (the QILCM paper) or "queries"
+    # test: "queries" (default with published folds), "queries-permutation", "folds", "corrected-resampled"
+    # (default with random splits) or "runs-plain" (the paper's test; see ctxrank.experiments.stats)
+    test = "queries"
+    resamples = 9999       # bootstrap CI and permutation test: resamples and their seed
+    stats_seed = 0
     holm = false           # Holm-Bonferroni correction over the table's comparisons
 
     [defaults]             # run-config keys shared by every model (a model's own table wins)
@@ -59,6 +63,7 @@ __all__ = [
     "ReportSpec",
     "builtin_names",
     "load_spec",
+    "split_protocol",
 ]
 
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -169,6 +174,12 @@ class DataSpec:
         return self.file
 
 
+def split_protocol(data: DataSpec) -> str:
+    """``"folds"`` (a registry dataset's published folds) or ``"random-splits"`` (one random query split
+    per run); it decides the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
+    return "folds" if data.has_folds else "random-splits"
+
+
 @dataclass(frozen=True)
 class ReportSpec:
     metrics: tuple[str, ...] = DEFAULT_METRICS
@@ -176,8 +187,11 @@ class ReportSpec:
     no_relevant: float | str = 0.0
     target: str = ""
     baselines: tuple[str, ...] = ()
-    test: str = "runs"
+    #: a name of ``ctxrank.experiments.stats.TESTS``; a loaded spec has its protocol's default here
+    test: str = "queries"
     holm: bool = False
+    resamples: int = 9999
+    stats_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -271,7 +285,7 @@ class ExperimentSpec:
                 RunConfig.from_dict(table)
             except ValueError as exc:
                 raise _fail(f"models.{m}", str(exc)) from None
-        report = _report(dict(d.get("report") or {}), list(models))
+        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data))
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
@@ -299,7 +313,8 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
-def _report(d: dict[str, Any], models: list[str]) -> ReportSpec:
+def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
+    from ctxrank.experiments.stats import DEFAULT_TEST, UNITS, check_test
     from ctxrank.metrics import parse_metric
 
     _known("report", d, [f.name for f in dataclasses.fields(ReportSpec)])
@@ -318,8 +333,15 @@ def _report(d: dict[str, Any], models: list[str]) -> ReportSpec:
     unknown = [b for b in baselines if b not in models or b == target]
     if unknown:
         raise _fail("report", f"baselines {unknown} must be models other than the target {target!r}")
-    if d.get("test", "runs") not in ("runs", "queries"):
-        raise _fail("report", f"test must be 'runs' or 'queries', got {d.get('test')!r}")
+    test = d.get("test", DEFAULT_TEST[protocol])
+    try:
+        check_test(test)
+    except ValueError as exc:
+        raise _fail("report", f"test: {exc}") from None
+    if UNITS[test] == "folds" and protocol != "folds":
+        raise _fail("report", f"test 'folds' needs published folds; these runs are {protocol}")
+    if test == "corrected-resampled" and protocol != "random-splits":
+        raise _fail("report", f"test 'corrected-resampled' is for random splits; these runs are {protocol}")
     if d.get("convention", "standard") not in ("standard", "letor4", "letor3"):
         raise _fail("report", f"convention must be standard, letor4 or letor3, got {d.get('convention')!r}")
     if not isinstance(d.get("holm", False), bool):
@@ -330,8 +352,10 @@ def _report(d: dict[str, Any], models: list[str]) -> ReportSpec:
         no_relevant=d.get("no_relevant", 0.0),
         target=target,
         baselines=baselines,
-        test=d.get("test", "runs"),
+        test=test,
         holm=d.get("holm", False),
+        resamples=_int("report", "resamples", d.get("resamples", 9999), 99),
+        stats_seed=_int("report", "stats_seed", d.get("stats_seed", 0), 0),
     )
 
 
