@@ -520,7 +520,8 @@ def _parse_chunk_fast(
     if idx_v.size:
         if not np.isfinite(idx_v).all() or np.any(idx_v != np.floor(idx_v)) or idx_v.min() < 1:
             return None
-        if idx_v.max() > min(n_features or MAX_FEATURE_INDEX, max_width or MAX_FEATURE_INDEX):
+        limit = n_features or MAX_FEATURE_INDEX
+        if idx_v.max() > (limit if max_width is None else min(limit, max_width)):
             return None
         if np.any(np.abs(val[valid]) > _F32_MAX):  # inf, or beyond float32 (NULL's NaN passes)
             return None
