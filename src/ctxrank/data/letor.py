@@ -383,6 +383,7 @@ def _iter_chunks(path: Path, chunk_bytes: int, max_line_bytes: int) -> Iterator[
         with _open(path) as fh:
             line_no = 1
             pending: list[bytes] = []  # the start of a line longer than one read, joined once complete
+            pending_len = 0
             data = fh.read(max(chunk_bytes, len(_BOM)))
             if data.startswith(_BOM):  # UTF-8 byte order mark
                 data = data[len(_BOM) :] or fh.read(chunk_bytes)
@@ -394,11 +395,13 @@ def _iter_chunks(path: Path, chunk_bytes: int, max_line_bytes: int) -> Iterator[
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:  # no newline yet: keep reading (a very long line)
                     pending.append(data)
-                    if sum(map(len, pending)) > max_line_bytes:  # the file grew since it was counted
+                    pending_len += len(data)
+                    if pending_len > max_line_bytes:  # the file grew since it was counted
                         raise _Limits(0, max_line_bytes).line_error(str(path), line_no)
                 else:
                     chunk = b"".join([*pending, data[:cut]]) if pending else data[:cut]
                     pending = [data[cut:]] if cut < len(data) else []
+                    pending_len = len(data) - cut
                     yield chunk, line_no
                     line_no += chunk.count(b"\n")
                 data = fh.read(chunk_bytes)
