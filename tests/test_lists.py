@@ -6,6 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxrank.data import lists
 from ctxrank.data.lists import (
     ListBatch,
     iterate_batches,
@@ -176,14 +177,23 @@ def test_truncate_top_k_handmade_with_ties():
     #                 q0: rows 0-4            q1: rows 5-6  q2: rows 7-9
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9, 1.0, 2.0, -1.0, -1.0, -1.0])
     t, rows = truncate_top_k(d, scores, k=3, add_rank_feature=True)
-    # ties broken by original position: 1 before 4, 0 before 2
-    assert rows.tolist() == [1, 4, 0, 6, 5, 7, 8, 9]
+    # ties broken by a hash of the features, not by position: rows 1 and 4 (0.9) first in some fixed
+    # order, then one of the two 0.5 rows (0, 2); q2's three -1.0 rows in a fixed order
+    h = lists._feature_hash(d.features)
+    tie_first = sorted([1, 4], key=lambda r: h[r])
+    assert rows.tolist() == [
+        *tie_first,
+        min([0, 2], key=lambda r: h[r]),
+        6,
+        5,
+        *sorted([7, 8, 9], key=lambda r: h[r]),
+    ]
     assert t.query_offsets.tolist() == [0, 3, 5, 8]
     assert t.query_ids.tolist() == d.query_ids.tolist()
     np.testing.assert_array_equal(t.labels, d.labels[rows])
     np.testing.assert_array_equal(t.features[:, :3], d.features[rows])
     assert t.feature_names == ("f1", "f2", "f3", "initial_rank")
-    assert t.features[:, 3].tolist() == [1, 2, 3, 1, 2, 1, 2, 3]
+    assert t.features[:, 3].tolist() == [1.5, 1.5, 3.5, 1, 2, 2, 2, 2]  # tied scores: the average rank
     assert t.docids.tolist() == [f"d{r}" for r in rows]
     np.testing.assert_array_equal(t.categorical, d.categorical[rows])
     assert t.info["truncated_items"] == 2
@@ -193,10 +203,11 @@ def test_truncate_top_k_larger_than_lists_and_score_feature():
     d = make_data([2, 3], names=False, categorical=False, docids=False)
     scores = torch.tensor([1.0, 3.0, 2.0, 2.0, 5.0])
     t, rows = truncate_top_k(d, scores, k=100, add_rank_feature=True, add_score_feature=True)
-    assert rows.tolist() == [1, 0, 4, 2, 3]  # whole lists, reordered by descending score
+    h = lists._feature_hash(d.features)
+    assert rows.tolist() == [1, 0, 4, *sorted([2, 3], key=lambda r: h[r])]  # whole lists, by score
     assert t.n_items == d.n_items and t.query_offsets.tolist() == d.query_offsets.tolist()
     assert t.feature_names == ("f1", "f2", "f3", "initial_rank", "initial_score")
-    assert t.features[:, 3].tolist() == [1, 2, 1, 2, 3]
+    assert t.features[:, 3].tolist() == [1, 2, 1, 2.5, 2.5]
     assert t.features[:, 4].tolist() == [3, 1, 5, 2, 2]
     t0, _ = truncate_top_k(d, scores, k=1)
     assert t0.n_features == 3 and t0.feature_names == () and t0.query_offsets.tolist() == [0, 1, 2]
@@ -222,12 +233,19 @@ def test_truncate_top_k_matches_loop_reference(lengths, k, data):
     d = make_data(lengths, categorical=False)
     scores = np.array(data.draw(st.lists(st.integers(0, 3), min_size=d.n_items, max_size=d.n_items)), float)
     t, rows = truncate_top_k(d, scores, k=k, add_rank_feature=True)
-    expected = []
+    expected, expected_rank = [], []
     for q in range(d.n_queries):
         start = d.query_offsets[q]
-        items = sorted(range(start, d.query_offsets[q + 1]), key=lambda r: (-scores[r], r))
-        expected.extend(items[:k])
+        key = {
+            r: (-scores[r], int(lists._feature_hash(d.features[[r]])[0]), r)
+            for r in range(start, d.query_offsets[q + 1])
+        }
+        items = sorted(key, key=key.get)[:k]
+        expected.extend(items)
+        # average rank among the items of the whole query with the same score
+        expected_rank.extend(
+            1 + sum(scores[o] > scores[r] for o in key) + (sum(scores[o] == scores[r] for o in key) - 1) / 2
+            for r in items
+        )
     assert rows.tolist() == expected
-    assert t.features[:, -1].tolist() == [
-        r + 1 for q in range(d.n_queries) for r in range(min(k, lengths[q]))
-    ]
+    assert t.features[:, -1].tolist() == expected_rank
