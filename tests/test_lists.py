@@ -249,3 +249,107 @@ def test_truncate_top_k_matches_loop_reference(lengths, k, data):
         )
     assert rows.tolist() == expected
     assert t.features[:, -1].tolist() == expected_rank
+
+
+# ------------------------------------------------------------------ order invariance on real data
+@pytest.fixture(scope="module")
+def mq2008_test_with_lambdamart_ties():
+    from ctxrank.baselines.lambdamart import LambdaMART
+    from ctxrank.data.registry import load_fold
+
+    fold = load_fold("mq2008", 1)
+    ranker = LambdaMART(n_estimators=10, early_stopping_rounds=None, seed=0).fit(fold.train)
+    return fold.test, ranker.predict(fold.test).astype(np.float64)
+
+
+def _shuffle_within_queries(data: RankingData, seed: int):
+    """(the data with each query's items in a random order, perm: new row i = old row perm[i])."""
+    rng = np.random.default_rng(seed)
+    perm = np.lexsort((rng.random(data.n_items), data.query_index))
+    shuffled = RankingData(
+        features=data.features[perm],
+        labels=data.labels[perm],
+        query_ids=data.query_ids,
+        query_offsets=data.query_offsets,
+        docids=None if data.docids is None else data.docids[perm],
+        source=data.source,
+    )
+    return shuffled, perm
+
+
+def _model_scores(model, top: RankingData, init: np.ndarray) -> np.ndarray:
+    out = np.full(top.n_items, np.nan, dtype=np.float32)
+    with torch.no_grad():
+        for batch in iterate_batches(top, 64, init_scores=init):
+            scatter_scores(batch, model.score_batch(batch), top.n_items, out=out)
+    return out
+
+
+def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with_lambdamart_ties):
+    """MQ2008 Fold1 test with LambdaMART's real ties: the rank feature of tied items and the order of
+    the re-ranking lists must not depend on file position (issue 18: 697 of 2,874 rows tied, 581
+    QILCM scores changed when the items were shuffled)."""
+    from ctxrank.models import MODELS, make_model
+    from ctxrank.rerank import merge_scores, prepare_split
+
+    data, init = mq2008_test_with_lambdamart_ties
+    q = data.query_index
+    order = np.lexsort((init, q))
+    tied = np.zeros(data.n_items, dtype=bool)
+    same = (q[order][1:] == q[order][:-1]) & (init[order][1:] == init[order][:-1])
+    tied[order[1:][same]] = tied[order[:-1][same]] = True
+    assert tied.sum() > 300  # LambdaMART's real ties (697 rows with the CLI's default rounds)
+
+    h = lists._feature_hash(data.features)
+    by_item = np.lexsort((h, q))
+    dup = (q[by_item][1:] == q[by_item][:-1]) & np.all(
+        data.features[by_item][1:] == data.features[by_item][:-1], axis=1
+    )
+    duplicate = np.zeros(data.n_items, dtype=bool)  # another item of its query has the same features
+    duplicate[by_item[1:][dup]] = duplicate[by_item[:-1][dup]] = True
+
+    split = prepare_split(data, init, k=100, rank_feature=True)
+    # the first query with more than 100 items makes the cut itself depend on the tie rule
+    assert (data.query_lengths > 100).any()
+    for seed in (1,):
+        shuffled, perm = _shuffle_within_queries(data, seed)
+        split2 = prepare_split(shuffled, init[perm], k=100, rank_feature=True)
+        # the same lists in the same order; items with identical features (and score) may trade places
+        np.testing.assert_array_equal(split2.top.features, split.top.features)
+        np.testing.assert_array_equal(split2.top.labels, split.top.labels)
+        np.testing.assert_array_equal(data.features[perm[split2.rows]], data.features[split.rows])
+        # rank features identical up to the permutation: per original item
+        rank1 = np.empty(data.n_items)
+        rank1[split.rows] = split.top.features[:, -1]
+        rank2 = np.empty(data.n_items)
+        rank2[perm[split2.rows]] = split2.top.features[:, -1]
+        kept = np.zeros(data.n_items, dtype=bool)
+        kept[split.rows] = True
+        np.testing.assert_array_equal(rank2[kept], rank1[kept])
+        # tied initial scores give equal rank features
+        r = split.top.features[:, -1]
+        s = init[split.rows]
+        qq = q[split.rows]
+        eq = (qq[1:] == qq[:-1]) & (s[1:] == s[:-1])
+        assert eq.any() and np.array_equal(r[1:][eq], r[:-1][eq])
+        for name in sorted(MODELS):
+            torch.manual_seed(0)
+            model = make_model(name, split.top.n_features).eval()
+            s1 = _model_scores(model, split.top, split.top_initial_scores)
+            s2 = _model_scores(model, split2.top, split2.top_initial_scores)
+            np.testing.assert_array_equal(s2, s1, err_msg=name)  # same inputs, bitwise the same
+            per_item1 = np.full(data.n_items, np.nan)
+            per_item1[split.rows] = s1
+            per_item2 = np.full(data.n_items, np.nan)
+            per_item2[perm[split2.rows]] = s2
+            if name not in ("dcm", "dlcm"):  # orderless: every item keeps its score exactly
+                np.testing.assert_array_equal(per_item2, per_item1, err_msg=name)
+                # the merged full-query scores are distinct ranks: items with identical features
+                # (and so identical scores) get their ranks in some order; every other item keeps its
+                full1 = merge_scores(split, s1)[perm]
+                full2 = merge_scores(split2, s2)
+                differ = full2 != full1
+                assert np.all(duplicate[perm][differ]), name
+                # ... so per query and feature vector the same set of scores
+                g1, g2 = np.lexsort((full1, h[perm], q)), np.lexsort((full2, h[perm], q))
+                np.testing.assert_array_equal(full2[g2], full1[g1], err_msg=name)
