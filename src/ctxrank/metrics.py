@@ -1080,7 +1080,8 @@ def evaluate_queries(
             raise ValueError(
                 "ERR needs max_label, the largest grade of the label scale (2 for MQ2007/MQ2008/OHSUMED, "
                 "4 for MSLR/Istella/Yahoo: ctxrank.data.registry.get_spec(name).max_label); the largest "
-                "label of the evaluated data would make a query's ERR depend on the other queries"
+                "label of the evaluated data would make a query's ERR depend on the other queries. Pass "
+                "max_label=N (on the command line --max-label N)"
             )
         max_label = _check_max_label(max_label)
         with np.errstate(invalid="ignore"):
