@@ -243,3 +243,111 @@ def test_cli_download(server, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert rc == 2 and "HTTP 404" in err
+
+
+# ------------------------------------------------------------------ hostile archives (issue 18)
+def _tar_with(tmp_path, name: str, add) -> object:
+    """A .tar at ``tmp_path/name`` whose members are written by ``add(tarfile)``."""
+    path = tmp_path / name
+    with tarfile.open(path, "w") as tf:
+        add(tf)
+    return path
+
+
+def _file_member(tf, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
+
+
+def _link_member(tf, name: str, target: str, kind=tarfile.SYMTYPE) -> None:
+    """A member without data: a link to ``target``, or a directory, FIFO or device by ``kind``."""
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    tf.addfile(info)
+
+
+def _symlink_chain(tf) -> None:
+    """CVE-2025-4517's archive: a chain of symlinks whose expansion exceeds PATH_MAX, so that
+    ``os.path.realpath`` stops resolving and ``tarfile``'s ``filter="data"`` (Python 3.11.7 here) accepts
+    a link leading out of the target; a hard link through it then overwrites ``victim`` one level above
+    the target directory (checked by hand: ``extractall(filter="data")`` overwrote it)."""
+    comp, steps, path = "d" * 247, "abcdefghijklmnop", ""
+    for step in steps:
+        _link_member(tf, f"{path}{comp}", "", tarfile.DIRTYPE)
+        _link_member(tf, f"{path}{step}", comp)
+        path += comp + "/"
+    long_link = "/".join(steps) + "/" + "l" * 254
+    _link_member(tf, long_link, "../" * len(steps))
+    _link_member(tf, "escape", long_link + "/../")
+    _link_member(tf, "flaglink", "escape/victim", tarfile.LNKTYPE)
+    _file_member(tf, "flaglink", b"overwritten")
+
+
+@pytest.mark.parametrize(
+    ("name", "add", "kind"),
+    [
+        ("chain.tar", _symlink_chain, "symbolic link"),
+        ("sym.tar", lambda tf: _link_member(tf, "a", "/etc/passwd"), "symbolic link"),
+        ("inner.tar", lambda tf: _link_member(tf, "a", "b"), "symbolic link"),
+        ("hard.tar", lambda tf: _link_member(tf, "a", "b", tarfile.LNKTYPE), "hard link"),
+        ("fifo.tar", lambda tf: _link_member(tf, "p", "", tarfile.FIFOTYPE), "FIFO"),
+        ("dev.tar", lambda tf: _link_member(tf, "c", "", tarfile.CHRTYPE), "device file"),
+        ("abs.tar", lambda tf: _file_member(tf, "/tmp/abs.txt", b"x"), "outside"),
+        ("dots.tar", lambda tf: _file_member(tf, "a/../../up.txt", b"x"), "outside"),
+    ],
+)
+def test_extract_refuses_links_special_members_and_escapes(tmp_path, name, add, kind):
+    victim = tmp_path / "victim"
+    victim.write_text("original")
+    archive = _tar_with(tmp_path, name, add)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=kind):
+        extract(archive, out)
+    assert victim.read_text() == "original"
+    assert _leftovers(out) == []  # nothing written, no staging directory left
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "out", "victim"])
+
+
+def test_zip_symlink_member_is_refused(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        info = zipfile.ZipInfo("link")
+        info.external_attr = (0o120777) << 16  # S_IFLNK
+        zf.writestr(info, "/etc/passwd")
+    (tmp_path / "l.zip").write_bytes(buf.getvalue())
+    with pytest.raises(ValueError, match="link"):
+        extract(tmp_path / "l.zip", tmp_path / "out")
+    assert _leftovers(tmp_path / "out") == []
+
+
+def test_extract_caps_members_and_decompressed_bytes(tmp_path):
+    many = _tar_with(tmp_path, "many.tar", lambda tf: [_file_member(tf, f"f{i}", b"x") for i in range(5)])
+    with pytest.raises(ValueError, match=r"more than 4 members.*--max-members"):
+        extract(many, tmp_path / "out", max_members=4)
+    assert len(extract(many, tmp_path / "ok", max_members=5)) == 5
+    # a zip bomb in miniature: 1 MB of zeros deflates to about 1 KB; the cap counts decompressed bytes
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("zeros.bin", b"\0" * 1_000_000)
+    bomb = tmp_path / "bomb.zip"
+    bomb.write_bytes(buf.getvalue())
+    assert bomb.stat().st_size < 5_000
+    with pytest.raises(ValueError, match=r"more than 100,000 bytes.*--max-extract-bytes"):
+        extract(bomb, tmp_path / "out2", max_bytes=100_000)
+    assert _leftovers(tmp_path / "out2") == []
+    with pytest.raises(ValueError, match="positive integer"):
+        extract(bomb, tmp_path / "out3", max_bytes=0)
+
+
+def test_extract_does_not_follow_links_already_in_the_target(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "d").symlink_to(outside, target_is_directory=True)
+    archive = _tar_with(tmp_path, "d.tar", lambda tf: _file_member(tf, "d/f.txt", b"data"))
+    extract(archive, out)
+    assert list(outside.iterdir()) == []
+    assert (out / "d" / "f.txt").read_text() == "data" and not (out / "d").is_symlink()

@@ -975,11 +975,18 @@ def test_long_line_with_small_reads_is_linear(tmp_path):
     import time
 
     t = time.perf_counter()
-    d = _letor(tmp_path, LINE + b"1 qid:7 1:1 #" + b"x" * (4 << 20) + b"\n", chunk_bytes=16)
+    d = _letor(
+        tmp_path, LINE + b"1 qid:7 1:1 #" + b"x" * (4 << 20) + b"\n", chunk_bytes=16, max_line_bytes=8 << 20
+    )
     assert time.perf_counter() - t < 5
     assert d.labels.tolist() == [2, 0, 1]
     with pytest.raises(ValueError, match=r"f\.txt:2: expected 'index:value', got 'aaaa"):
-        _letor(tmp_path, LINE[:30] + b"\n1 qid:7 1:1 " + b"a" * MILLION + b"\n", chunk_bytes=64)
+        _letor(
+            tmp_path,
+            LINE[:30] + b"\n1 qid:7 1:1 " + b"a" * MILLION + b"\n",
+            chunk_bytes=64,
+            max_line_bytes=2 * MILLION,
+        )
 
 
 @pytest.mark.parametrize("token", [b"1e0:5", b"+1:5", b"1.0:5", b"1.:5"])

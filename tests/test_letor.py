@@ -374,3 +374,159 @@ def test_cached_load_reports_the_path_as_given(tmp_path, monkeypatch):
     read_letor(p, cache_dir=tmp_path / "c")
     monkeypatch.chdir(tmp_path)
     assert read_letor("f.txt", cache_dir=tmp_path / "c").source == "f.txt"
+
+
+# ------------------------------------------------------------------ resources bounded by the data
+_CAPPED = """
+import resource, sys, time
+from ctxrank.data.letor import read_letor
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize:")).split()[1]) * 1024
+cap = vm + {headroom}
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+t0 = time.perf_counter()
+try:
+    d = read_letor(sys.argv[1], cache=False, **{kwargs})
+    print("LOADED", d.features.shape)
+except ValueError as exc:
+    print("ValueError", exc)
+print("seconds", time.perf_counter() - t0)
+"""
+
+
+def _read_capped(path, headroom=256 << 20, **kwargs):
+    """read_letor in a subprocess whose address space is capped at its size after import + headroom:
+    the outcome (a line), or the subprocess failing (a MemoryError traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the memory cap reads /proc/self/status")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    code = _CAPPED.format(headroom=headroom, kwargs=repr(kwargs))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outcome, seconds = proc.stdout.strip().splitlines()
+    return outcome, float(seconds.split()[1])
+
+
+@pytest.mark.parametrize("rows", [80, 400])  # 1.4 KB asking 3.0 GiB; 400 rows asking 14.9 GiB
+def test_wide_index_refused_before_allocating_under_memory_cap(tmp_path, rows):
+    p = write(tmp_path, "".join(f"1 qid:{i // 4} 3:1 9999999:1\n" for i in range(rows)))
+    outcome, seconds = _read_capped(p)
+    assert outcome.startswith(f"ValueError {p}:1: feature index 9999999 makes the dense feature matrix")
+    assert "max_dense_bytes" in outcome and "--max-dense-bytes" in outcome and seconds < 5
+    # the limit is a keyword: a small one refuses a small file, a raised one accepts it
+    small = write(tmp_path, "0 qid:1 1:1\n" + "0 qid:1 300:1\n" * 999, "small.txt")
+    with pytest.raises(
+        ValueError,
+        match=r"small\.txt:2: feature index 300 makes .* = 1\.1 MiB, above max_dense_bytes = 1,000,000",
+    ):
+        read_letor(small, cache=False, max_dense_bytes=1_000_000)
+    assert read_letor(small, cache=False, max_dense_bytes=1_200_000).features.shape == (1000, 300)
+    with pytest.raises(ValueError, match=r"small\.txt: n_features = 300 over 1000 lines makes"):
+        read_letor(small, cache=False, n_features=300, max_dense_bytes=1_000_000)
+
+
+def test_long_line_refused_and_wide_line_read_within_memory_cap(tmp_path):
+    line = "1 qid:1 " + " ".join(f"{i}:0.5" for i in range(1, 300_001)) + "\n"  # 3.6 MB
+    p = write(tmp_path, "0 qid:1 1:1\n" + line)
+    outcome, seconds = _read_capped(p)
+    assert outcome.startswith(f"ValueError {p}:2: line longer than max_line_bytes = 1,048,576 bytes")
+    assert "--max-line-bytes" in outcome and seconds < 2
+    outcome, seconds = _read_capped(p, max_line_bytes=8 << 20)  # raised: the careful path reads it
+    assert outcome == "LOADED (2, 300000)" and seconds < 10
+
+
+def test_gzip_of_one_huge_line_fails_fast_under_memory_cap(tmp_path):
+    # 1 GiB of "1:1 " without a newline, as 1024 concatenated gzip members of 1 MiB each: ~1 MB on disk
+    member = gzip.compress(b"1:1 " * (1 << 18), compresslevel=9)
+    p = tmp_path / "bomb.txt.gz"
+    p.write_bytes(gzip.compress(b"0 qid:1 1:1\n1 qid:1 ") + member * 1024)
+    assert p.stat().st_size < 2 << 20
+    outcome, seconds = _read_capped(p)
+    assert outcome.startswith(f"ValueError {p}:2: line longer than max_line_bytes") and seconds < 3
+
+
+def test_chunked_reader_never_buffers_past_the_line_limit(tmp_path):
+    p = write(tmp_path, "0 qid:1 " + "1:1 " * 5000 + "\n")
+    # the counting pass is the authority; _iter_chunks refuses too (a file grown since it was counted)
+    with pytest.raises(ValueError, match=r"f\.txt:1: line longer than max_line_bytes = 1,000 bytes"):
+        list(letor._iter_chunks(p, 64, 1000))
+
+
+def test_one_long_line_among_short_ones_does_not_go_through_a_padded_table(tmp_path):
+    short = "".join(f"0 qid:1 1:{i}\n" for i in range(2000))
+    text = short + "1 qid:1 " + " ".join(f"{i}:1" for i in range(1, 5001)) + "\n"
+    assert letor._parse_chunk_fast(text.encode(), 1, None, None) is None  # 2001 x 10002 cells: careful
+    d = read_letor(write(tmp_path, text), cache=False, dense=False)
+    assert d.features.shape == (2001, 5000) and d.features[-1].sum() == 5000
+
+
+def test_cache_does_not_bypass_the_limits(tmp_path):
+    p = write(tmp_path, "".join(f"1 qid:1 2000:{i}\n" for i in range(1, 201)))  # 200 x 2000 x 4 = 1.6 MB
+    d = read_letor(p, cache_dir=tmp_path / "c", max_dense_bytes=2_000_000)
+    assert d.features.shape == (200, 2000)
+    with pytest.raises(ValueError, match=r"f\.txt:1: feature index 2000 makes .* above max_dense_bytes"):
+        read_letor(p, cache_dir=tmp_path / "c", max_dense_bytes=1_000_000)
+    with pytest.raises(ValueError, match=r"f\.txt:1: line longer than max_line_bytes = 10 bytes"):
+        read_letor(p, cache_dir=tmp_path / "c", max_dense_bytes=2_000_000, max_line_bytes=10)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "8G"])
+def test_limits_must_be_positive_integers(tmp_path, bad):
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        read_letor(write(tmp_path, TINY), cache=False, max_dense_bytes=bad)
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        read_letor(write(tmp_path, TINY), cache=False, max_line_bytes=bad)
+
+
+# ------------------------------------------------------------------------------- truncated files
+DENSE = "2 qid:1 1:1 2:2 3:3\n1 qid:1 1:4 2:5 3:6\n0 qid:2 1:7 2:8 3:9\n"
+
+
+def test_file_cut_inside_its_last_line_is_reported(tmp_path):
+    p = write(tmp_path, DENSE[:-5])  # "0 qid:2 1:7 2:8" without 3:9 and the newline
+    with pytest.warns(letor.DataWarning) as caught:
+        d = read_letor(p, cache=False)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith(f"{p}:3: lists 2 of the 3 features that 2 of the 3 rows list") for m in messages)
+    assert f"{p}:3: the file does not end with a newline (cut short?)" in messages
+    assert d.features[2].tolist() == [7, 8, 0]
+    # the dataset registry's dense files: an error
+    with pytest.raises(
+        ValueError, match=r"f\.txt:3: lists 2 of the 3 features that every row of this dataset lists"
+    ):
+        read_letor(p, cache=False, dense=True)
+    # re-issued when the parse comes from the cache
+    for _ in range(2):
+        with pytest.warns(letor.DataWarning) as again:
+            read_letor(p, cache_dir=tmp_path / "c")
+        assert [str(w.message) for w in again] == messages
+
+
+def test_complete_and_sparse_files_give_no_warning(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_letor(write(tmp_path, DENSE), cache=False, dense=True)
+        read_letor(write(tmp_path, TINY, "sparse.txt"), cache=False)  # rows 1 of 3 full: sparse
+        read_letor(write(tmp_path, DENSE + "1 qid:3 2:1\n", "zeros.txt"), cache=False, dense=False)
+    with pytest.warns(letor.DataWarning, match=r"zeros\.txt:4: lists 1 of the 3 features"):
+        read_letor(tmp_path / "zeros.txt", cache=False)
+
+
+def test_registry_dataset_with_a_cut_file_is_an_error(tmp_path):
+    from ctxrank.data.registry import load_split
+
+    root = tmp_path / "MQ2008"
+    (root / "Fold1").mkdir(parents=True)
+    lines = gzip.decompress((MQ2008 / "S5.txt.gz").read_bytes()).splitlines(keepends=True)
+    (root / "Fold1" / "test.txt").write_bytes(b"".join(lines[:-1]) + lines[-1][: lines[-1].index(b" 46:")])
+    for name in ("train.txt", "vali.txt"):
+        (root / "Fold1" / name).write_bytes(b"".join(lines[:30]))
+    with pytest.raises(
+        ValueError, match=rf"test\.txt:{len(lines)}: lists 45 of the 46 features that every row"
+    ):
+        load_split("mq2008", "test", 1, root=tmp_path, cache=False)

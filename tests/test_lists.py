@@ -6,6 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxrank.data import lists
 from ctxrank.data.lists import (
     ListBatch,
     iterate_batches,
@@ -176,14 +177,23 @@ def test_truncate_top_k_handmade_with_ties():
     #                 q0: rows 0-4            q1: rows 5-6  q2: rows 7-9
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9, 1.0, 2.0, -1.0, -1.0, -1.0])
     t, rows = truncate_top_k(d, scores, k=3, add_rank_feature=True)
-    # ties broken by original position: 1 before 4, 0 before 2
-    assert rows.tolist() == [1, 4, 0, 6, 5, 7, 8, 9]
+    # ties broken by a hash of the features, not by position: rows 1 and 4 (0.9) first in some fixed
+    # order, then one of the two 0.5 rows (0, 2); q2's three -1.0 rows in a fixed order
+    h = lists._feature_hash(d.features)
+    tie_first = sorted([1, 4], key=lambda r: h[r])
+    assert rows.tolist() == [
+        *tie_first,
+        min([0, 2], key=lambda r: h[r]),
+        6,
+        5,
+        *sorted([7, 8, 9], key=lambda r: h[r]),
+    ]
     assert t.query_offsets.tolist() == [0, 3, 5, 8]
     assert t.query_ids.tolist() == d.query_ids.tolist()
     np.testing.assert_array_equal(t.labels, d.labels[rows])
     np.testing.assert_array_equal(t.features[:, :3], d.features[rows])
     assert t.feature_names == ("f1", "f2", "f3", "initial_rank")
-    assert t.features[:, 3].tolist() == [1, 2, 3, 1, 2, 1, 2, 3]
+    assert t.features[:, 3].tolist() == [1.5, 1.5, 3.5, 1, 2, 2, 2, 2]  # tied scores: the average rank
     assert t.docids.tolist() == [f"d{r}" for r in rows]
     np.testing.assert_array_equal(t.categorical, d.categorical[rows])
     assert t.info["truncated_items"] == 2
@@ -193,10 +203,11 @@ def test_truncate_top_k_larger_than_lists_and_score_feature():
     d = make_data([2, 3], names=False, categorical=False, docids=False)
     scores = torch.tensor([1.0, 3.0, 2.0, 2.0, 5.0])
     t, rows = truncate_top_k(d, scores, k=100, add_rank_feature=True, add_score_feature=True)
-    assert rows.tolist() == [1, 0, 4, 2, 3]  # whole lists, reordered by descending score
+    h = lists._feature_hash(d.features)
+    assert rows.tolist() == [1, 0, 4, *sorted([2, 3], key=lambda r: h[r])]  # whole lists, by score
     assert t.n_items == d.n_items and t.query_offsets.tolist() == d.query_offsets.tolist()
     assert t.feature_names == ("f1", "f2", "f3", "initial_rank", "initial_score")
-    assert t.features[:, 3].tolist() == [1, 2, 1, 2, 3]
+    assert t.features[:, 3].tolist() == [1, 2, 1, 2.5, 2.5]
     assert t.features[:, 4].tolist() == [3, 1, 5, 2, 2]
     t0, _ = truncate_top_k(d, scores, k=1)
     assert t0.n_features == 3 and t0.feature_names == () and t0.query_offsets.tolist() == [0, 1, 2]
@@ -222,12 +233,123 @@ def test_truncate_top_k_matches_loop_reference(lengths, k, data):
     d = make_data(lengths, categorical=False)
     scores = np.array(data.draw(st.lists(st.integers(0, 3), min_size=d.n_items, max_size=d.n_items)), float)
     t, rows = truncate_top_k(d, scores, k=k, add_rank_feature=True)
-    expected = []
+    expected, expected_rank = [], []
     for q in range(d.n_queries):
         start = d.query_offsets[q]
-        items = sorted(range(start, d.query_offsets[q + 1]), key=lambda r: (-scores[r], r))
-        expected.extend(items[:k])
+        key = {
+            r: (-scores[r], int(lists._feature_hash(d.features[[r]])[0]), r)
+            for r in range(start, d.query_offsets[q + 1])
+        }
+        items = sorted(key, key=key.get)[:k]
+        expected.extend(items)
+        # average rank among the items of the whole query with the same score
+        expected_rank.extend(
+            1 + sum(scores[o] > scores[r] for o in key) + (sum(scores[o] == scores[r] for o in key) - 1) / 2
+            for r in items
+        )
     assert rows.tolist() == expected
-    assert t.features[:, -1].tolist() == [
-        r + 1 for q in range(d.n_queries) for r in range(min(k, lengths[q]))
-    ]
+    assert t.features[:, -1].tolist() == expected_rank
+
+
+# ------------------------------------------------------------------ order invariance on real data
+@pytest.fixture(scope="module")
+def mq2008_test_with_lambdamart_ties():
+    from ctxrank.baselines.lambdamart import LambdaMART
+    from ctxrank.data.registry import load_fold
+
+    fold = load_fold("mq2008", 1)
+    ranker = LambdaMART(n_estimators=10, early_stopping_rounds=None, seed=0).fit(fold.train)
+    return fold.test, ranker.predict(fold.test).astype(np.float64)
+
+
+def _shuffle_within_queries(data: RankingData, seed: int):
+    """(the data with each query's items in a random order, perm: new row i = old row perm[i])."""
+    rng = np.random.default_rng(seed)
+    perm = np.lexsort((rng.random(data.n_items), data.query_index))
+    shuffled = RankingData(
+        features=data.features[perm],
+        labels=data.labels[perm],
+        query_ids=data.query_ids,
+        query_offsets=data.query_offsets,
+        docids=None if data.docids is None else data.docids[perm],
+        source=data.source,
+    )
+    return shuffled, perm
+
+
+def _model_scores(model, top: RankingData, init: np.ndarray) -> np.ndarray:
+    out = np.full(top.n_items, np.nan, dtype=np.float32)
+    with torch.no_grad():
+        for batch in iterate_batches(top, 64, init_scores=init):
+            scatter_scores(batch, model.score_batch(batch), top.n_items, out=out)
+    return out
+
+
+def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with_lambdamart_ties):
+    """MQ2008 Fold1 test with LambdaMART's real ties: the rank feature of tied items and the order of
+    the re-ranking lists must not depend on file position (issue 18: 697 of 2,874 rows tied, 581
+    QILCM scores changed when the items were shuffled)."""
+    from ctxrank.models import MODELS, make_model
+    from ctxrank.rerank import merge_scores, prepare_split
+
+    data, init = mq2008_test_with_lambdamart_ties
+    q = data.query_index
+    order = np.lexsort((init, q))
+    tied = np.zeros(data.n_items, dtype=bool)
+    same = (q[order][1:] == q[order][:-1]) & (init[order][1:] == init[order][:-1])
+    tied[order[1:][same]] = tied[order[:-1][same]] = True
+    assert tied.sum() > 300  # LambdaMART's real ties (697 rows with the CLI's default rounds)
+
+    h = lists._feature_hash(data.features)
+    by_item = np.lexsort((h, q))
+    dup = (q[by_item][1:] == q[by_item][:-1]) & np.all(
+        data.features[by_item][1:] == data.features[by_item][:-1], axis=1
+    )
+    duplicate = np.zeros(data.n_items, dtype=bool)  # another item of its query has the same features
+    duplicate[by_item[1:][dup]] = duplicate[by_item[:-1][dup]] = True
+
+    split = prepare_split(data, init, k=100, rank_feature=True)
+    # the first query with more than 100 items makes the cut itself depend on the tie rule
+    assert (data.query_lengths > 100).any()
+    for seed in (1,):
+        shuffled, perm = _shuffle_within_queries(data, seed)
+        split2 = prepare_split(shuffled, init[perm], k=100, rank_feature=True)
+        # the same lists in the same order; items with identical features (and score) may trade places
+        np.testing.assert_array_equal(split2.top.features, split.top.features)
+        np.testing.assert_array_equal(split2.top.labels, split.top.labels)
+        np.testing.assert_array_equal(data.features[perm[split2.rows]], data.features[split.rows])
+        # rank features identical up to the permutation: per original item
+        rank1 = np.empty(data.n_items)
+        rank1[split.rows] = split.top.features[:, -1]
+        rank2 = np.empty(data.n_items)
+        rank2[perm[split2.rows]] = split2.top.features[:, -1]
+        kept = np.zeros(data.n_items, dtype=bool)
+        kept[split.rows] = True
+        np.testing.assert_array_equal(rank2[kept], rank1[kept])
+        # tied initial scores give equal rank features
+        r = split.top.features[:, -1]
+        s = init[split.rows]
+        qq = q[split.rows]
+        eq = (qq[1:] == qq[:-1]) & (s[1:] == s[:-1])
+        assert eq.any() and np.array_equal(r[1:][eq], r[:-1][eq])
+        for name in sorted(MODELS):
+            torch.manual_seed(0)
+            model = make_model(name, split.top.n_features).eval()
+            s1 = _model_scores(model, split.top, split.top_initial_scores)
+            s2 = _model_scores(model, split2.top, split2.top_initial_scores)
+            np.testing.assert_array_equal(s2, s1, err_msg=name)  # same inputs, bitwise the same
+            per_item1 = np.full(data.n_items, np.nan)
+            per_item1[split.rows] = s1
+            per_item2 = np.full(data.n_items, np.nan)
+            per_item2[perm[split2.rows]] = s2
+            if name not in ("dcm", "dlcm"):  # orderless: every item keeps its score exactly
+                np.testing.assert_array_equal(per_item2, per_item1, err_msg=name)
+                # the merged full-query scores are distinct ranks: items with identical features
+                # (and so identical scores) get their ranks in some order; every other item keeps its
+                full1 = merge_scores(split, s1)[perm]
+                full2 = merge_scores(split2, s2)
+                differ = full2 != full1
+                assert np.all(duplicate[perm][differ]), name
+                # ... so per query and feature vector the same set of scores
+                g1, g2 = np.lexsort((full1, h[perm], q)), np.lexsort((full2, h[perm], q))
+                np.testing.assert_array_equal(full2[g2], full1[g1], err_msg=name)

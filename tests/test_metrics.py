@@ -645,7 +645,7 @@ def _flat_example():
 def test_evaluate_queries_matches_manual():
     scores, labels, offsets = _flat_example()
     names = ("ndcg@2", "NDCG", "precision@2", "map", "mrr", "err", "dcg@3")
-    out = evaluate_queries(scores, labels, offsets, names)
+    out = evaluate_queries(scores, labels, offsets, names, max_label=2)
     assert list(out) == ["ndcg@2", "ndcg", "p@2", "map", "mrr", "err", "dcg@3"]
     for v in out.values():
         assert v.dtype == np.float64 and v.shape == (4,)
@@ -659,7 +659,7 @@ def test_evaluate_queries_matches_manual():
     assert out["dcg@3"][2] == pytest.approx(3 + 1 / log2(4))
     assert out["map"][2] == pytest.approx((1 + 2 / 3) / 2)
     assert out["mrr"][2] == 1.0
-    # ERR uses the dataset's max label (2) for every query
+    # ERR uses the label scale's max grade (2) for every query
     assert out["err"][0] == pytest.approx(1 / 4 / 2 + (3 / 4) * (3 / 4) / 3)
     # empty query (1) and no-relevant query (3) give 0
     for v in out.values():
@@ -682,8 +682,10 @@ def test_evaluate_queries_equals_batched_and_chunks():
     labels = rng.integers(0, 3, size=N).astype(np.float64)
     names = ("ndcg@5", "p@5", "map", "mrr", "err@10", "dcg")
     for conv in CONVENTIONS:
-        whole = evaluate_queries(scores, labels, offsets, names, convention=conv)
-        chunked = evaluate_queries(scores, labels, offsets, names, convention=conv, max_chunk_elements=50)
+        whole = evaluate_queries(scores, labels, offsets, names, convention=conv, max_label=2)
+        chunked = evaluate_queries(
+            scores, labels, offsets, names, convention=conv, max_label=2, max_chunk_elements=50
+        )
         L = int(lengths.max())
         pos = np.arange(L)[None, :]
         m = pos < lengths[:, None]
@@ -714,7 +716,7 @@ def test_evaluate_queries_bad_input():
         evaluate_queries(scores, labels, np.array([0, 5, 3, 9]))
     with pytest.raises(ValueError, match="same length"):
         evaluate_queries(scores[:-1], labels, offsets)
-    out = evaluate_queries(np.zeros(0), np.zeros(0), np.array([0]), ("ndcg@10", "err"))
+    out = evaluate_queries(np.zeros(0), np.zeros(0), np.array([0]), ("ndcg@10", "err"), max_label=4)
     assert out["ndcg@10"].shape == (0,)
 
 
@@ -793,3 +795,79 @@ def test_against_microsoft_script(tmp_path, version, env):
         means = mean_metrics(ours)
         for k in range(1, len(script_means) + 1):
             assert means[f"ndcg@{k}"] == pytest.approx(script_means[k - 1], abs=1e-9)
+
+
+# ------------------------------------------------------------------------------- label validation
+def test_labels_whose_exp2_gain_overflows_are_refused():
+    offsets = np.array([0, 3, 5])
+    scores = np.array([0.3, 0.2, 0.1, 1.0, 0.0])
+    big = np.array([1024.0, 0.0, 1.0, 2.0, 0.0])
+    for metric in ("ndcg@10", "dcg", "err"):
+        with pytest.raises(
+            ValueError, match=r"label 1024 at row 0 .* the largest usable label is 10\d\d\b"
+        ) as exc:
+            evaluate_queries(scores, big, offsets, (metric,), max_label=1023)
+        assert "gain='linear'" in str(exc.value) and "--gain linear" in str(exc.value)
+    # a list of 3 items with labels 1023 would sum to inf: the bound accounts for the list length
+    with pytest.raises(ValueError, match=r"the largest usable label is 1022"):
+        evaluate_queries(scores, np.array([1023.0, 1023, 1023, 0, 0]), offsets, ("ndcg",))
+    # the linear gain has no such limit; the values are finite
+    out = evaluate_queries(scores, big * 10, offsets, ("ndcg@10", "dcg"), gain="linear")
+    assert all(np.isfinite(v).all() for v in out.values())
+    # the batched metrics in float32 (training's validation): 2^y overflows float32 at y = 128
+    s_t, y_t = torch.tensor([[0.3, 0.2]]), torch.tensor([[200.0, 1.0]])
+    m_t = torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"not finite in float32; the largest usable label is 126"):
+        ndcg(s_t, y_t, m_t)
+    with pytest.raises(ValueError, match=r"largest usable label is 127"):  # ERR does not sum gains
+        err(s_t, y_t, m_t, max_label=200)
+    assert torch.isfinite(ndcg(s_t, y_t, m_t, gain="linear")).all()
+
+
+def test_negative_labels_are_refused_by_evaluation():
+    offsets = np.array([0, 2, 4])
+    labels = np.array([1.0, 0.0, 2.0, -1.0])
+    for metric in ("ndcg@10", "map", "p@1", "mrr", "err", "recall@1"):
+        with pytest.raises(
+            ValueError,
+            match=r"labels must be >= 0 \(graded relevance\), got -1 at row 3 \(query position 1\)",
+        ):
+            evaluate_queries(np.arange(4.0), labels, offsets, (metric,), max_label=2)
+    s_t, y_t = torch.tensor([[0.3, 0.2, 0.0]]), torch.tensor([[1.0, -2.0, -5.0]])
+    mask = torch.tensor([[True, True, False]])
+    for fn, kw in (
+        (ndcg, {}),
+        (dcg, {}),
+        (err, {"max_label": 2}),
+        (precision, {"k": 1}),
+        (average_precision, {}),
+    ):
+        with pytest.raises(ValueError, match=r"labels must be >= 0 \(graded relevance\), got -2$|got -2;"):
+            fn(s_t, y_t, mask, **kw)
+    # padding is never looked at
+    assert float(ndcg(s_t, torch.tensor([[1.0, 0.0, -5.0]]), mask)) == 1.0
+
+
+def test_err_max_label_is_a_recorded_convention_and_queries_are_independent():
+    offsets = np.array([0, 2])
+    scores, labels = np.array([1.0, 0.0]), np.array([1.0, 0.0])
+    with pytest.raises(ValueError, match=r"ERR needs max_label, the largest grade of the label scale"):
+        evaluate_queries(scores, labels, offsets, ("err",))
+    alone = evaluate_queries(scores, labels, offsets, ("err",), max_label=4)["err"]
+    # another query with a higher label in the same file does not change the first query's ERR
+    more = evaluate_queries(
+        np.array([1.0, 0.0, 1.0]), np.array([1.0, 0.0, 4.0]), np.array([0, 2, 3]), ("err",), max_label=4
+    )["err"]
+    assert more[0] == alone[0] == pytest.approx(1 / 16)
+    with pytest.raises(ValueError, match=r"label 3 at row 0 \(query position 0\) is above max_label = 2"):
+        evaluate_queries(np.array([1.0]), np.array([3.0]), np.array([0, 1]), ("err",), max_label=2)
+    for bad in (-1, float("nan"), 1024):
+        with pytest.raises(ValueError, match="max_label must lie in"):
+            evaluate_queries(scores, labels, offsets, ("err",), max_label=bad)
+    with pytest.raises(TypeError, match="max_label must be a number"):
+        metric_convention(max_label="2")
+    conv = metric_convention("letor4", max_label=2)
+    assert conv.to_dict()["max_label"] == 2.0 and metric_convention().to_dict()["max_label"] is None
+    from ctxrank.data.registry import get_spec
+
+    assert get_spec("mq2008").max_label == 2 and get_spec("mslr-web10k").max_label == 4

@@ -232,9 +232,9 @@ def test_ohsumed_load_fold_sizes():
 # ------------------------------------------------------------------------- layouts on tiny files
 def test_letor3_fold_directories(tmp_path):
     base = tmp_path / "OHSUMED" / "Feature-min" / "Fold3"
-    _write(base / "trainingset.txt", _query_lines(1, [0, 1, 2]) + _query_lines(2, [1, 0]))
-    _write(base / "validationset.txt", _query_lines(3, [0, 2]))
-    _write(base / "testset.txt.gz", _query_lines(4, [2, 0, 0, 1]), gz=True)
+    _write(base / "trainingset.txt", _query_lines(1, [0, 1, 2], 45) + _query_lines(2, [1, 0], 45))
+    _write(base / "validationset.txt", _query_lines(3, [0, 2], 45))
+    _write(base / "testset.txt.gz", _query_lines(4, [2, 0, 0, 1], 45), gz=True)
     f = load_fold("ohsumed", 3, root=tmp_path, variant="feature-min")
     assert (f.train.n_queries, f.valid.n_queries, f.test.n_items) == (2, 1, 4)
     assert f.train.n_features == 45  # fixed to the dataset's feature count
@@ -244,9 +244,9 @@ def test_letor3_fold_directories(tmp_path):
 
 def test_folds_layout_with_env_root(tmp_path, monkeypatch):
     base = tmp_path / "mslr-web10k" / "Fold2"
-    _write(base / "train.txt", _query_lines(1, [0, 4, 3]))
-    _write(base / "vali.txt", _query_lines(2, [1, 0]))
-    _write(base / "test.txt", _query_lines(3, [2, 2, 0]))
+    _write(base / "train.txt", _query_lines(1, [0, 4, 3], 136))
+    _write(base / "vali.txt", _query_lines(2, [1, 0], 136))
+    _write(base / "test.txt", _query_lines(3, [2, 2, 0], 136))
     monkeypatch.setenv("CTXRANK_DATA", str(tmp_path))
     assert registry.dataset_root("web10k") == tmp_path / "mslr-web10k"
     f = load_fold("MSLR-WEB10K", 2)
@@ -269,14 +269,14 @@ def test_single_layout(tmp_path):
 
 def test_rotation_fallback_to_fold_directories(tmp_path):
     for s in ("train", "vali", "test"):
-        _write(tmp_path / "MQ2007" / "Fold4" / f"{s}.txt", _query_lines(s, [0, 1, 2]))
+        _write(tmp_path / "MQ2007" / "Fold4" / f"{s}.txt", _query_lines(s, [0, 1, 2], 46))
     files = find_files("mq2007", 4, root=tmp_path)
     assert [p.parent.name for s in files.values() for p in s] == ["Fold4"] * 3
 
 
 def test_rotation_s_files_in_archive_directory(tmp_path):
     for k in range(1, 6):
-        _write(tmp_path / "MQ2007" / f"S{k}.txt", _query_lines(k, [0, k % 3]))
+        _write(tmp_path / "MQ2007" / f"S{k}.txt", _query_lines(k, [0, k % 3], 46))
     f = load_fold("mq2007", 3, root=tmp_path)
     assert list(f.train.query_ids) == ["3", "4", "5"]
     assert list(f.valid.query_ids) == ["1"] and list(f.test.query_ids) == ["2"]

@@ -52,13 +52,25 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process umask (read by setting and restoring it: the standard library has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``."""
+    """Call ``write(tmp)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``.
+
+    The file gets the mode a plain ``open(path, "w")`` would give (0666 less the umask), not the
+    temporary file's private 0600, so a teammate or a serving account can read models and scores.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())
         write(tmp)
         with tmp.open("rb+") as fh:
             os.fsync(fh.fileno())

@@ -29,6 +29,15 @@ Conventions (all named, all recordable through :class:`MetricConvention.to_dict`
   ``"skip"`` gives NaN in the per-list vector and excludes the list from means. A list with no real
   item at all is a list with no relevant item.
 * **NaN inputs are never hidden.** A NaN score or label on a real item makes that list's value NaN.
+* **Labels** are graded relevance ``>= 0``; a negative label is a ``ValueError`` (:func:`check_labels`,
+  used by every metric and by :func:`evaluate_queries`). With the ``2^y - 1`` gain a label is refused
+  when the gain summed over a list could overflow the work dtype (float64: ``y <= 1023 - log2(L)``,
+  float32: ``y <= 127 - log2(L)``): the message gives the largest usable label and suggests
+  ``gain="linear"`` (``--gain linear``), whose values stay finite.
+* **ERR's maximum grade** (``max_label``) is a named convention: the largest grade of the label scale
+  (2 for MQ2007/MQ2008/OHSUMED, 4 for MSLR/Istella/Yahoo; ``ctxrank.data.registry.get_spec(name).max_label``),
+  never the largest label of whatever data is evaluated, so a query's ERR does not depend on the
+  other queries. :func:`evaluate_queries` requires it for ERR.
 
 LETOR presets (``convention="letor4"`` and ``"letor3"``), reproducing Microsoft's scripts
 ``Eval-Score-4.0.pl`` (LETOR 4.0: MQ2007, MQ2008) and ``Eval-Score-3.0.pl`` (LETOR 3.0: OHSUMED, .gov).
@@ -89,6 +98,7 @@ __all__ = [
     "METRIC_ALIASES",
     "MetricConvention",
     "average_precision",
+    "check_labels",
     "dcg",
     "err",
     "evaluate_queries",
@@ -144,6 +154,8 @@ class MetricConvention:
         tie_rule: text of the tie rule.
         k_beyond_list: text of what a cutoff larger than the list means.
         source: where the formulas come from.
+        max_label: ERR's maximum grade (stop probability ``(2^y - 1) / 2^max_label``), the largest
+            grade of the label scale; ``None`` when no ERR is computed. Recorded in ``to_dict()``.
     """
 
     name: str = "standard"
@@ -154,6 +166,7 @@ class MetricConvention:
     tie_rule: str = TIE_RULE
     k_beyond_list: str = ""
     source: str = ""
+    max_label: float | None = None
 
     def __post_init__(self) -> None:
         if self.name not in CONVENTIONS:
@@ -170,6 +183,8 @@ class MetricConvention:
         if not math.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {self.threshold!r}")
         object.__setattr__(self, "threshold", float(self.threshold))
+        if self.max_label is not None:
+            object.__setattr__(self, "max_label", _check_max_label(self.max_label))
         if self.name != "standard":
             problems = []
             if self.gain != "exp2":
@@ -210,8 +225,11 @@ def metric_convention(
     gain: str = "exp2",
     no_relevant: float | str = 0.0,
     threshold: float = 1.0,
+    max_label: float | None = None,
 ) -> MetricConvention:
     """Build and validate the :class:`MetricConvention` that the metric functions use.
+
+    ``max_label``: ERR's maximum grade (see :class:`MetricConvention`); give it whenever ERR is reported.
 
     Raises:
         ValueError: unknown convention / gain / no_relevant, or a LETOR preset with options the script
@@ -221,7 +239,110 @@ def metric_convention(
         raise TypeError(
             f"convention must be a str, one of {list(CONVENTIONS)}, got {type(convention).__name__}"
         )
-    return MetricConvention(name=convention, gain=gain, no_relevant=no_relevant, threshold=threshold)
+    return MetricConvention(
+        name=convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label
+    )
+
+
+def _check_max_label(max_label: Any) -> float:
+    if isinstance(max_label, bool) or not isinstance(max_label, int | float | np.integer | np.floating):
+        raise TypeError(f"max_label must be a number (the largest grade), got {type(max_label).__name__}")
+    value = float(max_label)
+    top = largest_exp2_label(torch.float64)
+    if not 0 <= value <= top:  # also refuses NaN
+        raise ValueError(
+            f"max_label must lie in [0, {top}] (ERR divides by 2^max_label, finite in float64 up to "
+            f"{top}), got {max_label!r}"
+        )
+    return value
+
+
+def largest_exp2_label(dtype: torch.dtype | np.dtype | type = torch.float64, list_len: int = 1) -> int:
+    """The largest label ``y`` whose gain ``2^y - 1``, summed over a list of ``list_len`` items (each
+    discount <= 1), stays finite in ``dtype``: ``floor(log2(max / list_len))`` (1023 for one float64
+    item, 127 for float32; 1022 for three float64 items)."""
+    if isinstance(dtype, torch.dtype):
+        big = torch.finfo(dtype).max
+    else:
+        big = float(np.finfo(dtype).max)
+    max_exp = math.frexp(big)[1]  # big < 2^max_exp: 1024 for float64, 128 for float32
+    return math.ceil(max_exp - math.log2(max(int(list_len), 1))) - 1
+
+
+def check_labels(
+    labels: torch.Tensor | np.ndarray,
+    mask: torch.Tensor | np.ndarray | None = None,
+    *,
+    gain: str | None = "exp2",
+    list_len: int | None = None,
+    dtype: torch.dtype | np.dtype | type | None = None,
+    where: Callable[[int], str] | None = None,
+) -> None:
+    """Refuse labels a metric (or a loss) cannot use; the one label check of the library.
+
+    * a negative label (graded relevance is ``>= 0``; a negative one would give negative gains and
+      NDCG below 0);
+    * with ``gain="exp2"``, a label above :func:`largest_exp2_label` for ``dtype`` and lists of
+      ``list_len`` items: its gain ``2^y - 1`` (or their sum) would be inf and the metric NaN. The
+      message gives the largest usable label and suggests the linear gain (``gain="linear"``,
+      ``--gain linear``). ``gain=None`` checks the sign only.
+
+    NaN labels pass (they make their list NaN, never hidden). Padding (``mask`` False) is ignored.
+
+    Args:
+        labels: ``(B, L)`` tensor or ``(N,)`` array.
+        mask: bool, same shape, True = real item; ``None`` = every entry.
+        gain: ``"exp2"``, ``"linear"`` or ``None``.
+        list_len: longest list (default: ``labels.shape[-1]``).
+        dtype: the work dtype (default: ``labels``' floating dtype, at least float32).
+        where: maps the flat position of the offending label (among the real ones for a tensor with
+            ``mask``) to a description, e.g. ``"row 5 (query 'a')"``.
+
+    Raises:
+        ValueError: as above, naming the offending value and where it is.
+    """
+    if isinstance(labels, torch.Tensor):
+        if dtype is None:
+            dtype = _work_dtype(labels)
+        t = labels.detach()
+        t = t[mask] if mask is not None else t.reshape(-1)
+        y = t.double().cpu().numpy()  # the real labels only: B * L values at most
+    else:
+        y = np.asarray(labels, dtype=np.float64)
+        if mask is not None:
+            y = np.where(np.asarray(mask, dtype=bool), y, 0.0)
+        y = y.reshape(-1)
+        if dtype is None:
+            dtype = np.float64
+    with np.errstate(invalid="ignore"):
+        negative = y < 0  # NaN compares False
+        low = bool(negative.any())
+
+    def first(bad: np.ndarray) -> tuple[int, float]:
+        i = int(np.flatnonzero(bad)[0])
+        return i, float(y[i])
+
+    def at(i: int) -> str:
+        return f" at {where(i)}" if where is not None else ""
+
+    if low:
+        i, v = first(negative)
+        raise ValueError(
+            f"labels must be >= 0 (graded relevance), got {v:g}{at(i)}; shift or re-map the label scale"
+        )
+    if gain == "exp2":
+        n = labels.shape[-1] if list_len is None else list_len
+        top = largest_exp2_label(dtype, n)
+        with np.errstate(invalid="ignore"):
+            too_big = y > top
+        if too_big.any():
+            i, v = first(too_big)
+            name = str(dtype).replace("torch.", "").replace("<class 'numpy.", "").rstrip("'>")
+            raise ValueError(
+                f"label {v:g}{at(i)} is too large for the gain 2^y - 1: its gain over a list of {n} "
+                f"item(s) is not finite in {name}; the largest usable label is {top}. Use the linear "
+                "gain (gain='linear', on the command line --gain linear) for large labels"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -428,6 +549,7 @@ def dcg(
     k = _check_k(k)
     conv = metric_convention(convention, gain=gain)
     _check_letor_labels(conv, (labels, mask))
+    check_labels(labels, mask, gain=conv.gain)
     rk = _Ranked(scores, labels, mask, _work_dtype(labels))
     value = _dcg_at(_gain(rk.labels, conv.gain), rk.topk(k), _discount(rk.ranks, conv))
     return _finish(value, torch.zeros_like(rk.nan), rk.nan, conv, reduction)
@@ -477,6 +599,8 @@ def ndcg(
     conv = metric_convention(convention, gain=gain, no_relevant=no_relevant)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
     _check_letor_labels(conv, (labels, mask), (il, im))
+    check_labels(labels, mask, gain=conv.gain)
+    check_labels(il, im, gain=conv.gain, dtype=_work_dtype(labels))
     dtype = _work_dtype(labels)
     rk = _Ranked(scores, labels, mask, dtype)
     disc_l = _discount(rk.ranks, conv)
@@ -519,6 +643,8 @@ def _binary_context(
     _check_inputs(scores, labels, mask)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
     _check_letor_labels(conv, (labels, mask), (il, im))
+    check_labels(labels, mask, gain=None)
+    check_labels(il, im, gain=None)
     dtype = _work_dtype(labels)
     rk = _Ranked(scores, labels, mask, dtype)
     rel = (rk.labels >= conv.threshold) & rk.valid  # (B, L)
@@ -749,9 +875,11 @@ def err(
     ``R = (2^y - 1) / 2^max_label``.
 
     ``max_label=None`` uses the largest real label **in this batch**, so results then depend on which
-    lists share a batch; pass the dataset's maximum grade (e.g. 2 for MQ2007, 4 for MSLR) for values
-    that are independent of batching (:func:`evaluate_queries` uses the dataset maximum). A real label
-    above ``max_label`` raises ``ValueError``. A query with no label > 0 (in ``ideal_labels`` when given)
+    lists share a batch (acceptable inside a training objective such as ARSM's, never for reported
+    values); pass the label scale's maximum grade (e.g. 2 for MQ2007, 4 for MSLR) for values that are
+    independent of batching (:func:`evaluate_queries` requires it). A real label above ``max_label``
+    raises ``ValueError``, and so do labels refused by :func:`check_labels` (negative, or beyond the
+    largest one whose ``2^y - 1`` is finite). A query with no label > 0 (in ``ideal_labels`` when given)
     gets ``no_relevant``. The LETOR scripts do not compute ERR; the presets use this same formula.
 
     Args:
@@ -774,6 +902,10 @@ def err(
     conv = metric_convention(convention, no_relevant=no_relevant)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
     _check_letor_labels(conv, (labels, mask), (il, im))
+    check_labels(labels, mask, gain="exp2", list_len=1)  # ERR never sums gains
+    check_labels(il, im, gain=None)
+    if max_label is not None:
+        max_label = _check_max_label(max_label)
     dtype = _work_dtype(labels)
     rk = _Ranked(scores, labels, mask, dtype)
     real = labels[mask]
@@ -892,15 +1024,23 @@ def evaluate_queries(
         no_relevant: ``0.0``, ``1.0`` or ``"skip"``.
         threshold: relevance threshold of P, MAP, MRR.
         gain: ``"exp2"`` or ``"linear"`` (NDCG, DCG).
-        max_label: ERR's maximum grade; ``None`` = largest label in the dataset.
+        max_label: ERR's maximum grade, the largest grade of the label scale (required when ERR is
+            asked for: 2 for MQ2007/MQ2008/OHSUMED, 4 for MSLR/Istella/Yahoo, i.e.
+            ``ctxrank.data.registry.get_spec(name).max_label``; record it with
+            ``metric_convention(..., max_label=...)``). A label above it is an error.
         max_chunk_elements: memory bound per chunk.
+
+    Labels are checked first with :func:`check_labels` (negative labels and, with the ``2^y - 1``
+    gain of NDCG, DCG and ERR, labels whose gain is not finite are a ``ValueError`` naming the row).
 
     Returns:
         ``{canonical_name: (Q,) float64 array}`` (NaN for skipped queries), keyed by
         :func:`format_metric` of the parsed name, e.g. ``"p@5"`` for ``"precision@5"``.
     """
     parsed = [parse_metric(m) for m in metrics]
-    metric_convention(convention, gain=gain, no_relevant=no_relevant, threshold=threshold)  # validate early
+    metric_convention(  # validate early
+        convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label
+    )
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     off = np.asarray(query_offsets)
@@ -922,13 +1062,36 @@ def evaluate_queries(
         or max_chunk_elements < 1
     ):
         raise ValueError(f"max_chunk_elements must be an int >= 1, got {max_chunk_elements!r}")
-    if max_label is None and any(b == "err" for b, _ in parsed):
-        finite = y[~np.isnan(y)]
-        max_label = float(finite.max()) if finite.size else 0.0
+    lengths = np.diff(off)
+
+    def where(i: int) -> str:
+        return f"row {i} (query position {int(np.searchsorted(off, i, side='right')) - 1})"
+
+    bases = {b for b, _ in parsed}
+    uses_exp2 = "err" in bases or (gain == "exp2" and bool(bases & {"ndcg", "dcg"}))
+    longest = int(lengths.max()) if lengths.size else 1
+    # ERR's gains are not summed (list_len 1); NDCG/DCG sum a list's gains
+    sums = bool(bases & {"ndcg", "dcg"}) and gain == "exp2"
+    check_labels(
+        y, gain="exp2" if uses_exp2 else None, list_len=longest if sums else 1, dtype=np.float64, where=where
+    )
+    if "err" in bases:
+        if max_label is None:
+            raise ValueError(
+                "ERR needs max_label, the largest grade of the label scale (2 for MQ2007/MQ2008/OHSUMED, "
+                "4 for MSLR/Istella/Yahoo: ctxrank.data.registry.get_spec(name).max_label); the largest "
+                "label of the evaluated data would make a query's ERR depend on the other queries. Pass "
+                "max_label=N (on the command line --max-label N)"
+            )
+        max_label = _check_max_label(max_label)
+        with np.errstate(invalid="ignore"):
+            above = y > max_label
+        if above.any():
+            i = int(np.flatnonzero(above)[0])
+            raise ValueError(f"label {y[i]:g} at {where(i)} is above max_label = {max_label:g} (ERR)")
 
     Q = off.size - 1
     out = {format_metric(b, k): np.full(Q, np.nan, dtype=np.float64) for b, k in parsed}
-    lengths = np.diff(off)
     order = np.argsort(lengths, kind="stable")
     lengths_sorted = lengths[order]
     for i, j in _chunks(lengths_sorted, max_chunk_elements):

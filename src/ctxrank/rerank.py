@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxrank.data.lists import truncate_top_k
+from ctxrank.data.lists import initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
 
 IDEAL_SCOPES = ("full", "top-k")
@@ -90,17 +90,17 @@ def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
     final_rank = np.empty(n, dtype=np.int64)
     kept_starts = np.searchsorted(kept_q[order], kept_q[order], side="left")
     final_rank[rows[order]] = np.arange(rows.size) - kept_starts
-    # items cut off: after every kept item, in initial order (ties by file position)
+    # items cut off: after every kept item, in initial order (ties: initial_order's rule, not position)
     cut = np.ones(n, dtype=bool)
     cut[rows] = False
     cut_rows = np.flatnonzero(cut)
     if cut_rows.size:
-        cq = qidx[cut_rows]
-        corder = np.lexsort((cut_rows, -split.initial_scores[cut_rows], cq))
-        cut_sorted = cut_rows[corder]
-        starts = np.searchsorted(cq[corder], cq[corder], side="left")
+        order0 = initial_order(full, split.initial_scores)
+        cut_sorted = order0[cut[order0]]
+        cq = qidx[cut_sorted]
+        starts = np.searchsorted(cq, cq, side="left")
         kept_per_query = split.top.query_lengths  # min(length, k)
-        final_rank[cut_sorted] = kept_per_query[cq[corder]] + np.arange(cut_rows.size) - starts
+        final_rank[cut_sorted] = kept_per_query[cq] + np.arange(cut_rows.size) - starts
     return -final_rank.astype(np.float64)
 
 

@@ -16,11 +16,14 @@ file and line of a bad row, silently accepts NaN/inf values and duplicate featur
   unusual: an error, non-numeric query ids, literal ``nan``). It is the single authority for error
   messages, which always name ``file:line`` and what was expected.
 
-Memory: a first pass counts the lines, the final float32 array is allocated once, and each chunk's
-small dense block is copied into it; the peak is about 1x the final array plus O(rows) bookkeeping
-(line numbers, query keys, docids) and one chunk's working set (about 15x the 4 MB chunk). No Python
-object is created per value. (A sparse file whose largest feature index first appears late is widened
-once, briefly holding 2x.)
+Memory: a first pass counts the lines (and refuses a line longer than ``max_line_bytes``, without
+ever holding a whole line), the final float32 array is allocated once, and each chunk's small dense
+block is copied into it; the peak is about 1x the final array plus O(rows) bookkeeping (line numbers,
+query keys, docids) and one chunk's working set (about 15x the 4 MB chunk, or about 25x the longest
+line when the careful path reads it). No Python object is created per value on the fast path. (A
+sparse file whose largest feature index first appears late is widened, briefly holding 2x.) The dense
+array is never allocated beyond ``max_dense_bytes``: the feature index that would make it larger is a
+``file:line`` error before any allocation, so a tiny file cannot ask for gigabytes.
 
 Parsed files are cached (see :mod:`ctxrank.data.cache`): later loads of an unchanged file skip parsing.
 """
@@ -31,6 +34,7 @@ import gzip
 import io
 import os
 import re
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,10 +45,17 @@ import pandas as pd
 
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["read_group_sizes", "read_letor"]
+__all__ = ["DataWarning", "read_group_sizes", "read_letor"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
+# 2 GiB: above the largest file of every registered dataset (Istella-S train.txt, 2,043,304 rows x 220
+# features = 1.68 GiB) while keeping the reader's peak (1-2x the array) within a common 8 GB machine
+DEFAULT_MAX_DENSE_BYTES = 2 << 30
+# 1 MiB: about 100x the longest line of any registered dataset (Yahoo! set 1, 700 features, ~10 KB); it
+# bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+_FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
 _COMMENT = re.compile(rb"#[^\n]*")
 _WS_TABLE = bytes(1 if i in (9, 10, 11, 12, 13, 32) else 0 for i in range(256))  # byte -> is space
@@ -65,6 +76,7 @@ class _Block:
     qids: np.ndarray | None  # int64 [n] (fast path) or str [n] (careful path); None without qid:
     lines: np.ndarray  # int64 [n] 1-based line numbers
     docids: list | None  # str per row, None entries where a line had no docid
+    counts: np.ndarray  # int64 [n] number of features listed on each row
 
 
 def read_letor(
@@ -77,6 +89,9 @@ def read_letor(
     cache: bool = True,
     cache_dir: str | os.PathLike | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    dense: bool | None = None,
+    max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> RankingData:
     """Read a LETOR / SVMlight file into a :class:`RankingData`.
 
@@ -100,6 +115,20 @@ def read_letor(
         cache: reuse / write a binary cache of the parsed arrays (see ``ctxrank.data.cache``).
         cache_dir: where the cache lives (default ``$CTXRANK_CACHE_DIR`` or ``~/.cache/ctxrank``).
         chunk_bytes: size of the text chunks parsed at once.
+        dense: whether every row lists every feature ``1..F`` (LETOR files do; SVMlight files that omit
+            zeros do not). ``True``: a row listing fewer features is an error naming ``file:line`` (a
+            truncated or damaged line; the dataset registry passes it for its dense datasets).
+            ``None`` (default): when at least half of the rows list all F features, each row listing
+            fewer is reported with a warning (``file:line``). ``False``: no check.
+        max_dense_bytes: the largest float32 feature matrix (rows x features x 4 bytes, rows counted
+            as the file's lines) the reader may allocate; a feature index that would exceed it is an
+            error naming its ``file:line``, raised before anything is allocated. Default 2 GiB (the
+            largest file of every registered dataset fits). On the command line: ``--max-dense-bytes``.
+        max_line_bytes: the longest line accepted (bytes, after decompression); a longer line is an
+            error naming its ``file:line``, found without holding the line in memory. Default 1 MiB.
+
+    A file that does not end with a newline (cut short?) gives a warning naming its last line. The
+    warnings are kept in ``data.info["warnings"]`` and re-issued when the data comes from the cache.
 
     Returns:
         RankingData with features float32 [N, F], labels float32 [N], query ids, query offsets,
@@ -107,7 +136,9 @@ def read_letor(
 
     Raises:
         ValueError: a malformed line (named ``file:line``, with what was expected), NaN/inf values,
-            an empty file, group sizes that do not match the row count, a reappearing query id.
+            an empty file, group sizes that do not match the row count, a reappearing query id, a
+            line longer than ``max_line_bytes``, a dense matrix above ``max_dense_bytes``, a short row
+            with ``dense=True``.
     """
     path = Path(path)
     if not path.is_file():
@@ -118,24 +149,68 @@ def read_letor(
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    for key, value in (("max_dense_bytes", max_dense_bytes), ("max_line_bytes", max_line_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{key} must be a positive integer (bytes), got {value!r}")
+    if dense not in (None, True, False):
+        raise ValueError(f"dense must be True, False or None, got {dense!r}")
+    limits = _Limits(int(max_dense_bytes), int(max_line_bytes))
     group_path = _find_query_file(path, query_file)
     options = {
         "null_fill": null_fill,
         "regroup": regroup,
         "n_features": n_features,
         "query_file": str(group_path) if group_path else None,
+        # the limits and checks are part of the key: a file parsed under a higher limit is parsed (and
+        # refused) again under a lower one, never served from the cache past the check
+        "dense": dense,
+        "max_dense_bytes": limits.dense_bytes,
+        "max_line_bytes": limits.line_bytes,
     }
+
+    def parse() -> RankingData:
+        return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits)
+
     if cache:
         from ctxrank.data import cache as _cache
 
-        return _cache.cached_parse(
-            path,
-            options,
-            lambda: _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes),
-            cache_dir=cache_dir,
-            extra_files=[group_path] if group_path else [],
+        data = _cache.cached_parse(
+            path, options, parse, cache_dir=cache_dir, extra_files=[group_path] if group_path else []
         )
-    return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes)
+    else:
+        data = parse()
+    for message in data.info.get("warnings", []):
+        warnings.warn(message, DataWarning, stacklevel=2)
+    return data
+
+
+class DataWarning(UserWarning):
+    """A data file loaded, but looks damaged (no final newline, rows shorter than the others)."""
+
+
+@dataclass(frozen=True)
+class _Limits:
+    dense_bytes: int
+    line_bytes: int
+
+    def line_error(self, name: str, line_no: int) -> ValueError:
+        return ValueError(
+            f"{name}:{line_no}: line longer than max_line_bytes = {self.line_bytes:,} bytes (pass "
+            "read_letor(..., max_line_bytes=N), on the command line --max-line-bytes N, to accept it)"
+        )
+
+    def dense_error(self, where: str, rows: int, width: int, what: str) -> ValueError:
+        need = rows * width * 4
+        return ValueError(
+            f"{where}: {what} makes the dense feature matrix {rows:,} rows (the file's lines) x "
+            f"{width:,} features x 4 bytes = {_size(need)}, above max_dense_bytes = "
+            f"{self.dense_bytes:,} ({_size(self.dense_bytes)}); if that is intended, raise the limit: "
+            f"read_letor(..., max_dense_bytes={need}) or, on the command line, --max-dense-bytes {need}"
+        )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 # --------------------------------------------------------------------------------------- parsing
@@ -146,22 +221,33 @@ def _parse(
     regroup: bool,
     n_features: int | None,
     chunk_bytes: int,
+    dense: bool | None,
+    limits: _Limits,
 ) -> RankingData:
     name = str(path)
     # The final array is allocated once, for the file's line count (an upper bound on its rows), and
     # each chunk's block is copied in and dropped: peak = 1x the dense array + one chunk's work.
-    n_lines = _count_lines(path)
+    n_lines, ends_with_newline = _count_lines(path, limits.line_bytes)
+    # the widest matrix max_dense_bytes allows; a larger feature index is refused before allocating
+    max_width = min(n_features or MAX_FEATURE_INDEX, limits.dense_bytes // (4 * max(n_lines, 1)))
+    if n_features is not None and n_features > max_width:
+        raise limits.dense_error(name, n_lines, n_features, f"n_features = {n_features} over {n_lines} lines")
     features = None
     blocks: list[_Block] = []
     has_qid: bool | None = None
     n_rows = 0
-    for chunk, first_line in _iter_chunks(path, chunk_bytes):
-        block = _parse_chunk_fast(chunk, first_line, has_qid, n_features)
+    for chunk, first_line in _iter_chunks(path, chunk_bytes, limits.line_bytes):
+        block = _parse_chunk_fast(chunk, first_line, has_qid, n_features, max_width)
         if block is None:
-            block = _parse_chunk_careful(chunk, first_line, name, has_qid, n_features)
+            block = _parse_chunk_careful(
+                chunk, first_line, name, has_qid, n_features,
+                max_width=max_width, limits=limits, n_lines=n_lines,
+            )  # fmt: skip
         n = block.labels.size
         if n == 0:
             continue
+        if n_rows + n > n_lines:
+            raise ValueError(f"{name}: the file changed while it was read (more lines than counted)")
         if has_qid is None:
             has_qid = block.qids is not None
         width = max(n_features or 0, block.features.shape[1])
@@ -181,6 +267,10 @@ def _parse(
     width = features.shape[1]
     labels = np.concatenate([b.labels for b in blocks])
     lines = np.concatenate([b.lines for b in blocks])
+    counts = np.concatenate([b.counts for b in blocks])
+    notes = _short_rows(name, counts, lines, width, dense)
+    if not ends_with_newline:
+        notes.append(f"{name}:{n_lines}: the file does not end with a newline (cut short?)")
     docid_lists = [b.docids for b in blocks]
     docids = None
     if all(d is not None and None not in d for d in docid_lists):
@@ -216,8 +306,33 @@ def _parse(
         docids=docids,
         feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
         source=name,
-        info={"null_filled": null_filled},
+        info={"null_filled": null_filled, **({"warnings": notes} if notes else {})},
     )
+
+
+def _short_rows(
+    name: str, counts: np.ndarray, lines: np.ndarray, width: int, dense: bool | None
+) -> list[str]:
+    """Check that rows list every feature 1..F (``dense``); returns warnings, raises for dense=True."""
+    if dense is False or width == 0:
+        return []
+    short = counts < width  # no duplicates and no index above F: a row listing F features lists 1..F
+    if not short.any():
+        return []
+    full = int(counts.size - short.sum())
+    if dense is None and 2 * full < counts.size:  # a sparse file: most rows omit some features
+        return []
+    i = int(np.flatnonzero(short)[0])
+    more = int(short.sum()) - 1
+    others = f" ({more} more such row(s))" if more else ""
+    text = (
+        f"{name}:{lines[i]}: lists {counts[i]} of the {width} features that "
+        + ("every row of this dataset lists" if dense else f"{full} of the {counts.size} rows list")
+        + f"{others}: a truncated or damaged line?"
+    )
+    if dense:
+        raise ValueError(text)
+    return [text + " The missing features are read as 0 (pass dense=False if the file omits zeros)."]
 
 
 def _open(path: Path):
@@ -226,25 +341,49 @@ def _open(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
 
 
-def _count_lines(path: Path) -> int:
-    """Lines in the (decompressed) file, counting a last line without a newline."""
+def _count_lines(path: Path, max_line_bytes: int) -> tuple[int, bool]:
+    """(lines in the (decompressed) file, counting a last line without a newline; whether the file
+    ends with a newline). Raises at the first line longer than ``max_line_bytes`` (block by block:
+    a gzip holding one huge line fails after reading ``max_line_bytes``, holding one block)."""
     count, last = 0, b"\n"
+    current = 0  # bytes of the line being read, since its start
     try:
         with _open(path) as fh:
             while block := fh.read(DEFAULT_CHUNK_BYTES):
-                count += block.count(b"\n")
+                ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                if ends.size:
+                    lengths = np.diff(ends, prepend=-1) - 1  # bytes before each newline
+                    lengths[0] += current
+                    too_long = np.flatnonzero(lengths > max_line_bytes)
+                    if too_long.size:
+                        raise _LineTooLong(count + int(too_long[0]) + 1)
+                    current = len(block) - int(ends[-1]) - 1
+                else:
+                    current += len(block)
+                if current > max_line_bytes:
+                    raise _LineTooLong(count + ends.size + 1)
+                count += ends.size
                 last = block[-1:]
     except (OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{path}: cannot read compressed data ({exc})") from exc
-    return count + (last != b"\n")
+    except _LineTooLong as exc:
+        raise _Limits(0, max_line_bytes).line_error(str(path), exc.line_no) from None
+    return count + (last != b"\n"), last == b"\n"
 
 
-def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
-    """Yield (whole lines, 1-based number of the chunk's first line)."""
+class _LineTooLong(Exception):
+    def __init__(self, line_no: int) -> None:
+        self.line_no = line_no
+
+
+def _iter_chunks(path: Path, chunk_bytes: int, max_line_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """Yield (whole lines, 1-based number of the chunk's first line). The start of a line longer than
+    one read is kept until its end, but never more than ``max_line_bytes`` of it."""
     try:
         with _open(path) as fh:
             line_no = 1
             pending: list[bytes] = []  # the start of a line longer than one read, joined once complete
+            pending_len = 0
             data = fh.read(max(chunk_bytes, len(_BOM)))
             if data.startswith(_BOM):  # UTF-8 byte order mark
                 data = data[len(_BOM) :] or fh.read(chunk_bytes)
@@ -256,9 +395,13 @@ def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:  # no newline yet: keep reading (a very long line)
                     pending.append(data)
+                    pending_len += len(data)
+                    if pending_len > max_line_bytes:  # the file grew since it was counted
+                        raise _Limits(0, max_line_bytes).line_error(str(path), line_no)
                 else:
                     chunk = b"".join([*pending, data[:cut]]) if pending else data[:cut]
                     pending = [data[cut:]] if cut < len(data) else []
+                    pending_len = len(data) - cut
                     yield chunk, line_no
                     line_no += chunk.count(b"\n")
                 data = fh.read(chunk_bytes)
@@ -266,8 +409,12 @@ def _iter_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytes, int]]:
         raise ValueError(f"{path}: cannot read compressed data ({exc})") from exc
 
 
-def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_features: int | None):
-    """Vectorized parse of one chunk; None when anything is unusual (the careful path decides).
+def _parse_chunk_fast(
+    chunk: bytes, first_line: int, has_qid: bool | None, n_features: int | None, max_width: int | None = None
+):
+    """Vectorized parse of one chunk; None when anything is unusual (the careful path decides): also
+    a feature index above ``max_width``, and a chunk whose padded table (rows x longest line) would
+    cost much more than the text itself or need more than ``_FAST_MAX_COLUMNS`` columns.
 
     Structure checks work on token and colon positions (NumPy), never on a Python object per value:
     every data line must be ``label qid:Q i:v i:v ...`` (or ``label i:v ...`` in a group-file file)
@@ -340,6 +487,8 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     pairs = colons_per_line[data_line] - int(chunk_qid)
     n_head = 2 if chunk_qid else 1
     n_cols = n_head + 2 * int(pairs.max())
+    if n_cols > _FAST_MAX_COLUMNS or pairs.size * n_cols * 8 > max(16 * len(body), 1 << 20):
+        return None  # one very long line among short ones: the padded table would dwarf the chunk
     try:
         table = pd.read_csv(
             io.BytesIO(clean),
@@ -374,7 +523,8 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     if idx_v.size:
         if not np.isfinite(idx_v).all() or np.any(idx_v != np.floor(idx_v)) or idx_v.min() < 1:
             return None
-        if idx_v.max() > (n_features or MAX_FEATURE_INDEX):
+        limit = n_features or MAX_FEATURE_INDEX
+        if idx_v.max() > (limit if max_width is None else min(limit, max_width)):
             return None
         if np.any(np.abs(val[valid]) > _F32_MAX):  # inf, or beyond float32 (NULL's NaN passes)
             return None
@@ -390,7 +540,8 @@ def _parse_chunk_fast(chunk: bytes, first_line: int, has_qid: bool | None, n_fea
     features[rows, idx[rows, cols].astype(np.int64) - 1] = val[rows, cols]
     data_lines = np.flatnonzero(data_line)
     docids = _docids(chunk, data_lines)
-    return _Block(features, labels.astype(np.float32), qids, first_line + data_lines, docids)
+    lines = first_line + data_lines
+    return _Block(features, labels.astype(np.float32), qids, lines, docids, pairs.astype(np.int64))
 
 
 def _digits_before(a: np.ndarray, start: np.ndarray, length: np.ndarray, max_len: int) -> bool:
@@ -455,14 +606,27 @@ def _docids(chunk: bytes, data_lines: np.ndarray) -> list | None:
 
 
 def _empty_block() -> _Block:
-    return _Block(np.zeros((0, 0), np.float32), np.zeros(0, np.float32), None, np.zeros(0, np.int64), None)
+    none = np.zeros(0, np.int64)
+    return _Block(np.zeros((0, 0), np.float32), np.zeros(0, np.float32), None, none, None, none)
 
 
 def _parse_chunk_careful(
-    chunk: bytes, first_line: int, name: str, has_qid: bool | None, n_features: int | None
+    chunk: bytes,
+    first_line: int,
+    name: str,
+    has_qid: bool | None,
+    n_features: int | None,
+    *,
+    max_width: int | None = None,
+    limits: _Limits | None = None,
+    n_lines: int = 0,
 ) -> _Block:
-    """Line-by-line parse with precise errors. Reference behaviour for the fast path."""
+    """Line-by-line parse with precise errors. Reference behaviour for the fast path.
+
+    ``max_width``: the widest matrix ``limits.dense_bytes`` allows for ``n_lines`` rows; a larger
+    feature index is an error (before the chunk's block is allocated)."""
     limit = n_features or MAX_FEATURE_INDEX
+    counts: list[int] = []
     labels: list[float] = []
     qids: list[str] = []
     int_qids = True  # every query id an integer of at most 18 digits: int64 keys
@@ -525,6 +689,9 @@ def _parse_chunk_careful(
                 raise ValueError(f"{where}: feature index must be >= 1 (1-based), got {idx}")
             if idx > limit:
                 raise ValueError(f"{where}: feature index {idx} exceeds the limit of {limit}")
+            if max_width is not None and idx > max_width:
+                assert limits is not None
+                raise limits.dense_error(where, n_lines, idx, f"feature index {idx}")
             if idx in seen:
                 raise ValueError(f"{where}: feature {idx} appears twice on the line")
             seen.add(idx)
@@ -534,6 +701,7 @@ def _parse_chunk_careful(
             vals.append(value)
         labels.append(label)
         lines.append(line_no)
+        counts.append(len(seen))
         m = _DOCID.search(comment) if hash_mark else None
         docids.append(m.group(1).decode("utf-8", "replace") if m else None)
     n = len(labels)
@@ -551,6 +719,7 @@ def _parse_chunk_careful(
         key,
         np.asarray(lines, dtype=np.int64),
         docids if any(d is not None for d in docids) else None,
+        np.asarray(counts, dtype=np.int64),
     )
 
 

@@ -8,6 +8,8 @@
 * :func:`scatter_scores`: [B, L] predictions back into a flat [N] array in file order.
 * :func:`truncate_top_k`: each query's top-k items by an initial score (e.g. LambdaMART), with the
   initial rank / score optionally appended as features (the re-ranking setting of DLCM and QILCM).
+  Nothing depends on where an item sits in the file: tied initial scores get the same (average) rank
+  feature, and the displayed order breaks ties by the item's features (:func:`initial_order`).
 
 Nothing here loops over items or queries in Python; only over batches.
 """
@@ -24,6 +26,7 @@ from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
     "ListBatch",
+    "initial_order",
     "iterate_batches",
     "pad_queries",
     "padding_fraction",
@@ -334,6 +337,45 @@ def scatter_scores(
     return out
 
 
+_TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
+
+
+def _feature_hash(features: np.ndarray) -> np.ndarray:
+    """uint64 [n] a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
+    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
+    n, f = features.shape
+    mult = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=f, dtype=np.uint64) | np.uint64(1)
+    bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
+    h = np.zeros(n, dtype=np.uint64)
+    for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
+        h += (bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]).sum(axis=1, dtype=np.uint64)
+    return h
+
+
+def initial_order(data: RankingData, scores: np.ndarray) -> np.ndarray:
+    """int64 [N] rows grouped by query (in query order), each query by descending ``scores``.
+
+    **Tie rule** (independent of file position): items of a query with equal scores are ordered by a
+    fixed hash of their float32 feature values (``_feature_hash``), then, only for items whose features
+    are identical too (interchangeable for any model that reads features), by position. So shuffling
+    the items of a query permutes this order's items and nothing else: sequence models that read the
+    displayed order (DLCM, DCM) see the same lists. Only the rows involved in a tie are hashed.
+    """
+    s = _flat_scores(scores, data.n_items, "scores").astype(np.float64)
+    qidx = data.query_index
+    position = np.arange(data.n_items, dtype=np.int64)
+    order = np.lexsort((position, -s, qidx))
+    same = (qidx[order][1:] == qidx[order][:-1]) & (s[order][1:] == s[order][:-1])
+    if not same.any():
+        return order
+    tied = np.zeros(data.n_items, dtype=bool)
+    tied[order[1:][same]] = True
+    tied[order[:-1][same]] = True
+    key = np.zeros(data.n_items, dtype=np.uint64)
+    key[tied] = _feature_hash(data.features[tied])
+    return np.lexsort((position, key, -s, qidx))
+
+
 def truncate_top_k(
     data: RankingData,
     scores: np.ndarray | torch.Tensor,
@@ -344,16 +386,19 @@ def truncate_top_k(
 ) -> tuple[RankingData, np.ndarray]:
     """Keep each query's top ``k`` items by ``scores``, ordered by descending score.
 
-    Ties are broken by original position (the earlier row first), so the result is deterministic.
-    A query with at most ``k`` items keeps all of them (reordered). Implemented with one
-    ``np.lexsort`` by (query, -score, position) and a rank-within-query < k filter.
+    Order invariance: nothing depends on where an item sits in the file. Items with equal scores are
+    ordered (and, at the cutoff, kept) by the tie rule of :func:`initial_order` (a fixed hash of
+    their feature values), and the ``initial_rank`` feature of tied items is their **average rank**
+    (``scipy.stats.rankdata(method="average")`` within the query: scores [0.9, 0.5, 0.5] give ranks
+    1, 2.5, 2.5), so shuffling a query's items permutes the rows and changes no value. A query with at
+    most ``k`` items keeps all of them (reordered).
 
     Args:
         data: N rows, Q queries.
         scores: flat [N] initial scores (e.g. LambdaMART predictions), finite.
         k: items kept per query (>= 1).
-        add_rank_feature: append the initial rank (1-based, within the full query) as a feature
-            column named ``"initial_rank"``.
+        add_rank_feature: append the initial rank (1-based, within the full query; ties: the
+            average rank of the tied items) as a feature column named ``"initial_rank"``.
         add_score_feature: append the initial score as a feature column ``"initial_score"``
             (after ``"initial_rank"`` when both are added).
 
@@ -373,14 +418,20 @@ def truncate_top_k(
     if not np.isfinite(s).all():
         bad = int(np.flatnonzero(~np.isfinite(s))[0])
         raise ValueError(f"scores must be finite; row {bad} has {s[bad]}")
+    from scipy.stats import rankdata
+
     n = data.n_items
     qidx = data.query_index  # (N,) non-decreasing
     position = np.arange(n, dtype=np.int64)
-    order = np.lexsort((position, -s, qidx))  # grouped by query, best first, ties by position
-    rank = position - data.query_offsets[qidx[order]]  # 0-based rank within the query
+    order = initial_order(data, s)  # grouped by query, best first, ties by the items' features
+    start = data.query_offsets[qidx[order]]
+    rank = position - start  # 0-based place within the query
     keep = rank < k
     rows = order[keep]
-    kept_rank = rank[keep]
+    # average rank of tied scores: rank the (query, -score) groups of the sorted rows
+    sq, ss = qidx[order], s[order]
+    group = np.cumsum(np.concatenate([[True], (sq[1:] != sq[:-1]) | (ss[1:] != ss[:-1])]))
+    kept_rank = (rankdata(group, method="average") - 1 - start)[keep]  # 0-based, .5 for even ties
     new_offsets = np.concatenate([[0], np.cumsum(np.minimum(data.query_lengths, k))]).astype(np.int64)
 
     features = data.features[rows]

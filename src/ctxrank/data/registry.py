@@ -98,6 +98,9 @@ class DatasetSpec:
         aliases: other accepted names (matched case-insensitively).
         embedded: the files ship inside the package (MQ2008).
         size: published size, for the documentation.
+        dense_rows: every row of the published files lists every feature ``1..n_features`` (LETOR 3.0,
+            4.0, MSLR): a row listing fewer is then an error (a truncated or damaged file); ``None``
+            where unknown (``read_letor`` warns when most rows are full and some are not).
         notes: anything else a user should know (how to get the files, caveats).
     """
 
@@ -122,6 +125,7 @@ class DatasetSpec:
     embedded: bool = False
     size: str = ""
     notes: str = ""
+    dense_rows: bool | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -132,6 +136,11 @@ class DatasetSpec:
             raise ValueError(f"{self.name}: the {self.layout} layout has 5 folds, got {self.n_folds}")
         if self.sha256 is not None and len(self.sha256) != 64:
             raise ValueError(f"{self.name}: sha256 must be 64 hex digits")
+
+    @property
+    def max_label(self) -> int:
+        """The largest grade of the dataset (ERR's maximum grade, ``metrics`` ``max_label``)."""
+        return max(self.label_levels)
 
     @property
     def labels_text(self) -> str:
@@ -180,6 +189,7 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {
     "mq2007": DatasetSpec(
         name="mq2007",
+        dense_rows=True,
         display_name="MQ2007",
         n_features=46,
         label_levels=(0, 1, 2),
@@ -201,6 +211,7 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "mq2008": DatasetSpec(
         name="mq2008",
+        dense_rows=True,
         display_name="MQ2008",
         n_features=46,
         label_levels=(0, 1, 2),
@@ -220,6 +231,7 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "ohsumed": DatasetSpec(
         name="ohsumed",
+        dense_rows=True,
         display_name="OHSUMED",
         n_features=45,
         label_levels=(0, 1, 2),
@@ -251,6 +263,7 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "mslr-web10k": DatasetSpec(
         name="mslr-web10k",
+        dense_rows=True,
         display_name="MSLR-WEB10K",
         n_features=136,
         label_levels=(0, 1, 2, 3, 4),
@@ -269,6 +282,7 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "mslr-web30k": DatasetSpec(
         name="mslr-web30k",
+        dense_rows=True,
         display_name="MSLR-WEB30K",
         n_features=136,
         label_levels=(0, 1, 2, 3, 4),
@@ -620,7 +634,7 @@ def _read_split(
 ) -> RankingData:
     from ctxrank.data.letor import read_letor
 
-    parts = [read_letor(p, n_features=spec.n_features, cache=cache) for p in paths]
+    parts = [read_letor(p, n_features=spec.n_features, dense=spec.dense_rows, cache=cache) for p in paths]
     tag = f" {variant}" if variant else ""
     fold_tag = f" Fold{fold}" if spec.n_folds > 1 and split != "all" else ""
     source = f"{spec.display_name}{tag}{fold_tag} {split} ({'+'.join(_file_label(p) for p in paths)})"
