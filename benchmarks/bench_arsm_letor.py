@@ -34,7 +34,7 @@ from _report import emit_json
 from ctxrank.config import resolve_config
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries
-from ctxrank.pipeline import run_training
+from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 OFFICIAL = {"ohsumed": "letor3", "mq2008": "letor4"}

@@ -161,8 +161,9 @@ def test_vectors(scores: np.ndarray, data) -> dict[str, dict[str, np.ndarray]]:
 def train_neural(model_name: str, cfg: dict[str, Any], fold_data, seed: int, args) -> Run:
     from ctxrank.config import TrainConfig
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
-    from ctxrank.train import fit, predict, seed_everything
+    from ctxrank.registry import make_model
+    from ctxrank.training.loop import fit, seed_everything
+    from ctxrank.training.predict import predict
 
     train, valid, test = fold_data
     params = {"hidden": tuple(cfg["hidden"]), "dropout": cfg["dropout"]} if model_name == "mlp" else {}

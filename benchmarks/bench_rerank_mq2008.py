@@ -34,7 +34,7 @@ from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.config import resolve_config
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.pipeline import run_training
+from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 CONVENTIONS = ("standard", "letor4")

@@ -2,7 +2,7 @@
 
 Two parts (``--parts``, default both):
 
-**models** (issue 9): for EVERY model of the registry (``ctxrank.models.MODELS``; QILCM twice, with the
+**models** (issue 9): for EVERY model of the registry (``ctxrank.registry.MODELS``, its neural models; QILCM twice, with the
 exact Chamfer term over all ordered query pairs of the batch, its default, and with
 ``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
 ``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
@@ -66,7 +66,7 @@ WITHIN = 2.0  # issue 9: DLCM and DCM within 2x of QILCM's queries/s
 
 def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
     """label -> (registry name, model params): the issue's list, then any other registry entry."""
-    from ctxrank.models import MODELS
+    from ctxrank.registry import MODELS, is_baseline
 
     configs: dict[str, tuple[str, dict]] = {
         "qilcm": ("qilcm", {}),  # exact Chamfer term over all ordered pairs (the default)
@@ -79,7 +79,7 @@ def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
         "mnl": ("mnl", {}),
     }
     covered = {name for name, _ in configs.values()}
-    for name in sorted(MODELS):  # every other registry entry (mlp, the QILCM ablations, new models)
+    for name in sorted(n for n in MODELS if not is_baseline(n)):  # every other registry entry (mlp, the QILCM ablations, new models)
         if name not in covered:
             configs[name] = (name, {})
     return configs
@@ -91,7 +91,7 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
 
     from ctxrank.data.lists import iterate_batches
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
@@ -231,8 +231,9 @@ def run_naive(args) -> dict:
     from ctxrank.data.lists import iterate_batches
     from ctxrank.data.registry import load_fold, load_split
     from ctxrank.losses import listnet
-    from ctxrank.models import make_model
-    from ctxrank.train import fit, predict
+    from ctxrank.registry import make_model
+    from ctxrank.training.loop import fit
+    from ctxrank.training.predict import predict
 
     torch.set_num_threads(args.threads)
     fold = load_fold("mq2008", 1)

@@ -256,7 +256,7 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
         ({**meta, "kind": "adarank"}, "not a RankSVM one"),
         ({**meta, "coef": meta["coef"][:-1]}, "'coef' must hold 5 finite numbers"),
         ({**meta, "coef": "0.1, 0.2"}, "'coef' must be a list of numbers"),
-        ({**meta, "params": {**meta["params"], "C": -1}}, "C must be a finite number > 0"),
+        ({**meta, "params": {**meta["params"], "C": -1}}, "C must be a positive number"),
         ({**meta, "params": {**meta["params"], "kernel": "rbf"}}, r"unknown parameter\(s\) \['kernel'\]"),
         ({**meta, "scaler": {"name": "zscore"}}, "bad 'scaler'|must be an unclipped min-max"),
     ]
@@ -272,17 +272,17 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"C": 0}, "C must be a finite number > 0"),
+        ({"C": 0}, "C must be a positive number"),
         ({"C": []}, "C must be a number > 0 or a non-empty list"),
         ({"C": [0.1, 0.1]}, "C: the grid has repeated values"),
-        ({"C": "1"}, "C must be a finite number > 0"),
+        ({"C": "1"}, "C must be a positive number"),
         ({"loss": "log"}, "loss must be one of"),
-        ({"max_pairs_per_query": 0}, "max_pairs_per_query must be None or an int >= 1"),
+        ({"max_pairs_per_query": 0}, "max_pairs_per_query must be a positive integer or None"),
         ({"metric": "ndcg@0"}, "metric: cutoff"),
         ({"no_relevant": 0.5}, "no_relevant must be"),
         ({"tol": -1.0}, "tol must be"),
-        ({"max_iter": 1.5}, "max_iter must be an int >= 1"),
-        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"max_iter": 1.5}, "max_iter must be a positive integer"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
     ],
 )
 def test_bad_parameters_name_the_parameter(params, message):

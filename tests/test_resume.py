@@ -21,9 +21,9 @@ from ctxrank.cli import main
 from ctxrank.config import RunConfig, TrainConfig, resolve_config
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.losses import LOSSES, listnet
-from ctxrank.models import make_model
-from ctxrank.resume import STATE_FILE, StateDir
-from ctxrank.train import NonFiniteLossError, fit, seed_everything
+from ctxrank.registry import make_model
+from ctxrank.training.loop import NonFiniteLossError, fit, seed_everything
+from ctxrank.training.resume import STATE_FILE, StateDir
 
 from .conftest import make_ranking_data
 
@@ -169,7 +169,7 @@ class _Killed(BaseException):
 def test_a_kill_while_writing_the_state_leaves_a_loadable_state(
     data, uninterrupted, tmp_path, monkeypatch, where
 ):
-    import ctxrank.resume as resume_mod
+    import ctxrank.training.resume as resume_mod
 
     ref_model, ref_result, _ = uninterrupted
     assert ref_result.history[1]["best_epoch"] == 2  # epoch 2 improves, so it writes new best weights

@@ -113,7 +113,7 @@ def chooser_path(out: str | Path) -> Path:
 def cmd_synth_choice(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ctxrank.checkpoint import atomic_write
+    from ctxrank._io import atomic_write
     from ctxrank.cli import _out, _print_json
     from ctxrank.data.synth_choice import make_choice_sessions
     from ctxrank.data.table import TABLE_EXTENSIONS, _format_of

@@ -268,7 +268,7 @@ def _split_text(record: dict[str, Any]) -> str:
     )
 
 
-RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.resume)
+RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 PATH_OPTIONS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
 NOT_RECORDED = ("func", "resume", "no_progress", "debug", "command")
 
@@ -327,8 +327,9 @@ def _command_line(options: dict[str, Any]) -> list[str]:
 def _resumed_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[str, Any]]:
     """``--resume DIR``: the recorded options and config of the run in DIR (refusing a finished run,
     a directory without training state and options that differ from the recorded ones)."""
+    from ctxrank._io import read_json_file
     from ctxrank.config import RunConfig
-    from ctxrank.resume import RUN_FILE, read_json_file
+    from ctxrank.training.resume import RUN_FILE
 
     out = Path(args.resume)
     if args.out is not None and Path(args.out).absolute() != out.absolute():
@@ -372,7 +373,7 @@ def _resumed_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dic
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ctxrank.cli import _out
-    from ctxrank.config import BASELINE_MODELS
+    from ctxrank.registry import is_baseline
 
     record = None
     if args.resume is not None:
@@ -381,12 +382,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.out is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(args)
-    from ctxrank.distributed import init_from_env
+    from ctxrank.training.distributed import init_from_env
 
-    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.distributed)
+    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
     if ctx.enabled:
         try:
-            if config.model in BASELINE_MODELS:
+            if is_baseline(config.model):
                 raise ValueError(
                     f"torchrun data-parallel training applies to the neural models, not {config.model} "
                     "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
@@ -437,14 +438,14 @@ def _train(
     import os
     import shutil
 
-    from ctxrank.checkpoint import write_json
+    from ctxrank._io import write_json
     from ctxrank.cli import _table
-    from ctxrank.config import BASELINE_MODELS
-    from ctxrank.distributed import world
     from ctxrank.metrics import mean_metrics, metric_convention
-    from ctxrank.pipeline import run_training
-    from ctxrank.resume import RUN_FILE, STATE_FILE, StateDir
-    from ctxrank.train import NonFiniteLossError
+    from ctxrank.registry import is_baseline
+    from ctxrank.training.distributed import world
+    from ctxrank.training.loop import NonFiniteLossError
+    from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
+    from ctxrank.training.run import run_training
 
     _out = say
     state_dir = out / RESUME_DIR
@@ -456,7 +457,7 @@ def _train(
         )
     if not resume and (out / "ctxrank.json").exists():
         raise ValueError(f"{out} already holds a saved model; choose another --out or remove it")
-    if config.model in BASELINE_MODELS and config.model != "lambdamart" and args.categorical:
+    if is_baseline(config.model) and config.model != "lambdamart" and args.categorical:
         raise ValueError(
             f"{config.model} uses numeric features only and would ignore the categorical columns "
             f"{','.join(args.categorical)}; drop --categorical and name the numeric columns with --numeric, "
@@ -611,7 +612,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        from ctxrank.checkpoint import atomic_write
+        from ctxrank._io import atomic_write
 
         atomic_write(Path(args.output), lambda tmp: tmp.write_text(text))
         print(f"wrote {data.n_items:,} scores ({data.n_queries:,} queries) to {args.output}", file=sys.stderr)

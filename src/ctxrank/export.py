@@ -288,8 +288,8 @@ def serving_model(predictor: Any) -> ServingModel:
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
-    from ctxrank.checkpoint import TorchPredictor
-    from ctxrank.rerank import RerankPredictor
+    from ctxrank.training.predict import TorchPredictor
+    from ctxrank.training.rerank import RerankPredictor
 
     if isinstance(predictor, RerankPredictor):
         predictor = predictor.reranker
@@ -387,7 +387,8 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             exported, a missing ONNX package, an export failure, or a file that does not reproduce the
             model (e.g. a trace that does not generalize to other batch shapes).
     """
-    from ctxrank.checkpoint import atomic_write, load_model, read_meta
+    from ctxrank._io import atomic_write
+    from ctxrank.checkpoint import load_model, read_meta
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
@@ -440,7 +441,7 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    from ctxrank.rerank import RerankPredictor
+    from ctxrank.training.rerank import RerankPredictor
 
     file_meta: dict[str, Any] = {
         "model": meta.get("model"),

@@ -50,6 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ctxrank._checks import check_choice, check_int, check_positive
+
 __all__ = [
     "ATTRANK_FORMS",
     "CHAMFER_FORMS",
@@ -78,29 +80,6 @@ DEFAULT_BLOCK_BYTES = 64 * 2**20
 # ----------------------------------------------------------------------------------------------------
 # Shared machinery
 # ----------------------------------------------------------------------------------------------------
-
-
-def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
-
-
-def _check_positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: object, *, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 def _neg(dtype: torch.dtype) -> float:
@@ -224,9 +203,9 @@ def listnet(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
-    temperature = _check_positive("temperature", temperature)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
+    temperature = check_positive("temperature", temperature)
     lists = _Lists(scores, labels, mask)
     log_p = torch.log_softmax(lists.logits(lists.s / temperature), dim=-1)  # (B, L)
     target = _top_one_target(lists, label_transform)  # (B, L)
@@ -284,7 +263,7 @@ def listmle(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("reduction", reduction, REDUCTIONS)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     lists = _Lists(scores, labels, mask)
@@ -353,8 +332,8 @@ def attrank(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("form", form, ATTRANK_FORMS)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("form", form, ATTRANK_FORMS)
     lists = _Lists(scores, labels, mask)
     z = lists.logits()  # (B, L)
     lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (B, 1)
@@ -441,8 +420,8 @@ def softrank_rank_distribution(
         items of list ``b``. Rows of real items sum to 1 (with ``max_rank=None``); rows of padded items
         are 0; ranks ``>= n_b`` have probability 0.
     """
-    sigma = _check_positive("sigma", sigma)
-    max_rank = _check_int("max_rank", max_rank)
+    sigma = check_positive("sigma", sigma)
+    max_rank = check_int("max_rank", max_rank, allow_none=True)
     lists = _Lists(scores, torch.zeros_like(scores), mask)
     L = scores.shape[1]
     return _rank_distribution(lists.s, mask, sigma, L if max_rank is None else min(max_rank, L))
@@ -486,10 +465,10 @@ def softrank(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("gain", gain, SOFTRANK_GAINS)
-    sigma = _check_positive("sigma", sigma)
-    k = _check_int("k", k)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("gain", gain, SOFTRANK_GAINS)
+    sigma = check_positive("sigma", sigma)
+    k = check_int("k", k, allow_none=True)
     lists = _Lists(scores, labels, mask)
     L = scores.shape[1]
     R = L if k is None else min(k, L)
@@ -722,8 +701,8 @@ def chamfer_confusion(
     Returns:
         Scalar, ``(B, B)`` or ``(P,)``.
     """
-    _check_choice("form", form, CHAMFER_FORMS)
-    _check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("form", form, CHAMFER_FORMS)
+    check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(reps, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise TypeError("reps and mask must be torch.Tensors")
     if not reps.dtype.is_floating_point or reps.dim() != 3:
@@ -735,8 +714,8 @@ def chamfer_confusion(
             f"mask must be a bool tensor of shape {tuple(reps.shape[:2])}, "
             f"got {mask.dtype} {tuple(mask.shape)}"
         )
-    pairs = _check_int("pairs", pairs)
-    chunk_size = _check_int("chunk_size", chunk_size)
+    pairs = check_int("pairs", pairs, allow_none=True)
+    chunk_size = check_int("chunk_size", chunk_size, allow_none=True)
     if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, int) or max_block_bytes < 1:
         raise ValueError(f"max_block_bytes must be an int >= 1, got {max_block_bytes!r}")
     if generator is not None and not isinstance(generator, torch.Generator):

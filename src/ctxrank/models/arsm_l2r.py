@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ctxrank._checks import check_bool, check_dropout, check_int, check_int_list
 from ctxrank.arsm import ARSM_LOSSES, arsm_surrogate, get_arsm_loss
-from ctxrank.config import check_non_negative
 from ctxrank.data.lists import ListBatch
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
@@ -46,7 +46,6 @@ class ArsmL2RConfig:
     dropout: dropout after each hidden layer.
     """
 
-    SECTION = "model_params"
     n_levels: int = 20
     hidden: tuple[int, ...] = (500,)
     activation: str = "tanh"
@@ -57,12 +56,8 @@ class ArsmL2RConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_levels, bool) or not isinstance(self.n_levels, int) or self.n_levels < 2:
-            raise ValueError(f"model_params.n_levels must be an integer >= 2, got {self.n_levels!r}")
-        if not isinstance(self.hidden, tuple) or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
-        ):
-            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        check_int("model_params.n_levels", self.n_levels, 2)
+        check_int_list("model_params.hidden", self.hidden)
         for name, value, valid in (
             ("activation", self.activation, ACTIVATIONS),
             ("loss", self.loss, ARSM_LOSSES),
@@ -70,17 +65,9 @@ class ArsmL2RConfig:
         ):
             if value not in valid:
                 raise ValueError(f"model_params.{name}: unknown {value!r}; valid: {', '.join(sorted(valid))}")
-        if self.loss_k is not None and (
-            isinstance(self.loss_k, bool) or not isinstance(self.loss_k, int) or self.loss_k < 1
-        ):
-            raise ValueError(
-                f"model_params.loss_k must be a positive integer or omitted, got {self.loss_k!r}"
-            )
-        if not isinstance(self.dedupe, bool):
-            raise ValueError(f"model_params.dedupe must be true or false, got {self.dedupe!r}")
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_int("model_params.loss_k", self.loss_k, allow_none=True)
+        check_bool("model_params.dedupe", self.dedupe)
+        check_dropout("model_params.dropout", self.dropout)
 
 
 class ArsmL2R(Ranker):

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ctxrank.config import build_dataclass
+from ctxrank._checks import build_dataclass
 from ctxrank.data.lists import ListBatch
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ctxrank.config import check_non_negative
+from ctxrank._checks import check_dropout, check_int_list
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
 
@@ -26,24 +26,18 @@ class MLPConfig:
     dropout: dropout probability after each hidden layer.
     """
 
-    SECTION = "model_params"
     hidden: tuple[int, ...] = (64, 32)
     activation: str = "relu"
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.hidden, tuple) or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
-        ):
-            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        check_int_list("model_params.hidden", self.hidden)
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"model_params.activation: unknown {self.activation!r}; "
                 f"valid: {', '.join(sorted(ACTIVATIONS))}"
             )
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_dropout("model_params.dropout", self.dropout)
 
 
 @dataclass(frozen=True)

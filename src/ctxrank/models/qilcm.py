@@ -47,7 +47,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxrank.config import check_non_negative, check_positive
+from ctxrank._checks import check_bool, check_int, check_int_list, check_non_negative, check_positive
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import chamfer_confusion
 from ctxrank.models.base import Ranker
@@ -76,7 +76,6 @@ class QILCMConfig:
     input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
     """
 
-    SECTION = "model_params"
     encoder_width: int = 100
     att_hidden: tuple[int, ...] = (256, 128)
     rank_hidden: tuple[int, ...] = (256, 128)
@@ -90,41 +89,22 @@ class QILCMConfig:
     input_clip: float | None = 1e6
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.encoder_width, bool)
-            or not isinstance(self.encoder_width, int)
-            or self.encoder_width < 1
-        ):
-            raise ValueError(
-                f"model_params.encoder_width must be a positive integer, got {self.encoder_width!r}"
-            )
-        for name in ("att_hidden", "rank_hidden"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or any(
-                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value
-            ):
-                raise ValueError(f"model_params.{name} must be a list of positive integers, got {value!r}")
+        check_int("model_params.encoder_width", self.encoder_width)
+        check_int_list("model_params.att_hidden", self.att_hidden)
+        check_int_list("model_params.rank_hidden", self.rank_hidden)
         if self.pooling not in ("attention", "mean"):
             raise ValueError(f"model_params.pooling must be 'attention' or 'mean', got {self.pooling!r}")
-        if not isinstance(self.query_norm, bool):
-            raise ValueError(f"model_params.query_norm must be true or false, got {self.query_norm!r}")
-        check_non_negative(self, "confusion_weight", self.confusion_weight)
+        check_bool("model_params.query_norm", self.query_norm)
+        check_non_negative("model_params.confusion_weight", self.confusion_weight)
         if self.confusion_form not in ("sum", "mean"):
             raise ValueError(
                 f"model_params.confusion_form must be 'sum' or 'mean', got {self.confusion_form!r}"
             )
-        if self.confusion_pairs is not None and (
-            isinstance(self.confusion_pairs, bool)
-            or not isinstance(self.confusion_pairs, int)
-            or self.confusion_pairs < 1
-        ):
-            raise ValueError(
-                f"model_params.confusion_pairs must be a positive integer, got {self.confusion_pairs!r}"
-            )
-        check_positive(self, "eps", self.eps)
-        check_positive(self, "var_floor", self.var_floor)
+        check_int("model_params.confusion_pairs", self.confusion_pairs, allow_none=True)
+        check_positive("model_params.eps", self.eps)
+        check_positive("model_params.var_floor", self.var_floor)
         if self.input_clip is not None:
-            check_positive(self, "input_clip", self.input_clip)
+            check_positive("model_params.input_clip", self.input_clip)
 
 
 class QILCMOutput(NamedTuple):
