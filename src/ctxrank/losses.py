@@ -29,11 +29,10 @@ Conventions shared by all of them:
 
 Losses (``LOSSES`` registry; ``get_loss(name)``):
 
-* :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML; seed 002).
-* :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008; seed 003).
-* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 (seed 000/001) or DLCM eq. 11 (Ai et al.
-  2018; seed 003), or the variant of DLCM's released code.
-* :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; seed 003 eq. 8).
+* :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML).
+* :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
+* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or the variant of DLCM's released code.
+* :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; DLCM eq. 8).
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
 (eq. 13-14) over item representations ``(B, L, D)``.
@@ -184,8 +183,8 @@ def listnet(
 ) -> torch.Tensor:
     """ListNet: cross entropy between top-one probabilities of labels and scores (Cao et al. 2007).
 
-    With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (seed 002,
-    section 3.1-3.2), the loss of a list is
+    With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (ListNet
+    paper, section 3.1-3.2), the loss of a list is
 
         ``L = - sum_j P_y(j) log P_s(j)``,  ``log P_s = log_softmax(s / temperature)``
 
@@ -239,7 +238,7 @@ def listmle(
 ) -> torch.Tensor:
     """ListMLE: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
 
-    Sorting the ``n`` real items by label, descending, gives the order ``pi``; seed 003 (section 4.4)
+    Sorting the ``n`` real items by label, descending, gives the order ``pi``; the DLCM paper (section 4.4)
     writes its Plackett-Luce probability ``P(pi | s) = prod_i exp(s_pi(i)) / sum_{k >= i} exp(s_pi(k))``,
     so
 
@@ -304,13 +303,13 @@ def attrank(
     """AttRank: cross entropy between a label attention and the score softmax (Ai et al. 2018).
 
     Labels are normalized with the truncated exponential ``psi(x) = exp(x)`` if ``x > 0`` else ``0``
-    (QILCM eq. 11; DLCM's ``a^y``, seed 003): ``y~_i = psi(y_i) / sum_j psi(y_j)``. The model's
+    (QILCM eq. 11; DLCM's ``a^y``): ``y~_i = psi(y_i) / sum_j psi(y_j)``. The model's
     attention is ``s_i = softmax(scores)_i`` over the real items (QILCM eq. 9). Per list, with ``n`` real
     items:
 
     * ``form="qilcm"`` (default), QILCM eq. 12 (seeds 000/001):
       ``L = -(1/n) sum_i y~_i log s_i``.
-    * ``form="dlcm"``, DLCM paper eq. 11 (seed 003), two-sided:
+    * ``form="dlcm"``, DLCM eq. 11, two-sided:
       ``L = -sum_i [ y~_i log s_i + (1 - y~_i) log(1 - s_i) ]``, with ``log(1 - s_i)`` computed exactly
       as ``logsumexp_{k != i} scores_k - logsumexp_k scores_k``. For a one-item list ``1 - s_1 = 0`` and
       ``1 - y~_1 = 0``; the term ``0 * log 0`` is defined as 0 (the list's value is then 0).
@@ -396,7 +395,7 @@ def _rank_distribution(s: torch.Tensor, mask: torch.Tensor, sigma: float, ranks:
 def softrank_rank_distribution(
     scores: torch.Tensor, mask: torch.Tensor, sigma: float = 0.1, *, max_rank: int | None = None
 ) -> torch.Tensor:
-    """SoftRank rank distributions ``p_j(r)`` (Taylor et al. 2008; seed 003 eq. 8 and recursion).
+    """SoftRank rank distributions ``p_j(r)`` (Taylor et al. 2008; DLCM eq. 8 and recursion).
 
     Each real score gets independent Gaussian noise ``N(s_j, sigma^2)``; item ``i`` is ranked above
     ``j`` with probability ``pi_ij = Phi((s_i - s_j) / (sqrt(2) sigma))``. Starting from ``p_j(0) = 1``,
@@ -439,7 +438,7 @@ def softrank(
 ) -> torch.Tensor:
     """SoftRank: one minus the expected NDCG@k under Gaussian score noise (Taylor et al. 2008).
 
-    With the rank distributions ``p_j(r)`` of :func:`softrank_rank_distribution` (seed 003 eq. 8; DLCM
+    With the rank distributions ``p_j(r)`` of :func:`softrank_rank_distribution` (DLCM eq. 8; DLCM
     uses ``sigma = 0.1``),
 
         ``E[DCG@k] = sum_j g(y_j) sum_{r < k} p_j(r) D(r)``,  ``D(r) = 1 / log2(r + 2)`` (0-based rank),

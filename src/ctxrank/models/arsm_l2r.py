@@ -1,4 +1,4 @@
-"""ARSM-L2R: categorical relevance levels from an MLP, trained with the ARSM estimator (seed 004).
+"""ARSM-L2R: categorical relevance levels from an MLP, trained with the ARSM estimator (Dadaneh et al.).
 
 ``phi_j = T_theta(x_j)`` (``C`` logits per item, eq. 1); ``z_j ~ Cat(softmax(phi_j))``; training
 minimizes ``E[loss(z, y)]`` (eq. 2) for a non-differentiable ``loss`` (negative NDCG@10 by default) with
@@ -36,12 +36,12 @@ SCORES = ("expected", "argmax", "expected_gain")
 @dataclass(frozen=True)
 class ArsmL2RConfig:
     """Attributes:
-    n_levels: ``C``, the number of categorical relevance levels (seed 004: 20).
-    hidden: hidden layer widths of ``T_theta`` (seed 004: one layer of 500).
-    activation: one of ``ctxrank.models.base.ACTIVATIONS`` (seed 004: tanh).
+    n_levels: ``C``, the number of categorical relevance levels (ARSM-L2R paper: 20).
+    hidden: hidden layer widths of ``T_theta`` (ARSM-L2R paper: one layer of 500).
+    activation: one of ``ctxrank.models.base.ACTIVATIONS`` (ARSM-L2R paper: tanh).
     loss: the non-differentiable loss, a name in ``ctxrank.arsm.ARSM_LOSSES`` (``ndcg`` = negative NDCG).
     loss_k: its cutoff (``None`` = whole list).
-    score: prediction score, one of ``expected`` (seed 004), ``argmax``, ``expected_gain``.
+    score: prediction score, one of ``expected`` (ARSM-L2R paper), ``argmax``, ``expected_gain``.
     dedupe: evaluate each distinct pseudo-action once (exact; faster when many swaps coincide).
     dropout: dropout after each hidden layer.
     """
@@ -71,7 +71,7 @@ class ArsmL2RConfig:
 
 
 class ArsmL2R(Ranker):
-    """``[B, L, F] -> phi [B, L, C] -> scores [B, L]``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
+    """``(B, L, F) -> phi (B, L, C) -> scores (B, L)``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
 
     name = "arsm"
     config_class = ArsmL2RConfig
@@ -84,7 +84,7 @@ class ArsmL2R(Ranker):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, config.n_levels)
         for m in self.net:
-            if isinstance(m, nn.Linear):  # Glorot initialization (seed 004, section 3.4)
+            if isinstance(m, nn.Linear):  # Glorot initialization (ARSM-L2R paper, section 3.4)
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
         self.arsm_loss = get_arsm_loss(config.loss, config.loss_k)
@@ -93,7 +93,7 @@ class ArsmL2R(Ranker):
         self.register_buffer("gains", torch.exp2(levels - 1) - 1, persistent=False)
 
     def logits(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
-        """``phi``: ``[B, L, F]`` -> ``[B, L, C]`` (eq. 1)."""
+        """``phi``: ``(B, L, F)`` -> ``(B, L, C)`` (eq. 1)."""
         return self.net(self.item_inputs(features, categorical))
 
     def forward(

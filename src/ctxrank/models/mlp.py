@@ -1,6 +1,6 @@
 """MLPScorer: a feed-forward network scoring each item independently (no list context).
 
-With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007, seed 002).
+With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007).
 ListNet = MLPScorer + the ``listnet`` loss (top-one probability cross entropy).
 MultinomialLogit = the same linear scorer + the log-likelihood of the chosen item under
 ``softmax(scores)`` (McFadden's conditional logit), the classical baseline of choice modelling.
@@ -48,7 +48,7 @@ class ListNetConfig(MLPConfig):
 
 
 class MLPScorer(Ranker):
-    """s_i = MLP(x_i): [B, L, F] -> [B, L]."""
+    """s_i = MLP(x_i): (B, L, F) -> (B, L)."""
 
     name = "mlp"
     config_class = MLPConfig
@@ -70,7 +70,7 @@ class MLPScorer(Ranker):
 
 
 class ListNet(MLPScorer):
-    """ListNet (seed 002): a linear scorer trained with the top-one probability cross entropy."""
+    """ListNet (Cao et al. 2007): a linear scorer trained with the top-one probability cross entropy."""
 
     name = "listnet"
     config_class = ListNetConfig

@@ -1,17 +1,17 @@
 """QILCM: Query-Invariant Listwise Context Model (Zhu, Chen and He, AAAI 2019; seeds 000/001).
 
-Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask [B, L].
+Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask (B, L).
 
-* Item encoder (eq. 1-2): x^(1) = ELU(W1 x + b1), x^(2) = ELU(W2 x^(1) + b2), h = [x ; x^(2)]  [B, L, D].
+* Item encoder (eq. 1-2): x^(1) = ELU(W1 x + b1), x^(2) = ELU(W2 x^(1) + b2), h = [x ; x^(2)]  (B, L, D).
   ``x`` holds the numerical features (min-max normalized to [0, 1] on train: the run config's
   ``transform = "minmax"``), learned embeddings of categorical columns, and the initial ranker's rank
   (and optionally score) as extra numerical features when re-ranking (``rerank_features``).
-* Item pooling (eq. 3-5): a = masked softmax_i(MLP_att(h_i)) [B, L]; c = sum_i a_i h_i [B, D];
+* Item pooling (eq. 3-5): a = masked softmax_i(MLP_att(h_i)) (B, L); c = sum_i a_i h_i (B, D);
   refined h~_i = [c (.) h_i ; h_i] [B, L, 2D].
 * Query normalization (eq. 6-8, parameter-free): c-bar = sum_i a_i h~_i, sigma-bar^2 = sum_i a_i
   (h~_i - c-bar)^2, h-bar_i = (h~_i - c-bar) / (sigma-bar + eps)  [B, L, 2D].
 * Ranking layer (eq. 9): s = masked softmax_i(MLP_rank(h-bar_i)). ``forward`` returns the logits
-  MLP_rank(h-bar_i) [B, L]: the softmax is monotone, so they rank identically, and the AttRank loss
+  MLP_rank(h-bar_i) (B, L): the softmax is monotone, so they rank identically, and the AttRank loss
   applies the (log-)softmax itself (numerically safer than log(softmax)).
 * Objective (eq. 10): L = L_rank + lambda * L_conf, L_rank = AttRank (eq. 11-12: the ``attrank`` loss,
   ``form="qilcm"``, the model's default loss), L_conf = Chamfer query-confusion loss (eq. 13-14) between
@@ -110,9 +110,9 @@ class QILCMConfig:
 class QILCMOutput(NamedTuple):
     """Everything QILCM computes for a batch (for inspection and the training loss)."""
 
-    scores: torch.Tensor  # [B, L] MLP_rank logits (eq. 9 before the softmax)
-    attention: torch.Tensor  # [B, L] a_i of eq. 3 (0 at padding)
-    context: torch.Tensor  # [B, D] c of eq. 4
+    scores: torch.Tensor  # (B, L) MLP_rank logits (eq. 9 before the softmax)
+    attention: torch.Tensor  # (B, L) a_i of eq. 3 (0 at padding)
+    context: torch.Tensor  # (B, D) c of eq. 4
     normalized: torch.Tensor  # [B, L, 2D] h-bar of eq. 8 (h~ when query_norm is off)
 
 
@@ -159,16 +159,16 @@ class QILCM(Ranker):
     ) -> QILCMOutput:
         """Scores plus attention weights, context vectors and normalized representations."""
         cfg = self.config
-        x = self.item_inputs(features, categorical)  # [B, L, F']
+        x = self.item_inputs(features, categorical)  # (B, L, F')
         if cfg.input_clip is not None:
             x = x.clamp(-cfg.input_clip, cfg.input_clip)
-        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: [B, L, D]
+        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: (B, L, D)
         if cfg.pooling == "attention":
-            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: [B, L]
+            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: (B, L)
         else:  # variant 1: average pooling
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
-        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: [B, D]
+        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: (B, D)
         refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: [B, L, 2D]
         if cfg.query_norm:
             mean = torch.einsum("bl,bld->bd", a, refined)  # eq. 6
