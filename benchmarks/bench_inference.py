@@ -1,7 +1,7 @@
 """Inference latency benchmark (not a test): re-ranking one list, and a batch of lists, per model, CPU.
 
-For every model of the registry (``ctxrank.registry.MODELS``, its neural models; DLCM twice, ``gru="paper"`` and
-``gru="torch"``; every model with its default widths and random weights: latency does not depend on
+For every neural model of the registry (``ctxrank.registry.MODELS``; DLCM twice, ``gru="paper"``
+and ``gru="torch"``; every model with its default widths and random weights: latency does not depend on
 the weights' values) and for the reference, a plain linear scorer ``nn.Linear(F, 1)`` over the
 features, one call is ``model(features, mask)`` on prebuilt tensors, the model in ``eval()`` mode,
 under ``torch.inference_mode()``. Inputs: uniform [0, 1) features, ``--items`` 100 items a list,

@@ -2,8 +2,8 @@
 
 Two parts (``--parts``, default both):
 
-**models** (issue 9): for EVERY model of the registry (``ctxrank.registry.MODELS``, its neural models; QILCM twice, with the
-exact Chamfer term over all ordered query pairs of the batch, its default, and with
+**models** (issue 9): for EVERY neural model of the registry (``ctxrank.registry.MODELS``; QILCM twice, with
+the exact Chamfer term over all ordered query pairs of the batch, its default, and with
 ``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
 ``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
 exactly the inner loop of ``ctxrank.train.fit``: the next batch of ``iterate_batches`` (length buckets,
@@ -79,7 +79,8 @@ def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
         "mnl": ("mnl", {}),
     }
     covered = {name for name, _ in configs.values()}
-    for name in sorted(n for n in MODELS if not is_baseline(n)):  # every other registry entry (mlp, the QILCM ablations, new models)
+    # every other neural model of the registry (mlp, the QILCM ablations, new models)
+    for name in sorted(n for n in MODELS if not is_baseline(n)):
         if name not in covered:
             configs[name] = (name, {})
     return configs

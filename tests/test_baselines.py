@@ -104,7 +104,7 @@ def test_messages_name_the_right_library():
         (["model=ranksvm", "model_params.C=-1"], r"model_params: C must be a positive number"),
         (["model=adarank-map", "model_params.metric=ndcg@10"], r"model_params\.metric: .* must be a map"),
         (["model=adarank-ndcg", "model_params.metric=map"], r"model_params\.metric: .* must be a ndcg"),
-        (["model=adarank-ndcg", "model_params.n_rounds=0"], r"model_params: n_rounds must be a positive integer"),
+        (["model=adarank-ndcg", "model_params.n_rounds=0"], r"model_params: n_rounds must be a positive int"),
     ],
 )
 def test_bad_model_params_fail_when_the_config_is_built(overrides, message):

@@ -9,6 +9,7 @@ registry -> models, losses, arsm, baselines -> data, metrics -> _io, _checks.
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,7 @@ def _a_cycle(component: list[str]) -> list[str]:
         nxt = sorted(w for w in GRAPH[path[-1]] if w in members)
         back = [w for w in nxt if w in seen]
         if back:
-            return path[path.index(back[0]) :] + [back[0]]
+            return [*path[path.index(back[0]) :], back[0]]
         path.append(nxt[0])
         seen.add(nxt[0])
 
@@ -156,7 +157,7 @@ def test_the_scan_sees_deferred_and_relative_imports():
 def test_no_import_cycles():
     cycles = _cycles()
     text = "\n".join(
-        " -> ".join(c) + "\n    " + "\n    ".join(_edge(a, b) for a, b in zip(c, c[1:], strict=False))
+        " -> ".join(c) + "\n    " + "\n    ".join(_edge(a, b) for a, b in itertools.pairwise(c))
         for c in cycles
     )
     assert not cycles, f"import cycles in src/ctxrank:\n{text}"

@@ -74,10 +74,10 @@ class MetricLoss:
 
 
 class NegativeNDCG(MetricLoss):
-    """``-NDCG@k`` (the ARSM-L2R paper's loss), with a fast :meth:`rows`: the ideal DCG and gains are computed once
-    per list, and only the top ``k`` of each action are selected (``topk`` on a tie-free integer key
-    ``z * L + (L - 1 - position)``, i.e. ties between equal levels broken by input position, exactly
-    as :func:`ctxrank.metrics.ndcg` does). Equal to ``-metrics.ndcg`` (``gain="exp2"``, standard
+    """``-NDCG@k`` (the ARSM-L2R paper's loss), with a fast :meth:`rows`: the ideal DCG and gains are
+    computed once per list, and only the top ``k`` of each action are selected (``topk`` on a tie-free
+    integer key ``z * L + (L - 1 - position)``, i.e. ties between equal levels broken by input position,
+    exactly as :func:`ctxrank.metrics.ndcg` does). Equal to ``-metrics.ndcg`` (``gain="exp2"``, standard
     convention, no relevant item = 0); the tests check it."""
 
     def __init__(self, k: int | None = 10) -> None:

@@ -31,7 +31,8 @@ Losses (``LOSSES`` registry; ``get_loss(name)``):
 
 * :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML).
 * :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
-* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or the variant of DLCM's released code.
+* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or
+  the variant of DLCM's released code.
 * :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; DLCM eq. 8).
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
