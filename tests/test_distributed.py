@@ -1,4 +1,5 @@
-"""Devices, mixed precision and torchrun data-parallel training (ctxrank.distributed, train.fit)."""
+"""Devices, mixed precision and torchrun data-parallel training (ctxrank.training.distributed and
+training.loop.fit)."""
 
 import json
 import os

@@ -111,7 +111,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RerankConfig:
-    """The re-ranking protocol (see ``ctxrank.rerank``).
+    """The re-ranking protocol (see ``ctxrank.training.rerank``).
 
     Attributes:
         initial: initial ranker: ``""`` (none: the model ranks whole lists) or ``"lambdamart"``.

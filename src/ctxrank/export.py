@@ -20,11 +20,12 @@ No registered model reads ``init_scores`` (their forward ignores them; DLCM drop
 residual), so they are never an input (``tests/test_export.py`` checks this for every model).
 
 **Re-ranking models** (``rerank.initial = "lambdamart"``): only the neural re-ranker is exported. The
-caller must build its input as :func:`ctxrank.rerank.prepare_split` does: score every item with the
+caller must build its input as :func:`ctxrank.training.rerank.prepare_split` does: score every item with the
 initial ranker (LightGBM's ``DIR/initial/model.txt``), keep each query's top ``top_k`` ordered by
 descending initial score (ties by input position) and append ``initial_rank`` (1-based, within the full
 query) and/or ``initial_score`` as the last feature columns (``rerank`` in ``ctxrank.json`` says which).
-The items cut off follow the re-ranked ones in their initial order (:func:`ctxrank.rerank.merge_scores`).
+The items cut off follow the re-ranked ones in their initial order
+(:func:`ctxrank.training.rerank.merge_scores`).
 
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
@@ -463,7 +464,7 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
         notes.append(
             "re-ranking model: only the neural re-ranker is exported. Build its lists as "
-            "ctxrank.rerank.prepare_split does: score every item with the initial ranker "
+            "ctxrank.training.rerank.prepare_split does: score every item with the initial ranker "
             f"({model_dir / rr['dir'] / 'model.txt'}), keep each query's top {rr['top_k']} in descending "
             "initial score (ties by input position)"
             + (f", append {' and '.join(added)} as the last feature column(s)" if added else "")
