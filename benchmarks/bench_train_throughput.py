@@ -7,9 +7,9 @@ the exact Chamfer term over all ordered query pairs of the batch, its default, a
 ``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
 ``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
 exactly the inner loop of ``ctxrank.training.loop.fit``: the next batch of ``iterate_batches``
-(length buckets, seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the model's default loss
-(none for ARSM, which trains its own objective) -> finiteness check -> backward -> Adam (lr 1e-3) ->
-``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a batch, the QILCM paper's,
+(length buckets, seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the
+model's default loss (none for ARSM, which trains its own objective) -> finiteness check -> backward
+-> Adam (lr 1e-3) -> ``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a batch, the QILCM paper's,
 of ``--items`` 100 items with ``--features`` 136 uniform features and labels 0..4), ``--threads`` 2.
 Each model runs in a fresh subprocess: ``--warmup`` steps, then ``--repeats`` timed steps, each on a
 new batch; queries/s = batch / median step time. Peak memory: the growth of the subprocess's peak
@@ -34,7 +34,8 @@ same linear model and loss written as a plain per-query Python loop:
   schedule as ctxrank), to separate the cost of optimizer steps from that of the per-query loop.
   Before timing, the naive per-query loss is checked against ``ctxrank.losses.listnet`` on a batch.
 * **Inference**: ``ctxrank.training.predict.predict`` (default ``batch_size=512`` queries,
-  ``torch.inference_mode``) on the Fold1 test split (156 queries) and on all 784 queries, against a naive per-query scoring loop.
+  ``torch.inference_mode``) on the Fold1 test split (156 queries) and on all 784 queries, against a
+  naive per-query scoring loop.
 
 Every timing is repeated and the median is reported (the minimum is printed too). Prints a machine
 line, Markdown tables, the ratios, and writes ``--json``.
