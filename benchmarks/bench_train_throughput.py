@@ -10,7 +10,8 @@ exactly the inner loop of ``ctxrank.training.loop.fit``: the next batch of ``ite
 (length buckets, seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the
 model's default loss (none for ARSM, which trains its own objective) -> finiteness check -> backward
 -> Adam (lr 1e-3) -> ``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a
-batch, the QILCM paper's, of ``--items`` 100 items with ``--features`` 136 uniform features and labels 0..4), ``--threads`` 2.
+batch, the QILCM paper's, of ``--items`` 100 items with ``--features`` 136 uniform features and
+labels 0..4), ``--threads`` 2.
 Each model runs in a fresh subprocess: ``--warmup`` steps, then ``--repeats`` timed steps, each on a
 new batch; queries/s = batch / median step time. Peak memory: the growth of the subprocess's peak
 resident set (``ru_maxrss``) during the steps, over what it held with the data and the model built
