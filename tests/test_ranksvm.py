@@ -3,6 +3,7 @@ truth, C selection, scaling, determinism, JSON-only persistence."""
 
 import dataclasses
 import json
+import math
 import pickle
 
 import numpy as np
@@ -264,6 +265,21 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
         (out / META_FILE).write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=message):
             RankSVM.load(out)
+
+
+
+def test_a_nan_validation_score_round_trips(small, tmp_path):
+    """Strict JSON writes a NaN grid score as null; loading reads it back as NaN (not a load error)."""
+    tr, va = small
+    out = RankSVM(C=[0.1, 1.0]).fit(tr, va).save(tmp_path / "svm")
+    meta = json.loads((out / META_FILE).read_text())
+    meta["grid_scores"][0][1] = None
+    (out / META_FILE).write_text(json.dumps(meta))
+    loaded = RankSVM.load(out)
+    assert math.isnan(loaded.grid_scores_[meta["grid_scores"][0][0]])
+    assert loaded.best_score_ == meta["best_score"]
+    no_valid = RankSVM(C=0.1).fit(tr).save(tmp_path / "svm2")
+    assert RankSVM.load(no_valid).best_score_ is None  # no validation: None, not NaN
 
 
 # -------------------------------------------------------------------------------------------- errors
