@@ -2,7 +2,7 @@
 
 For every dataset and fold: RankSVM, ListNet, AdaRank-MAP, AdaRank-NDCG and ARSM-L2R are trained on the
 fold's training split (model selection on its validation split) and evaluated once on its test split,
-through ``ctxrank.pipeline.run_training`` (the same path as ``ctxrank train --model NAME``).
+through ``ctxrank.training.run.run_training`` (the same path as ``ctxrank train --model NAME``).
 Metrics: NDCG@1/3/5/10 and MAP per test query, under ctxrank's ``standard`` convention (a query with
 no relevant item scores 0; NDCG over the whole list when it is shorter than k) and under the dataset's
 official evaluation script convention (``letor3`` for OHSUMED / LETOR 3.0, ``letor4`` for MQ2008 /
@@ -34,7 +34,7 @@ from _report import emit_json
 from ctxrank.config import resolve_config
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries
-from ctxrank.pipeline import run_training
+from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 OFFICIAL = {"ohsumed": "letor3", "mq2008": "letor4"}

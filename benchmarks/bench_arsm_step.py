@@ -62,7 +62,7 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
     import torch
 
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     torch.set_num_threads(spec["threads"])
     batches = make_batches(spec)

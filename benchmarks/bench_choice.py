@@ -44,7 +44,7 @@ from ctxrank.data.split import query_split_indices, split_queries
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
 from ctxrank.data.table import read_table, refit_categorical
 from ctxrank.metrics import evaluate_queries
-from ctxrank.pipeline import run_training
+from ctxrank.training.run import run_training
 
 METRICS = ("p@1", "p@5", "mrr", "ndcg@10")
 DEFAULT_SETTINGS = {

@@ -1,7 +1,7 @@
 """Inference latency benchmark (not a test): re-ranking one list, and a batch of lists, per model, CPU.
 
-For every model of the registry (``ctxrank.models.MODELS``; DLCM twice, ``gru="paper"`` and
-``gru="torch"``; every model with its default widths and random weights: latency does not depend on
+For every neural model of the registry (``ctxrank.registry.MODELS``; DLCM twice, ``gru="paper"``
+and ``gru="torch"``; every model with its default widths and random weights: latency does not depend on
 the weights' values) and for the reference, a plain linear scorer ``nn.Linear(F, 1)`` over the
 features, one call is ``model(features, mask)`` on prebuilt tensors, the model in ``eval()`` mode,
 under ``torch.inference_mode()``. Inputs: uniform [0, 1) features, ``--items`` 100 items a list,
@@ -38,7 +38,7 @@ REFERENCE = "linear (reference)"
 
 def model_configs() -> dict[str, tuple[str, dict]]:
     """label -> (registry name, model params): the issue's list, then any other registry entry."""
-    from ctxrank.models import MODELS
+    from ctxrank.registry import MODELS, is_baseline
 
     configs: dict[str, tuple[str, dict]] = {
         "qilcm": ("qilcm", {}),
@@ -50,7 +50,7 @@ def model_configs() -> dict[str, tuple[str, dict]]:
         "mnl": ("mnl", {}),
     }
     covered = {name for name, _ in configs.values()}
-    for name in sorted(MODELS):
+    for name in sorted(n for n in MODELS if not is_baseline(n)):
         if name not in covered:
             configs[name] = (name, {})
     return configs
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     configs = model_configs()
     if args.models:

@@ -3,7 +3,7 @@
 What it runs, per fold and seed (all on the LETOR 4.0 rotation folds, ``load_fold("mq2008", k)``):
 
 * **ListNet** (``make_model("listnet")``: the paper's linear scorer, ``listnet`` loss), trained with
-  ``ctxrank.train.fit`` (Adam, early stopping on the validation metric, best weights restored).
+  ``ctxrank.training.loop.fit`` (Adam, early stopping on the validation metric, best weights restored).
   With ``--tune`` (default) every configuration of a small grid (``LISTNET_GRID``) is trained for every
   seed, and **each fold picks its configuration on that fold's validation split only** (mean over the
   seeds of the best-epoch validation metric). The test split is scored for every run but never looked
@@ -161,8 +161,9 @@ def test_vectors(scores: np.ndarray, data) -> dict[str, dict[str, np.ndarray]]:
 def train_neural(model_name: str, cfg: dict[str, Any], fold_data, seed: int, args) -> Run:
     from ctxrank.config import TrainConfig
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
-    from ctxrank.train import fit, predict, seed_everything
+    from ctxrank.registry import make_model
+    from ctxrank.training.loop import fit, seed_everything
+    from ctxrank.training.predict import predict
 
     train, valid, test = fold_data
     params = {"hidden": tuple(cfg["hidden"]), "dropout": cfg["dropout"]} if model_name == "mlp" else {}

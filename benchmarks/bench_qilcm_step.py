@@ -44,7 +44,7 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
 
     from ctxrank.data.lists import ListBatch
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     torch.set_num_threads(spec["threads"])
     gen = torch.Generator().manual_seed(0)
@@ -82,7 +82,7 @@ def estimate_spread(B: int, L: int, F: int, pair_counts: list[int], draws: int) 
     import torch
 
     from ctxrank.losses import chamfer_confusion
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)

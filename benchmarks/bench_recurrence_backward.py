@@ -88,7 +88,7 @@ def dlcm_case(B: int, L: int, F: int, widths: tuple[int, ...] | None = None):
     import torch
 
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(B, L, F, generator=gen)

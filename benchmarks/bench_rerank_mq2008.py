@@ -2,7 +2,7 @@
 
 For every fold and seed: LightGBM LambdaMART is fitted on train (early stopping on validation
 NDCG@10); its scores on the training split are in-sample, or out-of-fold with ``--crossfit K``; every
-re-ranker in ``--models`` is trained on the top-k lists (``ctxrank.pipeline.run_training`` with the
+re-ranker in ``--models`` is trained on the top-k lists (``ctxrank.training.run.run_training`` with the
 shared initial ranker) and evaluated on the FULL test queries (re-ranked top k first, the rest in
 initial order; ideal DCG over every judged item). Metrics under the ``standard`` convention
 (no-relevant = 0) and ``letor4``. Statistics: mean +- std over the fold x seed runs, improvement over
@@ -34,7 +34,7 @@ from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.config import resolve_config
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.pipeline import run_training
+from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 CONVENTIONS = ("standard", "letor4")

@@ -2,15 +2,16 @@
 
 Two parts (``--parts``, default both):
 
-**models** (issue 9): for EVERY model of the registry (``ctxrank.models.MODELS``; QILCM twice, with the
-exact Chamfer term over all ordered query pairs of the batch, its default, and with
+**models** (issue 9): for EVERY neural model of the registry (``ctxrank.registry.MODELS``; QILCM twice, with
+the exact Chamfer term over all ordered query pairs of the batch, its default, and with
 ``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
 ``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
-exactly the inner loop of ``ctxrank.train.fit``: the next batch of ``iterate_batches`` (length buckets,
-seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the model's default loss
-(none for ARSM, which trains its own objective) -> finiteness check -> backward -> Adam (lr 1e-3) ->
-``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a batch, the QILCM paper's,
-of ``--items`` 100 items with ``--features`` 136 uniform features and labels 0..4), ``--threads`` 2.
+exactly the inner loop of ``ctxrank.training.loop.fit``: the next batch of ``iterate_batches``
+(length buckets, seeded shuffling, padding built on the fly) -> ``model.training_loss`` with the
+model's default loss (none for ARSM, which trains its own objective) -> finiteness check -> backward
+-> Adam (lr 1e-3) -> ``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a
+batch, the QILCM paper's, of ``--items`` 100 items with ``--features`` 136 uniform features and
+labels 0..4), ``--threads`` 2.
 Each model runs in a fresh subprocess: ``--warmup`` steps, then ``--repeats`` timed steps, each on a
 new batch; queries/s = batch / median step time. Peak memory: the growth of the subprocess's peak
 resident set (``ru_maxrss``) during the steps, over what it held with the data and the model built
@@ -33,8 +34,9 @@ same linear model and loss written as a plain per-query Python loop:
   A second reference accumulates the per-query gradients and steps once per 80 queries (the same update
   schedule as ctxrank), to separate the cost of optimizer steps from that of the per-query loop.
   Before timing, the naive per-query loss is checked against ``ctxrank.losses.listnet`` on a batch.
-* **Inference**: ``ctxrank.train.predict`` (default ``batch_size=512`` queries, ``torch.inference_mode``)
-  on the Fold1 test split (156 queries) and on all 784 queries, against a naive per-query scoring loop.
+* **Inference**: ``ctxrank.training.predict.predict`` (default ``batch_size=512`` queries,
+  ``torch.inference_mode``) on the Fold1 test split (156 queries) and on all 784 queries, against a
+  naive per-query scoring loop.
 
 Every timing is repeated and the median is reported (the minimum is printed too). Prints a machine
 line, Markdown tables, the ratios, and writes ``--json``.
@@ -66,7 +68,7 @@ WITHIN = 2.0  # issue 9: DLCM and DCM within 2x of QILCM's queries/s
 
 def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
     """label -> (registry name, model params): the issue's list, then any other registry entry."""
-    from ctxrank.models import MODELS
+    from ctxrank.registry import MODELS, is_baseline
 
     configs: dict[str, tuple[str, dict]] = {
         "qilcm": ("qilcm", {}),  # exact Chamfer term over all ordered pairs (the default)
@@ -79,7 +81,8 @@ def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
         "mnl": ("mnl", {}),
     }
     covered = {name for name, _ in configs.values()}
-    for name in sorted(MODELS):  # every other registry entry (mlp, the QILCM ablations, new models)
+    # every other neural model of the registry (mlp, the QILCM ablations, new models)
+    for name in sorted(n for n in MODELS if not is_baseline(n)):
         if name not in covered:
             configs[name] = (name, {})
     return configs
@@ -91,7 +94,7 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
 
     from ctxrank.data.lists import iterate_batches
     from ctxrank.losses import get_loss
-    from ctxrank.models import make_model
+    from ctxrank.registry import make_model
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
@@ -231,8 +234,9 @@ def run_naive(args) -> dict:
     from ctxrank.data.lists import iterate_batches
     from ctxrank.data.registry import load_fold, load_split
     from ctxrank.losses import listnet
-    from ctxrank.models import make_model
-    from ctxrank.train import fit, predict
+    from ctxrank.registry import make_model
+    from ctxrank.training.loop import fit
+    from ctxrank.training.predict import predict
 
     torch.set_num_threads(args.threads)
     fold = load_fold("mq2008", 1)

@@ -262,10 +262,10 @@ def test_load_rejects_inconsistent_metadata(small, tmp_path):
         ({"metric": "err@10"}, r"metric must be 'map' or 'ndcg@K'"),
         ({"metric": "p@5"}, r"metric must be 'map' or 'ndcg@K'"),
         ({"metric": "ndcg@x"}, "metric: cutoff"),
-        ({"n_rounds": 0}, "n_rounds must be an int >= 1"),
-        ({"patience": 0}, "patience must be None or an int >= 1"),
+        ({"n_rounds": 0}, "n_rounds must be a positive integer"),
+        ({"patience": 0}, "patience must be a positive integer or None"),
         ({"no_relevant": 2}, "no_relevant must be"),
-        ({"num_threads": 0}, "num_threads must be None or an int >= 1"),
+        ({"num_threads": 0}, "num_threads must be a positive integer or None"),
     ],
 )
 def test_bad_parameters_name_the_parameter(params, message):

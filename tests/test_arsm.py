@@ -19,7 +19,7 @@ from ctxrank.cli import main
 from ctxrank.config import RunConfig
 from ctxrank.data.lists import ListBatch
 from ctxrank.metrics import average_precision, ndcg
-from ctxrank.models import make_model
+from ctxrank.registry import make_model
 
 from .test_cli_train import MQ
 

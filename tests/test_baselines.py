@@ -1,5 +1,5 @@
-"""The baseline registry (``config.BASELINE_MODELS``): every baseline through RunConfig, run_training,
-the saved directory and ``checkpoint.load_model``."""
+"""The baselines of the model registry (the ``registry.MODELS`` entries that are a ``Baseline``): every
+baseline through RunConfig, run_training, the saved directory and ``checkpoint.load_model``."""
 
 import json
 import subprocess
@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from ctxrank.checkpoint import META_FILE, load_model
-from ctxrank.config import BASELINE_MODELS, resolve_config
-from ctxrank.pipeline import run_training
+from ctxrank.config import resolve_config
+from ctxrank.registry import MODELS, Baseline
+from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
+
+BASELINES = {name: entry for name, entry in MODELS.items() if isinstance(entry, Baseline)}
 
 # small, fast settings per baseline
 FAST = {
@@ -45,13 +48,13 @@ def _overrides(name):
 
 
 def test_registry_names_and_kinds():
-    assert set(BASELINE_MODELS) == {"lambdamart", "ranksvm", "adarank-map", "adarank-ndcg"}
-    assert {b.kind for b in BASELINE_MODELS.values()} == {"lightgbm", "ranksvm", "adarank"}
+    assert set(BASELINES) == {"lambdamart", "ranksvm", "adarank-map", "adarank-ndcg"}
+    assert {b.kind for b in BASELINES.values()} == {"lightgbm", "ranksvm", "adarank"}
     with pytest.raises(ValueError, match=r"valid models: .*adarank-map, adarank-ndcg.*lambdamart.*ranksvm"):
         resolve_config(None, ["model=nope"])
 
 
-@pytest.mark.parametrize("name", sorted(BASELINE_MODELS))
+@pytest.mark.parametrize("name", sorted(BASELINES))
 def test_run_training_save_and_load_model(name, splits, tmp_path):
     train, valid, test = splits
     config = resolve_config(None, [*_overrides(name), "train.seed=3"])
@@ -63,7 +66,7 @@ def test_run_training_save_and_load_model(name, splits, tmp_path):
     assert result.test_scores.shape == (test.n_items,) and np.isfinite(result.test_scores).all()
     assert 0 < result.test_metrics["ndcg@10"].mean() <= 1
     meta = json.loads((tmp_path / name / META_FILE).read_text())
-    assert meta["kind"] == BASELINE_MODELS[name].kind
+    assert meta["kind"] == BASELINES[name].kind
     assert meta["run_config"]["model"] == name and meta["run_config"]["loss"] == OBJECTIVE[name]
     loaded = load_model(tmp_path / name)
     assert loaded.n_features == 5
@@ -73,9 +76,9 @@ def test_run_training_save_and_load_model(name, splits, tmp_path):
     assert again.to_dict() == config.to_dict()
 
 
-@pytest.mark.parametrize("name", sorted(BASELINE_MODELS))
+@pytest.mark.parametrize("name", sorted(BASELINES))
 def test_loss_and_rerank_do_not_apply(name):
-    trains = BASELINE_MODELS[name].trains
+    trains = BASELINES[name].trains
     with pytest.raises(ValueError, match=rf"loss: {name} trains .*; --loss does not apply") as info:
         resolve_config(None, [f"model={name}", "loss=listnet"])
     assert trains in str(info.value)
@@ -86,10 +89,10 @@ def test_loss_and_rerank_do_not_apply(name):
 
 
 def test_messages_name_the_right_library():
-    assert "LightGBM" in BASELINE_MODELS["lambdamart"].trains
-    assert "LinearSVC" in BASELINE_MODELS["ranksvm"].trains
+    assert "LightGBM" in BASELINES["lambdamart"].trains
+    assert "LinearSVC" in BASELINES["ranksvm"].trains
     for name in ("ranksvm", "adarank-map", "adarank-ndcg"):
-        assert "LightGBM" not in BASELINE_MODELS[name].trains
+        assert "LightGBM" not in BASELINES[name].trains
     with pytest.raises(ValueError, match="ranksvm trains a pairwise linear SVM"):
         resolve_config(None, ["model=ranksvm", "loss=listnet"])
 
@@ -98,10 +101,10 @@ def test_messages_name_the_right_library():
     ("overrides", "message"),
     [
         (["model=ranksvm", "model_params.kernel=rbf"], r"model_params: unknown option\(s\) \['kernel'\]"),
-        (["model=ranksvm", "model_params.C=-1"], r"model_params: C must be a finite number > 0"),
+        (["model=ranksvm", "model_params.C=-1"], r"model_params: C must be a positive number"),
         (["model=adarank-map", "model_params.metric=ndcg@10"], r"model_params\.metric: .* must be a map"),
         (["model=adarank-ndcg", "model_params.metric=map"], r"model_params\.metric: .* must be a ndcg"),
-        (["model=adarank-ndcg", "model_params.n_rounds=0"], r"model_params: n_rounds must be an int >= 1"),
+        (["model=adarank-ndcg", "model_params.n_rounds=0"], r"model_params: n_rounds must be a positive int"),
     ],
 )
 def test_bad_model_params_fail_when_the_config_is_built(overrides, message):
@@ -111,12 +114,12 @@ def test_bad_model_params_fail_when_the_config_is_built(overrides, message):
 
 def test_seed_threads_and_params_reach_the_model():
     tc = resolve_config(None, ["model=ranksvm", "train.seed=7", "train.threads=2"]).train
-    svm = BASELINE_MODELS["ranksvm"].build({"loss": "hinge"}, tc)
+    svm = BASELINES["ranksvm"].build({"loss": "hinge"}, tc)
     assert svm.seed == 7 and svm.loss == "hinge"
-    assert BASELINE_MODELS["ranksvm"].build({"seed": 1}, tc).seed == 1  # model_params win
-    ada = BASELINE_MODELS["adarank-ndcg"].build({"metric": "ndcg@5"}, tc)
+    assert BASELINES["ranksvm"].build({"seed": 1}, tc).seed == 1  # model_params win
+    ada = BASELINES["adarank-ndcg"].build({"metric": "ndcg@5"}, tc)
     assert ada.metric == "ndcg@5" and ada.num_threads == 2
-    assert BASELINE_MODELS["adarank-map"].build({}, tc).metric == "map"
+    assert BASELINES["adarank-map"].build({}, tc).metric == "map"
     c = resolve_config(None, ["model=adarank-ndcg", "model_params.metric=ndcg@5"])
     assert c.loss_name == "adarank-ndcg@5"
     assert resolve_config(None, ["model=ranksvm", "model_params.loss=hinge"]).loss_name == "pairwise-hinge"

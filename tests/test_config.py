@@ -2,7 +2,8 @@
 
 import pytest
 
-from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config, to_toml
+from ctxrank._io import to_toml
+from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config
 
 
 def test_defaults_are_the_paper_defaults():

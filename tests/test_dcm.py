@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ctxrank.config import RunConfig
-from ctxrank.models import MODELS, make_model
+from ctxrank.registry import MODELS, make_model
 
 
 def _model(**params):

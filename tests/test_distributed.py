@@ -1,4 +1,5 @@
-"""Devices, mixed precision and torchrun data-parallel training (ctxrank.distributed, train.fit)."""
+"""Devices, mixed precision and torchrun data-parallel training (ctxrank.training.distributed and
+training.loop.fit)."""
 
 import json
 import os
@@ -12,10 +13,10 @@ import torch
 
 from ctxrank.config import TrainConfig
 from ctxrank.data.synth import write_synthetic_letor
-from ctxrank.distributed import DistContext, resolve_device
 from ctxrank.losses import listnet
-from ctxrank.models import make_model
-from ctxrank.train import fit
+from ctxrank.registry import make_model
+from ctxrank.training.distributed import DistContext, resolve_device
+from ctxrank.training.loop import fit
 
 from .conftest import make_ranking_data
 

@@ -15,9 +15,10 @@ from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import attrank, get_loss, listmle
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.models import MODELS, make_model
 from ctxrank.models.dlcm import DLCM, DLCMConfig, PaperGRU
-from ctxrank.train import fit, predict, seed_everything
+from ctxrank.registry import MODELS, make_model
+from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.predict import predict
 
 from .conftest import REPO
 

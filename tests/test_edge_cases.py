@@ -16,8 +16,8 @@ from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
-from ctxrank.models import MODELS, make_model
-from ctxrank.train import fit
+from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.training.loop import fit
 
 F = 4
 SMALL = {
@@ -29,6 +29,8 @@ SMALL = {
 
 def _models_and_losses():
     for name, cls in sorted(MODELS.items()):
+        if is_baseline(name):  # whole-list baselines have no padded batches
+            continue
         if cls.own_objective:
             yield name, None
         else:

@@ -388,3 +388,20 @@ def test_shards_are_disjoint_cover_every_run_and_share_one_directory(tmp_path, c
     bad = ["experiment", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "sh"), "--shard", "2"]
     assert main(bad) != 0
     assert "--shard must be K/N" in capsys.readouterr().err
+
+
+def test_a_run_record_with_a_nan_metric_round_trips(tmp_path):
+    """Strict JSON writes NaN as null; the store reads it back as NaN, so the report's means skip it."""
+    store = RunStore(tmp_path)
+    record = {"model": "m", "seed": 0, "fold": 1, "query_ids": ["a", "b"]}
+    record["metrics"] = {"ndcg@10": [0.5, math.nan]}
+    store.save_run(record)
+    text = store.run_path("m", 0, 1).read_text()
+    assert "NaN" not in text and json.loads(text)["metrics"]["ndcg@10"] == [0.5, None]
+    loaded = store.load_run("m", 0, 1)
+    assert loaded["metrics"]["ndcg@10"][0] == 0.5 and math.isnan(loaded["metrics"]["ndcg@10"][1])
+    assert run_means([loaded], "ndcg@10").tolist() == [0.5]
+    means = query_means([loaded], "ndcg@10")
+    assert means["a"] == 0.5 and math.isnan(means["b"])
+    store.save_unit(0, 1, {"seed": 0, "query_ids": ["a", "b"], "anomaly_score": [math.inf, 1.0]})
+    assert math.isnan(store.load_unit(0, 1)["anomaly_score"][0])

@@ -20,9 +20,9 @@ from ctxrank.data.synth_choice import make_choice_sessions
 from ctxrank.data.table import read_table
 from ctxrank.data.transforms import TRANSFORMS, GlobalMinMax, Transform, make_transform
 from ctxrank.export import EXPORT_FORMATS, ONNX_OPSET, FeatureNormalizer, export_model
-from ctxrank.models import MODELS, make_model
-from ctxrank.pipeline import run_training
-from ctxrank.rerank import prepare_split
+from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.training.rerank import prepare_split
+from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
 
@@ -33,6 +33,8 @@ TOL = 1e-5  # exported vs library scores: max abs difference <= TOL * max(1, max
 # kernels that round differently -- onnxruntime's, or torch's own on other batch shapes -- move its
 # scores by more than TOL (docs/export.md, "Precision")
 QN_TOL = 1e-4
+# every neural model of the registry (baselines are not exported)
+NEURAL = sorted(name for name in MODELS if not is_baseline(name))
 SMALL = {
     "dlcm": ["model_params.encoder_widths=[8,8]", "model_params.gru_hidden=8"],
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],
@@ -40,7 +42,7 @@ SMALL = {
     "mlp": ["model_params.hidden=[8]"],
     **{
         name: ["model_params.encoder_width=8", "model_params.att_hidden=[8]", "model_params.rank_hidden=[8]"]
-        for name in MODELS
+        for name in NEURAL
         if name.startswith("qilcm")
     },
 }
@@ -180,7 +182,7 @@ def _padding_is_inert(run, data, atol=1e-6):
 # ------------------------------------------------------------------------------ every model
 @pytest.mark.parametrize("fmt", EXPORT_FORMATS)
 @pytest.mark.parametrize(
-    ("name", "overrides"), [(name, ()) for name in sorted(MODELS)] + VARIANTS, ids=lambda v: str(v)
+    ("name", "overrides"), [(name, ()) for name in NEURAL] + VARIANTS, ids=lambda v: str(v)
 )
 def test_export_reproduces_the_library(name, overrides, fmt, saved, data, tmp_path):
     model_dir = saved(name, *overrides)
@@ -227,7 +229,7 @@ def test_the_traced_forward_is_the_models_own(name, overrides):
             torch.testing.assert_close(traced(x, mask, codes)[mask], eager[mask], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", NEURAL)
 def test_no_model_reads_init_scores(name):
     """The export has no init_scores input: that is only right while every model ignores them."""
     torch.manual_seed(0)

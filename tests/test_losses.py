@@ -241,15 +241,15 @@ def test_input_errors(name, kw):
 
 def test_option_errors():
     s, y, m = batch(seed=12)
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+    with pytest.raises(ValueError, match="temperature must be a positive number"):
         listnet(s, y, m, temperature=0.0)
     with pytest.raises(ValueError, match=r"label_transform must be one of \['exp', 'identity', 'exp2'\]"):
         listnet(s, y, m, label_transform="softmax")
     with pytest.raises(ValueError, match=r"form must be one of \['qilcm', 'dlcm', 'dlcm_code'\]"):
         attrank(s, y, m, form="ai2018")
-    with pytest.raises(ValueError, match="sigma must be a finite number > 0"):
+    with pytest.raises(ValueError, match="sigma must be a positive number"):
         softrank(s, y, m, sigma=-1.0)
-    with pytest.raises(ValueError, match="k must be >= 1"):
+    with pytest.raises(ValueError, match="k must be a positive integer"):
         softrank(s, y, m, k=0)
     with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
         listmle(s, y, m, generator=0)
@@ -542,7 +542,7 @@ def test_chamfer_errors():
         chamfer_confusion(reps, mask[:, :2])
     with pytest.raises(ValueError, match="reps must be a float tensor of shape"):
         chamfer_confusion(reps[0], mask)
-    with pytest.raises(ValueError, match="pairs must be >= 1"):
+    with pytest.raises(ValueError, match="pairs must be a positive integer"):
         chamfer_confusion(reps, mask, pairs=0)
 
 

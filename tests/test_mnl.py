@@ -4,7 +4,7 @@ import torch
 
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import get_loss
-from ctxrank.models import make_model
+from ctxrank.registry import make_model
 
 
 def test_mnl_loss_is_the_negative_log_likelihood_of_the_choice():

@@ -8,8 +8,9 @@ from ctxrank.config import TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import chamfer_confusion, get_loss
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.models import MODELS, make_model
-from ctxrank.train import fit, predict, seed_everything
+from ctxrank.registry import MODELS, make_model
+from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.predict import predict
 
 from .conftest import make_ranking_data
 

@@ -3,6 +3,7 @@ truth, C selection, scaling, determinism, JSON-only persistence."""
 
 import dataclasses
 import json
+import math
 import pickle
 
 import numpy as np
@@ -256,7 +257,7 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
         ({**meta, "kind": "adarank"}, "not a RankSVM one"),
         ({**meta, "coef": meta["coef"][:-1]}, "'coef' must hold 5 finite numbers"),
         ({**meta, "coef": "0.1, 0.2"}, "'coef' must be a list of numbers"),
-        ({**meta, "params": {**meta["params"], "C": -1}}, "C must be a finite number > 0"),
+        ({**meta, "params": {**meta["params"], "C": -1}}, "C must be a positive number"),
         ({**meta, "params": {**meta["params"], "kernel": "rbf"}}, r"unknown parameter\(s\) \['kernel'\]"),
         ({**meta, "scaler": {"name": "zscore"}}, "bad 'scaler'|must be an unclipped min-max"),
     ]
@@ -266,23 +267,38 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
             RankSVM.load(out)
 
 
+
+def test_a_nan_validation_score_round_trips(small, tmp_path):
+    """Strict JSON writes a NaN grid score as null; loading reads it back as NaN (not a load error)."""
+    tr, va = small
+    out = RankSVM(C=[0.1, 1.0]).fit(tr, va).save(tmp_path / "svm")
+    meta = json.loads((out / META_FILE).read_text())
+    meta["grid_scores"][0][1] = None
+    (out / META_FILE).write_text(json.dumps(meta))
+    loaded = RankSVM.load(out)
+    assert math.isnan(loaded.grid_scores_[meta["grid_scores"][0][0]])
+    assert loaded.best_score_ == meta["best_score"]
+    no_valid = RankSVM(C=0.1).fit(tr).save(tmp_path / "svm2")
+    assert RankSVM.load(no_valid).best_score_ is None  # no validation: None, not NaN
+
+
 # -------------------------------------------------------------------------------------------- errors
 
 
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"C": 0}, "C must be a finite number > 0"),
+        ({"C": 0}, "C must be a positive number"),
         ({"C": []}, "C must be a number > 0 or a non-empty list"),
         ({"C": [0.1, 0.1]}, "C: the grid has repeated values"),
-        ({"C": "1"}, "C must be a finite number > 0"),
+        ({"C": "1"}, "C must be a positive number"),
         ({"loss": "log"}, "loss must be one of"),
-        ({"max_pairs_per_query": 0}, "max_pairs_per_query must be None or an int >= 1"),
+        ({"max_pairs_per_query": 0}, "max_pairs_per_query must be a positive integer or None"),
         ({"metric": "ndcg@0"}, "metric: cutoff"),
         ({"no_relevant": 0.5}, "no_relevant must be"),
         ({"tol": -1.0}, "tol must be"),
-        ({"max_iter": 1.5}, "max_iter must be an int >= 1"),
-        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"max_iter": 1.5}, "max_iter must be a positive integer"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
     ],
 )
 def test_bad_parameters_name_the_parameter(params, message):

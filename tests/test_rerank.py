@@ -5,7 +5,7 @@ import pytest
 
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries
-from ctxrank.rerank import evaluation_target, merge_scores, prepare_split
+from ctxrank.training.rerank import evaluation_target, merge_scores, prepare_split
 
 from .conftest import make_ranking_data
 

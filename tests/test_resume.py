@@ -6,6 +6,7 @@ subprocess; everything else runs in-process on small data.
 """
 
 import json
+import math
 import os
 import pickle
 import signal
@@ -21,9 +22,9 @@ from ctxrank.cli import main
 from ctxrank.config import RunConfig, TrainConfig, resolve_config
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.losses import LOSSES, listnet
-from ctxrank.models import make_model
-from ctxrank.resume import STATE_FILE, StateDir
-from ctxrank.train import NonFiniteLossError, fit, seed_everything
+from ctxrank.registry import make_model
+from ctxrank.training.loop import NonFiniteLossError, fit, seed_everything
+from ctxrank.training.resume import STATE_FILE, StateDir, TrainingState
 
 from .conftest import make_ranking_data
 
@@ -169,7 +170,7 @@ class _Killed(BaseException):
 def test_a_kill_while_writing_the_state_leaves_a_loadable_state(
     data, uninterrupted, tmp_path, monkeypatch, where
 ):
-    import ctxrank.resume as resume_mod
+    import ctxrank.training.resume as resume_mod
 
     ref_model, ref_result, _ = uninterrupted
     assert ref_result.history[1]["best_epoch"] == 2  # epoch 2 improves, so it writes new best weights
@@ -363,3 +364,29 @@ def test_reranker_resumes_with_a_refitted_initial_ranker(monkeypatch, tmp_path):
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
     initial = Path("initial") / "model.txt"
     assert (tmp_path / "run" / initial).read_bytes() == (tmp_path / "ref" / initial).read_bytes()
+
+
+def test_a_nan_validation_metric_round_trips_through_the_state(tmp_path):
+    """Strict JSON writes NaN as null; the state reads the best metric and the history's numbers back
+    as NaN (not as a missing value, nor as -inf: resuming compares the next epochs with it)."""
+    weights = {"w": torch.zeros(2)}
+    store = StateDir(tmp_path)
+    store.save(
+        TrainingState(
+            epoch=1,
+            model=weights,
+            best=weights,
+            best_epoch=1,
+            best_metric=math.nan,
+            bad_epochs=0,
+            stopped=False,
+            history=[{"epoch": 1, "train_loss": 0.5, "valid_ndcg@10": math.nan, "best_epoch": 1}],
+            optimizer={},
+            numpy_rng={"state": 1},
+            torch_rng=[torch.get_rng_state()],
+        )
+    )
+    assert "NaN" not in (tmp_path / STATE_FILE).read_text()
+    state = StateDir(tmp_path).load()
+    assert math.isnan(state.best_metric) and math.isnan(state.history[0]["valid_ndcg@10"])
+    assert state.history[0]["epoch"] == 1 and state.history[0]["train_loss"] == 0.5

@@ -1,4 +1,4 @@
-"""File output shared by every writer: atomic writes and the one JSON encoder.
+"""File output shared by every writer: atomic writes, the one JSON encoder and the TOML writer.
 
 Every file ctxrank writes goes through :func:`atomic_write` (temporary file next to the target, fsync,
 rename), so a killed process never leaves a half-written file under the target name. Every JSON
@@ -13,7 +13,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -94,3 +94,45 @@ def read_json_file(path: Path, what: str) -> Any:
         raise ValueError(f"{path}: missing {what}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a valid {what} (expected JSON: {exc})") from None
+
+
+def float_or_nan(value: Any) -> float:
+    """A float read back from strict JSON: ``null`` (how NaN and infinities are written) -> NaN."""
+    return math.nan if value is None else float(value)
+
+
+def floats_or_nan(values: Any) -> list[float]:
+    """A list of floats read back from strict JSON (``null`` -> NaN)."""
+    return [float_or_nan(v) for v in values]
+
+
+def to_toml(d: Mapping[str, Any]) -> str:
+    """A small TOML writer for saved configs (scalars, lists and nested tables)."""
+    lines: list[str] = []
+    _write_table(lines, d, prefix="")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _write_table(lines: list[str], d: Mapping[str, Any], prefix: str) -> None:
+    tables = []
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            tables.append((k, v))
+        elif v is not None:
+            lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in tables:
+        name = f"{prefix}.{k}" if prefix else k
+        lines.append(f"\n[{name}]")
+        _write_table(lines, v, name)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")

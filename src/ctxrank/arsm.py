@@ -1,4 +1,4 @@
-"""The ARSM gradient estimator for categorical relevance labels (seed 004, Algorithm 1, eq. 5-7).
+"""The ARSM gradient estimator for categorical relevance labels (ARSM-L2R Algorithm 1, eq. 5-7).
 
 ARSM-L2R (Dadaneh, Boluki, Zhou, Qian) models the relevance label of item j as a categorical variable
 ``z_j ~ Cat(softmax(phi_j))`` over ``C`` levels and minimizes ``E[loss(z, y)]`` for a loss that need not
@@ -74,10 +74,10 @@ class MetricLoss:
 
 
 class NegativeNDCG(MetricLoss):
-    """``-NDCG@k`` (seed 004's loss), with a fast :meth:`rows`: the ideal DCG and gains are computed once
-    per list, and only the top ``k`` of each action are selected (``topk`` on a tie-free integer key
-    ``z * L + (L - 1 - position)``, i.e. ties between equal levels broken by input position, exactly
-    as :func:`ctxrank.metrics.ndcg` does). Equal to ``-metrics.ndcg`` (``gain="exp2"``, standard
+    """``-NDCG@k`` (the ARSM-L2R paper's loss), with a fast :meth:`rows`: the ideal DCG and gains are
+    computed once per list, and only the top ``k`` of each action are selected (``topk`` on a tie-free
+    integer key ``z * L + (L - 1 - position)``, i.e. ties between equal levels broken by input position,
+    exactly as :func:`ctxrank.metrics.ndcg` does). Equal to ``-metrics.ndcg`` (``gain="exp2"``, standard
     convention, no relevant item = 0); the tests check it."""
 
     def __init__(self, k: int | None = 10) -> None:

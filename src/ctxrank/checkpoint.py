@@ -9,56 +9,38 @@ resolved run config, for repeating the run. Nothing is pickled:
 loading a checkpoint reads JSON and safetensors only, so it cannot execute code. Files are written
 atomically (temporary file, fsync, rename).
 
-The baselines (``config.BASELINE_MODELS``) save their own directories, told apart by ``kind`` in
-``ctxrank.json``: ``"lightgbm"`` (LambdaMART, plus LightGBM's text ``model.txt``), ``"ranksvm"`` and
-``"adarank"`` (everything in ``ctxrank.json``); :func:`load_model` dispatches on it.
+The baselines (``registry.MODELS`` entries that are a ``registry.Baseline``) save their own directories,
+told apart by ``kind`` in ``ctxrank.json``: ``"lightgbm"`` (LambdaMART, plus LightGBM's text
+``model.txt``), ``"ranksvm"`` and ``"adarank"`` (everything in ``ctxrank.json``); :func:`load_model`
+dispatches on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ctxrank._io import atomic_write, write_json
-from ctxrank.config import BASELINE_MODELS, RunConfig, to_toml
+from ctxrank._io import atomic_write, to_toml, write_json
+from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
+from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
+from ctxrank.registry import baseline_of_kind, make_model
+from ctxrank.training.predict import TorchPredictor
+from ctxrank.training.rerank import RerankPredictor
 
-FORMAT_VERSION = 1
-META_FILE = "ctxrank.json"
+__all__ = [
+    "FORMAT_VERSION",
+    "META_FILE",
+    "WEIGHTS_FILE",
+    "load_model",
+    "read_meta",
+    "save_checkpoint",
+    "update_meta",
+]
+
 WEIGHTS_FILE = "model.safetensors"
-
-
-@dataclass
-class TorchPredictor:
-    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out."""
-
-    model: Any  # ctxrank.models.base.Ranker
-    transform: Transform
-    config: RunConfig
-    meta: dict[str, Any]
-
-    @property
-    def n_features(self) -> int:
-        return int(self.meta["n_features"])
-
-    def check_data(self, data: RankingData) -> None:
-        if data.n_features != self.n_features:
-            raise ValueError(
-                f"the model was trained on {self.n_features} features but {data.source or 'the data'} has "
-                f"{data.n_features}; pass data with the training feature layout (e.g. --n-features)"
-            )
-
-    def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
-        from ctxrank.train import predict
-
-        self.check_data(data)
-        return predict(self.model, self.transform.transform(data), init_scores=init_scores)
 
 
 def save_checkpoint(
@@ -124,23 +106,6 @@ def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
     write_json(directory / META_FILE, meta)
 
 
-def read_meta(directory: str | Path) -> dict[str, Any]:
-    directory = Path(directory)
-    path = directory / META_FILE
-    if not path.is_file():
-        raise ValueError(f"{directory}: not a ctxrank model directory (no {META_FILE})")
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable model metadata ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: unsupported model format "
-            f"{meta.get('format_version') if isinstance(meta, dict) else meta!r}"
-        )
-    return meta
-
-
 def load_model(directory: str | Path):
     """Rebuild a saved model for inference (``.predict(data)`` on raw, un-normalized data).
 
@@ -150,14 +115,12 @@ def load_model(directory: str | Path):
     directory = Path(directory)
     meta = read_meta(directory)
     kind = meta.get("kind")
-    for baseline in BASELINE_MODELS.values():  # lightgbm, ranksvm, adarank
-        if kind == baseline.kind:
-            return baseline.load(directory)
+    baseline = baseline_of_kind(kind)  # lightgbm, ranksvm, adarank
+    if baseline is not None:
+        return baseline.load(directory)
 
     import safetensors
     import safetensors.torch
-
-    from ctxrank.models import make_model
 
     if kind != "torch":
         raise ValueError(f"{directory}: unknown model kind {kind!r}")
@@ -185,8 +148,6 @@ def load_model(directory: str | Path):
     transform = Transform.from_dict(meta["transform"])
     predictor = TorchPredictor(model=model, transform=transform, config=config, meta=meta)
     if meta.get("rerank"):
-        from ctxrank.rerank import RerankPredictor
-
         rerank = meta["rerank"]
         return RerankPredictor(load_model(directory / rerank["dir"]), predictor, rerank)
     return predictor

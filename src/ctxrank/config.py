@@ -2,7 +2,7 @@
 
 A run is described by one :class:`RunConfig`::
 
-    model = "listnet"            # a name from ctxrank.models.MODELS
+    model = "listnet"            # a name from ctxrank.registry.MODELS (a neural model or a baseline)
     loss = "listnet"             # a name from ctxrank.losses.LOSSES ("" = the model's default loss)
     transform = "minmax"         # feature normalizer fitted on train (ctxrank.data.transforms)
 
@@ -24,132 +24,17 @@ Every value is validated when the dataclasses are built; errors name the option.
 from __future__ import annotations
 
 import dataclasses
-import sys
+
+# ctxrank.metrics, ctxrank.losses and ctxrank.registry (all below config) import torch: they are
+# imported where used, so that importing config (e.g. for ``ctxrank --help``) stays light.
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """How ``--model NAME`` builds one of the non-neural baselines (``BASELINE_MODELS[NAME]``).
-
-    Attributes:
-        module, cls: where the model class lives (imported only when it is built or loaded).
-        kind: the ``kind`` its saved ``ctxrank.json`` records (``checkpoint.load_model`` dispatches on it).
-        trains: what it optimizes and with which library, for messages.
-        objective: ``RunConfig.loss_name`` given ``model_params``.
-        fixed: parameters the name implies (``adarank-map``: ``metric = "map"``), checked against
-            ``model_params``: ``{name: (default, allowed base metric)}`` for metrics.
-        seed, threads: the class's parameters that receive ``train.seed`` and ``train.threads``
-            (unless ``model_params`` sets them), or ``""`` when it has none.
-    """
-
-    module: str
-    cls: str
-    kind: str
-    trains: str
-    objective: Any  # Callable[[Mapping[str, Any]], str]
-    fixed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    seed: str = ""
-    threads: str = ""
-
-    def model_class(self) -> type:
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.cls)
-
-    def params(self, model_params: Mapping[str, Any], train: TrainConfig | None = None) -> dict[str, Any]:
-        """The constructor's keyword arguments: implied, then seed/threads from ``train``, then
-        ``model_params``. Raises ValueError naming ``model_params.<key>`` for a conflict."""
-        from ctxrank.metrics import parse_metric
-
-        out: dict[str, Any] = {}
-        for key, (default, base) in self.fixed.items():
-            value = model_params.get(key, default)
-            try:
-                ok = isinstance(value, str) and parse_metric(value)[0] == base
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(
-                    f"model_params.{key}: this model trains {self.trains}, so {key} must be a "
-                    f"{base} metric, got {value!r}"
-                )
-            out[key] = default
-        if train is not None:
-            if self.seed:
-                out[self.seed] = train.seed
-            if self.threads:
-                out[self.threads] = train.threads or 1
-        out.update(model_params)
-        return out
-
-    def build(self, model_params: Mapping[str, Any], train: TrainConfig | None = None) -> Any:
-        """An unfitted model. Raises ValueError (``model_params: ...``) for bad parameters."""
-        cls = self.model_class()
-        params = self.params(model_params, train)
-        names = getattr(cls, "_PARAMS", None)
-        if names is not None:
-            unknown = sorted(set(params) - set(names))
-            if unknown:
-                raise ValueError(
-                    f"model_params: unknown option(s) {unknown} for {self.cls}; "
-                    f"valid options: {sorted(names)}"
-                )
-        try:
-            return cls(**params)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"model_params: {exc}") from None
-
-    def load(self, directory: str | Path) -> Any:
-        return self.model_class().load(directory)
-
-
-#: Non-neural models trained by their own library: name -> how to build, describe and load them.
-BASELINE_MODELS: dict[str, Baseline] = {
-    "lambdamart": Baseline(
-        module="ctxrank.baselines.lambdamart",
-        cls="LambdaMART",
-        kind="lightgbm",
-        trains="LightGBM's lambdarank objective",
-        objective=lambda params: "lambdarank",
-        seed="seed",
-        threads="num_threads",
-    ),
-    "ranksvm": Baseline(
-        module="ctxrank.baselines.ranksvm",
-        cls="RankSVM",
-        kind="ranksvm",
-        trains="a pairwise linear SVM (scikit-learn LinearSVC, liblinear)",
-        objective=lambda params: "pairwise-" + str(params.get("loss", "squared_hinge")).replace("_", "-"),
-        seed="seed",
-    ),
-    "adarank-map": Baseline(
-        module="ctxrank.baselines.adarank",
-        cls="AdaRank",
-        kind="adarank",
-        trains="AdaRank's boosting on MAP (numpy, ctxrank's metrics)",
-        objective=lambda params: "adarank-map",
-        fixed={"metric": ("map", "map")},
-        threads="num_threads",
-    ),
-    "adarank-ndcg": Baseline(
-        module="ctxrank.baselines.adarank",
-        cls="AdaRank",
-        kind="adarank",
-        trains="AdaRank's boosting on NDCG@K (numpy, ctxrank's metrics)",
-        objective=lambda params: "adarank-" + str(params.get("metric", "ndcg@10")).replace(" ", "").lower(),
-        fixed={"metric": ("ndcg@10", "ndcg")},
-        threads="num_threads",
-    ),
-}
+from ctxrank._checks import build_dataclass, check_bool, check_int, check_non_negative, check_positive
+from ctxrank.data.transforms import TRANSFORMS
 
 
 @dataclass(frozen=True)
@@ -192,13 +77,13 @@ class TrainConfig:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        _positive(self, "lr", self.lr)
-        _non_negative(self, "weight_decay", self.weight_decay)
-        _positive_int(self, "batch_size", self.batch_size)
-        _positive_int(self, "max_epochs", self.max_epochs)
-        _positive_int(self, "patience", self.patience)
-        _non_negative(self, "min_delta", self.min_delta)
-        _positive_int(self, "eval_batch_size", self.eval_batch_size)
+        check_positive("train.lr", self.lr)
+        check_non_negative("train.weight_decay", self.weight_decay)
+        check_int("train.batch_size", self.batch_size)
+        check_int("train.max_epochs", self.max_epochs)
+        check_int("train.patience", self.patience)
+        check_non_negative("train.min_delta", self.min_delta)
+        check_int("train.eval_batch_size", self.eval_batch_size)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
         if not isinstance(self.device, str) or not (
@@ -206,11 +91,9 @@ class TrainConfig:
         ):
             raise ValueError(f"train.device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}")
         if self.clip_grad_norm is not None:
-            _positive(self, "clip_grad_norm", self.clip_grad_norm)
-        if self.threads is not None:
-            _positive_int(self, "threads", self.threads)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"train.seed must be a non-negative integer, got {self.seed!r}")
+            check_positive("train.clip_grad_norm", self.clip_grad_norm)
+        check_int("train.threads", self.threads, allow_none=True)
+        check_int("train.seed", self.seed, 0)
         if self.no_relevant not in (0.0, 1.0, "skip"):
             raise ValueError(f"train.no_relevant must be 0, 1 or 'skip', got {self.no_relevant!r}")
         from ctxrank.metrics import parse_metric
@@ -223,7 +106,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class RerankConfig:
-    """The re-ranking protocol (see ``ctxrank.rerank``).
+    """The re-ranking protocol (see ``ctxrank.training.rerank``).
 
     Attributes:
         initial: initial ranker: ``""`` (none: the model ranks whole lists) or ``"lambdamart"``.
@@ -235,7 +118,6 @@ class RerankConfig:
         initial_params: parameters of the initial ranker (``LambdaMART(**initial_params)``).
     """
 
-    SECTION = "rerank"
     initial: str = ""
     top_k: int = 100
     crossfit: int = 0
@@ -247,7 +129,7 @@ class RerankConfig:
     def __post_init__(self) -> None:
         if self.initial not in ("", "lambdamart"):
             raise ValueError(f"rerank.initial must be '' or 'lambdamart', got {self.initial!r}")
-        _positive_int(self, "top_k", self.top_k)
+        check_int("rerank.top_k", self.top_k)
         if (
             isinstance(self.crossfit, bool)
             or not isinstance(self.crossfit, int)
@@ -256,9 +138,8 @@ class RerankConfig:
         ):
             raise ValueError(f"rerank.crossfit must be 0 (off) or an integer >= 2, got {self.crossfit!r}")
         for name in ("rank_feature", "score_feature"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise ValueError(f"rerank.{name} must be true or false, got {value!r}")
+            if getattr(self, name) is not None:
+                check_bool(f"rerank.{name}", getattr(self, name))
         if self.ideal not in ("full", "top-k"):
             raise ValueError(f"rerank.ideal must be 'full' or 'top-k', got {self.ideal!r}")
         if not isinstance(self.initial_params, Mapping):
@@ -278,21 +159,21 @@ class RunConfig:
     rerank: RerankConfig = field(default_factory=RerankConfig)
 
     def __post_init__(self) -> None:
-        from ctxrank.data.transforms import TRANSFORMS
         from ctxrank.losses import LOSSES
-        from ctxrank.models import MODELS
+        from ctxrank.registry import Baseline, get_model
 
-        if self.model not in MODELS and self.model not in BASELINE_MODELS:
-            valid = ", ".join(sorted([*MODELS, *BASELINE_MODELS]))
-            raise ValueError(f"model: unknown model {self.model!r}; valid models: {valid}")
+        try:
+            entry = get_model(self.model)
+        except ValueError as exc:
+            raise ValueError(f"model: {exc}") from None
         if self.transform not in TRANSFORMS:
             raise ValueError(
                 f"transform: unknown transform {self.transform!r}; valid: {', '.join(sorted(TRANSFORMS))}"
             )
         if not isinstance(self.train, TrainConfig):
             raise TypeError("train must be a TrainConfig")
-        baseline = BASELINE_MODELS.get(self.model)
-        if baseline is not None:
+        if isinstance(entry, Baseline):
+            baseline = entry
             # a saved config records loss_name (e.g. "lambdarank"): that one is accepted
             if self.loss and self.loss != baseline.objective(self.model_params):
                 raise ValueError(f"loss: {self.model} trains {baseline.trains}; --loss does not apply")
@@ -308,11 +189,11 @@ class RunConfig:
                 )
             baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
-        own = MODELS[self.model].own_objective if self.model in MODELS else ""
+        own = entry.own_objective
         if self.loss and self.loss not in LOSSES and self.loss != own:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
-        MODELS[self.model].make_config(self.model_params)
+        entry.make_config(self.model_params)
         if own:
             if self.loss not in ("", own) or self.loss_params:
                 raise ValueError(
@@ -331,24 +212,23 @@ class RunConfig:
     @property
     def loss_name(self) -> str:
         """The loss actually used: ``loss`` or the model's default loss."""
-        from ctxrank.models import MODELS
+        from ctxrank.registry import Baseline, get_model
 
-        if self.model in BASELINE_MODELS:
-            return BASELINE_MODELS[self.model].objective(self.model_params)
-        return self.loss or MODELS[self.model].own_objective or MODELS[self.model].default_loss
+        entry = get_model(self.model)
+        if isinstance(entry, Baseline):
+            return entry.objective(self.model_params)
+        return self.loss or entry.own_objective or entry.default_loss
 
     @property
     def effective_loss_params(self) -> dict[str, Any]:
         """``loss_params`` over the model's implied options for its default loss (e.g. DLCM's AttRank
         form), so that saved configs record what was actually used."""
-        from ctxrank.models import MODELS
+        from ctxrank.registry import Baseline, get_model
 
-        cls = MODELS.get(self.model)
-        if cls is not None and cls.own_objective:
+        cls = get_model(self.model)
+        if isinstance(cls, Baseline) or cls.own_objective:
             return {}
-        implied = (
-            dict(cls.default_loss_params) if cls is not None and self.loss_name == cls.default_loss else {}
-        )
+        implied = dict(cls.default_loss_params) if self.loss_name == cls.default_loss else {}
         return {**implied, **self.loss_params}
 
     def to_dict(self) -> dict[str, Any]:
@@ -357,7 +237,7 @@ class RunConfig:
             "loss": self.loss_name,
             "transform": self.transform,
             "model_params": dict(self.model_params),
-            "loss_params": self.effective_loss_params if self.model not in BASELINE_MODELS else {},
+            "loss_params": self.effective_loss_params,
             "train": dataclasses.asdict(self.train),
             "rerank": {
                 k: dict(v) if isinstance(v, Mapping) else v
@@ -394,19 +274,6 @@ def loss_options(fn: Any) -> list[str]:
         for name, p in inspect.signature(fn).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator")
     ]
-
-
-def build_dataclass(cls: type, values: Mapping[str, Any], section: str):
-    """``cls(**values)`` with errors naming ``section.key``; lists become tuples."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"{section}: unknown option(s) {unknown}; valid options: {sorted(names)}")
-    clean = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    try:
-        return cls(**clean)
-    except TypeError as exc:
-        raise ValueError(f"{section}: {exc}") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -463,57 +330,3 @@ def resolve_config(
             else:
                 d[k] = v
     return RunConfig.from_dict(apply_overrides(d, overrides))
-
-
-def to_toml(d: Mapping[str, Any]) -> str:
-    """A small TOML writer for saved configs (scalars, lists and nested tables)."""
-    lines: list[str] = []
-    _write_table(lines, d, prefix="")
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _write_table(lines: list[str], d: Mapping[str, Any], prefix: str) -> None:
-    tables = []
-    for k, v in d.items():
-        if isinstance(v, Mapping):
-            tables.append((k, v))
-        elif v is not None:
-            lines.append(f"{k} = {_toml_value(v)}")
-    for k, v in tables:
-        name = f"{prefix}.{k}" if prefix else k
-        lines.append(f"\n[{name}]")
-        _write_table(lines, v, name)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def _positive(obj: Any, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{_section(obj)}.{name} must be a positive number, got {value!r}")
-
-
-def _non_negative(obj: Any, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{_section(obj)}.{name} must be a number >= 0, got {value!r}")
-
-
-def _positive_int(obj: Any, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{_section(obj)}.{name} must be a positive integer, got {value!r}")
-
-
-def _section(obj: Any) -> str:
-    return getattr(obj, "SECTION", "train" if isinstance(obj, TrainConfig) else type(obj).__name__)
-
-
-check_positive, check_non_negative, check_positive_int = _positive, _non_negative, _positive_int

@@ -20,11 +20,12 @@ No registered model reads ``init_scores`` (their forward ignores them; DLCM drop
 residual), so they are never an input (``tests/test_export.py`` checks this for every model).
 
 **Re-ranking models** (``rerank.initial = "lambdamart"``): only the neural re-ranker is exported. The
-caller must build its input as :func:`ctxrank.rerank.prepare_split` does: score every item with the
+caller must build its input as :func:`ctxrank.training.rerank.prepare_split` does: score every item with the
 initial ranker (LightGBM's ``DIR/initial/model.txt``), keep each query's top ``top_k`` ordered by
 descending initial score (ties by input position) and append ``initial_rank`` (1-based, within the full
 query) and/or ``initial_score`` as the last feature columns (``rerank`` in ``ctxrank.json`` says which).
-The items cut off follow the re-ranked ones in their initial order (:func:`ctxrank.rerank.merge_scores`).
+The items cut off follow the re-ranked ones in their initial order
+(:func:`ctxrank.training.rerank.merge_scores`).
 
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
@@ -142,8 +143,8 @@ def serving_model(predictor: Any) -> ServingModel:
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
-    from ctxrank.checkpoint import TorchPredictor
-    from ctxrank.rerank import RerankPredictor
+    from ctxrank.training.predict import TorchPredictor
+    from ctxrank.training.rerank import RerankPredictor
 
     if isinstance(predictor, RerankPredictor):
         predictor = predictor.reranker
@@ -241,7 +242,8 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             exported, a missing ONNX package, an export failure, or a file that does not reproduce the
             model (e.g. a trace that does not generalize to other batch shapes).
     """
-    from ctxrank.checkpoint import atomic_write, load_model, read_meta
+    from ctxrank._io import atomic_write
+    from ctxrank.checkpoint import load_model, read_meta
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
@@ -311,7 +313,7 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    from ctxrank.rerank import RerankPredictor
+    from ctxrank.training.rerank import RerankPredictor
 
     file_meta: dict[str, Any] = {
         "model": meta.get("model"),
@@ -333,7 +335,7 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
         notes.append(
             "re-ranking model: only the neural re-ranker is exported. Build its lists as "
-            "ctxrank.rerank.prepare_split does: score every item with the initial ranker "
+            "ctxrank.training.rerank.prepare_split does: score every item with the initial ranker "
             f"({model_dir / rr['dir'] / 'model.txt'}), keep each query's top {rr['top_k']} in descending "
             "initial score (ties by input position)"
             + (f", append {' and '.join(added)} as the last feature column(s)" if added else "")

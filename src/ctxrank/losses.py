@@ -29,11 +29,11 @@ Conventions shared by all of them:
 
 Losses (``LOSSES`` registry; ``get_loss(name)``):
 
-* :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML; seed 002).
-* :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008; seed 003).
-* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 (seed 000/001) or DLCM eq. 11 (Ai et al.
-  2018; seed 003), or the variant of DLCM's released code.
-* :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; seed 003 eq. 8).
+* :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML).
+* :func:`listmle`: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
+* :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or
+  the variant of DLCM's released code.
+* :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; DLCM eq. 8).
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
 (eq. 13-14) over item representations ``(B, L, D)``.
@@ -49,6 +49,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from ctxrank._checks import check_choice, check_int, check_positive
 
 __all__ = [
     "ATTRANK_FORMS",
@@ -78,29 +80,6 @@ DEFAULT_BLOCK_BYTES = 64 * 2**20
 # ----------------------------------------------------------------------------------------------------
 # Shared machinery
 # ----------------------------------------------------------------------------------------------------
-
-
-def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in valid:
-        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
-
-
-def _check_positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: object, *, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 def _neg(dtype: torch.dtype) -> float:
@@ -205,8 +184,8 @@ def listnet(
 ) -> torch.Tensor:
     """ListNet: cross entropy between top-one probabilities of labels and scores (Cao et al. 2007).
 
-    With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (seed 002,
-    section 3.1-3.2), the loss of a list is
+    With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (ListNet
+    paper, section 3.1-3.2), the loss of a list is
 
         ``L = - sum_j P_y(j) log P_s(j)``,  ``log P_s = log_softmax(s / temperature)``
 
@@ -224,9 +203,9 @@ def listnet(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
-    temperature = _check_positive("temperature", temperature)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
+    temperature = check_positive("temperature", temperature)
     lists = _Lists(scores, labels, mask)
     log_p = torch.log_softmax(lists.logits(lists.s / temperature), dim=-1)  # (B, L)
     target = _top_one_target(lists, label_transform)  # (B, L)
@@ -260,7 +239,7 @@ def listmle(
 ) -> torch.Tensor:
     """ListMLE: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
 
-    Sorting the ``n`` real items by label, descending, gives the order ``pi``; seed 003 (section 4.4)
+    Sorting the ``n`` real items by label, descending, gives the order ``pi``; the DLCM paper (section 4.4)
     writes its Plackett-Luce probability ``P(pi | s) = prod_i exp(s_pi(i)) / sum_{k >= i} exp(s_pi(k))``,
     so
 
@@ -284,7 +263,7 @@ def listmle(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("reduction", reduction, REDUCTIONS)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     lists = _Lists(scores, labels, mask)
@@ -325,13 +304,13 @@ def attrank(
     """AttRank: cross entropy between a label attention and the score softmax (Ai et al. 2018).
 
     Labels are normalized with the truncated exponential ``psi(x) = exp(x)`` if ``x > 0`` else ``0``
-    (QILCM eq. 11; DLCM's ``a^y``, seed 003): ``y~_i = psi(y_i) / sum_j psi(y_j)``. The model's
+    (QILCM eq. 11; DLCM's ``a^y``): ``y~_i = psi(y_i) / sum_j psi(y_j)``. The model's
     attention is ``s_i = softmax(scores)_i`` over the real items (QILCM eq. 9). Per list, with ``n`` real
     items:
 
     * ``form="qilcm"`` (default), QILCM eq. 12 (seeds 000/001):
       ``L = -(1/n) sum_i y~_i log s_i``.
-    * ``form="dlcm"``, DLCM paper eq. 11 (seed 003), two-sided:
+    * ``form="dlcm"``, DLCM eq. 11, two-sided:
       ``L = -sum_i [ y~_i log s_i + (1 - y~_i) log(1 - s_i) ]``, with ``log(1 - s_i)`` computed exactly
       as ``logsumexp_{k != i} scores_k - logsumexp_k scores_k``. For a one-item list ``1 - s_1 = 0`` and
       ``1 - y~_1 = 0``; the term ``0 * log 0`` is defined as 0 (the list's value is then 0).
@@ -353,8 +332,8 @@ def attrank(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("form", form, ATTRANK_FORMS)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("form", form, ATTRANK_FORMS)
     lists = _Lists(scores, labels, mask)
     z = lists.logits()  # (B, L)
     lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (B, 1)
@@ -417,7 +396,7 @@ def _rank_distribution(s: torch.Tensor, mask: torch.Tensor, sigma: float, ranks:
 def softrank_rank_distribution(
     scores: torch.Tensor, mask: torch.Tensor, sigma: float = 0.1, *, max_rank: int | None = None
 ) -> torch.Tensor:
-    """SoftRank rank distributions ``p_j(r)`` (Taylor et al. 2008; seed 003 eq. 8 and recursion).
+    """SoftRank rank distributions ``p_j(r)`` (Taylor et al. 2008; DLCM eq. 8 and recursion).
 
     Each real score gets independent Gaussian noise ``N(s_j, sigma^2)``; item ``i`` is ranked above
     ``j`` with probability ``pi_ij = Phi((s_i - s_j) / (sqrt(2) sigma))``. Starting from ``p_j(0) = 1``,
@@ -441,8 +420,8 @@ def softrank_rank_distribution(
         items of list ``b``. Rows of real items sum to 1 (with ``max_rank=None``); rows of padded items
         are 0; ranks ``>= n_b`` have probability 0.
     """
-    sigma = _check_positive("sigma", sigma)
-    max_rank = _check_int("max_rank", max_rank)
+    sigma = check_positive("sigma", sigma)
+    max_rank = check_int("max_rank", max_rank, allow_none=True)
     lists = _Lists(scores, torch.zeros_like(scores), mask)
     L = scores.shape[1]
     return _rank_distribution(lists.s, mask, sigma, L if max_rank is None else min(max_rank, L))
@@ -460,7 +439,7 @@ def softrank(
 ) -> torch.Tensor:
     """SoftRank: one minus the expected NDCG@k under Gaussian score noise (Taylor et al. 2008).
 
-    With the rank distributions ``p_j(r)`` of :func:`softrank_rank_distribution` (seed 003 eq. 8; DLCM
+    With the rank distributions ``p_j(r)`` of :func:`softrank_rank_distribution` (DLCM eq. 8; DLCM
     uses ``sigma = 0.1``),
 
         ``E[DCG@k] = sum_j g(y_j) sum_{r < k} p_j(r) D(r)``,  ``D(r) = 1 / log2(r + 2)`` (0-based rank),
@@ -486,10 +465,10 @@ def softrank(
     Returns:
         Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
     """
-    _check_choice("reduction", reduction, REDUCTIONS)
-    _check_choice("gain", gain, SOFTRANK_GAINS)
-    sigma = _check_positive("sigma", sigma)
-    k = _check_int("k", k)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("gain", gain, SOFTRANK_GAINS)
+    sigma = check_positive("sigma", sigma)
+    k = check_int("k", k, allow_none=True)
     lists = _Lists(scores, labels, mask)
     L = scores.shape[1]
     R = L if k is None else min(k, L)
@@ -722,8 +701,8 @@ def chamfer_confusion(
     Returns:
         Scalar, ``(B, B)`` or ``(P,)``.
     """
-    _check_choice("form", form, CHAMFER_FORMS)
-    _check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("form", form, CHAMFER_FORMS)
+    check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(reps, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise TypeError("reps and mask must be torch.Tensors")
     if not reps.dtype.is_floating_point or reps.dim() != 3:
@@ -735,8 +714,8 @@ def chamfer_confusion(
             f"mask must be a bool tensor of shape {tuple(reps.shape[:2])}, "
             f"got {mask.dtype} {tuple(mask.shape)}"
         )
-    pairs = _check_int("pairs", pairs)
-    chunk_size = _check_int("chunk_size", chunk_size)
+    pairs = check_int("pairs", pairs, allow_none=True)
+    chunk_size = check_int("chunk_size", chunk_size, allow_none=True)
     if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, int) or max_block_bytes < 1:
         raise ValueError(f"max_block_bytes must be an int >= 1, got {max_block_bytes!r}")
     if generator is not None and not isinstance(generator, torch.Generator):

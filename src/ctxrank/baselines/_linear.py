@@ -11,13 +11,16 @@ round-trip exactly), so loading reads JSON and nothing else: it cannot execute c
 
 from __future__ import annotations
 
-import math
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import is_int
+from ctxrank._io import atomic_write, to_toml, write_json
+from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
 from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import GlobalMinMax, Transform
@@ -26,36 +29,6 @@ __all__ = ["NotFittedError"]
 
 
 # -------------------------------------------------------------------------------- parameter checks
-def is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if not is_int(value) or value < minimum:
-        none = "None or " if allow_none else ""
-        raise ValueError(f"{name} must be {none}an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_positive(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not math.isfinite(value)
-        or not value > 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return bool(value)
-
-
 def check_no_relevant(value: Any) -> float | str:
     return _normalize_no_relevant(value)
 
@@ -189,10 +162,7 @@ def save_meta(
     run_config: Mapping[str, Any] | None,
 ) -> Path:
     """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically."""
-    import json
-
     from ctxrank import __version__
-    from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, atomic_write, write_json
 
     for name, value in meta.get("params", {}).items():
         try:
@@ -202,8 +172,6 @@ def save_meta(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if run_config is not None:
-        from ctxrank.config import to_toml
-
         text = to_toml(dict(run_config))
         atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
     full = {
@@ -219,8 +187,6 @@ def save_meta(
 
 def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
     """``ctxrank.json`` of ``directory`` (JSON only), checked to be a ``kind`` model."""
-    from ctxrank.checkpoint import read_meta
-
     directory = Path(directory)
     meta = read_meta(directory)
     if meta.get("kind") != kind:

@@ -59,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_int
+from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
 from ctxrank.baselines._linear import NotFittedError
 from ctxrank.data.ranking_data import RankingData
@@ -120,10 +122,10 @@ class AdaRank(lin.LinearScorer):
         num_threads: int | None = 1,
     ) -> None:
         self.metric = lin.check_metric("metric", metric, allowed=("map", "ndcg"))
-        self.n_rounds = lin.check_int("n_rounds", n_rounds, 1)
-        self.patience = lin.check_int("patience", patience, 1, allow_none=True)
+        self.n_rounds = check_int("n_rounds", n_rounds, 1)
+        self.patience = check_int("patience", patience, 1, allow_none=True)
         self.no_relevant = lin.check_no_relevant(no_relevant)
-        self.num_threads = lin.check_int("num_threads", num_threads, 1, allow_none=True)
+        self.num_threads = check_int("num_threads", num_threads, 1, allow_none=True)
 
     # ------------------------------------------------------------------ params
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -308,11 +310,23 @@ class AdaRank(lin.LinearScorer):
         model.rounds_ = rounds
         model.best_round_ = len(rounds)
         model.rounds_run_ = int(meta.get("rounds_run") or len(rounds))
-        model.best_score_ = meta.get("best_score")
         model.selected_on_ = meta.get("selected_on")
-        model.history_ = meta.get("history") or []
+        # strict JSON wrote NaN and -inf (no round kept) as null
+        best = meta.get("best_score")
+        model.best_score_ = float(best) if best is not None else (math.nan if rounds else -math.inf)
+        model.history_ = [_history_record(r, model.selected_on_) for r in meta.get("history") or []]
         model.query_weights_ = None
         model.stop_reason_ = meta.get("stop_reason")
         model.n_features_in_ = n
         model.feature_names_in_ = tuple(str(s) for s in meta.get("feature_names") or ())
         return model
+
+
+def _history_record(record: dict[str, Any], selected_on: str | None) -> dict[str, Any]:
+    """A round of ``history_`` read back from ``ctxrank.json`` (``null`` -> NaN for the metrics; the
+    valid metric stays None without validation)."""
+    out = dict(record)
+    out["train"] = float_or_nan(record.get("train"))
+    if selected_on == "valid":
+        out["valid"] = float_or_nan(record.get("valid"))
+    return out

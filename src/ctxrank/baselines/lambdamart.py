@@ -33,7 +33,6 @@ Nothing here imports LightGBM at module import time.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import is_int as _is_int
+from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
+from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
@@ -88,10 +90,6 @@ def _aliases(name: str) -> set[str]:
         return set(_ConfigAliases.get(name)) | {name}
     except Exception:  # pragma: no cover - LightGBM moved its private alias table
         return {name}
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def _rows_of(data: RankingData, queries: np.ndarray) -> np.ndarray:
@@ -497,13 +495,12 @@ class LambdaMART:
         import lightgbm as lgb
 
         from ctxrank import __version__
-        from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, atomic_write, write_json
 
         self._check_fitted()
         params = self.get_params()
         for name, value in params.items():
             try:
-                json.dumps(value, allow_nan=True)
+                dumps(value)
             except TypeError:
                 raise ValueError(
                     f"cannot save parameter {name}={value!r}: not representable in JSON"
@@ -513,8 +510,6 @@ class LambdaMART:
         data = self.booster_.model_to_string(num_iteration=self.best_iteration_).encode("utf-8")
         atomic_write(directory / MODEL_FILE, lambda tmp: tmp.write_bytes(data))
         if run_config is not None:
-            from ctxrank.config import to_toml
-
             text = to_toml(dict(run_config))
             atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
         meta = {
@@ -554,8 +549,6 @@ class LambdaMART:
             ValueError: not a ctxrank model directory, another kind of model, a ``model.txt`` that
                 is missing, changed since saving, or does not match the metadata.
         """
-        from ctxrank.checkpoint import read_meta
-
         directory = Path(directory)
         meta = read_meta(directory)
         if meta.get("kind") != KIND:
@@ -601,12 +594,13 @@ class LambdaMART:
         model = cls(**params)
         model.booster_ = booster
         model.best_iteration_ = best_iteration
-        model.best_score_ = meta.get("best_score")
+        model.evals_result_ = _evals_result(meta.get("evals_result") or {})
+        # None without validation; with it a float, NaN written as null by strict JSON
+        model.best_score_ = float_or_nan(meta.get("best_score")) if "valid" in model.evals_result_ else None
         model.n_features_in_ = n_features
         model.n_categorical_in_ = n_categorical
         model.feature_names_in_ = feature_names
         model.label_gain_ = label_gain
-        model.evals_result_ = meta.get("evals_result") or {}
         model.lgb_params_ = meta.get("lightgbm_params") or {}
         return model
 
@@ -639,14 +633,23 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
+    """LightGBM's parameters for ``ctxrank.json``: values strict JSON cannot hold become their repr."""
     out = {}
     for k, v in params.items():
         try:
-            json.dumps(v, allow_nan=True)
+            dumps(v)
             out[k] = v
         except TypeError:
             out[k] = repr(v)
     return out
+
+
+def _evals_result(saved: Mapping[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """``evals_result_`` read back from ``ctxrank.json``: ``{data: {metric: [value per iteration]}}``,
+    with ``null`` (a NaN written as strict JSON) -> NaN."""
+    return {
+        data: {metric: floats_or_nan(values) for metric, values in per.items()} for data, per in saved.items()
+    }
 
 
 def cross_fit_predict(

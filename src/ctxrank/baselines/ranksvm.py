@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_int, check_positive
+from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
 from ctxrank.baselines._linear import NotFittedError
 from ctxrank.data.ranking_data import RankingData
@@ -152,23 +154,23 @@ class RankSVM(lin.LinearScorer):
         if isinstance(C, (list, tuple, np.ndarray)):
             if len(C) == 0:
                 raise ValueError("C must be a number > 0 or a non-empty list of them, got an empty list")
-            grid = tuple(lin.check_positive("C", c) for c in C)
+            grid = tuple(check_positive("C", c) for c in C)
             if len(set(grid)) != len(grid):
                 raise ValueError(f"C: the grid has repeated values: {list(C)!r}")
             self.C: float | tuple[float, ...] = grid
         else:
-            self.C = lin.check_positive("C", C)
+            self.C = check_positive("C", C)
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
         self.loss = loss
-        self.max_pairs_per_query = lin.check_int(
+        self.max_pairs_per_query = check_int(
             "max_pairs_per_query", max_pairs_per_query, 1, allow_none=True
         )
         self.metric = lin.check_metric("metric", metric)
         self.no_relevant = lin.check_no_relevant(no_relevant)
-        self.tol = lin.check_positive("tol", tol)
-        self.max_iter = lin.check_int("max_iter", max_iter, 1)
-        self.seed = lin.check_int("seed", seed, 0)
+        self.tol = check_positive("tol", tol)
+        self.max_iter = check_int("max_iter", max_iter, 1)
+        self.seed = check_int("seed", seed, 0)
 
     # ------------------------------------------------------------------ params
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -326,15 +328,16 @@ class RankSVM(lin.LinearScorer):
         try:
             lin.check_params(cls, params)
             model = cls(**params)
-            c = lin.check_positive("C", meta.get("C"))
-            grid_scores = {float(k): float(v) for k, v in meta.get("grid_scores") or []}
+            c = check_positive("C", meta.get("C"))
+            grid_scores = {float(k): float_or_nan(v) for k, v in meta.get("grid_scores") or []}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{directory}: bad RankSVM metadata ({exc})") from None
         model.scaler_ = lin.load_scaler(directory, meta, n)
         model.coef_ = lin.float_vector(directory, meta, "coef", n)
         model.C_ = c
         model.grid_scores_ = grid_scores
-        model.best_score_ = meta.get("best_score")
+        # None without validation (no grid scores); else a float, NaN written as null by strict JSON
+        model.best_score_ = float_or_nan(meta.get("best_score")) if grid_scores else None
         model.n_pairs_ = int(meta.get("n_pairs") or 0)
         model.converged_ = bool(meta.get("converged", True))
         model.n_features_in_ = n

@@ -27,7 +27,7 @@ from ctxrank.cli._options import (
 )
 from ctxrank.cli._train_data import TrainFiles
 
-RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.resume)
+RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
 
 
@@ -154,7 +154,7 @@ def train(
     debug: bool = False,
 ) -> int:
     """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``."""
-    from ctxrank.config import BASELINE_MODELS
+    from ctxrank.registry import is_baseline
 
     record = None
     if resume is not None:
@@ -164,14 +164,14 @@ def train(
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(options)
-    from ctxrank.distributed import init_from_env
+    from ctxrank.training.distributed import init_from_env
 
-    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.distributed)
+    ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
     run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug)
     if not ctx.enabled:
         return run.execute()
     try:
-        if config.model in BASELINE_MODELS:
+        if is_baseline(config.model):
             raise ValueError(
                 f"torchrun data-parallel training applies to the neural models, not {config.model} "
                 "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
@@ -204,7 +204,7 @@ def _resolved_config(options: TrainOptions) -> Any:
 def _read_run_record(directory: Path) -> dict[str, Any]:
     """``DIR/resume/run.json`` of an unfinished run (refusing a finished run or a foreign file)."""
     from ctxrank._io import read_json_file
-    from ctxrank.resume import RUN_FILE
+    from ctxrank.training.resume import RUN_FILE
 
     run_file = directory / RESUME_DIR / RUN_FILE
     if not run_file.is_file():
@@ -224,7 +224,7 @@ def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple
     """``--resume DIR``: the recorded options and config of the run in DIR; options given as well must
     agree with the recorded ones."""
     from ctxrank.config import RunConfig
-    from ctxrank.resume import RUN_FILE
+    from ctxrank.training.resume import RUN_FILE
 
     directory = Path(resume)
     if out_dir is not None and Path(out_dir).absolute() != directory.absolute():
@@ -285,8 +285,8 @@ class _Run:
     def execute(self) -> int:
         """Check, read the data, record the run, train, save, report; the exit status."""
         from ctxrank.cli._train_data import training_data
-        from ctxrank.pipeline import run_training
-        from ctxrank.train import NonFiniteLossError
+        from ctxrank.training.loop import NonFiniteLossError
+        from ctxrank.training.run import run_training
 
         self._check_directory()
         self._check_categorical()
@@ -323,7 +323,7 @@ class _Run:
         return 0
 
     def _check_directory(self) -> None:
-        from ctxrank.resume import RUN_FILE, STATE_FILE
+        from ctxrank.training.resume import RUN_FILE, STATE_FILE
 
         out_dir, state_dir = self.out_dir, self.state_dir
         if self.record is not None:
@@ -337,10 +337,10 @@ class _Run:
             raise ValueError(f"{out_dir} already holds a saved model; choose another --out or remove it")
 
     def _check_categorical(self) -> None:
-        from ctxrank.config import BASELINE_MODELS
+        from ctxrank.registry import is_baseline
 
         model, categorical = self.config.model, self.options.categorical
-        if model in BASELINE_MODELS and model != "lambdamart" and categorical:
+        if is_baseline(model) and model != "lambdamart" and categorical:
             raise ValueError(
                 f"{model} uses numeric features only and would ignore the categorical columns "
                 f"{','.join(categorical)}; drop --categorical and name the numeric columns with --numeric, "
@@ -376,8 +376,8 @@ class _Run:
         import os
 
         from ctxrank._io import write_json
-        from ctxrank.distributed import world
-        from ctxrank.resume import RUN_FILE, StateDir
+        from ctxrank.training.distributed import world
+        from ctxrank.training.resume import RUN_FILE, StateDir
 
         if self.record is not None:
             done = StateDir(self.state_dir).saved_epoch()
@@ -406,7 +406,7 @@ class _Run:
     def _non_finite(self, exc: Exception) -> int:
         import sys
 
-        from ctxrank.resume import StateDir
+        from ctxrank.training.resume import StateDir
 
         best = StateDir(self.state_dir).best_file()
         where = (

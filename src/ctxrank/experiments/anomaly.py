@@ -26,7 +26,7 @@ __all__ = ["anomaly_scores", "bucket_gaps", "method_text", "query_vectors"]
 
 
 def query_vectors(data: RankingData, scores: np.ndarray, top: int = 10) -> np.ndarray:
-    """float64 ``[Q, F]``: each query's mean feature vector over its ``top`` best-scored items
+    """float64 ``(Q, F)``: each query's mean feature vector over its ``top`` best-scored items
     (all items when the list is shorter). Ties keep file order."""
     q = np.repeat(np.arange(data.n_queries), data.query_lengths)
     order = np.lexsort((np.arange(data.n_items), -np.asarray(scores, dtype=np.float64), q))

@@ -15,17 +15,15 @@ import csv
 import datetime as _dt
 import io
 import json
-import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ctxrank.checkpoint import atomic_write, write_json
+from ctxrank._io import atomic_write, write_json
 from ctxrank.experiments import stats
-from ctxrank.experiments.runner import REFERENCE
-from ctxrank.experiments.spec import ExperimentSpec
+from ctxrank.experiments.provenance import environment
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.stats import holm, mean_std
 from ctxrank.experiments.store import RunStore
 
@@ -34,7 +32,7 @@ __all__ = ["build_report", "collect", "query_means", "run_means"]
 
 def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]], dict[str, list[dict]]]:
     """The runs every model has finished (in run order) and each model's records for them."""
-    names = [*spec.models, *([REFERENCE] if spec.data.synth else [])]
+    names = spec.run_names()
     keys = [k for k in spec.run_keys() if all(store.has_run(m, *k) for m in names)]
     return keys, {m: [store.load_run(m, *k) for k in keys] for m in names}
 
@@ -77,43 +75,6 @@ def _pair(a: list[dict], b: list[dict], metric: str, spec: ExperimentSpec) -> di
     if test == "corrected-resampled":
         return stats.corrected_resampled_test(ra, rb, test_train_ratio=test_train_ratio(a))
     return stats.runs_plain_test(ra, rb)
-
-
-def code_version() -> dict[str, Any]:
-    """``{"git_sha", "git_dirty", "ctxrank"}`` of the code running now (SHA None outside a checkout)."""
-    env = _environment()
-    return {"git_sha": env["git_sha"], "git_dirty": env["git_dirty"], "ctxrank": env["versions"]["ctxrank"]}
-
-
-def _environment() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {"python": platform.python_version()}
-    for pkg in ("ctxrank", "torch", "numpy", "scipy", "scikit-learn", "lightgbm", "pandas"):
-        try:
-            versions[pkg] = version(pkg)
-        except PackageNotFoundError:
-            versions[pkg] = None
-    try:
-        here = Path(__file__).resolve().parent
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha, dirty = None, ""
-    return {
-        "git_sha": sha,
-        "git_dirty": bool(dirty),
-        "versions": versions,
-        "machine": f"{platform.system()} {platform.machine()}",
-    }
 
 
 def _fmt_p(p: float | None) -> str:
@@ -215,12 +176,12 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
     best = {k: max(rep.baselines, key=lambda b, k=k: table[b][k]["mean"]) for k in metrics}
     test_info = _test_info(spec, comparisons, len(keys))
     test_text = test_info["caption"]
-    env = _environment()
+    env = environment()
     run_code = {json.dumps(r.get("code"), sort_keys=True) for recs in records.values() for r in recs}
     results = {
         "name": spec.name,
         "title": spec.title,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "spec": spec.to_dict(),
         "fingerprint": spec.fingerprint(),
         "runs": [{"seed": s, "fold": f} for s, f in keys],

@@ -3,7 +3,7 @@
 For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split of one
 file drawn from the seed, as in the QILCM paper), the initial LambdaMART is fitted once when the
 protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
-each model that has no stored result is trained with ``ctxrank.pipeline.run_training`` and evaluated
+each model that has no stored result is trained with ``ctxrank.training.run.run_training`` and evaluated
 once on the test split. Per-query test metrics are written to the run store
 (``ctxrank.experiments.store``) the moment a model's run ends, so a killed experiment resumes where it
 stopped. On synthetic choice data the generator's own chooser is stored as the reference ``chooser``.
@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.experiments.spec import ExperimentSpec
+from ctxrank.experiments.provenance import code_version
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
 
-__all__ = ["REFERENCE", "Unit", "load_unit", "pending_runs", "run_experiment"]
-
-REFERENCE = "chooser"
+__all__ = ["Unit", "load_unit", "pending_runs", "run_experiment"]
 
 
 @dataclass
@@ -113,7 +112,7 @@ def pending_runs(
 ) -> list[tuple[int, int, str]]:
     """``(seed, fold, model)`` of every run without a stored result, in run order (of one shard)."""
     keys = shard_keys(spec.run_keys(), shard)
-    return [(s, f, m) for s, f in keys for m in _run_names(spec) if not store.has_run(m, s, f)]
+    return [(s, f, m) for s, f in keys for m in spec.run_names() if not store.has_run(m, s, f)]
 
 
 def shard_keys(keys: list[tuple[int, int]], shard: tuple[int, int] | None) -> list[tuple[int, int]]:
@@ -129,10 +128,6 @@ def shard_keys(keys: list[tuple[int, int]], shard: tuple[int, int] | None) -> li
     if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
         raise ValueError(f"shard must be K/N with 1 <= K <= N, got {k}/{n}")
     return [key for i, key in enumerate(keys) if i % n == k - 1]
-
-
-def _run_names(spec: ExperimentSpec) -> list[str]:
-    return [*spec.models, *([REFERENCE] if spec.data.synth else [])]
 
 
 def run_experiment(
@@ -156,7 +151,7 @@ def run_experiment(
     keys = shard_keys(spec.run_keys(), shard)  # a bad shard is refused before anything is written
     store = RunStore(out)
     store.claim(spec)
-    names = _run_names(spec)
+    names = spec.run_names()
     todo = pending_runs(spec, store, shard)
     need_units = {(s, f) for s, f in keys if spec.anomaly and not store.has_unit(s, f)}
     total = len(keys) * len(names)
@@ -165,8 +160,6 @@ def run_experiment(
         + (f" (shard {shard[0]}/{shard[1]} of {len(spec.run_keys())})" if shard else "")
         + f" on {spec.data.describe()}; {total - len(todo)} of {total} already stored in {store.root}"
     )
-    from ctxrank.experiments.report import code_version
-
     code = code_version()
     source = _Source(spec)
     bar = tqdm(total=total, initial=total - len(todo), disable=not progress, unit="run", dynamic_ncols=True)
@@ -234,7 +227,7 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
 def _run_one(
     spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial
 ) -> dict[str, Any]:
-    from ctxrank.pipeline import run_training
+    from ctxrank.training.run import run_training
 
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
     if model == REFERENCE and spec.data.synth and model not in spec.models:

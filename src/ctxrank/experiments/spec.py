@@ -54,7 +54,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxrank.config import BASELINE_MODELS, RunConfig, apply_overrides, load_toml
+from ctxrank.config import RunConfig, apply_overrides, load_toml
 
 __all__ = [
     "AnomalySpec",
@@ -104,6 +104,10 @@ def _names(section: str, name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
         raise _fail(section, f"{name} must be a list of strings, got {value!r}")
     return tuple(value)
+
+
+#: The run name of the synthetic chooser's own scores (a reference row of the report, not a model).
+REFERENCE = "chooser"
 
 
 @dataclass(frozen=True)
@@ -228,10 +232,17 @@ class ExperimentSpec:
         n_seeds = -(-self.runs // len(folds))
         return [(s, f) for s in range(n_seeds) for f in folds][: self.runs]
 
+    def run_names(self) -> list[str]:
+        """The names whose runs are stored: the models, plus the :data:`REFERENCE` chooser (the
+        generator's own choice probabilities) on synthetic choice data."""
+        return [*self.models, *([REFERENCE] if self.data.synth else [])]
+
     def run_config(self, model: str, seed: int) -> RunConfig:
         """The model's run config for one seed: its table, the protocol, ``train.seed`` and threads."""
         d = apply_overrides(self.models[model], [f"train.seed={seed}", f"train.threads={self.threads}"])
-        if self.initial and d.get("model", "listnet") not in BASELINE_MODELS:
+        from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
+
+        if self.initial and not is_baseline(d.get("model", "listnet")):
             d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
         return RunConfig.from_dict(d)
 

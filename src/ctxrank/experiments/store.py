@@ -6,9 +6,11 @@ Layout of ``OUT/``::
     runs/<model>/seed<S>-fold<F>.json one finished run: per-query test metrics, summary, config
     units/seed<S>-fold<F>.json        per-run data shared by the models (anomaly scores of test queries)
 
-A run file appears only when its run is complete (``checkpoint.atomic_write``: temporary file, fsync,
+A run file appears only when its run is complete (``ctxrank._io.atomic_write``: temporary file, fsync,
 rename), so an experiment killed at any point resumes with every finished run kept and no run counted
-twice. Files are JSON: nothing is unpickled when reading them.
+twice. Files are strict JSON (a NaN metric, e.g. a query without a relevant item under
+``no_relevant = "skip"``, is written as ``null`` and read back as NaN): nothing is unpickled when
+reading them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ctxrank.checkpoint import write_json
+from ctxrank._io import floats_or_nan, write_json
 
 __all__ = ["RunStore"]
 
@@ -45,7 +47,14 @@ class RunStore:
         write_json(self.run_path(record["model"], record["seed"], record["fold"]), record)
 
     def load_run(self, model: str, seed: int, fold: int) -> dict[str, Any]:
-        return _read(self.run_path(model, seed, fold))
+        """A stored run; its per-query ``metrics`` are float lists (``null`` -> NaN)."""
+        path = self.run_path(model, seed, fold)
+        record = _read(path)
+        try:
+            record["metrics"] = {k: floats_or_nan(v) for k, v in record["metrics"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{path}: malformed run file ({exc!r})") from None
+        return record
 
     def has_unit(self, seed: int, fold: int) -> bool:
         return self.unit_path(seed, fold).is_file()
@@ -54,7 +63,14 @@ class RunStore:
         write_json(self.unit_path(seed, fold), record)
 
     def load_unit(self, seed: int, fold: int) -> dict[str, Any]:
-        return _read(self.unit_path(seed, fold))
+        """A stored unit; its ``anomaly_score`` is a float list (``null`` -> NaN)."""
+        path = self.unit_path(seed, fold)
+        record = _read(path)
+        try:
+            record["anomaly_score"] = floats_or_nan(record["anomaly_score"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: malformed unit file ({exc!r})") from None
+        return record
 
     # ----------------------------------------------------------------- spec
     def claim(self, spec: Any) -> None:

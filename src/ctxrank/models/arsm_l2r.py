@@ -1,4 +1,4 @@
-"""ARSM-L2R: categorical relevance levels from an MLP, trained with the ARSM estimator (seed 004).
+"""ARSM-L2R: categorical relevance levels from an MLP, trained with the ARSM estimator (Dadaneh et al.).
 
 ``phi_j = T_theta(x_j)`` (``C`` logits per item, eq. 1); ``z_j ~ Cat(softmax(phi_j))``; training
 minimizes ``E[loss(z, y)]`` (eq. 2) for a non-differentiable ``loss`` (negative NDCG@10 by default) with
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ctxrank._checks import check_bool, check_dropout, check_int, check_int_list
 from ctxrank.arsm import ARSM_LOSSES, arsm_surrogate, get_arsm_loss
-from ctxrank.config import check_non_negative
 from ctxrank.data.lists import ListBatch
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
@@ -36,17 +36,16 @@ SCORES = ("expected", "argmax", "expected_gain")
 @dataclass(frozen=True)
 class ArsmL2RConfig:
     """Attributes:
-    n_levels: ``C``, the number of categorical relevance levels (seed 004: 20).
-    hidden: hidden layer widths of ``T_theta`` (seed 004: one layer of 500).
-    activation: one of ``ctxrank.models.base.ACTIVATIONS`` (seed 004: tanh).
+    n_levels: ``C``, the number of categorical relevance levels (ARSM-L2R paper: 20).
+    hidden: hidden layer widths of ``T_theta`` (ARSM-L2R paper: one layer of 500).
+    activation: one of ``ctxrank.models.base.ACTIVATIONS`` (ARSM-L2R paper: tanh).
     loss: the non-differentiable loss, a name in ``ctxrank.arsm.ARSM_LOSSES`` (``ndcg`` = negative NDCG).
     loss_k: its cutoff (``None`` = whole list).
-    score: prediction score, one of ``expected`` (seed 004), ``argmax``, ``expected_gain``.
+    score: prediction score, one of ``expected`` (ARSM-L2R paper), ``argmax``, ``expected_gain``.
     dedupe: evaluate each distinct pseudo-action once (exact; faster when many swaps coincide).
     dropout: dropout after each hidden layer.
     """
 
-    SECTION = "model_params"
     n_levels: int = 20
     hidden: tuple[int, ...] = (500,)
     activation: str = "tanh"
@@ -57,12 +56,8 @@ class ArsmL2RConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_levels, bool) or not isinstance(self.n_levels, int) or self.n_levels < 2:
-            raise ValueError(f"model_params.n_levels must be an integer >= 2, got {self.n_levels!r}")
-        if not isinstance(self.hidden, tuple) or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
-        ):
-            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        check_int("model_params.n_levels", self.n_levels, 2)
+        check_int_list("model_params.hidden", self.hidden)
         for name, value, valid in (
             ("activation", self.activation, ACTIVATIONS),
             ("loss", self.loss, ARSM_LOSSES),
@@ -70,21 +65,13 @@ class ArsmL2RConfig:
         ):
             if value not in valid:
                 raise ValueError(f"model_params.{name}: unknown {value!r}; valid: {', '.join(sorted(valid))}")
-        if self.loss_k is not None and (
-            isinstance(self.loss_k, bool) or not isinstance(self.loss_k, int) or self.loss_k < 1
-        ):
-            raise ValueError(
-                f"model_params.loss_k must be a positive integer or omitted, got {self.loss_k!r}"
-            )
-        if not isinstance(self.dedupe, bool):
-            raise ValueError(f"model_params.dedupe must be true or false, got {self.dedupe!r}")
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_int("model_params.loss_k", self.loss_k, allow_none=True)
+        check_bool("model_params.dedupe", self.dedupe)
+        check_dropout("model_params.dropout", self.dropout)
 
 
 class ArsmL2R(Ranker):
-    """``[B, L, F] -> phi [B, L, C] -> scores [B, L]``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
+    """``(B, L, F) -> phi (B, L, C) -> scores (B, L)``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
 
     name = "arsm"
     config_class = ArsmL2RConfig
@@ -97,7 +84,7 @@ class ArsmL2R(Ranker):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, config.n_levels)
         for m in self.net:
-            if isinstance(m, nn.Linear):  # Glorot initialization (seed 004, section 3.4)
+            if isinstance(m, nn.Linear):  # Glorot initialization (ARSM-L2R paper, section 3.4)
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
         self.arsm_loss = get_arsm_loss(config.loss, config.loss_k)
@@ -106,7 +93,7 @@ class ArsmL2R(Ranker):
         self.register_buffer("gains", torch.exp2(levels - 1) - 1, persistent=False)
 
     def logits(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
-        """``phi``: ``[B, L, F]`` -> ``[B, L, C]`` (eq. 1)."""
+        """``phi``: ``(B, L, F)`` -> ``(B, L, C)`` (eq. 1)."""
         return self.net(self.item_inputs(features, categorical))
 
     def forward(

@@ -2,9 +2,9 @@
 
 ``forward(features, mask, *, init_scores=None, categorical=None) -> scores``
 
-* ``features`` float [B, L, F], ``mask`` bool [B, L] (True = real item), ``init_scores`` [B, L] or None,
-  ``categorical`` int64 [B, L, C] codes (0 = unknown) or None.
-* ``scores`` float [B, L]; values at padded positions are arbitrary (losses and metrics mask them).
+* ``features`` float (B, L, F), ``mask`` bool (B, L) (True = real item), ``init_scores`` (B, L) or None,
+  ``categorical`` int64 (B, L, C) codes (0 = unknown) or None.
+* ``scores`` float (B, L); values at padded positions are arbitrary (losses and metrics mask them).
 
 ``training_loss(batch, loss_fn)`` is what the trainer minimizes. The default is the ranking loss of
 the scores; models with extra terms (QILCM's query confusion, ARSM's estimator) override it.
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ctxrank.config import build_dataclass
+from ctxrank._checks import build_dataclass
 from ctxrank.data.lists import ListBatch
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -59,7 +59,7 @@ def embedding_dim(cardinality: int) -> int:
 
 
 class CategoricalEmbedding(nn.Module):
-    """One learned embedding per categorical column, concatenated: int64 [..., C] -> float [..., E]."""
+    """One learned embedding per categorical column, concatenated: int64 (..., C) -> float (..., E)."""
 
     def __init__(self, cardinalities: Sequence[int]) -> None:
         super().__init__()
@@ -116,7 +116,7 @@ class Ranker(nn.Module):
         return self.n_features + (self.embedding.out_dim if self.embedding is not None else 0)
 
     def item_inputs(self, features: torch.Tensor, categorical: torch.Tensor | None) -> torch.Tensor:
-        """[B, L, F] features (+ [B, L, C] codes) -> [B, L, input_dim]."""
+        """(B, L, F) features (+ (B, L, C) codes) -> (B, L, input_dim)."""
         if features.shape[-1] != self.n_features:
             raise ValueError(f"model expects {self.n_features} features, got {features.shape[-1]}")
         if self.embedding is None:

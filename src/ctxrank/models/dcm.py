@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ctxrank.config import check_non_negative
+from ctxrank._checks import check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
 from ctxrank.models.base import Ranker
 
@@ -52,22 +52,17 @@ class DCMConfig:
     dropout: dropout on the input embedding.
     """
 
-    SECTION = "model_params"
     embed: int = 64
     hidden: int = 128
     cell: str = "lstm"
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("embed", "hidden"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"model_params.{name} must be a positive integer, got {v!r}")
+        check_int("model_params.embed", self.embed)
+        check_int("model_params.hidden", self.hidden)
         if self.cell not in CELLS:
             raise ValueError(f"model_params.cell: unknown {self.cell!r}; valid: {', '.join(CELLS)}")
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_dropout("model_params.dropout", self.dropout)
 
 
 class DCM(Ranker):

@@ -84,7 +84,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxrank.config import check_non_negative, check_positive_int
+from ctxrank._checks import check_bool, check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
 from ctxrank.models.base import Ranker
 
@@ -115,7 +115,6 @@ class DLCMConfig:
     dropout: dropout probability on ``x'`` before the GRU (not in the paper or code: default 0).
     """
 
-    SECTION = "model_params"
     encoder_widths: tuple[int, ...] | None = None
     gru_hidden: int | None = None
     k: int = 3
@@ -135,20 +134,16 @@ class DLCMConfig:
                 "model_params.encoder_widths must be two positive integers [h1, beta] (the two ELU "
                 f"layers of eq. 3), [] for no abstraction, or omitted for the authors' rule; got {w!r}"
             )
-        if self.gru_hidden is not None:
-            check_positive_int(self, "gru_hidden", self.gru_hidden)
-        check_positive_int(self, "k", self.k)
+        check_int("model_params.gru_hidden", self.gru_hidden, allow_none=True)
+        check_int("model_params.k", self.k)
         if self.direction not in DIRECTIONS:
             raise ValueError(
                 f"model_params.direction must be one of {list(DIRECTIONS)}, got {self.direction!r}"
             )
-        if not isinstance(self.bidirectional, bool):
-            raise ValueError(f"model_params.bidirectional must be true or false, got {self.bidirectional!r}")
+        check_bool("model_params.bidirectional", self.bidirectional)
         if self.gru not in GRU_CELLS:
             raise ValueError(f"model_params.gru must be one of {list(GRU_CELLS)}, got {self.gru!r}")
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_dropout("model_params.dropout", self.dropout)
 
     def resolved_encoder_widths(self, n_inputs: int) -> tuple[int, ...]:
         """``(h1, beta)`` or ``()`` for ``n_inputs`` input columns (applies the authors' rule)."""

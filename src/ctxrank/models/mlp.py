@@ -1,6 +1,6 @@
 """MLPScorer: a feed-forward network scoring each item independently (no list context).
 
-With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007, seed 002).
+With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007).
 ListNet = MLPScorer + the ``listnet`` loss (top-one probability cross entropy).
 MultinomialLogit = the same linear scorer + the log-likelihood of the chosen item under
 ``softmax(scores)`` (McFadden's conditional logit), the classical baseline of choice modelling.
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ctxrank.config import check_non_negative
+from ctxrank._checks import check_dropout, check_int_list
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
 
@@ -26,24 +26,18 @@ class MLPConfig:
     dropout: dropout probability after each hidden layer.
     """
 
-    SECTION = "model_params"
     hidden: tuple[int, ...] = (64, 32)
     activation: str = "relu"
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.hidden, tuple) or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden
-        ):
-            raise ValueError(f"model_params.hidden must be a list of positive integers, got {self.hidden!r}")
+        check_int_list("model_params.hidden", self.hidden)
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"model_params.activation: unknown {self.activation!r}; "
                 f"valid: {', '.join(sorted(ACTIVATIONS))}"
             )
-        check_non_negative(self, "dropout", self.dropout)
-        if self.dropout >= 1:
-            raise ValueError(f"model_params.dropout must be < 1, got {self.dropout}")
+        check_dropout("model_params.dropout", self.dropout)
 
 
 @dataclass(frozen=True)
@@ -54,7 +48,7 @@ class ListNetConfig(MLPConfig):
 
 
 class MLPScorer(Ranker):
-    """s_i = MLP(x_i): [B, L, F] -> [B, L]."""
+    """s_i = MLP(x_i): (B, L, F) -> (B, L)."""
 
     name = "mlp"
     config_class = MLPConfig
@@ -76,7 +70,7 @@ class MLPScorer(Ranker):
 
 
 class ListNet(MLPScorer):
-    """ListNet (seed 002): a linear scorer trained with the top-one probability cross entropy."""
+    """ListNet (Cao et al. 2007): a linear scorer trained with the top-one probability cross entropy."""
 
     name = "listnet"
     config_class = ListNetConfig

@@ -1,17 +1,17 @@
 """QILCM: Query-Invariant Listwise Context Model (Zhu, Chen and He, AAAI 2019; seeds 000/001).
 
-Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask [B, L].
+Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask (B, L).
 
-* Item encoder (eq. 1-2): x^(1) = ELU(W1 x + b1), x^(2) = ELU(W2 x^(1) + b2), h = [x ; x^(2)]  [B, L, D].
+* Item encoder (eq. 1-2): x^(1) = ELU(W1 x + b1), x^(2) = ELU(W2 x^(1) + b2), h = [x ; x^(2)]  (B, L, D).
   ``x`` holds the numerical features (min-max normalized to [0, 1] on train: the run config's
   ``transform = "minmax"``), learned embeddings of categorical columns, and the initial ranker's rank
   (and optionally score) as extra numerical features when re-ranking (``rerank_features``).
-* Item pooling (eq. 3-5): a = masked softmax_i(MLP_att(h_i)) [B, L]; c = sum_i a_i h_i [B, D];
+* Item pooling (eq. 3-5): a = masked softmax_i(MLP_att(h_i)) (B, L); c = sum_i a_i h_i (B, D);
   refined h~_i = [c (.) h_i ; h_i] [B, L, 2D].
 * Query normalization (eq. 6-8, parameter-free): c-bar = sum_i a_i h~_i, sigma-bar^2 = sum_i a_i
   (h~_i - c-bar)^2, h-bar_i = (h~_i - c-bar) / (sigma-bar + eps)  [B, L, 2D].
 * Ranking layer (eq. 9): s = masked softmax_i(MLP_rank(h-bar_i)). ``forward`` returns the logits
-  MLP_rank(h-bar_i) [B, L]: the softmax is monotone, so they rank identically, and the AttRank loss
+  MLP_rank(h-bar_i) (B, L): the softmax is monotone, so they rank identically, and the AttRank loss
   applies the (log-)softmax itself (numerically safer than log(softmax)).
 * Objective (eq. 10): L = L_rank + lambda * L_conf, L_rank = AttRank (eq. 11-12: the ``attrank`` loss,
   ``form="qilcm"``, the model's default loss), L_conf = Chamfer query-confusion loss (eq. 13-14) between
@@ -47,7 +47,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ctxrank.config import check_non_negative, check_positive
+from ctxrank._checks import check_bool, check_int, check_int_list, check_non_negative, check_positive
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import chamfer_confusion
 from ctxrank.models.base import Ranker
@@ -76,7 +76,6 @@ class QILCMConfig:
     input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
     """
 
-    SECTION = "model_params"
     encoder_width: int = 100
     att_hidden: tuple[int, ...] = (256, 128)
     rank_hidden: tuple[int, ...] = (256, 128)
@@ -90,49 +89,30 @@ class QILCMConfig:
     input_clip: float | None = 1e6
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.encoder_width, bool)
-            or not isinstance(self.encoder_width, int)
-            or self.encoder_width < 1
-        ):
-            raise ValueError(
-                f"model_params.encoder_width must be a positive integer, got {self.encoder_width!r}"
-            )
-        for name in ("att_hidden", "rank_hidden"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or any(
-                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value
-            ):
-                raise ValueError(f"model_params.{name} must be a list of positive integers, got {value!r}")
+        check_int("model_params.encoder_width", self.encoder_width)
+        check_int_list("model_params.att_hidden", self.att_hidden)
+        check_int_list("model_params.rank_hidden", self.rank_hidden)
         if self.pooling not in ("attention", "mean"):
             raise ValueError(f"model_params.pooling must be 'attention' or 'mean', got {self.pooling!r}")
-        if not isinstance(self.query_norm, bool):
-            raise ValueError(f"model_params.query_norm must be true or false, got {self.query_norm!r}")
-        check_non_negative(self, "confusion_weight", self.confusion_weight)
+        check_bool("model_params.query_norm", self.query_norm)
+        check_non_negative("model_params.confusion_weight", self.confusion_weight)
         if self.confusion_form not in ("sum", "mean"):
             raise ValueError(
                 f"model_params.confusion_form must be 'sum' or 'mean', got {self.confusion_form!r}"
             )
-        if self.confusion_pairs is not None and (
-            isinstance(self.confusion_pairs, bool)
-            or not isinstance(self.confusion_pairs, int)
-            or self.confusion_pairs < 1
-        ):
-            raise ValueError(
-                f"model_params.confusion_pairs must be a positive integer, got {self.confusion_pairs!r}"
-            )
-        check_positive(self, "eps", self.eps)
-        check_positive(self, "var_floor", self.var_floor)
+        check_int("model_params.confusion_pairs", self.confusion_pairs, allow_none=True)
+        check_positive("model_params.eps", self.eps)
+        check_positive("model_params.var_floor", self.var_floor)
         if self.input_clip is not None:
-            check_positive(self, "input_clip", self.input_clip)
+            check_positive("model_params.input_clip", self.input_clip)
 
 
 class QILCMOutput(NamedTuple):
     """Everything QILCM computes for a batch (for inspection and the training loss)."""
 
-    scores: torch.Tensor  # [B, L] MLP_rank logits (eq. 9 before the softmax)
-    attention: torch.Tensor  # [B, L] a_i of eq. 3 (0 at padding)
-    context: torch.Tensor  # [B, D] c of eq. 4
+    scores: torch.Tensor  # (B, L) MLP_rank logits (eq. 9 before the softmax)
+    attention: torch.Tensor  # (B, L) a_i of eq. 3 (0 at padding)
+    context: torch.Tensor  # (B, D) c of eq. 4
     normalized: torch.Tensor  # [B, L, 2D] h-bar of eq. 8 (h~ when query_norm is off)
 
 
@@ -179,16 +159,16 @@ class QILCM(Ranker):
     ) -> QILCMOutput:
         """Scores plus attention weights, context vectors and normalized representations."""
         cfg = self.config
-        x = self.item_inputs(features, categorical)  # [B, L, F']
+        x = self.item_inputs(features, categorical)  # (B, L, F')
         if cfg.input_clip is not None:
             x = x.clamp(-cfg.input_clip, cfg.input_clip)
-        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: [B, L, D]
+        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: (B, L, D)
         if cfg.pooling == "attention":
-            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: [B, L]
+            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: (B, L)
         else:  # variant 1: average pooling
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
-        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: [B, D]
+        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: (B, D)
         refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: [B, L, 2D]
         if cfg.query_norm:
             mean = torch.einsum("bl,bld->bd", a, refined)  # eq. 6

@@ -1,6 +1,6 @@
 """Crash-safe training state: written atomically after every epoch, read back to resume a run.
 
-:func:`ctxrank.train.fit` with ``state_dir`` saves, after every finished epoch (rank 0 only under
+:func:`ctxrank.training.loop.fit` with ``state_dir`` saves, after every finished epoch (rank 0 only under
 torchrun), everything needed to continue bitwise-identically: model weights, Adam's state, the best
 weights so far, the early-stopping counters and history, the numpy batch-order generator's state,
 torch's RNG state(s) and the fp16 gradient scaler's state. ``ctxrank train`` keeps it in ``OUT/resume``
@@ -19,16 +19,16 @@ fsynced, then ``state.json`` is replaced atomically (temporary file, fsync, rena
 and only then are the files no manifest names any more deleted. ``state.json`` records each file's
 size and SHA-256, checked before the file is parsed.
 
-Nothing is pickled: the manifest is JSON (scalars of the optimizer and scaler, the numpy generator's
-``bit_generator.state``, a JSON dict), the tensors are safetensors. Loading never executes code; a file
-that is not what the manifest says is refused with a ``ValueError``.
+Nothing is pickled: the manifest is strict JSON (NaN written as ``null``, read back as NaN where a float
+is expected: the best metric and the history's numbers; scalars of the optimizer and scaler, the numpy
+generator's ``bit_generator.state``, a JSON dict), the tensors are safetensors. Loading never executes
+code; a file that is not what the manifest says is refused with a ``ValueError``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank._io import atomic_write, read_json_file, write_json
+from ctxrank._io import atomic_write, dumps, float_or_nan, read_json_file, write_json
 from ctxrank._io import fsync_dir as _fsync_dir
 
 FORMAT_VERSION = 1
@@ -47,7 +47,7 @@ RUN_FILE = "run.json"
 
 @dataclass
 class TrainingState:
-    """What :func:`ctxrank.train.fit` needs to continue after ``epoch``.
+    """What :func:`ctxrank.training.loop.fit` needs to continue after ``epoch``.
 
     ``optimizer`` is ``optimizer.state_dict()["state"]`` (per-parameter tensors and scalars);
     ``torch_rng`` / ``cuda_rng`` hold one RNG state per rank (one entry outside torchrun);
@@ -218,16 +218,15 @@ class StateDir:
                 optimizer.setdefault(int(idx), {}).update(entry)
             torch_rng = [tensors[f"rng.torch.{r}"] for r in range(world_size)]
             cuda_rng = [tensors[f"rng.cuda.{r}"] for r in range(world_size)] if m["cuda_rng"] else None
-            best_metric = m["best_metric"]
             state = TrainingState(
                 epoch=int(m["epoch"]),
                 model=model,
                 best=best,
                 best_epoch=int(m["best_epoch"]),
-                best_metric=float(best_metric) if best_metric is not None else -math.inf,
+                best_metric=float_or_nan(m["best_metric"]),  # the metric of a finished epoch
                 bad_epochs=int(m["bad_epochs"]),
                 stopped=bool(m["stopped"]),
-                history=list(m["history"]),
+                history=[_history_record(r) for r in m["history"]],
                 optimizer=optimizer,
                 numpy_rng=dict(m["numpy_rng"]),
                 torch_rng=torch_rng,
@@ -261,9 +260,14 @@ class StateDir:
             return None
 
 
+def _history_record(record: dict[str, Any]) -> dict[str, Any]:
+    """An epoch record of the history as ``fit`` made it: every value is a number (``null`` -> NaN)."""
+    return {k: float_or_nan(v) if v is None else v for k, v in record.items()}
+
+
 def check_same_run(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
     """Refuse to resume a state saved by a different run (model, train config, data, world size)."""
-    current = json.loads(json.dumps(current))  # tuples -> lists, as saved
+    current = json.loads(dumps(current))  # tuples -> lists, NaN -> None, as saved
     diffs = []
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key), current.get(key)

@@ -36,8 +36,8 @@ class RerankSplit:
     Attributes:
         full: the original split, every judged item (N rows).
         top: each query's top-k items, ordered by initial score (N' rows), with the extra features.
-        rows: int64 [N'] row of each ``top`` item in ``full``.
-        initial_scores: float64 [N] initial scores of ``full``.
+        rows: int64 (N',) row of each ``top`` item in ``full``.
+        initial_scores: float64 (N,) initial scores of ``full``.
     """
 
     full: RankingData
@@ -47,7 +47,7 @@ class RerankSplit:
 
     @property
     def top_initial_scores(self) -> np.ndarray:
-        """float32 [N'] initial scores of the ``top`` items (ListBatch.init_scores)."""
+        """float32 (N',) initial scores of the ``top`` items (ListBatch.init_scores)."""
         return self.initial_scores[self.rows].astype(np.float32)
 
 
@@ -68,7 +68,7 @@ def prepare_split(
 
 
 def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
-    """Full-query scores [N]: re-ranked top-k first (ties kept in initial order), then the rest.
+    """Full-query scores (N,): re-ranked top-k first (ties kept in initial order), then the rest.
 
     The values are ranks turned into scores (higher = better), unique within a query, so any metric
     computed on them sees exactly this order. Vectorized: two ``lexsort``s, no loop over queries.
@@ -81,7 +81,7 @@ def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
         )
     if not np.isfinite(rerank_scores).all():
         raise ValueError("re-ranking scores must be finite")
-    qidx = full.query_index  # [N]
+    qidx = full.query_index  # (N,)
     n = full.n_items
     # new order of the kept items: by query, then re-ranker score, ties by their initial position
     kept_q = qidx[rows]

@@ -3,8 +3,8 @@
 * :func:`resolve_device`: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
 * Data parallelism: launch ``torchrun --nproc-per-node N -m ctxrank train ...``. torchrun sets
   ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``...; :func:`init_from_env` then starts the process group
-  (``gloo`` on CPU, ``nccl`` on CUDA, one GPU per local rank). ``ctxrank.train.fit`` wraps the model in
-  ``DistributedDataParallel`` (gradients all-reduced every step), gives each rank its share of the
+  (``gloo`` on CPU, ``nccl`` on CUDA, one GPU per local rank). ``ctxrank.training.loop.fit`` wraps the
+  model in ``DistributedDataParallel`` (gradients all-reduced every step), gives each rank its share of the
   training queries with ``torch.utils.data.DistributedSampler`` (reshuffled every epoch from the seed,
   padded to equal counts so every rank runs the same number of steps), evaluates a disjoint shard of
   the validation queries on each rank and all-reduces the metric sums, so early stopping decides the

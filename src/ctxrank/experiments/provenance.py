@@ -1,0 +1,49 @@
+"""Where a result comes from: the code (git commit, ctxrank version) and the environment (package
+versions, machine), recorded in every run file and in ``results.json``."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["code_version", "environment"]
+
+
+def code_version() -> dict[str, Any]:
+    """``{"git_sha", "git_dirty", "ctxrank"}`` of the code running now (SHA None outside a checkout)."""
+    env = environment()
+    return {"git_sha": env["git_sha"], "git_dirty": env["git_dirty"], "ctxrank": env["versions"]["ctxrank"]}
+
+
+def environment() -> dict[str, Any]:
+    """The git commit (and whether the checkout has changes), package versions and machine."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version()}
+    for pkg in ("ctxrank", "torch", "numpy", "scipy", "scikit-learn", "lightgbm", "pandas"):
+        try:
+            versions[pkg] = version(pkg)
+        except PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        here = Path(__file__).resolve().parent
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = None, ""
+    return {
+        "git_sha": sha,
+        "git_dirty": bool(dirty),
+        "versions": versions,
+        "machine": f"{platform.system()} {platform.machine()}",
+    }

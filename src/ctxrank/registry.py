@@ -1,0 +1,183 @@
+"""The model registry: every model a run config can name, neural and baseline, in one plain dict.
+
+``MODELS[name]`` is either a :class:`~ctxrank.models.base.Ranker` subclass (a neural model, built by
+:func:`make_model` and trained by ``ctxrank.training``) or a :class:`Baseline` (a non-neural model
+trained by its own library: LambdaMART, RankSVM, AdaRank). Tests that must hold "for every model"
+parametrize over this one dict, so a new model cannot be left out of them.
+
+Layering: the registry sits above ``models`` and ``baselines`` (it imports both) and below ``config``
+(which looks names up here); models and baselines know nothing of either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxrank.baselines.adarank import AdaRank
+from ctxrank.baselines.lambdamart import LambdaMART
+from ctxrank.baselines.ranksvm import RankSVM
+from ctxrank.metrics import parse_metric
+from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, Ranker
+from ctxrank.models.qilcm import QILCM_VARIANTS
+
+__all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """How a run config's ``model = NAME`` builds one of the non-neural baselines.
+
+    Attributes:
+        cls: the model class (its module imports LightGBM / scikit-learn only when fitting).
+        kind: the ``kind`` its saved ``ctxrank.json`` records (``checkpoint.load_model`` dispatches on it).
+        trains: what it optimizes and with which library, for messages.
+        objective: ``RunConfig.loss_name`` given ``model_params``.
+        fixed: parameters the name implies (``adarank-map``: ``metric = "map"``), checked against
+            ``model_params``: ``{name: (default, allowed base metric)}`` for metrics.
+        seed, threads: the class's parameters that receive ``train.seed`` and ``train.threads``
+            (unless ``model_params`` sets them), or ``""`` when it has none.
+    """
+
+    cls: type
+    kind: str
+    trains: str
+    objective: Callable[[Mapping[str, Any]], str]
+    fixed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    seed: str = ""
+    threads: str = ""
+
+    def params(self, model_params: Mapping[str, Any], train: Any = None) -> dict[str, Any]:
+        """The constructor's keyword arguments: implied, then seed/threads from ``train`` (a
+        ``TrainConfig``), then ``model_params``. Raises ValueError naming ``model_params.<key>`` for a
+        conflict."""
+        out: dict[str, Any] = {}
+        for key, (default, base) in self.fixed.items():
+            value = model_params.get(key, default)
+            try:
+                ok = isinstance(value, str) and parse_metric(value)[0] == base
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"model_params.{key}: this model trains {self.trains}, so {key} must be a "
+                    f"{base} metric, got {value!r}"
+                )
+            out[key] = default
+        if train is not None:
+            if self.seed:
+                out[self.seed] = train.seed
+            if self.threads:
+                out[self.threads] = train.threads or 1
+        out.update(model_params)
+        return out
+
+    def build(self, model_params: Mapping[str, Any], train: Any = None) -> Any:
+        """An unfitted model. Raises ValueError (``model_params: ...``) for bad parameters."""
+        params = self.params(model_params, train)
+        names = getattr(self.cls, "_PARAMS", None)
+        if names is not None:
+            unknown = sorted(set(params) - set(names))
+            if unknown:
+                raise ValueError(
+                    f"model_params: unknown option(s) {unknown} for {self.cls.__name__}; "
+                    f"valid options: {sorted(names)}"
+                )
+        try:
+            return self.cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"model_params: {exc}") from None
+
+    def load(self, directory: str | Path) -> Any:
+        return self.cls.load(directory)
+
+
+_NEURAL: tuple[type[Ranker], ...] = (
+    ArsmL2R,
+    DCM,
+    DLCM,
+    ListNet,
+    MLPScorer,
+    MultinomialLogit,
+    QILCM,
+    *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
+)
+
+_BASELINES: dict[str, Baseline] = {
+    "lambdamart": Baseline(
+        cls=LambdaMART,
+        kind="lightgbm",
+        trains="LightGBM's lambdarank objective",
+        objective=lambda params: "lambdarank",
+        seed="seed",
+        threads="num_threads",
+    ),
+    "ranksvm": Baseline(
+        cls=RankSVM,
+        kind="ranksvm",
+        trains="a pairwise linear SVM (scikit-learn LinearSVC, liblinear)",
+        objective=lambda params: "pairwise-" + str(params.get("loss", "squared_hinge")).replace("_", "-"),
+        seed="seed",
+    ),
+    "adarank-map": Baseline(
+        cls=AdaRank,
+        kind="adarank",
+        trains="AdaRank's boosting on MAP (numpy, ctxrank's metrics)",
+        objective=lambda params: "adarank-map",
+        fixed={"metric": ("map", "map")},
+        threads="num_threads",
+    ),
+    "adarank-ndcg": Baseline(
+        cls=AdaRank,
+        kind="adarank",
+        trains="AdaRank's boosting on NDCG@K (numpy, ctxrank's metrics)",
+        objective=lambda params: "adarank-" + str(params.get("metric", "ndcg@10")).replace(" ", "").lower(),
+        fixed={"metric": ("ndcg@10", "ndcg")},
+        threads="num_threads",
+    ),
+}
+
+#: name -> neural model class (a Ranker subclass) or Baseline, sorted by name.
+MODELS: dict[str, type[Ranker] | Baseline] = dict(
+    sorted({**{cls.name: cls for cls in _NEURAL}, **_BASELINES}.items())
+)
+
+
+def get_model(name: str) -> type[Ranker] | Baseline:
+    """``MODELS[name]``; an unknown name is a ValueError listing the valid ones."""
+    try:
+        return MODELS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}") from None
+
+
+def is_baseline(name: str) -> bool:
+    """Whether ``name`` is a registered non-neural baseline."""
+    return isinstance(MODELS.get(name), Baseline)
+
+
+def model_class(name: str) -> type[Ranker]:
+    """The neural model class registered as ``name`` (ValueError for a baseline or an unknown name)."""
+    entry = get_model(name)
+    if isinstance(entry, Baseline):
+        raise ValueError(f"{name!r} is a baseline ({entry.trains}), not a neural model")
+    return entry
+
+
+def baseline_of_kind(kind: Any) -> Baseline | None:
+    """The baseline whose saved ``ctxrank.json`` records ``kind`` (None for none)."""
+    return next((b for b in _BASELINES.values() if b.kind == kind), None)
+
+
+def make_model(
+    name: str,
+    n_features: int,
+    params: Mapping[str, Any] | None = None,
+    *,
+    categorical_cardinalities: Sequence[int] = (),
+) -> Ranker:
+    """An untrained neural model ``name`` for ``n_features`` features; ``params`` build its config."""
+    cls = model_class(name)
+    return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)

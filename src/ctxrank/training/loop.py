@@ -1,0 +1,503 @@
+"""The training loop of neural rankers.
+
+:func:`fit` reads top to bottom: Adam, shuffled length-bucketed batches of queries, the model's
+``training_loss``, optional gradient clipping, validation metric after every epoch, early stopping
+with patience and ``min_delta``, best weights restored at the end. The test split never enters here.
+Each step is a named function below, in the order :func:`fit` calls them.
+
+Determinism: :func:`seed_everything` seeds torch; batch order comes from ``np.random.default_rng(seed)``;
+with the same seed and thread count two runs on CPU give bitwise-equal weights and metrics (tested).
+
+Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.precision`` (``fp32``,
+``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
+``DistributedDataParallel`` (see :mod:`ctxrank.training.distributed`).
+
+Crash safety: with ``state_dir`` :func:`fit` writes a resumable training state atomically after every
+epoch (:mod:`ctxrank.training.resume`; rank 0 only) and, with ``resume=True``, continues from it: the
+final weights, history and metrics are bitwise those of an uninterrupted run (same seed and thread
+count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+
+from ctxrank._io import dumps
+from ctxrank.config import TrainConfig
+from ctxrank.data.lists import iterate_batches
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.metrics import evaluate_queries
+from ctxrank.models.base import Ranker
+from ctxrank.training.distributed import DistContext, resolve_device, world
+from ctxrank.training.predict import predict
+from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
+
+__all__ = ["FitResult", "LossFn", "NonFiniteLossError", "fit", "seed_everything"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss or gradient; the message names the epoch and batch."""
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` learned about the run (the model itself is updated in place)."""
+
+    best_epoch: int
+    best_metric: float
+    metric: str
+    epochs_run: int
+    stopped_early: bool
+    seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from_epoch: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "best_epoch": self.best_epoch,
+            "best_valid_metric": self.best_metric,
+            "metric": self.metric,
+            "epochs_run": self.epochs_run,
+            "stopped_early": self.stopped_early,
+            "seconds": self.seconds,
+            "resumed_from_epoch": self.resumed_from_epoch,
+        }
+
+
+def seed_everything(seed: int, threads: int | None = None) -> None:
+    """Seed torch (CPU and CUDA) and optionally fix the CPU thread count."""
+    torch.manual_seed(seed)
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+class _TrainingLoss(torch.nn.Module):
+    """``forward(batch) -> model.training_loss(batch, loss_fn)``: the module DistributedDataParallel
+    wraps, so that every parameter used by the loss (QILCM's confusion term, ARSM's surrogate) goes
+    through DDP's forward and its gradients are all-reduced."""
+
+    def __init__(self, model: Ranker, loss_fn: LossFn | None) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        return self.model.training_loss(batch, self.loss_fn)
+
+
+@dataclass
+class _Trainer:
+    """What every step of one :func:`fit` call shares: the model, its optimizer and the run's RNG."""
+
+    model: Ranker
+    step: torch.nn.Module  # _TrainingLoss, DDP-wrapped under torchrun
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    generator: np.random.Generator  # batch order
+    config: TrainConfig
+    ctx: DistContext
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+
+
+@dataclass
+class _Progress:
+    """Early-stopping bookkeeping: saved with the training state, restored on resume."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_metric: float = -math.inf
+    best_epoch: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+    bad_epochs: int = 0
+    start: int = 1  # first epoch to run
+    resumed_from: int | None = None
+
+
+def fit(
+    model: Ranker,
+    loss_fn: LossFn | None,
+    train: RankingData,
+    valid: RankingData,
+    config: TrainConfig,
+    *,
+    train_init_scores: np.ndarray | None = None,
+    valid_init_scores: np.ndarray | None = None,
+    log_path: str | Path | None = None,
+    progress: bool = True,
+    on_improve: Callable[[int, float], None] | None = None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
+) -> FitResult:
+    """Train ``model`` in place and restore its best validation weights.
+
+    Args:
+        model: a :class:`Ranker` (already built for ``train.n_features`` features).
+        loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``),
+            or None for a model with its own objective (``model.own_objective``, e.g. ARSM-L2R);
+            the model's ``training_loss`` decides how it is used.
+        train, valid: normalized data; valid drives early stopping and model selection only.
+        config: optimization settings (``TrainConfig``).
+        train_init_scores, valid_init_scores: flat (N,) initial scores for re-ranking models.
+        log_path: a JSON-lines file receiving one record per epoch.
+        progress: show a tqdm progress bar (loss and validation metric).
+        on_improve: called with (epoch, metric) after each new best epoch (e.g. to save a checkpoint).
+        state_dir: write a resumable training state here after every epoch (atomically; rank 0 only;
+            see :mod:`ctxrank.training.resume`). A directory that already holds a state needs
+            ``resume=True``.
+        resume: continue from the state in ``state_dir`` (from epoch 1 when none was saved yet): same
+            weights, Adam state, RNG states, early-stopping counters and history as when it was
+            saved, so the run ends bitwise as an uninterrupted one. The model, ``config``, data and
+            process count must be the run's (else ``ValueError``).
+
+    Returns:
+        FitResult with the best epoch, its validation metric and the per-epoch history.
+
+    Raises:
+        NonFiniteLossError: a batch gave a NaN/inf loss; the model keeps its last good weights and
+            ``state_dir`` the state of the last finished epoch.
+        ValueError: ``resume`` with a state of another run, or a damaged state; a state in
+            ``state_dir`` without ``resume``.
+    """
+    from tqdm.auto import tqdm
+
+    if loss_fn is None and not model.own_objective:
+        raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
+    trainer = _make_trainer(model, loss_fn, config)
+    state = _Progress()
+    store, run_info = None, {}
+    if state_dir is not None:
+        store = StateDir(state_dir)
+        run_info = _run_info(trainer, train, valid, train_init_scores, valid_init_scores)
+        _restore_state(trainer, state, store, run_info, resume)
+    log = _open_log(log_path, state) if trainer.ctx.is_main else None
+    t_start = time.perf_counter()
+    bar = tqdm(
+        range(state.start, config.max_epochs + 1),
+        desc=f"train {model.name}",
+        unit="epoch",
+        disable=not (progress and trainer.ctx.is_main),
+    )
+    try:
+        for epoch in bar:
+            t_epoch = time.perf_counter()
+            train_loss = _train_epoch(trainer, state, train, train_init_scores, epoch, store)
+            value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
+            _select(trainer, state, epoch, value, on_improve)
+            record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch)
+            bar.set_postfix(loss=f"{record['train_loss']:.4f}", **{config.metric: f"{value:.4f}"})
+            stop = state.bad_epochs >= config.patience
+            if store is not None:
+                _save_state(trainer, state, store, epoch, stop, run_info)
+            if stop:
+                break
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
+    return _finish(trainer, state, time.perf_counter() - t_start)
+
+
+def _make_trainer(model: Ranker, loss_fn: LossFn | None, config: TrainConfig) -> _Trainer:
+    """Device, seeds, the (DDP-wrapped) loss module, Adam and the fp16 gradient scaler, in the order
+    that keeps runs bitwise reproducible."""
+    ctx = world()
+    device = resolve_device(config.device)
+    if ctx.enabled and device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+    if config.precision == "fp16" and device.type != "cuda":
+        raise ValueError("train.precision='fp16' needs a CUDA device; use 'bf16' on CPU")
+    seed_everything(config.seed, config.threads)
+    generator = np.random.default_rng(config.seed)
+    model.to(device)
+    step: torch.nn.Module = _TrainingLoss(model, loss_fn)
+    if ctx.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step = DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return _Trainer(
+        model=model,
+        step=step,
+        optimizer=optimizer,
+        scaler=torch.amp.GradScaler("cuda", enabled=config.precision == "fp16"),
+        generator=generator,
+        config=config,
+        ctx=ctx,
+        device=device,
+        autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision),
+    )
+
+
+def _run_info(
+    trainer: _Trainer,
+    train: RankingData,
+    valid: RankingData,
+    train_init_scores: np.ndarray | None,
+    valid_init_scores: np.ndarray | None,
+) -> dict[str, Any]:
+    """What identifies the run in its saved state (checked on resume)."""
+    return {
+        "model": trainer.model.name,
+        "train_config": dataclasses.asdict(trainer.config),
+        "world_size": trainer.ctx.world_size,
+        "train_data": fingerprint(train, train_init_scores),
+        "valid_data": fingerprint(valid, valid_init_scores),
+    }
+
+
+def _restore_state(
+    trainer: _Trainer, state: _Progress, store: StateDir, run_info: dict[str, Any], resume: bool
+) -> None:
+    """With ``resume``: load the saved state (if any) into the model, Adam, the scaler, the RNGs and
+    ``state``. Without: refuse a directory that holds another run's state."""
+    saved = store.load() if resume else None
+    if saved is None and not resume and store.exists():
+        raise ValueError(
+            f"{store.manifest} holds the training state of another run: resume it (resume=True, "
+            "`ctxrank train --resume`) or remove it"
+        )
+    if saved is None:
+        return
+    check_same_run(saved.run, run_info, store.manifest)
+    try:
+        trainer.model.load_state_dict(saved.model)
+    except RuntimeError as exc:
+        raise ValueError(f"{store.directory}: saved weights do not fit the model ({exc})") from None
+    opt_state = trainer.optimizer.state_dict()
+    opt_state["state"] = saved.optimizer
+    trainer.optimizer.load_state_dict(opt_state)
+    if saved.scaler:
+        trainer.scaler.load_state_dict(saved.scaler)
+    trainer.generator.bit_generator.state = saved.numpy_rng
+    torch.set_rng_state(saved.torch_rng[trainer.ctx.rank])
+    if saved.cuda_rng is not None and trainer.device.type == "cuda":
+        torch.cuda.set_rng_state(saved.cuda_rng[trainer.ctx.rank], trainer.device)
+    state.history = saved.history
+    state.best_metric, state.best_epoch, state.bad_epochs = (
+        saved.best_metric,
+        saved.best_epoch,
+        saved.bad_epochs,
+    )
+    state.best_state = {k: v.to(trainer.device) for k, v in saved.best.items()}
+    state.resumed_from = saved.epoch
+    state.start = trainer.config.max_epochs + 1 if saved.stopped else saved.epoch + 1
+
+
+def _open_log(log_path: str | Path | None, state: _Progress) -> IO[str] | None:
+    """The JSON-lines epoch log; a resumed run rewrites it from the saved history first."""
+    if log_path is None:
+        return None
+    log = Path(log_path).open("w" if state.resumed_from is not None else "a")
+    for record in state.history:  # the finished epochs again: a killed run may have logged one more
+        log.write(dumps(record, indent=None) + "\n")
+    return log
+
+
+def _train_epoch(
+    trainer: _Trainer,
+    state: _Progress,
+    train: RankingData,
+    train_init_scores: np.ndarray | None,
+    epoch: int,
+    store: StateDir | None,
+) -> float:
+    """One pass over this rank's shuffled training queries; the mean training loss over all ranks."""
+    config, ctx, device = trainer.config, trainer.ctx, trainer.device
+    trainer.model.train()
+    total, n_lists = 0.0, 0
+    part, part_init = train, train_init_scores
+    if ctx.enabled:  # DistributedSampler: this rank's queries, reshuffled every epoch
+        queries = ctx.shard(train.n_queries, seed=config.seed, epoch=epoch, shuffle=True)
+        part, part_init = train.subset(queries), _subset_scores(train_init_scores, train, queries)
+    batches = iterate_batches(
+        part, config.batch_size, shuffle=True, generator=trainer.generator, init_scores=part_init
+    )
+    for i, batch in enumerate(batches):
+        batch = batch.to(device)
+        dtype = trainer.autocast_dtype
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = trainer.step(batch)
+        _check_finite(trainer, state, loss, epoch, i, batch, store)
+        _optimizer_step(trainer, loss)
+        total += loss.item() * batch.batch_size
+        n_lists += batch.batch_size
+    total, n_lists = ctx.all_reduce_sum(np.array([total, n_lists]), device)
+    return float(total / max(n_lists, 1))
+
+
+def _check_finite(
+    trainer: _Trainer,
+    state: _Progress,
+    loss: torch.Tensor,
+    epoch: int,
+    i: int,
+    batch: Any,
+    store: StateDir | None,
+) -> None:
+    """Raise NonFiniteLossError (after restoring the best weights) when any rank's loss is NaN/inf."""
+    finite = torch.isfinite(loss.detach())
+    ctx = trainer.ctx
+    if ctx.enabled:  # every rank must take the same decision
+        finite = bool(ctx.all_reduce_sum(np.array([float(not finite)]), trainer.device)[0] == 0)
+    if finite:
+        return
+    if state.best_state is not None:
+        trainer.model.load_state_dict(state.best_state)
+    kept = ""
+    if store is not None and epoch > 1:
+        kept = (
+            f" The training state of epoch {epoch - 1} and the best weights (epoch "
+            f"{state.best_epoch}) are kept in {store.directory}."
+        )
+    raise NonFiniteLossError(
+        f"non-finite training loss ({loss.item()}) at epoch {epoch}, batch {i + 1} "
+        f"(queries {batch.query_index[:5].tolist()}...); "
+        "the model keeps its last good weights. "
+        "Try a lower train.lr or train.clip_grad_norm." + kept
+    )
+
+
+def _optimizer_step(trainer: _Trainer, loss: torch.Tensor) -> None:
+    """Backward (scaled under fp16), optional gradient clipping, Adam step."""
+    optimizer, scaler = trainer.optimizer, trainer.scaler
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if trainer.config.clip_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.config.clip_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _subset_scores(scores: np.ndarray | None, data: RankingData, queries: np.ndarray) -> np.ndarray | None:
+    return None if scores is None else np.asarray(scores)[data.query_rows(queries)]
+
+
+def _validation_metric(
+    model: Ranker,
+    valid: RankingData,
+    config: TrainConfig,
+    init_scores: np.ndarray | None,
+    ctx: DistContext,
+    device: torch.device,
+) -> float:
+    """Mean validation metric; under torchrun each rank scores a disjoint shard and the sums are
+    all-reduced (queries whose metric is NaN under ``no_relevant="skip"`` are left out)."""
+    queries = ctx.shard(valid.n_queries, seed=0, epoch=0, shuffle=False)
+    part = valid if not ctx.enabled else valid.subset(queries)
+    scores = predict(
+        model,
+        part,
+        init_scores=_subset_scores(init_scores, valid, queries) if ctx.enabled else init_scores,
+        batch_size=config.eval_batch_size,
+        device=device,
+    )
+    per = evaluate_queries(
+        scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant
+    )[config.metric]
+    ok = np.isfinite(per)
+    total, count = ctx.all_reduce_sum(np.array([per[ok].sum(), ok.sum()]), device)
+    return float(total / count) if count else float("nan")
+
+
+def _select(
+    trainer: _Trainer,
+    state: _Progress,
+    epoch: int,
+    value: float,
+    on_improve: Callable[[int, float], None] | None,
+) -> None:
+    """Model selection: keep the weights of a new best epoch, else count an epoch without improvement."""
+    improved = value > state.best_metric + trainer.config.min_delta or state.best_state is None
+    if improved:
+        state.best_metric, state.best_epoch, state.bad_epochs = value, epoch, 0
+        state.best_state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        if on_improve is not None and trainer.ctx.is_main:
+            on_improve(epoch, value)
+    else:
+        state.bad_epochs += 1
+
+
+def _log_epoch(
+    state: _Progress,
+    log: IO[str] | None,
+    epoch: int,
+    train_loss: float,
+    value: float,
+    metric: str,
+    t_epoch: float,
+) -> dict[str, Any]:
+    """Append the epoch's record to the history and the JSON-lines log."""
+    record = {
+        "epoch": epoch,
+        "train_loss": train_loss,
+        f"valid_{metric}": value,
+        "best_epoch": state.best_epoch,
+        "seconds": time.perf_counter() - t_epoch,
+    }
+    state.history.append(record)
+    if log is not None:
+        log.write(dumps(record, indent=None) + "\n")
+        log.flush()
+    return record
+
+
+def _save_state(
+    trainer: _Trainer, state: _Progress, store: StateDir, epoch: int, stop: bool, run_info: dict[str, Any]
+) -> None:
+    """Gather every rank's RNG state, then rank 0 writes the resumable state of ``epoch``."""
+    ctx, device = trainer.ctx, trainer.device
+    torch_rng = ctx.all_gather(torch.get_rng_state(), device)
+    cuda_rng = None
+    if device.type == "cuda":
+        cuda_rng = ctx.all_gather(torch.cuda.get_rng_state(device), device)
+    if not ctx.is_main:
+        return
+    store.save(
+        TrainingState(
+            epoch=epoch,
+            model=trainer.model.state_dict(),
+            best=state.best_state,
+            best_epoch=state.best_epoch,
+            best_metric=state.best_metric,
+            bad_epochs=state.bad_epochs,
+            stopped=stop,
+            history=state.history,
+            optimizer=trainer.optimizer.state_dict()["state"],
+            numpy_rng=trainer.generator.bit_generator.state,
+            torch_rng=torch_rng,
+            cuda_rng=cuda_rng,
+            scaler=trainer.scaler.state_dict(),
+            run=run_info,
+        )
+    )
+
+
+def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
+    """Restore the best weights, move the model back to the CPU in eval mode, summarize."""
+    model, config = trainer.model, trainer.config
+    assert state.best_state is not None
+    model.load_state_dict(state.best_state)
+    model.to("cpu")  # checkpoints and predictions are device-independent
+    model.eval()
+    return FitResult(
+        best_epoch=state.best_epoch,
+        best_metric=state.best_metric,
+        metric=config.metric,
+        epochs_run=len(state.history),
+        stopped_early=len(state.history) < config.max_epochs,
+        seconds=seconds,
+        history=state.history,
+        resumed_from_epoch=state.resumed_from,
+    )

@@ -1,0 +1,83 @@
+"""Scoring trained neural rankers: :func:`predict` (flat scores in file order), :func:`evaluate_model`
+(per-query metric vectors) and :class:`TorchPredictor` (model + normalizer, what ``load_model`` returns
+for a neural model)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ctxrank.config import RunConfig
+from ctxrank.data.lists import iterate_batches, scatter_scores
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.transforms import Transform
+from ctxrank.metrics import evaluate_queries
+from ctxrank.models.base import Ranker
+
+__all__ = ["TorchPredictor", "evaluate_model", "predict"]
+
+
+def predict(
+    model: Ranker,
+    data: RankingData,
+    *,
+    init_scores: np.ndarray | None = None,
+    batch_size: int = 512,
+    device: torch.device | str = "cpu",
+) -> np.ndarray:
+    """Scores float64 (N,) in the file order of ``data`` (no gradients, ``torch.inference_mode``)."""
+    was_training = model.training
+    model.eval()
+    out = np.full(data.n_items, np.nan, dtype=np.float64)
+    try:
+        with torch.inference_mode():
+            for batch in iterate_batches(data, batch_size, init_scores=init_scores):
+                batch = batch.to(device)
+                scores = model.score_batch(batch)
+                scatter_scores(batch, scores.double().cpu(), data.n_items, out=out)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def evaluate_model(
+    model: Ranker,
+    data: RankingData,
+    metrics: Sequence[str] = ("ndcg@10",),
+    *,
+    init_scores: np.ndarray | None = None,
+    batch_size: int = 512,
+    **metric_options: Any,
+) -> dict[str, np.ndarray]:
+    """Per-query metric vectors of the model's scores on ``data``."""
+    scores = predict(model, data, init_scores=init_scores, batch_size=batch_size)
+    return evaluate_queries(scores, data.labels, data.query_offsets, metrics, **metric_options)
+
+
+@dataclass
+class TorchPredictor:
+    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out."""
+
+    model: Ranker
+    transform: Transform
+    config: RunConfig
+    meta: dict[str, Any]
+
+    @property
+    def n_features(self) -> int:
+        return int(self.meta["n_features"])
+
+    def check_data(self, data: RankingData) -> None:
+        if data.n_features != self.n_features:
+            raise ValueError(
+                f"the model was trained on {self.n_features} features but {data.source or 'the data'} has "
+                f"{data.n_features}; pass data with the training feature layout (e.g. --n-features)"
+            )
+
+    def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
+        self.check_data(data)
+        return predict(self.model, self.transform.transform(data), init_scores=init_scores)

@@ -1,0 +1,328 @@
+"""One training run end to end, as ``ctxrank train`` and the experiment runner do it.
+
+:func:`run_training` takes a resolved :class:`RunConfig` and the train/valid(/test) splits and:
+
+* ``model`` a baseline (a ``registry.Baseline``: ``lambdamart``, ``ranksvm``, ``adarank-map``,
+  ``adarank-ndcg``): fits it alone on whole lists (it has its own feature handling; ``transform`` does
+  not apply) and records its ``training_summary()`` (best iteration, chosen ``C``, kept rounds, ...);
+* otherwise, when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
+  on train with ``rerank.crossfit = K``), keeps each query's top ``rerank.top_k`` and trains the
+  neural re-ranker on those lists (``ctxrank.training.rerank``);
+* otherwise: trains the neural model on whole lists.
+
+The normalizer is fitted on the (prepared) training split only. The test split, when given, is
+evaluated once at the end. With ``out`` the model is saved (``ctxrank.checkpoint``); a re-ranking
+model keeps its initial ranker in ``out/initial`` and ``load_model(out)`` applies both.
+
+With ``state_dir`` a neural model's training state is saved after every epoch and ``resume=True``
+continues from it (``ctxrank.training.resume``). Everything before the neural training is recomputed on
+resume: the normalizer and, for re-ranking, the initial ranker (LightGBM with ``deterministic=True``, the
+run's seed and thread count: the same model and scores again). ``fit`` checks a fingerprint of the lists
+it trains on, so a resume whose recomputed inputs differ is refused instead of continuing silently. A
+baseline has no epochs: resuming it trains it again.
+
+:func:`run_training` reads as its steps: :func:`_run_baseline` for a baseline; else
+:func:`_prepare_rerank` (initial ranker and top-k lists, when re-ranking), :func:`_fit_neural`
+(normalizer, model, loss, ``fit``), :func:`_save_run` and :func:`_evaluate_test`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
+from ctxrank.checkpoint import save_checkpoint, update_meta
+from ctxrank.config import RunConfig
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.transforms import Transform, make_transform
+from ctxrank.losses import get_loss
+from ctxrank.metrics import evaluate_queries, metric_convention
+from ctxrank.models.base import Ranker
+from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.predict import TorchPredictor, predict
+from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
+
+__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training"]
+
+EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+INITIAL_DIR = "initial"
+
+
+@dataclass
+class RunResult:
+    """What a run produced. ``test_scores`` are full-query scores in the test file's row order."""
+
+    config: RunConfig
+    summary: dict[str, Any]
+    test_scores: np.ndarray | None = None
+    test_metrics: dict[str, np.ndarray] | None = None
+    initial_test_metrics: dict[str, np.ndarray] | None = None
+    predictor: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Rerank:
+    """The initial ranker of a re-ranking run and the train / valid splits prepared with it."""
+
+    initial: Any  # a fitted LambdaMART
+    train: RerankSplit
+    valid: RerankSplit
+    meta: dict[str, Any]  # saved as ctxrank.json's "rerank"
+
+
+def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
+    tc = config.train
+    defaults = {"seed": tc.seed, "num_threads": tc.threads or 1}
+    return LambdaMART(**{**defaults, **params})
+
+
+def rerank_features(config: RunConfig) -> tuple[bool, bool]:
+    """(rank_feature, score_feature): the config's choice, else the model's default."""
+    entry = get_model(config.model)
+    wanted = () if isinstance(entry, Baseline) else entry.rerank_features
+    rr = config.rerank
+    rank = rr.rank_feature if rr.rank_feature is not None else "rank" in wanted
+    score = rr.score_feature if rr.score_feature is not None else "score" in wanted
+    return rank, score
+
+
+def run_training(
+    config: RunConfig,
+    train: RankingData,
+    valid: RankingData,
+    test: RankingData | None = None,
+    *,
+    out: str | Path | None = None,
+    progress: bool = True,
+    metrics: tuple[str, ...] = EVAL_METRICS,
+    log: Any = None,
+    initial: Any = None,
+    train_initial_scores: np.ndarray | None = None,
+    meta: dict[str, Any] | None = None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
+) -> RunResult:
+    """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
+
+    ``meta``: extra JSON-ready entries for the saved ``ctxrank.json`` (``ctxrank train`` records the
+    table spec and the data split there).
+
+    ``initial`` (a fitted initial ranker) and ``train_initial_scores`` (e.g. out-of-fold scores) let
+    several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
+
+    ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
+    """
+    out = Path(out) if out is not None else None
+    t0 = time.perf_counter()
+    evaluate = functools.partial(_evaluate, metrics=metrics, no_relevant=config.train.no_relevant)
+    entry = get_model(config.model)
+    if isinstance(entry, Baseline):
+        return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
+    rerank = None
+    if config.rerank.initial:
+        rerank = _prepare_rerank(
+            config, train, valid, initial, train_initial_scores, log or (lambda *_: None)
+        )
+    model, transform, summary = _fit_neural(
+        config, train, valid, rerank, out=out, progress=progress, state_dir=state_dir, resume=resume, t0=t0
+    )
+    fit_train = rerank.train.top if rerank is not None else train
+    predictor: Any = TorchPredictor(
+        model=model, transform=transform, config=config, meta={"n_features": fit_train.n_features}
+    )
+    if rerank is not None:
+        predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
+    if out is not None:
+        _save_run(out, config, model, transform, fit_train, summary, rerank, meta)
+    result = RunResult(config=config, summary=summary, predictor=predictor)
+    if test is not None:
+        _evaluate_test(result, model, transform, test, rerank, evaluate)
+    return result
+
+
+def _evaluate(
+    scores: np.ndarray, data: RankingData, *, metrics: tuple[str, ...], no_relevant: float | str
+) -> dict[str, np.ndarray]:
+    return evaluate_queries(scores, data.labels, data.query_offsets, metrics, no_relevant=no_relevant)
+
+
+def _run_baseline(
+    baseline: Baseline,
+    config: RunConfig,
+    train: RankingData,
+    valid: RankingData,
+    test: RankingData | None,
+    *,
+    out: Path | None,
+    meta: dict[str, Any] | None,
+    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
+    t0: float,
+) -> RunResult:
+    """Fit a baseline on whole lists, save it, evaluate it on ``test``."""
+    model = baseline.build(config.model_params, config.train).fit(train, valid)
+    summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
+    if out is not None:
+        model.save(out, run_config=config.to_dict())
+        if meta:
+            update_meta(out, meta)
+    result = RunResult(config=config, summary=summary, predictor=model)
+    if test is not None:
+        result.test_scores = model.predict(test)
+        result.test_metrics = evaluate(result.test_scores, test)
+    return result
+
+
+def _prepare_rerank(
+    config: RunConfig,
+    train: RankingData,
+    valid: RankingData,
+    initial: Any,
+    train_initial_scores: np.ndarray | None,
+    say: Callable[[str], None],
+) -> _Rerank:
+    """Fit (or take) the initial ranker, score train (out-of-fold with ``crossfit``) and valid, and keep
+    each query's top k."""
+    rr, tc = config.rerank, config.train
+    rank_f, score_f = rerank_features(config)
+    say(
+        f"initial ranker: LambdaMART, top {rr.top_k}"
+        + (f", {rr.crossfit}-fold cross-fitting" if rr.crossfit else "")
+    )
+    if initial is None:
+        initial = _lambdamart(config, dict(rr.initial_params)).fit(train, valid)
+    if train_initial_scores is not None:
+        train_scores = np.asarray(train_initial_scores, dtype=np.float64)
+    elif rr.crossfit:
+        params = {k: v for k, v in initial.get_params().items() if k != "seed"}
+        train_scores = cross_fit_predict(train, n_folds=rr.crossfit, seed=tc.seed, **params)
+    else:
+        train_scores = initial.predict(train)
+    prep = functools.partial(prepare_split, k=rr.top_k, rank_feature=rank_f, score_feature=score_f)
+    meta = {
+        "dir": INITIAL_DIR,
+        "top_k": rr.top_k,
+        "rank_feature": rank_f,
+        "score_feature": score_f,
+        "crossfit": rr.crossfit,
+        "ideal": rr.ideal,
+    }
+    return _Rerank(initial, prep(train, train_scores), prep(valid, initial.predict(valid)), meta)
+
+
+def _fit_neural(
+    config: RunConfig,
+    train: RankingData,
+    valid: RankingData,
+    rerank: _Rerank | None,
+    *,
+    out: Path | None,
+    progress: bool,
+    state_dir: str | Path | None,
+    resume: bool,
+    t0: float,
+) -> tuple[Ranker, Transform, dict[str, Any]]:
+    """Fit the normalizer on the (prepared) training split, build the model and its loss, train it."""
+    tc = config.train
+    fit_train, fit_valid = train, valid
+    train_init = valid_init = None
+    if rerank is not None:
+        fit_train, fit_valid = rerank.train.top, rerank.valid.top
+        train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
+    seed_everything(tc.seed, tc.threads)
+    transform = make_transform(config.transform).fit(fit_train)
+    model = make_model(
+        config.model,
+        fit_train.n_features,
+        config.model_params,
+        categorical_cardinalities=fit_train.categorical_cardinalities,
+    )
+    loss_fn = (
+        None  # the model trains its own objective (e.g. ARSM-L2R)
+        if model.own_objective
+        else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
+    )
+    log_path = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        log_path = out / "train_log.jsonl"
+        if not resume:  # a resumed fit rewrites it from the saved history
+            log_path.unlink(missing_ok=True)
+    fitted = fit(
+        model,
+        loss_fn,
+        transform.transform(fit_train),
+        transform.transform(fit_valid),
+        tc,
+        train_init_scores=train_init,
+        valid_init_scores=valid_init,
+        log_path=log_path,
+        progress=progress,
+        state_dir=state_dir,
+        resume=resume,
+    )
+    return model, transform, {**fitted.to_dict(), "seconds": time.perf_counter() - t0}
+
+
+def _save_run(
+    out: Path,
+    config: RunConfig,
+    model: Ranker,
+    transform: Transform,
+    fit_train: RankingData,
+    summary: dict[str, Any],
+    rerank: _Rerank | None,
+    meta: dict[str, Any] | None,
+) -> None:
+    """The model directory: the initial ranker in ``out/initial`` (re-ranking), then the checkpoint."""
+    if rerank is not None:
+        rerank.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
+    conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+    save_checkpoint(
+        out,
+        model,
+        config,
+        transform,
+        train_data=fit_train,
+        summary=summary,
+        conventions=conv.to_dict(),
+        rerank=rerank.meta if rerank is not None else None,
+        extra=meta,
+    )
+
+
+def _evaluate_test(
+    result: RunResult,
+    model: Ranker,
+    transform: Transform,
+    test: RankingData,
+    rerank: _Rerank | None,
+    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
+) -> None:
+    """Score ``test`` once (through the initial ranker's top k when re-ranking) into ``result``."""
+    if rerank is None:
+        result.test_scores = predict(model, transform.transform(test))
+        result.test_metrics = evaluate(result.test_scores, test)
+        return
+    rr = result.config.rerank
+    init_scores = rerank.initial.predict(test)
+    split = prepare_split(
+        test,
+        init_scores,
+        k=rr.top_k,
+        rank_feature=rerank.meta["rank_feature"],
+        score_feature=rerank.meta["score_feature"],
+    )
+    top_scores = predict(model, transform.transform(split.top), init_scores=split.top_initial_scores)
+    scores, data = evaluation_target(split, top_scores, rr.ideal)
+    result.test_scores = scores if rr.ideal == "full" else None
+    result.test_metrics = evaluate(scores, data)
+    result.initial_test_metrics = evaluate(init_scores, test)

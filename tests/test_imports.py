@@ -1,0 +1,197 @@
+"""The import graph of ``src/ctxrank``: no cycles, and every import goes down the layering.
+
+Every import statement is read with ``ast`` (module level, inside functions, under ``TYPE_CHECKING``,
+relative ones too), so a deferred import cannot hide a cycle. Layering, top to bottom (see
+ARCHITECTURE.md): cli -> api / experiments / tune / export -> training, checkpoint -> config ->
+registry -> models, losses, arsm, baselines -> data, metrics -> _io, _checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = SRC / "ctxrank"
+
+# (layer, module-name prefixes), top layer first; a module may import its own layer or lower ones
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("cli", ("ctxrank.cli", "ctxrank.__main__")),
+    ("applications", ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export")),
+    ("training", ("ctxrank.training", "ctxrank.checkpoint")),
+    ("config", ("ctxrank.config",)),
+    ("registry", ("ctxrank.registry",)),
+    ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
+    ("data", ("ctxrank.data", "ctxrank.metrics")),
+    ("base", ("ctxrank._io", "ctxrank._checks", "ctxrank._lazy", "ctxrank._modeldir")),
+]
+PACKAGE_ROOT = "ctxrank"  # the lazy facade: imports only _lazy; its __version__ may be read anywhere
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ``name`` (a module, or an attribute of one); None outside ctxrank."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str, path: Path) -> dict[str, int]:
+    """ctxrank modules imported anywhere in ``module`` -> first line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+
+    def add(name: str, line: int) -> None:
+        target = _resolve(name)
+        if target is not None and target != module:
+            found.setdefault(target, line)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "ctxrank" or alias.name.startswith("ctxrank."):
+                    add(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not (source == "ctxrank" or source.startswith("ctxrank.")):
+                continue
+            for alias in node.names:  # ``from pkg import submodule`` imports the submodule
+                full = f"{source}.{alias.name}"
+                add(full if full in MODULES else source, node.lineno)
+    return found
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> int | None:
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") or module.startswith(p + "_") for p in prefixes):
+            return i
+    return None
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each as one cycle through
+    its modules found by a walk inside the component."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return [_a_cycle(comp) for comp in components]
+
+
+def _a_cycle(component: list[str]) -> list[str]:
+    """A closed walk ``a -> b -> ... -> a`` inside one strongly connected component."""
+    members = set(component)
+    start = component[0]
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(w for w in GRAPH[path[-1]] if w in members)
+        back = [w for w in nxt if w in seen]
+        if back:
+            return [*path[path.index(back[0]) :], back[0]]
+        path.append(nxt[0])
+        seen.add(nxt[0])
+
+
+def _edge(a: str, b: str) -> str:
+    return f"{a} -> {b} ({MODULES[a].relative_to(SRC)}:{GRAPH[a][b]})"
+
+
+def test_the_scan_sees_deferred_and_relative_imports():
+    # config imports the registry inside a method, models.base the losses inside a function
+    assert "ctxrank.registry" in GRAPH["ctxrank.config"]
+    assert "ctxrank.losses" in GRAPH["ctxrank.models.base"]
+    # ``from ctxrank.baselines import _linear as lin`` is an import of the submodule
+    assert "ctxrank.baselines._linear" in GRAPH["ctxrank.baselines.adarank"]
+
+
+def test_no_import_cycles():
+    cycles = _cycles()
+    text = "\n".join(
+        " -> ".join(c) + "\n    " + "\n    ".join(_edge(a, b) for a, b in itertools.pairwise(c))
+        for c in cycles
+    )
+    assert not cycles, f"import cycles in src/ctxrank:\n{text}"
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in MODULES if m != PACKAGE_ROOT and _layer(m) is None)
+    assert not missing, f"add these modules to a layer of tests/test_imports.py LAYERS: {missing}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != PACKAGE_ROOT))
+def test_imports_go_down_the_layering(module):
+    here = _layer(module)
+    if here is None:
+        pytest.skip("unclassified (see test_every_module_has_a_layer)")
+    upward = [
+        f"{_edge(module, target)}: {LAYERS[here][0]} imports {LAYERS[_layer(target)][0]}"
+        for target in GRAPH[module]
+        if target != PACKAGE_ROOT and _layer(target) is not None and _layer(target) < here
+    ]
+    assert not upward, "imports upward:\n" + "\n".join(upward)
+
+
+def test_the_library_never_imports_the_cli():
+    cli = _layer("ctxrank.cli")
+    offenders = [
+        _edge(m, t)
+        for m in sorted(GRAPH)
+        if _layer(m) != cli
+        for t in GRAPH[m]
+        if t != PACKAGE_ROOT and _layer(t) == cli
+    ]
+    assert not offenders, "library modules import the CLI:\n" + "\n".join(offenders)
+
+
+def test_the_package_root_imports_only_the_lazy_loader():
+    assert set(GRAPH[PACKAGE_ROOT]) <= {"ctxrank._lazy"}
