@@ -38,13 +38,15 @@ def _tar_bytes(members: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def _letor(qid: int, labels: list[int]) -> str:
-    return "".join(f"{y} qid:{qid} 1:{0.5 + i} 2:{i}\n" for i, y in enumerate(labels))
+def _letor(qid: int, labels: list[int], n_features: int = 2) -> str:
+    """LETOR lines listing every one of ``n_features`` features (registry datasets refuse short rows)."""
+    feats = lambda i: " ".join(f"{k}:{0.5 + i if k == 1 else i}" for k in range(1, n_features + 1))  # noqa: E731
+    return "".join(f"{y} qid:{qid} {feats(i)}\n" for i, y in enumerate(labels))
 
 
 MSLR_ZIP = _zip_bytes(
     {
-        f"Fold{k}/{split}.txt": _letor(10 * k + j, [0, 1, 4, 2])
+        f"Fold{k}/{split}.txt": _letor(10 * k + j, [0, 1, 4, 2], n_features=136)
         for k in range(1, 6)
         for j, split in enumerate(("train", "vali", "test"))
     }

@@ -213,7 +213,7 @@ def _lists(B, L, F, cards, seed):
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 @pytest.mark.parametrize(
-    ("name", "overrides"), [(name, ()) for name in sorted(MODELS)] + VARIANTS, ids=lambda v: str(v)
+    ("name", "overrides"), [(name, ()) for name in NEURAL] + VARIANTS, ids=lambda v: str(v)
 )
 def test_the_traced_forward_is_the_models_own(name, overrides):
     """Every neural model traced as it is (no export-side restatement) gives its eager scores on

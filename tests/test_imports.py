@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
     ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
-    ("data", ("ctxrank.data", "ctxrank.metrics")),
+    ("data", ("ctxrank.data", "ctxrank.metrics", "ctxrank.evaluation")),
     ("base", ("ctxrank._io", "ctxrank._checks", "ctxrank._lazy", "ctxrank._modeldir")),
 ]
 PACKAGE_ROOT = "ctxrank"  # the lazy facade: imports only _lazy; its __version__ may be read anywhere
