@@ -267,12 +267,8 @@ def _write_ohsumed(shared: Path) -> None:
         path = write_synthetic_letor(
             d / f"Fold{k}_test.txt", n_queries=12, list_size=15, n_features=45, max_label=2, seed=k
         )
-        lines = path.read_text().splitlines()
-        path.write_text(
-            "".join(
-                re.sub(r"qid:(\d+)", lambda m: f"qid:{k * 100 + int(m.group(1))}", x) + "\n" for x in lines
-            )
-        )
+        text = re.sub(r"qid:(\d+)", lambda m, k=k: f"qid:{k * 100 + int(m.group(1))}", path.read_text())
+        path.write_text(text)
 
 
 FIXTURES: dict[str, Callable[[Path], None]] = {
@@ -306,11 +302,12 @@ class Elsewhere:
 
 
 EPOCH1 = ("--set", "train.max_epochs=1")
+FOLD1 = ("mq2008-fold1",)  # the fixture writing train.txt, vali.txt, test.txt
 #: any built-in spec whose models do not set their own train.max_epochs (docs/experiments.md)
-SMOKE = ("--runs", "1", "--set", "defaults.train.max_epochs=1")
+SMOKE = ("--runs", "1", "--threads", "1", "--set", "defaults.train.max_epochs=1")
 #: the demo spec sets max_epochs for DLCM and QILCM itself: a model's own table wins over [defaults]
 DEMO = (
-    *("--runs", "1"),
+    *("--runs", "1", "--threads", "1"),
     *("--set", "models.listnet.train.max_epochs=1"),
     *("--set", "models.dlcm.train.max_epochs=1"),
     *("--set", "models.qilcm.train.max_epochs=1"),
@@ -326,7 +323,10 @@ def datasets_table(out: str, ws: Path, step: Step) -> None:
     """Every column but `location` (the machine's paths) as documented."""
 
     def cut(lines):
-        return [x[: x.index("location")] if "location" in x else x[:62].rstrip() for x in lines]
+        lines = [x.rstrip() for x in lines]
+        at = lines[0].index("location")
+        table = lines.index("", 1) if "" in lines else len(lines)
+        return [x[:at] for x in lines[:table]] + lines[table:]
 
     assert cut(out.rstrip("\n").split("\n")) == cut(step.output)
 
@@ -362,7 +362,7 @@ def killed_after_first_epoch(mp: pytest.MonkeyPatch) -> None:
     save = StateDir.save
 
     def save_then_die(self, state):
-        path = save(self, state)
+        save(self, state)
         raise KeyboardInterrupt
 
     mp.setattr(StateDir, "save", save_then_die)
@@ -435,19 +435,15 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/reranking.md
     "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
     "--out runs/dlcm-f1": Run(EPOCH1),
-    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(files=("mq2008-fold1",)),
-    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(files=("mq2008-fold1",)),
+    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
+    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(files=FOLD1),
     "ctxrank train --model lambdamart --dataset mq2008 --fold 1 --out runs/lm-f1": Run(),
     # docs/training.md
     "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-f1": Run(EPOCH1),
-    "ctxrank train --model mlp --loss listmle --train train.txt --valid vali.txt --test test.txt --out runs/mlp "
-    "--set 'model_params.hidden=[128,64]' --set train.lr=3e-4 --seed 1": Run(EPOCH1, files=("mq2008-fold1",)),
-    "ctxrank predict --model runs/listnet-f1 --data test.txt --output scores.txt": Run(
-        files=("mq2008-fold1",)
-    ),
-    "ctxrank evaluate --model runs/listnet-f1 --data test.txt --metrics ndcg@1,ndcg@10,map": Run(
-        files=("mq2008-fold1",)
-    ),
+    "ctxrank train --model mlp --loss listmle --train train.txt --valid vali.txt --test test.txt "
+    "--out runs/mlp --set 'model_params.hidden=[128,64]' --set train.lr=3e-4 --seed 1": Run(EPOCH1, FOLD1),
+    "ctxrank predict --model runs/listnet-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
+    "ctxrank evaluate --model runs/listnet-f1 --data test.txt --metrics ndcg@1,ndcg@10,map": Run(files=FOLD1),
     "ctxrank train --model qilcm --dataset mq2008 --fold 1 --out runs/q": Run(
         ("--set", "train.max_epochs=2"), ws="resume", status=130, patch=killed_after_first_epoch
     ),
@@ -463,8 +459,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         files=("new_sessions.csv",)
     ),
     "ctxrank evaluate --model runs/q --data test.csv --metrics p@1,p@5,ndcg@10,mrr": Run(files=("test.csv",)),
-    "ctxrank evaluate --scores scores.txt --data new_sessions.csv --query-col session --label-col chosen": Run(),
-    "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 --out run": Elsewhere(
+    "ctxrank evaluate --scores scores.txt --data new_sessions.csv --query-col session "
+    "--label-col chosen": Run(),
+    "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 "
+    "--out run": Elsewhere(
         "tests/test_distributed.py::test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batch"
     ),
 }
@@ -566,9 +564,8 @@ class Workspaces:
                         self.execute(step, entry)
                         self.done[ident] = None
                     except BaseException as exc:
-                        self.done[ident] = (
-                            f"{step.where} `{step.key}`: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                        )
+                        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                        self.done[ident] = f"{step.where} `{step.key}`: {first}"
                 else:
                     self.done[ident] = self.shell(step)
             if self.done[ident]:
@@ -583,22 +580,25 @@ class Workspaces:
 
     def execute(self, step: Step, entry: Run) -> str:
         ws = self.path(self.name(step))
-        for f in entry.files:
-            if (self.name(step), f) not in self.written:
-                FIXTURES[f](ws)
-                self.written.add((self.name(step), f))
         argv = (*step.argv[1:], *entry.extra)
         out, err = io.StringIO(), io.StringIO()
         with pytest.MonkeyPatch.context() as m:
             m.chdir(ws)
             m.setenv("CTXRANK_DATA", str(self.data_dir))
+            for f in entry.files:
+                if (self.name(step), f) not in self.written:
+                    FIXTURES[f](ws)
+                    self.written.add((self.name(step), f))
             for k, v in step.env:
                 m.setenv(k, v)
             if entry.patch is not None:
                 entry.patch(m)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 rc = main(list(argv))
-        shown = f"`ctxrank {shlex.join(argv)}` in {ws}\nstdout:\n{out.getvalue()[-3000:]}\nstderr:\n{err.getvalue()[-3000:]}"
+        shown = (
+            f"`ctxrank {shlex.join(argv)}` in {ws}\n"
+            f"stdout:\n{out.getvalue()[-3000:]}\nstderr:\n{err.getvalue()[-3000:]}"
+        )
         assert rc == entry.status, f"exit status {rc}, expected {entry.status}: {shown}"
         if entry.status == 0:
             try:
