@@ -422,12 +422,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(OHSUMED_SMOKE),
     "CTXRANK_DATA=../shared/data ctxrank experiment arsm-table2-3": Run(
         (
-            "--runs",
-            "1",
-            "--set",
-            "models.listnet.train.max_epochs=1",
-            "--set",
-            "models.arsm.train.max_epochs=1",
+            *SMOKE[:4],
+            *("--set", "models.listnet.train.max_epochs=1", "--set", "models.arsm.train.max_epochs=1"),
         )
     ),
     "ctxrank experiment choice": Run((*SMOKE, "--set", "data.sessions=300")),
