@@ -1,0 +1,705 @@
+"""Every ``ctxrank`` command shown in README.md and docs/*.md is executed (issue 17).
+
+Which commands count (``documented_steps`` below implements exactly this):
+
+* Fenced code blocks (```` ``` ```` or ``~~~``, also indented inside list items) in README.md and
+  docs/*.md.
+* In a ``bash``, ``sh``, ``shell`` or ``zsh`` block (a script, no prompt) every line is a command.
+  In any other block (``console``, ``text``, ...) only a line that starts with the prompt ``$ `` is a
+  command; the lines after it, up to the next prompt, are its documented output. So ``text`` blocks
+  without a prompt -- usage synopses such as ``ctxrank train --model M [--set k=v]``, error messages,
+  layouts -- are not commands, and neither are ``python``/``toml`` blocks (the ``my.toml`` spec of
+  docs/experiments.md is used as a fixture by the command that reads it).
+* A line ending with ``\\`` continues on the next. ``# comments`` are dropped. A line is split into
+  shell segments at ``;``, ``&&``, ``||``, ``|`` and ``&`` (a background ``&`` runs in the foreground
+  here, in order). A segment is a *documented command* when its program, after leading
+  ``NAME=value`` environment assignments, is ``ctxrank``, or when it runs ``-m ctxrank`` (``python -m
+  ctxrank``, ``torchrun ... -m ctxrank``). Other segments are shell steps: ``mkdir`` and ``cp`` are
+  executed in order (later documented commands rely on them), the rest (``make``, ``pip``, ``wait``) are
+  not.
+
+Every documented command must be a key of ``COMMANDS`` (the command as printed: environment
+assignments, ``ctxrank`` and its arguments joined by ``shlex.join``, comments dropped), mapped to how it
+is executed:
+
+* ``Run(...)``: in-process through ``ctxrank.cli.main(argv)`` with the working directory set to a
+  temporary *workspace*, as printed plus the ``extra`` arguments appended (argparse: a repeated option
+  is the last one given, ``--set`` accumulates). ``extra`` holds only tiny-size overrides that the docs
+  state next to the command (``--set train.max_epochs=1``; ``--runs 1 --threads 1 --set
+  defaults.train.max_epochs=1`` for experiments; ``--sessions 300``), so that all of them together take
+  a minute or two on 2 CPU cores. The ``train`` killed "in epoch 7" is killed after epoch 1 (a patched
+  ``StateDir.save``) and must exit with 130, so that ``train --resume`` has a run to continue. Files a
+  command reads but no earlier documented command writes (``test.txt``, ``new_sessions.csv``, the
+  OHSUMED files under ``../shared/data``) are fixtures this test writes under the names printed:
+  MQ2008 Fold1 from the embedded copy, synthetic sessions, a synthetic LETOR-3.0-shaped OHSUMED.
+* ``Elsewhere("tests/test_x.py::test_name")``: run by another test (the ``torchrun`` line needs
+  several processes; tests/test_distributed.py starts them).
+
+A documented command missing from ``COMMANDS`` fails (the message says how to add it), and so does an
+entry of ``COMMANDS`` that no document shows any more. One test case per occurrence (``FILE:LINE``).
+
+Workspaces: the commands of one document share a directory (``Run.ws`` names another one) and run in
+document order, README first, then docs/*.md by name, so that ``predict --model runs/x`` finds the
+model an earlier ``train`` wrote. A test case first runs the earlier steps of its workspace that have
+not run yet, so any single case can be selected alone (``-k``). The ``experiments`` workspace is
+shared by docs/cli.md's ``ctxrank demo``, docs/experiments.md and docs/reproduction.md: an experiment
+that one of them ran with the same overrides is reused from its run store, not trained again.
+
+Each case checks the exit status, that the files the command says it writes exist, and the output:
+the documented output lines where they are deterministic (``data-info --dataset mq2008``, ``evaluate``
+on ``tiny.txt``, the ``datasets`` table except its location column, ``export``'s input table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import math
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from ctxrank.cli import main
+from tests.conftest import REPO
+from tests.test_cli import SCORES, TINY
+
+DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SCRIPT_LANGS = {"bash", "sh", "shell", "zsh"}
+SHELL_STEPS = {"mkdir", "cp"}  # non-ctxrank commands the harness executes (later commands need them)
+
+
+# ------------------------------------------------------------------------------ extraction
+@dataclass(frozen=True)
+class Step:
+    """One documented shell segment: a ctxrank command or another command of the same block."""
+
+    doc: str  # path relative to the repository, e.g. "docs/training.md"
+    line: int  # 1-based line of the command in the document
+    env: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]  # after the program (ctxrank's arguments), or the whole segment
+    is_ctxrank: bool
+    output: tuple[str, ...] = ()  # documented output lines (prompt blocks only)
+
+    @property
+    def key(self) -> str:
+        if not self.is_ctxrank:
+            return shlex.join(self.argv)
+        return shlex.join([*(f"{k}={v}" for k, v in self.env), *self.argv])
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def _fences(text: str) -> Iterator[tuple[str, int, list[str]]]:
+    """(info string, 1-based line of the first body line, body lines with the fence's indent removed)."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)", lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, lang = len(m.group(1)), m.group(2), m.group(3).lower()
+        body, start = [], i + 2
+        i += 1
+        while i < len(lines) and not re.match(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[i]):
+            line = lines[i]
+            body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
+            i += 1
+        i += 1
+        yield lang, start, body
+
+
+def _segments(command: str) -> list[list[str]]:
+    lex = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+    lex.whitespace_split = True
+    segments: list[list[str]] = [[]]
+    for tok in lex:
+        if tok and set(tok) <= set(";&|"):
+            segments.append([])
+        else:
+            segments[-1].append(tok)
+    return [s for s in segments if s]
+
+
+def _split_env(tokens: list[str]) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    env = []
+    while tokens and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]):
+        k, _, v = tokens[0].partition("=")
+        env.append((k, v))
+        tokens = tokens[1:]
+    return tuple(env), tokens
+
+
+def _block_steps(doc: str, lang: str, start: int, body: list[str]) -> list[Step]:
+    script = lang in SCRIPT_LANGS
+    # (line number, command text, output lines)
+    commands: list[tuple[int, str, list[str]]] = []
+    i = 0
+    while i < len(body):
+        raw = body[i]
+        lineno = start + i
+        if script:
+            text = raw.strip()
+            if not text or text.startswith("#"):
+                i += 1
+                continue
+        elif raw.startswith("$ "):
+            text = raw[2:].strip()
+        else:
+            if commands:
+                commands[-1][2].append(raw.rstrip())
+            i += 1
+            continue
+        while text.endswith("\\") and i + 1 < len(body):
+            i += 1
+            text = text[:-1].rstrip() + " " + body[i].strip()
+        commands.append((lineno, text, []))
+        i += 1
+    steps = []
+    for lineno, text, output in commands:
+        while output and not output[-1].strip():
+            output.pop()
+        for tokens in _segments(text):
+            env, tokens = _split_env(tokens)
+            if tokens and tokens[0] == "ctxrank":
+                steps.append(Step(doc, lineno, env, tuple(tokens), True, tuple(output)))
+            elif (
+                "-m" in tokens
+                and tokens.index("-m") + 1 < len(tokens)
+                and tokens[tokens.index("-m") + 1] == "ctxrank"
+            ):
+                steps.append(Step(doc, lineno, env, tuple(tokens), True, tuple(output)))
+            elif tokens:
+                steps.append(Step(doc, lineno, env, tuple(tokens), False))
+    return steps
+
+
+def documented_steps() -> list[Step]:
+    steps = []
+    for path in DOC_FILES:
+        doc = path.relative_to(REPO).as_posix()
+        for lang, start, body in _fences(path.read_text(encoding="utf-8")):
+            if lang in ("python", "toml", "json"):
+                continue
+            steps.extend(_block_steps(doc, lang, start, body))
+    return steps
+
+
+def documented_commands() -> list[Step]:
+    return [s for s in documented_steps() if s.is_ctxrank]
+
+
+# ------------------------------------------------------------------------------ fixtures (files)
+def _mq2008(name: str) -> bytes:
+    return gzip.decompress((resources.files("ctxrank.datasets") / "mq2008" / f"{name}.txt.gz").read_bytes())
+
+
+def _quiet(*argv: str) -> None:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+        rc = main(list(argv))
+    assert rc == 0, f"fixture `ctxrank {shlex.join(argv)}` failed: {err.getvalue()}"
+
+
+def _sessions(name: str, n: int, seed: int) -> Callable[[Path], None]:
+    def write(ws: Path) -> None:
+        _quiet("synth", "choice", "--sessions", str(n), "--seed", str(seed), "--out", str(ws / name))
+
+    return write
+
+
+def _write_mq2008_fold1(ws: Path) -> None:
+    """train.txt / vali.txt / test.txt: MQ2008 Fold1 (S1+S2+S3 / S4 / S5) from the embedded copy."""
+    (ws / "train.txt").write_bytes(b"".join(_mq2008(s) for s in ("S1", "S2", "S3")))
+    (ws / "vali.txt").write_bytes(_mq2008("S4"))
+    (ws / "test.txt").write_bytes(_mq2008("S5"))
+
+
+def _write_tiny(ws: Path) -> None:
+    (ws / "tiny.txt").write_text(TINY)
+    (ws / "scores.txt").write_text(SCORES)
+
+
+def _write_qilcm_models(ws: Path) -> None:
+    """runs/q and runs/qilcm: a QILCM trained 1 epoch on a synthetic 5-feature LETOR file."""
+    from ctxrank.data.synth import write_synthetic_letor
+
+    write_synthetic_letor(ws / "five.txt", n_queries=40, list_size=8, n_features=5, max_label=2, seed=0)
+    _quiet(
+        "train",
+        "--model",
+        "qilcm",
+        "--data",
+        "five.txt",
+        "--out",
+        "runs/q",
+        "--no-progress",
+        "--set",
+        "train.max_epochs=1",
+    )
+    shutil.copytree(ws / "runs" / "q", ws / "runs" / "qilcm")
+
+
+def _write_my_spec(ws: Path) -> None:
+    """my.toml: the spec printed in docs/experiments.md ("Writing a spec"), and its sessions.parquet."""
+    text = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
+    specs = [b for lang, _, b in _fences(text) if lang == "toml" and 'name = "my-study"' in "\n".join(b)]
+    assert len(specs) == 1, "docs/experiments.md: the `my-study` spec block is gone"
+    (ws / "my.toml").write_text("\n".join(specs[0]) + "\n")
+    _sessions("sessions.parquet", 300, 0)(ws)
+
+
+def _write_ohsumed(shared: Path) -> None:
+    """A SYNTHETIC stand-in for OHSUMED in LETOR 3.0's layout: the five QueryLevelNorm partitions
+    Fold{k}_test.txt, 45 features, labels 0-2, 12 queries of 15 items each, query ids unique."""
+    from ctxrank.data.synth import write_synthetic_letor
+
+    d = shared / "ohsumed" / "QueryLevelNorm"
+    d.mkdir(parents=True)
+    for k in range(1, 6):
+        path = write_synthetic_letor(
+            d / f"Fold{k}_test.txt", n_queries=12, list_size=15, n_features=45, max_label=2, seed=k
+        )
+        text = re.sub(r"qid:(\d+)", lambda m, k=k: f"qid:{k * 100 + int(m.group(1))}", path.read_text())
+        path.write_text(text)
+
+
+FIXTURES: dict[str, Callable[[Path], None]] = {
+    "mq2008-fold1": _write_mq2008_fold1,
+    "tiny": _write_tiny,
+    "qilcm-models": _write_qilcm_models,
+    "my.toml": _write_my_spec,
+    "new_sessions.parquet": _sessions("new_sessions.parquet", 300, 1),
+    "new_sessions.csv": _sessions("new_sessions.csv", 300, 1),
+    "test.csv": _sessions("test.csv", 300, 2),
+    "tr.parquet": _sessions("tr.parquet", 300, 3),
+    "va.parquet": _sessions("va.parquet", 100, 4),
+    "te.parquet": _sessions("te.parquet", 100, 5),
+}
+
+
+# ------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class Run:
+    extra: tuple[str, ...] = ()  # appended to the documented argv: the docs' tiny-size overrides
+    files: tuple[str, ...] = ()  # FIXTURES written into the workspace first
+    check: Callable[[str, Path, Step], None] | None = None  # (stdout, workspace, step) -> asserts
+    ws: str | None = None  # workspace name; default: the document's
+    status: int = 0
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None  # e.g. a simulated kill
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    test: str  # "tests/test_x.py::test_name"
+
+
+EPOCH1 = ("--set", "train.max_epochs=1")
+FOLD1 = ("mq2008-fold1",)  # the fixture writing train.txt, vali.txt, test.txt
+#: any built-in spec whose models do not set their own train.max_epochs (docs/experiments.md)
+SMOKE = ("--runs", "1", "--threads", "1", "--set", "defaults.train.max_epochs=1")
+#: the demo spec sets max_epochs for DLCM and QILCM itself: a model's own table wins over [defaults]
+DEMO = (
+    *("--runs", "1", "--threads", "1"),
+    *("--set", "models.listnet.train.max_epochs=1"),
+    *("--set", "models.dlcm.train.max_epochs=1"),
+    *("--set", "models.qilcm.train.max_epochs=1"),
+)
+
+
+def same_as_documented(out: str, ws: Path, step: Step) -> None:
+    assert step.output, f"{step.where}: no documented output to compare with"
+    assert out.rstrip("\n").split("\n") == [x.rstrip() for x in step.output]
+
+
+def datasets_table(out: str, ws: Path, step: Step) -> None:
+    """Every column but `location` (the machine's paths) as documented."""
+
+    def cut(lines):
+        lines = [x.rstrip() for x in lines]
+        at = lines[0].index("location")
+        table = lines.index("", 1) if "" in lines else len(lines)
+        return [x[:at] for x in lines[:table]] + lines[table:]
+
+    assert cut(out.rstrip("\n").split("\n")) == cut(step.output)
+
+
+def ohsumed_json(out: str, ws: Path, step: Step) -> None:
+    info = json.loads(out)
+    documented = dict(re.findall(r'^\s*"(\w+)": "(.*)",?$', "\n".join(step.output), re.M))
+    assert info["source"] == documented["source"]  # the fold layout: train = partitions 2, 3, 4
+    assert info["features"] == 45 and info["queries"] == 36 and info["items"] == 36 * 15
+
+
+def export_table(out: str, ws: Path, step: Step) -> None:
+    """As documented, numbers masked in the `wrote` (file size) and `checked` (max difference) lines."""
+
+    def mask(lines):
+        return [re.sub(r"\d[\d.e+-]*", "N", x) if x.startswith(("wrote", "checked")) else x for x in lines]
+
+    assert mask(out.rstrip("\n").split("\n")) == mask([x.rstrip() for x in step.output])
+
+
+def contains(*needles: str) -> Callable[[str, Path, Step], None]:
+    def check(out: str, ws: Path, step: Step) -> None:
+        missing = [n for n in needles if n not in out]
+        assert not missing, f"not in the output: {missing}"
+
+    return check
+
+
+def killed_after_first_epoch(mp: pytest.MonkeyPatch) -> None:
+    """Kill `ctxrank train` (KeyboardInterrupt, exit status 130) once the state of epoch 1 is saved."""
+    from ctxrank.resume import StateDir
+
+    save = StateDir.save
+
+    def save_then_die(self, state):
+        save(self, state)
+        raise KeyboardInterrupt
+
+    mp.setattr(StateDir, "save", save_then_die)
+
+
+def killed(out: str, ws: Path, step: Step) -> None:
+    assert (ws / "runs/q/resume/state.json").is_file() and not (ws / "runs/q/ctxrank.json").exists()
+
+
+COMMANDS: dict[str, Run | Elsewhere] = {
+    # README.md, docs/cli.md
+    "ctxrank data-info --dataset mq2008": Run(check=same_as_documented),
+    # docs/arsm.md
+    "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm": Run(EPOCH1),
+    "ctxrank train --model arsm --dataset mq2008 --set model_params.loss=ap --set model_params.n_levels=10 "
+    "--out runs/arsm-ap": Run(EPOCH1),
+    # docs/baselines.md
+    "ctxrank train --model ranksvm --dataset mq2008 --fold 1 --out runs/ranksvm-f1": Run(),
+    "ctxrank train --model adarank-ndcg --dataset mq2008 --fold 1 --out runs/adarank-f1 "
+    "--set model_params.patience=20": Run(),
+    "ctxrank train --model adarank-map --dataset mq2008 --fold 1 --out runs/adarank-map-f1": Run(),
+    "ctxrank evaluate --model runs/ranksvm-f1 --dataset mq2008 --fold 1 --split test": Run(),
+    # docs/choice.md
+    "ctxrank synth choice --sessions 20000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
+    "ctxrank train --model qilcm --data sessions.parquet --query-col session --label-col chosen "
+    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.metric=mrr "
+    "--out runs/q": Run(EPOCH1),
+    "ctxrank evaluate --model runs/q --data new_sessions.parquet --metrics p@1,p@5,mrr,ndcg@10": Run(
+        files=("new_sessions.parquet",)
+    ),
+    # docs/cli.md
+    "ctxrank datasets": Run(check=datasets_table),
+    "ctxrank data-info --dataset ohsumed --data-root ../shared/data --fold 1 --split train --json": Run(
+        check=ohsumed_json
+    ),
+    "ctxrank evaluate --data tiny.txt --scores scores.txt --metrics ndcg@3,map": Run(
+        files=("tiny",), check=same_as_documented
+    ),
+    "ctxrank demo": Run(DEMO, ws="experiments", check=contains("| model |", "| qilcm |")),
+    # docs/experiments.md
+    "ctxrank experiment demo": Run(DEMO, check=contains("| model |", "| qilcm |")),
+    "ctxrank experiment qilcm-table2 --runs 5": Run(SMOKE),
+    "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
+    "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
+    "ctxrank compare results/demo:qilcm results/demo:dlcm": Run(check=contains("ndcg@10")),
+    "ctxrank experiment qilcm-table2 --threads 1 --shard 1/2": Run(SMOKE),
+    "ctxrank experiment qilcm-table2 --threads 1 --shard 2/2": Run(SMOKE),
+    "ctxrank experiment qilcm-table2 --report-only": Run(SMOKE),
+    # docs/export.md
+    "ctxrank export --model runs/qilcm --format onnx --out qilcm.onnx": Run(files=("qilcm-models",)),
+    "ctxrank export --model runs/qilcm --format torchscript --out qilcm.pt": Run(files=("qilcm-models",)),
+    "ctxrank export --model runs/q --format onnx --out q.onnx": Run(
+        files=("qilcm-models",), check=export_table
+    ),
+    # docs/reproduction.md (workspace: experiments)
+    "ctxrank experiment qilcm-table2": Run(SMOKE),
+    "ctxrank experiment qilcm-figure2": Run(SMOKE),
+    "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
+    "ctxrank experiment qilcm-table3": Run(SMOKE),
+    "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
+    "CTXRANK_DATA=../shared/data ctxrank experiment arsm-table2-3": Run(
+        (
+            *SMOKE[:4],
+            *("--set", "models.listnet.train.max_epochs=1", "--set", "models.arsm.train.max_epochs=1"),
+        )
+    ),
+    "ctxrank experiment choice": Run((*SMOKE, "--set", "data.sessions=300")),
+    "ctxrank experiment dcm-crossfit": Run(SMOKE),
+    # docs/reranking.md
+    "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
+    "--out runs/dlcm-f1": Run(EPOCH1),
+    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
+    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(files=FOLD1),
+    "ctxrank train --model lambdamart --dataset mq2008 --fold 1 --out runs/lm-f1": Run(),
+    # docs/training.md
+    "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-f1": Run(EPOCH1),
+    "ctxrank train --model mlp --loss listmle --train train.txt --valid vali.txt --test test.txt "
+    "--out runs/mlp --set 'model_params.hidden=[128,64]' --set train.lr=3e-4 --seed 1": Run(EPOCH1, FOLD1),
+    "ctxrank predict --model runs/listnet-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
+    "ctxrank evaluate --model runs/listnet-f1 --data test.txt --metrics ndcg@1,ndcg@10,map": Run(files=FOLD1),
+    "ctxrank train --model qilcm --dataset mq2008 --fold 1 --out runs/q": Run(
+        ("--set", "train.max_epochs=2"), ws="resume", status=130, patch=killed_after_first_epoch, check=killed
+    ),
+    "ctxrank train --resume runs/q": Run(
+        ws="resume", check=contains("resuming runs/q: epoch 1 was the last one saved", "best epoch 1 of 2")
+    ),
+    "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.csv": Run(("--sessions", "300")),
+    "ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen --docid-col item "
+    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --out runs/q": Run(EPOCH1),
+    "ctxrank train --model dcm --train tr.parquet --valid va.parquet --test te.parquet --query-col session "
+    "--label-col chosen --categorical airline,cabin --out runs/d": Run(
+        EPOCH1, files=("tr.parquet", "va.parquet", "te.parquet")
+    ),
+    "ctxrank predict --model runs/q --data new_sessions.csv --output scores.txt": Run(
+        files=("new_sessions.csv",)
+    ),
+    "ctxrank evaluate --model runs/q --data test.csv --metrics p@1,p@5,ndcg@10,mrr": Run(files=("test.csv",)),
+    "ctxrank evaluate --scores scores.txt --data new_sessions.csv --query-col session "
+    "--label-col chosen": Run(),
+    "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 "
+    "--out run": Elsewhere(
+        "tests/test_distributed.py::test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batch"
+    ),
+}
+#: documents whose commands share one workspace (reuse of stored experiment runs)
+DOC_WORKSPACE = {"docs/experiments.md": "experiments", "docs/reproduction.md": "experiments"}
+
+
+# ------------------------------------------------------------------------------ default checks
+def _opt(argv: tuple[str, ...], name: str, default: str | None = None) -> str | None:
+    """The last value of option ``name`` (as argparse sees it)."""
+    value = default
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _rows(path: Path) -> int:
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        return len(pd.read_parquet(path))
+    if path.suffix == ".csv":
+        return len(path.read_text().splitlines()) - 1
+    return sum(1 for x in path.read_text().splitlines() if x.strip())
+
+
+def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
+    """What every command of its kind must leave behind (argv: after `ctxrank`, overrides included)."""
+    command = argv[0]
+    if command == "train":
+        model_dir = ws / (_opt(argv, "--resume") or _opt(argv, "--out"))
+        assert (model_dir / "ctxrank.json").is_file() and (model_dir / "test_metrics.json").is_file()
+    elif command == "predict":
+        scores = [float(x) for x in (ws / _opt(argv, "--output")).read_text().split()]
+        assert len(scores) == _rows(ws / _opt(argv, "--data")) and all(math.isfinite(s) for s in scores)
+    elif command == "evaluate":
+        for metric in (_opt(argv, "--metrics") or "ndcg@1,ndcg@10,map").split(","):
+            assert re.search(rf"^{re.escape(metric)}\s+\d", out, re.M), f"no {metric} line in the output"
+    elif command == "synth":
+        path = ws / _opt(argv, "--out")
+        assert path.is_file() and _rows(path) > 0
+    elif command == "export":
+        assert (ws / _opt(argv, "--out")).stat().st_size > 0 and out.startswith("wrote ")
+    elif command in ("experiment", "demo") and "--shard" not in argv:
+        name = "demo" if command == "demo" else Path(argv[1]).stem
+        default = f"results/{name}" + (f"-{_opt(argv, '--dataset')}" if _opt(argv, "--dataset") else "")
+        report = ws / (_opt(argv, "--out") or default)
+        for f in ("results.json", "table.md", "table.csv"):
+            assert (report / f).is_file(), f"no {report / f}"
+        if "--report-only" not in argv:
+            assert "report: " in out
+
+
+# ------------------------------------------------------------------------------ workspaces
+class Workspaces:
+    """One directory per workspace under a shared root, steps run once each, in document order."""
+
+    def __init__(self, root: Path, steps: list[Step]) -> None:
+        self.root = root
+        self.steps = steps
+        self.done: dict[tuple[str, int, str], str | None] = {}  # step -> None (ok) or the failure
+        self.written: set[tuple[str, str]] = set()
+        self.data_dir = root / "ctxrank-data-empty"  # $CTXRANK_DATA: nothing of the user's machine
+        self.data_dir.mkdir()
+        _write_ohsumed(root / "shared" / "data")  # `../shared/data` from every workspace
+
+    @staticmethod
+    def name(step: Step) -> str:
+        entry = COMMANDS.get(step.key)
+        if isinstance(entry, Run) and entry.ws:
+            return entry.ws
+        return DOC_WORKSPACE.get(step.doc, Path(step.doc).stem)
+
+    def path(self, name: str) -> Path:
+        p = self.root / name
+        p.mkdir(exist_ok=True)
+        return p
+
+    def run_before(self, target: Step) -> list[str]:
+        """Run the earlier steps of the target's workspace; return the failures among them."""
+        name = self.name(target)
+        failures = []
+        for step in self.steps:
+            if step == target:
+                break
+            if self.name(step) != name:
+                continue
+            ident = (step.doc, step.line, step.key)
+            if ident not in self.done:
+                if step.is_ctxrank:
+                    entry = COMMANDS.get(step.key)
+                    if not isinstance(entry, Run):
+                        self.done[ident] = None
+                        continue
+                    try:
+                        self.execute(step, entry)
+                        self.done[ident] = None
+                    except BaseException as exc:
+                        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                        self.done[ident] = f"{step.where} `{step.key}`: {first}"
+                else:
+                    self.done[ident] = self.shell(step)
+            if self.done[ident]:
+                failures.append(self.done[ident])
+        return failures
+
+    def shell(self, step: Step) -> str | None:
+        if step.argv[0] not in SHELL_STEPS:
+            return None
+        proc = subprocess.run(list(step.argv), cwd=self.path(self.name(step)), capture_output=True, text=True)
+        return None if proc.returncode == 0 else f"{step.where} `{step.key}`: {proc.stderr.strip()}"
+
+    def execute(self, step: Step, entry: Run) -> str:
+        ws = self.path(self.name(step))
+        argv = (*step.argv[1:], *entry.extra)
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as m:
+            m.chdir(ws)
+            m.setenv("CTXRANK_DATA", str(self.data_dir))
+            m.setenv("CTXRANK_CACHE_DIR", str(self.root / "cache"))  # MQ2008 parsed once, not per case
+            for f in entry.files:
+                if (self.name(step), f) not in self.written:
+                    FIXTURES[f](ws)
+                    self.written.add((self.name(step), f))
+            for k, v in step.env:
+                m.setenv(k, v)
+            if entry.patch is not None:
+                entry.patch(m)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = main(list(argv))
+        shown = (
+            f"`ctxrank {shlex.join(argv)}` in {ws}\n"
+            f"stdout:\n{out.getvalue()[-3000:]}\nstderr:\n{err.getvalue()[-3000:]}"
+        )
+        assert rc == entry.status, f"exit status {rc}, expected {entry.status}: {shown}"
+        try:
+            if entry.status == 0:
+                default_checks(argv, out.getvalue(), ws)
+            if entry.check is not None:
+                entry.check(out.getvalue(), ws, step)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{shown}") from None
+        return out.getvalue()
+
+
+STEPS = documented_steps()
+COMMAND_STEPS = [s for s in STEPS if s.is_ctxrank]
+
+
+@pytest.fixture(scope="module")
+def workspaces(tmp_path_factory):
+    return Workspaces(tmp_path_factory.mktemp("docs-commands"), STEPS)
+
+
+def _how_to_add(step: Step) -> str:
+    return (
+        f"{step.where}: documented command not covered by tests/test_docs_commands.py: `{step.key}`\n"
+        f"Add to COMMANDS:  {step.key!r}: Run(),  with tiny-size overrides the docs state next to it in "
+        "Run(extra=...), fixtures it reads in Run(files=...), or Elsewhere('tests/...::test') if another "
+        "test runs it."
+    )
+
+
+# ------------------------------------------------------------------------------ tests
+def test_the_extraction_finds_the_commands_of_every_kind_of_block():
+    where = {(s.doc, s.key) for s in COMMAND_STEPS}
+    assert ("README.md", "ctxrank data-info --dataset mq2008") in where  # console block with output
+    bash = "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm"
+    assert ("docs/arsm.md", bash) in where
+    continued = "--dataset mq2008 --fold 1 --out runs/dlcm-f1"  # the second line of a `\` command
+    assert any(s.doc == "docs/reranking.md" and s.key.endswith(continued) for s in COMMAND_STEPS)
+    assert ("docs/experiments.md", "ctxrank experiment qilcm-table2 --report-only") in where  # after `wait;`
+    assert ("docs/reproduction.md", "CTXRANK_DATA=../shared/data ctxrank experiment arsm-table2-3") in where
+    shell = [s.key for s in STEPS if not s.is_ctxrank]
+    assert "mkdir -p results/qilcm-figure2" in shell and "make demo" in shell
+    synopses = [s.key for s in COMMAND_STEPS if re.search(r"\[--|\w\|\w|\.\.\.", s.key)]
+    assert not synopses, f"a usage synopsis is not a command: put it in a ```text block: {synopses}"
+
+
+def test_every_documented_command_is_in_the_table():
+    missing = [_how_to_add(s) for s in COMMAND_STEPS if s.key not in COMMANDS]
+    assert not missing, "\n\n".join(missing)
+
+
+def test_every_table_entry_is_still_documented():
+    shown = {s.key for s in COMMAND_STEPS}
+    stale = [k for k in COMMANDS if k not in shown]
+    assert not stale, (
+        "COMMANDS in tests/test_docs_commands.py has entries no document shows any more (remove them, or "
+        f"update them to the command as it is now printed): {stale}"
+    )
+
+
+def test_quick_start_is_the_two_make_commands():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = list(_fences(section))
+    assert len(blocks) == 1, "the README's quick start must be one block"
+    commands = [line.split("#", 1)[0].strip() for line in blocks[0][2] if line.strip()]
+    assert commands == ["make demo", "make test"]
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^\t\$\(BIN\)/ctxrank demo\s*$", recipe, re.M), "`make demo` must run `ctxrank demo`"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "step",
+    COMMAND_STEPS,
+    ids=lambda s: f"{s.where} {s.key[8:68] if s.key.startswith('ctxrank') else s.key[:60]}",
+)
+def test_documented_command(step, workspaces):
+    entry = COMMANDS.get(step.key)
+    if entry is None:
+        pytest.fail(_how_to_add(step))
+    if isinstance(entry, Elsewhere):
+        path, _, name = entry.test.partition("::")
+        assert re.search(rf"^def {re.escape(name)}\(", (REPO / path).read_text(), re.M), (
+            f"{entry.test} is gone"
+        )
+        return
+    earlier = workspaces.run_before(step)
+    ident = (step.doc, step.line, step.key)
+    try:
+        workspaces.execute(step, entry)
+    except Exception as exc:
+        workspaces.done[ident] = f"{step.where} `{step.key}`: {(str(exc).splitlines() or [repr(exc)])[0]}"
+        if earlier:
+            raise AssertionError(
+                f"{exc}\nearlier steps of this workspace failed:\n  " + "\n  ".join(earlier)
+            ) from exc
+        raise
+    workspaces.done[ident] = None
