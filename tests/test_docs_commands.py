@@ -360,7 +360,7 @@ def contains(*needles: str) -> Callable[[str, Path, Step], None]:
 
 def killed_after_first_epoch(mp: pytest.MonkeyPatch) -> None:
     """Kill `ctxrank train` (KeyboardInterrupt, exit status 130) once the state of epoch 1 is saved."""
-    from ctxrank.resume import StateDir
+    from ctxrank.training.resume import StateDir
 
     save = StateDir.save
 
