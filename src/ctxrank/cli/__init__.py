@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """ctxrank's own warnings (e.g. a LETOR file without a final newline) as one line on stderr."""
+    if category.__module__.startswith("ctxrank"):
+        print(f"ctxrank: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
     parser = build_parser()
@@ -83,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     try:
-        return int(args.run(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.run(args))
     except BrokenPipeError:  # `ctxrank ... | head`: stop quietly, as the reader went away
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

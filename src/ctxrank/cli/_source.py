@@ -124,7 +124,12 @@ def load_data_rows(
 
     table.reject(file)
     data = read_letor(file, n_features=n_features, **source.letor_options())
-    return data, None
+    file_rows = data.info.get("file_rows")  # --regroup moved rows: map scores back to the file's order
+    if file_rows is None:
+        return data, None
+    import numpy as np
+
+    return data, np.asarray(file_rows, dtype=np.int64)
 
 
 def _load_registered(source: DataOptions, table: TableOptions, default_split: str) -> Any:

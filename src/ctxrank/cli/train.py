@@ -59,6 +59,8 @@ class TrainOptions:
     query_file: str | None = None
     no_cache: bool = False
     regroup: bool = False
+    max_dense_bytes: int | None = None
+    max_line_bytes: int | None = None
     query_col: str | None = None
     label_col: str | None = None
     categorical: tuple[str, ...] | None = None
@@ -88,6 +90,8 @@ class TrainOptions:
             self.query_file,
             self.no_cache,
             self.regroup,
+            self.max_dense_bytes,
+            self.max_line_bytes,
         )
 
     @property
@@ -138,7 +142,9 @@ FLAGS = {
     "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
     "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
-    "no_cache": "--no-cache", "regroup": "--regroup", "query_col": "--query-col", "label_col": "--label-col",
+    "no_cache": "--no-cache", "regroup": "--regroup",
+    "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes",
+    "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
 }  # fmt: skip
 PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.provenance import code_version
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
 
 __all__ = ["Unit", "load_unit", "pending_runs", "run_experiment"]
@@ -220,6 +220,7 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
         list(rep.metrics),
         convention=rep.convention,
         no_relevant=rep.no_relevant,
+        max_label=err_max_label(spec),
     )
     return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in per.items()}
 

@@ -409,3 +409,13 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
         return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def err_max_label(spec: ExperimentSpec) -> int | None:
+    """ERR's maximum grade for the spec's data: the registered dataset's label scale, else None (then a
+    report asking for ERR is an error naming ``max_label``)."""
+    if not spec.data.dataset:
+        return None
+    from ctxrank.data.registry import get_spec
+
+    return get_spec(spec.data.dataset).max_label
