@@ -36,6 +36,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -355,89 +356,54 @@ class LambdaMART:
         """
         import lightgbm as lgb
 
-        _check_data(train, "train")
+        max_label, n_cat = _check_splits(train, valid)
         k, cutoffs, no_relevant = self._resolve()
-        max_label = _check_labels(train, "train")
-        if valid is not None:
-            _check_data(valid, "valid")
-            if valid.n_features != train.n_features:
-                raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
-            max_label = max(max_label, _check_labels(valid, "valid"))
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
         params = self._lgb_params(label_gain, cutoffs)
-        metric_name = f"ndcg@{k}"
-
-        n_cat = _n_categorical(train)
-        if valid is not None and _n_categorical(valid) != n_cat:
-            raise ValueError(f"train has {n_cat} categorical columns but valid has {_n_categorical(valid)}")
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
             _lgb_matrix(train), label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
         )
-        valid_sets, valid_names, callbacks = [], [], []
-        evals: dict[str, Any] = {}
-        stopper = None
+        monitor = None
         if valid is not None:
-            n_queries = valid.n_queries
-            # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
-            n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
-            if no_relevant == "skip" and n0 == n_queries:
-                raise ValueError(
-                    f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
-                    "NDCG with no_relevant='skip' is undefined"
-                )
-            convert = _convention(n_queries, n0, no_relevant)
-            valid_sets.append(
-                lgb.Dataset(
-                    _lgb_matrix(valid),
-                    label=valid.labels,
-                    group=valid.query_lengths,
-                    reference=train_set,
-                    categorical_feature=cat_idx,
-                )
-            )
-            valid_names.append("valid")
-            callbacks.append(lgb.record_evaluation(evals))
-            stopper = _EarlyStopping("valid", metric_name, self.early_stopping_rounds, convert)
-            callbacks.append(stopper)
-            if self.verbose:
-                callbacks.append(lgb.log_evaluation(period=10))
+            monitor = _ValidationMonitor.build(self, valid, train_set, cat_idx, f"ndcg@{k}", no_relevant)
         try:
             booster = lgb.train(
                 params,
                 train_set,
                 num_boost_round=self.n_estimators,
-                valid_sets=valid_sets,
-                valid_names=valid_names,
-                callbacks=callbacks,
+                valid_sets=[] if monitor is None else [monitor.dataset],
+                valid_names=[] if monitor is None else ["valid"],
+                callbacks=[] if monitor is None else monitor.callbacks,
             )
         except lgb.basic.LightGBMError as exc:
             raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
-
-        self.booster_ = booster
-        self.lgb_params_ = params
-        self.n_features_in_ = train.n_features
-        self.n_categorical_in_ = n_cat
+        self.booster_, self.lgb_params_, self.label_gain_ = booster, params, label_gain
+        self.n_features_in_, self.n_categorical_in_ = train.n_features, n_cat
         self.feature_names_in_ = tuple(train.feature_names)
-        self.label_gain_ = label_gain
+        self._select_iteration(booster, monitor)
+        return self
+
+    def _select_iteration(self, booster: Any, monitor: _ValidationMonitor | None) -> None:
+        """``evals_result_``, ``best_iteration_`` and ``best_score_`` (in ``no_relevant``'s convention)."""
+        evals = {} if monitor is None else monitor.evals
         self.evals_result_ = {
             name: {metric: [float(v) for v in values] for metric, values in per.items()}
             for name, per in evals.items()
         }
-        if stopper is not None and self.early_stopping_rounds is not None:
-            self.best_iteration_ = stopper.best_iter + 1
-            self.best_score_ = float(stopper.best_score)
+        if monitor is not None and self.early_stopping_rounds is not None:
+            self.best_iteration_ = monitor.stopper.best_iter + 1
+            self.best_score_ = float(monitor.stopper.best_score)
         else:
             self.best_iteration_ = int(booster.current_iteration())
             self.best_score_ = None
-            if stopper is not None:  # no selection: the metric of the last iteration
-                last = self.evals_result_["valid"][metric_name][-1]
-                self.best_score_ = float(convert(last))
+            if monitor is not None:  # no selection: the metric of the last iteration
+                last = self.evals_result_["valid"][monitor.metric][-1]
+                self.best_score_ = float(monitor.convert(last))
         assert booster.current_iteration() >= self.best_iteration_ >= 1, (
             booster.current_iteration(),
             self.best_iteration_,
         )
-        return self
 
     def training_summary(self) -> dict[str, Any]:
         """What ``ctxrank train`` records: the trees kept and their validation metric (None without
@@ -630,6 +596,60 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b) and type(a) is type(b)
     except Exception:
         return False
+
+
+def _check_splits(train: RankingData, valid: RankingData | None) -> tuple[int, int]:
+    """``(largest label, categorical column count)`` after checking the splits agree."""
+    _check_data(train, "train")
+    max_label = _check_labels(train, "train")
+    n_cat = _n_categorical(train)
+    if valid is not None:
+        _check_data(valid, "valid")
+        if valid.n_features != train.n_features:
+            raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
+        max_label = max(max_label, _check_labels(valid, "valid"))
+        if _n_categorical(valid) != n_cat:
+            raise ValueError(f"train has {n_cat} categorical columns but valid has {_n_categorical(valid)}")
+    return max_label, n_cat
+
+
+@dataclass
+class _ValidationMonitor:
+    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper."""
+
+    dataset: Any
+    metric: str
+    convert: Any
+    evals: dict[str, Any]
+    stopper: Any
+    callbacks: list[Any]
+
+    @classmethod
+    def build(cls, model: Any, valid: RankingData, train_set: Any, cat_idx: Any, metric: str, no_relevant):
+        import lightgbm as lgb
+
+        n_queries = valid.n_queries
+        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
+        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
+        if no_relevant == "skip" and n0 == n_queries:
+            raise ValueError(
+                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
+                "NDCG with no_relevant='skip' is undefined"
+            )
+        convert = _convention(n_queries, n0, no_relevant)
+        dataset = lgb.Dataset(
+            _lgb_matrix(valid),
+            label=valid.labels,
+            group=valid.query_lengths,
+            reference=train_set,
+            categorical_feature=cat_idx,
+        )
+        evals: dict[str, Any] = {}
+        stopper = _EarlyStopping("valid", metric, model.early_stopping_rounds, convert)
+        callbacks = [lgb.record_evaluation(evals), stopper]
+        if model.verbose:
+            callbacks.append(lgb.log_evaluation(period=10))
+        return cls(dataset, metric, convert, evals, stopper, callbacks)
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
