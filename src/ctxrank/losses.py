@@ -34,6 +34,11 @@ Losses (``LOSSES`` registry; ``get_loss(name)``):
 * :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or
   the variant of DLCM's released code.
 * :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; DLCM eq. 8).
+* :func:`ranknet`: pairwise logistic loss on pairs with different labels (Burges et al. 2005).
+* :func:`lambdaloss`: LambdaLoss with the NDCG-Loss2++ weights (Wang et al. 2018, CIKM).
+* :func:`approxndcg`: 1 - NDCG with a sigmoid-smoothed rank (Qin, Liu & Li 2010).
+* :func:`neuralndcg`: 1 - NDCG@k of the NeuralSort relaxation, Sinkhorn-scaled (Pobrotyn & Białobrzeski
+  2021), and its transposed variant.
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
 (eq. 13-14) over item representations ``(B, L, D)``.
@@ -59,12 +64,16 @@ __all__ = [
     "LOSSES",
     "REDUCTIONS",
     "SOFTRANK_GAINS",
+    "approxndcg",
     "attrank",
     "chamfer_block_shape",
     "chamfer_confusion",
     "get_loss",
+    "lambdaloss",
     "listmle",
     "listnet",
+    "neuralndcg",
+    "ranknet",
     "softrank",
     "softrank_rank_distribution",
 ]
