@@ -146,10 +146,11 @@ def _tree(lines: list[str], a: int, b: int, n_features: int) -> None:
     n_cat = _ints(kv, "num_cat", 1, default="0")[0]
     _reals(kv, "shrinkage", 1)
     inner = n - 1
-    if inner == 0:  # a single leaf: LightGBM writes only its value
-        extra = set(kv) - {"num_leaves", "num_cat", "is_linear", "shrinkage", *_LEAF_REAL, *_LEAF_INT}
-        if extra or n_cat != 0:
-            raise _Bad(f"a one-leaf tree has no splits, got {sorted(extra)}")
+    if inner == 0:  # a single leaf: empty split arrays and one value
+        keys = (*_INTERNAL_REAL, *_INTERNAL_INT, "cat_boundaries", "cat_threshold")
+        splits = [k for k in keys if kv.get(k)]
+        if splits or n_cat != 0:
+            raise _Bad(f"a one-leaf tree has no splits, got {splits}")
         _reals(kv, "leaf_value", 1)
         return
     for key in _INTERNAL_REAL:
