@@ -51,9 +51,13 @@ def test_exact_count_loads_silently(tmp_path, capsys):
 def test_table_with_extra_columns_against_the_saved_spec_is_an_error(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("q,y,a,b,extra\n1,0,0.5,0.1,9\n1,1,0.2,0.3,8\n")
-    spec = {"query": "q", "label": "y", "docid": None, "numeric": ["a", "b"], "categorical": []}
+    spec = {"query": "q", "label": "y", "docid": None, "numeric": ["a", "b"], "categorical": [],
+            "numeric_default": True}  # fmt: skip
     with pytest.raises(ValueError, match=r"column\(s\) \['extra'\] are not in the model's saved table spec"):
         load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=spec)
+    given = {**spec, "numeric_default": False}  # trained with --numeric a,b: other columns are not features
+    data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=given)
+    assert data.n_features == 2
     f.write_text("q,y,a,b\n1,0,0.5,0.1\n1,1,0.2,0.3\n")
     data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=spec)
     assert data.n_features == 2
@@ -73,3 +77,22 @@ def test_cli_predict_refuses_another_datasets_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "every row lists 45 features" in err, err
     assert not (tmp_path / "s.txt").exists()
+
+
+def test_cli_table_model_trained_on_every_column_refuses_an_extra_column(tmp_path, capsys):
+    from ctxrank.cli import main
+
+    rows = [f"s{i // 4},{int(i % 4 == 0)},{(i * 7) % 11},{(i * 3) % 5}" for i in range(40)]
+    train = tmp_path / "train.csv"
+    train.write_text("session,chosen,price,stops\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "m"
+    argv = ["train", "--model", "lambdamart", "--data", str(train), "--query-col", "session"]
+    argv += ["--label-col", "chosen", "--out", str(out), "--set", "model_params.n_estimators=2"]
+    argv += ["--set", "model_params.min_data_in_leaf=2", "--no-progress"]
+    assert main(argv) == 0
+    extra = tmp_path / "new.csv"
+    extra.write_text("session,chosen,price,stops,dep_hour\n" + "\n".join(r + ",7" for r in rows) + "\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out), "--data", str(extra), "--output", str(tmp_path / "s")]) == 2
+    assert "['dep_hour'] are not in the model's saved table spec" in capsys.readouterr().err
+    assert main(["predict", "--model", str(out), "--data", str(train), "--output", str(tmp_path / "s")]) == 0

@@ -276,17 +276,19 @@ def _safetensors_header(path: Path, data: bytes) -> dict[str, tuple[str, tuple[i
     """``{name: (dtype, shape)}`` from a safetensors file's header, every entry checked against the
     file's size (the bytes a shape declares are bytes the file holds)."""
     if len(data) < 8:
-        raise ValueError(f"{path}: not a safetensors file ({len(data)} bytes)")
+        raise ValueError(f"{path}: cannot read weights (not a safetensors file: {len(data)} bytes)")
     n = int.from_bytes(data[:8], "little")
     body = len(data) - 8 - n
     if n > min(len(data) - 8, 2**27):
         raise ValueError(
-            f"{path}: not a safetensors file (header of {n:,} bytes in a {len(data):,}-byte file)"
+            f"{path}: cannot read weights (not a safetensors file: a {n:,}-byte header in "
+            f"{len(data):,} bytes)"
         )
     try:
         header = json.loads(data[8 : 8 + n].decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ValueError(f"{path}: unreadable safetensors header ({_one_line(exc)})") from None
+        text = _one_line(exc)
+        raise ValueError(f"{path}: cannot read weights (unreadable safetensors header: {text})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: the safetensors header is not a JSON object")
     out = {}

@@ -119,7 +119,7 @@ def load_data_rows(
         if source.query_file is not None:
             raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
-        if saved_table is not None:
+        if saved_table is not None and saved_table.get("numeric_default") is True:
             _reject_extra_columns(file, spec)
         return read_table_file(file, spec, scoring=purpose == "predict")
     from ctxrank.data.letor import read_letor
@@ -130,7 +130,8 @@ def load_data_rows(
 
 
 def _reject_extra_columns(file: str, spec: Any) -> None:
-    """A table scored by a saved model holds only the columns of the model's table spec."""
+    """A table scored by a model whose numeric columns were every other column of its training file
+    holds only the columns of the model's table spec (another column would have been a feature)."""
     from ctxrank.data.table import table_columns
 
     if spec.numeric is None:
@@ -141,7 +142,7 @@ def _reject_extra_columns(file: str, spec: Any) -> None:
         raise ValueError(
             f"{file}: column(s) {extra[:10]} are not in the model's saved table spec (numeric: "
             f"{_fmt(spec.numeric)}; categorical: {_fmt(spec.categorical)}); the model would ignore them: "
-            "drop them, or use a model trained on them"
+            "drop them, or train with --numeric naming the feature columns"
         )
 
 
