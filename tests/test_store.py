@@ -50,6 +50,7 @@ def test_good_run_file_loads_with_null_as_nan(tmp_path):
         (lambda r: {**r, "fold": 2}, "'fold' is 2, its path says 1"),
         (lambda r: {**r, "model": "dcm"}, "'model' is 'dcm'"),
         (lambda r: {**r, "split": {"queries": {"train": 1}}}, "'split.queries'"),
+        (lambda r: {**r, "split": [1]}, "'split' must be a JSON object"),
         (lambda r: {**r, "metrics": {"map": [1, 1, 1]}}, r"no per-query values of \['ndcg@10'\]"),
     ],
 )

@@ -111,8 +111,8 @@ def check_run(path: Any, record: Any, metrics: tuple[str, ...] | list[str] = ())
     """A run record read from ``path``, validated: a JSON object with ``model`` (str), ``seed`` and
     ``fold`` (integers), ``query_ids`` (distinct strings) and ``metrics`` (metric name -> one finite
     number or ``null`` per query, every vector as long as ``query_ids``), holding every metric of
-    ``metrics``; ``split`` (when present) counts queries. Returns it with the vectors as float lists
-    (``null`` -> NaN).
+    ``metrics``; ``split.queries`` (when present) counts train, valid and test queries. Returns it
+    with the vectors as float lists (``null`` -> NaN).
 
     Raises:
         ValueError: naming ``path`` and what is wrong.
@@ -140,8 +140,10 @@ def check_run(path: Any, record: Any, metrics: tuple[str, ...] | list[str] = ())
         )
     record["metrics"] = {k: _vector(path, per, k, n, prefix="metrics.") for k in per}
     split = record.get("split")
-    if split is not None:
-        queries = split.get("queries") if isinstance(split, dict) else None
+    if split is not None and not isinstance(split, dict):
+        raise ValueError(f"{path}: malformed run file: 'split' must be a JSON object")
+    if split is not None and "queries" in split:  # random splits count their queries (published folds: no)
+        queries = split["queries"]
         if not isinstance(queries, dict) or not all(
             isinstance(queries.get(k), int) and not isinstance(queries.get(k), bool) and queries[k] >= 0
             for k in ("train", "valid", "test")
