@@ -91,7 +91,15 @@ class Baseline:
             raise ValueError(f"model_params: {exc}") from None
 
     def load(self, directory: str | Path) -> Any:
-        return self.cls.load(directory)
+        """The saved model; metadata of the wrong type anywhere is a ValueError naming the file (the
+        loaders check each value they read; this turns a check they lack into the same kind of error)."""
+        try:
+            return self.cls.load(directory)
+        except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+            raise ValueError(
+                f"{Path(directory) / 'ctxrank.json'}: malformed {self.kind} model metadata "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
 
 
 _NEURAL: tuple[type[Ranker], ...] = (

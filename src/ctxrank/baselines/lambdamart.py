@@ -44,7 +44,20 @@ import numpy as np
 
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
+from ctxrank._modeldir import (
+    FORMAT_VERSION,
+    MAX_FEATURES,
+    META_FILE,
+    meta_dict,
+    meta_floats,
+    meta_int,
+    meta_str,
+    meta_strings,
+    read_meta,
+    read_regular,
+    short,
+)
+from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
@@ -55,6 +68,8 @@ KIND = "lightgbm"
 MAX_QUERY_LENGTH = 10000
 #: Largest label whose gain ``2^y - 1`` is a finite double.
 MAX_LABEL = 1023
+#: The largest ``model.txt`` read (bytes).
+MAX_MODEL_BYTES = 2**31
 _METRIC_RE = re.compile(r"^\s*ndcg\s*@\s*(\d+)\s*$", re.IGNORECASE)
 
 # Named parameter -> the LightGBM parameter it sets (for rejecting duplicates in extra_lgb_params).
@@ -528,31 +543,24 @@ class LambdaMART:
     def _from_meta(cls, directory: Path, meta: dict[str, Any]) -> LambdaMART:
         import lightgbm as lgb
 
-        try:
-            params = dict(meta["params"])
-            n_features = int(meta["n_features"])
-            n_categorical = int(meta.get("n_categorical", 0))
-            best_iteration = int(meta["best_iteration"])
-            label_gain = [float(g) for g in meta["label_gain"]]
-            feature_names = tuple(str(n) for n in meta["feature_names"])
-            digest = str(meta["model_sha256"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{directory}: incomplete LightGBM model metadata ({exc!r})") from None
+        where = directory / META_FILE
+        params, n_features, n_categorical, best_iteration = _checked_meta(where, meta)
         path = directory / MODEL_FILE
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read the LightGBM model ({exc})") from None
-        if hashlib.sha256(data).hexdigest() != digest:
+        data = read_regular(path, MAX_MODEL_BYTES, "LightGBM model")
+        if hashlib.sha256(data).hexdigest() != meta_str(meta, "model_sha256", where):
             raise ValueError(f"{path}: the file changed since the model was saved (SHA-256 mismatch)")
         try:
-            booster = lgb.Booster(model_str=data.decode("utf-8"))
-        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
+            text = check_model_text(data.decode("utf-8"), n_features + n_categorical, best_iteration)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not a LightGBM model ctxrank accepts: {exc}") from None
+        try:
+            booster = lgb.Booster(model_str=text)
+        except lgb.basic.LightGBMError as exc:  # pragma: no cover - check_model_text accepted it
             raise ValueError(f"{path}: not a readable LightGBM model ({exc})") from None
         if (
             booster.num_feature() != n_features + n_categorical
             or booster.current_iteration() != best_iteration
-        ):
+        ):  # pragma: no cover - check_model_text counted both
             raise ValueError(
                 f"{path}: holds {booster.current_iteration()} trees over {booster.num_feature()} features, "
                 f"the metadata says {best_iteration} over {n_features} (+ {n_categorical} categorical)"
@@ -560,15 +568,41 @@ class LambdaMART:
         model = cls(**params)
         model.booster_ = booster
         model.best_iteration_ = best_iteration
-        model.evals_result_ = _evals_result(meta.get("evals_result") or {})
+        evals = meta_dict(meta, "evals_result", where, optional=True)
+        try:
+            model.evals_result_ = _evals_result(evals)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{where}: 'evals_result': {exc}") from None
         # None without validation; with it a float, NaN written as null by strict JSON
-        model.best_score_ = float_or_nan(meta.get("best_score")) if "valid" in model.evals_result_ else None
+        best = meta.get("best_score")
+        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
+            raise ValueError(f"{where}: 'best_score' must be a number or null, got {short(best)}")
+        model.best_score_ = float_or_nan(best) if "valid" in model.evals_result_ else None
         model.n_features_in_ = n_features
         model.n_categorical_in_ = n_categorical
-        model.feature_names_in_ = feature_names
-        model.label_gain_ = label_gain
-        model.lgb_params_ = meta.get("lightgbm_params") or {}
+        model.feature_names_in_ = tuple(meta_strings(meta, "feature_names", where, n_features))
+        model.label_gain_ = meta_floats(meta, "label_gain", where, max_len=MAX_LABEL + 1)
+        model.lgb_params_ = meta_dict(meta, "lightgbm_params", where, optional=True)
         return model
+
+
+def _checked_meta(where: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], int, int, int]:
+    """``(params, n_features, n_categorical, best_iteration)`` of a LightGBM model's metadata, each
+    checked (the parameters by :meth:`LambdaMART._resolve`, ``num_threads`` bounded)."""
+    params = meta_dict(meta, "params", where)
+    n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
+    n_categorical = meta_int(meta, "n_categorical", where, 0, MAX_FEATURES, default=0)
+    best_iteration = meta_int(meta, "best_iteration", where, 1, MAX_TREES)
+    threads = params.get("num_threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or not -1 <= threads <= 1024:
+        raise ValueError(
+            f"{where}: 'params.num_threads' must be an integer in [-1, 1024], got {short(threads)}"
+        )
+    try:
+        LambdaMART(**params)._resolve()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: 'params': {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    return params, n_features, n_categorical, best_iteration
 
 
 def _n_categorical(data: RankingData) -> int:

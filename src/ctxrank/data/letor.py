@@ -309,7 +309,13 @@ def _parse(
         docids=docids,
         feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
         source=name,
-        info={"null_filled": null_filled, **({"warnings": notes} if notes else {}), **regrouped},
+        # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
+        info={
+            "null_filled": null_filled,
+            "rows_listing_all": int(np.count_nonzero(counts >= width)),
+            **({"warnings": notes} if notes else {}),
+            **regrouped,
+        },
     )
 
 

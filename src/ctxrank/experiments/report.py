@@ -34,7 +34,8 @@ def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]
     """The runs every model has finished (in run order) and each model's records for them."""
     names = spec.run_names()
     keys = [k for k in spec.run_keys() if all(store.has_run(m, *k) for m in names)]
-    return keys, {m: [store.load_run(m, *k) for k in keys] for m in names}
+    metrics = tuple(spec.report.metrics)
+    return keys, {m: [store.load_run(m, *k, metrics=metrics) for k in keys] for m in names}
 
 
 def run_means(records: list[dict], metric: str) -> np.ndarray:
