@@ -11,6 +11,7 @@
 See docs/api.md for a walk-through.
 """
 
+from ctxrank.api._load import load
 from ctxrank.api.estimators import (
     ESTIMATOR_OF_MODEL,
     AdaRankRanker,
@@ -24,7 +25,6 @@ from ctxrank.api.estimators import (
     QILCMRanker,
     Ranker,
     RankSVMRanker,
-    load,
 )
 from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.api.scoring import RankingScorer, make_ranking_scorer, ndcg_scorer

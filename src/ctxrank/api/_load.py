@@ -18,16 +18,16 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.registry import Baseline, get_model
 from ctxrank.training.run import RunResult
 
-__all__ = ["load_estimator"]
+__all__ = ["load"]
 
 
-def load_estimator(path: str | Path) -> Any:
-    """The estimator of the saved model in ``path`` (fitted: ``predict``, ``score``, ``save`` work).
+def load(path: str | Path) -> Any:
+    """The fitted estimator of the model directory ``path`` (written by ``ctxrank train --out`` or an
+    estimator's ``save``): ``predict``, ``score`` and ``save`` work; the class follows the saved model.
 
     Raises:
         ValueError: not a model directory, or one without its run config (very old directories).
     """
-    from ctxrank.api import estimators
 
     path = Path(path)
     meta = read_meta(path)

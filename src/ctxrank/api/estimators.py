@@ -29,7 +29,7 @@ from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
 from ctxrank.registry import MODELS
 
-__all__ = ["Ranker", "load"]
+__all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
 
 
 class Ranker(BaseEstimator):
@@ -196,7 +196,8 @@ class Ranker(BaseEstimator):
     def save(self, path: str | Path) -> Path:
         """Write the model directory of ``ctxrank train --out`` (weights, ``ctxrank.json``, ``config.toml``,
         ``train_log.jsonl``, ``training_curves.png``): ``ctxrank predict --model PATH`` and
-        ``ctxrank export`` serve it, :func:`load` reads it back. Refuses a directory holding a model."""
+        ``ctxrank export`` serve it, :func:`ctxrank.api.load` reads it back. Refuses a directory that
+        holds a model."""
         from ctxrank.training.run import save_result
 
         check_is_fitted(self, "run_")
@@ -345,11 +346,3 @@ ESTIMATOR_OF_MODEL: dict[str, type[Ranker]] = {
     "adarank-ndcg": AdaRankRanker,
 }
 assert set(ESTIMATOR_OF_MODEL) <= set(MODELS)
-
-
-# --------------------------------------------------------------------------------------- loading
-def load(path: str | Path) -> Ranker:
-    """A fitted estimator from a model directory written by ``ctxrank train --out`` or ``save``."""
-    from ctxrank.api._load import load_estimator
-
-    return load_estimator(path)
