@@ -95,7 +95,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
     if "loss" in spec.run:
         params["loss"] = config.loss
         params["loss_params"] = dict(config.loss_params) or None
-    params["transform"] = config.transform
+    params["normalizer"] = config.transform
     for name in (f for f in TrainConfig.__dataclass_fields__):
         params["random_state" if name == "seed" else name] = getattr(config.train, name)
     return {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}

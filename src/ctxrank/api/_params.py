@@ -1,7 +1,10 @@
 """The parameters of an estimator, derived from the registry (so they cannot drift from the CLI's run
 config): a neural model's config dataclass fields, its loss, normalizer and ``TrainConfig`` fields
 (``seed`` is ``random_state``, the progress bar ``verbose``); a baseline's own constructor
-parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``)."""
+parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``).
+
+The run config's ``transform`` (the feature normalizer) is the estimator parameter ``normalizer``:
+scikit-learn takes an estimator with a ``transform`` attribute for a transformer."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from ctxrank.registry import Baseline, get_model
 __all__ = ["ParamSpec", "param_spec", "run_config"]
 
 #: run-level parameters of a neural estimator (besides the model's and TrainConfig's)
-_RUN_DEFAULTS: dict[str, Any] = {"loss": "", "loss_params": None, "transform": "minmax"}
+_RUN_DEFAULTS: dict[str, Any] = {"loss": "", "loss_params": None, "normalizer": "minmax"}
 #: TrainConfig field -> estimator parameter, where the names differ
 _TRAIN_RENAMES = {"seed": "random_state"}
 #: a baseline constructor parameter -> the estimator parameter that carries it
@@ -36,7 +39,7 @@ class ParamSpec:
     """The estimator parameters of one registered model, in signature order, with their defaults.
 
     ``model``: the model's own parameters (``[model_params]``); ``run``: ``loss``, ``loss_params``,
-    ``transform`` (neural models without their own objective); ``train``: ``TrainConfig`` fields under
+    ``normalizer`` (neural models without their own objective); ``train``: ``TrainConfig`` fields under
     their estimator names; ``verbose`` always."""
 
     name: str
@@ -70,7 +73,7 @@ def param_spec(name: str) -> ParamSpec:
     model = {f.name: _default(f) for f in dataclasses.fields(entry.config_class)}
     run = {} if entry.own_objective else dict(_RUN_DEFAULTS)
     if entry.own_objective:
-        run["transform"] = _RUN_DEFAULTS["transform"]
+        run["normalizer"] = _RUN_DEFAULTS["normalizer"]
     train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
     clash = set(model) & (set(run) | set(train) | {"verbose"})
     assert not clash, f"{name}: model parameters {clash} clash with run parameters"
@@ -104,7 +107,7 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
         d = {
             "model": name,
             "loss": values.get("loss", ""),
-            "transform": values["transform"],
+            "transform": values["normalizer"],
             "model_params": model_params,
             "loss_params": dict(values.get("loss_params") or {}),
             "train": train,

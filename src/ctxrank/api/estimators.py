@@ -4,8 +4,9 @@ Design: one class, :class:`Ranker` (``Ranker(model="qilcm", **params)``), for ev
 and one subclass per model family with the model fixed and every parameter in its signature
 (:class:`QILCMRanker`, :class:`ListNetRanker`, ..., :class:`LambdaMARTRanker`, :class:`RankSVMRanker`,
 :class:`AdaRankRanker`), generated from the registry: the parameters are a neural model's config
-dataclass fields, ``loss`` / ``loss_params`` / ``transform``, the ``TrainConfig`` fields (``seed`` is
-``random_state``) and ``verbose``; a baseline's constructor parameters. They cannot drift from the CLI.
+dataclass fields, ``loss`` / ``loss_params`` / ``normalizer`` (the run config's ``transform``), the
+``TrainConfig`` fields (``seed`` is ``random_state``) and ``verbose``; a baseline's constructor
+parameters. They cannot drift from the CLI.
 
 Training is ``ctxrank.training.run.run_training``, the engine of ``ctxrank train``: the same run config,
 seed, normalizer, early stopping and model directory. Without ``eval_set`` the training data is also
@@ -64,15 +65,9 @@ class Ranker(BaseEstimator):
         return self._fixed_model or self.model
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Every parameter: the model's defaults (when ``model`` is known) under the values set."""
+        """The parameters set (``Ranker``: ``model`` and those given; a per-model subclass: all)."""
         own = {k: v for k, v in vars(self).items() if not k.startswith("_") and not k.endswith("_")}
-        try:
-            defaults = param_spec(self.model_name()).defaults
-        except ValueError:
-            defaults = {}
-        if self._fixed_model is None:
-            return {"model": self.model, **defaults, "query_column": None, **own}
-        return {**defaults, "query_column": None, **own}
+        return {"model": self.model, **own} if self._fixed_model is None else own
 
     def set_params(self, **params: Any) -> Ranker:
         """Set parameters (``model`` first); they are checked by ``fit``."""
@@ -127,6 +122,8 @@ class Ranker(BaseEstimator):
                 "init_scores: a single ranker does not take initial scores; to re-rank an initial "
                 "ranker's top k use ctxrank.api.RerankPipeline(initial=..., reranker=...)"
             )
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         config = self.run_config()
         train = to_ranking_data(self, X, y, qid, group, fit=True, categorical_features=categorical_features)
         _check_labels(train.data.labels, config, "y")
