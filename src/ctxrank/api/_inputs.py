@@ -65,6 +65,8 @@ def to_ranking_data(
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y: expected {n} labels (one per row of X), got shape {y.shape}")
+        if y.dtype.kind not in "biuf":
+            raise ValueError(f"y: Unknown label type {y.dtype}; expected graded relevance labels (numbers)")
     ids = query_ids_of(n, qid, group)
     order = group_by_query(ids)[2]
     if fit:

@@ -106,10 +106,10 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
         }
         d = {
             "model": name,
-            "loss": values.get("loss", ""),
+            "loss": values["loss"] if "loss" in spec.run else "",  # ARSM's ``loss`` is its own parameter
             "transform": values["normalizer"],
             "model_params": model_params,
-            "loss_params": dict(values.get("loss_params") or {}),
+            "loss_params": dict(values["loss_params"] or {}) if "loss_params" in spec.run else {},
             "train": train,
         }
     try:
