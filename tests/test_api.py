@@ -315,7 +315,7 @@ CHECKS_WITHOUT_QID = {
         "check_estimators_pickle", "check_f_contiguous_array_estimator",
         "check_methods_sample_order_invariance", "check_methods_subset_invariance", "check_fit2d_1sample",
         "check_fit2d_1feature", "check_dict_unchanged", "check_fit_idempotent", "check_fit_check_is_fitted",
-        "check_n_features_in", "check_fit2d_predict1d", "check_requires_y_none",
+        "check_n_features_in", "check_fit2d_predict1d",
     )
 }  # fmt: skip
 
