@@ -258,12 +258,29 @@ class RunConfig:
         implied = dict(cls.default_loss_params) if self.loss_name == cls.default_loss else {}
         return {**implied, **self.loss_params}
 
+    @property
+    def resolved_model_params(self) -> dict[str, Any]:
+        """Every parameter of the model with its value: ``model_params`` over the model's defaults (a
+        neural model's config dataclass; a baseline's constructor, leaving out the parameters that
+        ``[train]`` fills, ``seed`` / ``threads``, unless ``model_params`` sets them)."""
+        from ctxrank.registry import Baseline, get_model
+
+        entry = get_model(self.model)
+        if not isinstance(entry, Baseline):
+            resolved = dataclasses.asdict(entry.make_config(self.model_params))
+            return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
+        from_train = {entry.seed, entry.threads} - {""} - set(self.model_params)
+        params = entry.build(self.model_params).get_params()
+        return {k: v for k, v in params.items() if k not in from_train}
+
     def to_dict(self) -> dict[str, Any]:
+        """The resolved run config (``config.toml`` / ``ctxrank.json``): ``model_params`` holds every
+        parameter of the model (:attr:`resolved_model_params`), ``loss`` the loss actually used."""
         return {
             "model": self.model,
             "loss": self.loss_name,
             "transform": self.transform,
-            "model_params": dict(self.model_params),
+            "model_params": self.resolved_model_params,
             "loss_params": self.effective_loss_params,
             "train": dataclasses.asdict(self.train),
             "rerank": {

@@ -545,7 +545,8 @@ TRAIN_DESCRIPTION = (
     "stopping on the validation split. Files may be LETOR/SVMlight or tables (.csv, .csv.gz, "
     ".tsv, .tsv.gz, .parquet, .pq) with the tabular-data options. Saves "
     "model.safetensors, ctxrank.json (metadata), config.toml (the resolved config), "
-    "train_log.jsonl (one record per epoch) and, when a test split is given, test_metrics.json "
+    "train_log.jsonl (one record per epoch), training_curves.png (loss and validation metric per "
+    "epoch) and, when a test split is given, test_metrics.json "
     "(the test split is evaluated once, at the end). The baselines save their own model files "
     "instead of the weights: LambdaMART model.txt (LightGBM), RankSVM and AdaRank everything in "
     "ctxrank.json. A model trained on a table saves its table spec (columns and categorical "
@@ -559,21 +560,44 @@ TRAIN_DESCRIPTION = (
 )
 
 
+class _Names:
+    """Registry names for a help text, looked up only when the help is formatted (``%(neural)s`` in
+    an option's help reads the action's attribute), so that building the parser imports no torch."""
+
+    def __init__(self, which: str) -> None:
+        self.which = which
+
+    def __str__(self) -> str:
+        from ctxrank.losses import LOSSES
+        from ctxrank.registry import MODELS, is_baseline
+
+        if self.which == "losses":
+            return ", ".join(sorted(LOSSES))
+        baseline = self.which == "baselines"
+        return ", ".join(name for name in MODELS if is_baseline(name) == baseline)
+
+
 def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    p.add_argument(
+    model = p.add_argument(
         "--model",
         help=(
-            "model name: a neural model (listnet, mlp, dlcm, qilcm, ...) or a baseline (lambdamart, "
-            "ranksvm, adarank-map, adarank-ndcg; see docs/baselines.md); default: the config file's, "
-            "else listnet"
+            "model name: a neural model (%(neural)s) or a baseline (%(baselines)s; see docs/models.md "
+            "and docs/baselines.md); default: the config file's, else listnet"
         ),
     )
-    p.add_argument(
-        "--loss", help="ranking loss of a neural model (default: the model's own; baselines train their own)"
+    model.neural = _Names("neural")  # read from the registry when the help is shown (torch then)
+    model.baselines = _Names("baselines")
+    loss = p.add_argument(
+        "--loss",
+        help=(
+            "ranking loss of a neural model: %(losses)s (default: the model's own; baselines train "
+            "their own)"
+        ),
     )
+    loss.losses = _Names("losses")
     p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
     add_overrides(
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"

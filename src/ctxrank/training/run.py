@@ -23,7 +23,7 @@ baseline has no epochs: resuming it trains it again.
 
 :func:`run_training` reads as its steps: :func:`_run_baseline` for a baseline; else
 :func:`_prepare_rerank` (initial ranker and top-k lists, when re-ranking), :func:`_fit_neural`
-(normalizer, model, loss, ``fit``), :func:`_save_run` and :func:`_evaluate_test`.
+(normalizer, model, loss, ``fit``), :func:`save_result` and :func:`_evaluate_test`.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ from ctxrank.metrics import evaluate_queries, metric_convention
 from ctxrank.models.base import Ranker
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
 
-__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training"]
+__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training", "save_result"]
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 INITIAL_DIR = "initial"
@@ -62,7 +63,13 @@ INITIAL_DIR = "initial"
 
 @dataclass
 class RunResult:
-    """What a run produced. ``test_scores`` are full-query scores in the test file's row order."""
+    """What a run produced. ``test_scores`` are full-query scores in the test file's row order.
+
+    ``predictor``: a ``TorchPredictor``, a ``RerankPredictor`` or a fitted baseline (``.predict(data)``
+    on raw data). ``history``: the per-epoch records of a neural fit (``train_log.jsonl``); a
+    baseline's per-iteration validation metrics when it has them. ``layout``: the first query of the
+    data the model was fitted on (feature names, categorical columns), what :func:`save_result` needs.
+    """
 
     config: RunConfig
     summary: dict[str, Any]
@@ -71,6 +78,8 @@ class RunResult:
     initial_test_metrics: dict[str, np.ndarray] | None = None
     predictor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    layout: RankingData | None = None
 
 
 @dataclass
@@ -152,7 +161,7 @@ def run_training(
         rerank = _prepare_rerank(
             config, train, valid, initial, train_initial_scores, log or (lambda *_: None)
         )
-    model, transform, summary = _fit_neural(
+    model, transform, summary, history = _fit_neural(
         config, train, valid, rerank, out=out, progress=progress, state_dir=state_dir, resume=resume, t0=t0
     )
     fit_train = rerank.train.top if rerank is not None else train
@@ -161,9 +170,11 @@ def run_training(
     )
     if rerank is not None:
         predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
+    result = RunResult(
+        config=config, summary=summary, predictor=predictor, history=history, layout=fit_train.subset([0])
+    )
     if out is not None:
-        _save_run(out, config, model, transform, fit_train, summary, rerank, meta)
-    result = RunResult(config=config, summary=summary, predictor=predictor)
+        save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
     if test is not None:
         _evaluate_test(result, model, transform, test, rerank, evaluate)
     return result
@@ -255,11 +266,15 @@ def _run_baseline(
     """Fit a baseline on whole lists, save it, evaluate it on ``test``."""
     model = baseline.build(config.model_params, config.train).fit(train, valid)
     summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
+    result = RunResult(
+        config=config,
+        summary=summary,
+        predictor=model,
+        history=_baseline_history(model),
+        layout=train.subset([0]),
+    )
     if out is not None:
-        model.save(out, run_config=config.to_dict())
-        if meta:
-            update_meta(out, meta)
-    result = RunResult(config=config, summary=summary, predictor=model)
+        save_result(result, out, meta=meta)
     if test is not None:
         result.test_scores = model.predict(test)
         result.test_metrics = evaluate(result.test_scores, test)
@@ -314,8 +329,9 @@ def _fit_neural(
     state_dir: str | Path | None,
     resume: bool,
     t0: float,
-) -> tuple[Ranker, Transform, dict[str, Any]]:
-    """Fit the normalizer on the (prepared) training split, build the model and its loss, train it."""
+) -> tuple[Ranker, Transform, dict[str, Any], list[dict[str, Any]]]:
+    """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
+    Returns the model, the normalizer, the summary and the per-epoch records."""
     tc = config.train
     fit_train, fit_valid = train, valid
     train_init = valid_init = None
@@ -359,7 +375,7 @@ def _fit_neural(
     summary = fitted.to_dict()
     if isinstance(model, Residual):
         summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
-    return model, transform, {**summary, "seconds": time.perf_counter() - t0}
+    return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
 
 
 def _keep_initial_if_better(
@@ -385,31 +401,60 @@ def _keep_initial_if_better(
     return {"initial_valid_metric": initial, "kept_initial": keep}
 
 
-def _save_run(
-    out: Path,
-    config: RunConfig,
-    model: Ranker,
-    transform: Transform,
-    fit_train: RankingData,
-    summary: dict[str, Any],
-    rerank: _Rerank | None,
-    meta: dict[str, Any] | None,
-) -> None:
-    """The model directory: the initial ranker in ``out/initial`` (re-ranking), then the checkpoint."""
-    if rerank is not None:
-        rerank.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
-    conv = metric_convention("standard", no_relevant=config.train.no_relevant)
-    save_checkpoint(
-        out,
-        model,
-        config,
-        transform,
-        train_data=fit_train,
-        summary=summary,
-        conventions=conv.to_dict(),
-        rerank=rerank.meta if rerank is not None else None,
-        extra=meta,
+def save_result(
+    result: RunResult, out: str | Path, *, meta: dict[str, Any] | None = None, write_log: bool = True
+) -> Path:
+    """Save a run's model directory (the one format of ``ctxrank train --out`` and the estimator API):
+    a baseline's own files, or the checkpoint (the initial ranker in ``out/initial`` when re-ranking);
+    then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
+
+    ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``)."""
+    from ctxrank._io import atomic_write, dumps
+
+    out, config, predictor = Path(out), result.config, result.predictor
+    if result.layout is None:
+        raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
+    if isinstance(predictor, (TorchPredictor, RerankPredictor)):
+        torch_predictor = predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
+        if isinstance(predictor, RerankPredictor):
+            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+        save_checkpoint(
+            out,
+            torch_predictor.model,
+            config,
+            torch_predictor.transform,
+            train_data=result.layout,
+            summary=result.summary,
+            conventions=conv.to_dict(),
+            rerank=predictor.meta if isinstance(predictor, RerankPredictor) else None,
+            extra=meta,
+        )
+    else:
+        predictor.save(out, run_config=config.to_dict())
+        if meta:
+            update_meta(out, meta)
+    if write_log and result.history and "train_loss" in result.history[0]:
+        text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
+        atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
+    unit = "epoch" if result.history and "train_loss" in result.history[0] else "iteration"
+    plot_training_curves(
+        result.history, out / CURVES_FILE, title=f"{config.model}: training curves", x_label=unit
     )
+    return out
+
+
+def _baseline_history(model: Any) -> list[dict[str, Any]]:
+    """Per-iteration validation metrics of a fitted baseline (LambdaMART's ``evals_result_``, AdaRank's
+    ``history_``) as curve records; [] for one without (RankSVM)."""
+    valid = (getattr(model, "evals_result_", None) or {}).get("valid", {})
+    metric = getattr(model, "metric", "")
+    if metric in valid:
+        return [{"epoch": i + 1, f"valid_{metric}": v} for i, v in enumerate(valid[metric])]
+    rounds = getattr(model, "history_", None) or []
+    if rounds and rounds[0].get("valid") is not None:
+        return [{"epoch": i + 1, f"valid_{metric}": r["valid"]} for i, r in enumerate(rounds)]
+    return []
 
 
 def _evaluate_test(
