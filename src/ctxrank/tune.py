@@ -431,6 +431,7 @@ def tune(
     study_name: str | None = None,
     timeout: float | None = None,
     prune: bool = True,
+    seed: int | None = None,
     describe: str = "",
     log: Callable[[str], None] | None = None,
     initial: Any = None,
@@ -446,6 +447,7 @@ def tune(
             (default: the model's name). An existing study is continued.
         timeout: stop starting trials after this many seconds.
         prune: prune neural trials on their per-epoch validation metric (``MedianPruner``).
+        seed: the sampler's seed (default: the base ``train.seed``, which every trial trains with).
         describe: what the data are, for the report (e.g. ``"mq2008 fold 1"``).
         initial, train_initial_scores: a fitted initial ranker (and its training scores) shared by
             re-ranking trials, as :func:`ctxrank.training.run.run_training` takes them.
@@ -456,10 +458,12 @@ def tune(
     space = search_space(base)
     out = Path(out)
     name = study_name or config.model
-    study = open_study(out, storage=storage, study_name=name, seed=config.train.seed, prune=prune)
+    sampler_seed = config.train.seed if seed is None else seed
+    study = open_study(out, storage=storage, study_name=name, seed=sampler_seed, prune=prune)
     setup = {
         "model": config.model,
         "metric": config.train.metric,
+        "sampler_seed": sampler_seed,
         "base": base,
         "space": space.to_dict(),
         "data": {"train": fingerprint(train), "valid": fingerprint(valid), "describe": describe},
