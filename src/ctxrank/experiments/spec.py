@@ -36,6 +36,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
 
     [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
     model = "qilcm"
+    # config = "runs/tune/best.toml"   # or a run-config file's (e.g. `ctxrank tune`'s best.toml),
+    #                                    relative to this file; the table's other keys win
 
 With ``[tune]`` every model, baselines included, is first tuned on each run's training and validation
 splits with the same budget (``ctxrank.tune``; the study and its report in ``OUT/tune/MODEL/seedS-foldF``),
@@ -335,6 +337,7 @@ class ExperimentSpec:
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
+            table = _with_config_file(m, table, base)
             models = {**models, m: _deep_merge(defaults, table)}
             table = models[m]
             try:
@@ -361,6 +364,19 @@ class ExperimentSpec:
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -> Mapping[str, Any]:
+    """``config = "FILE"`` in a model's table: the run config of a TOML file (e.g. the ``best.toml`` of
+    ``ctxrank tune``; relative to the spec), under the table's other keys."""
+    if "config" not in table:
+        return table
+    path = table["config"]
+    if not isinstance(path, str) or not path:
+        raise _fail(f"models.{model}", f"config must be the path of a TOML run config, got {path!r}")
+    path = Path(path) if base is None or Path(path).is_absolute() else base / path
+    rest = {k: v for k, v in table.items() if k != "config"}
+    return _deep_merge(load_toml(path), rest)
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
