@@ -286,7 +286,7 @@ def open_study(
     engine: dict[str, Any] = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = (
-        optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+        optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
         if prune
         else optuna.pruners.NopPruner()
     )
