@@ -26,7 +26,9 @@ from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
+from ctxrank.models.residual import Residual
 from ctxrank.registry import baseline_of_kind, make_model
+from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
 
@@ -37,6 +39,7 @@ __all__ = [
     "load_model",
     "read_meta",
     "save_checkpoint",
+    "save_ensemble",
     "update_meta",
 ]
 
@@ -97,6 +100,52 @@ def save_checkpoint(
     return directory
 
 
+def save_ensemble(
+    directory: str | Path,
+    config: RunConfig,
+    members: list[str],
+    predictor: Any,
+    summary: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """The directory of a seed ensemble (``ctxrank.training.ensemble``): ``ctxrank.json`` with
+    ``kind = "ensemble"`` naming the member directories inside it (already saved), and ``config.toml``."""
+    import torch
+
+    from ctxrank import __version__
+
+    directory = Path(directory)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "kind": "ensemble",
+        "ctxrank_version": __version__,
+        "torch_version": torch.__version__,
+        "model": config.model,
+        "members": list(members),
+        "n_features": predictor.n_features,
+        "run_config": config.to_dict(),
+        "training": summary,
+    }
+    if extra:
+        clash = sorted(set(extra) & set(meta))
+        if clash:
+            raise ValueError(f"extra metadata may not replace the standard entries {clash}")
+        meta.update(extra)
+    write_json(directory / META_FILE, meta)
+    atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
+    return directory
+
+
+def _load_ensemble(directory: Path, meta: dict[str, Any]) -> EnsemblePredictor:
+    members = meta.get("members")
+    if not isinstance(members, list) or not members:
+        raise ValueError(f"{directory}: an ensemble's ctxrank.json must list its member directories")
+    for name in members:
+        if not isinstance(name, str) or not MEMBER_PATTERN.fullmatch(name):
+            raise ValueError(f"{directory}: member {name!r} is not a member directory name (member-N)")
+    return EnsemblePredictor([load_model(directory / name) for name in members])
+
+
 def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
     """Add JSON-ready ``entries`` to a saved model's ``ctxrank.json`` (atomically), e.g. after a
     baseline wrote its own metadata."""
@@ -118,6 +167,8 @@ def load_model(directory: str | Path):
     baseline = baseline_of_kind(kind)  # lightgbm, ranksvm, adarank
     if baseline is not None:
         return baseline.load(directory)
+    if kind == "ensemble":
+        return _load_ensemble(directory, meta)
 
     import safetensors
     import safetensors.torch
@@ -131,6 +182,8 @@ def load_model(directory: str | Path):
         meta["model_config"],
         categorical_cardinalities=meta.get("categorical_cardinalities", ()),
     )
+    if config.rerank.residual:
+        model = Residual(model)
     weights = directory / WEIGHTS_FILE
     try:
         state = safetensors.torch.load_file(str(weights))

@@ -59,6 +59,9 @@ class TrainConfig:
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,
             log-softmax and reductions in float32).
+        input_noise: standard deviation ``sigma >= 0`` of Gaussian noise added to the (normalized)
+            features of the real items of every training batch, drawn afresh each step (0 = off;
+            validation, test and prediction never see noise). Qin et al. 2021 (DASALC).
     """
 
     lr: float = 1e-3
@@ -75,6 +78,7 @@ class TrainConfig:
     eval_batch_size: int = 512
     device: str = "cpu"
     precision: str = "fp32"
+    input_noise: float = 0.0
 
     def __post_init__(self) -> None:
         check_positive("train.lr", self.lr)
@@ -84,6 +88,7 @@ class TrainConfig:
         check_int("train.patience", self.patience)
         check_non_negative("train.min_delta", self.min_delta)
         check_int("train.eval_batch_size", self.eval_batch_size)
+        check_non_negative("train.input_noise", self.input_noise)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
         if not isinstance(self.device, str) or not (
@@ -116,6 +121,9 @@ class RerankConfig:
         score_feature: append the initial score as a feature (None = the model's default).
         ideal: evaluation scope: ``"full"`` (ideal DCG over every judged item) or ``"top-k"``.
         initial_params: parameters of the initial ranker (``LambdaMART(**initial_params)``).
+        residual: score = initial score + a learned correction initialized at zero
+            (``ctxrank.models.residual.Residual``): untrained, the re-ranker reproduces the initial order;
+            after training, the initial order is kept when it scores better on validation.
     """
 
     initial: str = ""
@@ -125,6 +133,7 @@ class RerankConfig:
     score_feature: bool | None = None
     ideal: str = "full"
     initial_params: Mapping[str, Any] = field(default_factory=dict)
+    residual: bool = False
 
     def __post_init__(self) -> None:
         if self.initial not in ("", "lambdamart"):
@@ -144,11 +153,21 @@ class RerankConfig:
             raise ValueError(f"rerank.ideal must be 'full' or 'top-k', got {self.ideal!r}")
         if not isinstance(self.initial_params, Mapping):
             raise ValueError("rerank.initial_params must be a table")
+        check_bool("rerank.residual", self.residual)
+        if self.residual and not self.initial:
+            raise ValueError(
+                "rerank.residual = true needs an initial ranker (rerank.initial = 'lambdamart'): the "
+                "residual re-ranker corrects its scores"
+            )
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything needed to repeat a training run (saved next to the weights)."""
+    """Everything needed to repeat a training run (saved next to the weights).
+
+    ``ensemble = k``: train k models with seeds ``train.seed .. train.seed + k - 1`` and score with the
+    mean of their scores (``ctxrank.training.ensemble``).
+    """
 
     model: str = "listnet"
     loss: str = ""
@@ -157,10 +176,13 @@ class RunConfig:
     loss_params: Mapping[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
+    ensemble: int = 1
 
     def __post_init__(self) -> None:
         from ctxrank.losses import LOSSES
         from ctxrank.registry import Baseline, get_model
+
+        check_int("ensemble", self.ensemble)
 
         try:
             entry = get_model(self.model)
@@ -190,6 +212,11 @@ class RunConfig:
             baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
         own = entry.own_objective
+        if own and self.rerank.residual:
+            raise ValueError(
+                f"rerank.residual: {self.model} trains its own {own} objective; a residual correction "
+                "applies to models trained with a ranking loss"
+            )
         if self.loss and self.loss not in LOSSES and self.loss != own:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
@@ -243,6 +270,7 @@ class RunConfig:
                 k: dict(v) if isinstance(v, Mapping) else v
                 for k, v in dataclasses.asdict(self.rerank).items()
             },
+            "ensemble": self.ensemble,
         }
 
     @classmethod
@@ -262,6 +290,7 @@ class RunConfig:
             loss_params=dict(d.get("loss_params", {})),
             train=build_dataclass(TrainConfig, train, "train"),
             rerank=build_dataclass(RerankConfig, rerank, "rerank"),
+            ensemble=d.get("ensemble", 1),
         )
 
 

@@ -478,6 +478,8 @@ def _baseline_summary(s: dict[str, Any]) -> str:
         return f"best iteration {s['best_iteration']}{on_valid}"
     if "C" in s:
         return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
+    if "ensemble" in s:
+        return f"seed ensemble of {s['ensemble']} models{on_valid}"
     if "best_round" in s:
         if valid is None:
             on_valid = f" (train {s['metric']} {s['best_train_metric']:.4f})"

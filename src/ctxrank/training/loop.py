@@ -330,7 +330,7 @@ def _train_epoch(
         part, config.batch_size, shuffle=True, generator=trainer.generator, init_scores=part_init
     )
     for i, batch in enumerate(batches):
-        batch = batch.to(device)
+        batch = _with_input_noise(batch.to(device), config.input_noise)
         dtype = trainer.autocast_dtype
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = trainer.step(batch)
@@ -340,6 +340,17 @@ def _train_epoch(
         n_lists += batch.batch_size
     total, n_lists = ctx.all_reduce_sum(np.array([total, n_lists]), device)
     return float(total / max(n_lists, 1))
+
+
+def _with_input_noise(batch: Any, sigma: float) -> Any:
+    """The batch with ``N(0, sigma^2)`` noise added to the features of its real items (``train.input_noise``;
+    padding stays 0). Drawn from torch's global generator, which ``fit`` seeds and the resumable state
+    saves, so runs stay reproducible and a resumed run draws the same noise."""
+    if sigma == 0:
+        return batch
+    noise = torch.randn(batch.features.shape, dtype=batch.features.dtype, device=batch.features.device)
+    noise = torch.where(batch.mask[..., None], noise * sigma, torch.zeros((), dtype=noise.dtype))
+    return dataclasses.replace(batch, features=batch.features + noise)
 
 
 def _check_finite(

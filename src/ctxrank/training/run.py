@@ -28,6 +28,7 @@ baseline has no epochs: resuming it trains it again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -36,16 +37,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
-from ctxrank.checkpoint import save_checkpoint, update_meta
+from ctxrank.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import evaluate_queries, metric_convention
 from ctxrank.models.base import Ranker
+from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
@@ -128,6 +132,22 @@ def run_training(
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
     evaluate = functools.partial(_evaluate, metrics=metrics, no_relevant=config.train.no_relevant)
+    if config.ensemble > 1:
+        members = _train_members(
+            config,
+            train,
+            valid,
+            out=out,
+            progress=progress,
+            metrics=metrics,
+            log=log,
+            initial=initial,
+            train_initial_scores=train_initial_scores,
+            meta=meta,
+            state_dir=state_dir,
+            resume=resume,
+        )
+        return _ensemble_result(config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
     entry = get_model(config.model)
     if isinstance(entry, Baseline):
         return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
@@ -159,6 +179,71 @@ def run_training(
     result = RunResult(config=config, summary=summary, predictor=predictor)
     if test is not None:
         _evaluate_test(result, model, transform, test, rerank, evaluate)
+    return result
+
+
+def _train_members(config: RunConfig, train: RankingData, valid: RankingData, **kw: Any) -> list[RunResult]:
+    """``config.ensemble`` runs with seeds ``train.seed + i`` (model directories ``out/member-i``, training
+    states ``state_dir/member-i``); a re-ranking ensemble shares the initial ranker the first member fits."""
+    out, state_dir, initial = kw.pop("out"), kw.pop("state_dir"), kw.pop("initial")
+    members = []
+    for i in range(config.ensemble):
+        tc = dataclasses.replace(config.train, seed=config.train.seed + i)
+        result = run_training(
+            dataclasses.replace(config, train=tc, ensemble=1),
+            train,
+            valid,
+            None,
+            out=None if out is None else out / member_dir(i),
+            state_dir=None if state_dir is None else Path(state_dir) / member_dir(i),
+            initial=initial,
+            **kw,
+        )
+        if config.rerank.initial and initial is None:
+            initial = result.predictor.initial
+        members.append(result)
+    return members
+
+
+def _ensemble_result(
+    config: RunConfig,
+    members: list[RunResult],
+    valid: RankingData,
+    test: RankingData | None,
+    *,
+    out: Path | None,
+    meta: dict[str, Any] | None,
+    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
+    t0: float,
+) -> RunResult:
+    """The mean of the members' scores: its validation metric (full queries), saved directory, test."""
+    predictor = EnsemblePredictor([m.predictor for m in members])
+    tc = config.train
+    per = evaluate_queries(
+        predictor.predict(valid), valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
+    )[tc.metric]
+    summary = {
+        "ensemble": config.ensemble,
+        "seeds": [tc.seed + i for i in range(config.ensemble)],
+        "metric": tc.metric,
+        "best_valid_metric": float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
+        "members": [m.summary for m in members],
+        "seconds": time.perf_counter() - t0,
+    }
+    if out is not None:
+        save_ensemble(out, config, [member_dir(i) for i in range(len(members))], predictor, summary, meta)
+    result = RunResult(config=config, summary=summary, predictor=predictor)
+    if test is None:
+        return result
+    if not predictor.reranks:
+        result.test_scores = predictor.predict(test)
+        result.test_metrics = evaluate(result.test_scores, test)
+        return result
+    split = predictor.members[0].prepare(test)
+    scores, data = evaluation_target(split, predictor.top_scores(split), config.rerank.ideal)
+    result.test_scores = scores if config.rerank.ideal == "full" else None
+    result.test_metrics = evaluate(scores, data)
+    result.initial_test_metrics = evaluate(split.initial_scores, test)
     return result
 
 
@@ -259,6 +344,8 @@ def _fit_neural(
         config.model_params,
         categorical_cardinalities=fit_train.categorical_cardinalities,
     )
+    if config.rerank.residual:  # init_scores + a correction that starts at exactly 0
+        model = Residual(model)
     loss_fn = (
         None  # the model trains its own objective (e.g. ARSM-L2R)
         if model.own_objective
@@ -284,7 +371,33 @@ def _fit_neural(
         resume=resume,
         on_epoch=on_epoch,
     )
-    return model, transform, {**fitted.to_dict(), "seconds": time.perf_counter() - t0}
+    summary = fitted.to_dict()
+    if isinstance(model, Residual):
+        summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
+    return model, transform, {**summary, "seconds": time.perf_counter() - t0}
+
+
+def _keep_initial_if_better(
+    model: Residual, valid: RankingData, valid_init: np.ndarray, tc: Any, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Residual re-ranking departs from the initial order only where validation gains: when the best
+    trained epoch does not beat the initial scores' validation metric by more than ``train.min_delta``,
+    ``gate`` is set to 0 (the re-ranker then returns the initial scores) and ``summary`` says epoch 0."""
+    per = evaluate_queries(
+        np.asarray(valid_init, dtype=np.float64),
+        valid.labels,
+        valid.query_offsets,
+        [tc.metric],
+        no_relevant=tc.no_relevant,
+    )[tc.metric]
+    ok = np.isfinite(per)
+    initial = float(per[ok].mean()) if ok.any() else float("nan")
+    keep = not summary["best_valid_metric"] > initial + tc.min_delta
+    if keep:
+        with torch.no_grad():
+            model.gate.zero_()
+        summary.update(best_epoch=0, best_valid_metric=initial)
+    return {"initial_valid_metric": initial, "kept_initial": keep}
 
 
 def _save_run(
