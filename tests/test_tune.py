@@ -81,8 +81,9 @@ def test_every_registry_entry_declares_a_space_whose_samples_are_valid_configs(n
 
 def test_declared_losses_exist_and_the_loss_options_follow_the_trial_loss():
     space = search_space({"model": "qilcm"})
-    assert space.params["loss"] == ("choice", ("attrank", "listnet", "listmle"))
+    assert space.params["loss"][1][:3] == ("attrank", "listnet", "listmle")
     assert space.losses["listnet"] == LOSS_SPACES["listnet"] and space.losses["attrank"] == {}
+    assert space.losses["lambdaloss"] == {"loss_params.sigma": ("log", 0.25, 4.0)}
     first = {k: v[1] if v[0] != "choice" else _label(v[1][0]) for k, v in space.params.items()}
     trial = optuna.trial.FixedTrial({**first, "loss": "listmle"})
     d = trial_config(trial, {"model": "qilcm"}, space)
@@ -222,7 +223,7 @@ def test_cli_tune_writes_the_outputs_and_train_reproduces_the_best_trial(letor, 
         "--out", str(out_dir), "--no-progress",
     )  # fmt: skip
     assert rc == 0, err
-    assert "searching train.lr, transform, loss_params.temperature" in out
+    assert "searching train.lr, transform, train.input_noise, loss_params.temperature" in out
     assert "fixed by the configuration: train.max_epochs" in out
     assert "| trial | state | valid ndcg@10 |" in out  # the Markdown table
     for name in ("study.db", "best.toml", "trials.csv", "tune.json", "optimization_history.png"):

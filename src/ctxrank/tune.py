@@ -87,12 +87,20 @@ STUDY_FILE = "study.db"
 #: searched for every neural model (a model's own ``SEARCH_SPACE`` may override a key)
 NEURAL_SPACE: dict[str, tuple[Any, ...]] = {
     "train.lr": ("log", 1e-4, 1e-2),
-    "transform": ("choice", ("minmax", "zscore", "query-minmax", "log1p-zscore")),
+    "transform": (
+        "choice",
+        ("minmax", "zscore", "query-minmax", "log1p-zscore", "zscore-log1p", "query-zscore"),
+    ),
+    "train.input_noise": ("choice", (0.0, 0.01, 0.05, 0.1)),  # Gaussian input noise (a recipe)
 }
 #: loss name -> the space of its options (a loss without an entry has none searched)
 LOSS_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     "listnet": {"loss_params.temperature": ("log", 0.25, 4.0)},
     "softrank": {"loss_params.sigma": ("log", 0.01, 1.0)},
+    "ranknet": {"loss_params.sigma": ("log", 0.25, 4.0)},
+    "lambdaloss": {"loss_params.sigma": ("log", 0.25, 4.0)},
+    "approxndcg": {"loss_params.alpha": ("log", 1.0, 100.0)},
+    "neuralndcg": {"loss_params.tau": ("log", 0.1, 10.0)},
 }
 #: a trial's summary entries kept in the study (neural: epochs; baselines: their selection)
 SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds")

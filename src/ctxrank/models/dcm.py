@@ -55,7 +55,7 @@ class DCMConfig:
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
     SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "loss": ("choice", ("attrank", "listnet", "listmle")),
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss")),
         "model_params.embed": ("choice", (32, 64, 128)),
         "model_params.hidden": ("choice", (64, 128, 256)),
         "model_params.cell": ("choice", ("lstm", "gru")),

@@ -117,7 +117,7 @@ class DLCMConfig:
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
     SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "loss": ("choice", ("attrank", "listnet", "listmle")),
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss")),
         "model_params.gru_hidden": ("choice", (64, 128, 256)),
         "model_params.dropout": ("float", 0.0, 0.5),
     }

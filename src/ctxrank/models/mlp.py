@@ -28,7 +28,10 @@ class MLPConfig:
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
     SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "loss": ("choice", ("listnet", "listmle", "attrank")),
+        "loss": (
+            "choice",
+            ("listnet", "listmle", "attrank", "ranknet", "lambdaloss", "approxndcg", "neuralndcg"),
+        ),
         "model_params.hidden": ("choice", ((64,), (64, 32), (128, 64), (256, 128))),
         "model_params.dropout": ("float", 0.0, 0.5),
     }

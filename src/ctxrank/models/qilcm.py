@@ -78,7 +78,7 @@ class QILCMConfig:
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
     SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
-        "loss": ("choice", ("attrank", "listnet", "listmle")),
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss", "approxndcg", "neuralndcg")),
         "model_params.encoder_width": ("choice", (50, 100, 200)),
         "model_params.att_hidden": ("choice", ((128,), (256, 128))),
         "model_params.rank_hidden": ("choice", ((128,), (256, 128), (512, 256))),

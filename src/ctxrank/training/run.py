@@ -127,7 +127,8 @@ def run_training(
     ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
 
     ``on_epoch``: passed to :func:`ctxrank.training.loop.fit`, called with ``(epoch, validation metric)``
-    after every epoch of a neural model (``ctxrank.tune`` prunes trials there); baselines have no epochs.
+    after every epoch of a neural model (``ctxrank.tune`` prunes trials there); baselines have no epochs, and
+    the members of an ensemble (``ensemble > 1``) are not reported.
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
