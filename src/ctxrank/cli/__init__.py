@@ -10,6 +10,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank compare A B                              cli/evaluate.py: compare
     ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainOptions), --resume DIR
     ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
+    ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainOptions, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
     ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
     ctxrank export --model DIR --format F --out F    cli/export.py: export
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ctxrank import __version__
-from ctxrank.cli import data, evaluate, experiment, export, train
+from ctxrank.cli import data, evaluate, experiment, export, train, tune
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -44,6 +45,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
     "evaluate": evaluate.add_evaluate_parser,
     "train": train.add_train_parser,
     "predict": train.add_predict_parser,
+    "tune": tune.add_tune_parser,
     "synth": data.add_synth_parser,
     "experiment": experiment.add_experiment_parser,
     "compare": evaluate.add_compare_parser,
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ctxrank",
         description=(
             "ctxrank: learning to rank with listwise context models on PyTorch. "
-            "Inspect LETOR data, train and apply rankers, evaluate ranking scores with explicit metric "
+            "Inspect LETOR data, train, tune and apply rankers, evaluate ranking scores with explicit metric "
             "conventions, run the demo."
         ),
         epilog="Run `ctxrank COMMAND --help` for the options of a command.",

@@ -36,6 +36,19 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
 
     [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
     model = "qilcm"
+    # config = "runs/tune/best.toml"   # or a run-config file's (e.g. `ctxrank tune`'s best.toml),
+    #                                    relative to this file; the table's other keys win
+
+With ``[tune]`` every model, baselines included, is first tuned on each run's training and validation
+splits with the same budget (``ctxrank.tune``; the study and its report in ``OUT/tune/MODEL/seedS-foldF``),
+then the chosen configuration is trained and tested once::
+
+    [tune]
+    trials = 20            # trials per model per run (seed, fold)
+    seed = 0               # the sampler's seed
+    prune = true           # prune neural trials on their per-epoch validation metric
+
+A key a model's table (or ``[defaults]``) sets is fixed, not searched.
 
 With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
 (``ctxrank.experiments.anomaly``). Relative paths in ``[data] file`` are relative to the TOML file.
@@ -61,6 +74,7 @@ __all__ = [
     "DataSpec",
     "ExperimentSpec",
     "ReportSpec",
+    "TuneSpec",
     "builtin_names",
     "load_spec",
     "split_protocol",
@@ -210,6 +224,29 @@ class AnomalySpec:
 
 
 @dataclass(frozen=True)
+class TuneSpec:
+    """``[tune]``: the trial budget per model per run, the sampler's seed, pruning (``ctxrank.tune``)."""
+
+    trials: int = 20
+    seed: int = 0
+    prune: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TuneSpec:
+        if not isinstance(d, Mapping):
+            raise _fail("tune", "must be a table (trials, seed, prune)")
+        _known("tune", d, [f.name for f in dataclasses.fields(cls)])
+        prune = d.get("prune", True)
+        if not isinstance(prune, bool):
+            raise _fail("tune", f"prune must be true or false, got {prune!r}")
+        return cls(
+            trials=_int("tune", "trials", d.get("trials", 20), 1),
+            seed=_int("tune", "seed", d.get("seed", 0), 0),
+            prune=prune,
+        )
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """A validated experiment (see the module docstring for the TOML form)."""
 
@@ -224,6 +261,7 @@ class ExperimentSpec:
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
     source: str = ""
+    tune: TuneSpec | None = None
 
     # ------------------------------------------------------------------ runs
     def run_keys(self) -> list[tuple[int, int]]:
@@ -239,12 +277,16 @@ class ExperimentSpec:
 
     def run_config(self, model: str, seed: int) -> RunConfig:
         """The model's run config for one seed: its table, the protocol, ``train.seed`` and threads."""
+        return RunConfig.from_dict(self.run_dict(model, seed))
+
+    def run_dict(self, model: str, seed: int) -> dict[str, Any]:
+        """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
         d = apply_overrides(self.models[model], [f"train.seed={seed}", f"train.threads={self.threads}"])
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
         if self.initial and not is_baseline(d.get("model", "listnet")):
             d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
-        return RunConfig.from_dict(d)
+        return d
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
@@ -254,6 +296,8 @@ class ExperimentSpec:
             "initial": self.initial,
             "top_k": self.top_k,
         }
+        if self.tune is not None:  # absent without [tune]: the fingerprints of earlier specs stay
+            key["tune"] = dataclasses.asdict(self.tune)
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -264,8 +308,9 @@ class ExperimentSpec:
         _known(
             "top",
             d,
-            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis"],
+            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis", "tune"],
         )
+        tune = TuneSpec.from_dict(d["tune"]) if "tune" in d else None
         name = d.get("name") or (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
@@ -284,12 +329,15 @@ class ExperimentSpec:
         defaults = d.get("defaults") or {}
         if not isinstance(defaults, Mapping):
             raise _fail("defaults", "must be a table (run-config keys shared by every model)")
+        if tune is not None and any(isinstance(t, Mapping) and "grid" in t for t in models.values()):
+            raise _fail("tune", "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive")
         if data.synth and "chooser" in models:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
         for m, table in list(models.items()):
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
+            table = _with_config_file(m, table, base)
             models = {**models, m: _deep_merge(defaults, table)}
             table = models[m]
             try:
@@ -312,9 +360,23 @@ class ExperimentSpec:
             report=report,
             anomaly=anomaly,
             source=source,
+            tune=tune,
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -> Mapping[str, Any]:
+    """``config = "FILE"`` in a model's table: the run config of a TOML file (e.g. the ``best.toml`` of
+    ``ctxrank tune``; relative to the spec), under the table's other keys."""
+    if "config" not in table:
+        return table
+    path = table["config"]
+    if not isinstance(path, str) or not path:
+        raise _fail(f"models.{model}", f"config must be the path of a TOML run config, got {path!r}")
+    path = Path(path) if base is None or Path(path).is_absolute() else base / path
+    rest = {k: v for k, v in table.items() if k != "config"}
+    return _deep_merge(load_toml(path), rest)
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

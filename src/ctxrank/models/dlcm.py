@@ -115,6 +115,13 @@ class DLCMConfig:
     dropout: dropout probability on ``x'`` before the GRU (not in the paper or code: default 0).
     """
 
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss")),
+        "model_params.gru_hidden": ("choice", (64, 128, 256)),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
+
     encoder_widths: tuple[int, ...] | None = None
     gru_hidden: int | None = None
     k: int = 3

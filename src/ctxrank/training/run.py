@@ -123,6 +123,7 @@ def run_training(
     meta: dict[str, Any] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
 
@@ -133,6 +134,10 @@ def run_training(
     several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
 
     ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
+
+    ``on_epoch``: passed to :func:`ctxrank.training.loop.fit`, called with ``(epoch, validation metric)``
+    after every epoch of a neural model (``ctxrank.tune`` prunes trials there); baselines have no epochs, and
+    the members of an ensemble (``ensemble > 1``) are not reported.
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
@@ -162,7 +167,16 @@ def run_training(
             config, train, valid, initial, train_initial_scores, log or (lambda *_: None)
         )
     model, transform, summary, history = _fit_neural(
-        config, train, valid, rerank, out=out, progress=progress, state_dir=state_dir, resume=resume, t0=t0
+        config,
+        train,
+        valid,
+        rerank,
+        out=out,
+        progress=progress,
+        state_dir=state_dir,
+        resume=resume,
+        t0=t0,
+        on_epoch=on_epoch,
     )
     fit_train = rerank.train.top if rerank is not None else train
     predictor: Any = TorchPredictor(
@@ -329,6 +343,7 @@ def _fit_neural(
     state_dir: str | Path | None,
     resume: bool,
     t0: float,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> tuple[Ranker, Transform, dict[str, Any], list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
     Returns the model, the normalizer, the summary and the per-epoch records."""
@@ -371,6 +386,7 @@ def _fit_neural(
         progress=progress,
         state_dir=state_dir,
         resume=resume,
+        on_epoch=on_epoch,
     )
     summary = fitted.to_dict()
     if isinstance(model, Residual):
