@@ -152,11 +152,17 @@ def train(
     resume: str | None = None,
     progress: bool = True,
     debug: bool = False,
+    overwrite: bool = False,
 ) -> int:
-    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``."""
+    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``.
+
+    ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
+    there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`)."""
     from ctxrank.registry import is_baseline
 
     record = None
+    if resume is not None and overwrite:
+        raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
     if resume is not None:
         options, config, record = _resumed_run(options, out_dir, resume)
         out_dir = resume
@@ -167,7 +173,7 @@ def train(
     from ctxrank.training.distributed import init_from_env
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
-    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug)
+    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
     if not ctx.enabled:
         return run.execute()
     try:
@@ -273,6 +279,7 @@ class _Run:
     progress: bool = True
     debug: bool = False
     main: bool = True
+    overwrite: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -283,12 +290,22 @@ class _Run:
             out(text)
 
     def execute(self) -> int:
-        """Check, read the data, record the run, train, save, report; the exit status."""
+        """Lock the directory, check, read the data, record the run, train, save, report; the exit
+        status."""
+        from ctxrank._io import lock_directory
+
+        if not self.main:  # rank 0 holds the lock for every rank of a torchrun job
+            self._check_directory()
+            return self._execute()
+        with lock_directory(self.out_dir, what="training run"):  # released: nothing left if it failed
+            self._check_directory()
+            return self._execute()
+
+    def _execute(self) -> int:
         from ctxrank.cli._train_data import training_data
         from ctxrank.training.loop import NonFiniteLossError
         from ctxrank.training.run import run_training
 
-        self._check_directory()
         self._check_categorical()
         o = self.options
         td = training_data(o.files, o.source, o.columns, self.config.train.seed)
@@ -323,18 +340,24 @@ class _Run:
         return 0
 
     def _check_directory(self) -> None:
+        from ctxrank.cli._outputs import foreign_entries, refuse_foreign
         from ctxrank.training.resume import RUN_FILE, STATE_FILE
 
         out_dir, state_dir = self.out_dir, self.state_dir
-        if self.record is not None:
+        if self.record is not None or self.overwrite:
             return
         if (state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists():
             raise ValueError(
                 f"{out_dir} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume "
-                f"{out_dir}`, or remove {state_dir} (or choose another --out) to start a new one"
+                f"{out_dir}`, or start a new one with another --out (or --overwrite to replace it)"
             )
         if (out_dir / "ctxrank.json").exists():
-            raise ValueError(f"{out_dir} already holds a saved model; choose another --out or remove it")
+            raise ValueError(
+                f"{out_dir} already holds a saved model; choose another --out, or --overwrite to replace it"
+            )
+        foreign = foreign_entries(out_dir, allowed=(RESUME_DIR,) if _empty(state_dir) else ())
+        if foreign:
+            refuse_foreign(out_dir, foreign, "model")
 
     def _check_categorical(self) -> None:
         from ctxrank.registry import is_baseline
@@ -400,8 +423,19 @@ class _Run:
         }
         world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
         if self.main:
+            self._replace_previous()
             write_json(self.state_dir / RUN_FILE, record)
         return record
+
+    def _replace_previous(self) -> None:
+        """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
+        beside the new model's); a directory of other files keeps them."""
+        from ctxrank.cli._outputs import remove_model_entries
+        from ctxrank.training.resume import RUN_FILE
+
+        earlier = (self.out_dir / "ctxrank.json").exists() or (self.state_dir / RUN_FILE).exists()
+        if self.overwrite and earlier:
+            remove_model_entries(self.out_dir)
 
     def _non_finite(self, exc: Exception) -> int:
         import sys
@@ -453,6 +487,11 @@ class _Run:
             write_json(self.out_dir / "test_metrics.json", report)
         self.say()
         self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
+
+
+def _empty(directory: Path) -> bool:
+    """A missing or empty directory (``resume/`` of a run killed before it recorded anything)."""
+    return not directory.is_dir() or not any(directory.iterdir())
 
 
 def _split_text(record: dict[str, Any]) -> str:
@@ -585,7 +624,17 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (required unless --resume)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (required unless --resume): new, empty, or holding a ctxrank model",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write to an --out DIR that holds a saved model, an unfinished run or other files: the "
+        "earlier model's files are removed, other files are kept (a file of a name train writes is replaced)",
+    )
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -624,7 +673,14 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
 
 def _run_train(a: argparse.Namespace) -> int:
     options = TrainOptions.from_args(a)
-    return train(options, out_dir=a.out, resume=a.resume, progress=not a.no_progress, debug=a.debug)
+    return train(
+        options,
+        out_dir=a.out,
+        resume=a.resume,
+        progress=not a.no_progress,
+        debug=a.debug,
+        overwrite=a.overwrite,
+    )
 
 
 def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
