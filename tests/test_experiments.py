@@ -405,3 +405,35 @@ def test_a_run_record_with_a_nan_metric_round_trips(tmp_path):
     assert means["a"] == 0.5 and math.isnan(means["b"])
     store.save_unit(0, 1, {"seed": 0, "query_ids": ["a", "b"], "anomaly_score": [math.inf, 1.0]})
     assert math.isnan(store.load_unit(0, 1)["anomaly_score"][0])
+
+
+# ------------------------------------------------------------------ outputs the user owns (issue 18)
+TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": f'model = "mnl"\n{FAST_NEURAL}'}
+
+
+def test_experiment_out_of_the_users_files_is_refused_unless_overwrite(tmp_path, capsys):
+    path = _letor_spec(tmp_path, runs=1, models=TWO_MODELS)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "table.md").write_text("my table")
+    argv = ["experiment", str(path), "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    assert "holds files that ctxrank did not write (table.md)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["table.md"]  # nothing written, no lock left
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "experiment.json").is_file() and (out / "table.md").read_text() != "my table"
+
+
+def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_path, capsys):
+    from ctxrank._io import lock_directory
+
+    path = _letor_spec(tmp_path, runs=1, models=TWO_MODELS)
+    out = tmp_path / "out"
+    other = load_spec(path, ["models.mnl.train.max_epochs=1"])  # a different experiment
+    with lock_directory(out, key=other.fingerprint(), what="experiment"):  # stands for its process
+        assert main(["experiment", str(path), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"{out} is locked: another experiment with a different specification" in err
+        assert not (out / "experiment.json").exists()
+    with lock_directory(out, key=load_spec(path).fingerprint(), what="experiment"):  # a shard of this one
+        assert main(["experiment", str(path), "--out", str(out), "--no-progress", "--shard", "1/2"]) == 0
