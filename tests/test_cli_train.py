@@ -343,3 +343,14 @@ def test_a_second_train_on_one_out_directory_is_refused_naming_the_holder(small_
         assert f"{out} is locked" in err and f"pid {os.getpid()}" in err
         assert main(["train", "--model", "listnet", *small_files, "--out", str(out), "--overwrite"]) == 2
     assert not out.exists()
+
+
+def test_predict_refuses_an_existing_scores_file_unless_overwrite(trained, tmp_path, capsys):
+    out = tmp_path / "scores.txt"
+    out.write_text("my scores\n")
+    argv = ["predict", "--model", str(trained), "--data", str(MQ / "S5.txt.gz"), "--output", str(out)]
+    assert main(argv) == 2
+    assert f"--output {out} exists; give --overwrite to replace it" in capsys.readouterr().err
+    assert out.read_text() == "my scores\n"
+    assert main([*argv, "--overwrite"]) == 0
+    assert np.loadtxt(out).shape == (read_letor(MQ / "S5.txt.gz").n_items,)

@@ -101,7 +101,10 @@ def test_a_lock_in_another_process_is_seen(tmp_path):
 
     from ctxrank._io import lock_directory
 
-    code = "import sys, time; from ctxrank._io import lock_directory; l = lock_directory(sys.argv[1]); print('ok', flush=True); time.sleep(60)"
+    code = (
+        "import sys, time; from ctxrank._io import lock_directory; "
+        "l = lock_directory(sys.argv[1]); print('ok', flush=True); time.sleep(60)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env

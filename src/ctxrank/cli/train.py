@@ -526,12 +526,18 @@ def predict(
     data: str | None = None,
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
+    overwrite: bool = False,
 ) -> int:
     """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
-    score a line, in the file's row order, to ``output`` (``-``: stdout)."""
+    score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
+    ``overwrite``)."""
     import sys
 
     from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.cli._outputs import check_output_file
+
+    if output != "-":
+        check_output_file(output, overwrite=overwrite, flag="--output")
     from ctxrank.cli._source import load_data_rows
     from ctxrank.data.table_io import to_file_order
 
@@ -702,6 +708,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
+    p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
     add_dataset_options(p, defaults_text="default test")
     add_table_options(p, saved_spec=True)
     p.set_defaults(
@@ -711,5 +718,6 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             data=a.data,
             source=DataOptions.from_args(a),
             columns=TableOptions.from_args(a),
+            overwrite=a.overwrite,
         )
     )
