@@ -437,3 +437,13 @@ def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_p
         assert not (out / "experiment.json").exists()
     with lock_directory(out, key=load_spec(path).fingerprint(), what="experiment"):  # a shard of this one
         assert main(["experiment", str(path), "--out", str(out), "--no-progress", "--shard", "1/2"]) == 0
+
+
+@pytest.mark.parametrize("name", ["tiny\n", "mnl\n"])
+def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
+    """``$`` matches before a final newline: names are checked with a full match (issue 18)."""
+    models = {"lambdamart": 'model = "lambdamart"', name: 'model = "mnl"'}
+    with pytest.raises(ValueError, match="names a directory in the output"):
+        load_spec(_letor_spec(tmp_path, models=dict(reversed(models.items()))))
+    with pytest.raises(ValueError, match="names a directory in the output"):
+        load_spec(_letor_spec(tmp_path), [f"name={json.dumps(name)}"])

@@ -54,7 +54,7 @@ KIND = "lightgbm"
 MAX_QUERY_LENGTH = 10000
 #: Largest label whose gain ``2^y - 1`` is a finite double.
 MAX_LABEL = 1023
-_METRIC_RE = re.compile(r"^\s*ndcg\s*@\s*(\d+)\s*$", re.IGNORECASE)
+_METRIC_RE = re.compile(r"\s*ndcg\s*@\s*(\d+)\s*", re.IGNORECASE)
 
 # Named parameter -> the LightGBM parameter it sets (for rejecting duplicates in extra_lgb_params).
 _LGB_NAME = {
@@ -291,7 +291,7 @@ class LambdaMART:
             )
         if not _is_int(self.max_position) or self.max_position < 1:
             raise ValueError(f"max_position must be an int >= 1, got {self.max_position!r}")
-        m = _METRIC_RE.match(self.metric) if isinstance(self.metric, str) else None
+        m = _METRIC_RE.fullmatch(self.metric) if isinstance(self.metric, str) else None
         if m is None or int(m.group(1)) < 1:
             raise ValueError(f"metric must be 'ndcg@K' with K >= 1 (LightGBM's ndcg), got {self.metric!r}")
         k = int(m.group(1))
