@@ -447,3 +447,24 @@ def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
         load_spec(_letor_spec(tmp_path, models=dict(reversed(models.items()))))
     with pytest.raises(ValueError, match="names a directory in the output"):
         load_spec(_letor_spec(tmp_path), [f"name={json.dumps(name)}"])
+
+
+def test_set_on_a_model_the_spec_does_not_have_is_an_error(tmp_path):
+    path = _letor_spec(tmp_path)
+    with pytest.raises(ValueError) as info:
+        load_spec(path, ["models.mlpp.train.max_epochs=2"])
+    assert (
+        "--set models.mlpp.train.max_epochs: the spec has no model 'mlpp' "
+        "(its models: lambdamart, listnet, mnl)" in str(info.value)
+    )
+    added = load_spec(path, ["models.mlp2.model=mlp", "models.mlp2.train.max_epochs=2"])  # explicit
+    assert added.models["mlp2"]["model"] == "mlp" and "mlp2" in added.run_names()
+    assert "mlp2" in load_spec(path, ['models.mlp2={model = "mlp"}']).models
+
+
+def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.01", "defaults.train.no_relevant=1"])
+    assert spec.models["listnet"]["train"]["lr"] == 0.01
+    assert spec.models["lambdamart"]["train"] == {"no_relevant": 1}
+    with pytest.raises(ValueError, match=r"train\.max_epochs: lambdamart is a baseline"):
+        load_spec(_letor_spec(tmp_path), ["models.lambdamart.train.max_epochs=1"])

@@ -86,9 +86,13 @@ class Baseline:
                     f"valid options: {sorted(names)}"
                 )
         try:
-            return self.cls(**params)
+            model = self.cls(**params)
+            check = getattr(model, "check_params", None)  # LambdaMART: LightGBM's parameter names
+            if check is not None:
+                check()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"model_params: {exc}") from None
+        return model
 
     def load(self, directory: str | Path) -> Any:
         return self.cls.load(directory)

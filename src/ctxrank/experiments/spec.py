@@ -290,7 +290,7 @@ class ExperimentSpec:
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
-            models = {**models, m: _deep_merge(defaults, table)}
+            models = {**models, m: _deep_merge(_baseline_defaults(defaults, table), table)}
             table = models[m]
             try:
                 RunConfig.from_dict(table)
@@ -315,6 +315,36 @@ class ExperimentSpec:
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _check_new_models(d: Mapping[str, Any], overrides: Sequence[str], path: Path) -> None:
+    """``--set models.NAME.KEY=V`` for a NAME the spec does not have is a typo, unless the overrides
+    add that model explicitly (``models.NAME.model=M`` or ``models.NAME={...}``)."""
+    models = d.get("models")
+    names = list(models) if isinstance(models, Mapping) else []
+    added: dict[str, list[str]] = {}
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        if len(parts) >= 2 and parts[0] == "models" and parts[1] not in names:
+            added.setdefault(parts[1], []).append(".".join(parts[2:]))
+    for name, keys in added.items():
+        if "model" not in keys and "" not in keys:
+            raise ValueError(
+                f"{path}: --set models.{name}.{keys[0]}: the spec has no model {name!r} (its models: "
+                f"{', '.join(names)}); to add one, also set models.{name}.model=MODEL"
+            )
+
+
+def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``[defaults]`` for one model: a baseline takes only the ``[train]`` keys it reads."""
+    from ctxrank.config import BASELINE_TRAIN_KEYS
+    from ctxrank.registry import is_baseline
+
+    train = defaults.get("train")
+    model = table.get("model", "listnet")
+    if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
+        return defaults
+    return {**defaults, "train": {k: v for k, v in train.items() if k in BASELINE_TRAIN_KEYS}}
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -404,7 +434,9 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
                 f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
             )
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
-    d = apply_overrides(load_toml(path), overrides)
+    raw = load_toml(path)
+    _check_new_models(raw, overrides, path)
+    d = apply_overrides(raw, overrides)
     try:
         return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
     except ValueError as exc:
