@@ -324,17 +324,8 @@ def test_evaluate_and_predict_errors(csv_file, mlp_run, tmp_path, capsys):
     assert "is a table: give --label-col COL" in capsys.readouterr().err
     assert main(["evaluate", "--scores", str(scores), "--data", str(csv_file)]) == 2
     assert "give --query-col COL (the query / session id column) and --label-col" in capsys.readouterr().err
-    argv = [
-        "predict",
-        "--model",
-        str(mlp_run),
-        "--dataset",
-        "mq2008",
-        "--query-col",
-        "q",
-        "-o",
-        str(tmp_path / "p.txt"),
-    ]
+    p = str(tmp_path / "p.txt")
+    argv = ["predict", "--model", str(mlp_run), "--dataset", "mq2008", "--query-col", "q", "-o", p]
     assert main(argv) == 2
     assert "--query-col apply to table files" in capsys.readouterr().err
     letor = ["evaluate", "--model", str(mlp_run), "--data", str(MQ / "S1.txt.gz")]

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -468,3 +469,22 @@ def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
     assert spec.models["lambdamart"]["train"] == {"no_relevant": 1}
     with pytest.raises(ValueError, match=r"train\.max_epochs: lambdamart is a baseline"):
         load_spec(_letor_spec(tmp_path), ["models.lambdamart.train.max_epochs=1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ('name=""', "name is required"),  # an empty name is refused, not replaced by the file's stem
+        ('report.target=""', "target '' is not one of the models"),  # not replaced by the default
+        ("data.folds=[0]", "folds must be an integer >= 1, got 0"),
+    ],
+)
+def test_empty_or_out_of_range_spec_values_are_errors_not_defaults(tmp_path, override, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_spec(_letor_spec(tmp_path), [override])
+
+
+@pytest.mark.parametrize("folds", ["[0]", "[6]"])
+def test_folds_out_of_range_are_errors_in_the_experiment_command(folds, capsys):
+    assert main(["experiment", "demo", "--set", f"data.folds={folds}", "--runs", "1"]) == 2
+    assert "folds" in capsys.readouterr().err

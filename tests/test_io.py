@@ -39,27 +39,14 @@ def test_atomic_write_failure_leaves_nothing(tmp_path):
 
 
 def test_dumps_is_strict_json():
-    text = dumps(
-        {
-            "nan": math.nan,
-            "inf": -math.inf,
-            "np": np.float32(0.5),
-            "arr": np.array([1.0, np.nan]),
-            "tuple": (1, 2),
-            "int": np.int64(3),
-        }
-    )
+    text = dumps({"nan": math.nan, "inf": -math.inf, "np": np.float32(0.5), "arr": np.array([1.0, np.nan]),
+                  "tuple": (1, 2), "int": np.int64(3)})
 
     def refuse(name):
         raise AssertionError(f"non-standard JSON constant {name}")
 
     assert json.loads(text, parse_constant=refuse) == {
-        "nan": None,
-        "inf": None,
-        "np": 0.5,
-        "arr": [1.0, None],
-        "tuple": [1, 2],
-        "int": 3,
+        "nan": None, "inf": None, "np": 0.5, "arr": [1.0, None], "tuple": [1, 2], "int": 3
     }
 
 

@@ -267,6 +267,7 @@ def test_load_rejects_foreign_or_inconsistent_metadata(small, tmp_path):
             RankSVM.load(out)
 
 
+
 def test_a_nan_validation_score_round_trips(small, tmp_path):
     """Strict JSON writes a NaN grid score as null; loading reads it back as NaN (not a load error)."""
     tr, va = small

@@ -70,7 +70,7 @@ class Baseline:
             if self.seed:
                 out[self.seed] = train.seed
             if self.threads:
-                out[self.threads] = train.threads or 1
+                out[self.threads] = 1 if train.threads is None else train.threads
         out.update(model_params)
         return out
 

@@ -266,7 +266,7 @@ class ExperimentSpec:
             d,
             ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis"],
         )
-        name = d.get("name") or (Path(source).stem if source else "")
+        name = d["name"] if "name" in d else (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
         _safe_name("top", "name", name)
@@ -365,7 +365,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
             parse_metric(m)
         except ValueError as exc:
             raise _fail("report", f"metrics: {exc}") from None
-    target = d.get("target") or ("qilcm" if "qilcm" in models else models[-1])
+    target = d["target"] if "target" in d else ("qilcm" if "qilcm" in models else models[-1])
     if target not in models:
         raise _fail("report", f"target {target!r} is not one of the models {models}")
     baselines = _names("report", "baselines", d.get("baselines", ())) or tuple(
