@@ -287,6 +287,9 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ outputs the user owns (issue 18)
+ONE_EPOCH = ["--set", "train.max_epochs=1", "--set", "train.threads=1"]
+
+
 @pytest.fixture(scope="module")
 def small_files(tmp_path_factory):
     from ctxrank.data.synth import write_synthetic_letor
@@ -294,7 +297,7 @@ def small_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("small")
     for i, name in enumerate(("tr", "va")):
         write_synthetic_letor(d / f"{name}.txt", n_queries=20, list_size=8, n_features=5, seed=i)
-    return ["--train", str(d / "tr.txt"), "--valid", str(d / "va.txt"), *QUICK, "--set", "train.max_epochs=1"]
+    return ["--train", str(d / "tr.txt"), "--valid", str(d / "va.txt"), "--no-progress"]
 
 
 def test_train_refuses_an_out_directory_of_the_users_files(small_files, tmp_path, capsys):
@@ -304,7 +307,7 @@ def test_train_refuses_an_out_directory_of_the_users_files(small_files, tmp_path
     out.mkdir()
     (out / "config.toml").write_text("# my own config\n")
     (out / "notes.txt").write_text("mine")
-    argv = ["train", "--model", "listnet", *small_files, "--out", str(out)]
+    argv = ["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "holds files that ctxrank did not write (config.toml, notes.txt)" in err and "--overwrite" in err
@@ -320,7 +323,7 @@ def test_train_overwrite_replaces_a_previous_model_and_nothing_else(small_files,
     lm = ["--set", "model_params.n_estimators=3"]
     assert main(["train", "--model", "lambdamart", *small_files, *lm, "--out", str(out)]) == 0
     (out / "mine.txt").write_text("kept")
-    argv = ["train", "--model", "listnet", *small_files, "--out", str(out)]
+    argv = ["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]
     assert main(argv) == 2
     assert "already holds a saved model; choose another --out, or --overwrite" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 0
@@ -338,10 +341,13 @@ def test_a_second_train_on_one_out_directory_is_refused_naming_the_holder(small_
 
     out = tmp_path / "busy"
     with lock_directory(out):  # stands for a `ctxrank train --out busy` still running
-        assert main(["train", "--model", "listnet", *small_files, "--out", str(out)]) == 2
+        assert main(["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert f"{out} is locked" in err and f"pid {os.getpid()}" in err
-        assert main(["train", "--model", "listnet", *small_files, "--out", str(out), "--overwrite"]) == 2
+        assert (
+            main(["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out), "--overwrite"])
+            == 2
+        )
     assert not out.exists()
 
 
