@@ -423,6 +423,11 @@ def test_experiment_out_of_the_users_files_is_refused_unless_overwrite(tmp_path,
     assert sorted(p.name for p in out.iterdir()) == ["table.md"]  # nothing written, no lock left
     assert main([*argv, "--overwrite"]) == 0
     assert (out / "experiment.json").is_file() and (out / "table.md").read_text() != "my table"
+    orphans = [out / ".results.json.k1ll3d00.tmp", out / "runs" / "mnl" / ".seed0-fold0.json.abcd_123.tmp"]
+    for p in orphans:  # left by writes that were killed
+        p.write_text("{")
+    assert main([*argv, "--report-only"]) == 0
+    assert not any(p.exists() for p in orphans)
 
 
 def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_path, capsys):

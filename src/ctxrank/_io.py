@@ -245,9 +245,13 @@ def lock_directory(directory: str | Path, *, key: str | None = None, what: str =
             if gate is None:
                 continue
             fd, first = _join(directory, key, what)
+            try:
+                if first:  # under the gate: no process of the same key can have started a write yet
+                    remove_orphaned_temps(directory)
+            except BaseException:
+                os.close(fd)
+                raise
         break
-    if first:
-        remove_orphaned_temps(directory)
     return DirectoryLock(directory, fd, first=first, created=created)
 
 
