@@ -421,9 +421,10 @@ class _Run:
             "options": self.options.to_record(),
             "config": self.config.to_dict(),
         }
+        if self.main:
+            self._replace_previous()  # before the barrier: no rank may see the old model's state
         world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
         if self.main:
-            self._replace_previous()
             write_json(self.state_dir / RUN_FILE, record)
         return record
 
