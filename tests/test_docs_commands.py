@@ -463,11 +463,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--label-col chosen --categorical airline,cabin --out runs/d": Run(
         EPOCH1, files=("tr.parquet", "va.parquet", "te.parquet")
     ),
-    "ctxrank predict --model runs/q --data new_sessions.csv --output scores.txt": Run(
+    "ctxrank predict --model runs/q --data new_sessions.csv --output new_scores.txt": Run(
         files=("new_sessions.csv",)
     ),
     "ctxrank evaluate --model runs/q --data test.csv --metrics p@1,p@5,ndcg@10,mrr": Run(files=("test.csv",)),
-    "ctxrank evaluate --scores scores.txt --data new_sessions.csv --query-col session "
+    "ctxrank evaluate --scores new_scores.txt --data new_sessions.csv --query-col session "
     "--label-col chosen": Run(),
     # docs/tuning.md
     "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 50 --out runs/tune-qilcm": Run(TUNE),

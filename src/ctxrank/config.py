@@ -209,6 +209,7 @@ class RunConfig:
                     + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
                     + "; re-ranking an initial ranker's top k applies to the neural models"
                 )
+            _check_baseline_train(self.model, self.train)
             baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
         own = entry.own_objective
@@ -308,6 +309,27 @@ class RunConfig:
             train=build_dataclass(TrainConfig, train, "train"),
             rerank=build_dataclass(RerankConfig, rerank, "rerank"),
             ensemble=d.get("ensemble", 1),
+        )
+
+
+#: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
+#: no_relevant is the convention of its test metrics); the others configure the neural training loop
+BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant")
+
+
+def _check_baseline_train(model: str, train: TrainConfig) -> None:
+    """A ``[train]`` key set for a baseline that does not read it is an error, not silently ignored."""
+    unused = [
+        f"train.{f.name}"
+        for f in fields(TrainConfig)
+        if f.name not in BASELINE_TRAIN_KEYS and getattr(train, f.name) != f.default
+    ]
+    if unused:
+        raise ValueError(
+            f"{', '.join(unused)}: {model} is a baseline and does not use "
+            f"{'it' if len(unused) == 1 else 'them'}; "
+            f"of [train] it reads {', '.join(f'train.{k}' for k in BASELINE_TRAIN_KEYS)} only "
+            "(its own settings are model_params, see docs/baselines.md)"
         )
 
 

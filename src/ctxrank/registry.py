@@ -73,7 +73,7 @@ class Baseline:
             if self.seed:
                 out[self.seed] = train.seed
             if self.threads:
-                out[self.threads] = train.threads or 1
+                out[self.threads] = 1 if train.threads is None else train.threads
         out.update(model_params)
         return out
 
@@ -89,9 +89,13 @@ class Baseline:
                     f"valid options: {sorted(names)}"
                 )
         try:
-            return self.cls(**params)
+            model = self.cls(**params)
+            check = getattr(model, "check_params", None)  # LambdaMART: LightGBM's parameter names
+            if check is not None:
+                check()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"model_params: {exc}") from None
+        return model
 
     def load(self, directory: str | Path) -> Any:
         """The saved model; metadata of the wrong type anywhere is a ValueError naming the file (the

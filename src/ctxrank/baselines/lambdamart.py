@@ -70,7 +70,7 @@ MAX_QUERY_LENGTH = 10000
 MAX_LABEL = 1023
 #: The largest ``model.txt`` read (bytes).
 MAX_MODEL_BYTES = 2**31
-_METRIC_RE = re.compile(r"^\s*ndcg\s*@\s*(\d+)\s*$", re.IGNORECASE)
+_METRIC_RE = re.compile(r"\s*ndcg\s*@\s*(\d+)\s*", re.IGNORECASE)
 
 # Named parameter -> the LightGBM parameter it sets (for rejecting duplicates in extra_lgb_params).
 _LGB_NAME = {
@@ -106,6 +106,43 @@ def _aliases(name: str) -> set[str]:
         return set(_ConfigAliases.get(name)) | {name}
     except Exception:  # pragma: no cover - LightGBM moved its private alias table
         return {name}
+
+
+_LGB_PARAMETERS: frozenset[str] | None = None
+
+
+def _lgb_parameters() -> frozenset[str] | None:
+    """Every parameter name and alias LightGBM accepts (its own table, ``LGBM_DumpParamAliases``
+    through a private LightGBM API); None where that API is missing (then nothing is checked)."""
+    global _LGB_PARAMETERS
+    if _LGB_PARAMETERS is None:
+        try:
+            from lightgbm.basic import _ConfigAliases
+
+            table = _ConfigAliases._get_all_param_aliases()
+        except Exception:  # pragma: no cover - LightGBM moved its private alias table
+            return None
+        _LGB_PARAMETERS = frozenset(table) | frozenset(a for names in table.values() for a in names)
+    return _LGB_PARAMETERS
+
+
+def _check_lgb_name(name: str) -> None:
+    """An extra parameter must be a LightGBM parameter or alias: a typo is never passed on (LightGBM
+    would ignore it with a warning)."""
+    import difflib
+
+    known = _lgb_parameters()
+    if known is None or name in known:
+        return
+    close = difflib.get_close_matches(
+        name, list(dict.fromkeys([*_LGB_NAME, *sorted(known)])), n=3, cutoff=0.75
+    )
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise ValueError(
+        f"unknown LightGBM parameter {name!r}; {hint}valid: LambdaMART's parameters "
+        f"{', '.join(_LGB_NAME)}, no_relevant, or one of LightGBM's {len(known)} parameter names and "
+        "aliases (https://lightgbm.readthedocs.io/en/latest/Parameters.html)"
+    )
 
 
 def _rows_of(data: RankingData, queries: np.ndarray) -> np.ndarray:
@@ -295,6 +332,11 @@ class LambdaMART:
         ]
         return f"LambdaMART({', '.join(shown)})"
 
+    def check_params(self) -> None:
+        """Check the parameters now (``fit`` checks them too): a bad value, or an extra parameter that is
+        not LightGBM's, is a ValueError."""
+        self._resolve()
+
     def _resolve(self) -> tuple[int, list[int], float | str]:
         """Check the named parameters: (metric cutoff, sorted eval_at, no_relevant)."""
         if not _is_int(self.n_estimators) or self.n_estimators < 1:
@@ -307,7 +349,7 @@ class LambdaMART:
             )
         if not _is_int(self.max_position) or self.max_position < 1:
             raise ValueError(f"max_position must be an int >= 1, got {self.max_position!r}")
-        m = _METRIC_RE.match(self.metric) if isinstance(self.metric, str) else None
+        m = _METRIC_RE.fullmatch(self.metric) if isinstance(self.metric, str) else None
         if m is None or int(m.group(1)) < 1:
             raise ValueError(f"metric must be 'ndcg@K' with K >= 1 (LightGBM's ndcg), got {self.metric!r}")
         k = int(m.group(1))
@@ -321,6 +363,7 @@ class LambdaMART:
         cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
         no_relevant = _normalize_no_relevant(self.no_relevant)
         for name, value in self.extra_lgb_params.items():
+            _check_lgb_name(name)
             for own, lgb_name in _LGB_NAME.items():
                 if name in _aliases(lgb_name):
                     raise ValueError(

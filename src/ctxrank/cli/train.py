@@ -158,11 +158,17 @@ def train(
     resume: str | None = None,
     progress: bool = True,
     debug: bool = False,
+    overwrite: bool = False,
 ) -> int:
-    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``."""
+    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``.
+
+    ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
+    there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`)."""
     from ctxrank.registry import is_baseline
 
     record = None
+    if resume is not None and overwrite:
+        raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
     if resume is not None:
         options, config, record = _resumed_run(options, out_dir, resume)
         out_dir = resume
@@ -173,7 +179,7 @@ def train(
     from ctxrank.training.distributed import init_from_env
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
-    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug)
+    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
     if not ctx.enabled:
         return run.execute()
     try:
@@ -279,6 +285,7 @@ class _Run:
     progress: bool = True
     debug: bool = False
     main: bool = True
+    overwrite: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -289,12 +296,22 @@ class _Run:
             out(text)
 
     def execute(self) -> int:
-        """Check, read the data, record the run, train, save, report; the exit status."""
+        """Lock the directory, check, read the data, record the run, train, save, report; the exit
+        status."""
+        from ctxrank._io import lock_directory
+
+        if not self.main:  # rank 0 holds the lock for every rank of a torchrun job
+            self._check_directory()
+            return self._execute()
+        with lock_directory(self.out_dir, what="training run"):  # released: nothing left if it failed
+            self._check_directory()
+            return self._execute()
+
+    def _execute(self) -> int:
         from ctxrank.cli._train_data import training_data
         from ctxrank.training.loop import NonFiniteLossError
         from ctxrank.training.run import run_training
 
-        self._check_directory()
         self._check_categorical()
         o = self.options
         td = training_data(o.files, o.source, o.columns, self.config.train.seed)
@@ -329,18 +346,24 @@ class _Run:
         return 0
 
     def _check_directory(self) -> None:
+        from ctxrank.cli._outputs import foreign_entries, refuse_foreign
         from ctxrank.training.resume import RUN_FILE, STATE_FILE
 
         out_dir, state_dir = self.out_dir, self.state_dir
-        if self.record is not None:
+        if self.record is not None or self.overwrite:
             return
         if (state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists():
             raise ValueError(
                 f"{out_dir} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume "
-                f"{out_dir}`, or remove {state_dir} (or choose another --out) to start a new one"
+                f"{out_dir}`, or start a new one with another --out (or --overwrite to replace it)"
             )
         if (out_dir / "ctxrank.json").exists():
-            raise ValueError(f"{out_dir} already holds a saved model; choose another --out or remove it")
+            raise ValueError(
+                f"{out_dir} already holds a saved model; choose another --out, or --overwrite to replace it"
+            )
+        foreign = foreign_entries(out_dir, allowed=(RESUME_DIR,) if _empty(state_dir) else ())
+        if foreign:
+            refuse_foreign(out_dir, foreign, "model")
 
     def _check_categorical(self) -> None:
         from ctxrank.registry import is_baseline
@@ -404,10 +427,22 @@ class _Run:
             "options": self.options.to_record(),
             "config": self.config.to_dict(),
         }
+        if self.main:
+            self._replace_previous()  # before the barrier: no rank may see the old model's state
         world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
         if self.main:
             write_json(self.state_dir / RUN_FILE, record)
         return record
+
+    def _replace_previous(self) -> None:
+        """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
+        beside the new model's); a directory of other files keeps them."""
+        from ctxrank.cli._outputs import remove_model_entries
+        from ctxrank.training.resume import RUN_FILE
+
+        earlier = (self.out_dir / "ctxrank.json").exists() or (self.state_dir / RUN_FILE).exists()
+        if self.overwrite and earlier:
+            remove_model_entries(self.out_dir)
 
     def _non_finite(self, exc: Exception) -> int:
         import sys
@@ -461,6 +496,11 @@ class _Run:
         self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
 
 
+def _empty(directory: Path) -> bool:
+    """A missing or empty directory (``resume/`` of a run killed before it recorded anything)."""
+    return not directory.is_dir() or not any(directory.iterdir())
+
+
 def _split_text(record: dict[str, Any]) -> str:
     q = record["queries"]
     fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
@@ -495,12 +535,18 @@ def predict(
     data: str | None = None,
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
+    overwrite: bool = False,
 ) -> int:
     """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
-    score a line, in the file's row order, to ``output`` (``-``: stdout)."""
+    score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
+    ``overwrite``)."""
     import sys
 
     from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.cli._outputs import check_output_file
+
+    if output != "-":
+        check_output_file(output, overwrite=overwrite, flag="--output")
     from ctxrank.cli._source import load_data_rows
     from ctxrank.data.table_io import to_file_order
 
@@ -617,7 +663,17 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (required unless --resume)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (required unless --resume): new, empty, or holding a ctxrank model",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write to an --out DIR that holds a saved model, an unfinished run or other files: the "
+        "earlier model's files are removed, other files are kept (a file of a name train writes is replaced)",
+    )
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -656,7 +712,14 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
 
 def _run_train(a: argparse.Namespace) -> int:
     options = TrainOptions.from_args(a)
-    return train(options, out_dir=a.out, resume=a.resume, progress=not a.no_progress, debug=a.debug)
+    return train(
+        options,
+        out_dir=a.out,
+        resume=a.resume,
+        progress=not a.no_progress,
+        debug=a.debug,
+        overwrite=a.overwrite,
+    )
 
 
 def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -678,6 +741,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
+    p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
     add_dataset_options(p, defaults_text="default test")
     add_table_options(p, saved_spec=True)
     p.set_defaults(
@@ -687,5 +751,6 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             data=a.data,
             source=DataOptions.from_args(a),
             columns=TableOptions.from_args(a),
+            overwrite=a.overwrite,
         )
     )

@@ -83,11 +83,11 @@ __all__ = [
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
 #: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")  # whole name: use fullmatch
 
 
 def _safe_name(section: str, what: str, name: Any) -> str:
-    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or ".." in name:
         raise _fail(
             section,
             f"{what} {name!r} must be 1-100 letters, digits, '_', '-', '+' or '.', starting with a letter or "
@@ -311,7 +311,7 @@ class ExperimentSpec:
             ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis", "tune"],
         )
         tune = TuneSpec.from_dict(d["tune"]) if "tune" in d else None
-        name = d.get("name") or (Path(source).stem if source else "")
+        name = d["name"] if "name" in d else (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
         _safe_name("top", "name", name)
@@ -338,7 +338,7 @@ class ExperimentSpec:
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
             table = _with_config_file(m, table, base)
-            models = {**models, m: _deep_merge(defaults, table)}
+            models = {**models, m: _deep_merge(_baseline_defaults(defaults, table), table)}
             table = models[m]
             try:
                 RunConfig.from_dict(table)
@@ -379,6 +379,36 @@ def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -
     return _deep_merge(load_toml(path), rest)
 
 
+def _check_new_models(d: Mapping[str, Any], overrides: Sequence[str], path: Path) -> None:
+    """``--set models.NAME.KEY=V`` for a NAME the spec does not have is a typo, unless the overrides
+    add that model explicitly (``models.NAME.model=M`` or ``models.NAME={...}``)."""
+    models = d.get("models")
+    names = list(models) if isinstance(models, Mapping) else []
+    added: dict[str, list[str]] = {}
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        if len(parts) >= 2 and parts[0] == "models" and parts[1] not in names:
+            added.setdefault(parts[1], []).append(".".join(parts[2:]))
+    for name, keys in added.items():
+        if "model" not in keys and "" not in keys:
+            raise ValueError(
+                f"{path}: --set models.{name}.{keys[0]}: the spec has no model {name!r} (its models: "
+                f"{', '.join(names)}); to add one, also set models.{name}.model=MODEL"
+            )
+
+
+def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``[defaults]`` for one model: a baseline takes only the ``[train]`` keys it reads."""
+    from ctxrank.config import BASELINE_TRAIN_KEYS
+    from ctxrank.registry import is_baseline
+
+    train = defaults.get("train")
+    model = table.get("model", "listnet")
+    if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
+        return defaults
+    return {**defaults, "train": {k: v for k, v in train.items() if k in BASELINE_TRAIN_KEYS}}
+
+
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
@@ -397,7 +427,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
             parse_metric(m)
         except ValueError as exc:
             raise _fail("report", f"metrics: {exc}") from None
-    target = d.get("target") or ("qilcm" if "qilcm" in models else models[-1])
+    target = d["target"] if "target" in d else ("qilcm" if "qilcm" in models else models[-1])
     if target not in models:
         raise _fail("report", f"target {target!r} is not one of the models {models}")
     baselines = _names("report", "baselines", d.get("baselines", ())) or tuple(
@@ -466,7 +496,9 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
                 f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
             )
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
-    d = apply_overrides(load_toml(path), overrides)
+    raw = load_toml(path)
+    _check_new_models(raw, overrides, path)
+    d = apply_overrides(raw, overrides)
     try:
         return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
     except ValueError as exc:

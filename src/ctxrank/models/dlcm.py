@@ -248,7 +248,7 @@ class DLCM(Ranker):
             beta = 0
             self.encoder = None
         self.alpha = self.input_dim + beta  # width of x' (the paper's alpha in eq. 4)
-        self.hidden = config.gru_hidden or self.alpha
+        self.hidden = self.alpha if config.gru_hidden is None else config.gru_hidden
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         orders = [config.direction]
         if config.bidirectional:

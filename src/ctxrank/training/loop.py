@@ -184,7 +184,7 @@ def fit(
         store = StateDir(state_dir)
         run_info = _run_info(trainer, train, valid, train_init_scores, valid_init_scores)
         _restore_state(trainer, state, store, run_info, resume)
-    log = _open_log(log_path, state) if trainer.ctx.is_main else None
+    log = _open_log(log_path, state, resume) if trainer.ctx.is_main else None
     t_start = time.perf_counter()
     bar = tqdm(
         range(state.start, config.max_epochs + 1),
@@ -300,11 +300,12 @@ def _restore_state(
     state.start = trainer.config.max_epochs + 1 if saved.stopped else saved.epoch + 1
 
 
-def _open_log(log_path: str | Path | None, state: _Progress) -> IO[str] | None:
-    """The JSON-lines epoch log; a resumed run rewrites it from the saved history first."""
+def _open_log(log_path: str | Path | None, state: _Progress, resume: bool) -> IO[str] | None:
+    """The JSON-lines epoch log; a resumed run rewrites it from the saved history first (empty when
+    the run was killed before its first epoch's state was committed: that epoch is logged once)."""
     if log_path is None:
         return None
-    log = Path(log_path).open("w" if state.resumed_from is not None else "a")
+    log = Path(log_path).open("w" if resume else "a")
     for record in state.history:  # the finished epochs again: a killed run may have logged one more
         log.write(dumps(record, indent=None) + "\n")
     return log

@@ -94,7 +94,7 @@ class _Rerank:
 
 def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
     tc = config.train
-    defaults = {"seed": tc.seed, "num_threads": tc.threads or 1}
+    defaults = {"seed": tc.seed, "num_threads": 1 if tc.threads is None else tc.threads}
     return LambdaMART(**{**defaults, **params})
 
 
