@@ -30,8 +30,8 @@ def build(root: Path) -> dict[str, Path]:
             train=tc,
             rerank=RerankConfig(initial="lambdamart", top_k=5, initial_params=_LGB),
         ),
-        "lambdamart": RunConfig(model="lambdamart", model_params=_LGB, train=tc),
-        "ranksvm": RunConfig(model="ranksvm", model_params={"C": 1.0}, train=tc),
+        "lambdamart": RunConfig(model="lambdamart", model_params=_LGB),  # baselines take no epochs
+        "ranksvm": RunConfig(model="ranksvm", model_params={"C": 1.0}),
     }
     out = {}
     for kind, config in configs.items():

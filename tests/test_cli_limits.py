@@ -111,3 +111,16 @@ def test_download_caps_are_options(tmp_path, capsys):
     assert "--max-extract-bytes" in capsys.readouterr().err
     assert not any(p.is_file() for p in root.rglob("f*.txt"))
     assert main([*args, "--max-members", "0"]) == 2
+
+
+def test_missing_group_file_error_names_every_accepted_name(tmp_path, capsys):
+    import gzip
+
+    data = tmp_path / "rank.test.gz"
+    data.write_bytes(gzip.compress(b"0 1:0.5\n1 1:0.2\n"))
+    assert main(["data-info", str(data)]) == 2
+    err = capsys.readouterr().err
+    for name in ("rank.test.gz.query", "rank.test.gz.group", "rank.test.query", "rank.test.group"):
+        assert name in err
+    (tmp_path / "rank.test.query").write_text("2\n")
+    assert main(["data-info", str(data), "--json"]) == 0

@@ -291,7 +291,7 @@ def _parse(
         if group_path is None:
             raise ValueError(
                 f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
-                f"needs a group file ({name}.query or {name}.group, one group size per line)"
+                f"needs a group file ({_group_file_names(name)}, one group size per line, or --query-file)"
             )
         sizes = read_group_sizes(group_path)
         total = sum(sizes.tolist())  # Python ints: no int64 overflow
@@ -815,15 +815,22 @@ def _find_query_file(path: Path, query_file: str | os.PathLike | None) -> Path |
         if not qf.is_file():
             raise ValueError(f"{qf}: group file not found")
         return qf
-    stems = [str(path)]
-    if path.suffix == ".gz":
-        stems.append(str(path.with_suffix("")))
-    for stem in stems:
-        for ext in (".query", ".group"):
-            candidate = Path(stem + ext)
-            if candidate.is_file():
-                return candidate
+    for candidate in _group_file_candidates(path):
+        if candidate.is_file():
+            return candidate
     return None
+
+
+def _group_file_candidates(path: Path) -> list[Path]:
+    """The group files tried for ``path``, in order: ``<path>.query``, ``<path>.group``, and for a
+    ``.gz`` file the same without ``.gz`` (``rank.test.gz`` -> ``rank.test.query``)."""
+    stems = [str(path)] + ([str(path.with_suffix(""))] if path.suffix == ".gz" else [])
+    return [Path(stem + ext) for stem in stems for ext in (".query", ".group")]
+
+
+def _group_file_names(name: str) -> str:
+    names = [p.name for p in _group_file_candidates(Path(name))]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def read_group_sizes(path: str | os.PathLike) -> np.ndarray:
