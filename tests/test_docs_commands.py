@@ -474,7 +474,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank train --config runs/tune-qilcm/best.toml --dataset mq2008 --fold 1 --out runs/qilcm-tuned": Run(
         EPOCH1
     ),
-    "ctxrank tune --model lambdamart --dataset mq2008 --fold 1 --trials 20 --out runs/tune-lm": Run(("--trials", "2")),
+    "ctxrank tune --model lambdamart --dataset mq2008 --fold 1 --trials 20 --out runs/tune-lm": Run(
+        ("--trials", "2")  # a baseline takes no train.max_epochs
+    ),
     "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 25 --storage sqlite:///runs/studies.db "
     "--study-name qilcm-f1 --out runs/tune-q": Run(TUNE),
     "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 "
