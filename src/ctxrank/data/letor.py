@@ -815,18 +815,23 @@ class _CarefulRows:
         """The ``index:value`` tokens of the row being read."""
         seen: set[int] = set()
         row = len(self.labels)
+        rows, cols, vals = self.rows, self.cols, self.vals  # local names: this loop runs per value
+        top = self.limit if self.max_width is None else min(self.limit, self.max_width)
         for tok in tokens:
             idx_text, colon, val_text = tok.partition(":")
             if not colon or not idx_text or not val_text:
                 raise ValueError(f"{where}: expected 'index:value', got {tok[:40]!r}")
-            idx = self._index(idx_text, where)
+            # the usual index first; anything else gets every check, in order, from _index
+            idx = int(idx_text) if len(idx_text) < 10 and idx_text.isdigit() and idx_text.isascii() else 0
+            if not 1 <= idx <= top:
+                idx = self._index(idx_text, where)
             if idx in seen:
                 raise ValueError(f"{where}: feature {idx} appears twice on the line")
             seen.add(idx)
             value = np.nan if val_text == "NULL" else _number(val_text, where, f"a number for feature {idx}")
-            self.rows.append(row)
-            self.cols.append(idx - 1)
-            self.vals.append(value)
+            rows.append(row)
+            cols.append(idx - 1)
+            vals.append(value)
         self.counts.append(len(seen))
 
     def _index(self, idx_text: str, where: str) -> int:
