@@ -4,6 +4,11 @@ A function's length counts every line from its ``def`` to its last line (signatu
 comment lines, nested functions), minus the lines of its docstring. Methods and nested functions are
 checked too, each on its own. A longer function should be split into named steps that read top to
 bottom (see ``data/letor.py``'s ``_parse`` or ``metrics.evaluate_queries``).
+
+Why not ruff's PLR0915 (too-many-statements): statement counts do not follow length here.
+``AdaRank._fit`` has 64 code lines and 55 statements, ``LambdaMART.fit`` 86 lines and 55 statements,
+``chamfer_confusion`` 94 lines and 54: any ``max-statements`` that flags the two long ones also flags
+``AdaRank._fit``, and 55, the smallest that today's short functions satisfy, flags nothing.
 """
 
 from __future__ import annotations
