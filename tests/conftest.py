@@ -1,11 +1,14 @@
 """Shared test fixtures: every test gets its own parse cache, never the user's."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the project's real data (absent in CI: tests that read it skip); CTXRANK_SHARED_DATA points elsewhere,
+# e.g. from a git worktree whose parent directory is not the project's
+SHARED_DATA = Path(os.environ.get("CTXRANK_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 
 @pytest.fixture(autouse=True)

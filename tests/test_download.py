@@ -199,6 +199,17 @@ def test_download_dataset_errors(server, tmp_path):
         download_dataset("istella-s", root=tmp_path / "i", url=f"{server}/data.tar.gz", progress=False)
 
 
+def test_download_dataset_without_a_loader(server, tmp_path):
+    """Airline Itinerary: no recorded address; with --url the archive is fetched and unpacked, then the
+    error says ctxrank cannot load it (its layout is unknown), not that files are missing."""
+    with pytest.raises(ValueError, match=r"no direct download address is recorded for Airline Itinerary"):
+        download_dataset("airline", root=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"into .*, but ctxrank cannot load it: .*no loader") as exc:
+        download_dataset("airline", root=tmp_path / "a", url=f"{server}/data.tar.gz", progress=False)
+    assert "expected files are missing" not in str(exc.value)
+    assert (tmp_path / "a" / "sample" / "train.txt").is_file()  # unpacked where the user asked
+
+
 def test_cli_download(server, tmp_path, capsys):
     sha = hashlib.sha256(MSLR_ZIP).hexdigest()
     rc = main(

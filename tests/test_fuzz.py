@@ -300,9 +300,10 @@ def oracle_letor(
                 else:
                     block[j, k - 1] = np.float32(v)
         for j, c in nulls:
-            if null_fill == "query_min":
+            if null_fill in ("query_min", "letor_min"):
                 column = block[:, c][~np.isnan(block[:, c])]
-                block[j, c] = column.min() if column.size else 0.0
+                fill = column.min() if column.size else 0.0
+                block[j, c] = min(fill, 0.0) if null_fill == "letor_min" else fill
             else:
                 block[j, c] = np.float32(null_fill)
             null_filled += 1
@@ -596,7 +597,7 @@ def test_fuzz_read_letor(data):
         opts = dict(
             n_features=data.draw(st.sampled_from([None, None, 46, 60])),
             regroup=data.draw(st.booleans()),
-            null_fill=data.draw(st.sampled_from(["query_min", "query_min", 0.5])),
+            null_fill=data.draw(st.sampled_from(["query_min", "letor_min", 0.5])),
             chunk_bytes=data.draw(_chunk_sizes(raw)),
         )
         outcome = _read_three_ways(lambda c, d: read_letor(path, cache=c, cache_dir=d, **opts), tmp / "cache")

@@ -14,7 +14,7 @@ from ctxrank.data import letor
 from ctxrank.data.cache import default_cache_dir
 from ctxrank.data.letor import read_group_sizes, read_letor
 
-from .conftest import REPO
+from .conftest import REPO, SHARED_DATA
 
 MQ2008 = REPO / "src" / "ctxrank" / "datasets" / "mq2008"
 
@@ -87,6 +87,70 @@ def test_null_constant_fill(tmp_path):
     assert d.info["null_filled"] == 3
     with pytest.raises(ValueError, match="null_fill"):
         read_letor(write(tmp_path, NULLS), null_fill="median", cache=False)
+
+
+def test_null_fill_rules_on_negative_and_positive_features(tmp_path):
+    # feature 1 is positive, feature 2 negative (an LMIR-like log probability); query 2 lacks f1
+    text = (
+        "1 qid:1 1:NULL 2:-3.5\n"
+        "0 qid:1 1:2.5 2:NULL\n"
+        "2 qid:1 1:4 2:-7\n"
+        "0 qid:2 1:NULL 2:NULL\n"
+        "1 qid:2 1:NULL 2:-1\n"
+    )
+    p = write(tmp_path, text)
+    query_min = read_letor(p, null_fill="query_min", cache=False)
+    # the query's minimum over its non-NULL cells: f1 min{2.5, 4}, f2 min{-3.5, -7}; query 2: f1 -> 0
+    np.testing.assert_array_equal(query_min.features, [[2.5, -3.5], [2.5, -7], [4, -7], [0, -1], [0, -1]])
+    letor_min = read_letor(p, null_fill="letor_min", cache=False)
+    # min(query minimum, 0): 0 for the positive f1, the query minimum for the negative f2
+    np.testing.assert_array_equal(letor_min.features, [[0, -3.5], [2.5, -7], [4, -7], [0, -1], [0, -1]])
+    assert query_min.info["null_filled"] == letor_min.info["null_filled"] == 5
+    # a negative query minimum below an item's 0: both rules agree
+    q = read_letor(write(tmp_path, "1 qid:1 1:NULL\n0 qid:1 1:-2\n0 qid:1 1:0\n", name="g.txt"), cache=False)
+    r = read_letor(tmp_path / "g.txt", null_fill="letor_min", cache=False)
+    np.testing.assert_array_equal(q.features, r.features)
+    assert q.features[0, 0] == -2
+    # the rules are part of the cache key: the same file, cached, gives each rule its own values
+    c1 = read_letor(p, null_fill="query_min", cache_dir=tmp_path / "c")
+    c2 = read_letor(p, null_fill="letor_min", cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(c1.features, query_min.features)
+    np.testing.assert_array_equal(c2.features, letor_min.features)
+    with pytest.raises(ValueError, match=r"null_fill must be one of \['query_min', 'letor_min'\]"):
+        read_letor(p, null_fill="LETOR_MIN", cache=False)
+
+
+OHSUMED_MIN = SHARED_DATA / "ohsumed" / "Feature-min"
+
+
+@pytest.mark.skipif(not OHSUMED_MIN.is_dir(), reason=f"no OHSUMED Feature-min files at {OHSUMED_MIN}")
+def test_null_fill_rules_against_published_ohsumed_feature_min(tmp_path):
+    """docs/data.md's measurement on one fold: NULL where LETOR's Feature-null files have it (BM25,
+    log BM25, LMIR of a field without query term), read back with each rule, compared with Feature-min."""
+    src = OHSUMED_MIN / "Fold1_testset.txt.gz"
+    published = read_letor(src, cache=False)
+    x = published.features
+    mask = np.zeros(x.shape, dtype=bool)
+    for base in (0, 15, 30):
+        mask[:, base + 10 : base + 15] = (x[:, base] == 0)[:, None]
+    lines = []
+    with gzip.open(src, "rt") as fh:
+        for row, line in enumerate(fh):
+            body, _, comment = line.rstrip("\n").partition("#")
+            tokens = body.split()
+            for j in np.flatnonzero(mask[row]):
+                assert tokens[j + 2].startswith(f"{j + 1}:")
+                tokens[j + 2] = f"{j + 1}:NULL"
+            lines.append(" ".join(tokens) + " #" + comment)
+    null_file = write(tmp_path, "\n".join(lines) + "\n", name="Fold1_null.txt")
+    share = {}
+    for rule in ("query_min", "letor_min"):
+        d = read_letor(null_file, null_fill=rule, cache=False)
+        assert d.info["null_filled"] == mask.sum() > 5000
+        np.testing.assert_array_equal(d.features[~mask], x[~mask])
+        share[rule] = float(np.mean(d.features[mask] == x[mask]))
+    assert share["letor_min"] > 0.99  # 99.5% over the five folds (docs/data.md)
+    assert share["query_min"] < 0.75  # 60.0% over the five folds
 
 
 # ------------------------------------------------------------------------------------ group files

@@ -26,6 +26,7 @@ from ctxrank.metrics import (
     evaluate_queries,
     format_metric,
     mean_metrics,
+    mean_ndcg,
     metric_convention,
     ndcg,
     parse_metric,
@@ -321,6 +322,81 @@ def test_letor_matches_script_rules_on_random_lists(seed, conv, k):
         assert got_ap[b] == pytest.approx(ap, abs=1e-12)
 
 
+# LETOR 4.0 MeanNDCG, computed independently: a transcription of Eval-Score-4.0.pl's EvalQuery / NDCG /
+# DCG for one query (module docstring, items 1-4 and 10), with plain Python lists.
+def _letor4_mean_ndcg_reference(scores, labels, k=None):
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep file order
+    rates = [int(labels[i]) for i in order]
+    gain = {0: 0, 1: 1, 2: 3}
+
+    def dcg_arr(rs):  # sub DCG with $topN = n
+        out = [gain[rs[0]]]
+        for pos in range(1, len(rs)):
+            step = gain[rs[pos]] if pos < 2 else gain[rs[pos]] * math.log(2.0) / math.log(pos + 1.0)
+            out.append(out[-1] + step)
+        return out
+
+    if not rates:
+        return 0.0
+    d, best = dcg_arr(rates), dcg_arr(sorted(rates, key=lambda r: -gain[r]))
+    per_position = [d[i] / best[i] if best[i] != 0 else 0.0 for i in range(len(rates))]  # sub NDCG
+    m = len(rates) if k is None else min(k, len(rates))
+    return sum(per_position[:m]) / m
+
+
+def test_mean_ndcg_hand():
+    # running example: ranked labels [0, 1, 2], ideal [2, 1, 0]; gains 0, 1, 3; LETOR discount 1, 1, 1/log2(3)
+    nd1, nd2, nd3 = 0 / 3, 1 / 4, (1 + 3 / log2(3)) / 4
+    assert val(mean_ndcg(S, Y, M, convention="letor4")) == pytest.approx((nd1 + nd2 + nd3) / 3)
+    assert val(mean_ndcg(S, Y, M, k=2, convention="letor4")) == pytest.approx((nd1 + nd2) / 2)
+    assert val(mean_ndcg(S, Y, M, k=99, convention="letor4")) == pytest.approx((nd1 + nd2 + nd3) / 3)
+    # standard discount 1/log2(1 + r), gain 2^y - 1
+    s1, s2 = 0.0, (1 / log2(3)) / (3 + 1 / log2(3))
+    s3 = (1 / log2(3) + 3 / 2) / (3 + 1 / log2(3))
+    assert val(mean_ndcg(S, Y, M)) == pytest.approx((s1 + s2 + s3) / 3)
+    # the mean over positions is not NDCG of the whole list
+    assert val(mean_ndcg(S, Y, M, convention="letor4")) != pytest.approx(
+        val(ndcg(S, Y, M, convention="letor4"))
+    )
+    # a query without relevant item: 0 (LETOR), or the no_relevant policy (standard)
+    z = t([[0.0, 0.0]])
+    assert val(mean_ndcg(z, z, full_mask(z), convention="letor4")) == 0.0
+    assert val(mean_ndcg(z, z, full_mask(z), no_relevant=1.0)) == 1.0
+    assert math.isnan(val(mean_ndcg(z, z, full_mask(z), no_relevant="skip")))
+    with pytest.raises(ValueError, match="labels"):
+        mean_ndcg(S, Y + 1, M, convention="letor4")
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1), k=st.sampled_from([None, 1, 3, 12]))
+def test_mean_ndcg_matches_script_rules_on_random_lists(seed, k):
+    rng = np.random.default_rng(seed)
+    B, L = 40, 15
+    lengths = rng.integers(0, L + 1, size=B)
+    scores = rng.integers(0, 4, size=(B, L)).astype(np.float64)  # many ties
+    labels = rng.integers(0, 3, size=(B, L)).astype(np.float64)
+    mask = np.arange(L)[None, :] < lengths[:, None]
+    s, y, m = torch.from_numpy(scores), torch.from_numpy(labels * mask), torch.from_numpy(mask)
+    for conv in ("letor4", "letor3"):
+        got = mean_ndcg(s, y, m, k=k, convention=conv).numpy()
+        for b in range(B):
+            n = int(lengths[b])
+            expect = _letor4_mean_ndcg_reference(list(scores[b, :n]), list(labels[b, :n]), k)
+            assert got[b] == pytest.approx(expect, abs=1e-12)
+    # and through evaluate_queries (file order, chunks), whose mean is the script's "Average" MeanNDCG
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat_s, flat_y = scores[mask], labels[mask]
+    name = "meanndcg" if k is None else f"meanndcg@{k}"
+    out = evaluate_queries(flat_s, flat_y, offsets, (name,), convention="letor4", max_chunk_elements=40)
+    key = format_metric("mean_ndcg", k)
+    expect = [
+        _letor4_mean_ndcg_reference(list(scores[b, : lengths[b]]), list(labels[b, : lengths[b]]), k)
+        for b in range(B)
+    ]
+    np.testing.assert_allclose(out[key], expect, rtol=0, atol=1e-12)
+    assert mean_metrics(out)[key] == pytest.approx(sum(expect) / B, abs=1e-12)
+
+
 # ----------------------------------------------------------------------------------------------------
 # no_relevant, empty lists, errors
 # ----------------------------------------------------------------------------------------------------
@@ -605,7 +681,10 @@ def test_parse_metric():
     assert parse_metric("err@20") == ("err", 20)
     assert parse_metric("dcg") == ("dcg", None)
     assert parse_metric("recall@5") == ("recall", 5)
-    with pytest.raises(ValueError, match=r"valid names: \['dcg', 'err', 'map', 'mrr', 'ndcg', 'p', 'recall'"):
+    assert parse_metric("MeanNDCG") == ("mean_ndcg", None) and parse_metric("mean_ndcg@5") == ("mean_ndcg", 5)
+    with pytest.raises(
+        ValueError, match=r"valid names: \['dcg', 'err', 'map', 'mean_ndcg', 'mrr', 'ndcg', 'p', 'recall'"
+    ):
         parse_metric("hit@10")
     for bad in ("ndcg@0", "ndcg@x", "ndcg@-1", "p", "recall", "", "ndcg@10@2"):
         with pytest.raises(ValueError):
@@ -754,7 +833,7 @@ def test_against_microsoft_script(tmp_path, version, env):
     out = tmp_path / "out.txt"
     subprocess.run(["perl", script, str(feat), str(pred), str(out), "1"], check=True, capture_output=True)
     text = out.read_text()
-    names = [f"p@{k}" for k in range(1, 11)] + [f"ndcg@{k}" for k in range(1, 11)] + ["map"]
+    names = [f"p@{k}" for k in range(1, 11)] + [f"ndcg@{k}" for k in range(1, 11)] + ["map", "mean_ndcg"]
     ours = evaluate_queries(scores, labels, offsets, names, convention=version)
     if version == "letor4":
         # per-query rows "qid\tP@1..P@10\tMAP" then "qid\tNDCG@1..NDCG@10\tMeanNDCG", 4 decimals
@@ -767,11 +846,13 @@ def test_against_microsoft_script(tmp_path, version, env):
                 assert ours[f"p@{k}"][q] == pytest.approx(got_p[k - 1], abs=5.1e-5)
                 assert ours[f"ndcg@{k}"][q] == pytest.approx(got_n[k - 1], abs=5.1e-5)
             assert ours["map"][q] == pytest.approx(got_p[10], abs=5.1e-5)
+            assert ours["mean_ndcg"][q] == pytest.approx(float(n_rows[q][11]), abs=5.1e-5)
         avg = [line.split("\t") for line in text.splitlines() if line.startswith("Average")]
         means = mean_metrics(ours)
         for k in range(1, 11):
             assert means[f"p@{k}"] == pytest.approx(float(avg[0][k]), abs=5.1e-5)
             assert means[f"ndcg@{k}"] == pytest.approx(float(avg[1][k]), abs=5.1e-5)
+        assert means["mean_ndcg"] == pytest.approx(float(avg[1][11]), abs=5.1e-5)
     else:
         # full precision; per-query arrays have min(k_max, n) entries, the means divide by all queries
         def per_query(prefix):

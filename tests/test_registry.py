@@ -92,6 +92,7 @@ def test_registry_contents():
         "mslr-web30k": (136, (0, 1, 2, 3, 4), 5),
         "istella-s": (220, (0, 1, 2, 3, 4), 1),
         "yahoo-set1": (700, (0, 1, 2, 3, 4), 1),
+        "airline": (17, (0, 1), 1),
     }
     got = {k: (s.n_features, s.label_levels, s.n_folds) for k, s in DATASETS.items()}
     assert got == expected
@@ -107,6 +108,8 @@ def test_registry_contents():
         ("MQ2008", "mq2008"),
         ("yahoo", "yahoo-set1"),
         ("Istella-S", "istella-s"),
+        ("Airline Itinerary", "airline"),
+        ("airline-itinerary", "airline"),
     ],
 )
 def test_aliases(alias, key):
@@ -135,6 +138,51 @@ def test_bad_fold_split_variant():
         load_fold("mq2008", variant="Feature-min")
     with pytest.raises(ValueError, match="unknown variant"):
         find_files("ohsumed", 1, root=OHSUMED_DIR, variant="raw")
+
+
+def test_airline_itinerary_entry_says_what_is_known_and_what_is_not(tmp_path):
+    """QILCM paper (AAAI 2019), footnote 5 and Table 1: public, 33,951 queries, 17 features, binary."""
+    spec = get_spec("airline")
+    assert spec.homepage == "https://www.dropbox.com/s/qzyt0xwn4u2a1ed/data_full_anonym.zip"
+    assert spec.url is None and spec.sha256 is None  # a share link, not a verified direct download
+    assert spec.archive_name == "data_full_anonym.zip" and spec.layout == "unknown"
+    assert "33,951 queries" in spec.size and "Mottini" in spec.citation and "AAAI 2019" in spec.citation
+    for known in ("33,951", "17 features", "60/20/20", "P@1"):
+        assert known in spec.notes
+    assert spec.fold_table() == [(1, "unknown file layout (no loader)", "-", "-")]
+    (tmp_path / "airline").mkdir()
+    for call in (
+        lambda: find_files("airline", root=tmp_path),
+        lambda: load_fold("airline-itinerary", root=tmp_path),
+        lambda: load_split("airline", "test", root=tmp_path),
+    ):
+        with pytest.raises(ValueError, match="Airline Itinerary cannot be loaded by ctxrank") as exc:
+            call()
+        assert "no loader" in str(exc.value) and "columns" in str(exc.value)
+    assert registry.is_available("airline", root=tmp_path) is False
+    with pytest.raises(ValueError, match="no direct download address is recorded for Airline Itinerary"):
+        from ctxrank.data.download import download_dataset
+
+        download_dataset("airline", root=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="single published split"):
+        find_files("airline", 2)
+
+
+def test_null_fill_passes_through_the_loaders(tmp_path):
+    """OHSUMED Feature-null partitions (NULL tokens): load_fold / load_split hand null_fill to read_letor."""
+    base = tmp_path / "ohsumed" / "Feature-null"
+    for k in range(1, 6):  # query k: f1 NULL on the first item, f1 = 2 and 5 on the others
+        lines = [
+            f"{y} qid:{k} 1:{v} " + " ".join(f"{j}:-{j}" for j in range(2, 46))
+            for y, v in ((1, "NULL"), (0, "2"), (2, "5"))
+        ]
+        _write(base / f"Fold{k}_test.txt", lines)
+    default = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null")
+    assert default.test.features[0, 0] == 2  # query_min
+    letor = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null", null_fill="letor_min")
+    assert letor.test.features[0, 0] == 0 and letor.train.info["null_filled"] == 3  # P2+P3+P4
+    split = load_split("ohsumed", "all", root=tmp_path, variant="Feature-null", null_fill=-1.0)
+    assert (split.features[:, 0] == -1).sum() == 5
 
 
 # ---------------------------------------------------------------------------------- MQ2008 embedded

@@ -70,6 +70,10 @@ metric subroutines are identical between the copies of each version). What the s
    per-query arrays are shorter than k, and ``OuputResults`` adds what is there and divides by the
    number of *all* queries. A query shorter than k therefore contributes 0 to both P@k and NDCG@k; this
    module gives it the per-query value 0 so that means agree with the script.
+10. LETOR 4.0, ``MeanNDCG`` (:func:`mean_ndcg`, metric name ``mean_ndcg``): ``EvalQuery`` computes
+    ``@Ndcg = NDCG($#rates + 1, @rates)``, the NDCG at every position ``iPos < n`` (each 0 where the
+    ideal DCG at that position is 0), and ``$meanNdcg`` is their sum divided by ``$#Ndcg + 1 = n``;
+    ``OuputResults`` averages it over all queries. Eval-Score-3.0.pl has no MeanNDCG.
 
 Checked by running those scripts (``perl``) against :func:`evaluate_queries` on 30 random datasets of 60
 queries with heavy ties, short and no-relevant queries: letor4 agrees to the 4 printed decimals, letor3
@@ -104,6 +108,7 @@ __all__ = [
     "evaluate_queries",
     "format_metric",
     "mean_metrics",
+    "mean_ndcg",
     "metric_convention",
     "ndcg",
     "parse_metric",
@@ -631,6 +636,65 @@ def ndcg(
     return _finish(value, no_rel, nan_rows, conv, reduction)
 
 
+@torch.no_grad()
+def mean_ndcg(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k: int | None = None,
+    gain: str = "exp2",
+    no_relevant: float | str = 0.0,
+    convention: str = "standard",
+    reduction: str = "none",
+) -> torch.Tensor:
+    """Mean NDCG over positions: ``MeanNDCG = (1/m) sum_{j=1}^{m} NDCG@j`` with ``m = n`` (the list
+    length) or ``min(k, n)`` when ``k`` is given (LETOR 4.0's ``MeanNDCG``).
+
+    ``convention="letor4"`` reproduces Eval-Score-4.0.pl (module docstring, item 10): ``EvalQuery`` calls
+    ``NDCG($#rates + 1, @rates)``, i.e. NDCG at every position ``1..n`` (every ``j <= n``, so the
+    short-query rule of NDCG@k never applies), each 0 where the ideal DCG@j is 0, and averages those n
+    values; a query without relevant item gives 0 and every query counts in the mean. The script has
+    no cutoff: ``k`` (not in the script) averages only the first ``min(k, n)`` positions.
+    ``"letor3"``: Eval-Score-3.0.pl computes no MeanNDCG; its per-position NDCG for ``j <= n`` is the
+    4.0 script's, so the value is the same as under ``"letor4"``. ``"standard"``: the same mean with
+    the standard discount, gain and ``no_relevant`` policy.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels.
+        mask: ``(B, L)`` bool, True = real item.
+        k: average positions ``1..min(k, n)``; ``None`` (the script's MeanNDCG) = every position.
+        gain: ``"exp2"`` or ``"linear"``.
+        no_relevant: ``0.0``, ``1.0`` or ``"skip"``: value of a list without a relevant item (ideal DCG
+            0) or without items.
+        convention: ``"standard"``, ``"letor4"`` or ``"letor3"``.
+        reduction: ``"none"`` -> ``(B,)``; ``"mean"`` -> scalar over non-skipped lists.
+
+    Returns:
+        ``(B,)`` mean NDCG per list, or its mean.
+    """
+    _check_inputs(scores, labels, mask)
+    k = _check_k(k)
+    conv = metric_convention(convention, gain=gain, no_relevant=no_relevant)
+    _check_letor_labels(conv, (labels, mask))
+    check_labels(labels, mask, gain=conv.gain)
+    dtype = _work_dtype(labels)
+    rk = _Ranked(scores, labels, mask, dtype)
+    disc = _discount(rk.ranks, conv)[None, :]  # (1, L)
+    zero = torch.zeros((), dtype=dtype, device=rk.labels.device)
+    # DCG@j and ideal DCG@j for every position j: cumulative sums over the ranked / sorted labels
+    dcg_j = torch.cumsum(torch.where(rk.valid, _gain(rk.labels, conv.gain), zero) * disc, dim=-1)  # (B, L)
+    ideal = torch.sort(torch.where(rk.valid, rk.labels, zero), dim=-1, descending=True).values
+    idcg_j = torch.cumsum(_gain(ideal, conv.gain) * disc, dim=-1)  # (B, L)
+    ndcg_j = torch.where(idcg_j > 0, dcg_j / torch.where(idcg_j > 0, idcg_j, torch.ones_like(idcg_j)), zero)
+    within = rk.topk(k)  # (B, L) positions 1..min(k, n)
+    m = within.sum(-1)  # (B,)
+    value = torch.where(within, ndcg_j, zero).sum(-1) / m.clamp(min=1).to(dtype)
+    no_rel = ~(idcg_j[:, -1] > 0) if idcg_j.shape[-1] else torch.ones_like(rk.nan)
+    return _finish(value, no_rel, rk.nan, conv, reduction)
+
+
 def _binary_context(
     scores: torch.Tensor,
     labels: torch.Tensor,
@@ -932,6 +996,7 @@ def err(
 
 METRICS: dict[str, Callable[..., torch.Tensor]] = {
     "ndcg": ndcg,
+    "mean_ndcg": mean_ndcg,
     "dcg": dcg,
     "p": precision,
     "recall": recall,
@@ -939,7 +1004,7 @@ METRICS: dict[str, Callable[..., torch.Tensor]] = {
     "mrr": reciprocal_rank,
     "err": err,
 }
-METRIC_ALIASES: dict[str, str] = {"precision": "p", "ap": "map"}
+METRIC_ALIASES: dict[str, str] = {"precision": "p", "ap": "map", "meanndcg": "mean_ndcg"}
 _NEEDS_K = {"p", "recall"}
 _METRIC_RE = re.compile(r"\s*([A-Za-z_]+)\s*(?:@\s*(\S+))?\s*")
 
@@ -947,8 +1012,8 @@ _METRIC_RE = re.compile(r"\s*([A-Za-z_]+)\s*(?:@\s*(\S+))?\s*")
 def parse_metric(name: str) -> tuple[str, int | None]:
     """Parse ``"ndcg@10"`` -> ``("ndcg", 10)``, ``"map"`` -> ``("map", None)``.
 
-    Names (case-insensitive): ndcg, dcg, p (alias precision), recall, map (alias ap), mrr, err; ``@k``
-    optional except for p and recall.
+    Names (case-insensitive): ndcg, mean_ndcg (alias meanndcg, LETOR 4.0's MeanNDCG), dcg, p (alias
+    precision), recall, map (alias ap), mrr, err; ``@k`` optional except for p and recall.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones), bad or missing cutoff.
@@ -1023,7 +1088,7 @@ def evaluate_queries(
         convention: ``"standard"``, ``"letor4"`` or ``"letor3"``.
         no_relevant: ``0.0``, ``1.0`` or ``"skip"``.
         threshold: relevance threshold of P, MAP, MRR.
-        gain: ``"exp2"`` or ``"linear"`` (NDCG, DCG).
+        gain: ``"exp2"`` or ``"linear"`` (NDCG, MeanNDCG, DCG).
         max_label: ERR's maximum grade, the largest grade of the label scale (required when ERR is
             asked for: 2 for MQ2007/MQ2008/OHSUMED, 4 for MSLR/Istella/Yahoo, i.e.
             ``ctxrank.data.registry.get_spec(name).max_label``; record it with
@@ -1041,6 +1106,35 @@ def evaluate_queries(
     metric_convention(  # validate early
         convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label
     )
+    s, y, off = _check_flat_inputs(scores, labels, query_offsets, max_chunk_elements)
+    bases = {b for b, _ in parsed}
+    max_label = _check_flat_labels(y, off, bases, gain, max_label)
+    options = {
+        "gain": gain,
+        "no_relevant": no_relevant,
+        "threshold": threshold,
+        "max_label": max_label,
+        "convention": convention,
+    }
+    lengths = np.diff(off)
+    out = {format_metric(b, k): np.full(off.size - 1, np.nan, dtype=np.float64) for b, k in parsed}
+    order = np.argsort(lengths, kind="stable")
+    for i, j in _chunks(lengths[order], max_chunk_elements):
+        qs = order[i:j]  # (B,)
+        s_t, y_t, m_t = _padded_queries(s, y, off, qs)
+        for base, k in parsed:
+            out[format_metric(base, k)][qs] = _batched_metric(base, k, s_t, y_t, m_t, options).numpy()
+    return out
+
+
+def _check_flat_inputs(
+    scores: np.ndarray | Sequence[float],
+    labels: np.ndarray | Sequence[float],
+    query_offsets: np.ndarray | Sequence[int],
+    max_chunk_elements: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(scores float64 (N,), labels float64 (N,), offsets int64 (Q + 1,))`` of
+    :func:`evaluate_queries`, after checking shapes, offsets and the chunk bound."""
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     off = np.asarray(query_offsets)
@@ -1062,64 +1156,74 @@ def evaluate_queries(
         or max_chunk_elements < 1
     ):
         raise ValueError(f"max_chunk_elements must be an int >= 1, got {max_chunk_elements!r}")
+    return s, y, off
+
+
+def _check_flat_labels(
+    y: np.ndarray, off: np.ndarray, bases: set[str], gain: str, max_label: float | None
+) -> float | None:
+    """Refuse labels the asked metrics cannot use (naming the row); returns ERR's checked max_label."""
     lengths = np.diff(off)
 
     def where(i: int) -> str:
         return f"row {i} (query position {int(np.searchsorted(off, i, side='right')) - 1})"
 
-    bases = {b for b, _ in parsed}
-    uses_exp2 = "err" in bases or (gain == "exp2" and bool(bases & {"ndcg", "dcg"}))
+    summing = bases & {"ndcg", "mean_ndcg", "dcg"}
+    uses_exp2 = "err" in bases or (gain == "exp2" and bool(summing))
     longest = int(lengths.max()) if lengths.size else 1
     # ERR's gains are not summed (list_len 1); NDCG/DCG sum a list's gains
-    sums = bool(bases & {"ndcg", "dcg"}) and gain == "exp2"
+    sums = bool(summing) and gain == "exp2"
     check_labels(
         y, gain="exp2" if uses_exp2 else None, list_len=longest if sums else 1, dtype=np.float64, where=where
     )
-    if "err" in bases:
-        if max_label is None:
-            raise ValueError(
-                "ERR needs max_label, the largest grade of the label scale (2 for MQ2007/MQ2008/OHSUMED, "
-                "4 for MSLR/Istella/Yahoo: ctxrank.data.registry.get_spec(name).max_label); the largest "
-                "label of the evaluated data would make a query's ERR depend on the other queries. Pass "
-                "max_label=N (on the command line --max-label N)"
-            )
-        max_label = _check_max_label(max_label)
-        with np.errstate(invalid="ignore"):
-            above = y > max_label
-        if above.any():
-            i = int(np.flatnonzero(above)[0])
-            raise ValueError(f"label {y[i]:g} at {where(i)} is above max_label = {max_label:g} (ERR)")
+    if "err" not in bases:
+        return max_label
+    if max_label is None:
+        raise ValueError(
+            "ERR needs max_label, the largest grade of the label scale (2 for MQ2007/MQ2008/OHSUMED, "
+            "4 for MSLR/Istella/Yahoo: ctxrank.data.registry.get_spec(name).max_label); the largest "
+            "label of the evaluated data would make a query's ERR depend on the other queries. Pass "
+            "max_label=N (on the command line --max-label N)"
+        )
+    max_label = _check_max_label(max_label)
+    with np.errstate(invalid="ignore"):
+        above = y > max_label
+    if above.any():
+        i = int(np.flatnonzero(above)[0])
+        raise ValueError(f"label {y[i]:g} at {where(i)} is above max_label = {max_label:g} (ERR)")
+    return max_label
 
-    Q = off.size - 1
-    out = {format_metric(b, k): np.full(Q, np.nan, dtype=np.float64) for b, k in parsed}
-    order = np.argsort(lengths, kind="stable")
-    lengths_sorted = lengths[order]
-    for i, j in _chunks(lengths_sorted, max_chunk_elements):
-        qs = order[i:j]  # (B,)
-        lens = lengths[qs]
-        L = int(lens.max()) if lens.size else 0
-        pos = np.arange(L)[None, :]  # (1, L)
-        valid = pos < lens[:, None]  # (B, L)
-        idx = np.where(valid, off[qs][:, None] + pos, 0)  # (B, L)
-        s_t = torch.from_numpy(np.where(valid, s[idx], 0.0))
-        y_t = torch.from_numpy(np.where(valid, y[idx], 0.0))
-        m_t = torch.from_numpy(valid)
-        for base, k in parsed:
-            key = format_metric(base, k)
-            if base == "dcg":
-                v = dcg(s_t, y_t, m_t, k=k, gain=gain, convention=convention)
-            elif base == "ndcg":
-                v = ndcg(s_t, y_t, m_t, k=k, gain=gain, no_relevant=no_relevant, convention=convention)
-            elif base == "err":
-                v = err(
-                    s_t, y_t, m_t, k=k, max_label=max_label, no_relevant=no_relevant, convention=convention
-                )
-            else:
-                v = METRICS[base](
-                    s_t, y_t, m_t, k=k, threshold=threshold, no_relevant=no_relevant, convention=convention
-                )
-            out[key][qs] = v.numpy()
-    return out
+
+def _padded_queries(
+    s: np.ndarray, y: np.ndarray, off: np.ndarray, qs: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries ``qs`` as padded ``(B, L)`` scores, labels (0 on padding) and bool mask."""
+    lens = off[qs + 1] - off[qs]
+    L = int(lens.max()) if lens.size else 0
+    pos = np.arange(L)[None, :]  # (1, L)
+    valid = pos < lens[:, None]  # (B, L)
+    idx = np.where(valid, off[qs][:, None] + pos, 0)  # (B, L)
+    s_t = torch.from_numpy(np.where(valid, s[idx], 0.0))
+    y_t = torch.from_numpy(np.where(valid, y[idx], 0.0))
+    return s_t, y_t, torch.from_numpy(valid)
+
+
+def _batched_metric(
+    base: str, k: int | None, s_t: torch.Tensor, y_t: torch.Tensor, m_t: torch.Tensor, options: dict
+) -> torch.Tensor:
+    """One metric over a padded chunk, given the options each metric takes."""
+    convention, no_relevant, gain = options["convention"], options["no_relevant"], options["gain"]
+    if base == "dcg":
+        return dcg(s_t, y_t, m_t, k=k, gain=gain, convention=convention)
+    if base in ("ndcg", "mean_ndcg"):
+        return METRICS[base](s_t, y_t, m_t, k=k, gain=gain, no_relevant=no_relevant, convention=convention)
+    if base == "err":
+        return err(
+            s_t, y_t, m_t, k=k, max_label=options["max_label"], no_relevant=no_relevant, convention=convention
+        )
+    return METRICS[base](
+        s_t, y_t, m_t, k=k, threshold=options["threshold"], no_relevant=no_relevant, convention=convention
+    )
 
 
 def mean_metrics(per_query: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -389,6 +389,8 @@ def download_dataset(
         extract(archive, dest_dir, max_bytes=max_extract_bytes, max_members=max_members)
         if not keep_archive:
             archive.unlink(missing_ok=True)
+    if spec.layout == "unknown":
+        raise ValueError(f"downloaded {url} into {dest_dir}, but ctxrank cannot load it: {spec.notes}")
     try:
         registry.find_files(spec, 1, root=dest_dir)
     except ValueError as exc:

@@ -37,7 +37,7 @@ import re
 import warnings
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import pandas as pd
 
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["DataWarning", "read_group_sizes", "read_letor"]
+__all__ = ["NULL_FILL_RULES", "DataWarning", "read_group_sizes", "read_letor"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
@@ -56,6 +56,8 @@ DEFAULT_MAX_DENSE_BYTES = 2 << 30
 # 1 MiB: about 100x the longest line of any registered dataset (Yahoo! set 1, 700 features, ~10 KB); it
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
+# NULL fills (``_fill_nulls``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
+NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
 _FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
 _COMMENT = re.compile(rb"#[^\n]*")
@@ -104,10 +106,17 @@ def read_letor(
         query_file: for files without ``qid:`` (LightGBM/XGBoost convention), a file with one group
             size per line. When None, ``<path>.query`` then ``<path>.group`` are tried (also with a
             ``.gz`` suffix removed). Query ids are then ``"0"``, ``"1"``, ... in file order.
-        null_fill: what replaces the token ``NULL`` (a missing value): ``"query_min"`` (default,
-            LETOR's "Feature-min" rule: the minimum of that feature over the query's other items, 0
-            when the whole query lacks it) or a number. The count of filled cells is in
-            ``data.info["null_filled"]``.
+        null_fill: what replaces the token ``NULL`` (a missing value):
+
+            * ``"query_min"`` (default): the minimum of that feature over the query's other items
+              (those without ``NULL`` there);
+            * ``"letor_min"``: the smaller of that minimum and 0, ``min(query minimum, 0)``: the value
+              LETOR 3.0's published OHSUMED "Feature-min" files hold in 99.53% of the NULL cells
+              (``"query_min"``: 60.00%; docs/data.md, benchmarks/null_fill_ohsumed.py);
+            * a number: that number.
+
+            Both rules give 0 where the whole query lacks the feature. The count of filled cells is
+            in ``data.info["null_filled"]``.
         regroup: rows of one query must be contiguous; a query id that reappears after other queries
             is an error naming both lines, unless ``regroup=True``, which gathers each query's rows
             (stably, queries in order of first appearance).
@@ -144,8 +153,8 @@ def read_letor(
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
-    if isinstance(null_fill, str) and null_fill != "query_min":
-        raise ValueError(f"null_fill must be 'query_min' or a number, got {null_fill!r}")
+    if isinstance(null_fill, str) and null_fill not in NULL_FILL_RULES:
+        raise ValueError(f"null_fill must be one of {list(NULL_FILL_RULES)} or a number, got {null_fill!r}")
     if n_features is not None and not 1 <= n_features <= MAX_FEATURE_INDEX:
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
@@ -226,13 +235,72 @@ def _parse(
     limits: _Limits,
 ) -> RankingData:
     name = str(path)
-    # The final array is allocated once, for the file's line count (an upper bound on its rows), and
-    # each chunk's block is copied in and dropped: peak = 1x the dense array + one chunk's work.
     n_lines, ends_with_newline = _count_lines(path, limits.line_bytes)
-    # the widest matrix max_dense_bytes allows; a larger feature index is refused before allocating
+    max_width = _widest_allowed(name, n_lines, n_features, limits)
+    features, blocks = _read_blocks(path, name, n_lines, n_features, chunk_bytes, max_width, limits)
+    width = features.shape[1]
+    labels = np.concatenate([b.labels for b in blocks])
+    lines = np.concatenate([b.lines for b in blocks])
+    counts = np.concatenate([b.counts for b in blocks])
+    notes = _short_rows(name, counts, lines, width, dense)
+    if not ends_with_newline:
+        notes.append(f"{name}:{n_lines}: the file does not end with a newline (cut short?)")
+    docids = _joined_docids(blocks)
+    regrouped: dict[str, Any] = {}
+    if blocks[0].qids is not None:  # every block has query ids, or none has (the chunk parsers check)
+        keys = _merge_keys([b.qids for b in blocks])  # type: ignore[misc]
+        order, offsets = _group_rows(keys, lines, name, regroup)
+        if order is not None:  # regrouped: notes the file row of each data row, info["file_rows"]
+            regrouped = {"file_rows": order.tolist()}
+            features, labels, lines = features[order], labels[order], lines[order]
+            docids = None if docids is None else docids[order]
+            keys = keys[order]
+        query_ids = np.asarray(keys[offsets[:-1]]).astype(str)
+    else:
+        offsets, query_ids = _groups_from_file(name, group_path, lines, labels.size)
+    null_filled = _fill_nulls(features, offsets, null_fill)
+    return RankingData(
+        features=features,
+        labels=labels,
+        query_ids=query_ids,
+        query_offsets=offsets,
+        docids=docids,
+        feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
+        source=name,
+        # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
+        info={
+            "null_filled": null_filled,
+            "rows_listing_all": int(np.count_nonzero(counts >= width)),
+            **({"warnings": notes} if notes else {}),
+            **regrouped,
+        },
+    )
+
+
+def _widest_allowed(name: str, n_lines: int, n_features: int | None, limits: _Limits) -> int:
+    """The widest matrix ``max_dense_bytes`` allows for ``n_lines`` rows (capped by ``n_features``); a
+    larger feature index is refused before anything is allocated."""
     max_width = min(n_features or MAX_FEATURE_INDEX, limits.dense_bytes // (4 * max(n_lines, 1)))
     if n_features is not None and n_features > max_width:
         raise limits.dense_error(name, n_lines, n_features, f"n_features = {n_features} over {n_lines} lines")
+    return max_width
+
+
+def _read_blocks(
+    path: Path,
+    name: str,
+    n_lines: int,
+    n_features: int | None,
+    chunk_bytes: int,
+    max_width: int,
+    limits: _Limits,
+) -> tuple[np.ndarray, list[_Block]]:
+    """Parse the file chunk by chunk (fast path, else careful path): ``(features float32 [N, F], the
+    non-empty blocks without their features)``.
+
+    The final array is allocated once, for the file's line count (an upper bound on its rows), and each
+    chunk's block is copied in and dropped: peak = 1x the dense array + one chunk's work.
+    """
     features = None
     blocks: list[_Block] = []
     has_qid: bool | None = None
@@ -264,59 +332,32 @@ def _parse(
         blocks.append(block)
     if features is None:
         raise ValueError(f"{name}: empty file (no data lines)")
-    features = features[:n_rows]
-    width = features.shape[1]
-    labels = np.concatenate([b.labels for b in blocks])
-    lines = np.concatenate([b.lines for b in blocks])
-    counts = np.concatenate([b.counts for b in blocks])
-    notes = _short_rows(name, counts, lines, width, dense)
-    if not ends_with_newline:
-        notes.append(f"{name}:{n_lines}: the file does not end with a newline (cut short?)")
+    return features[:n_rows], blocks
+
+
+def _joined_docids(blocks: list[_Block]) -> np.ndarray | None:
+    """The docids of every row, or None unless every line of every block has one."""
     docid_lists = [b.docids for b in blocks]
-    docids = None
     if all(d is not None and None not in d for d in docid_lists):
-        docids = np.array([d for dl in docid_lists for d in dl])  # type: ignore[union-attr]
+        return np.array([d for dl in docid_lists for d in dl])  # type: ignore[union-attr]
+    return None
 
-    regrouped: dict[str, Any] = {}
-    if has_qid:
-        keys = _merge_keys([b.qids for b in blocks])  # type: ignore[misc]
-        order, offsets = _group_rows(keys, lines, name, regroup)
-        if order is not None:  # regrouped: notes the file row of each data row, info["file_rows"]
-            regrouped = {"file_rows": order.tolist()}
-            features, labels, lines = features[order], labels[order], lines[order]
-            docids = None if docids is None else docids[order]
-            keys = keys[order]
-        query_ids = np.asarray(keys[offsets[:-1]]).astype(str)
-    else:
-        if group_path is None:
-            raise ValueError(
-                f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
-                f"needs a group file ({_group_file_names(name)}, one group size per line, or --query-file)"
-            )
-        sizes = read_group_sizes(group_path)
-        total = sum(sizes.tolist())  # Python ints: no int64 overflow
-        if total != n_rows:
-            raise ValueError(f"{group_path}: group sizes sum to {total} but {name} has {n_rows} rows")
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        query_ids = np.arange(sizes.size).astype(str)
 
-    null_filled = _fill_nulls(features, offsets, null_fill)
-    return RankingData(
-        features=features,
-        labels=labels,
-        query_ids=query_ids,
-        query_offsets=offsets,
-        docids=docids,
-        feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
-        source=name,
-        # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
-        info={
-            "null_filled": null_filled,
-            "rows_listing_all": int(np.count_nonzero(counts >= width)),
-            **({"warnings": notes} if notes else {}),
-            **regrouped,
-        },
-    )
+def _groups_from_file(
+    name: str, group_path: Path | None, lines: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64 [Q+1], query ids "0", "1", ...) of a file without ``qid:``, from its group file."""
+    if group_path is None:
+        raise ValueError(
+            f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
+            f"needs a group file ({_group_file_names(name)}, one group size per line, or --query-file)"
+        )
+    sizes = read_group_sizes(group_path)
+    total = sum(sizes.tolist())  # Python ints: no int64 overflow
+    if total != n_rows:
+        raise ValueError(f"{group_path}: group sizes sum to {total} but {name} has {n_rows} rows")
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return offsets, np.arange(sizes.size).astype(str)
 
 
 def _short_rows(
@@ -435,6 +476,42 @@ def _parse_chunk_fast(
     a = np.frombuffer(body, dtype=np.uint8)
     if a.size == 0:
         return _empty_block()
+    t = _scan_tokens(a, body)
+    if t is None:
+        return _empty_block()
+    if not (_colons_ok(a, t) and _qids_ok(a, body, t, has_qid) and _digits_ok(a, t)):
+        return None
+    t.release()  # the per-byte arrays, before pandas builds its table
+    table = _fast_table(body, t)
+    if table is None:
+        return None
+    return _table_block(table, t, chunk, first_line, n_features, max_width)
+
+
+@dataclass
+class _Tokens:
+    """Where the tokens, colons and ``qid:`` of one chunk are (``_parse_chunk_fast``'s working set)."""
+
+    ws: np.ndarray | None  # bool [bytes]: whitespace
+    starts: np.ndarray | None  # bool [bytes]: first byte of a token
+    tok_pos: np.ndarray | None  # int [tokens]: first byte of every token
+    tok_line: np.ndarray | None  # int [tokens]: line of each token
+    n_lines: int
+    tokens_per_line: np.ndarray  # int [lines]
+    first_tok: np.ndarray  # int [lines]: index of each line's first token
+    data_line: np.ndarray  # bool [lines]: the line holds a token
+    colons: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # byte positions
+    colon_tok: np.ndarray | None = None  # int [colons]: the token holding each colon
+    colons_per_line: np.ndarray | None = None  # int [lines]
+    q: np.ndarray | None = None  # int: byte position of every 'qid:'
+    chunk_qid: bool = False  # the chunk's lines have 'qid:'
+
+    def release(self) -> None:
+        self.ws = self.starts = self.tok_pos = self.tok_line = None
+
+
+def _scan_tokens(a: np.ndarray, body: bytes) -> _Tokens | None:
+    """Token positions and tokens per line of a non-empty chunk; None when it holds no token."""
     ws = np.frombuffer(body.translate(_WS_TABLE), dtype=bool)
     newlines = np.flatnonzero(a == 10)
     n_lines = newlines.size + int(a[-1] != 10)
@@ -442,60 +519,78 @@ def _parse_chunk_fast(
     starts[1:] &= ws[:-1]
     tok_pos = np.flatnonzero(starts)  # first byte of every token
     if tok_pos.size == 0:
-        return _empty_block()
+        return None
     tok_line = np.searchsorted(newlines, tok_pos)  # line of each token
     tokens_per_line = np.bincount(tok_line, minlength=n_lines)
     first_tok = np.cumsum(tokens_per_line) - tokens_per_line  # index of each line's first token
     data_line = tokens_per_line > 0
+    return _Tokens(ws, starts, tok_pos, tok_line, n_lines, tokens_per_line, first_tok, data_line)
+
+
+def _colons_ok(a: np.ndarray, t: _Tokens) -> bool:
+    """Exactly one colon inside every token after a line's first (none in the label), never next to
+    whitespace; fills ``t.colons``, ``t.colon_tok``, ``t.colons_per_line``."""
+    assert t.ws is not None and t.tok_pos is not None and t.tok_line is not None
     colons = np.flatnonzero(a == 58)
-    colons_per_line = np.zeros(n_lines, dtype=np.int64)
+    t.colons = colons
+    t.colons_per_line = np.zeros(t.n_lines, dtype=np.int64)
     if colons.size:
-        if colons[0] == 0 or colons[-1] == a.size - 1 or ws[colons - 1].any() or ws[colons + 1].any():
-            return None
-        colon_tok = np.searchsorted(tok_pos, colons, side="right") - 1
+        if colons[0] == 0 or colons[-1] == a.size - 1 or t.ws[colons - 1].any() or t.ws[colons + 1].any():
+            return False
+        colon_tok = np.searchsorted(t.tok_pos, colons, side="right") - 1
         if np.any(colon_tok[1:] == colon_tok[:-1]):  # two colons in one token
-            return None
-        colon_line = tok_line[colon_tok]
-        if np.any(colon_tok == first_tok[colon_line]):  # a colon in the label token
-            return None
-        colons_per_line = np.bincount(colon_line, minlength=n_lines)
-    if np.any(colons_per_line[data_line] != tokens_per_line[data_line] - 1):  # a token without colon
-        return None
-    # 'qid:' must open the second token of every data line (or of none)
+            return False
+        colon_line = t.tok_line[colon_tok]
+        if np.any(colon_tok == t.first_tok[colon_line]):  # a colon in the label token
+            return False
+        t.colon_tok = colon_tok
+        t.colons_per_line = np.bincount(colon_line, minlength=t.n_lines)
+    data = t.data_line
+    return not np.any(t.colons_per_line[data] != t.tokens_per_line[data] - 1)  # a token without colon
+
+
+def _qids_ok(a: np.ndarray, body: bytes, t: _Tokens, has_qid: bool | None) -> bool:
+    """'qid:' opens the second token of every data line (or of none, as in earlier chunks); the letters
+    q, i, d appear nowhere else. Fills ``t.q``, ``t.chunk_qid``."""
+    assert t.starts is not None and t.tok_pos is not None and t.tok_line is not None
     q = np.flatnonzero((a[:-3] == 113) & (a[1:-2] == 105) & (a[2:-1] == 100) & (a[3:] == 58))
     if not body.count(b"q") == body.count(b"i") == body.count(b"d") == q.size:  # letters elsewhere
-        return None
-    chunk_qid = q.size > 0
-    if chunk_qid:
-        if has_qid is False or not starts[q].all():
-            return None
-        q_tok = np.searchsorted(tok_pos, q)
-        q_line = tok_line[q_tok]
-        if np.any(q_tok - first_tok[q_line] != 1):
-            return None
-        if np.any(np.bincount(q_line, minlength=n_lines)[data_line] != 1):
-            return None
-    elif has_qid is True:
-        return None
-    # pandas reads '1e0', '+1' or '1.0' as 1: indices must be plain digits and numeric query ids a sign
-    # and digits ('qid:1e3' is the string id "1e3"), as the careful path reads them
-    if colons.size:
-        idx_start = tok_pos[colon_tok]
-        idx_len = colons - idx_start  # >= 1: no colon opens a token (checked above)
-        if chunk_qid:
-            idx_len[np.searchsorted(colons, q + 3)] = 0  # the 'qid:' tokens
-        if not _digits_before(a, idx_start, idx_len, max_len=9):
-            return None
-    if chunk_qid and not _digits_until_space(a, ws, q + 4, max_len=18):
-        return None
-    del ws, starts, tok_pos, tok_line
+        return False
+    t.q, t.chunk_qid = q, q.size > 0
+    if not t.chunk_qid:
+        return has_qid is not True
+    if has_qid is False or not t.starts[q].all():
+        return False
+    q_tok = np.searchsorted(t.tok_pos, q)
+    q_line = t.tok_line[q_tok]
+    if np.any(q_tok - t.first_tok[q_line] != 1):
+        return False
+    return not np.any(np.bincount(q_line, minlength=t.n_lines)[t.data_line] != 1)
 
+
+def _digits_ok(a: np.ndarray, t: _Tokens) -> bool:
+    """Feature indices are plain digits and numeric query ids a sign and digits, as the careful path
+    reads them (pandas would read '1e0', '+1' or '1.0' as 1; 'qid:1e3' is the string id "1e3")."""
+    assert t.ws is not None and t.tok_pos is not None and t.q is not None
+    if t.colons.size:
+        idx_start = t.tok_pos[t.colon_tok]
+        idx_len = t.colons - idx_start  # >= 1: no colon opens a token (checked before)
+        if t.chunk_qid:
+            idx_len[np.searchsorted(t.colons, t.q + 3)] = 0  # the 'qid:' tokens
+        if not _digits_before(a, idx_start, idx_len, max_len=9):
+            return False
+    return not (t.chunk_qid and not _digits_until_space(a, t.ws, t.q + 4, max_len=18))
+
+
+def _fast_table(body: bytes, t: _Tokens) -> np.ndarray | None:
+    """The chunk as a float64 table ``[rows, label (qid) index value index value ...]`` padded with NaN,
+    read by pandas' C tokenizer; None when it would be too wide or pandas refuses it."""
+    assert t.colons_per_line is not None
     clean = body.replace(b":", b" ")
-    if chunk_qid:
+    if t.chunk_qid:
         clean = clean.replace(b"qid", b"   ")
-    pairs = colons_per_line[data_line] - int(chunk_qid)
-    n_head = 2 if chunk_qid else 1
-    n_cols = n_head + 2 * int(pairs.max())
+    pairs = t.colons_per_line[t.data_line] - int(t.chunk_qid)
+    n_cols = (2 if t.chunk_qid else 1) + 2 * int(pairs.max())
     if n_cols > _FAST_MAX_COLUMNS or pairs.size * n_cols * 8 > max(16 * len(body), 1 << 20):
         return None  # one very long line among short ones: the padded table would dwarf the chunk
     try:
@@ -512,15 +607,29 @@ def _parse_chunk_fast(
         ).to_numpy()
     except (ValueError, pd.errors.ParserError):
         return None
-    del clean
-    n = int(data_line.sum())
-    if table.shape != (n, n_cols):
+    if table.shape != (int(t.data_line.sum()), n_cols):
         return None
+    return table
+
+
+def _table_block(
+    table: np.ndarray,
+    t: _Tokens,
+    chunk: bytes,
+    first_line: int,
+    n_features: int | None,
+    max_width: int | None,
+) -> _Block | None:
+    """The chunk's block from its table, after checking the numbers (finite float32 labels, integer
+    query ids, feature indices in range and not repeated on a line); None when one is unusual."""
+    assert t.colons_per_line is not None
+    pairs = t.colons_per_line[t.data_line] - int(t.chunk_qid)
+    n_head = 2 if t.chunk_qid else 1
     labels = table[:, 0]
     if not (np.abs(labels) <= _F32_MAX).all():  # also false for NaN
         return None
     qids = None
-    if chunk_qid:
+    if t.chunk_qid:
         qv = table[:, 1]
         if not np.isfinite(qv).all() or np.any(qv != np.floor(qv)) or np.any(np.abs(qv) > 2**53):
             return None
@@ -529,28 +638,42 @@ def _parse_chunk_fast(
     val = table[:, n_head + 1 :: 2]
     valid = np.arange(idx.shape[1]) < pairs[:, None]
     idx_v = idx[valid]
-    if idx_v.size:
-        if not np.isfinite(idx_v).all() or np.any(idx_v != np.floor(idx_v)) or idx_v.min() < 1:
-            return None
-        limit = n_features or MAX_FEATURE_INDEX
-        if idx_v.max() > (limit if max_width is None else min(limit, max_width)):
-            return None
-        if np.any(np.abs(val[valid]) > _F32_MAX):  # inf, or beyond float32 (NULL's NaN passes)
-            return None
-        # duplicates: indices are usually increasing within a line; otherwise sort and compare
-        padded = np.where(valid, idx, 0.0)
-        if not np.all((np.diff(padded, axis=1) > 0) | ~valid[:, 1:]):
-            srt = np.sort(np.where(valid, idx, -np.arange(1.0, idx.shape[1] + 1)), axis=1)  # pads distinct
-            if np.any(np.diff(srt, axis=1) == 0):
-                return None
+    if idx_v.size and not _indices_ok(idx, val, valid, idx_v, n_features, max_width):
+        return None
     width = int(idx_v.max()) if idx_v.size else 0
-    features = np.zeros((n, width), dtype=np.float32)
+    features = np.zeros((labels.size, width), dtype=np.float32)
     rows, cols = np.nonzero(valid)
     features[rows, idx[rows, cols].astype(np.int64) - 1] = val[rows, cols]
-    data_lines = np.flatnonzero(data_line)
+    data_lines = np.flatnonzero(t.data_line)
     docids = _docids(chunk, data_lines)
     lines = first_line + data_lines
     return _Block(features, labels.astype(np.float32), qids, lines, docids, pairs.astype(np.int64))
+
+
+def _indices_ok(
+    idx: np.ndarray,
+    val: np.ndarray,
+    valid: np.ndarray,
+    idx_v: np.ndarray,
+    n_features: int | None,
+    max_width: int | None,
+) -> bool:
+    """Feature indices are integers in ``1..min(n_features, max_width)``, values fit float32 (NULL's
+    NaN passes) and no index repeats on a line."""
+    if not np.isfinite(idx_v).all() or np.any(idx_v != np.floor(idx_v)) or idx_v.min() < 1:
+        return False
+    limit = n_features or MAX_FEATURE_INDEX
+    if idx_v.max() > (limit if max_width is None else min(limit, max_width)):
+        return False
+    if np.any(np.abs(val[valid]) > _F32_MAX):  # inf, or beyond float32 (NULL's NaN passes)
+        return False
+    # duplicates: indices are usually increasing within a line; otherwise sort and compare
+    padded = np.where(valid, idx, 0.0)
+    if not np.all((np.diff(padded, axis=1) > 0) | ~valid[:, 1:]):
+        srt = np.sort(np.where(valid, idx, -np.arange(1.0, idx.shape[1] + 1)), axis=1)  # pads distinct
+        if np.any(np.diff(srt, axis=1) == 0):
+            return False
+    return True
 
 
 def _digits_before(a: np.ndarray, start: np.ndarray, length: np.ndarray, max_len: int) -> bool:
@@ -634,16 +757,7 @@ def _parse_chunk_careful(
 
     ``max_width``: the widest matrix ``limits.dense_bytes`` allows for ``n_lines`` rows; a larger
     feature index is an error (before the chunk's block is allocated)."""
-    limit = n_features or MAX_FEATURE_INDEX
-    counts: list[int] = []
-    labels: list[float] = []
-    qids: list[str] = []
-    int_qids = True  # every query id an integer of at most 18 digits: int64 keys
-    lines: list[int] = []
-    docids: list = []
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
+    rows = _CarefulRows(n_features or MAX_FEATURE_INDEX, max_width, limits, n_lines)
     for i, raw in enumerate(chunk.split(b"\n")):
         line_no = first_line + i
         where = f"{name}:{line_no}"
@@ -662,45 +776,65 @@ def _parse_chunk_careful(
         line_qid = bool(rest) and rest[0].startswith("qid:")
         if has_qid is None:
             has_qid = line_qid
-        if has_qid and not line_qid:
+        if has_qid:
+            rows.add_qid(rest, line_qid, where)
+            rest = rest[1:]
+        elif line_qid:
+            raise ValueError(f"{where}: 'qid:' found but earlier lines had no query id")
+        rows.add_pairs(rest, where)
+        rows.labels.append(label)
+        rows.lines.append(line_no)
+        m = _DOCID.search(comment) if hash_mark else None
+        rows.docids.append(m.group(1).decode("utf-8", "replace") if m else None)
+    return rows.block(bool(has_qid))
+
+
+class _CarefulRows:
+    """The rows ``_parse_chunk_careful`` has read so far, and the checks of one line's tokens."""
+
+    def __init__(self, limit: int, max_width: int | None, limits: _Limits | None, n_lines: int) -> None:
+        self.limit, self.max_width, self.limits, self.n_lines = limit, max_width, limits, n_lines
+        self.counts: list[int] = []
+        self.labels: list[float] = []
+        self.qids: list[str] = []
+        self.int_qids = True  # every query id an integer of at most 18 digits: int64 keys
+        self.lines: list[int] = []
+        self.docids: list = []
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+
+    def add_qid(self, rest: list[str], line_qid: bool, where: str) -> None:
+        """The query id of a line that must have one (``rest``: the tokens after the label)."""
+        if not line_qid:
             got = repr(rest[0][:40]) if rest else "the end of the line"
             raise ValueError(f"{where}: expected 'qid:<id>' as the second token, got {got}")
-        if not has_qid and line_qid:
-            raise ValueError(f"{where}: 'qid:' found but earlier lines had no query id")
-        if has_qid:
-            qid = rest[0][4:]
-            if not qid:
-                raise ValueError(f"{where}: empty query id in 'qid:'")
-            if _INT_QID.fullmatch(qid):  # '007' -> '7', '+5' -> '5', '-0' -> '0', as int64 keys would
-                sign = "-" if qid[0] == "-" else ""
-                digits = qid.lstrip("+-").lstrip("0") or "0"
-                qid = (sign if digits != "0" else "") + digits
-                int_qids &= len(digits) <= 18
-            else:
-                int_qids = False
-            qids.append(qid)
-            rest = rest[1:]
+        qid = rest[0][4:]
+        if not qid:
+            raise ValueError(f"{where}: empty query id in 'qid:'")
+        if _INT_QID.fullmatch(qid):  # '007' -> '7', '+5' -> '5', '-0' -> '0', as int64 keys would
+            sign = "-" if qid[0] == "-" else ""
+            digits = qid.lstrip("+-").lstrip("0") or "0"
+            qid = (sign if digits != "0" else "") + digits
+            self.int_qids &= len(digits) <= 18
+        else:
+            self.int_qids = False
+        self.qids.append(qid)
+
+    def add_pairs(self, tokens: list[str], where: str) -> None:
+        """The ``index:value`` tokens of the row being read."""
         seen: set[int] = set()
-        row = len(labels)
-        for tok in rest:
+        row = len(self.labels)
+        rows, cols, vals = self.rows, self.cols, self.vals  # local names: this loop runs per value
+        top = self.limit if self.max_width is None else min(self.limit, self.max_width)
+        for tok in tokens:
             idx_text, colon, val_text = tok.partition(":")
             if not colon or not idx_text or not val_text:
                 raise ValueError(f"{where}: expected 'index:value', got {tok[:40]!r}")
-            if not (idx_text.isascii() and idx_text.isdigit()):
-                if idx_text == "qid":
-                    raise ValueError(f"{where}: 'qid:' must be the second token")
-                raise ValueError(f"{where}: feature index must be an integer >= 1, got {idx_text[:40]!r}")
-            if len(idx_text.lstrip("0")) > len(str(limit)):  # before int(), which refuses 4300+ digits
-                shown = idx_text if len(idx_text) <= 40 else idx_text[:40] + "..."
-                raise ValueError(f"{where}: feature index {shown} exceeds the limit of {limit}")
-            idx = int(idx_text)
-            if idx < 1:
-                raise ValueError(f"{where}: feature index must be >= 1 (1-based), got {idx}")
-            if idx > limit:
-                raise ValueError(f"{where}: feature index {idx} exceeds the limit of {limit}")
-            if max_width is not None and idx > max_width:
-                assert limits is not None
-                raise limits.dense_error(where, n_lines, idx, f"feature index {idx}")
+            # the usual index first; anything else gets every check, in order, from _index
+            idx = int(idx_text) if len(idx_text) < 10 and idx_text.isdigit() and idx_text.isascii() else 0
+            if not 1 <= idx <= top:
+                idx = self._index(idx_text, where)
             if idx in seen:
                 raise ValueError(f"{where}: feature {idx} appears twice on the line")
             seen.add(idx)
@@ -708,28 +842,46 @@ def _parse_chunk_careful(
             rows.append(row)
             cols.append(idx - 1)
             vals.append(value)
-        labels.append(label)
-        lines.append(line_no)
-        counts.append(len(seen))
-        m = _DOCID.search(comment) if hash_mark else None
-        docids.append(m.group(1).decode("utf-8", "replace") if m else None)
-    n = len(labels)
-    width = max(cols) + 1 if cols else 0
-    features = np.zeros((n, width), dtype=np.float32)
-    if rows:
-        features[np.asarray(rows), np.asarray(cols)] = np.asarray(vals, dtype=np.float64)
-    key: np.ndarray | None = None
-    if has_qid and n:
-        # keep integer ids as int64 so fast and careful chunks merge without string conversion
-        key = np.array([int(q) for q in qids], dtype=np.int64) if int_qids else np.asarray(qids)
-    return _Block(
-        features,
-        np.asarray(labels, dtype=np.float32),
-        key,
-        np.asarray(lines, dtype=np.int64),
-        docids if any(d is not None for d in docids) else None,
-        np.asarray(counts, dtype=np.int64),
-    )
+        self.counts.append(len(seen))
+
+    def _index(self, idx_text: str, where: str) -> int:
+        limit = self.limit
+        if not (idx_text.isascii() and idx_text.isdigit()):
+            if idx_text == "qid":
+                raise ValueError(f"{where}: 'qid:' must be the second token")
+            raise ValueError(f"{where}: feature index must be an integer >= 1, got {idx_text[:40]!r}")
+        if len(idx_text.lstrip("0")) > len(str(limit)):  # before int(), which refuses 4300+ digits
+            shown = idx_text if len(idx_text) <= 40 else idx_text[:40] + "..."
+            raise ValueError(f"{where}: feature index {shown} exceeds the limit of {limit}")
+        idx = int(idx_text)
+        if idx < 1:
+            raise ValueError(f"{where}: feature index must be >= 1 (1-based), got {idx}")
+        if idx > limit:
+            raise ValueError(f"{where}: feature index {idx} exceeds the limit of {limit}")
+        if self.max_width is not None and idx > self.max_width:
+            assert self.limits is not None
+            raise self.limits.dense_error(where, self.n_lines, idx, f"feature index {idx}")
+        return idx
+
+    def block(self, has_qid: bool) -> _Block:
+        n = len(self.labels)
+        width = max(self.cols) + 1 if self.cols else 0
+        features = np.zeros((n, width), dtype=np.float32)
+        if self.rows:
+            features[np.asarray(self.rows), np.asarray(self.cols)] = np.asarray(self.vals, dtype=np.float64)
+        key: np.ndarray | None = None
+        if has_qid and n:
+            # keep integer ids as int64 so fast and careful chunks merge without string conversion
+            qids = self.qids
+            key = np.array([int(q) for q in qids], dtype=np.int64) if self.int_qids else np.asarray(qids)
+        return _Block(
+            features,
+            np.asarray(self.labels, dtype=np.float32),
+            key,
+            np.asarray(self.lines, dtype=np.int64),
+            self.docids if any(d is not None for d in self.docids) else None,
+            np.asarray(self.counts, dtype=np.int64),
+        )
 
 
 def _number(text: str, where: str, expected: str) -> float:
@@ -785,13 +937,17 @@ def _group_rows(keys: np.ndarray, lines: np.ndarray, name: str, regroup: bool):
 
 
 def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | float) -> int:
-    """Replace NaN (from NULL tokens) in place; returns the number of cells filled."""
+    """Replace NaN (from NULL tokens) in place; returns the number of cells filled.
+
+    ``"query_min"``: the minimum of the feature over the query's non-NULL cells; ``"letor_min"``: the
+    smaller of that minimum and 0; both 0 when every cell of the query is NULL; a number: that number.
+    """
     missing_rows = np.flatnonzero(np.isnan(features).any(axis=1))
     if missing_rows.size == 0:
         return 0
     sub = features[missing_rows]
     r, c = np.nonzero(np.isnan(sub))
-    if null_fill == "query_min":
+    if null_fill in NULL_FILL_RULES:
         query_of_row = np.searchsorted(offsets, missing_rows, side="right") - 1
         fill = np.zeros(r.size, dtype=np.float32)
         # per query, min over the non-NULL values, column block by column block to bound memory
@@ -800,7 +956,9 @@ def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | floa
             mins = np.fmin.reduceat(block, offsets[:-1], axis=0)  # [Q, 32], NaN where all NaN
             sel = (c >= c0) & (c < c0 + 32)
             fill[sel] = mins[query_of_row[r[sel]], c[sel] - c0]
-        fill = np.nan_to_num(fill, nan=0.0)
+        fill = np.nan_to_num(fill, nan=0.0)  # the whole query lacks the feature: 0
+        if null_fill == "letor_min":
+            fill = np.minimum(fill, np.float32(0.0))
     else:
         fill = np.float32(float(null_fill))
     sub[r, c] = fill

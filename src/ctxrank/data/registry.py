@@ -16,6 +16,8 @@ Fold layouts (``DatasetSpec.layout``):
   on P(k-1) and trains on the other three in order (Fold1 = train P2+P3+P4, vali P5, test P1).
 * ``"folds"`` (MSLR-WEB10K/30K): ``FoldK/{train,vali,test}.txt``.
 * ``"single"`` (Istella-S, Yahoo set 1): one published train/validation/test split; ``fold`` must be 1.
+* ``"unknown"`` (Airline Itinerary): the published archive's file layout is not known to ctxrank, so
+  there is no loader: :func:`find_files` and the loaders raise ``ValueError`` saying what is known.
 
 Where files are looked for: an explicit ``root`` (CLI ``--data-root``), else for MQ2008 the copy
 embedded in the package, else ``$CTXRANK_DATA/<name>``, else ``$XDG_DATA_HOME/ctxrank/<name>``
@@ -62,7 +64,7 @@ _SPLIT_ALIASES = {
     "testset": "test",
     "all": "all",
 }
-LAYOUTS = ("rotation", "letor3", "folds", "single")
+LAYOUTS = ("rotation", "letor3", "folds", "single", "unknown")
 
 _LETOR4 = "Tao Qin and Tie-Yan Liu. Introducing LETOR 4.0 Datasets. arXiv:1306.2597, 2013."
 _LETOR_HOME = "https://www.microsoft.com/en-us/research/project/letor-learning-rank-information-retrieval/"
@@ -81,7 +83,7 @@ class DatasetSpec:
         display_name: the publisher's spelling (``"MSLR-WEB30K"``).
         n_features: number of features (largest 1-based feature index).
         label_levels: the graded relevance labels that occur.
-        layout: one of ``"rotation" | "letor3" | "folds" | "single"`` (see the module docstring).
+        layout: one of ``"rotation" | "letor3" | "folds" | "single" | "unknown"`` (module docstring).
         n_folds: number of cross-validation folds (1 for a single published split).
         train_files / valid_files / test_files: candidate file names of each split inside a fold
             directory (``"folds"``, ``"letor3"``, fallback of ``"rotation"``) or the dataset directory
@@ -130,7 +132,7 @@ class DatasetSpec:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"{self.name}: layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.layout == "single" and self.n_folds != 1:
+        if self.layout in ("single", "unknown") and self.n_folds != 1:
             raise ValueError(f"{self.name}: a single-split dataset has n_folds=1, got {self.n_folds}")
         if self.layout in ("rotation", "letor3") and self.n_folds != 5:
             raise ValueError(f"{self.name}: the {self.layout} layout has 5 folds, got {self.n_folds}")
@@ -173,6 +175,8 @@ class DatasetSpec:
                         f"P{parts['test'][0]}",
                     )
                 )
+            elif self.layout == "unknown":
+                rows.append((k, "unknown file layout (no loader)", "-", "-"))
             else:
                 prefix = f"Fold{k}/" if self.layout == "folds" else ""
                 rows.append(
@@ -347,6 +351,38 @@ DATASETS: dict[str, DatasetSpec] = {
             "Request 'C14 - Yahoo! Learning to Rank Challenge' from Yahoo! Webscope and put "
             "set1.train.txt, set1.valid.txt, set1.test.txt into the data root. One published split: "
             "only fold 1 exists. Feature indices go up to 700; absent features are 0."
+        ),
+    ),
+    "airline": DatasetSpec(
+        name="airline",
+        display_name="Airline Itinerary",
+        n_features=17,
+        label_levels=(0, 1),
+        layout="unknown",
+        n_folds=1,
+        citation=(
+            "Alejandro Mottini and Rodrigo Acuna-Agost. Deep Choice Model Using Pointer Networks for "
+            "Airline Itinerary Prediction. KDD 2017, 1575-1583 (the original data). The public "
+            "anonymized version: Lin Zhu, Yihong Chen and Bowen He. A Domain Generalization Perspective "
+            "on Listwise Context Modeling. AAAI 2019 (QILCM), footnote 5 and Table 1."
+        ),
+        homepage="https://www.dropbox.com/s/qzyt0xwn4u2a1ed/data_full_anonym.zip",
+        archive_name="data_full_anonym.zip",
+        sha256_source="none: no published digest; the address is a Dropbox share link, not verified here",
+        aliases=("airline-itinerary", "airline_itinerary", "data_full_anonym"),
+        size="33,951 queries, 1,089k items (QILCM paper, Table 1)",
+        notes=(
+            "User choice: each query is one search of a customer with the itineraries shown; the one "
+            "bought is relevant (label 1), the others 0 (QILCM paper; Table 1: 33,951 queries, 1,089k "
+            "items, 2 relevance levels, 17 features). Public as data_full_anonym.zip at the Dropbox "
+            "address in the QILCM paper's footnote 5 (the homepage above), an anonymized version of "
+            "the data of Mottini and Acuna-Agost (KDD 2017). The paper splits it at random by query "
+            "60/20/20 (20 runs) and reports P@1 and P@5. Unknown to ctxrank, so there is no loader: "
+            "the files inside the archive (names, format, columns), which columns are the 17 "
+            "features, the query id and the label, and which features are categorical; no split is "
+            "published. The address is a share link, which Dropbox usually serves as a web page "
+            "(appending ?dl=1 asks for the file itself); it was not tried from here (no network), "
+            "so no download address is recorded."
         ),
     ),
 }
@@ -560,6 +596,8 @@ def find_files(
     spec = get_spec(name)
     fold = _check_fold(spec, fold)
     variant = _check_variant(spec, variant)
+    if spec.layout == "unknown":
+        raise ValueError(f"{spec.display_name} cannot be loaded by ctxrank: {spec.notes}")
     if root is None and spec.embedded:
         roots = [embedded_dir()]
     else:
@@ -630,11 +668,20 @@ def _file_label(p: Path) -> str:
 
 
 def _read_split(
-    spec: DatasetSpec, split: str, fold: int, paths: list[Path], cache: bool, variant: str | None
+    spec: DatasetSpec,
+    split: str,
+    fold: int,
+    paths: list[Path],
+    cache: bool,
+    variant: str | None,
+    null_fill: str | float = "query_min",
 ) -> RankingData:
     from ctxrank.data.letor import read_letor
 
-    parts = [read_letor(p, n_features=spec.n_features, dense=spec.dense_rows, cache=cache) for p in paths]
+    parts = [
+        read_letor(p, n_features=spec.n_features, dense=spec.dense_rows, cache=cache, null_fill=null_fill)
+        for p in paths
+    ]
     tag = f" {variant}" if variant else ""
     fold_tag = f" Fold{fold}" if spec.n_folds > 1 and split != "all" else ""
     source = f"{spec.display_name}{tag}{fold_tag} {split} ({'+'.join(_file_label(p) for p in paths)})"
@@ -648,6 +695,7 @@ def load_fold(
     root: str | os.PathLike | None = None,
     variant: str | None = None,
     cache: bool = True,
+    null_fill: str | float = "query_min",
 ) -> Fold:
     """Load one fold of a registered dataset.
 
@@ -662,6 +710,9 @@ def load_fold(
         variant: feature variant where the dataset has several (OHSUMED: ``QueryLevelNorm`` (default),
             ``Feature-min``, ``Feature-null``).
         cache: use read_letor's binary parse cache.
+        null_fill: what replaces a ``NULL`` token (OHSUMED ``Feature-null``): ``"query_min"``,
+            ``"letor_min"`` (the rule closest to LETOR's published ``Feature-min`` files) or a number;
+            see :func:`ctxrank.data.letor.read_letor`.
 
     Raises:
         ValueError: unknown name/fold/variant, missing files (saying where they were looked for and
@@ -671,7 +722,7 @@ def load_fold(
     files = find_files(spec, fold, root=root, variant=variant)
     fold = _check_fold(spec, fold)
     v = _check_variant(spec, variant)
-    splits = {s: _read_split(spec, s, fold, files[s], cache, v) for s in SPLITS}
+    splits = {s: _read_split(spec, s, fold, files[s], cache, v, null_fill) for s in SPLITS}
     return Fold(
         dataset=spec.name,
         fold=fold,
@@ -691,8 +742,9 @@ def load_split(
     root: str | os.PathLike | None = None,
     variant: str | None = None,
     cache: bool = True,
+    null_fill: str | float = "query_min",
 ) -> RankingData:
-    """One split of one fold (reads only that split's files).
+    """One split of one fold (reads only that split's files); ``null_fill`` as in :func:`load_fold`.
 
     ``split="all"`` gives the whole dataset: train + valid + test of the fold, which together hold
     every query exactly once (for MQ2008 fold 1: S1+S2+S3+S4+S5, 784 queries, 15,211 items).
@@ -703,5 +755,5 @@ def load_split(
     v = _check_variant(spec, variant)
     fold = _check_fold(spec, fold)
     if key == "all":
-        return _read_split(spec, "all", fold, [p for s in SPLITS for p in files[s]], cache, v)
-    return _read_split(spec, key, fold, files[key], cache, v)
+        return _read_split(spec, "all", fold, [p for s in SPLITS for p in files[s]], cache, v, null_fill)
+    return _read_split(spec, key, fold, files[key], cache, v, null_fill)

@@ -1,9 +1,11 @@
 """Synthetic airline-itinerary choice sessions (SYNTHETIC data, for tests, demos and benchmarks).
 
-The QILCM paper's user-choice task (and the Deep Choice Model's) uses proprietary airline booking
-sessions: one session = the itineraries shown to a customer, the purchased one is the positive. This
-generator imitates that shape so the choice models can be exercised end to end; nothing measured on it
-says anything about real travellers.
+The QILCM paper's user-choice task (and the Deep Choice Model's) uses airline booking sessions: one
+session = the itineraries shown to a customer, the purchased one is the positive. The paper's data are
+public (registry entry ``airline``: ``data_full_anonym.zip``, an anonymized version of the Deep Choice
+Model's data) but not available here, and ctxrank does not know their file layout. This generator
+imitates that shape so the choice models can be exercised end to end; nothing measured on it says
+anything about real travellers.
 
 Per session ``s`` (a route and a traveller):
 
