@@ -1,4 +1,4 @@
-"""The ARSM-L2R experiment (seed 004, Tables 2-3): 5-fold cross-validation, ARSM-L2R vs its baselines.
+"""The ARSM-L2R experiment (ARSM-L2R paper, Tables 2-3): 5-fold cross-validation, ARSM-L2R vs its baselines.
 
 For every dataset and fold: RankSVM, ListNet, AdaRank-MAP, AdaRank-NDCG and ARSM-L2R are trained on the
 fold's training split (model selection on its validation split) and evaluated once on its test split,
@@ -9,7 +9,7 @@ official evaluation script convention (``letor3`` for OHSUMED / LETOR 3.0, ``let
 LETOR 4.0; see docs/metrics.md). The table averages the five fold means (LETOR's way); the paired t-test
 compares ARSM-L2R with each baseline over all test queries (each query is a test query exactly once).
 
-Published reference rows: seed 004 Table 3 (OHSUMED; its baseline rows are LETOR 3.0's official
+Published reference rows: ARSM-L2R Table 3 (OHSUMED; its baseline rows are LETOR 3.0's official
 results, its ARSM-L2R row the paper's own run). For MQ2008 the seed has no table (its Table 2 is
 MQ2007), and the official LETOR 4.0 MQ2008 baseline rows could not be found in any source reachable
 here, so none are printed.
@@ -38,7 +38,7 @@ from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 OFFICIAL = {"ohsumed": "letor3", "mq2008": "letor4"}
-#: seed 004, Table 3 (OHSUMED, 5-fold averages): baseline rows = LETOR 3.0 official results.
+#: ARSM-L2R paper, Table 3 (OHSUMED, 5-fold averages): baseline rows = LETOR 3.0 official results.
 PUBLISHED = {
     "ohsumed": {
         "ranksvm": (0.4958, 0.4207, 0.4164, 0.4140, 0.4468),
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
             if c == OFFICIAL.get(ds) and ds in PUBLISHED:
                 for m, row in PUBLISHED[ds].items():
                     print(
-                        f"| {m} (published, seed 004 Table 3) | " + " | ".join(f"{v:.4f}" for v in row) + " |"
+                        f"| {m} (published, ARSM-L2R Table 3) | " + " | ".join(f"{v:.4f}" for v in row) + " |"
                     )
             out["tables"][c] = table
             if "arsm" in models:

@@ -1,7 +1,7 @@
 """Step-time benchmark (not a test): one ARSM-L2R training step vs one ListNet step, same MLP.
 
 Both steps (forward, loss, backward, Adam step) use the same network: F inputs -> 500 tanh -> output, the
-ARSM-L2R paper's scorer (seed 004, section 3.4), with C = 20 outputs for ARSM (one Dirichlet draw per
+ARSM-L2R paper's scorer (ARSM-L2R paper, section 3.4), with C = 20 outputs for ARSM (one Dirichlet draw per
 item, all C(C-1)/2 = 190 swaps, negative NDCG@10) and 1 output for ListNet (top-one cross entropy).
 Batches: ``--batch`` MQ2008 queries (Fold 1 training split, as the trainer batches them: by length, so
 the batches are padded to similar lengths; every batch of the epoch is timed and the medians compared),

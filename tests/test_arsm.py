@@ -1,4 +1,4 @@
-"""ARSM estimator (seed 004, Algorithm 1) and the ARSM-L2R model."""
+"""ARSM estimator (ARSM-L2R paper, Algorithm 1) and the ARSM-L2R model."""
 
 import itertools
 import json

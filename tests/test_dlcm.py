@@ -1,4 +1,4 @@
-"""DLCM (seed 003): equations against a plain reference, padding and order invariants, gradients,
+"""DLCM (Ai et al., SIGIR 2018): equations against a plain reference, padding and order invariants, gradients,
 loss defaults, registry/config, and a synthetic task where list context is needed."""
 
 import functools

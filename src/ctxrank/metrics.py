@@ -19,7 +19,7 @@ Conventions (all named, all recordable through :class:`MetricConvention.to_dict`
 * **Gain.** ``"exp2"``: ``2^y - 1`` (Burges et al. 2005; the LETOR scripts' table ``{0:0, 1:1, 2:3}``);
   ``"linear"``: ``y`` (trec_eval / pytrec_eval ``ndcg_cut``).
 * **Discount.** ``convention="standard"``: ``1 / log2(1 + r)`` for rank ``r = 1, 2, ...``
-  (Järvelin & Kekäläinen 2002, in the form of seed 004 eq. 9). ``"letor4"`` / ``"letor3"``: ranks 1 and
+  (Järvelin & Kekäläinen 2002, in the form of ARSM-L2R eq. 9). ``"letor4"`` / ``"letor3"``: ranks 1 and
   2 undiscounted, rank ``r >= 3`` divided by ``log2(r)`` (the original J&K 2002 form with ``b = 2``).
 * **Cutoff beyond the list.** ``k=None`` or ``k > len(list)`` means the whole list (standard). Precision
   in the standard convention divides by ``min(k, n)`` where ``n`` is the query length, so a query with
@@ -133,7 +133,7 @@ _K_BEYOND_TEXT = {
     "arrays, counted as 0 in its means)",
 }
 _SOURCE_TEXT = {
-    "standard": "Järvelin & Kekäläinen 2002 (DCG), seed 004 eq. 8-9 (AP, NDCG), Chapelle et al. 2009 (ERR)",
+    "standard": "Järvelin & Kekäläinen 2002 (DCG), ARSM-L2R eq. 8-9 (AP, NDCG), Chapelle et al. 2009 (ERR)",
     "letor4": "Microsoft LETOR 4.0 Eval-Score-4.0.pl (MQ2007/MQ2008)",
     "letor3": "Microsoft LETOR 3.0 Eval-Score-3.0.pl (OHSUMED)",
 }
@@ -574,7 +574,7 @@ def ndcg(
     convention: str = "standard",
     reduction: str = "none",
 ) -> torch.Tensor:
-    """Normalized DCG at cutoff k (Järvelin & Kekäläinen 2002; seed 004 eq. 9).
+    """Normalized DCG at cutoff k (Järvelin & Kekäläinen 2002; ARSM-L2R eq. 9).
 
     ``NDCG@k = DCG@k / IDCG@k`` where ``IDCG@k`` is the DCG@k of the query's judged labels sorted in
     descending order. The ideal list is ``labels`` itself, or ``ideal_labels`` when ``labels`` is only a
@@ -823,7 +823,7 @@ def average_precision(
     convention: str = "standard",
     reduction: str = "none",
 ) -> torch.Tensor:
-    """Average precision, seed 004 (ARSM-L2R) eq. 8.
+    """Average precision, ARSM-L2R eq. 8.
 
     ``AP = sum_j w_j y_j / sum_j y_j`` with ``w_j = (sum_{l: r_l <= r_j} y_l) / r_j`` and ``r_j`` the rank
     of item j. With binary ``y = [label >= threshold]`` (default) this is the usual AP

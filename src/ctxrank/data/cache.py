@@ -50,7 +50,7 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
     for name in sorted(arrays):
         arr = np.ascontiguousarray(arrays[name])
         h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
-        h.update(memoryview(arr.reshape(-1)).cast("B"))  # 1-d: a [N, 0] array has no bytes to cast
+        h.update(memoryview(arr.reshape(-1)).cast("B"))  # 1-d: a (N, 0) array has no bytes to cast
     return h.hexdigest()
 
 

@@ -141,7 +141,7 @@ def read_letor(
     warnings are kept in ``data.info["warnings"]`` and re-issued when the data comes from the cache.
 
     Returns:
-        RankingData with features float32 [N, F], labels float32 [N], query ids, query offsets,
+        RankingData with features float32 (N, F), labels float32 (N,), query ids, query offsets,
         docids (from ``#docid = ...`` comments, when every line has one) and ``info``.
 
     Raises:
@@ -295,7 +295,7 @@ def _read_blocks(
     max_width: int,
     limits: _Limits,
 ) -> tuple[np.ndarray, list[_Block]]:
-    """Parse the file chunk by chunk (fast path, else careful path): ``(features float32 [N, F], the
+    """Parse the file chunk by chunk (fast path, else careful path): ``(features float32 (N, F), the
     non-empty blocks without their features)``.
 
     The final array is allocated once, for the file's line count (an upper bound on its rows), and each
@@ -346,7 +346,7 @@ def _joined_docids(blocks: list[_Block]) -> np.ndarray | None:
 def _groups_from_file(
     name: str, group_path: Path | None, lines: np.ndarray, n_rows: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64 [Q+1], query ids "0", "1", ...) of a file without ``qid:``, from its group file."""
+    """(offsets int64 (Q+1,), query ids "0", "1", ...) of a file without ``qid:``, from its group file."""
     if group_path is None:
         raise ValueError(
             f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
@@ -906,7 +906,7 @@ def _merge_keys(parts: list[np.ndarray]) -> np.ndarray:
 def _group_rows(keys: np.ndarray, lines: np.ndarray, name: str, regroup: bool):
     """Query offsets; with regroup, the row order that makes each query contiguous.
 
-    Returns (row order or None when already contiguous, offsets int64 [Q+1]).
+    Returns (row order or None when already contiguous, offsets int64 (Q+1,)).
     """
     change = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     starts = np.concatenate([[0], change])
@@ -953,7 +953,7 @@ def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | floa
         # per query, min over the non-NULL values, column block by column block to bound memory
         for c0 in range(0, features.shape[1], 32):
             block = features[:, c0 : c0 + 32]
-            mins = np.fmin.reduceat(block, offsets[:-1], axis=0)  # [Q, 32], NaN where all NaN
+            mins = np.fmin.reduceat(block, offsets[:-1], axis=0)  # (Q, 32), NaN where all NaN
             sel = (c >= c0) & (c < c0 + 32)
             fill[sel] = mins[query_of_row[r[sel]], c[sel] - c0]
         fill = np.nan_to_num(fill, nan=0.0)  # the whole query lacks the feature: 0
@@ -995,7 +995,7 @@ def read_group_sizes(path: str | os.PathLike) -> np.ndarray:
     """Group sizes (one positive integer per line) of a LightGBM ``.query`` / XGBoost ``.group`` file.
 
     Returns:
-        int64 [Q]. Raises ValueError naming ``file:line`` for anything but a positive integer.
+        int64 (Q,). Raises ValueError naming ``file:line`` for anything but a positive integer.
     """
     path = Path(path)
     sizes = []

@@ -26,12 +26,12 @@ class RankingData:
     """A set of queries, each with a list of items (documents).
 
     Attributes:
-        features: float32 [N, F] dense feature matrix (no NaN or inf).
-        labels: float32 [N] graded relevance labels.
-        query_ids: str [Q] query identifiers, in file order.
+        features: float32 (N, F) dense feature matrix (no NaN or inf).
+        labels: float32 (N,) graded relevance labels.
+        query_ids: str (Q,) query identifiers, in file order.
         query_offsets: int64 [Q + 1]; query q owns rows ``query_offsets[q]:query_offsets[q+1]``.
-        docids: str [N] document identifiers (``#docid = ...`` comments), or None.
-        categorical: int64 [N, C] integer codes of categorical columns (0 = reserved "unknown"), or None.
+        docids: str (N,) document identifiers (``#docid = ...`` comments), or None.
+        categorical: int64 (N, C) integer codes of categorical columns (0 = reserved "unknown"), or None.
         feature_names: F names (``"f1".."fF"`` for LETOR files: the file's 1-based feature indices).
         categorical_names: C names of the categorical columns.
         categorical_cardinalities: C vocabulary sizes, each including the reserved code 0.
@@ -54,7 +54,7 @@ class RankingData:
     def __post_init__(self) -> None:
         n = self.labels.shape[0]
         if self.features.ndim != 2 or self.features.shape[0] != n:
-            raise ValueError(f"features must be [N, F] with N = {n} labels, got shape {self.features.shape}")
+            raise ValueError(f"features must be (N, F) with N = {n} labels, got shape {self.features.shape}")
         if self.features.dtype != np.float32 or self.labels.dtype != np.float32:
             raise TypeError(
                 f"features and labels must be float32, got {self.features.dtype} and {self.labels.dtype}"
@@ -70,7 +70,7 @@ class RankingData:
             raise ValueError(f"docids must have N = {n} entries, got {self.docids.shape}")
         if self.categorical is not None:
             if self.categorical.ndim != 2 or self.categorical.shape[0] != n:
-                raise ValueError(f"categorical must be [N, C], got {self.categorical.shape}")
+                raise ValueError(f"categorical must be (N, C), got {self.categorical.shape}")
             if len(self.categorical_names) != self.categorical.shape[1]:
                 raise ValueError("categorical_names must name every categorical column")
             if len(self.categorical_cardinalities) != self.categorical.shape[1]:
@@ -95,12 +95,12 @@ class RankingData:
 
     @property
     def query_lengths(self) -> np.ndarray:
-        """int64 [Q] number of items of each query."""
+        """int64 (Q,) number of items of each query."""
         return np.diff(self.query_offsets)
 
     @property
     def query_index(self) -> np.ndarray:
-        """int64 [N] the query (0..Q-1) each row belongs to."""
+        """int64 (N,) the query (0..Q-1) each row belongs to."""
         return np.repeat(np.arange(self.n_queries, dtype=np.int64), self.query_lengths)
 
     def query_slice(self, q: int) -> slice:
