@@ -64,6 +64,7 @@ class TrainOptions:
     categorical: tuple[str, ...] | None = None
     numeric: tuple[str, ...] | None = None
     docid_col: str | None = None
+    group_col: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainOptions:
@@ -74,7 +75,12 @@ class TrainOptions:
     @property
     def files(self) -> TrainFiles:
         return TrainFiles(
-            self.train_file, self.valid_file, self.test_file, self.data_file, self.split_fractions
+            self.train_file,
+            self.valid_file,
+            self.test_file,
+            self.data_file,
+            self.split_fractions,
+            self.group_col,
         )
 
     @property
@@ -140,6 +146,7 @@ FLAGS = {
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
     "no_cache": "--no-cache", "regroup": "--regroup", "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
+    "group_col": "--group-col",
 }  # fmt: skip
 PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
 
@@ -458,10 +465,15 @@ class _Run:
 def _split_text(record: dict[str, Any]) -> str:
     q = record["queries"]
     fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
-    return (
-        f"split: {sum(q.values())} queries of {record['source']} at random by query (seed {record['seed']}, "
+    groups = record.get("groups")
+    by = "by group" if groups else "by query"
+    text = (
+        f"split: {sum(q.values())} queries of {record['source']} at random {by} (seed {record['seed']}, "
         f"{fr} %): train {q['train']}, valid {q['valid']}, test {q['test']} queries"
     )
+    if groups:
+        text += f" of {groups['train']}, {groups['valid']}, {groups['test']} groups"
+    return text
 
 
 def _baseline_summary(s: dict[str, Any]) -> str:
@@ -619,6 +631,15 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
         type=_fractions,
         metavar="TR,VA,TE",
         help="query fractions of the --data split (default 0.6,0.2,0.2)",
+    )
+    p.add_argument(
+        "--group-col",
+        dest="group_col",
+        metavar="COL",
+        help=(
+            "split the --data table by this column's groups instead of by query (the decision maker: "
+            "all the answers of one person go to the same split; the fractions then count groups)"
+        ),
     )
 
 

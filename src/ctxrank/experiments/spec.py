@@ -9,7 +9,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     dataset = "mq2008"     # a registry name (its folds are used) ...
     folds = []             # ... [] = every fold
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
-    # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...])
+    # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...],
+    # group_col = "person": split by this column's groups (decision makers) instead of by query)
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
 
     [runs]
@@ -38,7 +39,9 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     model = "qilcm"
 
 With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
-(``ctxrank.experiments.anomaly``). Relative paths in ``[data] file`` are relative to the TOML file.
+(``ctxrank.experiments.anomaly``). A relative ``[data] file`` written in a TOML file is relative to that
+file; one given on the command line (``--set data.file=...``, also with a built-in spec) is relative to
+the current directory.
 Built-in specifications live in ``ctxrank/experiments/configs/`` and are named without ``.toml``.
 """
 
@@ -127,6 +130,7 @@ class DataSpec:
     sessions: int = 2000
     synth_seed: int = 0
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    group_col: str = ""  # split a file by this column's groups (decision makers), not by query
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -148,6 +152,10 @@ class DataSpec:
                 kw[name] = _names("data", name, kw[name])
         if "split" in kw:
             kw["split"] = tuple(float(x) for x in kw["split"])
+        if kw.get("group_col") and not kw.get("file"):
+            raise _fail(
+                "data", "group_col applies to a file (a registered choice dataset's folds are by person)"
+            )
         if kw.get("synth") not in (None, "", "choice"):
             raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
         _int("data", "sessions", kw.get("sessions", 2000), 10)
@@ -155,7 +163,12 @@ class DataSpec:
 
     @property
     def has_folds(self) -> bool:
-        return bool(self.dataset)
+        """Published folds (not random splits: a choice dataset's folds are random splits by person)."""
+        if not self.dataset:
+            return False
+        from ctxrank.data.registry import get_spec
+
+        return get_spec(self.dataset).layout != "choice"
 
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
@@ -397,6 +410,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
     ``models.qilcm.model_params.confusion_weight=0``.
     """
     path = Path(name_or_path)
+    builtin = False
     if not path.suffix and not path.exists():
         names = builtin_names()
         if str(name_or_path) not in names:
@@ -404,8 +418,13 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
                 f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
             )
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
-    d = apply_overrides(load_toml(path), overrides)
+        builtin = True
+    d = load_toml(path)
+    written = (d.get("data") or {}).get("file")
+    if written and not builtin and not Path(written).is_absolute():  # relative to the TOML file
+        d = {**d, "data": {**d["data"], "file": str((path.parent / written).resolve())}}
+    d = apply_overrides(d, overrides)  # a file given here is relative to the current directory
     try:
-        return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
+        return ExperimentSpec.from_dict(d, base=Path.cwd(), source=str(path))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
