@@ -59,6 +59,9 @@ class TrainConfig:
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,
             log-softmax and reductions in float32).
+        shuffle_items: put the items of every training query in a random order (seeded by ``seed``)
+            before training, so that a model reading the displayed order (DCM, DLCM) cannot learn from
+            it (e.g. rows sorted by price); validation and test keep their order.
     """
 
     lr: float = 1e-3
@@ -75,8 +78,10 @@ class TrainConfig:
     eval_batch_size: int = 512
     device: str = "cpu"
     precision: str = "fp32"
+    shuffle_items: bool = False
 
     def __post_init__(self) -> None:
+        check_bool("train.shuffle_items", self.shuffle_items)
         check_positive("train.lr", self.lr)
         check_non_negative("train.weight_decay", self.weight_decay)
         check_int("train.batch_size", self.batch_size)

@@ -482,6 +482,13 @@ def _baseline_summary(s: dict[str, Any]) -> str:
     on_valid = f" (valid {s['metric']} {valid:.4f})" if valid is not None else ""
     if "best_iteration" in s:
         return f"best iteration {s['best_iteration']}{on_valid}"
+    if "log_likelihood" in s:  # the conditional logit's full-batch maximum likelihood
+        state = "converged" if s["converged"] else "NOT converged"
+        return (
+            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, l2 {s['l2']:g}): "
+            f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
+            f"fit {s['fit_seconds']:.2f} s"
+        )
     if "C" in s:
         return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
     if "best_round" in s:
