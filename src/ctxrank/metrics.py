@@ -957,9 +957,11 @@ def choice_log_likelihood(
     as utilities: meaningful for models trained with a softmax likelihood (mnl, DCM's softmax loss,
     ListNet), not for scores on another scale (LambdaMART), whose value depends on that scale. Higher is
     better (0 = certain and right), so it can be ``train.metric``. A list with no chosen item gets
-    ``no_relevant``. ``k`` does not apply.
+    ``no_relevant``. ``k`` does not apply. Infinite scores: the items scored ``+inf`` share the
+    probability equally, and a probability that is exactly 0 (an item scored ``-inf``, or below a
+    ``+inf``) counts as the smallest normal float (``log`` = -708.4 in float64), so the value stays finite.
     """
-    if k is not None:
+    if _check_k(k) is not None:
         raise ValueError("loglik takes no cutoff (it uses the whole list)")
     conv = metric_convention(convention, no_relevant=no_relevant, threshold=threshold)
     _check_inputs(scores, labels, mask)
@@ -967,6 +969,11 @@ def choice_log_likelihood(
     dtype = _work_dtype(labels)
     v = scores.to(dtype).masked_fill(~mask, -torch.inf)
     logp = torch.log_softmax(v, dim=-1)  # (B, L); a list with no real item is all NaN, masked below
+    top = torch.isposinf(v)  # +inf scores share the whole probability (log_softmax gives NaN there)
+    n_top = top.sum(-1, keepdim=True)
+    logp = torch.where(n_top > 0, torch.where(top, -torch.log(n_top.to(dtype)), -torch.inf), logp)
+    floor = math.log(torch.finfo(dtype).tiny)  # P = 0 exactly (infinite scores): the smallest normal
+    logp = torch.where(torch.isneginf(logp), torch.full((), floor, dtype=dtype), logp)
     chosen = (labels >= conv.threshold) & mask
     n = chosen.sum(-1)
     value = torch.where(chosen, logp, torch.zeros((), dtype=dtype)).sum(-1) / n.clamp_min(1)
