@@ -114,7 +114,7 @@ def compare(runs: list[dict], name: str, model: str, ref: str, metric: str) -> d
     mb = [float(np.mean(b[s]["metrics"][metric])) for s in common]
     ratio = float(np.mean([a[s]["n_test"] / a[s]["n_train"] for s in common])) if common else 0.0
     crt = corrected_resampled_test(np.array(ma), np.array(mb), test_train_ratio=ratio)
-    diff, p_pooled = _pooled({s: a[s] for s in common}, b, metric)
+    _, p_pooled = _pooled({s: a[s] for s in common}, b, metric)
     return {
         "diff": float(np.mean(ma) - np.mean(mb)) if common else float("nan"),
         "p_situations_pooled": p_pooled,
