@@ -163,7 +163,9 @@ class RankSVM(lin.LinearScorer):
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
         self.loss = loss
-        self.max_pairs_per_query = check_int("max_pairs_per_query", max_pairs_per_query, 1, allow_none=True)
+        self.max_pairs_per_query = check_int(
+            "max_pairs_per_query", max_pairs_per_query, 1, allow_none=True
+        )
         self.metric = lin.check_metric("metric", metric)
         self.no_relevant = lin.check_no_relevant(no_relevant)
         self.tol = check_positive("tol", tol)

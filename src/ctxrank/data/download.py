@@ -252,14 +252,8 @@ def _extract_tar(archive: Path, root: Path, budget: _Budget) -> None:
                 with src:
                     budget.copy(src, target)
             else:
-                kind = (
-                    "symbolic link"
-                    if member.issym()
-                    else "hard link"
-                    if member.islnk()
-                    else (
-                        "device file" if member.isdev() else "FIFO" if member.isfifo() else "special member"
-                    )
+                kind = "symbolic link" if member.issym() else "hard link" if member.islnk() else (
+                    "device file" if member.isdev() else "FIFO" if member.isfifo() else "special member"
                 )
                 _refuse_kind(archive, member.name, kind)
 
