@@ -170,6 +170,16 @@ class DataSpec:
 
         return get_spec(self.dataset).layout != "choice"
 
+    @property
+    def is_choice(self) -> bool:
+        """Choice data (one chosen alternative per situation): synthetic sessions or a choice dataset;
+        the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
+        if self.synth:
+            return True
+        from ctxrank.data.registry import get_spec
+
+        return bool(self.dataset) and get_spec(self.dataset).layout == "choice"
+
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
         if not self.dataset:
@@ -309,7 +319,7 @@ class ExperimentSpec:
                 RunConfig.from_dict(table)
             except ValueError as exc:
                 raise _fail(f"models.{m}", str(exc)) from None
-        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data))
+        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
@@ -337,12 +347,12 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
-def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
+def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = False) -> ReportSpec:
     from ctxrank.experiments.stats import DEFAULT_TEST, UNITS, check_test
-    from ctxrank.metrics import parse_metric
+    from ctxrank.metrics import CHOICE_METRICS, parse_metric
 
     _known("report", d, [f.name for f in dataclasses.fields(ReportSpec)])
-    metrics = _names("report", "metrics", d.get("metrics", DEFAULT_METRICS))
+    metrics = _names("report", "metrics", d.get("metrics", CHOICE_METRICS if choice else DEFAULT_METRICS))
     for m in metrics:
         try:
             parse_metric(m)
