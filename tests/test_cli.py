@@ -196,7 +196,7 @@ def test_read_scores_trailing_blank_lines(tmp_path):
         (["evaluate", "--data", "{data}", "--scores", "{tmp}/nope.txt"], "nope.txt: no such scores file"),
         (["evaluate", "--data", "{tmp}/nodata.txt", "--scores", "{scores}"], "nodata.txt: no such file"),
         (["evaluate", "--data", "{data}", "--scores", "{scores}", "--metrics", "foo@3"], "unknown metric"),
-        (["data-info", "--dataset", "nope"], "unknown dataset 'nope'; known datasets: airline, istella-s"),
+        (["data-info", "--dataset", "nope"], "unknown dataset 'nope'; known datasets: airline, car"),
         (["data-info", "--dataset", "web30k", "--data-root", "{tmp}"], "MSLR-WEB30K fold 1 not found"),
         (["data-info", "{data}", "--fold", "2"], "--fold applies to --dataset"),
         (["data-info"], "give a data file or --dataset"),

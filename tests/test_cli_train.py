@@ -363,3 +363,31 @@ def test_predict_refuses_an_existing_scores_file_unless_overwrite(trained, tmp_p
     assert out.read_text() == "my scores\n"
     assert main([*argv, "--overwrite"]) == 0
     assert np.loadtxt(out).shape == (read_letor(MQ / "S5.txt.gz").n_items,)
+
+
+def test_group_col_splits_a_table_by_decision_maker_and_choice_metrics_are_printed(tmp_path, capsys):
+    from ctxrank.data.choice import choice_frame
+
+    frame = choice_frame("electricity")
+    frame = frame[frame["person"].astype(int) <= 60]  # 60 customers, 12 situations each
+    frame.to_csv(tmp_path / "elec.csv", index=False)
+    out = tmp_path / "mnl"
+    argv = ["train", "--model", "mnl", "--data", str(tmp_path / "elec.csv"), "--query-col", "situation"]
+    argv += ["--label-col", "chosen", "--categorical", "alt", "--group-col", "person", "--out", str(out)]
+    assert main([*argv, *QUICK]) == 0
+    text = capsys.readouterr().out
+    assert "at random by group" in text and "of 36, 12, 12 groups" in text
+    assert "maximum likelihood (scipy L-BFGS-B" in text
+    for metric in ("p@1", "recall@3", "mrr", "loglik"):
+        assert metric in text
+    meta = json.loads((out / "ctxrank.json").read_text())
+    assert meta["split"]["groups"] == {"train": 36, "valid": 12, "test": 12}
+    assert "person" not in meta["feature_names"] and meta["table"]["group"] == "person"
+    assert meta["command"]["options"]["group_col"] == "person"
+    test_ids = json.loads((out / "test_metrics.json").read_text())["query_ids"]
+    by_sit = dict(zip(frame["situation"].astype(str), frame["person"].astype(str), strict=False))
+    train_persons = {by_sit[q] for q in set(by_sit) - set(test_ids)}
+    assert not {by_sit[q] for q in test_ids} & train_persons or len(test_ids) == 0
+    with pytest.raises(SystemExit):  # LETOR data and --train files have no group column to split by
+        build_parser().parse_args(["train", "--group-col"])
+    assert main(["train", "--model", "mnl", "--dataset", "mq2008", "--group-col", "x", "--out", "o"]) == 2

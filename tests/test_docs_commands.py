@@ -393,6 +393,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank train --model adarank-map --dataset mq2008 --fold 1 --out runs/adarank-map-f1": Run(),
     "ctxrank evaluate --model runs/ranksvm-f1 --dataset mq2008 --fold 1 --split test": Run(),
     # docs/choice.md
+    "ctxrank train --model mnl --dataset swissmetro --fold 1 --set model_params.alternative_specific=true "
+    "--set transform=zscore --out runs/mnl": Run(),
+    "ctxrank train --model qilcm --dataset electricity --fold 1 --set train.metric=loglik "
+    "--out runs/q-elec": Run(EPOCH1),
     "ctxrank synth choice --sessions 20000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
     "ctxrank train --model qilcm --data sessions.parquet --query-col session --label-col chosen "
     "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.metric=mrr "

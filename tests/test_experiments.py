@@ -493,3 +493,44 @@ def test_empty_or_out_of_range_spec_values_are_errors_not_defaults(tmp_path, ove
 def test_folds_out_of_range_are_errors_in_the_experiment_command(folds, capsys):
     assert main(["experiment", "demo", "--set", f"data.folds={folds}", "--runs", "1"]) == 2
     assert "folds" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- choice data (issue 21)
+def test_a_data_file_given_on_the_command_line_is_relative_to_the_current_directory(tmp_path, monkeypatch):
+    path = _letor_spec(tmp_path, runs=1)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_spec(path).data.file == str(tmp_path / "d.txt")  # written in the TOML: beside it
+    given = load_spec(path, ["data.file=mine.csv"]).data.file  # on the command line: the cwd
+    assert given == str(elsewhere / "mine.csv")
+    builtin = load_spec("choice", ["data.synth=''", "data.file=sessions.csv", "data.group_col=person"])
+    assert builtin.data.file == str(elsewhere / "sessions.csv") and builtin.data.group_col == "person"
+
+
+def test_a_failed_first_attempt_does_not_block_the_rerun(tmp_path):
+    bad = load_spec(_letor_spec(tmp_path, runs=1), [f"data.file={tmp_path / 'missing.txt'}"])
+    with pytest.raises(ValueError, match=r"missing\.txt"):
+        run_experiment(bad, tmp_path / "out", progress=False, log=lambda _: None)
+    assert (tmp_path / "out" / "experiment.json").exists()
+    good = load_spec(_letor_spec(tmp_path, runs=1))  # another fingerprint, same directory: accepted
+    run_experiment(good, tmp_path / "out", progress=False, log=lambda _: None)
+    assert RunStore(tmp_path / "out").has_run("mnl", 0, 0)
+
+
+def test_an_experiment_on_a_choice_dataset_splits_by_person_and_reports_choice_metrics(tmp_path):
+    path = tmp_path / "elec.toml"
+    path.write_text(
+        'name = "elec"\n[data]\ndataset = "electricity"\n[runs]\ncount = 2\n'
+        '[models.mnl]\nmodel = "mnl"\n'
+        '[models.listnet]\nmodel = "listnet"\ntrain = { max_epochs = 1, metric = "loglik" }\n'
+    )
+    spec = load_spec(path)
+    assert spec.report.metrics == ("p@1", "recall@3", "mrr", "loglik")
+    assert spec.report.test == "corrected-resampled"  # folds are random splits by person
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    rec = store.load_run("mnl", 0, 1)
+    assert rec["split"]["method"].startswith("random 60/20/20 split by person")
+    assert set(rec["metrics"]) == {"p@1", "recall@3", "mrr", "loglik"}
+    report = build_report(spec, store)
+    assert "corrected" in json.dumps(report, default=str)

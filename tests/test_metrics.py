@@ -402,6 +402,7 @@ def test_mean_ndcg_matches_script_rules_on_random_lists(seed, k):
 # ----------------------------------------------------------------------------------------------------
 
 NEEDS_K = ("p", "recall")
+NO_K = ("loglik",)  # the choice log-likelihood takes no cutoff
 NO_REL_METRICS = [
     ("ndcg", ndcg, {"k": 3}),
     ("p", precision, {"k": 2}),
@@ -483,14 +484,18 @@ def test_bad_arguments(name):
             fn(S, Y, M, k=k)
     with pytest.raises(TypeError, match="k must be an int"):
         fn(S, Y, M, k=2.5)
+    kw = {} if name in NO_K else {"k": 2}
+    if name in NO_K:
+        with pytest.raises(ValueError, match="takes no cutoff"):
+            fn(S, Y, M, k=2)
     with pytest.raises(TypeError, match="mask must be a bool"):
-        fn(S, Y, M.float(), k=2)
+        fn(S, Y, M.float(), **kw)
     with pytest.raises(ValueError, match="same shape"):
-        fn(S, Y[:, :2], M, k=2)
+        fn(S, Y[:, :2], M, **kw)
     with pytest.raises(ValueError, match="reduction"):
-        fn(S, Y, M, k=2, reduction="sum")
+        fn(S, Y, M, reduction="sum", **kw)
     with pytest.raises(ValueError, match="convention must be one of"):
-        fn(S, Y, M, k=2, convention="letor5")
+        fn(S, Y, M, convention="letor5", **kw)
 
 
 def test_precision_needs_k_and_bad_options():
@@ -527,7 +532,7 @@ def _call(name, fn, s, y, m, conv, k):
     return fn(s, y, m, **kw)
 
 
-CASES = [(n, c, k) for n in sorted(METRICS) for c in CONVENTIONS for k in (None, 3)]
+CASES = [(n, c, k) for n in sorted(METRICS) for c in CONVENTIONS for k in (None, 3) if not (n in NO_K and k)]
 
 
 @pytest.mark.parametrize(("name", "conv", "k"), CASES)
@@ -583,6 +588,9 @@ def test_metrics_in_unit_range():
         if name == "dcg":
             continue
         out = _call(name, fn, s, y, m, "standard", 10) if name in NEEDS_K else fn(s, y, m)
+        if name in NO_K:  # a log-probability
+            assert (out <= 0).all(), name
+            continue
         assert ((out >= 0) & (out <= 1 + 1e-12)).all(), name
     # eq. 8 with raw labels is not bounded by 1: w_j = (sum of labels up to r_j) / r_j can exceed 1
     s2, y2 = t([[0.9, 0.1]]), t([[4.0, 1.0]])
@@ -682,9 +690,8 @@ def test_parse_metric():
     assert parse_metric("dcg") == ("dcg", None)
     assert parse_metric("recall@5") == ("recall", 5)
     assert parse_metric("MeanNDCG") == ("mean_ndcg", None) and parse_metric("mean_ndcg@5") == ("mean_ndcg", 5)
-    with pytest.raises(
-        ValueError, match=r"valid names: \['dcg', 'err', 'map', 'mean_ndcg', 'mrr', 'ndcg', 'p', 'recall'"
-    ):
+    valid = r"valid names: \['dcg', 'err', 'loglik', 'map', 'mean_ndcg', 'mrr', 'ndcg', 'p', 'recall'"
+    with pytest.raises(ValueError, match=valid):
         parse_metric("hit@10")
     for bad in ("ndcg@0", "ndcg@x", "ndcg@-1", "p", "recall", "", "ndcg@10@2"):
         with pytest.raises(ValueError):
@@ -952,3 +959,42 @@ def test_err_max_label_is_a_recorded_convention_and_queries_are_independent():
     from ctxrank.data.registry import get_spec
 
     assert get_spec("mq2008").max_label == 2 and get_spec("mslr-web10k").max_label == 4
+
+
+# ------------------------------------------------------------------------------- choice metrics
+def test_choice_log_likelihood_is_the_log_softmax_of_the_chosen_item():
+    from ctxrank.metrics import choice_log_likelihood
+
+    s = t([[1.0, 2.0, 3.0, 9.0], [0.5, -1.0, 0.0, 0.0]])
+    y = t([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]])
+    m = torch.tensor([[True, True, True, False], [True, True, True, True]])  # the 9.0 is padding
+    out = choice_log_likelihood(s, y, m)
+    assert out[0].item() == pytest.approx(2.0 - math.log(math.exp(1) + math.exp(2) + math.exp(3)))
+    lse = math.log(math.exp(0.5) + math.exp(-1.0) + 2.0)
+    assert out[1].item() == pytest.approx(((0.5 - lse) + (0.0 - lse)) / 2)  # two chosen: their mean
+    big = choice_log_likelihood(s * 1e6, y, m)  # log-softmax numerics: no overflow
+    assert torch.isfinite(big).all() and big[0].item() == pytest.approx(-1e6)
+    none = choice_log_likelihood(s, torch.zeros_like(y), m)  # no chosen item: no_relevant
+    assert none.tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="no cutoff"):
+        parse_metric("loglik@3")
+    names = ["loglik", "p@1", "recall@2"]
+    per = evaluate_queries([1.0, 2.0, 3.0, 0.0, 1.0], [0, 0, 1, 1, 0], [0, 3, 5], names)
+    assert per["loglik"][0] == pytest.approx(3.0 - math.log(math.exp(1) + math.exp(2) + math.exp(3)))
+    assert per["p@1"].tolist() == [1.0, 0.0] and per["recall@2"].tolist() == [1.0, 1.0]
+
+
+def test_is_choice_data_and_the_one_over_k_bound_of_precision():
+    from ctxrank.metrics import is_choice_data
+
+    assert is_choice_data(np.array([0, 1, 0, 1, 0.0]), np.array([0, 3, 5]))
+    assert not is_choice_data(np.array([0, 1, 1, 1, 0.0]), np.array([0, 3, 5]))  # two chosen
+    assert not is_choice_data(np.array([0, 2, 0, 1, 0.0]), np.array([0, 3, 5]))  # graded
+    # one chosen item: P@k <= 1/k, and recall@k (the hit rate) = k * P@k when every list has >= k items
+    rng = np.random.default_rng(0)
+    off = np.arange(0, 41, 5)
+    y = np.zeros(40)
+    y[off[:-1] + rng.integers(0, 5, size=8)] = 1
+    per = evaluate_queries(rng.normal(size=40), y, off, ["p@3", "recall@3"])
+    assert (per["p@3"] <= 1 / 3 + 1e-12).all()
+    np.testing.assert_allclose(per["recall@3"], 3 * per["p@3"])

@@ -93,6 +93,11 @@ def test_registry_contents():
         "istella-s": (220, (0, 1, 2, 3, 4), 1),
         "yahoo-set1": (700, (0, 1, 2, 3, 4), 1),
         "airline": (17, (0, 1), 1),
+        # the real choice datasets (embedded; folds = random splits by decision maker)
+        "modecanada": (7, (0, 1), 5),
+        "swissmetro": (10, (0, 1), 5),
+        "car": (12, (0, 1), 5),
+        "electricity": (6, (0, 1), 5),
     }
     got = {k: (s.n_features, s.label_levels, s.n_folds) for k, s in DATASETS.items()}
     assert got == expected

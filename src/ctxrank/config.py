@@ -62,6 +62,9 @@ class TrainConfig:
         input_noise: standard deviation ``sigma >= 0`` of Gaussian noise added to the (normalized)
             features of the real items of every training batch, drawn afresh each step (0 = off;
             validation, test and prediction never see noise). Qin et al. 2021 (DASALC).
+        shuffle_items: put the items of every training query in a random order (seeded by ``seed``)
+            before training, so that a model reading the displayed order (DCM, DLCM) cannot learn from
+            it (e.g. rows sorted by price); validation and test keep their order.
     """
 
     lr: float = 1e-3
@@ -79,8 +82,10 @@ class TrainConfig:
     device: str = "cpu"
     precision: str = "fp32"
     input_noise: float = 0.0
+    shuffle_items: bool = False
 
     def __post_init__(self) -> None:
+        check_bool("train.shuffle_items", self.shuffle_items)
         check_positive("train.lr", self.lr)
         check_non_negative("train.weight_decay", self.weight_decay)
         check_int("train.batch_size", self.batch_size)

@@ -97,16 +97,19 @@ import numpy as np
 import torch
 
 __all__ = [
+    "CHOICE_METRICS",
     "CONVENTIONS",
     "METRICS",
     "METRIC_ALIASES",
     "MetricConvention",
     "average_precision",
     "check_labels",
+    "choice_log_likelihood",
     "dcg",
     "err",
     "evaluate_queries",
     "format_metric",
+    "is_choice_data",
     "mean_metrics",
     "mean_ndcg",
     "metric_convention",
@@ -991,6 +994,66 @@ def err(
 
 
 # ----------------------------------------------------------------------------------------------------
+# Choice metrics (one chosen alternative per situation; issue 21)
+# ----------------------------------------------------------------------------------------------------
+
+#: what ``ctxrank train`` and ``ctxrank experiment`` report on choice data (:func:`is_choice_data`):
+#: top-1 accuracy, the hit rate at 3 (recall@3 = hit@3 with one chosen item), MRR, and the mean
+#: log-likelihood of the chosen alternative under ``softmax(scores)``
+CHOICE_METRICS = ("p@1", "recall@3", "mrr", "loglik")
+
+
+@torch.no_grad()
+def choice_log_likelihood(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k: int | None = None,
+    threshold: float = 1.0,
+    no_relevant: float | str = 0.0,
+    convention: str = "standard",
+    reduction: str = "none",
+) -> torch.Tensor:
+    """Log-likelihood of the chosen alternative: ``log softmax(scores)_j`` over the list's real items,
+    averaged over its chosen items (``label >= threshold``; one in choice data). Computed with
+    ``log_softmax`` (no overflow for large scores); padding never enters the softmax. It takes the scores
+    as utilities: meaningful for models trained with a softmax likelihood (mnl, DCM's softmax loss,
+    ListNet), not for scores on another scale (LambdaMART), whose value depends on that scale. Higher is
+    better (0 = certain and right), so it can be ``train.metric``. A list with no chosen item gets
+    ``no_relevant``. ``k`` does not apply. Infinite scores: the items scored ``+inf`` share the
+    probability equally, and a probability that is exactly 0 (an item scored ``-inf``, or below a
+    ``+inf``) counts as the smallest normal float (``log`` = -708.4 in float64), so the value stays finite.
+    """
+    if _check_k(k) is not None:
+        raise ValueError("loglik takes no cutoff (it uses the whole list)")
+    conv = metric_convention(convention, no_relevant=no_relevant, threshold=threshold)
+    _check_inputs(scores, labels, mask)
+    check_labels(labels, mask, gain=None)
+    dtype = _work_dtype(labels)
+    v = scores.to(dtype).masked_fill(~mask, -torch.inf)
+    logp = torch.log_softmax(v, dim=-1)  # (B, L); a list with no real item is all NaN, masked below
+    top = torch.isposinf(v)  # +inf scores share the whole probability (log_softmax gives NaN there)
+    n_top = top.sum(-1, keepdim=True)
+    logp = torch.where(n_top > 0, torch.where(top, -torch.log(n_top.to(dtype)), -torch.inf), logp)
+    floor = math.log(torch.finfo(dtype).tiny)  # P = 0 exactly (infinite scores): the smallest normal
+    logp = torch.where(torch.isneginf(logp), torch.full((), floor, dtype=dtype), logp)
+    chosen = (labels >= conv.threshold) & mask
+    n = chosen.sum(-1)
+    value = torch.where(chosen, logp, torch.zeros((), dtype=dtype)).sum(-1) / n.clamp_min(1)
+    nan_rows = (torch.isnan(scores) & mask).any(-1) | (torch.isnan(labels) & mask).any(-1)
+    return _finish(value, n == 0, nan_rows, conv, reduction)
+
+
+def is_choice_data(labels: np.ndarray, query_offsets: np.ndarray) -> bool:
+    """Labels 0/1 with exactly one label 1 in every query: a choice among alternatives."""
+    y = np.asarray(labels)
+    if y.size == 0 or not np.isin(y, (0, 1)).all():
+        return False
+    return bool(np.all(np.add.reduceat(y, np.asarray(query_offsets)[:-1]) == 1))
+
+
+# ----------------------------------------------------------------------------------------------------
 # Names and registry
 # ----------------------------------------------------------------------------------------------------
 
@@ -1003,6 +1066,7 @@ METRICS: dict[str, Callable[..., torch.Tensor]] = {
     "map": average_precision,
     "mrr": reciprocal_rank,
     "err": err,
+    "loglik": choice_log_likelihood,
 }
 METRIC_ALIASES: dict[str, str] = {"precision": "p", "ap": "map", "meanndcg": "mean_ndcg"}
 _NEEDS_K = {"p", "recall"}
@@ -1013,7 +1077,8 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     """Parse ``"ndcg@10"`` -> ``("ndcg", 10)``, ``"map"`` -> ``("map", None)``.
 
     Names (case-insensitive): ndcg, mean_ndcg (alias meanndcg, LETOR 4.0's MeanNDCG), dcg, p (alias
-    precision), recall, map (alias ap), mrr, err; ``@k`` optional except for p and recall.
+    precision), recall, map (alias ap), mrr, err, loglik (the choice log-likelihood, no cutoff); ``@k``
+    optional except for p and recall.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones), bad or missing cutoff.
@@ -1037,6 +1102,8 @@ def parse_metric(name: str) -> tuple[str, int | None]:
             raise ValueError(f"cutoff in {name!r} must be >= 1, got {k}")
     if base in _NEEDS_K and k is None:
         raise ValueError(f"metric {name!r} needs a cutoff, e.g. '{base}@10'")
+    if base == "loglik" and k is not None:
+        raise ValueError(f"metric {name!r}: loglik takes no cutoff (it uses the whole list)")
     return base, k
 
 

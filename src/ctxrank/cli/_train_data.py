@@ -30,6 +30,7 @@ class TrainFiles:
     test: str | None = None
     data: str | None = None
     fractions: tuple[float, float, float] | None = None
+    group_col: str | None = None  # --group-col: split --data by this column's groups (decision makers)
 
 
 def training_data(files: TrainFiles, source: DataOptions, columns: TableOptions, seed: int) -> TrainingData:
@@ -37,6 +38,11 @@ def training_data(files: TrainFiles, source: DataOptions, columns: TableOptions,
     given = (files.train, files.valid, files.test)
     if files.fractions is not None and files.data is None:
         raise ValueError("--split-fractions applies to --data FILE (one file split into train/valid/test)")
+    if files.group_col is not None and files.data is None:
+        raise ValueError(
+            "--group-col applies to --data TABLE (one table split by group into train/valid/test); "
+            "a registered choice dataset (--dataset) is split by decision maker already"
+        )
     if source.dataset is not None:
         if any(f is not None for f in given) or files.data is not None:
             raise ValueError(
@@ -125,10 +131,11 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
     if is_table_path(path):
         from ctxrank.data.table_io import read_table_file, table_meta
 
-        spec = _table_spec(source, columns, path)
+        spec = replace(_table_spec(source, columns, path), group=files.group_col)
         encoder = CategoricalEncoder()
         full, _ = read_table_file(path, spec, encoder=encoder)
-        train, valid, test, record = split_queries(full, fractions, seed)
+        by_group = files.group_col is not None
+        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group)
         if spec.categorical:  # the vocabulary of the whole file -> of the training queries only
             encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
         meta["table"] = table_meta(spec, train, encoder)
@@ -136,7 +143,10 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
         from ctxrank.data.letor import read_letor
 
         columns.reject(path)
+        if files.group_col is not None:
+            raise ValueError(f"--group-col applies to tables; {path} is a LETOR / SVMlight file")
         full = read_letor(path, **source.letor_options())
         train, valid, test, record = split_queries(full, fractions, seed)
     meta["split"] = record
-    return TrainingData(train, valid, test, f"{path} (random query split)", meta=meta, split=record)
+    how = f"random split by {files.group_col}" if files.group_col is not None else "random query split"
+    return TrainingData(train, valid, test, f"{path} ({how})", meta=meta, split=record)

@@ -53,7 +53,7 @@ def datasets(*, data_root: str | None = None, json: bool = False) -> int:
     out()
     out(
         "Files go in --data-root DIR, else $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name> "
-        "(MQ2008: embedded in the package)."
+        "(MQ2008 and the choice datasets: embedded in the package)."
     )
     out(
         "`ctxrank datasets show NAME` prints citation, layout and download details; `ctxrank datasets "
@@ -124,7 +124,7 @@ def _presence(spec: Any, root: str | None) -> tuple[str, str]:
     from ctxrank.data import registry
 
     if root is None and spec.embedded:
-        return "embedded", str(registry.embedded_dir())
+        return "embedded", str(registry.embedded_dir(spec))
     return ("yes" if registry.is_available(spec, root=root) else "no"), str(registry.dataset_root(spec, root))
 
 

@@ -66,6 +66,7 @@ class TrainOptions:
     categorical: tuple[str, ...] | None = None
     numeric: tuple[str, ...] | None = None
     docid_col: str | None = None
+    group_col: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainOptions:
@@ -76,7 +77,12 @@ class TrainOptions:
     @property
     def files(self) -> TrainFiles:
         return TrainFiles(
-            self.train_file, self.valid_file, self.test_file, self.data_file, self.split_fractions
+            self.train_file,
+            self.valid_file,
+            self.test_file,
+            self.data_file,
+            self.split_fractions,
+            self.group_col,
         )
 
     @property
@@ -146,6 +152,7 @@ FLAGS = {
     "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes",
     "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
+    "group_col": "--group-col",
 }  # fmt: skip
 PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
 
@@ -504,10 +511,15 @@ def _empty(directory: Path) -> bool:
 def _split_text(record: dict[str, Any]) -> str:
     q = record["queries"]
     fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
-    return (
-        f"split: {sum(q.values())} queries of {record['source']} at random by query (seed {record['seed']}, "
+    groups = record.get("groups")
+    by = "by group" if groups else "by query"
+    text = (
+        f"split: {sum(q.values())} queries of {record['source']} at random {by} (seed {record['seed']}, "
         f"{fr} %): train {q['train']}, valid {q['valid']}, test {q['test']} queries"
     )
+    if groups:
+        text += f" of {groups['train']}, {groups['valid']}, {groups['test']} groups"
+    return text
 
 
 def _baseline_summary(s: dict[str, Any]) -> str:
@@ -516,6 +528,13 @@ def _baseline_summary(s: dict[str, Any]) -> str:
     on_valid = f" (valid {s['metric']} {valid:.4f})" if valid is not None else ""
     if "best_iteration" in s:
         return f"best iteration {s['best_iteration']}{on_valid}"
+    if "log_likelihood" in s:  # the conditional logit's full-batch maximum likelihood
+        state = "converged" if s["converged"] else "NOT converged"
+        return (
+            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, l2 {s['l2']:g}): "
+            f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
+            f"fit {s['fit_seconds']:.2f} s"
+        )
     if "C" in s:
         return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
     if "ensemble" in s:
@@ -707,6 +726,15 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
         type=_fractions,
         metavar="TR,VA,TE",
         help="query fractions of the --data split (default 0.6,0.2,0.2)",
+    )
+    p.add_argument(
+        "--group-col",
+        dest="group_col",
+        metavar="COL",
+        help=(
+            "split the --data table by this column's groups instead of by query (the decision maker: "
+            "all the answers of one person go to the same split; the fractions then count groups)"
+        ),
     )
 
 

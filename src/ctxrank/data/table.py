@@ -118,6 +118,8 @@ class TableSpec:
         numeric: numeric feature columns in order; None = every other column of the file.
         encoder: the fitted :class:`CategoricalEncoder` (None before training, or without categorical
             columns). Not compared by ``==``.
+        group: the column of each query's group (decision maker, user; ``RankingData.group_ids``), an
+            id and never a feature, or None. Read only for training (``--group-col``).
     """
 
     query: str
@@ -126,6 +128,7 @@ class TableSpec:
     numeric: tuple[str, ...] | None = None
     docid: str | None = None
     encoder: CategoricalEncoder | None = field(default=None, compare=False)
+    group: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "categorical", _names(self.categorical, "categorical"))
@@ -142,11 +145,12 @@ class TableSpec:
                 or empty; labels are 0) and the docid column may be absent (docids None).
             encoder: overrides ``self.encoder`` (e.g. a fresh one to fit on a training file).
         """
-        label, docid = self.label, self.docid
+        label, docid, group = self.label, self.docid, self.group
         if scoring:
             label = None
-            if docid is not None and docid not in set(table_columns(path)):
-                docid = None
+            present = set(table_columns(path))
+            docid = docid if docid in present else None
+            group = group if group in present else None
         enc = encoder if encoder is not None else self.encoder
         return read_table_with_rows(
             path,
@@ -156,6 +160,7 @@ class TableSpec:
             numeric=self.numeric,
             encoder=enc if self.categorical else None,
             docid=docid,
+            group=group,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,6 +172,7 @@ class TableSpec:
             "numeric": None if self.numeric is None else list(self.numeric),
             "categorical": list(self.categorical),
             "encoder": None if self.encoder is None else self.encoder.to_dict(),
+            **({"group": self.group} if self.group is not None else {}),
         }
 
     @classmethod
@@ -181,6 +187,7 @@ class TableSpec:
             numeric=None if d.get("numeric") is None else tuple(d["numeric"]),
             docid=d.get("docid"),
             encoder=None if enc is None else CategoricalEncoder.from_dict(enc),
+            group=d.get("group"),
         )
 
 
@@ -196,6 +203,7 @@ def read_table(
     docid: str | None = None,
     regroup: bool = True,
     fill_value: float = 0.0,
+    group: str | None = None,
 ) -> RankingData:
     """Read a CSV / TSV / Parquet file with one row per (query, item) into a :class:`RankingData`.
 
@@ -215,6 +223,8 @@ def read_table(
         regroup: gather each query's rows when the file is not sorted by query (default True);
             False makes a reappearing query id an error.
         fill_value: value for missing numeric features (default 0.0).
+        group: optional name of a group-id column (the decision maker of each query, e.g. a
+            respondent), read as text into ``group_ids``; every row of a query must hold the same id.
 
     Returns:
         RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
@@ -240,6 +250,7 @@ def read_table(
         docid=docid,
         regroup=regroup,
         fill_value=fill_value,
+        group=group,
     )[0]
 
 
@@ -254,6 +265,7 @@ def read_table_with_rows(
     docid: str | None = None,
     regroup: bool = True,
     fill_value: float = 0.0,
+    group: str | None = None,
 ) -> tuple[RankingData, np.ndarray]:
     """:func:`read_table`, plus where each row came from.
 
@@ -273,9 +285,9 @@ def read_table_with_rows(
         raise ValueError(f"fill_value must be finite, got {fill_value}")
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
-    special = _special_columns(query, label, categorical, docid, numeric)
-
-    df = _read_frame(path, fmt, [query, *categorical] + ([docid] if docid is not None else []))
+    special = _special_columns(query, label, categorical, docid, numeric, group)
+    ids = [c for c in (docid, group) if c is not None]
+    df = _read_frame(path, fmt, [query, *categorical, *ids])
     numeric = _feature_columns(df, name, special, numeric)
     q_str = _query_ids(df, query, name)
     labels = _labels(df, label, name)
@@ -294,6 +306,7 @@ def read_table_with_rows(
         codes = None if codes is None else codes[order]
         docids = None if docids is None else docids[order]
     file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
+    group_ids = None if group is None else _group_ids(df[group], file_rows, offsets, name, group)
     data = RankingData(
         features=np.ascontiguousarray(features),
         labels=labels.astype(np.float32),
@@ -306,8 +319,30 @@ def read_table_with_rows(
         categorical_cardinalities=cards,
         source=name,
         info=info,
+        group_ids=group_ids,
     )
     return data, file_rows
+
+
+def _group_ids(
+    column: pd.Series, file_rows: np.ndarray, offsets: np.ndarray, name: str, col: str
+) -> np.ndarray:
+    """str (Q,) the group id of each query; every row of a query must hold the same, non-missing one."""
+    missing = column.isna().to_numpy()
+    if missing.any():
+        raise ValueError(
+            f"{name}: data row {int(np.argmax(missing)) + 1}: missing group id in column {col!r}"
+        )
+    values = column.astype(str).to_numpy(dtype=object)[file_rows]
+    first = values[offsets[:-1]]
+    differs = values != np.repeat(first, np.diff(offsets))
+    if differs.any():
+        i = int(file_rows[np.argmax(differs)])
+        raise ValueError(
+            f"{name}: data row {i + 1}: group id {values[np.argmax(differs)]!s} differs from the one of "
+            f"the first row of its query ({col!r} must be constant within a query)"
+        )
+    return first.astype(str)
 
 
 def _table_format(path: Path) -> str:
@@ -326,13 +361,16 @@ def _special_columns(
     categorical: Sequence[str],
     docid: str | None,
     numeric: Sequence[str] | None,
+    group: str | None = None,
 ) -> list[str]:
-    """The query, label, categorical and docid columns: distinct, and none of them numeric."""
-    special = [query, *([label] if label is not None else []), *categorical] + (
-        [docid] if docid is not None else []
-    )
+    """The query, label, categorical, docid and group columns: distinct, and none of them numeric."""
+    special = [query, *([label] if label is not None else []), *categorical] + [
+        c for c in (docid, group) if c is not None
+    ]
     if len(set(special)) != len(special):
-        raise ValueError(f"query, label, docid and categorical columns must be distinct, got {special}")
+        raise ValueError(
+            f"query, label, docid, group and categorical columns must be distinct, got {special}"
+        )
     if numeric is not None:
         clash = sorted(set(numeric) & set(special))
         if clash:

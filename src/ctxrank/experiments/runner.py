@@ -68,7 +68,11 @@ class _Source:
 
                 if is_table_path(d.file):
                     table = TableSpec(
-                        query=d.query_col, label=d.label_col, categorical=d.categorical, numeric=d.numeric
+                        query=d.query_col,
+                        label=d.label_col,
+                        categorical=d.categorical,
+                        numeric=d.numeric,
+                        group=d.group_col or None,
                     )
                     data, _ = table.read(d.file)
                 else:
@@ -86,13 +90,15 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
         from ctxrank.data.registry import load_fold
 
         f = load_fold(d.dataset, fold, root=d.root, variant=d.variant)
-        split = {"method": "published fold", "dataset": f.dataset, "fold": fold, "variant": f.variant}
+        method = "published fold" if d.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
+        split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
+        split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
         return Unit(f.train, f.valid, f.test, split)
     from ctxrank.data.split import query_split_indices, split_queries
 
     source = source or _Source(spec)
     data = source.whole()
-    train, valid, test, record = split_queries(data, d.split, seed=seed)
+    train, valid, test, record = split_queries(data, d.split, seed=seed, by_group=bool(d.group_col))
     if data.categorical is not None:
         from ctxrank.data.table import CategoricalEncoder, refit_categorical
 

@@ -9,7 +9,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     dataset = "mq2008"     # a registry name (its folds are used) ...
     folds = []             # ... [] = every fold
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
-    # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...])
+    # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...],
+    # group_col = "person": split by this column's groups (decision makers) instead of by query)
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
 
     [runs]
@@ -51,7 +52,9 @@ then the chosen configuration is trained and tested once::
 A key a model's table (or ``[defaults]``) sets is fixed, not searched.
 
 With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
-(``ctxrank.experiments.anomaly``). Relative paths in ``[data] file`` are relative to the TOML file.
+(``ctxrank.experiments.anomaly``). A relative ``[data] file`` written in a TOML file is relative to that
+file; one given on the command line (``--set data.file=...``, also with a built-in spec) is relative to
+the current directory.
 Built-in specifications live in ``ctxrank/experiments/configs/`` and are named without ``.toml``.
 """
 
@@ -141,6 +144,7 @@ class DataSpec:
     sessions: int = 2000
     synth_seed: int = 0
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    group_col: str = ""  # split a file by this column's groups (decision makers), not by query
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -162,6 +166,10 @@ class DataSpec:
                 kw[name] = _names("data", name, kw[name])
         if "split" in kw:
             kw["split"] = tuple(float(x) for x in kw["split"])
+        if kw.get("group_col") and not kw.get("file"):
+            raise _fail(
+                "data", "group_col applies to a file (a registered choice dataset's folds are by person)"
+            )
         if kw.get("synth") not in (None, "", "choice"):
             raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
         _int("data", "sessions", kw.get("sessions", 2000), 10)
@@ -169,7 +177,22 @@ class DataSpec:
 
     @property
     def has_folds(self) -> bool:
-        return bool(self.dataset)
+        """Published folds (not random splits: a choice dataset's folds are random splits by person)."""
+        if not self.dataset:
+            return False
+        from ctxrank.data.registry import get_spec
+
+        return get_spec(self.dataset).layout != "choice"
+
+    @property
+    def is_choice(self) -> bool:
+        """Choice data (one chosen alternative per situation): synthetic sessions or a choice dataset;
+        the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
+        if self.synth:
+            return True
+        from ctxrank.data.registry import get_spec
+
+        return bool(self.dataset) and get_spec(self.dataset).layout == "choice"
 
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
@@ -344,7 +367,7 @@ class ExperimentSpec:
                 RunConfig.from_dict(table)
             except ValueError as exc:
                 raise _fail(f"models.{m}", str(exc)) from None
-        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data))
+        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
@@ -416,12 +439,12 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
-def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
+def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = False) -> ReportSpec:
     from ctxrank.experiments.stats import DEFAULT_TEST, UNITS, check_test
-    from ctxrank.metrics import parse_metric
+    from ctxrank.metrics import CHOICE_METRICS, parse_metric
 
     _known("report", d, [f.name for f in dataclasses.fields(ReportSpec)])
-    metrics = _names("report", "metrics", d.get("metrics", DEFAULT_METRICS))
+    metrics = _names("report", "metrics", d.get("metrics", CHOICE_METRICS if choice else DEFAULT_METRICS))
     for m in metrics:
         try:
             parse_metric(m)
@@ -489,6 +512,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
     ``models.qilcm.model_params.confusion_weight=0``.
     """
     path = Path(name_or_path)
+    builtin = False
     if not path.suffix and not path.exists():
         names = builtin_names()
         if str(name_or_path) not in names:
@@ -496,13 +520,35 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
                 f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
             )
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
-    raw = load_toml(path)
-    _check_new_models(raw, overrides, path)
-    d = apply_overrides(raw, overrides)
+        builtin = True
+    d = load_toml(path)
+    _check_new_models(d, overrides, path)
+    if not builtin:  # paths written in a spec file are relative to it
+        d = _relative_to(d, path.parent)
+    d = apply_overrides(d, overrides)  # a path given here is relative to the current directory
     try:
-        return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
+        return ExperimentSpec.from_dict(d, base=Path.cwd(), source=str(path))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _relative_to(d: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``d`` with the relative paths written in it (``data.file``, a model's ``config``) made absolute
+    against ``base``, the spec file's directory."""
+    data = d.get("data")
+    file = data.get("file") if isinstance(data, Mapping) else None
+    if isinstance(file, str) and file and not Path(file).is_absolute():
+        d = {**d, "data": {**data, "file": str((base / file).resolve())}}
+    models = d.get("models")
+    if isinstance(models, Mapping):
+        fixed = {}
+        for name, table in models.items():
+            config = table.get("config") if isinstance(table, Mapping) else None
+            if isinstance(config, str) and config and not Path(config).is_absolute():
+                table = {**table, "config": str((base / config).resolve())}
+            fixed[name] = table
+        d = {**d, "models": fixed}
+    return d
 
 
 def err_max_label(spec: ExperimentSpec) -> int | None:

@@ -78,16 +78,23 @@ class RunStore:
         record["anomaly_score"] = _vector(path, record, "anomaly_score", len(ids))
         return record
 
+    def has_results(self) -> bool:
+        """Whether any run or unit file is stored (a first attempt that failed before its first run
+        leaves only ``experiment.json``, which does not bind the directory)."""
+        return any(p.suffix == ".json" for d in ("runs", "units") for p in (self.root / d).rglob("*.json"))
+
     # ----------------------------------------------------------------- spec
     def claim(self, spec: Any) -> None:
         """Record ``spec`` in a new directory, or check that an existing one holds runs of the same
         experiment (same data, models and protocol; ``runs.count``, threads and the report may change).
+        A directory holding no run yet (a first attempt that failed, e.g. on a wrong data path) is
+        claimed by the new spec.
 
         Raises:
             ValueError: the directory holds another experiment's runs.
         """
         path = self.root / SPEC_FILE
-        if path.exists():
+        if path.exists() and self.has_results():  # a directory without a stored run is claimed anew
             old = _read(path)
             if old.get("fingerprint") != spec.fingerprint():
                 raise ValueError(

@@ -88,6 +88,8 @@ class Ranker(nn.Module):
     #: ``loss_fn`` and a run's ``loss`` option does not apply
     own_objective: ClassVar[str] = ""
     rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
+    #: the scores depend on the row order of a list (a recurrent encoder reads it: DCM, DLCM)
+    reads_order: ClassVar[bool] = False
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()

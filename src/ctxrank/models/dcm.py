@@ -79,6 +79,7 @@ class DCM(Ranker):
     """Pointer-network choice model: ``(B, L, F)`` alternatives (real items first) -> ``(B, L)`` logits."""
 
     name = "dcm"
+    reads_order = True
     config_class = DCMConfig
     default_loss = "attrank"
 

@@ -229,6 +229,7 @@ class DLCM(Ranker):
     """
 
     name = "dlcm"
+    reads_order = True
     config_class = DLCMConfig
     default_loss = "attrank"
     #: loss options applied when the loss is ``default_loss`` and the run does not set them

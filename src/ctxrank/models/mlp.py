@@ -2,8 +2,9 @@
 
 With ``hidden=()`` it is the linear neural network of ListNet (Cao et al., ICML 2007).
 ListNet = MLPScorer + the ``listnet`` loss (top-one probability cross entropy).
-MultinomialLogit = the same linear scorer + the log-likelihood of the chosen item under
-``softmax(scores)`` (McFadden's conditional logit), the classical baseline of choice modelling.
+MultinomialLogit = McFadden's conditional logit (linear utilities, additive alternative-specific
+constants), fitted to its maximum likelihood by ``ctxrank.training.full_batch``: the classical
+baseline of choice modelling.
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
-from ctxrank._checks import check_dropout, check_int_list
+from ctxrank._checks import (
+    check_bool,
+    check_choice,
+    check_dropout,
+    check_int,
+    check_int_list,
+    check_non_negative,
+    check_positive,
+)
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
 
@@ -91,17 +101,92 @@ class ListNet(MLPScorer):
     default_loss = "listnet"
 
 
-class MultinomialLogit(MLPScorer):
-    """Multinomial (conditional) logit (McFadden 1974): linear utilities ``v_j = w . x_j + b`` and
-    ``P(choose j) = softmax(v)_j``, fitted by maximum likelihood of the chosen items.
+@dataclass(frozen=True)
+class MNLConfig:
+    """Attributes:
+    alternative_specific: every feature also gets one coefficient per category of the *first*
+        categorical column (the alternative: ``alt`` in the built-in choice datasets), i.e.
+        alternative-specific coefficients; the only way a feature that is constant within a situation
+        (income, trip purpose) can change a choice probability.
+    l2: L2 penalty on the coefficients (all but the bias), on the mean negative log-likelihood per
+        situation: ``NLL / Q + l2 / 2 * ||theta||^2``. Several values: each is fitted and the one with
+        the best validation log-likelihood is kept. ``(0.0,)``: the plain maximum-likelihood estimate.
+    solver: ``"lbfgs"`` (SciPy L-BFGS-B, exact gradient) or ``"newton"`` (SciPy trust-exact, exact
+        gradient and Hessian; for up to a few hundred coefficients).
+    max_iter: iteration cap of the solver.
+    gtol: stop when the largest gradient component of the mean NLL is below this.
+    """
 
-    The loss is ListNet's cross entropy with ``label_transform="identity"``: for one chosen item per
-    list (label 1, the others 0) that is exactly ``-log softmax(v)_chosen``; with several positives it is
-    the mean log-likelihood over them. Categorical columns enter through learned embeddings (i.e.
-    alternative-specific constants per category when the embedding is 1-wide).
+    alternative_specific: bool = False
+    l2: tuple[float, ...] = (0.0,)
+    solver: str = "lbfgs"
+    max_iter: int = 1000
+    gtol: float = 1e-7
+
+    def __post_init__(self) -> None:
+        check_bool("model_params.alternative_specific", self.alternative_specific)
+        values = self.l2 if isinstance(self.l2, (tuple, list)) else (self.l2,)
+        if not values:
+            raise ValueError("model_params.l2 must hold at least one penalty (0.0 = none)")
+        object.__setattr__(self, "l2", tuple(check_non_negative("model_params.l2", v) for v in values))
+        check_choice("model_params.solver", self.solver, MNL_SOLVERS)
+        check_int("model_params.max_iter", self.max_iter)
+        check_positive("model_params.gtol", self.gtol)
+
+
+MNL_SOLVERS = ("lbfgs", "newton")
+
+
+class MultinomialLogit(Ranker):
+    """Multinomial (conditional) logit (McFadden 1974): utilities linear in the parameters,
+
+        v_j = w . x_j + b + sum_c a_c[k_cj]  (+ B[k_0j] . x_j with ``alternative_specific``)
+
+    with ``a_c`` one constant per category of categorical column c (alternative-specific constants;
+    code 0, unknown, is a category like the others) and ``P(choose j) = softmax(v)_j`` over the
+    situation's alternatives. ``ctxrank train`` / ``run_training`` fit it to its **maximum likelihood**
+    with a full-batch SciPy solver (``full_batch = True``: :mod:`ctxrank.training.full_batch`), not by
+    SGD epochs; ``fit`` (SGD) still works on it, with ListNet's cross entropy with
+    ``label_transform="identity"`` = ``-log softmax(v)_chosen``. The bias ``b`` cancels in the softmax.
     """
 
     name = "mnl"
-    config_class = ListNetConfig
+    config_class = MNLConfig
     default_loss = "listnet"
     default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
+    full_batch: ClassVar[bool] = True
+
+    def __init__(self, n_features: int, config: MNLConfig, *, categorical_cardinalities: Sequence[int] = ()):
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        self.embedding = None  # constants enter additively, not through an embedding
+        self.net = nn.Sequential(nn.Linear(n_features, 1))
+        cards = self.categorical_cardinalities
+        self.constants = nn.ModuleList(nn.Embedding(c, 1) for c in cards)
+        self.specific = nn.Embedding(cards[0], n_features) if config.alternative_specific and cards else None
+        with torch.no_grad():
+            for p in (*self.constants.parameters(), *(self.specific.parameters() if self.specific else ())):
+                p.zero_()
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if features.shape[-1] != self.n_features:
+            raise ValueError(f"model expects {self.n_features} features, got {features.shape[-1]}")
+        v = self.net(features).squeeze(-1)  # (B, L)
+        if not self.categorical_cardinalities:
+            return v
+        if categorical is None:
+            raise ValueError("this model was trained with categorical columns; none were given")
+        for i, table in enumerate(self.constants):
+            codes = categorical[..., i]
+            v = v + table(torch.where(codes < table.num_embeddings, codes, 0)).squeeze(-1)
+        if self.specific is not None:
+            codes = categorical[..., 0]
+            codes = torch.where(codes < self.specific.num_embeddings, codes, 0)
+            v = v + (self.specific(codes) * features).sum(-1)
+        return v

@@ -8,7 +8,12 @@
 * otherwise, when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
   on train with ``rerank.crossfit = K``), keeps each query's top ``rerank.top_k`` and trains the
   neural re-ranker on those lists (``ctxrank.training.rerank``);
-* otherwise: trains the neural model on whole lists.
+* otherwise: trains the neural model on whole lists; a model with ``full_batch = True`` (the
+  conditional logit ``mnl``) is fitted to its maximum likelihood by ``ctxrank.training.full_batch``
+  (SciPy, all situations at once) instead of SGD epochs.
+
+``train.shuffle_items`` shuffles the items inside every training query first (seeded); without it, a
+model that reads the row order (DCM, DLCM) gets a warning when the rows are sorted by a feature.
 
 The normalizer is fitted on the (prepared) training split only. The test split, when given, is
 evaluated once at the end. With ``out`` the model is saved (``ctxrank.checkpoint``); a re-ranking
@@ -31,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,12 +51,13 @@ from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
-from ctxrank.metrics import evaluate_queries, metric_convention
+from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
 from ctxrank.models.base import Ranker
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
+from ctxrank.training.full_batch import fit_full_batch
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
@@ -116,7 +123,7 @@ def run_training(
     *,
     out: str | Path | None = None,
     progress: bool = True,
-    metrics: tuple[str, ...] = EVAL_METRICS,
+    metrics: tuple[str, ...] | None = None,
     log: Any = None,
     initial: Any = None,
     train_initial_scores: np.ndarray | None = None,
@@ -126,6 +133,9 @@ def run_training(
     on_epoch: Callable[[int, float], None] | None = None,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
+
+    ``metrics``: test metrics; None = ``metrics.CHOICE_METRICS`` (P@1, recall@3, MRR, log-likelihood)
+    when every test query has exactly one item labelled 1 (choice data), else :data:`EVAL_METRICS`.
 
     ``meta``: extra JSON-ready entries for the saved ``ctxrank.json`` (``ctxrank train`` records the
     table spec and the data split there).
@@ -141,6 +151,9 @@ def run_training(
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
+    if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
+        choice = test is not None and is_choice_data(test.labels, test.query_offsets)
+        metrics = CHOICE_METRICS if choice else EVAL_METRICS
     evaluate = functools.partial(_evaluate, metrics=metrics, no_relevant=config.train.no_relevant)
     if config.ensemble > 1:
         members = _train_members(
@@ -161,6 +174,7 @@ def run_training(
     entry = get_model(config.model)
     if isinstance(entry, Baseline):
         return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
+    train = _order_of_items(config, entry, train)
     rerank = None
     if config.rerank.initial:
         rerank = _prepare_rerank(
@@ -257,6 +271,27 @@ def _ensemble_result(
     result.test_metrics = evaluate(scores, data)
     result.initial_test_metrics = evaluate(split.initial_scores, test)
     return result
+
+
+def _order_of_items(config: RunConfig, entry: type[Ranker], train: RankingData) -> RankingData:
+    """``train.shuffle_items``: the training rows of every query in a random order (seed
+    ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
+    query are sorted by a feature (the order then tells the model that feature's rank)."""
+    from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
+
+    if config.train.shuffle_items:
+        return shuffle_within_queries(train, config.train.seed)
+    if entry.reads_order and not config.rerank.initial:
+        columns = sorted_feature_columns(train)
+        if columns:
+            warnings.warn(
+                f"the items of every training query are sorted by {', '.join(columns)}; {config.model} "
+                "reads the row order, so it can learn that order instead of the features (its scores "
+                "change when the rows are shuffled). Set train.shuffle_items = true to train without it, "
+                "or make sure the rows are in the order users saw them (docs/choice.md)",
+                stacklevel=3,
+            )
+    return train
 
 
 def _evaluate(
@@ -368,6 +403,9 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
+    if getattr(model, "full_batch", False) and rerank is None:  # the conditional logit: exact MLE
+        fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
+        return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
