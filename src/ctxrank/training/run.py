@@ -28,7 +28,9 @@ baseline has no epochs: resuming it trains it again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -269,7 +271,14 @@ def _fit_neural(
         state_dir=state_dir,
         resume=resume,
     )
-    return model, transform, {**fitted.to_dict(), "seconds": time.perf_counter() - t0}
+    # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
+    # batching are recorded with the summary, so every result file names them
+    model_config = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
+    return (
+        model,
+        transform,
+        {**fitted.to_dict(), "model_config": model_config, "seconds": time.perf_counter() - t0},
+    )
 
 
 def _save_run(
