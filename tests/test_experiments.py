@@ -405,3 +405,102 @@ def test_a_run_record_with_a_nan_metric_round_trips(tmp_path):
     assert means["a"] == 0.5 and math.isnan(means["b"])
     store.save_unit(0, 1, {"seed": 0, "query_ids": ["a", "b"], "anomaly_score": [math.inf, 1.0]})
     assert math.isnan(store.load_unit(0, 1)["anomaly_score"][0])
+
+
+# ----------------------------------------------------------------------------- grids (issue 19)
+GRID_MODELS = {
+    "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
+    "mlp": f"""model = "mlp"
+{FAST_NEURAL}
+[models.mlp.grid]
+train.lr = [1e-7, 0.05]
+widths = [{{ model_params.hidden = [4] }}, {{ model_params.hidden = [8, 8] }}]
+""",
+}
+
+
+def test_grid_spec_points_errors_and_fingerprint(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path, runs=1, models=GRID_MODELS))
+    grid = spec.grids["mlp"]
+    assert [name for name, _ in grid.axes] == ["train.lr", "widths"] and "lambdamart" not in spec.grids
+    assert grid.points() == [
+        {"train.lr": 1e-7, "model_params.hidden": [4]},
+        {"train.lr": 1e-7, "model_params.hidden": [8, 8]},
+        {"train.lr": 0.05, "model_params.hidden": [4]},
+        {"train.lr": 0.05, "model_params.hidden": [8, 8]},
+    ]
+    config = spec.run_config("mlp", 2, grid.points()[3])
+    assert config.train.lr == 0.05 and config.model_params["hidden"] == [8, 8] and config.train.seed == 2
+    assert "grid" not in spec.models["mlp"]  # the run config proper has no grid key
+    assert spec.run_config("mlp", 2).train.lr == 1e-3  # without a point: the table as written
+    other = load_spec(_letor_spec(tmp_path, runs=1, models=GRID_MODELS), ["models.mlp.grid.train.lr=[0.05]"])
+    assert other.fingerprint() != spec.fingerprint()
+    assert load_spec(tmp_path / "tiny.toml", ["models.mlp.grid={}"]).grids == {}
+    for override, message in [
+        ("models.mlp.grid.train.lr=[]", "train.lr must be a non-empty list"),
+        ("models.mlp.grid.train.lr=[-1.0]", r"models.mlp \(grid point .*train.lr"),
+        ("models.mlp.grid.model_params.nope=[1]", "nope"),
+        ("defaults.grid.train.lr=[1.0]", "grids are per model"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_spec(tmp_path / "tiny.toml", [override])
+
+
+def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_path, monkeypatch):
+    spec = load_spec(_letor_spec(tmp_path, runs=2, models=GRID_MODELS))
+    events = []
+    real_load, real_eval = runner_mod.load_unit, runner_mod._evaluate
+    real_valid = runner_mod._validation_score
+    splits = {}
+
+    def load_unit(spec_, seed, fold, source=None):
+        unit = real_load(spec_, seed, fold, source)
+        splits[seed] = unit
+        return unit
+
+    def evaluate(spec_, scores, data):
+        events.append(("test-eval", data is splits[current()].test))
+        return real_eval(spec_, scores, data)
+
+    def validation_score(config, predictor, valid):
+        events.append(("valid", valid is splits[current()].valid))
+        return real_valid(config, predictor, valid)
+
+    def current():
+        return max(splits)
+
+    import ctxrank.training.run as run_mod
+
+    real_train = run_mod.run_training
+
+    def run_training(config, train, valid, test=None, **kw):
+        events.append(("train", test is None))
+        return real_train(config, train, valid, test, **kw)
+
+    monkeypatch.setattr(runner_mod, "load_unit", load_unit)
+    monkeypatch.setattr(runner_mod, "_evaluate", evaluate)
+    monkeypatch.setattr(runner_mod, "_validation_score", validation_score)
+    monkeypatch.setattr(run_mod, "run_training", run_training)
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    # per run: lambdamart (train with its test split, evaluated once), then 4 grid points trained without
+    # the test split and scored on the validation split, then one evaluation of the test split
+    per_run = [("train", False), ("test-eval", True)] + [("train", True), ("valid", True)] * 4
+    assert events == [*per_run, ("test-eval", True)] * 2
+    for seed in range(2):
+        rec = store.load_run("mlp", seed, 0)
+        g = rec["grid"]
+        scores = [p["valid"] for p in g["points"]]
+        assert g["chosen"] == int(np.argmax(scores)) and g["metric"] == "ndcg@10"
+        assert g["chosen_values"] == g["points"][g["chosen"]]["values"]
+        chosen = spec.run_config("mlp", seed, g["chosen_values"])
+        assert rec["config"] == chosen.to_dict()
+        # the stored validation score is the chosen point's own: retrained independently, same value
+        unit = real_load(spec, seed, 0)
+        again = real_train(chosen, unit.train, unit.valid, unit.test, progress=False)
+        assert real_valid(chosen, again.predictor, unit.valid) == pytest.approx(max(scores), abs=1e-12)
+        assert rec["metrics"]["ndcg@10"] == pytest.approx(list(again.test_metrics["ndcg@10"]), abs=1e-12)
+    res = build_report(spec, store)
+    assert res["grid"]["mlp"]["times_chosen"] and sum(res["grid"]["mlp"]["times_chosen"]) == 2
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "hyperparameters chosen per run on the validation split" in md
+    assert '| train.lr = 1e-07, model_params.hidden = [4] |' in md

@@ -37,6 +37,11 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
     model = "qilcm"
 
+    [models.qilcm.grid]    # optional: candidates chosen per run on the validation split (GridSpec)
+    model_params.confusion_weight = [1e-5, 1e-4, 1e-3]
+    widths = [{ model_params.att_hidden = [256, 256], model_params.rank_hidden = [256, 256] },
+              { model_params.att_hidden = [128, 128], model_params.rank_hidden = [128, 128] }]
+
 With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
 (``ctxrank.experiments.anomaly``). Relative paths in ``[data] file`` are relative to the TOML file.
 Built-in specifications live in ``ctxrank/experiments/configs/`` and are named without ``.toml``.
@@ -60,6 +65,7 @@ __all__ = [
     "AnomalySpec",
     "DataSpec",
     "ExperimentSpec",
+    "GridSpec",
     "ReportSpec",
     "builtin_names",
     "load_spec",
@@ -184,6 +190,75 @@ def split_protocol(data: DataSpec) -> str:
     return "folds" if data.has_folds else "random-splits"
 
 
+#: at most this many grid points per model (each is a full training per run)
+MAX_GRID_POINTS = 64
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A model's ``[models.NAME.grid]``: hyperparameters chosen on the validation split, per run.
+
+    Each axis is a dotted run-config key with a list of candidate values
+    (``model_params.confusion_weight = [1e-5, 1e-4, 1e-3]``), or a name with a list of tables of dotted
+    keys that change together (``widths = [{ model_params.att_hidden = [256, 256], ... }, ...]``). The
+    points are the Cartesian product of the axes, in order (the last axis varies fastest). In every run
+    each point is trained on the training split and scored on the validation split with its
+    ``train.metric`` (the early-stopping metric, ``train.no_relevant`` for queries without a relevant
+    item, full queries); the best point (the first one on ties) is kept and evaluated on the test split
+    once (``ctxrank.experiments.runner``).
+    """
+
+    axes: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...] = ()
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination: ``{dotted key: value}`` overrides of the model's run config."""
+        out: list[dict[str, Any]] = [{}]
+        for _, candidates in self.axes:
+            out = [{**p, **c} for p in out for c in candidates]
+        return out
+
+
+def _flat_keys(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flat_keys(v, key + ".") if isinstance(v, Mapping) else {key: v})
+    return out
+
+
+def _grid(section: str, d: Any) -> GridSpec:
+    """Parse a ``[models.NAME.grid]`` table (see :class:`GridSpec`)."""
+    if not isinstance(d, Mapping):
+        raise _fail(section, f"must be a table of candidate lists, got {d!r}")
+    axes = []
+    for name, values in _flat_keys(d).items():
+        if not isinstance(values, list) or not values:
+            raise _fail(section, f"{name} must be a non-empty list of candidates, got {values!r}")
+        tables = [isinstance(v, Mapping) for v in values]
+        if any(tables) and not all(tables):
+            raise _fail(section, f"{name}: candidates must be all values or all tables of dotted keys")
+        candidates = tuple(_flat_keys(v) if t else {name: v} for v, t in zip(values, tables, strict=True))
+        axes.append((name, candidates))
+    grid = GridSpec(axes=tuple(axes))
+    if len(grid.points()) > MAX_GRID_POINTS:
+        raise _fail(section, f"{len(grid.points())} grid points; at most {MAX_GRID_POINTS}")
+    return grid
+
+
+def _set_keys(d: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the run-config table ``d`` with dotted ``values`` set (tables created as needed)."""
+    out = _deep_merge({}, d)
+    for key, value in values.items():
+        *sections, leaf = key.split(".")
+        target = out
+        for part in sections:
+            nxt = target.get(part)
+            target[part] = dict(nxt) if isinstance(nxt, Mapping) else {}
+            target = target[part]
+        target[leaf] = value
+    return out
+
+
 @dataclass(frozen=True)
 class ReportSpec:
     metrics: tuple[str, ...] = DEFAULT_METRICS
@@ -224,6 +299,7 @@ class ExperimentSpec:
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
     source: str = ""
+    grids: Mapping[str, GridSpec] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ runs
     def run_keys(self) -> list[tuple[int, int]]:
@@ -237,9 +313,11 @@ class ExperimentSpec:
         generator's own choice probabilities) on synthetic choice data."""
         return [*self.models, *([REFERENCE] if self.data.synth else [])]
 
-    def run_config(self, model: str, seed: int) -> RunConfig:
-        """The model's run config for one seed: its table, the protocol, ``train.seed`` and threads."""
-        d = apply_overrides(self.models[model], [f"train.seed={seed}", f"train.threads={self.threads}"])
+    def run_config(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> RunConfig:
+        """The model's run config for one seed: its table, a grid ``point`` (dotted overrides, see
+        :class:`GridSpec`), the protocol, ``train.seed`` and threads."""
+        table = _set_keys(self.models[model], point) if point else self.models[model]
+        d = apply_overrides(table, [f"train.seed={seed}", f"train.threads={self.threads}"])
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
         if self.initial and not is_baseline(d.get("model", "listnet")):
@@ -254,6 +332,8 @@ class ExperimentSpec:
             "initial": self.initial,
             "top_k": self.top_k,
         }
+        if self.grids:  # only when there are grids: fingerprints of experiments without one are unchanged
+            key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -286,16 +366,24 @@ class ExperimentSpec:
             raise _fail("defaults", "must be a table (run-config keys shared by every model)")
         if data.synth and "chooser" in models:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
+        if "grid" in defaults:
+            raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
+        grids: dict[str, GridSpec] = {}
         for m, table in list(models.items()):
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
-            models = {**models, m: _deep_merge(defaults, table)}
-            table = models[m]
-            try:
-                RunConfig.from_dict(table)
-            except ValueError as exc:
-                raise _fail(f"models.{m}", str(exc)) from None
+            table = _deep_merge(defaults, table)
+            grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
+            models = {**models, m: table}
+            for point in grid.points():
+                try:
+                    RunConfig.from_dict(_set_keys(table, point))
+                except ValueError as exc:
+                    where = f"models.{m}" + (f" (grid point {point})" if point else "")
+                    raise _fail(where, str(exc)) from None
+            if grid.axes:
+                grids[m] = grid
         report = _report(dict(d.get("report") or {}), list(models), split_protocol(data))
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
@@ -312,6 +400,7 @@ class ExperimentSpec:
             report=report,
             anomaly=anomaly,
             source=source,
+            grids=grids,
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
