@@ -1,7 +1,8 @@
 """Run an experiment: every model on every ``(seed, fold)`` run, stored as it finishes.
 
-For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split of one
-file drawn from the seed, as in the QILCM paper), the initial LambdaMART is fitted once when the
+For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split drawn
+from the seed, as in the QILCM paper, of one file, of synthetic data, or of every query of a registry
+dataset pooled under ``[data] protocol = "random-splits"``), the initial LambdaMART is fitted once when the
 protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
 each model that has no stored result is trained with ``ctxrank.training.run.run_training`` and evaluated
 once on the test split. A model with a grid (``[models.NAME.grid]``, ``ExperimentSpec.grids``) is
@@ -51,10 +52,15 @@ class _Source:
         self._reference: np.ndarray | None = None
 
     def whole(self) -> RankingData:
-        """The one dataset of a spec without folds (read or generated once)."""
+        """The one dataset of a spec without folds (read or generated once): a file, synthetic data, or
+        every query of a registry dataset (a fold's train + valid + test: each query once)."""
         if self._data is None:
             d = self.spec.data
-            if d.synth:
+            if d.dataset:
+                from ctxrank.data.registry import load_split
+
+                self._data = load_split(d.dataset, "all", 1, root=d.root, variant=d.variant)
+            elif d.synth:
                 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
                 from ctxrank.data.table import read_table
 
@@ -66,6 +72,7 @@ class _Source:
                         path, query="session", label="chosen", categorical=CATEGORICAL, numeric=FEATURES
                     )
                 self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
+                self._data = data
             else:
                 from ctxrank.data.table import TableSpec, is_table_path
 
@@ -78,14 +85,14 @@ class _Source:
                     from ctxrank.data.letor import read_letor
 
                     data = read_letor(d.file)
-            self._data = data
+                self._data = data
         return self._data
 
 
 def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
     """Train / valid / test of run ``(seed, fold)``."""
     d = spec.data
-    if d.dataset:
+    if d.has_folds:
         from ctxrank.data.registry import load_fold
 
         f = load_fold(d.dataset, fold, root=d.root, variant=d.variant)
@@ -96,6 +103,8 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     source = source or _Source(spec)
     data = source.whole()
     train, valid, test, record = split_queries(data, d.split, seed=seed)
+    if d.dataset:
+        record["pooled"] = f"every query of {data.source}"
     if data.categorical is not None:
         from ctxrank.data.table import CategoricalEncoder, refit_categorical
 

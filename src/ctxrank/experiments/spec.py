@@ -8,6 +8,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     [data]
     dataset = "mq2008"     # a registry name (its folds are used) ...
     folds = []             # ... [] = every fold
+    # protocol = "random-splits"  (a registry dataset's queries pooled, one random 60/20/20 split per
+    # run from its seed: the QILCM paper's protocol; default "folds" for a dataset)
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
     # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...])
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
@@ -72,6 +74,8 @@ __all__ = [
     "split_protocol",
 ]
 
+#: ``[data] protocol`` values (:class:`DataSpec`)
+PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
 #: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
@@ -133,6 +137,10 @@ class DataSpec:
     sessions: int = 2000
     synth_seed: int = 0
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    #: ``"folds"`` (a registry dataset's published folds, its default) or ``"random-splits"`` (every
+    #: query pooled, one random query-level ``split`` per run drawn from the run's seed; the only
+    #: protocol of files and synthetic data). Set by :meth:`from_dict`; ``""`` = that default.
+    protocol: str = ""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -141,6 +149,15 @@ class DataSpec:
         if len(sources) != 1:
             raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
         kw = dict(d)
+        kw["protocol"] = d.get("protocol") or ("folds" if d.get("dataset") else "random-splits")
+        if kw["protocol"] not in PROTOCOLS:
+            raise _fail("data", f"protocol must be one of {list(PROTOCOLS)}, got {kw['protocol']!r}")
+        if kw["protocol"] == "folds" and not d.get("dataset"):
+            raise _fail(
+                "data", "protocol 'folds' needs a registry dataset; files and synthetic data are split"
+            )
+        if kw["protocol"] == "random-splits" and d.get("folds"):
+            raise _fail("data", "folds apply to protocol 'folds'; random splits pool every query")
         if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
             from ctxrank.data.registry import get_spec
 
@@ -161,11 +178,16 @@ class DataSpec:
 
     @property
     def has_folds(self) -> bool:
-        return bool(self.dataset)
+        """The runs use a registry dataset's published folds."""
+        return bool(self.dataset) and self.protocol in ("", "folds")
 
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
-        if not self.dataset:
+        if not self.has_folds:
+            if self.dataset:
+                from ctxrank.data.registry import get_spec
+
+                get_spec(self.dataset)  # an unknown dataset fails now
             return (0,)
         from ctxrank.data.registry import get_spec
 
@@ -178,15 +200,23 @@ class DataSpec:
 
     def describe(self) -> str:
         if self.dataset:
-            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "")
+            pooled = (
+                "" if self.has_folds else f", every query pooled, random {_split_text(self.split)} splits"
+            )
+            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "") + pooled
         if self.synth:
             return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
         return self.file
 
 
+def _split_text(split: Sequence[float]) -> str:
+    return "/".join(f"{x * 100:g}" for x in split)
+
+
 def split_protocol(data: DataSpec) -> str:
     """``"folds"`` (a registry dataset's published folds) or ``"random-splits"`` (one random query split
-    per run); it decides the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
+    per run: files, synthetic data, or a dataset with ``[data] protocol = "random-splits"``); it decides
+    the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
     return "folds" if data.has_folds else "random-splits"
 
 
@@ -326,8 +356,11 @@ class ExperimentSpec:
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
+        data = dataclasses.asdict(self.data)
+        if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
+            del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
         key = {
-            "data": dataclasses.asdict(self.data),
+            "data": data,
             "models": self.models,
             "initial": self.initial,
             "top_k": self.top_k,
