@@ -504,3 +504,40 @@ def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_
     md = (tmp_path / "out" / "table.md").read_text()
     assert "hyperparameters chosen per run on the validation split" in md
     assert '| train.lr = 1e-07, model_params.hidden = [4] |' in md
+
+
+# --------------------------------------------------------------- random splits of a dataset (issue 19)
+def test_random_splits_protocol_pools_every_query_of_a_dataset():
+    from ctxrank.experiments.spec import split_protocol
+
+    spec = load_spec("qilcm-table2", ["data.protocol=random-splits", "runs.count=3"])
+    assert split_protocol(spec.data) == "random-splits" and spec.report.test == "corrected-resampled"
+    assert spec.run_keys() == [(0, 0), (1, 0), (2, 0)]
+    assert load_spec("qilcm-table2-splits").run_keys() == [(s, 0) for s in range(20)]
+    assert load_spec("qilcm-table2-splits").report.test == "corrected-resampled"
+    folds = load_spec("qilcm-table2")
+    assert split_protocol(folds.data) == "folds" and folds.data.protocol == "folds"
+    # the default protocol is not in the fingerprint: experiments stored before it existed resume
+    assert load_spec("qilcm-table2", ["data.protocol=folds"]).fingerprint() == folds.fingerprint()
+    assert spec.fingerprint() != folds.fingerprint()
+    tests, n_total = [], 784  # MQ2008: 784 queries over its 5 folds
+    for seed in (0, 1):
+        unit = runner_mod.load_unit(spec, seed, 0)
+        ids = [set(map(str, d.query_ids)) for d in (unit.train, unit.valid, unit.test)]
+        assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+        assert sum(map(len, ids)) == n_total and abs(len(ids[2]) - 0.2 * n_total) <= 1
+        assert unit.split["seed"] == seed and "pooled" in unit.split
+        tests.append(ids[2])
+    assert tests[0] != tests[1]  # one split per run, from its seed
+    for override, message in [
+        (["data.protocol=random-splits", "data.folds=[1]"], "folds apply to protocol 'folds'"),
+        (["data.protocol=bogus"], "protocol must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_spec("qilcm-table2", override)
+
+
+def test_files_have_only_the_random_splits_protocol(tmp_path):
+    with pytest.raises(ValueError, match="protocol 'folds' needs a registry dataset"):
+        load_spec(_letor_spec(tmp_path), ["data.protocol=folds"])
+    assert load_spec(tmp_path / "tiny.toml").data.protocol == "random-splits"
