@@ -37,7 +37,7 @@ test: dev
 # minutes at 5000 on one core).
 FUZZ_EXAMPLES ?= 5000
 fuzz: dev
-	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz.py -k fuzz_ \
+	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_fuzz_untrusted.py -k fuzz_ \
 		--hypothesis-show-statistics
 
 # Speed benchmarks (issue 9; docs/benchmarks.md), each at the issue's sizes, one after the other, each

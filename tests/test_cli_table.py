@@ -219,7 +219,8 @@ def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path):
     # an empty label column (sessions not yet decided) is not read either
     new.insert(2, "chosen", "")
     new.to_csv(path, index=False)
-    assert main(["predict", "--model", str(qilcm_run), "--data", str(path), "--output", str(scores)]) == 0
+    argv = ["predict", "--model", str(qilcm_run), "--data", str(path), "--output", str(scores)]
+    assert main([*argv, "--overwrite"]) == 0  # scores exists: replacing it is asked for
     np.testing.assert_allclose(np.loadtxt(scores), values, rtol=1e-6, atol=1e-7)
 
 
@@ -323,7 +324,8 @@ def test_evaluate_and_predict_errors(csv_file, mlp_run, tmp_path, capsys):
     assert "is a table: give --label-col COL" in capsys.readouterr().err
     assert main(["evaluate", "--scores", str(scores), "--data", str(csv_file)]) == 2
     assert "give --query-col COL (the query / session id column) and --label-col" in capsys.readouterr().err
-    argv = ["predict", "--model", str(mlp_run), "--dataset", "mq2008", "--query-col", "q", "-o", str(scores)]
+    p = str(tmp_path / "p.txt")
+    argv = ["predict", "--model", str(mlp_run), "--dataset", "mq2008", "--query-col", "q", "-o", p]
     assert main(argv) == 2
     assert "--query-col apply to table files" in capsys.readouterr().err
     letor = ["evaluate", "--model", str(mlp_run), "--data", str(MQ / "S1.txt.gz")]

@@ -222,7 +222,10 @@ def test_classical_baselines_end_to_end(model, params, line, kind, tmp_path, cap
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert line in printed and ("C = 0.01" in printed if model == "ranksvm" else "best round" in printed)
-    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "ctxrank.json", "test_metrics.json"]
+    curves = ["training_curves.png"] if model.startswith("adarank") else []  # AdaRank: metric per round
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["config.toml", "ctxrank.json", "test_metrics.json", *curves]
+    )
     meta = json.loads((out / "ctxrank.json").read_text())
     assert meta["kind"] == kind and meta["n_features"] == 46
     saved = json.loads((out / "test_metrics.json").read_text())["metrics"]
@@ -284,3 +287,79 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
     assert again.to_record() == record
     with pytest.raises(ValueError, match="unknown recorded option"):
         TrainOptions.from_record({**record, "nope": 1})
+
+
+# ------------------------------------------------------------------ outputs the user owns (issue 18)
+ONE_EPOCH = ["--set", "train.max_epochs=1", "--set", "train.threads=1"]
+
+
+@pytest.fixture(scope="module")
+def small_files(tmp_path_factory):
+    from ctxrank.data.synth import write_synthetic_letor
+
+    d = tmp_path_factory.mktemp("small")
+    for i, name in enumerate(("tr", "va")):
+        write_synthetic_letor(d / f"{name}.txt", n_queries=20, list_size=8, n_features=5, seed=i)
+    return ["--train", str(d / "tr.txt"), "--valid", str(d / "va.txt"), "--no-progress"]
+
+
+def test_train_refuses_an_out_directory_of_the_users_files(small_files, tmp_path, capsys):
+    from ctxrank._io import LOCK_FILE
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_text("# my own config\n")
+    (out / "notes.txt").write_text("mine")
+    argv = ["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "holds files that ctxrank did not write (config.toml, notes.txt)" in err and "--overwrite" in err
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt"]  # untouched, no lock left
+    assert (out / "config.toml").read_text() == "# my own config\n"
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "ctxrank.json").is_file()
+    assert not (out / LOCK_FILE).exists()
+
+
+def test_train_overwrite_replaces_a_previous_model_and_nothing_else(small_files, tmp_path, capsys):
+    out = tmp_path / "run"
+    lm = ["--set", "model_params.n_estimators=3"]
+    assert main(["train", "--model", "lambdamart", *small_files, *lm, "--out", str(out)]) == 0
+    (out / "mine.txt").write_text("kept")
+    argv = ["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]
+    assert main(argv) == 2
+    assert "already holds a saved model; choose another --out, or --overwrite" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert "model.txt" not in names and "model.safetensors" in names and "mine.txt" in names
+    assert json.loads((out / "ctxrank.json").read_text())["model"] == "listnet"
+    assert main(["train", "--resume", str(out), "--overwrite"]) == 2
+    assert "--overwrite starts a new run" in capsys.readouterr().err
+
+
+def test_a_second_train_on_one_out_directory_is_refused_naming_the_holder(small_files, tmp_path, capsys):
+    import os
+
+    from ctxrank._io import lock_directory
+
+    out = tmp_path / "busy"
+    with lock_directory(out):  # stands for a `ctxrank train --out busy` still running
+        assert main(["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{out} is locked" in err and f"pid {os.getpid()}" in err
+        assert (
+            main(["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out), "--overwrite"])
+            == 2
+        )
+    assert not out.exists()
+
+
+def test_predict_refuses_an_existing_scores_file_unless_overwrite(trained, tmp_path, capsys):
+    out = tmp_path / "scores.txt"
+    out.write_text("my scores\n")
+    argv = ["predict", "--model", str(trained), "--data", str(MQ / "S5.txt.gz"), "--output", str(out)]
+    assert main(argv) == 2
+    assert f"--output {out} exists; give --overwrite to replace it" in capsys.readouterr().err
+    assert out.read_text() == "my scores\n"
+    assert main([*argv, "--overwrite"]) == 0
+    assert np.loadtxt(out).shape == (read_letor(MQ / "S5.txt.gz").n_items,)

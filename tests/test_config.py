@@ -97,3 +97,39 @@ def test_rerank_section_and_nested_overrides(tmp_path):
 def test_bad_rerank_values(override, message):
     with pytest.raises(ValueError, match=message):
         resolve_config(None, [override])
+
+
+# ------------------------------------------------------------------- typos are errors (issue 18)
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model=lambdamart", "train.max_epochs=2"],
+            "train.max_epochs: lambdamart is a baseline and does not",
+        ),
+        (["model=adarank-map", "train.lr=0.1", "train.patience=3"], "train.lr, train.patience: adarank-map"),
+        (
+            ["model=ranksvm", "train.device=auto"],
+            "of [train] it reads train.seed, train.threads, train.no_rel",
+        ),
+        (
+            ["model=lambdamart", "model_params.num_leavs=31"],
+            "unknown LightGBM parameter 'num_leavs'; did you",
+        ),
+        (["model=lambdamart", "model_params.num_leaf=31"], "is LambdaMART's named parameter 'num_leaves'"),
+    ],
+)
+def test_settings_a_baseline_would_ignore_are_errors(overrides, message):
+    with pytest.raises(ValueError) as info:
+        resolve_config(None, overrides)
+    assert message in str(info.value)
+
+
+def test_settings_a_baseline_reads_are_accepted():
+    c = resolve_config(None, ["model=lambdamart", "train.seed=3", "train.threads=2", "train.no_relevant=1"])
+    assert (c.train.seed, c.train.threads) == (3, 2)
+    c = resolve_config(
+        None, ["model=lambdamart", "model_params.max_bin=63", "model_params.lambdarank_norm=false"]
+    )
+    assert c.model_params["max_bin"] == 63  # LightGBM's own parameter names and aliases pass
+    assert resolve_config(None, ["model=lambdamart", "model_params.max_bins=63"]).model == "lambdamart"

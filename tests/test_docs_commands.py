@@ -317,6 +317,10 @@ DEMO = (
 )
 
 
+#: docs/tuning.md: two trials of one epoch each
+TUNE = ("--trials", "2", "--set", "train.max_epochs=1")
+
+
 def same_as_documented(out: str, ws: Path, step: Step) -> None:
     assert step.output, f"{step.where}: no documented output to compare with"
     assert out.rstrip("\n").split("\n") == [x.rstrip() for x in step.output]
@@ -460,12 +464,20 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--label-col chosen --categorical airline,cabin --out runs/d": Run(
         EPOCH1, files=("tr.parquet", "va.parquet", "te.parquet")
     ),
-    "ctxrank predict --model runs/q --data new_sessions.csv --output scores.txt": Run(
+    "ctxrank predict --model runs/q --data new_sessions.csv --output new_scores.txt": Run(
         files=("new_sessions.csv",)
     ),
     "ctxrank evaluate --model runs/q --data test.csv --metrics p@1,p@5,ndcg@10,mrr": Run(files=("test.csv",)),
-    "ctxrank evaluate --scores scores.txt --data new_sessions.csv --query-col session "
+    "ctxrank evaluate --scores new_scores.txt --data new_sessions.csv --query-col session "
     "--label-col chosen": Run(),
+    # docs/tuning.md
+    "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 50 --out runs/tune-qilcm": Run(TUNE),
+    "ctxrank train --config runs/tune-qilcm/best.toml --dataset mq2008 --fold 1 --out runs/qilcm-tuned": Run(
+        EPOCH1
+    ),
+    "ctxrank tune --model lambdamart --dataset mq2008 --fold 1 --trials 20 --out runs/tune-lm": Run(TUNE),
+    "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 25 --storage sqlite:///runs/studies.db "
+    "--study-name qilcm-f1 --out runs/tune-q": Run(TUNE),
     "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 "
     "--out run": Elsewhere(
         "tests/test_distributed.py::test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batch"
@@ -512,6 +524,10 @@ def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
     elif command == "synth":
         path = ws / _opt(argv, "--out")
         assert path.is_file() and _rows(path) > 0
+    elif command == "tune":
+        for f in ("tune.json", "trials.csv", "best.toml"):
+            assert (ws / _opt(argv, "--out") / f).is_file(), f"no {f}"
+        assert "best: trial" in out
     elif command == "export":
         assert (ws / _opt(argv, "--out")).stat().st_size > 0 and out.startswith("wrote ")
     elif command in ("experiment", "demo") and "--shard" not in argv:

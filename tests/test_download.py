@@ -353,3 +353,15 @@ def test_extract_does_not_follow_links_already_in_the_target(tmp_path):
     extract(archive, out)
     assert list(outside.iterdir()) == []
     assert (out / "d" / "f.txt").read_text() == "data" and not (out / "d").is_symlink()
+
+
+def test_an_empty_sha256_is_refused_not_replaced_by_the_registrys(tmp_path, monkeypatch):
+    """``sha256=""`` is a mistake, not "the registry's digest" (issue 18: no ``x or default``)."""
+    import ctxrank.data.download as dl
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("nothing may be fetched")
+
+    monkeypatch.setattr(dl.urllib.request, "urlopen", no_network)
+    with pytest.raises(ValueError, match="sha256 must be 64 hexadecimal digits, got ''"):
+        dl.download_dataset("mslr-web10k", root=tmp_path, sha256="", progress=False)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -436,11 +437,16 @@ def test_grid_spec_points_errors_and_fingerprint(tmp_path):
     other = load_spec(_letor_spec(tmp_path, runs=1, models=GRID_MODELS), ["models.mlp.grid.train.lr=[0.05]"])
     assert other.fingerprint() != spec.fingerprint()
     assert load_spec(tmp_path / "tiny.toml", ["models.mlp.grid={}"]).grids == {}
+    assert load_spec(tmp_path / "tiny.toml", ["models.mlp.grid={}", "tune.trials=2"]).tune is not None
     for override, message in [
         ("models.mlp.grid.train.lr=[]", "train.lr must be a non-empty list"),
         ("models.mlp.grid.train.lr=[-1.0]", r"models.mlp \(grid point .*train.lr"),
         ("models.mlp.grid.model_params.nope=[1]", "nope"),
         ("defaults.grid.train.lr=[1.0]", "grids are per model"),
+        (
+            "tune.trials=2",
+            r"\[tune\] and a model's validation grid .* are exclusive; models with a grid: \['mlp'\]",
+        ),
     ]:
         with pytest.raises(ValueError, match=message):
             load_spec(tmp_path / "tiny.toml", [override])
@@ -503,7 +509,7 @@ def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_
     assert res["grid"]["mlp"]["times_chosen"] and sum(res["grid"]["mlp"]["times_chosen"]) == 2
     md = (tmp_path / "out" / "table.md").read_text()
     assert "hyperparameters chosen per run on the validation split" in md
-    assert '| train.lr = 1e-07, model_params.hidden = [4] |' in md
+    assert "| train.lr = 1e-07, model_params.hidden = [4] |" in md
 
 
 # --------------------------------------------------------------- random splits of a dataset (issue 19)
@@ -541,3 +547,90 @@ def test_files_have_only_the_random_splits_protocol(tmp_path):
     with pytest.raises(ValueError, match="protocol 'folds' needs a registry dataset"):
         load_spec(_letor_spec(tmp_path), ["data.protocol=folds"])
     assert load_spec(tmp_path / "tiny.toml").data.protocol == "random-splits"
+
+
+# ------------------------------------------------------------------ outputs the user owns (issue 18)
+TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": f'model = "mnl"\n{FAST_NEURAL}'}
+
+
+def test_experiment_out_of_the_users_files_is_refused_unless_overwrite(tmp_path, capsys):
+    path = _letor_spec(tmp_path, runs=1, models=TWO_MODELS)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "table.md").write_text("my table")
+    argv = ["experiment", str(path), "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    assert "holds files that ctxrank did not write (table.md)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["table.md"]  # nothing written, no lock left
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "experiment.json").is_file() and (out / "table.md").read_text() != "my table"
+    orphans = [out / ".results.json.k1ll3d00.tmp", out / "runs" / "mnl" / ".seed0-fold0.json.abcd_123.tmp"]
+    for p in orphans:  # left by writes that were killed
+        p.write_text("{")
+    assert main([*argv, "--report-only"]) == 0
+    assert not any(p.exists() for p in orphans)
+
+
+def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_path, capsys):
+    from ctxrank._io import lock_directory
+
+    path = _letor_spec(tmp_path, runs=1, models=TWO_MODELS)
+    out = tmp_path / "out"
+    other = load_spec(path, ["models.mnl.train.max_epochs=1"])  # a different experiment
+    with lock_directory(out, key=other.fingerprint(), what="experiment"):  # stands for its process
+        assert main(["experiment", str(path), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"{out} is locked: another experiment with a different specification" in err
+        assert not (out / "experiment.json").exists()
+    with lock_directory(out, key=load_spec(path).fingerprint(), what="experiment"):  # a shard of this one
+        assert main(["experiment", str(path), "--out", str(out), "--no-progress", "--shard", "1/2"]) == 0
+
+
+@pytest.mark.parametrize("name", ["tiny\n", "mnl\n"])
+def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
+    """``$`` matches before a final newline: names are checked with a full match (issue 18)."""
+    models = {"lambdamart": 'model = "lambdamart"', name: 'model = "mnl"'}
+    with pytest.raises(ValueError, match="names a directory in the output"):
+        load_spec(_letor_spec(tmp_path, models=dict(reversed(models.items()))))
+    with pytest.raises(ValueError, match="names a directory in the output"):
+        load_spec(_letor_spec(tmp_path), [f"name={json.dumps(name)}"])
+
+
+def test_set_on_a_model_the_spec_does_not_have_is_an_error(tmp_path):
+    path = _letor_spec(tmp_path)
+    with pytest.raises(ValueError) as info:
+        load_spec(path, ["models.mlpp.train.max_epochs=2"])
+    assert (
+        "--set models.mlpp.train.max_epochs: the spec has no model 'mlpp' "
+        "(its models: lambdamart, listnet, mnl)" in str(info.value)
+    )
+    added = load_spec(path, ["models.mlp2.model=mlp", "models.mlp2.train.max_epochs=2"])  # explicit
+    assert added.models["mlp2"]["model"] == "mlp" and "mlp2" in added.run_names()
+    assert "mlp2" in load_spec(path, ['models.mlp2={model = "mlp"}']).models
+
+
+def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.01", "defaults.train.no_relevant=1"])
+    assert spec.models["listnet"]["train"]["lr"] == 0.01
+    assert spec.models["lambdamart"]["train"] == {"no_relevant": 1}
+    with pytest.raises(ValueError, match=r"train\.max_epochs: lambdamart is a baseline"):
+        load_spec(_letor_spec(tmp_path), ["models.lambdamart.train.max_epochs=1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ('name=""', "name is required"),  # an empty name is refused, not replaced by the file's stem
+        ('report.target=""', "target '' is not one of the models"),  # not replaced by the default
+        ("data.folds=[0]", "folds must be an integer >= 1, got 0"),
+    ],
+)
+def test_empty_or_out_of_range_spec_values_are_errors_not_defaults(tmp_path, override, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_spec(_letor_spec(tmp_path), [override])
+
+
+@pytest.mark.parametrize("folds", ["[0]", "[6]"])
+def test_folds_out_of_range_are_errors_in_the_experiment_command(folds, capsys):
+    assert main(["experiment", "demo", "--set", f"data.folds={folds}", "--runs", "1"]) == 2
+    assert "folds" in capsys.readouterr().err

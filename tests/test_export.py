@@ -88,7 +88,7 @@ def saved(tmp_path_factory, data):
             out = tmp_path_factory.mktemp("models") / name
             sets = [
                 f"model={name}",
-                "train.max_epochs=1",
+                *(() if name == "lambdamart" else ("train.max_epochs=1",)),  # a baseline has no epochs
                 "train.threads=1",
                 *SMALL.get(name, ()),
                 *overrides,
@@ -428,3 +428,15 @@ def test_onnx_errors_are_clear(saved, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"needs the onnx package: pip install 'ctxrank\[export\]'"):
         export_model(model_dir, "onnx", tmp_path / "m.onnx")
     assert not list(tmp_path.iterdir())
+
+
+def test_cli_export_refuses_an_existing_file_unless_overwrite(saved, tmp_path, capsys):
+    model_dir, out = saved("mlp"), tmp_path / "mine.pt"
+    out.write_bytes(b"the user's file")
+    argv = ["export", "--model", str(model_dir), "--format", "torchscript", "--out", str(out)]
+    assert main(argv) == 2
+    assert f"--out {out} exists; give --overwrite to replace it" in capsys.readouterr().err
+    assert out.read_bytes() == b"the user's file"
+    assert main([*argv, "--overwrite"]) == 0 and out.read_bytes() != b"the user's file"
+    assert main([*argv[:-1], str(tmp_path), "--overwrite"]) == 2  # a directory is never replaced
+    assert "is a directory" in capsys.readouterr().err

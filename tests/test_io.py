@@ -48,3 +48,78 @@ def test_dumps_is_strict_json():
     assert json.loads(text, parse_constant=refuse) == {
         "nan": None, "inf": None, "np": 0.5, "arr": [1.0, None], "tuple": [1, 2], "int": 3
     }
+
+
+# ------------------------------------------------------------------------------- output directories
+def test_a_second_writer_of_a_directory_is_refused_naming_the_holder(tmp_path):
+    from ctxrank._io import LOCK_FILE, lock_directory
+
+    d = tmp_path / "out"
+    with lock_directory(d) as held:
+        assert held.first and (d / LOCK_FILE).is_file()
+        for key in (None, "spec-a"):
+            with pytest.raises(ValueError, match=rf"{d} is locked: .*pid {os.getpid()}"):
+                lock_directory(d, key=key)
+    assert not d.exists()  # the lock made the directory and nothing was written: nothing is left
+    lock_directory(d).release()  # free again
+
+
+def test_processes_of_one_key_share_a_directory_and_another_key_is_refused(tmp_path):
+    from ctxrank._io import LOCK_FILE, lock_directory
+
+    first = lock_directory(tmp_path, key="spec-a")
+    second = lock_directory(tmp_path, key="spec-a")  # another shard of the same experiment
+    assert first.first and not second.first
+    with pytest.raises(ValueError, match="different specification"):
+        lock_directory(tmp_path, key="spec-b")
+    with pytest.raises(ValueError, match="is locked"):
+        lock_directory(tmp_path)
+    first.release()
+    with pytest.raises(ValueError, match="different specification"):
+        lock_directory(tmp_path, key="spec-b")  # the second shard still holds it
+    second.release()
+    assert not (tmp_path / LOCK_FILE).exists()
+    lock_directory(tmp_path, key="spec-b").release()
+
+
+def test_a_lock_in_another_process_is_seen(tmp_path):
+    import subprocess
+    import sys
+
+    from ctxrank._io import lock_directory
+
+    code = (
+        "import sys, time; from ctxrank._io import lock_directory; "
+        "l = lock_directory(sys.argv[1]); print('ok', flush=True); time.sleep(60)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ok"
+        with pytest.raises(ValueError, match=rf"pid {proc.pid}\b"):
+            lock_directory(tmp_path)
+    finally:
+        proc.kill()
+        proc.wait()
+    lock_directory(tmp_path).release()  # a killed holder's lock is gone with it
+
+
+def test_orphaned_temporary_files_are_removed_by_the_first_holder_only(tmp_path):
+    from ctxrank._io import lock_directory
+
+    (tmp_path / "runs" / "m").mkdir(parents=True)
+    orphans = [
+        tmp_path / ".results.json.ab_c1234.tmp",
+        tmp_path / "runs" / "m" / ".seed0-fold1.json.zz99yy00.tmp",
+    ]
+    kept = [tmp_path / "notes.tmp", tmp_path / ".x.tmp", tmp_path / "a.json"]
+    for p in [*orphans, *kept]:
+        p.write_text("x")
+    with lock_directory(tmp_path, key="k"):
+        assert not any(p.exists() for p in orphans) and all(p.exists() for p in kept)
+        late = tmp_path / ".table.md.abcdefgh.tmp"  # another shard's write in progress
+        late.write_text("x")
+        with lock_directory(tmp_path, key="k"):
+            assert late.exists()

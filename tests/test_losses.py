@@ -12,12 +12,16 @@ from torch.profiler import ProfilerActivity, profile
 
 from ctxrank.losses import (
     LOSSES,
+    approxndcg,
     attrank,
     chamfer_block_shape,
     chamfer_confusion,
     get_loss,
+    lambdaloss,
     listmle,
     listnet,
+    neuralndcg,
+    ranknet,
     softrank,
     softrank_rank_distribution,
 )
@@ -29,6 +33,14 @@ _VARIANTS = {
     "listnet": [{"label_transform": "identity", "temperature": 0.5}, {"label_transform": "exp2"}],
     "attrank": [{"form": "dlcm"}, {"form": "dlcm_code"}],
     "softrank": [{"k": 3, "gain": "linear", "sigma": 0.5}],
+    "ranknet": [{"sigma": 2.5}],
+    "lambdaloss": [{"mu": 0.0, "gain": "linear", "sigma": 0.5}],
+    "approxndcg": [{"alpha": 1.0, "gain": "linear"}],
+    "neuralndcg": [
+        {"transposed": True},
+        {"tau": 0.3, "k": 3, "gain": "linear", "sinkhorn_iters": 7},
+        {"transposed": True, "k": 2, "sinkhorn_iters": 0},
+    ],
 }
 CASES = [(name, {}) for name in LOSSES] + [
     (name, kw) for name, kws in _VARIANTS.items() if name in LOSSES for kw in kws
@@ -73,7 +85,9 @@ def grad_of(fn, scores):
 def test_get_loss():
     for name, fn in LOSSES.items():
         assert get_loss(name) is fn
-    with pytest.raises(ValueError, match=r"unknown loss 'nope'; valid names: \['attrank', 'listmle'"):
+    with pytest.raises(
+        ValueError, match=r"unknown loss 'nope'; valid names: \['approxndcg', 'attrank', 'lambdaloss'"
+    ):
         get_loss("nope")
     with pytest.raises(TypeError, match="loss name must be a str"):
         get_loss(None)
@@ -222,6 +236,61 @@ def test_nan_is_never_hidden(name, kw):
     value = call(name, scores, labels, mask, kw, reduction="none")
     assert torch.isnan(value[:2]).all() and torch.isfinite(value[2])
     assert torch.isnan(call(name, scores, labels, mask, kw))
+
+
+@cases
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_single_item_lists_are_zero(name, kw, dtype):
+    """A one-item list is ranked perfectly: every loss is 0 there, with a zero gradient."""
+    scores = torch.tensor([[3.0, 0.0], [-2.0, 0.0], [1e4, 0.0]], dtype=dtype)
+    labels = torch.tensor([[2.0, 0.0], [1.0, 5.0], [4.0, 0.0]], dtype=dtype)
+    mask = torch.tensor([[True, False], [True, False], [True, False]])
+    value, grad = grad_of(lambda s: call(name, s, labels, mask, kw, reduction="none"), scores)
+    assert torch.isfinite(value).all() and torch.isfinite(grad).all()
+    torch.testing.assert_close(value, torch.zeros_like(value), rtol=0, atol=1e-6)
+    torch.testing.assert_close(grad, torch.zeros_like(grad), rtol=0, atol=1e-6)
+
+
+def _linear_options(name, kw):
+    """``kw`` with the linear gain / identity label transform where the loss has that option."""
+    params = inspect.signature(LOSSES[name]).parameters
+    out = dict(kw)
+    if "gain" in params:
+        out["gain"] = "linear"
+    if "label_transform" in params and kw.get("label_transform") == "exp2":
+        out["label_transform"] = "identity"
+    return out
+
+
+@cases
+def test_large_labels_are_finite(name, kw):
+    """Labels up to 1e3 (e.g. click counts) in float32: finite values and gradients with a linear gain."""
+    scores, labels, mask = batch(seed=14, B=4, L=6, dtype=torch.float32)
+    labels = labels * 250.0  # grades 0..4 -> 0..1000
+    opts = _linear_options(name, kw)
+    value, grad = grad_of(lambda s: call(name, s, labels, mask, opts, reduction="none"), scores)
+    assert torch.isfinite(value).all(), value
+    assert torch.isfinite(grad).all()
+
+
+def test_new_loss_option_errors():
+    s, y, m = batch(seed=15)
+    with pytest.raises(ValueError, match="sigma must be a positive number"):
+        ranknet(s, y, m, sigma=0.0)
+    with pytest.raises(ValueError, match="mu must be a number >= 0"):
+        lambdaloss(s, y, m, mu=-1.0)
+    with pytest.raises(ValueError, match=r"gain must be one of \['exp2', 'linear'\]"):
+        lambdaloss(s, y, m, gain="exp")
+    with pytest.raises(ValueError, match="alpha must be a positive number"):
+        approxndcg(s, y, m, alpha=float("inf"))
+    with pytest.raises(ValueError, match="tau must be a positive number"):
+        neuralndcg(s, y, m, tau=0)
+    with pytest.raises(ValueError, match="sinkhorn_iters must be an integer >= 0"):
+        neuralndcg(s, y, m, sinkhorn_iters=-1)
+    with pytest.raises(ValueError, match="transposed must be true or false"):
+        neuralndcg(s, y, m, transposed="yes")
+    with pytest.raises(ValueError, match="k must be a positive integer or None"):
+        neuralndcg(s, y, m, k=0)
 
 
 @cases
@@ -408,6 +477,199 @@ def test_softrank_rank_distribution_sums_to_one():
     assert torch.equal(dist[beyond.expand_as(dist)], torch.zeros_like(dist[beyond.expand_as(dist)]))
     # truncation keeps the first ranks exactly
     torch.testing.assert_close(softrank_rank_distribution(scores, mask, 0.3, max_rank=3), dist[..., :3])
+
+
+# ----------------------------------------------------------------------------------------------------
+# RankNet, LambdaLoss, ApproxNDCG, NeuralNDCG: the formulas as explicit loops over items and pairs
+# ----------------------------------------------------------------------------------------------------
+
+S6 = [0.3, -1.2, 2.0, 0.7, 0.05, 1.1]
+Y6 = [1.0, 3.0, 0.0, 2.0, 1.0, 0.0]
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def gain_of(y, gain):
+    return 2.0**y - 1.0 if gain == "exp2" else y
+
+
+def ideal_dcg(labels, gain, k=None):
+    ordered = sorted(labels, reverse=True)[: len(labels) if k is None else k]
+    return sum(gain_of(v, gain) / math.log2(r + 2) for r, v in enumerate(ordered))
+
+
+def ranks_by_score(scores):
+    """1-based rank of every item, by descending score (the oracles use tie-free scores)."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return {item: pos + 1 for pos, item in enumerate(order)}
+
+
+def ranknet_loop(s, y, sigma):
+    total = 0.0
+    for i in range(len(s)):
+        for j in range(len(s)):
+            if y[i] > y[j]:
+                total += -math.log(sigmoid(sigma * (s[i] - s[j])))
+    return total
+
+
+def lambdaloss_loop(s, y, sigma, mu, gain):
+    """NDCG-Loss2++ with hard ranks: -sum_{y_i > y_j} (rho_ij + mu delta_ij) |G_i - G_j| log2 P_ij."""
+    r = ranks_by_score(s)
+    idcg = ideal_dcg(y, gain)
+
+    def D(x):
+        return math.log2(1 + x)
+
+    total = 0.0
+    for i in range(len(s)):
+        for j in range(len(s)):
+            if y[i] <= y[j]:
+                continue
+            G_gap = abs(gain_of(y[i], gain) - gain_of(y[j], gain)) / idcg
+            rho = abs(1 / D(r[i]) - 1 / D(r[j]))
+            gap = abs(r[i] - r[j])
+            delta = abs(1 / D(gap) - 1 / D(gap + 1))
+            total -= (rho + mu * delta) * G_gap * math.log2(sigmoid(sigma * (s[i] - s[j])))
+    return total
+
+
+def approxndcg_loop(s, y, alpha, gain):
+    dcg = 0.0
+    for x in range(len(s)):
+        rank = 1.0 + sum(sigmoid(alpha * (s[z] - s[x])) for z in range(len(s)) if z != x)
+        dcg += gain_of(y[x], gain) / math.log2(1 + rank)
+    return 1.0 - dcg / ideal_dcg(y, gain)
+
+
+def neuralsort_loop(s, tau, iters, transposed):
+    """NeuralSort P[i][j] (rank i, item j) by loops, then Sinkhorn (columns, rows) in plain floats."""
+    n = len(s)
+    P = []
+    for i in range(1, n + 1):
+        logits = [((n + 1 - 2 * i) * s[j] - sum(abs(s[j] - s[k]) for k in range(n))) / tau for j in range(n)]
+        top = max(logits)
+        z = sum(math.exp(v - top) for v in logits)
+        P.append([math.exp(v - top) / z for v in logits])
+    M = [list(col) for col in zip(*P, strict=True)] if transposed else P
+    for _ in range(iters):
+        for c in range(n):  # columns
+            tot = sum(M[r][c] for r in range(n))
+            for r in range(n):
+                M[r][c] /= tot
+        for r in range(n):  # rows
+            tot = sum(M[r])
+            M[r] = [v / tot for v in M[r]]
+    return M  # ranks x items, or items x ranks when transposed
+
+
+def neuralndcg_loop(s, y, tau, k, gain, transposed, iters):
+    n = len(s)
+    cut = n if k is None else k
+
+    def d(rank):
+        return 1.0 / math.log2(rank + 1) if rank <= cut else 0.0
+
+    M = neuralsort_loop(s, tau, iters, transposed)
+    if transposed:
+        dcg = sum(gain_of(y[j], gain) * sum(M[j][i] * d(i + 1) for i in range(n)) for j in range(n))
+    else:
+        dcg = sum(d(i + 1) * sum(M[i][j] * gain_of(y[j], gain) for j in range(n)) for i in range(n))
+    return 1.0 - dcg / ideal_dcg(y, gain, k)
+
+
+def padded(values, fill):
+    """``values`` with one padded item inside and one at the end (mask returned too)."""
+    row = [*values[:2], fill, *values[2:], fill]
+    mask = torch.tensor([[True, True, False] + [True] * (len(values) - 2) + [False]])
+    return one(row), mask
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.3])
+def test_ranknet_loop(sigma):
+    expected = ranknet_loop(S6, Y6, sigma)
+    assert ranknet(one(S6), one(Y6), full(6), sigma=sigma).item() == pytest.approx(expected, rel=1e-12)
+    (s, m), (y, _) = padded(S6, 9.0), padded(Y6, 4.0)
+    assert ranknet(s, y, m, sigma=sigma).item() == pytest.approx(expected, rel=1e-12)
+    # all labels equal: no pair, value 0
+    assert ranknet(one(S6), one([2.0] * 6), full(6)).item() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("sigma", "mu", "gain"), [(1.0, 10.0, "exp2"), (0.5, 0.0, "linear"), (2.0, 3.0, "exp2")]
+)
+def test_lambdaloss_loop(sigma, mu, gain):
+    expected = lambdaloss_loop(S6, Y6, sigma, mu, gain)
+    got = lambdaloss(one(S6), one(Y6), full(6), sigma=sigma, mu=mu, gain=gain)
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+    (s, m), (y, _) = padded(S6, 9.0), padded(Y6, 4.0)
+    assert lambdaloss(s, y, m, sigma=sigma, mu=mu, gain=gain).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_lambdaloss_mu0_gradient_is_lambdarank():
+    """mu = 0: the gradient w.r.t. s_i is LambdaRank's lambda, sum_j |dNDCG_ij| (-sigma / ln 2) (1 - P_ij)."""
+    s = torch.tensor([S6], dtype=F64, requires_grad=True)
+    lambdaloss(s, one(Y6), full(6), mu=0.0, sigma=1.0).backward()
+    r = ranks_by_score(S6)
+    idcg = ideal_dcg(Y6, "exp2")
+    expected = [0.0] * 6
+    for i in range(6):
+        for j in range(6):
+            if Y6[i] > Y6[j]:
+                swap = abs(2 ** Y6[i] - 2 ** Y6[j]) * abs(1 / math.log2(1 + r[i]) - 1 / math.log2(1 + r[j]))
+                lam = swap / idcg * (1 - sigmoid(S6[i] - S6[j])) / math.log(2)
+                expected[i] -= lam
+                expected[j] += lam
+    torch.testing.assert_close(s.grad[0], torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(("alpha", "gain"), [(10.0, "exp2"), (1.0, "linear"), (0.3, "exp2")])
+def test_approxndcg_loop(alpha, gain):
+    expected = approxndcg_loop(S6, Y6, alpha, gain)
+    got = approxndcg(one(S6), one(Y6), full(6), alpha=alpha, gain=gain)
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+    (s, m), (y, _) = padded(S6, 9.0), padded(Y6, 4.0)
+    assert approxndcg(s, y, m, alpha=alpha, gain=gain).item() == pytest.approx(expected, rel=1e-12)
+    # a large alpha gives the true NDCG
+    sharp = approxndcg(one(S6), one(Y6), full(6), alpha=1e5).item()
+    assert 1.0 - sharp == pytest.approx(simple_ndcg(S6, Y6), abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("tau", "k", "gain", "transposed", "iters"),
+    [
+        (1.0, None, "exp2", False, 50),
+        (1.0, None, "exp2", True, 50),
+        (0.5, 3, "linear", False, 3),
+        (0.5, 3, "linear", True, 3),
+        (2.0, 2, "exp2", True, 0),
+    ],
+)
+def test_neuralndcg_loop(tau, k, gain, transposed, iters):
+    expected = neuralndcg_loop(S6, Y6, tau, k, gain, transposed, iters)
+    kw = {"tau": tau, "k": k, "gain": gain, "transposed": transposed, "sinkhorn_iters": iters}
+    assert neuralndcg(one(S6), one(Y6), full(6), **kw).item() == pytest.approx(expected, rel=1e-10)
+    (s, m), (y, _) = padded(S6, 9.0), padded(Y6, 4.0)
+    assert neuralndcg(s, y, m, **kw).item() == pytest.approx(expected, rel=1e-10)
+
+
+def test_neuralndcg_limits():
+    # a small temperature gives the hard sort, so the true NDCG@k; both variants
+    for k in (None, 2, 4):
+        for transposed in (False, True):
+            v = neuralndcg(one(S6), one(Y6), full(6), tau=1e-4, k=k, transposed=transposed).item()
+            assert 1.0 - v == pytest.approx(simple_ndcg(S6, Y6, k), abs=1e-9)
+    # the variants differ before Sinkhorn converges and agree after
+    few = [
+        neuralndcg(one(S6), one(Y6), full(6), transposed=t, sinkhorn_iters=1).item() for t in (False, True)
+    ]
+    many = [
+        neuralndcg(one(S6), one(Y6), full(6), transposed=t, sinkhorn_iters=500).item() for t in (False, True)
+    ]
+    assert abs(few[0] - few[1]) > 1e-4
+    assert many[0] == pytest.approx(many[1], abs=1e-9)
 
 
 # ----------------------------------------------------------------------------------------------------

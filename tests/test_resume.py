@@ -132,7 +132,7 @@ def data():
     return make_ranking_data(60, seed=11), make_ranking_data(20, seed=12)
 
 
-def _fit(data, state_dir=None, resume=False, loss=listnet, **train):
+def _fit(data, state_dir=None, resume=False, loss=listnet, log_path=None, **train):
     tr, va = data
     seed_everything(0)
     model = make_model("mlp", tr.n_features, {"hidden": [16], "dropout": 0.2})
@@ -145,6 +145,7 @@ def _fit(data, state_dir=None, resume=False, loss=listnet, **train):
         progress=False,
         state_dir=state_dir,
         resume=resume,
+        log_path=log_path,
     )
     return model, result
 
@@ -390,3 +391,28 @@ def test_a_nan_validation_metric_round_trips_through_the_state(tmp_path):
     state = StateDir(tmp_path).load()
     assert math.isnan(state.best_metric) and math.isnan(state.history[0]["valid_ndcg@10"])
     assert state.history[0]["epoch"] == 1 and state.history[0]["train_loss"] == 0.5
+
+
+def test_a_kill_before_the_first_state_is_committed_logs_each_epoch_once(
+    data, uninterrupted, tmp_path, monkeypatch
+):
+    """Epoch 1 is logged, then the process dies writing its state: the resumed run starts again from
+    epoch 1 and the log holds every epoch once (issue 18)."""
+    ref_model, ref_result, _ = uninterrupted
+    state_dir, log = tmp_path / "resume", tmp_path / "train_log.jsonl"
+    replace = os.replace
+
+    def killed_at_first_manifest(src, dst):
+        if Path(dst).name == STATE_FILE:
+            raise _Killed
+        replace(src, dst)
+
+    with monkeypatch.context() as m, pytest.raises(_Killed):
+        m.setattr(os, "replace", killed_at_first_manifest)
+        _fit(data, state_dir, log_path=log)
+    assert [json.loads(line)["epoch"] for line in log.read_text().splitlines()] == [1]
+    assert StateDir(state_dir).saved_epoch() is None
+    model, result = _fit(data, state_dir, resume=True, log_path=log)
+    assert _same(model, ref_model) and result.resumed_from_epoch is None
+    epochs = [json.loads(line)["epoch"] for line in log.read_text().splitlines()]
+    assert epochs == [h["epoch"] for h in ref_result.history] == list(range(1, len(epochs) + 1))

@@ -1,6 +1,7 @@
 """Feature normalizers: formulas, fit-on-train-only, constant features, finiteness, JSON round trip."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -15,8 +16,10 @@ from ctxrank.data.transforms import (
     GlobalMinMax,
     Log1pZScore,
     QueryMinMax,
+    QueryZScore,
     Transform,
     ZScore,
+    ZScoreLog1p,
     make_transform,
 )
 
@@ -99,6 +102,40 @@ def test_query_minmax_matches_loop_reference():
     assert np.all(out[:, 2] == 0)
 
 
+def test_zscore_log1p_is_dasalc_log1p_after_standardization():
+    """DASALC (Qin et al. 2021): ``sign(z) * log1p(|z|)`` of the z-score with the training statistics."""
+    train, test = random_data(seed=1), random_data(seed=2, scale=30.0)
+    t = ZScoreLog1p().fit(train)
+    x = train.features.astype(np.float64)
+    mean, std = x.mean(0), x.std(0)
+    np.testing.assert_allclose(t.mean_, mean, rtol=1e-12)
+    for row, out in zip(test.features.astype(np.float64), t.transform(test).features, strict=True):
+        for j in range(x.shape[1]):
+            z = 0.0 if j == 2 else (row[j] - mean[j]) / std[j]  # feature 2 is constant
+            assert out[j] == pytest.approx(math.copysign(math.log1p(abs(z)), z), rel=1e-6, abs=1e-7)
+    # the other order (log first) is log1p-zscore: not the same numbers
+    assert not np.allclose(t.transform(test).features, Log1pZScore().fit(train).transform(test).features)
+
+
+def test_query_zscore_by_loops_over_queries():
+    d = random_data(seed=3)
+    out = QueryZScore().transform(d).features  # stateless: no fit needed
+    for q in range(d.n_queries):
+        rows = d.features[d.query_slice(q)].astype(np.float64)
+        for j in range(rows.shape[1]):
+            col = [float(v) for v in rows[:, j]]
+            mean = sum(col) / len(col)
+            std = math.sqrt(sum((v - mean) ** 2 for v in col) / len(col))
+            for i, v in enumerate(col):
+                expected = 0.0 if max(col) == min(col) else (v - mean) / std
+                assert out[d.query_slice(q)][i, j] == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert np.all(out[:, 2] == 0)
+    # nothing is learned: fitting on another split changes nothing
+    np.testing.assert_array_equal(
+        QueryZScore().fit(TRAIN).transform(TEST).features, QueryZScore().transform(TEST).features
+    )
+
+
 def test_query_minmax_ignores_fit_split():
     fitted = QueryMinMax().fit(TRAIN)
     np.testing.assert_array_equal(fitted.transform(TEST).features, QueryMinMax().transform(TEST).features)
@@ -167,7 +204,9 @@ def test_misuse_errors():
         GlobalMinMax(clip="yes")
 
 
-@pytest.mark.parametrize("name", ["minmax", "zscore", "log1p-zscore", "query-minmax"])
+@pytest.mark.parametrize(
+    "name", ["minmax", "zscore", "log1p-zscore", "query-minmax", "zscore-log1p", "query-zscore"]
+)
 def test_non_finite_input_is_an_error_not_hidden(name):
     bad = TRAIN.features.copy()
     bad[1, 2] = np.nan
@@ -175,7 +214,9 @@ def test_non_finite_input_is_an_error_not_hidden(name):
         make_transform(name).fit_transform(TRAIN.with_features(bad))
 
 
-@pytest.mark.parametrize("name", ["minmax", "zscore", "log1p-zscore", "query-minmax"])
+@pytest.mark.parametrize(
+    "name", ["minmax", "zscore", "log1p-zscore", "query-minmax", "zscore-log1p", "query-zscore"]
+)
 def test_row_blocks_give_the_same_result(name, monkeypatch):
     d = random_data(seed=4)
     full = make_transform(name).fit(d).transform(d).features
@@ -221,7 +262,7 @@ def test_list_form_equals_the_transform(name):
     params = t.list_params()
     got = t.normalize_lists(x, mask, params, np)[mask].astype(np.float32)
     np.testing.assert_array_equal(got, t.transform(test).features)
-    if name in ("minmax", "zscore", "log1p-zscore"):
+    if name in ("minmax", "zscore", "log1p-zscore", "zscore-log1p"):
         y = np.random.default_rng(0).uniform(0.1, 0.9, size=(3, test.n_features))
         back = t.normalize_lists(t.raw_lists(y, params, np), np.ones((3,), bool), params, np)
         live = params["scale"] > 0

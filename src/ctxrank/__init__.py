@@ -27,6 +27,21 @@ _EXPORTS = {
     "predict": "ctxrank.training.predict",
     "load_model": "ctxrank.checkpoint",
     "resolve_config": "ctxrank.config",
+    # scikit-learn-compatible estimators (ctxrank.api)
+    "Ranker": "ctxrank.api",
+    "QILCMRanker": "ctxrank.api",
+    "DLCMRanker": "ctxrank.api",
+    "DCMRanker": "ctxrank.api",
+    "ListNetRanker": "ctxrank.api",
+    "MLPRanker": "ctxrank.api",
+    "MNLRanker": "ctxrank.api",
+    "ArsmL2RRanker": "ctxrank.api",
+    "LambdaMARTRanker": "ctxrank.api",
+    "RankSVMRanker": "ctxrank.api",
+    "AdaRankRanker": "ctxrank.api",
+    "RerankPipeline": "ctxrank.api",
+    "ndcg_scorer": "ctxrank.api",
+    "make_ranking_scorer": "ctxrank.api",
 }
 __all__ = ["__version__", *sorted(_EXPORTS)]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

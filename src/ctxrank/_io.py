@@ -4,18 +4,27 @@ Every file ctxrank writes goes through :func:`atomic_write` (temporary file next
 rename), so a killed process never leaves a half-written file under the target name. Every JSON
 document, on disk or on stdout, goes through :func:`dumps`: strict JSON, where NaN and infinities
 become ``null`` (never the ``NaN`` literal that other parsers reject), NumPy scalars and arrays become
-Python numbers and lists, tuples become lists and paths become strings.
+Python numbers and lists, tuples become lists and paths become strings. :func:`lock_directory` gives
+an output directory one writer (or the processes of one experiment) and clears the temporary files of
+killed writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no locks
+    fcntl = None  # type: ignore[assignment]
 
 
 def jsonable(value: Any) -> Any:
@@ -136,3 +145,182 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+# ------------------------------------------------------------------------------- output directories
+LOCK_FILE = ".ctxrank.lock"  #: the lock file ctxrank keeps in every output directory it writes
+#: the temporary files of :func:`atomic_write` (``tempfile.mkstemp``: 8 characters of [a-z0-9_])
+TEMP_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
+def is_ctxrank_temp(name: str) -> bool:
+    """Whether ``name`` is a temporary file of :func:`atomic_write` (``.NAME.XXXXXXXX.tmp``)."""
+    return TEMP_FILE.fullmatch(name) is not None
+
+
+def remove_orphaned_temps(directory: Path) -> list[Path]:
+    """Delete the temporary files that killed writes of :func:`atomic_write` left in ``directory`` and
+    below (only ctxrank's own ``.NAME.XXXXXXXX.tmp`` files); the paths removed. Call it only while
+    holding the directory's lock alone (:func:`lock_directory`): another writer's file would go too."""
+    removed = []
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if is_ctxrank_temp(name):
+                path = Path(root) / name
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+class DirectoryLock:
+    """A lock held on an output directory (:func:`lock_directory`) until :meth:`release` (or the end of
+    a ``with`` block, or the process's exit)."""
+
+    def __init__(self, directory: Path, fd: int | None, *, first: bool, created: bool) -> None:
+        self.directory = directory
+        self.first = first  #: no other process held the lock when it was taken
+        self._fd = fd
+        self._created = created  # lock_directory made the directory
+
+    def release(self) -> None:
+        """Drop the lock; the last holder removes the lock file, and the directory when the lock made
+        it and nothing was written there (a command that failed early leaves nothing behind)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            with _gate(self.directory) as gate:
+                if gate is not None and _try_flock(fd, fcntl.LOCK_EX):  # no other holder
+                    (self.directory / LOCK_FILE).unlink(missing_ok=True)
+                    if self._created and not any(self.directory.iterdir()):
+                        self.directory.rmdir()
+        finally:
+            os.close(fd)  # closing the descriptor drops its flock
+
+    def __enter__(self) -> DirectoryLock:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+
+@contextlib.contextmanager
+def _gate(directory: Path) -> Iterator[int | None]:
+    """A short exclusive ``flock`` on ``directory`` itself (None: the directory was removed)."""
+    try:
+        gate = os.open(directory, os.O_RDONLY)
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        yield None if os.fstat(gate).st_nlink == 0 else gate  # removed while we waited
+    finally:
+        os.close(gate)
+
+
+def lock_directory(directory: str | Path, *, key: str | None = None, what: str = "output") -> DirectoryLock:
+    """Take the lock of output ``directory`` (created if missing) for this process.
+
+    ``key`` None: an exclusive lock (one writer: ``ctxrank train``). A ``key`` (an experiment's spec
+    fingerprint): a lock shared with the processes holding the same key (the shards of one experiment,
+    which coordinate through their run store) and refused to any other. The lock is ``flock`` on
+    ``DIR/.ctxrank.lock``, which also records the holders' pids for the error message; the check and
+    the record are made under a short ``flock`` on the directory itself. The process that takes the
+    lock first (no other holder) removes the temporary files of killed writes
+    (:func:`remove_orphaned_temps`). Where ``fcntl`` does not exist (Windows) nothing is locked.
+
+    Raises:
+        ValueError: another process holds the lock (exclusively, or with another key); the message names
+            the directory and the holders' pids.
+    """
+    directory = Path(directory)
+    if fcntl is None:  # pragma: no cover - Windows
+        directory.mkdir(parents=True, exist_ok=True)
+        return DirectoryLock(directory, None, first=True, created=False)
+    while True:  # again if the directory is removed (by a holder's release) while we wait for it
+        created = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        with _gate(directory) as gate:
+            if gate is None:
+                continue
+            fd, first = _join(directory, key, what)
+            try:
+                if first:  # under the gate: no process of the same key can have started a write yet
+                    remove_orphaned_temps(directory)
+            except BaseException:
+                os.close(fd)
+                raise
+        break
+    return DirectoryLock(directory, fd, first=first, created=created)
+
+
+def _join(directory: Path, key: str | None, what: str) -> tuple[int, bool]:
+    """Under the gate: the lock file's descriptor, locked, and whether no other process held it."""
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        first = _try_flock(fd, fcntl.LOCK_EX)
+        holders = {} if first else _lock_record(fd)
+        if not first and (key is None or holders.get("key") != key or not _try_flock(fd, fcntl.LOCK_SH)):
+            raise ValueError(_busy_text(directory, holders, key, what))
+        pids = [os.getpid()] if first else [*_live(holders.get("pids")), os.getpid()]
+        _write_lock_record(fd, {"key": key, "pids": pids})
+        if first and key is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # let the processes of the same key join
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, first
+
+
+def _try_flock(fd: int, kind: int) -> bool:
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _lock_record(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        record = json.loads(os.read(fd, 1 << 16).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write_lock_record(fd: int, record: dict[str, Any]) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (dumps(record, indent=None) + "\n").encode("utf-8"))
+
+
+def _live(pids: Any) -> list[int]:
+    """The recorded pids whose process still exists (a holder that exited has dropped its lock)."""
+    if not isinstance(pids, list):
+        return []
+    alive = []
+    for pid in pids:
+        if isinstance(pid, int) and pid > 0:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                pass
+            alive.append(pid)
+    return alive
+
+
+def _busy_text(directory: Path, holders: dict[str, Any], key: str | None, what: str) -> str:
+    pids = _live(holders.get("pids"))
+    by = f"pid {', '.join(str(p) for p in pids)}" if pids else "a process whose pid is not recorded"
+    if key is not None and holders.get("key") not in (None, key):
+        how = f"another {what} with a different specification is running there ({by})"
+    else:
+        how = f"another ctxrank process is writing it ({by})"
+    return (
+        f"{directory} is locked: {how}; wait for it to finish, or choose another directory "
+        f"(the lock is {directory / LOCK_FILE}, released when that process exits)"
+    )

@@ -1,37 +1,224 @@
 """The metadata file of a saved model directory, shared by ``checkpoint`` (neural models) and the
-baselines (which save their own directories): its name, its format version and how it is read.
+baselines (which save their own directories): its name, its format version, how it is read, and the
+checks every value read from it passes before anything is allocated from it.
 
 It sits below both, so that ``checkpoint.load_model`` can load every kind of model while the
 baselines never import ``checkpoint``.
+
+A model directory is untrusted input (it may come from anywhere): every file is opened only after
+``os.stat`` / ``os.fstat`` show a regular file of bounded size (a FIFO or a device is refused, never
+read), ``ctxrank.json`` is bounded in size and nesting, and every value taken from it is type- and
+range-checked here, with a one-line ``ValueError`` naming the file and the key.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import reprlib
+import stat
 from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
 META_FILE = "ctxrank.json"
 
+#: the largest ``ctxrank.json`` read (bytes); RankSVM / AdaRank keep their weights in it
+MAX_META_BYTES = 64 * 2**20
+#: the deepest nesting of lists / objects accepted in ``ctxrank.json``
+MAX_META_DEPTH = 32
+#: the largest feature count a saved model may declare (LETOR's ``MAX_FEATURE_INDEX`` is smaller)
+MAX_FEATURES = 2**24
+#: the largest integer option of a model config (a width, a level count, ...)
+MAX_CONFIG_INT = 2**24
+#: the longest list option of a model config (hidden widths, ...)
+MAX_CONFIG_LIST = 64
+#: the largest model weights file read (bytes)
+MAX_WEIGHTS_BYTES = 16 * 2**30
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-standard JSON constant {name}")
+
 
 def read_meta(directory: str | Path) -> dict[str, Any]:
     """``ctxrank.json`` of a model directory (JSON only, never unpickled), checked for its format.
 
     Raises:
-        ValueError: not a model directory, unreadable metadata, another format version.
+        ValueError: not a model directory, not a regular file, larger than ``MAX_META_BYTES``,
+            unreadable or nested deeper than ``MAX_META_DEPTH``, another format version.
     """
     directory = Path(directory)
     path = directory / META_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ValueError(f"{directory}: not a ctxrank model directory (no {META_FILE})")
+    raw = read_regular(path, MAX_META_BYTES, "model metadata")
     try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable model metadata ({exc})") from None
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError(f"{path}: unreadable model metadata (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers, NaN
+        raise ValueError(f"{path}: unreadable model metadata ({_first_line(exc)})") from None
+    if _depth(meta) > MAX_META_DEPTH:
+        raise ValueError(f"{path}: model metadata nested deeper than {MAX_META_DEPTH} levels")
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: unsupported model format "
-            f"{meta.get('format_version') if isinstance(meta, dict) else meta!r}"
-        )
+        found = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{path}: unsupported model format {_short(found)} (expected {FORMAT_VERSION})")
     return meta
+
+
+def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes.
+
+    Checked with ``os.stat`` before opening (a FIFO, socket or device is never opened, so never blocks)
+    and again with ``os.fstat`` on the file opened non-blocking (a file swapped in between is refused).
+
+    Raises:
+        ValueError: missing, not a regular file, too large, unreadable.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+        _check_regular(path, st, max_bytes, what)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        _check_regular(path, st, max_bytes, what)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 2**26))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if os.read(fd, 1):
+            raise ValueError(f"{path}: the {what} grew while it was read")
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _check_regular(path: Path, st: os.stat_result, max_bytes: int, what: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path}: the {what} is not a regular file (a FIFO, device or directory is refused)")
+    if st.st_size > max_bytes:
+        raise ValueError(f"{path}: the {what} is {st.st_size:,} bytes, above the limit of {max_bytes:,}")
+
+
+# ------------------------------------------------------------------------------ typed values
+def meta_int(
+    meta: dict[str, Any], key: str, where: Any, lo: int, hi: int, *, default: Any = ..., name: str = ""
+) -> int:
+    """``meta[key]``, an integer (not a bool) in ``[lo, hi]``; ``default`` when absent (if given)."""
+    value = meta.get(key, default) if isinstance(meta, dict) else None
+    if value is ...:
+        raise ValueError(f"{where}: {name or key!r} is missing from the model metadata")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{where}: {name or key!r} must be an integer in [{lo}, {hi}], got {_short(value)}")
+    return value
+
+
+def meta_bool(meta: dict[str, Any], key: str, where: Any, *, default: Any = ..., name: str = "") -> bool:
+    value = meta.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: {name or key!r} must be true or false, got {_short(value)}")
+    return value
+
+
+def meta_str(meta: dict[str, Any], key: str, where: Any, *, name: str = "", max_len: int = 4096) -> str:
+    value = meta.get(key)
+    if not isinstance(value, str) or not 0 < len(value) <= max_len:
+        raise ValueError(f"{where}: {name or key!r} must be a non-empty string, got {_short(value)}")
+    return value
+
+
+def meta_dict(meta: dict[str, Any], key: str, where: Any, *, name: str = "", optional: bool = False) -> dict:
+    value = meta.get(key)
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {name or key!r} must be a JSON object, got {_short(value)}")
+    return value
+
+
+def meta_strings(
+    meta: dict[str, Any], key: str, where: Any, n: int | None = None, *, name: str = ""
+) -> list[str]:
+    """``meta[key]``: a list of strings (of length ``n`` when given); absent = empty."""
+    value = meta.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where}: {name or key!r} must be a list of strings, got {_short(value)}")
+    if n is not None and value and len(value) != n:
+        raise ValueError(f"{where}: {name or key!r} must name {n} items, got {len(value)}")
+    return value
+
+
+def meta_floats(meta: dict[str, Any], key: str, where: Any, *, max_len: int, name: str = "") -> list[float]:
+    """``meta[key]``: a list of at most ``max_len`` finite numbers."""
+    value = meta.get(key)
+    ok = isinstance(value, list) and len(value) <= max_len
+    ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if not ok or not all(math.isfinite(float(v)) for v in value):
+        raise ValueError(
+            f"{where}: {name or key!r} must be a list of at most {max_len} finite numbers, "
+            f"got {_short(value)}"
+        )
+    return [float(v) for v in value]
+
+
+def check_config_values(values: Any, where: Any, key: str) -> dict[str, Any]:
+    """A model config read from metadata: a flat object of scalars and short lists of scalars, every
+    integer within ``MAX_CONFIG_INT`` (so no option can ask for an unbounded model)."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{where}: {key!r} must be a JSON object, got {_short(values)}")
+    for k, v in values.items():
+        items = v if isinstance(v, list) else [v]
+        if isinstance(v, list) and len(v) > MAX_CONFIG_LIST:
+            raise ValueError(f"{where}: '{key}.{k}' lists {len(v)} values, at most {MAX_CONFIG_LIST} allowed")
+        for item in items:
+            if item is not None and not isinstance(item, bool | int | float | str):
+                raise ValueError(f"{where}: '{key}.{k}' must hold numbers or strings, got {_short(v)}")
+            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_CONFIG_INT:
+                raise ValueError(
+                    f"{where}: '{key}.{k}' = {_short(item)} is above the limit of {MAX_CONFIG_INT:,}"
+                )
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"{where}: '{key}.{k}' must be finite, got {item}")
+    return values
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative: no recursion on hostile input)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if d > MAX_META_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (messages stay one short line)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = reprlib.repr(value).replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """Public form of :func:`_short` for the loaders."""
+    return _short(value, limit)

@@ -18,15 +18,34 @@ dispatches on it.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
+import json
+import math
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ctxrank._io import atomic_write, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
+from ctxrank._modeldir import (
+    FORMAT_VERSION,
+    MAX_CONFIG_LIST,
+    MAX_FEATURES,
+    MAX_WEIGHTS_BYTES,
+    META_FILE,
+    check_config_values,
+    meta_bool,
+    meta_dict,
+    meta_int,
+    meta_str,
+    meta_strings,
+    read_meta,
+    read_regular,
+    short,
+)
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
-from ctxrank.registry import baseline_of_kind, make_model
+from ctxrank.models.residual import Residual
+from ctxrank.registry import MODELS, baseline_of_kind, is_baseline, make_model
+from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
 
@@ -37,6 +56,7 @@ __all__ = [
     "load_model",
     "read_meta",
     "save_checkpoint",
+    "save_ensemble",
     "update_meta",
 ]
 
@@ -97,6 +117,52 @@ def save_checkpoint(
     return directory
 
 
+def save_ensemble(
+    directory: str | Path,
+    config: RunConfig,
+    members: list[str],
+    predictor: Any,
+    summary: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """The directory of a seed ensemble (``ctxrank.training.ensemble``): ``ctxrank.json`` with
+    ``kind = "ensemble"`` naming the member directories inside it (already saved), and ``config.toml``."""
+    import torch
+
+    from ctxrank import __version__
+
+    directory = Path(directory)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "kind": "ensemble",
+        "ctxrank_version": __version__,
+        "torch_version": torch.__version__,
+        "model": config.model,
+        "members": list(members),
+        "n_features": predictor.n_features,
+        "run_config": config.to_dict(),
+        "training": summary,
+    }
+    if extra:
+        clash = sorted(set(extra) & set(meta))
+        if clash:
+            raise ValueError(f"extra metadata may not replace the standard entries {clash}")
+        meta.update(extra)
+    write_json(directory / META_FILE, meta)
+    atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
+    return directory
+
+
+def _load_ensemble(directory: Path, meta: dict[str, Any]) -> EnsemblePredictor:
+    members = meta.get("members")
+    if not isinstance(members, list) or not members:
+        raise ValueError(f"{directory}: an ensemble's ctxrank.json must list its member directories")
+    for name in members:
+        if not isinstance(name, str) or not MEMBER_PATTERN.fullmatch(name):
+            raise ValueError(f"{directory}: member {name!r} is not a member directory name (member-N)")
+    return EnsemblePredictor([load_model(directory / name) for name in members])
+
+
 def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
     """Add JSON-ready ``entries`` to a saved model's ``ctxrank.json`` (atomically), e.g. after a
     baseline wrote its own metadata."""
@@ -109,48 +175,221 @@ def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
 def load_model(directory: str | Path):
     """Rebuild a saved model for inference (``.predict(data)`` on raw, un-normalized data).
 
+    The directory is untrusted input: every value of ``ctxrank.json`` is type- and range-checked before
+    anything is built from it, the safetensors header must describe exactly the tensors of the model
+    the config builds (checked on PyTorch's ``meta`` device, which allocates nothing) before the real
+    model is built, ``rerank.dir`` must name a directory inside this one holding a model that does not
+    re-rank itself, and only regular files are read (see ``_modeldir`` and SECURITY.md).
+
     Raises:
-        ValueError: not a model directory, unknown format or model, weights that do not fit the model.
+        ValueError: not a model directory, unknown format or model, metadata out of range, weights
+            that do not fit the model; one line naming the file and the key.
     """
-    directory = Path(directory)
+    return _load(Path(directory), nested=False)
+
+
+def _load(directory: Path, *, nested: bool):
     meta = read_meta(directory)
+    where = directory / META_FILE
     kind = meta.get("kind")
-    baseline = baseline_of_kind(kind)  # lightgbm, ranksvm, adarank
+    if meta.get("table") is not None:
+        _check_table(where, meta["table"])
+    baseline = baseline_of_kind(kind) if isinstance(kind, str) else None  # lightgbm, ranksvm, adarank
     if baseline is not None:
         return baseline.load(directory)
+    if kind == "ensemble":
+        return _load_ensemble(directory, meta)
+    if kind != "torch":
+        raise ValueError(
+            f"{where}: unknown model kind {short(kind)} (expected torch, lightgbm, ranksvm or adarank)"
+        )
+    predictor = _load_torch(directory, meta)
+    rerank = meta.get("rerank")
+    if rerank is None:
+        return predictor
+    if nested:
+        raise ValueError(
+            f"{where}: 'rerank': the initial ranker of a re-ranking model may not re-rank itself "
+            "(rerank.dir nests at most one level)"
+        )
+    rerank = _rerank_meta(where, rerank)
+    initial = _load(_inside(directory, rerank["dir"]), nested=True)
+    extra = int(rerank["rank_feature"]) + int(rerank["score_feature"])
+    if int(initial.n_features) + extra != predictor.n_features:
+        raise ValueError(
+            f"{where}: 'n_features' is {predictor.n_features} but the initial ranker in 'rerank.dir' reads "
+            f"{initial.n_features} features (+ {extra} rank/score feature(s))"
+        )
+    return RerankPredictor(initial, predictor, rerank)
 
+
+def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
+    """A neural model: metadata checked, weights header matched on the meta device, then built."""
     import safetensors
     import safetensors.torch
+    import torch
 
-    if kind != "torch":
-        raise ValueError(f"{directory}: unknown model kind {kind!r}")
-    config = RunConfig.from_dict(meta["run_config"])
-    model = make_model(
-        meta["model"],
-        int(meta["n_features"]),
-        meta["model_config"],
-        categorical_cardinalities=meta.get("categorical_cardinalities", ()),
-    )
+    where = directory / META_FILE
+    name = meta_str(meta, "model", where)
+    if name not in MODELS or is_baseline(name):
+        raise ValueError(f"{where}: 'model' {short(name)} is not a neural model; valid: {', '.join(MODELS)}")
+    n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
+    meta_strings(meta, "feature_names", where, n_features)
+    params = check_config_values(meta.get("model_config"), where, "model_config")
+    cards = meta.get("categorical_cardinalities", [])
+    if not isinstance(cards, list) or len(cards) > MAX_CONFIG_LIST * 64:
+        raise ValueError(f"{where}: 'categorical_cardinalities' must be a list, got {short(cards)}")
+    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    try:
+        config = RunConfig.from_dict(meta_dict(meta, "run_config", where))
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{where}: 'run_config': {_one_line(exc)}") from None
+    transform = _transform(where, meta, n_features)
     weights = directory / WEIGHTS_FILE
+    data = read_regular(weights, MAX_WEIGHTS_BYTES, "weights file")
+    header = _safetensors_header(weights, data)
     try:
-        state = safetensors.torch.load_file(str(weights))
+        with torch.device("meta"):  # shapes only: a config asking for 4 TB allocates nothing here
+            skeleton = _build(name, n_features, params, cards, config)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
+        raise ValueError(f"{where}: 'model_config': {_one_line(exc)}") from None
+    _match_header(weights, header, skeleton.state_dict())
+    del skeleton
+    model = _build(name, n_features, params, cards, config)  # fits the file's size
+    try:
+        state = safetensors.torch.load(data)
     except (OSError, safetensors.SafetensorError) as exc:
-        raise ValueError(f"{weights}: cannot read weights ({exc})") from None
+        raise ValueError(f"{weights}: cannot read weights ({_one_line(exc)})") from None
+    del data
     try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as exc:  # shape mismatch
-        raise ValueError(f"{weights}: weights do not fit the model ({exc})") from None
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:  # pragma: no cover - the header check above matched names and shapes
+        raise ValueError(f"{weights}: weights do not fit the model ({_one_line(exc)})") from None
+    model.eval()
+    return TorchPredictor(model=model, transform=transform, config=config, meta=meta)
+
+
+def _build(name: str, n_features: int, params: Any, cards: list[int], config: RunConfig) -> Any:
+    """The model of a checkpoint (wrapped in :class:`Residual` for a residual re-ranker)."""
+    model = make_model(name, n_features, params, categorical_cardinalities=cards)
+    return Residual(model) if config.rerank.residual else model
+
+
+def _transform(where: Path, meta: dict[str, Any], n_features: int) -> Transform:
+    try:
+        transform = Transform.from_dict(meta_dict(meta, "transform", where))
+    except (TypeError, KeyError, AttributeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{where}: 'transform': {_one_line(exc)}") from None
+    fitted = getattr(transform, "n_features_in_", None)
+    if fitted is not None and fitted != n_features:
+        raise ValueError(
+            f"{where}: 'transform' was fitted on {fitted} features, 'n_features' is {n_features}"
+        )
+    return transform
+
+
+def _check_table(where: Path, table: Any) -> None:
+    from ctxrank.data.table import TableSpec
+
+    try:
+        TableSpec.from_dict(table)
+    except (TypeError, KeyError, AttributeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{where}: 'table': {_one_line(exc)}") from None
+
+
+def _rerank_meta(where: Path, rerank: Any) -> dict[str, Any]:
+    """``ctxrank.json["rerank"]`` checked: ``dir``, ``top_k``, ``rank_feature``, ``score_feature``."""
+    if not isinstance(rerank, dict):
+        raise ValueError(f"{where}: 'rerank' must be a JSON object or null, got {short(rerank)}")
+    meta_str(rerank, "dir", where, name="rerank.dir")
+    meta_int(rerank, "top_k", where, 1, 10**6, name="rerank.top_k")
+    meta_bool(rerank, "rank_feature", where, name="rerank.rank_feature")
+    meta_bool(rerank, "score_feature", where, name="rerank.score_feature")
+    return rerank
+
+
+def _inside(directory: Path, rel: str) -> Path:
+    """``directory / rel`` for ``rerank.dir``: relative, no ``..``, and (symlinks resolved) strictly
+    inside ``directory``."""
+    where = directory / META_FILE
+    parts = PurePosixPath(rel).parts
+    if PurePosixPath(rel).is_absolute() or Path(rel).is_absolute() or ".." in parts or "\x00" in rel:
+        raise ValueError(f"{where}: 'rerank.dir' must be a relative path without '..', got {short(rel)}")
+    target = directory / rel
+    base = directory.resolve()
+    real = target.resolve()
+    if real == base or base not in real.parents:
+        raise ValueError(
+            f"{where}: 'rerank.dir' {short(rel)} resolves to {real}, which is not inside the model directory"
+        )
+    return target
+
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1}  # fmt: skip
+
+
+def _safetensors_header(path: Path, data: bytes) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{name: (dtype, shape)}`` from a safetensors file's header, every entry checked against the
+    file's size (the bytes a shape declares are bytes the file holds)."""
+    if len(data) < 8:
+        raise ValueError(f"{path}: cannot read weights (not a safetensors file: {len(data)} bytes)")
+    n = int.from_bytes(data[:8], "little")
+    body = len(data) - 8 - n
+    if n > min(len(data) - 8, 2**27):
+        raise ValueError(
+            f"{path}: cannot read weights (not a safetensors file: a {n:,}-byte header in "
+            f"{len(data):,} bytes)"
+        )
+    try:
+        header = json.loads(data[8 : 8 + n].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        text = _one_line(exc)
+        raise ValueError(f"{path}: cannot read weights (unreadable safetensors header: {text})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the safetensors header is not a JSON object")
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        ok = isinstance(entry, dict) and entry.get("dtype") in _DTYPE_BYTES
+        shape, offsets = (entry.get("shape"), entry.get("data_offsets")) if ok else (None, None)
+        ok = ok and isinstance(shape, list) and len(shape) <= 8
+        ok = ok and all(type(d) is int and 0 <= d < 2**48 for d in shape)
+        ok = ok and isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+        if not ok or not 0 <= offsets[0] <= offsets[1] <= body:
+            raise ValueError(
+                f"{path}: tensor {short(name)}: malformed safetensors header entry {short(entry)}"
+            )
+        if math.prod(shape) * _DTYPE_BYTES[entry["dtype"]] != offsets[1] - offsets[0]:
+            raise ValueError(f"{path}: tensor {short(name)}: its shape {shape} does not match its bytes")
+        out[name] = (entry["dtype"], tuple(shape))
+    return out
+
+
+def _match_header(path: Path, header: dict[str, tuple[str, tuple[int, ...]]], state: dict[str, Any]) -> None:
+    """The tensors the config builds (names, shapes, dtypes) must be exactly those of the file."""
+    names = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+             "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}  # fmt: skip
+    missing = sorted(set(state) - set(header))
+    unexpected = sorted(set(header) - set(state))
     if missing or unexpected:
         raise ValueError(
-            f"{weights}: weights do not fit the model (missing {missing}, unexpected {unexpected})"
+            f"{path}: weights do not fit the model of ctxrank.json (missing {short(missing)}, "
+            f"unexpected {short(unexpected)})"
         )
-    model.eval()
-    transform = Transform.from_dict(meta["transform"])
-    predictor = TorchPredictor(model=model, transform=transform, config=config, meta=meta)
-    if meta.get("rerank"):
-        rerank = meta["rerank"]
-        return RerankPredictor(load_model(directory / rerank["dir"]), predictor, rerank)
-    return predictor
+    for name, tensor in state.items():
+        want = (names.get(str(tensor.dtype).removeprefix("torch."), "?"), tuple(tensor.shape))
+        if header[name] != want:
+            raise ValueError(
+                f"{path}: tensor {name!r} is {header[name][0]} {list(header[name][1])} in the file but the "
+                f"model of ctxrank.json needs {want[0]} {list(want[1])} ('model_config', 'n_features')"
+            )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

@@ -73,6 +73,9 @@ class TrainConfig:
             padding), ``"random"`` (uniformly at random) or ``"model"`` (the model's ``batching``
             attribute: ``"random"`` for QILCM, whose eq. 13 term pairs the queries of a batch;
             ``"buckets"`` for the others). The batching used is recorded in the fit summary.
+        input_noise: standard deviation ``sigma >= 0`` of Gaussian noise added to the (normalized)
+            features of the real items of every training batch, drawn afresh each step (0 = off;
+            validation, test and prediction never see noise). Qin et al. 2021 (DASALC).
     """
 
     lr: float = 1e-3
@@ -90,6 +93,7 @@ class TrainConfig:
     device: str = "cpu"
     precision: str = "fp32"
     batching: str = "model"
+    input_noise: float = 0.0
 
     def __post_init__(self) -> None:
         check_positive("train.lr", self.lr)
@@ -100,6 +104,7 @@ class TrainConfig:
         check_non_negative("train.min_delta", self.min_delta)
         check_int("train.eval_batch_size", self.eval_batch_size)
         check_choice("train.batching", self.batching, BATCHING)
+        check_non_negative("train.input_noise", self.input_noise)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
         if not isinstance(self.device, str) or not (
@@ -132,6 +137,9 @@ class RerankConfig:
         score_feature: append the initial score as a feature (None = the model's default).
         ideal: evaluation scope: ``"full"`` (ideal DCG over every judged item) or ``"top-k"``.
         initial_params: parameters of the initial ranker (``LambdaMART(**initial_params)``).
+        residual: score = initial score + a learned correction initialized at zero
+            (``ctxrank.models.residual.Residual``): untrained, the re-ranker reproduces the initial order;
+            after training, the initial order is kept when it scores better on validation.
     """
 
     initial: str = ""
@@ -141,6 +149,7 @@ class RerankConfig:
     score_feature: bool | None = None
     ideal: str = "full"
     initial_params: Mapping[str, Any] = field(default_factory=dict)
+    residual: bool = False
 
     def __post_init__(self) -> None:
         if self.initial not in ("", "lambdamart"):
@@ -160,11 +169,21 @@ class RerankConfig:
             raise ValueError(f"rerank.ideal must be 'full' or 'top-k', got {self.ideal!r}")
         if not isinstance(self.initial_params, Mapping):
             raise ValueError("rerank.initial_params must be a table")
+        check_bool("rerank.residual", self.residual)
+        if self.residual and not self.initial:
+            raise ValueError(
+                "rerank.residual = true needs an initial ranker (rerank.initial = 'lambdamart'): the "
+                "residual re-ranker corrects its scores"
+            )
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything needed to repeat a training run (saved next to the weights)."""
+    """Everything needed to repeat a training run (saved next to the weights).
+
+    ``ensemble = k``: train k models with seeds ``train.seed .. train.seed + k - 1`` and score with the
+    mean of their scores (``ctxrank.training.ensemble``).
+    """
 
     model: str = "listnet"
     loss: str = ""
@@ -173,10 +192,13 @@ class RunConfig:
     loss_params: Mapping[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
+    ensemble: int = 1
 
     def __post_init__(self) -> None:
         from ctxrank.losses import LOSSES
         from ctxrank.registry import Baseline, get_model
+
+        check_int("ensemble", self.ensemble)
 
         try:
             entry = get_model(self.model)
@@ -203,9 +225,15 @@ class RunConfig:
                     + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
                     + "; re-ranking an initial ranker's top k applies to the neural models"
                 )
+            _check_baseline_train(self.model, self.train)
             baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
             return
         own = entry.own_objective
+        if own and self.rerank.residual:
+            raise ValueError(
+                f"rerank.residual: {self.model} trains its own {own} objective; a residual correction "
+                "applies to models trained with a ranking loss"
+            )
         if self.loss and self.loss not in LOSSES and self.loss != own:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
@@ -247,18 +275,36 @@ class RunConfig:
         implied = dict(cls.default_loss_params) if self.loss_name == cls.default_loss else {}
         return {**implied, **self.loss_params}
 
+    @property
+    def resolved_model_params(self) -> dict[str, Any]:
+        """Every parameter of the model with its value: ``model_params`` over the model's defaults (a
+        neural model's config dataclass; a baseline's constructor, leaving out the parameters that
+        ``[train]`` fills, ``seed`` / ``threads``, unless ``model_params`` sets them)."""
+        from ctxrank.registry import Baseline, get_model
+
+        entry = get_model(self.model)
+        if not isinstance(entry, Baseline):
+            resolved = dataclasses.asdict(entry.make_config(self.model_params))
+            return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
+        from_train = {entry.seed, entry.threads} - {""} - set(self.model_params)
+        params = entry.build(self.model_params).get_params()
+        return {k: v for k, v in params.items() if k not in from_train}
+
     def to_dict(self) -> dict[str, Any]:
+        """The resolved run config (``config.toml`` / ``ctxrank.json``): ``model_params`` holds every
+        parameter of the model (:attr:`resolved_model_params`), ``loss`` the loss actually used."""
         return {
             "model": self.model,
             "loss": self.loss_name,
             "transform": self.transform,
-            "model_params": dict(self.model_params),
+            "model_params": self.resolved_model_params,
             "loss_params": self.effective_loss_params,
             "train": dataclasses.asdict(self.train),
             "rerank": {
                 k: dict(v) if isinstance(v, Mapping) else v
                 for k, v in dataclasses.asdict(self.rerank).items()
             },
+            "ensemble": self.ensemble,
         }
 
     @classmethod
@@ -278,6 +324,28 @@ class RunConfig:
             loss_params=dict(d.get("loss_params", {})),
             train=build_dataclass(TrainConfig, train, "train"),
             rerank=build_dataclass(RerankConfig, rerank, "rerank"),
+            ensemble=d.get("ensemble", 1),
+        )
+
+
+#: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
+#: no_relevant is the convention of its test metrics); the others configure the neural training loop
+BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant")
+
+
+def _check_baseline_train(model: str, train: TrainConfig) -> None:
+    """A ``[train]`` key set for a baseline that does not read it is an error, not silently ignored."""
+    unused = [
+        f"train.{f.name}"
+        for f in fields(TrainConfig)
+        if f.name not in BASELINE_TRAIN_KEYS and getattr(train, f.name) != f.default
+    ]
+    if unused:
+        raise ValueError(
+            f"{', '.join(unused)}: {model} is a baseline and does not use "
+            f"{'it' if len(unused) == 1 else 'them'}; "
+            f"of [train] it reads {', '.join(f'train.{k}' for k in BASELINE_TRAIN_KEYS)} only "
+            "(its own settings are model_params, see docs/baselines.md)"
         )
 
 

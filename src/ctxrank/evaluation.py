@@ -30,6 +30,7 @@ def evaluate_scores(
         no_relevant=convention.no_relevant,
         threshold=convention.threshold,
         gain=convention.gain,
+        max_label=convention.max_label,
     )
     return metrics_report(per_query, data, convention)
 

@@ -143,11 +143,22 @@ def serving_model(predictor: Any) -> ServingModel:
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
+    from ctxrank.training.ensemble import EnsemblePredictor
     from ctxrank.training.predict import TorchPredictor
     from ctxrank.training.rerank import RerankPredictor
 
+    if isinstance(predictor, EnsemblePredictor):
+        raise ValueError(
+            f"a seed ensemble of {len(predictor.members)} models (ensemble = k) cannot be exported as one "
+            "graph yet: export each member directory (DIR/member-0, ...) and average their scores"
+        )
     if isinstance(predictor, RerankPredictor):
         predictor = predictor.reranker
+        if predictor.config.rerank.residual:
+            raise ValueError(
+                "a residual re-ranker (rerank.residual = true) adds the initial ranker's scores, which the "
+                "exported graph does not take as an input: it cannot be exported"
+            )
     if not isinstance(predictor, TorchPredictor):
         kind = type(predictor).__name__
         hint = (

@@ -34,6 +34,11 @@ Losses (``LOSSES`` registry; ``get_loss(name)``):
 * :func:`attrank`: attention-rank cross entropy, QILCM eq. 11-12 or DLCM eq. 11 (Ai et al. 2018), or
   the variant of DLCM's released code.
 * :func:`softrank`: 1 - expected NDCG under Gaussian score noise (Taylor et al. 2008; DLCM eq. 8).
+* :func:`ranknet`: pairwise logistic loss on pairs with different labels (Burges et al. 2005).
+* :func:`lambdaloss`: LambdaLoss with the NDCG-Loss2++ weights (Wang et al. 2018, CIKM).
+* :func:`approxndcg`: 1 - NDCG with a sigmoid-smoothed rank (Qin, Liu & Li 2010).
+* :func:`neuralndcg`: 1 - NDCG@k of the NeuralSort relaxation, Sinkhorn-scaled (Pobrotyn & Białobrzeski
+  2021), and its transposed variant.
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
 (eq. 13-14) over item representations ``(B, L, D)``.
@@ -50,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from ctxrank._checks import check_choice, check_int, check_positive
+from ctxrank._checks import check_bool, check_choice, check_int, check_non_negative, check_positive
 
 __all__ = [
     "ATTRANK_FORMS",
@@ -60,12 +65,16 @@ __all__ = [
     "LOSSES",
     "REDUCTIONS",
     "SOFTRANK_GAINS",
+    "approxndcg",
     "attrank",
     "chamfer_block_shape",
     "chamfer_confusion",
     "get_loss",
+    "lambdaloss",
     "listmle",
     "listnet",
+    "neuralndcg",
+    "ranknet",
     "softrank",
     "softrank_rank_distribution",
 ]
@@ -487,6 +496,289 @@ def softrank(
 
 
 # ----------------------------------------------------------------------------------------------------
+# Pairwise and metric-driven losses: RankNet, LambdaLoss (NDCG-Loss2++), ApproxNDCG, NeuralNDCG
+# ----------------------------------------------------------------------------------------------------
+
+
+def _label_pairs(lists: _Lists) -> torch.Tensor:
+    """``(B, L, L)`` bool: ``[b, i, j]`` = both real and ``y_i > y_j`` (each unordered pair at most once)."""
+    real = lists.mask[:, :, None] & lists.mask[:, None, :]
+    return real & (lists.y[:, :, None] > lists.y[:, None, :])
+
+
+def _ideal_dcg(g: torch.Tensor, k: int | None = None) -> torch.Tensor:
+    """``(B,)`` DCG of the gains ``g`` (0 on padding) sorted descending, ``1 / log2(r + 1)`` at 1-based
+    rank ``r``, over the first ``k`` ranks (``None`` = all)."""
+    top = torch.sort(g, dim=-1, descending=True).values[:, : g.shape[1] if k is None else k]
+    ranks = torch.arange(top.shape[1], dtype=g.dtype, device=g.device) + 2.0  # r + 1
+    return (top / torch.log2(ranks)).sum(-1)
+
+
+def _safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` where ``den > 0``, else ``num / 1`` (a list without a relevant item: masked later)."""
+    return num / torch.where(den > 0, den, torch.ones_like(den))
+
+
+def ranknet(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    sigma: float = 1.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """RankNet: logistic loss on every pair of real items with different labels (Burges et al. 2005).
+
+    For a pair with ``y_i > y_j`` the model's probability that ``i`` is ranked above ``j`` is
+    ``P_ij = sigmoid(sigma (s_i - s_j))`` and the target is 1, so the cross entropy of the pair is
+    ``-log P_ij = log(1 + exp(-sigma (s_i - s_j)))`` (RankNet eq. 1-3 with target ``P̄_ij = 1``). Per list
+
+        ``L = sum_{i, j real: y_i > y_j} softplus(-sigma (s_i - s_j))``
+
+    (a sum over pairs, as in the paper's cost; pairs with equal labels are not used). ``softplus`` keeps
+    it exact for scores of ``±1e4``.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        sigma: ``> 0``, the steepness of the sigmoid.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0; a list whose
+        real items all share one label has no pair and gives 0 too.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    sigma = check_positive("sigma", sigma)
+    lists = _Lists(scores, labels, mask)
+    diff = lists.s[:, :, None] - lists.s[:, None, :]  # (B, L, L): s_i - s_j
+    pair_loss = F.softplus(-sigma * diff)  # (B, L, L)
+    per_list = torch.where(_label_pairs(lists), pair_loss, 0.0).sum((1, 2))  # (B,)
+    return lists.reduce(per_list, reduction)
+
+
+def _current_ranks(lists: _Lists) -> torch.Tensor:
+    """``(B, L)`` 1-based rank of every item in the ranking by the current (detached) scores; padding
+    after the real items. Tied scores take consecutive ranks in input order (a stable sort)."""
+    order = torch.argsort(lists.logits().detach(), dim=-1, descending=True, stable=True)  # (B, L)
+    positions = torch.arange(1, order.shape[1] + 1, dtype=lists.dtype, device=order.device)
+    return torch.empty_like(lists.s).scatter_(-1, order, positions.expand_as(lists.s))
+
+
+def lambdaloss(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    sigma: float = 1.0,
+    mu: float = 10.0,
+    gain: str = "exp2",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """LambdaLoss with the NDCG-Loss2++ weights (Wang, Li, Golbandi, Bendersky & Najork 2018, CIKM).
+
+    LambdaLoss, NDCG-Loss2++ (Wang et al. 2018): with the hard assignment of the current ranking (items
+    sorted by score, 1-based ranks ``r_i``), the loss of a list is
+
+        ``L = - sum_{i, j real: y_i > y_j} w_ij log2 sigmoid(sigma (s_i - s_j))``,
+        ``w_ij = (rho_ij + mu delta_ij) |G_i - G_j|``,
+
+    * ``G_i = g(y_i) / IDCG``, ``g(y) = 2^y - 1`` (``gain="exp2"``) or ``y`` (``"linear"``), ``IDCG`` the
+      DCG of the list's real items sorted by label;
+    * ``D(r) = log2(1 + r)``; ``rho_ij = |1/D(r_i) - 1/D(r_j)|`` (LambdaRank's NDCG swap weight);
+    * ``delta_ij = |1/D(|r_i - r_j|) - 1/D(|r_i - r_j| + 1)|`` (NDCG-Loss2's weight).
+
+    ``mu = 0`` is the LambdaRank loss of the framework. The weights depend on the scores only through the
+    ranks and are constants for autograd, as in the paper (and allRank). Tied scores take consecutive
+    ranks in input order.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        sigma: ``> 0``, the steepness of the sigmoid.
+        mu: ``>= 0``, the weight of NDCG-Loss2's ``delta_ij`` against LambdaRank's ``rho_ij``
+            (default 10, allRank's).
+        gain: ``"exp2"`` or ``"linear"``.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("gain", gain, SOFTRANK_GAINS)
+    sigma = check_positive("sigma", sigma)
+    mu = check_non_negative("mu", mu)
+    lists = _Lists(scores, labels, mask)
+    g = _gain(lists.y, gain)  # (B, L), 0 on padding
+    G = _safe_div(g, _ideal_dcg(g)[:, None])  # (B, L)
+    r = _current_ranks(lists)  # (B, L)
+    inv_d = 1.0 / torch.log2(1.0 + r)  # (B, L)
+    rho = (inv_d[:, :, None] - inv_d[:, None, :]).abs()  # (B, L, L)
+    gap = (r[:, :, None] - r[:, None, :]).abs().clamp(min=1.0)  # (B, L, L); the diagonal is no pair
+    delta = (1.0 / torch.log2(1.0 + gap) - 1.0 / torch.log2(2.0 + gap)).abs()
+    weight = (rho + mu * delta) * (G[:, :, None] - G[:, None, :]).abs()  # (B, L, L)
+    diff = lists.s[:, :, None] - lists.s[:, None, :]  # (B, L, L)
+    pair_loss = weight * F.softplus(-sigma * diff) / math.log(2.0)  # -w log2 sigmoid
+    per_list = torch.where(_label_pairs(lists), pair_loss, 0.0).sum((1, 2))  # (B,)
+    return lists.reduce(per_list, reduction)
+
+
+def approxndcg(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    alpha: float = 10.0,
+    gain: str = "exp2",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """ApproxNDCG: one minus NDCG with a smooth rank (Qin, Liu & Li 2010, Information Retrieval 13(4)).
+
+    The rank of item ``x`` among the real items, ``1 + sum_{y != x} 1[s_y > s_x]``, is approximated by
+    the sigmoid of the score difference with temperature ``alpha``:
+
+        ``rank~_x = 1 + sum_{y real, y != x} sigmoid(alpha (s_y - s_x))``,
+        ``L = 1 - (1 / IDCG) sum_{x real} g(y_x) / log2(1 + rank~_x)``,
+
+    ``g(y) = 2^y - 1`` (``gain="exp2"``) or ``y`` (``"linear"``), ``IDCG`` the DCG of the real items
+    sorted by label. As ``alpha`` grows, ``rank~`` tends to the true rank (ties counting half each).
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        alpha: ``> 0``, the sigmoid's scale (larger = closer to the true rank, steeper gradients).
+        gain: ``"exp2"`` or ``"linear"``.
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("gain", gain, SOFTRANK_GAINS)
+    alpha = check_positive("alpha", alpha)
+    lists = _Lists(scores, labels, mask)
+    L = scores.shape[1]
+    others = lists.mask[:, None, :] & ~torch.eye(L, dtype=torch.bool, device=scores.device)  # (B, L, L)
+    above = torch.sigmoid(alpha * (lists.s[:, None, :] - lists.s[:, :, None]))  # [b, x, y]: s_y > s_x
+    rank = 1.0 + torch.where(others, above, 0.0).sum(-1)  # (B, L)
+    g = _gain(lists.y, gain)  # (B, L), 0 on padding
+    dcg = _masked_sum(g / torch.log2(1.0 + rank), lists.mask)  # (B,)
+    per_list = 1.0 - _safe_div(dcg, _ideal_dcg(g))
+    return lists.reduce(per_list, reduction)
+
+
+def _sinkhorn_steps(log_p: torch.Tensor, valid: torch.Tensor, neg: float, steps: int) -> torch.Tensor:
+    """``steps`` log-space Sinkhorn iterations on ``(B, L, L)``: normalize columns, then rows, over the
+    ``valid`` block (invalid entries stay at the finite fill ``neg``)."""
+    for _ in range(steps):
+        log_p = torch.where(valid, log_p - torch.logsumexp(log_p, dim=1, keepdim=True), neg)
+        log_p = torch.where(valid, log_p - torch.logsumexp(log_p, dim=2, keepdim=True), neg)
+    return log_p
+
+
+def _neuralsort_sinkhorn(lists: _Lists, tau: float, iters: int, *, transposed: bool = False) -> torch.Tensor:
+    """``(B, L, L)`` NeuralSort relaxation of the sorting permutation, Sinkhorn-scaled (probabilities).
+
+    NeuralSort (Grover et al. 2019, eq. 4), over the ``n`` real items of each list: row ``i`` (1-based rank)
+    ``P[i, :] = softmax(((n + 1 - 2i) s - A 1) / tau)`` with ``(A 1)_j = sum_k |s_j - s_k|``. Rows ``i > n``
+    and padded columns are 0. Then ``iters`` Sinkhorn iterations (columns, then rows; in log space) make
+    the ``n x n`` block approximately doubly stochastic; the last step normalizes rows (ranks) exactly.
+    ``transposed=True`` scales ``P^T`` instead (same steps on the transpose) so that the last step
+    normalizes every item's distribution over ranks exactly; the result is returned as items x ranks.
+    """
+    s = lists.s  # (B, L), 0 on padding
+    n = lists.n  # (B,)
+    L = s.shape[1]
+    spread = _masked_sum((s[:, :, None] - s[:, None, :]).abs(), lists.mask[:, None, :])  # (B, L): (A 1)_j
+    i = torch.arange(1, L + 1, dtype=s.dtype, device=s.device)  # (L,)
+    coef = n[:, None] + 1.0 - 2.0 * i  # (B, L) rows
+    rows = i[None, :] <= n[:, None]  # (B, L) real ranks
+    valid = rows[:, :, None] & lists.mask[:, None, :]  # (B, ranks, items)
+    logits = (coef[:, :, None] * s[:, None, :] - spread[:, None, :]) / tau  # (B, L, L)
+    log_p = torch.where(valid, logits, lists.neg)
+    log_p = torch.where(valid, torch.log_softmax(log_p, dim=-1), lists.neg)  # NeuralSort's row softmax
+    if transposed:
+        log_p, valid = log_p.transpose(1, 2), valid.transpose(1, 2)
+    block = max(1, math.isqrt(iters))
+    use_ckpt = torch.is_grad_enabled() and log_p.requires_grad
+    for start in range(0, iters, block):
+        steps = min(block, iters - start)
+        if use_ckpt:
+            log_p = checkpoint(_sinkhorn_steps, log_p, valid, lists.neg, steps, use_reentrant=False)
+        else:
+            log_p = _sinkhorn_steps(log_p, valid, lists.neg, steps)
+    return torch.where(valid, log_p.exp(), 0.0)
+
+
+def neuralndcg(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau: float = 1.0,
+    k: int | None = None,
+    gain: str = "exp2",
+    transposed: bool = False,
+    sinkhorn_iters: int = 50,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """NeuralNDCG: one minus NDCG@k of the NeuralSort-relaxed sort (Pobrotyn & Białobrzeski 2021).
+
+    With ``P`` the Sinkhorn-scaled NeuralSort matrix of the scores (:func:`_neuralsort_sinkhorn`; row
+    ``i`` = rank, column ``j`` = item), ``g_j = g(y_j)`` and the discount ``d(i) = 1 / log2(i + 1)`` for
+    ranks ``i <= k`` (0 beyond):
+
+    * vanilla (``transposed=False``): ``NeuralNDCG@k = (1 / IDCG@k) sum_{i <= k} d(i) (P g)_i`` — the
+      relaxed sort's "quasi-sorted" gains, discounted by rank;
+    * ``transposed=True``: ``NeuralNDCG^T@k = (1 / IDCG@k) sum_j g_j (P^T d)_j`` — every item's gain times
+      its expected discount, with Sinkhorn scaling applied to ``P^T`` (its last step normalizes the
+      items' rank distributions instead of the ranks' item distributions);
+
+    and ``L = 1 - NeuralNDCG``. The two variants agree when Sinkhorn has converged. As ``tau -> 0``, ``P``
+    tends to the sorting permutation and the loss to ``1 - NDCG@k``.
+
+    Cost: ``(B, L, L)`` per Sinkhorn step, ``sinkhorn_iters`` steps; in training, blocks of
+    ~``sqrt(sinkhorn_iters)`` steps are checkpointed (recomputed in backward), so about
+    ``2 sqrt(sinkhorn_iters)`` ``(B, L, L)`` tensors are kept.
+
+    Args:
+        scores: ``(B, L)`` scores.
+        labels: ``(B, L)`` graded labels ``>= 0``.
+        mask: ``(B, L)`` bool, True = real item.
+        tau: ``> 0``, NeuralSort's temperature (smaller = closer to the hard sort).
+        k: NDCG cutoff (``None`` = whole list).
+        gain: ``"exp2"`` or ``"linear"``.
+        transposed: the transposed variant.
+        sinkhorn_iters: ``>= 0`` Sinkhorn iterations (0 = NeuralSort's row-stochastic matrix as is).
+        reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
+
+    Returns:
+        Scalar, or ``(B,)`` for ``reduction="none"``. Lists without a relevant item give 0.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_choice("gain", gain, SOFTRANK_GAINS)
+    tau = check_positive("tau", tau)
+    k = check_int("k", k, allow_none=True)
+    transposed = check_bool("transposed", transposed)
+    sinkhorn_iters = check_int("sinkhorn_iters", sinkhorn_iters, 0)
+    lists = _Lists(scores, labels, mask)
+    L = scores.shape[1]
+    g = _gain(lists.y, gain)  # (B, L), 0 on padding
+    ranks = torch.arange(1, L + 1, dtype=lists.dtype, device=scores.device)
+    disc = torch.where(ranks <= (L if k is None else k), 1.0 / torch.log2(ranks + 1.0), 0.0)  # (L,)
+    P = _neuralsort_sinkhorn(lists, tau, sinkhorn_iters, transposed=transposed)
+    if transposed:  # P: (B, items, ranks)
+        dcg = (g * (P @ disc)).sum(-1)  # (B,)
+    else:  # P: (B, ranks, items)
+        dcg = ((P @ g[:, :, None]).squeeze(-1) * disc).sum(-1)
+    per_list = 1.0 - _safe_div(dcg, _ideal_dcg(g, k))
+    return lists.reduce(per_list, reduction)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------------------------------
 
@@ -495,6 +787,10 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "listmle": listmle,
     "attrank": attrank,
     "softrank": softrank,
+    "ranknet": ranknet,
+    "lambdaloss": lambdaloss,
+    "approxndcg": approxndcg,
+    "neuralndcg": neuralndcg,
 }
 
 

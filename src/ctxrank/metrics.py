@@ -941,7 +941,7 @@ METRICS: dict[str, Callable[..., torch.Tensor]] = {
 }
 METRIC_ALIASES: dict[str, str] = {"precision": "p", "ap": "map"}
 _NEEDS_K = {"p", "recall"}
-_METRIC_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(?:@\s*(\S+))?\s*$")
+_METRIC_RE = re.compile(r"\s*([A-Za-z_]+)\s*(?:@\s*(\S+))?\s*")
 
 
 def parse_metric(name: str) -> tuple[str, int | None]:
@@ -956,7 +956,7 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     if not isinstance(name, str):
         raise TypeError(f"metric name must be a str like 'ndcg@10', got {type(name).__name__}")
     valid = sorted(METRICS) + sorted(METRIC_ALIASES)
-    m = _METRIC_RE.match(name)
+    m = _METRIC_RE.fullmatch(name)
     if m is None:
         raise ValueError(f"cannot parse metric {name!r}; expected NAME or NAME@K with NAME in {valid}")
     base = m.group(1).lower()

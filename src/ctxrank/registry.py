@@ -39,6 +39,8 @@ class Baseline:
             ``model_params``: ``{name: (default, allowed base metric)}`` for metrics.
         seed, threads: the class's parameters that receive ``train.seed`` and ``train.threads``
             (unless ``model_params`` sets them), or ``""`` when it has none.
+        search_space: what ``ctxrank tune`` searches: run-config key -> distribution (format:
+            ``ctxrank.tune``), as ``SEARCH_SPACE`` on a neural model's config class.
     """
 
     cls: type
@@ -48,6 +50,7 @@ class Baseline:
     fixed: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     seed: str = ""
     threads: str = ""
+    search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def params(self, model_params: Mapping[str, Any], train: Any = None) -> dict[str, Any]:
         """The constructor's keyword arguments: implied, then seed/threads from ``train`` (a
@@ -70,7 +73,7 @@ class Baseline:
             if self.seed:
                 out[self.seed] = train.seed
             if self.threads:
-                out[self.threads] = train.threads or 1
+                out[self.threads] = 1 if train.threads is None else train.threads
         out.update(model_params)
         return out
 
@@ -86,12 +89,24 @@ class Baseline:
                     f"valid options: {sorted(names)}"
                 )
         try:
-            return self.cls(**params)
+            model = self.cls(**params)
+            check = getattr(model, "check_params", None)  # LambdaMART: LightGBM's parameter names
+            if check is not None:
+                check()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"model_params: {exc}") from None
+        return model
 
     def load(self, directory: str | Path) -> Any:
-        return self.cls.load(directory)
+        """The saved model; metadata of the wrong type anywhere is a ValueError naming the file (the
+        loaders check each value they read; this turns a check they lack into the same kind of error)."""
+        try:
+            return self.cls.load(directory)
+        except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+            raise ValueError(
+                f"{Path(directory) / 'ctxrank.json'}: malformed {self.kind} model metadata "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
 
 
 _NEURAL: tuple[type[Ranker], ...] = (
@@ -113,6 +128,14 @@ _BASELINES: dict[str, Baseline] = {
         objective=lambda params: "lambdarank",
         seed="seed",
         threads="num_threads",
+        search_space={
+            "model_params.num_leaves": ("log-int", 7, 255),
+            "model_params.learning_rate": ("log", 0.01, 0.3),
+            "model_params.min_data_in_leaf": ("log-int", 1, 200),
+            "model_params.feature_fraction": ("float", 0.5, 1.0),
+            # LightGBM's lambdarank_truncation_level (LambdaMART's max_position parameter)
+            "model_params.max_position": ("log-int", 5, 100),
+        },
     ),
     "ranksvm": Baseline(
         cls=RankSVM,
@@ -120,6 +143,10 @@ _BASELINES: dict[str, Baseline] = {
         trains="a pairwise linear SVM (scikit-learn LinearSVC, liblinear)",
         objective=lambda params: "pairwise-" + str(params.get("loss", "squared_hinge")).replace("_", "-"),
         seed="seed",
+        search_space={
+            "model_params.C": ("log", 1e-4, 1e2),
+            "model_params.loss": ("choice", ("hinge", "squared_hinge")),
+        },
     ),
     "adarank-map": Baseline(
         cls=AdaRank,
@@ -128,6 +155,7 @@ _BASELINES: dict[str, Baseline] = {
         objective=lambda params: "adarank-map",
         fixed={"metric": ("map", "map")},
         threads="num_threads",
+        search_space={"model_params.patience": ("int", 5, 100)},
     ),
     "adarank-ndcg": Baseline(
         cls=AdaRank,
@@ -136,6 +164,10 @@ _BASELINES: dict[str, Baseline] = {
         objective=lambda params: "adarank-" + str(params.get("metric", "ndcg@10")).replace(" ", "").lower(),
         fixed={"metric": ("ndcg@10", "ndcg")},
         threads="num_threads",
+        search_space={
+            "model_params.metric": ("choice", ("ndcg@5", "ndcg@10", "ndcg@20")),
+            "model_params.patience": ("int", 5, 100),
+        },
     ),
 }
 

@@ -186,7 +186,8 @@ def save_meta(
 
 
 def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
-    """``ctxrank.json`` of ``directory`` (JSON only), checked to be a ``kind`` model."""
+    """``(path of ctxrank.json, its content)`` of ``directory`` (JSON only), checked to be a ``kind``
+    model; the loaders name that path in their messages."""
     directory = Path(directory)
     meta = read_meta(directory)
     if meta.get("kind") != kind:
@@ -194,7 +195,7 @@ def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[s
             f"{directory}: a {meta.get('kind')!r} model, not {what} one "
             "(ctxrank.checkpoint.load_model loads any kind)"
         )
-    return directory, meta
+    return directory / META_FILE, meta
 
 
 def float_vector(directory: Path, meta: Mapping[str, Any], key: str, n: int) -> np.ndarray:

@@ -36,6 +36,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,20 @@ import numpy as np
 
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
+from ctxrank._modeldir import (
+    FORMAT_VERSION,
+    MAX_FEATURES,
+    META_FILE,
+    meta_dict,
+    meta_floats,
+    meta_int,
+    meta_str,
+    meta_strings,
+    read_meta,
+    read_regular,
+    short,
+)
+from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
@@ -54,7 +68,9 @@ KIND = "lightgbm"
 MAX_QUERY_LENGTH = 10000
 #: Largest label whose gain ``2^y - 1`` is a finite double.
 MAX_LABEL = 1023
-_METRIC_RE = re.compile(r"^\s*ndcg\s*@\s*(\d+)\s*$", re.IGNORECASE)
+#: The largest ``model.txt`` read (bytes).
+MAX_MODEL_BYTES = 2**31
+_METRIC_RE = re.compile(r"\s*ndcg\s*@\s*(\d+)\s*", re.IGNORECASE)
 
 # Named parameter -> the LightGBM parameter it sets (for rejecting duplicates in extra_lgb_params).
 _LGB_NAME = {
@@ -90,6 +106,43 @@ def _aliases(name: str) -> set[str]:
         return set(_ConfigAliases.get(name)) | {name}
     except Exception:  # pragma: no cover - LightGBM moved its private alias table
         return {name}
+
+
+_LGB_PARAMETERS: frozenset[str] | None = None
+
+
+def _lgb_parameters() -> frozenset[str] | None:
+    """Every parameter name and alias LightGBM accepts (its own table, ``LGBM_DumpParamAliases``
+    through a private LightGBM API); None where that API is missing (then nothing is checked)."""
+    global _LGB_PARAMETERS
+    if _LGB_PARAMETERS is None:
+        try:
+            from lightgbm.basic import _ConfigAliases
+
+            table = _ConfigAliases._get_all_param_aliases()
+        except Exception:  # pragma: no cover - LightGBM moved its private alias table
+            return None
+        _LGB_PARAMETERS = frozenset(table) | frozenset(a for names in table.values() for a in names)
+    return _LGB_PARAMETERS
+
+
+def _check_lgb_name(name: str) -> None:
+    """An extra parameter must be a LightGBM parameter or alias: a typo is never passed on (LightGBM
+    would ignore it with a warning)."""
+    import difflib
+
+    known = _lgb_parameters()
+    if known is None or name in known:
+        return
+    close = difflib.get_close_matches(
+        name, list(dict.fromkeys([*_LGB_NAME, *sorted(known)])), n=3, cutoff=0.75
+    )
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise ValueError(
+        f"unknown LightGBM parameter {name!r}; {hint}valid: LambdaMART's parameters "
+        f"{', '.join(_LGB_NAME)}, no_relevant, or one of LightGBM's {len(known)} parameter names and "
+        "aliases (https://lightgbm.readthedocs.io/en/latest/Parameters.html)"
+    )
 
 
 def _rows_of(data: RankingData, queries: np.ndarray) -> np.ndarray:
@@ -279,6 +332,11 @@ class LambdaMART:
         ]
         return f"LambdaMART({', '.join(shown)})"
 
+    def check_params(self) -> None:
+        """Check the parameters now (``fit`` checks them too): a bad value, or an extra parameter that is
+        not LightGBM's, is a ValueError."""
+        self._resolve()
+
     def _resolve(self) -> tuple[int, list[int], float | str]:
         """Check the named parameters: (metric cutoff, sorted eval_at, no_relevant)."""
         if not _is_int(self.n_estimators) or self.n_estimators < 1:
@@ -291,7 +349,7 @@ class LambdaMART:
             )
         if not _is_int(self.max_position) or self.max_position < 1:
             raise ValueError(f"max_position must be an int >= 1, got {self.max_position!r}")
-        m = _METRIC_RE.match(self.metric) if isinstance(self.metric, str) else None
+        m = _METRIC_RE.fullmatch(self.metric) if isinstance(self.metric, str) else None
         if m is None or int(m.group(1)) < 1:
             raise ValueError(f"metric must be 'ndcg@K' with K >= 1 (LightGBM's ndcg), got {self.metric!r}")
         k = int(m.group(1))
@@ -305,6 +363,7 @@ class LambdaMART:
         cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
         no_relevant = _normalize_no_relevant(self.no_relevant)
         for name, value in self.extra_lgb_params.items():
+            _check_lgb_name(name)
             for own, lgb_name in _LGB_NAME.items():
                 if name in _aliases(lgb_name):
                     raise ValueError(
@@ -355,89 +414,54 @@ class LambdaMART:
         """
         import lightgbm as lgb
 
-        _check_data(train, "train")
+        max_label, n_cat = _check_splits(train, valid)
         k, cutoffs, no_relevant = self._resolve()
-        max_label = _check_labels(train, "train")
-        if valid is not None:
-            _check_data(valid, "valid")
-            if valid.n_features != train.n_features:
-                raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
-            max_label = max(max_label, _check_labels(valid, "valid"))
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
         params = self._lgb_params(label_gain, cutoffs)
-        metric_name = f"ndcg@{k}"
-
-        n_cat = _n_categorical(train)
-        if valid is not None and _n_categorical(valid) != n_cat:
-            raise ValueError(f"train has {n_cat} categorical columns but valid has {_n_categorical(valid)}")
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
             _lgb_matrix(train), label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
         )
-        valid_sets, valid_names, callbacks = [], [], []
-        evals: dict[str, Any] = {}
-        stopper = None
+        monitor = None
         if valid is not None:
-            n_queries = valid.n_queries
-            # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
-            n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
-            if no_relevant == "skip" and n0 == n_queries:
-                raise ValueError(
-                    f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
-                    "NDCG with no_relevant='skip' is undefined"
-                )
-            convert = _convention(n_queries, n0, no_relevant)
-            valid_sets.append(
-                lgb.Dataset(
-                    _lgb_matrix(valid),
-                    label=valid.labels,
-                    group=valid.query_lengths,
-                    reference=train_set,
-                    categorical_feature=cat_idx,
-                )
-            )
-            valid_names.append("valid")
-            callbacks.append(lgb.record_evaluation(evals))
-            stopper = _EarlyStopping("valid", metric_name, self.early_stopping_rounds, convert)
-            callbacks.append(stopper)
-            if self.verbose:
-                callbacks.append(lgb.log_evaluation(period=10))
+            monitor = _ValidationMonitor.build(self, valid, train_set, cat_idx, f"ndcg@{k}", no_relevant)
         try:
             booster = lgb.train(
                 params,
                 train_set,
                 num_boost_round=self.n_estimators,
-                valid_sets=valid_sets,
-                valid_names=valid_names,
-                callbacks=callbacks,
+                valid_sets=[] if monitor is None else [monitor.dataset],
+                valid_names=[] if monitor is None else ["valid"],
+                callbacks=[] if monitor is None else monitor.callbacks,
             )
         except lgb.basic.LightGBMError as exc:
             raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
-
-        self.booster_ = booster
-        self.lgb_params_ = params
-        self.n_features_in_ = train.n_features
-        self.n_categorical_in_ = n_cat
+        self.booster_, self.lgb_params_, self.label_gain_ = booster, params, label_gain
+        self.n_features_in_, self.n_categorical_in_ = train.n_features, n_cat
         self.feature_names_in_ = tuple(train.feature_names)
-        self.label_gain_ = label_gain
+        self._select_iteration(booster, monitor)
+        return self
+
+    def _select_iteration(self, booster: Any, monitor: _ValidationMonitor | None) -> None:
+        """``evals_result_``, ``best_iteration_`` and ``best_score_`` (in ``no_relevant``'s convention)."""
+        evals = {} if monitor is None else monitor.evals
         self.evals_result_ = {
             name: {metric: [float(v) for v in values] for metric, values in per.items()}
             for name, per in evals.items()
         }
-        if stopper is not None and self.early_stopping_rounds is not None:
-            self.best_iteration_ = stopper.best_iter + 1
-            self.best_score_ = float(stopper.best_score)
+        if monitor is not None and self.early_stopping_rounds is not None:
+            self.best_iteration_ = monitor.stopper.best_iter + 1
+            self.best_score_ = float(monitor.stopper.best_score)
         else:
             self.best_iteration_ = int(booster.current_iteration())
             self.best_score_ = None
-            if stopper is not None:  # no selection: the metric of the last iteration
-                last = self.evals_result_["valid"][metric_name][-1]
-                self.best_score_ = float(convert(last))
+            if monitor is not None:  # no selection: the metric of the last iteration
+                last = self.evals_result_["valid"][monitor.metric][-1]
+                self.best_score_ = float(monitor.convert(last))
         assert booster.current_iteration() >= self.best_iteration_ >= 1, (
             booster.current_iteration(),
             self.best_iteration_,
         )
-        return self
 
     def training_summary(self) -> dict[str, Any]:
         """What ``ctxrank train`` records: the trees kept and their validation metric (None without
@@ -562,31 +586,24 @@ class LambdaMART:
     def _from_meta(cls, directory: Path, meta: dict[str, Any]) -> LambdaMART:
         import lightgbm as lgb
 
-        try:
-            params = dict(meta["params"])
-            n_features = int(meta["n_features"])
-            n_categorical = int(meta.get("n_categorical", 0))
-            best_iteration = int(meta["best_iteration"])
-            label_gain = [float(g) for g in meta["label_gain"]]
-            feature_names = tuple(str(n) for n in meta["feature_names"])
-            digest = str(meta["model_sha256"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{directory}: incomplete LightGBM model metadata ({exc!r})") from None
+        where = directory / META_FILE
+        params, n_features, n_categorical, best_iteration = _checked_meta(where, meta)
         path = directory / MODEL_FILE
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read the LightGBM model ({exc})") from None
-        if hashlib.sha256(data).hexdigest() != digest:
+        data = read_regular(path, MAX_MODEL_BYTES, "LightGBM model")
+        if hashlib.sha256(data).hexdigest() != meta_str(meta, "model_sha256", where):
             raise ValueError(f"{path}: the file changed since the model was saved (SHA-256 mismatch)")
         try:
-            booster = lgb.Booster(model_str=data.decode("utf-8"))
-        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
+            text = check_model_text(data.decode("utf-8"), n_features + n_categorical, best_iteration)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not a LightGBM model ctxrank accepts: {exc}") from None
+        try:
+            booster = lgb.Booster(model_str=text)
+        except lgb.basic.LightGBMError as exc:  # pragma: no cover - check_model_text accepted it
             raise ValueError(f"{path}: not a readable LightGBM model ({exc})") from None
         if (
             booster.num_feature() != n_features + n_categorical
             or booster.current_iteration() != best_iteration
-        ):
+        ):  # pragma: no cover - check_model_text counted both
             raise ValueError(
                 f"{path}: holds {booster.current_iteration()} trees over {booster.num_feature()} features, "
                 f"the metadata says {best_iteration} over {n_features} (+ {n_categorical} categorical)"
@@ -594,15 +611,41 @@ class LambdaMART:
         model = cls(**params)
         model.booster_ = booster
         model.best_iteration_ = best_iteration
-        model.evals_result_ = _evals_result(meta.get("evals_result") or {})
+        evals = meta_dict(meta, "evals_result", where, optional=True)
+        try:
+            model.evals_result_ = _evals_result(evals)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{where}: 'evals_result': {exc}") from None
         # None without validation; with it a float, NaN written as null by strict JSON
-        model.best_score_ = float_or_nan(meta.get("best_score")) if "valid" in model.evals_result_ else None
+        best = meta.get("best_score")
+        if best is not None and (isinstance(best, bool) or not isinstance(best, int | float)):
+            raise ValueError(f"{where}: 'best_score' must be a number or null, got {short(best)}")
+        model.best_score_ = float_or_nan(best) if "valid" in model.evals_result_ else None
         model.n_features_in_ = n_features
         model.n_categorical_in_ = n_categorical
-        model.feature_names_in_ = feature_names
-        model.label_gain_ = label_gain
-        model.lgb_params_ = meta.get("lightgbm_params") or {}
+        model.feature_names_in_ = tuple(meta_strings(meta, "feature_names", where, n_features))
+        model.label_gain_ = meta_floats(meta, "label_gain", where, max_len=MAX_LABEL + 1)
+        model.lgb_params_ = meta_dict(meta, "lightgbm_params", where, optional=True)
         return model
+
+
+def _checked_meta(where: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], int, int, int]:
+    """``(params, n_features, n_categorical, best_iteration)`` of a LightGBM model's metadata, each
+    checked (the parameters by :meth:`LambdaMART._resolve`, ``num_threads`` bounded)."""
+    params = meta_dict(meta, "params", where)
+    n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
+    n_categorical = meta_int(meta, "n_categorical", where, 0, MAX_FEATURES, default=0)
+    best_iteration = meta_int(meta, "best_iteration", where, 1, MAX_TREES)
+    threads = params.get("num_threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or not -1 <= threads <= 1024:
+        raise ValueError(
+            f"{where}: 'params.num_threads' must be an integer in [-1, 1024], got {short(threads)}"
+        )
+    try:
+        LambdaMART(**params)._resolve()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: 'params': {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    return params, n_features, n_categorical, best_iteration
 
 
 def _n_categorical(data: RankingData) -> int:
@@ -630,6 +673,60 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b) and type(a) is type(b)
     except Exception:
         return False
+
+
+def _check_splits(train: RankingData, valid: RankingData | None) -> tuple[int, int]:
+    """``(largest label, categorical column count)`` after checking the splits agree."""
+    _check_data(train, "train")
+    max_label = _check_labels(train, "train")
+    n_cat = _n_categorical(train)
+    if valid is not None:
+        _check_data(valid, "valid")
+        if valid.n_features != train.n_features:
+            raise ValueError(f"train has {train.n_features} features but valid has {valid.n_features}")
+        max_label = max(max_label, _check_labels(valid, "valid"))
+        if _n_categorical(valid) != n_cat:
+            raise ValueError(f"train has {n_cat} categorical columns but valid has {_n_categorical(valid)}")
+    return max_label, n_cat
+
+
+@dataclass
+class _ValidationMonitor:
+    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper."""
+
+    dataset: Any
+    metric: str
+    convert: Any
+    evals: dict[str, Any]
+    stopper: Any
+    callbacks: list[Any]
+
+    @classmethod
+    def build(cls, model: Any, valid: RankingData, train_set: Any, cat_idx: Any, metric: str, no_relevant):
+        import lightgbm as lgb
+
+        n_queries = valid.n_queries
+        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
+        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
+        if no_relevant == "skip" and n0 == n_queries:
+            raise ValueError(
+                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
+                "NDCG with no_relevant='skip' is undefined"
+            )
+        convert = _convention(n_queries, n0, no_relevant)
+        dataset = lgb.Dataset(
+            _lgb_matrix(valid),
+            label=valid.labels,
+            group=valid.query_lengths,
+            reference=train_set,
+            categorical_feature=cat_idx,
+        )
+        evals: dict[str, Any] = {}
+        stopper = _EarlyStopping("valid", metric, model.early_stopping_rounds, convert)
+        callbacks = [lgb.record_evaluation(evals), stopper]
+        if model.verbose:
+            callbacks.append(lgb.log_evaluation(period=10))
+        return cls(dataset, metric, convert, evals, stopper, callbacks)
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:

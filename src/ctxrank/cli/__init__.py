@@ -10,6 +10,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank compare A B                              cli/evaluate.py: compare
     ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainOptions), --resume DIR
     ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
+    ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainOptions, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
     ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
     ctxrank export --model DIR --format F --out F    cli/export.py: export
@@ -28,11 +29,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ctxrank import __version__
-from ctxrank.cli import data, evaluate, experiment, export, train
+from ctxrank.cli import data, evaluate, experiment, export, train, tune
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -43,6 +45,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
     "evaluate": evaluate.add_evaluate_parser,
     "train": train.add_train_parser,
     "predict": train.add_predict_parser,
+    "tune": tune.add_tune_parser,
     "synth": data.add_synth_parser,
     "experiment": experiment.add_experiment_parser,
     "compare": evaluate.add_compare_parser,
@@ -61,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ctxrank",
         description=(
             "ctxrank: learning to rank with listwise context models on PyTorch. "
-            "Inspect LETOR data, train and apply rankers, evaluate ranking scores with explicit metric "
+            "Inspect LETOR data, train, tune and apply rankers, evaluate ranking scores with explicit metric "
             "conventions, run the demo."
         ),
         epilog="Run `ctxrank COMMAND --help` for the options of a command.",
@@ -74,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """ctxrank's own warnings (e.g. a LETOR file without a final newline) as one line on stderr."""
+    if category.__module__.startswith("ctxrank"):
+        print(f"ctxrank: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
     parser = build_parser()
@@ -83,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     try:
-        return int(args.run(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.run(args))
     except BrokenPipeError:  # `ctxrank ... | head`: stop quietly, as the reader went away
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

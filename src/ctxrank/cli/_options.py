@@ -129,6 +129,8 @@ class DataOptions:
     query_file: str | None = None
     no_cache: bool = False
     regroup: bool = False
+    max_dense_bytes: int | None = None
+    max_line_bytes: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -141,11 +143,16 @@ class DataOptions:
             query_file=args.query_file,
             no_cache=args.no_cache,
             regroup=args.regroup,
+            max_dense_bytes=args.max_dense_bytes,
+            max_line_bytes=args.max_line_bytes,
         )
 
     def letor_options(self, *, group_file: bool = True) -> dict[str, Any]:
         """Keyword arguments of ``read_letor`` for a data file (``group_file``: pass ``--query-file``)."""
         options: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
+        for name in ("max_dense_bytes", "max_line_bytes"):  # None: the reader's default
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
         if group_file:
             options["query_file"] = self.query_file
         return options
@@ -178,6 +185,18 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> No
         "--regroup",
         action="store_true",
         help="gather the rows of a query that reappears after other queries (LETOR files; default: error)",
+    )
+    p.add_argument(
+        "--max-dense-bytes",
+        type=positive_int,
+        metavar="N",
+        help="refuse a LETOR file whose dense feature matrix would exceed N bytes (default 2 GiB)",
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=positive_int,
+        metavar="N",
+        help="refuse a LETOR file with a line longer than N bytes (default 1 MiB)",
     )
 
 

@@ -119,12 +119,70 @@ def load_data_rows(
         if source.query_file is not None:
             raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
+        if saved_table is not None and saved_table.get("numeric_default") is True:
+            _reject_extra_columns(file, spec)
         return read_table_file(file, spec, scoring=purpose == "predict")
     from ctxrank.data.letor import read_letor
 
     table.reject(file)
-    data = read_letor(file, n_features=n_features, **source.letor_options())
-    return data, None
+    data = read_letor(file, **source.letor_options())
+    data = data if n_features is None else _model_width(data, n_features)
+    file_rows = data.info.get("file_rows")  # --regroup moved rows: map scores back to the file's order
+    if file_rows is None:
+        return data, None
+    import numpy as np
+
+    return data, np.asarray(file_rows, dtype=np.int64)
+
+
+def _reject_extra_columns(file: str, spec: Any) -> None:
+    """A table scored by a model whose numeric columns were every other column of its training file
+    holds only the columns of the model's table spec (another column would have been a feature)."""
+    from ctxrank.data.table import table_columns
+
+    if spec.numeric is None:
+        return
+    known = {spec.query, spec.label, spec.docid, *spec.categorical, *spec.numeric}
+    extra = [c for c in table_columns(file) if c not in known]
+    if extra:
+        raise ValueError(
+            f"{file}: column(s) {extra[:10]} are not in the model's saved table spec (numeric: "
+            f"{_fmt(spec.numeric)}; categorical: {_fmt(spec.categorical)}); the model would ignore them: "
+            "drop them, or train with --numeric naming the feature columns"
+        )
+
+
+def _model_width(data: Any, n_features: int) -> Any:
+    """A LETOR file read for a model of ``n_features`` features: a dense file (most rows list every
+    feature 1..F, as LETOR files do) must have exactly the model's F; a sparse file whose largest index
+    is below F is widened with zeros, with a note saying how many features are read as 0."""
+    import dataclasses
+
+    import numpy as np
+
+    from ctxrank.cli._options import note
+
+    have = data.n_features
+    if have > n_features:
+        raise ValueError(
+            f"{data.source}: lists feature index {have} but the model was trained on {n_features} features"
+        )
+    if have == n_features:
+        return data
+    full = data.info.get("rows_listing_all")
+    if full is not None and have > 0 and 2 * full >= data.n_items:
+        raise ValueError(
+            f"{data.source}: every row lists {have} features but the model was trained on {n_features}: "
+            "this file does not have the model's feature layout (another dataset?)"
+        )
+    note(
+        f"{data.source}: its largest feature index is {have} but the model reads {n_features} features: "
+        f"features {have + 1}..{n_features} ({n_features - have}) are absent and read as 0"
+    )
+    features = np.zeros((data.n_items, n_features), dtype=np.float32)
+    features[:, :have] = data.features
+    names = tuple(data.feature_names) + tuple(f"f{i}" for i in range(have + 1, n_features + 1))
+    return dataclasses.replace(data, features=features, feature_names=names)
 
 
 def _load_registered(source: DataOptions, table: TableOptions, default_split: str) -> Any:

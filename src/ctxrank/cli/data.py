@@ -92,8 +92,10 @@ def datasets_download(
     url: str | None = None,
     keep_archive: bool = False,
     progress: bool = True,
+    max_extract_bytes: int | None = None,
+    max_members: int | None = None,
 ) -> int:
-    """Download, verify and unpack a dataset."""
+    """Download, verify and unpack a dataset (the archive's caps: ``ctxrank.data.download.extract``)."""
     from ctxrank.data import registry
     from ctxrank.data.download import download_dataset
 
@@ -102,8 +104,15 @@ def datasets_download(
         note(f"no known sha256 for {spec.url}; the archive is not verified")
     if url is not None and sha256 is None:
         note(f"no --sha256 given; {url} is not verified")
+    caps = {"max_extract_bytes": max_extract_bytes, "max_members": max_members}
     where = download_dataset(
-        spec.name, root=data_root, url=url, sha256=sha256, progress=progress, keep_archive=keep_archive
+        spec.name,
+        root=data_root,
+        url=url,
+        sha256=sha256,
+        progress=progress,
+        keep_archive=keep_archive,
+        **{k: v for k, v in caps.items() if v is not None},
     )
     out(f"{spec.display_name} is ready in {where}")
     if data_root is None and spec.embedded:
@@ -357,6 +366,16 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
     pd.add_argument("--sha256", metavar="HEX", help="expected sha256 of the archive (overrides the registry)")
     pd.add_argument("--url", metavar="URL", help="download address (overrides the registry's)")
     pd.add_argument("--keep-archive", action="store_true", help="keep the archive after unpacking")
+    pd.add_argument(
+        "--max-extract-bytes",
+        type=positive_int,
+        metavar="N",
+        help="refuse an archive that decompresses to more than N bytes (default 64 GiB)",
+    )
+    pd.add_argument(
+        "--max-members", type=positive_int, metavar="N", help="refuse an archive of more than N members "
+        "(default 100,000)"
+    )
     add_progress(pd)
     pd.set_defaults(
         run=lambda a: datasets_download(
@@ -366,6 +385,8 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
             url=a.url,
             keep_archive=a.keep_archive,
             progress=not a.no_progress,
+            max_extract_bytes=a.max_extract_bytes,
+            max_members=a.max_members,
         )
     )
 

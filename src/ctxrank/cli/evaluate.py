@@ -59,6 +59,7 @@ def evaluate(
     no_relevant: float | str = 0.0,
     gain: str = "exp2",
     threshold: float = 1.0,
+    max_label: float | None = None,
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
     json: bool = False,
@@ -68,7 +69,13 @@ def evaluate(
     from ctxrank.metrics import metric_convention
 
     names = parse_metrics(metrics)
-    conv = metric_convention(convention, gain=gain, no_relevant=no_relevant, threshold=threshold)
+    if max_label is None and source.dataset is not None:  # the dataset's grade scale (ERR)
+        from ctxrank.data.registry import get_spec
+
+        max_label = get_spec(source.dataset).max_label
+    conv = metric_convention(
+        convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label
+    )
     if (scores is None) == (model is None):
         raise ValueError("give exactly one of --scores FILE or --model DIR")
     ranking, values = _scored_data(data, scores, model, source, columns)
@@ -128,6 +135,7 @@ def conventions_text(conv: Any) -> str:
             f"{d['no_relevant']}" + (" (excluded from means)" if d["no_relevant"] == "skip" else ""),
         ),
         ("relevant means", f"label >= {d['threshold']:g} (P, MAP, MRR)"),
+        ("ERR maximum grade", "-" if d.get("max_label") is None else f"{d['max_label']:g}"),
         ("ties", d["tie_rule"]),
         ("cutoff beyond list", d["k_beyond_list"]),
         ("source", d["source"]),
@@ -213,6 +221,13 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=1.0,
         help="relevant means label >= THRESHOLD for P/MAP/MRR (default 1)",
     )
+    p.add_argument(
+        "--max-label",
+        type=float,
+        metavar="Y",
+        help="ERR's maximum grade (the label scale's top, e.g. 2 for MQ2008; default: the --dataset's; "
+        "required for ERR on a file)",
+    )
     add_dataset_options(p, defaults_text="default all")
     add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
@@ -229,6 +244,7 @@ def _run_evaluate(a: argparse.Namespace) -> int:
         no_relevant=a.no_relevant,
         gain=a.gain,
         threshold=a.threshold,
+        max_label=a.max_label,
         source=DataOptions.from_args(a),
         columns=TableOptions.from_args(a),
         json=a.json,

@@ -47,10 +47,15 @@ def experiment(
     overrides: Sequence[str] = (),
     report_only: bool = False,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> int:
-    """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report."""
-    from ctxrank.experiments import build_report, load_spec, run_experiment
-    from ctxrank.experiments.store import RunStore
+    """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report.
+
+    The directory is locked for the command (shared with the processes of the same experiment, e.g.
+    its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
+    unless ``overwrite`` (:mod:`ctxrank.cli._outputs`)."""
+    from ctxrank._io import lock_directory
+    from ctxrank.experiments import load_spec
 
     every = list(overrides)
     if runs is not None:
@@ -64,19 +69,44 @@ def experiment(
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
         where = Path(out_dir)
+    if report_only and not (where / "experiment.json").is_file():
+        raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
+    parsed = parse_shard(shard)
+    with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
+        _run_and_report(loaded, where, report_only, overwrite, progress, parsed)
+    return 0
+
+
+#: what an experiment directory may hold before its experiment.json: runs copied from another one
+REUSED_ENTRIES = ("runs", "units")
+
+
+def _run_and_report(
+    loaded: Any,
+    where: Path,
+    report_only: bool,
+    overwrite: bool,
+    progress: bool,
+    shard: tuple[int, int] | None,
+) -> None:
+    """Under the directory's lock: check it, run the pending runs (or none), write and print the report."""
+    from ctxrank.cli._outputs import foreign_entries, refuse_foreign
+    from ctxrank.experiments import build_report, run_experiment
+    from ctxrank.experiments.store import SPEC_FILE, RunStore
+
+    foreign = foreign_entries(where, allowed=REUSED_ENTRIES)
+    if foreign and not overwrite and not (where / SPEC_FILE).is_file():
+        refuse_foreign(where, foreign, "experiment")
     if report_only:
-        if not (where / "experiment.json").is_file():
-            raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
         store = RunStore(where)
         store.claim(loaded)
     else:
-        store = run_experiment(loaded, where, progress=progress, log=_say, shard=parse_shard(shard))
+        store = run_experiment(loaded, where, progress=progress, log=_say, shard=shard)
     build_report(loaded, store, where)
     sys.stdout.write("\n" + (where / "table.md").read_text())
     figures = sorted(p.name for p in where.glob("*.png"))
     shown = "".join(f", {name}" for name in figures)
     _say(f"\nreport: {where}/results.json, table.md, table.csv{shown}")
-    return 0
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -251,6 +281,12 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "with the same --out; the report covers the runs stored so far (rebuild it with --report-only)",
     )
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write to an --out DIR that holds other files than an experiment's (report files of the "
+        "same names are replaced, the others kept); another experiment's directory is still refused",
+    )
     add_progress(p)
     p.set_defaults(
         run=lambda a: experiment(
@@ -263,6 +299,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             overrides=a.overrides,
             report_only=a.report_only,
             progress=not a.no_progress,
+            overwrite=a.overwrite,
         )
     )
 

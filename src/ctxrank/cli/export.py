@@ -19,9 +19,13 @@ def _size_text(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def export(model: str, *, format: str, out_file: str) -> int:
-    """Write the model saved in ``model`` as one ``format`` file at ``out_file``, checked."""
+def export(model: str, *, format: str, out_file: str, overwrite: bool = False) -> int:
+    """Write the model saved in ``model`` as one ``format`` file at ``out_file`` (an existing file only
+    with ``overwrite``), checked."""
+    from ctxrank.cli._outputs import check_output_file
     from ctxrank.export import export_model
+
+    check_output_file(out_file, overwrite=overwrite, flag="--out")
 
     result = export_model(model, format, out_file)
     meta = result.meta
@@ -69,4 +73,5 @@ def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")
     p.add_argument("--format", required=True, choices=FORMATS, help="torchscript or onnx")
     p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
-    p.set_defaults(run=lambda a: export(a.model, format=a.format, out_file=a.out))
+    p.add_argument("--overwrite", action="store_true", help="replace the --out FILE if it exists")
+    p.set_defaults(run=lambda a: export(a.model, format=a.format, out_file=a.out, overwrite=a.overwrite))

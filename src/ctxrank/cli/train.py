@@ -59,6 +59,8 @@ class TrainOptions:
     query_file: str | None = None
     no_cache: bool = False
     regroup: bool = False
+    max_dense_bytes: int | None = None
+    max_line_bytes: int | None = None
     query_col: str | None = None
     label_col: str | None = None
     categorical: tuple[str, ...] | None = None
@@ -88,6 +90,8 @@ class TrainOptions:
             self.query_file,
             self.no_cache,
             self.regroup,
+            self.max_dense_bytes,
+            self.max_line_bytes,
         )
 
     @property
@@ -138,7 +142,9 @@ FLAGS = {
     "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
     "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
-    "no_cache": "--no-cache", "regroup": "--regroup", "query_col": "--query-col", "label_col": "--label-col",
+    "no_cache": "--no-cache", "regroup": "--regroup",
+    "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes",
+    "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
 }  # fmt: skip
 PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
@@ -152,11 +158,17 @@ def train(
     resume: str | None = None,
     progress: bool = True,
     debug: bool = False,
+    overwrite: bool = False,
 ) -> int:
-    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``."""
+    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``.
+
+    ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
+    there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`)."""
     from ctxrank.registry import is_baseline
 
     record = None
+    if resume is not None and overwrite:
+        raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
     if resume is not None:
         options, config, record = _resumed_run(options, out_dir, resume)
         out_dir = resume
@@ -167,7 +179,7 @@ def train(
     from ctxrank.training.distributed import init_from_env
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
-    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug)
+    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
     if not ctx.enabled:
         return run.execute()
     try:
@@ -273,6 +285,7 @@ class _Run:
     progress: bool = True
     debug: bool = False
     main: bool = True
+    overwrite: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -283,12 +296,22 @@ class _Run:
             out(text)
 
     def execute(self) -> int:
-        """Check, read the data, record the run, train, save, report; the exit status."""
+        """Lock the directory, check, read the data, record the run, train, save, report; the exit
+        status."""
+        from ctxrank._io import lock_directory
+
+        if not self.main:  # rank 0 holds the lock for every rank of a torchrun job
+            self._check_directory()
+            return self._execute()
+        with lock_directory(self.out_dir, what="training run"):  # released: nothing left if it failed
+            self._check_directory()
+            return self._execute()
+
+    def _execute(self) -> int:
         from ctxrank.cli._train_data import training_data
         from ctxrank.training.loop import NonFiniteLossError
         from ctxrank.training.run import run_training
 
-        self._check_directory()
         self._check_categorical()
         o = self.options
         td = training_data(o.files, o.source, o.columns, self.config.train.seed)
@@ -323,18 +346,24 @@ class _Run:
         return 0
 
     def _check_directory(self) -> None:
+        from ctxrank.cli._outputs import foreign_entries, refuse_foreign
         from ctxrank.training.resume import RUN_FILE, STATE_FILE
 
         out_dir, state_dir = self.out_dir, self.state_dir
-        if self.record is not None:
+        if self.record is not None or self.overwrite:
             return
         if (state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists():
             raise ValueError(
                 f"{out_dir} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume "
-                f"{out_dir}`, or remove {state_dir} (or choose another --out) to start a new one"
+                f"{out_dir}`, or start a new one with another --out (or --overwrite to replace it)"
             )
         if (out_dir / "ctxrank.json").exists():
-            raise ValueError(f"{out_dir} already holds a saved model; choose another --out or remove it")
+            raise ValueError(
+                f"{out_dir} already holds a saved model; choose another --out, or --overwrite to replace it"
+            )
+        foreign = foreign_entries(out_dir, allowed=(RESUME_DIR,) if _empty(state_dir) else ())
+        if foreign:
+            refuse_foreign(out_dir, foreign, "model")
 
     def _check_categorical(self) -> None:
         from ctxrank.registry import is_baseline
@@ -398,10 +427,22 @@ class _Run:
             "options": self.options.to_record(),
             "config": self.config.to_dict(),
         }
+        if self.main:
+            self._replace_previous()  # before the barrier: no rank may see the old model's state
         world().barrier()  # under torchrun every rank has checked the directory before rank 0 writes
         if self.main:
             write_json(self.state_dir / RUN_FILE, record)
         return record
+
+    def _replace_previous(self) -> None:
+        """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
+        beside the new model's); a directory of other files keeps them."""
+        from ctxrank.cli._outputs import remove_model_entries
+        from ctxrank.training.resume import RUN_FILE
+
+        earlier = (self.out_dir / "ctxrank.json").exists() or (self.state_dir / RUN_FILE).exists()
+        if self.overwrite and earlier:
+            remove_model_entries(self.out_dir)
 
     def _non_finite(self, exc: Exception) -> int:
         import sys
@@ -455,6 +496,11 @@ class _Run:
         self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
 
 
+def _empty(directory: Path) -> bool:
+    """A missing or empty directory (``resume/`` of a run killed before it recorded anything)."""
+    return not directory.is_dir() or not any(directory.iterdir())
+
+
 def _split_text(record: dict[str, Any]) -> str:
     q = record["queries"]
     fr = "/".join(f"{100 * f:g}" for f in record["fractions"])
@@ -472,6 +518,8 @@ def _baseline_summary(s: dict[str, Any]) -> str:
         return f"best iteration {s['best_iteration']}{on_valid}"
     if "C" in s:
         return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
+    if "ensemble" in s:
+        return f"seed ensemble of {s['ensemble']} models{on_valid}"
     if "best_round" in s:
         if valid is None:
             on_valid = f" (train {s['metric']} {s['best_train_metric']:.4f})"
@@ -487,12 +535,18 @@ def predict(
     data: str | None = None,
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
+    overwrite: bool = False,
 ) -> int:
     """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
-    score a line, in the file's row order, to ``output`` (``-``: stdout)."""
+    score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
+    ``overwrite``)."""
     import sys
 
     from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.cli._outputs import check_output_file
+
+    if output != "-":
+        check_output_file(output, overwrite=overwrite, flag="--output")
     from ctxrank.cli._source import load_data_rows
     from ctxrank.data.table_io import to_file_order
 
@@ -537,7 +591,8 @@ TRAIN_DESCRIPTION = (
     "stopping on the validation split. Files may be LETOR/SVMlight or tables (.csv, .csv.gz, "
     ".tsv, .tsv.gz, .parquet, .pq) with the tabular-data options. Saves "
     "model.safetensors, ctxrank.json (metadata), config.toml (the resolved config), "
-    "train_log.jsonl (one record per epoch) and, when a test split is given, test_metrics.json "
+    "train_log.jsonl (one record per epoch), training_curves.png (loss and validation metric per "
+    "epoch) and, when a test split is given, test_metrics.json "
     "(the test split is evaluated once, at the end). The baselines save their own model files "
     "instead of the weights: LambdaMART model.txt (LightGBM), RankSVM and AdaRank everything in "
     "ctxrank.json. A model trained on a table saves its table spec (columns and categorical "
@@ -551,21 +606,44 @@ TRAIN_DESCRIPTION = (
 )
 
 
+class _Names:
+    """Registry names for a help text, looked up only when the help is formatted (``%(neural)s`` in
+    an option's help reads the action's attribute), so that building the parser imports no torch."""
+
+    def __init__(self, which: str) -> None:
+        self.which = which
+
+    def __str__(self) -> str:
+        from ctxrank.losses import LOSSES
+        from ctxrank.registry import MODELS, is_baseline
+
+        if self.which == "losses":
+            return ", ".join(sorted(LOSSES))
+        baseline = self.which == "baselines"
+        return ", ".join(name for name in MODELS if is_baseline(name) == baseline)
+
+
 def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    p.add_argument(
+    model = p.add_argument(
         "--model",
         help=(
-            "model name: a neural model (listnet, mlp, dlcm, qilcm, ...) or a baseline (lambdamart, "
-            "ranksvm, adarank-map, adarank-ndcg; see docs/baselines.md); default: the config file's, "
-            "else listnet"
+            "model name: a neural model (%(neural)s) or a baseline (%(baselines)s; see docs/models.md "
+            "and docs/baselines.md); default: the config file's, else listnet"
         ),
     )
-    p.add_argument(
-        "--loss", help="ranking loss of a neural model (default: the model's own; baselines train their own)"
+    model.neural = _Names("neural")  # read from the registry when the help is shown (torch then)
+    model.baselines = _Names("baselines")
+    loss = p.add_argument(
+        "--loss",
+        help=(
+            "ranking loss of a neural model: %(losses)s (default: the model's own; baselines train "
+            "their own)"
+        ),
     )
+    loss.losses = _Names("losses")
     p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
     add_overrides(
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
@@ -585,7 +663,17 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (required unless --resume)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (required unless --resume): new, empty, or holding a ctxrank model",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write to an --out DIR that holds a saved model, an unfinished run or other files: the "
+        "earlier model's files are removed, other files are kept (a file of a name train writes is replaced)",
+    )
     p.add_argument(
         "--resume",
         metavar="DIR",
@@ -624,7 +712,14 @@ def _add_train_files(p: argparse.ArgumentParser) -> None:
 
 def _run_train(a: argparse.Namespace) -> int:
     options = TrainOptions.from_args(a)
-    return train(options, out_dir=a.out, resume=a.resume, progress=not a.no_progress, debug=a.debug)
+    return train(
+        options,
+        out_dir=a.out,
+        resume=a.resume,
+        progress=not a.no_progress,
+        debug=a.debug,
+        overwrite=a.overwrite,
+    )
 
 
 def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -646,6 +741,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
+    p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
     add_dataset_options(p, defaults_text="default test")
     add_table_options(p, saved_spec=True)
     p.set_defaults(
@@ -655,5 +751,6 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             data=a.data,
             source=DataOptions.from_args(a),
             columns=TableOptions.from_args(a),
+            overwrite=a.overwrite,
         )
     )

@@ -9,7 +9,7 @@ _EXPORTS = {
     "read_table": "ctxrank.data.table",
     "read_table_with_rows": "ctxrank.data.table",
     "refit_categorical": "ctxrank.data.table",
-    "CategoricalEncoder": "ctxrank.data.table",
+    "CategoricalEncoder": "ctxrank.data.categorical",
     "split_queries": "ctxrank.data.split",
     "ListBatch": "ctxrank.data.lists",
     "iterate_batches": "ctxrank.data.lists",

@@ -371,7 +371,7 @@ def download_dataset(
                 f"no direct download address is recorded for {spec.display_name}: {spec.notes} "
                 f"Homepage: {spec.homepage}. If you have an address of the archive, pass --url URL."
             )
-        expected = sha256 or spec.sha256
+        expected = spec.sha256 if sha256 is None else sha256  # "" is refused, not the registry's
         filename = spec.archive_name or _filename_from_url(url)
     else:
         expected = sha256

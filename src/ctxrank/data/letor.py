@@ -39,6 +39,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -276,10 +277,12 @@ def _parse(
     if all(d is not None and None not in d for d in docid_lists):
         docids = np.array([d for dl in docid_lists for d in dl])  # type: ignore[union-attr]
 
+    regrouped: dict[str, Any] = {}
     if has_qid:
         keys = _merge_keys([b.qids for b in blocks])  # type: ignore[misc]
         order, offsets = _group_rows(keys, lines, name, regroup)
-        if order is not None:
+        if order is not None:  # regrouped: notes the file row of each data row, info["file_rows"]
+            regrouped = {"file_rows": order.tolist()}
             features, labels, lines = features[order], labels[order], lines[order]
             docids = None if docids is None else docids[order]
             keys = keys[order]
@@ -306,7 +309,13 @@ def _parse(
         docids=docids,
         feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
         source=name,
-        info={"null_filled": null_filled, **({"warnings": notes} if notes else {})},
+        # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
+        info={
+            "null_filled": null_filled,
+            "rows_listing_all": int(np.count_nonzero(counts >= width)),
+            **({"warnings": notes} if notes else {}),
+            **regrouped,
+        },
     )
 
 

@@ -3,14 +3,22 @@
 Every query's rows are contiguous: query ``q`` owns rows ``query_offsets[q]:query_offsets[q + 1]``.
 This is the contract every reader produces and every later stage (transforms, list batching,
 LightGBM groups, metrics) relies on.
+
+In-memory data: :meth:`RankingData.from_arrays` (NumPy arrays, any numeric dtype, rows in any order)
+and :meth:`RankingData.from_frame` (a pandas DataFrame with query, label, numeric and categorical
+columns); :func:`group_by_query` is the row grouping both use (stable: queries in order of first
+appearance, rows in their order within a query).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+
+__all__ = ["RankingData", "check_finite_rows", "group_by_query"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +105,116 @@ class RankingData:
 
     def query_slice(self, q: int) -> slice:
         return slice(int(self.query_offsets[q]), int(self.query_offsets[q + 1]))
+
+    # ----------------------------------------------------------- constructors
+    @classmethod
+    def from_arrays(
+        cls,
+        X: Any,
+        y: Any = None,
+        qid: Any = None,
+        *,
+        group: Any = None,
+        feature_names: Sequence[str] = (),
+        categorical: Any = None,
+        categorical_names: Sequence[str] = (),
+        categorical_cardinalities: Sequence[int] = (),
+        source: str = "arrays",
+    ) -> RankingData:
+        """A RankingData from NumPy arrays; rows need not be grouped by query (they are, stably).
+
+        Args:
+            X: (N, F) numbers of any real dtype (converted to float32; NaN / inf / values beyond float32
+                are refused, naming the row).
+            y: (N,) graded labels (ints or floats); None = no labels (data to score: all 0).
+            qid: (N,) query id of each row (ints or strings). Or ``group``: the sizes of consecutive
+                queries (LightGBM's ``group``), summing to N. Exactly one of the two.
+            categorical: (N, C) int codes (0 = unknown) with ``categorical_names`` and
+                ``categorical_cardinalities`` (see ``CategoricalEncoder``), or None.
+
+        Raises:
+            ValueError: naming the argument: shapes or lengths that differ, non-finite values, both or
+                neither of ``qid`` / ``group``, group sizes that do not sum to N.
+        """
+        features = _as_matrix(X, "X")
+        n = features.shape[0]
+        labels = np.zeros(n, np.float32) if y is None else _as_vector(y, n, "y")
+        qid = query_ids_of(n, qid, group)
+        uniques, offsets, order = group_by_query(qid)
+        codes = None
+        if categorical is not None:
+            codes = np.asarray(categorical, dtype=np.int64)
+            if codes.ndim != 2 or codes.shape[0] != n:
+                raise ValueError(f"categorical: expected ({n}, C) codes, got shape {codes.shape}")
+        if order is not None:
+            features, labels = features[order], labels[order]
+            codes = None if codes is None else codes[order]
+        return cls(
+            features=np.ascontiguousarray(features),
+            labels=labels,
+            query_ids=uniques,
+            query_offsets=offsets,
+            categorical=codes,
+            feature_names=tuple(str(c) for c in feature_names),
+            categorical_names=tuple(categorical_names),
+            categorical_cardinalities=tuple(int(c) for c in categorical_cardinalities),
+            source=source,
+            info={"regrouped": int(order is not None)},
+        )
+
+    @classmethod
+    def from_frame(
+        cls,
+        df: Any,
+        *,
+        query: str,
+        label: str | None = None,
+        categorical: Sequence[str] | None = None,
+        numeric: Sequence[str] | None = None,
+        encoder: Any = None,
+    ) -> RankingData:
+        """A RankingData from a pandas DataFrame with one row per (query, item), in any row order.
+
+        Args:
+            query: the query-id column. label: the label column (None: data to score, labels 0).
+            categorical: columns encoded to integer codes (learned embeddings in the neural models,
+                LightGBM categorical features in LambdaMART); None = every other column whose dtype
+                is ``category``, ``object``, ``string`` or ``bool``.
+            numeric: the numeric feature columns in order; None = every remaining column.
+            encoder: a fitted ``CategoricalEncoder`` (the training one: unseen categories get code 0),
+                or None / an unfitted one to fit here (kept in ``info["categorical_encoder"]``).
+
+        Raises:
+            ValueError: absent or repeated columns, a numeric column that is not numeric, NaN / inf
+                (naming the column and row), an encoder fitted on other columns.
+        """
+        from ctxrank.data.categorical import CategoricalEncoder
+
+        numeric, categorical = frame_columns(df, query, label, categorical, numeric)
+        features = _frame_numeric(df, numeric)
+        codes, cards = None, ()
+        enc = encoder if encoder is not None else CategoricalEncoder()
+        if categorical:
+            if enc.is_fitted and set(enc.columns_) != set(categorical):
+                raise ValueError(
+                    f"categorical: the encoder was fitted on {list(enc.columns_)}, got {list(categorical)}"
+                )
+            cols = {c: df[c] for c in categorical}
+            codes = (enc if enc.is_fitted else enc.fit(cols)).transform(cols)
+            categorical, cards = tuple(enc.columns_), enc.cardinalities_
+        data = cls.from_arrays(
+            features,
+            None if label is None else df[label].to_numpy(),
+            df[query].astype(str).to_numpy(dtype=object),
+            feature_names=numeric,
+            categorical=codes,
+            categorical_names=categorical,
+            categorical_cardinalities=cards,
+            source="DataFrame",
+        )
+        if categorical:
+            data.info["categorical_encoder"] = enc.to_dict()
+        return data
 
     # ------------------------------------------------------------ derivations
     def with_features(self, features: np.ndarray, feature_names: Sequence[str] | None = None) -> RankingData:
@@ -190,3 +308,152 @@ class RankingData:
             f"RankingData(source={self.source!r}, queries={self.n_queries}, items={self.n_items}, "
             f"features={self.n_features})"
         )
+
+
+# ------------------------------------------------------------------------------- array helpers
+def group_by_query(qid: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Queries in order of first appearance: ``(query ids str (Q,), offsets int64 (Q + 1,), order)``,
+    where ``order`` int64 (N,) gathers each query's rows stably (``rows[order]`` is grouped), or None
+    when the rows are grouped already."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(np.asarray(qid), sort=False)
+    codes = codes.astype(np.int64)
+    order = None
+    if codes.size > 1 and np.any(codes[1:] < codes[:-1]):
+        order = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes, minlength=len(uniques))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return np.asarray(uniques, dtype=object).astype(str), offsets, order
+
+
+def query_ids_of(n: int, qid: Any, group: Any) -> np.ndarray:
+    """The (N,) query id of each of ``n`` rows from ``qid`` (ids) or ``group`` (consecutive sizes)."""
+    if (qid is None) == (group is None):
+        raise ValueError(
+            "qid: give the query id of every row (qid=...) or the query sizes (group=...), exactly one"
+        )
+    if qid is not None:
+        ids = np.asarray(qid)
+        if ids.ndim != 1 or ids.shape[0] != n:
+            raise ValueError(f"qid: expected {n} query ids (one per row of X), got shape {ids.shape}")
+        if ids.dtype.kind == "f" and not np.isfinite(ids).all():
+            raise ValueError(f"qid: row {int(np.argmin(np.isfinite(ids)))} has a missing query id")
+        if ids.dtype == object and any(v is None for v in ids):
+            raise ValueError("qid: a query id is None")
+        return ids
+    sizes = np.asarray(group)
+    if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or (sizes < 1).any() or int(sizes.sum()) != n:
+        raise ValueError(
+            f"group: expected positive integer query sizes summing to {n} rows (X), got {group!r}"
+        )
+    return np.repeat(np.arange(sizes.size), sizes)
+
+
+def check_finite_rows(values: np.ndarray, name: str) -> None:
+    """ValueError naming ``name`` and the first row with a NaN or infinite value."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        rows = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))
+        col = f", column {int(np.argmax(bad[rows[0]]))}" if values.ndim == 2 else ""
+        raise ValueError(
+            f"{name}: row {int(rows[0])}{col} is NaN or infinite (or beyond float32) "
+            f"({rows.size} row(s) in all); clean or impute it first"
+        )
+
+
+def _as_matrix(X: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-d array (rows, features), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name}: needs at least one row and one feature, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    check_finite_rows(out, name)
+    return out
+
+
+def _as_vector(y: Any, n: int, name: str) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} values (one per row of X), got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected numbers, got dtype {arr.dtype}")
+    out = arr.astype(np.float32)
+    check_finite_rows(out, name)
+    return out
+
+
+def frame_columns(
+    df: Any,
+    query: str | None,
+    label: str | None,
+    categorical: Sequence[str] | None,
+    numeric: Sequence[str] | None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(numeric, categorical)`` column names of a DataFrame (see :meth:`RankingData.from_frame`)."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    columns = [str(c) for c in df.columns]
+    if len(set(columns)) != len(columns):
+        raise ValueError("the DataFrame has repeated column names")
+    special = [c for c in (query, label) if c is not None]
+    for what, names in (
+        ("query/label", special),
+        ("categorical", categorical or ()),
+        ("numeric", numeric or ()),
+    ):
+        absent = [c for c in names if c not in columns]
+        if absent:
+            raise ValueError(f"{what}: no column(s) {absent} in the DataFrame; it has {columns[:40]}")
+    rest = [c for c in columns if c not in special]
+    if categorical is None:
+        categorical = [c for c in rest if _is_categorical_dtype(df[c].dtype) and c not in (numeric or ())]
+    if numeric is None:
+        numeric = [c for c in rest if c not in set(categorical)]
+    clash = sorted((set(numeric) & set(categorical)) | (set(special) & (set(numeric) | set(categorical))))
+    if clash:
+        raise ValueError(f"categorical: columns {clash} are given more than one role")
+    return tuple(numeric), tuple(categorical)
+
+
+def _is_categorical_dtype(dtype: Any) -> bool:
+    import pandas as pd
+
+    return (
+        isinstance(dtype, pd.CategoricalDtype)
+        or pd.api.types.is_object_dtype(dtype)
+        or pd.api.types.is_bool_dtype(dtype)
+        or pd.api.types.is_string_dtype(dtype)
+    )
+
+
+def _frame_numeric(df: Any, numeric: Sequence[str]) -> np.ndarray:
+    """float32 (N, F) numeric columns; ValueError naming a non-numeric column."""
+    import pandas as pd
+
+    out = np.empty((len(df), len(numeric)), dtype=np.float32)
+    for j, col in enumerate(numeric):
+        s = df[col]
+        if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
+            raise ValueError(
+                f"X: column {col!r} has dtype {s.dtype}, not numbers; name it in categorical_features "
+                "to embed it"
+            )
+        with np.errstate(over="ignore"):
+            out[:, j] = s.to_numpy(dtype=np.float32, na_value=np.nan)
+    if not np.isfinite(out).all():
+        rows, cols = np.nonzero(~np.isfinite(out))
+        raise ValueError(
+            f"X: row {int(rows[0])} (index {df.index[rows[0]]!r}), column {numeric[cols[0]]!r} is NaN, "
+            f"missing or infinite ({np.unique(rows).size} row(s) in all); clean or impute it first"
+        )
+    return out

@@ -15,6 +15,10 @@ Normalizers (``TRANSFORMS`` registry name in brackets):
 * :class:`ZScore` (``"zscore"``): ``(x - mean) / std`` with the training mean and population std.
 * :class:`Log1pZScore` (``"log1p-zscore"``): z-score of ``sign(x) * log1p(|x|)``, for heavy-tailed
   count-like features (e.g. MSLR-WEB's BM25 and link counts).
+* :class:`ZScoreLog1p` (``"zscore-log1p"``): ``sign(z) * log1p(|z|)`` of the training z-score ``z``, the
+  log1p input transform of DASALC (Qin et al. 2021, ICLR), applied after standardization.
+* :class:`QueryZScore` (``"query-zscore"``): per-query standardization, ``(x - mean_q) / std_q`` with the
+  mean and population std within each query (stateless, like ``query-minmax``).
 
 Guards shared by all of them:
 
@@ -40,8 +44,10 @@ __all__ = [
     "Identity",
     "Log1pZScore",
     "QueryMinMax",
+    "QueryZScore",
     "Transform",
     "ZScore",
+    "ZScoreLog1p",
     "make_transform",
 ]
 
@@ -273,6 +279,7 @@ class _Affine(Transform):
     1 / divisor`` (0 where constant); ``[lo, hi]`` = [0, 1] with ``_clip01``, else the float32 range."""
 
     _log: ClassVar[bool] = False  # g = signed log1p instead of identity
+    _post_log: ClassVar[bool] = False  # signed log1p of the affine map's result (DASALC)
     _clip01: bool = False
 
     def _g(self, block: np.ndarray) -> np.ndarray:
@@ -293,11 +300,14 @@ class _Affine(Transform):
         return {"shift": np.asarray(shift, dtype=np.float64), "scale": _inverse(divisor, np)}
 
     def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
-        return _affine_map(x, params["shift"], params["scale"], *self._bounds(), self._log, xp)
+        out = _affine_map(x, params["shift"], params["scale"], *self._bounds(), self._log, xp)
+        return _signed_log1p(out, xp) if self._post_log else out
 
     def raw_lists(self, y: Any, params: dict[str, Any], xp: Any) -> Any:
         """``g^-1(shift + y / scale)`` (``y`` itself for a constant feature), ``|g(x)|`` kept <= 80."""
         scale = params["scale"]
+        if self._post_log:  # inverse of the signed log1p applied last
+            y = xp.sign(y) * xp.expm1(xp.abs(y))
         x = params["shift"] + y / xp.where(scale > 0, scale, 1.0)
         if self._log:  # inverse of the signed log1p
             x = xp.sign(x) * xp.expm1(xp.clip(xp.abs(x), 0.0, 80.0))
@@ -313,7 +323,8 @@ class _Affine(Transform):
             block = x[a : a + step]
             _check_finite(block, a, data)
             block = block.astype(np.float64)
-            out[a : a + step] = _affine_map(block, params["shift"], params["scale"], lo, hi, self._log, np)
+            block = _affine_map(block, params["shift"], params["scale"], lo, hi, self._log, np)
+            out[a : a + step] = _signed_log1p(block) if self._post_log else block
         return out
 
 
@@ -424,6 +435,25 @@ class Log1pZScore(ZScore):
     _log = True
 
 
+class ZScoreLog1p(ZScore):
+    """DASALC's log1p input transform after standardization: ``sign(z) * log1p(|z|)``,
+    ``z = (x - mean_) / std_`` with the training split's statistics (Qin et al. 2021, ICLR, "Are Neural
+    Rankers still Outperformed by Gradient Boosted Decision Trees?", section on input transformation).
+
+    The order differs from :class:`Log1pZScore` (log first, then standardize): here every feature is
+    first put on one scale, then its tails are compressed, so outliers of validation/test splits far
+    beyond the training range are damped (``|y| <= log1p(|z|)``) rather than passed on linearly. A
+    feature constant on the training split gives 0.
+
+    Attributes:
+        mean_: float64 (F,) per-feature mean on the training rows.
+        std_: float64 (F,) per-feature population std; 0 where constant.
+    """
+
+    name = "zscore-log1p"
+    _post_log = True
+
+
 class QueryMinMax(Transform):
     """Per-query min-max scaling to [0, 1] (LETOR "QueryLevelNorm").
 
@@ -459,12 +489,72 @@ class QueryMinMax(Transform):
         return _minmax_map(x, lo, _inverse(hi - lo, xp), xp)
 
 
+class QueryZScore(Transform):
+    """Per-query standardization: within each query q and feature j, ``y = (x - mean_q,j) / std_q,j``
+    with the mean and population std (ddof = 0) over the query's items.
+
+    A feature constant within a query (``max == min`` exactly; in particular every feature of a
+    one-item query) gives 0. Nothing is learned: ``fit`` only records the feature count, and
+    ``transform`` works without it. Statistics in float64, two passes, over blocks of whole queries
+    (``np.add.reduceat``; no loop over single queries); the result is clipped to the float32 range.
+    """
+
+    name = "query-zscore"
+    stateless = True
+
+    def _apply(self, data: RankingData) -> np.ndarray:
+        x = data.features
+        out = np.empty(x.shape, dtype=np.float32)
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            _check_finite(x[a : a + step], a, data)
+        offsets = data.query_offsets
+        q = 0
+        while q < data.n_queries:  # blocks of whole queries, about ``step`` rows each (at least one query)
+            end = int(np.searchsorted(offsets, offsets[q] + step, side="right")) - 1
+            end = min(max(end, q + 1), data.n_queries)
+            a, b = int(offsets[q]), int(offsets[end])
+            starts = offsets[q:end] - a  # (Q,)
+            qidx = np.repeat(np.arange(end - q), np.diff(offsets[q : end + 1]))  # (rows,)
+            block = x[a:b].astype(np.float64)
+            mean, scale = _query_stats(block, starts, qidx)
+            out[a:b] = _affine_map(block, mean[qidx], scale[qidx], -_F32_MAX, _F32_MAX, False, np)
+            q = end
+        return out
+
+    def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
+        """Mean and std over the REAL items of each list (padding enters neither)."""
+        real = mask[:, :, None]  # (B, L, 1)
+        n = xp.where(mask, 1.0, 0.0).sum(1)[:, None, None]  # (B, 1, 1)
+        n = xp.where(n > 0, n, 1.0)
+        mean = xp.where(real, x, 0.0).sum(1)[:, None] / n  # (B, 1, F)
+        var = xp.where(real, (x - mean) * (x - mean), 0.0).sum(1)[:, None] / n  # (B, 1, F)
+        lo = xp.amin(xp.where(real, x, float("inf")), 1)[:, None]  # (B, 1, F)
+        hi = xp.amax(xp.where(real, x, float("-inf")), 1)[:, None]
+        std = xp.where(hi == lo, 0.0, xp.sqrt(var))  # exactly constant in the list -> 0
+        return _affine_map(x, mean, _inverse(std, xp), -_F32_MAX, _F32_MAX, False, xp)
+
+
+def _query_stats(block: np.ndarray, starts: np.ndarray, qidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query ``mean`` and ``scale = 1 / std`` (0 where constant), float64 (Q, F), of the float64 rows
+    ``block`` (rows, F) whose queries start at ``starts`` (Q,); ``qidx`` (rows,) = each row's query."""
+    counts = np.diff(np.append(starts, block.shape[0]))[:, None].astype(np.float64)  # (Q, 1)
+    mean = np.add.reduceat(block, starts, axis=0) / counts  # (Q, F)
+    dev = block - mean[qidx]
+    var = np.add.reduceat(dev * dev, starts, axis=0) / counts
+    constant = np.minimum.reduceat(block, starts, axis=0) == np.maximum.reduceat(block, starts, axis=0)
+    std = np.where(constant, 0.0, np.sqrt(var))
+    return mean, _inverse(std, np)
+
+
 TRANSFORMS: dict[str, type[Transform]] = {
     "none": Identity,
     "minmax": GlobalMinMax,
     "query-minmax": QueryMinMax,
     "zscore": ZScore,
     "log1p-zscore": Log1pZScore,
+    "zscore-log1p": ZScoreLog1p,
+    "query-zscore": QueryZScore,
 }
 
 

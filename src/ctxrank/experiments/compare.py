@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ctxrank.experiments.store import check_run
 
 __all__ = ["compare_runs", "load_runs"]
 
@@ -39,20 +40,21 @@ def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
     for f in files:
         try:
             d = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{f}: not a JSON run file ({exc})") from None
-        if "per_query" in d and "query_ids" in d:  # ctxrank evaluate --json
-            runs[("evaluate", 0)] = {"query_ids": d["query_ids"], "metrics": _vectors(d["per_query"])}
-        elif {"seed", "fold", "query_ids", "metrics"} <= set(d):
-            runs[(d["seed"], d["fold"])] = {"query_ids": d["query_ids"], "metrics": _vectors(d["metrics"])}
+        except RecursionError:
+            raise ValueError(f"{f}: not a JSON run file (nested too deeply)") from None
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            text = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ValueError(f"{f}: not a JSON run file ({text})") from None
+        if isinstance(d, dict) and "per_query" in d and "query_ids" in d:  # ctxrank evaluate --json
+            r = check_run(f, {"model": "evaluate", "seed": 0, "fold": 0, "query_ids": d["query_ids"],
+                              "metrics": d["per_query"]})  # fmt: skip
+            runs[("evaluate", 0)] = {"query_ids": r["query_ids"], "metrics": r["metrics"]}
+        elif isinstance(d, dict) and {"seed", "fold", "query_ids", "metrics"} <= set(d):
+            r = check_run(f, d)
+            runs[(r["seed"], r["fold"])] = {"query_ids": r["query_ids"], "metrics": r["metrics"]}
         else:
             raise ValueError(f"{f}: neither an experiment run file nor `ctxrank evaluate --json` output")
     return runs
-
-
-def _vectors(per_query: dict[str, list]) -> dict[str, list[float]]:
-    """Per-query vectors as written (strict JSON: a skipped query is null) -> floats, NaN for null."""
-    return {m: [math.nan if x is None else float(x) for x in v] for m, v in per_query.items()}
 
 
 def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 from ctxrank._io import atomic_write, write_json
 from ctxrank.experiments import stats
 from ctxrank.experiments.provenance import environment
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.stats import holm, mean_std
 from ctxrank.experiments.store import RunStore
 
@@ -34,7 +34,8 @@ def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]
     """The runs every model has finished (in run order) and each model's records for them."""
     names = spec.run_names()
     keys = [k for k in spec.run_keys() if all(store.has_run(m, *k) for m in names)]
-    return keys, {m: [store.load_run(m, *k) for k in keys] for m in names}
+    metrics = tuple(spec.report.metrics)
+    return keys, {m: [store.load_run(m, *k, metrics=metrics) for k in keys] for m in names}
 
 
 def run_means(records: list[dict], metric: str) -> np.ndarray:
@@ -186,7 +187,9 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         "fingerprint": spec.fingerprint(),
         "runs": [{"seed": s, "fold": f} for s, f in keys],
         "runs_planned": spec.runs,
-        "metric_convention": metric_convention(rep.convention, no_relevant=rep.no_relevant).to_dict(),
+        "metric_convention": metric_convention(
+            rep.convention, no_relevant=rep.no_relevant, max_label=err_max_label(spec)
+        ).to_dict(),
         "test": test_info,
         "table": table,
         "best_baseline": best,

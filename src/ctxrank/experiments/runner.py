@@ -26,7 +26,7 @@ import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.provenance import code_version
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
 
 __all__ = ["Unit", "load_unit", "pending_runs", "run_experiment"]
@@ -186,7 +186,7 @@ def run_experiment(
                 bar.set_description(f"seed {seed} fold {fold} {m}")
                 t0 = time.perf_counter()
                 try:
-                    record = _run_one(spec, m, seed, fold, unit, shared)
+                    record = _run_one(spec, m, seed, fold, unit, shared, store.root)
                 except Exception as exc:
                     raise ValueError(f"run {m} seed {seed} fold {fold} failed: {exc}") from exc
                 record["seconds"] = time.perf_counter() - t0
@@ -232,6 +232,7 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
         list(rep.metrics),
         convention=rep.convention,
         no_relevant=rep.no_relevant,
+        max_label=err_max_label(spec),
     )
     return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in per.items()}
 
@@ -293,13 +294,14 @@ def _select_on_validation(
 
 
 def _run_one(
-    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial, root: Path
 ) -> dict[str, Any]:
     from ctxrank.training.run import run_training
 
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
     if model == REFERENCE and spec.data.synth and model not in spec.models:
         return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
+    tuned: dict[str, Any] = {}
     if model in spec.grids:
         config, r, grid = _select_on_validation(spec, model, seed, unit.train, unit.valid, shared)
         base["grid"] = grid
@@ -307,9 +309,10 @@ def _run_one(
             r.test_scores = r.predictor.predict(unit.test)
     else:
         config = spec.run_config(model, seed)
-        r = run_training(
-            config, unit.train, unit.valid, unit.test, progress=False, **_shared_initial(config, shared)
-        )
+        kw = _shared_initial(config, shared)
+        if spec.tune is not None:
+            config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, kw, root)
+        r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
     if r.test_scores is None:
         raise ValueError("rerank.ideal = 'top-k' runs cannot be stored by an experiment (no full scores)")
     return {
@@ -318,7 +321,44 @@ def _run_one(
         "summary": r.summary,
         "config": config.to_dict(),
         "split": unit.split,
+        **tuned,
     }
+
+
+def _tuned(
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, kw: dict[str, Any], root: Path
+) -> tuple[Any, dict[str, Any]]:
+    """``[tune]``: search the model's configuration on the run's train / valid splits (the study in
+    ``OUT/tune/MODEL/seedS-foldF`` resumes to its budget); the chosen config and what to record."""
+    from ctxrank.tune import finished_trials, tune
+
+    assert spec.tune is not None
+    where = root / "tune" / model / f"seed{seed}-fold{fold}"
+    result = tune(
+        spec.run_dict(model, seed),
+        unit.train,
+        unit.valid,
+        out=where,
+        trials=spec.tune.trials,
+        total=True,
+        seed=spec.tune.seed,
+        prune=spec.tune.prune,
+        describe=f"seed {seed} fold {fold}" if fold else f"seed {seed} (random split)",
+        **kw,
+    )
+    if result.best is None:
+        raise ValueError(f"tuning found no configuration: no trial of {where / 'study.db'} completed")
+    best = result.study.best_trial
+    record = {
+        "trials": finished_trials(result.study),
+        "best_trial": best.number,
+        "best_valid": best.value,
+        "metric": result.best.train.metric,
+        "params": best.params,
+        "dir": str(where.relative_to(root)),
+        "seed": spec.tune.seed,
+    }
+    return result.best, record
 
 
 def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: _SharedInitial, seed: int) -> dict[str, Any]:

@@ -38,6 +38,19 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
 
     [models.qilcm]         # name -> a run config (as `ctxrank train --config`: model, model_params, ...)
     model = "qilcm"
+    # config = "runs/tune/best.toml"   # or a run-config file's (e.g. `ctxrank tune`'s best.toml),
+    #                                    relative to this file; the table's other keys win
+
+With ``[tune]`` every model, baselines included, is first tuned on each run's training and validation
+splits with the same budget (``ctxrank.tune``; the study and its report in ``OUT/tune/MODEL/seedS-foldF``),
+then the chosen configuration is trained and tested once::
+
+    [tune]
+    trials = 20            # trials per model per run (seed, fold)
+    seed = 0               # the sampler's seed
+    prune = true           # prune neural trials on their per-epoch validation metric
+
+A key a model's table (or ``[defaults]``) sets is fixed, not searched.
 
     [models.qilcm.grid]    # optional: candidates chosen per run on the validation split (GridSpec)
     model_params.confusion_weight = [1e-5, 1e-4, 1e-3]
@@ -69,6 +82,7 @@ __all__ = [
     "ExperimentSpec",
     "GridSpec",
     "ReportSpec",
+    "TuneSpec",
     "builtin_names",
     "load_spec",
     "split_protocol",
@@ -79,11 +93,11 @@ PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
 #: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")  # whole name: use fullmatch
 
 
 def _safe_name(section: str, what: str, name: Any) -> str:
-    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or ".." in name:
         raise _fail(
             section,
             f"{what} {name!r} must be 1-100 letters, digits, '_', '-', '+' or '.', starting with a letter or "
@@ -149,15 +163,6 @@ class DataSpec:
         if len(sources) != 1:
             raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
         kw = dict(d)
-        kw["protocol"] = d.get("protocol") or ("folds" if d.get("dataset") else "random-splits")
-        if kw["protocol"] not in PROTOCOLS:
-            raise _fail("data", f"protocol must be one of {list(PROTOCOLS)}, got {kw['protocol']!r}")
-        if kw["protocol"] == "folds" and not d.get("dataset"):
-            raise _fail(
-                "data", "protocol 'folds' needs a registry dataset; files and synthetic data are split"
-            )
-        if kw["protocol"] == "random-splits" and d.get("folds"):
-            raise _fail("data", "folds apply to protocol 'folds'; random splits pool every query")
         if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
             from ctxrank.data.registry import get_spec
 
@@ -166,6 +171,7 @@ class DataSpec:
             kw["file"] = str((base / kw["file"]).resolve())
         if "folds" in kw:
             kw["folds"] = tuple(_int("data", "folds", f, 1) for f in kw["folds"])
+        kw["protocol"] = _protocol(d)
         for name in ("categorical", "numeric"):
             if kw.get(name) is not None:
                 kw[name] = _names("data", name, kw[name])
@@ -207,6 +213,19 @@ class DataSpec:
         if self.synth:
             return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
         return self.file
+
+
+def _protocol(d: Mapping[str, Any]) -> str:
+    """``[data] protocol``: given, else ``"folds"`` for a registry dataset and ``"random-splits"``
+    otherwise; checked against the source and ``folds``."""
+    protocol = d["protocol"] if "protocol" in d else ("folds" if d.get("dataset") else "random-splits")
+    if protocol not in PROTOCOLS:
+        raise _fail("data", f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
+    if protocol == "folds" and not d.get("dataset"):
+        raise _fail("data", "protocol 'folds' needs a registry dataset; files and synthetic data are split")
+    if protocol == "random-splits" and d.get("folds"):
+        raise _fail("data", "folds apply to protocol 'folds'; random splits pool every query")
+    return protocol
 
 
 def _split_text(split: Sequence[float]) -> str:
@@ -315,6 +334,29 @@ class AnomalySpec:
 
 
 @dataclass(frozen=True)
+class TuneSpec:
+    """``[tune]``: the trial budget per model per run, the sampler's seed, pruning (``ctxrank.tune``)."""
+
+    trials: int = 20
+    seed: int = 0
+    prune: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TuneSpec:
+        if not isinstance(d, Mapping):
+            raise _fail("tune", "must be a table (trials, seed, prune)")
+        _known("tune", d, [f.name for f in dataclasses.fields(cls)])
+        prune = d.get("prune", True)
+        if not isinstance(prune, bool):
+            raise _fail("tune", f"prune must be true or false, got {prune!r}")
+        return cls(
+            trials=_int("tune", "trials", d.get("trials", 20), 1),
+            seed=_int("tune", "seed", d.get("seed", 0), 0),
+            prune=prune,
+        )
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """A validated experiment (see the module docstring for the TOML form)."""
 
@@ -330,6 +372,7 @@ class ExperimentSpec:
     anomaly: AnomalySpec | None = None
     source: str = ""
     grids: Mapping[str, GridSpec] = field(default_factory=dict)
+    tune: TuneSpec | None = None
 
     # ------------------------------------------------------------------ runs
     def run_keys(self) -> list[tuple[int, int]]:
@@ -346,13 +389,17 @@ class ExperimentSpec:
     def run_config(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> RunConfig:
         """The model's run config for one seed: its table, a grid ``point`` (dotted overrides, see
         :class:`GridSpec`), the protocol, ``train.seed`` and threads."""
+        return RunConfig.from_dict(self.run_dict(model, seed, point))
+
+    def run_dict(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
         table = _set_keys(self.models[model], point) if point else self.models[model]
         d = apply_overrides(table, [f"train.seed={seed}", f"train.threads={self.threads}"])
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
         if self.initial and not is_baseline(d.get("model", "listnet")):
             d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
-        return RunConfig.from_dict(d)
+        return d
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
@@ -367,6 +414,8 @@ class ExperimentSpec:
         }
         if self.grids:  # only when there are grids: fingerprints of experiments without one are unchanged
             key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
+        if self.tune is not None:  # absent without [tune]: the fingerprints of earlier specs stay
+            key["tune"] = dataclasses.asdict(self.tune)
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -377,9 +426,10 @@ class ExperimentSpec:
         _known(
             "top",
             d,
-            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis"],
+            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis", "tune"],
         )
-        name = d.get("name") or (Path(source).stem if source else "")
+        tune = TuneSpec.from_dict(d["tune"]) if "tune" in d else None
+        name = d["name"] if "name" in d else (Path(source).stem if source else "")
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
         _safe_name("top", "name", name)
@@ -397,6 +447,13 @@ class ExperimentSpec:
         defaults = d.get("defaults") or {}
         if not isinstance(defaults, Mapping):
             raise _fail("defaults", "must be a table (run-config keys shared by every model)")
+        gridded = [m for m, t in models.items() if isinstance(t, Mapping) and t.get("grid")]
+        if tune is not None and gridded:
+            raise _fail(
+                "tune",
+                "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
+                f"grid: {gridded} (drop one: --set models.NAME.grid={{}})",
+            )
         if data.synth and "chooser" in models:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
         if "grid" in defaults:
@@ -406,7 +463,8 @@ class ExperimentSpec:
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
-            table = _deep_merge(defaults, table)
+            table = _with_config_file(m, table, base)
+            table = _deep_merge(_baseline_defaults(defaults, table), table)
             grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
             models = {**models, m: table}
             for point in grid.points():
@@ -434,9 +492,53 @@ class ExperimentSpec:
             anomaly=anomaly,
             source=source,
             grids=grids,
+            tune=tune,
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -> Mapping[str, Any]:
+    """``config = "FILE"`` in a model's table: the run config of a TOML file (e.g. the ``best.toml`` of
+    ``ctxrank tune``; relative to the spec), under the table's other keys."""
+    if "config" not in table:
+        return table
+    path = table["config"]
+    if not isinstance(path, str) or not path:
+        raise _fail(f"models.{model}", f"config must be the path of a TOML run config, got {path!r}")
+    path = Path(path) if base is None or Path(path).is_absolute() else base / path
+    rest = {k: v for k, v in table.items() if k != "config"}
+    return _deep_merge(load_toml(path), rest)
+
+
+def _check_new_models(d: Mapping[str, Any], overrides: Sequence[str], path: Path) -> None:
+    """``--set models.NAME.KEY=V`` for a NAME the spec does not have is a typo, unless the overrides
+    add that model explicitly (``models.NAME.model=M`` or ``models.NAME={...}``)."""
+    models = d.get("models")
+    names = list(models) if isinstance(models, Mapping) else []
+    added: dict[str, list[str]] = {}
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        if len(parts) >= 2 and parts[0] == "models" and parts[1] not in names:
+            added.setdefault(parts[1], []).append(".".join(parts[2:]))
+    for name, keys in added.items():
+        if "model" not in keys and "" not in keys:
+            raise ValueError(
+                f"{path}: --set models.{name}.{keys[0]}: the spec has no model {name!r} (its models: "
+                f"{', '.join(names)}); to add one, also set models.{name}.model=MODEL"
+            )
+
+
+def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``[defaults]`` for one model: a baseline takes only the ``[train]`` keys it reads."""
+    from ctxrank.config import BASELINE_TRAIN_KEYS
+    from ctxrank.registry import is_baseline
+
+    train = defaults.get("train")
+    model = table.get("model", "listnet")
+    if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
+        return defaults
+    return {**defaults, "train": {k: v for k, v in train.items() if k in BASELINE_TRAIN_KEYS}}
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,7 +559,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str) -> ReportSpec:
             parse_metric(m)
         except ValueError as exc:
             raise _fail("report", f"metrics: {exc}") from None
-    target = d.get("target") or ("qilcm" if "qilcm" in models else models[-1])
+    target = d["target"] if "target" in d else ("qilcm" if "qilcm" in models else models[-1])
     if target not in models:
         raise _fail("report", f"target {target!r} is not one of the models {models}")
     baselines = _names("report", "baselines", d.get("baselines", ())) or tuple(
@@ -526,8 +628,20 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
                 f"{name_or_path}: neither a TOML file nor a built-in experiment ({', '.join(names)})"
             )
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
-    d = apply_overrides(load_toml(path), overrides)
+    raw = load_toml(path)
+    _check_new_models(raw, overrides, path)
+    d = apply_overrides(raw, overrides)
     try:
         return ExperimentSpec.from_dict(d, base=path.parent, source=str(path))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def err_max_label(spec: ExperimentSpec) -> int | None:
+    """ERR's maximum grade for the spec's data: the registered dataset's label scale, else None (then a
+    report asking for ERR is an error naming ``max_label``)."""
+    if not spec.data.dataset:
+        return None
+    from ctxrank.data.registry import get_spec
+
+    return get_spec(spec.data.dataset).max_label

@@ -16,12 +16,13 @@ reading them.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from ctxrank._io import floats_or_nan, write_json
 
-__all__ = ["RunStore"]
+__all__ = ["RunStore", "check_run"]
 
 SPEC_FILE = "experiment.json"
 
@@ -46,14 +47,18 @@ class RunStore:
     def save_run(self, record: dict[str, Any]) -> None:
         write_json(self.run_path(record["model"], record["seed"], record["fold"]), record)
 
-    def load_run(self, model: str, seed: int, fold: int) -> dict[str, Any]:
-        """A stored run; its per-query ``metrics`` are float lists (``null`` -> NaN)."""
+    def load_run(
+        self, model: str, seed: int, fold: int, metrics: tuple[str, ...] | list[str] = ()
+    ) -> dict[str, Any]:
+        """A stored run, validated (:func:`check_run`; ``metrics``: the metrics it must hold); its
+        per-query ``metrics`` are float lists (``null`` -> NaN)."""
         path = self.run_path(model, seed, fold)
-        record = _read(path)
-        try:
-            record["metrics"] = {k: floats_or_nan(v) for k, v in record["metrics"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{path}: malformed run file ({exc!r})") from None
+        record = check_run(path, _read(path), metrics)
+        for key, want in (("model", model), ("seed", seed), ("fold", fold)):
+            if record[key] != want:
+                raise ValueError(
+                    f"{path}: malformed run file: '{key}' is {record[key]!r}, its path says {want!r}"
+                )
         return record
 
     def has_unit(self, seed: int, fold: int) -> bool:
@@ -63,13 +68,14 @@ class RunStore:
         write_json(self.unit_path(seed, fold), record)
 
     def load_unit(self, seed: int, fold: int) -> dict[str, Any]:
-        """A stored unit; its ``anomaly_score`` is a float list (``null`` -> NaN)."""
+        """A stored unit, validated: ``query_ids`` and ``anomaly_score`` (a float list, ``null`` ->
+        NaN) of equal length."""
         path = self.unit_path(seed, fold)
         record = _read(path)
-        try:
-            record["anomaly_score"] = floats_or_nan(record["anomaly_score"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: malformed unit file ({exc!r})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: malformed unit file: not a JSON object")
+        ids = _query_ids(path, record)
+        record["anomaly_score"] = _vector(path, record, "anomaly_score", len(ids))
         return record
 
     # ----------------------------------------------------------------- spec
@@ -91,8 +97,83 @@ class RunStore:
         write_json(path, {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()})
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable run file ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: unreadable run file (nested too deeply)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
+        text = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ValueError(f"{path}: unreadable run file ({text})") from None
+
+
+def check_run(path: Any, record: Any, metrics: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """A run record read from ``path``, validated: a JSON object with ``model`` (str), ``seed`` and
+    ``fold`` (integers), ``query_ids`` (distinct strings) and ``metrics`` (metric name -> one finite
+    number or ``null`` per query, every vector as long as ``query_ids``), holding every metric of
+    ``metrics``; ``split.queries`` (when present) counts train, valid and test queries. Returns it
+    with the vectors as float lists (``null`` -> NaN).
+
+    Raises:
+        ValueError: naming ``path`` and what is wrong.
+    """
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: malformed run file: not a JSON object")
+    missing = [k for k in ("model", "seed", "fold", "query_ids", "metrics") if k not in record]
+    if missing:
+        raise ValueError(f"{path}: malformed run file: no {', '.join(repr(k) for k in missing)}")
+    if not isinstance(record["model"], str):
+        raise ValueError(f"{path}: malformed run file: 'model' must be a string")
+    for key in ("seed", "fold"):
+        if isinstance(record[key], bool) or not isinstance(record[key], int):
+            raise ValueError(
+                f"{path}: malformed run file: {key!r} must be an integer, got {record[key]!r:.40}"
+            )
+    n = len(_query_ids(path, record))
+    per = record["metrics"]
+    if not isinstance(per, dict) or not per:
+        raise ValueError(f"{path}: malformed run file: 'metrics' must map metric names to per-query values")
+    absent = [m for m in metrics if m not in per]
+    if absent:
+        raise ValueError(
+            f"{path}: malformed run file: no per-query values of {absent} (it has {sorted(per)})"
+        )
+    record["metrics"] = {k: _vector(path, per, k, n, prefix="metrics.") for k in per}
+    split = record.get("split")
+    if split is not None and not isinstance(split, dict):
+        raise ValueError(f"{path}: malformed run file: 'split' must be a JSON object")
+    if split is not None and "queries" in split:  # random splits count their queries (published folds: no)
+        queries = split["queries"]
+        if not isinstance(queries, dict) or not all(
+            isinstance(queries.get(k), int) and not isinstance(queries.get(k), bool) and queries[k] >= 0
+            for k in ("train", "valid", "test")
+        ):
+            raise ValueError(f"{path}: malformed run file: 'split.queries' must count train, valid and test")
+    return record
+
+
+def _query_ids(path: Any, record: dict[str, Any]) -> list[str]:
+    ids = record.get("query_ids")
+    if not isinstance(ids, list) or not all(isinstance(q, str) for q in ids):
+        raise ValueError(f"{path}: malformed file: 'query_ids' must be a list of strings")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: malformed file: 'query_ids' lists a query twice")
+    return ids
+
+
+def _vector(path: Any, record: dict[str, Any], key: str, n: int, prefix: str = "") -> list[float]:
+    """``record[key]``: ``n`` finite numbers or nulls (a skipped value) -> floats, NaN for null."""
+    values = record.get(key)
+    if not isinstance(values, list):
+        raise ValueError(f"{path}: malformed file: '{prefix}{key}' must be a list of numbers")
+    if len(values) != n:
+        raise ValueError(
+            f"{path}: malformed file: '{prefix}{key}' has {len(values)} values for {n} queries in 'query_ids'"
+        )
+    for i, v in enumerate(values):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)):
+            raise ValueError(
+                f"{path}: malformed file: '{prefix}{key}'[{i}] is {v!r:.40}; expected a finite number or "
+                "null (a query left out)"
+            )
+    return floats_or_nan(values)

@@ -23,8 +23,9 @@ must lie in ``0..C-1`` (the model's levels are meant to cover the true levels, s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -50,6 +51,13 @@ class ArsmL2RConfig:
     dropout: dropout after each hidden layer.
     ties: order of equal sampled levels in the loss: ``random`` (per list and draw) or ``position``.
     """
+
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "model_params.n_levels": ("choice", (5, 10, 20)),
+        "model_params.hidden": ("choice", ((100,), (500,))),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
 
     n_levels: int = 20
     hidden: tuple[int, ...] = (500,)

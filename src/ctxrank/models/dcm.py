@@ -28,8 +28,9 @@ Shapes: features ``(B, L, F)`` -> ``e`` ``(B, L, embed)`` -> ``h`` ``(B, L, H)``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +52,15 @@ class DCMConfig:
     cell: ``"lstm"`` (the pointer network's) or ``"gru"``.
     dropout: dropout on the input embedding.
     """
+
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss")),
+        "model_params.embed": ("choice", (32, 64, 128)),
+        "model_params.hidden": ("choice", (64, 128, 256)),
+        "model_params.cell": ("choice", ("lstm", "gru")),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
 
     embed: int = 64
     hidden: int = 128

@@ -115,6 +115,13 @@ class DLCMConfig:
     dropout: dropout probability on ``x'`` before the GRU (not in the paper or code: default 0).
     """
 
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss")),
+        "model_params.gru_hidden": ("choice", (64, 128, 256)),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
+
     encoder_widths: tuple[int, ...] | None = None
     gru_hidden: int | None = None
     k: int = 3
@@ -241,7 +248,7 @@ class DLCM(Ranker):
             beta = 0
             self.encoder = None
         self.alpha = self.input_dim + beta  # width of x' (the paper's alpha in eq. 4)
-        self.hidden = config.gru_hidden or self.alpha
+        self.hidden = self.alpha if config.gru_hidden is None else config.gru_hidden
         self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
         orders = [config.direction]
         if config.bidirectional:

@@ -26,6 +26,16 @@ class MLPConfig:
     dropout: dropout probability after each hidden layer.
     """
 
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": (
+            "choice",
+            ("listnet", "listmle", "attrank", "ranknet", "lambdaloss", "approxndcg", "neuralndcg"),
+        ),
+        "model_params.hidden": ("choice", ((64,), (64, 32), (128, 64), (256, 128))),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
+
     hidden: tuple[int, ...] = (64, 32)
     activation: str = "relu"
     dropout: float = 0.0
@@ -43,6 +53,10 @@ class MLPConfig:
 @dataclass(frozen=True)
 class ListNetConfig(MLPConfig):
     """ListNet's defaults: the paper's linear neural network (no hidden layer)."""
+
+    #: a linear scorer with its own loss: only the shared options (learning rate, transform, the loss's
+    #: temperature) are searched
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
 
     hidden: tuple[int, ...] = ()
 

@@ -47,9 +47,9 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -90,6 +90,18 @@ class QILCMConfig:
     var_floor: added to the variance under the square root (finite gradients for constant features).
     input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
     """
+
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss", "approxndcg", "neuralndcg")),
+        "model_params.encoder_width": ("choice", (50, 100, 200)),
+        "model_params.att_hidden": ("choice", ((128,), (256, 128))),
+        "model_params.rank_hidden": ("choice", ((128,), (256, 128), (512, 256))),
+        "model_params.confusion_weight": ("log", 1e-6, 1e-2),  # lambda of eq. 10
+        "model_params.confusion_form": ("choice", ("sum", "mean")),
+        # TODO(issue 19): the Chamfer direction, once QILCMConfig has it (branch fidelity):
+        # "model_params.confusion_direction": ("choice", ("two-sided", "one-sided")),
+    }
 
     encoder_width: int = 100
     att_hidden: tuple[int, ...] = (256, 128)
@@ -237,8 +249,17 @@ def _variant(name: str, overrides: dict) -> type[QILCM]:
     fields = [
         (k, type(getattr(QILCMConfig(), k)), dataclasses.field(default=v)) for k, v in overrides.items()
     ]
+    # the variant fixes these options: not searched (without a confusion term, nor its form)
+    fixed = {f"model_params.{k}" for k in overrides}
+    if overrides.get("confusion_weight") == 0:
+        fixed |= {k for k in QILCMConfig.SEARCH_SPACE if k.startswith("model_params.confusion_")}
+    space = {k: v for k, v in QILCMConfig.SEARCH_SPACE.items() if k not in fixed}
     config_cls = dataclasses.make_dataclass(
-        f"QILCM{name.title()}Config", fields, bases=(QILCMConfig,), frozen=True
+        f"QILCM{name.title()}Config",
+        fields,
+        bases=(QILCMConfig,),
+        frozen=True,
+        namespace={"SEARCH_SPACE": space},
     )
     return type(f"QILCM{name.title()}", (QILCM,), {"name": f"qilcm-{name}", "config_class": config_cls})
 

@@ -145,6 +145,7 @@ def fit(
     log_path: str | Path | None = None,
     progress: bool = True,
     on_improve: Callable[[int, float], None] | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
 ) -> FitResult:
@@ -161,6 +162,9 @@ def fit(
         log_path: a JSON-lines file receiving one record per epoch.
         progress: show a tqdm progress bar (loss and validation metric).
         on_improve: called with (epoch, metric) after each new best epoch (e.g. to save a checkpoint).
+        on_epoch: called with (epoch, metric) after every epoch's validation, model selection, log and
+            saved state; an exception it raises ends the fit and propagates (``ctxrank.tune`` raises
+            Optuna's ``TrialPruned`` here to prune a trial on its per-epoch validation metric).
         state_dir: write a resumable training state here after every epoch (atomically; rank 0 only;
             see :mod:`ctxrank.training.resume`). A directory that already holds a state needs
             ``resume=True``.
@@ -189,7 +193,7 @@ def fit(
         store = StateDir(state_dir)
         run_info = _run_info(trainer, train, valid, train_init_scores, valid_init_scores)
         _restore_state(trainer, state, store, run_info, resume)
-    log = _open_log(log_path, state) if trainer.ctx.is_main else None
+    log = _open_log(log_path, state, resume) if trainer.ctx.is_main else None
     t_start = time.perf_counter()
     bar = tqdm(
         range(state.start, config.max_epochs + 1),
@@ -208,6 +212,8 @@ def fit(
             stop = state.bad_epochs >= config.patience
             if store is not None:
                 _save_state(trainer, state, store, epoch, stop, run_info)
+            if on_epoch is not None:
+                on_epoch(epoch, value)
             if stop:
                 break
     finally:
@@ -303,11 +309,12 @@ def _restore_state(
     state.start = trainer.config.max_epochs + 1 if saved.stopped else saved.epoch + 1
 
 
-def _open_log(log_path: str | Path | None, state: _Progress) -> IO[str] | None:
-    """The JSON-lines epoch log; a resumed run rewrites it from the saved history first."""
+def _open_log(log_path: str | Path | None, state: _Progress, resume: bool) -> IO[str] | None:
+    """The JSON-lines epoch log; a resumed run rewrites it from the saved history first (empty when
+    the run was killed before its first epoch's state was committed: that epoch is logged once)."""
     if log_path is None:
         return None
-    log = Path(log_path).open("w" if state.resumed_from is not None else "a")
+    log = Path(log_path).open("w" if resume else "a")
     for record in state.history:  # the finished epochs again: a killed run may have logged one more
         log.write(dumps(record, indent=None) + "\n")
     return log
@@ -338,7 +345,7 @@ def _train_epoch(
         init_scores=part_init,
     )
     for i, batch in enumerate(batches):
-        batch = batch.to(device)
+        batch = _with_input_noise(batch.to(device), config.input_noise)
         dtype = trainer.autocast_dtype
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = trainer.step(batch)
@@ -348,6 +355,17 @@ def _train_epoch(
         n_lists += batch.batch_size
     total, n_lists = ctx.all_reduce_sum(np.array([total, n_lists]), device)
     return float(total / max(n_lists, 1))
+
+
+def _with_input_noise(batch: Any, sigma: float) -> Any:
+    """The batch with ``N(0, sigma^2)`` noise added to the features of its real items (``train.input_noise``;
+    padding stays 0). Drawn from torch's global generator, which ``fit`` seeds and the resumable state
+    saves, so runs stay reproducible and a resumed run draws the same noise."""
+    if sigma == 0:
+        return batch
+    noise = torch.randn(batch.features.shape, dtype=batch.features.dtype, device=batch.features.device)
+    noise = torch.where(batch.mask[..., None], noise * sigma, torch.zeros((), dtype=noise.dtype))
+    return dataclasses.replace(batch, features=batch.features + noise)
 
 
 def _check_finite(

@@ -129,13 +129,17 @@ class RerankPredictor:
     def n_features(self) -> int:
         return int(self.initial.n_features)
 
-    def predict(self, data: RankingData) -> np.ndarray:
-        split = prepare_split(
+    def prepare(self, data: RankingData) -> RerankSplit:
+        """``data`` scored by the initial ranker and cut to each query's top k (:func:`prepare_split`)."""
+        return prepare_split(
             data,
             self.initial.predict(data),
             k=int(self.meta["top_k"]),
             rank_feature=bool(self.meta["rank_feature"]),
             score_feature=bool(self.meta["score_feature"]),
         )
+
+    def predict(self, data: RankingData) -> np.ndarray:
+        split = self.prepare(data)
         top_scores = self.reranker.predict(split.top, init_scores=split.top_initial_scores)
         return merge_scores(split, top_scores)

@@ -23,7 +23,7 @@ baseline has no epochs: resuming it trains it again.
 
 :func:`run_training` reads as its steps: :func:`_run_baseline` for a baseline; else
 :func:`_prepare_rerank` (initial ranker and top-k lists, when re-ranking), :func:`_fit_neural`
-(normalizer, model, loss, ``fit``), :func:`_save_run` and :func:`_evaluate_test`.
+(normalizer, model, loss, ``fit``), :func:`save_result` and :func:`_evaluate_test`.
 """
 
 from __future__ import annotations
@@ -38,21 +38,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
-from ctxrank.checkpoint import save_checkpoint, update_meta
+from ctxrank.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import evaluate_queries, metric_convention
 from ctxrank.models.base import Ranker
+from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.curves import CURVES_FILE, plot_training_curves
+from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
 
-__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training"]
+__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training", "save_result"]
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 INITIAL_DIR = "initial"
@@ -60,7 +64,13 @@ INITIAL_DIR = "initial"
 
 @dataclass
 class RunResult:
-    """What a run produced. ``test_scores`` are full-query scores in the test file's row order."""
+    """What a run produced. ``test_scores`` are full-query scores in the test file's row order.
+
+    ``predictor``: a ``TorchPredictor``, a ``RerankPredictor`` or a fitted baseline (``.predict(data)``
+    on raw data). ``history``: the per-epoch records of a neural fit (``train_log.jsonl``); a
+    baseline's per-iteration validation metrics when it has them. ``layout``: the first query of the
+    data the model was fitted on (feature names, categorical columns), what :func:`save_result` needs.
+    """
 
     config: RunConfig
     summary: dict[str, Any]
@@ -69,6 +79,8 @@ class RunResult:
     initial_test_metrics: dict[str, np.ndarray] | None = None
     predictor: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    layout: RankingData | None = None
 
 
 @dataclass
@@ -83,7 +95,7 @@ class _Rerank:
 
 def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
     tc = config.train
-    defaults = {"seed": tc.seed, "num_threads": tc.threads or 1}
+    defaults = {"seed": tc.seed, "num_threads": 1 if tc.threads is None else tc.threads}
     return LambdaMART(**{**defaults, **params})
 
 
@@ -112,6 +124,7 @@ def run_training(
     meta: dict[str, Any] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
 
@@ -122,10 +135,30 @@ def run_training(
     several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
 
     ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
+
+    ``on_epoch``: passed to :func:`ctxrank.training.loop.fit`, called with ``(epoch, validation metric)``
+    after every epoch of a neural model (``ctxrank.tune`` prunes trials there); baselines have no epochs, and
+    the members of an ensemble (``ensemble > 1``) are not reported.
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
     evaluate = functools.partial(_evaluate, metrics=metrics, no_relevant=config.train.no_relevant)
+    if config.ensemble > 1:
+        members = _train_members(
+            config,
+            train,
+            valid,
+            out=out,
+            progress=progress,
+            metrics=metrics,
+            log=log,
+            initial=initial,
+            train_initial_scores=train_initial_scores,
+            meta=meta,
+            state_dir=state_dir,
+            resume=resume,
+        )
+        return _ensemble_result(config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
     entry = get_model(config.model)
     if isinstance(entry, Baseline):
         return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
@@ -134,8 +167,17 @@ def run_training(
         rerank = _prepare_rerank(
             config, train, valid, initial, train_initial_scores, log or (lambda *_: None)
         )
-    model, transform, summary = _fit_neural(
-        config, train, valid, rerank, out=out, progress=progress, state_dir=state_dir, resume=resume, t0=t0
+    model, transform, summary, history = _fit_neural(
+        config,
+        train,
+        valid,
+        rerank,
+        out=out,
+        progress=progress,
+        state_dir=state_dir,
+        resume=resume,
+        t0=t0,
+        on_epoch=on_epoch,
     )
     fit_train = rerank.train.top if rerank is not None else train
     predictor: Any = TorchPredictor(
@@ -143,11 +185,78 @@ def run_training(
     )
     if rerank is not None:
         predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
+    result = RunResult(
+        config=config, summary=summary, predictor=predictor, history=history, layout=fit_train.subset([0])
+    )
     if out is not None:
-        _save_run(out, config, model, transform, fit_train, summary, rerank, meta)
-    result = RunResult(config=config, summary=summary, predictor=predictor)
+        save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
     if test is not None:
         _evaluate_test(result, model, transform, test, rerank, evaluate)
+    return result
+
+
+def _train_members(config: RunConfig, train: RankingData, valid: RankingData, **kw: Any) -> list[RunResult]:
+    """``config.ensemble`` runs with seeds ``train.seed + i`` (model directories ``out/member-i``, training
+    states ``state_dir/member-i``); a re-ranking ensemble shares the initial ranker the first member fits."""
+    out, state_dir, initial = kw.pop("out"), kw.pop("state_dir"), kw.pop("initial")
+    members = []
+    for i in range(config.ensemble):
+        tc = dataclasses.replace(config.train, seed=config.train.seed + i)
+        result = run_training(
+            dataclasses.replace(config, train=tc, ensemble=1),
+            train,
+            valid,
+            None,
+            out=None if out is None else out / member_dir(i),
+            state_dir=None if state_dir is None else Path(state_dir) / member_dir(i),
+            initial=initial,
+            **kw,
+        )
+        if config.rerank.initial and initial is None:
+            initial = result.predictor.initial
+        members.append(result)
+    return members
+
+
+def _ensemble_result(
+    config: RunConfig,
+    members: list[RunResult],
+    valid: RankingData,
+    test: RankingData | None,
+    *,
+    out: Path | None,
+    meta: dict[str, Any] | None,
+    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
+    t0: float,
+) -> RunResult:
+    """The mean of the members' scores: its validation metric (full queries), saved directory, test."""
+    predictor = EnsemblePredictor([m.predictor for m in members])
+    tc = config.train
+    per = evaluate_queries(
+        predictor.predict(valid), valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
+    )[tc.metric]
+    summary = {
+        "ensemble": config.ensemble,
+        "seeds": [tc.seed + i for i in range(config.ensemble)],
+        "metric": tc.metric,
+        "best_valid_metric": float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
+        "members": [m.summary for m in members],
+        "seconds": time.perf_counter() - t0,
+    }
+    if out is not None:
+        save_ensemble(out, config, [member_dir(i) for i in range(len(members))], predictor, summary, meta)
+    result = RunResult(config=config, summary=summary, predictor=predictor)
+    if test is None:
+        return result
+    if not predictor.reranks:
+        result.test_scores = predictor.predict(test)
+        result.test_metrics = evaluate(result.test_scores, test)
+        return result
+    split = predictor.members[0].prepare(test)
+    scores, data = evaluation_target(split, predictor.top_scores(split), config.rerank.ideal)
+    result.test_scores = scores if config.rerank.ideal == "full" else None
+    result.test_metrics = evaluate(scores, data)
+    result.initial_test_metrics = evaluate(split.initial_scores, test)
     return result
 
 
@@ -172,11 +281,15 @@ def _run_baseline(
     """Fit a baseline on whole lists, save it, evaluate it on ``test``."""
     model = baseline.build(config.model_params, config.train).fit(train, valid)
     summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
+    result = RunResult(
+        config=config,
+        summary=summary,
+        predictor=model,
+        history=_baseline_history(model),
+        layout=train.subset([0]),
+    )
     if out is not None:
-        model.save(out, run_config=config.to_dict())
-        if meta:
-            update_meta(out, meta)
-    result = RunResult(config=config, summary=summary, predictor=model)
+        save_result(result, out, meta=meta)
     if test is not None:
         result.test_scores = model.predict(test)
         result.test_metrics = evaluate(result.test_scores, test)
@@ -231,8 +344,10 @@ def _fit_neural(
     state_dir: str | Path | None,
     resume: bool,
     t0: float,
-) -> tuple[Ranker, Transform, dict[str, Any]]:
-    """Fit the normalizer on the (prepared) training split, build the model and its loss, train it."""
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> tuple[Ranker, Transform, dict[str, Any], list[dict[str, Any]]]:
+    """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
+    Returns the model, the normalizer, the summary and the per-epoch records."""
     tc = config.train
     fit_train, fit_valid = train, valid
     train_init = valid_init = None
@@ -247,6 +362,8 @@ def _fit_neural(
         config.model_params,
         categorical_cardinalities=fit_train.categorical_cardinalities,
     )
+    if config.rerank.residual:  # init_scores + a correction that starts at exactly 0
+        model = Residual(model)
     loss_fn = (
         None  # the model trains its own objective (e.g. ARSM-L2R)
         if model.own_objective
@@ -270,42 +387,94 @@ def _fit_neural(
         progress=progress,
         state_dir=state_dir,
         resume=resume,
+        on_epoch=on_epoch,
     )
+    summary = fitted.to_dict()
+    if isinstance(model, Residual):
+        summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
-    model_config = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
-    return (
-        model,
-        transform,
-        {**fitted.to_dict(), "model_config": model_config, "seconds": time.perf_counter() - t0},
-    )
+    summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
+    return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
 
 
-def _save_run(
-    out: Path,
-    config: RunConfig,
-    model: Ranker,
-    transform: Transform,
-    fit_train: RankingData,
-    summary: dict[str, Any],
-    rerank: _Rerank | None,
-    meta: dict[str, Any] | None,
-) -> None:
-    """The model directory: the initial ranker in ``out/initial`` (re-ranking), then the checkpoint."""
-    if rerank is not None:
-        rerank.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
-    conv = metric_convention("standard", no_relevant=config.train.no_relevant)
-    save_checkpoint(
-        out,
-        model,
-        config,
-        transform,
-        train_data=fit_train,
-        summary=summary,
-        conventions=conv.to_dict(),
-        rerank=rerank.meta if rerank is not None else None,
-        extra=meta,
+def _keep_initial_if_better(
+    model: Residual, valid: RankingData, valid_init: np.ndarray, tc: Any, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Residual re-ranking departs from the initial order only where validation gains: when the best
+    trained epoch does not beat the initial scores' validation metric by more than ``train.min_delta``,
+    ``gate`` is set to 0 (the re-ranker then returns the initial scores) and ``summary`` says epoch 0."""
+    per = evaluate_queries(
+        np.asarray(valid_init, dtype=np.float64),
+        valid.labels,
+        valid.query_offsets,
+        [tc.metric],
+        no_relevant=tc.no_relevant,
+    )[tc.metric]
+    ok = np.isfinite(per)
+    initial = float(per[ok].mean()) if ok.any() else float("nan")
+    keep = not summary["best_valid_metric"] > initial + tc.min_delta
+    if keep:
+        with torch.no_grad():
+            model.gate.zero_()
+        summary.update(best_epoch=0, best_valid_metric=initial)
+    return {"initial_valid_metric": initial, "kept_initial": keep}
+
+
+def save_result(
+    result: RunResult, out: str | Path, *, meta: dict[str, Any] | None = None, write_log: bool = True
+) -> Path:
+    """Save a run's model directory (the one format of ``ctxrank train --out`` and the estimator API):
+    a baseline's own files, or the checkpoint (the initial ranker in ``out/initial`` when re-ranking);
+    then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
+
+    ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``)."""
+    from ctxrank._io import atomic_write, dumps
+
+    out, config, predictor = Path(out), result.config, result.predictor
+    if result.layout is None:
+        raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
+    if isinstance(predictor, (TorchPredictor, RerankPredictor)):
+        torch_predictor = predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
+        if isinstance(predictor, RerankPredictor):
+            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+        save_checkpoint(
+            out,
+            torch_predictor.model,
+            config,
+            torch_predictor.transform,
+            train_data=result.layout,
+            summary=result.summary,
+            conventions=conv.to_dict(),
+            rerank=predictor.meta if isinstance(predictor, RerankPredictor) else None,
+            extra=meta,
+        )
+    else:
+        predictor.save(out, run_config=config.to_dict())
+        if meta:
+            update_meta(out, meta)
+    if write_log and result.history and "train_loss" in result.history[0]:
+        text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
+        atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
+    unit = "epoch" if result.history and "train_loss" in result.history[0] else "iteration"
+    plot_training_curves(
+        result.history, out / CURVES_FILE, title=f"{config.model}: training curves", x_label=unit
     )
+    return out
+
+
+def _baseline_history(model: Any) -> list[dict[str, Any]]:
+    """Per-iteration validation metrics of a fitted baseline (LambdaMART's ``evals_result_``, AdaRank's
+    ``history_``) as curve records; [] for one without (RankSVM)."""
+    valid = (getattr(model, "evals_result_", None) or {}).get("valid", {})
+    metric = getattr(model, "metric", "")
+    if metric in valid:
+        return [{"epoch": i + 1, f"valid_{metric}": v} for i, v in enumerate(valid[metric])]
+    rounds = getattr(model, "history_", None) or []
+    if rounds and rounds[0].get("valid") is not None:
+        return [{"epoch": i + 1, f"valid_{metric}": r["valid"]} for i, r in enumerate(rounds)]
+    return []
 
 
 def _evaluate_test(

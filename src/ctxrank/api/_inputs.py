@@ -1,0 +1,134 @@
+"""Estimator inputs -> :class:`RankingData`: NumPy arrays (any real dtype) or pandas DataFrames (numeric
+columns, and ``category`` / object / string / bool columns as categorical codes), query ids as
+``qid`` (one per row, any order), ``group`` (consecutive sizes) or a DataFrame column
+(``query_column``). Rows are grouped by query here; :attr:`Inputs.order` maps scores back to the
+caller's row order. scikit-learn's own ``check_array`` / ``validate_data`` keep ``n_features_in_``
+and ``feature_names_in_`` and check them at predict time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.ranking_data import RankingData, frame_columns, group_by_query, query_ids_of
+
+__all__ = ["Inputs", "to_ranking_data"]
+
+_QID, _LABEL = "__ctxrank_qid__", "__ctxrank_label__"
+
+
+@dataclass
+class Inputs:
+    """``data``: rows grouped by query; ``order``: data row i is the caller's row ``order[i]`` (None:
+    same order)."""
+
+    data: RankingData
+    order: np.ndarray | None
+
+    def to_caller_order(self, scores: np.ndarray) -> np.ndarray:
+        if self.order is None:
+            return scores
+        out = np.empty_like(scores)
+        out[self.order] = scores
+        return out
+
+
+def _is_frame(X: Any) -> bool:
+    import pandas as pd
+
+    return isinstance(X, pd.DataFrame)
+
+
+def to_ranking_data(
+    est: Any, X: Any, y: Any, qid: Any, group: Any, *, fit: bool, categorical_features: Any = None
+) -> Inputs:
+    """Check and convert the inputs of ``fit`` (``fit=True``: remember columns, fit the categorical
+    encoder) or ``predict`` / ``score`` (check them against what ``fit`` saw).
+
+    Raises:
+        ValueError: naming the argument (``X``, ``y``, ``qid``, ``group``, ``categorical_features``).
+    """
+    from sklearn.utils.validation import check_array, validate_data
+
+    query_column = getattr(est, "query_column", None)
+    if query_column is not None:
+        X, qid = _split_query_column(X, qid, group, query_column)
+    frame = _is_frame(X)
+    if not frame:
+        X = check_array(X, dtype="numeric", ensure_all_finite=False, input_name="X")
+    validate_data(est, X, reset=fit, skip_check_array=True)
+    n = X.shape[0]
+    if y is not None:
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y: expected {n} labels (one per row of X), got shape {y.shape}")
+        if y.dtype.kind not in "biuf":
+            raise ValueError(f"y: Unknown label type {y.dtype}; expected graded relevance labels (numbers)")
+    ids = query_ids_of(n, qid, group)
+    order = group_by_query(ids)[2]
+    if fit:
+        est.categorical_features_ = _categorical_names(X, categorical_features, frame)
+    cats = est.categorical_features_
+    if not cats and not frame:
+        return Inputs(RankingData.from_arrays(X, y, ids), order)
+    df = _as_frame(X, frame)
+    if fit:
+        est.encoder_ = CategoricalEncoder() if cats else None
+    numeric = tuple(c for c in df.columns if c not in set(cats))
+    df = df.assign(**{_QID: np.asarray(ids).astype(str)})
+    if y is not None:
+        df[_LABEL] = y
+    data = RankingData.from_frame(
+        df,
+        query=_QID,
+        label=None if y is None else _LABEL,
+        categorical=cats,
+        numeric=numeric,
+        encoder=est.encoder_,
+    )
+    return Inputs(data, order)
+
+
+def _split_query_column(X: Any, qid: Any, group: Any, column: str) -> tuple[Any, Any]:
+    """(X without the query column, its values) for an estimator with ``query_column``."""
+    if not _is_frame(X):
+        raise ValueError(
+            f"X: query_column={column!r} needs a pandas DataFrame with that column, got {type(X).__name__}"
+        )
+    if column not in X.columns:
+        raise ValueError(f"X: no query column {column!r} (query_column); columns: {list(X.columns)[:40]}")
+    if qid is not None or group is not None:
+        raise ValueError(
+            f"qid: the query ids come from X[{column!r}] (query_column); do not pass qid or group"
+        )
+    return X.drop(columns=[column]), X[column].to_numpy()
+
+
+def _categorical_names(X: Any, categorical_features: Any, frame: bool) -> tuple[str, ...]:
+    """The categorical columns: names (DataFrame) or indices (array) given, else, for a DataFrame, the
+    columns of dtype category / object / string / bool."""
+    if categorical_features is None:
+        return frame_columns(X, None, None, None, None)[1] if frame else ()
+    if isinstance(categorical_features, (str, int)):
+        categorical_features = [categorical_features]
+    names = [str(c) for c in categorical_features]
+    valid = [str(c) for c in X.columns] if frame else [str(i) for i in range(X.shape[1])]
+    unknown = [c for c in names if c not in valid]
+    if unknown:
+        what = "columns of X" if frame else f"column indices 0..{X.shape[1] - 1}"
+        raise ValueError(f"categorical_features: unknown column(s) {unknown}; the {what} are {valid[:40]}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"categorical_features: a column is named twice: {names}")
+    return tuple(names)
+
+
+def _as_frame(X: Any, frame: bool) -> Any:
+    """A DataFrame with string column names ("0", "1", ... for an array)."""
+    import pandas as pd
+
+    if frame:
+        return X.set_axis([str(c) for c in X.columns], axis=1)
+    return pd.DataFrame(X, columns=[str(i) for i in range(X.shape[1])])

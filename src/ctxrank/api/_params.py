@@ -1,0 +1,125 @@
+"""The parameters of an estimator, derived from the registry (so they cannot drift from the CLI's run
+config): a neural model's config dataclass fields, its loss, normalizer and ``TrainConfig`` fields
+(``seed`` is ``random_state``, the progress bar ``verbose``); a baseline's own constructor
+parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``).
+
+The run config's ``transform`` (the feature normalizer) is the estimator parameter ``normalizer``:
+scikit-learn takes an estimator with a ``transform`` attribute for a transformer."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from ctxrank.config import RunConfig, TrainConfig
+from ctxrank.registry import Baseline, get_model
+
+__all__ = ["ParamSpec", "param_spec", "run_config"]
+
+#: run-level parameters of a neural estimator (besides the model's and TrainConfig's)
+_RUN_DEFAULTS: dict[str, Any] = {"loss": "", "loss_params": None, "normalizer": "minmax"}
+#: TrainConfig field -> estimator parameter, where the names differ
+_TRAIN_RENAMES = {"seed": "random_state"}
+#: a baseline constructor parameter -> the estimator parameter that carries it
+_BASELINE_RENAMES = {"seed": "random_state", "num_threads": "threads"}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    raise AssertionError(f"config field {f.name} has no default")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """The estimator parameters of one registered model, in signature order, with their defaults.
+
+    ``model``: the model's own parameters (``[model_params]``); ``run``: ``loss``, ``loss_params``,
+    ``normalizer`` (neural models without their own objective); ``train``: ``TrainConfig`` fields under
+    their estimator names; ``verbose`` always."""
+
+    name: str
+    model: dict[str, Any]
+    run: dict[str, Any]
+    train: dict[str, Any]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {**self.model, **self.run, **self.train, "verbose": False}
+
+
+def param_spec(name: str) -> ParamSpec:
+    """The :class:`ParamSpec` of the registered model ``name`` (ValueError for an unknown one)."""
+    entry = get_model(name)
+    if isinstance(entry, Baseline):
+        sig = inspect.signature(entry.cls.__init__).parameters
+        own = {
+            k: p.default
+            for k, p in sig.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and k != "self"
+            and k not in _BASELINE_RENAMES
+        }
+        own.update({k: default for k, (default, _) in entry.fixed.items()})  # adarank-map: metric="map"
+        own.pop("verbose", None)  # the estimator's own verbose is passed on
+        train = {_BASELINE_RENAMES[k]: sig[k].default for k in (entry.seed, entry.threads) if k}
+        if "threads" in train:
+            train["threads"] = None  # None = one thread, as in ``ctxrank train``
+        return ParamSpec(name, own, {}, train)
+    model = {f.name: _default(f) for f in dataclasses.fields(entry.config_class)}
+    run = {} if entry.own_objective else dict(_RUN_DEFAULTS)
+    if entry.own_objective:
+        run["normalizer"] = _RUN_DEFAULTS["normalizer"]
+    train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
+    clash = set(model) & (set(run) | set(train) | {"verbose"})
+    assert not clash, f"{name}: model parameters {clash} clash with run parameters"
+    return ParamSpec(name, model, run, train)
+
+
+def run_config(name: str, params: dict[str, Any]) -> RunConfig:
+    """The :class:`RunConfig` that ``ctxrank train`` would resolve for model ``name`` with the estimator
+    parameters ``params`` (missing ones take their defaults).
+
+    Raises:
+        ValueError: an unknown parameter (listing the valid ones) or a bad value (naming it).
+    """
+    spec = param_spec(name)
+    unknown = sorted(set(params) - set(spec.defaults))
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for model {name!r}; valid: {', '.join(spec.defaults)}"
+        )
+    values = {**spec.defaults, **params}
+    model_params = {k: values[k] for k in spec.model}
+    if isinstance(get_model(name), Baseline):
+        if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
+            model_params["verbose"] = bool(values["verbose"])
+        train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}
+        d: dict[str, Any] = {"model": name, "model_params": model_params, "train": train}
+    else:
+        train = {
+            k: values[_TRAIN_RENAMES.get(k, k)] for k in (f.name for f in dataclasses.fields(TrainConfig))
+        }
+        d = {
+            "model": name,
+            "loss": values["loss"] if "loss" in spec.run else "",  # ARSM's ``loss`` is its own parameter
+            "transform": values["normalizer"],
+            "model_params": model_params,
+            "loss_params": dict(values["loss_params"] or {}) if "loss_params" in spec.run else {},
+            "train": train,
+        }
+    try:
+        return RunConfig.from_dict(d)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(_estimator_names(str(exc))) from None
+
+
+def _estimator_names(message: str) -> str:
+    """A config error in the estimator's parameter names (``train.seed`` -> ``random_state``)."""
+    for key, name in _TRAIN_RENAMES.items():
+        message = message.replace(f"train.{key}", name)
+    return message.replace("model_params.", "").replace("train.", "")

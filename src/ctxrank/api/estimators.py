@@ -1,0 +1,345 @@
+"""scikit-learn-compatible rankers over ctxrank's training engine and model directories.
+
+Design: one class, :class:`Ranker` (``Ranker(model="qilcm", **params)``), for every registered model,
+and one subclass per model family with the model fixed and every parameter in its signature
+(:class:`QILCMRanker`, :class:`ListNetRanker`, ..., :class:`LambdaMARTRanker`, :class:`RankSVMRanker`,
+:class:`AdaRankRanker`), generated from the registry: the parameters are a neural model's config
+dataclass fields, ``loss`` / ``loss_params`` / ``normalizer`` (the run config's ``transform``), the
+``TrainConfig`` fields (``seed`` is ``random_state``) and ``verbose``; a baseline's constructor
+parameters. They cannot drift from the CLI.
+
+Training is ``ctxrank.training.run.run_training``, the engine of ``ctxrank train``: the same run config,
+seed, normalizer, early stopping and model directory. Without ``eval_set`` the training data is also
+the validation data of early stopping and model selection (the neural models and LambdaMART then
+select on the training metric, RankSVM chooses its ``C`` on it); pass ``eval_set`` for a real
+validation split.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from ctxrank.api._inputs import Inputs, to_ranking_data
+from ctxrank.api._params import param_spec, run_config
+from ctxrank.config import RunConfig
+from ctxrank.registry import MODELS
+
+__all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
+
+
+class Ranker(BaseEstimator):
+    """A ranker for any model of ``ctxrank.registry.MODELS``: ``Ranker(model="qilcm", lr=3e-4, ...)``.
+
+    Parameters: ``model`` and the model's parameters (see ``docs/models.md`` or the per-model
+    subclasses, e.g. ``QILCMRanker``, whose signatures list them with their defaults), plus
+    ``query_column`` (a DataFrame column holding the query ids, for scikit-learn tools that pass only
+    ``X`` and ``y``: ``GridSearchCV`` / ``cross_val_score`` without metadata routing).
+
+    Learned attributes: ``n_features_in_``, ``feature_names_in_`` (DataFrame input), ``best_epoch_``
+    (best epoch; LambdaMART's best iteration, AdaRank's best round; None for RankSVM),
+    ``evals_result_`` (``{"train": {"loss": [...]}, "valid": {metric: [...]}}`` per epoch),
+    ``categorical_features_``, ``encoder_`` (the fitted ``CategoricalEncoder`` or None),
+    ``run_`` (the ``RunResult``: ``config``, ``summary``, ``predictor``, ``history``).
+    """
+
+    _fixed_model: ClassVar[str | None] = None  # set by the per-model subclasses
+    # metadata routing (sklearn.set_config(enable_metadata_routing=True)): query ids are requested
+    __metadata_request__fit = {"qid": True, "group": True}  # noqa: RUF012
+    __metadata_request__predict = {"qid": True, "group": True}  # noqa: RUF012
+    __metadata_request__score = {"qid": True, "group": True}  # noqa: RUF012
+
+    def __init__(self, model: str = "listnet", **params: Any) -> None:
+        self.model = model
+        for key, value in params.items():
+            setattr(self, key, value)
+
+    # ------------------------------------------------------------------ params
+    def model_name(self) -> str:
+        """The registry name of the model this estimator trains."""
+        return self._fixed_model or self.model
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The parameters set (``Ranker``: ``model`` and those given; a per-model subclass: all)."""
+        own = {k: v for k, v in vars(self).items() if not k.startswith("_") and not k.endswith("_")}
+        return {"model": self.model, **own} if self._fixed_model is None else own
+
+    def set_params(self, **params: Any) -> Ranker:
+        """Set parameters (``model`` first); they are checked by ``fit``."""
+        if "model" in params:
+            if self._fixed_model is not None:
+                raise ValueError(f"{type(self).__name__} trains {self._fixed_model}; model cannot be set")
+            self.model = params.pop("model")
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    def run_config(self) -> RunConfig:
+        """The resolved run config of these parameters (what ``ctxrank train`` would train)."""
+        params = self.get_params(deep=False)
+        params.pop("model", None)
+        params.pop("query_column", None)
+        return run_config(self.model_name(), params)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        return tags
+
+    # --------------------------------------------------------------- training
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        qid: Any = None,
+        group: Any = None,
+        eval_set: Any = None,
+        categorical_features: Any = None,
+        init_scores: Any = None,
+    ) -> Ranker:
+        """Train on ``X`` (rows in any order) with labels ``y`` and query ids ``qid`` (or ``group``).
+
+        Args:
+            eval_set: ``(X_valid, y_valid, qid_valid)`` (or ``(X_valid, y_valid)`` with
+                ``query_column``): the validation split of early stopping and model selection.
+            categorical_features: column names (DataFrame) or indices (array) to embed; default: the
+                DataFrame's ``category`` / object / string / bool columns.
+            init_scores: not supported by a single ranker (ValueError); an initial ranker's scores are
+                :class:`RerankPipeline`'s job.
+        """
+        from ctxrank.training.run import run_training
+
+        if init_scores is not None:
+            raise ValueError(
+                "init_scores: a single ranker does not take initial scores; to re-rank an initial "
+                "ranker's top k use ctxrank.api.RerankPipeline(initial=..., reranker=...)"
+            )
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        config = self.run_config()
+        train = to_ranking_data(self, X, y, qid, group, fit=True, categorical_features=categorical_features)
+        _check_labels(train.data.labels, config, "y")
+        valid = self._eval_data(eval_set, config)
+        if valid is None:  # selection on the training data (see the module docstring)
+            valid = train.data
+        verbose = bool(self.get_params(deep=False).get("verbose", False))
+        result = run_training(config, train.data, valid, progress=verbose)
+        self._set_fitted(result)
+        return self
+
+    def _eval_data(self, eval_set: Any, config: RunConfig) -> Any:
+        if eval_set is None:
+            return None
+        if isinstance(eval_set, list) and len(eval_set) == 1:
+            eval_set = eval_set[0]
+        if not isinstance(eval_set, tuple) or len(eval_set) not in (2, 3):
+            raise ValueError(
+                "eval_set: expected (X_valid, y_valid, qid_valid), or (X_valid, y_valid) with query_column"
+            )
+        X, y, qid = (*eval_set, None)[:3]
+        data = to_ranking_data(self, X, y, qid, None, fit=False).data
+        _check_labels(data.labels, config, "eval_set")
+        return data
+
+    def _set_fitted(self, result: Any) -> None:
+        """Learned attributes from a ``RunResult``."""
+        self.run_ = result
+        self.best_epoch_ = _best_epoch(result.summary)
+        self.evals_result_ = _evals_result(result.history)
+
+    # -------------------------------------------------------------- inference
+    def predict(self, X: Any, *, qid: Any = None, group: Any = None) -> np.ndarray:
+        """float64 (N,) scores, one per row of ``X`` in ``X``'s row order (higher = ranked first)."""
+        check_is_fitted(self, "run_")
+        inputs = to_ranking_data(self, X, None, qid, group, fit=False)
+        return self._predict_inputs(inputs)
+
+    def _predict_inputs(self, inputs: Inputs) -> np.ndarray:
+        return inputs.to_caller_order(np.asarray(self.run_.predictor.predict(inputs.data), dtype=np.float64))
+
+    def score(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        qid: Any = None,
+        group: Any = None,
+        metric: str = "ndcg@10",
+        convention: str = "standard",
+        no_relevant: float | str = 0.0,
+    ) -> float:
+        """Mean ``metric`` over the queries (default NDCG@10, the standard convention, a query with no
+        relevant item counting 0); any metric of ``ctxrank.metrics`` by name and convention."""
+        from ctxrank.metrics import evaluate_queries
+
+        check_is_fitted(self, "run_")
+        inputs = to_ranking_data(self, X, y, qid, group, fit=False)
+        scores = np.asarray(self.run_.predictor.predict(inputs.data), dtype=np.float64)
+        data = inputs.data
+        per = evaluate_queries(
+            scores, data.labels, data.query_offsets, [metric], convention=convention, no_relevant=no_relevant
+        )[metric]
+        return float(np.nanmean(per)) if np.isfinite(per).any() else float("nan")
+
+    # ------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> Path:
+        """Write the model directory of ``ctxrank train --out`` (weights, ``ctxrank.json``, ``config.toml``,
+        ``train_log.jsonl``, ``training_curves.png``): ``ctxrank predict --model PATH`` and
+        ``ctxrank export`` serve it, :func:`ctxrank.api.load` reads it back. Refuses a directory that
+        holds a model."""
+        from ctxrank.training.run import save_result
+
+        check_is_fitted(self, "run_")
+        path = Path(path)
+        if (path / "ctxrank.json").exists():
+            raise ValueError(f"path: {path} already holds a saved model; choose another or remove it")
+        return save_result(self.run_, path, meta={"api": self._api_meta()})
+
+    def _api_meta(self) -> dict[str, Any]:
+        """What the estimator adds to ``ctxrank.json``: its class, its input columns and encoder."""
+        names = getattr(self, "feature_names_in_", None)
+        enc = self.encoder_ if getattr(self, "encoder_", None) is not None else None
+        return {
+            "estimator": type(self).__name__,
+            "query_column": self.get_params().get("query_column"),
+            "feature_names_in": None if names is None else [str(n) for n in names],
+            "categorical_features": list(self.categorical_features_),
+            "encoder": None if enc is None else enc.to_dict(),
+        }
+
+
+def _check_labels(labels: np.ndarray, config: RunConfig, what: str) -> None:
+    """Labels a model's loss can use: >= 0, and integers for LambdaMART / AdaRank (label gains)."""
+    negative = np.flatnonzero(labels < 0)
+    if negative.size:
+        raise ValueError(
+            f"{what}: label {labels[negative[0]]:g} (row {int(negative[0])} after grouping by query): "
+            f"the {config.loss_name} objective of {config.model} needs graded labels >= 0"
+        )
+    if config.model in ("lambdamart", "adarank-map", "adarank-ndcg") and not np.all(
+        labels == np.round(labels)
+    ):
+        raise ValueError(
+            f"{what}: {config.model} needs integer relevance grades (0, 1, 2, ...), got fractions"
+        )
+
+
+def _best_epoch(summary: dict[str, Any]) -> int | None:
+    for key in ("best_epoch", "best_iteration", "best_round"):
+        if summary.get(key) is not None:
+            return int(summary[key])
+    return None
+
+
+def _evals_result(history: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {}
+    for record in history:
+        for key, value in record.items():
+            if key == "train_loss":
+                out.setdefault("train", {}).setdefault("loss", []).append(value)
+            elif key.startswith("valid_"):
+                out.setdefault("valid", {}).setdefault(key.removeprefix("valid_"), []).append(value)
+    return out
+
+
+# ------------------------------------------------------------------------- per-model subclasses
+def _subclass(class_name: str, model: str, doc: str) -> type[Ranker]:
+    """A :class:`Ranker` with ``model`` fixed and every parameter in its signature."""
+    defaults = {**param_spec(model).defaults, "query_column": None}
+
+    def __init__(self: Ranker, **params: Any) -> None:
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            raise TypeError(f"{class_name}() got unexpected parameter(s) {unknown}; valid: {list(defaults)}")
+        for key, default in defaults.items():
+            setattr(self, key, params.get(key, default))
+
+    kw = inspect.Parameter.KEYWORD_ONLY
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [self_param, *(inspect.Parameter(k, kw, default=v) for k, v in defaults.items())]
+    )
+    __init__.__qualname__ = f"{class_name}.__init__"
+    return type(
+        class_name,
+        (Ranker,),
+        {"__init__": __init__, "_fixed_model": model, "__doc__": doc, "__module__": __name__},
+    )
+
+
+_FAMILIES = {  # class name -> (registry name, first line of its docstring)
+    "QILCMRanker": ("qilcm", "QILCM (Zhu, Chen and He, AAAI 2019): query-invariant listwise context model."),
+    "DLCMRanker": ("dlcm", "DLCM (Ai et al., SIGIR 2018): deep listwise context model (GRU re-ranker)."),
+    "DCMRanker": ("dcm", "DCM: deep choice model over the list (recurrent context)."),
+    "ListNetRanker": (
+        "listnet",
+        "ListNet (Cao et al., ICML 2007): per-item linear/MLP scorer, top-one loss.",
+    ),
+    "MLPRanker": ("mlp", "MLP scorer: per-item feed-forward network with any listwise loss."),
+    "MNLRanker": ("mnl", "MNL: multinomial logit (per-item utility, choice probabilities)."),
+    "ArsmL2RRanker": ("arsm", "ARSM-L2R: learning to rank trained with the ARSM gradient estimator."),
+    "LambdaMARTRanker": ("lambdamart", "LambdaMART: LightGBM's lambdarank gradient-boosted trees."),
+    "RankSVMRanker": ("ranksvm", "RankSVM: pairwise linear SVM (scikit-learn LinearSVC)."),
+    "AdaRankRanker": ("adarank-ndcg", "AdaRank (Xu and Li, SIGIR 2007): boosting on NDCG@K or MAP."),
+}
+
+
+def _family_doc(name: str, model: str, first: str) -> str:
+    return (
+        f"{first}\n\n``{name}(**params)`` is ``Ranker(model={model!r}, **params)`` with every parameter in "
+        "its signature (defaults from the model's config; meanings in docs/models.md)."
+    )
+
+
+QILCMRanker = _subclass(
+    "QILCMRanker", "qilcm", _family_doc("QILCMRanker", "qilcm", _FAMILIES["QILCMRanker"][1])
+)
+DLCMRanker = _subclass("DLCMRanker", "dlcm", _family_doc("DLCMRanker", "dlcm", _FAMILIES["DLCMRanker"][1]))
+DCMRanker = _subclass("DCMRanker", "dcm", _family_doc("DCMRanker", "dcm", _FAMILIES["DCMRanker"][1]))
+ListNetRanker = _subclass(
+    "ListNetRanker", "listnet", _family_doc("ListNetRanker", "listnet", _FAMILIES["ListNetRanker"][1])
+)
+MLPRanker = _subclass("MLPRanker", "mlp", _family_doc("MLPRanker", "mlp", _FAMILIES["MLPRanker"][1]))
+MNLRanker = _subclass("MNLRanker", "mnl", _family_doc("MNLRanker", "mnl", _FAMILIES["MNLRanker"][1]))
+ArsmL2RRanker = _subclass(
+    "ArsmL2RRanker", "arsm", _family_doc("ArsmL2RRanker", "arsm", _FAMILIES["ArsmL2RRanker"][1])
+)
+LambdaMARTRanker = _subclass(
+    "LambdaMARTRanker",
+    "lambdamart",
+    _family_doc("LambdaMARTRanker", "lambdamart", _FAMILIES["LambdaMARTRanker"][1]),
+)
+RankSVMRanker = _subclass(
+    "RankSVMRanker", "ranksvm", _family_doc("RankSVMRanker", "ranksvm", _FAMILIES["RankSVMRanker"][1])
+)
+_AdaRankBase = _subclass(
+    "AdaRankRanker",
+    "adarank-ndcg",
+    _family_doc("AdaRankRanker", "adarank-ndcg", _FAMILIES["AdaRankRanker"][1]),
+)
+
+
+class AdaRankRanker(_AdaRankBase):  # type: ignore[misc, valid-type]
+    __doc__ = (
+        _AdaRankBase.__doc__ + "\n\n``metric='map'`` trains ``adarank-map``, an NDCG metric ``adarank-ndcg``."
+    )
+
+    def model_name(self) -> str:
+        return "adarank-map" if str(self.metric).lower().startswith(("map", "ap")) else "adarank-ndcg"
+
+
+#: registry name -> the estimator class that trains it (the generic Ranker for the QILCM variants)
+ESTIMATOR_OF_MODEL: dict[str, type[Ranker]] = {
+    **{model: globals()[cls] for cls, (model, _) in _FAMILIES.items()},
+    "adarank-map": AdaRankRanker,
+    "adarank-ndcg": AdaRankRanker,
+}
+assert set(ESTIMATOR_OF_MODEL) <= set(MODELS)

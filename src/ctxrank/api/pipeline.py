@@ -1,0 +1,94 @@
+"""The re-ranking protocol as an estimator: an initial ranker (LambdaMART) ranks every query, a neural
+re-ranker re-orders each query's top ``top_k`` (``ctxrank.training.rerank``), trained through
+``run_training`` exactly as ``ctxrank train --initial lambdamart --top-k K --crossfit C``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sklearn.base import BaseEstimator
+
+from ctxrank.api.estimators import LambdaMARTRanker, Ranker
+from ctxrank.config import RunConfig
+
+__all__ = ["RerankPipeline"]
+
+
+class RerankPipeline(Ranker):
+    """``RerankPipeline(initial=LambdaMARTRanker(...), reranker=QILCMRanker(...), top_k=100, crossfit=5)``.
+
+    Args:
+        initial: a :class:`LambdaMARTRanker` (unfitted; its parameters configure the initial ranker);
+            None = ``LambdaMARTRanker()``.
+        reranker: a neural estimator (``QILCMRanker``, ``DLCMRanker``, ``Ranker(model=...)``, ...);
+            None = ``QILCMRanker()``.
+        top_k: items re-ranked per query (the rest follow in the initial order).
+        crossfit: K >= 2: out-of-fold initial scores on the training queries (K folds); 0 = off.
+        rank_feature, score_feature: append the initial rank / score as features (None = the
+            re-ranker's default).
+        query_column: as for :class:`Ranker`.
+
+    ``predict`` returns full-query scores (re-ranked top k first). Nested parameters work with
+    scikit-learn tools: ``{"reranker__lr": [1e-3, 3e-4], "top_k": [50, 100]}``.
+    """
+
+    def __init__(
+        self,
+        initial: Any = None,
+        reranker: Any = None,
+        *,
+        top_k: int = 100,
+        crossfit: int = 5,
+        rank_feature: bool | None = None,
+        score_feature: bool | None = None,
+        query_column: str | None = None,
+    ) -> None:
+        self.initial = initial
+        self.reranker = reranker
+        self.top_k = top_k
+        self.crossfit = crossfit
+        self.rank_feature = rank_feature
+        self.score_feature = score_feature
+        self.query_column = query_column
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return BaseEstimator.get_params(self, deep)
+
+    def set_params(self, **params: Any) -> RerankPipeline:
+        return BaseEstimator.set_params(self, **params)
+
+    def _parts(self) -> tuple[Any, Any]:
+        from ctxrank.api.estimators import QILCMRanker
+
+        initial = self.initial if self.initial is not None else LambdaMARTRanker()
+        reranker = self.reranker if self.reranker is not None else QILCMRanker()
+        if not isinstance(initial, LambdaMARTRanker):
+            raise ValueError(f"initial: expected a LambdaMARTRanker, got {type(initial).__name__}")
+        if not isinstance(reranker, Ranker) or isinstance(reranker, RerankPipeline):
+            raise ValueError(f"reranker: expected a neural ctxrank estimator, got {type(reranker).__name__}")
+        return initial, reranker
+
+    def model_name(self) -> str:
+        return self._parts()[1].model_name()
+
+    def run_config(self) -> RunConfig:
+        initial, reranker = self._parts()
+        base = reranker.run_config()
+        first = initial.run_config()
+        initial_params = {**first.model_params, "seed": first.train.seed}
+        if first.train.threads is not None:
+            initial_params["num_threads"] = first.train.threads
+        d = base.to_dict()
+        d["rerank"] = {
+            "initial": "lambdamart",
+            "top_k": self.top_k,
+            "crossfit": self.crossfit,
+            "rank_feature": self.rank_feature,
+            "score_feature": self.score_feature,
+            "initial_params": initial_params,
+        }
+        d["rerank"] = {k: v for k, v in d["rerank"].items() if v is not None}
+        try:
+            return RunConfig.from_dict(d)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("rerank.", "")) from None

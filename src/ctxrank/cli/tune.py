@@ -1,0 +1,268 @@
+"""``ctxrank tune``: search a model's hyperparameters on the validation split with Optuna
+(:mod:`ctxrank.tune`), then write the best configuration, the table of trials and plots of the search.
+
+The training run of every trial is described as ``ctxrank train`` describes one (:class:`TrainOptions`:
+model, config file, ``--set``, seed, re-ranking, data), without a test split; what the search does is
+:class:`SearchOptions`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxrank.cli._options import (
+    add_dataset_options,
+    add_overrides,
+    add_progress,
+    add_table_options,
+    note,
+    out,
+    positive_int,
+)
+from ctxrank.cli.train import FLAGS, TrainOptions, _fractions
+
+#: files ``ctxrank tune`` writes in its ``--out`` (a directory holding other files is refused)
+TUNE_FILES = (".study.lock", "study.db", "tune.json", "trials.csv", "best.toml")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How the search runs. ``trials``: trials this process runs (several processes may share one
+    study); ``storage``: a database URL (None: ``OUT/study.db``); ``study_name`` None: the model's name;
+    ``timeout``: seconds after which no new trial starts (None: no limit); ``prune``: stop unpromising
+    trials early on their per-epoch validation metric."""
+
+    trials: int = 20
+    storage: str | None = None
+    study_name: str | None = None
+    timeout: float | None = None
+    prune: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
+            raise ValueError(f"--trials must be a positive integer, got {self.trials!r}")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.study_name is not None and not self.study_name.strip():
+            raise ValueError("--study-name must not be empty")
+        if self.storage is not None and "://" not in self.storage:
+            raise ValueError(
+                "--storage must be a database URL Optuna accepts (sqlite:///FILE, postgresql://USER@HOST/DB, "
+                f"mysql://...), got {self.storage!r}"
+            )
+
+
+def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress: bool = True) -> int:
+    """Tune ``options``' model on its training / validation data; write the results to ``out_dir``."""
+    try:
+        from ctxrank import tune as tuning
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
+    from ctxrank.config import RunConfig
+
+    if options.test_file is not None:
+        raise ValueError("tune reads the training and validation splits only; --test does not apply")
+    base = _base_config(options)
+    config = RunConfig.from_dict(base)  # every option checked before any data is read
+    where = Path(out_dir)
+    _check_directory(where)
+    train, valid, what = _tuning_data(options, config.train.seed)
+    space = tuning.search_space(base)
+    fixed = sorted(k for k in tuning.flat_keys(base) if k != "model")
+    out(
+        f"tune {config.model} on {what}: train {train.n_queries} queries, valid {valid.n_queries} "
+        f"(the test split is not read); valid {config.train.metric}, {search.trials} trials"
+        + (f" or {search.timeout:g} s" if search.timeout else "")
+    )
+    out(f"searching {', '.join(space.keys()) or 'nothing (every key is fixed)'}")
+    if fixed:
+        out(f"fixed by the configuration: {', '.join(fixed)}")
+    result = tuning.tune(
+        base,
+        train,
+        valid,
+        out=where,
+        trials=search.trials,
+        storage=search.storage,
+        study_name=search.study_name,
+        timeout=search.timeout,
+        prune=search.prune,
+        describe=what,
+        log=out if progress else None,
+    )
+    _report(result, where, options, config.train.metric)
+    return 0
+
+
+def _base_config(options: TrainOptions) -> dict[str, Any]:
+    """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated."""
+    from ctxrank.config import apply_overrides, load_toml
+
+    overrides = list(options.overrides)
+    for key, value in (
+        ("model", options.model),
+        ("loss", options.loss),
+        ("train.seed", options.seed),
+        ("rerank.initial", options.initial),
+        ("rerank.top_k", options.top_k),
+        ("rerank.crossfit", options.crossfit),
+    ):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    d = apply_overrides(load_toml(options.config) if options.config is not None else {}, overrides)
+    if "model" not in d:
+        raise ValueError("give --model NAME (or a --config file that names its model)")
+    return d
+
+
+def _check_directory(where: Path) -> None:
+    if where.exists() and not where.is_dir():
+        raise ValueError(f"--out {where} is a file; give a directory")
+    if where.is_dir():
+        names = {p.name for p in where.iterdir()}
+        if names and not names & set(TUNE_FILES):
+            raise ValueError(
+                f"--out {where} holds other files ({', '.join(sorted(names)[:5])}) and no study: give a new "
+                "or empty directory (the same --out again continues its study)"
+            )
+
+
+def _tuning_data(options: TrainOptions, seed: int) -> tuple[Any, Any, str]:
+    """Train and valid splits (a registered fold's test files are not read; a --data file's test
+    queries are split off and dropped), and what they are."""
+    source, columns = options.source, options.columns
+    if source.dataset is None:
+        from ctxrank.cli._train_data import training_data
+
+        td = training_data(options.files, source, columns, seed)
+        return td.train, td.valid, td.what
+    from ctxrank.data.registry import load_split
+
+    if options.data_file is not None or options.train_file is not None or options.valid_file is not None:
+        raise ValueError("give either --dataset or data files (--train/--valid or --data), not both")
+    if source.split is not None:
+        raise ValueError("--split does not apply to tune (it uses the fold's train and valid splits)")
+    columns.reject(f"--dataset {source.dataset}")
+    fold = 1 if source.fold is None else source.fold
+    kw = {"root": source.data_root, "variant": source.variant, "cache": not source.no_cache}
+    train = load_split(source.dataset, "train", fold, **kw)
+    valid = load_split(source.dataset, "valid", fold, **kw)
+    return train, valid, f"{source.dataset} fold {fold}"
+
+
+def _report(result: Any, where: Path, options: TrainOptions, metric: str) -> None:
+    study = result.study
+    n = len(study.get_trials(deepcopy=False))
+    out()
+    out(result.table.rstrip("\n"))
+    out()
+    if result.best is None:
+        note(f"no trial of study {study.study_name!r} completed yet: no best configuration")
+    else:
+        best = study.best_trial
+        out(
+            f"best: trial {best.number} of {n}, valid {metric} {best.value:.4f}; "
+            f"its configuration: {where / 'best.toml'}"
+        )
+    out(f"wrote {where}/" + ", ".join(result.files) + f" ({result.ran} trials in {result.seconds:.1f} s)")
+    if result.best is not None:
+        out("train it: " + " ".join(_train_command(options, where)))
+
+
+def _train_command(options: TrainOptions, where: Path) -> list[str]:
+    """The ``ctxrank train`` command that trains the best configuration on the same data."""
+    argv = ["ctxrank", "train", "--config", str(where / "best.toml")]
+    record, defaults = options.to_record(), TrainOptions().to_record()
+    for name in ("dataset", "fold", "variant", "data_root", "train_file", "valid_file", "data_file"):
+        if record[name] != defaults[name]:
+            argv += [FLAGS[name], str(record[name])]
+    if options.dataset is None and options.data_file is None:
+        argv += ["--test", "TEST_FILE"]
+    return [*argv, "--out", "DIR"]
+
+
+# ---------------------------------------------------------------------------------------- parser
+TUNE_DESCRIPTION = (
+    "Search a model's hyperparameters with Optuna (TPE sampler, seeded; unpromising neural trials pruned "
+    "on their per-epoch validation metric) on a registered dataset fold, on --train/--valid files or on "
+    "one --data file split at random by query. Each trial is a training run as `ctxrank train` does it, on "
+    "the training split with early stopping on the validation split; it is scored by the validation "
+    "train.metric. The test split is never read. The search space of each model is declared next to its "
+    "config (docs/tuning.md); keys set with --config or --set are fixed. The study is kept in DIR/study.db "
+    "(or --storage URL): running the command again with the same --out continues it, and several "
+    "processes or machines may work on one study at once. Writes DIR/best.toml (the best configuration: "
+    "`ctxrank train --config DIR/best.toml` trains it), trials.csv, optimization_history.png, "
+    "param_importances.png and tune.json. Example: `ctxrank tune --model qilcm --dataset mq2008 --fold 1 "
+    "--trials 50 --out runs/tune-qilcm`."
+)
+
+
+def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "tune",
+        parents=[common],
+        help="search a model's hyperparameters (Optuna)",
+        description=TUNE_DESCRIPTION,
+    )
+    p.add_argument("--model", help="model name (a neural model or a baseline; see `ctxrank train --help`)")
+    p.add_argument("--loss", help="fix the ranking loss of a neural model (default: searched where declared)")
+    p.add_argument(
+        "--config", metavar="FILE", help="TOML run config: the base of every trial (its keys fixed)"
+    )
+    add_overrides(p, "fix a config value, e.g. --set train.max_epochs=20 (repeatable)")
+    p.add_argument("--seed", type=int, help="train.seed of every trial, and the sampler's seed (default 0)")
+    p.add_argument("--initial", choices=("lambdamart",), help="re-rank this initial ranker's top-k lists")
+    p.add_argument("--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k)")
+    p.add_argument("--crossfit", type=int, metavar="K", help="out-of-fold initial scores with K folds")
+    p.add_argument(
+        "--trials", type=positive_int, default=20, metavar="N", help="trials to run here (default 20)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (the same DIR continues)")
+    p.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage URL shared by several processes or machines, e.g. postgresql://user@host/db "
+        "(default: sqlite:///DIR/study.db)",
+    )
+    p.add_argument("--study-name", metavar="NAME", help="study name in the storage (default: the model name)")
+    p.add_argument(
+        "--timeout", type=_seconds, metavar="SECONDS", help="start no trial after this many seconds"
+    )
+    p.add_argument("--no-prune", action="store_true", help="train every trial to its end (no pruning)")
+    p.add_argument(
+        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
+    )
+    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
+    p.add_argument(
+        "--data", dest="data_file", metavar="FILE", help="one file split at random by query (train.seed)"
+    )
+    p.add_argument(
+        "--split-fractions", type=_fractions, metavar="TR,VA,TE", help="of the --data split (0.6,0.2,0.2)"
+    )
+    add_progress(p)
+    add_dataset_options(p, defaults_text="not used by tune")
+    add_table_options(p)
+    p.set_defaults(run=_run_tune)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _run_tune(a: argparse.Namespace) -> int:
+    given = {**vars(a), "overrides": tuple(a.overrides)}
+    options = TrainOptions(**{name: given[name] for name in FLAGS if name in given})
+    search = SearchOptions(
+        trials=a.trials, storage=a.storage, study_name=a.study_name, timeout=a.timeout, prune=not a.no_prune
+    )
+    return tune(options, search, out_dir=a.out, progress=not a.no_progress)

@@ -1,0 +1,681 @@
+"""Hyperparameter search on Optuna: search spaces, studies, and what a study leaves behind.
+
+**Search spaces** are declared next to each model: ``SEARCH_SPACE`` on a neural model's config class
+(e.g. ``QILCMConfig.SEARCH_SPACE``) and ``search_space`` on a baseline's registry entry
+(``ctxrank.registry.MODELS["lambdamart"].search_space``). Every neural model also searches
+:data:`NEURAL_SPACE` (learning rate, feature transform), and the options of the loss a trial trains
+with come from :data:`LOSS_SPACES`. A space maps a run-config key, dotted as ``--set`` takes it, to a
+distribution::
+
+    ("float", low, high)     uniform              ("log", low, high)       log-uniform
+    ("int", low, high)       uniform integer      ("log-int", low, high)   log-uniform integer
+    ("choice", (a, b, ...))  one of the values (tuples such as hidden widths allowed)
+
+A key the base configuration sets (a ``--config`` file, ``--set``, an experiment's model table) is
+fixed, not searched; setting any ``loss_params`` key fixes ``loss`` too.
+
+**A study** (:func:`tune`) samples configurations with Optuna's TPE sampler, trains each with
+:func:`ctxrank.training.run.run_training` on the training split, stopping early on the validation split
+as ``ctxrank train`` does, and scores it by the mean validation ``train.metric`` of the trained model
+(every query, the model's own ``no_relevant``). The test split is never given to it. Neural trials are
+pruned on their per-epoch validation metric (``MedianPruner``: a trial whose metric is below the median
+of the earlier trials' at the same epoch stops). Seeds: every trial trains with the base
+``train.seed``; the sampler's random draws of trial ``n`` are seeded by ``(seed, n)``, so a study is
+repeatable and two processes sharing a study draw different configurations.
+
+**Storage**: an SQLite file ``OUT/study.db`` by default, or any database URL Optuna accepts (e.g.
+``postgresql://user@host/db``), so that several processes or machines work on one study at once.
+Opening an existing study continues it; a study started for another model, metric, search space or
+data is refused.
+
+**Outputs** (:func:`write_report`): ``best.toml`` (the best configuration, a run config that
+``ctxrank train --config`` and an experiment's ``[models.NAME]`` accept), ``trials.csv`` and a
+Markdown table of the trials, ``optimization_history.png`` and ``param_importances.png``, ``tune.json``
+(the study's summary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    import optuna
+except ImportError as exc:  # pragma: no cover - optuna is in the dev extra
+    raise ImportError(
+        "ctxrank tune needs Optuna: pip install 'ctxrank[tune]' (or pip install optuna)"
+    ) from exc
+
+from ctxrank._io import atomic_write, dumps, to_toml, write_json
+from ctxrank.config import RunConfig
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.losses import LOSSES
+from ctxrank.metrics import evaluate_queries
+from ctxrank.registry import Baseline, get_model
+from ctxrank.training.loop import NonFiniteLossError
+from ctxrank.training.resume import fingerprint
+from ctxrank.training.run import run_training
+
+__all__ = [
+    "KINDS",
+    "LOSS_SPACES",
+    "NEURAL_SPACE",
+    "STUDY_FILE",
+    "SearchSpace",
+    "TuneResult",
+    "finished_trials",
+    "open_study",
+    "search_space",
+    "tune",
+    "validation_metric",
+    "write_report",
+]
+
+KINDS = ("float", "log", "int", "log-int", "choice")
+STUDY_FILE = "study.db"
+#: searched for every neural model (a model's own ``SEARCH_SPACE`` may override a key)
+NEURAL_SPACE: dict[str, tuple[Any, ...]] = {
+    "train.lr": ("log", 1e-4, 1e-2),
+    "transform": (
+        "choice",
+        ("minmax", "zscore", "query-minmax", "log1p-zscore", "zscore-log1p", "query-zscore"),
+    ),
+    "train.input_noise": ("choice", (0.0, 0.01, 0.05, 0.1)),  # Gaussian input noise (a recipe)
+}
+#: loss name -> the space of its options (a loss without an entry has none searched)
+LOSS_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
+    "listnet": {"loss_params.temperature": ("log", 0.25, 4.0)},
+    "softrank": {"loss_params.sigma": ("log", 0.01, 1.0)},
+    "ranknet": {"loss_params.sigma": ("log", 0.25, 4.0)},
+    "lambdaloss": {"loss_params.sigma": ("log", 0.25, 4.0)},
+    "approxndcg": {"loss_params.alpha": ("log", 1.0, 100.0)},
+    "neuralndcg": {"loss_params.tau": ("log", 0.1, 10.0)},
+}
+#: a trial's summary entries kept in the study (neural: epochs; baselines: their selection)
+SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds")
+
+
+# ------------------------------------------------------------------------------------ search space
+@dataclass(frozen=True)
+class SearchSpace:
+    """What one study searches: ``params`` (key -> distribution) and, per loss a trial may train with,
+    the space of that loss's options (``losses``; one entry when the loss is fixed)."""
+
+    params: dict[str, tuple[Any, ...]]
+    losses: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(dumps({"params": self.params, "losses": self.losses}))
+
+    def keys(self) -> list[str]:
+        return [*self.params, *sorted({k for space in self.losses.values() for k in space})]
+
+
+def flat_keys(d: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves of a nested run-config dict."""
+    out: list[str] = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out += flat_keys(v, key + ".") if isinstance(v, Mapping) and v else [key]
+    return out
+
+
+def search_space(base: Mapping[str, Any]) -> SearchSpace:
+    """The space searched for the run config ``base`` (a dict as TOML gives it): the model's declared
+    space (plus :data:`NEURAL_SPACE` for a neural model) less the keys ``base`` sets."""
+    config = RunConfig.from_dict(base)
+    entry = get_model(config.model)
+    fixed = set(flat_keys(base))
+    if any(k.startswith("loss_params.") for k in fixed):
+        fixed.add("loss")
+    if isinstance(entry, Baseline):
+        declared, own = dict(entry.search_space), "baseline"
+    else:
+        declared, own = {**NEURAL_SPACE, **entry.config_class.SEARCH_SPACE}, entry.own_objective
+    params = {k: v for k, v in declared.items() if k not in fixed}
+    losses: dict[str, dict[str, tuple[Any, ...]]] = {}
+    if not own:
+        names = params["loss"][1] if "loss" in params else (config.loss_name,)
+        for name in names:
+            losses[name] = {k: v for k, v in LOSS_SPACES.get(name, {}).items() if k not in fixed}
+    for key, dist in [*params.items(), *(kv for s in losses.values() for kv in s.items())]:
+        _check_distribution(key, dist)
+    return SearchSpace(params, losses)
+
+
+def _check_distribution(key: str, dist: Any) -> None:
+    if not isinstance(dist, tuple) or not dist or dist[0] not in KINDS:
+        raise ValueError(f"search space {key}: expected (kind, ...) with kind one of {KINDS}, got {dist!r}")
+    kind = dist[0]
+    if kind == "choice":
+        if len(dist) != 2 or not isinstance(dist[1], tuple) or not dist[1]:
+            raise ValueError(f"search space {key}: expected ('choice', (values...)), got {dist!r}")
+        if key == "loss" and any(c not in LOSSES for c in dist[1]):
+            raise ValueError(f"search space loss: unknown loss in {dist[1]}; valid: {', '.join(LOSSES)}")
+        return
+    ok = len(dist) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in dist[1:])
+    if not ok or not dist[1] < dist[2] or (kind.startswith("log") and dist[1] <= 0):
+        raise ValueError(f"search space {key}: expected ({kind!r}, low, high) with low < high, got {dist!r}")
+    if kind.endswith("int") and not all(isinstance(x, int) for x in dist[1:]):
+        raise ValueError(f"search space {key}: integer bounds expected, got {dist!r}")
+
+
+def _label(value: Any) -> Any:
+    """How a choice is shown to Optuna (and in tables): scalars as they are, a tuple as its TOML
+    literal, e.g. ``"[128, 64]"``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(list(value))
+
+
+def _suggest(trial: optuna.Trial, key: str, dist: tuple[Any, ...]) -> Any:
+    kind = dist[0]
+    if kind in ("float", "log"):
+        return trial.suggest_float(key, dist[1], dist[2], log=kind == "log")
+    if kind in ("int", "log-int"):
+        return trial.suggest_int(key, dist[1], dist[2], log=kind == "log-int")
+    labels = {_label(c): c for c in dist[1]}
+    return labels[trial.suggest_categorical(key, list(labels))]
+
+
+def _set(d: dict[str, Any], key: str, value: Any) -> None:
+    *sections, leaf = key.split(".")
+    for part in sections:
+        d = d.setdefault(part, {})
+    d[leaf] = list(value) if isinstance(value, tuple) else value
+
+
+def trial_config(trial: optuna.Trial, base: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
+    """``base`` with the values ``trial`` suggests (the loss first, then its options)."""
+    d = json.loads(json.dumps(base))  # a deep copy
+    for key, dist in space.params.items():
+        _set(d, key, _suggest(trial, key, dist))
+    loss = d.get("loss", "") if "loss" in space.params else next(iter(space.losses), "")
+    for key, dist in space.losses.get(loss, {}).items():
+        _set(d, key, _suggest(trial, key, dist))
+    return d
+
+
+# ------------------------------------------------------------------------------------------ sampler
+class TrialSeededTPE(optuna.samplers.BaseSampler):
+    """Optuna's TPE sampler whose random draws for trial ``n`` are seeded by ``(seed, n)``.
+
+    One seeded ``TPESampler`` would give two processes sharing a study the same random start-up
+    configurations; the storage numbers trials uniquely, so seeding by the trial number keeps a study
+    repeatable (one process: the same trials again) and parallel workers apart. TPE keeps no state
+    between trials besides its random generator (it reads the history from the study), so a TPE
+    sampler per trial samples as one would.
+    """
+
+    def __init__(self, seed: int, **tpe_options: Any) -> None:
+        self.seed = seed
+        self._options = {"constant_liar": True, **tpe_options}
+        self._samplers: dict[int, optuna.samplers.TPESampler] = {}
+
+    def _tpe(self, trial: optuna.trial.FrozenTrial) -> optuna.samplers.TPESampler:
+        sampler = self._samplers.get(trial.number)
+        if sampler is None:
+            seed = int(np.random.SeedSequence([self.seed, trial.number]).generate_state(1)[0])
+            sampler = self._samplers[trial.number] = optuna.samplers.TPESampler(seed=seed, **self._options)
+        return sampler
+
+    def infer_relative_search_space(self, study, trial):
+        return self._tpe(trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self._tpe(trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self._tpe(trial).sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        self._tpe(trial).before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._tpe(trial).after_trial(study, trial, state, values)
+        self._samplers.pop(trial.number, None)
+
+    def reseed_rng(self) -> None:  # the draws are seeded per trial: nothing to reseed
+        pass
+
+
+# ------------------------------------------------------------------------------------------ studies
+def mask_url(url: str) -> str:
+    """A database URL without its password (for messages and ``tune.json``)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def storage_url(out: str | Path, storage: str | None) -> str:
+    """``storage``, or the SQLite file ``OUT/study.db``."""
+    if storage is None:
+        return f"sqlite:///{(Path(out) / STUDY_FILE).absolute()}"
+    if not isinstance(storage, str) or "://" not in storage:
+        raise ValueError(
+            f"--storage must be a database URL Optuna accepts (sqlite:///FILE, postgresql://..., "
+            f"mysql://...), got {storage!r}"
+        )
+    return storage
+
+
+@contextlib.contextmanager
+def _lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on ``OUT/.study.lock`` while a study is opened (two processes creating one
+    SQLite schema at once would collide); a no-op where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / ".study.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def open_study(
+    out: str | Path, *, storage: str | None, study_name: str, seed: int, prune: bool
+) -> optuna.Study:
+    """Create the study ``study_name`` in ``storage`` (default ``OUT/study.db``), or load it."""
+    url = storage_url(out, storage)
+    engine: dict[str, Any] = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner = (
+        optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
+        if prune
+        else optuna.pruners.NopPruner()
+    )
+    with _lock(Path(out)), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat
+        try:
+            rdb = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine,
+                # a trial of a killed process is failed after 2 minutes without a heartbeat, and run again
+                heartbeat_interval=30,
+                grace_period=120,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except Exception as exc:  # a bad URL, a missing database driver, an unreachable server
+            raise ValueError(f"storage {mask_url(url)}: {type(exc).__name__}: {exc}") from None
+        return optuna.create_study(
+            storage=rdb,
+            study_name=study_name,
+            sampler=TrialSeededTPE(seed),
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
+        )
+
+
+def _check_setup(study: optuna.Study, setup: dict[str, Any], where: str) -> None:
+    """Record what the study searches; refuse to continue a study set up otherwise."""
+    old = study.user_attrs.get("ctxrank")
+    if old is None:
+        study.set_user_attr("ctxrank", setup)
+        return
+    differ = [k for k in setup if dumps(old.get(k), sort_keys=True) != dumps(setup[k], sort_keys=True)]
+    if differ:
+        raise ValueError(
+            f"study {study.study_name!r} in {where} was started with another {', '.join(differ)} "
+            f"(recorded: {dumps({k: old.get(k) for k in differ}, indent=None)}); continue it with the same "
+            "options, or give another --out / --study-name"
+        )
+
+
+def finished_trials(study: optuna.Study) -> int:
+    """Trials that count against a budget: complete, pruned, or failed by a non-finite loss (a trial
+    of a killed process is not: it is run again)."""
+    S = optuna.trial.TrialState
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False)
+        if t.state in (S.COMPLETE, S.PRUNED) or (t.state == S.FAIL and "error" in t.user_attrs)
+    )
+
+
+# ------------------------------------------------------------------------------------------ tune
+def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> float:
+    """Mean ``train.metric`` of ``predictor``'s scores on ``valid`` (queries whose metric is NaN under
+    ``no_relevant = "skip"`` left out; NaN when none is left)."""
+    tc = config.train
+    scores = predictor.predict(valid)
+    per = evaluate_queries(scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant)
+    values = np.asarray(per[tc.metric], dtype=np.float64)
+    ok = np.isfinite(values)
+    return float(values[ok].mean()) if ok.any() else float("nan")
+
+
+@dataclass
+class TuneResult:
+    """A finished :func:`tune`: the study, the best run config (None when no trial completed)."""
+
+    study: optuna.Study
+    best: RunConfig | None
+    space: SearchSpace
+    ran: int  # trials run by this call
+    seconds: float
+    files: list[str] = field(default_factory=list)
+    table: str = ""  # the Markdown table of the trials
+
+
+@dataclass
+class _Job:
+    """What every trial of one :func:`tune` call shares."""
+
+    base: dict[str, Any]
+    space: SearchSpace
+    train: RankingData
+    valid: RankingData
+    prune: bool
+    initial: Any = None
+    train_initial_scores: np.ndarray | None = None
+
+    def initial_kw(self, config: RunConfig) -> dict[str, Any]:
+        """The initial ranker shared by every re-ranking trial (fitted once, as ``run_training`` would
+        fit it: the base seed and thread count, default parameters)."""
+        rr, tc = config.rerank, config.train
+        if not rr.initial or rr.initial_params:
+            return {}
+        if self.initial is None:
+            from ctxrank.baselines.lambdamart import LambdaMART
+
+            self.initial = LambdaMART(seed=tc.seed, num_threads=tc.threads or 1).fit(self.train, self.valid)
+            self.train_initial_scores = self.initial.predict(self.train)
+        kw: dict[str, Any] = {"initial": self.initial}
+        if not rr.crossfit:
+            kw["train_initial_scores"] = self.train_initial_scores
+        return kw
+
+    def objective(self, trial: optuna.Trial) -> float:
+        config = RunConfig.from_dict(trial_config(trial, self.base, self.space))
+        trial.set_user_attr("config", json.loads(dumps(config.to_dict())))
+
+        def report(epoch: int, value: float) -> None:
+            if np.isfinite(value):
+                trial.report(value, epoch)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"valid {config.train.metric} {value:.4f} at epoch {epoch}")
+
+        try:
+            result = run_training(
+                config,
+                self.train,
+                self.valid,
+                None,  # the test split never enters a trial
+                progress=False,
+                on_epoch=report if self.prune else None,
+                **self.initial_kw(config),
+            )
+        except NonFiniteLossError as exc:
+            trial.set_user_attr("error", str(exc))
+            raise
+        trial.set_user_attr("summary", {k: result.summary[k] for k in SUMMARY_KEYS if k in result.summary})
+        return validation_metric(result.predictor, self.valid, config)
+
+
+def tune(
+    base: Mapping[str, Any],
+    train: RankingData,
+    valid: RankingData,
+    *,
+    out: str | Path,
+    trials: int,
+    total: bool = False,
+    storage: str | None = None,
+    study_name: str | None = None,
+    timeout: float | None = None,
+    prune: bool = True,
+    seed: int | None = None,
+    describe: str = "",
+    log: Callable[[str], None] | None = None,
+    initial: Any = None,
+    train_initial_scores: np.ndarray | None = None,
+) -> TuneResult:
+    """Search configurations of the run config ``base`` (a dict as TOML gives it) on ``train`` /
+    ``valid``; write the study's report to ``out`` (:func:`write_report`).
+
+    Args:
+        trials: trials this call runs; with ``total=True``, the study's budget instead: only the
+            trials still missing are run (an experiment resuming a study).
+        storage, study_name: a database URL (default ``sqlite:///OUT/study.db``) and the study's name
+            (default: the model's name). An existing study is continued.
+        timeout: stop starting trials after this many seconds.
+        prune: prune neural trials on their per-epoch validation metric (``MedianPruner``).
+        seed: the sampler's seed (default: the base ``train.seed``, which every trial trains with).
+        describe: what the data are, for the report (e.g. ``"mq2008 fold 1"``).
+        initial, train_initial_scores: a fitted initial ranker (and its training scores) shared by
+            re-ranking trials, as :func:`ctxrank.training.run.run_training` takes them.
+    """
+    say = log or (lambda _: None)
+    base = json.loads(json.dumps(base))
+    config = RunConfig.from_dict(base)
+    space = search_space(base)
+    out = Path(out)
+    name = study_name or config.model
+    sampler_seed = config.train.seed if seed is None else seed
+    study = open_study(out, storage=storage, study_name=name, seed=sampler_seed, prune=prune)
+    setup = {
+        "model": config.model,
+        "metric": config.train.metric,
+        "sampler_seed": sampler_seed,
+        "base": base,
+        "space": space.to_dict(),
+        "data": {"train": fingerprint(train), "valid": fingerprint(valid), "describe": describe},
+    }
+    _check_setup(study, setup, str(out))
+    n = max(0, trials - finished_trials(study)) if total else trials
+    job = _Job(base, space, train, valid, prune, initial, train_initial_scores)
+    t0 = time.perf_counter()
+    before = len(study.get_trials(deepcopy=False))
+    if n:
+        study.optimize(
+            job.objective,
+            n_trials=n,
+            timeout=timeout,
+            catch=(NonFiniteLossError,),
+            callbacks=[_progress(say, config.train.metric)],
+        )
+    ran = len(study.get_trials(deepcopy=False)) - before
+    result = TuneResult(study, None, space, ran, time.perf_counter() - t0)
+    write_report(result, out, metric=config.train.metric, describe=describe, storage=storage)
+    return result
+
+
+def _progress(say: Callable[[str], None], metric: str) -> Callable[[optuna.Study, Any], None]:
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        state = trial.state.name.lower()
+        value = f"valid {metric} {trial.value:.4f}" if trial.value is not None else state
+        if trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values:
+            step = max(trial.intermediate_values)
+            value = f"pruned at epoch {step} (valid {metric} {trial.intermediate_values[step]:.4f})"
+        params = ", ".join(f"{k}={_shown(v)}" for k, v in trial.params.items())
+        say(f"trial {trial.number}: {value}; {params}")
+
+    return callback
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# ------------------------------------------------------------------------------------------ report
+def _rows(study: optuna.Study) -> tuple[list[str], list[list[Any]]]:
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    params = sorted({k for t in trials for k in t.params})
+    headers = ["trial", "state", "value", "epochs", "seconds", *params]
+    rows = []
+    for t in trials:
+        summary = t.user_attrs.get("summary", {})
+        epochs = summary.get("epochs_run", max(t.intermediate_values, default=""))
+        seconds = t.duration.total_seconds() if t.duration is not None else ""
+        rows.append(
+            [t.number, t.state.name.lower(), t.value if t.value is not None else "", epochs, seconds]
+            + [t.params.get(k, "") for k in params]
+        )
+    return headers, rows
+
+
+def trials_markdown(study: optuna.Study, metric: str) -> str:
+    """The trials as a Markdown table (value = the validation metric; the best trial starred)."""
+    headers, rows = _rows(study)
+    best = _best(study)
+    headers = [f"valid {metric}" if h == "value" else h for h in headers]
+
+    def cell(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for r in rows:
+        mark = " *" if best is not None and r[0] == best.number else ""
+        lines.append("| " + " | ".join([f"{r[0]}{mark}", *(cell(v) for v in r[1:])]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    try:
+        return study.best_trial
+    except ValueError:  # no complete trial yet
+        return None
+
+
+def write_report(
+    result: TuneResult, out: Path, *, metric: str, describe: str = "", storage: str | None = None
+) -> None:
+    """``best.toml``, ``trials.csv``, the plots and ``tune.json`` in ``out``; fills ``result``."""
+    study = result.study
+    headers, rows = _rows(study)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows(rows)
+    text = buf.getvalue()
+    atomic_write(out / "trials.csv", lambda tmp: tmp.write_text(text))
+    result.table = trials_markdown(study, metric)
+    files = ["trials.csv"]
+    best = _best(study)
+    if best is not None:
+        result.best = RunConfig.from_dict(best.user_attrs["config"])
+        toml = _best_toml(study, best, metric, describe)
+        atomic_write(out / "best.toml", lambda tmp: tmp.write_text(toml))
+        files.append("best.toml")
+    files += _plots(study, out, metric, describe)
+    summary = {
+        "study": study.study_name,
+        "storage": mask_url(storage_url(out, storage)),
+        "metric": metric,
+        "direction": "maximize",
+        "data": describe,
+        "trials": _counts(study),
+        "best": None
+        if best is None
+        else {
+            "trial": best.number,
+            "value": best.value,
+            "params": best.params,
+            "config": best.user_attrs["config"],
+        },
+        "space": result.space.to_dict(),
+        "seconds_this_run": result.seconds,
+        "trials_this_run": result.ran,
+    }
+    write_json(out / "tune.json", summary)
+    result.files = [*files, "tune.json"]
+
+
+def _counts(study: optuna.Study) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    return counts
+
+
+def _best_toml(study: optuna.Study, best: optuna.trial.FrozenTrial, metric: str, describe: str) -> str:
+    n = sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    on = f" on {describe}" if describe else ""
+    header = (
+        f"# The best configuration of study {study.study_name!r} (ctxrank tune): trial {best.number} of {n}, "
+        f"valid {metric} {best.value:.4f}{on}.\n"
+        "# Train it: ctxrank train --config best.toml ... (or use it as an experiment's [models.NAME])\n"
+    )
+    return header + to_toml(_without_empty_tables(best.user_attrs["config"]))
+
+
+def _without_empty_tables(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            v = _without_empty_tables(v)
+            if not v:
+                continue
+        out[k] = v
+    return out
+
+
+def _plots(study: optuna.Study, out: Path, metric: str, describe: str) -> list[str]:
+    """``optimization_history.png`` and ``param_importances.png`` (Optuna's matplotlib plots, titled
+    and labelled); the importances need two complete trials and a parameter that varied."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    from optuna.visualization import matplotlib as vis
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        return []
+    what = f"{complete[0].user_attrs['config']['model']}" + (f" on {describe}" if describe else "")
+    written = []
+    # Optuna's plots switch matplotlib to its ggplot style: keep that inside these two figures
+    with warnings.catch_warnings(), matplotlib.rc_context():
+        warnings.simplefilter("ignore")  # Optuna's ExperimentalWarning for the matplotlib plots
+        ax = vis.plot_optimization_history(study, target_name=f"valid {metric}")
+        _titled(
+            ax, f"Tuning {what}\nvalidation {metric} of each complete trial (dots) and the best so far (line)"
+        )
+        ax.set_xlabel("trial number (in the order the trials started)")
+        ax.set_ylabel(f"validation {metric} (higher is better)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        _save(plt, ax.figure, out / "optimization_history.png")
+        written.append("optimization_history.png")
+        varied = [k for k in complete[0].params if len({_label(t.params.get(k)) for t in complete}) > 1]
+        if len(complete) >= 2 and varied:
+            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)  # the same plot again
+            ax = vis.plot_param_importances(study, evaluator=evaluator, target_name=f"valid {metric}")
+            _titled(
+                ax,
+                f"Tuning {what}: which hyperparameters mattered\n"
+                f"fANOVA importance over {len(complete)} complete trials (the bars sum to 1)",
+            )
+            ax.set_xlabel(f"importance: share of the variance of validation {metric} it explains")
+            ax.set_ylabel("hyperparameter (run-config key)")
+            _save(plt, ax.figure, out / "param_importances.png")
+            written.append("param_importances.png")
+    return written
+
+
+def _titled(ax: Any, title: str) -> None:
+    """``title`` on the left, replacing Optuna's (which it sets centred or on the left)."""
+    ax.set_title("", loc="center")
+    ax.set_title(title, loc="left", fontsize=11)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.set_size_inches(9, 5.5)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)

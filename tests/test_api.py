@@ -1,0 +1,340 @@
+"""The scikit-learn-compatible estimators (ctxrank.api): inputs, determinism, bad input, save/load in
+the CLI's format both ways, scikit-learn tooling and its estimator checks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import sklearn
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from ctxrank.api import (
+    AdaRankRanker,
+    LambdaMARTRanker,
+    ListNetRanker,
+    QILCMRanker,
+    Ranker,
+    RankSVMRanker,
+    RerankPipeline,
+    load,
+    ndcg_scorer,
+)
+from ctxrank.cli import main
+from ctxrank.registry import MODELS
+
+TINY = {"max_epochs": 2, "threads": 1, "batch_size": 8}
+
+
+def _data(n_queries=24, seed=0, n_features=4):
+    """Arrays with rows NOT grouped by query, int labels 0-2 from a noisy linear utility."""
+    rng = np.random.default_rng(seed)
+    qid = np.repeat(np.arange(n_queries), rng.integers(3, 9, n_queries))
+    rng.shuffle(qid)
+    X = rng.normal(size=(qid.size, n_features))
+    y = np.digitize(X @ np.linspace(1, -0.5, n_features) + 0.3 * rng.normal(size=qid.size), [0.5, 1.5])
+    return X, y.astype(np.int64), qid
+
+
+def _frame(seed=0):
+    X, y, qid = _data(seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    df["airline"] = pd.Categorical(rng.choice(["AF", "BA", "LH"], len(df)))
+    df["cabin"] = rng.choice(["eco", "biz"], len(df)).astype(object)
+    return df, y, qid
+
+
+# ------------------------------------------------------------------------------------ inputs
+def test_rows_in_any_order_and_any_float_dtype():
+    X, y, qid = _data()
+    est = ListNetRanker(**TINY).fit(X, y, qid=qid)
+    scores = est.predict(X, qid=qid)
+    assert scores.shape == (len(y),) and scores.dtype == np.float64
+    order = np.argsort(qid, kind="stable")  # the same rows grouped by query: same score per row
+    np.testing.assert_array_equal(est.predict(X[order], qid=qid[order]), scores[order])
+    for dtype in (np.float16, np.float32, np.int32):
+        assert est.predict(X.astype(dtype), qid=qid).shape == scores.shape
+    group = np.bincount(qid[order])  # LightGBM-style consecutive sizes
+    np.testing.assert_array_equal(est.predict(X[order], group=group), scores[order])
+    assert est.n_features_in_ == 4 and est.best_epoch_ in (1, 2)
+    assert set(est.evals_result_) == {"train", "valid"} and len(est.evals_result_["train"]["loss"]) == 2
+    assert 0 < est.score(X, y, qid=qid) <= 1
+    assert est.score(X, y, qid=qid, metric="map") != est.score(X, y, qid=qid, metric="ndcg@3")
+
+
+def test_random_state_gives_bitwise_identical_fits():
+    X, y, qid = _data()
+    a = QILCMRanker(random_state=7, **TINY).fit(X, y, qid=qid).predict(X, qid=qid)
+    b = QILCMRanker(random_state=7, **TINY).fit(X, y, qid=qid).predict(X, qid=qid)
+    c = QILCMRanker(random_state=8, **TINY).fit(X, y, qid=qid).predict(X, qid=qid)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_dataframe_with_categorical_columns_gets_embeddings():
+    df, y, qid = _frame()
+    est = QILCMRanker(**TINY).fit(df, y, qid=qid)
+    assert est.categorical_features_ == ("airline", "cabin")
+    assert list(est.feature_names_in_) == list(df.columns)
+    model = est.run_.predictor.model
+    assert model.categorical_cardinalities == (4, 3)  # 3 / 2 values + the unknown code
+    scores = est.predict(df, qid=qid)
+    unseen = df.assign(airline=pd.Categorical(["ZZ"] * len(df)))  # unseen category -> code 0
+    assert not np.array_equal(est.predict(unseen, qid=qid), scores)
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(df.rename(columns={"a": "A"}), qid=qid)
+    with pytest.raises(ValueError, match="missing:\n- d"):
+        est.predict(df.drop(columns=["d"]), qid=qid)
+
+
+def test_ranking_data_from_arrays_and_frame():
+    from ctxrank import RankingData
+
+    X, y, qid = _data()
+    data = RankingData.from_arrays(X, y, qid)  # float64 in, float32 stored, rows grouped
+    assert data.features.dtype == np.float32 and data.n_items == len(y) and data.info["regrouped"] == 1
+    df, y, qid = _frame()
+    frame = RankingData.from_frame(df.assign(q=qid, label=y), query="q", label="label")
+    assert frame.categorical_names == ("airline", "cabin") and frame.feature_names == ("a", "b", "c", "d")
+
+
+# --------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda X, y, q: (X, y[:-1], q), "^y: expected"),
+        (lambda X, y, q: (X, y, q[:-1]), "^qid: expected"),
+        (lambda X, y, q: (np.where(np.arange(len(X))[:, None] == 5, np.nan, X), y, q), "^X: row 5"),
+        (lambda X, y, q: (np.where(np.arange(len(X))[:, None] == 3, np.inf, X), y, q), "^X: row 3"),
+        (lambda X, y, q: (X, -y, q), "^y: label -"),
+        (lambda X, y, q: (X, y, None), "^qid: give"),
+    ],
+)
+def test_bad_input_names_the_argument(mutate, match):
+    X, y, qid = _data()
+    with pytest.raises(ValueError, match=match):
+        ListNetRanker(**TINY).fit(*mutate(X, y, qid)[:2], qid=mutate(X, y, qid)[2])
+
+
+def test_bad_input_at_predict_and_in_parameters():
+    X, y, qid = _data()
+    est = ListNetRanker(**TINY).fit(X, y, qid=qid)
+    with pytest.raises(ValueError, match="X has 3 features"):
+        est.predict(X[:, :3], qid=qid)
+    df, y2, q2 = _frame()
+    with pytest.raises(ValueError, match=r"^categorical_features: unknown column"):
+        QILCMRanker(**TINY).fit(df, y2, qid=q2, categorical_features=["airline", "nope"])
+    with pytest.raises(ValueError, match="integer relevance grades"):
+        LambdaMARTRanker(n_estimators=2).fit(X, y + 0.5, qid=qid)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        Ranker("listnet", nope=1).fit(X, y, qid=qid)
+    with pytest.raises(ValueError, match="lr"):
+        ListNetRanker(lr=-1.0).fit(X, y, qid=qid)
+
+
+# ------------------------------------------------------------------------- every model, saving
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_registered_model_fits_saves_and_loads(name, tmp_path):
+    X, y, qid = _data()
+    small = {
+        "lambdamart": {"n_estimators": 3, "min_data_in_leaf": 1},
+        "ranksvm": {"C": 1.0},
+        "adarank-map": {"metric": "map", "n_rounds": 3},
+        "adarank-ndcg": {"n_rounds": 3},
+    }.get(name, TINY)
+    est = Ranker(name, **small).fit(X, y, qid=qid)
+    scores = est.predict(X, qid=qid)
+    assert np.isfinite(scores).all()
+    est.save(tmp_path / "m")
+    back = load(tmp_path / "m")
+    assert type(back) is Ranker  # the class it was trained as (a CLI model: the model's family)
+    np.testing.assert_array_equal(back.predict(X, qid=qid), scores)
+    toml = (tmp_path / "m" / "config.toml").read_text()
+    assert "[model_params]" in toml and toml.split("[model_params]")[1].strip()[:1] not in ("", "[")
+
+
+def test_api_model_is_served_by_the_cli_and_exported(tmp_path, capsys):
+    from ctxrank.data.letor import read_letor
+    from ctxrank.data.registry import load_fold
+
+    fold = load_fold("mq2008", 1)
+    train, test = fold.train, fold.test
+    est = ListNetRanker(**TINY).fit(train.features, train.labels.astype(int), qid=train.query_index)
+    est.save(tmp_path / "api")
+    assert (tmp_path / "api" / "training_curves.png").stat().st_size > 1000
+    test_file = tmp_path / "test.txt"
+    _write_letor(test, test_file)
+    assert (
+        main(
+            ["predict", "--model", str(tmp_path / "api"), "--data", str(test_file), "-o", str(tmp_path / "s")]
+        )
+        == 0
+    )
+    cli_scores = np.loadtxt(tmp_path / "s")
+    data = read_letor(test_file)
+    np.testing.assert_allclose(cli_scores, est.predict(data.features, qid=data.query_index), rtol=0, atol=0)
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                str(tmp_path / "api"),
+                "--format",
+                "torchscript",
+                "--out",
+                str(tmp_path / "m.pt"),
+            ]
+        )
+        == 0
+    )
+
+
+def _write_letor(data, path):
+    lines = []
+    for i in range(data.n_items):
+        q = data.query_ids[data.query_index[i]]
+        feats = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(data.features[i]))
+        lines.append(f"{int(data.labels[i])} qid:{q} {feats}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_cli_model_loads_as_an_estimator(tmp_path, capsys):
+    from ctxrank.data.registry import load_fold
+
+    out = tmp_path / "cli"
+    argv = ["train", "--model", "listnet", "--dataset", "mq2008", "--fold", "1", "--out", str(out)]
+    assert main([*argv, "--set", "train.max_epochs=2", "--set", "train.threads=1", "--no-progress"]) == 0
+    assert (out / "training_curves.png").is_file()
+    saved = (out / "config.toml").read_text()
+    assert "hidden = []" in saved and 'activation = "relu"' in saved  # resolved, not empty
+    est = load(out)
+    assert isinstance(est, ListNetRanker) and est.max_epochs == 2 and est.best_epoch_ >= 1
+    test = load_fold("mq2008", 1).test
+    meta = json.loads((out / "test_metrics.json").read_text())
+    ours = est.score(test.features, test.labels, qid=test.query_index)
+    assert ours == pytest.approx(meta["metrics"]["ndcg@10"], abs=1e-12)
+
+
+def test_rerank_pipeline(tmp_path):
+    X, y, qid = _data(n_queries=30)
+    pipe = RerankPipeline(
+        LambdaMARTRanker(n_estimators=5, min_data_in_leaf=1), QILCMRanker(**TINY), top_k=4, crossfit=2
+    )
+    scores = pipe.fit(X, y, qid=qid).predict(X, qid=qid)
+    assert scores.shape == (len(y),)
+    pipe.save(tmp_path / "r")
+    assert (tmp_path / "r" / "initial" / "model.txt").is_file()
+    back = load(tmp_path / "r")
+    assert isinstance(back, RerankPipeline) and back.top_k == 4
+    np.testing.assert_array_equal(back.predict(X, qid=qid), scores)
+    assert clone(pipe).get_params()["reranker__max_epochs"] == 2
+
+
+# ---------------------------------------------------------------------- scikit-learn tooling
+def test_clone_params_and_grid_search_with_a_query_column():
+    df, y, qid = _frame()
+    est = ListNetRanker(query_column="qid", **TINY)
+    assert clone(est).get_params() == est.get_params()
+    assert Ranker("qilcm", lr=0.01).set_params(model="dlcm").get_params() == {"model": "dlcm", "lr": 0.01}
+    X = df.assign(qid=qid)
+    search = GridSearchCV(est, {"lr": [1e-3, 1e-2]}, cv=GroupKFold(3), scoring=ndcg_scorer(10))
+    search.fit(X, y, groups=qid)
+    assert set(search.cv_results_["param_lr"]) == {1e-3, 1e-2} and 0 < search.best_score_ <= 1
+
+
+def test_metadata_routing_carries_qid_to_fit_and_scorer():
+    X, y, qid = _data()
+    with sklearn.config_context(enable_metadata_routing=True):
+        scores = cross_val_score(
+            LambdaMARTRanker(n_estimators=3, min_data_in_leaf=1),
+            X,
+            y,
+            cv=GroupKFold(3),
+            scoring=ndcg_scorer(5),
+            params={"qid": qid, "groups": qid},
+        )
+    assert scores.shape == (3,) and np.all((scores > 0) & (scores <= 1))
+
+
+def test_train_help_lists_every_model_and_loss(capsys, monkeypatch):
+    from ctxrank.losses import LOSSES
+
+    monkeypatch.setenv("COLUMNS", "1000")  # no line wrapping inside a name
+    try:
+        main(["train", "--help"])
+    except SystemExit:
+        pass
+    text = capsys.readouterr().out
+    for name in [*MODELS, *LOSSES]:
+        assert f"{name}," in text or f"{name})" in text or f"{name};" in text or f"{name} (" in text, name
+
+
+# ------------------------------------------------------------------ scikit-learn's checks
+class _OneQueryMixin:
+    """scikit-learn's checks call ``fit(X, y)`` / ``predict(X)`` without query ids; a ranker needs them.
+    These test-only subclasses put every row in one query when none are given, so that the checks
+    exercise everything else (validation, dtypes, NaN/inf, pickling, idempotence, feature counts)."""
+
+    def fit(self, X, y=None, **kw):
+        if kw.get("qid") is None and kw.get("group") is None:
+            kw["qid"] = np.zeros(np.shape(X)[0] if np.ndim(X) else 0)
+        return super().fit(X, y, **kw)
+
+    def predict(self, X, **kw):
+        if kw.get("qid") is None and kw.get("group") is None and np.ndim(X) == 2:
+            kw["qid"] = np.zeros(np.shape(X)[0])
+        return super().predict(X, **kw)
+
+    def score(self, X, y, **kw):
+        if kw.get("qid") is None and kw.get("group") is None and np.ndim(X) == 2:
+            kw["qid"] = np.zeros(np.shape(X)[0])
+        return super().score(X, y, **kw)
+
+
+class OneQueryListNetRanker(_OneQueryMixin, ListNetRanker):
+    pass
+
+
+class OneQueryLambdaMARTRanker(_OneQueryMixin, LambdaMARTRanker):
+    pass
+
+
+NEEDS_QID = "fits without query ids: a ranker needs qid/group (ValueError naming qid)"
+#: checks that cannot apply to the real classes (they call fit(X, y) with no query ids)
+CHECKS_WITHOUT_QID = {
+    name: NEEDS_QID
+    for name in (
+        "check_fit_score_takes_y", "check_estimators_overwrite_params",
+        "check_dont_overwrite_parameters", "check_estimators_fit_returns_self", "check_readonly_memmap_input",
+        "check_n_features_in_after_fitting", "check_positive_only_tag_during_fit", "check_estimators_dtypes",
+        "check_dtype_object", "check_pipeline_consistency", "check_estimators_nan_inf",
+        "check_estimators_pickle", "check_f_contiguous_array_estimator",
+        "check_methods_sample_order_invariance", "check_methods_subset_invariance", "check_fit2d_1sample",
+        "check_fit2d_1feature", "check_dict_unchanged", "check_fit_idempotent", "check_fit_check_is_fitted",
+        "check_n_features_in", "check_fit2d_predict1d",
+    )
+}  # fmt: skip
+
+
+def _expected_failures(estimator):
+    return {} if isinstance(estimator, _OneQueryMixin) else CHECKS_WITHOUT_QID
+
+
+@parametrize_with_checks(
+    [
+        ListNetRanker(max_epochs=1, threads=1),
+        LambdaMARTRanker(n_estimators=3, threads=1),
+        RankSVMRanker(C=1.0),
+        AdaRankRanker(n_rounds=3),
+        Ranker(),
+        OneQueryListNetRanker(max_epochs=1, threads=1),
+        OneQueryLambdaMARTRanker(n_estimators=3, threads=1, min_data_in_leaf=1),
+    ],
+    expected_failed_checks=_expected_failures,
+)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)

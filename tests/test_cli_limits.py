@@ -1,0 +1,113 @@
+"""CLI options of issue 18: reader limits, --regroup, ERR's --max-label, archive caps, warnings."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import pytest
+
+from ctxrank.cli import main
+
+
+def _letor(path, rows):
+    path.write_text("".join(f"{y} qid:{q} 1:{a} 2:{b}\n" for y, q, a, b in rows))
+    return path
+
+
+SCATTERED = [(2, 1, 0.9, 0.1), (0, 2, 0.1, 0.5), (1, 1, 0.3, 0.2), (1, 2, 0.8, 0.7), (0, 1, 0.2, 0.9)]
+
+
+def test_regroup_is_an_option_and_scores_map_back_to_file_order(tmp_path, capsys):
+    data = _letor(tmp_path / "scattered.txt", SCATTERED)
+    assert main(["data-info", str(data)]) == 2
+    assert "--regroup" in capsys.readouterr().err
+    assert main(["data-info", str(data), "--regroup", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == 2
+    # scores in the file's row order: the label itself ranks perfectly, whatever the regrouping
+    scores = tmp_path / "scores.txt"
+    scores.write_text("".join(f"{y}\n" for y, *_ in SCATTERED))
+    args = ["evaluate", "--data", str(data), "--scores", str(scores), "--regroup", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["ndcg@10"] == pytest.approx(1.0)
+    # the reversed scores rank worst: if the rows were not mapped back, some query would not be 0-ranked
+    scores.write_text("".join(f"{-y}\n" for y, *_ in SCATTERED))
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["ndcg@10"] < 0.7
+
+
+def test_reader_limits_are_options(tmp_path, capsys):
+    wide = tmp_path / "wide.txt"
+    wide.write_text("0 qid:1 1:1 300000:1\n1 qid:1 1:0\n")
+    assert main(["data-info", str(wide), "--max-dense-bytes", "100000"]) == 2
+    assert "--max-dense-bytes" in capsys.readouterr().err
+    assert main(["data-info", str(wide), "--max-line-bytes", "10"]) == 2
+    assert "line" in capsys.readouterr().err
+    assert main(["data-info", str(wide), "--max-dense-bytes", "0"]) == 2  # a positive integer
+    assert main(["data-info", str(wide), "--json"]) == 0
+
+
+def test_err_needs_a_maximum_grade(tmp_path, capsys):
+    data = _letor(
+        tmp_path / "d.txt", [(2, 1, 0.9, 0.1), (0, 1, 0.1, 0.5), (1, 2, 0.3, 0.2), (0, 2, 0.8, 0.7)]
+    )
+    scores = tmp_path / "s.txt"
+    scores.write_text("1\n0\n1\n0\n")
+    base = ["evaluate", "--data", str(data), "--scores", str(scores), "--metrics", "err@10", "--json"]
+    assert main(base) == 2
+    assert "--max-label" in capsys.readouterr().err
+    assert main([*base, "--max-label", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["conventions"]["max_label"] == 2
+    # query 2's ERR (max label 1 in it) does not depend on query 1: grade 1 of 2 stops with prob 1/4
+    assert out["per_query"]["err@10"][1] == pytest.approx(0.25)
+
+
+def test_err_on_a_registered_dataset_takes_its_grade_scale(tmp_path, capsys):
+    from ctxrank.data.registry import load_split
+
+    test = load_split("mq2008", "test", 1)
+    scores = tmp_path / "s.txt"
+    scores.write_text("".join(f"{v!r}\n" for v in test.features[:, 0].tolist()))
+    args = [
+        "evaluate",
+        "--dataset",
+        "mq2008",
+        "--split",
+        "test",
+        "--scores",
+        str(scores),
+        "--metrics",
+        "err@10",
+    ]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["conventions"]["max_label"] == 2
+    assert main(args) == 0
+    assert "ERR maximum grade   2" in capsys.readouterr().out
+
+
+def test_ctxrank_warnings_are_one_line(tmp_path, capsys):
+    cut = tmp_path / "cut.txt"
+    cut.write_text("0 qid:1 1:0.5 2:1\n1 qid:1 1:0.2 2:0")
+    assert main(["data-info", str(cut)]) == 0
+    err = capsys.readouterr().err
+    assert err == f"ctxrank: warning: {cut}:2: the file does not end with a newline (cut short?)\n"
+
+
+def test_download_caps_are_options(tmp_path, capsys):
+    archive = tmp_path / "a.tar"
+    with tarfile.open(archive, "w") as tf:
+        for i in range(3):
+            info = tarfile.TarInfo(f"f{i}.txt")
+            info.size = 1
+            tf.addfile(info, io.BytesIO(b"x"))
+    url = archive.as_uri()
+    root = tmp_path / "root"
+    args = ["datasets", "download", "web10k", "--url", url, "--root", str(root), "--no-progress"]
+    assert main([*args, "--max-members", "2"]) == 2
+    assert "--max-members" in capsys.readouterr().err
+    assert main([*args, "--max-extract-bytes", "2"]) == 2
+    assert "--max-extract-bytes" in capsys.readouterr().err
+    assert not any(p.is_file() for p in root.rglob("f*.txt"))
+    assert main([*args, "--max-members", "0"]) == 2

@@ -1,0 +1,427 @@
+"""``ctxrank tune`` and ``ctxrank.tune``: search spaces of every registry entry, seeded and resumable
+studies, pruning through fit's ``on_epoch`` hook, the test split never read, two processes on one
+SQLite study, the outputs (best.toml accepted by ``train`` and by experiment specs, trials table,
+plots), and the ``[tune]`` block of experiment specs."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import numpy as np
+import optuna
+import pytest
+
+from ctxrank.cli import main
+from ctxrank.config import RunConfig
+from ctxrank.registry import MODELS, Baseline, make_model
+from ctxrank.tune import (
+    LOSS_SPACES,
+    NEURAL_SPACE,
+    TrialSeededTPE,
+    _label,
+    finished_trials,
+    mask_url,
+    search_space,
+    trial_config,
+    tune,
+)
+from tests.conftest import REPO, make_ranking_data
+
+TINY_EPOCHS = {"train": {"max_epochs": 2}}
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def letor(tmp_path):
+    """train.txt / vali.txt / test.txt: three small synthetic LETOR files (5 features, labels 0-2)."""
+    from ctxrank.data.synth import write_synthetic_letor
+
+    for name, seed in (("train", 0), ("vali", 1), ("test", 2)):
+        write_synthetic_letor(
+            tmp_path / f"{name}.txt", n_queries=30, list_size=8, n_features=5, max_label=2, seed=seed
+        )
+    return tmp_path
+
+
+def _study(path) -> optuna.Study:
+    return optuna.load_study(study_name="listnet", storage=f"sqlite:///{path / 'study.db'}")
+
+
+# ----------------------------------------------------------------------------------- search spaces
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_registry_entry_declares_a_space_whose_samples_are_valid_configs(name):
+    entry = MODELS[name]
+    space = search_space({"model": name})
+    assert space.params, f"{name} declares no search space"
+    if isinstance(entry, Baseline):
+        assert not space.losses and "train.lr" not in space.params  # LightGBM etc. have no epochs
+    else:
+        assert set(NEURAL_SPACE) <= set(space.params)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
+    for _ in range(6):
+        trial = study.ask()
+        config = RunConfig.from_dict(trial_config(trial, {"model": name}, space))  # validates every value
+        if not isinstance(entry, Baseline):
+            make_model(name, 5, config.model_params)
+        study.tell(trial, 0.0)
+
+
+def test_declared_losses_exist_and_the_loss_options_follow_the_trial_loss():
+    space = search_space({"model": "qilcm"})
+    assert space.params["loss"][1][:3] == ("attrank", "listnet", "listmle")
+    assert space.losses["listnet"] == LOSS_SPACES["listnet"] and space.losses["attrank"] == {}
+    assert space.losses["lambdaloss"] == {"loss_params.sigma": ("log", 0.25, 4.0)}
+    first = {k: v[1] if v[0] != "choice" else _label(v[1][0]) for k, v in space.params.items()}
+    trial = optuna.trial.FixedTrial({**first, "loss": "listmle"})
+    d = trial_config(trial, {"model": "qilcm"}, space)
+    assert d["loss"] == "listmle" and "loss_params" not in d
+    assert d["model_params"]["att_hidden"] == [128]  # a tuple choice comes back as a TOML list
+
+
+def test_keys_the_base_config_sets_are_fixed_not_searched():
+    base = {"model": "qilcm", "train": {"lr": 0.003}, "model_params": {"confusion_weight": 0.0}}
+    space = search_space(base)
+    assert "train.lr" not in space.params and "model_params.confusion_weight" not in space.params
+    assert "model_params.encoder_width" in space.params
+    # a loss option set: the loss is fixed too (its options would not fit another loss)
+    fixed = search_space({"model": "mlp", "loss": "listnet", "loss_params": {"temperature": 2.0}})
+    assert "loss" not in fixed.params and fixed.losses == {"listnet": {}}
+    assert search_space({"model": "mlp", "loss": "listnet"}).losses == {"listnet": LOSS_SPACES["listnet"]}
+
+
+def test_qilcm_ablation_variants_do_not_search_what_they_fix():
+    full = search_space({"model": "qilcm"}).params
+    no_confusion = search_space({"model": "qilcm-variant2"}).params
+    assert "model_params.confusion_weight" in full and "model_params.confusion_form" in full
+    assert not any(k.startswith("model_params.confusion") for k in no_confusion)
+    assert set(search_space({"model": "qilcm-variant1"}).params) == set(full)
+
+
+def test_lambdamart_searches_lightgbm_parameters_with_the_truncation_level():
+    params = search_space({"model": "lambdamart"}).params
+    assert {"num_leaves", "learning_rate", "min_data_in_leaf", "feature_fraction", "max_position"} == {
+        k.split(".", 1)[1] for k in params
+    }
+
+
+def test_malformed_spaces_are_refused():
+    from ctxrank.tune import _check_distribution
+
+    for bad in [("log", 0, 1), ("int", 1.5, 3), ("float", 2, 1), ("choice", ()), ("uniform", 0, 1), [0, 1]]:
+        with pytest.raises(ValueError, match="search space x"):
+            _check_distribution("x", bad)
+    with pytest.raises(ValueError, match="unknown loss"):
+        _check_distribution("loss", ("choice", ("listnet", "nope")))
+
+
+# ------------------------------------------------------------------------------------ the sampler
+def test_trial_seeded_tpe_repeats_a_study_and_parallel_workers_draw_apart():
+    def draws(seed):
+        study = optuna.create_study(sampler=TrialSeededTPE(seed), direction="maximize")
+        out = []
+        for _ in range(3):
+            t = study.ask()
+            out.append(t.suggest_float("x", 0, 1))
+            study.tell(t, out[-1])
+        return out
+
+    assert draws(0) == draws(0) and draws(0) != draws(1)
+    # two workers on one study: the random start-up draws differ by trial number
+    study = optuna.create_study(direction="maximize")
+    a, b = TrialSeededTPE(0), TrialSeededTPE(0)
+    t0, t1 = study.ask(), study.ask()
+    v0 = a.sample_independent(
+        study, t0._cached_frozen_trial, "x", optuna.distributions.FloatDistribution(0, 1)
+    )
+    v1 = b.sample_independent(
+        study, t1._cached_frozen_trial, "x", optuna.distributions.FloatDistribution(0, 1)
+    )
+    assert v0 != v1
+
+
+def test_mask_url_hides_the_password():
+    assert mask_url("postgresql://me:secret@db:5432/x") == "postgresql://me:***@db:5432/x"
+    assert mask_url("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+
+
+# --------------------------------------------------------------------------------- studies (library)
+def test_a_study_is_seeded_and_an_existing_one_continues(tmp_path):
+    train, valid = make_ranking_data(30, seed=0), make_ranking_data(15, seed=1)
+    base = {"model": "listnet", **TINY_EPOCHS}
+    a = tune(base, train, valid, out=tmp_path / "a", trials=3)
+    b = tune(base, train, valid, out=tmp_path / "b", trials=3)
+    assert [t.params for t in a.study.trials] == [t.params for t in b.study.trials]
+    assert [t.value for t in a.study.trials] == [t.value for t in b.study.trials]
+    again = tune(base, train, valid, out=tmp_path / "a", trials=2)
+    assert len(again.study.trials) == 5 and again.ran == 2
+    # with total=True only the trials still missing run (an experiment resuming its study)
+    assert tune(base, train, valid, out=tmp_path / "a", trials=5, total=True).ran == 0
+    with pytest.raises(ValueError, match="was started with another"):
+        tune({**base, "transform": "zscore"}, train, valid, out=tmp_path / "a", trials=1)
+
+
+def test_on_epoch_is_called_after_every_epoch_and_its_exception_ends_the_fit():
+    from ctxrank.training.run import run_training
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def on_epoch(epoch, value):
+        seen.append((epoch, value))
+        if epoch == 2:
+            raise Stop
+
+    config = RunConfig.from_dict({"model": "listnet", "train": {"max_epochs": 5}})
+    with pytest.raises(Stop):
+        run_training(
+            config, make_ranking_data(20), make_ranking_data(10, seed=1), progress=False, on_epoch=on_epoch
+        )
+    assert [e for e, _ in seen] == [1, 2] and all(np.isfinite(v) for _, v in seen)
+
+
+def test_trials_are_pruned_on_the_per_epoch_validation_metric(tmp_path, monkeypatch):
+    reported = []
+    real_report = optuna.Trial.report
+
+    def report(self, value, step):
+        reported.append((self.number, step))
+        real_report(self, value, step)
+
+    monkeypatch.setattr(optuna.Trial, "report", report)
+    monkeypatch.setattr(optuna.Trial, "should_prune", lambda self: self.number >= 1)
+    train, valid = make_ranking_data(30, seed=0), make_ranking_data(15, seed=1)
+    result = tune({"model": "listnet", "train": {"max_epochs": 3}}, train, valid, out=tmp_path, trials=3)
+    states = [t.state for t in result.study.trials]
+    assert states == [optuna.trial.TrialState.COMPLETE] + [optuna.trial.TrialState.PRUNED] * 2
+    assert reported[:3] == [(0, 1), (0, 2), (0, 3)] and (1, 2) not in reported  # stopped after epoch 1
+    assert finished_trials(result.study) == 3
+    assert "| 1 | pruned |" in result.table
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def test_cli_tune_writes_the_outputs_and_train_reproduces_the_best_trial(letor, tmp_path):
+    d = letor
+    common = ("--train", str(d / "train.txt"), "--valid", str(d / "vali.txt"))
+    out_dir = tmp_path / "tune"
+    rc, out, err = run(
+        "tune", "--model", "listnet", *common, "--trials", "3", "--set", "train.max_epochs=3",
+        "--out", str(out_dir), "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "searching train.lr, transform, train.input_noise, loss_params.temperature" in out
+    assert "fixed by the configuration: train.max_epochs" in out
+    assert "| trial | state | valid ndcg@10 |" in out  # the Markdown table
+    for name in ("study.db", "best.toml", "trials.csv", "tune.json", "optimization_history.png"):
+        assert (out_dir / name).is_file(), name
+    with (out_dir / "trials.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 and {r["state"] for r in rows} == {"complete"}
+    summary = json.loads((out_dir / "tune.json").read_text())
+    assert summary["trials"] == {"complete": 3} and summary["storage"].startswith("sqlite:///")
+    best = summary["best"]
+    # best.toml is a run config `ctxrank train --config` accepts; trained again it is the best trial
+    rc, _, err = run(
+        "train", "--config", str(out_dir / "best.toml"), *common, "--test", str(d / "test.txt"),
+        "--out", str(tmp_path / "m"), "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    meta = json.loads((tmp_path / "m" / "ctxrank.json").read_text())
+    assert meta["training"]["best_valid_metric"] == pytest.approx(best["value"], abs=1e-9)
+    # the same --out continues the study
+    rc, out, err = run(
+        "tune", "--model", "listnet", *common, "--trials", "1", "--set", "train.max_epochs=3",
+        "--out", str(out_dir), "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert len(_study(out_dir).trials) == 4
+    assert "best: trial" in out and "train it: ctxrank train --config" in out
+
+
+def test_cli_tune_never_reads_the_test_split(monkeypatch, tmp_path):
+    import ctxrank.data.registry as registry
+    import ctxrank.tune as tuning
+
+    read, tests_given = [], []
+    real_read, real_run = registry._read_split, tuning.run_training
+
+    def spy_read(spec, split, *args, **kwargs):
+        read.append(split)
+        return real_read(spec, split, *args, **kwargs)
+
+    def spy_run(config, train, valid, test=None, **kwargs):
+        tests_given.append(test)
+        return real_run(config, train, valid, test, **kwargs)
+
+    monkeypatch.setattr(registry, "_read_split", spy_read)
+    monkeypatch.setattr(tuning, "run_training", spy_run)
+    rc, _, err = run(
+        "tune", "--model", "listnet", "--dataset", "mq2008", "--fold", "1", "--trials", "1",
+        "--set", "train.max_epochs=1", "--out", str(tmp_path / "t"), "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert sorted(read) == ["train", "valid"] and tests_given == [None]
+
+
+def test_cli_tune_options_are_checked(letor, tmp_path):
+    files = ("--train", str(letor / "train.txt"), "--valid", str(letor / "vali.txt"))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    for argv, message in [
+        (("--trials", "0"), "positive integer"),
+        (("--timeout", "-3"), "positive number of seconds"),
+        (("--storage", "study.db"), "database URL"),
+        (("--storage", "nosuchdb://x/y"), "storage nosuchdb://x/y"),
+        (("--test", "x.txt"), "unrecognized arguments"),
+        (("--study-name", " "), "must not be empty"),
+        (("--set", "train.lr=-1"), "train.lr"),
+    ]:
+        rc, _, err = run("tune", "--model", "listnet", *files, "--out", str(tmp_path / "o"), *argv)
+        assert rc == 2 and message in err, (argv, err)
+    rc, _, err = run("tune", "--model", "listnet", *files, "--out", str(tmp_path / "busy"))
+    assert rc == 2 and "holds other files" in err
+    rc, _, err = run("tune", *files, "--out", str(tmp_path / "o2"))
+    assert rc == 2 and "give --model" in err
+
+
+def test_cli_tune_with_a_storage_url_and_study_name(letor, tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    rc, _, err = run(
+        "tune", "--model", "lambdamart", "--train", str(letor / "train.txt"),
+        "--valid", str(letor / "vali.txt"),
+        "--set", "model_params.n_estimators=10", "--trials", "2", "--storage", url, "--study-name", "lm",
+        "--out", str(tmp_path / "o"), "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert not (tmp_path / "o" / "study.db").exists()
+    assert len(optuna.load_study(study_name="lm", storage=url).trials) == 2
+    best = tomllib.loads((tmp_path / "o" / "best.toml").read_text())
+    assert best["model"] == "lambdamart" and best["model_params"]["n_estimators"] == 10
+
+
+def test_two_processes_share_one_sqlite_study(letor, tmp_path):
+    argv = [
+        sys.executable, "-m", "ctxrank", "tune", "--model", "listnet", "--train", str(letor / "train.txt"),
+        "--valid", str(letor / "vali.txt"), "--trials", "2", "--set", "train.max_epochs=2",
+        "--out", str(tmp_path / "shared"), "--no-progress",
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()
+    trials = _study(tmp_path / "shared").trials
+    assert len(trials) == 4 and {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
+    params = {tuple(sorted(t.params.items())) for t in trials}
+    assert len(params) == 4  # no configuration tried twice
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+
+
+def test_help_imports_neither_optuna_nor_torch():
+    code = (
+        "import sys\n"
+        "from ctxrank.cli import main\n"
+        "assert main(['--help']) == 0 and main(['tune', '--help']) == 0\n"
+        "print(' '.join(m for m in ('optuna', 'torch', 'numpy') if m in sys.modules) or 'none')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "none"
+
+
+# ------------------------------------------------------------------------------------- experiments
+def _spec_text(data_file, extra=""):
+    return f"""
+name = "tuned"
+[data]
+file = "{data_file}"
+[runs]
+count = 1
+[defaults]
+train = {{ max_epochs = 2 }}
+[models.lambdamart]
+model = "lambdamart"
+model_params = {{ n_estimators = 10 }}
+[models.listnet]
+model = "listnet"
+[report]
+target = "listnet"
+test = "runs-plain"
+{extra}
+"""
+
+
+def test_experiment_tune_block_tunes_every_model_then_tests_once(letor, tmp_path, monkeypatch):
+    import ctxrank.tune as tuning
+    from ctxrank.experiments import load_spec, run_experiment
+
+    tests_given = []
+    real_run = tuning.run_training
+
+    def spy_run(config, train, valid, test=None, **kwargs):
+        tests_given.append(test)
+        return real_run(config, train, valid, test, **kwargs)
+
+    monkeypatch.setattr(tuning, "run_training", spy_run)
+    path = tmp_path / "spec.toml"
+    path.write_text(_spec_text(letor / "train.txt", "[tune]\ntrials = 2\nseed = 3\n"))
+    spec = load_spec(path)
+    assert spec.tune is not None and spec.tune.trials == 2 and spec.tune.seed == 3
+    store = run_experiment(spec, tmp_path / "exp", progress=False, log=lambda _: None)
+    assert tests_given == [None] * 4  # 2 trials x 2 models, validation only
+    for model in ("lambdamart", "listnet"):
+        record = store.load_run(model, 0, 0)
+        study_dir = tmp_path / "exp" / record["tune"]["dir"]
+        assert record["tune"]["trials"] == 2 and (study_dir / "best.toml").is_file()
+        best = tomllib.loads((study_dir / "best.toml").read_text())
+        assert record["config"] == RunConfig.from_dict(best).to_dict()  # the chosen config was tested
+    # resumed: the studies are complete, nothing is tuned again
+    tests_given.clear()
+    run_experiment(spec, tmp_path / "exp", progress=False, log=lambda _: None)
+    assert tests_given == []
+    # best.toml is accepted as an experiment's model table (config = FILE, relative to the spec)
+    spec_text = _spec_text(letor / "train.txt").replace(
+        '[models.listnet]\nmodel = "listnet"',
+        f'[models.listnet]\nconfig = "exp/{record["tune"]["dir"]}/best.toml"',
+    )
+    path.write_text(spec_text)
+    assert load_spec(path).models["listnet"] == {**best, "train": {**best["train"], "max_epochs": 2}}
+
+
+def test_experiment_tune_block_is_validated(letor, tmp_path):
+    from ctxrank.experiments import load_spec
+
+    path = tmp_path / "spec.toml"
+    for block, message in [
+        ("[tune]\ntrials = 0\n", "trials must be an integer >= 1"),
+        ("[tune]\ntrials = 2\nsampler = 'grid'\n", "unknown key"),
+        ("[tune]\nprune = 1\n", "prune must be true or false"),
+    ]:
+        path.write_text(_spec_text(letor / "train.txt", block))
+        with pytest.raises(ValueError, match=message):
+            load_spec(path)
+    plain = load_spec(_write(path, _spec_text(letor / "train.txt")))
+    tuned = load_spec(_write(path, _spec_text(letor / "train.txt", "[tune]\ntrials = 2\n")))
+    assert plain.tune is None and plain.fingerprint() != tuned.fingerprint()
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
