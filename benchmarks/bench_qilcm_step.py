@@ -118,6 +118,17 @@ def estimate_spread(B: int, L: int, F: int, pair_counts: list[int], draws: int) 
     return out
 
 
+def direction_ratios(rows: dict) -> dict[str, float]:
+    """Median step time of each two-sided configuration over its one-sided twin (printed)."""
+    directions = {}
+    for name, r in rows.items():
+        one_name = f"{name}, one-sided"
+        if one_name in rows:
+            directions[name] = r["median_s"] / rows[one_name]["median_s"]
+            print(f"two-sided / one-sided step time, {name}: {directions[name]:.3f}")
+    return directions
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
@@ -181,12 +192,7 @@ def main(argv=None) -> int:
     print()
     header = ["step", "median ms", "min ms", "confusion term / rest of the step", "peak RSS delta MiB"]
     print(markdown_table(header, table))
-    directions = {}
-    for name, r in rows.items():
-        one_name = f"{name}, one-sided"
-        if one_name in rows:
-            directions[name] = r["median_s"] / rows[one_name]["median_s"]
-            print(f"two-sided / one-sided step time, {name}: {directions[name]:.3f}")
+    directions = direction_ratios(rows)
     counts = [int(x) for x in args.pairs.split(",") if x.strip()]
     spread = estimate_spread(B, L, F, counts, args.draws)
     print(
