@@ -7,8 +7,15 @@ default widths (encoder 100, MLP_att and MLP_rank 256-128, so the normalized rep
 
 * **reference**: the step without the confusion term (``confusion_weight = 0``: ablation variant 2);
 * **exact**: the step with the exact term over all 80 x 80 ordered query pairs (``confusion_pairs``
-  unset, the paper's eq. 13), ``form = "sum"`` and ``"mean"`` (same cost, different scale);
-* **sampled**: the unbiased estimate over P sampled ordered pairs (``confusion_pairs = P``).
+  unset, the paper's eq. 13), ``form = "sum"`` and ``"mean"`` (same cost, different scale), with the
+  paper's two-sided Chamfer distance (QILCM eq. 14, the default) and the one-sided form
+  (``confusion_direction = "one-sided"``, ctxrank's form before issue 19);
+* **sampled**: the unbiased estimate over P sampled ordered pairs (``confusion_pairs = P``), both
+  directions.
+
+The ratio two-sided / one-sided of each pair of configurations is printed as well (issue 19: the second
+direction should cost little: ``m + m^T`` for the exact matrix, the column minima of the same distance
+blocks for sampled pairs).
 
 Reported: median step time of each, and the ratio (step - reference) / reference, the cost of the term
 relative to the rest of the step; the peak memory of each configuration. Then the **spread of the
@@ -111,6 +118,17 @@ def estimate_spread(B: int, L: int, F: int, pair_counts: list[int], draws: int) 
     return out
 
 
+def direction_ratios(rows: dict) -> dict[str, float]:
+    """Median step time of each two-sided configuration over its one-sided twin (printed)."""
+    directions = {}
+    for name, r in rows.items():
+        one_name = f"{name}, one-sided"
+        if one_name in rows:
+            directions[name] = r["median_s"] / rows[one_name]["median_s"]
+            print(f"two-sided / one-sided step time, {name}: {directions[name]:.3f}")
+    return directions
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
@@ -136,10 +154,13 @@ def main(argv=None) -> int:
         flush=True,
     )
     cases = [("reference: no confusion term (lambda = 0)", {"confusion_weight": 0.0})]
+    one = {"confusion_direction": "one-sided"}
     for form in ("sum", "mean"):
         cases.append((f"exact, all {B}x{B} pairs, form={form}", {"confusion_form": form}))
+    cases.append((f"exact, all {B}x{B} pairs, form=sum, one-sided", {"confusion_form": "sum", **one}))
     for p in (int(x) for x in args.pairs.split(",") if x.strip()):
         cases.append((f"sampled, {p} pairs, form=sum", {"confusion_pairs": p}))
+        cases.append((f"sampled, {p} pairs, form=sum, one-sided", {"confusion_pairs": p, **one}))
     rows = {}
     for name, params in cases:
         spec = {
@@ -171,6 +192,7 @@ def main(argv=None) -> int:
     print()
     header = ["step", "median ms", "min ms", "confusion term / rest of the step", "peak RSS delta MiB"]
     print(markdown_table(header, table))
+    directions = direction_ratios(rows)
     counts = [int(x) for x in args.pairs.split(",") if x.strip()]
     spread = estimate_spread(B, L, F, counts, args.draws)
     print(
@@ -203,6 +225,7 @@ def main(argv=None) -> int:
         "isolate": args.isolate,
         "machine": info,
         "results": rows,
+        "two_sided_over_one_sided": directions,
         "sampled_estimate_spread": spread,
     }
     emit_json(blob, args.json, echo=False)

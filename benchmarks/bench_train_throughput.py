@@ -38,13 +38,23 @@ same linear model and loss written as a plain per-query Python loop:
   ``torch.inference_mode``) on the Fold1 test split (156 queries) and on all 784 queries, against a
   naive per-query scoring loop.
 
+**batching** (issue 19): the per-epoch cost of drawing QILCM's training batches at random (its default,
+``train.batching = "model"`` -> ``QILCM.batching = "random"``: eq. 13 pairs the queries of a batch)
+instead of from length buckets (``"buckets"``, every other model's default). QILCM with its defaults
+(exact two-sided Chamfer term) trains whole epochs over MQ2008 Fold1's 471 training queries (whole
+lists, 5-121 items), ``--naive-batch`` 80 queries a batch, exactly the inner loop of ``fit``; one
+warm-up epoch, then ``--batching-epochs`` timed epochs for each batching, alternating. Reported: the
+median epoch time (wall and CPU), the padded cells ``sum_batches B * L_max`` per epoch against the real
+items (a load-independent measure of the work), and the ratio random / buckets.
+
 Every timing is repeated and the median is reported (the minimum is printed too). Prints a machine
 line, Markdown tables, the ratios, and writes ``--json``.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_train_throughput.py [--threads 2] [--batch 80] [--items 100]
-        [--features 136] [--warmup 2] [--repeats 10] [--models qilcm,dlcm-paper,...] [--parts models,naive]
+        [--features 136] [--warmup 2] [--repeats 10] [--models qilcm,dlcm-paper,...]
+        [--parts models,naive,batching] [--batching-epochs 3]
         [--json FILE] [--quick]
 """
 
@@ -56,6 +66,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -448,10 +459,79 @@ def run_naive(args) -> dict:
     }
 
 
+def run_batching(args) -> dict:
+    """QILCM epochs on MQ2008 Fold1 with random batches against length buckets (see the docstring)."""
+    print("\n## QILCM epoch time: random batches (its default) vs length buckets, MQ2008 Fold1", flush=True)
+    import torch
+
+    from ctxrank.data.lists import iterate_batches
+    from ctxrank.data.registry import load_fold
+    from ctxrank.losses import get_loss
+    from ctxrank.registry import make_model
+
+    torch.set_num_threads(args.threads)
+    train = load_fold("mq2008", 1).train
+    if args.quick:
+        train = train.subset(np.arange(40))
+    loss_fn = get_loss("attrank")
+    state = {}
+    for kind in ("random", "buckets"):
+        torch.manual_seed(0)
+        model = make_model("qilcm", train.n_features)
+        state[kind] = (model, torch.optim.Adam(model.parameters(), lr=1e-3), np.random.default_rng(0))
+
+    def epoch(kind: str) -> tuple[float, float, int]:
+        model, opt, gen = state[kind]
+        model.train()
+        t0, c0, cells = time.perf_counter(), time.process_time(), 0
+        for batch in iterate_batches(
+            train, args.naive_batch, shuffle=True, generator=gen, bucket=kind == "buckets"
+        ):
+            cells += batch.mask.numel()
+            loss = model.training_loss(batch, loss_fn)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return time.perf_counter() - t0, time.process_time() - c0, cells
+
+    times: dict[str, list[tuple[float, float, int]]] = {"random": [], "buckets": []}
+    for i in range(args.batching_epochs + 1):
+        for kind in times:
+            result = epoch(kind)
+            if i > 0:  # the first epoch of each is the warm-up
+                times[kind].append(result)
+    out: dict[str, Any] = {"train_queries": train.n_queries, "real_items": train.n_items}
+    rows = []
+    for kind, records in times.items():
+        wall = statistics.median(r[0] for r in records)
+        cpu = statistics.median(r[1] for r in records)
+        cells = statistics.median(r[2] for r in records)
+        out[kind] = {"epoch_s": wall, "epoch_cpu_s": cpu, "padded_cells": cells, "epochs": len(records)}
+        rows.append(
+            f"| {kind} | {len(records)} | {wall:.2f} | {cpu:.2f} | {cells:,.0f} | {train.n_items:,} |"
+        )
+    for key in ("epoch_s", "epoch_cpu_s", "padded_cells"):
+        out[f"random_over_buckets_{key}"] = out["random"][key] / out["buckets"][key]
+    print("| batching | epochs | median epoch s | median epoch CPU s | padded cells | real items |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print(
+        f"random / buckets: epoch time {out['random_over_buckets_epoch_s']:.2f}x, CPU time "
+        f"{out['random_over_buckets_epoch_cpu_s']:.2f}x, "
+        f"padded cells {out['random_over_buckets_padded_cells']:.2f}x"
+    )
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
-    ap.add_argument("--parts", default="models,naive", help="comma-separated: models, naive (default both)")
+    ap.add_argument(
+        "--parts",
+        default="models,naive,batching",
+        help="comma-separated: models, naive, batching (default all)",
+    )
+    ap.add_argument("--batching-epochs", type=int, default=3, help="batching part: timed epochs (default 3)")
     ap.add_argument("--batch", type=int, default=80, help="lists per batch (default 80, the QILCM paper's)")
     ap.add_argument("--items", type=int, default=100, help="models part: items per list (default 100)")
     ap.add_argument("--features", type=int, default=136, help="models part: features (default 136, MSLR)")
@@ -471,10 +551,10 @@ def main(argv=None) -> int:
         return child_main(args.child, train_case)
     if args.quick:
         args.batch, args.items, args.warmup, args.repeats = 4, 10, 1, 2
-        args.epochs, args.naive_epochs, args.predict_repeats = 1, 1, 2
+        args.epochs, args.naive_epochs, args.predict_repeats, args.batching_epochs = 1, 1, 2, 1
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if not parts or set(parts) - {"models", "naive"}:
-        raise SystemExit(f"--parts must name models and/or naive, got {args.parts!r}")
+    if not parts or set(parts) - {"models", "naive", "batching"}:
+        raise SystemExit(f"--parts must name models, naive and/or batching, got {args.parts!r}")
 
     import torch
 
@@ -491,6 +571,8 @@ def main(argv=None) -> int:
         blob["models"] = run_models(args)
     if "naive" in parts:
         blob["naive"] = run_naive(args)
+    if "batching" in parts:
+        blob["batching"] = run_batching(args)
     emit_json(blob, args.json, echo=False)
     return 0
 

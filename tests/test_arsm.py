@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import math
 
 import pytest
 import torch
@@ -59,27 +60,41 @@ def test_fast_ndcg_rows_equal_the_metrics_module(k):
     assert torch.allclose(NegativeNDCG(k)(z[:B], y, mask), -ndcg(z[:B], y, mask, k=k))
 
 
-def _exact_gradient(phi, y, mask, loss_fn):
-    """d E[loss(z, y)] / d phi by enumerating all C^n actions of one list."""
+def _expected_loss(actions, y, mask, loss_fn, ties):
+    """loss of each action; ``ties="random"``: averaged over every order of the items (a uniformly
+    random order breaks ties between equal levels), ``"position"``: in the input order."""
+    n = actions.shape[-1]
+    perms = list(itertools.permutations(range(n))) if ties == "random" else [tuple(range(n))]
+    total = 0.0
+    for p in perms:
+        p = list(p)
+        total = total + loss_fn(actions[:, p], y[p].expand(len(actions), n), mask[p].expand(len(actions), n))
+    return total / len(perms)
+
+
+def _exact_gradient(phi, y, mask, loss_fn, ties="random"):
+    """d E[loss(z, y)] / d phi by enumerating all C^n actions of one list (and all orders of its items
+    for random ties)."""
     phi = phi.clone().requires_grad_(True)
     n, C = phi.shape
     logp = torch.log_softmax(phi, -1)
     actions = torch.tensor(list(itertools.product(range(C), repeat=n)), dtype=torch.float64)
-    losses = loss_fn(actions, y.expand(len(actions), n), mask.expand(len(actions), n))
+    losses = _expected_loss(actions, y, mask, loss_fn, ties)
     probs = torch.exp(logp[torch.arange(n), actions.long()].sum(-1))
     (probs * losses).sum().backward()
     return phi.grad
 
 
+@pytest.mark.parametrize("ties", ["random", "position"])
 @pytest.mark.parametrize("loss_name", ["ndcg", "ap"])
-def test_estimator_is_unbiased_on_a_tiny_problem(loss_name):
+def test_estimator_is_unbiased_on_a_tiny_problem(loss_name, ties):
     # 2 items, C = 3, fixed logits: the mean of N independent draws must match the exact gradient
     # within Monte Carlo error (z-scores from the draws' own standard errors; fixed seed).
     phi = torch.tensor([[0.3, -0.2, 1.0], [-0.5, 0.4, 0.1]], dtype=torch.float64)
     y = torch.tensor([1.0, 0.0], dtype=torch.float64)
     mask = torch.ones(2, dtype=torch.bool)
     loss_fn = get_arsm_loss(loss_name, None)
-    exact = _exact_gradient(phi, y, mask, loss_fn)
+    exact = _exact_gradient(phi, y, mask, loss_fn, ties)
     assert exact.abs().max() > 1e-3  # the test has something to detect
     N = 40000
     est = arsm_estimate(
@@ -88,6 +103,7 @@ def test_estimator_is_unbiased_on_a_tiny_problem(loss_name):
         mask.expand(N, 2),
         loss_fn,
         generator=torch.Generator().manual_seed(123),
+        ties=ties,
     ).grad
     mean, se = est.mean(0), est.std(0) / N**0.5
     z = (mean - exact) / se
@@ -117,8 +133,21 @@ def test_dedupe_changes_nothing_but_the_work():
     mask = torch.ones(4, 7, dtype=torch.bool)
     mask[2, 3:] = False
     pi = _dirichlet(phi.shape, dtype=torch.float32)
-    a = arsm_estimate(phi, y, mask, NegativeNDCG(10), pi=pi, dedupe=True)
-    b = arsm_estimate(phi, y, mask, NegativeNDCG(10), pi=pi, dedupe=False)
+    for ties in ("random", "position"):  # random ties: the same tie orders from the same generator state
+        a, b = (
+            arsm_estimate(
+                phi,
+                y,
+                mask,
+                NegativeNDCG(10),
+                pi=pi,
+                dedupe=d,
+                ties=ties,
+                generator=torch.Generator().manual_seed(1),
+            )
+            for d in (True, False)
+        )
+        assert torch.equal(a.grad, b.grad) and torch.equal(a.loss, b.loss)
     assert torch.equal(a.grad, b.grad) and torch.equal(a.loss, b.loss)
     assert a.n_evaluated < b.n_evaluated == 4 * (1 + 15)
 
@@ -133,25 +162,29 @@ def test_plain_callable_losses_work_like_the_built_in_ones():
     def neg_ap(z, labels, m):
         return -average_precision(z, labels, m, reduction="none")
 
-    a = arsm_estimate(phi, y, mask, neg_ap, pi=pi)
-    b = arsm_estimate(phi, y, mask, get_arsm_loss("ap", None), pi=pi)
+    a = arsm_estimate(phi, y, mask, neg_ap, pi=pi, generator=torch.Generator().manual_seed(1))
+    b = arsm_estimate(
+        phi, y, mask, get_arsm_loss("ap", None), pi=pi, generator=torch.Generator().manual_seed(1)
+    )
     assert torch.allclose(a.grad, b.grad)
 
 
 def test_padding_never_changes_the_estimate():
+    """Exactly with position ties (random ties: the tie order is drawn for the padded shape, so padding
+    changes the draw, not its distribution)."""
     gen = torch.Generator().manual_seed(0)
     phi = torch.randn(2, 5, 6, generator=gen)
     y = torch.randint(0, 3, (2, 5), generator=gen).float()
     mask = torch.ones(2, 5, dtype=torch.bool)
     pi = _dirichlet(phi.shape, dtype=torch.float32)
-    ref = arsm_estimate(phi, y, mask, NegativeNDCG(3), pi=pi)
+    ref = arsm_estimate(phi, y, mask, NegativeNDCG(3), pi=pi, ties="position")
     pad = 4  # junk features, labels and draws in the padding
     phi_p = torch.cat([phi, 50 * torch.randn(2, pad, 6, generator=gen)], 1)
     y_p = torch.cat([y, torch.full((2, pad), 2.0)], 1)
     mask_p = torch.cat([mask, torch.zeros(2, pad, dtype=torch.bool)], 1)
     pi_p = torch.cat([pi, _dirichlet((2, pad, 6), seed=5, dtype=torch.float32)], 1)
     for dedupe in (True, False):
-        out = arsm_estimate(phi_p, y_p, mask_p, NegativeNDCG(3), pi=pi_p, dedupe=dedupe)
+        out = arsm_estimate(phi_p, y_p, mask_p, NegativeNDCG(3), pi=pi_p, dedupe=dedupe, ties="position")
         assert torch.allclose(out.grad[:, :5], ref.grad, atol=1e-6)
         assert torch.equal(out.grad[:, 5:], torch.zeros_like(out.grad[:, 5:]))
         assert torch.allclose(out.loss, ref.loss)
@@ -270,3 +303,49 @@ def test_cli_train_arsm_end_to_end(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["metrics"]["ndcg@10"] == pytest.approx(
         saved["ndcg@10"], abs=1e-8
     )
+
+
+def test_random_ties_make_the_expected_loss_independent_of_the_item_order():
+    """With C levels a long list has ties; random ties: the sampled loss of a fixed action has the same
+    distribution for a list and for any shuffle of its items (its expectation is the mean over every
+    order, which a shuffle does not change), so the objective cannot reward the file order. Position
+    ties: it depends on the order."""
+    n, C = 6, 3
+    gen = torch.Generator().manual_seed(0)
+    phi = torch.randn(n, C, generator=gen, dtype=torch.float64)
+    y = torch.tensor([2.0, 0.0, 1.0, 0.0, 1.0, 2.0], dtype=torch.float64)
+    mask = torch.ones(n, dtype=torch.bool)
+    pi = torch.distributions.Dirichlet(torch.ones(C, dtype=torch.float64)).sample((n,))
+    loss_fn = get_arsm_loss("ndcg", 3)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    z = (torch.log(pi) - phi).argmin(-1)
+    assert len(set(z.tolist())) < n  # the fixed action has ties
+    exact = _expected_loss(z[None].double(), y, mask, loss_fn, "random").item()
+    exact_shuffled = _expected_loss(z[perm][None].double(), y[perm], mask[perm], loss_fn, "random").item()
+    assert exact == pytest.approx(exact_shuffled, abs=1e-12)  # the expectation is order-free
+    N = 20000
+    draws = {}
+    for name, order in (("as given", torch.arange(n)), ("shuffled", perm)):
+        est = arsm_estimate(  # the same action z in every draw (fixed pi): only the tie order is random
+            phi[order].expand(N, n, C),
+            y[order].expand(N, n),
+            mask[order].expand(N, n),
+            loss_fn,
+            generator=torch.Generator().manual_seed(7),
+            pi=pi[order].expand(N, n, C),
+        )
+        assert torch.equal(est.z[0], z[order])
+        draws[name] = est.loss
+        se = est.loss.std().item() / N**0.5
+        assert abs(est.loss.mean().item() - exact) < 4 * se
+    # same distribution: the frequencies of each distinct loss value agree within sampling error
+    values = torch.unique(torch.cat(list(draws.values())).round(decimals=12))
+    for v in values:
+        freq = [(d.round(decimals=12) == v).double().mean().item() for d in draws.values()]
+        assert abs(freq[0] - freq[1]) < 4 * math.sqrt(2 * 0.25 / N)
+    # position ties: the loss of the same action depends on the order of the items
+    pos = [
+        arsm_estimate(phi[o][None], y[o][None], mask[o][None], loss_fn, pi=pi[o][None], ties="position").loss
+        for o in (torch.arange(n), perm)
+    ]
+    assert pos[0].item() != pytest.approx(pos[1].item())

@@ -69,6 +69,9 @@ def test_train_throughput_every_model(tmp_path):
         blob["models"]["verdicts"]
     )
     assert blob["naive"]["ratio_vs_naive_step_per_query"] > 0
+    batching = blob["batching"]  # issue 19: QILCM's random batches against length buckets
+    assert batching["random"]["epochs"] == 1 and batching["random_over_buckets_epoch_s"] > 0
+    assert batching["random"]["padded_cells"] >= batching["buckets"]["padded_cells"] >= batching["real_items"]
 
 
 def test_train_throughput_isolated_measures_peak_memory(tmp_path):
@@ -94,8 +97,10 @@ def test_inference(tmp_path):
 def test_qilcm_step(tmp_path):
     blob = run_bench("bench_qilcm_step.py", tmp_path, "--isolate", "none", "--threads", "1")
     rows = blob["results"]
-    assert len(rows) == 4  # reference, exact sum, exact mean, one sampled count
+    # reference, exact sum / mean / sum one-sided, one sampled count two-sided and one-sided
+    assert len(rows) == 6
     assert all(r["median_s"] > 0 for r in rows.values())
+    assert len(blob["two_sided_over_one_sided"]) == 2
 
 
 def test_arsm_step(tmp_path):

@@ -416,6 +416,7 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/experiments.md
     "ctxrank experiment demo": Run(DEMO, check=contains("| model |", "| qilcm |")),
     "ctxrank experiment qilcm-table2 --runs 5": Run(SMOKE),
+    "ctxrank experiment qilcm-table2-splits": Run(SMOKE),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
     "ctxrank compare results/demo:qilcm results/demo:dlcm": Run(check=contains("ndcg@10")),

@@ -408,6 +408,147 @@ def test_a_run_record_with_a_nan_metric_round_trips(tmp_path):
     assert math.isnan(store.load_unit(0, 1)["anomaly_score"][0])
 
 
+# ----------------------------------------------------------------------------- grids (issue 19)
+GRID_MODELS = {
+    "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
+    "mlp": f"""model = "mlp"
+{FAST_NEURAL}
+[models.mlp.grid]
+train.lr = [1e-7, 0.05]
+widths = [{{ model_params.hidden = [4] }}, {{ model_params.hidden = [8, 8] }}]
+""",
+}
+
+
+def test_grid_spec_points_errors_and_fingerprint(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path, runs=1, models=GRID_MODELS))
+    grid = spec.grids["mlp"]
+    assert [name for name, _ in grid.axes] == ["train.lr", "widths"] and "lambdamart" not in spec.grids
+    assert grid.points() == [
+        {"train.lr": 1e-7, "model_params.hidden": [4]},
+        {"train.lr": 1e-7, "model_params.hidden": [8, 8]},
+        {"train.lr": 0.05, "model_params.hidden": [4]},
+        {"train.lr": 0.05, "model_params.hidden": [8, 8]},
+    ]
+    config = spec.run_config("mlp", 2, grid.points()[3])
+    assert config.train.lr == 0.05 and config.model_params["hidden"] == [8, 8] and config.train.seed == 2
+    assert "grid" not in spec.models["mlp"]  # the run config proper has no grid key
+    assert spec.run_config("mlp", 2).train.lr == 1e-3  # without a point: the table as written
+    other = load_spec(_letor_spec(tmp_path, runs=1, models=GRID_MODELS), ["models.mlp.grid.train.lr=[0.05]"])
+    assert other.fingerprint() != spec.fingerprint()
+    assert load_spec(tmp_path / "tiny.toml", ["models.mlp.grid={}"]).grids == {}
+    assert load_spec(tmp_path / "tiny.toml", ["models.mlp.grid={}", "tune.trials=2"]).tune is not None
+    for override, message in [
+        ("models.mlp.grid.train.lr=[]", "train.lr must be a non-empty list"),
+        ("models.mlp.grid.train.lr=[-1.0]", r"models.mlp \(grid point .*train.lr"),
+        ("models.mlp.grid.model_params.nope=[1]", "nope"),
+        ("defaults.grid.train.lr=[1.0]", "grids are per model"),
+        (
+            "tune.trials=2",
+            r"\[tune\] and a model's validation grid .* are exclusive; models with a grid: \['mlp'\]",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_spec(tmp_path / "tiny.toml", [override])
+
+
+def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_path, monkeypatch):
+    spec = load_spec(_letor_spec(tmp_path, runs=2, models=GRID_MODELS))
+    events = []
+    real_load, real_eval = runner_mod.load_unit, runner_mod._evaluate
+    real_valid = runner_mod._validation_score
+    splits = {}
+
+    def load_unit(spec_, seed, fold, source=None):
+        unit = real_load(spec_, seed, fold, source)
+        splits[seed] = unit
+        return unit
+
+    def evaluate(spec_, scores, data):
+        events.append(("test-eval", data is splits[current()].test))
+        return real_eval(spec_, scores, data)
+
+    def validation_score(config, predictor, valid):
+        events.append(("valid", valid is splits[current()].valid))
+        return real_valid(config, predictor, valid)
+
+    def current():
+        return max(splits)
+
+    import ctxrank.training.run as run_mod
+
+    real_train = run_mod.run_training
+
+    def run_training(config, train, valid, test=None, **kw):
+        events.append(("train", test is None))
+        return real_train(config, train, valid, test, **kw)
+
+    monkeypatch.setattr(runner_mod, "load_unit", load_unit)
+    monkeypatch.setattr(runner_mod, "_evaluate", evaluate)
+    monkeypatch.setattr(runner_mod, "_validation_score", validation_score)
+    monkeypatch.setattr(run_mod, "run_training", run_training)
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
+    # per run: lambdamart (train with its test split, evaluated once), then 4 grid points trained without
+    # the test split and scored on the validation split, then one evaluation of the test split
+    per_run = [("train", False), ("test-eval", True)] + [("train", True), ("valid", True)] * 4
+    assert events == [*per_run, ("test-eval", True)] * 2
+    for seed in range(2):
+        rec = store.load_run("mlp", seed, 0)
+        g = rec["grid"]
+        scores = [p["valid"] for p in g["points"]]
+        assert g["chosen"] == int(np.argmax(scores)) and g["metric"] == "ndcg@10"
+        assert g["chosen_values"] == g["points"][g["chosen"]]["values"]
+        chosen = spec.run_config("mlp", seed, g["chosen_values"])
+        assert rec["config"] == chosen.to_dict()
+        # the stored validation score is the chosen point's own: retrained independently, same value
+        unit = real_load(spec, seed, 0)
+        again = real_train(chosen, unit.train, unit.valid, unit.test, progress=False)
+        assert real_valid(chosen, again.predictor, unit.valid) == pytest.approx(max(scores), abs=1e-12)
+        assert rec["metrics"]["ndcg@10"] == pytest.approx(list(again.test_metrics["ndcg@10"]), abs=1e-12)
+    res = build_report(spec, store)
+    assert res["grid"]["mlp"]["times_chosen"] and sum(res["grid"]["mlp"]["times_chosen"]) == 2
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "hyperparameters chosen per run on the validation split" in md
+    assert "| train.lr = 1e-07, model_params.hidden = [4] |" in md
+
+
+# --------------------------------------------------------------- random splits of a dataset (issue 19)
+def test_random_splits_protocol_pools_every_query_of_a_dataset():
+    from ctxrank.experiments.spec import split_protocol
+
+    spec = load_spec("qilcm-table2", ["data.protocol=random-splits", "runs.count=3"])
+    assert split_protocol(spec.data) == "random-splits" and spec.report.test == "corrected-resampled"
+    assert spec.run_keys() == [(0, 0), (1, 0), (2, 0)]
+    assert load_spec("qilcm-table2-splits").run_keys() == [(s, 0) for s in range(20)]
+    assert load_spec("qilcm-table2-splits").report.test == "corrected-resampled"
+    folds = load_spec("qilcm-table2")
+    assert split_protocol(folds.data) == "folds" and folds.data.protocol == "folds"
+    # the default protocol is not in the fingerprint: experiments stored before it existed resume
+    assert load_spec("qilcm-table2", ["data.protocol=folds"]).fingerprint() == folds.fingerprint()
+    assert spec.fingerprint() != folds.fingerprint()
+    tests, n_total = [], 784  # MQ2008: 784 queries over its 5 folds
+    for seed in (0, 1):
+        unit = runner_mod.load_unit(spec, seed, 0)
+        ids = [set(map(str, d.query_ids)) for d in (unit.train, unit.valid, unit.test)]
+        assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+        assert sum(map(len, ids)) == n_total and abs(len(ids[2]) - 0.2 * n_total) <= 1
+        assert unit.split["seed"] == seed and "pooled" in unit.split
+        tests.append(ids[2])
+    assert tests[0] != tests[1]  # one split per run, from its seed
+    for override, message in [
+        (["data.protocol=random-splits", "data.folds=[1]"], "folds apply to protocol 'folds'"),
+        (["data.protocol=bogus"], "protocol must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_spec("qilcm-table2", override)
+
+
+def test_files_have_only_the_random_splits_protocol(tmp_path):
+    with pytest.raises(ValueError, match="protocol 'folds' needs a registry dataset"):
+        load_spec(_letor_spec(tmp_path), ["data.protocol=folds"])
+    assert load_spec(tmp_path / "tiny.toml").data.protocol == "random-splits"
+
+
 # ------------------------------------------------------------------ outputs the user owns (issue 18)
 TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": f'model = "mnl"\n{FAST_NEURAL}'}
 

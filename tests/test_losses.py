@@ -677,20 +677,32 @@ def test_neuralndcg_limits():
 # ----------------------------------------------------------------------------------------------------
 
 
-def naive_chamfer(reps, mask, form):
-    """Double loop over query pairs and items (torch ops only for the vectors, so autograd works)."""
-    B, _, D = reps.shape
+def naive_chamfer(reps, mask, form, direction="two-sided"):
+    """QILCM eq. 13-14 written out: explicit loops over query pairs and items (torch ops only for the
+    vectors, so autograd works). Two-sided eq. 14:
+    ``d(q1, q2) = sum_{i in q1} min_{j in q2} ||h_i - h_j||^2 + sum_{j in q2} min_{i in q1} ||h_i - h_j||^2``;
+    ``form="mean"`` divides each sum by its list's length and by D."""
+    B, L, D = reps.shape
+
+    def sq_dist(q1, i, q2, j):
+        return ((reps[q1, i] - reps[q2, j]) ** 2).sum()
+
     d = [[reps.new_zeros(()) for _ in range(B)] for _ in range(B)]
     for q1 in range(B):
-        items1 = [i for i in range(reps.shape[1]) if mask[q1, i]]
+        items1 = [i for i in range(L) if mask[q1, i]]
         for q2 in range(B):
-            items2 = [j for j in range(reps.shape[1]) if mask[q2, j]]
-            if not items1 or not items2:
-                continue
-            total = reps.new_zeros(())
-            for i in items1:
-                total = total + min(((reps[q1, i] - reps[q2, j]) ** 2).sum() for j in items2)
-            d[q1][q2] = total if form == "sum" else total / (len(items1) * D)
+            items2 = [j for j in range(L) if mask[q2, j]]
+            if not items1 or not items2 or q1 == q2:
+                continue  # an empty list has no nearest point; d(q, q) = 0
+            first = reps.new_zeros(())
+            for i in items1:  # sum_{i in q1} min_{j in q2}
+                first = first + min(sq_dist(q1, i, q2, j) for j in items2)
+            second = reps.new_zeros(())
+            for j in items2:  # sum_{j in q2} min_{i in q1}
+                second = second + min(sq_dist(q1, i, q2, j) for i in items1)
+            if form == "mean":
+                first, second = first / (len(items1) * D), second / (len(items2) * D)
+            d[q1][q2] = first + second if direction == "two-sided" else first
     return torch.stack([torch.stack(row) for row in d])
 
 
@@ -705,11 +717,12 @@ def chamfer_batch(seed=0, B=5, L=4, D=3):
     return reps, mask
 
 
+@pytest.mark.parametrize("direction", ["two-sided", "one-sided"])
 @pytest.mark.parametrize("form", ["sum", "mean"])
-def test_chamfer_against_naive_loop(form):
+def test_chamfer_against_naive_loop(form, direction):
     reps, mask = chamfer_batch()
     clean = torch.where(mask[..., None], reps, 0.0).requires_grad_(True)
-    naive = naive_chamfer(clean, mask, form)
+    naive = naive_chamfer(clean, mask, form, direction)
     n_nonempty = 4
     (naive_grad,) = torch.autograd.grad(naive.sum() / n_nonempty**2, clean)
     for kwargs in (
@@ -720,12 +733,15 @@ def test_chamfer_against_naive_loop(form):
         {"max_block_bytes": 500},
     ):
         r = reps.clone().requires_grad_(True)
-        matrix = chamfer_confusion(r, mask, form=form, reduction="none", **kwargs)
+        kwargs = {**kwargs, "form": form, "direction": direction}
+        matrix = chamfer_confusion(r, mask, reduction="none", **kwargs)
         torch.testing.assert_close(matrix, naive.detach(), rtol=1e-12, atol=1e-12)
         assert torch.equal(matrix.diagonal(), torch.zeros(5, dtype=F64))
-        total = chamfer_confusion(r, mask, form=form, reduction="sum", **kwargs)
+        if direction == "two-sided":
+            assert torch.equal(matrix, matrix.T)  # eq. 14 is symmetric
+        total = chamfer_confusion(r, mask, reduction="sum", **kwargs)
         assert total.item() == pytest.approx(naive.sum().item(), rel=1e-12)
-        mean = chamfer_confusion(r, mask, form=form, **kwargs)
+        mean = chamfer_confusion(r, mask, **kwargs)
         assert mean.item() == pytest.approx(naive.sum().item() / n_nonempty**2, rel=1e-12)
         (grad,) = torch.autograd.grad(mean, r)
         torch.testing.assert_close(grad[mask], naive_grad[mask], rtol=1e-10, atol=1e-12)
@@ -736,14 +752,19 @@ def test_chamfer_gradcheck():
     reps, mask = chamfer_batch(seed=1)
     r = torch.where(mask[..., None], reps, 0.0).requires_grad_(True)
     for form in ("sum", "mean"):
-        assert torch.autograd.gradcheck(
-            lambda x, f=form: chamfer_confusion(x, mask, form=f, chunk_size=2), (r,), fast_mode=True
-        )
-    assert torch.autograd.gradcheck(
-        lambda x: chamfer_confusion(x, mask, pairs=7, generator=torch.Generator().manual_seed(0)),
-        (r,),
-        fast_mode=True,
-    )
+        for direction in ("two-sided", "one-sided"):
+            assert torch.autograd.gradcheck(
+                lambda x, f=form, d=direction: chamfer_confusion(x, mask, form=f, direction=d, chunk_size=2),
+                (r,),
+                fast_mode=True,
+            )
+            assert torch.autograd.gradcheck(
+                lambda x, f=form, d=direction: chamfer_confusion(
+                    x, mask, form=f, direction=d, pairs=7, generator=torch.Generator().manual_seed(0)
+                ),
+                (r,),
+                fast_mode=True,
+            )
 
 
 def test_chamfer_diagonal_and_duplicates():
@@ -770,30 +791,64 @@ def test_chamfer_empty_batch():
         assert value.item() == 0.0 and torch.equal(grad, torch.zeros_like(grad))
 
 
-def test_chamfer_sampled_pairs_are_unbiased():
+@pytest.mark.parametrize("form", ["sum", "mean"])
+@pytest.mark.parametrize("direction", ["two-sided", "one-sided"])
+def test_chamfer_sampled_pairs_are_unbiased(direction, form):
+    """Mean over many draws of the sampled estimate -> the exact eq. 13 value (and gradient), within
+    4 standard errors estimated from the draws themselves."""
     reps, mask = chamfer_batch(seed=3, B=6, L=4, D=3)
     r = reps.clone().requires_grad_(True)
-    exact = chamfer_confusion(r, mask)
+    kw = {"direction": direction, "form": form}
+    exact = chamfer_confusion(r, mask, **kw)
     (exact_grad,) = torch.autograd.grad(exact, r)
+    clean = torch.where(mask[..., None], reps, 0.0)
+    assert exact.item() == pytest.approx(naive_chamfer(clean, mask, form, direction).sum().item() / 25)
     g = torch.Generator().manual_seed(0)
     draws, grads = [], []
-    for _ in range(200):
-        est = chamfer_confusion(r, mask, pairs=50, generator=g)
+    for _ in range(300):
+        est = chamfer_confusion(r, mask, pairs=20, generator=g, **kw)
         draws.append(est.item())
         grads.append(torch.autograd.grad(est, r)[0])
     draws_t = torch.tensor(draws, dtype=F64)
     stderr = draws_t.std().item() / math.sqrt(len(draws))
-    assert abs(draws_t.mean().item() - exact.item()) < 4 * stderr
     assert draws_t.std().item() > 0  # really random
-    torch.testing.assert_close(torch.stack(grads).mean(0)[mask], exact_grad[mask], rtol=0.1, atol=0.05)
+    assert abs(draws_t.mean().item() - exact.item()) < 4 * stderr
+    grads_t = torch.stack(grads)[:, mask]  # (draws, real items, D)
+    grad_stderr = grads_t.std(0) / math.sqrt(len(draws))
+    assert ((grads_t.mean(0) - exact_grad[mask]).abs() <= 4 * grad_stderr + 1e-12).float().mean() > 0.99
     # reproducible, shapes, and the sum is the mean scaled by |B|^2 (5 non-empty lists)
-    a = chamfer_confusion(reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none")
-    b = chamfer_confusion(reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none")
+    a = chamfer_confusion(
+        reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none", **kw
+    )
+    b = chamfer_confusion(
+        reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="none", **kw
+    )
     assert a.shape == (30,) and torch.equal(a, b)
     total = chamfer_confusion(
-        reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="sum"
+        reps, mask, pairs=30, generator=torch.Generator().manual_seed(5), reduction="sum", **kw
     )
     assert total.item() == pytest.approx(a.mean().item() * 25)
+
+
+def test_chamfer_two_sided_is_one_sided_plus_transpose():
+    reps, mask = chamfer_batch(seed=4, B=7, L=6, D=5)
+    one = chamfer_confusion(reps, mask, direction="one-sided", reduction="none")
+    two = chamfer_confusion(reps, mask, reduction="none")
+    torch.testing.assert_close(two, one + one.T, rtol=0, atol=0)
+    assert chamfer_confusion(reps, mask).item() == pytest.approx(
+        2 * chamfer_confusion(reps, mask, direction="one-sided").item()
+    )
+    # sampled: each pair's two-sided value is the sum of the two one-sided values of that pair
+    g = dict(pairs=40, reduction="none")
+    two_s = chamfer_confusion(reps, mask, generator=torch.Generator().manual_seed(1), **g)
+    one_s = chamfer_confusion(
+        reps, mask, direction="one-sided", generator=torch.Generator().manual_seed(1), **g
+    )
+    nonempty = torch.nonzero(mask.any(-1)).flatten()
+    draw = torch.randint(len(nonempty), (2, 40), generator=torch.Generator().manual_seed(1))
+    q1, q2 = nonempty[draw[0]], nonempty[draw[1]]
+    torch.testing.assert_close(two_s, two[q1, q2])
+    torch.testing.assert_close(one_s, one[q1, q2])
 
 
 def test_chamfer_errors():
@@ -806,6 +861,8 @@ def test_chamfer_errors():
         chamfer_confusion(reps[0], mask)
     with pytest.raises(ValueError, match="pairs must be a positive integer"):
         chamfer_confusion(reps, mask, pairs=0)
+    with pytest.raises(ValueError, match=r"direction must be one of \['two-sided', 'one-sided'\]"):
+        chamfer_confusion(reps, mask, direction="both")
 
 
 def test_chamfer_block_shape():

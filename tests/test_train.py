@@ -197,3 +197,49 @@ def test_loss_params_reach_the_loss():
     y = torch.tensor([[2.0, 0, 1], [1, 0, 0]])
     m = torch.ones(2, 3, dtype=torch.bool)
     assert fn(s, y, m) == pytest.approx(get_loss("listnet")(s, y, m, temperature=2.0).item())
+
+
+def test_batching_is_the_models_unless_configured(splits, monkeypatch):
+    """QILCM eq. 13 pairs the queries of a batch: its batches are drawn at random by default; every
+    other model keeps length buckets; ``train.batching`` overrides both; the fit records its batching."""
+    import ctxrank.training.loop as loop
+
+    seen = []
+    real = loop.iterate_batches
+
+    def spy(*args, **kw):
+        seen.append(kw["bucket"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "iterate_batches", spy)
+    cases = [
+        ("qilcm", "model", False, "random"),
+        ("listnet", "model", True, "buckets"),
+        ("qilcm", "buckets", True, "buckets"),
+        ("listnet", "random", False, "random"),
+    ]
+    for model, batching, bucket, recorded in cases:
+        seen.clear()
+        _, result = _train(splits, model=model, batching=batching, max_epochs=2, patience=5)
+        assert seen == [bucket, bucket]
+        assert result.batching == recorded and result.to_dict()["batching"] == recorded
+    assert MODELS["qilcm"].batching == "random" and MODELS["qilcm-variant2"].batching == "random"
+    assert all(MODELS[n].batching == "buckets" for n in NEURAL if not n.startswith("qilcm"))
+    with pytest.raises(ValueError, match=r"train.batching must be one of \['model', 'random', 'buckets'\]"):
+        TrainConfig(batching="length")
+
+
+def test_random_batches_mix_lengths():
+    """Random batches pair short and long lists (what eq. 13 averages over); buckets do not."""
+    from ctxrank.data.lists import iterate_batches
+
+    data = make_ranking_data(60, seed=4, min_len=2, max_len=40)
+    spans = {}
+    for bucket in (True, False):
+        gen = np.random.default_rng(0)
+        lengths = [
+            batch.mask.sum(1).tolist()
+            for batch in iterate_batches(data, 10, shuffle=True, generator=gen, bucket=bucket)
+        ]
+        spans[bucket] = np.mean([max(b) / min(b) for b in lengths])
+    assert spans[False] > 3 * spans[True]

@@ -20,7 +20,13 @@ and the loss is evaluated once on the ``(B * S, L)`` stack of pseudo-action labe
 evaluated.
 
 Losses are callables ``(z, y, mask) -> (B,)`` where ``z`` are the sampled levels ``0..C-1`` as float
-scores (ties broken by input position, as everywhere in :mod:`ctxrank.metrics`). ``ARSM_LOSSES``
+scores (ties broken by input position, as everywhere in :mod:`ctxrank.metrics`). With ``C = 20`` levels
+a list of more than 20 items always has ties, so the tie rule is part of the objective: ``ties="random"``
+(the default of :func:`arsm_estimate` and :func:`arsm_surrogate`) evaluates every action of a draw on
+the lists' items in one uniformly random order per list (drawn from the same generator as the Dirichlet
+draws, shared by the sampled action and its pseudo-actions), so equal levels are ordered at random and
+the expected loss does not depend on the order of the items in the file; ``ties="position"`` keeps the
+input order (file order rewarded wherever it correlates with the labels). ``ARSM_LOSSES``
 holds the built-in ones: ``ndcg`` (negative truncated NDCG@k, the paper's), ``ap`` (negative average
 precision) and ``err`` (negative expected reciprocal rank); they also evaluate many actions of the same
 lists at once (``rows``), the fast path the estimator uses.
@@ -39,6 +45,7 @@ ArsmLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = [
     "ARSM_LOSSES",
+    "ARSM_TIES",
     "ArsmEstimate",
     "MetricLoss",
     "NegativeNDCG",
@@ -99,6 +106,9 @@ class NegativeNDCG(MetricLoss):
         den = idcg[lists]
         return -torch.where(den > 0, dcg / torch.where(den > 0, den, 1.0), zero)
 
+
+#: how equal sampled levels are ordered when the loss is evaluated (see the module docstring)
+ARSM_TIES: tuple[str, ...] = ("random", "position")
 
 #: name -> factory ``(k) -> loss``; the paper optimizes ``ndcg``.
 ARSM_LOSSES: dict[str, Callable[..., MetricLoss]] = {
@@ -193,6 +203,28 @@ def _losses(
     return loss_z, loss_swap, int(lists.numel())
 
 
+def _tie_order(
+    ties: str, mask: torch.Tensor, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor | None:
+    """``(B, L)`` a uniformly random order of each list's positions (``ties="random"``), or None."""
+    if ties not in ARSM_TIES:
+        raise ValueError(f"ties must be one of {list(ARSM_TIES)}, got {ties!r}")
+    if ties == "position":
+        return None
+    return torch.rand(mask.shape, generator=generator, device=device).argsort(-1)
+
+
+def _reorder(order: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each ``(B, L)`` / ``(B, S, L)`` tensor with its last axis in ``order`` (unchanged when None)."""
+    if order is None:
+        return tensors
+    out = []
+    for t in tensors:
+        idx = order if t.dim() == 2 else order[:, None, :].expand_as(t)
+        out.append(torch.gather(t, -1, idx))
+    return tuple(out)
+
+
 def _score_dtype(labels: torch.Tensor) -> torch.dtype:
     return labels.dtype if labels.dtype.is_floating_point else torch.float32
 
@@ -224,6 +256,7 @@ def arsm_estimate(
     generator: torch.Generator | None = None,
     dedupe: bool = True,
     pi: torch.Tensor | None = None,
+    ties: str = "random",
 ) -> ArsmEstimate:
     """ARSM estimate of the gradient of ``E_{z ~ Cat(softmax(phi))}[loss(z, y)]`` w.r.t. ``phi``.
 
@@ -237,6 +270,8 @@ def arsm_estimate(
         generator: torch RNG for the Dirichlet draws (default: the global one).
         dedupe: skip evaluating pseudo-actions equal to ``z`` (same result, less work).
         pi: ``(B, L, C)`` Dirichlet draws to use instead of drawing them (common random numbers).
+        ties: ``"random"`` (equal sampled levels in a random order per list and draw, from
+            ``generator``) or ``"position"`` (input order); see the module docstring.
     """
     if phi.dim() != 3 or phi.shape[:2] != labels.shape or labels.shape != mask.shape:
         raise ValueError(
@@ -252,7 +287,8 @@ def arsm_estimate(
         raise ValueError(f"pi must have phi's shape {tuple(phi.shape)}, got {tuple(pi.shape)}")
     log_pi = torch.log(pi)
     z, z_swap = pseudo_actions(log_pi, phi)
-    loss_z, loss_swap, n_eval = _losses(z_swap, z, labels, mask, loss_fn, dedupe)
+    order = _tie_order(ties, mask, generator, phi.device)
+    loss_z, loss_swap, n_eval = _losses(*_reorder(order, z_swap, z, labels, mask), loss_fn, dedupe)
     loss_z, loss_swap = loss_z.to(phi.dtype), loss_swap.to(phi.dtype)
     c, k = swap_pairs(C, str(phi.device))
     Lmat = loss_z[:, None, None].expand(B, C, C).clone()  # diagonal = loss(z)
@@ -272,11 +308,13 @@ def arsm_surrogate(
     *,
     generator: torch.Generator | None = None,
     dedupe: bool = True,
+    ties: str = "random",
 ) -> torch.Tensor:
     """Scalar to backpropagate (eq. 7): its gradient w.r.t. ``phi`` is the ARSM estimate averaged over the
     lists with at least one item, and its value is the mean sampled loss ``loss(z, y)`` (for logging).
+    ``ties``: see :func:`arsm_estimate`.
     """
-    est = arsm_estimate(phi, labels, mask, loss_fn, generator=generator, dedupe=dedupe)
+    est = arsm_estimate(phi, labels, mask, loss_fn, generator=generator, dedupe=dedupe, ties=ties)
     live = mask.any(-1)
     n = live.sum().clamp(min=1)
     surrogate = (est.grad * phi).sum() / n
@@ -292,12 +330,15 @@ def reinforce_estimate(
     loss_fn: ArsmLoss,
     *,
     generator: torch.Generator | None = None,
+    ties: str = "random",
 ) -> torch.Tensor:
     """Plain REINFORCE (score-function) estimate ``loss(z) * d log p(z) / d phi`` ``(B, L, C)``, the
-    baseline ARSM is compared with (same sampling of ``z``)."""
+    baseline ARSM is compared with (same sampling of ``z``, same ``ties`` rule)."""
     C = phi.shape[-1]
     e = torch.empty(phi.shape, dtype=phi.dtype, device=phi.device).exponential_(generator=generator)
     z = (torch.log(e) - phi).argmin(-1)  # Gumbel-type exact sample of Cat(softmax(phi))
-    loss = loss_fn(torch.where(mask, z, 0).to(_score_dtype(labels)), labels, mask).to(phi.dtype)
+    order = _tie_order(ties, mask, generator, phi.device)
+    z_o, y_o, m_o = _reorder(order, torch.where(mask, z, 0), labels, mask)
+    loss = loss_fn(z_o.to(_score_dtype(labels)), y_o, m_o).to(phi.dtype)
     score = torch.nn.functional.one_hot(z, C).to(phi.dtype) - torch.softmax(phi, -1)
     return torch.where(mask[..., None], loss[:, None, None] * score, torch.zeros((), dtype=phi.dtype))

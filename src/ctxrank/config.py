@@ -33,8 +33,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ctxrank._checks import build_dataclass, check_bool, check_int, check_non_negative, check_positive
+from ctxrank._checks import (
+    build_dataclass,
+    check_bool,
+    check_choice,
+    check_int,
+    check_non_negative,
+    check_positive,
+)
 from ctxrank.data.transforms import TRANSFORMS
+
+#: ``train.batching`` values: ``"model"`` = the model class's ``batching`` (see :class:`TrainConfig`)
+BATCHING: tuple[str, ...] = ("model", "random", "buckets")
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,10 @@ class TrainConfig:
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,
             log-softmax and reductions in float32).
+        batching: which queries share a training batch: ``"buckets"`` (queries of similar length, less
+            padding), ``"random"`` (uniformly at random) or ``"model"`` (the model's ``batching``
+            attribute: ``"random"`` for QILCM, whose eq. 13 term pairs the queries of a batch;
+            ``"buckets"`` for the others). The batching used is recorded in the fit summary.
         input_noise: standard deviation ``sigma >= 0`` of Gaussian noise added to the (normalized)
             features of the real items of every training batch, drawn afresh each step (0 = off;
             validation, test and prediction never see noise). Qin et al. 2021 (DASALC).
@@ -81,6 +95,7 @@ class TrainConfig:
     eval_batch_size: int = 512
     device: str = "cpu"
     precision: str = "fp32"
+    batching: str = "model"
     input_noise: float = 0.0
     shuffle_items: bool = False
 
@@ -93,6 +108,7 @@ class TrainConfig:
         check_int("train.patience", self.patience)
         check_non_negative("train.min_delta", self.min_delta)
         check_int("train.eval_batch_size", self.eval_batch_size)
+        check_choice("train.batching", self.batching, BATCHING)
         check_non_negative("train.input_noise", self.input_noise)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")

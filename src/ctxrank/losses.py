@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +59,7 @@ from ctxrank._checks import check_bool, check_choice, check_int, check_non_negat
 
 __all__ = [
     "ATTRANK_FORMS",
+    "CHAMFER_DIRECTIONS",
     "CHAMFER_FORMS",
     "LABEL_TRANSFORMS",
     "LOSSES",
@@ -83,6 +84,7 @@ LABEL_TRANSFORMS: tuple[str, ...] = ("exp", "identity", "exp2")
 ATTRANK_FORMS: tuple[str, ...] = ("qilcm", "dlcm", "dlcm_code")
 SOFTRANK_GAINS: tuple[str, ...] = ("exp2", "linear")
 CHAMFER_FORMS: tuple[str, ...] = ("sum", "mean")
+CHAMFER_DIRECTIONS: tuple[str, ...] = ("two-sided", "one-sided")
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 
 
@@ -890,7 +892,8 @@ def _chamfer_rows(
     q1: tuple[int, int],
     q2: tuple[int, int],
 ) -> torch.Tensor:
-    """``(c1, c2)`` block ``d[q1[0]:q1[1], q2[0]:q2[1]]`` of the Chamfer matrix (diagonal not fixed up).
+    """``(c1, c2)`` block ``m[q1[0]:q1[1], q2[0]:q2[1]]`` of the one-directional Chamfer matrix
+    ``m[q1, q2] = sum_{i in q1} w_i min_{j in q2} ||h_i - h_j||^2`` (diagonal not fixed up).
 
     ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: one ``addmm`` per block, with
     ``sq_j = |b_j|^2`` set to ``+inf`` on padded ``j`` (:class:`_GroupMinDot`). Autograd keeps only the
@@ -906,18 +909,78 @@ def _chamfer_rows(
     return (weight[q1[0] : q1[1], :, None] * nearest).sum(1)  # (c1, c2)
 
 
+class _PairMins(torch.autograd.Function):
+    """Nearest-neighbour squared distances of a block of query pairs, both directions, with a sparse
+    backward.
+
+    ``h (B, L, D)``, ``mask (B, L)``, pairs ``q1, q2 (c,)`` -> ``(c, L)`` rows ``to_q2``: for item ``i``
+    of ``q1[p]``, ``min_{j in q2[p]} ||h_i - h_j||^2``, then (``two_sided``) ``(c, L)`` rows ``to_q1``:
+    for item ``j`` of ``q2[p]``, ``min_{i in q1[p]} ||h_i - h_j||^2``; 0 at padded items. Both are the
+    row and column minima of one ``(c, L, L)`` block ``|a_i|^2 + |b_j|^2 - 2 a_i.b_j`` (``+inf`` where
+    ``i`` or ``j`` is padding).
+
+    Why by hand: autograd through two dense ``min`` of the block spends dense ``(c, L, L)`` gradients and
+    two batched products in backward for a gradient with one non-zero per row and per column. Here the
+    backward is ``d ||a - b||^2 = 2 (a - b) . (da - db)`` at the argmins, two row gathers and two
+    ``index_add`` over ``h.view(B L, D)``: O(c L D) instead of O(c L^2 D). Only the indices are saved
+    (the rows are gathered again in backward), so blocks need no checkpointing.
+    """
+
+    @staticmethod
+    def forward(
+        ctx, h: torch.Tensor, mask: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, two_sided: bool
+    ):
+        A, H = h[q1], h[q2]  # (c, L, D)
+        m1, m2 = mask[q1], mask[q2]  # (c, L)
+        sq1 = torch.where(m1, (A * A).sum(-1), float("inf"))
+        sq2 = torch.where(m2, (H * H).sum(-1), float("inf"))
+        dist = torch.baddbmm(sq1[:, :, None] + sq2[:, None, :], A, H.transpose(1, 2), alpha=-2.0)
+        L = h.shape[1]
+        own = torch.arange(L, device=h.device)
+        to_q2, nearest = dist.min(-1)  # (c, L): over j, for each i
+        # flat rows of h.view(B L, D): each real item, and its nearest item in the other list
+        items, near, m = [q1[:, None] * L + own], [q2[:, None] * L + nearest], [m1]
+        out = [torch.where(m1, to_q2, 0.0)]
+        if two_sided:
+            to_q1, nearest = dist.min(-2)  # (c, L): over i, for each j
+            items.append(q2[:, None] * L + own)
+            near.append(q1[:, None] * L + nearest)
+            m.append(m2)
+            out.append(torch.where(m2, to_q1, 0.0))
+        ctx.save_for_backward(
+            h, torch.cat(items).flatten(), torch.cat(near).flatten(), torch.cat(m).flatten()
+        )
+        return torch.cat(out)  # (c, L) or (2c, L)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, items, near, m = ctx.saved_tensors
+        flat = h.reshape(-1, h.shape[-1])  # (B L, D)
+        w = torch.where(m, 2.0 * grad.flatten(), 0.0)
+        diff = (flat.index_select(0, items) - flat.index_select(0, near)) * w[:, None]
+        grad_h = torch.zeros_like(flat)
+        grad_h.index_add_(0, items, diff)
+        grad_h.index_add_(0, near, diff, alpha=-1.0)
+        return grad_h.view_as(h), None, None, None, None
+
+
 def _chamfer_pairs(
     reps: torch.Tensor,
-    sq_j: torch.Tensor,
-    sq: torch.Tensor,
+    mask: torch.Tensor,
     weight: torch.Tensor,
     q1: torch.Tensor,
     q2: torch.Tensor,
+    two_sided: bool,
 ) -> torch.Tensor:
-    """``(c,)`` Chamfer distances ``d[q1[p], q2[p]]`` of a block of pairs (each ``q2[p]`` non-empty)."""
-    part = torch.baddbmm(sq_j[q2][:, None, :], reps[q1], reps[q2].transpose(1, 2), alpha=-2.0)  # (c, L, L)
-    nearest = (part.min(-1).values + sq[q1]).clamp(min=0.0)  # (c, L)
-    return (weight[q1] * nearest).sum(-1)
+    """``(c,)`` Chamfer distances ``d[q1[p], q2[p]]`` of a block of pairs (both lists non-empty).
+
+    One-sided: ``sum_{i in q1} w_i min_{j in q2} ||h_i - h_j||^2``. Two-sided (QILCM eq. 14) adds
+    ``sum_{j in q2} w_j min_{i in q1} ||h_i - h_j||^2``: the column minima of the same block
+    (:class:`_PairMins`).
+    """
+    nearest = _PairMins.apply(reps, mask, q1, q2, two_sided).clamp(min=0.0)  # (c, L) or (2c, L)
+    w = torch.cat([weight[q1], weight[q2]]) if two_sided else weight[q1]
+    return (w * nearest).sum(-1).view(2 if two_sided else 1, len(q1)).sum(0)
 
 
 def _in_float32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -934,71 +997,23 @@ def _in_float32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     return wrapper
 
 
-@_in_float32
-def chamfer_confusion(
-    reps: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    form: str = "sum",
-    pairs: int | None = None,
-    generator: torch.Generator | None = None,
-    chunk_size: int | None = None,
-    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
-    reduction: str = "mean",
-) -> torch.Tensor:
-    """QILCM's query-confusion loss: mean Chamfer distance between the item sets of two queries.
+class _ChamferInputs(NamedTuple):
+    """Centered, masked representations and what every block needs (see :func:`chamfer_confusion`)."""
 
-    QILCM eq. 13-14 (seeds 000/001), over the normalized item representations ``h`` (eq. 8):
+    h: torch.Tensor  # (B, L, D) centered on the batch's mean real item, 0 at padding
+    mask: torch.Tensor  # (B, L) bool, True = real item
+    sq: torch.Tensor  # (B, L) squared norms, 0 at padding
+    sq_j: torch.Tensor  # (B, L) squared norms, +inf at padding (a padded item is never the nearest)
+    weight: torch.Tensor  # (B, L) weight of item i of q in the sum over q's items
+    nonempty: torch.Tensor  # (B,) bool
+    n_lists: int  # |B|: lists with at least one real item
 
-        ``L_conf = 1/|B|^2 sum_{q1} sum_{q2} d_CH(q1, q2)``,
-        ``d_CH(q1, q2) = sum_{i in q1} min_{j in q2} ||h_{q1,i} - h_{q2,j}||^2``   (``form="sum"``, default).
 
-    ``form="mean"`` is a scale-free variant: ``(1/n_q1) sum_{i in q1} min_j ||.||^2 / D``. The paper's sum
-    form grows with the list length and ``D``: with ~300-dimensional unit-variance representations it is
-    typically 10^4-10^5 times a ranking loss, so its weight ``lambda`` (eq. 10) must be tiny.
-
-    Definitions at the edges: the sums run over real items only (padded rows of ``reps`` may hold
-    anything, even NaN); a ``q2`` without real items contributes ``d = 0`` (no nearest point), as does a
-    ``q1`` without real items; ``|B|`` is the number of lists with at least one real item (so padding the
-    batch with empty lists changes nothing). The diagonal ``d_CH(q, q)`` is exactly 0 mathematically
-    (every point is its own nearest point); the expansion below would leave round-off, so it is set to
-    exactly 0, with zero gradient (its true gradient).
-
-    Computation: no Python loop over pairs or items. Squared distances use
-    ``||a||^2 + ||b||^2 - 2 a.b`` (one matrix product per block) on representations centered on the mean
-    real item of the batch (distances are shift-invariant; centering reduces round-off), clamped at 0,
-    so two identical items in different queries give about ``eps * ||h - mean||^2`` rather than exactly 0.
-    The ``(B, L, B, L)`` tensor is never built: blocks of ``q1`` rows (or of ``q2`` columns, see
-    :func:`chamfer_block_shape`) are computed one at a time, and autograd keeps only the argmin indices,
-    ``(B, L, B)`` integers, so training memory is bounded too. On top of the block budget come tensors of
-    the size of ``reps`` (a masked copy, its gradient). Ties in the min send the gradient to one nearest
-    point (a valid subgradient).
-
-    Sampled estimate (``pairs=P``): ``P`` ordered pairs ``(q1, q2)`` are drawn uniformly with replacement
-    from the non-empty lists (``q1 == q2`` allowed, value 0). Each draw has expectation
-    ``1/|B|^2 sum_{q1,q2} d_CH``, so the mean over draws is an unbiased estimate of ``L_conf``, and of its
-    gradient; cost O(P L^2 D) instead of O(|B|^2 L^2 D). Blocks of sampled pairs are checkpointed
-    (recomputed in backward) so that their gathered rows are not kept.
-
-    Args:
-        reps: ``(B, L, D)`` float item representations.
-        mask: ``(B, L)`` bool, True = real item.
-        form: ``"sum"`` (paper, default) or ``"mean"``.
-        pairs: ``None`` = exact over all pairs; an int ``P >= 1`` = sampled estimate.
-        generator: ``torch.Generator`` for the sampled pairs.
-        chunk_size: number of ``q1`` queries per block (each against all ``B`` queries; for sampled pairs,
-            ``chunk_size * B`` pairs per block); ``None`` = from ``max_block_bytes``.
-        max_block_bytes: memory budget of one block's temporaries when ``chunk_size`` is None
-            (default 64 MiB).
-        reduction: exact: ``"mean"`` (eq. 13), ``"sum"`` (``sum_{q1,q2} d_CH``) or ``"none"`` (the
-            ``(B, B)`` matrix ``d_CH[q1, q2]``). Sampled: ``"mean"`` (unbiased for eq. 13), ``"sum"``
-            (mean times ``|B|^2``, unbiased for the double sum) or ``"none"`` (the ``(P,)`` sampled values).
-
-    Returns:
-        Scalar, ``(B, B)`` or ``(P,)``.
-    """
-    check_choice("form", form, CHAMFER_FORMS)
-    check_choice("reduction", reduction, REDUCTIONS)
+def _check_chamfer_args(reps: Any, mask: Any, **options: Any) -> None:
+    """Validate the inputs and options of :func:`chamfer_confusion` (errors name the option)."""
+    check_choice("form", options["form"], CHAMFER_FORMS)
+    check_choice("direction", options["direction"], CHAMFER_DIRECTIONS)
+    check_choice("reduction", options["reduction"], REDUCTIONS)
     if not isinstance(reps, torch.Tensor) or not isinstance(mask, torch.Tensor):
         raise TypeError("reps and mask must be torch.Tensors")
     if not reps.dtype.is_floating_point or reps.dim() != 3:
@@ -1010,73 +1025,190 @@ def chamfer_confusion(
             f"mask must be a bool tensor of shape {tuple(reps.shape[:2])}, "
             f"got {mask.dtype} {tuple(mask.shape)}"
         )
-    pairs = check_int("pairs", pairs, allow_none=True)
-    chunk_size = check_int("chunk_size", chunk_size, allow_none=True)
-    if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, int) or max_block_bytes < 1:
-        raise ValueError(f"max_block_bytes must be an int >= 1, got {max_block_bytes!r}")
+    check_int("pairs", options["pairs"], allow_none=True)
+    check_int("chunk_size", options["chunk_size"], allow_none=True)
+    budget = options["max_block_bytes"]
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"max_block_bytes must be an int >= 1, got {budget!r}")
+    generator = options["generator"]
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
-    B, L, D = reps.shape
-    device = reps.device
-    zero = torch.zeros((), dtype=reps.dtype, device=device)
+
+def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _ChamferInputs:
+    """Mask, center (a constant for autograd: distances are shift-invariant and centering shrinks the
+    norms, with them the round-off of the expansion) and the per-item weights of ``form``."""
+    D = reps.shape[-1]
+    zero = torch.zeros((), dtype=reps.dtype, device=reps.device)
     h = torch.where(mask[..., None], reps, zero)  # (B, L, D): padded rows never reach the math
-    # Distances do not change under a common shift; centering on the mean real item (a constant for
-    # autograd) shrinks the norms and with them the round-off of the expansion.
     center = (h.detach().sum((0, 1)) / mask.sum().clamp(min=1)).to(h.dtype)  # (D,)
     h = torch.where(mask[..., None], h - center, zero)
-    sq = (h * h).sum(-1)  # (B, L) squared norms
-    sq_j = torch.where(mask, sq, float("inf"))  # a padded j is never the nearest
+    sq = (h * h).sum(-1)  # (B, L)
     n_items = mask.sum(-1)  # (B,)
-    nonempty = n_items > 0  # (B,)
-    M = int(nonempty.sum())
-    weight = mask.to(reps.dtype)  # (B, L): weight of item i of q1 in d_CH(q1, .)
+    weight = mask.to(reps.dtype)
     if form == "mean":
         weight = weight / (n_items.clamp(min=1).to(reps.dtype)[:, None] * max(D, 1))
-    if chunk_size is not None:
-        rows, cols = min(chunk_size, max(B, 1)), max(B, 1)
-    else:
-        rows, cols = chamfer_block_shape(
-            B, L, D, itemsize=reps.element_size(), max_block_bytes=max_block_bytes, sampled=pairs is not None
+    return _ChamferInputs(
+        h=h,
+        mask=mask,
+        sq=sq,
+        sq_j=torch.where(mask, sq, float("inf")),
+        weight=weight,
+        nonempty=n_items > 0,
+        n_lists=int((n_items > 0).sum()),
+    )
+
+
+def _chamfer_exact(x: _ChamferInputs, rows: int, cols: int, two_sided: bool, reduction: str) -> torch.Tensor:
+    """Every ordered pair: the one-directional matrix ``m`` block by block, then ``m + m^T`` (QILCM
+    eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form."""
+    B = x.h.shape[0]
+    blocks = [
+        torch.cat(
+            [
+                _chamfer_rows(
+                    x.h, x.sq_j, x.sq, x.weight, x.nonempty, (r, min(r + rows, B)), (c, min(c + cols, B))
+                )
+                for c in range(0, B, cols)
+            ],
+            dim=1,
         )
+        for r in range(0, B, rows)
+    ]
+    matrix = torch.cat(blocks, dim=0) if blocks else x.h.reshape(-1)[:0].view(0, 0)  # (B, B)
+    matrix = matrix.masked_fill(torch.eye(B, dtype=torch.bool, device=x.h.device), 0.0)
+    if two_sided:
+        matrix = matrix + matrix.T
+    if reduction == "none":
+        return matrix
+    total = matrix.sum()
+    return total if reduction == "sum" else total / max(x.n_lists, 1) ** 2
 
-    if pairs is None:
-        blocks = [
-            torch.cat(
-                [
-                    _chamfer_rows(h, sq_j, sq, weight, nonempty, (r, min(r + rows, B)), (c, min(c + cols, B)))
-                    for c in range(0, B, cols)
-                ],
-                dim=1,
-            )
-            for r in range(0, B, rows)
-        ]
-        matrix = torch.cat(blocks, dim=0) if blocks else h.reshape(-1)[:0].view(0, 0)  # (B, B)
-        matrix = matrix.masked_fill(torch.eye(B, dtype=torch.bool, device=device), 0.0)
-        if reduction == "none":
-            return matrix
-        total = matrix.sum()
-        return total if reduction == "sum" else total / max(M, 1) ** 2
 
+def _chamfer_sampled(
+    x: _ChamferInputs,
+    pairs: int,
+    generator: torch.Generator | None,
+    block: int,
+    two_sided: bool,
+    reduction: str,
+) -> torch.Tensor:
+    """``pairs`` ordered pairs drawn uniformly with replacement from the non-empty lists, ``block``
+    pairs at a time."""
+    h, device, M = x.h, x.h.device, x.n_lists
     if M > 0:
         draw = torch.randint(
             M, (2, pairs), generator=generator, device=device if generator is None else generator.device
         ).to(device)
-        ids = torch.nonzero(nonempty).flatten()  # (M,)
-        q1, q2 = ids[draw[0]], ids[draw[1]]  # (P,) uniform over ordered pairs, with replacement
+        ids = torch.nonzero(x.nonempty).flatten()  # (M,)
+        q1, q2 = ids[draw[0]], ids[draw[1]]  # (P,)
     else:
         q1 = q2 = torch.zeros(pairs, dtype=torch.long, device=device)
     off_diag = torch.nonzero(q1 != q2).flatten()  # diagonal pairs are exactly 0: not computed
-    use_ckpt = torch.is_grad_enabled() and reps.requires_grad
-    parts = []
-    for idx in off_diag.split(rows * cols):
-        args = (h, sq_j, sq, weight, q1[idx], q2[idx])
-        parts.append(
-            checkpoint(_chamfer_pairs, *args, use_reentrant=False) if use_ckpt else _chamfer_pairs(*args)
-        )
+    parts = [
+        _chamfer_pairs(h, x.mask, x.weight, q1[idx], q2[idx], two_sided) for idx in off_diag.split(block)
+    ]
     values = torch.cat(parts) if parts else h.reshape(-1)[:0]  # empty, still in the graph
     sampled = h.new_zeros(pairs).index_put((off_diag,), values)  # (P,), 0 on q1 == q2
     if reduction == "none":
         return sampled
     mean = sampled.mean()
     return mean if reduction == "mean" else mean * M**2
+
+
+@_in_float32
+def chamfer_confusion(
+    reps: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    form: str = "sum",
+    direction: str = "two-sided",
+    pairs: int | None = None,
+    generator: torch.Generator | None = None,
+    chunk_size: int | None = None,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """QILCM's query-confusion loss: mean Chamfer distance between the item sets of two queries.
+
+    QILCM eq. 13-14 (``form="sum"``, ``direction="two-sided"``: the defaults), over the normalized item
+    representations ``h`` (QILCM eq. 8):
+
+        ``L_conf = 1/|B|^2 sum_{q1} sum_{q2} d_CH(q1, q2)``,
+        ``d_CH(q1, q2) = sum_{i in q1} min_{j in q2} ||h_{q1,i} - h_{q2,j}||^2
+        + sum_{j in q2} min_{i in q1} ||h_{q1,i} - h_{q2,j}||^2``.
+
+    ``direction="one-sided"`` keeps only the first sum (ctxrank's only form before issue 19; over all
+    ordered pairs its mean is exactly half of eq. 13, and its ``(B, B)`` matrix is not symmetric).
+    ``form="mean"`` is a scale-free variant: each sum over the items of a list is divided by that list's
+    length and by ``D``. The paper's sum form grows with the list length and ``D``: with ~300-dimensional
+    unit-variance representations it is typically 10^4-10^5 times a ranking loss, so its weight
+    ``lambda`` (QILCM eq. 10) must be tiny.
+
+    Definitions at the edges: the sums run over real items only (padded rows of ``reps`` may hold
+    anything, even NaN); a pair with a list without real items has ``d = 0`` (no nearest point);
+    ``|B|`` is the number of lists with at least one real item (so padding the batch with empty lists
+    changes nothing). The diagonal ``d_CH(q, q)`` is exactly 0 mathematically (every point is its own
+    nearest point); the expansion below would leave round-off, so it is set to exactly 0, with zero
+    gradient (its true gradient).
+
+    Computation: no Python loop over pairs or items. Squared distances use
+    ``||a||^2 + ||b||^2 - 2 a.b`` (one matrix product per block) on representations centered on the mean
+    real item of the batch (distances are shift-invariant; centering reduces round-off), clamped at 0,
+    so two identical items in different queries give about ``eps * ||h - mean||^2`` rather than exactly 0.
+    Exact: the one-directional matrix ``m[q1, q2] = sum_{i in q1} min_{j in q2} ||.||^2`` is computed and
+    the two-sided one is ``m + m^T`` (no second pass). The ``(B, L, B, L)`` tensor is never built:
+    blocks of ``q1`` rows (or of ``q2`` columns, see :func:`chamfer_block_shape`) are computed one at a
+    time, and autograd keeps only the argmin indices, ``(B, L, B)`` integers, so training memory is
+    bounded too. On top of the block budget come tensors of the size of ``reps`` (a masked copy, its
+    gradient). Ties in the min send the gradient to one nearest point (a valid subgradient).
+
+    Sampled estimate (``pairs=P``): ``P`` ordered pairs ``(q1, q2)`` are drawn uniformly with replacement
+    from the non-empty lists (``q1 == q2`` allowed, value 0). Each draw has expectation
+    ``1/|B|^2 sum_{q1,q2} d_CH``, so the mean over draws is an unbiased estimate of ``L_conf``, and of its
+    gradient; cost O(P L^2 D) instead of O(|B|^2 L^2 D). Both directions of a pair are the row and
+    column minima of the same ``(L, L)`` block, with a hand-written sparse backward that keeps only the
+    argmin indices (:class:`_PairMins`).
+
+    Args:
+        reps: ``(B, L, D)`` float item representations.
+        mask: ``(B, L)`` bool, True = real item.
+        form: ``"sum"`` (paper, default) or ``"mean"``.
+        direction: ``"two-sided"`` (QILCM eq. 14, default) or ``"one-sided"`` (the first sum only).
+        pairs: ``None`` = exact over all pairs; an int ``P >= 1`` = sampled estimate.
+        generator: ``torch.Generator`` for the sampled pairs.
+        chunk_size: number of ``q1`` queries per block (each against all ``B`` queries; for sampled pairs,
+            ``chunk_size * B`` pairs per block); ``None`` = from ``max_block_bytes``.
+        max_block_bytes: memory budget of one block's temporaries when ``chunk_size`` is None
+            (default 64 MiB).
+        reduction: exact: ``"mean"`` (eq. 13), ``"sum"`` (``sum_{q1,q2} d_CH``) or ``"none"`` (the
+            ``(B, B)`` matrix ``d_CH[q1, q2]``, symmetric when two-sided). Sampled: ``"mean"`` (unbiased
+            for eq. 13), ``"sum"`` (mean times ``|B|^2``, unbiased for the double sum) or ``"none"`` (the
+            ``(P,)`` sampled values).
+
+    Returns:
+        Scalar, ``(B, B)`` or ``(P,)``.
+    """
+    _check_chamfer_args(
+        reps,
+        mask,
+        form=form,
+        direction=direction,
+        reduction=reduction,
+        pairs=pairs,
+        chunk_size=chunk_size,
+        max_block_bytes=max_block_bytes,
+        generator=generator,
+    )
+    B, L, D = reps.shape
+    x = _chamfer_inputs(reps, mask, form)
+    if chunk_size is not None:
+        rows, cols = min(chunk_size, max(B, 1)), max(B, 1)
+    else:
+        rows, cols = chamfer_block_shape(
+            B, L, D, itemsize=reps.element_size(), max_block_bytes=max_block_bytes, sampled=pairs is not None
+        )
+    two_sided = direction == "two-sided"
+    if pairs is None:
+        return _chamfer_exact(x, rows, cols, two_sided, reduction)
+    return _chamfer_sampled(x, pairs, generator, rows * cols, two_sided, reduction)

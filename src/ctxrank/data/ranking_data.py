@@ -37,7 +37,7 @@ class RankingData:
         categorical_cardinalities: C vocabulary sizes, each including the reserved code 0.
         source: where the data came from (a path or a dataset name), for messages.
         info: reader statistics, e.g. ``{"null_filled": 12}``.
-        group_ids: str [Q] the group (decision maker, user) each query belongs to, or None. Several
+        group_ids: str (Q,) the group (decision maker, user) each query belongs to, or None. Several
             queries of one person share a group id; ``ctxrank.data.split`` can split by group so that
             no person is both in the training and the test split.
     """

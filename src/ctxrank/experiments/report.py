@@ -201,6 +201,8 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         "run_code": [json.loads(c) for c in sorted(run_code)],
         **env,
     }
+    if spec.grids:
+        results["grid"] = _grid_results(spec, keys, records)
     if spec.anomaly is not None:
         results["anomaly"] = _anomaly(spec, store, keys, records)
     out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +213,50 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
     atomic_write(out / "table.csv", lambda tmp: tmp.write_text(text))
     _figures(spec, results, out)
     return results
+
+
+def _grid_results(spec: ExperimentSpec, keys: list[tuple[int, int]], records: dict[str, list[dict]]) -> dict:
+    """Per model with a grid: every point's validation score in every run and the point chosen."""
+    out = {}
+    for m in spec.grids:
+        runs = [r["grid"] for r in records[m]]
+        points = [p["values"] for p in runs[0]["points"]]
+        valid = np.array(
+            [[p["valid"] for p in g["points"]] for g in runs], dtype=np.float64
+        )  # (runs, points)
+        chosen = [g["chosen"] for g in runs]
+        out[m] = {
+            "metric": runs[0]["metric"],
+            "axes": runs[0]["axes"],
+            "points": points,
+            "valid_mean": [
+                float(c[np.isfinite(c)].mean()) if np.isfinite(c).any() else None for c in valid.T
+            ],
+            "times_chosen": [chosen.count(i) for i in range(len(points))],
+            "runs": [
+                {"seed": s, "fold": f, "chosen": c, "chosen_values": g["chosen_values"]}
+                for (s, f), c, g in zip(keys, chosen, runs, strict=True)
+            ],
+        }
+    return out
+
+
+def _grid_lines(res: dict[str, Any]) -> list[str]:
+    """Markdown: for each model with a grid, every point's mean validation score and how often it won."""
+    lines: list[str] = []
+    for m, g in res.get("grid", {}).items():
+        lines += [
+            "",
+            f"{m}: hyperparameters chosen per run on the validation split ({g['metric']}; the test split is "
+            "evaluated once, for the chosen point).",
+            "",
+            "| grid point | mean validation " + g["metric"] + " | chosen in runs |",
+            "|---|---:|---:|",
+        ]
+        for point, v, n in zip(g["points"], g["valid_mean"], g["times_chosen"], strict=True):
+            label = ", ".join(f"{k} = {json.dumps(x)}" for k, x in point.items())
+            lines.append(f"| {label} | {_fmt_num(v, '.4f')} | {n} of {len(g['runs'])} |")
+    return lines
 
 
 def _anomaly(spec, store, keys, records) -> dict[str, Any]:
@@ -308,7 +354,7 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
                 for k in spec.anomaly.metrics
             ]
             lines.append(f"| {row['bucket']} | {row['n']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _grid_lines(res)) + "\n"
 
 
 def _csv(res: dict[str, Any], metrics: list[str]) -> str:

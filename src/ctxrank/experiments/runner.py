@@ -1,10 +1,14 @@
 """Run an experiment: every model on every ``(seed, fold)`` run, stored as it finishes.
 
-For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split of one
-file drawn from the seed, as in the QILCM paper), the initial LambdaMART is fitted once when the
+For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split drawn
+from the seed, as in the QILCM paper, of one file, of synthetic data, or of every query of a registry
+dataset pooled under ``[data] protocol = "random-splits"``), the initial LambdaMART is fitted once when the
 protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
 each model that has no stored result is trained with ``ctxrank.training.run.run_training`` and evaluated
-once on the test split. Per-query test metrics are written to the run store
+once on the test split. A model with a grid (``[models.NAME.grid]``, ``ExperimentSpec.grids``) is
+trained once per grid point on the training split, each point is scored on the validation split only,
+and the best one is evaluated once on the test split; every point's validation score and the chosen
+point are stored with the run. Per-query test metrics are written to the run store
 (``ctxrank.experiments.store``) the moment a model's run ends, so a killed experiment resumes where it
 stopped. On synthetic choice data the generator's own chooser is stored as the reference ``chooser``.
 """
@@ -48,10 +52,15 @@ class _Source:
         self._reference: np.ndarray | None = None
 
     def whole(self) -> RankingData:
-        """The one dataset of a spec without folds (read or generated once)."""
+        """The one dataset of a spec without folds (read or generated once): a file, synthetic data, or
+        every query of a registry dataset (a fold's train + valid + test: each query once)."""
         if self._data is None:
             d = self.spec.data
-            if d.synth:
+            if d.dataset:
+                from ctxrank.data.registry import load_split
+
+                self._data = load_split(d.dataset, "all", 1, root=d.root, variant=d.variant)
+            elif d.synth:
                 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
                 from ctxrank.data.table import read_table
 
@@ -63,6 +72,7 @@ class _Source:
                         path, query="session", label="chosen", categorical=CATEGORICAL, numeric=FEATURES
                     )
                 self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
+                self._data = data
             else:
                 from ctxrank.data.table import TableSpec, is_table_path
 
@@ -79,14 +89,14 @@ class _Source:
                     from ctxrank.data.letor import read_letor
 
                     data = read_letor(d.file)
-            self._data = data
+                self._data = data
         return self._data
 
 
 def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
     """Train / valid / test of run ``(seed, fold)``."""
     d = spec.data
-    if d.dataset:
+    if d.registry_folds:
         from ctxrank.data.registry import load_fold
 
         f = load_fold(d.dataset, fold, root=d.root, variant=d.variant)
@@ -98,7 +108,10 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
 
     source = source or _Source(spec)
     data = source.whole()
-    train, valid, test, record = split_queries(data, d.split, seed=seed, by_group=bool(d.group_col))
+    by_group = bool(d.group_col) or (bool(d.dataset) and data.group_ids is not None)  # choice data: by person
+    train, valid, test, record = split_queries(data, d.split, seed=seed, by_group=by_group)
+    if d.dataset:
+        record["pooled"] = f"every query of {data.source}"
     if data.categorical is not None:
         from ctxrank.data.table import CategoricalEncoder, refit_categorical
 
@@ -231,6 +244,62 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
     return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in per.items()}
 
 
+def _shared_initial(config: Any, shared: _SharedInitial) -> dict[str, Any]:
+    """``run_training`` keywords that reuse the run's LambdaMART (default ``initial_params`` only)."""
+    kw: dict[str, Any] = {}
+    if config.rerank.initial and not config.rerank.initial_params:
+        kw["initial"], train_scores = shared.get()
+        if not config.rerank.crossfit:
+            kw["train_initial_scores"] = train_scores
+    return kw
+
+
+def _validation_score(config: Any, predictor: Any, valid: RankingData) -> float:
+    """Mean ``train.metric`` of ``predictor`` on the validation split (full queries; queries without a
+    relevant item scored ``train.no_relevant``): the grid's selection criterion."""
+    from ctxrank.metrics import evaluate_queries
+
+    metric, tc = config.train.metric, config.train
+    per = evaluate_queries(
+        predictor.predict(valid), valid.labels, valid.query_offsets, [metric], no_relevant=tc.no_relevant
+    )
+    values = np.asarray(per[metric], dtype=np.float64)
+    return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+
+
+def _select_on_validation(
+    spec: ExperimentSpec,
+    model: str,
+    seed: int,
+    train: RankingData,
+    valid: RankingData,
+    shared: _SharedInitial,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Train every grid point of ``model`` on ``train``, score each on ``valid`` (the test split is not
+    an argument: it cannot be read here); returns the best point's config, its ``RunResult`` and the
+    grid record (every point's validation score, the chosen index and values)."""
+    from ctxrank.training.run import run_training
+
+    points, best = [], None
+    for i, point in enumerate(spec.grids[model].points()):
+        config = spec.run_config(model, seed, point)
+        r = run_training(config, train, valid, None, progress=False, **_shared_initial(config, shared))
+        score = _validation_score(config, r.predictor, valid)
+        points.append({"values": point, "valid": score, "best_epoch": r.summary.get("best_epoch")})
+        if best is None or (np.isfinite(score) and not score <= best[0]):  # NaN never wins; ties: first
+            best = (score if np.isfinite(score) else -np.inf, i, config, r)
+    _, chosen, config, r = best
+    record = {
+        "metric": config.train.metric,
+        "no_relevant": config.train.no_relevant,
+        "axes": [name for name, _ in spec.grids[model].axes],
+        "points": points,
+        "chosen": chosen,
+        "chosen_values": points[chosen]["values"],
+    }
+    return config, r, record
+
+
 def _run_one(
     spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial, root: Path
 ) -> dict[str, Any]:
@@ -239,16 +308,18 @@ def _run_one(
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
     if model == REFERENCE and spec.data.synth and model not in spec.models:
         return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
-    config = spec.run_config(model, seed)
-    kw: dict[str, Any] = {}
-    if config.rerank.initial and not config.rerank.initial_params:
-        kw["initial"], train_scores = shared.get()
-        if not config.rerank.crossfit:
-            kw["train_initial_scores"] = train_scores
     tuned: dict[str, Any] = {}
-    if spec.tune is not None:
-        config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, kw, root)
-    r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
+    if model in spec.grids:
+        config, r, grid = _select_on_validation(spec, model, seed, unit.train, unit.valid, shared)
+        base["grid"] = grid
+        if config.rerank.ideal == "full":  # the test split, once, for the chosen point
+            r.test_scores = r.predictor.predict(unit.test)
+    else:
+        config = spec.run_config(model, seed)
+        kw = _shared_initial(config, shared)
+        if spec.tune is not None:
+            config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, kw, root)
+        r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
     if r.test_scores is None:
         raise ValueError("rerank.ideal = 'top-k' runs cannot be stored by an experiment (no full scores)")
     return {

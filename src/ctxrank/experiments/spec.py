@@ -8,6 +8,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     [data]
     dataset = "mq2008"     # a registry name (its folds are used) ...
     folds = []             # ... [] = every fold
+    # protocol = "random-splits"  (a registry dataset's queries pooled, one random 60/20/20 split per
+    # run from its seed: the QILCM paper's protocol; default "folds" for a dataset)
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
     # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...],
     # group_col = "person": split by this column's groups (decision makers) instead of by query)
@@ -51,6 +53,11 @@ then the chosen configuration is trained and tested once::
 
 A key a model's table (or ``[defaults]``) sets is fixed, not searched.
 
+    [models.qilcm.grid]    # optional: candidates chosen per run on the validation split (GridSpec)
+    model_params.confusion_weight = [1e-5, 1e-4, 1e-3]
+    widths = [{ model_params.att_hidden = [256, 256], model_params.rank_hidden = [256, 256] },
+              { model_params.att_hidden = [128, 128], model_params.rank_hidden = [128, 128] }]
+
 With ``[analysis.anomaly]`` the QILCM paper's anomalous-query analysis (Figure 2) is added
 (``ctxrank.experiments.anomaly``). A relative ``[data] file`` written in a TOML file is relative to that
 file; one given on the command line (``--set data.file=...``, also with a built-in spec) is relative to
@@ -76,6 +83,7 @@ __all__ = [
     "AnomalySpec",
     "DataSpec",
     "ExperimentSpec",
+    "GridSpec",
     "ReportSpec",
     "TuneSpec",
     "builtin_names",
@@ -83,6 +91,8 @@ __all__ = [
     "split_protocol",
 ]
 
+#: ``[data] protocol`` values (:class:`DataSpec`)
+PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
 #: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
@@ -145,6 +155,10 @@ class DataSpec:
     synth_seed: int = 0
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
     group_col: str = ""  # split a file by this column's groups (decision makers), not by query
+    #: ``"folds"`` (a registry dataset's published folds, its default) or ``"random-splits"`` (every
+    #: query pooled, one random query-level ``split`` per run drawn from the run's seed; the only
+    #: protocol of files and synthetic data). Set by :meth:`from_dict`; ``""`` = that default.
+    protocol: str = ""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -161,6 +175,7 @@ class DataSpec:
             kw["file"] = str((base / kw["file"]).resolve())
         if "folds" in kw:
             kw["folds"] = tuple(_int("data", "folds", f, 1) for f in kw["folds"])
+        kw["protocol"] = _protocol(d)
         for name in ("categorical", "numeric"):
             if kw.get(name) is not None:
                 kw[name] = _names("data", name, kw[name])
@@ -176,9 +191,16 @@ class DataSpec:
         return cls(**kw)
 
     @property
+    def registry_folds(self) -> bool:
+        """The runs use the registry's folds of ``dataset`` (``protocol = "random-splits"`` instead pools
+        every query and draws one split per run)."""
+        return bool(self.dataset) and self.protocol in ("", "folds")
+
+    @property
     def has_folds(self) -> bool:
-        """Published folds (not random splits: a choice dataset's folds are random splits by person)."""
-        if not self.dataset:
+        """The runs use a registry dataset's published folds (a choice dataset's registry folds are
+        random splits by person, so they do not count)."""
+        if not self.registry_folds:
             return False
         from ctxrank.data.registry import get_spec
 
@@ -196,7 +218,11 @@ class DataSpec:
 
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
-        if not self.dataset:
+        if not self.registry_folds:
+            if self.dataset:
+                from ctxrank.data.registry import get_spec
+
+                get_spec(self.dataset)  # an unknown dataset fails now
             return (0,)
         from ctxrank.data.registry import get_spec
 
@@ -209,16 +235,108 @@ class DataSpec:
 
     def describe(self) -> str:
         if self.dataset:
-            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "")
+            pooled = (
+                ""
+                if self.registry_folds
+                else f", every query pooled, random {_split_text(self.split)} splits"
+            )
+            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "") + pooled
         if self.synth:
             return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
         return self.file
 
 
+def _protocol(d: Mapping[str, Any]) -> str:
+    """``[data] protocol``: given, else ``"folds"`` for a registry dataset and ``"random-splits"``
+    otherwise; checked against the source and ``folds``."""
+    protocol = d["protocol"] if "protocol" in d else ("folds" if d.get("dataset") else "random-splits")
+    if protocol not in PROTOCOLS:
+        raise _fail("data", f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
+    if protocol == "folds" and not d.get("dataset"):
+        raise _fail("data", "protocol 'folds' needs a registry dataset; files and synthetic data are split")
+    if protocol == "random-splits" and d.get("folds"):
+        raise _fail("data", "folds apply to protocol 'folds'; random splits pool every query")
+    return protocol
+
+
+def _split_text(split: Sequence[float]) -> str:
+    return "/".join(f"{x * 100:g}" for x in split)
+
+
 def split_protocol(data: DataSpec) -> str:
     """``"folds"`` (a registry dataset's published folds) or ``"random-splits"`` (one random query split
-    per run); it decides the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
+    per run: files, synthetic data, or a dataset with ``[data] protocol = "random-splits"``); it decides
+    the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
     return "folds" if data.has_folds else "random-splits"
+
+
+#: at most this many grid points per model (each is a full training per run)
+MAX_GRID_POINTS = 64
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A model's ``[models.NAME.grid]``: hyperparameters chosen on the validation split, per run.
+
+    Each axis is a dotted run-config key with a list of candidate values
+    (``model_params.confusion_weight = [1e-5, 1e-4, 1e-3]``), or a name with a list of tables of dotted
+    keys that change together (``widths = [{ model_params.att_hidden = [256, 256], ... }, ...]``). The
+    points are the Cartesian product of the axes, in order (the last axis varies fastest). In every run
+    each point is trained on the training split and scored on the validation split with its
+    ``train.metric`` (the early-stopping metric, ``train.no_relevant`` for queries without a relevant
+    item, full queries); the best point (the first one on ties) is kept and evaluated on the test split
+    once (``ctxrank.experiments.runner``).
+    """
+
+    axes: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...] = ()
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination: ``{dotted key: value}`` overrides of the model's run config."""
+        out: list[dict[str, Any]] = [{}]
+        for _, candidates in self.axes:
+            out = [{**p, **c} for p in out for c in candidates]
+        return out
+
+
+def _flat_keys(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flat_keys(v, key + ".") if isinstance(v, Mapping) else {key: v})
+    return out
+
+
+def _grid(section: str, d: Any) -> GridSpec:
+    """Parse a ``[models.NAME.grid]`` table (see :class:`GridSpec`)."""
+    if not isinstance(d, Mapping):
+        raise _fail(section, f"must be a table of candidate lists, got {d!r}")
+    axes = []
+    for name, values in _flat_keys(d).items():
+        if not isinstance(values, list) or not values:
+            raise _fail(section, f"{name} must be a non-empty list of candidates, got {values!r}")
+        tables = [isinstance(v, Mapping) for v in values]
+        if any(tables) and not all(tables):
+            raise _fail(section, f"{name}: candidates must be all values or all tables of dotted keys")
+        candidates = tuple(_flat_keys(v) if t else {name: v} for v, t in zip(values, tables, strict=True))
+        axes.append((name, candidates))
+    grid = GridSpec(axes=tuple(axes))
+    if len(grid.points()) > MAX_GRID_POINTS:
+        raise _fail(section, f"{len(grid.points())} grid points; at most {MAX_GRID_POINTS}")
+    return grid
+
+
+def _set_keys(d: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the run-config table ``d`` with dotted ``values`` set (tables created as needed)."""
+    out = _deep_merge({}, d)
+    for key, value in values.items():
+        *sections, leaf = key.split(".")
+        target = out
+        for part in sections:
+            nxt = target.get(part)
+            target[part] = dict(nxt) if isinstance(nxt, Mapping) else {}
+            target = target[part]
+        target[leaf] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -284,6 +402,7 @@ class ExperimentSpec:
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
     source: str = ""
+    grids: Mapping[str, GridSpec] = field(default_factory=dict)
     tune: TuneSpec | None = None
 
     # ------------------------------------------------------------------ runs
@@ -298,13 +417,15 @@ class ExperimentSpec:
         generator's own choice probabilities) on synthetic choice data."""
         return [*self.models, *([REFERENCE] if self.data.synth else [])]
 
-    def run_config(self, model: str, seed: int) -> RunConfig:
-        """The model's run config for one seed: its table, the protocol, ``train.seed`` and threads."""
-        return RunConfig.from_dict(self.run_dict(model, seed))
+    def run_config(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> RunConfig:
+        """The model's run config for one seed: its table, a grid ``point`` (dotted overrides, see
+        :class:`GridSpec`), the protocol, ``train.seed`` and threads."""
+        return RunConfig.from_dict(self.run_dict(model, seed, point))
 
-    def run_dict(self, model: str, seed: int) -> dict[str, Any]:
+    def run_dict(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
-        d = apply_overrides(self.models[model], [f"train.seed={seed}", f"train.threads={self.threads}"])
+        table = _set_keys(self.models[model], point) if point else self.models[model]
+        d = apply_overrides(table, [f"train.seed={seed}", f"train.threads={self.threads}"])
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
         if self.initial and not is_baseline(d.get("model", "listnet")):
@@ -313,12 +434,17 @@ class ExperimentSpec:
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
+        data = dataclasses.asdict(self.data)
+        if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
+            del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
         key = {
-            "data": dataclasses.asdict(self.data),
+            "data": data,
             "models": self.models,
             "initial": self.initial,
             "top_k": self.top_k,
         }
+        if self.grids:  # only when there are grids: fingerprints of experiments without one are unchanged
+            key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
         if self.tune is not None:  # absent without [tune]: the fingerprints of earlier specs stay
             key["tune"] = dataclasses.asdict(self.tune)
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -352,21 +478,34 @@ class ExperimentSpec:
         defaults = d.get("defaults") or {}
         if not isinstance(defaults, Mapping):
             raise _fail("defaults", "must be a table (run-config keys shared by every model)")
-        if tune is not None and any(isinstance(t, Mapping) and "grid" in t for t in models.values()):
-            raise _fail("tune", "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive")
+        gridded = [m for m, t in models.items() if isinstance(t, Mapping) and t.get("grid")]
+        if tune is not None and gridded:
+            raise _fail(
+                "tune",
+                "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
+                f"grid: {gridded} (drop one: --set models.NAME.grid={{}})",
+            )
         if data.synth and "chooser" in models:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
+        if "grid" in defaults:
+            raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
+        grids: dict[str, GridSpec] = {}
         for m, table in list(models.items()):
             _safe_name(f"models.{m}", "model name", m)
             if not isinstance(table, Mapping):
                 raise _fail(f"models.{m}", "must be a table (a run config)")
             table = _with_config_file(m, table, base)
-            models = {**models, m: _deep_merge(_baseline_defaults(defaults, table), table)}
-            table = models[m]
-            try:
-                RunConfig.from_dict(table)
-            except ValueError as exc:
-                raise _fail(f"models.{m}", str(exc)) from None
+            table = _deep_merge(_baseline_defaults(defaults, table), table)
+            grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
+            models = {**models, m: table}
+            for point in grid.points():
+                try:
+                    RunConfig.from_dict(_set_keys(table, point))
+                except ValueError as exc:
+                    where = f"models.{m}" + (f" (grid point {point})" if point else "")
+                    raise _fail(where, str(exc)) from None
+            if grid.axes:
+                grids[m] = grid
         report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
@@ -383,6 +522,7 @@ class ExperimentSpec:
             report=report,
             anomaly=anomaly,
             source=source,
+            grids=grids,
             tune=tune,
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour

@@ -12,9 +12,13 @@ p_c``, the expected NDCG gain of the level ``c - 1``).
 The paper trains with Adam at lr 1e-4 for 2000 epochs, keeping the best validation epoch; ctxrank's
 defaults (lr 1e-3, early stopping) apply unless the run config says otherwise.
 
-Choices the paper leaves open (options): the cutoff of "truncated NDCG" (``loss_k = 10``); ties between
-equal sampled levels are broken by input position, as in :mod:`ctxrank.metrics`; training labels must
-lie in ``0..C-1`` (the model's levels are meant to cover the true levels, section 2.4).
+Choices the paper leaves open (options): the cutoff of "truncated NDCG" (``loss_k = 10``); the order of
+equal sampled levels in the loss (``ties``): with ``C = 20`` levels every list longer than 20 has ties,
+and ranking them by input position would let the objective reward the file order (OHSUMED's training
+files are ordered in a way that correlates with the labels), which the continuous test score cannot
+use; ``ties="random"`` (default) orders them at random per list and draw (seeded: the training RNG of
+the Dirichlet draws), ``"position"`` by input position as :mod:`ctxrank.metrics` does; training labels
+must lie in ``0..C-1`` (the model's levels are meant to cover the true levels, section 2.4).
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ctxrank._checks import check_bool, check_dropout, check_int, check_int_list
-from ctxrank.arsm import ARSM_LOSSES, arsm_surrogate, get_arsm_loss
+from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_int_list
+from ctxrank.arsm import ARSM_LOSSES, ARSM_TIES, arsm_surrogate, get_arsm_loss
 from ctxrank.data.lists import ListBatch
 from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
 
@@ -45,6 +49,7 @@ class ArsmL2RConfig:
     score: prediction score, one of ``expected`` (ARSM-L2R paper), ``argmax``, ``expected_gain``.
     dedupe: evaluate each distinct pseudo-action once (exact; faster when many swaps coincide).
     dropout: dropout after each hidden layer.
+    ties: order of equal sampled levels in the loss: ``random`` (per list and draw) or ``position``.
     """
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
@@ -62,9 +67,11 @@ class ArsmL2RConfig:
     score: str = "expected"
     dedupe: bool = True
     dropout: float = 0.0
+    ties: str = "random"
 
     def __post_init__(self) -> None:
         check_int("model_params.n_levels", self.n_levels, 2)
+        check_choice("model_params.ties", self.ties, ARSM_TIES)
         check_int_list("model_params.hidden", self.hidden)
         for name, value, valid in (
             ("activation", self.activation, ACTIVATIONS),
@@ -136,4 +143,5 @@ class ArsmL2R(Ranker):
                 f"[{labels.min().item():g}, {labels.max().item():g}] (raise model_params.n_levels)"
             )
         phi = self.logits(batch.features, batch.categorical)
-        return arsm_surrogate(phi, batch.labels, batch.mask, self.arsm_loss, dedupe=self.config.dedupe)
+        cfg = self.config
+        return arsm_surrogate(phi, batch.labels, batch.mask, self.arsm_loss, dedupe=cfg.dedupe, ties=cfg.ties)

@@ -90,6 +90,10 @@ class Ranker(nn.Module):
     rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
     #: the scores depend on the row order of a list (a recurrent encoder reads it: DCM, DLCM)
     reads_order: ClassVar[bool] = False
+    #: training batches under ``train.batching = "model"``: ``"buckets"`` (queries of similar length:
+    #: the loss is a mean of per-list terms, so batch composition changes only padding cost and SGD
+    #: noise) or ``"random"`` (a loss that couples the lists of a batch, e.g. QILCM eq. 13)
+    batching: ClassVar[str] = "buckets"
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()

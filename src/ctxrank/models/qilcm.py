@@ -30,9 +30,16 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
   NaN. The clamp never acts on data within a million times the training range; ``None`` disables it.
 * Padded items get attention weight exactly 0 (masked softmax), so they never change c, c-bar,
   sigma-bar, the scores of real items or the Chamfer term.
-* Chamfer form: ``"sum"`` is eq. 13-14 as written (sums of squared distances between 2D-dimensional
-  vectors, 10^4-10^5 times the ranking loss on MQ2008); ``"mean"`` averages over items and dimensions
+* Chamfer term: ``confusion_form="sum"`` with ``confusion_direction="two-sided"`` (the defaults) is the
+  paper's eq. 13-14: eq. 14 sums the nearest-neighbour squared distances from q1 to q2 *and* from q2 to
+  q1, between 2D-dimensional vectors (10^4-10^5 times the ranking loss on MQ2008).
+  ``confusion_direction="one-sided"`` keeps only the first sum (ctxrank's form before issue 19: half the
+  term); ``confusion_form="mean"`` averages each sum over its list's items and the dimensions
   (scale-free). ``confusion_pairs`` samples that many ordered query pairs (an unbiased estimate).
+* Batches: eq. 13 averages over the queries of a training batch, so which queries share a batch
+  changes the objective. ``QILCM.batching = "random"``: unless ``train.batching`` says otherwise,
+  ``fit`` draws batches uniformly at random instead of grouping queries of similar length
+  (docs/training.md).
 * Ablations (Table 3): variant 1 = ``pooling="mean"`` (plain average pooling, unweighted mean and
   variance); variant 2 = ``confusion_weight=0``; variant 3 = ``confusion_weight=0, query_norm=False``.
   Without the QN layer a non-zero confusion weight applies the Chamfer term to h~.
@@ -47,9 +54,16 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import nn
 
-from ctxrank._checks import check_bool, check_int, check_int_list, check_non_negative, check_positive
+from ctxrank._checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_int_list,
+    check_non_negative,
+    check_positive,
+)
 from ctxrank.data.lists import ListBatch
-from ctxrank.losses import chamfer_confusion
+from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion
 from ctxrank.models.base import Ranker
 
 VARIANTS = {
@@ -69,7 +83,8 @@ class QILCMConfig:
     pooling: ``"attention"`` (eq. 3-4) or ``"mean"`` (ablation variant 1).
     query_norm: apply the QN layer (eq. 6-8); False = ablation variant 3.
     confusion_weight: lambda of eq. 10 (0 = no confusion term: variants 2 and 3).
-    confusion_form: ``"sum"`` (eq. 13-14 as written) or ``"mean"`` (scale-free).
+    confusion_form: ``"sum"`` (QILCM eq. 14's sums of squared distances) or ``"mean"`` (scale-free).
+    confusion_direction: ``"two-sided"`` (QILCM eq. 14: both directions) or ``"one-sided"``.
     confusion_pairs: None = all ordered pairs of the batch; an int = that many sampled pairs.
     eps: epsilon of eq. 8.
     var_floor: added to the variance under the square root (finite gradients for constant features).
@@ -95,6 +110,7 @@ class QILCMConfig:
     query_norm: bool = True
     confusion_weight: float = 1e-4
     confusion_form: str = "sum"
+    confusion_direction: str = "two-sided"
     confusion_pairs: int | None = None
     eps: float = 1e-5
     var_floor: float = 1e-12
@@ -112,6 +128,7 @@ class QILCMConfig:
             raise ValueError(
                 f"model_params.confusion_form must be 'sum' or 'mean', got {self.confusion_form!r}"
             )
+        check_choice("model_params.confusion_direction", self.confusion_direction, CHAMFER_DIRECTIONS)
         check_int("model_params.confusion_pairs", self.confusion_pairs, allow_none=True)
         check_positive("model_params.eps", self.eps)
         check_positive("model_params.var_floor", self.var_floor)
@@ -151,6 +168,7 @@ class QILCM(Ranker):
     config_class = QILCMConfig
     default_loss = "attrank"
     rerank_features = ("rank",)
+    batching = "random"  # eq. 13 pairs the queries of a batch: batches of any lengths (docs/training.md)
 
     def __init__(
         self, n_features: int, config: QILCMConfig, *, categorical_cardinalities: Sequence[int] = ()
@@ -205,9 +223,15 @@ class QILCM(Ranker):
         return self.details(features, mask, categorical=categorical).scores
 
     def confusion_loss(self, normalized: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """lambda-free L_conf of eq. 13-14 on the normalized item sets of the batch."""
+        """lambda-free L_conf of QILCM eq. 13-14 on the normalized item sets of the batch."""
         cfg = self.config
-        return chamfer_confusion(normalized, mask, form=cfg.confusion_form, pairs=cfg.confusion_pairs)
+        return chamfer_confusion(
+            normalized,
+            mask,
+            form=cfg.confusion_form,
+            direction=cfg.confusion_direction,
+            pairs=cfg.confusion_pairs,
+        )
 
     def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
         """Eq. 10: ranking loss + confusion_weight * Chamfer query-confusion loss."""

@@ -51,6 +51,7 @@ class Residual(Ranker):
         self.default_loss = inner.default_loss
         self.default_loss_params = inner.default_loss_params
         self.rerank_features = inner.rerank_features
+        self.batching = inner.batching  # e.g. QILCM's random batches (its eq. 13 pairs the batch's queries)
 
     def forward(
         self,

@@ -1,8 +1,9 @@
 """The training loop of neural rankers.
 
-:func:`fit` reads top to bottom: Adam, shuffled length-bucketed batches of queries, the model's
-``training_loss``, optional gradient clipping, validation metric after every epoch, early stopping
-with patience and ``min_delta``, best weights restored at the end. The test split never enters here.
+:func:`fit` reads top to bottom: Adam, shuffled batches of queries (length buckets or drawn at
+random: ``train.batching``, :func:`batching`), the model's ``training_loss``, optional gradient
+clipping, validation metric after every epoch, early stopping with patience and ``min_delta``, best
+weights restored at the end. The test split never enters here.
 Each step is a named function below, in the order :func:`fit` calls them.
 
 Determinism: :func:`seed_everything` seeds torch; batch order comes from ``np.random.default_rng(seed)``;
@@ -41,7 +42,7 @@ from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
 
-__all__ = ["FitResult", "LossFn", "NonFiniteLossError", "fit", "seed_everything"]
+__all__ = ["FitResult", "LossFn", "NonFiniteLossError", "batching", "fit", "seed_everything"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -62,6 +63,7 @@ class FitResult:
     seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_from_epoch: int | None = None
+    batching: str = "buckets"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,7 +74,14 @@ class FitResult:
             "stopped_early": self.stopped_early,
             "seconds": self.seconds,
             "resumed_from_epoch": self.resumed_from_epoch,
+            "batching": self.batching,
         }
+
+
+def batching(model: Ranker, config: TrainConfig) -> str:
+    """The batching of a fit: ``train.batching``, or the model class's ``batching`` when it is
+    ``"model"`` (``"random"`` for QILCM, ``"buckets"`` for the others)."""
+    return model.batching if config.batching == "model" else config.batching
 
 
 def seed_everything(seed: int, threads: int | None = None) -> None:
@@ -328,7 +337,12 @@ def _train_epoch(
         queries = ctx.shard(train.n_queries, seed=config.seed, epoch=epoch, shuffle=True)
         part, part_init = train.subset(queries), _subset_scores(train_init_scores, train, queries)
     batches = iterate_batches(
-        part, config.batch_size, shuffle=True, generator=trainer.generator, init_scores=part_init
+        part,
+        config.batch_size,
+        shuffle=True,
+        generator=trainer.generator,
+        bucket=batching(trainer.model, config) == "buckets",
+        init_scores=part_init,
     )
     for i, batch in enumerate(batches):
         batch = _with_input_noise(batch.to(device), config.input_noise)
@@ -518,4 +532,5 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
         seconds=seconds,
         history=state.history,
         resumed_from_epoch=state.resumed_from,
+        batching=batching(model, config),
     )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import time
 import warnings
 from collections.abc import Callable
@@ -429,6 +430,9 @@ def _fit_neural(
     summary = fitted.to_dict()
     if isinstance(model, Residual):
         summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
+    # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
+    # batching are recorded with the summary, so every result file names them
+    summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
     return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
 
 
