@@ -319,7 +319,7 @@ def attrank(
     attention is ``s_i = softmax(scores)_i`` over the real items (QILCM eq. 9). Per list, with ``n`` real
     items:
 
-    * ``form="qilcm"`` (default), QILCM eq. 12 (seeds 000/001):
+    * ``form="qilcm"`` (default), QILCM eq. 12:
       ``L = -(1/n) sum_i y~_i log s_i``.
     * ``form="dlcm"``, DLCM eq. 11, two-sided:
       ``L = -sum_i [ y~_i log s_i + (1 - y~_i) log(1 - s_i) ]``, with ``log(1 - s_i)`` computed exactly

@@ -2,10 +2,10 @@
 
 * :class:`ListBatch`: B queries padded to a common length L. ``mask`` is True on real items; padded
   features, labels, initial scores and categorical codes are exactly 0 and padded ``positions`` are -1.
-* :func:`pad_queries`: one batch from chosen queries (a [B, L] row-index matrix, then one gather).
+* :func:`pad_queries`: one batch from chosen queries (a (B, L) row-index matrix, then one gather).
 * :func:`iterate_batches`: an epoch of batches, with length bucketing to limit padding and seeded
   shuffling through an explicit ``np.random.Generator``.
-* :func:`scatter_scores`: [B, L] predictions back into a flat [N] array in file order.
+* :func:`scatter_scores`: (B, L) predictions back into a flat (N,) array in file order.
 * :func:`truncate_top_k`: each query's top-k items by an initial score (e.g. LambdaMART), with the
   initial rank / score optionally appended as features (the re-ranking setting of DLCM and QILCM).
   Nothing depends on where an item sits in the file: tied initial scores get the same (average) rank
@@ -40,13 +40,13 @@ class ListBatch:
     """B queries padded to length L (the longest list of the batch).
 
     Attributes:
-        features: float32 [B, L, F]; 0 at padded positions.
-        labels: float32 [B, L]; 0 at padded positions.
-        mask: bool [B, L]; True = real item, False = padding. Real items come first in each row.
-        query_index: int64 [B]; position of each list's query in the source RankingData.
-        init_scores: float32 [B, L] initial scores (0 at padding), or None.
-        categorical: int64 [B, L, C] categorical codes (0 at padding), or None.
-        positions: int64 [B, L] row of each item in the source RankingData (-1 at padding), or None.
+        features: float32 (B, L, F); 0 at padded positions.
+        labels: float32 (B, L); 0 at padded positions.
+        mask: bool (B, L); True = real item, False = padding. Real items come first in each row.
+        query_index: int64 (B,); position of each list's query in the source RankingData.
+        init_scores: float32 (B, L) initial scores (0 at padding), or None.
+        categorical: int64 (B, L, C) categorical codes (0 at padding), or None.
+        positions: int64 (B, L) row of each item in the source RankingData (-1 at padding), or None.
     """
 
     features: torch.Tensor
@@ -68,7 +68,7 @@ class ListBatch:
 
     @property
     def lengths(self) -> torch.Tensor:
-        """int64 [B] number of real items of each list."""
+        """int64 (B,) number of real items of each list."""
         return self.mask.sum(dim=1)
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> ListBatch:
@@ -91,7 +91,7 @@ class ListBatch:
 
 
 def _flat_scores(values, n_items: int, what: str) -> np.ndarray:
-    """A float array [N] from a numpy array, tensor or sequence; checks the length."""
+    """A float array (N,) from a numpy array, tensor or sequence; checks the length."""
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
     arr = np.asarray(values)
@@ -103,7 +103,7 @@ def _flat_scores(values, n_items: int, what: str) -> np.ndarray:
 
 
 def _row_matrix(data: RankingData, queries: np.ndarray, max_len: int | None) -> np.ndarray:
-    """int64 [B, L] row indices of the queries' items, -1 for padding."""
+    """int64 (B, L) row indices of the queries' items, -1 for padding."""
     lengths = data.query_lengths[queries]
     if max_len is not None:
         lengths = np.minimum(lengths, max_len)
@@ -125,7 +125,7 @@ def pad_queries(
     Args:
         data: the source dataset (N rows, F features).
         queries: B query positions (0..Q-1), in the order wanted in the batch.
-        init_scores: optional flat [N] initial scores aligned with the rows of ``data``.
+        init_scores: optional flat (N,) initial scores aligned with the rows of ``data``.
         max_len: keep at most the first ``max_len`` items of each query in file order (no truncation
             by default). To keep the best items by a score, use :func:`truncate_top_k` first.
 
@@ -245,7 +245,7 @@ def iterate_batches(
         generator: the only source of randomness (``np.random.default_rng(seed)``); reuse one
             generator across epochs to get a different, reproducible order each epoch.
         bucket: group queries of similar length.
-        init_scores: optional flat [N] initial scores, padded into ``ListBatch.init_scores``.
+        init_scores: optional flat (N,) initial scores, padded into ``ListBatch.init_scores``.
         drop_last: drop the incomplete last batch. When shuffling, the dropped queries are random
             (different each epoch); otherwise they are the last ones (the longest when bucketing).
         length_jitter: see above (>= 0; only used when shuffling with ``bucket=True``).
@@ -288,7 +288,7 @@ def iterate_batches(
 
 
 def padding_fraction(batches: Iterable[ListBatch]) -> float:
-    """Fraction of padded entries over all [B, L] slots of the batches (0 = no padding)."""
+    """Fraction of padded entries over all (B, L) slots of the batches (0 = no padding)."""
     slots = 0
     real = 0
     for b in batches:
@@ -304,18 +304,18 @@ def scatter_scores(
     *,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Put a batch's [B, L] scores back into a flat [N] array in the source data's row order.
+    """Put a batch's (B, L) scores back into a flat (N,) array in the source data's row order.
 
     Args:
         batch: a batch from :func:`pad_queries` / :func:`iterate_batches` (needs ``positions``).
-        scores: [B, L] scores (tensor, detached and moved to CPU here, or array); padding ignored.
+        scores: (B, L) scores (tensor, detached and moved to CPU here, or array); padding ignored.
         n_items: N, the number of rows of the source RankingData.
-        out: optional float array [N] to fill (e.g. across all batches of an epoch); rows not in the
+        out: optional float array (N,) to fill (e.g. across all batches of an epoch); rows not in the
             batch are left untouched. Without it, a new float32 (or float64 for float64 scores) array
             is returned, NaN where the batch has no item, so missing predictions are visible.
 
     Returns:
-        The filled [N] array (``out`` itself when given).
+        The filled (N,) array (``out`` itself when given).
     """
     if batch.positions is None:
         raise ValueError("scatter_scores needs ListBatch.positions (batches built by pad_queries have them)")
@@ -353,7 +353,7 @@ def _feature_hash(features: np.ndarray) -> np.ndarray:
 
 
 def initial_order(data: RankingData, scores: np.ndarray) -> np.ndarray:
-    """int64 [N] rows grouped by query (in query order), each query by descending ``scores``.
+    """int64 (N,) rows grouped by query (in query order), each query by descending ``scores``.
 
     **Tie rule** (independent of file position): items of a query with equal scores are ordered by a
     fixed hash of their float32 feature values (``_feature_hash``), then, only for items whose features
@@ -395,7 +395,7 @@ def truncate_top_k(
 
     Args:
         data: N rows, Q queries.
-        scores: flat [N] initial scores (e.g. LambdaMART predictions), finite.
+        scores: flat (N,) initial scores (e.g. LambdaMART predictions), finite.
         k: items kept per query (>= 1).
         add_rank_feature: append the initial rank (1-based, within the full query; ties: the
             average rank of the tied items) as a feature column named ``"initial_rank"``.
