@@ -308,6 +308,24 @@ EPOCH1 = ("--set", "train.max_epochs=1")
 FOLD1 = ("mq2008-fold1",)  # the fixture writing train.txt, vali.txt, test.txt
 #: any built-in spec whose models do not set their own train.max_epochs (docs/experiments.md)
 SMOKE = ("--runs", "1", "--threads", "1", "--set", "defaults.train.max_epochs=1")
+
+
+def no_grids(spec: str) -> tuple[str, ...]:
+    """``--set models.M.grid={}`` for every model of a built-in spec with a validation grid (a smoke run
+    trains one point, not the grid: the documented override in docs/experiments.md)."""
+    from importlib import resources
+
+    from ctxrank.config import load_toml
+
+    path = resources.files("ctxrank.experiments") / "configs" / f"{spec}.toml"
+    models = load_toml(Path(str(path))).get("models", {})
+    return tuple(a for m, t in models.items() if "grid" in t for a in ("--set", f"models.{m}.grid={{}}"))
+
+
+def smoke(spec: str) -> tuple[str, ...]:
+    return (*SMOKE, *no_grids(spec))
+
+
 #: the demo spec sets max_epochs for DLCM and QILCM itself: a model's own table wins over [defaults]
 DEMO = (
     *("--runs", "1", "--threads", "1"),
@@ -415,14 +433,16 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank demo": Run(DEMO, ws="experiments", check=contains("| model |", "| qilcm |")),
     # docs/experiments.md
     "ctxrank experiment demo": Run(DEMO, check=contains("| model |", "| qilcm |")),
-    "ctxrank experiment qilcm-table2 --runs 5": Run(SMOKE),
-    "ctxrank experiment qilcm-table2-splits": Run(SMOKE),
+    "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
-    "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
+    "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
+        smoke("qilcm-table2")
+    ),
     "ctxrank compare results/demo:qilcm results/demo:dlcm": Run(check=contains("ndcg@10")),
-    "ctxrank experiment qilcm-table2 --threads 1 --shard 1/2": Run(SMOKE),
-    "ctxrank experiment qilcm-table2 --threads 1 --shard 2/2": Run(SMOKE),
-    "ctxrank experiment qilcm-table2 --report-only": Run(SMOKE),
+    "ctxrank experiment qilcm-table2 --threads 1 --shard 1/2": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2 --threads 1 --shard 2/2": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2 --report-only": Run(smoke("qilcm-table2")),
     # docs/export.md
     "ctxrank export --model runs/qilcm --format onnx --out qilcm.onnx": Run(files=("qilcm-models",)),
     "ctxrank export --model runs/qilcm --format torchscript --out qilcm.pt": Run(files=("qilcm-models",)),
@@ -430,19 +450,24 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         files=("qilcm-models",), check=export_table
     ),
     # docs/reproduction.md (workspace: experiments)
-    "ctxrank experiment qilcm-table2": Run(SMOKE),
-    "ctxrank experiment qilcm-figure2": Run(SMOKE),
-    "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
-    "ctxrank experiment qilcm-table3": Run(SMOKE),
-    "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(SMOKE),
+    "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
+    "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data": Run(
+        smoke("qilcm-figure2")
+    ),
+    "ctxrank experiment qilcm-table3": Run(smoke("qilcm-table3")),
+    "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(
+        smoke("qilcm-table3")
+    ),
     "CTXRANK_DATA=../shared/data ctxrank experiment arsm-table2-3": Run(
         (
             *SMOKE[:4],
             *("--set", "models.listnet.train.max_epochs=1", "--set", "models.arsm.train.max_epochs=1"),
+            *no_grids("arsm-table2-3"),
         )
     ),
     "ctxrank experiment choice": Run((*SMOKE, "--set", "data.sessions=300")),
-    "ctxrank experiment dcm-crossfit": Run(SMOKE),
+    "ctxrank experiment dcm-crossfit": Run(smoke("dcm-crossfit")),
     # docs/reranking.md
     "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
     "--out runs/dlcm-f1": Run(EPOCH1),
