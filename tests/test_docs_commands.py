@@ -484,7 +484,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         ("--set", "train.max_epochs=2"), ws="resume", status=130, patch=killed_after_first_epoch, check=killed
     ),
     "ctxrank train --resume runs/q": Run(
-        ws="resume", check=contains("resuming runs/q: epoch 1 was the last one saved", "best epoch 1 of 2")
+        ws="resume",
+        check=contains("resuming runs/q: epoch 1 was the last one saved", " of 2 (valid ndcg@10 "),
     ),
     "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.csv": Run(("--sessions", "300")),
     "ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen --docid-col item "

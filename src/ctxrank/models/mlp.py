@@ -117,6 +117,11 @@ class MNLConfig:
     gtol: stop when the largest gradient component of the mean NLL is below this.
     """
 
+    #: the search space of ``ctxrank tune`` (the L2 penalty is already chosen on validation by the fit)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "model_params.alternative_specific": ("choice", (False, True)),
+    }
+
     alternative_specific: bool = False
     l2: tuple[float, ...] = (0.0,)
     solver: str = "lbfgs"
