@@ -38,3 +38,17 @@ def make_ranking_data(n_queries=40, max_len=12, n_features=5, seed=0, min_len=1)
         feature_names=tuple(f"f{i + 1}" for i in range(n_features)),
         source=f"synthetic(seed={seed})",
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA: skipped (with the reason) on a machine without it."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")
+    for item in gpu:
+        item.add_marker(skip)

@@ -110,6 +110,30 @@ def test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batc
     assert np.abs(v1 - v2).max() < 0.02
     assert two.stdout.count("best epoch") == 1  # the other rank prints nothing
     assert (tmp_path / "two" / "model.safetensors").is_file()
+    # the world size and the global batch are printed and recorded with a command that repeats the run
+    assert two.stdout.count("world size 2 (1 node(s) x 2 processes)") == 1
+    assert "10 queries per process, global batch 20 queries" in two.stdout
+    recorded = json.loads((tmp_path / "two" / "ctxrank.json").read_text())["command"]
+    dp = recorded["data_parallel"]
+    assert (dp["world_size"], dp["global_batch"], dp["backend"]) == (2, 20, "gloo")
+    command = recorded["command"]
+    assert command[:6] == ["torchrun", "--standalone", "--nproc-per-node=2", "-m", "ctxrank", "train"]
+    assert "data_parallel" not in json.loads((tmp_path / "one" / "ctxrank.json").read_text())["command"]
+    again = _rerun(command, tmp_path / "two", tmp_path / "again")
+    assert again.returncode == 0, again.stderr[-3000:]
+    logs["again"] = [json.loads(x) for x in (tmp_path / "again" / "train_log.jsonl").read_text().splitlines()]
+    for k in ("two", "again"):
+        for r in logs[k]:
+            del r["seconds"]
+    assert logs["again"] == logs["two"]  # the same run: every loss and metric, bitwise
+
+
+def _rerun(command, out, new_out):
+    """Run a recorded ``torchrun ... -m ctxrank train ... --out OUT`` again into ``new_out``."""
+    assert command[0] == "torchrun" and command[-2:] == ["--out", str(out)]
+    argv = [sys.executable, "-m", "torch.distributed.run", *command[1:-1], str(new_out)]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.mark.slow

@@ -393,6 +393,16 @@ def killed_after_first_epoch(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(StateDir, "save", save_then_die)
 
 
+def slurm_array_task(task: int, count: int) -> Callable[[pytest.MonkeyPatch], None]:
+    """The environment of task ``task`` of a Slurm job array ``--array=1-count``."""
+
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        for k, v in {"ID": task, "COUNT": count, "MIN": 1, "MAX": count, "STEP": 1}.items():
+            mp.setenv(f"SLURM_ARRAY_TASK_{k}", str(v))
+
+    return patch
+
+
 def killed(out: str, ws: Path, step: Step) -> None:
     assert (ws / "runs/q/resume/state.json").is_file() and not (ws / "runs/q/ctxrank.json").exists()
 
@@ -443,6 +453,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --threads 1 --shard 1/2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2 --threads 1 --shard 2/2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2 --report-only": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2 --threads 2 --shard auto --no-progress": Run(
+        smoke("qilcm-table2"), patch=slurm_array_task(1, 10)
+    ),
+    # --address local: a new Ray instance on this machine, in place of the cluster's HEAD:6379 (the runs
+    # are stored already in this workspace, so no instance starts; tests/test_executors.py runs on Ray)
+    "ctxrank experiment qilcm-table2 --threads 2 --executor ray --address HEAD:6379": Run(
+        (*smoke("qilcm-table2"), "--address", "local")
+    ),
     # docs/export.md
     "ctxrank export --model runs/qilcm --format onnx --out qilcm.onnx": Run(files=("qilcm-models",)),
     "ctxrank export --model runs/qilcm --format torchscript --out qilcm.pt": Run(files=("qilcm-models",)),

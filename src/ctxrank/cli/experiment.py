@@ -22,9 +22,14 @@ def default_out(name: str, dataset: str | None = None) -> Path:
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``"K/N"`` -> ``(K, N)`` (the range is checked by the runner); None -> None."""
+    """``"K/N"`` -> ``(K, N)`` (the range is checked by the runner); ``"auto"``: the Slurm job array
+    task's (:func:`ctxrank.experiments.executors.slurm_shard`); None -> None."""
     if text is None:
         return None
+    if text == "auto":
+        from ctxrank.experiments.executors import slurm_shard
+
+        return slurm_shard()
     k, sep, n = text.partition("/")
     if not (sep and k.strip().isdigit() and n.strip().isdigit()):
         raise ValueError(f"--shard must be K/N with 1 <= K <= N (e.g. 1/2), got {text!r}")
@@ -48,14 +53,22 @@ def experiment(
     report_only: bool = False,
     progress: bool = True,
     overwrite: bool = False,
+    executor: str = "local",
+    address: str | None = None,
+    max_retries: int = 2,
 ) -> int:
-    """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report.
+    """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
+    ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``.
 
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
     unless ``overwrite`` (:mod:`ctxrank.cli._outputs`)."""
     from ctxrank._io import lock_directory
     from ctxrank.experiments import load_spec
+    from ctxrank.experiments.executors import make_executor, refuse_data_parallel
+
+    refuse_data_parallel("experiment")  # under torchrun every rank would repeat every run
+    runner = make_executor(executor, address=address, max_retries=max_retries)
 
     every = list(overrides)
     if runs is not None:
@@ -73,7 +86,7 @@ def experiment(
         raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
     parsed = parse_shard(shard)
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
-        _run_and_report(loaded, where, report_only, overwrite, progress, parsed)
+        _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
     return 0
 
 
@@ -88,6 +101,7 @@ def _run_and_report(
     overwrite: bool,
     progress: bool,
     shard: tuple[int, int] | None,
+    runner: Any,
 ) -> None:
     """Under the directory's lock: check it, run the pending runs (or none), write and print the report."""
     from ctxrank.cli._outputs import foreign_entries, refuse_foreign
@@ -101,7 +115,7 @@ def _run_and_report(
         store = RunStore(where)
         store.claim(loaded)
     else:
-        store = run_experiment(loaded, where, progress=progress, log=_say, shard=shard)
+        store = run_experiment(loaded, where, progress=progress, log=_say, shard=shard, executor=runner)
     build_report(loaded, store, where)
     sys.stdout.write("\n" + (where / "table.md").read_text())
     figures = sorted(p.name for p in where.glob("*.png"))
@@ -278,7 +292,28 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--shard",
         metavar="K/N",
         help="run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes "
-        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only)",
+        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only). "
+        "auto: this Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local (default): run the runs here, one after the other; ray: each run is a Ray task "
+        "with runs.threads CPUs, results stored by this process (needs ctxrank[ray])",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster "
+        "started on this machine, else a new local one)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="Ray: retries of a run whose worker process or node died (default 2)",
     )
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument(
@@ -300,6 +335,9 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             report_only=a.report_only,
             progress=not a.no_progress,
             overwrite=a.overwrite,
+            executor=a.executor,
+            address=a.address,
+            max_retries=a.max_retries,
         )
     )
 

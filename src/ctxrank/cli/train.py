@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -121,9 +122,10 @@ class TrainOptions:
             raise ValueError(f"unknown recorded option(s) {unknown}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names})
 
-    def command_line(self, out_dir: str | Path) -> list[str]:
-        """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute)."""
-        argv = ["ctxrank", "train"]
+    def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
+        """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
+        ``launcher``: the torchrun command (and options) that started the processes of the run."""
+        argv = [*launcher, "-m", "ctxrank", "train"] if launcher else ["ctxrank", "train"]
         record, defaults = self.to_record(), TrainOptions().to_record()
         for name, flag in FLAGS.items():
             value = record[name]
@@ -324,7 +326,8 @@ class _Run:
         td = training_data(o.files, o.source, o.columns, self.config.train.seed)
         self._describe(td)
         record = self._start()
-        meta = {**td.meta, "command": {k: record[k] for k in ("command", "cwd", "options")}}
+        recorded = ("command", "cwd", "options", "data_parallel")
+        meta = {**td.meta, "command": {k: record[k] for k in recorded if k in record}}
         t0 = time.perf_counter()
         try:
             result = run_training(
@@ -406,6 +409,14 @@ class _Run:
                     "categorical features; the re-ranker embeds them"
                 )
         self.say(f"{config.model} ({config.loss_name} loss){how} on {td.what}: {counts}")
+        dp = data_parallel(config.train.batch_size)
+        if dp is not None:
+            self.say(
+                f"data-parallel (torchrun, {dp['backend']}): world size {dp['world_size']} ({dp['nodes']} "
+                f"node(s) x {dp['processes_per_node']} processes); train.batch_size "
+                f"{dp['batch_size_per_process']} queries per process, global batch {dp['global_batch']} "
+                "queries"
+            )
 
     def _start(self) -> dict[str, Any]:
         """A new run: write its record (``OUT/resume/run.json``); a resumed one: say where it goes on."""
@@ -426,13 +437,16 @@ class _Run:
                 )
             )
             return self.record
+        parallel = data_parallel(self.config.train.batch_size)
+        launcher = parallel["launcher"] if parallel else ()
         record = {
             "format_version": 1,
             "kind": RUN_KIND,
-            "command": self.options.command_line(self.out_dir),
+            "command": self.options.command_line(self.out_dir, launcher),
             "cwd": os.getcwd(),
             "options": self.options.to_record(),
             "config": self.config.to_dict(),
+            **({"data_parallel": parallel} if parallel else {}),
         }
         if self.main:
             self._replace_previous()  # before the barrier: no rank may see the old model's state
@@ -506,6 +520,34 @@ class _Run:
 def _empty(directory: Path) -> bool:
     """A missing or empty directory (``resume/`` of a run killed before it recorded anything)."""
     return not directory.is_dir() or not any(directory.iterdir())
+
+
+def data_parallel(batch_size: int) -> dict[str, Any] | None:
+    """The data-parallel layout of this torchrun process group (None outside one): world size,
+    nodes x processes per node, backend, per-process and global batch, and the torchrun command
+    (``launcher``) that starts the same layout again."""
+    import os
+
+    import torch.distributed
+
+    from ctxrank.training.distributed import world
+
+    ctx = world()
+    if not ctx.enabled:
+        return None
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", max(1, ctx.world_size // per_node)))
+    launcher = ["torchrun", "--standalone"] if nodes == 1 else ["torchrun", f"--nnodes={nodes}"]
+    return {
+        "world_size": ctx.world_size,
+        "nodes": nodes,
+        "processes_per_node": per_node,
+        "backend": str(torch.distributed.get_backend()),
+        "batch_size_per_process": batch_size,
+        "global_batch": ctx.world_size * batch_size,
+        # several nodes: add the cluster's rendezvous options (--rdzv-endpoint ...) on every node
+        "launcher": [*launcher, f"--nproc-per-node={per_node}"],
+    }
 
 
 def _split_text(record: dict[str, Any]) -> str:

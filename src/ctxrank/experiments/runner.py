@@ -156,10 +156,13 @@ def run_experiment(
     progress: bool = True,
     log: Callable[[str], None] = print,
     shard: tuple[int, int] | None = None,
+    executor: Callable[..., None] | None = None,
 ) -> RunStore:
     """Run every pending ``(seed, fold, model)`` of ``spec`` into the store at ``out``; returns it.
 
     ``shard=(k, n)``: only the runs of shard k of n (:func:`shard_keys`), for parallel processes.
+    ``executor``: runs the pending runs instead of this process's loop, e.g. on a Ray cluster
+    (:mod:`ctxrank.experiments.executors`; None = here, one after the other).
 
     Raises:
         ValueError: ``out`` holds another experiment's runs, or a run fails (the message names it; the
@@ -183,6 +186,9 @@ def run_experiment(
     source = _Source(spec)
     bar = tqdm(total=total, initial=total - len(todo), disable=not progress, unit="run", dynamic_ncols=True)
     try:
+        if executor is not None:  # ctxrank.experiments.executors: stores each run as it comes back
+            executor(spec, store, keys=keys, todo=todo, need_units=need_units, bar=bar)
+            return store
         for seed, fold in keys:
             missing = [m for s, f, m in todo if (s, f) == (seed, fold)]
             if not missing and (seed, fold) not in need_units:

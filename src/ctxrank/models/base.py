@@ -6,6 +6,10 @@
   ``categorical`` int64 (B, L, C) codes (0 = unknown) or None.
 * ``scores`` float (B, L); values at padded positions are arbitrary (losses and metrics mask them).
 
+``serving_scores(features, mask, categorical)`` is what an exported file computes
+(``ctxrank.export``): ``forward``'s scores of the real items, in eval mode, by the fastest traceable route
+the model knows (default: ``forward`` itself; QILCM folds its query normalization into a matrix).
+
 ``training_loss(batch, loss_fn)`` is what the trainer minimizes. The default is the ranking loss of
 the scores; models with extra terms (QILCM's query confusion, ARSM's estimator) override it.
 """
@@ -130,6 +134,13 @@ class Ranker(nn.Module):
         if categorical is None:
             raise ValueError("this model was trained with categorical columns; none were given")
         return torch.cat([features, self.embedding(categorical)], dim=-1)
+
+    def serving_scores(
+        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``forward``'s scores for serving (eval mode, no ``init_scores``); the scores of real items
+        equal ``forward``'s within float32 rounding. Models override it with a faster equivalent form."""
+        return self(features, mask, categorical=categorical)
 
     def score_batch(self, batch: ListBatch) -> torch.Tensor:
         return self(batch.features, batch.mask, init_scores=batch.init_scores, categorical=batch.categorical)

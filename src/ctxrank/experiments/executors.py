@@ -1,0 +1,296 @@
+"""Where the runs of an experiment execute: beyond the default one-process loop of the runner.
+
+* ``local`` (the default): this process runs the pending runs one after the other
+  (:func:`ctxrank.experiments.runner.run_experiment`).
+* ``ray`` (:class:`RayExecutor`, ``ctxrank experiment SPEC --executor ray [--address ADDR]``, extra
+  ``ctxrank[ray]``): every pending ``(model, seed, fold)`` run is a Ray task asking for ``runs.threads``
+  CPUs, and one GPU when its ``train.device`` is ``cuda`` (or ``auto`` on a cluster with GPUs). The
+  driver (the ``ctxrank experiment`` process) reads each run's data once and puts it in Ray's object
+  store; when re-rankers share the run's LambdaMART initial ranker, one task per ``(seed, fold)``
+  fits it and the re-rankers' tasks take it as an argument, as the local loop shares it. Results come
+  back to the driver, which alone writes the run store: the workers need no shared filesystem and no
+  copy of the data, only ctxrank installed. A task whose worker process or node dies is retried
+  (``max_retries``); an exception raised by a run (e.g. a non-finite loss) is not, since a seeded run
+  would raise it again: the other runs are still collected and stored, then the failures are reported.
+  The store skips finished runs, so an interrupted experiment resumes as with the local executor.
+* shards: ``--shard K/N`` (:func:`ctxrank.experiments.runner.shard_keys`) and ``--shard auto``, which
+  reads a Slurm job array's task id and count (:func:`slurm_shard`).
+* ``torchrun``: an experiment is refused under it (:func:`refuse_data_parallel`): every rank would run
+  every run. torchrun's data parallelism is for one training run (``torchrun ... -m ctxrank train``).
+
+The stored runs (metrics, query ids, summaries, configs) are the same whichever executor ran them;
+only ``seconds`` differ (tests/test_executors.py compares the stores and reports).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.experiments.runner import Unit, _anomaly_unit, _run_one, _SharedInitial, _Source, load_unit
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
+from ctxrank.experiments.store import RunStore
+
+__all__ = ["EXECUTORS", "RayExecutor", "make_executor", "refuse_data_parallel", "slurm_shard"]
+
+EXECUTORS = ("local", "ray")
+
+
+def make_executor(name: str, *, address: str | None = None, max_retries: int = 2) -> RayExecutor | None:
+    """The executor ``name`` for :func:`~ctxrank.experiments.runner.run_experiment` (None = local).
+
+    Raises:
+        ValueError: an unknown name, or ``address`` without ``ray``.
+    """
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}; valid executors: {', '.join(EXECUTORS)}")
+    if name == "local":
+        if address is not None:
+            raise ValueError("--address names a Ray cluster: it applies to --executor ray only")
+        return None
+    if not (isinstance(max_retries, int) and max_retries >= 0):
+        raise ValueError(f"--max-retries must be an integer >= 0, got {max_retries!r}")
+    return RayExecutor(address=address, max_retries=max_retries)
+
+
+# ------------------------------------------------------------------------------------ torchrun
+def refuse_data_parallel(command: str, environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse to run ``ctxrank COMMAND`` as one of several torchrun processes (``WORLD_SIZE`` > 1).
+
+    Raises:
+        ValueError: the message says what to use instead.
+    """
+    try:
+        world = int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world = 1
+    if world <= 1:
+        return
+    raise ValueError(
+        f"`ctxrank {command}` is running as one of {world} torchrun processes (WORLD_SIZE={world}): each "
+        f"would run every run of the experiment ({world} times the work, each line {world} times), so it "
+        "is refused. Start it as one process and spread its runs with `--executor ray [--address ADDR]` "
+        "(a Ray cluster), or with `--shard K/N` (`--shard auto` in a Slurm job array) in processes "
+        "sharing the --out directory. torchrun's data parallelism applies to one training run: "
+        "`torchrun --nproc-per-node N -m ctxrank train ...`"
+    )
+
+
+# --------------------------------------------------------------------------------------- Slurm
+def slurm_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """``(K, N)`` of this Slurm job array task: task ``SLURM_ARRAY_TASK_ID`` of an array of
+    ``SLURM_ARRAY_TASK_COUNT`` tasks numbered ``MIN, MIN+STEP, ..., MAX``, K counted from 1.
+
+    Raises:
+        ValueError: not in a job array, or an array whose task ids are not one range (``--array=1,5,9``).
+    """
+    if "SLURM_ARRAY_TASK_ID" not in environ:
+        where = "a Slurm job" if "SLURM_JOB_ID" in environ else "Slurm"
+        raise ValueError(
+            f"--shard auto reads a Slurm job array's SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT, which "
+            f"are not set: this is not a job array task (outside {where}). Submit the command with "
+            "`sbatch --array=1-N` (see docs/experiments.md), or give --shard K/N"
+        )
+    try:
+        task = int(environ["SLURM_ARRAY_TASK_ID"])
+        low = int(environ.get("SLURM_ARRAY_TASK_MIN", task))
+        high = int(environ.get("SLURM_ARRAY_TASK_MAX", task))
+        step = int(environ.get("SLURM_ARRAY_TASK_STEP", 1))
+        count = int(environ.get("SLURM_ARRAY_TASK_COUNT", (high - low) // step + 1))
+    except ValueError as exc:
+        raise ValueError(f"--shard auto: a SLURM_ARRAY_TASK_* variable is not an integer ({exc})") from None
+    if step < 1 or (high - low) % step or (high - low) // step + 1 != count or (task - low) % step:
+        raise ValueError(
+            f"--shard auto needs a job array whose task ids are one range (--array=MIN-MAX[:STEP]); this "
+            f"one has {count} tasks between {low} and {high} (step {step}) and task id {task}: give "
+            "--shard K/N yourself"
+        )
+    return (task - low) // step + 1, count
+
+
+# ----------------------------------------------------------------------------------------- Ray
+@dataclass(frozen=True)
+class _Fitted:
+    """The run's initial ranker and its training scores, fitted by another task (``_SharedInitial``'s
+    interface, for ``runner._run_one``)."""
+
+    fitted: tuple[Any, np.ndarray] | None
+
+    def get(self) -> tuple[Any, np.ndarray]:
+        assert self.fitted is not None, "a run needs the initial ranker but none was fitted"
+        return self.fitted
+
+
+@functools.cache
+def _code() -> dict[str, Any]:
+    from ctxrank.experiments.provenance import code_version
+
+    return code_version()
+
+
+def _fit_initial(spec: ExperimentSpec, unit: Unit, seed: int) -> tuple[Any, np.ndarray]:
+    """Task: the run's LambdaMART initial ranker (as the local loop fits it)."""
+    return _SharedInitial(spec, unit, seed).get()
+
+
+def _train_run(
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, initial: Any, root: str
+) -> dict[str, Any]:
+    """Task: one ``(model, seed, fold)`` run, the record the store keeps (with the worker's code).
+    ``root``: the experiment directory's path, where a ``[tune]`` study of the run is kept (on the
+    worker's filesystem: with ``[tune]`` on a cluster, give the workers a shared directory)."""
+    t0 = time.perf_counter()
+    record = _run_one(spec, model, seed, fold, unit, _Fitted(initial), Path(root))
+    record["seconds"] = time.perf_counter() - t0
+    record["code"] = _code()
+    return record
+
+
+def _unit_record(spec: ExperimentSpec, unit: Unit, seed: int, initial: Any) -> dict[str, Any]:
+    """Task: the run's unit record (anomaly scores of its test queries)."""
+    return _anomaly_unit(spec, unit, _Fitted(initial), seed)
+
+
+def _needs_initial(spec: ExperimentSpec, model: str, seed: int) -> bool:
+    """Whether ``runner._run_one`` takes the shared initial ranker for this model."""
+    if model == REFERENCE and spec.data.synth and model not in spec.models:
+        return False
+    rerank = spec.run_config(model, seed).rerank
+    return bool(rerank.initial and not rerank.initial_params)
+
+
+def _gpus(spec: ExperimentSpec, model: str, seed: int, cluster_gpus: float) -> int:
+    """GPUs a run's task asks for: 1 for ``train.device = "cuda"`` (or ``"cuda:N"``), and for
+    ``"auto"`` when the cluster has GPUs (Ray hides the GPUs from a task that asks for none); else 0."""
+    if model == REFERENCE and spec.data.synth and model not in spec.models:
+        return 0
+    train = getattr(spec.run_config(model, seed), "train", None)
+    device = str(getattr(train, "device", "cpu"))
+    return int(device.startswith("cuda") or (device == "auto" and cluster_gpus > 0))
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """Runs every pending run as a Ray task (module docstring). ``address``: the cluster to join
+    (None: Ray's default, i.e. ``RAY_ADDRESS`` or a cluster started on this machine, else a new local
+    one); ``max_retries``: retries of a task whose worker died; ``in_flight``: tasks submitted at a
+    time (None: twice the runs the cluster's CPUs hold at once), which bounds the data held in the
+    object store; ``task``: the function of a run's task (tests wrap it)."""
+
+    address: str | None = None
+    max_retries: int = 2
+    in_flight: int | None = None
+    task: Callable[..., dict[str, Any]] = _train_run
+
+    def __call__(self, spec: ExperimentSpec, store: RunStore, *, keys, todo, need_units, bar) -> None:
+        """Run ``todo`` (and the units in ``need_units``) of the runs ``keys``; store each result as it
+        comes back, with the code of the worker that ran it, and count it on ``bar``.
+
+        Raises:
+            ValueError: Ray is not installed, or runs failed (each named; the others are stored).
+        """
+        if not todo and not need_units:  # everything is stored: no cluster needed
+            return
+        try:
+            import ray
+        except ImportError:
+            raise ValueError(
+                "--executor ray needs Ray: pip install 'ctxrank[ray]' (or ray[default]) on the driver "
+                "and on every node of the cluster"
+            ) from None
+        started = not ray.is_initialized()
+        if started:
+            ray.init(**({"address": self.address} if self.address else {"include_dashboard": False}))
+        try:
+            _RayRun(self, spec, store, bar).run(keys, todo, need_units)
+        finally:
+            if started:
+                ray.shutdown()
+
+
+class _RayRun:
+    """The driver's side of one Ray execution: submit, collect, store."""
+
+    def __init__(self, ex: RayExecutor, spec: ExperimentSpec, store: RunStore, bar: Any) -> None:
+        import ray
+
+        self.ray, self.spec, self.store, self.bar = ray, spec, store, bar
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        if cpus < spec.threads:
+            raise ValueError(
+                f"runs.threads = {spec.threads} but the Ray cluster has {cpus} CPUs: no run could start"
+            )
+        self.gpus = float(ray.cluster_resources().get("GPU", 0))
+        self.limit = ex.in_flight or 2 * max(1, cpus // spec.threads)
+        bar.write(
+            f"ray: {cpus} CPUs, {spec.threads} per run ({cpus // spec.threads} runs at a time), "
+            f"up to {self.limit} tasks in flight"
+        )
+        opts = {"num_cpus": spec.threads, "max_retries": ex.max_retries, "retry_exceptions": False}
+        self.initial = ray.remote(_fit_initial).options(**opts)
+        self.train, self.opts = ray.remote(ex.task), opts
+        self.unit = ray.remote(_unit_record).options(**opts)
+        self.pending: dict[Any, tuple[str, int, int, str]] = {}
+        self.failed: list[str] = []
+
+    def run(self, keys: list[tuple[int, int]], todo: list[tuple[int, int, str]], need_units: set) -> None:
+        source = _Source(self.spec)
+        for seed, fold in keys:
+            missing = [m for s, f, m in todo if (s, f) == (seed, fold)]
+            if not missing and (seed, fold) not in need_units:
+                continue
+            if self.failed:  # stop submitting; collect what runs, then report
+                break
+            self.submit(seed, fold, missing, load_unit(self.spec, seed, fold, source), need_units)
+            while len(self.pending) >= self.limit:
+                self.collect()
+        while self.pending:
+            self.collect()
+        if self.failed:
+            raise ValueError(
+                f"{len(self.failed)} run(s) failed (the others are stored; run again to retry): "
+                + "; ".join(self.failed)
+            )
+
+    def submit(self, seed: int, fold: int, missing: list[str], unit: Unit, need_units: set) -> None:
+        spec, ray = self.spec, self.ray
+        unit_ref = ray.put(unit)
+        anomaly = (seed, fold) in need_units
+        shared = anomaly or any(_needs_initial(spec, m, seed) for m in missing)
+        initial = self.initial.remote(spec, unit_ref, seed) if shared else None
+        for m in missing:
+            given = initial if _needs_initial(spec, m, seed) else None
+            task = self.train.options(**self.opts, num_gpus=_gpus(spec, m, seed, self.gpus))
+            run = task.remote(spec, m, seed, fold, unit_ref, given, str(self.store.root))
+            self.pending[run] = ("run", seed, fold, m)
+        if anomaly:
+            self.pending[self.unit.remote(spec, unit_ref, seed, initial)] = ("unit", seed, fold, "")
+        self.bar.set_description(f"ray: {len(self.pending)} tasks in flight")
+
+    def collect(self) -> None:
+        """Wait for one task; store its result (or note its failure)."""
+        (ref,), _ = self.ray.wait(list(self.pending), num_returns=1)
+        kind, seed, fold, model = self.pending.pop(ref)
+        what = f"run {model} seed {seed} fold {fold}" if kind == "run" else f"unit seed {seed} fold {fold}"
+        try:
+            record = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            self.failed.append(f"{what} failed: {cause}")
+            self.bar.write(f"  {what} failed: {cause}")
+            return
+        if kind == "unit":
+            self.store.save_unit(seed, fold, record)
+            return
+        self.store.save_run(record)
+        self.bar.update(1)
+        shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
+        self.bar.write(f"  seed {seed} fold {fold} {model}: {shown} ({record['seconds']:.0f} s)")
+        self.bar.set_description(f"ray: {len(self.pending)} tasks in flight")

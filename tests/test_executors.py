@@ -1,0 +1,196 @@
+"""ctxrank.experiments.executors: the Ray executor (against the local one), ``--shard auto`` (Slurm job
+arrays) and the refusal of ``ctxrank experiment`` under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxrank.cli import main
+from ctxrank.experiments import build_report, load_spec, run_experiment
+from ctxrank.experiments.executors import RayExecutor, _gpus, _train_run, make_executor, slurm_shard
+from ctxrank.experiments.store import RunStore
+
+from .test_experiments import FAST_LM, FAST_NEURAL, _letor_spec
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+QUIET = {"progress": False, "log": lambda _: None}
+
+# re-rankers sharing the run's LambdaMART (one initial-ranker task per run) and the anomaly analysis
+# (one unit task per run): every kind of task of the Ray executor
+MODELS = {
+    "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
+    "listnet": f'model = "listnet"\n{FAST_NEURAL}',
+    "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+}
+EXTRA = """[protocol]
+initial = "lambdamart"
+top_k = 8
+[analysis.anomaly]
+models = ["mnl", "listnet"]
+buckets = 2
+metrics = ["ndcg@1"]
+top = 3"""
+
+
+# ------------------------------------------------------------------------------------ Slurm
+def test_shard_auto_reads_the_slurm_job_array():
+    env = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}
+    assert slurm_shard({**env, "SLURM_ARRAY_TASK_MAX": "3"}) == (4, 4)  # --array=0-3: ids 0..3
+    one = {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "5"}
+    assert slurm_shard(one) == (1, 5)  # --array=1-5, no COUNT (older Slurm): MAX - MIN + 1
+    stepped = {"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_MAX": "6"}
+    assert slurm_shard({**stepped, "SLURM_ARRAY_TASK_STEP": "2", "SLURM_ARRAY_TASK_COUNT": "4"}) == (3, 4)
+    whole = {**env, "SLURM_ARRAY_TASK_MAX": "3"}
+    shards = [slurm_shard({**whole, "SLURM_ARRAY_TASK_ID": str(i)}) for i in range(4)]
+    assert shards == [(1, 4), (2, 4), (3, 4), (4, 4)]  # every task a different shard, all of them
+    with pytest.raises(ValueError, match=r"not a job array task \(outside Slurm"):
+        slurm_shard({})
+    with pytest.raises(ValueError, match="outside a Slurm job"):
+        slurm_shard({"SLURM_JOB_ID": "7"})
+    listed = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "3"}  # --array=1,5,9
+    with pytest.raises(ValueError, match="one range"):
+        slurm_shard({**listed, "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "9"})
+    with pytest.raises(ValueError, match="not an integer"):
+        slurm_shard({"SLURM_ARRAY_TASK_ID": "x"})
+
+
+def test_cli_shard_auto_outside_slurm_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    path = _letor_spec(tmp_path, runs=1)
+    assert main(["experiment", str(path), "--out", str(tmp_path / "o"), "--shard", "auto"]) == 2
+    assert "SLURM_ARRAY_TASK_ID" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "1")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MAX", "2")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    spec = ["experiment", str(path), "--out", str(tmp_path / "o"), "--no-progress", "--set", "runs.count=2"]
+    assert main([*spec, "--shard", "auto"]) == 0  # task 2 of 2: the second run only
+    stored = sorted(p.name for p in (tmp_path / "o" / "runs" / "mnl").iterdir())
+    assert stored == ["seed1-fold0.json"]
+
+
+# --------------------------------------------------------------------------------- torchrun
+def test_experiment_under_torchrun_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    path = _letor_spec(tmp_path, runs=1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["experiment", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "2 torchrun processes" in err and "--executor ray" in err and "--shard" in err
+    assert not (tmp_path / "o").exists()
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 2  # the demo experiment too
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun with one process: nothing repeats
+    assert main(["experiment", str(path), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_refuse_the_experiment(tmp_path):
+    path = _letor_spec(tmp_path, runs=1)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m"]
+    cmd += ["ctxrank", "experiment", str(path), "--out", str(tmp_path / "o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode != 0
+    assert "torchrun processes (WORLD_SIZE=2)" in res.stderr and "--executor ray" in res.stderr
+    assert not (tmp_path / "o").exists()  # no rank ran anything
+
+
+# -------------------------------------------------------------------------------------- Ray
+def test_executor_names_and_options_are_checked():
+    assert make_executor("local") is None
+    assert make_executor("ray", address="head:6379", max_retries=0) == RayExecutor("head:6379", 0)
+    with pytest.raises(ValueError, match="valid executors: local, ray"):
+        make_executor("dask")
+    with pytest.raises(ValueError, match="applies to --executor ray"):
+        make_executor("local", address="head:6379")
+    with pytest.raises(ValueError, match="max-retries"):
+        make_executor("ray", max_retries=-1)
+
+
+def test_a_run_asks_ray_for_a_gpu_when_its_device_is_cuda(tmp_path):
+    over = ["models.listnet.train.device=cuda", "models.mnl.train.device=auto"]
+    spec = load_spec(_letor_spec(tmp_path), over)
+    assert [_gpus(spec, m, 0, cluster_gpus=0) for m in spec.models] == [0, 1, 0]  # lambdamart, listnet, mnl
+    assert [_gpus(spec, m, 0, cluster_gpus=4) for m in spec.models] == [0, 1, 1]  # auto: the cluster's
+
+
+def _dies_once(spec, model, seed, fold, unit, initial, root):
+    """A run whose worker process dies the first time (a lost node, an OOM kill), then runs."""
+    marker = Path(os.environ["CTXRANK_TEST_MARKERS"]) / f"{model}-{seed}-{fold}"
+    if model == "listnet" and seed == 1 and not marker.exists():
+        marker.write_text("died")
+        os._exit(1)
+    return _train_run(spec, model, seed, fold, unit, initial, root)
+
+
+def _raises(spec, model, seed, fold, unit, initial, root):
+    if model == "mnl" and seed == 0:
+        raise RuntimeError("boom")
+    return _train_run(spec, model, seed, fold, unit, initial, root)
+
+
+def _without_volatile(results: dict) -> dict:
+    """results.json without what differs between two executions (time of day, seconds taken)."""
+    return {k: v for k, v in results.items() if k not in ("created", "seconds")}
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    markers = tmp_path_factory.mktemp("markers")
+    os.environ["CTXRANK_TEST_MARKERS"] = str(markers)  # inherited by the workers started below
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    del os.environ["CTXRANK_TEST_MARKERS"]
+
+
+@pytest.mark.slow
+def test_ray_runs_store_the_same_runs_and_report_as_the_local_executor(tmp_path, ray_local):
+    spec = load_spec(_letor_spec(tmp_path, runs=2, extra=EXTRA, models=MODELS))
+    local = run_experiment(spec, tmp_path / "local", **QUIET)
+    expected = build_report(spec, local, tmp_path / "local")
+    # an interrupted experiment: one run and one unit were stored before it stopped
+    (tmp_path / "ray" / "runs" / "mnl").mkdir(parents=True)
+    shutil.copy(local.run_path("mnl", 0, 0), tmp_path / "ray" / "runs" / "mnl")
+    (tmp_path / "ray" / "units").mkdir()
+    shutil.copy(local.unit_path(0, 0), tmp_path / "ray" / "units")
+    lines: list[str] = []
+    ray = run_experiment(spec, tmp_path / "ray", progress=False, log=lines.append, executor=RayExecutor(
+        max_retries=1, task=_dies_once
+    ))  # fmt: skip
+    assert "1 of 6 already stored" in lines[0]
+    assert (Path(os.environ["CTXRANK_TEST_MARKERS"]) / "listnet-1-0").is_file()  # it died, then ran again
+    for m in spec.models:
+        for s, f in spec.run_keys():
+            a, b = local.load_run(m, s, f), ray.load_run(m, s, f)
+            for key in ("metrics", "query_ids", "config", "split", "code"):
+                assert a.get(key) == b.get(key), (m, s, f, key)
+            assert _without_volatile(a["summary"]) == _without_volatile(b["summary"])
+    for s, f in spec.run_keys():
+        assert local.load_unit(s, f) == ray.load_unit(s, f)
+    got = build_report(spec, ray, tmp_path / "ray")
+    assert _without_volatile(got) == _without_volatile(json.loads(json.dumps(expected)))
+    assert (tmp_path / "ray" / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_failing_ray_run_is_reported_and_the_others_are_stored(tmp_path, ray_local, capsys):
+    spec = load_spec(_letor_spec(tmp_path, runs=2, models={k: MODELS[k] for k in ("lambdamart", "mnl")}))
+    with pytest.raises(ValueError, match=r"1 run\(s\) failed .*run mnl seed 0 fold 0 failed: .*boom"):
+        run_experiment(spec, tmp_path / "out", **QUIET, executor=RayExecutor(max_retries=3, task=_raises))
+    store = RunStore(tmp_path / "out")
+    assert [m for m in spec.models for s, f in spec.run_keys() if not store.has_run(m, s, f)] == ["mnl"]
+    # the CLI: the stored runs are kept, the missing one runs again (here with the real task)
+    argv = ["experiment", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "out"), "--no-progress"]
+    argv += ["--executor", "ray"]
+    assert main(argv) == 0
+    assert "3 of 4 already stored" in capsys.readouterr().out and store.has_run("mnl", 0, 0)
