@@ -1,4 +1,4 @@
-"""QILCM: Query-Invariant Listwise Context Model (Zhu, Chen and He, AAAI 2019; seeds 000/001).
+"""QILCM: Query-Invariant Listwise Context Model (Zhu, Chen and He, AAAI 2019).
 
 Shapes: B lists, L items (padded), F input features, D = F + E (E = encoder width, 100), mask (B, L).
 
@@ -45,7 +45,7 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
   h~ is ``[c (.) d_i ; d_i]`` with ``d_i = h_i - c``; eq. 7 is ``[c^2 (.) v ; v]`` with ``v = sum_i a_i
   d_i^2``. The first layer of MLP_rank, ``W = [W1 W2]`` (H x 2D), applied to h-bar of eq. 8 is then
   ``(W1 diag(c / (sigma-bar_1 + eps)) + W2 diag(1 / (sigma-bar_2 + eps))) d_i + b``: one (H x D) matrix
-  per list, applied to the D-wide ``d_i``. The [B, L, 2D] tensors of eq. 5-8 are never built and the
+  per list, applied to the D-wide ``d_i``. The (B, L, 2D) tensors of eq. 5-8 are never built and the
   layer does half the multiply-adds (QILCM's default widths, 136 features: 210k instead of 271k per
   item). Every item MLP runs on the flattened (B*L, .) items.
 * Ablations (Table 3): variant 1 = ``pooling="mean"`` (plain average pooling, unweighted mean and
@@ -150,7 +150,7 @@ class QILCMOutput(NamedTuple):
     scores: torch.Tensor  # (B, L) MLP_rank logits (eq. 9 before the softmax)
     attention: torch.Tensor  # (B, L) a_i of eq. 3 (0 at padding)
     context: torch.Tensor  # (B, D) c of eq. 4
-    normalized: torch.Tensor  # [B, L, 2D] h-bar of eq. 8 (h~ when query_norm is off)
+    normalized: torch.Tensor  # (B, L, 2D) h-bar of eq. 8 (h~ when query_norm is off)
 
 
 def _elu_mlp(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
@@ -207,7 +207,7 @@ class QILCM(Ranker):
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
         c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: (B, D)
-        refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: [B, L, 2D]
+        refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: (B, L, 2D)
         if cfg.query_norm:
             mean = torch.einsum("bl,bld->bd", a, refined)  # eq. 6
             centered = refined - mean.unsqueeze(1)
