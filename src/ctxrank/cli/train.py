@@ -122,6 +122,21 @@ class TrainOptions:
             raise ValueError(f"unknown recorded option(s) {unknown}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names})
 
+    def config_overrides(self) -> list[str]:
+        """``--set`` overrides, then the flags that set run-config keys (``--model``, ``--seed``, ...)."""
+        overrides = list(self.overrides)
+        for key, value in (
+            ("model", self.model),
+            ("loss", self.loss),
+            ("train.seed", self.seed),
+            ("rerank.initial", self.initial),
+            ("rerank.top_k", self.top_k),
+            ("rerank.crossfit", self.crossfit),
+        ):
+            if value is not None:
+                overrides.append(f"{key}={value}")
+        return overrides
+
     def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
         """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
         ``launcher``: the torchrun command (and options) that started the processes of the run."""
@@ -208,18 +223,7 @@ def train(
 def _resolved_config(options: TrainOptions) -> Any:
     from ctxrank.config import resolve_config
 
-    overrides = list(options.overrides)
-    for key, value in (
-        ("model", options.model),
-        ("loss", options.loss),
-        ("train.seed", options.seed),
-        ("rerank.initial", options.initial),
-        ("rerank.top_k", options.top_k),
-        ("rerank.crossfit", options.crossfit),
-    ):
-        if value is not None:
-            overrides.append(f"{key}={value}")
-    return resolve_config(options.config, overrides)
+    return resolve_config(options.config, options.config_overrides())
 
 
 def _read_run_record(directory: Path) -> dict[str, Any]:

@@ -102,17 +102,7 @@ def _base_config(options: TrainOptions) -> dict[str, Any]:
     """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated."""
     from ctxrank.config import apply_overrides, load_toml
 
-    overrides = list(options.overrides)
-    for key, value in (
-        ("model", options.model),
-        ("loss", options.loss),
-        ("train.seed", options.seed),
-        ("rerank.initial", options.initial),
-        ("rerank.top_k", options.top_k),
-        ("rerank.crossfit", options.crossfit),
-    ):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = options.config_overrides()
     d = apply_overrides(load_toml(options.config) if options.config is not None else {}, overrides)
     if "model" not in d:
         raise ValueError("give --model NAME (or a --config file that names its model)")
