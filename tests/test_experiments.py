@@ -675,3 +675,12 @@ def test_an_experiment_on_a_choice_dataset_splits_by_person_and_reports_choice_m
     assert set(rec["metrics"]) == {"p@1", "recall@3", "mrr", "loglik"}
     report = build_report(spec, store)
     assert "corrected" in json.dumps(report, default=str)
+
+
+def test_a_spec_with_one_model_is_refused_before_any_run(tmp_path, capsys):
+    """A report compares a target with baselines: one model alone used to run every run, then crash
+    in build_report (max() of an empty sequence)."""
+    path = _letor_spec(tmp_path, runs=1, models={"mnl": f'model = "mnl"\n{FAST_NEURAL}'})
+    assert main(["experiment", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "compares the target 'mnl' with at least one other model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

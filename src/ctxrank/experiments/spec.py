@@ -599,6 +599,13 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
     unknown = [b for b in baselines if b not in models or b == target]
     if unknown:
         raise _fail("report", f"baselines {unknown} must be models other than the target {target!r}")
+    if not baselines:
+        raise _fail(
+            "report",
+            f"the report compares the target {target!r} with at least one other model, and the spec has "
+            f"only {models}: add a model (e.g. [models.lambdamart] model = \"lambdamart\"), or train one "
+            "model with `ctxrank train`",
+        )
     test = d.get("test", DEFAULT_TEST[protocol])
     try:
         check_test(test)
