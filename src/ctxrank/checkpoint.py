@@ -107,6 +107,15 @@ def save_checkpoint(
         "training": summary or {},
         "rerank": rerank,
     }
+    _write_meta(directory, meta, config, extra)
+    return directory
+
+
+def _write_meta(
+    directory: Path, meta: dict[str, Any], config: RunConfig, extra: dict[str, Any] | None
+) -> None:
+    """``ctxrank.json`` (``meta`` plus ``extra``, which may not replace a standard entry) and
+    ``config.toml`` (the resolved run config), both written atomically."""
     if extra:
         clash = sorted(set(extra) & set(meta))
         if clash:
@@ -114,7 +123,6 @@ def save_checkpoint(
         meta.update(extra)
     write_json(directory / META_FILE, meta)
     atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
-    return directory
 
 
 def save_ensemble(
@@ -143,13 +151,7 @@ def save_ensemble(
         "run_config": config.to_dict(),
         "training": summary,
     }
-    if extra:
-        clash = sorted(set(extra) & set(meta))
-        if clash:
-            raise ValueError(f"extra metadata may not replace the standard entries {clash}")
-        meta.update(extra)
-    write_json(directory / META_FILE, meta)
-    atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(to_toml(config.to_dict())))
+    _write_meta(directory, meta, config, extra)
     return directory
 
 
