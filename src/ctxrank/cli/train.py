@@ -213,7 +213,9 @@ def train(
                 "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
                 "lightgbm.dask; see docs/training.md)"
             )
-        return replace(run, main=ctx.is_main).execute()
+        result = replace(run, main=ctx.is_main).execute()
+        ctx.barrier()  # a rank that tears its gloo group down while another still works aborts (SIGABRT)
+        return result
     finally:
         import torch.distributed
 
