@@ -528,6 +528,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     ),
     "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 25 --storage sqlite:///runs/studies.db "
     "--study-name qilcm-f1 --out runs/tune-q": Run(TUNE),
+    # --address local: a new Ray instance on this machine, in place of the cluster's HEAD:6379
+    "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 64 --set train.threads=2 --executor ray "
+    "--address HEAD:6379 --out runs/tune-qilcm-ray": Run(
+        (*TUNE, "--set", "train.threads=1", "--address", "local")
+    ),
     "torchrun --standalone --nproc-per-node 4 -m ctxrank train --model qilcm --dataset mq2008 "
     "--out run": Elsewhere(
         "tests/test_distributed.py::test_torchrun_two_gloo_processes_match_one_process_with_the_same_global_batch"

@@ -13,11 +13,15 @@ from pathlib import Path
 import pytest
 
 from ctxrank.cli import main
+from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, load_spec, run_experiment
 from ctxrank.experiments.executors import RayExecutor, _gpus, _train_run, make_executor, slurm_shard
 from ctxrank.experiments.store import RunStore
 
+from .conftest import make_ranking_data
 from .test_experiments import FAST_LM, FAST_NEURAL, _letor_spec
+from .test_tune import _study
+from .test_tune import run as run_cli
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 QUIET = {"progress": False, "log": lambda _: None}
@@ -194,3 +198,83 @@ def test_a_failing_ray_run_is_reported_and_the_others_are_stored(tmp_path, ray_l
     argv += ["--executor", "ray"]
     assert main(argv) == 0
     assert "3 of 4 already stored" in capsys.readouterr().out and store.has_run("mnl", 0, 0)
+
+
+# ----------------------------------------------------------------------------- tuning trials on Ray
+TUNE_BASE = {"model": "listnet", "train": {"max_epochs": 3, "threads": 1}}
+
+
+def _trials(study) -> list[tuple]:
+    return [
+        (t.number, t.state.name, t.params, t.value, t.intermediate_values, t.user_attrs.get("summary"))
+        for t in sorted(study.trials, key=lambda t: t.number)
+    ]
+
+
+@pytest.mark.slow
+def test_ray_trials_are_the_local_study_s_trials(tmp_path, ray_local):
+    from ctxrank.tune import tune
+
+    train, valid = make_ranking_data(30, seed=0), make_ranking_data(15, seed=1)
+    local = tune(TUNE_BASE, train, valid, out=tmp_path / "local", trials=3)
+    lines: list[str] = []
+    one_at_a_time = RayExecutor(in_flight=1)  # the sampler then sees what it saw in the local loop
+    ray = tune(
+        TUNE_BASE, train, valid, out=tmp_path / "ray", trials=3, executor=one_at_a_time, log=lines.append
+    )
+    summaries = [{k: v for k, v in s[5].items() if k != "seconds"} for s in _trials(ray.study)]
+    assert [s[:5] for s in _trials(ray.study)] == [s[:5] for s in _trials(local.study)]
+    assert summaries == [{k: v for k, v in s[5].items() if k != "seconds"} for s in _trials(local.study)]
+    assert all(len(t.intermediate_values) == 3 for t in ray.study.trials)  # reported by the actor, per epoch
+    assert [line.split(":")[0] for line in lines] == ["trial 0", "trial 1", "trial 2"]
+    assert (tmp_path / "ray" / "best.toml").read_text() == (tmp_path / "local" / "best.toml").read_text()
+
+
+@pytest.mark.slow
+def test_cli_tune_on_ray_runs_trials_side_by_side_and_continues_the_study(tmp_path, ray_local):
+    for name, seed in (("train", 0), ("vali", 1)):
+        write_synthetic_letor(tmp_path / f"{name}.txt", n_queries=30, list_size=8, n_features=5, seed=seed)
+    argv = ["tune", "--model", "listnet", "--train", str(tmp_path / "train.txt"), "--valid"]
+    argv += [str(tmp_path / "vali.txt"), "--set", "train.max_epochs=2", "--set", "train.threads=1"]
+    argv += ["--executor", "ray", "--out", str(tmp_path / "t"), "--no-progress"]
+    rc, out, err = run_cli(*argv, "--trials", "4")
+    assert rc == 0, err
+    study = _study(tmp_path / "t")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    starts = sorted(study.trials, key=lambda t: t.datetime_start)
+    assert starts[1].datetime_start < starts[0].datetime_complete  # two CPUs: two trials in flight
+    assert (tmp_path / "t" / "best.toml").is_file() and "best: trial" in out
+    rc, out, err = run_cli(*argv, "--trials", "1")
+    assert rc == 0, err
+    assert len(_study(tmp_path / "t").trials) == 5
+
+
+class _AlwaysPrune:
+    def should_prune(self, trial_id, epoch, value):
+        return True
+
+
+def test_a_ray_trial_stops_when_the_reporter_prunes_it(ray_local):
+    from ctxrank.config import RunConfig
+    from ctxrank.experiments.executors import _tune_trial
+    from ctxrank.tune import _Job, search_space
+
+    job = _Job(TUNE_BASE, search_space(TUNE_BASE), make_ranking_data(20), make_ranking_data(10, seed=1), True)
+    config = RunConfig.from_dict(TUNE_BASE).to_dict()
+    reporter = ray_local.remote(_AlwaysPrune).remote()
+    assert _tune_trial(job, config, 0, reporter) == {"state": "pruned"}
+    job.prune = False
+    assert _tune_trial(job, config, 0, reporter)["state"] == "complete"
+
+
+def test_tune_executor_options_are_checked(tmp_path):
+    from ctxrank.cli.tune import SearchOptions
+
+    with pytest.raises(ValueError, match="valid executors: local, ray"):
+        SearchOptions(executor="dask")
+    with pytest.raises(ValueError, match="applies to --executor ray"):
+        SearchOptions(address="head:6379")
+    rc = main(
+        ["tune", "--model", "listnet", "--dataset", "mq2008", "--executor", "dask", "--out", str(tmp_path)]
+    )
+    assert rc == 2

@@ -75,7 +75,9 @@ __all__ = [
     "SearchSpace",
     "TuneResult",
     "finished_trials",
+    "make_pruner",
     "open_study",
+    "rdb_storage",
     "search_space",
     "tune",
     "validation_metric",
@@ -286,36 +288,47 @@ def _lock(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def make_pruner(prune: bool) -> optuna.pruners.BasePruner:
+    """``MedianPruner`` (5 start-up trials, 2 warm-up epochs) when ``prune``, else none."""
+    if prune:
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
+    return optuna.pruners.NopPruner()
+
+
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """The storage at ``url``: SQLite waits up to 2 minutes for a lock held by another process; a trial
+    whose process was killed is failed after 2 minutes without a heartbeat, and run again once.
+
+    Raises:
+        ValueError: a bad URL, a missing database driver, an unreachable server.
+    """
+    engine: dict[str, Any] = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine,
+                heartbeat_interval=30,
+                grace_period=120,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except Exception as exc:
+            raise ValueError(f"storage {mask_url(url)}: {type(exc).__name__}: {exc}") from None
+
+
 def open_study(
     out: str | Path, *, storage: str | None, study_name: str, seed: int, prune: bool
 ) -> optuna.Study:
     """Create the study ``study_name`` in ``storage`` (default ``OUT/study.db``), or load it."""
     url = storage_url(out, storage)
-    engine: dict[str, Any] = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner = (
-        optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
-        if prune
-        else optuna.pruners.NopPruner()
-    )
-    with _lock(Path(out)), warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat
-        try:
-            rdb = optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine,
-                # a trial of a killed process is failed after 2 minutes without a heartbeat, and run again
-                heartbeat_interval=30,
-                grace_period=120,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
-            )
-        except Exception as exc:  # a bad URL, a missing database driver, an unreachable server
-            raise ValueError(f"storage {mask_url(url)}: {type(exc).__name__}: {exc}") from None
+    with _lock(Path(out)):
         return optuna.create_study(
-            storage=rdb,
+            storage=rdb_storage(url),
             study_name=study_name,
             sampler=TrialSeededTPE(seed),
-            pruner=pruner,
+            pruner=make_pruner(prune),
             direction="maximize",
             load_if_exists=True,
         )
@@ -400,31 +413,53 @@ class _Job:
             kw["train_initial_scores"] = self.train_initial_scores
         return kw
 
-    def objective(self, trial: optuna.Trial) -> float:
+    def config_for(self, trial: optuna.Trial) -> RunConfig:
+        """The run config ``trial`` suggests (recorded in the trial's ``config`` attribute)."""
         config = RunConfig.from_dict(trial_config(trial, self.base, self.space))
         trial.set_user_attr("config", json.loads(dumps(config.to_dict())))
+        return config
+
+    def score(
+        self, config: RunConfig, should_prune: Callable[[int, float], bool] | None
+    ) -> tuple[float, dict[str, Any]]:
+        """Train ``config``; its validation metric and summary. ``should_prune(epoch, value)`` is asked
+        after every epoch with a finite validation metric (None: never pruned).
+
+        Raises:
+            optuna.TrialPruned: ``should_prune`` said so.
+            NonFiniteLossError: the loss became NaN or infinite.
+        """
 
         def report(epoch: int, value: float) -> None:
-            if np.isfinite(value):
-                trial.report(value, epoch)
-                if trial.should_prune():
-                    raise optuna.TrialPruned(f"valid {config.train.metric} {value:.4f} at epoch {epoch}")
+            if np.isfinite(value) and should_prune is not None and should_prune(epoch, value):
+                raise optuna.TrialPruned(f"valid {config.train.metric} {value:.4f} at epoch {epoch}")
+
+        result = run_training(
+            config,
+            self.train,
+            self.valid,
+            None,  # the test split never enters a trial
+            progress=False,
+            on_epoch=report if self.prune else None,
+            **self.initial_kw(config),
+        )
+        summary = {k: result.summary[k] for k in SUMMARY_KEYS if k in result.summary}
+        return validation_metric(result.predictor, self.valid, config), summary
+
+    def objective(self, trial: optuna.Trial) -> float:
+        """Optuna's objective in this process (``study.optimize``)."""
+
+        def should_prune(epoch: int, value: float) -> bool:
+            trial.report(value, epoch)
+            return trial.should_prune()
 
         try:
-            result = run_training(
-                config,
-                self.train,
-                self.valid,
-                None,  # the test split never enters a trial
-                progress=False,
-                on_epoch=report if self.prune else None,
-                **self.initial_kw(config),
-            )
+            value, summary = self.score(self.config_for(trial), should_prune)
         except NonFiniteLossError as exc:
             trial.set_user_attr("error", str(exc))
             raise
-        trial.set_user_attr("summary", {k: result.summary[k] for k in SUMMARY_KEYS if k in result.summary})
-        return validation_metric(result.predictor, self.valid, config)
+        trial.set_user_attr("summary", summary)
+        return value
 
 
 def tune(
@@ -444,6 +479,7 @@ def tune(
     log: Callable[[str], None] | None = None,
     initial: Any = None,
     train_initial_scores: np.ndarray | None = None,
+    executor: Any = None,
 ) -> TuneResult:
     """Search configurations of the run config ``base`` (a dict as TOML gives it) on ``train`` /
     ``valid``; write the study's report to ``out`` (:func:`write_report`).
@@ -459,6 +495,9 @@ def tune(
         describe: what the data are, for the report (e.g. ``"mq2008 fold 1"``).
         initial, train_initial_scores: a fitted initial ranker (and its training scores) shared by
             re-ranking trials, as :func:`ctxrank.training.run.run_training` takes them.
+        executor: where the trials run: None, this process (``study.optimize``); an object with
+            ``run_trials(job, study, trials=, timeout=, callback=, storage=)``, e.g.
+            :class:`ctxrank.experiments.executors.RayExecutor` (each trial a Ray task).
     """
     say = log or (lambda _: None)
     base = json.loads(json.dumps(base))
@@ -481,13 +520,14 @@ def tune(
     job = _Job(base, space, train, valid, prune, initial, train_initial_scores)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
-    if n:
+    progress = _progress(say, config.train.metric)
+    if n and executor is not None:
+        executor.run_trials(
+            job, study, trials=n, timeout=timeout, callback=progress, storage=storage_url(out, storage)
+        )
+    elif n:
         study.optimize(
-            job.objective,
-            n_trials=n,
-            timeout=timeout,
-            catch=(NonFiniteLossError,),
-            callbacks=[_progress(say, config.train.metric)],
+            job.objective, n_trials=n, timeout=timeout, catch=(NonFiniteLossError,), callbacks=[progress]
         )
     ran = len(study.get_trials(deepcopy=False)) - before
     result = TuneResult(study, None, space, ran, time.perf_counter() - t0)

@@ -108,6 +108,32 @@ def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bo
     p.add_argument(*flags, dest="data_root", metavar="DIR", help=help)
 
 
+def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, threads: str) -> None:
+    """``--executor``, ``--address``, ``--max-retries`` (:mod:`ctxrank.experiments.executors`): where
+    each ``unit`` (a run, a trial) executes; ``local`` says what the default does, ``threads`` which
+    key sets the CPUs of a Ray task."""
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help=f"local (default): {local}; ray: each {unit} is a Ray task with {threads} CPUs, its result "
+        "recorded by this process (needs ctxrank[ray])",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster "
+        "started on this machine, else a new local one)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help=f"Ray: retries of a {unit} whose worker process or node died (default 2)",
+    )
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     """``--no-progress``."""
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxrank.cli._options import add_json, add_overrides, add_progress, out, positive_int, print_json, table
+from ctxrank.cli._options import (
+    add_executor_options,
+    add_json,
+    add_overrides,
+    add_progress,
+    out,
+    positive_int,
+    print_json,
+    table,
+)
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 
@@ -295,26 +304,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "with the same --out; the report covers the runs stored so far (rebuild it with --report-only). "
         "auto: this Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
     )
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local (default): run the runs here, one after the other; ray: each run is a Ray task "
-        "with runs.threads CPUs, results stored by this process (needs ctxrank[ray])",
-    )
-    p.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster "
-        "started on this machine, else a new local one)",
-    )
-    p.add_argument(
-        "--max-retries",
-        type=int,
-        default=2,
-        metavar="N",
-        help="Ray: retries of a run whose worker process or node died (default 2)",
-    )
+    add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument(
         "--overwrite",

@@ -16,6 +16,7 @@ from typing import Any
 
 from ctxrank.cli._options import (
     add_dataset_options,
+    add_executor_options,
     add_overrides,
     add_progress,
     add_table_options,
@@ -34,13 +35,18 @@ class SearchOptions:
     """How the search runs. ``trials``: trials this process runs (several processes may share one
     study); ``storage``: a database URL (None: ``OUT/study.db``); ``study_name`` None: the model's name;
     ``timeout``: seconds after which no new trial starts (None: no limit); ``prune``: stop unpromising
-    trials early on their per-epoch validation metric."""
+    trials early on their per-epoch validation metric; ``executor`` ``"ray"``: each trial is a Ray task
+    on the cluster at ``address`` (``max_retries``: of a trial whose worker died), as many at a time as
+    the cluster's CPUs hold ``train.threads`` each."""
 
     trials: int = 20
     storage: str | None = None
     study_name: str | None = None
     timeout: float | None = None
     prune: bool = True
+    executor: str = "local"
+    address: str | None = None
+    max_retries: int = 2
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
@@ -49,6 +55,9 @@ class SearchOptions:
             raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.study_name is not None and not self.study_name.strip():
             raise ValueError("--study-name must not be empty")
+        from ctxrank.experiments.executors import make_executor
+
+        make_executor(self.executor, address=self.address, max_retries=self.max_retries)  # checks them
         if self.storage is not None and "://" not in self.storage:
             raise ValueError(
                 "--storage must be a database URL Optuna accepts (sqlite:///FILE, postgresql://USER@HOST/DB, "
@@ -63,6 +72,7 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
     except ImportError as exc:
         raise ValueError(str(exc)) from None
     from ctxrank.config import RunConfig
+    from ctxrank.experiments.executors import make_executor
 
     if options.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
@@ -93,6 +103,7 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
         prune=search.prune,
         describe=what,
         log=out if progress else None,
+        executor=make_executor(search.executor, address=search.address, max_retries=search.max_retries),
     )
     _report(result, where, options, config.train.metric)
     return 0
@@ -223,6 +234,7 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--timeout", type=_seconds, metavar="SECONDS", help="start no trial after this many seconds"
     )
     p.add_argument("--no-prune", action="store_true", help="train every trial to its end (no pruning)")
+    add_executor_options(p, "trial", "the trials here, one after the other", "train.threads")
     p.add_argument(
         "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
     )
@@ -253,6 +265,13 @@ def _run_tune(a: argparse.Namespace) -> int:
     given = {**vars(a), "overrides": tuple(a.overrides)}
     options = TrainOptions(**{name: given[name] for name in FLAGS if name in given})
     search = SearchOptions(
-        trials=a.trials, storage=a.storage, study_name=a.study_name, timeout=a.timeout, prune=not a.no_prune
+        trials=a.trials,
+        storage=a.storage,
+        study_name=a.study_name,
+        timeout=a.timeout,
+        prune=not a.no_prune,
+        executor=a.executor,
+        address=a.address,
+        max_retries=a.max_retries,
     )
     return tune(options, search, out_dir=a.out, progress=not a.no_progress)

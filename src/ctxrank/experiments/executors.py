@@ -1,4 +1,5 @@
-"""Where the runs of an experiment execute: beyond the default one-process loop of the runner.
+"""Where the runs of an experiment, and the trials of a tuning study, execute: beyond the default
+one-process loops of the runner and of ``study.optimize``.
 
 * ``local`` (the default): this process runs the pending runs one after the other
   (:func:`ctxrank.experiments.runner.run_experiment`).
@@ -13,6 +14,14 @@
   (``max_retries``); an exception raised by a run (e.g. a non-finite loss) is not, since a seeded run
   would raise it again: the other runs are still collected and stored, then the failures are reported.
   The store skips finished runs, so an interrupted experiment resumes as with the local executor.
+* ``ray`` for a study (:meth:`RayExecutor.run_trials`, ``ctxrank tune ... --executor ray``): the driver
+  asks the Optuna study for each trial's configuration and submits it as a Ray task asking for
+  ``train.threads`` CPUs, as many at a time as the cluster's CPUs hold; the training data go to the
+  object store once. A worker reports each epoch's validation metric to an actor on the driver's node,
+  which records it in the study and answers whether the pruner stops the trial; the driver tells the
+  study each result. The storage is opened only on the driver's node (an SQLite file works), and the
+  driver records heartbeats for its running trials, so a killed driver's trials are failed after the
+  grace period and run again, as with ``study.optimize``.
 * shards: ``--shard K/N`` (:func:`ctxrank.experiments.runner.shard_keys`) and ``--shard auto``, which
   reads a Slurm job array's task id and count (:func:`slurm_shard`).
 * ``torchrun``: an experiment is refused under it (:func:`refuse_data_parallel`): every rank would run
@@ -24,10 +33,12 @@ only ``seconds`` differ (tests/test_executors.py compares the stores and reports
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,8 +182,12 @@ def _gpus(spec: ExperimentSpec, model: str, seed: int, cluster_gpus: float) -> i
     ``"auto"`` when the cluster has GPUs (Ray hides the GPUs from a task that asks for none); else 0."""
     if model == REFERENCE and spec.data.synth and model not in spec.models:
         return 0
-    train = getattr(spec.run_config(model, seed), "train", None)
-    device = str(getattr(train, "device", "cpu"))
+    return _device_gpus(spec.run_config(model, seed), cluster_gpus)
+
+
+def _device_gpus(config: Any, cluster_gpus: float) -> int:
+    """GPUs a task training ``config`` asks for (a baseline's config has no ``train.device``)."""
+    device = str(getattr(getattr(config, "train", None), "device", "cpu"))
     return int(device.startswith("cuda") or (device == "auto" and cluster_gpus > 0))
 
 
@@ -198,6 +213,25 @@ class RayExecutor:
         """
         if not todo and not need_units:  # everything is stored: no cluster needed
             return
+        with self._cluster():
+            _RayRun(self, spec, store, bar).run(keys, todo, need_units)
+
+    def run_trials(self, job: Any, study: Any, *, trials: int, timeout: float | None, callback, storage: str):
+        """Run ``trials`` trials of the Optuna ``study`` (a :func:`ctxrank.tune.tune` job), each a Ray
+        task; the driver asks the study for each trial's configuration and tells it the result, and
+        ``callback(study, frozen_trial)`` follows each. ``storage``: the study's URL, which the pruning
+        reporter (an actor on this node) opens; ``timeout``: seconds after which no trial starts.
+
+        Raises:
+            ValueError: Ray is not installed, or trials failed other than by a non-finite loss (each
+                named; the other results are told to the study).
+        """
+        with self._cluster():
+            _RayTrials(self, job, study, storage).run(trials, timeout, callback)
+
+    @contextlib.contextmanager
+    def _cluster(self) -> Iterator[None]:
+        """Ray started (or joined at ``address``) for the block, unless it already runs here."""
         try:
             import ray
         except ImportError:
@@ -209,7 +243,7 @@ class RayExecutor:
         if started:
             ray.init(**({"address": self.address} if self.address else {"include_dashboard": False}))
         try:
-            _RayRun(self, spec, store, bar).run(keys, todo, need_units)
+            yield
         finally:
             if started:
                 ray.shutdown()
@@ -294,3 +328,146 @@ class _RayRun:
         shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
         self.bar.write(f"  seed {seed} fold {fold} {model}: {shown} ({record['seconds']:.0f} s)")
         self.bar.set_description(f"ray: {len(self.pending)} tasks in flight")
+
+
+# --------------------------------------------------------------------------------- tuning trials
+class _TrialReporter:
+    """Ray actor on the driver's node: records a trial's per-epoch validation metric in the study and
+    says whether the study's pruner stops it (the workers need no access to the storage)."""
+
+    def __init__(self, storage: str, study_name: str, prune: bool) -> None:
+        import optuna
+
+        from ctxrank.tune import make_pruner, rdb_storage
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.load_study(
+            study_name=study_name, storage=rdb_storage(storage), pruner=make_pruner(prune)
+        )
+
+    def should_prune(self, trial_id: int, epoch: int, value: float) -> bool:
+        import optuna
+
+        trial = optuna.Trial(self.study, trial_id)
+        trial.report(value, epoch)
+        return trial.should_prune()
+
+
+def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) -> dict[str, Any]:
+    """Task: train one trial's configuration (``ctxrank.tune._Job.score``); its outcome."""
+    import optuna
+    import ray
+
+    from ctxrank.config import RunConfig
+    from ctxrank.training.loop import NonFiniteLossError
+
+    def should_prune(epoch: int, value: float) -> bool:
+        return ray.get(reporter.should_prune.remote(trial_id, epoch, value))
+
+    try:
+        value, summary = job.score(RunConfig.from_dict(config), should_prune)
+    except optuna.TrialPruned:
+        return {"state": "pruned"}
+    except NonFiniteLossError as exc:
+        return {"state": "error", "error": str(exc)}
+    return {"state": "complete", "value": value, "summary": summary}
+
+
+class _RayTrials:
+    """The driver's side of a study on Ray: ask, submit, wait, tell."""
+
+    #: seconds between the heartbeats the driver records for its running trials (the storage fails a
+    #: trial without one for its grace period, so a killed driver's trials are run again)
+    HEARTBEAT = 20.0
+
+    def __init__(self, ex: RayExecutor, job: Any, study: Any, storage: str) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ctxrank.config import RunConfig
+
+        self.ray, self.job, self.study = ray, job, study
+        base = RunConfig.from_dict(job.base)
+        threads = getattr(base.train, "threads", None) or 1
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        if cpus < threads:
+            raise ValueError(
+                f"train.threads = {threads} but the Ray cluster has {cpus} CPUs: no trial could start"
+            )
+        self.slots = ex.in_flight or max(1, cpus // threads)
+        job.initial_kw(base)  # a shared initial ranker is fitted once, here, and shipped with the job
+        self.job_ref = ray.put(job)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.reporter = (
+            ray.remote(_TrialReporter)
+            .options(num_cpus=0, scheduling_strategy=here)
+            .remote(storage, study.study_name, job.prune)
+        )
+        gpus = _device_gpus(base, float(ray.cluster_resources().get("GPU", 0)))
+        self.task = ray.remote(_tune_trial).options(
+            num_cpus=threads, num_gpus=gpus, max_retries=ex.max_retries, retry_exceptions=False
+        )
+        self.pending: dict[Any, Any] = {}
+        self.failed: list[str] = []
+
+    def run(self, trials: int, timeout: float | None, callback) -> None:
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)  # a killed driver's trials: failed, run again
+        t0, started, beat = time.monotonic(), 0, time.monotonic()
+        while True:
+            while (
+                started < trials
+                and len(self.pending) < self.slots
+                and not self.failed
+                and (timeout is None or time.monotonic() - t0 < timeout)
+            ):
+                with warnings.catch_warnings():  # "heartbeat ... with Study.optimize": recorded here
+                    warnings.simplefilter("ignore", UserWarning)
+                    trial = self.study.ask()
+                config = self.job.config_for(trial)
+                ref = self.task.remote(self.job_ref, config.to_dict(), trial._trial_id, self.reporter)
+                self.pending[ref] = trial
+                self.heartbeat([trial])
+                started += 1
+            if not self.pending:
+                break
+            done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=self.HEARTBEAT)
+            for ref in done:
+                callback(self.study, self.tell(self.pending.pop(ref), ref))
+            if time.monotonic() - beat >= self.HEARTBEAT:
+                self.heartbeat(list(self.pending.values()))
+                beat = time.monotonic()
+        if self.failed:
+            raise ValueError(
+                f"{len(self.failed)} trial(s) failed (their results are in the study as failed trials; "
+                "run again to go on): " + "; ".join(self.failed)
+            )
+
+    def heartbeat(self, trials: list[Any]) -> None:
+        """Record that ``trials`` still run (what ``study.optimize``'s heartbeat thread does)."""
+        storage = self.study._storage  # Optuna keeps no public handle; RDBStorage records heartbeats
+        if hasattr(storage, "record_heartbeat"):
+            for trial in trials:
+                storage.record_heartbeat(trial._trial_id)
+
+    def tell(self, trial: Any, ref: Any) -> Any:
+        """Tell the study the outcome of ``trial``'s task ``ref``; the frozen trial."""
+        import optuna
+
+        state = optuna.trial.TrialState
+        try:
+            outcome = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            self.failed.append(f"trial {trial.number}: {cause}")
+            return self.study.tell(trial, state=state.FAIL)
+        if outcome["state"] == "pruned":
+            return self.study.tell(trial, state=state.PRUNED)
+        if outcome["state"] == "error":
+            trial.set_user_attr("error", outcome["error"])
+            return self.study.tell(trial, state=state.FAIL)
+        trial.set_user_attr("summary", outcome["summary"])
+        return self.study.tell(trial, outcome["value"])
