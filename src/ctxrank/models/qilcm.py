@@ -107,8 +107,7 @@ class QILCMConfig:
         "model_params.rank_hidden": ("choice", ((128,), (256, 128), (512, 256))),
         "model_params.confusion_weight": ("log", 1e-6, 1e-2),  # lambda of eq. 10
         "model_params.confusion_form": ("choice", ("sum", "mean")),
-        # TODO(issue 19): the Chamfer direction, once QILCMConfig has it (branch fidelity):
-        # "model_params.confusion_direction": ("choice", ("two-sided", "one-sided")),
+        "model_params.confusion_direction": ("choice", ("two-sided", "one-sided")),
     }
 
     encoder_width: int = 100
