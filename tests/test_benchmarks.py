@@ -130,3 +130,19 @@ def test_startup(tmp_path):
     for r in results.values():
         assert r["n"] == 3 and r["median_s"] > 0
     assert set(blob["within_target"]) == {"python -m ctxrank --version", "python -m ctxrank --help"}
+
+
+def test_chamfer_pairs_study_runs_and_its_pooled_decision_reads_its_json(tmp_path):
+    """benchmarks/chamfer_pairs.py (a quality study, not a speed benchmark) at one epoch per training."""
+    env = {**os.environ, "PYTHONPATH": str(Path(ctxrank.__file__).resolve().parents[1])}
+    out = tmp_path / "f1.json"
+    cmd = [sys.executable, str(BENCH / "chamfer_pairs.py"), "--max-epochs", "1", "--pairs", "80"]
+    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blob = json.loads(out.read_text())
+    runs = blob["folds"]["1"]["runs"]
+    assert [r["pairs"] for r in runs] == ["exact", 80] and len(runs[1]["valid"]) == 157  # Fold1 validation
+    assert "pooled over folds 1 (157 validation queries): pairs 80: diff" in proc.stdout
+    again = subprocess.run([*cmd, "--pooled", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[-1] == proc.stdout.splitlines()[-1]  # the same decision from the JSON

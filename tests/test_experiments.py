@@ -88,6 +88,7 @@ def test_every_builtin_spec_loads_and_builds_its_run_configs():
         "arsm-table2-3",
         "choice",
         "dcm-crossfit",
+        "qilcm-tuned",
     } <= set(names)
     for name in names:
         spec = load_spec(name)
