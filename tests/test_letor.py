@@ -428,7 +428,10 @@ def test_corrupt_or_hostile_cache_is_never_trusted(tmp_path, damage):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         d = read_letor(p, cache_dir=tmp_path / "c")
-    assert any("ignoring cache" in str(w.message) for w in caught)
+    from ctxrank.data.cache import CacheWarning
+
+    # a ctxrank warning: the CLI prints it as one line, "ctxrank: warning: ignoring cache ..."
+    assert any("ignoring cache" in str(w.message) and w.category is CacheWarning for w in caught)
     np.testing.assert_array_equal(d.features, good.features)
     assert not marker.exists()
 

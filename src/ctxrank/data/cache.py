@@ -29,6 +29,11 @@ HEAD_BYTES = 1 << 20
 _ARRAYS = ("features", "labels", "query_ids", "query_offsets", "docids")
 
 
+
+class CacheWarning(UserWarning):
+    """A cache entry was ignored (stale, unreadable) or could not be written; the file is parsed anyway
+    (the CLI prints it as one line: ``ctxrank: warning: ...``)."""
+
 def default_cache_dir() -> Path:
     """``$CTXRANK_CACHE_DIR``, else ``$XDG_CACHE_HOME/ctxrank``, else ``~/.cache/ctxrank``."""
     env = os.environ.get("CTXRANK_CACHE_DIR")
@@ -76,12 +81,12 @@ def cached_parse(
         data, why = _load(entry, key)
         if data is not None:
             return replace(data, source=str(path))  # the path as the caller spelled it this time
-        warnings.warn(f"ignoring cache {entry} for {path}: {why}; re-parsing", stacklevel=3)
+        warnings.warn(f"ignoring cache {entry} for {path}: {why}; re-parsing", CacheWarning, stacklevel=3)
     data = parse()
     try:
         _store(entry, key, data)
     except OSError as exc:
-        warnings.warn(f"could not write cache {entry}: {exc}", stacklevel=3)
+        warnings.warn(f"could not write cache {entry}: {exc}", CacheWarning, stacklevel=3)
     return data
 
 
