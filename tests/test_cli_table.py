@@ -71,10 +71,24 @@ def mlp_run(tmp_path_factory, csv_file):
 
 def _evaluate_json(capsys, *argv):
     capsys.readouterr()
-    if "--metrics" not in argv:  # evaluate's default is NDCG and MAP; train reported the choice metrics
-        argv = (*argv, "--metrics", ",".join(METRICS))
     assert main(["evaluate", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def test_evaluate_defaults_to_the_choice_metrics_on_choice_data(qilcm_run, table, tmp_path, capsys):
+    from ctxrank.cli.evaluate import _CHOICE
+    from ctxrank.metrics import CHOICE_METRICS
+
+    assert _CHOICE == CHOICE_METRICS == METRICS  # the help text's copy is the library's list
+    test_csv = _test_split_file(qilcm_run, table, tmp_path / "test.csv")
+    got = _evaluate_json(capsys, "--model", str(qilcm_run), "--data", str(test_csv))
+    assert list(got["metrics"]) == list(CHOICE_METRICS)  # as `train` reported them
+    graded = tmp_path / "graded.csv"
+    t = pd.read_csv(test_csv)
+    t.loc[t.index[0], "chosen"] = 2  # a grade: not choice data, so NDCG and MAP
+    t.to_csv(graded, index=False)
+    got = _evaluate_json(capsys, "--model", str(qilcm_run), "--data", str(graded))
+    assert list(got["metrics"]) == ["ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map"]
 
 
 def _test_split_file(run, table, path):

@@ -23,6 +23,7 @@ from ctxrank.cli._options import (
 )
 
 DEFAULT_METRICS = "ndcg@1,ndcg@3,ndcg@5,ndcg@10,map"
+_CHOICE = ("p@1", "recall@3", "mrr", "loglik")  # ctxrank.metrics.CHOICE_METRICS (help text without numpy)
 
 
 def parse_metrics(text: str) -> list[str]:
@@ -54,7 +55,7 @@ def evaluate(
     data: str | None = None,
     scores: str | None = None,
     model: str | None = None,
-    metrics: str = DEFAULT_METRICS,
+    metrics: str | None = None,
     convention: str = "standard",
     no_relevant: float | str = 0.0,
     gain: str = "exp2",
@@ -64,11 +65,13 @@ def evaluate(
     columns: TableOptions = NO_COLUMNS,
     json: bool = False,
 ) -> int:
-    """Evaluate a scores file (``scores``) or a saved model (``model``) on labelled data."""
+    """Evaluate a scores file (``scores``) or a saved model (``model``) on labelled data. ``metrics``
+    None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
+    else :data:`DEFAULT_METRICS`."""
     from ctxrank.evaluation import evaluate_scores
-    from ctxrank.metrics import metric_convention
+    from ctxrank.metrics import CHOICE_METRICS, is_choice_data, metric_convention
 
-    names = parse_metrics(metrics)
+    names = parse_metrics(metrics) if metrics is not None else None
     if max_label is None and source.dataset is not None:  # the dataset's grade scale (ERR)
         from ctxrank.data.registry import get_spec
 
@@ -79,6 +82,9 @@ def evaluate(
     if (scores is None) == (model is None):
         raise ValueError("give exactly one of --scores FILE or --model DIR")
     ranking, values = _scored_data(data, scores, model, source, columns)
+    if names is None:
+        choice = is_choice_data(ranking.labels, ranking.query_offsets)
+        names = list(CHOICE_METRICS) if choice else parse_metrics(DEFAULT_METRICS)
     report = evaluate_scores(values, ranking, names, conv)
     if json:
         print_json({"data": report.pop("data"), "scores": scores, "model": model, **report})
@@ -196,8 +202,8 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
     p.add_argument(
         "--metrics",
-        default=DEFAULT_METRICS,
-        help=f"comma-separated: ndcg[@k], dcg[@k], map, p@k, mrr[@k], err[@k] (default {DEFAULT_METRICS})",
+        help="comma-separated: ndcg[@k], dcg[@k], map, p@k, recall@k, mrr[@k], err[@k], loglik (default "
+        f"{DEFAULT_METRICS}; on choice data, one item labelled 1 per query: {','.join(_CHOICE)})",
     )
     p.add_argument(
         "--convention",
