@@ -25,6 +25,21 @@ TINY = (
     "0 qid:2 1:0.5 2:1 #docid = e\n"
 )
 SCORES = "0.1\n0.9\n0.5\n1\n2\n"  # query 1 ranked b, c, a
+# LETOR "Feature-null": query 1 lacks feature 1 on its 2nd item (its other items: 0.5, 0.3) and feature 2
+# on its 1st (others: -1, -2); query 2 lacks feature 1 everywhere
+NULLS = (
+    "2 qid:1 1:0.5 2:NULL 3:1\n"
+    "0 qid:1 1:NULL 2:-1 3:0\n"
+    "1 qid:1 1:0.3 2:-2 3:1\n"
+    "0 qid:2 1:NULL 2:1 3:0\n"
+    "1 qid:2 1:NULL 2:3 3:1\n"
+)
+# (row, feature) of each NULL cell -> its value under each rule (docs/data.md, "NULL fill rules")
+NULL_CELLS = {
+    "query_min": {(0, 1): -2.0, (1, 0): 0.3, (3, 0): 0.0, (4, 0): 0.0},
+    "letor_min": {(0, 1): -2.0, (1, 0): 0.0, (3, 0): 0.0, (4, 0): 0.0},
+    "-1.5": {(0, 1): -1.5, (1, 0): -1.5, (3, 0): -1.5, (4, 0): -1.5},
+}
 # hand-computed, gain 2^y - 1, discount 1/log2(1 + r): ranking b (gain 0), c (1), a (3)
 DCG3 = 0.0 + 1.0 / math.log2(3) + 3.0 / math.log2(4)
 IDCG3 = 3.0 + 1.0 / math.log2(3) + 0.0
@@ -395,6 +410,104 @@ def test_table_extensions_of_the_help_text_are_the_readers():
     from ctxrank.data.table import TABLE_EXTENSIONS as READER
 
     assert tuple(TABLE_EXTENSIONS) == tuple(READER)
+
+
+def test_null_fill_rules_of_the_help_text_are_the_readers():
+    from ctxrank.cli._options import NULL_FILL_RULES
+    from ctxrank.data.letor import NULL_FILL_RULES as READER
+
+    assert tuple(NULL_FILL_RULES) == tuple(READER)
+
+
+# ------------------------------------------------------------------------------------ --null-fill
+def _read_as_the_cli(*argv):
+    """The RankingData that `ctxrank data-info ARGV` reads (through the shared dataset options)."""
+    from ctxrank.cli._options import DataOptions, TableOptions
+    from ctxrank.cli._source import load_data_rows
+
+    args = build_parser().parse_args(["data-info", *argv])
+    return load_data_rows(args.file, DataOptions.from_args(args), TableOptions.from_args(args))[0]
+
+
+@pytest.mark.parametrize("rule", [None, "query_min", "letor_min", "-1.5"])
+def test_null_fill_gives_the_documented_values(capsys, tmp_path, rule):
+    import numpy as np
+
+    from ctxrank.data.letor import read_letor
+
+    path = tmp_path / "nulls.txt"
+    path.write_text(NULLS)
+    flag = [] if rule is None else ["--null-fill", rule]
+    data = _read_as_the_cli(str(path), *flag)
+    cells = NULL_CELLS[rule or "query_min"]
+    assert {cell: float(data.features[cell]) for cell in cells} == pytest.approx(cells)
+    direct = read_letor(path, null_fill=float(rule) if rule == "-1.5" else rule or "query_min", cache=False)
+    assert np.array_equal(data.features, direct.features)
+    assert data.features[2].tolist() == [pytest.approx(0.3), -2.0, 1.0]  # cells that were not NULL
+    rc, out, err = run(capsys, "data-info", str(path), *flag, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["null_filled"] == 4
+
+
+@pytest.mark.parametrize("bad", ["median", "LETOR_MIN", "nan", "inf", "-inf", "1e39", ""])
+def test_a_bad_null_fill_is_refused_naming_the_valid_values(capsys, tiny, bad):
+    rc, _, err = run(capsys, "data-info", str(tiny[0]), f"--null-fill={bad}")
+    assert rc == 2
+    assert "argument --null-fill: expected query_min, letor_min or a finite number" in err
+    assert f"got {bad!r}" in err
+
+
+def test_null_fill_on_a_table_or_a_choice_dataset_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "t.csv"
+    table.write_text("q,y,x\n1,1,0.5\n1,0,\n")
+    cols = ["--query-col", "q", "--label-col", "y"]
+    assert run(capsys, "data-info", str(table), *cols, "--json")[0] == 0  # without it: read
+    for argv in (
+        ["data-info", str(table), *cols, "--null-fill", "letor_min"],
+        ["train", "--data", str(table), *cols, "--null-fill", "0", "--out", "m"],
+        ["train", "--train", str(table), "--valid", str(table), *cols, "--null-fill", "0", "--out", "m"],
+        ["data-info", "--dataset", "electricity", "--null-fill", "query_min"],
+        ["train", "--dataset", "swissmetro", "--null-fill", "0", "--out", "m"],
+    ):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 2, argv
+        assert "--null-fill applies to LETOR / SVMlight files" in err and "is a table" in err, err
+    assert not (tmp_path / "m").exists()
+
+
+def test_null_fill_reaches_the_loaders_of_a_registered_dataset(tmp_path, capsys):
+    """data-info / evaluate (load_split), train (load_fold) and tune (load_split) on OHSUMED Feature-null."""
+    import numpy as np
+
+    from ctxrank.cli._options import DataOptions
+    from ctxrank.cli._options import TableOptions as Columns
+    from ctxrank.cli._train_data import TrainFiles, training_data
+    from ctxrank.cli.train import TrainOptions
+    from ctxrank.cli.tune import _tuning_data
+    from ctxrank.data.registry import load_fold
+
+    base = tmp_path / "ohsumed" / "Feature-null"
+    base.mkdir(parents=True)
+    for k in range(1, 6):  # query k: feature 1 NULL on the first item, 2 and 5 on the others
+        rows = ((1, "NULL"), (0, "2"), (2, "5"))
+        rest = " ".join(f"{j}:0" for j in range(2, 46))
+        text = "".join(f"{y} qid:{k} 1:{v} {rest}\n" for y, v in rows)
+        (base / f"Fold{k}_test.txt").write_text(text)
+    where = ["--dataset", "ohsumed", "--variant", "Feature-null", "--data-root", str(tmp_path)]
+    assert _read_as_the_cli(*where).features[:, 0].tolist() == [2, 2, 5] * 5  # query_min
+    assert _read_as_the_cli(*where, "--null-fill", "letor_min").features[:, 0].tolist() == [0, 2, 5] * 5
+    source = DataOptions(dataset="ohsumed", variant="Feature-null", data_root=str(tmp_path), null_fill=-1.0)
+    td = training_data(TrainFiles(), source, Columns(), seed=0)
+    fold = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null", null_fill=-1.0)
+    for got, want in ((td.train, fold.train), (td.valid, fold.valid), (td.test, fold.test)):
+        assert np.array_equal(got.features, want.features) and got.features[0, 0] == -1
+    options = TrainOptions(dataset="ohsumed", variant="Feature-null", data_root=str(tmp_path), null_fill=-1.0)
+    train, valid, _ = _tuning_data(options, seed=0)
+    assert np.array_equal(train.features, fold.train.features)
+    assert np.array_equal(valid.features, fold.valid.features)
+    rc, out, _ = run(capsys, "data-info", *where, "--null-fill", "-1", "--json")
+    assert rc == 0 and json.loads(out)["null_filled"] == 5
 
 
 def test_the_library_never_imports_the_cli():

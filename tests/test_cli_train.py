@@ -391,3 +391,84 @@ def test_group_col_splits_a_table_by_decision_maker_and_choice_metrics_are_print
     with pytest.raises(SystemExit):  # LETOR data and --train files have no group column to split by
         build_parser().parse_args(["train", "--group-col"])
     assert main(["train", "--model", "mnl", "--dataset", "mq2008", "--group-col", "x", "--out", "o"]) == 2
+
+
+# ------------------------------------------------------------------------------------ --null-fill
+def _null_letor(path, seed):
+    """24 queries of 6 items; feature 2 is positive where given and NULL on about a third of the items, so
+    query_min (the query's smallest, > 0) and letor_min (0) fill it differently."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for q in range(24):
+        for _ in range(6):
+            x = rng.normal(size=3)
+            f2 = "NULL" if rng.random() < 0.3 else f"{1 + 2 * rng.random():.4f}"
+            lines.append(f"{rng.integers(0, 3)} qid:{q} 1:{x[0]:.4f} 2:{f2} 3:{x[1]:.4f} 4:{x[2]:.4f}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_null_fill_is_recorded_resumed_and_reapplied_by_predict_and_evaluate(tmp_path, monkeypatch, capsys):
+    from ctxrank.checkpoint import load_model
+    from ctxrank.training.resume import StateDir
+
+    train, valid = _null_letor(tmp_path / "tr.txt", 0), _null_letor(tmp_path / "va.txt", 1)
+    out = tmp_path / "m"
+    argv = ["train", "--model", "mlp", "--train", str(train), "--valid", str(valid), "--out", str(out)]
+    argv += ["--null-fill", "letor_min", "--set", "train.max_epochs=2", "--set", "train.threads=1"]
+    save = StateDir.save
+
+    def save_then_die(self, state):  # killed once epoch 1 is saved
+        save(self, state)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(StateDir, "save", save_then_die)
+        assert main([*argv, "--no-progress"]) == 130
+    record = json.loads((out / "resume" / "run.json").read_text())
+    assert record["options"]["null_fill"] == "letor_min"
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--null-fill", "query_min", "--no-progress"]) == 2
+    assert "--null-fill 'query_min' (recorded: 'letor_min')" in capsys.readouterr().err
+    assert main(["train", "--resume", str(out), "--null-fill", "letor_min", "--no-progress"]) == 0
+    command = json.loads((out / "ctxrank.json").read_text())["command"]
+    assert command["options"]["null_fill"] == "letor_min"
+    at = command["command"].index("--null-fill")
+    assert command["command"][at + 1] == "letor_min"
+    replayed = TrainOptions.from_args(build_parser().parse_args(command["command"][1:]))
+    assert replayed.to_record() == command["options"]
+    # predict / evaluate --model read a LETOR file with the model's rule unless told otherwise
+    model = load_model(out)
+    rules = ("letor_min", "query_min")
+    by_rule = {r: model.predict(read_letor(valid, null_fill=r, cache=False)) for r in rules}
+    assert not np.array_equal(by_rule["letor_min"], by_rule["query_min"])  # the rule matters here
+    capsys.readouterr()
+    for rule, extra in (("letor_min", []), ("query_min", ["--null-fill", "query_min"])):
+        scores = tmp_path / f"{rule}.txt"
+        predict = ["predict", "--model", str(out), "--data", str(valid), "--output", str(scores), *extra]
+        assert main(predict) == 0
+        assert np.array_equal(np.loadtxt(scores), by_rule[rule])
+        noted = "the model was trained with --null-fill letor_min" in capsys.readouterr().err
+        assert noted == (rule == "query_min")
+    assert main(["evaluate", "--model", str(out), "--data", str(valid), "--json"]) == 0
+    via_model = json.loads(capsys.readouterr().out)
+    scores = tmp_path / "letor_min.txt"
+    assert main(["evaluate", "--scores", str(scores), "--data", str(valid), "--json"]) == 0
+    assert via_model["per_query"] == json.loads(capsys.readouterr().out)["per_query"]
+
+
+def test_a_numeric_null_fill_round_trips_through_the_recorded_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--model", "mlp", "--data", "d.txt", "--null-fill", "-1.5", "--out", "run"]
+    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    assert options.null_fill == -1.5 and options.source.null_fill == -1.5
+    record = json.loads(json.dumps(options.to_record()))
+    assert record["null_fill"] == -1.5 and TrainOptions.from_record(record).to_record() == record
+    command = options.command_line("run")
+    assert command[command.index("--null-fill") + 1] == "-1.5"
+    assert TrainOptions.from_args(build_parser().parse_args(command[1:])).to_record() == record
+    assert TrainOptions().source.null_fill is None  # not given: the reader's default
+    from ctxrank.cli.tune import _train_command
+
+    train_it = _train_command(options, tmp_path / "tune")  # `ctxrank tune`'s "train it:" line keeps it
+    assert train_it[train_it.index("--null-fill") + 1] == "-1.5"

@@ -8,6 +8,7 @@ the group as one argument, a frozen dataclass built from the parsed options (:cl
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -16,6 +17,9 @@ from typing import Any
 #: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
 TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
+#: ``ctxrank.data.letor.NULL_FILL_RULES`` (a test checks they agree; importing it needs NumPy)
+NULL_FILL_RULES = ("query_min", "letor_min")
+_FLOAT32_MAX = 3.4028234663852886e38  # a fill value beyond it would become inf in the float32 features
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -79,6 +83,22 @@ def non_negative_int(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return v
+
+
+def null_fill_rule(text: str) -> str | float:
+    """argparse type of ``--null-fill``: ``query_min``, ``letor_min`` or a finite number (a float)."""
+    if text in NULL_FILL_RULES:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and abs(value) <= _FLOAT32_MAX):
+        raise argparse.ArgumentTypeError(
+            f"expected {', '.join(NULL_FILL_RULES)} or a finite number (the value of every NULL cell), "
+            f"got {text!r}"
+        )
+    return value
 
 
 def columns(text: str) -> tuple[str, ...]:
@@ -157,6 +177,7 @@ class DataOptions:
     regroup: bool = False
     max_dense_bytes: int | None = None
     max_line_bytes: int | None = None
+    null_fill: str | float | None = None  #: ``--null-fill``; None: the reader's default (query_min)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -171,24 +192,51 @@ class DataOptions:
             regroup=args.regroup,
             max_dense_bytes=args.max_dense_bytes,
             max_line_bytes=args.max_line_bytes,
+            null_fill=args.null_fill,
         )
 
     def letor_options(self, *, group_file: bool = True) -> dict[str, Any]:
         """Keyword arguments of ``read_letor`` for a data file (``group_file``: pass ``--query-file``)."""
         options: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
-        for name in ("max_dense_bytes", "max_line_bytes"):  # None: the reader's default
+        for name in ("max_dense_bytes", "max_line_bytes", "null_fill"):  # None: the reader's default
             if getattr(self, name) is not None:
                 options[name] = getattr(self, name)
         if group_file:
             options["query_file"] = self.query_file
         return options
 
+    def registry_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``load_fold`` / ``load_split`` for ``--dataset`` (``--null-fill`` is
+        refused for a choice dataset: its data are a table)."""
+        options: dict[str, Any] = {
+            "root": self.data_root,
+            "variant": self.variant,
+            "cache": not self.no_cache,
+        }
+        if self.null_fill is not None:
+            from ctxrank.data.registry import get_spec
+
+            if get_spec(self.dataset).layout == "choice":
+                self.reject_null_fill(f"--dataset {self.dataset} (a choice dataset)")
+            options["null_fill"] = self.null_fill
+        return options
+
+    def reject_null_fill(self, what: str) -> None:
+        """``--null-fill`` given for a table: a clear error (tables have no NULL token)."""
+        if self.null_fill is not None:
+            raise ValueError(
+                f"--null-fill applies to LETOR / SVMlight files (their NULL token); {what} is a table, "
+                "where a missing feature is an empty cell or NA and is read as 0"
+            )
+
 
 NO_DATA = DataOptions()  #: no dataset options given (a shared immutable default)
 
 
-def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> None:
-    """``--dataset --fold --split --variant --data-root`` and ``--query-file --no-cache``."""
+def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved_model: bool = False) -> None:
+    """``--dataset --fold --split --variant --data-root`` and ``--query-file --no-cache --regroup
+    --max-dense-bytes --max-line-bytes --null-fill``. ``saved_model``: the command reads data for a
+    ``--model``, whose training ``--null-fill`` is the default."""
     g = p.add_argument_group("registered dataset")
     g.add_argument("--dataset", metavar="NAME", help="a dataset of `ctxrank datasets` instead of a file")
     g.add_argument("--fold", type=int, metavar="K", help="fold number (default 1)")
@@ -223,6 +271,16 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str) -> No
         type=positive_int,
         metavar="N",
         help="refuse a LETOR file with a line longer than N bytes (default 1 MiB)",
+    )
+    p.add_argument(
+        "--null-fill",
+        type=null_fill_rule,
+        metavar="RULE",
+        help="what a LETOR NULL cell (a missing value) becomes: query_min (the feature's minimum over the "
+        "query's other items), letor_min (min(that minimum, 0): closest to LETOR 3.0's Feature-min files) or "
+        "a number (docs/data.md). Default query_min"
+        + ("; with --model, the rule the model was trained with" if saved_model else "")
+        + ". Not for tables",
     )
 
 

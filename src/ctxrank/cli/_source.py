@@ -94,18 +94,22 @@ def load_data_rows(
     n_features: int | None = None,
     purpose: str = "info",
     saved_table: dict[str, Any] | None = None,
+    saved_null_fill: str | float | None = None,
 ) -> tuple[Any, Any]:
     """``(data, file_rows)``: the RankingData named by ``file`` or by ``source.dataset``.
 
     A table file is read with ``read_table`` (``file_rows``: each row's data row in the file, see
     :mod:`ctxrank.data.table_io`), any other file with ``read_letor`` (``file_rows`` None: file order).
     ``n_features`` (a saved model's feature count) pads a sparse LETOR file whose last features are
-    absent. ``purpose`` and ``saved_table`` decide how a table's columns are read (:func:`resolve_spec`).
+    absent. ``purpose`` and ``saved_table`` decide how a table's columns are read (:func:`resolve_spec`);
+    ``saved_null_fill`` (a saved model's ``--null-fill``, :func:`model_null_fill`) is the default rule
+    of LETOR data.
     """
     if file is not None and source.dataset is not None:
         raise ValueError("give either a data file or --dataset, not both")
     if file is None and source.dataset is None:
         raise ValueError("give a data file or --dataset NAME (see `ctxrank datasets`)")
+    source = _with_saved_null_fill(file, source, saved_null_fill)
     if file is None:
         return _load_registered(source, table, default_split), None
     for opt in ("fold", "split", "variant"):
@@ -118,6 +122,7 @@ def load_data_rows(
 
         if source.query_file is not None:
             raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+        source.reject_null_fill(file)
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
         if saved_table is not None and saved_table.get("numeric_default") is True:
             _reject_extra_columns(file, spec)
@@ -133,6 +138,39 @@ def load_data_rows(
     import numpy as np
 
     return data, np.asarray(file_rows, dtype=np.int64)
+
+
+def model_null_fill(meta: dict[str, Any]) -> str | float | None:
+    """The ``--null-fill`` a saved model was trained with (``ctxrank.json``'s recorded ``command``
+    options), or None (not given, or a model not saved by ``ctxrank train``)."""
+    command = meta.get("command")
+    options = command.get("options") if isinstance(command, dict) else None
+    return options.get("null_fill") if isinstance(options, dict) else None
+
+
+def _with_saved_null_fill(file: str | None, source: DataOptions, saved: str | float | None) -> DataOptions:
+    """``source`` with the model's ``--null-fill`` when none is given and the data are LETOR (a table
+    has no NULL token); a rule given that differs from the model's is used, with a note."""
+    import dataclasses
+
+    from ctxrank.cli._options import note
+
+    if saved is None or source.null_fill == saved:
+        return source
+    if source.null_fill is not None:
+        note(f"--null-fill {source.null_fill}: the model was trained with --null-fill {saved}")
+        return source
+    if file is not None:
+        from ctxrank.data.table import is_table_path
+
+        if is_table_path(file):
+            return source
+    elif source.dataset is not None:
+        from ctxrank.data.registry import get_spec
+
+        if get_spec(source.dataset).layout == "choice":
+            return source
+    return dataclasses.replace(source, null_fill=saved)
 
 
 def _reject_extra_columns(file: str, spec: Any) -> None:
@@ -193,7 +231,5 @@ def _load_registered(source: DataOptions, table: TableOptions, default_split: st
         source.dataset,
         default_split if source.split is None else source.split,
         1 if source.fold is None else source.fold,
-        root=source.data_root,
-        variant=source.variant,
-        cache=not source.no_cache,
+        **source.registry_options(),
     )

@@ -80,9 +80,7 @@ def _registered_fold(source: DataOptions, columns: TableOptions) -> TrainingData
         raise ValueError("--split does not apply to train (it uses the fold's train/valid/test)")
     columns.reject(f"--dataset {source.dataset}")
     fold = 1 if source.fold is None else source.fold
-    data = load_fold(
-        source.dataset, fold, root=source.data_root, variant=source.variant, cache=not source.no_cache
-    )
+    data = load_fold(source.dataset, fold, **source.registry_options())
     return TrainingData(data.train, data.valid, data.test, f"{source.dataset} fold {fold}")
 
 
@@ -102,6 +100,7 @@ def _table_spec(source: DataOptions, columns: TableOptions, path: str):
 
     if source.query_file is not None:
         raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+    source.reject_null_fill(path)
     return resolve_spec(columns, path, purpose="train")
 
 

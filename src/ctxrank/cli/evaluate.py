@@ -108,8 +108,9 @@ def _scored_data(
 
     if model is not None:
         from ctxrank.checkpoint import load_model, read_meta
+        from ctxrank.cli._source import model_null_fill
 
-        saved_table = read_meta(model).get("table")
+        meta = read_meta(model)
         predictor = load_model(model)
         ranking, _ = load_data_rows(
             data,
@@ -117,7 +118,8 @@ def _scored_data(
             columns,
             n_features=predictor.n_features,
             purpose="evaluate",
-            saved_table=saved_table,
+            saved_table=meta.get("table"),
+            saved_null_fill=model_null_fill(meta),
         )
         return ranking, predictor.predict(ranking)
     from ctxrank.data.scores import read_scores
@@ -234,7 +236,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="ERR's maximum grade (the label scale's top, e.g. 2 for MQ2008; default: the --dataset's; "
         "required for ERR on a file)",
     )
-    add_dataset_options(p, defaults_text="default all")
+    add_dataset_options(p, defaults_text="default all", saved_model=True)
     add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
     p.set_defaults(run=_run_evaluate)

@@ -62,6 +62,7 @@ class TrainOptions:
     regroup: bool = False
     max_dense_bytes: int | None = None
     max_line_bytes: int | None = None
+    null_fill: str | float | None = None
     query_col: str | None = None
     label_col: str | None = None
     categorical: tuple[str, ...] | None = None
@@ -99,6 +100,7 @@ class TrainOptions:
             self.regroup,
             self.max_dense_bytes,
             self.max_line_bytes,
+            self.null_fill,
         )
 
     @property
@@ -166,7 +168,7 @@ FLAGS = {
     "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
     "no_cache": "--no-cache", "regroup": "--regroup",
-    "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes",
+    "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes", "null_fill": "--null-fill",
     "query_col": "--query-col", "label_col": "--label-col",
     "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
     "group_col": "--group-col",
@@ -614,10 +616,10 @@ def predict(
 
     if output != "-":
         check_output_file(output, overwrite=overwrite, flag="--output")
-    from ctxrank.cli._source import load_data_rows
+    from ctxrank.cli._source import load_data_rows, model_null_fill
     from ctxrank.data.table_io import to_file_order
 
-    saved_table = read_meta(model).get("table")
+    meta = read_meta(model)
     predictor = load_model(model)
     ranking, file_rows = load_data_rows(
         data,
@@ -626,7 +628,8 @@ def predict(
         default_split="test",
         n_features=predictor.n_features,
         purpose="predict",
-        saved_table=saved_table,
+        saved_table=meta.get("table"),
+        saved_null_fill=model_null_fill(meta),
     )
     scores = to_file_order(predictor.predict(ranking), file_rows)  # the file's row order
     text = "".join(f"{s!r}\n" for s in scores.tolist())  # shortest text that reads back exactly
@@ -818,7 +821,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
-    add_dataset_options(p, defaults_text="default test")
+    add_dataset_options(p, defaults_text="default test", saved_model=True)
     add_table_options(p, saved_spec=True)
     p.set_defaults(
         run=lambda a: predict(

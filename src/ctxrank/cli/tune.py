@@ -149,7 +149,7 @@ def _tuning_data(options: TrainOptions, seed: int) -> tuple[Any, Any, str]:
         raise ValueError("--split does not apply to tune (it uses the fold's train and valid splits)")
     columns.reject(f"--dataset {source.dataset}")
     fold = 1 if source.fold is None else source.fold
-    kw = {"root": source.data_root, "variant": source.variant, "cache": not source.no_cache}
+    kw = source.registry_options()
     train = load_split(source.dataset, "train", fold, **kw)
     valid = load_split(source.dataset, "valid", fold, **kw)
     return train, valid, f"{source.dataset} fold {fold}"
@@ -178,7 +178,8 @@ def _train_command(options: TrainOptions, where: Path) -> list[str]:
     """The ``ctxrank train`` command that trains the best configuration on the same data."""
     argv = ["ctxrank", "train", "--config", str(where / "best.toml")]
     record, defaults = options.to_record(), TrainOptions().to_record()
-    for name in ("dataset", "fold", "variant", "data_root", "train_file", "valid_file", "data_file"):
+    names = ("dataset", "fold", "variant", "data_root", "train_file", "valid_file", "data_file", "null_fill")
+    for name in names:
         if record[name] != defaults[name]:
             argv += [FLAGS[name], str(record[name])]
     if options.dataset is None and options.data_file is None:
