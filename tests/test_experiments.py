@@ -685,3 +685,88 @@ def test_a_spec_with_one_model_is_refused_before_any_run(tmp_path, capsys):
     assert main(["experiment", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     assert "compares the target 'mnl' with at least one other model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------- [data] null_fill
+def test_data_null_fill_fills_the_null_cells_of_a_letor_file_by_its_rule(tmp_path):
+    from ctxrank.data.letor import read_letor
+    from ctxrank.data.split import split_queries
+
+    path = _letor_spec(tmp_path, runs=1)
+    data = tmp_path / "d.txt"
+    lines = data.read_text().splitlines()
+    data.write_text(
+        "\n".join(re.sub(r" 2:\S+", " 2:NULL", x) if i % 3 else x for i, x in enumerate(lines)) + "\n"
+    )
+    default = load_spec(path)
+    assert default.data.null_fill == "query_min" and "NULL" not in default.data.describe()
+    # the default, given or not, is not in the fingerprint: experiments stored before the key resume
+    assert load_spec(path, ["data.null_fill=query_min"]).fingerprint() == default.fingerprint()
+    assert (
+        load_spec(path, ["data.null_fill=0"]).fingerprint()
+        == load_spec(path, ["data.null_fill=0.0"]).fingerprint()
+    )
+    units = {}
+    for rule in ("query_min", "letor_min", -1.0):
+        spec = load_spec(path, [f"data.null_fill={rule}"])
+        assert spec.data.null_fill == rule
+        assert (spec.fingerprint() == default.fingerprint()) == (rule == "query_min")
+        units[rule] = unit = runner_mod.load_unit(spec, 0, 0)
+        want = split_queries(read_letor(data, null_fill=rule, cache=False), spec.data.split, seed=0)
+        for got, expected in zip((unit.train, unit.valid, unit.test), want[:3], strict=True):
+            assert np.array_equal(got.features, expected.features)
+    assert (units[-1.0].train.features[:, 1] == -1).sum() > 10
+    assert not np.array_equal(units[-1.0].train.features, units["query_min"].train.features)
+    assert "NULL cells filled by letor_min" in load_spec(path, ["data.null_fill=letor_min"]).data.describe()
+
+
+def test_data_null_fill_reaches_the_fold_and_pooled_loaders_of_a_registered_dataset(tmp_path):
+    from ctxrank.data.registry import load_fold
+
+    base = tmp_path / "ohsumed" / "Feature-null"
+    base.mkdir(parents=True)
+    rest = " ".join(f"{j}:0" for j in range(2, 46))
+    for k in range(1, 6):  # query k: feature 1 NULL on the first item, 2 and 5 on the others
+        (base / f"Fold{k}_test.txt").write_text(
+            "".join(f"{k % 2} qid:{k} 1:{v} {rest}\n" for v in ("NULL", 2, 5))
+        )
+    where = ["data.dataset=ohsumed", "data.variant=Feature-null", f"data.root={tmp_path}"]
+    spec = load_spec("qilcm-table2", [*where, "data.null_fill=letor_min"])
+    unit = runner_mod.load_unit(spec, 0, 1)
+    fold = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null", null_fill="letor_min")
+    assert np.array_equal(unit.train.features, fold.train.features) and unit.test.features[0, 0] == 0
+    pooled = load_spec("qilcm-table2", [*where, "data.protocol=random-splits", "data.null_fill=-1"])
+    whole = runner_mod._Source(pooled).whole()
+    assert whole.features[:, 0].tolist() == [-1, 2, 5] * 5
+
+
+NULL_FILL_VALUES = "null_fill must be one of ['query_min', 'letor_min'] or a finite number (float32), got"
+
+
+@pytest.mark.parametrize(
+    ("spec", "override", "message"),
+    [
+        ("qilcm-table2", "data.null_fill=median", f"{NULL_FILL_VALUES} 'median'"),
+        ("qilcm-table2", "data.null_fill=LETOR_MIN", f"{NULL_FILL_VALUES} 'LETOR_MIN'"),
+        ("qilcm-table2", "data.null_fill=nan", f"{NULL_FILL_VALUES} nan"),
+        ("qilcm-table2", "data.null_fill=1e39", f"{NULL_FILL_VALUES} 1e+39"),
+        ("qilcm-table2", "data.null_fill=true", f"{NULL_FILL_VALUES} True"),
+        ("qilcm-table2", "data.null_fill=[0]", f"{NULL_FILL_VALUES} [0]"),
+        (
+            "choice",
+            "data.null_fill=letor_min",
+            "null_fill applies to LETOR data; synthetic sessions are a table",
+        ),
+    ],
+)
+def test_a_bad_data_null_fill_is_refused(spec, override, message):
+    with pytest.raises(ValueError, match=re.escape(f"[data] {message}")):
+        load_spec(spec, [override])
+
+
+def test_data_null_fill_is_refused_for_a_table_file_or_a_choice_dataset(tmp_path):
+    path = _letor_spec(tmp_path, runs=1)
+    with pytest.raises(ValueError, match=r"null_fill applies to LETOR files; .*s\.csv is a table"):
+        load_spec(path, ["data.file=s.csv", "data.null_fill=0"])
+    with pytest.raises(ValueError, match="electricity is a choice dataset"):
+        load_spec("qilcm-table2", ["data.dataset=electricity", "data.null_fill=letor_min"])

@@ -59,7 +59,9 @@ class _Source:
             if d.dataset:
                 from ctxrank.data.registry import load_split
 
-                self._data = load_split(d.dataset, "all", 1, root=d.root, variant=d.variant)
+                self._data = load_split(
+                    d.dataset, "all", 1, root=d.root, variant=d.variant, null_fill=d.null_fill
+                )
             elif d.synth:
                 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
                 from ctxrank.data.table import read_table
@@ -88,7 +90,7 @@ class _Source:
                 else:
                     from ctxrank.data.letor import read_letor
 
-                    data = read_letor(d.file)
+                    data = read_letor(d.file, null_fill=d.null_fill)
                 self._data = data
         return self._data
 
@@ -99,7 +101,7 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     if d.registry_folds:
         from ctxrank.data.registry import load_fold
 
-        f = load_fold(d.dataset, fold, root=d.root, variant=d.variant)
+        f = load_fold(d.dataset, fold, root=d.root, variant=d.variant, null_fill=d.null_fill)
         method = "published fold" if d.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
         split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
         split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}

@@ -13,6 +13,8 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
     # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...],
     # group_col = "person": split by this column's groups (decision makers) instead of by query)
+    # null_fill = "letor_min"  (LETOR data: what a NULL cell becomes, "query_min" (default), "letor_min"
+    # or a number; see ctxrank.data.letor.read_letor)
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
 
     [runs]
@@ -70,6 +72,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +94,8 @@ __all__ = [
     "split_protocol",
 ]
 
+#: the largest float32: a ``[data] null_fill`` number beyond it would be inf in the features
+_FLOAT32_MAX = 3.4028234663852886e38
 #: ``[data] protocol`` values (:class:`DataSpec`)
 PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -159,6 +164,9 @@ class DataSpec:
     #: query pooled, one random query-level ``split`` per run drawn from the run's seed; the only
     #: protocol of files and synthetic data). Set by :meth:`from_dict`; ``""`` = that default.
     protocol: str = ""
+    #: what a LETOR ``NULL`` cell becomes (``ctxrank.data.letor.read_letor``): ``"query_min"`` (the
+    #: reader's default), ``"letor_min"`` or a number; LETOR data only
+    null_fill: str | float = "query_min"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -188,6 +196,8 @@ class DataSpec:
         if kw.get("synth") not in (None, "", "choice"):
             raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
         _int("data", "sessions", kw.get("sessions", 2000), 10)
+        if "null_fill" in kw:
+            kw["null_fill"] = _null_fill(kw)
         return cls(**kw)
 
     @property
@@ -234,16 +244,47 @@ class DataSpec:
         return folds
 
     def describe(self) -> str:
+        nulls = "" if self.null_fill == "query_min" else f", NULL cells filled by {self.null_fill}"
         if self.dataset:
             pooled = (
                 ""
                 if self.registry_folds
                 else f", every query pooled, random {_split_text(self.split)} splits"
             )
-            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "") + pooled
+            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "") + pooled + nulls
         if self.synth:
             return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
-        return self.file
+        return self.file + nulls
+
+
+def _null_fill(d: Mapping[str, Any]) -> str | float:
+    """``[data] null_fill``: a rule of ``ctxrank.data.letor.NULL_FILL_RULES`` or a finite number (a
+    float, so ``0`` and ``0.0`` are one experiment), for LETOR data only (tables have no NULL token)."""
+    from ctxrank.data.letor import NULL_FILL_RULES
+
+    value = d["null_fill"]
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    valid = number and math.isfinite(value) and abs(value) <= _FLOAT32_MAX
+    if not valid and not (isinstance(value, str) and value in NULL_FILL_RULES):
+        raise _fail(
+            "data",
+            f"null_fill must be one of {list(NULL_FILL_RULES)} or a finite number (float32), got {value!r}",
+        )
+    if d.get("synth"):
+        raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
+    if d.get("file"):
+        from ctxrank.data.table import is_table_path
+
+        if is_table_path(d["file"]):
+            raise _fail("data", f"null_fill applies to LETOR files; {d['file']} is a table (no NULL token)")
+    elif d.get("dataset"):
+        from ctxrank.data.registry import get_spec
+
+        if get_spec(d["dataset"]).layout == "choice":
+            raise _fail(
+                "data", f"null_fill applies to LETOR data; {d['dataset']} is a choice dataset (a table)"
+            )
+    return float(value) if number else value
 
 
 def _protocol(d: Mapping[str, Any]) -> str:
@@ -437,6 +478,8 @@ class ExperimentSpec:
         data = dataclasses.asdict(self.data)
         if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
+        if data["null_fill"] == "query_min":
+            del data["null_fill"]  # the reader's default: fingerprints of earlier experiments are unchanged
         key = {
             "data": data,
             "models": self.models,
