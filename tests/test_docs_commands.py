@@ -70,7 +70,7 @@ import pytest
 
 from ctxrank.cli import main
 from tests.conftest import REPO
-from tests.test_cli import SCORES, TINY
+from tests.test_cli import NULLS, SCORES, TINY
 
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCRIPT_LANGS = {"bash", "sh", "shell", "zsh"}
@@ -230,6 +230,14 @@ def _write_tiny(ws: Path) -> None:
     (ws / "scores.txt").write_text(SCORES)
 
 
+def _write_nulls(ws: Path) -> None:
+    """nulls.txt: the LETOR file with NULL cells printed in docs/data.md ("NULL fill rules")."""
+    text = (REPO / "docs" / "data.md").read_text(encoding="utf-8")
+    shown = [b for lang, _, b in _fences(text) if lang == "text" and "2 qid:1 1:0.5 2:NULL 3:1" in b]
+    assert len(shown) == 1 and "\n".join(shown[0]) + "\n" == NULLS, "docs/data.md: its nulls.txt changed"
+    (ws / "nulls.txt").write_text(NULLS)
+
+
 def _write_qilcm_models(ws: Path) -> None:
     """runs/q and runs/qilcm: a QILCM trained 1 epoch on a synthetic 5-feature LETOR file."""
     from ctxrank.data.synth import write_synthetic_letor
@@ -277,6 +285,7 @@ def _write_ohsumed(shared: Path) -> None:
 FIXTURES: dict[str, Callable[[Path], None]] = {
     "mq2008-fold1": _write_mq2008_fold1,
     "tiny": _write_tiny,
+    "nulls": _write_nulls,
     "qilcm-models": _write_qilcm_models,
     "my.toml": _write_my_spec,
     "new_sessions.parquet": _sessions("new_sessions.parquet", 300, 1),
@@ -447,6 +456,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         files=("tiny",), check=same_as_documented
     ),
     "ctxrank demo": Run(DEMO, ws="experiments", check=contains("| model |", "| qilcm |")),
+    # docs/data.md
+    "ctxrank data-info nulls.txt --null-fill letor_min": Run(files=("nulls",), check=same_as_documented),
     # docs/experiments.md
     "ctxrank experiment demo": Run(DEMO, check=contains("| model |", "| qilcm |")),
     "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),
