@@ -87,6 +87,10 @@ def test_null_constant_fill(tmp_path):
     assert d.info["null_filled"] == 3
     with pytest.raises(ValueError, match="null_fill"):
         read_letor(write(tmp_path, NULLS), null_fill="median", cache=False)
+    for bad in (float("nan"), float("inf"), 1e40, True, None, [0.0]):  # silently filled before
+        with pytest.raises(ValueError, match="finite number"):
+            read_letor(write(tmp_path, NULLS), null_fill=bad, cache=False)
+    assert read_letor(write(tmp_path, NULLS), null_fill=np.float32(2), cache=False).features[0, 0] == 2
 
 
 def test_null_fill_rules_on_negative_and_positive_features(tmp_path):

@@ -155,6 +155,14 @@ def read_letor(
         raise ValueError(f"{path}: no such file")
     if isinstance(null_fill, str) and null_fill not in NULL_FILL_RULES:
         raise ValueError(f"null_fill must be one of {list(NULL_FILL_RULES)} or a number, got {null_fill!r}")
+    number = isinstance(null_fill, (int, float, np.integer, np.floating)) and not isinstance(null_fill, bool)
+    if not isinstance(null_fill, str) and not (
+        number and abs(float(null_fill)) <= float(np.finfo(np.float32).max)  # False for NaN
+    ):
+        raise ValueError(
+            f"null_fill must be one of {list(NULL_FILL_RULES)} or a finite number (within float32), "
+            f"got {null_fill!r}"
+        )
     if n_features is not None and not 1 <= n_features <= MAX_FEATURE_INDEX:
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
