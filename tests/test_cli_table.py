@@ -396,3 +396,17 @@ def test_lambdamart_on_a_table_uses_the_categorical_columns(tmp_path, csv_file, 
     scores = tmp_path / "s.txt"
     assert main(["predict", "--model", str(out), "--data", str(csv_file), "--output", str(scores)]) == 0
     assert np.isfinite(np.loadtxt(scores)).all()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--regroup", None), ("--max-dense-bytes", "1000"), ("--max-line-bytes", "10")]
+)
+def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file, flag, value, capsys):
+    argv = ["data-info", str(csv_file), *COLS[:4], flag, *([value] if value else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} applies to LETOR / SVMlight files" in err and "is a table" in err, err
+    extra = [flag, *([value] if value else [])]
+    train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, *extra]
+    assert main([*train, "--out", str(csv_file.parent / "m")]) == 2
+    assert f"{flag} applies to LETOR / SVMlight files" in capsys.readouterr().err

@@ -229,6 +229,26 @@ class DataOptions:
                 "where a missing feature is an empty cell or NA and is read as 0"
             )
 
+    def reject_letor_options(self, what: str) -> None:
+        """The LETOR reader's options given for the table ``what``: a clear error, not ignored."""
+        if self.query_file is not None:
+            raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+        self.reject_null_fill(what)
+        given = [
+            flag
+            for flag, value in (
+                ("--regroup", self.regroup),  # a table's rows are always gathered by query
+                ("--max-dense-bytes", self.max_dense_bytes),
+                ("--max-line-bytes", self.max_line_bytes),
+            )
+            if value not in (None, False)
+        ]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} applies to LETOR / SVMlight files; {what} is a table (its rows are "
+                "gathered by query whatever their order, and it has no text lines to bound)"
+            )
+
 
 NO_DATA = DataOptions()  #: no dataset options given (a shared immutable default)
 

@@ -120,9 +120,7 @@ def load_data_rows(
     if is_table_path(file):
         from ctxrank.data.table_io import read_table_file
 
-        if source.query_file is not None:
-            raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
-        source.reject_null_fill(file)
+        source.reject_letor_options(file)
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
         if saved_table is not None and saved_table.get("numeric_default") is True:
             _reject_extra_columns(file, spec)

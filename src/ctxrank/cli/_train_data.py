@@ -98,9 +98,7 @@ def _read_letor_files(files: TrainFiles, source: DataOptions, columns: TableOpti
 def _table_spec(source: DataOptions, columns: TableOptions, path: str):
     from ctxrank.cli._source import resolve_spec
 
-    if source.query_file is not None:
-        raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
-    source.reject_null_fill(path)
+    source.reject_letor_options(path)
     return resolve_spec(columns, path, purpose="train")
 
 
