@@ -487,6 +487,12 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/reproduction.md (workspace: experiments)
     "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
+    "ctxrank experiment qilcm-table2 --runs 4 --threads 1": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2-splits --runs 4 --threads 1": Run(smoke("qilcm-table2-splits")),
+    "ctxrank experiment qilcm-figure2 --runs 4 --threads 1": Run(smoke("qilcm-figure2")),
+    "ctxrank experiment qilcm-tuned --threads 1 --set tune.trials=6 --runs 3": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
+    ),
     "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-figure2")
     ),
