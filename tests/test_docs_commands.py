@@ -596,8 +596,10 @@ def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
         scores = [float(x) for x in (ws / _opt(argv, "--output")).read_text().split()]
         assert len(scores) == _rows(ws / _opt(argv, "--data")) and all(math.isfinite(s) for s in scores)
     elif command == "evaluate":
-        for metric in (_opt(argv, "--metrics") or "ndcg@1,ndcg@10,map").split(","):
-            assert re.search(rf"^{re.escape(metric)}\s+\d", out, re.M), f"no {metric} line in the output"
+        # without --metrics: the choice metrics on the documents' choice sessions (a 0/1 `chosen` column)
+        default = "p@1,recall@3,mrr,loglik" if _opt(argv, "--label-col") == "chosen" else "ndcg@1,ndcg@10,map"
+        for metric in (_opt(argv, "--metrics") or default).split(","):
+            assert re.search(rf"^{re.escape(metric)}\s+-?\d", out, re.M), f"no {metric} line in the output"
     elif command == "synth":
         path = ws / _opt(argv, "--out")
         assert path.is_file() and _rows(path) > 0
