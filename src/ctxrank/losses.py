@@ -181,7 +181,7 @@ def _top_one_target(lists: _Lists, label_transform: str) -> torch.Tensor:
         return torch.softmax(lists.logits(lists.y), dim=-1)
     g = lists.y if label_transform == "identity" else _gain(lists.y, "exp2")
     total = g.sum(-1, keepdim=True)  # (B, 1)
-    return g / torch.where(total > 0, total, torch.ones_like(total))
+    return _safe_div(g, total)
 
 
 def listnet(
@@ -491,7 +491,7 @@ def softrank(
     expected_disc = (probs * disc).sum(-1)  # (B, L)
     edcg = (g * expected_disc).sum(-1)  # (B,)
     ideal = (torch.sort(g, dim=-1, descending=True).values[:, :R] * disc).sum(-1)  # (B,)
-    per_list = 1.0 - edcg / torch.where(ideal > 0, ideal, torch.ones_like(ideal))
+    per_list = 1.0 - _safe_div(edcg, ideal)
     return lists.reduce(per_list, reduction)
 
 
