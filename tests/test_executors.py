@@ -19,7 +19,7 @@ from ctxrank.experiments.executors import RayExecutor, _gpus, _train_run, make_e
 from ctxrank.experiments.store import RunStore
 
 from .conftest import make_ranking_data
-from .test_experiments import FAST_LM, FAST_NEURAL, _letor_spec
+from .test_experiments import ANOMALY_EXTRA, FAST_LM, FAST_NEURAL, _letor_spec
 from .test_tune import _study
 from .test_tune import run as run_cli
 
@@ -33,14 +33,7 @@ MODELS = {
     "listnet": f'model = "listnet"\n{FAST_NEURAL}',
     "mnl": f'model = "mnl"\n{FAST_NEURAL}',
 }
-EXTRA = """[protocol]
-initial = "lambdamart"
-top_k = 8
-[analysis.anomaly]
-models = ["mnl", "listnet"]
-buckets = 2
-metrics = ["ndcg@1"]
-top = 3"""
+EXTRA = ANOMALY_EXTRA
 
 
 # ------------------------------------------------------------------------------------ Slurm

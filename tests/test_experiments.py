@@ -278,12 +278,8 @@ def test_bucket_gaps_are_equal_count_and_use_paired_differences():
     assert hi["ndcg@1"]["gap"] == pytest.approx(0.1) and hi["ndcg@1"]["p"] == 0.0
 
 
-def test_anomaly_analysis_end_to_end(tmp_path):
-    models = {
-        "listnet": f'model = "listnet"\n{FAST_NEURAL}',
-        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
-    }
-    extra = """[protocol]
+#: re-ranking LambdaMART's top 8 and the anomaly analysis of mnl vs listnet (also tests/test_executors.py)
+ANOMALY_EXTRA = """[protocol]
 initial = "lambdamart"
 top_k = 8
 [analysis.anomaly]
@@ -291,7 +287,14 @@ models = ["mnl", "listnet"]
 buckets = 2
 metrics = ["ndcg@1"]
 top = 3"""
-    spec = load_spec(_letor_spec(tmp_path, runs=2, extra=extra, models=models))
+
+
+def test_anomaly_analysis_end_to_end(tmp_path):
+    models = {
+        "listnet": f'model = "listnet"\n{FAST_NEURAL}',
+        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+    }
+    spec = load_spec(_letor_spec(tmp_path, runs=2, extra=ANOMALY_EXTRA, models=models))
     store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
     res = build_report(spec, store)
     assert res["anomaly"]["pairs"] == 16 and sum(r["n"] for r in res["anomaly"]["buckets"]) == 16
