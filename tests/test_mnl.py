@@ -152,6 +152,42 @@ def test_mnl_l2_is_chosen_on_validation_and_everything_is_recorded(tmp_path):
     np.testing.assert_allclose(loaded.predict(test), result.test_scores, rtol=1e-6, atol=1e-6)
 
 
+def test_mnl_re_ranking_an_initial_ranker_is_fitted_to_its_maximum_likelihood_on_the_top_lists():
+    """Re-ranking LambdaMART's top k, the logit's utilities ignore the initial scores, so the exact
+    full-batch fit applies to the top-k lists (it was SGD); a residual wrapper needs the initial scores
+    and still trains by SGD."""
+    from ctxrank.training.full_batch import fit_full_batch, mean_log_likelihood
+
+    train, valid, test = choice_data(150, seed=7), choice_data(80, seed=8), choice_data(80, seed=9)
+    rerank = ["rerank.initial=lambdamart", "rerank.top_k=3", "rerank.initial_params={n_estimators=5}"]
+    config = resolve_config(None, ["model=mnl", *rerank])
+    result = run_training(config, train, valid, test, progress=False)
+    assert result.summary["solver"] == "scipy L-BFGS-B" and result.history == []
+    # the same fit made by hand on the top-3 lists of the run's own initial ranker
+    predictor = result.predictor
+    reranker = predictor.reranker
+    top = {name: predictor.prepare(d).top for name, d in (("t", train), ("v", valid))}
+    model = make_model(
+        "mnl",
+        top["t"].n_features,
+        config.model_params,
+        categorical_cardinalities=top["t"].categorical_cardinalities,
+    )
+    fit_full_batch(model, reranker.transform.transform(top["t"]), reranker.transform.transform(top["v"]))
+    # the same maximum (the coefficient of the situation-level feature cancels: compare likelihoods)
+    for d in (top["t"], top["v"]):
+        d = reranker.transform.transform(d)
+        assert mean_log_likelihood(reranker.model, d) == pytest.approx(mean_log_likelihood(model, d), abs=1e-6)
+    residual = run_training(
+        resolve_config(None, ["model=mnl", *rerank, "rerank.residual=true", "train.max_epochs=2"]),
+        train,
+        valid,
+        test,
+        progress=False,
+    )
+    assert "solver" not in residual.summary and len(residual.history) >= 1
+
+
 def test_mnl_exports_like_every_neural_model(tmp_path):
     from ctxrank.export import export_model
 

@@ -404,7 +404,9 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
-    if getattr(model, "full_batch", False) and rerank is None:  # the conditional logit: exact MLE
+    # the conditional logit: exact MLE, also on the top-k lists of a re-ranking run (its utilities ignore
+    # the initial scores; a residual wrapper has no full-batch fit and trains by SGD)
+    if getattr(model, "full_batch", False):
         fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
