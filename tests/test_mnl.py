@@ -176,8 +176,9 @@ def test_mnl_re_ranking_an_initial_ranker_is_fitted_to_its_maximum_likelihood_on
     fit_full_batch(model, reranker.transform.transform(top["t"]), reranker.transform.transform(top["v"]))
     # the same maximum (the coefficient of the situation-level feature cancels: compare likelihoods)
     for d in (top["t"], top["v"]):
-        d = reranker.transform.transform(d)
-        assert mean_log_likelihood(reranker.model, d) == pytest.approx(mean_log_likelihood(model, d), abs=1e-6)
+        x = reranker.transform.transform(d)
+        mine = mean_log_likelihood(model, x)
+        assert mean_log_likelihood(reranker.model, x) == pytest.approx(mine, abs=1e-6)
     residual = run_training(
         resolve_config(None, ["model=mnl", *rerank, "rerank.residual=true", "train.max_epochs=2"]),
         train,
