@@ -173,6 +173,14 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert csv_text.startswith("row,model,ndcg@1_mean") and "comparison,mnl,listnet,ndcg@10" in csv_text
 
 
+def test_improvement_is_positive_when_the_target_is_better_also_for_negative_metrics():
+    from ctxrank.experiments.report import improvement_pct
+
+    assert improvement_pct(0.5, 0.4) == pytest.approx(25.0)
+    assert improvement_pct(-1.1, -1.3) == pytest.approx(100 * 0.2 / 1.3)  # a higher log-likelihood
+    assert improvement_pct(-1.3, -1.1) < 0 and math.isnan(improvement_pct(0.3, 0.0))
+
+
 def test_a_killed_experiment_resumes_without_repeating_or_losing_a_run(tmp_path, monkeypatch):
     spec = load_spec(_letor_spec(tmp_path))
     full = run_experiment(spec, tmp_path / "full", progress=False, log=lambda _: None)

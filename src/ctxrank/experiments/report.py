@@ -1,7 +1,8 @@
 """The report of an experiment: results.json, Markdown and CSV tables, PNG figures.
 
-Statistics (QILCM paper, Table 2): mean +- sample std over runs; the target model's improvement (%)
-over the best baseline per metric (the baseline with the highest mean on that metric); a paired test
+Statistics (QILCM paper, Table 2): mean +- sample std over runs; the target model's improvement (%,
+relative to the baseline's absolute value) over the best baseline per metric (the baseline with the
+highest mean on that metric); a paired test
 of the target against each baseline, the one ``[report] test`` names (``ctxrank.experiments.stats``:
 by default over seed-averaged queries for published folds, the corrected resampled t-test over runs for
 random splits; the paper's plain t-test over runs only as ``runs-plain``), with a 95% CI of the mean
@@ -27,7 +28,7 @@ from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.stats import holm, mean_std
 from ctxrank.experiments.store import RunStore
 
-__all__ = ["build_report", "collect", "query_means", "run_means"]
+__all__ = ["build_report", "collect", "improvement_pct", "query_means", "run_means"]
 
 
 def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]], dict[str, list[dict]]]:
@@ -141,6 +142,12 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
     return info
 
 
+def improvement_pct(target: float, base: float) -> float:
+    """``(target - base) / |base|`` in %: positive when the target is higher (= better for every
+    metric, the log-likelihood included, which is negative); NaN when ``base`` is 0."""
+    return (target - base) / abs(base) * 100 if base else float("nan")
+
+
 def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None = None) -> dict[str, Any]:
     """Write ``results.json``, ``table.md``, ``table.csv`` and the figures to ``out`` (default: the store's
     directory); returns the results dict. Uses the runs that every model has finished.
@@ -169,7 +176,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         for k in metrics:
             t = _pair(records[target], records[b], k, spec)
             base = table[b][k]["mean"]
-            imp = (table[target][k]["mean"] / base - 1) * 100 if base else float("nan")
+            imp = improvement_pct(table[target][k]["mean"], base)
             comparisons.append({"target": target, "baseline": b, "metric": k, "improvement_pct": imp, **t})
     if rep.holm:
         for c, p in zip(comparisons, holm([c["p"] for c in comparisons]), strict=True):
