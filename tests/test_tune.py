@@ -68,6 +68,8 @@ def test_every_registry_entry_declares_a_space_whose_samples_are_valid_configs(n
     assert space.params, f"{name} declares no search space"
     if isinstance(entry, Baseline):
         assert not space.losses and "train.lr" not in space.params  # LightGBM etc. have no epochs
+    elif getattr(entry, "full_batch", False):  # maximum likelihood: no epochs, no loss
+        assert not space.losses and set(space.params) == {"transform", *entry.config_class.SEARCH_SPACE}
     else:
         assert set(NEURAL_SPACE) <= set(space.params)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
@@ -100,6 +102,39 @@ def test_keys_the_base_config_sets_are_fixed_not_searched():
     fixed = search_space({"model": "mlp", "loss": "listnet", "loss_params": {"temperature": 2.0}})
     assert "loss" not in fixed.params and fixed.losses == {"listnet": {}}
     assert search_space({"model": "mlp", "loss": "listnet"}).losses == {"listnet": LOSS_SPACES["listnet"]}
+
+
+def test_the_logit_searches_sgd_knobs_only_when_a_residual_wrapper_trains_it_by_sgd():
+    assert "train.lr" not in search_space({"model": "mnl"}).params
+    residual = search_space({"model": "mnl", "rerank": {"initial": "lambdamart", "residual": True}})
+    assert {"train.lr", "train.input_noise"} <= set(residual.params) and residual.losses
+
+
+def test_a_study_with_nothing_to_search_runs_one_trial(letor, tmp_path):
+    from ctxrank.data.letor import read_letor
+
+    train, valid = (read_letor(letor / f"{s}.txt") for s in ("train", "vali"))
+    base = {"model": "mnl", "transform": "zscore", "model_params": {"alternative_specific": False}}
+    result = tune(base, train, valid, out=tmp_path / "t", trials=3)
+    assert result.ran == 1 and len(result.study.trials) == 1 and result.best is not None
+    assert tune(base, train, valid, out=tmp_path / "t", trials=3).ran == 0  # resumed: already done
+
+
+def test_plots_skip_the_importances_when_the_metric_never_varied(tmp_path):
+    from ctxrank.tune import _plots
+
+    study = optuna.create_study(direction="maximize")
+    lr = {"train.lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True)}
+    for value in (0.001, 0.01, 0.1):  # a parameter that varied, a metric that did not (fANOVA would fail)
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"train.lr": value},
+                distributions=lr,
+                value=0.5,
+                user_attrs={"config": {"model": "mnl"}},
+            )
+        )
+    assert _plots(study, tmp_path, "mrr", "") == ["optimization_history.png"]
 
 
 def test_qilcm_ablation_variants_do_not_search_what_they_fix():

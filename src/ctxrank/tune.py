@@ -3,8 +3,10 @@
 **Search spaces** are declared next to each model: ``SEARCH_SPACE`` on a neural model's config class
 (e.g. ``QILCMConfig.SEARCH_SPACE``) and ``search_space`` on a baseline's registry entry
 (``ctxrank.registry.MODELS["lambdamart"].search_space``). Every neural model also searches
-:data:`NEURAL_SPACE` (learning rate, feature transform), and the options of the loss a trial trains
-with come from :data:`LOSS_SPACES`. A space maps a run-config key, dotted as ``--set`` takes it, to a
+:data:`NEURAL_SPACE` (learning rate, feature transform, input noise), and the options of the loss a
+trial trains with come from :data:`LOSS_SPACES`; a model fitted to its maximum likelihood (the
+conditional logit ``mnl``, unless wrapped by ``rerank.residual``) searches only the transform of it and
+its own space. A space maps a run-config key, dotted as ``--set`` takes it, to a
 distribution::
 
     ("float", low, high)     uniform              ("log", low, high)       log-uniform
@@ -12,7 +14,8 @@ distribution::
     ("choice", (a, b, ...))  one of the values (tuples such as hidden widths allowed)
 
 A key the base configuration sets (a ``--config`` file, ``--set``, an experiment's model table) is
-fixed, not searched; setting any ``loss_params`` key fixes ``loss`` too.
+fixed, not searched; setting any ``loss_params`` key fixes ``loss`` too. A study with nothing left to
+search runs one trial (every further one would train the same configuration).
 
 **A study** (:func:`tune`) samples configurations with Optuna's TPE sampler, trains each with
 :func:`ctxrank.training.run.run_training` on the training split, stopping early on the validation split
@@ -143,6 +146,10 @@ def search_space(base: Mapping[str, Any]) -> SearchSpace:
         fixed.add("loss")
     if isinstance(entry, Baseline):
         declared, own = dict(entry.search_space), "baseline"
+    elif getattr(entry, "full_batch", False) and not config.rerank.residual:
+        # fitted to its maximum likelihood (the conditional logit): no epochs, learning rate or loss
+        declared = {"transform": NEURAL_SPACE["transform"], **entry.config_class.SEARCH_SPACE}
+        own = "maximum likelihood"
     else:
         declared, own = {**NEURAL_SPACE, **entry.config_class.SEARCH_SPACE}, entry.own_objective
     params = {k: v for k, v in declared.items() if k not in fixed}
@@ -517,6 +524,9 @@ def tune(
     }
     _check_setup(study, setup, str(out))
     n = max(0, trials - finished_trials(study)) if total else trials
+    if not space.keys():  # every trial would train the same configuration
+        n = min(n, max(0, 1 - finished_trials(study)))
+        say(f"tune {config.model}: nothing to search (the base configuration fixes every key); one trial")
     job = _Job(base, space, train, valid, prune, initial, train_initial_scores)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
@@ -667,7 +677,8 @@ def _without_empty_tables(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def _plots(study: optuna.Study, out: Path, metric: str, describe: str) -> list[str]:
     """``optimization_history.png`` and ``param_importances.png`` (Optuna's matplotlib plots, titled
-    and labelled); the importances need two complete trials and a parameter that varied."""
+    and labelled); the importances need two complete trials, a parameter that varied and a metric
+    that did."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -693,7 +704,7 @@ def _plots(study: optuna.Study, out: Path, metric: str, describe: str) -> list[s
         _save(plt, ax.figure, out / "optimization_history.png")
         written.append("optimization_history.png")
         varied = [k for k in complete[0].params if len({_label(t.params.get(k)) for t in complete}) > 1]
-        if len(complete) >= 2 and varied:
+        if len(complete) >= 2 and varied and len({t.value for t in complete}) > 1:
             evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)  # the same plot again
             ax = vis.plot_param_importances(study, evaluator=evaluator, target_name=f"valid {metric}")
             _titled(

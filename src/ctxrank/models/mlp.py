@@ -117,7 +117,8 @@ class MNLConfig:
     gtol: stop when the largest gradient component of the mean NLL is below this.
     """
 
-    #: the search space of ``ctxrank tune`` (the L2 penalty is already chosen on validation by the fit)
+    #: the search space of ``ctxrank tune`` with the transform (the L2 penalty is chosen on validation by
+    #: the fit itself; no learning rate or loss: maximum likelihood)
     SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
         "model_params.alternative_specific": ("choice", (False, True)),
     }
