@@ -30,7 +30,11 @@ batch and the model built (``benchmarks/_common.py``). Inputs are uniform [0, 1]
 cost does not depend on their values); every timing is repeated ``--repeats`` times after ``--warmup``
 steps.
 
-    .venv/bin/python benchmarks/bench_qilcm_step.py [--threads 2] [--batch 80] [--items 100] [--json FILE]
+    .venv/bin/python benchmarks/bench_qilcm_step.py [--threads 2] [--batch 80] [--items 100]
+        [--lengths full|mq2008] [--json FILE]
+
+``--lengths mq2008``: list lengths as in training on MQ2008 (drawn from Fold1's queries, cut at
+``--items``), where the exact term skips most padding (its blocks are cut to their longest list).
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
     torch.set_num_threads(spec["threads"])
     gen = torch.Generator().manual_seed(0)
     B, L, F = spec["batch"], spec["items"], spec["features"]
+    lengths = torch.tensor(spec["lengths"]) if spec["lengths"] else torch.full((B,), L)
     batch = ListBatch(
         features=torch.rand(B, L, F, generator=gen),
         labels=torch.randint(0, 3, (B, L), generator=gen).float(),
-        mask=torch.ones(B, L, dtype=torch.bool),
+        mask=torch.arange(L)[None, :] < lengths[:, None],
         query_index=torch.arange(B),
     )
     torch.manual_seed(0)
@@ -82,6 +87,19 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
         "min_s": min(times),
         **mem.as_dict(),
     }
+
+
+def list_lengths(kind: str, B: int, L: int) -> list[int] | None:
+    """``None`` (every list ``L`` items) or ``B`` lengths drawn (seed 0) from MQ2008 Fold1's training
+    queries, cut at ``L`` (top-L re-ranking: 5 to 100 items, mean 20 at L = 100)."""
+    if kind == "full":
+        return None
+    import numpy as np
+
+    from ctxrank.data.registry import load_fold
+
+    sizes = np.minimum(np.diff(load_fold("mq2008", 1).train.query_offsets), L)
+    return np.random.default_rng(0).choice(sizes, B).tolist()
 
 
 def estimate_spread(B: int, L: int, F: int, pair_counts: list[int], draws: int) -> dict:
@@ -135,6 +153,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=80, help="queries per batch (default 80, the paper's)")
     ap.add_argument("--items", type=int, default=100, help="items per list (default 100: top-100)")
     ap.add_argument("--features", type=int, default=47, help="input features (default 47 = 46 + rank)")
+    ap.add_argument(
+        "--lengths",
+        choices=("full", "mq2008"),
+        default="full",
+        help="list lengths: every list --items long (default), or drawn from MQ2008 Fold1's queries cut at "
+        "--items (mixed lengths, as in training)",
+    )
     ap.add_argument("--pairs", default="80,640", help="comma-separated sampled pair counts")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
@@ -148,8 +173,14 @@ def main(argv=None) -> int:
     info = machine_info(args.threads)
     print(machine_line(info), flush=True)
     B, L, F = args.batch, args.items, args.features
+    lengths = list_lengths(args.lengths, B, L)
+    shape = (
+        f"{L} items"
+        if lengths is None
+        else f"{min(lengths)}-{max(lengths)} items (mean {sum(lengths) / B:.1f})"
+    )
     print(
-        f"QILCM step, batch {B} queries x {L} items, {F} features, {args.threads} threads, median of "
+        f"QILCM step, batch {B} queries x {shape}, {F} features, {args.threads} threads, median of "
         f"{args.repeats} steps after {args.warmup} warm-up steps, isolate={args.isolate}",
         flush=True,
     )
@@ -168,6 +199,7 @@ def main(argv=None) -> int:
             "batch": B,
             "items": L,
             "features": F,
+            "lengths": lengths,
             "threads": args.threads,
             "repeats": args.repeats,
             "warmup": args.warmup,
@@ -218,6 +250,7 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "batch": B,
         "items": L,
+        "lengths": args.lengths,
         "features": F,
         "threads": args.threads,
         "warmup": args.warmup,

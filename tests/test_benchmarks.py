@@ -94,8 +94,12 @@ def test_inference(tmp_path):
     assert any(k.startswith("qilcm_one list") for k in blob["verdicts"])
 
 
-def test_qilcm_step(tmp_path):
-    blob = run_bench("bench_qilcm_step.py", tmp_path, "--isolate", "none", "--threads", "1")
+@pytest.mark.parametrize("lengths", ["full", "mq2008"])
+def test_qilcm_step(tmp_path, lengths):
+    blob = run_bench(
+        "bench_qilcm_step.py", tmp_path, "--isolate", "none", "--threads", "1", "--lengths", lengths
+    )
+    assert blob["lengths"] == lengths
     rows = blob["results"]
     # reference, exact sum / mean / sum one-sided, one sampled count two-sided and one-sided
     assert len(rows) == 6

@@ -748,6 +748,39 @@ def test_chamfer_against_naive_loop(form, direction):
         assert torch.equal(grad[~mask], torch.zeros_like(grad[~mask]))
 
 
+def test_chamfer_blocks_cut_to_their_longest_list_match_the_dense_form():
+    """Lists of mixed lengths (0-12 items, holes in the mask, shuffled): the exact term sorts them by
+    extent and cuts every block to its longest list; against the dense ``(B, L, B, L)`` distance
+    tensor (``torch.cdist``), values and gradients, and permuting the lists permutes the matrix."""
+    g = torch.Generator().manual_seed(7)
+    B, L, D = 40, 12, 3
+    reps = torch.randn(B, L, D, generator=g, dtype=F64)
+    lengths = torch.randint(0, L + 1, (B,), generator=g)
+    mask = (torch.arange(L)[None, :] < lengths[:, None]) & (torch.rand(B, L, generator=g) > 0.1)
+    clean = torch.where(mask[..., None], reps, 0.0)
+
+    def dense(h):
+        dist = torch.cdist(h.reshape(B * L, D), h.reshape(B * L, D)).pow(2).view(B, L, B, L)
+        dist = dist.masked_fill(~mask[None, None, :, :], float("inf"))  # j must be a real item of q2
+        nearest = dist.amin(-1)  # (B, L, B): item i of q1 to its nearest in q2
+        nearest = torch.where(mask[:, :, None] & mask.any(-1)[None, None, :], nearest, 0.0)
+        m = nearest.sum(1).masked_fill(torch.eye(B, dtype=torch.bool), 0.0)  # (B, B)
+        return m + m.T
+
+    r1 = clean.clone().requires_grad_(True)
+    expected = dense(r1)
+    (g1,) = torch.autograd.grad(expected.sum(), r1)
+    for chunk in (None, 1, 3):  # groups from the cost model, single lists, groups of 3
+        r2 = clean.clone().requires_grad_(True)
+        got = chamfer_confusion(r2, mask, reduction="none", chunk_size=chunk)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+        (g2,) = torch.autograd.grad(got.sum(), r2)
+        torch.testing.assert_close(g2, g1, rtol=1e-8, atol=1e-10)
+    perm = torch.randperm(B, generator=g)
+    permuted = chamfer_confusion(clean[perm], mask[perm], reduction="none")
+    torch.testing.assert_close(permuted, got.detach()[perm][:, perm], rtol=1e-10, atol=1e-10)
+
+
 def test_chamfer_gradcheck():
     reps, mask = chamfer_batch(seed=1)
     r = torch.where(mask[..., None], reps, 0.0).requires_grad_(True)

@@ -168,6 +168,22 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return weights * mask
 
 
+class _RealItems:
+    """Applies a per-item module to the real items of a ``(B, L, K)`` tensor only, packed as
+    ``(N, K)``; padded rows come back 0. The MLPs of eq. 1-3 and 9 act item by item, so this changes no
+    real item's value, and a batch of mixed lengths (MQ2008's top 100: 5 to 100 items, mean 20) skips
+    most of the padded work. Without padding the module gets the tensor as it is."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.index = None if bool(mask.all()) else mask.nonzero(as_tuple=True)
+
+    def __call__(self, module: nn.Module, t: torch.Tensor) -> torch.Tensor:
+        if self.index is None:
+            return module(t)
+        out = module(t[self.index])  # (N, K')
+        return out.new_zeros(*t.shape[:2], out.shape[-1]).index_put(self.index, out)
+
+
 class QILCM(Ranker):
     """Query-invariant listwise context model (see the module docstring for the equations)."""
 
@@ -199,9 +215,10 @@ class QILCM(Ranker):
         x = self.item_inputs(features, categorical)  # (B, L, F')
         if cfg.input_clip is not None:
             x = x.clamp(-cfg.input_clip, cfg.input_clip)
-        h = torch.cat([x, self.encoder(x)], dim=-1)  # eq. 1-2: (B, L, D)
+        per_item = _RealItems(mask)
+        h = torch.cat([x, per_item(self.encoder, x)], dim=-1)  # eq. 1-2: (B, L, D)
         if cfg.pooling == "attention":
-            a = masked_softmax(self.mlp_att(h).squeeze(-1), mask)  # eq. 3: (B, L)
+            a = masked_softmax(per_item(self.mlp_att, h).squeeze(-1), mask)  # eq. 3: (B, L)
         else:  # variant 1: average pooling
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
@@ -216,7 +233,7 @@ class QILCM(Ranker):
         else:
             normalized = refined
         normalized = normalized * mask.unsqueeze(-1)  # padded rows exactly 0 (never used, kept clean)
-        scores = self.mlp_rank(normalized).squeeze(-1)  # eq. 9 logits
+        scores = per_item(self.mlp_rank, normalized).squeeze(-1)  # eq. 9 logits
         return QILCMOutput(scores=scores, attention=a, context=c, normalized=normalized)
 
     def forward(
