@@ -1074,6 +1074,16 @@ def _chamfer_group_size(extents: list[int], dim: int, max_side: int) -> int:
     return min(range(1, max(1, min(max_side, B)) + 1), key=cost)
 
 
+class _ListGroup(NamedTuple):
+    """Consecutive lists of the length-sorted batch, cut to the longest of them (``n`` items)."""
+
+    size: int  # lists
+    h: torch.Tensor  # (size, n, D)
+    sq: torch.Tensor  # (size, n)
+    sq_j: torch.Tensor  # (size, n), +inf at padding
+    weight: torch.Tensor  # (size, n)
+
+
 def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction: str) -> torch.Tensor:
     """Every ordered pair: the one-directional matrix ``m`` block by block, then ``m + m^T`` (QILCM
     eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form.
@@ -1093,25 +1103,18 @@ def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction:
     step = _chamfer_group_size(ext, h.shape[-1], max_side)
     # each group cut once to its longest list (the last one) and shared by all its blocks, so autograd
     # scatters one slice per group back, not one per block
-    groups = []
-    for start in range(0, B, step):
-        stop = min(start + step, B)
-        n = ext[stop - 1]
-        groups.append(
-            (
-                stop - start,
-                n,
-                h[start:stop, :n],
-                sq[start:stop, :n],
-                sq_j[start:stop, :n],
-                weight[start:stop, :n],
-            )
+    groups = [
+        _ListGroup(
+            min(start + step, B) - start,
+            *(t[start : start + step, : ext[min(start + step, B) - 1]] for t in (h, sq, sq_j, weight)),
         )
+        for start in range(0, B, step)
+    ]
 
-    def block(g1: tuple, g2: tuple) -> torch.Tensor:
-        if g1[1] == 0 or g2[1] == 0:  # only empty lists on one side: d = 0
-            return g1[2][:, :0].sum((1, 2))[:, None].expand(-1, g2[0])  # zeros, still in the graph
-        return _chamfer_rows(g1[2], g2[2], g1[3], g2[4], g1[5])
+    def block(g1: _ListGroup, g2: _ListGroup) -> torch.Tensor:
+        if g1.h.shape[1] == 0 or g2.h.shape[1] == 0:  # only empty lists on one side: d = 0
+            return g1.h[:, :0].sum((1, 2))[:, None].expand(-1, g2.size)  # zeros, still in the graph
+        return _chamfer_rows(g1.h, g2.h, g1.sq, g2.sq_j, g1.weight)
 
     sorted_matrix = torch.cat([torch.cat([block(g1, g2) for g2 in groups], 1) for g1 in groups], 0)  # (B, B)
     back = torch.argsort(order)
