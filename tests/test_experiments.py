@@ -287,6 +287,19 @@ def test_bucket_gaps_are_equal_count_and_use_paired_differences():
     assert hi["ndcg@1"]["gap"] == pytest.approx(0.1) and hi["ndcg@1"]["p"] == 0.0
 
 
+def test_per_query_means_make_each_query_one_unit():
+    from ctxrank.experiments.anomaly import per_query_means
+
+    qids = np.array(["b", "a", "b", "c", "a"])  # b and a seen in two runs each
+    score = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
+    a = {"ndcg@1": np.array([1.0, 0.0, 0.0, 0.5, np.nan])}  # a's second value NaN: left out
+    b = {"ndcg@1": np.array([0.0, 1.0, 1.0, np.nan, 0.0])}  # c has no finite value: NaN
+    ids, s, ma, mb = per_query_means(qids, score, a, b)
+    assert ids.tolist() == ["a", "b", "c"] and s.tolist() == [4.0, 2.0, 4.0]
+    assert ma["ndcg@1"].tolist() == [0.0, 0.5, 0.5]
+    assert mb["ndcg@1"][:2].tolist() == [0.5, 0.5] and np.isnan(mb["ndcg@1"][2])
+
+
 #: re-ranking LambdaMART's top 8 and the anomaly analysis of mnl vs listnet (also tests/test_executors.py)
 ANOMALY_EXTRA = """[protocol]
 initial = "lambdamart"
@@ -306,7 +319,10 @@ def test_anomaly_analysis_end_to_end(tmp_path):
     spec = load_spec(_letor_spec(tmp_path, runs=2, extra=ANOMALY_EXTRA, models=models))
     store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
     res = build_report(spec, store)
-    assert res["anomaly"]["pairs"] == 16 and sum(r["n"] for r in res["anomaly"]["buckets"]) == 16
+    # the unit is the query: a query in the test split of both runs enters once, averaged
+    seen = [q for s, f in spec.run_keys() for q in store.load_unit(s, f)["query_ids"]]
+    assert res["anomaly"]["pairs"] == len(seen) == 16 and res["anomaly"]["queries"] == len(set(seen))
+    assert sum(r["n"] for r in res["anomaly"]["buckets"]) == len(set(seen))
     assert (tmp_path / "out" / "anomaly.png").is_file()
     md = (tmp_path / "out" / "table.md").read_text()
     assert "Anomalous queries" in md

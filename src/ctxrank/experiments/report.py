@@ -267,24 +267,28 @@ def _grid_lines(res: dict[str, Any]) -> list[str]:
 
 
 def _anomaly(spec, store, keys, records) -> dict[str, Any]:
-    from ctxrank.experiments.anomaly import bucket_gaps, method_text
+    from ctxrank.experiments.anomaly import bucket_gaps, method_text, per_query_means
 
     a_name, b_name = spec.anomaly.models
-    scores, a_vals, b_vals = [], {k: [] for k in spec.anomaly.metrics}, {k: [] for k in spec.anomaly.metrics}
+    qids, scores = [], []
+    a_vals, b_vals = {k: [] for k in spec.anomaly.metrics}, {k: [] for k in spec.anomaly.metrics}
     for i, (s, f) in enumerate(keys):
         unit = store.load_unit(s, f)
         ra, rb = records[a_name][i], records[b_name][i]
         if not (unit["query_ids"] == ra["query_ids"] == rb["query_ids"]):
             raise ValueError(f"run seed {s} fold {f}: the models' test queries differ from the unit's")
+        qids += unit["query_ids"]
         scores += unit["anomaly_score"]
         for k in spec.anomaly.metrics:
             a_vals[k] += ra["metrics"][k]
             b_vals[k] += rb["metrics"][k]
-    res = bucket_gaps(np.array(scores), a_vals, b_vals, spec.anomaly.buckets)
+    ids, per_score, per_a, per_b = per_query_means(np.array(qids), np.array(scores), a_vals, b_vals)
+    res = bucket_gaps(per_score, per_a, per_b, spec.anomaly.buckets)
     res.update(
         models=[a_name, b_name],
         method=method_text(spec.anomaly.top, spec.anomaly.n_estimators),
         pairs=len(scores),
+        queries=int(ids.size),
     )
     return res
 
@@ -348,11 +352,12 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         a_name, b_name = an["models"]
         lines += [
             "",
-            f"Anomalous queries: per-query gap {a_name} - {b_name} by anomaly bucket "
-            f"(1 = least anomalous; {an['pairs']} (run, test query) pairs; ± = 95% CI; p: paired t-test).",
+            f"Anomalous queries: per-query gap {a_name} - {b_name} by anomaly bucket (1 = least anomalous; "
+            f"{an['queries']} test queries, each averaged over its runs ({an['pairs']} (run, query) pairs): "
+            "the query is the unit; ± = 95% CI; p: paired t-test over the bucket's queries).",
             f"Method: {an['method']}.",
             "",
-            "| bucket | (run, query) pairs | " + " | ".join(spec.anomaly.metrics) + " |",
+            "| bucket | queries | " + " | ".join(spec.anomaly.metrics) + " |",
             "|---:|---:|" + "---:|" * len(spec.anomaly.metrics),
         ]
         for row in an["buckets"]:
