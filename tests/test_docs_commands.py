@@ -493,6 +493,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-tuned --threads 1 --set tune.trials=6 --runs 3": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
     ),
+    "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --threads 1 "
+    "--set tune.trials=20": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
+    ),
     "ctxrank experiment choice-tuned": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
     ),
