@@ -497,6 +497,16 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--set tune.trials=20": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
     ),
+    "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --set "
+    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --threads 1 --set tune.trials=20": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "random 60/20/20 splits")
+    ),
+    "ctxrank experiment choice-tuned --dataset electricity --threads 1": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "electricity")
+    ),
+    "ctxrank experiment choice-tuned --dataset modecanada --threads 1": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "modecanada")
+    ),
     "ctxrank experiment choice-tuned": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
     ),
