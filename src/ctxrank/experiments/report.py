@@ -2,12 +2,12 @@
 
 Statistics (QILCM paper, Table 2): mean +- sample std over runs; the target model's improvement (%,
 relative to the baseline's absolute value) over the best baseline per metric (the baseline with the
-highest mean on that metric); a paired test
-of the target against each baseline, the one ``[report] test`` names (``ctxrank.experiments.stats``:
-by default over seed-averaged queries for published folds, the corrected resampled t-test over runs for
-random splits; the paper's plain t-test over runs only as ``runs-plain``), with a 95% CI of the mean
-difference; optionally Holm-adjusted over all the table's comparisons. Every caption names the test,
-its unit and its n, and results.json records them with each comparison's CI.
+highest mean on that metric); a paired test of the target against each baseline, the one
+``[report] test`` names (``ctxrank.experiments.stats``: by default blocked by fold for published folds,
+the corrected resampled t-test over runs for random splits; the paper's plain t-test over runs only
+as ``runs-plain``), with a 95% CI of the mean difference; optionally Holm-adjusted over all the
+table's comparisons. Every caption names the test, its unit and its n, and results.json records them
+with each comparison's CI.
 """
 
 from __future__ import annotations
