@@ -498,7 +498,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
     ),
     "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --set "
-    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --threads 1 --set tune.trials=20": Run(
+    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --threads 1 --set tune.trials=20 "
+    "--out results/qilcm-tuned-ohsumed-splits": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "random 60/20/20 splits")
     ),
     "ctxrank experiment choice-tuned --dataset electricity --threads 1": Run(

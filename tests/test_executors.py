@@ -136,7 +136,7 @@ def _raises(spec, model, seed, fold, unit, initial, root):
 
 def _without_volatile(results: dict) -> dict:
     """results.json without what differs between two executions (time of day, seconds taken)."""
-    return {k: v for k, v in results.items() if k not in ("created", "seconds")}
+    return {k: v for k, v in results.items() if k not in ("created", "seconds", "fit_seconds")}
 
 
 @pytest.fixture(scope="module")
