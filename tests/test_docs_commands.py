@@ -508,6 +508,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment choice-tuned --dataset modecanada --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "modecanada")
     ),
+    "ctxrank experiment choice-tuned --threads 1": Run(
+        (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
+    ),
     "ctxrank experiment choice-tuned": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
     ),
