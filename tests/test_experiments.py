@@ -287,17 +287,15 @@ def test_bucket_gaps_are_equal_count_and_use_paired_differences():
     assert hi["ndcg@1"]["gap"] == pytest.approx(0.1) and hi["ndcg@1"]["p"] == 0.0
 
 
-def test_per_query_means_make_each_query_one_unit():
-    from ctxrank.experiments.anomaly import per_query_means
-
-    qids = np.array(["b", "a", "b", "c", "a"])  # b and a seen in two runs each
-    score = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
-    a = {"ndcg@1": np.array([1.0, 0.0, 0.0, 0.5, np.nan])}  # a's second value NaN: left out
-    b = {"ndcg@1": np.array([0.0, 1.0, 1.0, np.nan, 0.0])}  # c has no finite value: NaN
-    ids, s, ma, mb = per_query_means(qids, score, a, b)
-    assert ids.tolist() == ["a", "b", "c"] and s.tolist() == [4.0, 2.0, 4.0]
-    assert ma["ndcg@1"].tolist() == [0.0, 0.5, 0.5]
-    assert mb["ndcg@1"][:2].tolist() == [0.5, 0.5] and np.isnan(mb["ndcg@1"][2])
+def test_query_means_make_each_query_one_unit():
+    """The anomaly analysis averages each query over its runs with ``query_means`` (one unit a query)."""
+    runs = [  # b and a seen in two runs each; a's second value NaN: left out; c has no finite value
+        {"query_ids": ["b", "a"], "metrics": {"ndcg@1": [1.0, 0.0], "x": [0.0, 1.0]}},
+        {"query_ids": ["b", "c", "a"], "metrics": {"ndcg@1": [0.0, 0.5, np.nan], "x": [1.0, np.nan, 0.0]}},
+    ]
+    assert query_means(runs, "ndcg@1") == {"a": 0.0, "b": 0.5, "c": 0.5}
+    x = query_means(runs, "x")
+    assert x["a"] == 0.5 and x["b"] == 0.5 and np.isnan(x["c"])
 
 
 #: re-ranking LambdaMART's top 8 and the anomaly analysis of mnl vs listnet (also tests/test_executors.py)

@@ -8,8 +8,8 @@ averaged per bucket, with a 95% confidence interval and a paired t-test.
 
 The unit of the test is the query: a test query seen in several runs (every seed of its fold, or
 several random splits) enters once, with its anomaly score and both models' metrics averaged over
-those runs (:func:`per_query_means`); pooling the (run, query) pairs would count it once a run and
-make the p-values too small (pseudo-replication).
+those runs (``ctxrank.experiments.report.query_means``); pooling the (run, query) pairs would count
+it once a run and make the p-values too small (pseudo-replication).
 
 Choices the paper leaves open (documented here, options in ``[analysis.anomaly]``): the buckets are
 equal-count quantile buckets of the anomaly scores pooled over all runs (``buckets``, default 5); the
@@ -27,7 +27,7 @@ from scipy import stats
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.stats import paired_test
 
-__all__ = ["anomaly_scores", "bucket_gaps", "method_text", "per_query_means", "query_vectors"]
+__all__ = ["anomaly_scores", "bucket_gaps", "method_text", "query_vectors"]
 
 
 def query_vectors(data: RankingData, scores: np.ndarray, top: int = 10) -> np.ndarray:
@@ -68,39 +68,11 @@ def anomaly_scores(
     return -forest.score_samples(query_vectors(test, test_scores, top))
 
 
-def per_query_means(
-    query_ids: np.ndarray, anomaly: np.ndarray, a: dict[str, np.ndarray], b: dict[str, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Average the (run, query) values of every query id over its runs.
-
-    Args:
-        query_ids: ``[n]`` the query of every (run, test query) pair.
-        anomaly, a, b: as :func:`bucket_gaps` takes them, aligned with ``query_ids``.
-
-    Returns:
-        ``(ids, anomaly, a, b)`` with one entry per distinct query (sorted ids); a metric's mean is over
-        its finite values (NaN when it has none).
-    """
-    ids, inverse = np.unique(np.asarray(query_ids), return_inverse=True)
-    count = np.bincount(inverse, minlength=ids.size)
-
-    def mean(values: np.ndarray) -> np.ndarray:
-        v = np.asarray(values, dtype=np.float64)
-        ok = np.isfinite(v)
-        n = np.bincount(inverse, weights=ok, minlength=ids.size)
-        total = np.bincount(inverse, weights=np.where(ok, v, 0.0), minlength=ids.size)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, total / np.maximum(n, 1), np.nan)
-
-    score = np.bincount(inverse, weights=np.asarray(anomaly, dtype=np.float64), minlength=ids.size) / count
-    return ids, score, {k: mean(v) for k, v in a.items()}, {k: mean(v) for k, v in b.items()}
-
-
 def bucket_gaps(
     anomaly: np.ndarray, a: dict[str, np.ndarray], b: dict[str, np.ndarray], buckets: int
 ) -> dict[str, Any]:
-    """Per-bucket mean gap ``a - b`` of per-query metrics, each value a test unit (a query, after
-    :func:`per_query_means`).
+    """Per-bucket mean gap ``a - b`` of per-query metrics, each value a test unit (a query, averaged
+    over its runs).
 
     Args:
         anomaly: ``[n]`` anomaly score of every unit.

@@ -267,28 +267,31 @@ def _grid_lines(res: dict[str, Any]) -> list[str]:
 
 
 def _anomaly(spec, store, keys, records) -> dict[str, Any]:
-    from ctxrank.experiments.anomaly import bucket_gaps, method_text, per_query_means
+    """The anomaly analysis with the query as the unit: a test query seen in several runs enters once,
+    its anomaly score and both models' metrics averaged over those runs (:func:`query_means`)."""
+    from ctxrank.experiments.anomaly import bucket_gaps, method_text
 
     a_name, b_name = spec.anomaly.models
-    qids, scores = [], []
-    a_vals, b_vals = {k: [] for k in spec.anomaly.metrics}, {k: [] for k in spec.anomaly.metrics}
+    units = []
     for i, (s, f) in enumerate(keys):
         unit = store.load_unit(s, f)
-        ra, rb = records[a_name][i], records[b_name][i]
-        if not (unit["query_ids"] == ra["query_ids"] == rb["query_ids"]):
+        if not (unit["query_ids"] == records[a_name][i]["query_ids"] == records[b_name][i]["query_ids"]):
             raise ValueError(f"run seed {s} fold {f}: the models' test queries differ from the unit's")
-        qids += unit["query_ids"]
-        scores += unit["anomaly_score"]
-        for k in spec.anomaly.metrics:
-            a_vals[k] += ra["metrics"][k]
-            b_vals[k] += rb["metrics"][k]
-    ids, per_score, per_a, per_b = per_query_means(np.array(qids), np.array(scores), a_vals, b_vals)
-    res = bucket_gaps(per_score, per_a, per_b, spec.anomaly.buckets)
+        units.append({"query_ids": unit["query_ids"], "metrics": {"anomaly": unit["anomaly_score"]}})
+    score = query_means(units, "anomaly")
+    ids = sorted(score)
+
+    def per_query(name: str) -> dict[str, np.ndarray]:
+        means = {k: query_means(records[name], k) for k in spec.anomaly.metrics}
+        return {k: np.array([m[q] for q in ids]) for k, m in means.items()}
+
+    anomaly = np.array([score[q] for q in ids])
+    res = bucket_gaps(anomaly, per_query(a_name), per_query(b_name), spec.anomaly.buckets)
     res.update(
         models=[a_name, b_name],
         method=method_text(spec.anomaly.top, spec.anomaly.n_estimators),
-        pairs=len(scores),
-        queries=int(ids.size),
+        pairs=sum(len(u["query_ids"]) for u in units),
+        queries=len(ids),
     )
     return res
 
