@@ -68,7 +68,7 @@ from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import Baseline, get_model
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.resume import fingerprint
-from ctxrank.training.run import run_training
+from ctxrank.training.run import fits_by_maximum_likelihood, run_training
 
 __all__ = [
     "KINDS",
@@ -146,8 +146,7 @@ def search_space(base: Mapping[str, Any]) -> SearchSpace:
         fixed.add("loss")
     if isinstance(entry, Baseline):
         declared, own = dict(entry.search_space), "baseline"
-    elif getattr(entry, "full_batch", False) and not config.rerank.residual:
-        # fitted to its maximum likelihood (the conditional logit): no epochs, learning rate or loss
+    elif fits_by_maximum_likelihood(config):  # no epochs, learning rate or loss to search
         declared = {"transform": NEURAL_SPACE["transform"], **entry.config_class.SEARCH_SPACE}
         own = "maximum likelihood"
     else:

@@ -63,7 +63,15 @@ from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
 
-__all__ = ["EVAL_METRICS", "INITIAL_DIR", "RunResult", "rerank_features", "run_training", "save_result"]
+__all__ = [
+    "EVAL_METRICS",
+    "INITIAL_DIR",
+    "RunResult",
+    "fits_by_maximum_likelihood",
+    "rerank_features",
+    "run_training",
+    "save_result",
+]
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 INITIAL_DIR = "initial"
@@ -98,6 +106,13 @@ class _Rerank:
     train: RerankSplit
     valid: RerankSplit
     meta: dict[str, Any]  # saved as ctxrank.json's "rerank"
+
+
+def fits_by_maximum_likelihood(config: RunConfig) -> bool:
+    """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no loss):
+    the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run (its
+    utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
+    return getattr(get_model(config.model), "full_batch", False) and not config.rerank.residual
 
 
 def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
@@ -404,9 +419,7 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
-    # the conditional logit: exact MLE, also on the top-k lists of a re-ranking run (its utilities ignore
-    # the initial scores; a residual wrapper has no full-batch fit and trains by SGD)
-    if getattr(model, "full_batch", False):
+    if fits_by_maximum_likelihood(config):
         fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
