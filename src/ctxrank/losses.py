@@ -1055,7 +1055,8 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
 
 
 #: the fixed cost of one block of the exact Chamfer matrix (forward and backward), in multiply-adds
-#: of its distance product: about 3 ms on one CPU core (measured with benchmarks/bench_qilcm_step.py)
+#: of its distance product: about 3 ms on one CPU core (estimated from the step-time differences of
+#: benchmarks/bench_qilcm_step.py runs with 16 and 64 blocks, not measured directly)
 CHAMFER_BLOCK_COST = 10**8
 
 
