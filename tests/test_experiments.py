@@ -137,6 +137,17 @@ def test_unknown_builtin_lists_the_names():
         load_spec("no-such-experiment")
 
 
+def test_a_directory_named_like_a_builtin_does_not_hide_it(tmp_path, monkeypatch):
+    """Running from the results folder: ``qilcm-tuned/`` (a previous run's default output) sits beside
+    the command; the name still means the built-in spec, and an unknown name says what it is not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qilcm-tuned").mkdir()
+    (tmp_path / "mine").mkdir()
+    assert load_spec("qilcm-tuned").name == "qilcm-tuned"
+    with pytest.raises(ValueError, match=r"mine: neither a TOML file nor a built-in experiment"):
+        load_spec("mine")
+
+
 # ----------------------------------------------------------------------------- run store, resume
 def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_path):
     spec = load_spec(_letor_spec(tmp_path))

@@ -703,7 +703,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
     """
     path = Path(name_or_path)
     builtin = False
-    if not path.suffix and not path.exists():
+    if not path.suffix and not path.is_file():  # a directory of that name (e.g. its results) is no spec
         names = builtin_names()
         if str(name_or_path) not in names:
             raise ValueError(
