@@ -490,8 +490,12 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --runs 4 --threads 1": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2-splits --runs 4 --threads 1": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment qilcm-figure2 --runs 4 --threads 1": Run(smoke("qilcm-figure2")),
-    "ctxrank experiment qilcm-tuned --threads 1 --set tune.trials=6 --runs 3": Run(
+    "ctxrank experiment qilcm-tuned --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
+    ),
+    "ctxrank experiment qilcm-tuned --set data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' "
+    "--threads 1 --out results/qilcm-tuned-splits": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "random 60/20/20 splits")
     ),
     "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --threads 1 "
     "--set tune.trials=20": Run(
