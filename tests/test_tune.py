@@ -440,6 +440,52 @@ def test_experiment_tune_block_tunes_every_model_then_tests_once(letor, tmp_path
     assert load_spec(path).models["listnet"] == {**best, "train": {**best["train"], "max_epochs": 2}}
 
 
+def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(letor, tmp_path, monkeypatch):
+    """``[tune] ensemble = k``: the trials are single models (a finished study is reused as it is), the
+    chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score."""
+    import shutil
+
+    import ctxrank.training.run as training_run
+    from ctxrank.experiments import load_spec, run_experiment
+    from ctxrank.experiments.store import RunStore
+
+    path = _write(tmp_path / "spec.toml", _spec_text(letor / "train.txt", "[tune]\ntrials = 2\n"))
+    single = load_spec(path)
+    run_experiment(single, tmp_path / "single", progress=False, log=lambda _: None)
+    path.write_text(_spec_text(letor / "train.txt", "[tune]\ntrials = 2\nensemble = 3\n"))
+    spec = load_spec(path)
+    assert spec.tune is not None and spec.tune.ensemble == 3
+    assert spec.fingerprint() != single.fingerprint()
+    (tmp_path / "ens").mkdir()
+    shutil.copytree(tmp_path / "single" / "tune", tmp_path / "ens" / "tune")  # the finished studies
+    final = []
+    real_run = training_run.run_training
+
+    def spy_run(config, train, valid, test=None, **kwargs):
+        if test is not None:
+            final.append(config)
+        return real_run(config, train, valid, test, **kwargs)
+
+    monkeypatch.setattr(training_run, "run_training", spy_run)
+    store = run_experiment(spec, tmp_path / "ens", progress=False, log=lambda _: None)
+    assert [c.ensemble for c in final] == [3, 3]  # one test training per model, as an ensemble
+    for model in ("lambdamart", "listnet"):
+        one, ens = RunStore(tmp_path / "single").load_run(model, 0, 0), store.load_run(model, 0, 0)
+        assert ens["tune"]["trials"] == 2 and ens["tune"]["best_trial"] == one["tune"]["best_trial"]
+        assert ens["config"] == {**one["config"], "ensemble": 3}
+        assert ens["summary"]["ensemble"] == 3
+        if model == "listnet":  # seeds matter for a neural model: the ensemble's scores differ
+            assert ens["metrics"]["ndcg@10"] != one["metrics"]["ndcg@10"]
+    # a model that is an ensemble already: one place only
+    path.write_text(
+        _spec_text(letor / "train.txt", "[tune]\nensemble = 3\n").replace(
+            'model = "listnet"', 'model = "listnet"\nensemble = 2'
+        )
+    )
+    with pytest.raises(ValueError, match=r"models.listnet.*set the seed ensemble in one place"):
+        load_spec(path)
+
+
 def test_experiment_tune_block_is_validated(letor, tmp_path):
     from ctxrank.experiments import load_spec
 
@@ -448,6 +494,7 @@ def test_experiment_tune_block_is_validated(letor, tmp_path):
         ("[tune]\ntrials = 0\n", "trials must be an integer >= 1"),
         ("[tune]\ntrials = 2\nsampler = 'grid'\n", "unknown key"),
         ("[tune]\nprune = 1\n", "prune must be true or false"),
+        ("[tune]\nensemble = 0\n", "ensemble must be an integer >= 1"),
     ]:
         path.write_text(_spec_text(letor / "train.txt", block))
         with pytest.raises(ValueError, match=message):

@@ -15,6 +15,7 @@ stopped. On synthetic choice data the generator's own chooser is stored as the r
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Callable
@@ -373,6 +374,8 @@ def _tuned(
         "dir": str(where.relative_to(root)),
         "seed": spec.tune.seed,
     }
+    if spec.tune.ensemble > 1:  # the chosen configuration, as a seed ensemble (trials were single models)
+        return dataclasses.replace(result.best, ensemble=spec.tune.ensemble), record
     return result.best, record
 
 

@@ -407,16 +407,19 @@ class AnomalySpec:
 
 @dataclass(frozen=True)
 class TuneSpec:
-    """``[tune]``: the trial budget per model per run, the sampler's seed, pruning (``ctxrank.tune``)."""
+    """``[tune]``: the trial budget per model per run, the sampler's seed, pruning (``ctxrank.tune``),
+    and ``ensemble``: k > 1 trains each model's chosen configuration as a seed ensemble of k models for
+    the test (trials train single models, so the search costs the same; the recipe of docs/training.md)."""
 
     trials: int = 20
     seed: int = 0
     prune: bool = True
+    ensemble: int = 1
 
     @classmethod
     def from_dict(cls, d: Any) -> TuneSpec:
         if not isinstance(d, Mapping):
-            raise _fail("tune", "must be a table (trials, seed, prune)")
+            raise _fail("tune", "must be a table (trials, seed, prune, ensemble)")
         _known("tune", d, [f.name for f in dataclasses.fields(cls)])
         prune = d.get("prune", True)
         if not isinstance(prune, bool):
@@ -425,7 +428,14 @@ class TuneSpec:
             trials=_int("tune", "trials", d.get("trials", 20), 1),
             seed=_int("tune", "seed", d.get("seed", 0), 0),
             prune=prune,
+            ensemble=_int("tune", "ensemble", d.get("ensemble", 1), 1),
         )
+
+    def fingerprint_key(self) -> dict[str, Any]:
+        key = dataclasses.asdict(self)
+        if key["ensemble"] == 1:
+            del key["ensemble"]  # the default: fingerprints of tuned experiments before the key stay
+        return key
 
 
 @dataclass(frozen=True)
@@ -489,7 +499,7 @@ class ExperimentSpec:
         if self.grids:  # only when there are grids: fingerprints of experiments without one are unchanged
             key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
         if self.tune is not None:  # absent without [tune]: the fingerprints of earlier specs stay
-            key["tune"] = dataclasses.asdict(self.tune)
+            key["tune"] = self.tune.fingerprint_key()
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -549,6 +559,12 @@ class ExperimentSpec:
                     raise _fail(where, str(exc)) from None
             if grid.axes:
                 grids[m] = grid
+            if tune is not None and tune.ensemble > 1 and table.get("ensemble", 1) != 1:
+                raise _fail(
+                    f"models.{m}",
+                    f"ensemble = {table['ensemble']} and [tune] ensemble = {tune.ensemble}: set the seed "
+                    "ensemble in one place ([tune] ensemble trains only the chosen configuration as one)",
+                )
         report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
