@@ -512,6 +512,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment choice-tuned --dataset modecanada --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "modecanada")
     ),
+    "ctxrank experiment choice-tuned --dataset car --threads 1": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "car")
+    ),
     "ctxrank experiment choice-tuned --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
     ),
