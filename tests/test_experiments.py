@@ -137,6 +137,16 @@ def test_unknown_builtin_lists_the_names():
         load_spec("no-such-experiment")
 
 
+def test_a_residual_re_ranker_uses_the_protocols_initial_ranker():
+    """``rerank.residual`` needs an initial ranker; under ``[protocol] initial`` the model's table need not
+    repeat it (the run config gets the protocol's), and without a protocol the error stays."""
+    spec = load_spec("qilcm-tuned", ["models.qilcm.rerank.residual=true"])
+    rerank = spec.run_config("qilcm", 0).rerank
+    assert rerank.residual and rerank.initial == "lambdamart" and rerank.top_k == 100
+    with pytest.raises(ValueError, match=r"rerank.residual = true needs an initial ranker"):
+        load_spec("choice", ["models.qilcm.rerank.residual=true"])
+
+
 def test_a_directory_named_like_a_builtin_does_not_hide_it(tmp_path, monkeypatch):
     """Running from the results folder: ``qilcm-tuned/`` (a previous run's default output) sits beside
     the command; the name still means the built-in spec, and an unknown name says what it is not."""

@@ -551,9 +551,12 @@ class ExperimentSpec:
             table = _deep_merge(_baseline_defaults(defaults, table), table)
             grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
             models = {**models, m: table}
+            check = table  # a re-ranker's own rerank keys are checked with the protocol's initial ranker
+            if initial and isinstance(table.get("rerank"), Mapping) and "initial" not in table["rerank"]:
+                check = _deep_merge(table, {"rerank": {"initial": initial}})
             for point in grid.points():
                 try:
-                    RunConfig.from_dict(_set_keys(table, point))
+                    RunConfig.from_dict(_set_keys(check, point))
                 except ValueError as exc:
                     where = f"models.{m}" + (f" (grid point {point})" if point else "")
                     raise _fail(where, str(exc)) from None
