@@ -524,6 +524,13 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-figure2")
     ),
+    "ctxrank experiment qilcm-table2-splits --dataset ohsumed --set data.root=../shared/data": Run(
+        smoke("qilcm-table2-splits"), check=contains("random 60/20/20 splits")
+    ),
+    "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data --set "
+    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --out results/qilcm-figure2-splits-ohsumed": Run(
+        smoke("qilcm-figure2"), check=contains("random 60/20/20 splits", "Anomalous queries")
+    ),
     "ctxrank experiment qilcm-table3": Run(smoke("qilcm-table3")),
     "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table3")
