@@ -52,6 +52,7 @@ then the chosen configuration is trained and tested once::
     trials = 20            # trials per model per run (seed, fold)
     seed = 0               # the sampler's seed
     prune = true           # prune neural trials on their per-epoch validation metric
+    ensemble = 1           # k > 1: the chosen configuration is tested as a seed ensemble of k models
 
 A key a model's table (or ``[defaults]``) sets is fixed, not searched.
 
