@@ -490,6 +490,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --runs 4 --threads 1": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2-splits --runs 4 --threads 1": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment qilcm-figure2 --runs 4 --threads 1": Run(smoke("qilcm-figure2")),
+    "ctxrank experiment qilcm-tuned --threads 1 --set tune.ensemble=5 --overwrite "
+    "--out results/qilcm-tuned-ens5": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
+    ),
+    "ctxrank experiment qilcm-tuned --threads 1 --set models.qilcm.rerank.residual=true "
+    "--out results/qilcm-tuned-residual": Run(
+        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
+    ),
     "ctxrank experiment qilcm-tuned --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
     ),
@@ -528,7 +536,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         smoke("qilcm-table2-splits"), check=contains("random 60/20/20 splits")
     ),
     "ctxrank experiment qilcm-figure2 --dataset ohsumed --set data.root=../shared/data --set "
-    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --out results/qilcm-figure2-splits-ohsumed": Run(
+    "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' "
+    "--out results/qilcm-figure2-splits-ohsumed": Run(
         smoke("qilcm-figure2"), check=contains("random 60/20/20 splits", "Anomalous queries")
     ),
     "ctxrank experiment qilcm-table3": Run(smoke("qilcm-table3")),
