@@ -192,10 +192,34 @@ def test_ensemble_is_the_mean_of_its_members(splits, tmp_path):
     np.testing.assert_allclose(loaded.predict(test), np.mean(scores, axis=0), rtol=1e-12)
     np.testing.assert_allclose(result.test_scores, np.mean(scores, axis=0), rtol=1e-12)
 
-    from ctxrank.export import serving_model
 
-    with pytest.raises(ValueError, match=r"a seed ensemble of 3 models .* cannot be exported"):
-        serving_model(loaded)
+
+def test_an_ensemble_exports_as_one_graph_of_its_members_mean(splits, tmp_path):
+    """``ctxrank export`` of an ensemble directory: one file whose scores are the mean of the members'
+    own serving models (each exported alone too), for both formats; the file says how many members."""
+    from ctxrank.export import EnsembleServing, example_inputs, export_model, serving_model
+
+    train, valid, _ = splits
+    options = ["model=mlp", "model_params.hidden=[8]", "train.max_epochs=2", "ensemble=3"]
+    run_training(resolve_config(None, options), train, valid, None, out=tmp_path / "ens", progress=False)
+    serving = serving_model(load_model(tmp_path / "ens"))
+    assert isinstance(serving, EnsembleServing) and len(serving.members) == 3
+    members = [serving_model(load_model(tmp_path / "ens" / f"member-{i}")) for i in range(3)]
+    inputs = example_inputs(members[0], 4, 6, seed=2)
+    with torch.no_grad():
+        alone = [m(*inputs) for m in members]
+        assert not torch.equal(alone[0], alone[1])
+        torch.testing.assert_close(serving(*inputs), torch.stack(alone).mean(0), rtol=0, atol=1e-6)
+    result = export_model(tmp_path / "ens", "torchscript", tmp_path / "ens.pt")
+    assert result.meta["ensemble"] == 3 and result.meta["feature_names"] == list(train.feature_names)
+    with torch.no_grad():
+        got = torch.jit.load(str(tmp_path / "ens.pt"))(*inputs)
+    torch.testing.assert_close(got, torch.stack(alone).mean(0), rtol=1e-5, atol=1e-5)
+    cli = ["export", "--model", str(tmp_path / "ens"), "--format", "torchscript"]
+    cli += ["--out", str(tmp_path / "e.pt")]
+    assert main(cli) == 0 and (tmp_path / "e.pt").is_file()
+    pytest.importorskip("onnxruntime")
+    assert export_model(tmp_path / "ens", "onnx", tmp_path / "ens.onnx").meta["ensemble"] == 3
 
 
 def test_ensemble_option_and_member_names(tmp_path):

@@ -27,6 +27,10 @@ query) and/or ``initial_score`` as the last feature columns (``rerank`` in ``ctx
 The items cut off follow the re-ranked ones in their initial order
 (:func:`ctxrank.training.rerank.merge_scores`).
 
+**Seed ensembles** (``ensemble = k``): one graph, :class:`EnsembleServing`, the mean of the k members'
+serving models on the same inputs (a re-ranking ensemble's members share one initial ranker, so the
+input is built once, as above).
+
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
 
@@ -57,7 +61,15 @@ from torch import nn
 
 from ctxrank.data.transforms import TRANSFORMS, Transform
 
-__all__ = ["EXPORT_FORMATS", "ONNX_OPSET", "ExportResult", "ServingModel", "export_model", "serving_model"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "ONNX_OPSET",
+    "EnsembleServing",
+    "ExportResult",
+    "ServingModel",
+    "export_model",
+    "serving_model",
+]
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 ONNX_OPSET = 17
@@ -135,10 +147,32 @@ class ServingModel(nn.Module):
         return self.model.serving_scores(x, mask, categorical)
 
 
-def serving_model(predictor: Any) -> ServingModel:
+class EnsembleServing(nn.Module):
+    """A seed ensemble (``ensemble = k``) as one graph: k :class:`ServingModel` (each with its own
+    normalizer) on the same inputs, ``scores = mean_i scores_i`` (B, L), as
+    ``ctxrank.training.ensemble.EnsemblePredictor`` averages them (here in float32)."""
+
+    def __init__(self, members: list[ServingModel]) -> None:
+        super().__init__()
+        shapes = {(m.n_features, m.n_categorical) for m in members}
+        if len(shapes) != 1:
+            raise ValueError(f"the ensemble's members take different inputs (features, categorical) {shapes}")
+        self.members = nn.ModuleList(members)
+        first = members[0]
+        self.model, self.normalizer = first.model, first.normalizer  # example inputs, messages
+        self.n_features, self.n_categorical = first.n_features, first.n_categorical
+
+    def forward(
+        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return torch.stack([m(features, mask, categorical) for m in self.members]).mean(dim=0)
+
+
+def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
     """The :class:`ServingModel` of a loaded model (``ctxrank.checkpoint.load_model``).
 
-    A ``RerankPredictor`` gives its neural re-ranker (see the module docstring).
+    A ``RerankPredictor`` gives its neural re-ranker (see the module docstring); an
+    ``EnsemblePredictor`` an :class:`EnsembleServing` of its members' serving models.
 
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
@@ -148,10 +182,7 @@ def serving_model(predictor: Any) -> ServingModel:
     from ctxrank.training.rerank import RerankPredictor
 
     if isinstance(predictor, EnsemblePredictor):
-        raise ValueError(
-            f"a seed ensemble of {len(predictor.members)} models (ensemble = k) cannot be exported as one "
-            "graph yet: export each member directory (DIR/member-0, ...) and average their scores"
-        )
+        return EnsembleServing([serving_model(m) for m in predictor.members])
     if isinstance(predictor, RerankPredictor):
         predictor = predictor.reranker
         if predictor.config.rerank.residual:
@@ -324,7 +355,14 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
+    from ctxrank.checkpoint import read_meta
+    from ctxrank.training.ensemble import EnsemblePredictor, member_dir
     from ctxrank.training.rerank import RerankPredictor
+
+    ensemble = len(predictor.members) if isinstance(predictor, EnsemblePredictor) else 0
+    if ensemble:  # the inputs are every member's: the first member's directory describes them
+        model_dir = model_dir / member_dir(0)
+        meta, predictor = read_meta(model_dir), predictor.members[0]
 
     file_meta: dict[str, Any] = {
         "model": meta.get("model"),
@@ -338,6 +376,8 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         "inputs": [list(r) for r in _describe_inputs(serving)],
         "output": ["scores", "[B, L]", "float32", "one score per item (padded positions arbitrary)"],
     }
+    if ensemble:
+        file_meta["ensemble"] = ensemble  # the scores are the mean of this many members' scores
     notes = []
     if isinstance(predictor, RerankPredictor):
         rr = predictor.meta
