@@ -287,6 +287,33 @@ def test_cli_tune_writes_the_outputs_and_train_reproduces_the_best_trial(letor, 
     assert "best: trial" in out and "train it: ctxrank train --config" in out
 
 
+def test_a_run_configs_tune_block_sets_the_search_and_train_refuses_it(letor, tmp_path):
+    """``[tune]`` in a run config (trials, prune) is read by ``ctxrank tune --config``; the command
+    line wins; unknown keys and bad values are errors; ``ctxrank train`` says where the block belongs."""
+    common = ("--train", str(letor / "train.txt"), "--valid", str(letor / "vali.txt"), "--no-progress")
+    config = tmp_path / "run.toml"
+    config.write_text('model = "listnet"\n[train]\nmax_epochs = 2\n[tune]\ntrials = 2\nprune = false\n')
+    rc, out, err = run("tune", "--config", str(config), *common, "--out", str(tmp_path / "a"))
+    assert rc == 0, err
+    study = _study(tmp_path / "a")
+    assert len(study.trials) == 2 and "2 trials" in out
+    assert "tune" not in tomllib.loads((tmp_path / "a" / "best.toml").read_text())
+    rc, _, err = run("tune", "--config", str(config), *common, "--trials", "1", "--out", str(tmp_path / "b"))
+    assert rc == 0 and len(_study(tmp_path / "b").trials) == 1, err
+    for block, message in [
+        ("[tune]\ntrials = 0\n", "trials must be a positive integer"),
+        ("[tune]\nprune = 1\n", "prune must be true or false"),
+        ("[tune]\nsampler = 'tpe'\n", "unknown key(s) ['sampler']; valid keys: ['trials', 'prune']"),
+    ]:
+        config.write_text('model = "listnet"\n' + block)
+        rc, _, err = run("tune", "--config", str(config), *common, "--out", str(tmp_path / "c"))
+        assert rc == 2 and message in err, (block, err)
+    config.write_text('model = "listnet"\n[tune]\ntrials = 2\n')
+    test = ("--test", str(letor / "test.txt"))
+    rc, _, err = run("train", "--config", str(config), *common, *test, "--out", str(tmp_path / "m"))
+    assert rc == 2 and "[tune] (trials, prune) is read by `ctxrank tune --config FILE`" in err
+
+
 def test_cli_tune_never_reads_the_test_split(monkeypatch, tmp_path):
     import ctxrank.data.registry as registry
     import ctxrank.tune as tuning

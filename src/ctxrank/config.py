@@ -316,6 +316,11 @@ class RunConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
+        if "tune" in unknown:
+            raise ValueError(
+                "[tune] (trials, prune) is read by `ctxrank tune --config FILE`, which searches around this "
+                "configuration; a run trains one configuration: tune first, then train its best.toml"
+            )
         if unknown:
             raise ValueError(f"unknown config key(s) {sorted(unknown)}; valid keys: {sorted(known)}")
         train, rerank = d.get("train", {}), d.get("rerank", {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +33,26 @@ TUNE_FILES = (".study.lock", "study.db", "tune.json", "trials.csv", "best.toml")
 @dataclass(frozen=True)
 class SearchOptions:
     """How the search runs. ``trials``: trials this process runs (several processes may share one
-    study); ``storage``: a database URL (None: ``OUT/study.db``); ``study_name`` None: the model's name;
-    ``timeout``: seconds after which no new trial starts (None: no limit); ``prune``: stop unpromising
-    trials early on their per-epoch validation metric; ``executor`` ``"ray"``: each trial is a Ray task
-    on the cluster at ``address`` (``max_retries``: of a trial whose worker died), as many at a time as
-    the cluster's CPUs hold ``train.threads`` each."""
+    study; None: the ``--config`` file's ``[tune] trials``, else 20); ``storage``: a database URL (None:
+    ``OUT/study.db``); ``study_name`` None: the model's name; ``timeout``: seconds after which no new
+    trial starts (None: no limit); ``prune``: stop unpromising trials early on their per-epoch
+    validation metric (None: the file's ``[tune] prune``, else True); ``executor`` ``"ray"``: each
+    trial is a Ray task on the cluster at ``address`` (``max_retries``: of a trial whose worker died),
+    as many at a time as the cluster's CPUs hold ``train.threads`` each."""
 
-    trials: int = 20
+    trials: int | None = None
     storage: str | None = None
     study_name: str | None = None
     timeout: float | None = None
-    prune: bool = True
+    prune: bool | None = None
     executor: str = "local"
     address: str | None = None
     max_retries: int = 2
 
     def __post_init__(self) -> None:
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise ValueError(f"--trials must be a positive integer, got {self.trials!r}")
+        t = self.trials
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ValueError(f"--trials must be a positive integer, got {t!r}")
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.study_name is not None and not self.study_name.strip():
@@ -76,7 +78,8 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
 
     if options.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
-    base = _base_config(options)
+    base, block = _base_config(options)
+    search = _with_file_search(search, block, options.config)
     config = RunConfig.from_dict(base)  # every option checked before any data is read
     where = Path(out_dir)
     _check_directory(where)
@@ -109,15 +112,43 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
     return 0
 
 
-def _base_config(options: TrainOptions) -> dict[str, Any]:
-    """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated."""
+def _base_config(options: TrainOptions) -> tuple[dict[str, Any], Any]:
+    """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated,
+    and the file's ``[tune]`` block (None without one)."""
     from ctxrank.config import apply_overrides, load_toml
 
     overrides = options.config_overrides()
     d = apply_overrides(load_toml(options.config) if options.config is not None else {}, overrides)
+    block = d.pop("tune", None)
     if "model" not in d:
         raise ValueError("give --model NAME (or a --config file that names its model)")
-    return d
+    return d, block
+
+
+#: the keys of a run config's ``[tune]`` block (the command line's --trials and --no-prune win)
+FILE_SEARCH_KEYS = ("trials", "prune")
+
+
+def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> SearchOptions:
+    """``search`` with what the command line left unset taken from the ``--config`` file's ``[tune]``
+    block (``trials``, ``prune``), else the defaults (20 trials, pruning on)."""
+    block = {} if block is None else block
+    where = f"[tune] of {config}" if config is not None else "tune"
+    if not isinstance(block, dict):
+        raise ValueError(f"{where} must be a table ({', '.join(FILE_SEARCH_KEYS)})")
+    unknown = sorted(set(block) - set(FILE_SEARCH_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {list(FILE_SEARCH_KEYS)}")
+    trials, prune = block.get("trials", 20), block.get("prune", True)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"{where}: trials must be a positive integer, got {trials!r}")
+    if not isinstance(prune, bool):
+        raise ValueError(f"{where}: prune must be true or false, got {prune!r}")
+    return replace(
+        search,
+        trials=trials if search.trials is None else search.trials,
+        prune=prune if search.prune is None else search.prune,
+    )
 
 
 def _check_directory(where: Path) -> None:
@@ -221,7 +252,10 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k)")
     p.add_argument("--crossfit", type=int, metavar="K", help="out-of-fold initial scores with K folds")
     p.add_argument(
-        "--trials", type=positive_int, default=20, metavar="N", help="trials to run here (default 20)"
+        "--trials",
+        type=positive_int,
+        metavar="N",
+        help="trials to run here (default: the --config file's [tune] trials, else 20)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (the same DIR continues)")
     p.add_argument(
@@ -234,7 +268,11 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=_seconds, metavar="SECONDS", help="start no trial after this many seconds"
     )
-    p.add_argument("--no-prune", action="store_true", help="train every trial to its end (no pruning)")
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="train every trial to its end (no pruning; also: prune = false in the --config file's [tune])",
+    )
     add_executor_options(p, "trial", "the trials here, one after the other", "train.threads")
     p.add_argument(
         "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
@@ -270,7 +308,7 @@ def _run_tune(a: argparse.Namespace) -> int:
         storage=a.storage,
         study_name=a.study_name,
         timeout=a.timeout,
-        prune=not a.no_prune,
+        prune=False if a.no_prune else None,
         executor=a.executor,
         address=a.address,
         max_retries=a.max_retries,
