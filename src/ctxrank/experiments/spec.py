@@ -543,32 +543,7 @@ class ExperimentSpec:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
         if "grid" in defaults:
             raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
-        grids: dict[str, GridSpec] = {}
-        for m, table in list(models.items()):
-            _safe_name(f"models.{m}", "model name", m)
-            if not isinstance(table, Mapping):
-                raise _fail(f"models.{m}", "must be a table (a run config)")
-            table = _with_config_file(m, table, base)
-            table = _deep_merge(_baseline_defaults(defaults, table), table)
-            grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
-            models = {**models, m: table}
-            check = table  # a re-ranker's own rerank keys are checked with the protocol's initial ranker
-            if initial and isinstance(table.get("rerank"), Mapping) and "initial" not in table["rerank"]:
-                check = _deep_merge(table, {"rerank": {"initial": initial}})
-            for point in grid.points():
-                try:
-                    RunConfig.from_dict(_set_keys(check, point))
-                except ValueError as exc:
-                    where = f"models.{m}" + (f" (grid point {point})" if point else "")
-                    raise _fail(where, str(exc)) from None
-            if grid.axes:
-                grids[m] = grid
-            if tune is not None and tune.ensemble > 1 and table.get("ensemble", 1) != 1:
-                raise _fail(
-                    f"models.{m}",
-                    f"ensemble = {table['ensemble']} and [tune] ensemble = {tune.ensemble}: set the seed "
-                    "ensemble in one place ([tune] ensemble trains only the chosen configuration as one)",
-                )
+        models, grids = _model_tables(models, defaults, base, initial, tune)
         report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
         _known("analysis", analysis, ["anomaly"])
@@ -590,6 +565,45 @@ class ExperimentSpec:
         )
         spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         return spec
+
+
+def _model_tables(
+    models: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    base: Path | None,
+    initial: str,
+    tune: TuneSpec | None,
+) -> tuple[dict[str, Any], dict[str, GridSpec]]:
+    """Each ``[models.NAME]`` table resolved (``config = FILE``, ``[defaults]``) and validated as a run
+    config at every grid point; the tables and the grids of the models that have one."""
+    tables: dict[str, Any] = dict(models)
+    grids: dict[str, GridSpec] = {}
+    for m, table in list(models.items()):
+        _safe_name(f"models.{m}", "model name", m)
+        if not isinstance(table, Mapping):
+            raise _fail(f"models.{m}", "must be a table (a run config)")
+        table = _with_config_file(m, table, base)
+        table = _deep_merge(_baseline_defaults(defaults, table), table)
+        grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
+        tables[m] = table
+        check = table  # a re-ranker's own rerank keys are checked with the protocol's initial ranker
+        if initial and isinstance(table.get("rerank"), Mapping) and "initial" not in table["rerank"]:
+            check = _deep_merge(table, {"rerank": {"initial": initial}})
+        for point in grid.points():
+            try:
+                RunConfig.from_dict(_set_keys(check, point))
+            except ValueError as exc:
+                where = f"models.{m}" + (f" (grid point {point})" if point else "")
+                raise _fail(where, str(exc)) from None
+        if grid.axes:
+            grids[m] = grid
+        if tune is not None and tune.ensemble > 1 and table.get("ensemble", 1) != 1:
+            raise _fail(
+                f"models.{m}",
+                f"ensemble = {table['ensemble']} and [tune] ensemble = {tune.ensemble}: set the seed "
+                "ensemble in one place ([tune] ensemble trains only the chosen configuration as one)",
+            )
+    return tables, grids
 
 
 def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -> Mapping[str, Any]:
