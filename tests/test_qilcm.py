@@ -118,6 +118,34 @@ def test_confusion_term_is_added_with_its_weight():
     torch.testing.assert_close(m.training_loss(batch, get_loss("attrank")), expected)
 
 
+def test_dropout_is_off_by_default_and_acts_in_training_only():
+    paper, dropped = _model(), _model(dropout=0.4)
+    assert not any(isinstance(mod, torch.nn.Dropout) for mod in paper.modules())  # the paper's model
+    # the option adds no parameter and draws nothing at initialization: the same weights, same seed
+    assert [p.shape for p in dropped.parameters()] == [p.shape for p in paper.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(dropped.parameters(), paper.parameters(), strict=True))
+    x, _, mask = _batch()
+    paper.eval(), dropped.eval()
+    torch.testing.assert_close(dropped(x, mask), paper(x, mask))  # evaluation: the identity
+    with torch.no_grad():
+        torch.testing.assert_close(dropped.serving_scores(x, mask)[mask], paper(x, mask)[mask])
+    dropped.train()
+    torch.manual_seed(1)
+    first = dropped(x, mask)
+    assert not torch.allclose(first[mask], paper(x, mask)[mask])  # training: it acts
+    # ... on real items only: padding changes no real item's training score under the same draws
+    xp = torch.cat([x, torch.randn(3, 4, 5, dtype=torch.float64) * 100], dim=1)
+    mp = torch.cat([mask, torch.zeros(3, 4, dtype=torch.bool)], dim=1)
+    torch.manual_seed(1)
+    torch.testing.assert_close(dropped(xp, mp)[:, :6][mask], first[mask])
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "0.2", True])
+def test_dropout_is_validated(bad):
+    with pytest.raises((ValueError, TypeError), match=r"model_params\.dropout"):
+        make_model("qilcm", 5, {"dropout": bad})
+
+
 def test_variants_are_registered_with_their_switches():
     assert MODELS["qilcm-variant1"].config_class().pooling == "mean"
     assert MODELS["qilcm-variant2"].config_class().confusion_weight == 0

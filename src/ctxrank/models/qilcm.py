@@ -48,6 +48,9 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
   per list, applied to the D-wide ``d_i``. The (B, L, 2D) tensors of eq. 5-8 are never built and the
   layer does half the multiply-adds (QILCM's default widths, 136 features: 210k instead of 271k per
   item). Every item MLP runs on the flattened (B*L, .) items.
+* ``dropout`` (default 0, the paper's model; not in the paper): dropout after every hidden ELU layer of
+  the encoder (eq. 1), MLP_att (eq. 3) and MLP_rank (eq. 9), in training only. Padded items stay out of
+  every sum (the masks come after it); at evaluation and in the served graph it is the identity.
 * Ablations (Table 3): variant 1 = ``pooling="mean"`` (plain average pooling, unweighted mean and
   variance); variant 2 = ``confusion_weight=0``; variant 3 = ``confusion_weight=0, query_norm=False``.
   Without the QN layer a non-zero confusion weight applies the Chamfer term to h~.
@@ -65,6 +68,7 @@ from torch import nn
 from ctxrank._checks import (
     check_bool,
     check_choice,
+    check_dropout,
     check_int,
     check_int_list,
     check_non_negative,
@@ -72,7 +76,7 @@ from ctxrank._checks import (
 )
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import Ranker, make_mlp
 
 VARIANTS = {
     "full": {},
@@ -97,6 +101,7 @@ class QILCMConfig:
     eps: epsilon of eq. 8.
     var_floor: added to the variance under the square root (finite gradients for constant features).
     input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
+    dropout: dropout after each hidden ELU layer of the encoder, MLP_att and MLP_rank (0 = the paper's).
     """
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
@@ -108,6 +113,7 @@ class QILCMConfig:
         "model_params.confusion_weight": ("log", 1e-6, 1e-2),  # lambda of eq. 10
         "model_params.confusion_form": ("choice", ("sum", "mean")),
         "model_params.confusion_direction": ("choice", ("two-sided", "one-sided")),
+        "model_params.dropout": ("float", 0.0, 0.5),
     }
 
     encoder_width: int = 100
@@ -122,6 +128,7 @@ class QILCMConfig:
     eps: float = 1e-5
     var_floor: float = 1e-12
     input_clip: float | None = 1e6
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         check_int("model_params.encoder_width", self.encoder_width)
@@ -141,6 +148,7 @@ class QILCMConfig:
         check_positive("model_params.var_floor", self.var_floor)
         if self.input_clip is not None:
             check_positive("model_params.input_clip", self.input_clip)
+        check_dropout("model_params.dropout", self.dropout)
 
 
 class QILCMOutput(NamedTuple):
@@ -150,15 +158,6 @@ class QILCMOutput(NamedTuple):
     attention: torch.Tensor  # (B, L) a_i of eq. 3 (0 at padding)
     context: torch.Tensor  # (B, D) c of eq. 4
     normalized: torch.Tensor  # (B, L, 2D) h-bar of eq. 8 (h~ when query_norm is off)
-
-
-def _elu_mlp(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [nn.Linear(in_dim, h), nn.ELU()]
-        in_dim = h
-    layers.append(nn.Linear(in_dim, 1))
-    return nn.Sequential(*layers)
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -197,11 +196,14 @@ class QILCM(Ranker):
         self, n_features: int, config: QILCMConfig, *, categorical_cardinalities: Sequence[int] = ()
     ):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
-        e = config.encoder_width
-        self.encoder = nn.Sequential(nn.Linear(self.input_dim, e), nn.ELU(), nn.Linear(e, e), nn.ELU())
+        e, p = config.encoder_width, config.dropout
+        drop = (lambda: [nn.Dropout(p)]) if p > 0 else list
+        self.encoder = nn.Sequential(  # eq. 1-2: two ELU layers of width e
+            nn.Linear(self.input_dim, e), nn.ELU(), *drop(), nn.Linear(e, e), nn.ELU(), *drop()
+        )
         d = self.input_dim + e
-        self.mlp_att = _elu_mlp(d, config.att_hidden)
-        self.mlp_rank = _elu_mlp(2 * d, config.rank_hidden)
+        self.mlp_att = make_mlp(d, config.att_hidden, "elu", p, 1)
+        self.mlp_rank = make_mlp(2 * d, config.rank_hidden, "elu", p, 1)
 
     def details(
         self,
