@@ -204,6 +204,10 @@ def test_an_ensemble_exports_as_one_graph_of_its_members_mean(splits, tmp_path):
     run_training(resolve_config(None, options), train, valid, None, out=tmp_path / "ens", progress=False)
     serving = serving_model(load_model(tmp_path / "ens"))
     assert isinstance(serving, EnsembleServing) and len(serving.members) == 3
+    # every member's weights once: 3 x the parameters of one member, each under members.i
+    keys = list(serving.state_dict())
+    assert all(k.startswith("members.") for k in keys)
+    assert len(keys) == 3 * len(serving.members[0].state_dict())
     members = [serving_model(load_model(tmp_path / "ens" / f"member-{i}")) for i in range(3)]
     inputs = example_inputs(members[0], 4, 6, seed=2)
     with torch.no_grad():

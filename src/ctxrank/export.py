@@ -158,9 +158,16 @@ class EnsembleServing(nn.Module):
         if len(shapes) != 1:
             raise ValueError(f"the ensemble's members take different inputs (features, categorical) {shapes}")
         self.members = nn.ModuleList(members)
-        first = members[0]
-        self.model, self.normalizer = first.model, first.normalizer  # example inputs, messages
-        self.n_features, self.n_categorical = first.n_features, first.n_categorical
+        self.n_features, self.n_categorical = members[0].n_features, members[0].n_categorical
+
+    # the first member's, for the example inputs and the messages (properties: not registered twice)
+    @property
+    def model(self) -> nn.Module:
+        return self.members[0].model
+
+    @property
+    def normalizer(self) -> nn.Module:
+        return self.members[0].normalizer
 
     def forward(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None

@@ -131,23 +131,25 @@ FILE_SEARCH_KEYS = ("trials", "prune")
 
 def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> SearchOptions:
     """``search`` with what the command line left unset taken from the ``--config`` file's ``[tune]``
-    block (``trials``, ``prune``), else the defaults (20 trials, pruning on)."""
+    block (``trials``, ``prune``; checked as an experiment's ``[tune]``), else the defaults (20 trials,
+    pruning on)."""
+    from ctxrank.experiments.spec import TuneSpec
+
     block = {} if block is None else block
-    where = f"[tune] of {config}" if config is not None else "tune"
+    where = f"[tune] of {config}" if config is not None else "[tune]"
     if not isinstance(block, dict):
         raise ValueError(f"{where} must be a table ({', '.join(FILE_SEARCH_KEYS)})")
     unknown = sorted(set(block) - set(FILE_SEARCH_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {list(FILE_SEARCH_KEYS)}")
-    trials, prune = block.get("trials", 20), block.get("prune", True)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ValueError(f"{where}: trials must be a positive integer, got {trials!r}")
-    if not isinstance(prune, bool):
-        raise ValueError(f"{where}: prune must be true or false, got {prune!r}")
+    try:
+        file = TuneSpec.from_dict(block)
+    except ValueError as err:
+        raise ValueError(f"{where}: {str(err).removeprefix('[tune] ')}") from None
     return replace(
         search,
-        trials=trials if search.trials is None else search.trials,
-        prune=prune if search.prune is None else search.prune,
+        trials=file.trials if search.trials is None else search.trials,
+        prune=file.prune if search.prune is None else search.prune,
     )
 
 
