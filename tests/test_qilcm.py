@@ -121,6 +121,11 @@ def test_confusion_term_is_added_with_its_weight():
 def test_dropout_is_off_by_default_and_acts_in_training_only():
     paper, dropped = _model(), _model(dropout=0.4)
     assert not any(isinstance(mod, torch.nn.Dropout) for mod in paper.modules())  # the paper's model
+    # ... with the layers' keys of models saved before the option existed
+    layers = (("encoder", (0, 2)), ("mlp_att", (0, 2, 4)))
+    assert [k for k in paper.state_dict() if k.startswith(("encoder", "mlp_att"))] == [
+        f"{m}.{i}.{w}" for m, ids in layers for i in ids for w in ("weight", "bias")
+    ]
     # the option adds no parameter and draws nothing at initialization: the same weights, same seed
     assert [p.shape for p in dropped.parameters()] == [p.shape for p in paper.parameters()]
     assert all(torch.equal(p, q) for p, q in zip(dropped.parameters(), paper.parameters(), strict=True))

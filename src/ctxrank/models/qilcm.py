@@ -160,6 +160,11 @@ class QILCMOutput(NamedTuple):
     normalized: torch.Tensor  # (B, L, 2D) h-bar of eq. 8 (h~ when query_norm is off)
 
 
+def _elu_dropout(p: float) -> list[nn.Module]:
+    """ELU, then dropout when ``p > 0`` (none at 0: the paper's layers, state-dict keys unchanged)."""
+    return [nn.ELU(), *([nn.Dropout(p)] if p > 0 else [])]
+
+
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Softmax over the list dimension with padded entries exactly 0 (all-padded rows give zeros)."""
     neg = torch.finfo(logits.dtype).min
@@ -197,9 +202,8 @@ class QILCM(Ranker):
     ):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         e, p = config.encoder_width, config.dropout
-        drop = (lambda: [nn.Dropout(p)]) if p > 0 else list
         self.encoder = nn.Sequential(  # eq. 1-2: two ELU layers of width e
-            nn.Linear(self.input_dim, e), nn.ELU(), *drop(), nn.Linear(e, e), nn.ELU(), *drop()
+            nn.Linear(self.input_dim, e), *_elu_dropout(p), nn.Linear(e, e), *_elu_dropout(p)
         )
         d = self.input_dim + e
         self.mlp_att = make_mlp(d, config.att_hidden, "elu", p, 1)
