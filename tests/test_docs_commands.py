@@ -487,9 +487,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/reproduction.md (workspace: experiments)
     "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
-    "ctxrank experiment qilcm-table2 --runs 4 --threads 1": Run(smoke("qilcm-table2")),
-    "ctxrank experiment qilcm-table2-splits --runs 4 --threads 1": Run(smoke("qilcm-table2-splits")),
-    "ctxrank experiment qilcm-figure2 --runs 4 --threads 1": Run(smoke("qilcm-figure2")),
+    "ctxrank experiment qilcm-table2 --threads 1": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2-splits --runs 7 --threads 1": Run(smoke("qilcm-table2-splits")),
+    "ctxrank experiment qilcm-figure2 --threads 1": Run(smoke("qilcm-figure2")),
     "ctxrank experiment qilcm-tuned --threads 1 --set tune.ensemble=5 --overwrite "
     "--out results/qilcm-tuned-ens5": Run(
         (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
