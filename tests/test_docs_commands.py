@@ -395,6 +395,12 @@ def contains(*needles: str) -> Callable[[str, Path, Step], None]:
     return check
 
 
+def tuned_smoke(*needles: str) -> Run:
+    """A ``[tune]`` experiment's smoke run (one run, one epoch, one trial a model); the report names
+    QILCM and the ``needles``."""
+    return Run((*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", *needles))
+
+
 def killed_after_first_epoch(mp: pytest.MonkeyPatch) -> None:
     """Kill `ctxrank train` (KeyboardInterrupt, exit status 130) once the state of epoch 1 is saved."""
     from ctxrank.training.resume import StateDir
@@ -491,38 +497,22 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2-splits --runs 7 --threads 1": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment qilcm-figure2 --threads 1": Run(smoke("qilcm-figure2")),
     "ctxrank experiment qilcm-tuned --threads 1 --set tune.ensemble=5 --overwrite "
-    "--out results/qilcm-tuned-ens5": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
-    ),
+    "--out results/qilcm-tuned-ens5": tuned_smoke("| lambdamart |"),
     "ctxrank experiment qilcm-tuned --threads 1 --set models.qilcm.rerank.residual=true "
-    "--out results/qilcm-tuned-residual": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
-    ),
-    "ctxrank experiment qilcm-tuned --threads 1": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
-    ),
+    "--out results/qilcm-tuned-residual": tuned_smoke("| lambdamart |"),
+    "ctxrank experiment qilcm-tuned --threads 1": tuned_smoke("| lambdamart |"),
     "ctxrank experiment qilcm-tuned --set data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' "
-    "--threads 1 --out results/qilcm-tuned-splits": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "random 60/20/20 splits")
-    ),
+    "--threads 1 --out results/qilcm-tuned-splits": tuned_smoke("random 60/20/20 splits"),
     "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --threads 1 "
-    "--set tune.trials=20": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| lambdamart |")
-    ),
+    "--set tune.trials=20": tuned_smoke("| lambdamart |"),
     "ctxrank experiment qilcm-tuned --dataset ohsumed --set data.root=../shared/data --set "
     "data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' --threads 1 --set tune.trials=20 "
-    "--out results/qilcm-tuned-ohsumed-splits": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "random 60/20/20 splits")
+    "--out results/qilcm-tuned-ohsumed-splits": tuned_smoke("random 60/20/20 splits"),
+    "ctxrank experiment choice-tuned --dataset electricity --threads 1": tuned_smoke(
+        "| mnl |", "electricity"
     ),
-    "ctxrank experiment choice-tuned --dataset electricity --threads 1": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "electricity")
-    ),
-    "ctxrank experiment choice-tuned --dataset modecanada --threads 1": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "modecanada")
-    ),
-    "ctxrank experiment choice-tuned --dataset car --threads 1": Run(
-        (*SMOKE, "--set", "tune.trials=1"), check=contains("| qilcm |", "| mnl |", "car")
-    ),
+    "ctxrank experiment choice-tuned --dataset modecanada --threads 1": tuned_smoke("| mnl |", "modecanada"),
+    "ctxrank experiment choice-tuned --dataset car --threads 1": tuned_smoke("| mnl |", "car"),
     "ctxrank experiment choice-tuned --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"), check=contains("| qilcm |", "| mnl |")
     ),
