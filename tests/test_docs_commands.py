@@ -494,7 +494,7 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
     "ctxrank experiment qilcm-table2 --threads 1": Run(smoke("qilcm-table2")),
-    "ctxrank experiment qilcm-table2-splits --runs 7 --threads 1": Run(smoke("qilcm-table2-splits")),
+    "ctxrank experiment qilcm-table2-splits --threads 1": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment qilcm-figure2 --threads 1": Run(smoke("qilcm-figure2")),
     "ctxrank experiment qilcm-tuned --threads 1 --set tune.ensemble=5 --overwrite "
     "--out results/qilcm-tuned-ens5": tuned_smoke("| lambdamart |"),
@@ -531,6 +531,16 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         smoke("qilcm-figure2"), check=contains("random 60/20/20 splits", "Anomalous queries")
     ),
     "ctxrank experiment qilcm-table3": Run(smoke("qilcm-table3")),
+    "ctxrank experiment qilcm-figure2 --set data.protocol=random-splits --set 'data.split=[0.6,0.2,0.2]' "
+    "--out results/qilcm-figure2-splits": Run(
+        smoke("qilcm-figure2"), check=contains("random 60/20/20 splits", "Anomalous queries")
+    ),
+    "ctxrank experiment qilcm-table3-splits": Run(
+        smoke("qilcm-table3-splits"), check=contains("random 60/20/20 splits", "| variant3 |")
+    ),
+    "ctxrank experiment qilcm-table3-splits --dataset ohsumed --set data.root=../shared/data": Run(
+        smoke("qilcm-table3-splits"), check=contains("random 60/20/20 splits", "| variant3 |")
+    ),
     "ctxrank experiment qilcm-table3 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table3")
     ),
