@@ -521,3 +521,16 @@ def test_the_library_never_imports_the_cli():
         and re.search(r"^\s*(from|import)\s+ctxrank\.cli\b", path.read_text(), re.M)
     ]
     assert offenders == []
+
+
+def test_an_evaluation_that_skips_every_query_is_an_error_not_nan(capsys, tmp_path):
+    data = tmp_path / "d.txt"
+    data.write_text("".join(f"0 qid:{q} 1:{i}\n" for i, q in enumerate("11122")))
+    (tmp_path / "s.txt").write_text("1\n2\n3\n4\n5\n")
+    rc, out, err = run(
+        capsys, "evaluate", "--data", str(data), "--scores", str(tmp_path / "s.txt"), "--no-relevant", "skip"
+    )
+    assert rc == 2 and "nan" not in out
+    assert "every one of its 2 queries was skipped for ndcg@1" in err and "--no-relevant 0 or 1" in err
+    rc, out, _ = run(capsys, "evaluate", "--data", str(data), "--scores", str(tmp_path / "s.txt"))
+    assert rc == 0 and "0.0000" in out  # no-relevant = 0 (the default): counted, as documented

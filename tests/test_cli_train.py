@@ -56,6 +56,25 @@ def test_predict_and_evaluate_with_the_saved_model(trained, tmp_path, capsys):
         assert via_model["metrics"][k] == pytest.approx(saved[k], abs=1e-8)
 
 
+@pytest.mark.parametrize("flags", [["--fold", "2"], [], ["--fold", "3", "--split", "valid"]])
+def test_predict_then_evaluate_read_the_same_split_with_the_same_flags(trained, tmp_path, capsys, flags):
+    """``--fold K`` alone is fold K's test split in both commands (evaluate read all 784 queries)."""
+    from ctxrank.data.registry import load_split
+
+    out = tmp_path / "s.txt"
+    source = ["--dataset", "mq2008", *flags]
+    assert main(["predict", "--model", str(trained), *source, "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", *source, "--scores", str(out), "--json"]) == 0
+    via_scores = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", *source, "--model", str(trained), "--json"]) == 0
+    via_model = json.loads(capsys.readouterr().out)
+    fold = int(flags[1]) if flags else 1
+    expected = load_split("mq2008", flags[3] if len(flags) > 2 else "test", fold)
+    assert via_scores["queries"] == via_model["queries"] == expected.n_queries < 784
+    assert via_scores["metrics"] == via_model["metrics"]
+
+
 def test_train_on_files_with_a_config_file(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('model = "mlp"\nloss = "listmle"\n[model_params]\nhidden = [8]\n[train]\nmax_epochs = 1\n')

@@ -665,6 +665,30 @@ def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
         load_spec(_letor_spec(tmp_path), ["models.lambdamart.train.max_epochs=1"])
 
 
+def test_a_model_table_without_model_trains_its_registered_name_or_is_refused(tmp_path):
+    """``[models.qilcm]`` without ``model = ...`` trained ListNet under the name qilcm (and a baseline's
+    table slipped past the check of its train keys); now the name is the model, or an error."""
+    models = {"lambdamart": FAST_LM, "mlp": FAST_NEURAL}  # tables that name no model
+    spec = load_spec(_letor_spec(tmp_path, models=models))
+    assert {m: t["model"] for m, t in spec.models.items()} == {"lambdamart": "lambdamart", "mlp": "mlp"}
+    assert spec.run_config("mlp", 0).model == "mlp" and spec.run_config("lambdamart", 0).model == "lambdamart"
+    with pytest.raises(ValueError, match=r"train\.max_epochs: lambdamart is a baseline"):
+        load_spec(_letor_spec(tmp_path, models={"lambdamart": "train.max_epochs = 1", "mlp": ""}))
+    with pytest.raises(ValueError, match=r"\[models\.mine\] model = NAME is required: 'mine' is not a registered"):
+        load_spec(_letor_spec(tmp_path, models={"lambdamart": "", "mine": FAST_NEURAL}))
+    with pytest.raises(ValueError, match=r"\[defaults\] model: each \[models\.NAME\] table names its own"):
+        load_spec(_letor_spec(tmp_path), ['defaults.model="qilcm"'])
+
+
+def test_the_report_names_the_model_each_row_trained(tmp_path):
+    models = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "net": f'model = "mlp"\n{FAST_NEURAL}'}
+    spec = load_spec(_letor_spec(tmp_path, runs=1, models=models))
+    res = build_report(spec, run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None))
+    assert res["trained_models"] == {"lambdamart": "lambdamart", "net": "mlp"}
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert "| net (mlp) |" in md and "| lambdamart |" in md
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

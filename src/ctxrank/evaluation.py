@@ -14,7 +14,7 @@ import numpy as np
 
 from ctxrank.metrics import MetricConvention, evaluate_queries, mean_metrics
 
-__all__ = ["evaluate_scores", "metrics_report"]
+__all__ = ["evaluate_scores", "metrics_report", "unevaluated_message"]
 
 
 def evaluate_scores(
@@ -55,3 +55,18 @@ def metrics_report(
         "query_ids": [str(q) for q in data.query_ids],
         "per_query": {k: np.asarray(v, dtype=np.float64) for k, v in per_query.items()},
     }
+
+
+def unevaluated_message(report: Mapping[str, Any]) -> str | None:
+    """Why a report's mean is NaN, or None: the metrics for which every query was skipped (no query
+    has a relevant item under ``no_relevant = skip``, or no query has an item at all)."""
+    empty = [k for k, n in report["queries_evaluated"].items() if n == 0]
+    if not empty:
+        return None
+    conv = report["conventions"]
+    return (
+        f"{report['data']}: every one of its {report['queries']} queries was skipped for "
+        f"{', '.join(empty)}, so there is no mean (no query has an item labelled >= "
+        f"{conv.get('threshold', 1)} and no-relevant = {conv.get('no_relevant')}): check the labels and "
+        "--threshold, or count such queries with --no-relevant 0 or 1"
+    )

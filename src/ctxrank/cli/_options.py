@@ -33,6 +33,11 @@ def note(text: str) -> None:
     print(f"ctxrank: note: {text}", file=sys.stderr)
 
 
+def warn(text: str) -> None:
+    """``ctxrank: warning: ...`` to stderr."""
+    print(f"ctxrank: warning: {text}", file=sys.stderr)
+
+
 def print_json(obj: Any) -> None:
     """``obj`` as strict JSON (NaN -> null) on stdout: the one JSON writer (:func:`ctxrank._io.dumps`)."""
     from ctxrank._io import dumps
@@ -195,6 +200,13 @@ class DataOptions:
             null_fill=args.null_fill,
         )
 
+    def resolved_split(self, default: str) -> str:
+        """The split of a registered dataset to read, one rule for every command: ``--split`` if given,
+        else the test split of ``--fold`` if given, else the command's ``default``."""
+        if self.split is not None:
+            return self.split
+        return "test" if self.fold is not None else default
+
     def letor_options(self, *, group_file: bool = True) -> dict[str, Any]:
         """Keyword arguments of ``read_letor`` for a data file (``group_file``: pass ``--query-file``)."""
         options: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
@@ -263,7 +275,7 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved
     g.add_argument(
         "--split",
         choices=("train", "valid", "vali", "test", "all"),
-        help=f"which split of the fold ({defaults_text})",
+        help=f"which split of the fold (--fold K alone: fold K's test split; {defaults_text})",
     )
     g.add_argument(
         "--variant", metavar="V", help="feature variant (OHSUMED: QueryLevelNorm, Feature-min, ...)"

@@ -227,7 +227,7 @@ def _load_registered(source: DataOptions, table: TableOptions, default_split: st
     table.reject(f"--dataset {source.dataset}")
     return load_split(
         source.dataset,
-        default_split if source.split is None else source.split,
+        source.resolved_split(default_split),
         1 if source.fold is None else source.fold,
         **source.registry_options(),
     )

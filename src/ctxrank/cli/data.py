@@ -406,7 +406,7 @@ def add_data_info_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz) or a table (.csv, ...)"
     )
-    add_dataset_options(p, defaults_text="default all: the whole dataset")
+    add_dataset_options(p, defaults_text="neither: all, the whole dataset")
     add_table_options(p)
     p.add_argument(
         "--threshold", type=float, default=1.0, help="relevant means label >= THRESHOLD (default 1)"

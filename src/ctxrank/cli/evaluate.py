@@ -68,7 +68,7 @@ def evaluate(
     """Evaluate a scores file (``scores``) or a saved model (``model``) on labelled data. ``metrics``
     None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
     else :data:`DEFAULT_METRICS`."""
-    from ctxrank.evaluation import evaluate_scores
+    from ctxrank.evaluation import evaluate_scores, unevaluated_message
     from ctxrank.metrics import CHOICE_METRICS, is_choice_data, metric_convention
 
     names = parse_metrics(metrics) if metrics is not None else None
@@ -86,6 +86,9 @@ def evaluate(
         choice = is_choice_data(ranking.labels, ranking.query_offsets)
         names = list(CHOICE_METRICS) if choice else parse_metrics(DEFAULT_METRICS)
     report = evaluate_scores(values, ranking, names, conv)
+    problem = unevaluated_message(report)
+    if problem is not None:
+        raise ValueError(problem)
     if json:
         print_json({"data": report.pop("data"), "scores": scores, "model": model, **report})
         return 0
@@ -117,6 +120,7 @@ def _scored_data(
             source,
             columns,
             n_features=predictor.n_features,
+            default_split="test",
             purpose="evaluate",
             saved_table=meta.get("table"),
             saved_null_fill=model_null_fill(meta),
@@ -125,7 +129,7 @@ def _scored_data(
     from ctxrank.data.scores import read_scores
     from ctxrank.data.table_io import from_file_order
 
-    ranking, file_rows = load_data_rows(data, source, columns, purpose="scores")
+    ranking, file_rows = load_data_rows(data, source, columns, default_split="test", purpose="scores")
     values = read_scores(scores, ranking.n_items, data_name=ranking.source or "the data")
     return ranking, from_file_order(values, file_rows)
 
@@ -236,7 +240,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="ERR's maximum grade (the label scale's top, e.g. 2 for MQ2008; default: the --dataset's; "
         "required for ERR on a file)",
     )
-    add_dataset_options(p, defaults_text="default all", saved_model=True)
+    add_dataset_options(p, defaults_text="neither: fold 1's test split, as `ctxrank predict`", saved_model=True)
     add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
     p.set_defaults(run=_run_evaluate)

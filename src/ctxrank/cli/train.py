@@ -25,6 +25,7 @@ from ctxrank.cli._options import (
     add_table_options,
     out,
     table,
+    warn,
 )
 from ctxrank.cli._train_data import TrainFiles
 
@@ -502,12 +503,15 @@ class _Run:
     def _test_report(self, result: Any, td: Any) -> None:
         """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
         from ctxrank._io import write_json
-        from ctxrank.evaluation import metrics_report
+        from ctxrank.evaluation import metrics_report, unevaluated_message
         from ctxrank.metrics import mean_metrics, metric_convention
 
         config, rr = self.config, self.config.rerank
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         report = metrics_report(result.test_metrics, td.test, conv)
+        problem = unevaluated_message(report)
+        if problem is not None:  # the model is saved already: say it, do not fail the run
+            warn(f"test metrics: {problem}")
         report["ideal"] = rr.ideal if rr.initial else "full"
         if td.split is not None:
             report["split"] = td.split
@@ -821,7 +825,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
-    add_dataset_options(p, defaults_text="default test", saved_model=True)
+    add_dataset_options(p, defaults_text="neither: fold 1's test split", saved_model=True)
     add_table_options(p, saved_spec=True)
     p.set_defaults(
         run=lambda a: predict(

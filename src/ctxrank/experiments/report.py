@@ -199,6 +199,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         ).to_dict(),
         "test": test_info,
         "table": table,
+        "trained_models": {m: spec.models[m]["model"] for m in records if m in spec.models},
         "best_baseline": best,
         "comparisons": comparisons,
         "splits": [r.get("split") for r in records[next(iter(spec.models))]],
@@ -296,6 +297,12 @@ def _anomaly(spec, store, keys, records) -> dict[str, Any]:
     return res
 
 
+def _model_label(spec: ExperimentSpec, name: str) -> str:
+    """A table row's name, with the registered model it trains when the two differ (``dcm-crossfit (dcm)``)."""
+    model = spec.models[name]["model"]
+    return name if model == name else f"{name} ({model})"
+
+
 def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     rep = spec.report
     metrics = list(rep.metrics)
@@ -313,7 +320,7 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     ranked = [m for m in t if m != REFERENCE or m in spec.models]
     top = {k: max(ranked, key=lambda m, k=k: t[m][k]["mean"]) for k in metrics}
     for m in t:
-        label = f"{m} (reference: the synthetic chooser)" if m not in spec.models else m
+        label = f"{m} (reference: the synthetic chooser)" if m not in spec.models else _model_label(spec, m)
         cells = [
             f"{t[m][k]['mean']:.4f} ± {t[m][k]['std']:.4f}" + ("*" if top[k] == m else "") for k in metrics
         ]

@@ -480,7 +480,7 @@ class ExperimentSpec:
         d = apply_overrides(table, [f"train.seed={seed}", f"train.threads={self.threads}"])
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
-        if self.initial and not is_baseline(d.get("model", "listnet")):
+        if self.initial and not is_baseline(d["model"]):
             d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
         return d
 
@@ -543,6 +543,8 @@ class ExperimentSpec:
             raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
         if "grid" in defaults:
             raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
+        if "model" in defaults:
+            raise _fail("defaults", "model: each [models.NAME] table names its own model (model = NAME)")
         models, grids = _model_tables(models, defaults, base, initial, tune)
         report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
         analysis = dict(d.get("analysis") or {})
@@ -582,7 +584,7 @@ def _model_tables(
         _safe_name(f"models.{m}", "model name", m)
         if not isinstance(table, Mapping):
             raise _fail(f"models.{m}", "must be a table (a run config)")
-        table = _with_config_file(m, table, base)
+        table = _named_model(m, _with_config_file(m, table, base))
         table = _deep_merge(_baseline_defaults(defaults, table), table)
         grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
         tables[m] = table
@@ -604,6 +606,23 @@ def _model_tables(
                 "ensemble in one place ([tune] ensemble trains only the chosen configuration as one)",
             )
     return tables, grids
+
+
+def _named_model(name: str, table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The table with its ``model`` key: given, or the table's name when that is a registered model
+    (``[models.qilcm]`` trains QILCM); any other name without ``model = ...`` is an error, never the run
+    config's default model under another name."""
+    if "model" in table:
+        return table
+    from ctxrank.registry import MODELS
+
+    if name not in MODELS:
+        raise _fail(
+            f"models.{name}",
+            f"model = NAME is required: {name!r} is not a registered model, so the table must say which "
+            f"model it trains (registered: {', '.join(MODELS)})",
+        )
+    return {"model": name, **table}
 
 
 def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -> Mapping[str, Any]:
@@ -643,7 +662,7 @@ def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) ->
     from ctxrank.registry import is_baseline
 
     train = defaults.get("train")
-    model = table.get("model", "listnet")
+    model = table["model"]
     if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
         return defaults
     return {**defaults, "train": {k: v for k, v in train.items() if k in BASELINE_TRAIN_KEYS}}
