@@ -307,6 +307,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
     )
     duplicate = np.zeros(data.n_items, dtype=bool)  # another item of its query has the same features
     duplicate[by_item[1:][dup]] = duplicate[by_item[:-1][dup]] = True
+    assert duplicate.sum() > 10  # interchangeable items exist: the merge's averaging is exercised
 
     split = prepare_split(data, init, k=100, rank_feature=True)
     # the first query with more than 100 items makes the cut itself depend on the tie rule
@@ -344,12 +345,10 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
             per_item2[perm[split2.rows]] = s2
             if name not in ("dcm", "dlcm"):  # orderless: every item keeps its score exactly
                 np.testing.assert_array_equal(per_item2, per_item1, err_msg=name)
-                # the merged full-query scores are distinct ranks: items with identical features
-                # (and so identical scores) get their ranks in some order; every other item keeps its
-                full1 = merge_scores(split, s1)[perm]
-                full2 = merge_scores(split2, s2)
-                differ = full2 != full1
-                assert np.all(duplicate[perm][differ]), name
-                # ... so per query and feature vector the same set of scores
-                g1, g2 = np.lexsort((full1, h[perm], q)), np.lexsort((full2, h[perm], q))
-                np.testing.assert_array_equal(full2[g2], full1[g1], err_msg=name)
+            # the merged full-query scores of every row, sequence models included, are the same
+            # whatever the file order: interchangeable items (identical features and initial score,
+            # which the cut at k and the list order can only tell apart by position) share the best
+            # of their ranks (issue 30: 6 of 2,874 QILCM scores changed)
+            full1 = merge_scores(split, s1)[perm]
+            full2 = merge_scores(split2, s2)
+            np.testing.assert_array_equal(full2, full1, err_msg=name)

@@ -69,3 +69,26 @@ def test_merge_errors():
         merge_scores(s, np.array([0, 0, np.nan, 0, 0]))
     with pytest.raises(ValueError, match="ideal must be one of"):
         evaluation_target(s, np.zeros(5), ideal="nope")
+
+
+def test_interchangeable_items_at_the_cut_get_one_score_whatever_the_file_order():
+    """Rows 1 and 2 have identical features and initial score: the cut at k = 2 keeps one of them by
+    position. Both take the rank the re-ranker gave their feature vector, so shuffling the file changes
+    no row's score (before: the kept one ranked 1st, the other 3rd, decided by file order)."""
+    x = np.array([[3.0], [1.0], [1.0], [0.0]], dtype=np.float32)
+    data = RankingData(
+        features=x,
+        labels=np.array([0, 1, 0, 0], dtype=np.float32),
+        query_ids=np.array(["q"]),
+        query_offsets=np.array([0, 4]),
+    )
+    init = np.array([3.0, 1.0, 1.0, 0.0])
+    merged = merge_scores(prepare_split(data, init, k=2), np.array([0.0, 5.0]))  # re-ranker lifts the twin
+    assert merged.tolist() == [-1.0, 0.0, 0.0, -3.0]
+    for perm in ([2, 1, 0, 3], [3, 2, 1, 0]):
+        shuffled = RankingData(
+            features=x[perm], labels=data.labels[perm], query_ids=data.query_ids, query_offsets=[0, 4]
+        )
+        split = prepare_split(shuffled, init[perm], k=2)
+        rerank = np.where(split.top.features[:, 0] == 1.0, 5.0, 0.0)
+        np.testing.assert_array_equal(merge_scores(split, rerank), merged[perm])

@@ -240,7 +240,9 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="ERR's maximum grade (the label scale's top, e.g. 2 for MQ2008; default: the --dataset's; "
         "required for ERR on a file)",
     )
-    add_dataset_options(p, defaults_text="neither: fold 1's test split, as `ctxrank predict`", saved_model=True)
+    add_dataset_options(
+        p, defaults_text="neither: fold 1's test split, as `ctxrank predict`", saved_model=True
+    )
     add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
     p.set_defaults(run=_run_evaluate)

@@ -298,7 +298,7 @@ def _anomaly(spec, store, keys, records) -> dict[str, Any]:
 
 
 def _model_label(spec: ExperimentSpec, name: str) -> str:
-    """A table row's name, with the registered model it trains when the two differ (``dcm-crossfit (dcm)``)."""
+    """A table row's name, with the model it trains when the two differ (``dcm-crossfit (dcm)``)."""
     model = spec.models[name]["model"]
     return name if model == name else f"{name} ({model})"
 

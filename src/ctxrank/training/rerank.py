@@ -70,8 +70,13 @@ def prepare_split(
 def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
     """Full-query scores (N,): re-ranked top-k first (ties kept in initial order), then the rest.
 
-    The values are ranks turned into scores (higher = better), unique within a query, so any metric
-    computed on them sees exactly this order. Vectorized: two ``lexsort``s, no loop over queries.
+    The values are ranks turned into scores (higher = better), so any metric computed on them sees
+    this order. Interchangeable items (same query, same initial score, identical features: only their
+    file position tells them apart, so it decides which of them the top-k cut keeps and where a
+    sequence model sees each) all get the best rank of their group, the rank the re-ranker gave that
+    feature vector: each row's score is the same whatever the order of the items in the file, and no
+    other item shares it (scores are unique within a query outside such groups). Vectorized:
+    ``lexsort``s, no loop over queries.
     """
     full, rows = split.full, split.rows
     rerank_scores = np.asarray(rerank_scores, dtype=np.float64)
@@ -94,14 +99,37 @@ def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
     cut = np.ones(n, dtype=bool)
     cut[rows] = False
     cut_rows = np.flatnonzero(cut)
+    order0 = initial_order(full, split.initial_scores)
     if cut_rows.size:
-        order0 = initial_order(full, split.initial_scores)
         cut_sorted = order0[cut[order0]]
         cq = qidx[cut_sorted]
         starts = np.searchsorted(cq, cq, side="left")
         kept_per_query = split.top.query_lengths  # min(length, k)
         final_rank[cut_sorted] = kept_per_query[cq] + np.arange(cut_rows.size) - starts
-    return -final_rank.astype(np.float64)
+    return -_best_over_interchangeable(full, split.initial_scores, order0, final_rank)
+
+
+def _best_over_interchangeable(
+    data: RankingData, initial_scores: np.ndarray, order: np.ndarray, rank: np.ndarray
+) -> np.ndarray:
+    """float64 (N,) ``rank`` with each group of interchangeable rows (same query, same initial score,
+    identical features) given the group's best (lowest) rank. ``order`` is :func:`initial_order`'s, in
+    which such rows are adjacent (equal hash of their features)."""
+    q, s = data.query_index[order], initial_scores[order]
+    same = (q[1:] == q[:-1]) & (s[1:] == s[:-1])
+    candidates = np.flatnonzero(same)
+    if candidates.size:
+        a, b = order[candidates], order[candidates + 1]
+        same[candidates] = (data.features[a] == data.features[b]).all(axis=1)
+    rank = rank.astype(np.float64)
+    if not same.any():
+        return rank
+    group = np.cumsum(np.concatenate([[True], ~same])) - 1
+    best = np.full(group[-1] + 1, np.inf)
+    np.minimum.at(best, group, rank[order])
+    out = np.empty_like(rank)
+    out[order] = best[group]
+    return out
 
 
 def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str = "full"):
