@@ -1,5 +1,7 @@
 """Re-ranking protocol: top-k preparation and full-query evaluation after re-ranking."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -86,9 +88,7 @@ def test_interchangeable_items_at_the_cut_get_one_score_whatever_the_file_order(
     merged = merge_scores(prepare_split(data, init, k=2), np.array([0.0, 5.0]))  # re-ranker lifts the twin
     assert merged.tolist() == [-1.0, 0.0, 0.0, -3.0]
     for perm in ([2, 1, 0, 3], [3, 2, 1, 0]):
-        shuffled = RankingData(
-            features=x[perm], labels=data.labels[perm], query_ids=data.query_ids, query_offsets=[0, 4]
-        )
+        shuffled = dataclasses.replace(data, features=x[perm], labels=data.labels[perm])
         split = prepare_split(shuffled, init[perm], k=2)
         rerank = np.where(split.top.features[:, 0] == 1.0, 5.0, 0.0)
         np.testing.assert_array_equal(merge_scores(split, rerank), merged[perm])
