@@ -534,3 +534,36 @@ def test_an_evaluation_that_skips_every_query_is_an_error_not_nan(capsys, tmp_pa
     assert "every one of its 2 queries was skipped for ndcg@1" in err and "--no-relevant 0 or 1" in err
     rc, out, _ = run(capsys, "evaluate", "--data", str(data), "--scores", str(tmp_path / "s.txt"))
     assert rc == 0 and "0.0000" in out  # no-relevant = 0 (the default): counted, as documented
+
+
+#: flags of other programs that ctxrank's messages quote (git, sbatch, torchrun, the authors' DLCM code)
+OTHER_PROGRAMS_FLAGS = {
+    "--array", "--check", "--embed", "--nnodes", "--nproc-per-node", "--porcelain", "--standalone",
+    "--untracked-files",
+}  # fmt: skip
+
+
+def test_every_flag_a_message_suggests_exists():
+    """A message suggested `--n-features`, which no command has: every `--flag` in a string of the
+    package is an option of some ctxrank command (or a listed flag of another program)."""
+    import argparse
+    import ast
+
+    options: set[str] = set()
+
+    def walk(parser):
+        for action in parser._actions:
+            options.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    unknown = {}
+    for path in sorted((REPO / "src" / "ctxrank").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", node.value):
+                    if flag not in options | OTHER_PROGRAMS_FLAGS:
+                        unknown.setdefault(flag, path.name)
+    assert not unknown, f"messages suggest flags that no command has: {unknown}"

@@ -22,7 +22,7 @@ from ctxrank._checks import is_int
 from ctxrank._io import atomic_write, to_toml, write_json
 from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
 from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import GlobalMinMax, Transform
 
 __all__ = ["NotFittedError"]
@@ -84,11 +84,7 @@ def check_predict_data(model: Any, data: Any) -> RankingData:
     model._check_fitted()
     if not isinstance(data, RankingData):
         raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-    if data.n_features != model.n_features_in_:
-        raise ValueError(
-            f"the model was trained on {model.n_features_in_} features but {data.source or 'the data'} "
-            f"has {data.n_features}; pass data with the training feature layout (e.g. --n-features)"
-        )
+    check_feature_count(data, model.n_features_in_)
     return data
 
 

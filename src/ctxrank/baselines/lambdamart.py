@@ -58,7 +58,7 @@ from ctxrank._modeldir import (
     short,
 )
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, check_feature_count
 
 __all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
 
@@ -493,11 +493,7 @@ class LambdaMART:
         self._check_fitted()
         if not isinstance(data, RankingData):
             raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-        if data.n_features != self.n_features_in_:
-            raise ValueError(
-                f"the model was trained on {self.n_features_in_} features but {data.source or 'the data'} "
-                f"has {data.n_features}; pass data with the training feature layout (e.g. --n-features)"
-            )
+        check_feature_count(data, self.n_features_in_)
         if _n_categorical(data) != self.n_categorical_in_:
             raise ValueError(
                 f"the model was trained with {self.n_categorical_in_} categorical columns but "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RankingData", "check_finite_rows", "group_by_query"]
+__all__ = ["RankingData", "check_feature_count", "check_finite_rows", "group_by_query"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -360,6 +360,20 @@ def query_ids_of(n: int, qid: Any, group: Any) -> np.ndarray:
             f"group: expected positive integer query sizes summing to {n} rows (X), got {group!r}"
         )
     return np.repeat(np.arange(sizes.size), sizes)
+
+
+def check_feature_count(data: RankingData, n_features: int) -> None:
+    """A model trained on ``n_features`` features refuses ``data`` of another width, saying how to
+    give it the training layout (the one message of every model)."""
+    if data.n_features == n_features:
+        return
+    raise ValueError(
+        f"the model was trained on {n_features} features but {data.source or 'the data'} has "
+        f"{data.n_features}: score data with the training feature layout (the same columns in the same "
+        "order: a table is read with the table spec saved with the model, so give the model directory, "
+        "e.g. `ctxrank predict --model DIR`, and no column options; a LETOR file needs the same feature "
+        "indices)"
+    )
 
 
 def check_finite_rows(values: np.ndarray, name: str) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from ctxrank.config import RunConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
@@ -72,11 +72,7 @@ class TorchPredictor:
         return int(self.meta["n_features"])
 
     def check_data(self, data: RankingData) -> None:
-        if data.n_features != self.n_features:
-            raise ValueError(
-                f"the model was trained on {self.n_features} features but {data.source or 'the data'} has "
-                f"{data.n_features}; pass data with the training feature layout (e.g. --n-features)"
-            )
+        check_feature_count(data, self.n_features)
 
     def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
         self.check_data(data)
