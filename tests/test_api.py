@@ -50,6 +50,34 @@ def _frame(seed=0):
 
 
 # ------------------------------------------------------------------------------------ inputs
+def test_eval_set_takes_the_lightgbm_and_xgboost_forms_and_its_errors_name_it():
+    """``fit(X, y, qid=q, eval_set=[(Xv, yv)])`` said "qid: give the query id of every row" although qid
+    was given: the message names eval_set and its accepted forms; LightGBM's eval_group and XGBoost's
+    eval_qid are accepted and give the same validation split as a (Xv, yv, qv) tuple."""
+    X, y, qid = _data()
+    Xv, yv, qv = _data(seed=1)
+    with pytest.raises(ValueError, match=r"eval_set: the validation rows need their query ids; give "):
+        LambdaMARTRanker(n_estimators=5).fit(X, y, qid=qid, eval_set=[(Xv, yv)])
+    order = np.argsort(qv, kind="stable")  # rows grouped by query, as eval_group's sizes need
+    Xg, yg, qg = Xv[order], yv[order], qv[order]
+    fits = [
+        LambdaMARTRanker(n_estimators=8).fit(X, y, qid=qid, eval_set=[(Xg, yg, qg)]),
+        LambdaMARTRanker(n_estimators=8).fit(X, y, qid=qid, eval_set=[(Xg, yg)], eval_qid=[qg]),
+        LambdaMARTRanker(n_estimators=8).fit(
+            X, y, qid=qid, eval_set=[(Xg, yg)], eval_group=[np.unique(qg, return_counts=True)[1]]
+        ),
+    ]
+    assert fits[0].evals_result_ and all(f.evals_result_ == fits[0].evals_result_ for f in fits)
+    for kwargs, message in [
+        ({"eval_set": [(Xv, yv, qv)], "eval_qid": [qv]}, r"given twice \(qid_valid, eval_qid\)"),
+        ({"eval_qid": [qv]}, "eval_qid / eval_group are given without eval_set"),
+        ({"eval_set": [(Xv, yv, qv), (Xv, yv, qv)]}, "one validation set is supported, got a list of 2"),
+        ({"eval_set": (Xv, yv), "eval_group": [np.array([3])]}, "eval_set: group: expected positive integer"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            LambdaMARTRanker(n_estimators=5).fit(X, y, qid=qid, **kwargs)
+
+
 def test_rows_in_any_order_and_any_float_dtype():
     X, y, qid = _data()
     est = ListNetRanker(**TINY).fit(X, y, qid=qid)

@@ -33,6 +33,23 @@ from ctxrank.registry import MODELS
 __all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
 
 
+#: what ``fit(..., eval_set=...)`` accepts, for its messages
+EVAL_SET_FORMS = (
+    "give eval_set=(X_valid, y_valid, qid_valid), or eval_set=[(X_valid, y_valid)] with eval_qid=[qid_valid] "
+    "(XGBoost's form) or eval_group=[query_sizes_valid] (LightGBM's form), or (X_valid, y_valid) alone when "
+    "the estimator has query_column"
+)
+
+
+def _only_one(value: Any, name: str) -> Any:
+    """``value``, or the single element of a one-element list (LightGBM / XGBoost pass lists)."""
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise ValueError(f"{name}: one validation set is supported, got a list of {len(value)}")
+        return value[0]
+    return value
+
+
 class Ranker(BaseEstimator):
     """A ranker for any model of ``ctxrank.registry.MODELS``: ``Ranker(model="qilcm", lr=3e-4, ...)``.
 
@@ -102,6 +119,8 @@ class Ranker(BaseEstimator):
         qid: Any = None,
         group: Any = None,
         eval_set: Any = None,
+        eval_qid: Any = None,
+        eval_group: Any = None,
         categorical_features: Any = None,
         init_scores: Any = None,
     ) -> Ranker:
@@ -109,7 +128,10 @@ class Ranker(BaseEstimator):
 
         Args:
             eval_set: ``(X_valid, y_valid, qid_valid)`` (or ``(X_valid, y_valid)`` with
-                ``query_column``): the validation split of early stopping and model selection.
+                ``query_column``, ``eval_qid`` or ``eval_group``; a list of one such tuple is accepted):
+                the validation split of early stopping and model selection.
+            eval_qid: ``[qid_valid]``, the validation rows' query ids (XGBoost's form).
+            eval_group: ``[sizes_valid]``, the validation queries' sizes (LightGBM's form).
             categorical_features: column names (DataFrame) or indices (array) to embed; default: the
                 DataFrame's ``category`` / object / string / bool columns.
             init_scores: not supported by a single ranker (ValueError); an initial ranker's scores are
@@ -127,7 +149,7 @@ class Ranker(BaseEstimator):
         config = self.run_config()
         train = to_ranking_data(self, X, y, qid, group, fit=True, categorical_features=categorical_features)
         _check_labels(train.data.labels, config, "y")
-        valid = self._eval_data(eval_set, config)
+        valid = self._eval_data(eval_set, eval_qid, eval_group, config)
         if valid is None:  # selection on the training data (see the module docstring)
             valid = train.data
         verbose = bool(self.get_params(deep=False).get("verbose", False))
@@ -135,17 +157,31 @@ class Ranker(BaseEstimator):
         self._set_fitted(result)
         return self
 
-    def _eval_data(self, eval_set: Any, config: RunConfig) -> Any:
+    def _eval_data(self, eval_set: Any, eval_qid: Any, eval_group: Any, config: RunConfig) -> Any:
+        """The validation RankingData of ``fit``'s ``eval_set`` (with ``eval_qid`` / ``eval_group``)."""
         if eval_set is None:
+            if eval_qid is not None or eval_group is not None:
+                raise ValueError(f"eval_qid / eval_group are given without eval_set; {EVAL_SET_FORMS}")
             return None
-        if isinstance(eval_set, list) and len(eval_set) == 1:
-            eval_set = eval_set[0]
+        eval_set = _only_one(eval_set, "eval_set")
         if not isinstance(eval_set, tuple) or len(eval_set) not in (2, 3):
-            raise ValueError(
-                "eval_set: expected (X_valid, y_valid, qid_valid), or (X_valid, y_valid) with query_column"
-            )
+            raise ValueError(f"eval_set: got {type(eval_set).__name__}; {EVAL_SET_FORMS}")
         X, y, qid = (*eval_set, None)[:3]
-        data = to_ranking_data(self, X, y, qid, None, fit=False).data
+        queries = {
+            "qid_valid": qid,
+            "eval_qid": _only_one(eval_qid, "eval_qid"),
+            "eval_group": _only_one(eval_group, "eval_group"),
+        }
+        given = [name for name, v in queries.items() if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"eval_set: the validation queries are given twice ({', '.join(given)})")
+        if not given and getattr(self, "query_column", None) is None:
+            raise ValueError(f"eval_set: the validation rows need their query ids; {EVAL_SET_FORMS}")
+        ids = queries["eval_qid"] if qid is None else qid
+        try:
+            data = to_ranking_data(self, X, y, ids, queries["eval_group"], fit=False).data
+        except ValueError as exc:
+            raise ValueError(f"eval_set: {exc}") from None
         _check_labels(data.labels, config, "eval_set")
         return data
 
