@@ -491,3 +491,46 @@ def test_a_numeric_null_fill_round_trips_through_the_recorded_command(tmp_path, 
 
     train_it = _train_command(options, tmp_path / "tune")  # `ctxrank tune`'s "train it:" line keeps it
     assert train_it[train_it.index("--null-fill") + 1] == "-1.5"
+
+
+COMPUTING_COMMANDS = ("train", "tune", "predict", "evaluate", "export", "experiment", "demo")
+
+
+def test_every_command_that_computes_takes_threads_with_one_meaning():
+    """`--threads` existed for experiment and demo only; train and tune needed --set train.threads."""
+    import argparse
+
+    from ctxrank.cli._options import THREADS_HELP
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name in COMPUTING_COMMANDS:
+        action = next((a for a in sub.choices[name]._actions if "--threads" in a.option_strings), None)
+        assert action is not None, name
+        assert action.help.startswith(THREADS_HELP.split("{")[0]), name
+        assert action.type("3") == 3, name
+
+
+def test_threads_reaches_the_computation_of_train_predict_and_evaluate(trained, tmp_path, capsys):
+    import torch
+
+    from ctxrank.training.predict import set_threads
+
+    before = torch.get_num_threads()
+    out = tmp_path / "t"
+    argv = ["train", "--model", "mlp", "--dataset", "mq2008", "--fold", "1", "--out", str(out)]
+    assert main([*argv, "--set", "train.max_epochs=1", "--threads", "1", "--no-progress"]) == 0
+    assert json.loads((out / "ctxrank.json").read_text())["run_config"]["train"]["threads"] == 1
+    for command in (["predict", "-o", str(tmp_path / "s.txt")], ["evaluate"]):
+        torch.set_num_threads(2)
+        argv = [command[0], "--model", str(trained), "--dataset", "mq2008", *command[1:], "--threads", "1"]
+        assert main(argv) == 0
+        assert torch.get_num_threads() == 1, command[0]
+
+    class Part:
+        num_threads = 4
+
+    ensemble = type("Ensemble", (), {"members": [Part()]})()
+    pipeline = type("Pipeline", (), {"initial": Part(), "reranker": ensemble})()
+    set_threads(pipeline, 3)  # LightGBM-like parts of a re-ranking pipeline and of an ensemble
+    assert pipeline.initial.num_threads == 3 and pipeline.reranker.members[0].num_threads == 3
+    torch.set_num_threads(before)

@@ -412,7 +412,8 @@ class _Job:
         if self.initial is None:
             from ctxrank.baselines.lambdamart import LambdaMART
 
-            self.initial = LambdaMART(seed=tc.seed, num_threads=tc.threads or 1).fit(self.train, self.valid)
+            threads = 1 if tc.threads is None else tc.threads
+            self.initial = LambdaMART(seed=tc.seed, num_threads=threads).fit(self.train, self.valid)
             self.train_initial_scores = self.initial.predict(self.train)
         kw: dict[str, Any] = {"initial": self.initial}
         if not rr.crossfit:

@@ -159,6 +159,19 @@ def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, thre
     )
 
 
+#: what ``--threads`` means in every command
+THREADS_HELP = (
+    "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({what}). "
+    "Results can differ in the last digits between thread counts; the count is recorded"
+)
+
+
+def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
+    """``--threads N`` (>= 1), the one declaration of every command that computes; ``what`` says which
+    setting it fills (e.g. ``train.threads``, or "default: the libraries' own")."""
+    p.add_argument("--threads", type=positive_int, metavar="N", help=THREADS_HELP.format(what=what))
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     """``--no-progress``."""
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -16,6 +16,7 @@ from ctxrank.cli._options import (
     add_dataset_options,
     add_json,
     add_table_options,
+    add_threads,
     key_value_lines,
     out,
     print_json,
@@ -64,8 +65,10 @@ def evaluate(
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
     json: bool = False,
+    threads: int | None = None,
 ) -> int:
-    """Evaluate a scores file (``scores``) or a saved model (``model``) on labelled data. ``metrics``
+    """Evaluate a scores file (``scores``) or a saved model (``model``, scoring with ``threads`` CPU
+    threads) on labelled data. ``metrics``
     None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
     else :data:`DEFAULT_METRICS`."""
     from ctxrank.evaluation import evaluate_scores, unevaluated_message
@@ -81,7 +84,7 @@ def evaluate(
     )
     if (scores is None) == (model is None):
         raise ValueError("give exactly one of --scores FILE or --model DIR")
-    ranking, values = _scored_data(data, scores, model, source, columns)
+    ranking, values = _scored_data(data, scores, model, source, columns, threads)
     if names is None:
         choice = is_choice_data(ranking.labels, ranking.query_offsets)
         names = list(CHOICE_METRICS) if choice else parse_metrics(DEFAULT_METRICS)
@@ -104,7 +107,12 @@ def evaluate(
 
 
 def _scored_data(
-    data: str | None, scores: str | None, model: str | None, source: DataOptions, columns: TableOptions
+    data: str | None,
+    scores: str | None,
+    model: str | None,
+    source: DataOptions,
+    columns: TableOptions,
+    threads: int | None,
 ) -> tuple[Any, Any]:
     """``(RankingData, (N,) scores in its row order)`` from a scores file or a saved model."""
     from ctxrank.cli._source import load_data_rows
@@ -115,6 +123,10 @@ def _scored_data(
 
         meta = read_meta(model)
         predictor = load_model(model)
+        if threads is not None:
+            from ctxrank.training.predict import set_threads
+
+            set_threads(predictor, threads)
         ranking, _ = load_data_rows(
             data,
             source,
@@ -245,6 +257,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
+    add_threads(p, "with --model; default: the libraries' own")
     p.set_defaults(run=_run_evaluate)
 
 
@@ -262,6 +275,7 @@ def _run_evaluate(a: argparse.Namespace) -> int:
         source=DataOptions.from_args(a),
         columns=TableOptions.from_args(a),
         json=a.json,
+        threads=a.threads,
     )
 
 

@@ -15,6 +15,7 @@ from ctxrank.cli._options import (
     add_json,
     add_overrides,
     add_progress,
+    add_threads,
     out,
     positive_int,
     print_json,
@@ -295,7 +296,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--runs", type=positive_int, metavar="N", help="override runs.count (e.g. 3 for a quick look)"
     )
     p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
-    p.add_argument("--threads", type=positive_int, metavar="N", help="override runs.threads")
+    add_threads(p, "runs.threads of every run")
     add_overrides(p, "override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)")
     p.add_argument(
         "--shard",
@@ -358,7 +359,7 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "ten seconds). Options of one form are refused with the other."
         ),
     )
-    p.add_argument("--threads", type=positive_int, help="threads (experiment: 2; --quick: 1, reproducible)")
+    add_threads(p, "default: the experiment's 2; --quick: 1, reproducible")
     e = p.add_argument_group("the demo experiment")
     e.add_argument("--out", metavar="DIR", help="report directory (default results/demo)")
     e.add_argument("--runs", type=positive_int, metavar="N", help="runs of the demo experiment (default 3)")

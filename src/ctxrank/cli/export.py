@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ctxrank.cli._options import out, table
+from ctxrank.cli._options import add_threads, out, table
 
 FORMATS = ("torchscript", "onnx")  # ctxrank.export.EXPORT_FORMATS, without importing torch for --help
 
@@ -19,13 +19,19 @@ def _size_text(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def export(model: str, *, format: str, out_file: str, overwrite: bool = False) -> int:
+def export(
+    model: str, *, format: str, out_file: str, overwrite: bool = False, threads: int | None = None
+) -> int:
     """Write the model saved in ``model`` as one ``format`` file at ``out_file`` (an existing file only
-    with ``overwrite``), checked."""
+    with ``overwrite``), checked; tracing and the check run with ``threads`` CPU threads."""
     from ctxrank.cli._outputs import check_output_file
     from ctxrank.export import export_model
 
     check_output_file(out_file, overwrite=overwrite, flag="--out")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
     result = export_model(model, format, out_file)
     meta = result.meta
@@ -74,4 +80,9 @@ def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--format", required=True, choices=FORMATS, help="torchscript or onnx")
     p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out FILE if it exists")
-    p.set_defaults(run=lambda a: export(a.model, format=a.format, out_file=a.out, overwrite=a.overwrite))
+    add_threads(p, "of tracing and the check; default: PyTorch's own")
+    p.set_defaults(
+        run=lambda a: export(
+            a.model, format=a.format, out_file=a.out, overwrite=a.overwrite, threads=a.threads
+        )
+    )

@@ -23,6 +23,7 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_table_options,
+    add_threads,
     out,
     table,
     warn,
@@ -45,6 +46,7 @@ class TrainOptions:
     config: str | None = None
     overrides: tuple[str, ...] = ()
     seed: int | None = None
+    threads: int | None = None
     initial: str | None = None
     top_k: int | None = None
     crossfit: int | None = None
@@ -132,6 +134,7 @@ class TrainOptions:
             ("model", self.model),
             ("loss", self.loss),
             ("train.seed", self.seed),
+            ("train.threads", self.threads),
             ("rerank.initial", self.initial),
             ("rerank.top_k", self.top_k),
             ("rerank.crossfit", self.crossfit),
@@ -164,7 +167,7 @@ class TrainOptions:
 #: each :class:`TrainOptions` field's flag, in command-line order
 FLAGS = {
     "model": "--model", "loss": "--loss", "config": "--config", "overrides": "--set", "seed": "--seed",
-    "initial": "--initial", "top_k": "--top-k", "crossfit": "--crossfit",
+    "threads": "--threads", "initial": "--initial", "top_k": "--top-k", "crossfit": "--crossfit",
     "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
     "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
     "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
@@ -609,10 +612,11 @@ def predict(
     source: DataOptions = NO_DATA,
     columns: TableOptions = NO_COLUMNS,
     overwrite: bool = False,
+    threads: int | None = None,
 ) -> int:
     """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
     score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
-    ``overwrite``)."""
+    ``overwrite``), with ``threads`` CPU threads (None: the libraries' defaults)."""
     import sys
 
     from ctxrank.checkpoint import load_model, read_meta
@@ -625,6 +629,10 @@ def predict(
 
     meta = read_meta(model)
     predictor = load_model(model)
+    if threads is not None:
+        from ctxrank.training.predict import set_threads
+
+        set_threads(predictor, threads)
     ranking, file_rows = load_data_rows(
         data,
         source,
@@ -723,6 +731,7 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
     )
     p.add_argument("--seed", type=int, help="random seed (train.seed)")
+    add_threads(p, "train.threads; default: the libraries' own")
     p.add_argument(
         "--initial",
         choices=("lambdamart",),
@@ -825,6 +834,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
+    add_threads(p, "default: the libraries' own; a saved LambdaMART's: its training count")
     add_dataset_options(p, defaults_text="neither: fold 1's test split", saved_model=True)
     add_table_options(p, saved_spec=True)
     p.set_defaults(
@@ -835,5 +845,6 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             source=DataOptions.from_args(a),
             columns=TableOptions.from_args(a),
             overwrite=a.overwrite,
+            threads=a.threads,
         )
     )

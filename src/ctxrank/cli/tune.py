@@ -20,6 +20,7 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_table_options,
+    add_threads,
     note,
     out,
     positive_int,
@@ -250,6 +251,7 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add_overrides(p, "fix a config value, e.g. --set train.max_epochs=20 (repeatable)")
     p.add_argument("--seed", type=int, help="train.seed of every trial, and the sampler's seed (default 0)")
+    add_threads(p, "train.threads of every trial")
     p.add_argument("--initial", choices=("lambdamart",), help="re-rank this initial ranker's top-k lists")
     p.add_argument("--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k)")
     p.add_argument("--crossfit", type=int, metavar="K", help="out-of-fold initial scores with K folds")

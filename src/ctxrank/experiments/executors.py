@@ -388,7 +388,8 @@ class _RayTrials:
 
         self.ray, self.job, self.study = ray, job, study
         base = RunConfig.from_dict(job.base)
-        threads = getattr(base.train, "threads", None) or 1
+        threads = getattr(base.train, "threads", None)
+        threads = 1 if threads is None else threads
         cpus = int(ray.cluster_resources().get("CPU", 1))
         if cpus < threads:
             raise ValueError(

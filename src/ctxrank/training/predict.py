@@ -18,7 +18,7 @@ from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
 
-__all__ = ["TorchPredictor", "evaluate_model", "predict"]
+__all__ = ["TorchPredictor", "evaluate_model", "predict", "set_threads"]
 
 
 def predict(
@@ -77,3 +77,17 @@ class TorchPredictor:
     def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
         self.check_data(data)
         return predict(self.model, self.transform.transform(data), init_scores=init_scores)
+
+
+def set_threads(predictor: Any, threads: int) -> None:
+    """Score with ``threads`` CPU threads: PyTorch's intra-op threads, and the ``num_threads`` of every
+    part of ``predictor`` that has one (LambdaMART, AdaRank), through re-ranking pipelines
+    (``initial``, ``reranker``) and ensembles (``members``)."""
+    torch.set_num_threads(threads)
+    parts = [predictor]
+    while parts:
+        part = parts.pop()
+        if hasattr(part, "num_threads"):
+            part.num_threads = threads
+        inner = (getattr(part, "initial", None), getattr(part, "reranker", None))
+        parts += [p for p in inner if p is not None] + list(getattr(part, "members", ()))
