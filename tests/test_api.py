@@ -221,6 +221,37 @@ def test_api_model_is_served_by_the_cli_and_exported(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("named", [True, False])
+def test_a_dataframe_model_is_served_by_the_cli_on_a_table_with_label_and_query_columns(
+    tmp_path, capsys, named
+):
+    """A model fitted on a DataFrame and saved counted the table's label as a feature in `ctxrank
+    predict` ("trained on 6 features but test.csv has 7"): its table spec is saved with it."""
+    df, y, qid = _frame()
+    table = df.assign(session=qid.astype(str), chosen=y, item=np.arange(len(df)))
+    if named:  # the query and label column names are known to fit (Series names)
+        est = ListNetRanker(**TINY).fit(df, table["chosen"], qid=table["session"])
+    else:  # plain arrays: the query column is named at predict time
+        est = ListNetRanker(**TINY).fit(df, y, qid=qid.astype(str))
+    est.save(tmp_path / "api")
+    path = tmp_path / "test.csv"
+    table.sample(frac=1.0, random_state=0).to_csv(path, index=False)  # rows in any order, extra columns
+    shuffled = pd.read_csv(path)
+    expected = est.predict(shuffled[df.columns], qid=shuffled["session"].astype(str))
+    argv = ["predict", "--model", str(tmp_path / "api"), "--data", str(path), "-o", str(tmp_path / "s")]
+    if not named:
+        assert main(argv) == 2
+        assert "give --query-col COL" in capsys.readouterr().err
+        argv += ["--query-col", "session"]
+    assert main(argv) == 0, capsys.readouterr().err
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "s"), expected, rtol=0, atol=1e-6)
+    evaluate = ["evaluate", "--model", str(tmp_path / "api"), "--data", str(path), "--json"]
+    evaluate += [] if named else ["--query-col", "session", "--label-col", "chosen"]
+    capsys.readouterr()
+    assert main(evaluate) == 0
+    assert json.loads(capsys.readouterr().out)["queries"] == len(np.unique(qid))
+
+
 def _write_letor(data, path):
     lines = []
     for i in range(data.n_items):

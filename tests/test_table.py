@@ -271,5 +271,5 @@ def test_table_spec_round_trip_and_scoring(tmp_path):
     assert data.categorical[:, 0].tolist() == [2, 0] and rows.tolist() == [0, 1]
     with pytest.raises(ValueError, match=r"no column\(s\) \['label', 'doc'\]"):
         back.read(write(tmp_path, "qid,price,brand\n1,2,zeta\n", "u.csv"))
-    with pytest.raises(ValueError, match="needs at least a 'query'"):
+    with pytest.raises(ValueError, match="needs a 'query' column name"):
         TableSpec.from_dict({"label": "y"})

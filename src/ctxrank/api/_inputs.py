@@ -54,6 +54,7 @@ def to_ranking_data(
     from sklearn.utils.validation import check_array, validate_data
 
     query_column = getattr(est, "query_column", None)
+    names = {"query": query_column if query_column is not None else _name(qid), "label": _name(y)}
     if query_column is not None:
         X, qid = _split_query_column(X, qid, group, query_column)
     frame = _is_frame(X)
@@ -71,6 +72,7 @@ def to_ranking_data(
     order = group_by_query(ids)[2]
     if fit:
         est.categorical_features_ = _categorical_names(X, categorical_features, frame)
+        est.table_columns_ = names if frame else None
     cats = est.categorical_features_
     if not cats and not frame:
         return Inputs(RankingData.from_arrays(X, y, ids), order)
@@ -90,6 +92,12 @@ def to_ranking_data(
         encoder=est.encoder_,
     )
     return Inputs(data, order)
+
+
+def _name(values: Any) -> str | None:
+    """The column name of a pandas Series (``qid=df["session"]``, ``y=df["chosen"]``), else None."""
+    name = getattr(values, "name", None) if hasattr(values, "to_numpy") else None
+    return name if isinstance(name, str) and name else None
 
 
 def _split_query_column(X: Any, qid: Any, group: Any, column: str) -> tuple[Any, Any]:

@@ -237,7 +237,26 @@ class Ranker(BaseEstimator):
         path = Path(path)
         if (path / "ctxrank.json").exists():
             raise ValueError(f"path: {path} already holds a saved model; choose another or remove it")
-        return save_result(self.run_, path, meta={"api": self._api_meta()})
+        meta = {"api": self._api_meta()}
+        table = self._table_meta()
+        if table is not None:
+            meta["table"] = table
+        return save_result(self.run_, path, meta=meta)
+
+    def _table_meta(self) -> dict[str, Any] | None:
+        """The table spec of a model fitted on a DataFrame (``ctxrank.json["table"]``, as ``ctxrank
+        train`` saves for a table): the numeric feature columns in the model's order, the categorical
+        columns and encoder, and the query / label column names where ``fit`` could see them
+        (``query_column``, or the name of a ``qid`` / ``y`` Series); None for arrays."""
+        columns = getattr(self, "table_columns_", None)
+        if columns is None:
+            return None
+        from ctxrank.data.table import TableSpec
+
+        cats = tuple(self.categorical_features_)
+        numeric = tuple(str(n) for n in self.feature_names_in_ if str(n) not in set(cats))
+        spec = TableSpec(query=columns["query"], label=columns["label"], categorical=cats, numeric=numeric)
+        return {**spec.to_dict(), "encoder": self._api_meta()["encoder"], "numeric_default": False}
 
     def _api_meta(self) -> dict[str, Any]:
         """What the estimator adds to ``ctxrank.json``: its class, its input columns and encoder."""

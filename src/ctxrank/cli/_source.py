@@ -24,6 +24,23 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _completed(spec: Any, given: TableOptions, path: str) -> Any:
+    """A saved spec with the query / label column names it lacks (a model fitted through the API with
+    unnamed ``qid`` / ``y``) taken from ``--query-col`` / ``--label-col``."""
+    import dataclasses
+
+    if spec.query is None:
+        if given.query_col is None:
+            raise ValueError(
+                f"{path}: the model was fitted through the API with query ids that had no column name, so "
+                "its saved table spec names no query column: give --query-col COL"
+            )
+        spec = dataclasses.replace(spec, query=given.query_col)
+    if spec.label is None and given.label_col is not None:
+        spec = dataclasses.replace(spec, label=given.label_col)
+    return spec
+
+
 def _check_saved(spec: Any, given: TableOptions) -> None:
     """Options given with a model must agree with its saved table spec."""
     for name, key in _SPEC_KEYS.items():
@@ -56,7 +73,7 @@ def resolve_spec(given: TableOptions, path: str, *, purpose: str, saved: dict[st
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
     if saved is not None:
-        spec = TableSpec.from_dict(saved)
+        spec = _completed(TableSpec.from_dict(saved), given, path)
         _check_saved(spec, given)
         if purpose != "predict" and spec.label is None:
             raise ValueError(f"{path}: the model's table spec has no label column; cannot evaluate")

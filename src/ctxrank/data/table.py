@@ -113,7 +113,9 @@ class TableSpec:
     (``TableSpec.from_dict(meta["table"]).read(path, scoring=True)``).
 
     Attributes:
-        query, label, docid: column names (``label`` None: no labels; ``docid`` None: no docid column).
+        query, label, docid: column names (``label`` None: no labels; ``docid`` None: no docid column;
+            ``query`` None only in the spec of a model fitted through the API with unnamed query ids,
+            completed by the reader's ``--query-col`` before reading).
         categorical: categorical column names.
         numeric: numeric feature columns in order; None = every other column of the file.
         encoder: the fitted :class:`CategoricalEncoder` (None before training, or without categorical
@@ -122,7 +124,7 @@ class TableSpec:
             id and never a feature, or None. Read only for training (``--group-col``).
     """
 
-    query: str
+    query: str | None
     label: str | None = None
     categorical: tuple[str, ...] = ()
     numeric: tuple[str, ...] | None = None
@@ -145,6 +147,11 @@ class TableSpec:
                 or empty; labels are 0) and the docid column may be absent (docids None).
             encoder: overrides ``self.encoder`` (e.g. a fresh one to fit on a training file).
         """
+        if self.query is None:
+            raise ValueError(
+                f"{path}: the model's table spec names no query column (it was fitted through the API "
+                "with unnamed query ids): give --query-col COL"
+            )
         label, docid, group = self.label, self.docid, self.group
         if scoring:
             label = None
@@ -177,8 +184,8 @@ class TableSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TableSpec:
-        if not isinstance(d, Mapping) or not isinstance(d.get("query"), str):
-            raise ValueError(f"a table spec needs at least a 'query' column name, got {d!r}")
+        if not isinstance(d, Mapping) or "query" not in d or not isinstance(d["query"], str | None):
+            raise ValueError(f"a table spec needs a 'query' column name (or null), got {d!r}")
         enc = d.get("encoder")
         return cls(
             query=d["query"],
