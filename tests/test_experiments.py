@@ -241,12 +241,16 @@ def test_a_directory_of_another_experiment_is_refused(tmp_path):
     run_experiment(more, tmp_path / "out", progress=False, log=lambda _: None)
 
 
-def test_holm_and_query_level_tests_in_the_report(tmp_path):
-    spec = load_spec(_letor_spec(tmp_path, runs=2), ["report.holm=true", "report.test=queries"])
+def test_holm_by_default_and_query_level_tests_in_the_report(tmp_path):
+    spec = load_spec(_letor_spec(tmp_path, runs=2), ["report.test=queries"])
+    assert spec.report.correction == "holm"  # corrected by default
     store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
     res = build_report(spec, store)
     raw = [c["p"] for c in res["comparisons"]]
-    np.testing.assert_allclose([c["p_holm"] for c in res["comparisons"]], holm(raw))
+    np.testing.assert_allclose([c["p_adjusted"] for c in res["comparisons"]], holm(raw))
+    assert res["test"]["correction"] == "holm" and len(raw) == 6  # 2 baselines x 3 metrics
+    family = "the 6 comparisons of mnl with lambdamart, listnet on ndcg@1, ndcg@10, map"
+    assert res["test"]["family"] == family
     recs = {m: [store.load_run(m, s, 0) for s in range(2)] for m in spec.models}
     qa, qb = query_means(recs["mnl"], "map"), query_means(recs["lambdamart"], "map")
     common = sorted(set(qa) & set(qb))
@@ -254,12 +258,47 @@ def test_holm_and_query_level_tests_in_the_report(tmp_path):
     assert c["n"] == len(common) and c["test"] == "queries" and c["unit"] == "queries"
     md = (tmp_path / "out" / "table.md").read_text()
     assert "Holm" in md and f"unit: queries, n = {len(common)}" in md and "BCa bootstrap" in md
+    assert "| p-value (Holm) |" in md and "Family of the correction: the 6 comparisons" in md
+    from ctxrank.experiments.report import _fmt_p
+
+    assert all(f"(raw {_fmt_p(p)})" in md for p in raw)
     # fewer than 3 runs per model: a test over runs gives no p-value and the report says so
     spec = load_spec(_letor_spec(tmp_path, runs=2), ["report.test=runs-plain", "report.holm=true"])
     res = build_report(spec, store, tmp_path / "plain")
-    assert all(c["p"] is None and c["p_holm"] is None for c in res["comparisons"])
+    assert all(c["p"] is None and c["p_adjusted"] is None for c in res["comparisons"])
     md = (tmp_path / "plain" / "table.md").read_text()
     assert "no test over runs is possible: fewer than 3 runs per model (got 2)" in md and "no test |" in md
+
+
+@pytest.mark.parametrize("correction", ["none", "bh", "holm"])
+def test_the_correction_is_an_option_of_the_spec_and_of_the_command(tmp_path, capsys, correction):
+    from scipy.stats import false_discovery_control
+
+    path = _letor_spec(tmp_path, runs=2)
+    out = tmp_path / "out"
+    argv = ["experiment", str(path), "--out", str(out), "--no-progress", "--correction", correction]
+    argv += ["--set", 'report.test="queries"']  # two runs: a test over queries gives p-values
+    assert main(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    raw = np.array([c["p"] for c in res["comparisons"]])
+    expected = {"none": raw, "bh": false_discovery_control(raw), "holm": holm(raw)}[correction]
+    np.testing.assert_allclose([c["p_adjusted"] for c in res["comparisons"]], expected)
+    assert res["test"]["correction"] == correction
+    md = (out / "table.md").read_text()
+    assert ("p not corrected for the 6 comparisons" in md) == (correction == "none")
+    assert "p_adjusted,correction" in (out / "table.csv").read_text()
+    with pytest.raises(ValueError, match="correction must be one of none, holm, bh, got 'bonferroni'"):
+        load_spec(path, ['report.correction="bonferroni"'])
+    with pytest.raises(ValueError, match="correction and holm"):
+        load_spec(path, ['report.correction="bh"', "report.holm=true"])
+    assert load_spec(path, ["report.holm=false"]).report.correction == "none"  # the old spelling
+
+
+def test_the_commands_corrections_are_the_statistics_modules():
+    from ctxrank.cli.experiment import CORRECTIONS
+    from ctxrank.experiments.stats import CORRECTIONS as STATS
+
+    assert tuple(CORRECTIONS) == tuple(STATS)
 
 
 # ------------------------------------------------------------------------------------ anomaly

@@ -23,6 +23,8 @@ from ctxrank.cli._options import (
 )
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+#: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing it needs SciPy)
+CORRECTIONS = ("none", "holm", "bh")
 
 
 def default_out(name: str, dataset: str | None = None) -> Path:
@@ -60,6 +62,7 @@ def experiment(
     shard: str | None = None,
     threads: int | None = None,
     overrides: Sequence[str] = (),
+    correction: str | None = None,
     report_only: bool = False,
     progress: bool = True,
     overwrite: bool = False,
@@ -68,7 +71,8 @@ def experiment(
     max_retries: int = 2,
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
-    ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``.
+    ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
+    (None: the spec's ``report.correction``) corrects the p-values of the report's family.
 
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
@@ -88,6 +92,10 @@ def experiment(
     if threads is not None:
         every.append(f"runs.threads={threads}")
     loaded = load_spec(spec, every)
+    if correction is not None:
+        import dataclasses
+
+        loaded = dataclasses.replace(loaded, report=dataclasses.replace(loaded.report, correction=correction))
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
@@ -308,6 +316,13 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        help="multiple-comparison correction of the report's p-values over its table's family (the target "
+        "against every baseline on every metric): holm (default: the spec's report.correction), bh "
+        "(Benjamini-Hochberg) or none; the raw p is shown beside the corrected one",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="write to an --out DIR that holds other files than an experiment's (report files of the "
@@ -323,6 +338,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             shard=a.shard,
             threads=a.threads,
             overrides=a.overrides,
+            correction=a.correction,
             report_only=a.report_only,
             progress=not a.no_progress,
             overwrite=a.overwrite,

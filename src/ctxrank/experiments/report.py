@@ -25,7 +25,7 @@ from ctxrank._io import atomic_write, write_json
 from ctxrank.experiments import stats
 from ctxrank.experiments.provenance import environment
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
-from ctxrank.experiments.stats import holm, mean_std
+from ctxrank.experiments.stats import CORRECTIONS, adjust, mean_std
 from ctxrank.experiments.store import RunStore
 
 __all__ = ["build_report", "collect", "improvement_pct", "query_means", "run_means"]
@@ -120,7 +120,8 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         "alternative": "two-sided",
         "confidence": stats.CONFIDENCE,
         "ci_method": ci_methods,
-        "holm": rep.holm,
+        "correction": rep.correction,
+        "family": _family_text(spec, len(comparisons)),
         "reason": reasons[0] if reasons else None,
     }
     if unit == "queries":
@@ -134,12 +135,30 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         caption += f" (only {n_runs} run(s) per model: the test is over these trained models' queries)"
     if ci_methods:
         caption += f"; {stats.CONFIDENCE:.0%} CI of the mean difference: {', '.join(ci_methods)}"
-    if rep.holm:
-        caption += "; Holm-adjusted p in p_holm"
+    if rep.correction != "none":
+        caption += f"; p corrected over the family ({info['family']}): {CORRECTIONS[rep.correction]}"
+    else:
+        caption += f"; p not corrected for the {len(comparisons)} comparisons"
     if reasons:
         caption += f". No p-value: {'; '.join(reasons)}"
     info["caption"] = caption
     return info
+
+
+def _family_text(spec: ExperimentSpec, n: int) -> str:
+    """The family a table's correction runs over, in words."""
+    rep = spec.report
+    return (
+        f"the {n} comparisons of {rep.target} with {', '.join(rep.baselines)} on "
+        f"{', '.join(rep.metrics)}"
+    )
+
+
+def _p_text(c: dict[str, Any], correction: str) -> str:
+    """A comparison's p-value for a table: the corrected one, with the raw one beside it."""
+    if correction == "none":
+        return _fmt_p(c["p"])
+    return f"{_fmt_p(c['p_adjusted'])} (raw {_fmt_p(c['p'])})" if c["p"] is not None else _fmt_p(None)
 
 
 def improvement_pct(target: float, base: float) -> float:
@@ -178,9 +197,8 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
             base = table[b][k]["mean"]
             imp = improvement_pct(table[target][k]["mean"], base)
             comparisons.append({"target": target, "baseline": b, "metric": k, "improvement_pct": imp, **t})
-    if rep.holm:
-        for c, p in zip(comparisons, holm([c["p"] for c in comparisons]), strict=True):
-            c["p_holm"] = float(p) if np.isfinite(p) else None
+    for c, p in zip(comparisons, adjust([c["p"] for c in comparisons], rep.correction), strict=True):
+        c["p_adjusted"] = float(p) if np.isfinite(p) else None
     best = {k: max(rep.baselines, key=lambda b, k=k: table[b][k]["mean"]) for k in metrics}
     test_info = _test_info(spec, comparisons, len(keys))
     test_text = test_info["caption"]
@@ -327,7 +345,8 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     comp = {(c["baseline"], c["metric"]): c for c in res["comparisons"]}
     target = rep.target
-    pcol = "p_holm" if rep.holm else "p"
+    corr = rep.correction
+    p_head = "p-value" if corr == "none" else f"p-value ({corr.capitalize() if corr == 'holm' else 'BH'})"
     lines.append(
         f"| {target} vs best baseline, improvement | "
         + " | ".join(
@@ -337,8 +356,8 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         + " |"
     )
     lines.append(
-        f"| p-value{' (Holm)' if rep.holm else ''} | "
-        + " | ".join(_fmt_p(comp[res["best_baseline"][k], k].get(pcol)) for k in metrics)
+        f"| {p_head} | "
+        + " | ".join(_p_text(comp[res["best_baseline"][k], k], corr) for k in metrics)
         + " |"
     )
     cis = [comp[res["best_baseline"][k], k]["ci"] for k in metrics]
@@ -349,13 +368,14 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     )
     lines += [
         "",
-        f"{target} against every baseline: improvement % (p-value{', Holm-adjusted' if rep.holm else ''}).",
+        f"{target} against every baseline: improvement % ({p_head}). Family of the correction: "
+        f"{res['test']['family']}.",
         "",
     ]
     lines.append("| baseline | " + " | ".join(metrics) + " |")
     lines.append("|---|" + "---:|" * len(metrics))
     for b in rep.baselines:
-        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_fmt_p(comp[b, k].get(pcol))})" for k in metrics]
+        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_p_text(comp[b, k], corr)})" for k in metrics]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
     if "anomaly" in res:
         an = res["anomaly"]
@@ -387,7 +407,7 @@ def _csv(res: dict[str, Any], metrics: list[str]) -> str:
         w.writerow(["model", m, *(f"{per[k][s]:.6f}" for k in metrics for s in ("mean", "std"))])
     w.writerow([])
     head = ["row", "target", "baseline", "metric", "improvement_pct", "diff", "ci_low", "ci_high"]
-    w.writerow([*head, "test", "unit", "statistic", "p", "p_holm", "n"])
+    w.writerow([*head, "test", "unit", "statistic", "p", "p_adjusted", "correction", "n"])
     for c in res["comparisons"]:
         ci = c["ci"] or (None, None)
         w.writerow(
@@ -404,7 +424,8 @@ def _csv(res: dict[str, Any], metrics: list[str]) -> str:
                 c["unit"],
                 _fmt_num(c["statistic"], ".4f"),
                 _fmt_num(c["p"], ".6g"),
-                _fmt_num(c.get("p_holm"), ".6g"),
+                _fmt_num(c["p_adjusted"], ".6g"),
+                res["test"]["correction"],
                 c["n"],
             ]
         )

@@ -34,7 +34,7 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     test = "queries"
     resamples = 9999       # bootstrap CI and permutation test: resamples and their seed
     stats_seed = 0
-    holm = false           # Holm-Bonferroni correction over the table's comparisons
+    correction = "holm"    # of the table's family of comparisons: holm (default), bh or none
 
     [defaults]             # run-config keys shared by every model (a model's own table wins)
     train = { max_epochs = 100 }
@@ -390,7 +390,8 @@ class ReportSpec:
     baselines: tuple[str, ...] = ()
     #: a name of ``ctxrank.experiments.stats.TESTS``; a loaded spec has its protocol's default here
     test: str = "queries"
-    holm: bool = False
+    #: multiple-comparison correction over the table's family (``stats.CORRECTIONS``)
+    correction: str = "holm"
     resamples: int = 9999
     stats_seed: int = 0
 
@@ -679,7 +680,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
     from ctxrank.experiments.stats import DEFAULT_TEST, UNITS, check_test
     from ctxrank.metrics import CHOICE_METRICS, parse_metric
 
-    _known("report", d, [f.name for f in dataclasses.fields(ReportSpec)])
+    _known("report", d, [*(f.name for f in dataclasses.fields(ReportSpec)), "holm"])
     metrics = _names("report", "metrics", d.get("metrics", CHOICE_METRICS if choice else DEFAULT_METRICS))
     for m in metrics:
         try:
@@ -713,8 +714,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
         raise _fail("report", f"test 'corrected-resampled' is for random splits; these runs are {protocol}")
     if d.get("convention", "standard") not in ("standard", "letor4", "letor3"):
         raise _fail("report", f"convention must be standard, letor4 or letor3, got {d.get('convention')!r}")
-    if not isinstance(d.get("holm", False), bool):
-        raise _fail("report", f"holm must be true or false, got {d.get('holm')!r}")
+    correction = _correction(d)
     return ReportSpec(
         metrics=metrics,
         convention=d.get("convention", "standard"),
@@ -722,10 +722,26 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
         target=target,
         baselines=baselines,
         test=test,
-        holm=d.get("holm", False),
+        correction=correction,
         resamples=_int("report", "resamples", d.get("resamples", 9999), 99),
         stats_seed=_int("report", "stats_seed", d.get("stats_seed", 0), 0),
     )
+
+
+def _correction(d: Mapping[str, Any]) -> str:
+    """``report.correction`` (default Holm), or the earlier spelling ``holm = true | false``."""
+    from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION
+
+    if "holm" in d:
+        if "correction" in d:
+            raise _fail("report", "correction and holm (its old true/false spelling) are both given")
+        if not isinstance(d["holm"], bool):
+            raise _fail("report", f"holm must be true or false, got {d['holm']!r}")
+        return "holm" if d["holm"] else "none"
+    correction = d.get("correction", DEFAULT_CORRECTION)
+    if correction not in CORRECTIONS:
+        raise _fail("report", f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
+    return correction
 
 
 def _anomaly(d: Mapping[str, Any], models: list[str]) -> AnomalySpec:

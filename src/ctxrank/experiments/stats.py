@@ -36,6 +36,8 @@ and the t distribution. Written here because SciPy has no such function: the Nad
 correction (``corrected_resampled_test``) and Holm's step-down correction (``holm``;
 ``scipy.stats.false_discovery_control`` is Benjamini-Hochberg / -Yekutieli, which control the false
 discovery rate, not the family-wise error, and statsmodels would be a large dependency for six lines).
+:func:`adjust` applies a family's correction by name (:data:`CORRECTIONS`): Holm by default, BH through
+SciPy.
 ``benchmarks/sim_null_tests.py`` measures every test's rejection rate where the null holds.
 """
 
@@ -48,10 +50,13 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "CORRECTIONS",
+    "DEFAULT_CORRECTION",
     "DEFAULT_TEST",
     "MIN_RUNS",
     "TESTS",
     "UNITS",
+    "adjust",
     "bootstrap_ci",
     "check_test",
     "corrected_resampled_test",
@@ -369,6 +374,30 @@ def holm(pvalues: Sequence[float | None]) -> np.ndarray:
         scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
         out[order] = np.maximum.accumulate(scaled)
     return out
+
+
+#: multiple-comparison corrections of a family of p-values -> what each controls
+CORRECTIONS = {
+    "none": "no correction (raw p-values)",
+    "holm": "Holm's step-down correction (controls the family-wise error rate)",
+    "bh": "Benjamini-Hochberg (controls the false discovery rate; scipy.stats.false_discovery_control)",
+}
+DEFAULT_CORRECTION = "holm"
+
+
+def adjust(pvalues: Sequence[float | None], method: str) -> np.ndarray:
+    """The family's p-values corrected by ``method`` (a key of :data:`CORRECTIONS`), in the input
+    order; NaN and None stay NaN and do not count in the family's size."""
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r}; valid: {', '.join(CORRECTIONS)}")
+    if method == "holm":
+        return holm(pvalues)
+    p = np.array([np.nan if x is None else x for x in pvalues], dtype=np.float64)
+    if method == "bh":
+        ok = np.isfinite(p)
+        if ok.any():
+            p[ok] = stats.false_discovery_control(p[ok], method="bh")
+    return p
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
