@@ -174,6 +174,10 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert {"git_sha", "versions", "metric_convention", "spec", "test"} <= set(saved)
     code = store.load_run("mnl", 0, 0)["code"]  # every run records the code that produced it
     assert set(code) == {"git_sha", "git_dirty", "ctxrank"} and saved["run_code"] == [code]
+    context = store.load_run("mnl", 0, 0)["context"]  # and what it was computed with
+    assert context["threads"] == spec.threads == 1 and context["device"] == "cpu"
+    assert context["versions"]["torch"] and saved["compute"] == {"threads": ["1"], "device": ["cpu"]}
+    assert "computed with 1 CPU thread(s) a run on cpu" in (tmp_path / "out" / "table.md").read_text()
     recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}
     by_hand = np.mean([np.mean(r["metrics"]["map"]) for r in recs["lambdamart"]])
     assert res["table"]["lambdamart"]["map"]["mean"] == pytest.approx(by_hand)

@@ -45,7 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank.experiments.runner import Unit, _anomaly_unit, _run_one, _SharedInitial, _Source, load_unit
+from ctxrank.experiments.provenance import run_context
+from ctxrank.experiments.runner import (
+    Unit,
+    _anomaly_unit,
+    _run_one,
+    _SharedInitial,
+    _Source,
+    load_unit,
+    run_device,
+)
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
 
@@ -161,6 +170,7 @@ def _train_run(
     record = _run_one(spec, model, seed, fold, unit, _Fitted(initial), Path(root))
     record["seconds"] = time.perf_counter() - t0
     record["code"] = _code()
+    record["context"] = run_context(spec.threads, run_device(spec, model, seed))
     return record
 
 

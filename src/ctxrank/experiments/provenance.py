@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_version", "environment"]
+__all__ = ["code_version", "environment", "run_context"]
 
 
 def code_version() -> dict[str, Any]:
@@ -47,3 +47,16 @@ def environment() -> dict[str, Any]:
         "versions": versions,
         "machine": f"{platform.system()} {platform.machine()}",
     }
+
+
+def run_context(threads: int, device: str) -> dict[str, Any]:
+    """What a run was computed with besides its code: ``threads`` (the run's CPU threads, PyTorch's and
+    LightGBM's), ``device`` (``cpu``, or the CUDA device's name), the package versions and the
+    machine; recorded as ``context`` in every run file (results can differ between thread counts)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    env = environment()
+    return {"threads": threads, "device": name, "versions": env["versions"], "machine": env["machine"]}

@@ -145,6 +145,15 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
     return info
 
 
+def _compute(records: dict[str, list[dict]]) -> dict[str, list]:
+    """The thread counts and devices the stored runs were computed with (``"unrecorded"`` for runs
+    stored before runs recorded them)."""
+    contexts = [r.get("context") or {} for recs in records.values() for r in recs]
+    return {
+        key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in ("threads", "device")
+    }
+
+
 def _family_text(spec: ExperimentSpec, n: int) -> str:
     """The family a table's correction runs over, in words."""
     rep = spec.report
@@ -222,6 +231,7 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
         "comparisons": comparisons,
         "splits": [r.get("split") for r in records[next(iter(spec.models))]],
         "seconds": {m: float(sum(r.get("seconds", 0.0) for r in recs)) for m, recs in records.items()},
+        "compute": _compute(records),
         # the code each stored run was produced with (runs can come from several sessions); the
         # git_sha / versions below are those of the code that wrote this report
         "run_code": [json.loads(c) for c in sorted(run_code)],
@@ -330,7 +340,9 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         f"{spec.data.describe()}; {len(res['runs'])} runs (seed, fold: "
         + ", ".join(f"{r['seed']},{r['fold']}" for r in res["runs"][:12])
         + (" ..." if len(res["runs"]) > 12 else "")
-        + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}."
+        + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}; "
+        + f"computed with {'/'.join(res['compute']['threads'])} CPU thread(s) a run on "
+        + f"{'/'.join(res['compute']['device'])}."
     )
     lines += ["", f"Mean ± std over runs. * = best model on the metric. Test: {test_text}.", ""]
     lines.append("| model | " + " | ".join(metrics) + " |")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.experiments.provenance import code_version
+from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
 
@@ -207,6 +207,7 @@ def run_experiment(
                     raise ValueError(f"run {m} seed {seed} fold {fold} failed: {exc}") from exc
                 record["seconds"] = time.perf_counter() - t0
                 record["code"] = code
+                record["context"] = run_context(spec.threads, run_device(spec, m, seed))
                 store.save_run(record)
                 bar.update(1)
                 shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
@@ -216,6 +217,11 @@ def run_experiment(
     finally:
         bar.close()
     return store
+
+
+def run_device(spec: ExperimentSpec, name: str, seed: int) -> str:
+    """The ``train.device`` of a run (``cpu`` for the synthetic data's reference chooser)."""
+    return spec.run_config(name, seed).train.device if name in spec.models else "cpu"
 
 
 class _SharedInitial:
