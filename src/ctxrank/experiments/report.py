@@ -133,6 +133,13 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         caption += f", n_test/n_train = {info['test_train_ratio']:.3f}"
     if unit == "queries" and n_runs < stats.MIN_RUNS:
         caption += f" (only {n_runs} run(s) per model: the test is over these trained models' queries)"
+    if unit == "queries":
+        caption += (
+            ". What this p means: whether these trained models differ on these test queries; the runs "
+            "share their test queries, so the variation between training runs and between data splits is "
+            "not in it, and it does not say that the methods differ on other data (a test over runs or "
+            "folds does)"
+        )
     if ci_methods:
         caption += f"; {stats.CONFIDENCE:.0%} CI of the mean difference: {', '.join(ci_methods)}"
     if rep.correction != "none":
