@@ -12,6 +12,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
     ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainOptions, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
+    ctxrank report EVIDENCE [--out DIR]              cli/experiment.py: report
     ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
     ctxrank export --model DIR --format F --out F    cli/export.py: export
 
@@ -48,6 +49,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
     "tune": tune.add_tune_parser,
     "synth": data.add_synth_parser,
     "experiment": experiment.add_experiment_parser,
+    "report": experiment.add_report_parser,
     "compare": evaluate.add_compare_parser,
     "export": export.add_export_parser,
     "demo": experiment.add_demo_parser,

@@ -63,6 +63,7 @@ def experiment(
     threads: int | None = None,
     overrides: Sequence[str] = (),
     correction: str | None = None,
+    evidence: str | None = None,
     report_only: bool = False,
     progress: bool = True,
     overwrite: bool = False,
@@ -72,7 +73,8 @@ def experiment(
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
     ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
-    (None: the spec's ``report.correction``) corrects the p-values of the report's family.
+    (None: the spec's ``report.correction``) corrects the p-values of the report's family; ``evidence``:
+    a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`).
 
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
@@ -104,7 +106,42 @@ def experiment(
         raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
     parsed = parse_shard(shard)
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
-        _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
+        store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
+        if evidence is not None:
+            from ctxrank.experiments.evidence import write_evidence
+
+            counts = write_evidence(loaded, store, evidence)
+            _say(
+                f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
+                f"{counts['bytes'] / 1024:.0f} KiB); regenerate the report with `ctxrank report {evidence}`"
+            )
+    return 0
+
+
+def report(evidence: str, *, out_dir: str | None = None, correction: str | None = None) -> int:
+    """Regenerate an experiment's report (tables, p-values, figures) from its stored ``evidence``,
+    training nothing; in ``out_dir`` (new, or written by an earlier ``report`` of the same evidence),
+    else in a temporary directory; the table is printed."""
+    import dataclasses
+    import tempfile
+
+    from ctxrank.experiments import build_report
+    from ctxrank.experiments.evidence import restore_runs
+
+    with tempfile.TemporaryDirectory(prefix="ctxrank-report-") as tmp:
+        where = Path(tmp) if out_dir is None else Path(out_dir)
+        if out_dir is not None and where.is_dir() and any(where.iterdir()):
+            from ctxrank.experiments.store import SPEC_FILE
+
+            if not (where / SPEC_FILE).is_file():
+                raise ValueError(f"--out {where} holds other files; give a new or empty directory")
+        spec, store = restore_runs(evidence, where)
+        if correction is not None:
+            spec = dataclasses.replace(spec, report=dataclasses.replace(spec.report, correction=correction))
+        build_report(spec, store, where)
+        sys.stdout.write((where / "table.md").read_text())
+        if out_dir is not None:
+            _say(f"\nreport: {where}/results.json, table.md, table.csv")
     return 0
 
 
@@ -120,8 +157,9 @@ def _run_and_report(
     progress: bool,
     shard: tuple[int, int] | None,
     runner: Any,
-) -> None:
-    """Under the directory's lock: check it, run the pending runs (or none), write and print the report."""
+) -> Any:
+    """Under the directory's lock: check it, run the pending runs (or none), write and print the report;
+    returns the run store."""
     from ctxrank.cli._outputs import foreign_entries, refuse_foreign
     from ctxrank.experiments import build_report, run_experiment
     from ctxrank.experiments.store import SPEC_FILE, RunStore
@@ -139,6 +177,7 @@ def _run_and_report(
     figures = sorted(p.name for p in where.glob("*.png"))
     shown = "".join(f", {name}" for name in figures)
     _say(f"\nreport: {where}/results.json, table.md, table.csv{shown}")
+    return store
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -316,6 +355,12 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument(
+        "--evidence",
+        metavar="DIR",
+        help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
+        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it",
+    )
+    p.add_argument(
         "--correction",
         choices=CORRECTIONS,
         help="multiple-comparison correction of the report's p-values over its table's family (the target "
@@ -339,6 +384,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             threads=a.threads,
             overrides=a.overrides,
             correction=a.correction,
+            evidence=a.evidence,
             report_only=a.report_only,
             progress=not a.no_progress,
             overwrite=a.overwrite,
@@ -359,6 +405,25 @@ QUICK_FLAGS = {
     "--json": "json",
 }
 EXPERIMENT_FLAGS = {"--out": "out", "--runs": "runs", "--set": "overrides", "--no-progress": "no_progress"}
+
+
+def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "report",
+        parents=[common],
+        help="regenerate an experiment's report from its stored evidence (no training)",
+        description=(
+            "Rebuild the tables, p-values and figures of an experiment from an evidence directory written "
+            "by `ctxrank experiment SPEC --evidence DIR` (the published ones are under evidence/ in the "
+            "repository); prints table.md. Nothing is trained: this takes seconds."
+        ),
+    )
+    p.add_argument("evidence", metavar="EVIDENCE", help="an evidence directory (e.g. evidence/demo)")
+    p.add_argument(
+        "--out", metavar="DIR", help="keep results.json, table.md, table.csv and the figures in DIR"
+    )
+    p.add_argument("--correction", choices=CORRECTIONS, help="override the spec's report.correction")
+    p.set_defaults(run=lambda a: report(a.evidence, out_dir=a.out, correction=a.correction))
 
 
 def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -1,0 +1,233 @@
+"""Stored evidence of an experiment: what its report is computed from, compact enough for the repository.
+
+An evidence directory (``ctxrank experiment SPEC --evidence DIR`` writes it from the run store;
+``ctxrank report DIR`` regenerates every table, p-value and figure from it, training nothing)::
+
+    spec.json       the experiment's specification (``ExperimentSpec.to_dict``) and its fingerprint
+    runs.parquet    one row per (model, seed, fold, test query): the query's value of every metric
+    runs.json.gz    per run, the rest of its run file: resolved config, split, training summary, grid,
+                    seconds, code (git commit) and context (threads, device, package versions)
+    units.json.gz   the per-run records shared by the models (anomaly scores), when there are any
+
+Restoring writes the run files back, so the report of :mod:`ctxrank.experiments.report` runs unchanged
+on them: a regenerated table equals the one built from the original run store. Parquet (pyarrow,
+zstd) keeps the per-query values exact (float64) at a few bytes each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank._io import atomic_write, dumps, floats_or_nan
+from ctxrank.experiments.spec import (
+    AnomalySpec,
+    DataSpec,
+    ExperimentSpec,
+    GridSpec,
+    ReportSpec,
+    TuneSpec,
+)
+from ctxrank.experiments.store import RunStore
+
+__all__ = ["EVIDENCE_FILES", "read_evidence", "restore_runs", "spec_from_record", "write_evidence"]
+
+SPEC = "spec.json"
+RUNS = "runs.parquet"
+RUN_META = "runs.json.gz"
+UNITS = "units.json.gz"
+#: the files of an evidence directory (``units.json.gz`` only with anomaly records)
+EVIDENCE_FILES = (SPEC, RUNS, RUN_META, UNITS)
+_KEY_COLUMNS = ("model", "seed", "fold", "query_id")
+_METRICS = "evidence_metrics"  #: in runs.json.gz: the metrics a run file held (columns of runs.parquet)
+
+
+def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dict[str, int]:
+    """Write the evidence of every run and unit stored in ``store`` to the directory ``to`` (replacing
+    an earlier evidence of the same experiment; another experiment's is refused). Returns counts:
+    ``runs``, ``rows`` (per-query rows) and ``bytes`` written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    to = Path(to)
+    _check_target(to, spec)
+    keys = spec.run_keys()
+    runs = [store.load_run(m, s, f) for m in spec.run_names() for s, f in keys if store.has_run(m, s, f)]
+    if not runs:
+        raise ValueError(f"{store.root}: no stored run to keep as evidence")
+    metrics = sorted({k for r in runs for k in r["metrics"]})
+    columns: dict[str, list[Any]] = {c: [] for c in (*_KEY_COLUMNS, *metrics)}
+    for r in runs:
+        n = len(r["query_ids"])
+        columns["model"] += [r["model"]] * n
+        columns["seed"] += [r["seed"]] * n
+        columns["fold"] += [r["fold"]] * n
+        columns["query_id"] += list(r["query_ids"])
+        for k in metrics:
+            columns[k] += list(r["metrics"][k]) if k in r["metrics"] else [None] * n
+    table = pa.table(
+        {
+            **{c: columns[c] for c in ("model", "query_id")},
+            "seed": pa.array(columns["seed"], pa.int64()),
+            "fold": pa.array(columns["fold"], pa.int64()),
+            **{k: pa.array(np.asarray(columns[k], dtype=np.float64), pa.float64()) for k in metrics},
+        }
+    )
+    to.mkdir(parents=True, exist_ok=True)
+    atomic_write(to / RUNS, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    meta = [
+        {**{k: v for k, v in r.items() if k not in ("query_ids", "metrics")}, _METRICS: list(r["metrics"])}
+        for r in runs
+    ]
+    _write_gz(to / RUN_META, meta)
+    units = [
+        {"seed": s, "fold": f, **store.load_unit(s, f)} for s, f in spec.run_keys() if store.has_unit(s, f)
+    ]
+    if units:
+        _write_gz(to / UNITS, units)
+    elif (to / UNITS).exists():
+        (to / UNITS).unlink()
+    record = {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
+    atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
+    size = sum((to / name).stat().st_size for name in EVIDENCE_FILES if (to / name).exists())
+    return {"runs": len(runs), "rows": table.num_rows, "bytes": size}
+
+
+def read_evidence(path: str | Path) -> tuple[ExperimentSpec, list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(spec, run records, unit records)`` of an evidence directory, validated (every run as a run
+    file would be: ``ctxrank.experiments.store.check_run``)."""
+    import pyarrow.parquet as pq
+
+    from ctxrank.experiments.store import check_run
+
+    path = Path(path)
+    for name in (SPEC, RUNS, RUN_META):
+        if not (path / name).is_file():
+            raise ValueError(f"{path}: not an evidence directory (no {name}; see docs/experiments.md)")
+    record = _read_json(path / SPEC)
+    spec = spec_from_record(record, path / SPEC)
+    table = pq.read_table(path / RUNS)
+    cols = table.column_names
+    if any(c not in cols for c in _KEY_COLUMNS):
+        raise ValueError(f"{path / RUNS}: needs the columns {list(_KEY_COLUMNS)}, has {cols}")
+    data = {c: table.column(c).to_pylist() for c in _KEY_COLUMNS}
+    values = {c: table.column(c).to_numpy(zero_copy_only=False) for c in cols if c not in _KEY_COLUMNS}
+    rows: dict[tuple[str, int, int], list[int]] = {}
+    for i, key in enumerate(zip(data["model"], data["seed"], data["fold"], strict=True)):
+        rows.setdefault(key, []).append(i)
+    runs = []
+    for meta in _read_gz(path / RUN_META):
+        if not isinstance(meta, dict) or not isinstance(meta.get(_METRICS), list):
+            raise ValueError(f"{path / RUN_META}: malformed run entry (no {_METRICS!r} list)")
+        names = meta.pop(_METRICS)
+        key = (meta.get("model"), meta.get("seed"), meta.get("fold"))
+        idx = rows.get(key, [])
+        unknown = [k for k in names if k not in values]
+        if unknown:
+            raise ValueError(f"{path / RUNS}: no column of the metric(s) {unknown} of run {key}")
+        run = {
+            **meta,
+            "query_ids": [data["query_id"][i] for i in idx],
+            "metrics": {k: floats_or_nan(values[k][idx]) for k in names},
+        }
+        runs.append(check_run(f"{path} ({key[0]} seed {key[1]} fold {key[2]})", run))
+    units = _read_gz(path / UNITS) if (path / UNITS).is_file() else []
+    return spec, runs, units
+
+
+def restore_runs(path: str | Path, into: str | Path) -> tuple[ExperimentSpec, RunStore]:
+    """The evidence at ``path`` written back as a run store in ``into`` (a new or empty directory, or
+    one restored from the same evidence before): ``(spec, store)``, ready for ``build_report``."""
+    spec, runs, units = read_evidence(path)
+    store = RunStore(into)
+    store.claim(spec)
+    for run in runs:
+        store.save_run(run)
+    for unit in units:
+        store.save_unit(unit.pop("seed"), unit.pop("fold"), unit)
+    return spec, store
+
+
+def spec_from_record(record: Any, where: Any = SPEC) -> ExperimentSpec:
+    """The :class:`ExperimentSpec` of ``experiment.json`` / ``spec.json`` (``ExperimentSpec.to_dict``),
+    checked against the fingerprint recorded beside it."""
+    if not isinstance(record, dict) or not isinstance(record.get("spec"), dict):
+        raise ValueError(f"{where}: not an experiment record (no 'spec' object)")
+    d = dict(record["spec"])
+    try:
+        spec = ExperimentSpec(
+            name=d["name"],
+            title=d["title"],
+            data=_dataclass(DataSpec, d["data"]),
+            models=d["models"],
+            runs=d["runs"],
+            threads=d["threads"],
+            initial=d["initial"],
+            top_k=d["top_k"],
+            report=_dataclass(ReportSpec, d["report"]),
+            anomaly=None if d["anomaly"] is None else _dataclass(AnomalySpec, d["anomaly"]),
+            source=d["source"],
+            grids={m: GridSpec(axes=_axes(g["axes"])) for m, g in d["grids"].items()},
+            tune=None if d["tune"] is None else _dataclass(TuneSpec, d["tune"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}: malformed experiment record ({type(exc).__name__}: {exc})") from None
+    if spec.fingerprint() != record.get("fingerprint"):
+        raise ValueError(
+            f"{where}: the specification does not match its fingerprint {record.get('fingerprint')!r} "
+            f"(it gives {spec.fingerprint()!r}): the file was edited, or written by another version"
+        )
+    return spec
+
+
+def _dataclass(cls: type, d: dict[str, Any]) -> Any:
+    """``cls(**d)`` with JSON lists turned back into the tuples the fields hold."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            v = d[f.name]
+            values[f.name] = tuple(v) if isinstance(v, list) and "tuple" in str(f.type) else v
+    return cls(**values)
+
+
+def _axes(axes: list) -> tuple:
+    return tuple((name, tuple(points)) for name, points in axes)
+
+
+def _check_target(to: Path, spec: ExperimentSpec) -> None:
+    if to.exists() and not to.is_dir():
+        raise ValueError(f"--evidence {to} is a file; give a directory")
+    if not to.is_dir():
+        return
+    present = {p.name for p in to.iterdir()}
+    foreign = sorted(present - set(EVIDENCE_FILES) - {"README.md"})
+    if foreign:
+        raise ValueError(f"--evidence {to} holds other files ({', '.join(foreign[:5])}); give a new one")
+    if SPEC in present:
+        old = _read_json(to / SPEC)
+        if not isinstance(old, dict) or old.get("fingerprint") != spec.fingerprint():
+            raise ValueError(f"--evidence {to} holds the evidence of another experiment; give another one")
+
+
+def _write_gz(path: Path, obj: Any) -> None:
+    text = dumps(obj)
+    atomic_write(path, lambda tmp: tmp.write_bytes(gzip.compress(text.encode(), mtime=0)))
+
+
+def _read_gz(path: Path) -> Any:
+    try:
+        return json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"{path}: unreadable evidence file ({exc})") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable evidence file ({exc})") from None

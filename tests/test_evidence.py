@@ -1,0 +1,74 @@
+"""Evidence directories: written from a run store, read back, and the report regenerated equal."""
+
+import gzip
+import json
+
+import pytest
+
+from ctxrank.cli import main
+from ctxrank.experiments.evidence import read_evidence, spec_from_record
+
+from .test_experiments import _letor_spec
+
+
+@pytest.fixture(scope="module")
+def evidence(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ev")
+    spec = _letor_spec(tmp, runs=3)
+    out, ev = tmp / "out", tmp / "evidence"
+    argv = ["experiment", str(spec), "--out", str(out), "--evidence", str(ev), "--no-progress"]
+    assert main([*argv, "--set", "report.no_relevant=\"skip\""]) == 0
+    return out, ev
+
+
+def test_the_report_regenerated_from_evidence_equals_the_original(evidence, tmp_path, capsys):
+    out, ev = evidence
+    assert sorted(p.name for p in ev.iterdir()) == ["runs.json.gz", "runs.parquet", "spec.json"]
+    capsys.readouterr()
+    assert main(["report", str(ev), "--out", str(tmp_path / "again")]) == 0
+    printed = capsys.readouterr().out
+    assert (tmp_path / "again" / "table.md").read_text() == (out / "table.md").read_text()
+    assert printed.startswith((out / "table.md").read_text())
+    assert (tmp_path / "again" / "table.csv").read_text() == (out / "table.csv").read_text()
+    old, new = (json.loads((d / "results.json").read_text()) for d in (out, tmp_path / "again"))
+    for key in ("table", "comparisons", "test", "runs", "splits", "compute", "run_code", "fingerprint"):
+        assert new[key] == old[key], key
+    assert main(["report", str(ev), "--out", str(tmp_path / "again")]) == 0  # again into its own output
+    assert main(["report", str(ev)]) == 0  # a temporary directory: only printed
+
+
+def test_evidence_keeps_every_value_and_record_of_the_runs(evidence):
+    out, ev = evidence
+    spec, runs, _ = read_evidence(ev)
+    stored = json.loads((out / "experiment.json").read_text())
+    assert len(runs) == 9 and spec.fingerprint() == stored["fingerprint"]
+    for run in runs:
+        path = out / "runs" / run["model"] / f"seed{run['seed']}-fold{run['fold']}.json"
+        original = json.loads(path.read_text())
+        assert run["query_ids"] == original["query_ids"] and run["config"] == original["config"]
+        assert run["context"] == original["context"] and run["split"] == original["split"]
+        for k, values in original["metrics"].items():  # exact float64, NaN (null) included
+            assert [None if v != v else v for v in run["metrics"][k]] == values
+
+
+def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
+    out, ev = evidence
+    record = json.loads((ev / "spec.json").read_text())
+    record["spec"]["models"]["mnl"]["train"]["max_epochs"] = 99
+    with pytest.raises(ValueError, match="does not match its fingerprint"):
+        spec_from_record(record)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("spec.json", "runs.parquet"):
+        (bad / name).write_bytes((ev / name).read_bytes())
+    meta = json.loads(gzip.decompress((ev / "runs.json.gz").read_bytes()))
+    meta[0]["evidence_metrics"].append("ndcg@7")
+    (bad / "runs.json.gz").write_bytes(gzip.compress(json.dumps(meta).encode()))
+    with pytest.raises(ValueError, match=r"no column of the metric\(s\) \['ndcg@7'\]"):
+        read_evidence(bad)
+    with pytest.raises(ValueError, match="not an evidence directory"):
+        read_evidence(out)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    assert main(["report", str(ev), "--out", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
