@@ -72,3 +72,40 @@ def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     assert main(["report", str(ev), "--out", str(tmp_path / "mine")]) == 2
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------- published tables
+from ctxrank.experiments.published import headline, published_blocks, regenerate  # noqa: E402
+
+from .conftest import REPO  # noqa: E402
+
+BLOCKS = published_blocks(REPO)
+EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.name}:{b.name}" for b in BLOCKS])
+def test_every_published_table_is_regenerated_from_its_evidence(block):
+    assert (REPO / "evidence" / block.name / "spec.json").is_file(), f"no evidence/{block.name}"
+    assert regenerate(REPO, block.name) == block.text, (
+        f"{block.page.name}: the table of evidence/{block.name} is stale: "
+        "run `python -m ctxrank.experiments.published`"
+    )
+
+
+def test_the_evidence_folder_stays_within_its_size_budget():
+    size = sum(p.stat().st_size for p in (REPO / "evidence").rglob("*") if p.is_file())
+    assert size < EVIDENCE_BUDGET and "50 MB" in (REPO / "evidence" / "README.md").read_text()
+
+
+def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
+    out, ev = evidence
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "evidence").mkdir()
+    (root / "evidence" / "tiny").symlink_to(ev)
+    table = headline((out / "table.md").read_text())
+    assert table.splitlines()[2].startswith("| model |") and "Test:" in table.splitlines()[0]
+    page = f"text\n<!-- evidence: tiny -->\n{table}<!-- /evidence -->\nmore\n"
+    (root / "docs" / "page.md").write_text(page)
+    (block,) = published_blocks(root)
+    assert block.name == "tiny" and regenerate(root, "tiny") == block.text == table

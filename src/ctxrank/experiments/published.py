@@ -1,0 +1,85 @@
+"""Published tables: blocks of README.md and docs/*.md regenerated from stored evidence.
+
+A page states an experiment's numbers only inside a marked block::
+
+    <!-- evidence: demo -->
+    | model | ndcg@1 | ... |            (the headline table of the report's table.md, verbatim)
+    ...
+    <!-- /evidence -->
+
+``evidence: NAME`` is the directory ``evidence/NAME`` of the repository. :func:`published_blocks` finds
+the blocks, :func:`headline` cuts the headline table (means, the target's improvement, corrected p and
+CI) out of a regenerated ``table.md``, and ``python -m ctxrank.experiments.published [--check]``
+rewrites (or checks) every block; ``tests/test_evidence.py`` fails on any difference.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["Block", "headline", "published_blocks", "regenerate"]
+
+_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+) -->\n(.*?)<!-- /evidence -->", re.S)
+
+
+class Block:
+    """One marked block: the page, the evidence name, the text between the markers."""
+
+    def __init__(self, page: Path, name: str, text: str) -> None:
+        self.page, self.name, self.text = page, name, text
+
+
+def published_blocks(root: Path) -> list[Block]:
+    """Every evidence block of ``root``'s README.md and docs/*.md, in page order."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found = [(p, m) for p in pages if p.is_file() for m in _BLOCK.finditer(p.read_text())]
+    return [Block(p, m.group(1), m.group(2)) for p, m in found]
+
+
+def headline(table_md: str) -> str:
+    """The headline table of a report's ``table.md``: its lines from ``| model |`` to the first blank
+    line after it, and the caption line before it (the test and what its p-value means)."""
+    lines = table_md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join([lines[start - 2], "", *lines[start:end]]) + "\n"
+
+
+def regenerate(root: Path, name: str) -> str:
+    """The headline of ``evidence/NAME``'s report, regenerated (nothing is trained)."""
+    from ctxrank.experiments import build_report
+    from ctxrank.experiments.evidence import restore_runs
+
+    with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
+        spec, store = restore_runs(root / "evidence" / name, tmp)
+        build_report(spec, store, tmp)
+        return headline((Path(tmp) / "table.md").read_text())
+
+
+def _marked(name: str, text: str) -> str:
+    return f"<!-- evidence: {name} -->\n{text}<!-- /evidence -->"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite every evidence block of the repository (``--check``: exit 1 if any is stale)."""
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(__file__).resolve().parents[3]
+    stale = []
+    cache: dict[str, str] = {}
+    for block in published_blocks(root):
+        fresh = cache.setdefault(block.name, regenerate(root, block.name))
+        if fresh != block.text:
+            stale.append(f"{block.page.relative_to(root)}: evidence {block.name}")
+            if "--check" not in argv:
+                old, new = _marked(block.name, block.text), _marked(block.name, fresh)
+                block.page.write_text(block.page.read_text().replace(old, new))
+    for line in stale:
+        print(("stale: " if "--check" in argv else "rewrote: ") + line)
+    return 1 if stale and "--check" in argv else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
