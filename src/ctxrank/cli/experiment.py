@@ -113,13 +113,11 @@ def _run_and_report(
     runner: Any,
 ) -> None:
     """Under the directory's lock: check it, run the pending runs (or none), write and print the report."""
-    from ctxrank.cli._outputs import foreign_entries, refuse_foreign
+    from ctxrank._io import claim_output_dir
     from ctxrank.experiments import build_report, run_experiment
     from ctxrank.experiments.store import SPEC_FILE, RunStore
 
-    foreign = foreign_entries(where, allowed=REUSED_ENTRIES)
-    if foreign and not overwrite and not (where / SPEC_FILE).is_file():
-        refuse_foreign(where, foreign, "experiment")
+    claim_output_dir(where, overwrite=overwrite, what="experiment", ours=(SPEC_FILE,), keep=REUSED_ENTRIES)
     if report_only:
         store = RunStore(where)
         store.claim(loaded)
