@@ -126,7 +126,7 @@ def read_regular(path: str | Path, max_bytes: int, what: str, *, sha256: str | N
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    digest = hashlib.sha256()
+    digest = hashlib.sha256() if sha256 is not None else None
     try:
         st = os.fstat(fd)
         _check_regular(path, st, max_bytes, what)
@@ -135,7 +135,8 @@ def read_regular(path: str | Path, max_bytes: int, what: str, *, sha256: str | N
             chunk = os.read(fd, min(left, 2**26))
             if not chunk:
                 break
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             chunks.append(chunk)
             left -= len(chunk)
         if os.read(fd, 1):
@@ -144,7 +145,7 @@ def read_regular(path: str | Path, max_bytes: int, what: str, *, sha256: str | N
         raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    if sha256 is not None and digest.hexdigest() != sha256:
+    if digest is not None and digest.hexdigest() != sha256:
         raise ValueError(
             f"{path} was changed after it was saved: sha256 {digest.hexdigest()} expected {sha256} (recorded "
             f"in the model's {META_FILE}); save the model again, or restore the file"
