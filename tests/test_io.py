@@ -93,12 +93,16 @@ def test_a_failed_write_names_the_file_and_keeps_the_old_one(tmp_path, monkeypat
     assert target.read_text() == "old" and sorted(p.name for p in target.parent.iterdir()) == ["scores.txt"]
 
 
-def test_a_disk_full_error_reaches_the_command_line_as_one_line(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("command", ["choice", "letor"])
+def test_a_disk_full_error_reaches_the_command_line_as_one_line(tmp_path, monkeypatch, capsys, command):
+    import ctxrank.data.synth as synth
     from ctxrank.cli import main
 
-    out = tmp_path / "s.csv"
-    monkeypatch.setattr(os, "fsync", _fail_with(errno.ENOSPC))
-    assert main(["synth", "choice", "--out", str(out), "--sessions", "3"]) == 2
+    out = tmp_path / f"s.{'csv' if command == 'choice' else 'txt'}"
+    monkeypatch.setattr(os, "fsync", _fail_with(errno.ENOSPC))  # the table's atomic write
+    monkeypatch.setattr(synth, "write_synthetic_letor", _fail_with(errno.ENOSPC))  # LETOR's own writer
+    size = ["--sessions", "3"] if command == "choice" else ["--queries", "2"]
+    assert main(["synth", command, "--out", str(out), *size]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"ctxrank: error: cannot write {out}: the disk is full (No space left on device); free space "

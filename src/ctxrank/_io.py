@@ -125,6 +125,16 @@ def _write_error(exc: OSError, path: Path, tmp: Path | None = None) -> OSError:
     return err
 
 
+@contextlib.contextmanager
+def writing(path: Path, tmp: Path | None = None) -> Iterator[None]:
+    """Name ``path`` in an ``OSError`` raised inside (a writer that streams into ``tmp`` or ``path``
+    itself, e.g. a download): see :func:`atomic_write`."""
+    try:
+        yield
+    except OSError as exc:
+        raise _write_error(exc, path, tmp) from exc
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     """The SHA-256 (hex) of the file ``path``, read in chunks (a large file is never held whole)."""
     digest = hashlib.sha256()
