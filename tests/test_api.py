@@ -293,6 +293,50 @@ def test_rerank_pipeline(tmp_path):
     assert clone(pipe).get_params()["reranker__max_epochs"] == 2
 
 
+def test_save_refuses_a_directory_of_the_users_files_unless_overwrite(tmp_path):
+    """``save(dir)`` of an estimator or a pipeline: the user's config.toml and train_log.jsonl are
+    refused, byte for byte unchanged; ``overwrite=True`` writes the model and keeps other files; an
+    earlier model is refused, then replaced with none of its files left (the pipeline's ``initial/``)."""
+    X, y, qid = _data(n_queries=30)
+    pipe = RerankPipeline(
+        LambdaMARTRanker(n_estimators=5, min_data_in_leaf=1), QILCMRanker(**TINY), top_k=4, crossfit=2
+    ).fit(X, y, qid=qid)
+    out = tmp_path / "mine"
+    out.mkdir()
+    mine = {"config.toml": b"# my config\n", "train_log.jsonl": b'{"mine": 1}\n', "notes.txt": b"kept"}
+    for name, data in mine.items():
+        (out / name).write_bytes(data)
+    with pytest.raises(ValueError, match=r"did not write \(config.toml, notes.txt, train_log.jsonl\)"):
+        pipe.save(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == mine
+    pipe.save(out, overwrite=True)
+    assert (out / "notes.txt").read_bytes() == b"kept"
+    assert (out / "config.toml").read_bytes() != mine["config.toml"]
+    np.testing.assert_array_equal(load(out).predict(X, qid=qid), pipe.predict(X, qid=qid))
+    single = ListNetRanker(**TINY).fit(X, y, qid=qid)
+    with pytest.raises(ValueError, match="already holds a saved model; choose another directory, or pass"):
+        single.save(out)
+    single.save(out, overwrite=True)
+    assert not (out / "initial").exists() and (out / "notes.txt").read_bytes() == b"kept"
+    np.testing.assert_array_equal(load(out).predict(X, qid=qid), single.predict(X, qid=qid))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_save_writes_gets_the_umask_mode(tmp_path, umask):
+    import os
+    import stat
+
+    X, y, qid = _data()
+    est = ListNetRanker(**TINY).fit(X, y, qid=qid)
+    old = os.umask(umask)
+    try:
+        est.save(tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes
+
+
 # ---------------------------------------------------------------------- scikit-learn tooling
 def test_clone_params_and_grid_search_with_a_query_column():
     df, y, qid = _frame()

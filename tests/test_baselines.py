@@ -76,6 +76,29 @@ def test_run_training_save_and_load_model(name, splits, tmp_path):
     assert again.to_dict() == config.to_dict()
 
 
+@pytest.mark.parametrize("name", ["lambdamart", "ranksvm", "adarank-map"])  # one a class
+def test_save_refuses_a_directory_of_the_users_files_unless_overwrite(name, splits, tmp_path):
+    """A baseline's own ``save(dir)``: the user's config.toml is refused byte for byte unchanged, then
+    written with ``overwrite=True`` (other files kept); an earlier model is refused likewise."""
+    train = splits[0]
+    entry = BASELINES[name]
+    model = entry.cls(**{**FAST[name], **({"C": 1.0} if name == "ranksvm" else {})}).fit(train)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_bytes(b"# my own config\n")
+    (out / "notes.txt").write_bytes(b"kept")
+    with pytest.raises(ValueError, match=r"did not write \(config.toml, notes.txt\).*pass overwrite=True"):
+        model.save(out, run_config={"model": name})
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt"]
+    assert (out / "config.toml").read_bytes() == b"# my own config\n"
+    model.save(out, run_config={"model": name}, overwrite=True)
+    assert (out / "notes.txt").read_bytes() == b"kept" and b"my own" not in (out / "config.toml").read_bytes()
+    np.testing.assert_array_equal(load_model(out).predict(train), model.predict(train))
+    with pytest.raises(ValueError, match=r"already holds a saved model; .*pass overwrite=True"):
+        model.save(out)
+    model.save(out, overwrite=True)
+
+
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_loss_and_rerank_do_not_apply(name):
     trains = BASELINES[name].trains

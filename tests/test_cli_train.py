@@ -340,6 +340,43 @@ def test_train_refuses_an_out_directory_of_the_users_files(small_files, tmp_path
     assert not (out / LOCK_FILE).exists()
 
 
+def _modes(root):
+    """``{relative path: permission bits}`` of every file and directory below ``root``."""
+    import stat
+
+    return {str(p.relative_to(root)): stat.S_IMODE(p.lstat().st_mode) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_train_and_export_write_gets_the_umask_mode(small_files, tmp_path, umask):
+    """A seed ensemble of re-rankers (members, their initial rankers, weights, model.txt, metadata, logs,
+    curves, test metrics) and its exported file: 0666 (directories 0777) less the umask, as
+    ``open()`` gives, none of them private."""
+    import os
+
+    out = tmp_path / "ens"
+    argv = [
+        "train", "--model", "listnet", *small_files, "--test", small_files[3], *ONE_EPOCH,
+        "--initial", "lambdamart", "--top-k", "4", "--set", "rerank.initial_params.n_estimators=3",
+        "--set", "ensemble=2", "--out", str(out),
+    ]  # fmt: skip
+    old = os.umask(umask)
+    try:
+        assert main(argv) == 0
+        exported = ["export", "--model", str(out), "--format", "torchscript", "--out", str(tmp_path / "m.pt")]
+        assert main(exported) == 0
+    finally:
+        os.umask(old)
+    modes = _modes(tmp_path / "ens")
+    for name in ("member-1/model.safetensors", "member-1/initial/model.txt", "test_metrics.json"):
+        assert name in modes, sorted(modes)
+    wrong = {
+        k: oct(v) for k, v in modes.items() if v != (0o777 if (out / k).is_dir() else 0o666) & ~umask
+    }
+    assert not wrong, wrong
+    assert _modes(tmp_path)["m.pt"] == 0o666 & ~umask
+
+
 def test_train_overwrite_replaces_a_previous_model_and_nothing_else(small_files, tmp_path, capsys):
     out = tmp_path / "run"
     lm = ["--set", "model_params.n_estimators=3"]
@@ -347,7 +384,8 @@ def test_train_overwrite_replaces_a_previous_model_and_nothing_else(small_files,
     (out / "mine.txt").write_text("kept")
     argv = ["train", "--model", "listnet", *small_files, *ONE_EPOCH, "--out", str(out)]
     assert main(argv) == 2
-    assert "already holds a saved model; choose another --out, or --overwrite" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "already holds a saved model; choose another directory, or give --overwrite" in err
     assert main([*argv, "--overwrite"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert "model.txt" not in names and "model.safetensors" in names and "mine.txt" in names

@@ -121,6 +121,32 @@ def test_bad_checksum_removes_partial_and_keeps_old_file(server, tmp_path):
     assert _leftovers(tmp_path) == ["good.bin"]
 
 
+def test_a_full_disk_names_the_download_and_the_member_being_written(server, tmp_path, monkeypatch):
+    """ENOSPC while a download or an archive member is written: an OSError naming that file and where
+    room is needed; an older download is kept, no partial file is left."""
+    import errno
+    import os
+
+    import ctxrank.data.download as dl
+
+    def full(*_args, **_kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    dest = tmp_path / "good.bin"
+    dest.write_bytes(b"previous")
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", full)
+        full_disk = rf"^cannot write {dest}: the disk is full .* free space where {tmp_path}"
+        with pytest.raises(OSError, match=full_disk):
+            download(f"{server}/good.bin", dest, progress=False)
+    assert dest.read_bytes() == b"previous" and _leftovers(tmp_path) == ["good.bin"]
+    z = tmp_path / "a.zip"
+    z.write_bytes(_zip_bytes({"d/one.txt": "1"}))
+    monkeypatch.setattr(dl._Budget, "_copy", full)
+    with pytest.raises(OSError, match=rf"^cannot write {tmp_path / 'out'}.*one.txt: the disk is full"):
+        extract(z, tmp_path / "out")
+
+
 def test_404_is_a_clear_error(server, tmp_path):
     with pytest.raises(DownloadError, match=r"HTTP 404") as exc:
         download(f"{server}/missing.zip", tmp_path / "missing.zip", progress=False)

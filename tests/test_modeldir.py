@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from ctxrank.checkpoint import load_model
@@ -183,7 +184,9 @@ def test_safetensors_header_that_lies_is_refused(models, tmp_path, lie):
     _write_safetensors(w, header, body)
     if lie == "header_length":
         w.write_bytes(struct.pack("<Q", 2**63) + w.read_bytes()[8:])
-    _refused(d, "model.safetensors")
+    sm.rehash(d)  # an attacker records the new file's digest: the header checks must refuse it
+    msg = _refused(d, "model.safetensors")
+    assert "changed after it was saved" not in msg, msg
 
 
 # --------------------------------------------------------------------------------------- rerank.dir
@@ -195,7 +198,7 @@ def test_safetensors_header_that_lies_is_refused(models, tmp_path, lie):
         ("/tmp", "relative path"),
         ("../x", "relative path"),
         ("initial/../..", "relative path"),
-        ("nowhere", "ctxrank model directory|no ctxrank.json"),
+        ("nowhere", "records no SHA-256 of nowhere/ctxrank.json"),
         (5, "rerank.dir"),
     ],
 )
@@ -226,9 +229,11 @@ def test_rerank_chain_is_refused(models, tmp_path):
     meta = sm.read(d)
     meta["rerank"]["dir"] = "inner"
     sm.write(d, meta)
+    sm.rehash(d)
     _refused(d, "nests at most one level")
     meta["rerank"]["dir"] = "inner/initial"  # a real initial ranker, nested deeper: fine
     sm.write(d, meta)
+    sm.rehash(d)
     load_model(d)
 
 
@@ -348,6 +353,106 @@ def test_lightgbm_categorical_and_one_leaf_models_load(tmp_path):
     np.testing.assert_array_equal(load_model(tmp_path / "one").predict(d), one.predict(d))
 
 
+# ------------------------------------------------------------------------------ digests (issue 30)
+#: files of a model directory that its loader does not read (records for people)
+RECORDS = ("config.toml", "train_log.jsonl", "training_curves.png", "test_metrics.json")
+
+
+def _flip_two_bytes(path):
+    """Bit rot: two bytes near the end (the last tensor's values, where the header is not involved)."""
+    raw = bytearray(path.read_bytes())
+    for i in (len(raw) - 4, len(raw) - 9):
+        raw[i] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("kind", [*sm.KINDS, "ensemble"])
+def test_every_file_the_loader_reads_is_checked_against_its_recorded_digest(models, tmp_path, kind):
+    """Two bytes flipped in any file of any kind of model directory (weights, model.txt, the initial
+    ranker's and the members' files, nested): a one-line error naming that file; the records that the
+    loader does not read may change."""
+    from .conftest import make_ranking_data
+
+    data = make_ranking_data(n_queries=12, n_features=3)
+    files = sorted(p.relative_to(models[kind]) for p in models[kind].rglob("*") if p.is_file())
+    checked = [f for f in files if f.name not in RECORDS and str(f) != "ctxrank.json"]
+    assert kind == "ranksvm" or checked, files  # RankSVM keeps everything in ctxrank.json
+    for rel in files:
+        d = sm.copy(models[kind], tmp_path / f"{kind}-{len(list(tmp_path.iterdir()))}")
+        _flip_two_bytes(d / rel)
+        if rel in checked:
+            msg = _refused(d, re.escape(f"{d / rel} was changed after it was saved: sha256 "), " expected ")
+            assert re.search(r"sha256 [0-9a-f]{64} expected [0-9a-f]{64}", msg), msg
+        elif rel.name in RECORDS:
+            assert load_model(d).predict(data).shape == (data.n_items,)
+
+
+def test_weights_of_another_run_with_the_same_shapes_are_refused(models, tmp_path):
+    """The members of a seed ensemble have the same shapes and other values: swapping one's weights or
+    a whole initial ranker of another run into a model is refused."""
+    d = sm.copy(models["ensemble"], tmp_path / "e")
+    (d / "member-0" / "model.safetensors").write_bytes((d / "member-1" / "model.safetensors").read_bytes())
+    _refused(d, re.escape(str(d / "member-0" / "model.safetensors")), "changed after it was saved")
+    r = sm.copy(models["rerank"], tmp_path / "r")
+    (r / "model.safetensors").write_bytes((d / "member-1" / "model.safetensors").read_bytes())
+    _refused(r, re.escape(str(r / "model.safetensors")), "changed after it was saved")
+    r = sm.copy(models["rerank"], tmp_path / "r2")
+    for name in ("ctxrank.json", "model.txt"):  # LambdaMART trained alone: the same kind, another run
+        (r / "initial" / name).write_bytes((models["lambdamart"] / name).read_bytes())
+    _refused(r, re.escape(str(r / "initial" / "ctxrank.json")), "changed after it was saved")
+
+
+def test_the_digest_is_checked_before_the_weights_are_used(models, tmp_path, monkeypatch):
+    import ctxrank.checkpoint as checkpoint
+
+    def used(*_):
+        raise AssertionError("the changed weights were parsed")
+
+    monkeypatch.setattr(checkpoint, "_safetensors_header", used)
+    monkeypatch.setattr(checkpoint, "_build", used)
+    d = sm.copy(models["mlp"], tmp_path / "m")
+    _flip_two_bytes(d / "model.safetensors")
+    _refused(d, "changed after it was saved")
+
+
+def test_a_directory_saved_before_digests_loads_with_a_warning(models, tmp_path, capsys):
+    """No ``"sha256"`` anywhere (what ctxrank wrote before): the model loads and predicts as before,
+    with one warning that its integrity cannot be checked; on the command line, one line."""
+    from ctxrank._modeldir import IntegrityWarning
+    from ctxrank.cli import main
+
+    from .conftest import make_ranking_data
+
+    data = make_ranking_data(n_queries=12, n_features=3)
+    for kind in ("mlp", "ensemble"):
+        d = sm.copy(models[kind], tmp_path / kind)
+        for path in d.rglob("ctxrank.json"):
+            meta = sm.read(path.parent)
+            meta.pop("sha256", None)  # LightGBM keeps its own model_sha256
+            sm.write(path.parent, meta)
+        with pytest.warns(IntegrityWarning, match="records no file digests.*cannot be checked") as caught:
+            scores = load_model(d).predict(data)
+        assert len(caught) == 1, [str(w.message) for w in caught]
+        np.testing.assert_array_equal(scores, load_model(models[kind]).predict(data))
+    file = tmp_path / "x.txt"
+    file.write_text("1 qid:1 1:0.5 2:0.1 3:0.2\n0 qid:1 1:0.1 2:0.3 3:0.4\n")
+    argv = ["predict", "--model", str(tmp_path / "mlp"), "--data", str(file), "--output", str(tmp_path / "s")]
+    assert main(argv) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("ctxrank: warning:") and "cannot be checked" in warned[0]
+
+
+def test_a_digest_record_without_the_file_or_of_another_type_is_refused(models, tmp_path):
+    d = sm.copy(models["mlp"], tmp_path / "m")
+    meta = sm.read(d)
+    meta["sha256"] = {}
+    sm.write(d, meta)
+    _refused(d, "records no SHA-256 of model.safetensors")
+    meta["sha256"] = ["x"]
+    sm.write(d, meta)
+    _refused(d, "'sha256' must be a JSON object")
+
+
 # -------------------------------------------------------------------------------------- CLI
 def test_cli_predict_with_a_crafted_model_exits_2_with_one_line(models, tmp_path, capsys):
     from ctxrank.cli import main
@@ -361,6 +466,19 @@ def test_cli_predict_with_a_crafted_model_exits_2_with_one_line(models, tmp_path
     assert main(["predict", "--model", str(d), "--data", str(data), "--output", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ctxrank: error:") and "rerank.dir" in err[0], err
+    assert not (tmp_path / "s").exists()
+
+
+def test_cli_predict_with_changed_weights_exits_2_naming_the_file(models, tmp_path, capsys):
+    from ctxrank.cli import main
+
+    d = sm.copy(models["mlp"], tmp_path / "m")
+    _flip_two_bytes(d / "model.safetensors")
+    data = tmp_path / "x.txt"
+    data.write_text("1 qid:1 1:0.5 2:0.1 3:0.2\n0 qid:1 1:0.1 2:0.3 3:0.4\n")
+    assert main(["predict", "--model", str(d), "--data", str(data), "--output", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ctxrank: error: {d / 'model.safetensors'} was changed"), err
     assert not (tmp_path / "s").exists()
 
 

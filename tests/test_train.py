@@ -17,6 +17,7 @@ from ctxrank.registry import MODELS, is_baseline, make_model
 from ctxrank.training.loop import NonFiniteLossError, fit, seed_everything
 from ctxrank.training.predict import predict
 
+from . import saved_models as sm
 from .conftest import make_ranking_data
 
 # every neural model of the registry (the baselines are trained in test_baselines)
@@ -185,6 +186,9 @@ def test_planted_pickle_is_refused_and_never_runs(splits, tmp_path):
     (tmp_path / "m" / "model.safetensors").write_bytes(pickle.dumps({"w": Evil()}))
     torch.save({"w": Evil()}, tmp_path / "evil.pt")
     (tmp_path / "evil.pt").replace(tmp_path / "m" / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors was changed after it was saved"):
+        load_model(tmp_path / "m")
+    sm.rehash(tmp_path / "m")  # an attacker records the planted file's digest: it is still no safetensors
     with pytest.raises(ValueError, match="cannot read weights"):
         load_model(tmp_path / "m")
     assert not marker.exists()

@@ -56,8 +56,8 @@ def letor(tmp_path):
     return tmp_path
 
 
-def _study(path) -> optuna.Study:
-    return optuna.load_study(study_name="listnet", storage=f"sqlite:///{path / 'study.db'}")
+def _study(path, name="listnet") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path / 'study.db'}")
 
 
 # ----------------------------------------------------------------------------------- search spaces
@@ -357,7 +357,7 @@ def test_cli_tune_options_are_checked(letor, tmp_path):
         rc, _, err = run("tune", "--model", "listnet", *files, "--out", str(tmp_path / "o"), *argv)
         assert rc == 2 and message in err, (argv, err)
     rc, _, err = run("tune", "--model", "listnet", *files, "--out", str(tmp_path / "busy"))
-    assert rc == 2 and "holds other files" in err
+    assert rc == 2 and "holds files that ctxrank did not write (notes.txt)" in err
     rc, _, err = run("tune", *files, "--out", str(tmp_path / "o2"))
     assert rc == 2 and "give --model" in err
 
@@ -375,6 +375,88 @@ def test_cli_tune_with_a_storage_url_and_study_name(letor, tmp_path):
     assert len(optuna.load_study(study_name="lm", storage=url).trials) == 2
     best = tomllib.loads((tmp_path / "o" / "best.toml").read_text())
     assert best["model"] == "lambdamart" and best["model_params"]["n_estimators"] == 10
+
+
+def _user_sqlite(path):
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("create table mine (x integer)")
+        db.execute("insert into mine values (42)")
+        db.commit()
+
+
+def test_tune_refuses_an_out_directory_of_the_users_files_unless_overwrite(letor, tmp_path):
+    """The user's trials.csv / best.toml / study.db (their own SQLite file) in --out: refused, byte for
+    byte unchanged (Optuna adds no table); --overwrite replaces the files of tune's names, keeps the
+    others; a study ctxrank started there is continued, and so is one after --overwrite."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    mine = {"trials.csv": b"my,table\n", "best.toml": b"# mine\n", "notes.txt": b"kept"}
+    for name, data in mine.items():
+        (out / name).write_bytes(data)
+    _user_sqlite(out / "study.db")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    argv = (
+        "tune", "--model", "lambdamart", "--train", str(letor / "train.txt"),
+        "--valid", str(letor / "vali.txt"), "--set", "model_params.n_estimators=3", "--trials", "1",
+        "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    for files in (("study.db",), ("trials.csv", "best.toml"), ("study.db", "best.toml", "notes.txt")):
+        for name in set(before) - set(files):
+            (out / name).unlink(missing_ok=True)
+        for name in files:
+            (out / name).write_bytes(before[name])
+        rc, _, err = run(*argv)
+        assert rc == 2 and f"holds files that ctxrank did not write ({', '.join(sorted(files))})" in err, err
+        assert "--overwrite" in err and {p.name: p.read_bytes() for p in out.iterdir()} == {
+            n: before[n] for n in files
+        }
+    for name, data in before.items():
+        (out / name).write_bytes(data)
+    rc, _, err = run(*argv, "--overwrite")
+    assert rc == 0, err
+    assert (out / "notes.txt").read_bytes() == b"kept"
+    assert (out / "trials.csv").read_bytes() != mine["trials.csv"]
+    assert len(_study(out, "lambdamart").trials) == 1  # a new study in a new file: the user's was replaced
+    rc, _, err = run(*argv)  # ctxrank's study now: continued without --overwrite
+    assert rc == 0, err
+    assert len(_study(out, "lambdamart").trials) == 2
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_tune_writes_gets_the_umask_mode(letor, tmp_path, umask):
+    import stat
+
+    out = tmp_path / "t"
+    old = os.umask(umask)
+    try:
+        rc, _, err = run(
+            "tune", "--model", "lambdamart", "--train", str(letor / "train.txt"),
+            "--valid", str(letor / "vali.txt"), "--set", "model_params.n_estimators=3", "--trials", "2",
+            "--out", str(out), "--no-progress",
+        )  # fmt: skip
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert {"study.db", "trials.csv", "best.toml", "tune.json", "optimization_history.png"} <= set(modes)
+    assert set(modes.values()) == {0o666 & ~umask}, modes
+
+
+def test_the_tune_api_claims_its_directory_too(letor, tmp_path):
+    from ctxrank.data.letor import read_letor
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    _user_sqlite(out / "study.db")
+    data = read_letor(letor / "train.txt")
+    base = {"model": "lambdamart", "model_params": {"n_estimators": 3}}
+    with pytest.raises(ValueError, match=r"did not write \(study.db\).*pass overwrite=True"):
+        tune(base, data, data, out=out, trials=1)
+    assert sorted(p.name for p in out.iterdir()) == ["study.db"]
+    result = tune(base, data, data, out=out, trials=1, overwrite=True)
+    assert len(result.study.trials) == 1
 
 
 def test_two_processes_share_one_sqlite_study(letor, tmp_path):

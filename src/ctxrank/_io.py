@@ -1,23 +1,26 @@
 """File output shared by every writer: atomic writes, the one JSON encoder and the TOML writer.
 
 Every file ctxrank writes goes through :func:`atomic_write` (temporary file next to the target, fsync,
-rename), so a killed process never leaves a half-written file under the target name. Every JSON
+rename), so a killed process never leaves a half-written file under the target name, every file gets the
+umask's mode, and a failed write (a full disk, ...) is an ``OSError`` naming the file. Every JSON
 document, on disk or on stdout, goes through :func:`dumps`: strict JSON, where NaN and infinities
 become ``null`` (never the ``NaN`` literal that other parsers reject), NumPy scalars and arrays become
 Python numbers and lists, tuples become lists and paths become strings. :func:`lock_directory` gives
 an output directory one writer (or the processes of one experiment) and clears the temporary files of
-killed writes.
+killed writes; :func:`claim_output_dir` is the one rule of what an output directory may already hold.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -72,21 +75,73 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``.
 
     The file gets the mode a plain ``open(path, "w")`` would give (0666 less the umask), not the
-    temporary file's private 0600, so a teammate or a serving account can read models and scores.
+    temporary file's private 0600, so a teammate or a serving account can read models and scores; the
+    mode is set after ``write``, which may have replaced the temporary file (``safetensors`` does).
+
+    Raises:
+        OSError: a failed write (a full disk, a quota, an I/O error, ...), naming ``path`` (and, for a
+            full disk, its directory); ``path`` is left as it was and no temporary file remains.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = None
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(tmp_name)
         write(tmp)
         with tmp.open("rb+") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _write_error(exc, path, tmp) from exc
         raise
+
+
+#: errors of a device without room: the message says the disk is full and where
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def _write_error(exc: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """``exc``, raised while writing ``path`` (through its temporary file ``tmp``), as an ``OSError``
+    whose message names ``path`` (a full disk or quota: and the directory that needs room); its
+    ``errno`` is kept."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    other = exc.filename if exc.filename not in (None, str(path), str(tmp)) else None
+    if other is not None:  # another file failed inside ``write`` (e.g. a missing input)
+        why = f"{why}: {other}"
+    if exc.errno in _DISK_FULL:
+        text = (
+            f"cannot write {path}: the disk is full ({why}); free space where {path.parent} is, or write "
+            "to another disk"
+        )
+    else:
+        text = f"cannot write {path}: {why}"
+    err = OSError(text)
+    err.errno = exc.errno
+    return err
+
+
+@contextlib.contextmanager
+def writing(path: Path, tmp: Path | None = None) -> Iterator[None]:
+    """Name ``path`` in an ``OSError`` raised inside (a writer that streams into ``tmp`` or ``path``
+    itself, e.g. a download): see :func:`atomic_write`."""
+    try:
+        yield
+    except OSError as exc:
+        raise _write_error(exc, path, tmp) from exc
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """The SHA-256 (hex) of the file ``path``, read in chunks (a large file is never held whole)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -170,6 +225,51 @@ def remove_orphaned_temps(directory: Path) -> list[Path]:
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
+
+
+def claim_output_dir(
+    directory: str | Path,
+    *,
+    overwrite: bool,
+    what: str,
+    ours: Iterable[str] = (),
+    keep: Iterable[str] = (),
+    how: str = "give --overwrite",
+) -> bool:
+    """The one rule of every writer of an output directory (``ctxrank train``, ``experiment``, ``tune``,
+    the estimators' and baselines' ``save``): ctxrank writes into a directory that is new, empty or its
+    own, never into one holding files it did not write unless ``overwrite`` (then files of the names it
+    writes are replaced, the others kept). Call it before any work.
+
+    ``ours``: entries (relative paths) that show ctxrank wrote the directory, each written there before
+    anything else (a model's ``ctxrank.json``, an experiment's ``experiment.json``, a study's lock);
+    ``keep``: other entries of ctxrank's that may come first. Its lock file and the temporary files of
+    killed writes are ctxrank's too. ``what`` names the output and ``how`` the option that lifts the
+    refusal, for the message. Returns whether one of ``ours`` exists: the caller continues that output,
+    replaces it or refuses.
+
+    Raises:
+        ValueError: ``directory`` is a file, or holds files ctxrank did not write (named) and
+            ``overwrite`` is false.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file; give a directory for the {what}")
+    if not directory.is_dir():
+        return False
+    if any(os.path.lexists(directory / name) for name in ours):
+        return True
+    allowed = {LOCK_FILE, *keep}
+    names = (p.name for p in directory.iterdir())
+    foreign = sorted(n for n in names if n not in allowed and not is_ctxrank_temp(n))
+    if foreign and not overwrite:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValueError(
+            f"{directory} holds files that ctxrank did not write ({shown}); choose a new or empty directory "
+            f"for the {what}, or {how} to write there anyway (files of the names it writes are replaced, "
+            "the others are kept)"
+        )
+    return False
 
 
 class DirectoryLock:

@@ -9,17 +9,35 @@ A model directory is untrusted input (it may come from anywhere): every file is 
 ``os.stat`` / ``os.fstat`` show a regular file of bounded size (a FIFO or a device is refused, never
 read), ``ctxrank.json`` is bounded in size and nesting, and every value taken from it is type- and
 range-checked here, with a one-line ``ValueError`` naming the file and the key.
+
+**Digests**: ``ctxrank.json`` records under ``"sha256"`` the SHA-256 of every other file the model's
+loader reads (``model.safetensors``; the ``ctxrank.json`` of the re-ranking model's initial ranker and
+of each ensemble member, whose own ``"sha256"`` covers their files; LightGBM's ``model.txt`` has its
+``model_sha256``), so one file changed or swapped in after saving is refused, by a digest computed
+while the file is read and checked before anything is built from it (:func:`read_regular`). A
+directory saved before digests were recorded loads with a :class:`IntegrityWarning`. The digests show
+that the files belong together, not who wrote them (whoever can write the directory can recompute
+them).
+
+**Writing** one (:func:`claim_model_dir`): the directory must be new, empty or, with ``overwrite``,
+anything (:func:`ctxrank._io.claim_output_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
 import reprlib
+import shutil
 import stat
-from pathlib import Path
+import warnings
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from ctxrank._io import claim_output_dir
 
 FORMAT_VERSION = 1
 META_FILE = "ctxrank.json"
@@ -36,24 +54,47 @@ MAX_CONFIG_INT = 2**24
 MAX_CONFIG_LIST = 64
 #: the largest model weights file read (bytes)
 MAX_WEIGHTS_BYTES = 16 * 2**30
+#: the key of ``ctxrank.json`` recording the SHA-256 of the other files the loader reads
+DIGESTS = "sha256"
+#: what a model directory holds: the entries a saved model or ``ctxrank train --out`` writes
+#: (and ``member-N`` directories of an ensemble), removed before an earlier model is replaced
+MODEL_ENTRIES = (
+    META_FILE,
+    "model.safetensors",
+    "model.txt",
+    "config.toml",
+    "train_log.jsonl",
+    "test_metrics.json",
+    "training_curves.png",
+    "initial",
+    "resume",
+)
+MEMBER_PATTERN = re.compile(r"member-[0-9]{1,4}")  #: the directory of an ensemble member
+#: entries that show a directory holds ctxrank's model: a saved one, or the record of a training run
+MODEL_MARKS = (META_FILE, "resume/run.json")
+
+
+class IntegrityWarning(UserWarning):
+    """A model directory saved before ctxrank recorded its files' digests: loaded unchecked."""
 
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def read_meta(directory: str | Path) -> dict[str, Any]:
-    """``ctxrank.json`` of a model directory (JSON only, never unpickled), checked for its format.
+def read_meta(directory: str | Path, *, sha256: str | None = None) -> dict[str, Any]:
+    """``ctxrank.json`` of a model directory (JSON only, never unpickled), checked for its format (and
+    its digest, when the enclosing model recorded one: ``sha256``).
 
     Raises:
         ValueError: not a model directory, not a regular file, larger than ``MAX_META_BYTES``,
-            unreadable or nested deeper than ``MAX_META_DEPTH``, another format version.
+            unreadable or nested deeper than ``MAX_META_DEPTH``, another format version or digest.
     """
     directory = Path(directory)
     path = directory / META_FILE
     if not os.path.lexists(path):
         raise ValueError(f"{directory}: not a ctxrank model directory (no {META_FILE})")
-    raw = read_regular(path, MAX_META_BYTES, "model metadata")
+    raw = read_regular(path, MAX_META_BYTES, "model metadata", sha256=sha256)
     try:
         meta = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except RecursionError:
@@ -68,14 +109,15 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     return meta
 
 
-def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes.
+def read_regular(path: str | Path, max_bytes: int, what: str, *, sha256: str | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes`` bytes (and, when
+    ``sha256`` is given, have that digest: hashed while it is read, checked before it is returned).
 
     Checked with ``os.stat`` before opening (a FIFO, socket or device is never opened, so never blocks)
     and again with ``os.fstat`` on the file opened non-blocking (a file swapped in between is refused).
 
     Raises:
-        ValueError: missing, not a regular file, too large, unreadable.
+        ValueError: missing, not a regular file, too large, unreadable, another digest.
     """
     path = Path(path)
     try:
@@ -84,6 +126,7 @@ def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    digest = hashlib.sha256() if sha256 is not None else None
     try:
         st = os.fstat(fd)
         _check_regular(path, st, max_bytes, what)
@@ -92,6 +135,8 @@ def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
             chunk = os.read(fd, min(left, 2**26))
             if not chunk:
                 break
+            if digest is not None:
+                digest.update(chunk)
             chunks.append(chunk)
             left -= len(chunk)
         if os.read(fd, 1):
@@ -100,6 +145,11 @@ def read_regular(path: str | Path, max_bytes: int, what: str) -> bytes:
         raise ValueError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+    if digest is not None and digest.hexdigest() != sha256:
+        raise ValueError(
+            f"{path} was changed after it was saved: sha256 {digest.hexdigest()} expected {sha256} (recorded "
+            f"in the model's {META_FILE}); save the model again, or restore the file"
+        )
     return b"".join(chunks)
 
 
@@ -108,6 +158,78 @@ def _check_regular(path: Path, st: os.stat_result, max_bytes: int, what: str) ->
         raise ValueError(f"{path}: the {what} is not a regular file (a FIFO, device or directory is refused)")
     if st.st_size > max_bytes:
         raise ValueError(f"{path}: the {what} is {st.st_size:,} bytes, above the limit of {max_bytes:,}")
+
+
+def recorded_digest(meta: dict[str, Any], name: str, where: Any) -> str | None:
+    """The SHA-256 that ``ctxrank.json`` (``meta``, read from ``where``) records for the file ``name``
+    (a path relative to its directory); None for a directory saved before digests were recorded (no
+    ``"sha256"`` at all: :func:`warn_unchecked`).
+
+    Raises:
+        ValueError: ``"sha256"`` is not an object, or records no well-formed digest of ``name``.
+    """
+    digests = meta.get(DIGESTS)
+    if digests is None:
+        return None
+    key = PurePosixPath(name).as_posix()
+    if not isinstance(digests, dict):
+        raise ValueError(f"{where}: {DIGESTS!r} must be a JSON object of file digests, got {_short(digests)}")
+    value = digests.get(key)
+    if not isinstance(value, str) or re.fullmatch(r"[0-9a-f]{64}", value) is None:
+        raise ValueError(
+            f"{where}: {DIGESTS!r} records no SHA-256 of {key} (got {_short(value)}); the metadata was "
+            "edited after the model was saved"
+        )
+    return value
+
+
+def warn_unchecked(directory: Path) -> None:
+    """The warning for a model directory saved before ctxrank recorded its files' digests."""
+    warnings.warn(
+        f"{directory / META_FILE} records no file digests (saved by an older ctxrank): whether its files "
+        "were changed after saving cannot be checked; save the model again to record them",
+        IntegrityWarning,
+        stacklevel=3,
+    )
+
+
+# ---------------------------------------------------------------------------------- writing one
+def claim_model_dir(directory: str | Path, *, overwrite: bool, how: str = "give --overwrite") -> bool:
+    """Check that a model may be saved into ``directory`` before any work: new or empty, or, with
+    ``overwrite``, holding other files (kept unless named as a model's files) or an earlier model (see
+    :func:`ctxrank._io.claim_output_dir`). Returns whether it holds an earlier model (a saved one or a
+    training run's record), whose files the caller removes (:func:`remove_model_entries`) before
+    writing, so that none is left beside the new model's.
+
+    Raises:
+        ValueError: a file, a directory of other files, or an earlier model, without ``overwrite``.
+    """
+    directory = Path(directory)
+    resume = directory / "resume"
+    keep = ("resume",) if resume.is_dir() and not any(resume.iterdir()) else ()  # a run killed at its start
+    earlier = claim_output_dir(
+        directory, overwrite=overwrite, what="model", ours=MODEL_MARKS, keep=keep, how=how
+    )
+    if earlier and not overwrite:
+        saved = os.path.lexists(directory / META_FILE)
+        held = "a saved model" if saved else f"a training run ({MODEL_MARKS[1]})"
+        raise ValueError(
+            f"{directory} already holds {held}; choose another directory, or {how} to replace it"
+        )
+    return earlier
+
+
+def remove_model_entries(directory: str | Path) -> None:
+    """Remove what an earlier model wrote in ``directory`` (:data:`MODEL_ENTRIES`, ``member-N``); other
+    files stay."""
+    directory = Path(directory)
+    names = [*MODEL_ENTRIES, *(p.name for p in directory.iterdir() if MEMBER_PATTERN.fullmatch(p.name))]
+    for name in names:
+        path = directory / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 # ------------------------------------------------------------------------------ typed values

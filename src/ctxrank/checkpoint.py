@@ -7,7 +7,10 @@ names and the fitted categorical encoder, so ``predict`` reads new files the sam
 train/valid/test split of ``ctxrank train --data FILE`` under ``"split"``; ``config.toml`` is the
 resolved run config, for repeating the run. Nothing is pickled:
 loading a checkpoint reads JSON and safetensors only, so it cannot execute code. Files are written
-atomically (temporary file, fsync, rename).
+atomically (temporary file, fsync, rename). ``ctxrank.json`` records under ``"sha256"`` the SHA-256 of
+every other file the loader reads (the weights; the initial ranker's and the ensemble members'
+``ctxrank.json``, which record their own files'), and :func:`load_model` refuses a file changed after
+saving (see ``_modeldir``).
 
 The baselines (``registry.MODELS`` entries that are a ``registry.Baseline``) save their own directories,
 told apart by ``kind`` in ``ctxrank.json``: ``"lightgbm"`` (LambdaMART, plus LightGBM's text
@@ -23,8 +26,9 @@ import math
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ctxrank._io import atomic_write, to_toml, write_json
+from ctxrank._io import atomic_write, sha256_file, to_toml, write_json
 from ctxrank._modeldir import (
+    DIGESTS,
     FORMAT_VERSION,
     MAX_CONFIG_LIST,
     MAX_FEATURES,
@@ -38,7 +42,9 @@ from ctxrank._modeldir import (
     meta_strings,
     read_meta,
     read_regular,
+    recorded_digest,
     short,
+    warn_unchecked,
 )
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
@@ -89,6 +95,7 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     atomic_write(directory / WEIGHTS_FILE, lambda tmp: safetensors.torch.save_file(state, str(tmp)))
+    inner = [] if rerank is None else [f"{rerank['dir']}/{META_FILE}"]  # saved before this model
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": "torch",
@@ -106,9 +113,15 @@ def save_checkpoint(
         "metric_conventions": conventions or {},
         "training": summary or {},
         "rerank": rerank,
+        DIGESTS: _digests(directory, [WEIGHTS_FILE, *inner]),
     }
     _write_meta(directory, meta, config, extra)
     return directory
+
+
+def _digests(directory: Path, names: list[str]) -> dict[str, str]:
+    """``{name: SHA-256}`` of the files ``names`` (relative paths) in ``directory``, as written."""
+    return {name: sha256_file(directory / name) for name in names}
 
 
 def _write_meta(
@@ -150,6 +163,7 @@ def save_ensemble(
         "n_features": predictor.n_features,
         "run_config": config.to_dict(),
         "training": summary,
+        DIGESTS: _digests(directory, [f"{name}/{META_FILE}" for name in members]),
     }
     _write_meta(directory, meta, config, extra)
     return directory
@@ -162,7 +176,13 @@ def _load_ensemble(directory: Path, meta: dict[str, Any]) -> EnsemblePredictor:
     for name in members:
         if not isinstance(name, str) or not MEMBER_PATTERN.fullmatch(name):
             raise ValueError(f"{directory}: member {name!r} is not a member directory name (member-N)")
-    return EnsemblePredictor([load_model(directory / name) for name in members])
+    where = directory / META_FILE
+    return EnsemblePredictor(
+        [
+            _load(directory / name, nested=False, sha256=recorded_digest(meta, f"{name}/{META_FILE}", where))
+            for name in members
+        ]
+    )
 
 
 def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
@@ -187,11 +207,14 @@ def load_model(directory: str | Path):
         ValueError: not a model directory, unknown format or model, metadata out of range, weights
             that do not fit the model; one line naming the file and the key.
     """
-    return _load(Path(directory), nested=False)
+    return _load(Path(directory), nested=False, top=True)
 
 
-def _load(directory: Path, *, nested: bool):
-    meta = read_meta(directory)
+def _load(directory: Path, *, nested: bool, sha256: str | None = None, top: bool = False):
+    """The model of ``directory`` (``sha256``: of its ``ctxrank.json``, as the enclosing model recorded
+    it; ``nested``: an initial ranker, which may not re-rank; ``top``: warn, once loaded, when no digest
+    is recorded)."""
+    meta = read_meta(directory, sha256=sha256)
     where = directory / META_FILE
     kind = meta.get("kind")
     if meta.get("table") is not None:
@@ -199,12 +222,19 @@ def _load(directory: Path, *, nested: bool):
     baseline = baseline_of_kind(kind) if isinstance(kind, str) else None  # lightgbm, ranksvm, adarank
     if baseline is not None:
         return baseline.load(directory)
-    if kind == "ensemble":
-        return _load_ensemble(directory, meta)
-    if kind != "torch":
+    if kind not in ("torch", "ensemble"):
         raise ValueError(
             f"{where}: unknown model kind {short(kind)} (expected torch, lightgbm, ranksvm or adarank)"
         )
+    model = _load_ensemble(directory, meta) if kind == "ensemble" else _load_neural(directory, meta, nested)
+    if top and meta.get(DIGESTS) is None:
+        warn_unchecked(directory)
+    return model
+
+
+def _load_neural(directory: Path, meta: dict[str, Any], nested: bool) -> TorchPredictor | RerankPredictor:
+    """A neural model, re-ranking the initial ranker in ``rerank.dir`` when it names one."""
+    where = directory / META_FILE
     predictor = _load_torch(directory, meta)
     rerank = meta.get("rerank")
     if rerank is None:
@@ -215,7 +245,8 @@ def _load(directory: Path, *, nested: bool):
             "(rerank.dir nests at most one level)"
         )
     rerank = _rerank_meta(where, rerank)
-    initial = _load(_inside(directory, rerank["dir"]), nested=True)
+    inside = _inside(directory, rerank["dir"])
+    initial = _load(inside, nested=True, sha256=recorded_digest(meta, f"{rerank['dir']}/{META_FILE}", where))
     extra = int(rerank["rank_feature"]) + int(rerank["score_feature"])
     if int(initial.n_features) + extra != predictor.n_features:
         raise ValueError(
@@ -248,7 +279,8 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
         raise ValueError(f"{where}: 'run_config': {_one_line(exc)}") from None
     transform = _transform(where, meta, n_features)
     weights = directory / WEIGHTS_FILE
-    data = read_regular(weights, MAX_WEIGHTS_BYTES, "weights file")
+    digest = recorded_digest(meta, WEIGHTS_FILE, where)
+    data = read_regular(weights, MAX_WEIGHTS_BYTES, "weights file", sha256=digest)
     header = _safetensors_header(weights, data)
     try:
         with torch.device("meta"):  # shapes only: a config asking for 4 TB allocates nothing here

@@ -31,6 +31,11 @@ repeatable and two processes sharing a study draw different configurations.
 Opening an existing study continues it; a study started for another model, metric, search space or
 data is refused.
 
+**The output directory** is new, empty or a study's (its ``.study.lock``, taken before the study is
+opened, or ``tune.json``): one of other files is refused unless ``overwrite``, which replaces the files
+of the names a study writes there, ``study.db`` included (a database ctxrank did not create is never
+extended with Optuna's tables; :func:`claim_study_dir`).
+
 **Outputs** (:func:`write_report`): ``best.toml`` (the best configuration, a run config that
 ``ctxrank train --config`` and an experiment's ``[models.NAME]`` accept), ``trials.csv`` and a
 Markdown table of the trials, ``optimization_history.png`` and ``param_importances.png``, ``tune.json``
@@ -60,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - optuna is in the dev extra
         "ctxrank tune needs Optuna: pip install 'ctxrank[tune]' (or pip install optuna)"
     ) from exc
 
-from ctxrank._io import atomic_write, dumps, to_toml, write_json
+from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_json
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
@@ -77,6 +82,7 @@ __all__ = [
     "STUDY_FILE",
     "SearchSpace",
     "TuneResult",
+    "claim_study_dir",
     "finished_trials",
     "make_pruner",
     "open_study",
@@ -89,6 +95,9 @@ __all__ = [
 
 KINDS = ("float", "log", "int", "log-int", "choice")
 STUDY_FILE = "study.db"
+LOCK_NAME = ".study.lock"
+#: entries that show a directory holds ctxrank's study: the lock made before the study, the report
+STUDY_MARKS = (LOCK_NAME, "tune.json")
 #: searched for every neural model (a model's own ``SEARCH_SPACE`` may override a key)
 NEURAL_SPACE: dict[str, tuple[Any, ...]] = {
     "train.lr": ("log", 1e-4, 1e-2),
@@ -276,17 +285,34 @@ def storage_url(out: str | Path, storage: str | None) -> str:
     return storage
 
 
+def claim_study_dir(
+    out: str | Path, *, overwrite: bool, storage: str | None, how: str = "give --overwrite"
+) -> bool:
+    """Check ``out`` for a study (:func:`ctxrank._io.claim_output_dir`): new, empty, a study's (which
+    is continued), or with ``overwrite`` one of other files, whose ``study.db`` (the default storage) is
+    then removed: replaced, never extended. Returns whether ``out`` holds a study.
+
+    Raises:
+        ValueError: a file, or a directory of other files without ``overwrite``.
+    """
+    out = Path(out)
+    ours = claim_output_dir(out, overwrite=overwrite, what="tuning study", ours=STUDY_MARKS, how=how)
+    if not ours and storage is None:
+        (out / STUDY_FILE).unlink(missing_ok=True)  # not ctxrank's (refused above without overwrite)
+    return ours
+
+
 @contextlib.contextmanager
 def _lock(out: Path) -> Iterator[None]:
     """An exclusive lock on ``OUT/.study.lock`` while a study is opened (two processes creating one
-    SQLite schema at once would collide); a no-op where ``fcntl`` is missing."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
+    SQLite schema at once would collide); without ``fcntl`` the file is made but not locked."""
     out.mkdir(parents=True, exist_ok=True)
-    with (out / ".study.lock").open("a") as fh:
+    with (out / LOCK_NAME).open("a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            yield
+            return
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -487,6 +513,7 @@ def tune(
     initial: Any = None,
     train_initial_scores: np.ndarray | None = None,
     executor: Any = None,
+    overwrite: bool = False,
 ) -> TuneResult:
     """Search configurations of the run config ``base`` (a dict as TOML gives it) on ``train`` /
     ``valid``; write the study's report to ``out`` (:func:`write_report`).
@@ -505,7 +532,9 @@ def tune(
         executor: where the trials run: None, this process (``study.optimize``); an object with
             ``run_trials(job, study, trials=, timeout=, callback=, storage=)``, e.g.
             :class:`ctxrank.experiments.executors.RayExecutor` (each trial a Ray task).
+        overwrite: write into an ``out`` of other files (:func:`claim_study_dir`).
     """
+    claim_study_dir(out, overwrite=overwrite, storage=storage, how="pass overwrite=True")
     say = log or (lambda _: None)
     base = json.loads(json.dumps(base))
     config = RunConfig.from_dict(base)

@@ -226,17 +226,19 @@ class Ranker(BaseEstimator):
         return float(np.nanmean(per)) if np.isfinite(per).any() else float("nan")
 
     # ------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the model directory of ``ctxrank train --out`` (weights, ``ctxrank.json``, ``config.toml``,
         ``train_log.jsonl``, ``training_curves.png``): ``ctxrank predict --model PATH`` and
-        ``ctxrank export`` serve it, :func:`ctxrank.api.load` reads it back. Refuses a directory that
-        holds a model."""
+        ``ctxrank export`` serve it, :func:`ctxrank.api.load` reads it back. ``path`` must be new or
+        empty; ``overwrite=True`` writes into a directory of other files (kept unless named as a model's
+        files) or replaces an earlier model (:func:`ctxrank._modeldir.claim_model_dir`)."""
+        from ctxrank._modeldir import claim_model_dir, remove_model_entries
         from ctxrank.training.run import save_result
 
         check_is_fitted(self, "run_")
         path = Path(path)
-        if (path / "ctxrank.json").exists():
-            raise ValueError(f"path: {path} already holds a saved model; choose another or remove it")
+        if claim_model_dir(path, overwrite=overwrite, how="pass overwrite=True"):
+            remove_model_entries(path)
         meta = {"api": self._api_meta()}
         table = self._table_meta()
         if table is not None:

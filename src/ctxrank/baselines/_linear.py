@@ -20,7 +20,7 @@ import numpy as np
 
 from ctxrank._checks import is_int
 from ctxrank._io import atomic_write, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, read_meta
+from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
 from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import GlobalMinMax, Transform
@@ -156,8 +156,10 @@ def save_meta(
     kind: str,
     meta: dict[str, Any],
     run_config: Mapping[str, Any] | None,
+    overwrite: bool,
 ) -> Path:
-    """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically."""
+    """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically, into
+    a new or empty ``directory`` (``overwrite``: any; :func:`ctxrank._modeldir.claim_model_dir`)."""
     from ctxrank import __version__
 
     for name, value in meta.get("params", {}).items():
@@ -166,6 +168,7 @@ def save_meta(
         except (TypeError, ValueError):
             raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
     directory = Path(directory)
+    claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
     directory.mkdir(parents=True, exist_ok=True)
     if run_config is not None:
         text = to_toml(dict(run_config))

@@ -260,10 +260,13 @@ class AdaRank(lin.LinearScorer):
         }
 
     # ------------------------------------------------------------ persistence
-    def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
+    def save(
+        self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None, overwrite: bool = False
+    ) -> Path:
         """Write ``ctxrank.json`` (``"kind": "adarank"``: parameters, scaling, the kept rounds and the
         weights as JSON numbers) and ``config.toml`` when ``run_config`` is given. JSON only, written
-        atomically. Returns the directory."""
+        atomically, into a new or empty directory (``overwrite``: any;
+        :func:`ctxrank._modeldir.claim_model_dir`). Returns the directory."""
         self._check_fitted()
         meta = {
             "params": self.get_params(),
@@ -278,7 +281,7 @@ class AdaRank(lin.LinearScorer):
             "min_denominator": MIN_DENOMINATOR,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config)
+        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> AdaRank:

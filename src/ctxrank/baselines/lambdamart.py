@@ -48,6 +48,7 @@ from ctxrank._modeldir import (
     FORMAT_VERSION,
     MAX_FEATURES,
     META_FILE,
+    claim_model_dir,
     meta_dict,
     meta_floats,
     meta_int,
@@ -505,12 +506,16 @@ class LambdaMART:
         return np.ascontiguousarray(scores, dtype=np.float64)
 
     # ------------------------------------------------------------ persistence
-    def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
+    def save(
+        self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None, overwrite: bool = False
+    ) -> Path:
         """Write ``model.txt`` (LightGBM's text format, the first ``best_iteration_`` trees) and
         ``ctxrank.json`` (``"kind": "lightgbm"``), plus ``config.toml`` when ``run_config`` is given.
 
         Every file is written atomically; ``ctxrank.json`` last, with the SHA-256 of ``model.txt``.
-        Returns the directory.
+        ``directory`` must be new or empty; ``overwrite``: write into one of other files or of an earlier
+        model (files of these names replaced; :func:`ctxrank._modeldir.claim_model_dir`). Returns the
+        directory.
         """
         import lightgbm as lgb
 
@@ -526,6 +531,7 @@ class LambdaMART:
                     f"cannot save parameter {name}={value!r}: not representable in JSON"
                 ) from None
         directory = Path(directory)
+        claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
         directory.mkdir(parents=True, exist_ok=True)
         data = self.booster_.model_to_string(num_iteration=self.best_iteration_).encode("utf-8")
         atomic_write(directory / MODEL_FILE, lambda tmp: tmp.write_bytes(data))
@@ -585,9 +591,8 @@ class LambdaMART:
         where = directory / META_FILE
         params, n_features, n_categorical, best_iteration = _checked_meta(where, meta)
         path = directory / MODEL_FILE
-        data = read_regular(path, MAX_MODEL_BYTES, "LightGBM model")
-        if hashlib.sha256(data).hexdigest() != meta_str(meta, "model_sha256", where):
-            raise ValueError(f"{path}: the file changed since the model was saved (SHA-256 mismatch)")
+        digest = meta_str(meta, "model_sha256", where)
+        data = read_regular(path, MAX_MODEL_BYTES, "LightGBM model", sha256=digest)
         try:
             text = check_model_text(data.decode("utf-8"), n_features + n_categorical, best_iteration)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -292,9 +292,12 @@ class RankSVM(lin.LinearScorer):
         }
 
     # ------------------------------------------------------------ persistence
-    def save(self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None) -> Path:
+    def save(
+        self, directory: str | Path, *, run_config: Mapping[str, Any] | None = None, overwrite: bool = False
+    ) -> Path:
         """Write ``ctxrank.json`` (``"kind": "ranksvm"``: parameters, scaling, weights as JSON numbers)
-        and ``config.toml`` when ``run_config`` is given. JSON only, written atomically. Returns the
+        and ``config.toml`` when ``run_config`` is given. JSON only, written atomically, into a new or
+        empty directory (``overwrite``: any; :func:`ctxrank._modeldir.claim_model_dir`). Returns the
         directory."""
         import sklearn
 
@@ -312,7 +315,7 @@ class RankSVM(lin.LinearScorer):
             "objective": self.objective,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config)
+        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> RankSVM:

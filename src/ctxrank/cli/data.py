@@ -295,6 +295,7 @@ def synth_letor(
     seed: int = 0,
 ) -> int:
     """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz)."""
+    from ctxrank._io import writing
     from ctxrank.data.synth import write_synthetic_letor
 
     target = Path(path)
@@ -302,10 +303,11 @@ def synth_letor(
         target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp{target.suffix}")  # keep the .gz suffix for the writer
     try:
-        write_synthetic_letor(
-            tmp, n_queries=queries, list_size=items, n_features=features, max_label=max_label, seed=seed
-        )
-        tmp.replace(target)
+        with writing(target, tmp):  # a full disk names the file
+            write_synthetic_letor(
+                tmp, n_queries=queries, list_size=items, n_features=features, max_label=max_label, seed=seed
+            )
+            tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
     out(

@@ -130,11 +130,11 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
 
     with tempfile.TemporaryDirectory(prefix="ctxrank-report-") as tmp:
         where = Path(tmp) if out_dir is None else Path(out_dir)
-        if out_dir is not None and where.is_dir() and any(where.iterdir()):
+        if out_dir is not None:
+            from ctxrank._io import claim_output_dir
             from ctxrank.experiments.store import SPEC_FILE
 
-            if not (where / SPEC_FILE).is_file():
-                raise ValueError(f"--out {where} holds other files; give a new or empty directory")
+            claim_output_dir(where, overwrite=False, what="report", ours=(SPEC_FILE,))
         spec, store = restore_runs(evidence, where)
         if correction is not None:
             spec = dataclasses.replace(spec, report=dataclasses.replace(spec.report, correction=correction))
@@ -160,13 +160,11 @@ def _run_and_report(
 ) -> Any:
     """Under the directory's lock: check it, run the pending runs (or none), write and print the report;
     returns the run store."""
-    from ctxrank.cli._outputs import foreign_entries, refuse_foreign
+    from ctxrank._io import claim_output_dir
     from ctxrank.experiments import build_report, run_experiment
     from ctxrank.experiments.store import SPEC_FILE, RunStore
 
-    foreign = foreign_entries(where, allowed=REUSED_ENTRIES)
-    if foreign and not overwrite and not (where / SPEC_FILE).is_file():
-        refuse_foreign(where, foreign, "experiment")
+    claim_output_dir(where, overwrite=overwrite, what="experiment", ours=(SPEC_FILE,), keep=REUSED_ENTRIES)
     if report_only:
         store = RunStore(where)
         store.claim(loaded)

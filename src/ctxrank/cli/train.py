@@ -368,24 +368,20 @@ class _Run:
         return 0
 
     def _check_directory(self) -> None:
-        from ctxrank.cli._outputs import foreign_entries, refuse_foreign
+        """A new run's ``--out``: new, empty, or with ``--overwrite`` anything
+        (:func:`ctxrank._modeldir.claim_model_dir`); an unfinished run there is pointed to ``--resume``."""
+        from ctxrank._modeldir import claim_model_dir
         from ctxrank.training.resume import RUN_FILE, STATE_FILE
 
         out_dir, state_dir = self.out_dir, self.state_dir
-        if self.record is not None or self.overwrite:
+        if self.record is not None:
             return
-        if (state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists():
+        if not self.overwrite and ((state_dir / RUN_FILE).exists() or (state_dir / STATE_FILE).exists()):
             raise ValueError(
                 f"{out_dir} holds an unfinished run ({state_dir}): continue it with `ctxrank train --resume "
                 f"{out_dir}`, or start a new one with another --out (or --overwrite to replace it)"
             )
-        if (out_dir / "ctxrank.json").exists():
-            raise ValueError(
-                f"{out_dir} already holds a saved model; choose another --out, or --overwrite to replace it"
-            )
-        foreign = foreign_entries(out_dir, allowed=(RESUME_DIR,) if _empty(state_dir) else ())
-        if foreign:
-            refuse_foreign(out_dir, foreign, "model")
+        claim_model_dir(out_dir, overwrite=self.overwrite)
 
     def _check_categorical(self) -> None:
         from ctxrank.registry import is_baseline
@@ -470,7 +466,7 @@ class _Run:
     def _replace_previous(self) -> None:
         """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
         beside the new model's); a directory of other files keeps them."""
-        from ctxrank.cli._outputs import remove_model_entries
+        from ctxrank._modeldir import remove_model_entries
         from ctxrank.training.resume import RUN_FILE
 
         earlier = (self.out_dir / "ctxrank.json").exists() or (self.state_dir / RUN_FILE).exists()
@@ -530,11 +526,6 @@ class _Run:
             write_json(self.out_dir / "test_metrics.json", report)
         self.say()
         self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
-
-
-def _empty(directory: Path) -> bool:
-    """A missing or empty directory (``resume/`` of a run killed before it recorded anything)."""
-    return not directory.is_dir() or not any(directory.iterdir())
 
 
 def data_parallel(batch_size: int) -> dict[str, Any] | None:

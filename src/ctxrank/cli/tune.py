@@ -27,9 +27,6 @@ from ctxrank.cli._options import (
 )
 from ctxrank.cli.train import FLAGS, TrainOptions, _fractions
 
-#: files ``ctxrank tune`` writes in its ``--out`` (a directory holding other files is refused)
-TUNE_FILES = (".study.lock", "study.db", "tune.json", "trials.csv", "best.toml")
-
 
 @dataclass(frozen=True)
 class SearchOptions:
@@ -68,8 +65,17 @@ class SearchOptions:
             )
 
 
-def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress: bool = True) -> int:
-    """Tune ``options``' model on its training / validation data; write the results to ``out_dir``."""
+def tune(
+    options: TrainOptions,
+    search: SearchOptions,
+    *,
+    out_dir: str,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> int:
+    """Tune ``options``' model on its training / validation data; write the results to ``out_dir`` (new,
+    empty or a study's, which is continued; with ``overwrite`` a directory of other files:
+    :func:`ctxrank.tune.claim_study_dir`)."""
     try:
         from ctxrank import tune as tuning
     except ImportError as exc:
@@ -83,7 +89,7 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
     search = _with_file_search(search, block, options.config)
     config = RunConfig.from_dict(base)  # every option checked before any data is read
     where = Path(out_dir)
-    _check_directory(where)
+    tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
     train, valid, what = _tuning_data(options, config.train.seed)
     space = tuning.search_space(base)
     fixed = sorted(k for k in tuning.flat_keys(base) if k != "model")
@@ -108,6 +114,7 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
         describe=what,
         log=out if progress else None,
         executor=make_executor(search.executor, address=search.address, max_retries=search.max_retries),
+        overwrite=overwrite,
     )
     _report(result, where, options, config.train.metric)
     return 0
@@ -152,18 +159,6 @@ def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> 
         trials=file.trials if search.trials is None else search.trials,
         prune=file.prune if search.prune is None else search.prune,
     )
-
-
-def _check_directory(where: Path) -> None:
-    if where.exists() and not where.is_dir():
-        raise ValueError(f"--out {where} is a file; give a directory")
-    if where.is_dir():
-        names = {p.name for p in where.iterdir()}
-        if names and not names & set(TUNE_FILES):
-            raise ValueError(
-                f"--out {where} holds other files ({', '.join(sorted(names)[:5])}) and no study: give a new "
-                "or empty directory (the same --out again continues its study)"
-            )
 
 
 def _tuning_data(options: TrainOptions, seed: int) -> tuple[Any, Any, str]:
@@ -263,6 +258,12 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (the same DIR continues)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a --out DIR holding other files: files of the names tune writes (study.db, "
+        "trials.csv, best.toml, ...) are replaced, the others kept",
+    )
+    p.add_argument(
         "--storage",
         metavar="URL",
         help="Optuna storage URL shared by several processes or machines, e.g. postgresql://user@host/db "
@@ -317,4 +318,4 @@ def _run_tune(a: argparse.Namespace) -> int:
         address=a.address,
         max_retries=a.max_retries,
     )
-    return tune(options, search, out_dir=a.out, progress=not a.no_progress)
+    return tune(options, search, out_dir=a.out, progress=not a.no_progress, overwrite=a.overwrite)

@@ -24,6 +24,8 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from ctxrank._io import sha256_file, writing
+
 __all__ = ["DownloadError", "archive_format", "download", "download_dataset", "extract", "sha256_file"]
 
 CHUNK_BYTES = 1 << 20
@@ -35,15 +37,6 @@ class DownloadError(ValueError):
 
     A subclass of ``ValueError`` so that the CLI reports it as a plain error message.
     """
-
-
-def sha256_file(path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk_bytes):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _normalize_sha256(sha256: str | None) -> str | None:
@@ -100,7 +93,7 @@ def download(
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with writing(dest, tmp), os.fdopen(fd, "wb") as out:  # a full disk names dest
             try:
                 response = urllib.request.urlopen(request, timeout=timeout)
             except urllib.error.HTTPError as exc:
@@ -211,6 +204,10 @@ class _Budget:
 
     def copy(self, src, target: Path) -> None:
         """Stream ``src`` into a new file ``target``, counting the bytes as they are decompressed."""
+        with writing(target):
+            self._copy(src, target)
+
+    def _copy(self, src, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("wb") as dst:
             while chunk := src.read(CHUNK_BYTES):

@@ -200,15 +200,10 @@ def _axes(axes: list) -> tuple:
 
 
 def _check_target(to: Path, spec: ExperimentSpec) -> None:
-    if to.exists() and not to.is_dir():
-        raise ValueError(f"--evidence {to} is a file; give a directory")
-    if not to.is_dir():
-        return
-    present = {p.name for p in to.iterdir()}
-    foreign = sorted(present - set(EVIDENCE_FILES) - {"README.md"})
-    if foreign:
-        raise ValueError(f"--evidence {to} holds other files ({', '.join(foreign[:5])}); give a new one")
-    if SPEC in present:
+    """``to`` new, empty, or holding this experiment's evidence (``_io.claim_output_dir``)."""
+    from ctxrank._io import claim_output_dir
+
+    if claim_output_dir(to, overwrite=False, what="evidence", ours=(SPEC,)):
         old = _read_json(to / SPEC)
         if not isinstance(old, dict) or old.get("fingerprint") != spec.fingerprint():
             raise ValueError(f"--evidence {to} holds the evidence of another experiment; give another one")

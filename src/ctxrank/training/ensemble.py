@@ -12,18 +12,16 @@ Saved as one directory: ``ctxrank.json`` with ``kind = "ensemble"`` and the memb
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ctxrank._modeldir import MEMBER_PATTERN
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, merge_scores
 
 __all__ = ["MEMBER_PATTERN", "EnsemblePredictor", "member_dir"]
-
-MEMBER_PATTERN = re.compile(r"member-[0-9]{1,4}")
 
 
 def member_dir(i: int) -> str:

@@ -481,7 +481,8 @@ def save_result(
     a baseline's own files, or the checkpoint (the initial ranker in ``out/initial`` when re-ranking);
     then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
 
-    ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``)."""
+    ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``). The caller
+    has checked ``out`` (:func:`ctxrank._modeldir.claim_model_dir`: ``ctxrank train``, ``Ranker.save``)."""
     from ctxrank._io import atomic_write, dumps
 
     out, config, predictor = Path(out), result.config, result.predictor
@@ -490,7 +491,7 @@ def save_result(
     if isinstance(predictor, (TorchPredictor, RerankPredictor)):
         torch_predictor = predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
         if isinstance(predictor, RerankPredictor):
-            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict())
+            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         save_checkpoint(
             out,
@@ -504,7 +505,7 @@ def save_result(
             extra=meta,
         )
     else:
-        predictor.save(out, run_config=config.to_dict())
+        predictor.save(out, run_config=config.to_dict(), overwrite=True)
         if meta:
             update_meta(out, meta)
     if write_log and result.history and "train_loss" in result.history[0]:
