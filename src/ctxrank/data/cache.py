@@ -112,7 +112,7 @@ def _load(entry: Path, key: dict) -> tuple[RankingData | None, str]:
             meta = json.loads(str(z["meta"]))
             stored = meta.get("key")
             if isinstance(stored, dict) and stored.get("version") != CACHE_VERSION:
-                return None, f"stale (written by another ctxrank version: cache format {stored.get('version')})"
+                return None, f"stale (cache format {stored.get('version')}, another ctxrank version's)"
             if stored != key:
                 return None, "stale (the file's content or the options changed)"
             arrays = {n: z[n] for n in _ARRAYS if n in z.files}

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.paths import input_kind
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
@@ -85,8 +86,7 @@ def table_columns(path: str | os.PathLike) -> list[str]:
     fmt = _format_of(path)
     if fmt is None:
         raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    _check_table_path(path)
     sep = _FORMATS[fmt]
     if sep is None:
         import pyarrow.parquet as pq
@@ -350,9 +350,14 @@ def _table_format(path: Path) -> str:
     fmt = _format_of(path)
     if fmt is None:
         raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    _check_table_path(path)
     return fmt
+
+
+def _check_table_path(path: Path) -> None:
+    """A table is a regular file: missing (with near names), a FIFO, a device, ... are errors."""
+    why = " (it is read more than once): write it to a file first; LETOR / SVMlight text can come from a pipe"
+    input_kind(path, "table", why=why)
 
 
 def _special_columns(
