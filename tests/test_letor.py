@@ -520,8 +520,8 @@ t0 = time.perf_counter()
 try:
     d = read_letor(sys.argv[1], cache=False, **{kwargs})
     print("LOADED", d.features.shape)
-except ValueError as exc:
-    print("ValueError", exc)
+except (ValueError, MemoryError) as exc:
+    print(type(exc).__name__, exc)
 print("seconds", time.perf_counter() - t0)
 """
 
@@ -561,6 +561,19 @@ def test_wide_index_refused_before_allocating_under_memory_cap(tmp_path, rows):
     assert read_letor(small, cache=False, max_dense_bytes=1_200_000).features.shape == (1000, 300)
     with pytest.raises(ValueError, match=r"small\.txt: n_features = 300 over 1000 lines makes"):
         read_letor(small, cache=False, n_features=300, max_dense_bytes=1_000_000)
+
+
+def test_allocation_failure_below_the_limit_names_the_file_the_array_and_the_option(tmp_path):
+    # issue 30: a 546-byte file, 21 rows with feature index 9,999,999: 801 MiB, under the 2 GiB limit, above
+    # what the capped process has left: MemoryError with a message, not NumPy's bare one
+    p = write(tmp_path, "".join(f"1 qid:{i // 4} 3:1 9999999:1\n" for i in range(21)))
+    assert p.stat().st_size < 600
+    outcome, _ = _read_capped(p)
+    assert outcome.startswith(
+        f"MemoryError {p}: cannot allocate a 21 x 9,999,999 float32 array (801.1 MiB) while reading it: "
+        "out of memory"
+    ), outcome
+    assert "max_dense_bytes = 2,147,483,648" in outcome and "--max-dense-bytes N" in outcome
 
 
 def test_long_line_refused_and_wide_line_read_within_memory_cap(tmp_path):

@@ -240,12 +240,12 @@ class _Limits:
         """The MemoryError of an allocation that failed below ``dense_bytes``: the file, the array
         (NumPy's error carries its shape) and how to refuse such a file before allocating."""
         shape, dtype = getattr(exc, "shape", None), getattr(exc, "dtype", None)
-        what = "memory"
+        what = "its arrays"
         if shape is not None and dtype is not None:
             nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
             what = f"a {' x '.join(f'{n:,}' for n in shape)} {np.dtype(dtype)} array ({_size(nbytes)})"
         return MemoryError(
-            f"{name}: out of memory: cannot allocate {what} while reading it (its dense feature matrix, "
+            f"{name}: cannot allocate {what} while reading it: out of memory (its dense feature matrix, "
             f"lines x largest feature index x 4 bytes, may take up to max_dense_bytes = "
             f"{self.dense_bytes:,} ({_size(self.dense_bytes)}), the reader about twice that); free memory "
             "or use a machine with more, or refuse such files before allocating with a lower limit: "
