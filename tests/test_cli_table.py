@@ -398,9 +398,7 @@ def test_lambdamart_on_a_table_uses_the_categorical_columns(tmp_path, csv_file, 
     assert np.isfinite(np.loadtxt(scores)).all()
 
 
-@pytest.mark.parametrize(
-    ("flag", "value"), [("--regroup", None), ("--max-dense-bytes", "1000"), ("--max-line-bytes", "10")]
-)
+@pytest.mark.parametrize(("flag", "value"), [("--regroup", None), ("--max-line-bytes", "10")])
 def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file, flag, value, capsys):
     argv = ["data-info", str(csv_file), *COLS[:4], flag, *([value] if value else [])]
     assert main(argv) == 2
@@ -410,3 +408,16 @@ def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file
     train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, *extra]
     assert main([*train, "--out", str(csv_file.parent / "m")]) == 2
     assert f"{flag} applies to LETOR / SVMlight files" in capsys.readouterr().err
+
+
+def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):
+    # issue 30: the table reader had no bound (a small .csv.gz expanding to gigabytes: MemoryError)
+    argv = ["data-info", str(csv_file), *COLS, *CAT, "--json"]
+    assert main([*argv, "--max-dense-bytes", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ctxrank: error: {csv_file}: more than ") and "--max-dense-bytes N" in err, err
+    assert main([*argv, "--max-dense-bytes", str(1 << 30)]) == 0
+    capsys.readouterr()
+    train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, "--max-dense-bytes", "1000"]
+    assert main([*train, "--out", str(tmp_path / "m")]) == 2
+    assert "above max_dense_bytes = 1,000" in capsys.readouterr().err

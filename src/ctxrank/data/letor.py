@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ctxrank._checks import check_int
+from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
 
@@ -52,9 +54,6 @@ __all__ = ["NULL_FILL_RULES", "DataWarning", "read_group_sizes", "read_letor"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
-# 2 GiB: above the largest file of every registered dataset (Istella-S train.txt, 2,043,304 rows x 220
-# features = 1.68 GiB) while keeping the reader's peak (1-2x the array) within a common 8 GB machine
-DEFAULT_MAX_DENSE_BYTES = 2 << 30
 # 1 MiB: about 100x the longest line of any registered dataset (Yahoo! set 1, 700 features, ~10 KB); it
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
@@ -175,9 +174,8 @@ def read_letor(
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
-    for key, value in (("max_dense_bytes", max_dense_bytes), ("max_line_bytes", max_line_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{key} must be a positive integer (bytes), got {value!r}")
+    check_int("max_dense_bytes", max_dense_bytes)
+    check_int("max_line_bytes", max_line_bytes)
     if dense not in (None, True, False):
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     limits = _Limits(int(max_dense_bytes), int(max_line_bytes))
@@ -230,31 +228,15 @@ class _Limits:
         need = rows * width * 4
         return ValueError(
             f"{where}: {what} makes the dense feature matrix {rows:,} rows (the file's lines) x "
-            f"{width:,} features x 4 bytes = {_size(need)}, above max_dense_bytes = "
-            f"{self.dense_bytes:,} ({_size(self.dense_bytes)}); if that is intended, raise the limit: "
+            f"{width:,} features x 4 bytes = {size_text(need)}, above max_dense_bytes = "
+            f"{self.dense_bytes:,} ({size_text(self.dense_bytes)}); if that is intended, raise the limit: "
             f"read_letor(..., max_dense_bytes={need}) or, on the command line, --max-dense-bytes {need}"
         )
 
 
     def memory_error(self, name: str, exc: MemoryError) -> MemoryError:
-        """The MemoryError of an allocation that failed below ``dense_bytes``: the file, the array
-        (NumPy's error carries its shape) and how to refuse such a file before allocating."""
-        shape, dtype = getattr(exc, "shape", None), getattr(exc, "dtype", None)
-        what = "its arrays"
-        if shape is not None and dtype is not None:
-            nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
-            what = f"a {' x '.join(f'{n:,}' for n in shape)} {np.dtype(dtype)} array ({_size(nbytes)})"
-        return MemoryError(
-            f"{name}: cannot allocate {what} while reading it: out of memory (its dense feature matrix, "
-            f"lines x largest feature index x 4 bytes, may take up to max_dense_bytes = "
-            f"{self.dense_bytes:,} ({_size(self.dense_bytes)}), the reader about twice that); free memory "
-            "or use a machine with more, or refuse such files before allocating with a lower limit: "
-            "read_letor(..., max_dense_bytes=N) or, on the command line, --max-dense-bytes N"
-        )
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+        matrix = "the dense feature matrix is lines x largest feature index x 4 bytes"
+        return out_of_memory(name, exc, matrix, self.dense_bytes, "read_letor")
 
 
 # --------------------------------------------------------------------------------------- parsing
