@@ -421,3 +421,15 @@ def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):
     train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, "--max-dense-bytes", "1000"]
     assert main([*train, "--out", str(tmp_path / "m")]) == 2
     assert "above max_dense_bytes = 1,000" in capsys.readouterr().err
+
+
+def test_group_col_with_one_distinct_value_says_so(table, tmp_path, capsys):
+    # issue 30: "1 queries are too few ... (got -1/1/1)"
+    path = tmp_path / "one_region.csv"
+    table.assign(region="eu").to_csv(path, index=False)
+    argv = ["train", "--model", "mlp", "--data", str(path), *COLS, *CAT, "--group-col", "region"]
+    assert main([*argv, "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err == (
+        "ctxrank: error: --group-col region has only 1 distinct value: a train/valid/test split by group "
+        "needs at least 3 groups, one for each split\n"
+    )

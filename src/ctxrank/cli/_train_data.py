@@ -132,8 +132,8 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
         spec = replace(_table_spec(source, columns, path), group=files.group_col)
         encoder = CategoricalEncoder()
         full, _ = read_table_file(path, spec, encoder=encoder, **source.table_options())
-        by_group = files.group_col is not None
-        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group)
+        by_group, name = files.group_col is not None, f"--group-col {files.group_col}"
+        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group, group_name=name)
         if spec.categorical:  # the vocabulary of the whole file -> of the training queries only
             encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
         meta["table"] = table_meta(spec, train, encoder)
