@@ -433,3 +433,13 @@ def test_group_col_with_one_distinct_value_says_so(table, tmp_path, capsys):
         "ctxrank: error: --group-col region has only 1 distinct value: a train/valid/test split by group "
         "needs at least 3 groups, one for each split\n"
     )
+
+
+def test_a_text_label_column_is_explained_as_a_label_not_a_feature(table, tmp_path, capsys):
+    # issue 30: the hint spoke of --categorical (features) for a label column of "yes" / "no"
+    path = tmp_path / "yes_no.csv"
+    table.assign(chosen=np.where(table["chosen"] > 0, "yes", "no")).to_csv(path, index=False)
+    assert main(["data-info", str(path), *COLS, *CAT]) == 2
+    err = capsys.readouterr().err.removeprefix(f"ctxrank: error: {path}: ")
+    assert err.startswith("data row 1: label column 'chosen' holds text ('no', 'yes')"), err
+    assert "{'yes': 1, 'no': 0}" in err and "--categorical" not in err and "--numeric" not in err

@@ -149,7 +149,7 @@ def test_numeric_selection_and_fill_value(tmp_path):
         ("q,y,x\n1,0,1\n1,1,inf\n", r"data row 2: column 'x': value .* not a finite float32"),
         ("q,y,x\n1,0,1\n1,1,1e40\n", r"data row 2: column 'x': value .* not a finite float32"),
         ("q,y,x\n1,0,1\n1,,2\n", r"data row 2: missing label in column 'y'"),
-        ("q,y,x\n1,0,1\n1,high,2\n", r"data row 2: column 'y': expected a number, got 'high'"),
+        ("q,y,x\n1,0,1\n1,high,2\n", r"data row 2: label column 'y' holds text \('high'\): labels must be"),
         ("q,y,x\n1,0,1\n,1,2\n", r"data row 2: missing query id in column 'q'"),
         ("", r"empty file"),
         ("q,y,x\n", r"empty file \(no data rows\)"),
@@ -347,3 +347,14 @@ def test_a_table_that_fits_the_bound_but_not_the_memory_is_a_memory_error_with_a
     assert outcome.startswith(f"MemoryError {tmp_path / 'b.csv.gz'}: cannot allocate "), outcome
     assert "while reading it: out of memory (the table is 67,108,864 rows x 3 columns x 4 bytes" in outcome
     assert "--max-dense-bytes N" in outcome
+
+
+def test_a_text_label_column_says_labels_must_be_numbers_not_categorical(tmp_path):
+    # issue 30: the hint for a text label spoke of --categorical (features)
+    p = write(tmp_path, "q,chosen,x\n1,no,1\n1,yes,2\n2,Yes,3\n2,no,4\n")
+    with pytest.raises(ValueError) as info:
+        read_table(p, query="q", label="chosen")
+    message = str(info.value)
+    assert message.startswith(f"{p}: data row 1: label column 'chosen' holds text ('Yes', 'no', 'yes'): ")
+    assert "replace them by 1 (chosen) and 0 in the file: {'Yes': 1, 'yes': 1, 'no': 0}" in message
+    assert "categorical" not in message

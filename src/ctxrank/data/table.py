@@ -49,7 +49,7 @@ from ctxrank._checks import check_int
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import input_kind
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, text_label_error
 
 __all__ = [
     "TABLE_EXTENSIONS",
@@ -450,7 +450,16 @@ def _labels(df: pd.DataFrame, label: str | None, name: str) -> np.ndarray:
     """float32 (N,) labels (0 without a label column); a missing one is an error."""
     if label is None:
         return np.zeros(len(df), dtype=np.float32)
-    labels, missing = _numeric(df[label], label, name)
+    column = df[label]
+    if not (pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype)):
+        cells = column.astype(object)
+        text = (pd.to_numeric(cells, errors="coerce").isna() & cells.notna()).to_numpy()
+        if text.any():
+            where = f"{name}: data row {int(np.argmax(text)) + 1}: label column {label!r}"
+            how = "replace {what} by {to} in the file: {mapping}"
+            raise text_label_error(where, cells[text].astype(str).unique(), how)
+        column = cells
+    labels, missing = _numeric(column, label, name)
     if missing.any():
         raise ValueError(f"{name}: data row {int(np.argmax(missing)) + 1}: missing label in column {label!r}")
     return labels
