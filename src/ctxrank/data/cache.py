@@ -9,8 +9,8 @@ cached. A stale entry (the key differs) or a corrupt one (unreadable archive, wr
 mismatch) is detected and rebuilt, never trusted. The archive is read with ``allow_pickle=False``:
 loading a cache never runs code. Writes are atomic (temporary file, fsync, rename).
 
-Cost: hashing reads the file once more (sha256, about 2 GB/s with the SHA CPU extensions; for a gzip
-file, its compressed bytes); ``benchmarks/bench_parser.py`` reports it against a parse and a reload.
+Cost: hashing reads the file once more (sha256 of the bytes on disk: a gzip file's compressed ones);
+``benchmarks/bench_parser.py`` reports it against a parse and a cached reload.
 """
 
 from __future__ import annotations
