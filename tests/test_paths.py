@@ -88,12 +88,13 @@ def test_a_missing_file_offers_its_near_names_in_every_reader(tmp_path):
         read_letor(tmp_path / "absent.txt")
 
 
-def test_near_names_are_bounded_and_ordered(tmp_path):
+def test_near_names_are_bounded_ordered_and_spelled_as_given(tmp_path, monkeypatch):
     for name in ["f.txt.gz", "F.TXT", "f.txx", *(f"f{i}.txt" for i in range(20))]:
         (tmp_path / name).touch()
     near = near_names(tmp_path / "f.txt")
     assert near[:2] == [str(tmp_path / "f.txt.gz"), str(tmp_path / "F.TXT")] and len(near) == 5
-    assert near_names("S1.txt") == [] or all(not n.startswith("./") for n in near_names("S1.txt"))
+    monkeypatch.chdir(tmp_path)
+    assert near_names("f.txt")[0] == "f.txt.gz"  # a relative path stays relative, without "./"
 
 
 def test_the_cli_offers_the_compressed_name(tmp_path, capsys):
@@ -172,13 +173,16 @@ def test_endless_or_huge_streams_stop_at_the_limits(tmp_path):
             read_letor(path)
 
 
-def test_a_table_from_a_fifo_is_refused_without_blocking(tmp_path):
+def test_a_table_or_scores_from_a_fifo_is_refused_without_blocking(tmp_path):
     with fifo(tmp_path / "t.csv", b"q,y,x\n1,0,1\n") as path:
         message = r"t\.csv is a FIFO \(a pipe or process substitution\): a table must be a regular file"
         with pytest.raises(ValueError, match=message):
             read_table(path, query="q", label="y")
         with pytest.raises(ValueError, match=r"LETOR / SVMlight text can come from a pipe"):
             table_columns(path)
+    with fifo(tmp_path / "s.txt", b"1\n") as path:
+        with pytest.raises(ValueError, match=r"s\.txt is a FIFO .*: a scores file must be a regular file"):
+            read_scores(path)
 
 
 def test_the_cli_reads_letor_from_stdin_a_pipe_and_a_process_substitution(tmp_path):

@@ -20,9 +20,9 @@ Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. 
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
 with status 2, as does running out of memory (``ctxrank: error: out of memory: <what>``); ``--debug``
-shows the traceback instead. :func:`main` returns the exit status and never
-raises ``SystemExit``, so tests can call it in-process. Building the parser imports no NumPy, torch or
-pandas: each command imports what it needs when it runs.
+shows the traceback instead. :func:`main` returns the exit status and never raises ``SystemExit``, so
+tests can call it in-process. Building the parser imports no NumPy, torch or pandas: each command
+imports what it needs when it runs.
 """
 
 from __future__ import annotations

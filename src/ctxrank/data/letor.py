@@ -23,7 +23,12 @@ query keys, docids) and one chunk's working set (about 15x the 4 MB chunk, or ab
 line when the careful path reads it). No Python object is created per value on the fast path. (A
 sparse file whose largest feature index first appears late is widened, briefly holding 2x.) The dense
 array is never allocated beyond ``max_dense_bytes``: the feature index that would make it larger is a
-``file:line`` error before any allocation, so a tiny file cannot ask for gigabytes.
+``file:line`` error before any allocation, so a tiny file cannot ask for gigabytes. An allocation below
+the limit that fails anyway is a MemoryError naming the file, the array and its size.
+
+Streams (a FIFO, a pipe, a process substitution, ``-``) cannot be read twice: they are read once, chunk
+by chunk, each chunk's lines checked against ``max_line_bytes`` and the lines read so far against
+``max_dense_bytes``, and the blocks joined at the end (peak about 2x the array); never cached.
 
 Parsed files are cached (see :mod:`ctxrank.data.cache`): later loads of an unchanged file skip parsing.
 """
@@ -180,7 +185,7 @@ def read_letor(
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     limits = _Limits(int(max_dense_bytes), int(max_line_bytes))
     group_path = _find_query_file(path, query_file)
-    stream |= group_path is not None and input_kind(group_path, "group file", streams=True) == STREAM
+    group_stream = group_path is not None and input_kind(group_path, "group file", streams=True) == STREAM
     options = {
         "null_fill": null_fill,
         "regroup": regroup,
@@ -196,7 +201,7 @@ def read_letor(
     def parse() -> RankingData:
         return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits, stream)
 
-    if cache and not stream:  # a stream is read once: nothing to hash, nothing to key a cache on
+    if cache and not (stream or group_stream):  # a stream is read once: no content to key a cache on
         from ctxrank.data import cache as _cache
 
         data = _cache.cached_parse(
@@ -1127,6 +1132,11 @@ def read_group_sizes(
     with path.open("rb") as fh:
         while raw := fh.readline(_GROUP_LINE_BYTES):  # bounded: a stream without newlines ends here
             line_no += 1
+            if len(raw) == _GROUP_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ValueError(
+                    f"{path}:{line_no}: expected a positive integer group size (at most 18 digits), got a "
+                    f"line of {_GROUP_LINE_BYTES:,} bytes or more"
+                )
             if line_no == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]
             text = raw.strip()

@@ -23,7 +23,7 @@ def read_scores(
     ``file:line``. With ``n_expected`` the count must match.
     """
     path = Path(path)
-    input_kind(path, "scores file", why=" (a FIFO is refused: its size is not known before reading)")
+    input_kind(path, "scores file", why=": write the scores to a file first")
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         lines = fh.read().splitlines()
     while lines and not lines[-1].strip():
