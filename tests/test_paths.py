@@ -80,6 +80,11 @@ def test_a_missing_file_offers_its_near_names_in_every_reader(tmp_path):
     ]:
         with pytest.raises(ValueError, match=message):
             call()
+    from ctxrank.data.choice import choice_frame
+
+    (tmp_path / "swissmetro.csv").touch()
+    with pytest.raises(ValueError, match=r"metro\.csv\.gz: no such file; did you mean .*/swissmetro\.csv\?"):
+        choice_frame("swissmetro", root=tmp_path)
     with pytest.raises(ValueError, match=r"x\.qry: no such group file"):
         read_letor(tmp_path / "S1.txt.gz", query_file=tmp_path / "x.qry", cache=False)
     with pytest.raises(ValueError, match=r"no such file \(no directory .*/nodir\)"):
