@@ -14,11 +14,14 @@ memory: the peak resident set during the parse minus the resident set before it 
 ``benchmarks/_common.py``; the result array is included, so compare with the dense size). ``read_letor``
 runs with ``cache=False`` (a real parse). Cached reload: the first ``read_letor`` with the binary cache
 on (parse + cache write, once, into an empty cache directory), then ``--repeats`` reloads from the
-cache, each in a fresh subprocess (time and peak memory).
+cache, each in a fresh subprocess (time and peak memory). Content hash: the cache's key hashes the
+whole file (sha256, ``ctxrank.data.cache.file_key``) on every cached load and twice on a first load;
+its time on the synthetic file is reported against ctxrank's parse and the cached reload.
 
 Reported: seconds, MB/s (file size on disk / seconds, 1 MB = 1e6 bytes), the speed ratio scikit-learn
 time / ctxrank time, peak memory of both and its multiple of the dense float32 result, and the cached
-reload time against the first load and against scikit-learn's parse.
+reload time against the first load and against scikit-learn's parse, and the content hash's time as a
+ratio of the parse time and of the reload time.
 
     .venv/bin/python benchmarks/bench_parser.py [--rows 1000000] [--repeats 3] [--keep DIR] [--json FILE]
 """
@@ -45,7 +48,8 @@ BYTES_PER_ROW = 1330  # about, for 136 features written with 6 significant digit
 
 def parse_case(spec: dict, measure_memory: bool) -> dict:
     """One parse of ``spec["path"]`` by ``spec["which"]``: ``sklearn``, ``ctxrank`` (no cache),
-    ``ctxrank-first`` (cache on, empty: parse + write) or ``ctxrank-cached`` (reload from the cache)."""
+    ``ctxrank-first`` (cache on, empty: parse + write), ``ctxrank-cached`` (reload from the cache) or
+    ``hash`` (the cache key's content hash alone)."""
     from sklearn.datasets import load_svmlight_file
 
     from ctxrank.data.letor import read_letor
@@ -63,6 +67,11 @@ def parse_case(spec: dict, measure_memory: bool) -> dict:
             shape = read_letor(path, cache=False).features.shape
         elif which in ("ctxrank-first", "ctxrank-cached"):
             shape = read_letor(path, cache=True, cache_dir=spec["cache_dir"]).features.shape
+        elif which == "hash":
+            from ctxrank.data.cache import file_key
+
+            file_key(Path(path))
+            shape = ()
         else:
             raise ValueError(f"unknown parser {which!r}")
         seconds = time.perf_counter() - t
@@ -148,6 +157,7 @@ def main(argv=None) -> int:
     first = run_case(Path(__file__), {**spec, "which": "ctxrank-first"}, args.isolate, parse_case)
     again = best_of({**spec, "which": "ctxrank-cached"}, args.repeats, args.isolate)
     shutil.rmtree(cache)
+    hashed = best_of({**spec, "which": "hash"}, args.repeats, args.isolate)
 
     def mib(x):
         return "–" if x is None else f"{x:,.0f}"
@@ -215,6 +225,9 @@ def main(argv=None) -> int:
         "reload_peak_delta_mib": again["peak_rss_delta_mib"],
         "first_over_reload": first["seconds"] / again["seconds"],
         "sklearn_parse_over_reload": big["sklearn_s"] / again["seconds"],
+        "hash_s": hashed["seconds"],
+        "hash_over_parse": hashed["seconds"] / big["ctxrank_s"],
+        "hash_over_reload": hashed["seconds"] / again["seconds"],
     }
     print(
         f"cache: first load (parse + write) {first['seconds']:.3f} s "
@@ -222,6 +235,11 @@ def main(argv=None) -> int:
         f"(peak {mib(again['peak_rss_delta_mib'])} MiB): {cache_blob['first_over_reload']:.1f}x faster "
         f"than the first load, {cache_blob['sklearn_parse_over_reload']:.1f}x faster than "
         "scikit-learn's parse"
+    )
+    print(
+        f"content hash (the cache key, sha256 of the whole file): {hashed['seconds']:.3f} s "
+        f"({big['mb_on_disk'] / hashed['seconds']:.0f} MB/s) = {cache_blob['hash_over_parse']:.3f}x "
+        f"ctxrank's parse, {cache_blob['hash_over_reload']:.2f}x the cached reload (which includes it)"
     )
     blob = {
         "benchmark": "bench_parser",

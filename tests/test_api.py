@@ -164,6 +164,15 @@ def test_bad_input_at_predict_and_in_parameters():
         ListNetRanker(lr=-1.0).fit(X, y, qid=qid)
 
 
+def test_text_labels_say_labels_must_be_numbers():
+    # issue 30: labels "yes" / "no" (a choice) were an "Unknown label type" with no way out
+    X, y, qid = _data()
+    with pytest.raises(ValueError) as info:
+        ListNetRanker(**TINY).fit(X, np.where(y > 0, "yes", "no"), qid=qid)
+    assert str(info.value).startswith("y: Unknown label type <U3: y holds text ('no', 'yes'): labels must be")
+    assert "y = pd.Series(y).map({'yes': 1, 'no': 0}).to_numpy()" in str(info.value)
+
+
 # ------------------------------------------------------------------------- every model, saving
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_registered_model_fits_saves_and_loads(name, tmp_path):

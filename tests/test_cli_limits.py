@@ -124,3 +124,51 @@ def test_missing_group_file_error_names_every_accepted_name(tmp_path, capsys):
         assert name in err
     (tmp_path / "rank.test.query").write_text("2\n")
     assert main(["data-info", str(data), "--json"]) == 0
+
+
+# ------------------------------------------------------------------------------ out of memory (issue 30)
+_CLI_CAPPED = """
+import resource, sys
+import numpy, pandas
+import ctxrank.cli, ctxrank.cli.data, ctxrank.data.letor, ctxrank.data.summary
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize:")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), vm + (256 << 20)))
+sys.exit(ctxrank.cli.main(sys.argv[1:]))
+"""
+
+
+def test_out_of_memory_below_the_limit_is_an_error_line_not_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the memory cap reads /proc/self/status")
+    wide = tmp_path / "wide.txt"  # 21 rows x feature 9,999,999: 801 MiB, under --max-dense-bytes' 2 GiB
+    wide.write_text("".join(f"1 qid:{i // 4} 3:1 9999999:1\n" for i in range(21)))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-c", _CLI_CAPPED, "data-info", str(wide), "--no-cache"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(
+        f"ctxrank: error: out of memory: {wide}: cannot allocate a 21 x 9,999,999 float32 array (801.1 MiB)"
+    ), proc.stderr
+    assert "--max-dense-bytes N" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
+    from ctxrank.data import letor
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError  # as Python raises it: no message
+
+    data = _letor(tmp_path / "d.txt", SCATTERED)
+    monkeypatch.setattr(letor, "read_letor", exhausted)
+    assert main(["data-info", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ctxrank: error: out of memory: the command needed more memory"), err
+    assert "--debug" in err
+    with pytest.raises(MemoryError):
+        main(["data-info", str(data), "--debug"])

@@ -398,9 +398,7 @@ def test_lambdamart_on_a_table_uses_the_categorical_columns(tmp_path, csv_file, 
     assert np.isfinite(np.loadtxt(scores)).all()
 
 
-@pytest.mark.parametrize(
-    ("flag", "value"), [("--regroup", None), ("--max-dense-bytes", "1000"), ("--max-line-bytes", "10")]
-)
+@pytest.mark.parametrize(("flag", "value"), [("--regroup", None), ("--max-line-bytes", "10")])
 def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file, flag, value, capsys):
     argv = ["data-info", str(csv_file), *COLS[:4], flag, *([value] if value else [])]
     assert main(argv) == 2
@@ -410,3 +408,38 @@ def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file
     train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, *extra]
     assert main([*train, "--out", str(csv_file.parent / "m")]) == 2
     assert f"{flag} applies to LETOR / SVMlight files" in capsys.readouterr().err
+
+
+def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):
+    # issue 30: the table reader had no bound (a small .csv.gz expanding to gigabytes: MemoryError)
+    argv = ["data-info", str(csv_file), *COLS, *CAT, "--json"]
+    assert main([*argv, "--max-dense-bytes", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ctxrank: error: {csv_file}: more than ") and "--max-dense-bytes N" in err, err
+    assert main([*argv, "--max-dense-bytes", str(1 << 30)]) == 0
+    capsys.readouterr()
+    train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, "--max-dense-bytes", "1000"]
+    assert main([*train, "--out", str(tmp_path / "m")]) == 2
+    assert "above max_dense_bytes = 1,000" in capsys.readouterr().err
+
+
+def test_group_col_with_one_distinct_value_says_so(table, tmp_path, capsys):
+    # issue 30: "1 queries are too few ... (got -1/1/1)"
+    path = tmp_path / "one_region.csv"
+    table.assign(region="eu").to_csv(path, index=False)
+    argv = ["train", "--model", "mlp", "--data", str(path), *COLS, *CAT, "--group-col", "region"]
+    assert main([*argv, "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err == (
+        "ctxrank: error: --group-col region has only 1 distinct value: a train/valid/test split by group "
+        "needs at least 3 groups, one for each split\n"
+    )
+
+
+def test_a_text_label_column_is_explained_as_a_label_not_a_feature(table, tmp_path, capsys):
+    # issue 30: the hint spoke of --categorical (features) for a label column of "yes" / "no"
+    path = tmp_path / "yes_no.csv"
+    table.assign(chosen=np.where(table["chosen"] > 0, "yes", "no")).to_csv(path, index=False)
+    assert main(["data-info", str(path), *COLS, *CAT]) == 2
+    err = capsys.readouterr().err.removeprefix(f"ctxrank: error: {path}: ")
+    assert err.startswith("data row 1: label column 'chosen' holds text ('no', 'yes')"), err
+    assert "{'yes': 1, 'no': 0}" in err and "--categorical" not in err and "--numeric" not in err

@@ -380,6 +380,68 @@ def test_cache_hit_skips_parsing(tmp_path, monkeypatch):
     assert second.query_ids.tolist() == ["10", "7"]
 
 
+def _edit_keeping_size_and_mtime(path, offset, new_byte):
+    """Replace one byte of ``path`` and put its modification time back: size and mtime unchanged."""
+    import os
+
+    st = path.stat()
+    raw = bytearray(path.read_bytes())
+    raw[offset] = new_byte
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def test_cache_keys_on_the_whole_content_not_size_mtime_or_head(tmp_path):
+    # issue 30: a label past the first MiB changed, size and mtime kept; the old parse was served
+    p = write(tmp_path, "".join(f"{i % 3} qid:{i // 10} 1:{i}.5 2:0.25\n" for i in range(60_000)))
+    assert p.stat().st_size > 1 << 20
+    before = read_letor(p, cache_dir=tmp_path / "c")
+    last = p.read_bytes().rindex(b"\n", 0, p.stat().st_size - 1) + 1  # the last line's label
+    assert before.labels[-1] == 2 and last > 1 << 20
+    _edit_keeping_size_and_mtime(p, last, ord("0"))
+    with pytest.warns(UserWarning, match="stale"):
+        after = read_letor(p, cache_dir=tmp_path / "c")
+    assert after.labels[-1] == 0 and after.label_histogram() == read_letor(p, cache=False).label_histogram()
+    assert after.label_histogram() != before.label_histogram()
+
+
+def test_cache_keys_on_the_group_files_content(tmp_path):
+    p = write(tmp_path, "1 1:0.5\n0 2:1\n2 1:3\n", name="x.txt")
+    q = write(tmp_path, "\n" * (1 << 20) + "1\n2\n", name="x.txt.query")  # blank lines skipped
+    assert read_letor(p, cache_dir=tmp_path / "c").query_offsets.tolist() == [0, 1, 3]
+    _edit_keeping_size_and_mtime(q, 1 << 20, ord("2"))  # past the first MiB
+    _edit_keeping_size_and_mtime(q, (1 << 20) + 2, ord("1"))
+    with pytest.warns(UserWarning, match="stale"):
+        assert read_letor(p, cache_dir=tmp_path / "c").query_offsets.tolist() == [0, 2, 3]
+
+
+def test_touched_file_with_the_same_content_is_served_from_the_cache(tmp_path, monkeypatch):
+    import os
+
+    p = write(tmp_path, TINY)
+    first = read_letor(p, cache_dir=tmp_path / "c")
+    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(letor, "_parse", lambda *a, **k: pytest.fail("parsed again for an unchanged content"))
+    np.testing.assert_array_equal(read_letor(p, cache_dir=tmp_path / "c").features, first.features)
+
+
+def test_a_file_changed_while_it_is_parsed_is_not_cached(tmp_path, monkeypatch):
+    p = write(tmp_path, TINY)
+    parse = letor._parse
+
+    def edit_then_parse(*args, **kwargs):
+        data = parse(*args, **kwargs)
+        p.write_text(TINY.replace("0.5", "0.75"))  # after the parse read it, before the cache is written
+        return data
+
+    monkeypatch.setattr(letor, "_parse", edit_then_parse)
+    with pytest.warns(UserWarning, match="changed while it was read"):
+        read_letor(p, cache_dir=tmp_path / "c")
+    monkeypatch.setattr(letor, "_parse", parse)
+    assert read_letor(p, cache_dir=tmp_path / "c").features[0, 0] == np.float32(0.75)
+
+
 def test_default_cache_dir_follows_env(tmp_path, monkeypatch):
     monkeypatch.setenv("CTXRANK_CACHE_DIR", str(tmp_path / "here"))
     read_letor(write(tmp_path, TINY))
@@ -458,8 +520,8 @@ t0 = time.perf_counter()
 try:
     d = read_letor(sys.argv[1], cache=False, **{kwargs})
     print("LOADED", d.features.shape)
-except ValueError as exc:
-    print("ValueError", exc)
+except (ValueError, MemoryError) as exc:
+    print(type(exc).__name__, exc)
 print("seconds", time.perf_counter() - t0)
 """
 
@@ -499,6 +561,19 @@ def test_wide_index_refused_before_allocating_under_memory_cap(tmp_path, rows):
     assert read_letor(small, cache=False, max_dense_bytes=1_200_000).features.shape == (1000, 300)
     with pytest.raises(ValueError, match=r"small\.txt: n_features = 300 over 1000 lines makes"):
         read_letor(small, cache=False, n_features=300, max_dense_bytes=1_000_000)
+
+
+def test_allocation_failure_below_the_limit_names_the_file_the_array_and_the_option(tmp_path):
+    # issue 30: a 546-byte file, 21 rows with feature index 9,999,999: 801 MiB, under the 2 GiB limit, above
+    # what the capped process has left: MemoryError with a message, not NumPy's bare one
+    p = write(tmp_path, "".join(f"1 qid:{i // 4} 3:1 9999999:1\n" for i in range(21)))
+    assert p.stat().st_size < 600
+    outcome, _ = _read_capped(p)
+    assert outcome.startswith(
+        f"MemoryError {p}: cannot allocate a 21 x 9,999,999 float32 array (801.1 MiB) while reading it: "
+        "out of memory"
+    ), outcome
+    assert "max_dense_bytes = 2,147,483,648" in outcome and "--max-dense-bytes N" in outcome
 
 
 def test_long_line_refused_and_wide_line_read_within_memory_cap(tmp_path):

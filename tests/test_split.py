@@ -1,5 +1,8 @@
 """Random query-level train / validation / test split (ctxrank.data.split)."""
 
+import re
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -45,3 +48,25 @@ def test_split_errors():
         query_split_indices(10, (0.5, 0.5, 0.5))
     with pytest.raises(ValueError, match="three positive numbers"):
         query_split_indices(10, (1.0, 0.0))
+
+
+def test_too_few_queries_or_groups_say_so_without_negative_counts():
+    # issue 30: "--group-col" naming a column with one group gave "1 queries are too few ... (got -1/1/1)"
+    for n in (0, 1, 2):
+        with pytest.raises(ValueError, match=rf"^{n} quer(y is|ies are) too few to split .* least 3 queries"):
+            query_split_indices(n)
+    with pytest.raises(ValueError) as info:  # 4 queries, 10/45/45: valid 2 + test 2 leave none to train
+        query_split_indices(4, (0.1, 0.45, 0.45))
+    message = str(info.value)
+    assert message.startswith("4 queries are too few to split 0.1/0.45/0.45")
+    assert not re.search(r"-\d", message)  # no negative count
+    assert "validation gets 2 and test 2" in message and "leaving 0 for training" in message
+    with pytest.raises(ValueError, match="leaving 0 for training"):  # 3 + 1 of 3: was "got -1/1/3"
+        query_split_indices(3, (0.1, 0.05, 0.85))
+    data = make_ranking_data(12, seed=1)
+    one_group = replace(data, group_ids=np.array(["r1"] * 12))
+    with pytest.raises(ValueError, match=r"^--group-col person has only 1 distinct value: .* least 3 groups"):
+        split_queries(one_group, by_group=True, group_name="--group-col person")
+    two = replace(data, group_ids=np.array(["r1", "r2"] * 6))
+    with pytest.raises(ValueError, match=r"^group_ids of synthetic\(seed=1\) has only 2 distinct values"):
+        split_queries(two, by_group=True)

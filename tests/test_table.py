@@ -149,7 +149,7 @@ def test_numeric_selection_and_fill_value(tmp_path):
         ("q,y,x\n1,0,1\n1,1,inf\n", r"data row 2: column 'x': value .* not a finite float32"),
         ("q,y,x\n1,0,1\n1,1,1e40\n", r"data row 2: column 'x': value .* not a finite float32"),
         ("q,y,x\n1,0,1\n1,,2\n", r"data row 2: missing label in column 'y'"),
-        ("q,y,x\n1,0,1\n1,high,2\n", r"data row 2: column 'y': expected a number, got 'high'"),
+        ("q,y,x\n1,0,1\n1,high,2\n", r"data row 2: label column 'y' holds text \('high'\): labels must be"),
         ("q,y,x\n1,0,1\n,1,2\n", r"data row 2: missing query id in column 'q'"),
         ("", r"empty file"),
         ("q,y,x\n", r"empty file \(no data rows\)"),
@@ -273,3 +273,88 @@ def test_table_spec_round_trip_and_scoring(tmp_path):
         back.read(write(tmp_path, "qid,price,brand\n1,2,zeta\n", "u.csv"))
     with pytest.raises(ValueError, match="needs a 'query' column name"):
         TableSpec.from_dict({"label": "y"})
+
+
+# ------------------------------------------------------------------------- size bound (issue 30)
+_CAPPED = """
+import resource, sys
+from ctxrank.data.table import read_table
+vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize:")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), vm + (256 << 20)))
+try:
+    d = read_table(sys.argv[1], query="q", label="y", **{kwargs})
+    print("LOADED", d.features.shape)
+except (ValueError, MemoryError) as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def _read_capped(path, **kwargs):
+    """read_table in a subprocess whose address space is its size after import + 256 MiB."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the memory cap reads /proc/self/status")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    code = _CAPPED.format(kwargs=repr(kwargs))
+    argv = [sys.executable, "-c", code, str(path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+def _bomb(path, members):
+    """A .csv.gz of ``members`` x 8 MiB of rows ``1,0,0.5`` (1M rows each, 12 KB compressed)."""
+    member = gzip.compress(b"1,0,0.5\n" * (1 << 20), compresslevel=9)
+    path.write_bytes(gzip.compress(b"q,y,x\n") + member * members)
+    return path
+
+
+def test_a_gzip_bomb_table_is_refused_before_it_is_read_under_a_memory_cap(tmp_path):
+    # the issue's file: 3 MB of .csv.gz holding 2 GiB of text, 268M rows (3.2 GB as float32 cells)
+    p = _bomb(tmp_path / "bomb.csv.gz", 256)
+    assert p.stat().st_size < 3.2e6
+    outcome = _read_capped(p)
+    assert outcome.startswith(
+        f"ValueError {p}: more than 178,956,970 rows (counted so far) x 3 columns x 4 bytes is above "
+        "max_dense_bytes = 2,147,483,648 (2.00 GiB)"
+    ), outcome
+    assert "read_table(..., max_dense_bytes=N)" in outcome and "--max-dense-bytes N" in outcome
+
+
+def test_the_table_bound_is_a_keyword_checked_before_reading(tmp_path):
+    small = _bomb(tmp_path / "small.csv.gz", 1)  # 1M rows x 3 columns x 4 bytes = 12 MB
+    with pytest.raises(ValueError, match=r"small\.csv\.gz: more than 83,333 rows .* = 1,000,000"):
+        read_table(small, query="q", label="y", max_dense_bytes=1_000_000)
+    assert read_table(small, query="q", label="y", max_dense_bytes=12_582_912).n_items == 1 << 20
+    pq = tmp_path / "t.parquet"
+    pd.DataFrame({"q": np.arange(1000) // 10, "y": 0, "x": 0.5, "z": 1}).to_parquet(pq)
+    message = r"t\.parquet: 1,000 rows x 4 columns x 4 bytes = 15\.6 KiB, above max_dense_bytes = 10,000"
+    with pytest.raises(ValueError, match=message):
+        read_table(pq, query="q", label="y", max_dense_bytes=10_000)
+    assert read_table(pq, query="q", label="y", max_dense_bytes=16_000).n_items == 1000
+    for bad in (0, -1, True, 1.5, "2G"):
+        with pytest.raises(ValueError, match="max_dense_bytes must be a positive integer"):
+            read_table(pq, query="q", label="y", max_dense_bytes=bad)
+
+
+def test_a_table_that_fits_the_bound_but_not_the_memory_is_a_memory_error_with_a_message(tmp_path):
+    outcome = _read_capped(_bomb(tmp_path / "b.csv.gz", 64))  # 67M rows: 805 MB of cells, under 2 GiB
+    assert outcome.startswith(f"MemoryError {tmp_path / 'b.csv.gz'}: cannot allocate "), outcome
+    assert "while reading it: out of memory (the table is 67,108,864 rows x 3 columns x 4 bytes" in outcome
+    assert "--max-dense-bytes N" in outcome
+
+
+def test_a_text_label_column_says_labels_must_be_numbers_not_categorical(tmp_path):
+    # issue 30: the hint for a text label spoke of --categorical (features)
+    p = write(tmp_path, "q,chosen,x\n1,no,1\n1,yes,2\n2,Yes,3\n2,no,4\n")
+    with pytest.raises(ValueError) as info:
+        read_table(p, query="q", label="chosen")
+    message = str(info.value)
+    assert message.startswith(f"{p}: data row 1: label column 'chosen' holds text ('Yes', 'no', 'yes'): ")
+    assert "replace them by 1 (chosen) and 0 in the file: {'Yes': 1, 'yes': 1, 'no': 0}" in message
+    assert "categorical" not in message

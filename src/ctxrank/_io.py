@@ -135,13 +135,11 @@ def writing(path: Path, tmp: Path | None = None) -> Iterator[None]:
         raise _write_error(exc, path, tmp) from exc
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """The SHA-256 (hex) of the file ``path``, read in chunks (a large file is never held whole)."""
-    digest = hashlib.sha256()
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 (hex) of the file ``path``, read in chunks (``hashlib.file_digest``: a large file is
+    never held whole)."""
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def write_json(path: Path, obj: Any) -> None:

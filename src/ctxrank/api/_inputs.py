@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 
 from ctxrank.data.categorical import CategoricalEncoder
-from ctxrank.data.ranking_data import RankingData, frame_columns, group_by_query, query_ids_of
+from ctxrank.data.ranking_data import (
+    RankingData,
+    frame_columns,
+    group_by_query,
+    query_ids_of,
+    text_label_error,
+)
 
 __all__ = ["Inputs", "to_ranking_data"]
 
@@ -66,6 +72,10 @@ def to_ranking_data(
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y: expected {n} labels (one per row of X), got shape {y.shape}")
+        if y.dtype.kind in "OUS" and any(isinstance(v, str | bytes) for v in y.tolist()):
+            text = [v for v in y.tolist() if isinstance(v, str | bytes)]
+            how = "map {what} to {to} first, e.g. y = pd.Series(y).map({mapping}).to_numpy()"
+            raise text_label_error(f"y: Unknown label type {y.dtype}: y", text, how)
         if y.dtype.kind not in "biuf":
             raise ValueError(f"y: Unknown label type {y.dtype}; expected graded relevance labels (numbers)")
     ids = query_ids_of(n, qid, group)

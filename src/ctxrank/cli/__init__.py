@@ -20,9 +20,10 @@ Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. 
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
-with status 2; ``--debug`` shows the traceback instead. :func:`main` returns the exit status and never
-raises ``SystemExit``, so tests can call it in-process. Building the parser imports no NumPy, torch or
-pandas: each command imports what it needs when it runs.
+with status 2, as does running out of memory (``ctxrank: error: out of memory: <what>``); ``--debug``
+shows the traceback instead. :func:`main` returns the exit status and never raises ``SystemExit``, so
+tests can call it in-process. Building the parser imports no NumPy, torch or pandas: each command
+imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -110,6 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"ctxrank: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # a reader says what it could not allocate, else a generic line
+        if args.debug:
+            raise
+        detail = str(exc) or (
+            "the command needed more memory than this process may use; free memory or use a machine with "
+            "more (--debug shows where)"
+        )
+        print(f"ctxrank: error: out of memory: {detail}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

@@ -230,6 +230,10 @@ class DataOptions:
             options["query_file"] = self.query_file
         return options
 
+    def table_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``read_table`` / ``read_table_file`` (``--max-dense-bytes``, when given)."""
+        return {} if self.max_dense_bytes is None else {"max_dense_bytes": self.max_dense_bytes}
+
     def registry_options(self) -> dict[str, Any]:
         """Keyword arguments of ``load_fold`` / ``load_split`` for ``--dataset`` (``--null-fill`` is
         refused for a choice dataset: its data are a table)."""
@@ -263,7 +267,6 @@ class DataOptions:
             flag
             for flag, value in (
                 ("--regroup", self.regroup),  # a table's rows are always gathered by query
-                ("--max-dense-bytes", self.max_dense_bytes),
                 ("--max-line-bytes", self.max_line_bytes),
             )
             if value not in (None, False)
@@ -309,7 +312,8 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved
         "--max-dense-bytes",
         type=positive_int,
         metavar="N",
-        help="refuse a LETOR file whose dense feature matrix would exceed N bytes (default 2 GiB)",
+        help="refuse a data file whose dense matrix would exceed N bytes, before reading it: a LETOR file's "
+        "lines x largest feature index x 4, a table's rows x columns x 4 (default 2 GiB)",
     )
     p.add_argument(
         "--max-line-bytes",

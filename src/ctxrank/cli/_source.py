@@ -141,7 +141,7 @@ def load_data_rows(
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
         if saved_table is not None and saved_table.get("numeric_default") is True:
             _reject_extra_columns(file, spec)
-        return read_table_file(file, spec, scoring=purpose == "predict")
+        return read_table_file(file, spec, scoring=purpose == "predict", **source.table_options())
     from ctxrank.data.letor import read_letor
 
     table.reject(file)

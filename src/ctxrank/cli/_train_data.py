@@ -109,10 +109,11 @@ def _read_table_files(files: TrainFiles, source: DataOptions, columns: TableOpti
 
     spec = _table_spec(source, columns, files.train)
     encoder = CategoricalEncoder()
-    train, _ = read_table_file(files.train, spec, encoder=encoder)  # fits the encoder in place
+    limits = source.table_options()
+    train, _ = read_table_file(files.train, spec, encoder=encoder, **limits)  # fits the encoder in place
     fitted = replace(spec, numeric=tuple(train.feature_names), encoder=encoder)
-    valid, _ = read_table_file(files.valid, fitted)
-    test = read_table_file(files.test, fitted)[0] if files.test is not None else None
+    valid, _ = read_table_file(files.valid, fitted, **limits)
+    test = read_table_file(files.test, fitted, **limits)[0] if files.test is not None else None
     meta = {"table": table_meta(spec, train, encoder)}
     return TrainingData(train, valid, test, f"train {files.train}", meta=meta)
 
@@ -130,9 +131,9 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
 
         spec = replace(_table_spec(source, columns, path), group=files.group_col)
         encoder = CategoricalEncoder()
-        full, _ = read_table_file(path, spec, encoder=encoder)
-        by_group = files.group_col is not None
-        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group)
+        full, _ = read_table_file(path, spec, encoder=encoder, **source.table_options())
+        by_group, name = files.group_col is not None, f"--group-col {files.group_col}"
+        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group, group_name=name)
         if spec.categorical:  # the vocabulary of the whole file -> of the training queries only
             encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
         meta["table"] = table_meta(spec, train, encoder)

@@ -1,11 +1,16 @@
 """Binary cache of parsed data files.
 
 The first parse of a file writes ``<cache_dir>/<hash of path and options>.npz``; later loads reuse it
-when the stored key still matches the file: absolute path, size, modification time (ns), the sha256
-of the file's first MiB, the parse options and the group file's size and time. A stale entry (any of
-those changed) or a corrupt one (unreadable archive, wrong arrays, checksum mismatch) is detected and
-rebuilt, never trusted. The archive is read with ``allow_pickle=False``: loading a cache never runs
-code. Writes are atomic (temporary file, fsync, rename).
+when the stored key still matches: the file's absolute path, its size and the sha256 of its whole
+content (and the same of the group file), and the parse options. A cache never answers for a file whose
+content changed, whatever its modification time says; a file touched without a change is still served
+from the cache. The content is hashed again after a parse: a file edited while it was parsed is not
+cached. A stale entry (the key differs) or a corrupt one (unreadable archive, wrong arrays, checksum
+mismatch) is detected and rebuilt, never trusted. The archive is read with ``allow_pickle=False``:
+loading a cache never runs code. Writes are atomic (temporary file, fsync, rename).
+
+Cost: hashing reads the file once more (sha256 of the bytes on disk: a gzip file's compressed ones);
+``benchmarks/bench_parser.py`` reports it against a parse and a cached reload.
 """
 
 from __future__ import annotations
@@ -22,17 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxrank._io import sha256_file
 from ctxrank.data.ranking_data import RankingData
 
-CACHE_VERSION = 1
-HEAD_BYTES = 1 << 20
+CACHE_VERSION = 2  # 1: keyed on size, mtime and the first MiB's hash
 _ARRAYS = ("features", "labels", "query_ids", "query_offsets", "docids")
-
 
 
 class CacheWarning(UserWarning):
     """A cache entry was ignored (stale, unreadable) or could not be written; the file is parsed anyway
     (the CLI prints it as one line: ``ctxrank: warning: ...``)."""
+
 
 def default_cache_dir() -> Path:
     """``$CTXRANK_CACHE_DIR``, else ``$XDG_CACHE_HOME/ctxrank``, else ``~/.cache/ctxrank``."""
@@ -44,10 +49,8 @@ def default_cache_dir() -> Path:
 
 
 def file_key(path: Path) -> dict:
-    st = path.stat()
-    with path.open("rb") as fh:
-        head = hashlib.sha256(fh.read(HEAD_BYTES)).hexdigest()
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
+    """``{"path", "size", "sha256"}`` of ``path``: where it is and its whole content."""
+    return {"path": str(path.resolve()), "size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def _checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -69,12 +72,7 @@ def cached_parse(
 ) -> RankingData:
     """Return the cached parse of ``path`` under ``options``, parsing (and caching) when needed."""
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key = {
-        "version": CACHE_VERSION,
-        "file": file_key(path),
-        "options": options,
-        "extra": [file_key(Path(p)) for p in extra_files],
-    }
+    key = _key(path, options, extra_files)
     name = hashlib.sha256(json.dumps([key["file"]["path"], options], sort_keys=True).encode()).hexdigest()
     entry = directory / f"{name[:32]}.npz"
     if entry.is_file():
@@ -83,6 +81,13 @@ def cached_parse(
             return replace(data, source=str(path))  # the path as the caller spelled it this time
         warnings.warn(f"ignoring cache {entry} for {path}: {why}; re-parsing", CacheWarning, stacklevel=3)
     data = parse()
+    if _key(path, options, extra_files) != key:  # edited while it was parsed: which content was read?
+        warnings.warn(
+            f"not caching {path}: it changed while it was read (its content hash differs from before)",
+            CacheWarning,
+            stacklevel=3,
+        )
+        return data
     try:
         _store(entry, key, data)
     except OSError as exc:
@@ -90,12 +95,24 @@ def cached_parse(
     return data
 
 
+def _key(path: Path, options: dict, extra_files: Sequence[Path]) -> dict:
+    return {
+        "version": CACHE_VERSION,
+        "file": file_key(path),
+        "options": options,
+        "extra": [file_key(Path(p)) for p in extra_files],
+    }
+
+
 def _load(entry: Path, key: dict) -> tuple[RankingData | None, str]:
     try:
         with np.load(entry, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            if meta.get("key") != key:
-                return None, "stale (the file or the options changed)"
+            stored = meta.get("key")
+            if isinstance(stored, dict) and stored.get("version") != CACHE_VERSION:
+                return None, f"stale (cache format {stored.get('version')}, another ctxrank version's)"
+            if stored != key:
+                return None, "stale (the file's content or the options changed)"
             arrays = {n: z[n] for n in _ARRAYS if n in z.files}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:
         return None, f"unreadable ({type(exc).__name__}: {exc})"

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ctxrank.data.paths import missing_file_error
 from ctxrank.data.ranking_data import RankingData
 
 if TYPE_CHECKING:  # pandas is imported when a dataset is read, not with the registry
@@ -222,7 +223,8 @@ def choice_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFra
     layout = _layout(name)
     path = (Path(root) if root is not None else choice_dir()) / layout.file
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (the {name} choice data; see ctxrank/datasets/choice)")
+        missing = missing_file_error(path)
+        raise ValueError(f"{missing} (the {name} choice data; see ctxrank/datasets/choice)")
     check_sha256(path, layout.sha256)
     import pandas as pd
 

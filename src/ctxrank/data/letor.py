@@ -23,7 +23,12 @@ query keys, docids) and one chunk's working set (about 15x the 4 MB chunk, or ab
 line when the careful path reads it). No Python object is created per value on the fast path. (A
 sparse file whose largest feature index first appears late is widened, briefly holding 2x.) The dense
 array is never allocated beyond ``max_dense_bytes``: the feature index that would make it larger is a
-``file:line`` error before any allocation, so a tiny file cannot ask for gigabytes.
+``file:line`` error before any allocation, so a tiny file cannot ask for gigabytes. An allocation below
+the limit that fails anyway is a MemoryError naming the file, the array and its size.
+
+Streams (a FIFO, a pipe, a process substitution, ``-``) cannot be read twice: they are read once, chunk
+by chunk, each chunk's lines checked against ``max_line_bytes`` and the lines read so far against
+``max_dense_bytes``, and the blocks joined at the end (peak about 2x the array); never cached.
 
 Parsed files are cached (see :mod:`ctxrank.data.cache`): later loads of an unchanged file skip parsing.
 """
@@ -37,6 +42,7 @@ import re
 import warnings
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,20 +50,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ctxrank._checks import check_int
+from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
+from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["NULL_FILL_RULES", "DataWarning", "read_group_sizes", "read_letor"]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
-# 2 GiB: above the largest file of every registered dataset (Istella-S train.txt, 2,043,304 rows x 220
-# features = 1.68 GiB) while keeping the reader's peak (1-2x the array) within a common 8 GB machine
-DEFAULT_MAX_DENSE_BYTES = 2 << 30
 # 1 MiB: about 100x the longest line of any registered dataset (Yahoo! set 1, 700 features, ~10 KB); it
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 # NULL fills (``_fill_nulls``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
 NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
+_GROUP_LINE_BYTES = 4096  # a group file's line: a size of at most 18 digits, and spaces
 _FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
 _COMMENT = re.compile(rb"#[^\n]*")
@@ -99,7 +106,9 @@ def read_letor(
     """Read a LETOR / SVMlight file into a :class:`RankingData`.
 
     Args:
-        path: ``.txt`` or ``.gz`` file, lines ``label qid:Q idx:val ... [# comment]``. Blank lines and
+        path: ``.txt`` or ``.gz`` file, lines ``label qid:Q idx:val ... [# comment]``, or a stream: a
+            FIFO, a pipe or process substitution (``/dev/fd/N``, ``<(zcat f.gz)``), ``-`` for standard
+            input (read once, as it comes, never cached; the same limits hold). Blank lines and
             lines holding only a comment are skipped. Feature indices are 1-based; absent features
             are 0 (SVMlight convention). Numeric query ids (an optional sign and ASCII digits) are
             normalized as integers (``qid:007`` -> ``"7"``); other query ids are kept as written.
@@ -122,7 +131,8 @@ def read_letor(
             (stably, queries in order of first appearance).
         n_features: fix the feature count (an index above it is an error); default: the largest
             index in the file.
-        cache: reuse / write a binary cache of the parsed arrays (see ``ctxrank.data.cache``).
+        cache: reuse / write a binary cache of the parsed arrays (see ``ctxrank.data.cache``); never
+            for a stream.
         cache_dir: where the cache lives (default ``$CTXRANK_CACHE_DIR`` or ``~/.cache/ctxrank``).
         chunk_bytes: size of the text chunks parsed at once.
         dense: whether every row lists every feature ``1..F`` (LETOR files do; SVMlight files that omit
@@ -145,14 +155,16 @@ def read_letor(
         docids (from ``#docid = ...`` comments, when every line has one) and ``info``.
 
     Raises:
-        ValueError: a malformed line (named ``file:line``, with what was expected), NaN/inf values,
+        ValueError: a missing file (with the near names of its directory), a directory, device or
+            socket, a malformed line (named ``file:line``, with what was expected), NaN/inf values,
             an empty file, group sizes that do not match the row count, a reappearing query id, a
             line longer than ``max_line_bytes``, a dense matrix above ``max_dense_bytes``, a short row
             with ``dense=True``.
+        MemoryError: the dense matrix, within ``max_dense_bytes``, does not fit in the memory left; the
+            message names the file, the array and its size, and how to refuse such a file instead.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    path = Path("/dev/stdin") if str(path) == "-" else Path(path)
+    stream = input_kind(path, "data file", streams=True) == STREAM
     if isinstance(null_fill, str) and null_fill not in NULL_FILL_RULES:
         raise ValueError(f"null_fill must be one of {list(NULL_FILL_RULES)} or a number, got {null_fill!r}")
     number = isinstance(null_fill, (int, float, np.integer, np.floating)) and not isinstance(null_fill, bool)
@@ -167,13 +179,13 @@ def read_letor(
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
-    for key, value in (("max_dense_bytes", max_dense_bytes), ("max_line_bytes", max_line_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{key} must be a positive integer (bytes), got {value!r}")
+    check_int("max_dense_bytes", max_dense_bytes)
+    check_int("max_line_bytes", max_line_bytes)
     if dense not in (None, True, False):
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     limits = _Limits(int(max_dense_bytes), int(max_line_bytes))
     group_path = _find_query_file(path, query_file)
+    group_stream = group_path is not None and input_kind(group_path, "group file", streams=True) == STREAM
     options = {
         "null_fill": null_fill,
         "regroup": regroup,
@@ -187,9 +199,9 @@ def read_letor(
     }
 
     def parse() -> RankingData:
-        return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits)
+        return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits, stream)
 
-    if cache:
+    if cache and not (stream or group_stream):  # a stream is read once: no content to key a cache on
         from ctxrank.data import cache as _cache
 
         data = _cache.cached_parse(
@@ -221,14 +233,15 @@ class _Limits:
         need = rows * width * 4
         return ValueError(
             f"{where}: {what} makes the dense feature matrix {rows:,} rows (the file's lines) x "
-            f"{width:,} features x 4 bytes = {_size(need)}, above max_dense_bytes = "
-            f"{self.dense_bytes:,} ({_size(self.dense_bytes)}); if that is intended, raise the limit: "
+            f"{width:,} features x 4 bytes = {size_text(need)}, above max_dense_bytes = "
+            f"{self.dense_bytes:,} ({size_text(self.dense_bytes)}); if that is intended, raise the limit: "
             f"read_letor(..., max_dense_bytes={need}) or, on the command line, --max-dense-bytes {need}"
         )
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    def memory_error(self, name: str, exc: MemoryError) -> MemoryError:
+        matrix = "the dense feature matrix is lines x largest feature index x 4 bytes"
+        return out_of_memory(name, exc, matrix, self.dense_bytes, "read_letor")
 
 
 # --------------------------------------------------------------------------------------- parsing
@@ -241,11 +254,40 @@ def _parse(
     chunk_bytes: int,
     dense: bool | None,
     limits: _Limits,
+    stream: bool = False,
 ) -> RankingData:
+    """Read the file (counting its lines first) or the stream (once) and build its RankingData; an
+    allocation that fails below the limits is a MemoryError naming the file, the array and its size."""
     name = str(path)
-    n_lines, ends_with_newline = _count_lines(path, limits.line_bytes)
-    max_width = _widest_allowed(name, n_lines, n_features, limits)
-    features, blocks = _read_blocks(path, name, n_lines, n_features, chunk_bytes, max_width, limits)
+    try:
+        if stream:
+            features, blocks, n_lines, ends_with_newline = _read_stream(
+                path, name, n_features, chunk_bytes, limits
+            )
+        else:
+            n_lines, ends_with_newline = _count_lines(path, limits.line_bytes)
+            max_width = _widest_allowed(name, n_lines, n_features, limits)
+            features, blocks = _read_blocks(path, name, n_lines, n_features, chunk_bytes, max_width, limits)
+        return _rows_to_data(
+            name, features, blocks, (n_lines, ends_with_newline), group_path, null_fill, regroup, dense
+        )
+    except MemoryError as exc:
+        raise limits.memory_error(name, exc) from None
+
+
+def _rows_to_data(
+    name: str,
+    features: np.ndarray,
+    blocks: list[_Block],
+    lines_read: tuple[int, bool],
+    group_path: Path | None,
+    null_fill: str | float,
+    regroup: bool,
+    dense: bool | None,
+) -> RankingData:
+    """The RankingData of the parsed blocks: short rows, query groups (or the group file), NULL fills.
+    ``lines_read``: the file's line count and whether it ends with a newline."""
+    n_lines, ends_with_newline = lines_read
     width = features.shape[1]
     labels = np.concatenate([b.labels for b in blocks])
     lines = np.concatenate([b.lines for b in blocks])
@@ -314,12 +356,7 @@ def _read_blocks(
     has_qid: bool | None = None
     n_rows = 0
     for chunk, first_line in _iter_chunks(path, chunk_bytes, limits.line_bytes):
-        block = _parse_chunk_fast(chunk, first_line, has_qid, n_features, max_width)
-        if block is None:
-            block = _parse_chunk_careful(
-                chunk, first_line, name, has_qid, n_features,
-                max_width=max_width, limits=limits, n_lines=n_lines,
-            )  # fmt: skip
+        block = _parse_chunk(chunk, first_line, name, has_qid, n_features, max_width, limits, n_lines)
         n = block.labels.size
         if n == 0:
             continue
@@ -343,6 +380,76 @@ def _read_blocks(
     return features[:n_rows], blocks
 
 
+def _parse_chunk(
+    chunk: bytes,
+    first_line: int,
+    name: str,
+    has_qid: bool | None,
+    n_features: int | None,
+    max_width: int,
+    limits: _Limits,
+    n_lines: int,
+) -> _Block:
+    """One chunk's block: the fast path, else the careful one (which names any fault's line)."""
+    block = _parse_chunk_fast(chunk, first_line, has_qid, n_features, max_width)
+    if block is None:
+        block = _parse_chunk_careful(
+            chunk, first_line, name, has_qid, n_features, max_width=max_width, limits=limits, n_lines=n_lines
+        )
+    return block
+
+
+def _read_stream(
+    path: Path, name: str, n_features: int | None, chunk_bytes: int, limits: _Limits
+) -> tuple[np.ndarray, list[_Block], int, bool]:
+    """A stream (pipe, FIFO), read once without counting its lines first: ``(features float32 (N, F),
+    the non-empty blocks without their features, lines read, whether the last ends with a newline)``.
+
+    Each chunk's lines are checked against ``max_line_bytes``, and the lines read so far against
+    ``max_dense_bytes`` (the widest matrix allowed for them, at least one feature wide, before the chunk
+    is parsed), so an endless stream stops at a limit. The blocks are copied into one array at the end:
+    peak = 2x the dense array + one chunk's work.
+    """
+    parts: list[np.ndarray] = []
+    blocks: list[_Block] = []
+    has_qid: bool | None = None
+    n_lines, width, last = 0, n_features or 0, b"\n"
+    for chunk, first_line in _iter_chunks(path, chunk_bytes, limits.line_bytes):
+        _check_line_lengths(chunk, first_line, name, limits)
+        n_lines = first_line - 1 + chunk.count(b"\n") + (not chunk.endswith(b"\n"))
+        last = chunk[-1:]
+        if n_lines * max(width, 1) * 4 > limits.dense_bytes:
+            where = f"{name}:{n_lines}"
+            raise limits.dense_error(where, n_lines, max(width, 1), f"line {n_lines:,} of the stream")
+        max_width = _widest_allowed(name, n_lines, n_features, limits)
+        block = _parse_chunk(chunk, first_line, name, has_qid, n_features, max_width, limits, n_lines)
+        if block.labels.size == 0:
+            continue
+        has_qid = block.qids is not None
+        width = max(width, block.features.shape[1])
+        parts.append(block.features)
+        block.features = None  # type: ignore[assignment]
+        blocks.append(block)
+    if not blocks:
+        raise ValueError(f"{name}: empty file (no data lines)")
+    features = np.zeros((sum(len(part) for part in parts), width), dtype=np.float32)
+    row = 0
+    for i, part in enumerate(parts):
+        features[row : row + len(part), : part.shape[1]] = part
+        row += len(part)
+        parts[i] = None  # type: ignore[call-overload]
+    return features, blocks, n_lines, last == b"\n"
+
+
+def _check_line_lengths(chunk: bytes, first_line: int, name: str, limits: _Limits) -> None:
+    """A line of ``chunk`` (whole lines) longer than ``max_line_bytes``: an error naming it."""
+    ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    lengths = np.diff(np.concatenate([[-1], ends, [len(chunk)]])) - 1  # the last: after the last newline
+    too_long = np.flatnonzero(lengths > limits.line_bytes)
+    if too_long.size:
+        raise limits.line_error(name, first_line + int(too_long[0]))
+
+
 def _joined_docids(blocks: list[_Block]) -> np.ndarray | None:
     """The docids of every row, or None unless every line of every block has one."""
     docid_lists = [b.docids for b in blocks]
@@ -360,7 +467,7 @@ def _groups_from_file(
             f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
             f"needs a group file ({_group_file_names(name)}, one group size per line, or --query-file)"
         )
-    sizes = read_group_sizes(group_path)
+    sizes = read_group_sizes(group_path, max_total=n_rows, data_name=name)
     total = sum(sizes.tolist())  # Python ints: no int64 overflow
     if total != n_rows:
         raise ValueError(f"{group_path}: group sizes sum to {total} but {name} has {n_rows} rows")
@@ -393,10 +500,16 @@ def _short_rows(
     return [text + " The missing features are read as 0 (pass dense=False if the file omits zeros)."]
 
 
-def _open(path: Path):
+@contextmanager
+def _open(path: Path) -> Iterator[Any]:
+    """The file's bytes, decompressed when it starts with gzip's magic; opened once (a stream cannot be
+    opened again), its first bytes peeked at."""
     with path.open("rb") as raw:
-        magic = raw.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
+        if raw.peek(2)[:2] == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+                yield fh
+        else:
+            yield raw
 
 
 def _count_lines(path: Path, max_line_bytes: int) -> tuple[int, bool]:
@@ -978,8 +1091,7 @@ def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | floa
 def _find_query_file(path: Path, query_file: str | os.PathLike | None) -> Path | None:
     if query_file is not None:
         qf = Path(query_file)
-        if not qf.is_file():
-            raise ValueError(f"{qf}: group file not found")
+        input_kind(qf, "group file", streams=True)
         return qf
     for candidate in _group_file_candidates(path):
         if candidate.is_file():
@@ -999,16 +1111,32 @@ def _group_file_names(name: str) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def read_group_sizes(path: str | os.PathLike) -> np.ndarray:
-    """Group sizes (one positive integer per line) of a LightGBM ``.query`` / XGBoost ``.group`` file.
+def read_group_sizes(
+    path: str | os.PathLike, *, max_total: int | None = None, data_name: str = "the data file"
+) -> np.ndarray:
+    """Group sizes (one positive integer per line) of a LightGBM ``.query`` / XGBoost ``.group`` file
+    (a regular file or a stream).
+
+    Args:
+        max_total: the rows of ``data_name`` the sizes are for: reading a stream stops at the first
+            size that takes the sum above it (an error naming the line), so an endless stream ends (a
+            regular file is read whole: the caller compares the sum).
 
     Returns:
         int64 (Q,). Raises ValueError naming ``file:line`` for anything but a positive integer.
     """
     path = Path(path)
-    sizes = []
+    stream = input_kind(path, "group file", streams=True) == STREAM
+    sizes: list[int] = []
+    total, line_no = 0, 0
     with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
+        while raw := fh.readline(_GROUP_LINE_BYTES):  # bounded: a stream without newlines ends here
+            line_no += 1
+            if len(raw) == _GROUP_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ValueError(
+                    f"{path}:{line_no}: expected a positive integer group size (at most 18 digits), got a "
+                    f"line of {_GROUP_LINE_BYTES:,} bytes or more"
+                )
             if line_no == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]
             text = raw.strip()
@@ -1020,6 +1148,12 @@ def read_group_sizes(path: str | os.PathLike) -> np.ndarray:
                     f"got {text[:40]!r}"
                 )
             sizes.append(int(text))
+            total += sizes[-1]
+            if stream and max_total is not None and total > max_total:
+                raise ValueError(
+                    f"{path}:{line_no}: group sizes sum to {total} by this line, but {data_name} has "
+                    f"{max_total} rows"
+                )
     if not sizes:
         raise ValueError(f"{path}: empty group file")
     return np.asarray(sizes, dtype=np.int64)

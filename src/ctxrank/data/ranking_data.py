@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RankingData", "check_feature_count", "check_finite_rows", "group_by_query"]
+__all__ = ["RankingData", "check_feature_count", "check_finite_rows", "group_by_query", "text_label_error"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,11 +195,15 @@ class RankingData:
 
         Raises:
             ValueError: absent or repeated columns, a numeric column that is not numeric, NaN / inf
-                (naming the column and row), an encoder fitted on other columns.
+                (naming the column and row), a missing query id or label (naming the column and row),
+                a label column holding text (naming a few values and how to map them to numbers), an
+                encoder fitted on other columns.
         """
         from ctxrank.data.categorical import CategoricalEncoder
 
         numeric, categorical = frame_columns(df, query, label, categorical, numeric)
+        qid = _frame_query_ids(df, query)
+        labels = None if label is None else _frame_labels(df, label)
         features = _frame_numeric(df, numeric)
         codes, cards = None, ()
         enc = encoder if encoder is not None else CategoricalEncoder()
@@ -213,8 +217,8 @@ class RankingData:
             categorical, cards = tuple(enc.columns_), enc.cardinalities_
         data = cls.from_arrays(
             features,
-            None if label is None else df[label].to_numpy(),
-            df[query].astype(str).to_numpy(dtype=object),
+            labels,
+            qid,
             feature_names=numeric,
             categorical=codes,
             categorical_names=categorical,
@@ -331,6 +335,12 @@ def group_by_query(qid: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
     codes, uniques = pd.factorize(np.asarray(qid), sort=False)
     codes = codes.astype(np.int64)
+    if codes.size and codes.min() < 0:  # factorize's code of a missing value (None, NaN, NA)
+        missing = codes < 0
+        raise ValueError(
+            f"qid: row {int(np.argmax(missing))} has a missing query id (None, NaN or NA; "
+            f"{int(missing.sum())} row(s) in all); every row needs one"
+        )
     order = None
     if codes.size > 1 and np.any(codes[1:] < codes[:-1]):
         order = np.argsort(codes, kind="stable")
@@ -351,9 +361,7 @@ def query_ids_of(n: int, qid: Any, group: Any) -> np.ndarray:
             raise ValueError(f"qid: expected {n} query ids (one per row of X), got shape {ids.shape}")
         if ids.dtype.kind == "f" and not np.isfinite(ids).all():
             raise ValueError(f"qid: row {int(np.argmin(np.isfinite(ids)))} has a missing query id")
-        if ids.dtype == object and any(v is None for v in ids):
-            raise ValueError("qid: a query id is None")
-        return ids
+        return ids  # a None / NaN / NA among other ids: group_by_query names its row
     sizes = np.asarray(group)
     if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or (sizes < 1).any() or int(sizes.sum()) != n:
         raise ValueError(
@@ -462,6 +470,74 @@ def _is_categorical_dtype(dtype: Any) -> bool:
     )
 
 
+def _index(df: Any, i: int) -> str:
+    """The index label of row ``i`` as the user wrote it (``12``, ``'a'``; not ``np.int64(12)``)."""
+    return repr(df.index[i : i + 1].tolist()[0])
+
+
+def _frame_query_ids(df: Any, query: str) -> np.ndarray:
+    """object (N,) the query id of each row as text; a missing one (None, NaN, NA) is an error."""
+    column = df[query]
+    missing = column.isna().to_numpy()
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise ValueError(
+            f"query column {query!r}: row {i} (index {_index(df, i)}) has no query id (None, NaN or NA; "
+            f"{int(missing.sum())} row(s) in all); every row needs one"
+        )
+    return column.astype(str).to_numpy(dtype=object)
+
+
+def _frame_labels(df: Any, label: str) -> np.ndarray:
+    """float64 (N,) labels of a DataFrame column: numbers (text that spells numbers is read as them);
+    text, or a missing label, is an error naming the column (and the row)."""
+    import pandas as pd
+
+    column = df[label]
+    if not (pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype)):
+        cells = column.astype(object)
+        numbers = pd.to_numeric(cells, errors="coerce")
+        text = (numbers.isna() & cells.notna()).to_numpy()
+        if text.any():
+            how = f"map {{what}} to {{to}} first: df[{label!r}] = df[{label!r}].map({{mapping}})"
+            raise text_label_error(f"label column {label!r}", cells[text].astype(str).unique(), how)
+        column = numbers
+    values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+    missing = np.isnan(values)
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise ValueError(
+            f"label column {label!r}: row {i} (index {_index(df, i)}) has no label (None, NaN or NA; "
+            f"{int(missing.sum())} row(s) in all); every row needs one"
+        )
+    return values
+
+
+#: text labels of a choice: what a yes/no column maps to (``text_label_error``'s example)
+_CHOICE_WORDS = {"yes": 1, "y": 1, "true": 1, "t": 1, "chosen": 1, "no": 0, "n": 0, "false": 0, "f": 0}
+
+
+def text_label_error(where: str, values: Sequence[str], how: str) -> ValueError:
+    """The error of a label column holding text: ``where`` (e.g. ``"label column 'y'"``), a few of
+    its distinct text ``values``, and ``how`` to map them to numbers: a template formatted with ``what``,
+    ``to`` and ``mapping`` (a dict literal: 1 / 0 for a yes/no choice column, else ``<grade>`` each),
+    e.g. ``"map {what} to {to} first: df['y'] = df['y'].map({mapping})"``."""
+    distinct = sorted({str(v) for v in values})
+    shown = ", ".join(repr(v) for v in distinct[:5]) + (", ..." if len(distinct) > 5 else "")
+    grades = {v: _CHOICE_WORDS.get(v.strip().lower()) for v in distinct}
+    if None in grades.values():
+        pairs = [f"{v!r}: <grade>" for v in distinct[:3]] + (["..."] if distinct[3:] else [])
+        what, to = "each value", "its grade"
+    else:  # a yes/no choice column
+        pairs = [f"{v!r}: {g}" for v, g in sorted(grades.items(), key=lambda x: -x[1])]  # type: ignore[arg-type,return-value]
+        what, to = "them", "1 (chosen) and 0"
+    fix = how.format(what=what, to=to, mapping="{" + ", ".join(pairs) + "}")
+    return ValueError(
+        f"{where} holds text ({shown}): labels must be numbers: relevance grades (0, 1, 2, ...; higher = "
+        f"more relevant) or 1/0 for a choice (chosen / not chosen); {fix}"
+    )
+
+
 def _frame_numeric(df: Any, numeric: Sequence[str]) -> np.ndarray:
     """float32 (N, F) numeric columns; ValueError naming a non-numeric column."""
     import pandas as pd
@@ -479,7 +555,7 @@ def _frame_numeric(df: Any, numeric: Sequence[str]) -> np.ndarray:
     if not np.isfinite(out).all():
         rows, cols = np.nonzero(~np.isfinite(out))
         raise ValueError(
-            f"X: row {int(rows[0])} (index {df.index[rows[0]]!r}), column {numeric[cols[0]]!r} is NaN, "
+            f"X: row {int(rows[0])} (index {_index(df, int(rows[0]))}), column {numeric[cols[0]]!r} is NaN, "
             f"missing or infinite ({np.unique(rows).size} row(s) in all); clean or impute it first"
         )
     return out

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxrank.data.paths import input_kind
+
 __all__ = ["read_scores"]
 
 
@@ -21,8 +23,7 @@ def read_scores(
     ``file:line``. With ``n_expected`` the count must match.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such scores file")
+    input_kind(path, "scores file", why=": write the scores to a file first")
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         lines = fh.read().splitlines()
     while lines and not lines[-1].strip():

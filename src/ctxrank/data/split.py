@@ -56,13 +56,27 @@ def query_split_indices(
     """
     fr = _check_fractions(fractions)
     n = int(n_queries)
+    if n < 3:
+        raise ValueError(
+            f"{n} {'query is' if n == 1 else 'queries are'} too few to split into train/valid/test: that "
+            "needs at least 3 queries, one for each split"
+        )
+    return _split_positions(n, fr, seed, "queries")
+
+
+def _split_positions(
+    n: int, fr: tuple[float, float, float], seed: int, units: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three position sets of ``n >= 3`` units (queries or groups), or an error when the fractions
+    leave the training split none."""
     n_valid = max(1, round(fr[1] * n))
     n_test = max(1, round(fr[2] * n))
     n_train = n - n_valid - n_test
-    if min(n_train, n_valid, n_test) < 1:
+    if n_train < 1:
         raise ValueError(
-            f"{n} queries are too few to split {fr[0]:g}/{fr[1]:g}/{fr[2]:g} into train/valid/test "
-            f"with at least one query each (got {n_train}/{n_valid}/{n_test})"
+            f"{n} {units} are too few to split {fr[0]:g}/{fr[1]:g}/{fr[2]:g} into train/valid/test: "
+            f"validation gets {n_valid} and test {n_test} (max(1, round(fraction x {n})) each), leaving "
+            f"{max(n_train, 0)} for training; give more {units} or a larger training fraction"
         )
     perm = np.random.default_rng(seed).permutation(n)
     parts = (perm[:n_train], perm[n_train : n_train + n_valid], perm[n_train + n_valid :])
@@ -70,16 +84,27 @@ def query_split_indices(
 
 
 def group_split_indices(
-    group_ids: np.ndarray, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 0
+    group_ids: np.ndarray,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    seed: int = 0,
+    *,
+    name: str = "group_ids",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Query positions (int64, ascending) of train, validation and test when whole groups are split:
     :func:`query_split_indices` over the distinct groups (in order of first appearance), then each
-    query follows its group. ``group_ids``: ``(Q,)`` one id per query."""
+    query follows its group. ``group_ids``: ``(Q,)`` one id per query; ``name``: what messages call
+    them (e.g. ``"--group-col person"``)."""
+    fr = _check_fractions(fractions)
     _, first, inverse = np.unique(np.asarray(group_ids), return_index=True, return_inverse=True)
+    if first.size < 3:
+        raise ValueError(
+            f"{name} has only {first.size} distinct value{'' if first.size == 1 else 's'}: a "
+            "train/valid/test split by group needs at least 3 groups, one for each split"
+        )
     appearance = np.empty(first.size, dtype=np.int64)
     appearance[np.argsort(first, kind="stable")] = np.arange(first.size)
     codes = appearance[inverse.reshape(-1)]  # group of each query, numbered by first appearance
-    parts = query_split_indices(first.size, fractions, seed)
+    parts = _split_positions(first.size, fr, seed, "groups")
     return tuple(np.flatnonzero(np.isin(codes, p)).astype(np.int64) for p in parts)  # type: ignore[return-value]
 
 
@@ -89,9 +114,11 @@ def split_queries(
     seed: int = 0,
     *,
     by_group: bool = False,
+    group_name: str | None = None,
 ) -> tuple[RankingData, RankingData, RankingData, dict[str, Any]]:
     """Split ``data`` at random by query (or, ``by_group``, by ``data.group_ids``) into train /
-    validation / test (see the module docstring).
+    validation / test (see the module docstring). ``group_name``: what messages call the group ids
+    (e.g. ``"--group-col person"``; default ``"group_ids of <data.source>"``).
 
     Returns:
         ``(train, valid, test, record)``; ``record`` is JSON-ready: ``method``, ``seed``,
@@ -102,7 +129,8 @@ def split_queries(
     if by_group:
         if data.group_ids is None:
             raise ValueError(f"{data.source or 'the data'} has no group ids to split by (--group-col)")
-        idx = group_split_indices(data.group_ids, fr, seed)
+        name = group_name if group_name is not None else f"group_ids of {data.source or 'the data'}"
+        idx = group_split_indices(data.group_ids, fr, seed, name=name)
     else:
         idx = query_split_indices(data.n_queries, fr, seed)
     parts = []

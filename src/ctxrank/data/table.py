@@ -36,6 +36,7 @@ import csv
 import gzip
 import os
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,8 +45,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ctxrank._checks import check_int
 from ctxrank.data.categorical import CategoricalEncoder
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
+from ctxrank.data.paths import input_kind
+from ctxrank.data.ranking_data import RankingData, text_label_error
 
 __all__ = [
     "TABLE_EXTENSIONS",
@@ -85,8 +89,7 @@ def table_columns(path: str | os.PathLike) -> list[str]:
     fmt = _format_of(path)
     if fmt is None:
         raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    _check_table_path(path)
     sep = _FORMATS[fmt]
     if sep is None:
         import pyarrow.parquet as pq
@@ -138,7 +141,12 @@ class TableSpec:
             object.__setattr__(self, "numeric", _names(self.numeric, "numeric"))
 
     def read(
-        self, path: str | os.PathLike, *, scoring: bool = False, encoder: CategoricalEncoder | None = None
+        self,
+        path: str | os.PathLike,
+        *,
+        scoring: bool = False,
+        encoder: CategoricalEncoder | None = None,
+        max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
     ) -> tuple[RankingData, np.ndarray]:
         """:func:`read_table_with_rows` with this spec: ``(data, file_rows)``.
 
@@ -146,6 +154,7 @@ class TableSpec:
             scoring: the file is data to be scored: the label column is not read (it may be absent
                 or empty; labels are 0) and the docid column may be absent (docids None).
             encoder: overrides ``self.encoder`` (e.g. a fresh one to fit on a training file).
+            max_dense_bytes: the reader's bound (:func:`read_table`).
         """
         if self.query is None:
             raise ValueError(
@@ -168,6 +177,7 @@ class TableSpec:
             encoder=enc if self.categorical else None,
             docid=docid,
             group=group,
+            max_dense_bytes=max_dense_bytes,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +221,7 @@ def read_table(
     regroup: bool = True,
     fill_value: float = 0.0,
     group: str | None = None,
+    max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
 ) -> RankingData:
     """Read a CSV / TSV / Parquet file with one row per (query, item) into a :class:`RankingData`.
 
@@ -232,6 +243,12 @@ def read_table(
         fill_value: value for missing numeric features (default 0.0).
         group: optional name of a group-id column (the decision maker of each query, e.g. a
             respondent), read as text into ``group_ids``; every row of a query must hold the same id.
+        max_dense_bytes: the largest table, rows x columns (of the file, all of them) x 4 bytes, the
+            reader may take on; a larger one is an error before its rows are read (Parquet: from its
+            metadata; CSV / TSV: its lines counted, up to the limit, so a small gzip that expands to
+            gigabytes is refused after reading that much). Default 2 GiB, as ``read_letor``'s; the
+            reader's peak is several times that bound (pandas' float64 columns, Python strings for text
+            cells). On the command line: ``--max-dense-bytes``.
 
     Returns:
         RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
@@ -245,7 +262,10 @@ def read_table(
             columns, a row with more or fewer fields than the header or text that is not UTF-8 (naming
             the file line), a non-numeric or non-finite value in a numeric or label column (naming the
             column and the first offending data row), a missing label or query id (naming the row), a
-            reappearing query id with ``regroup=False``, an encoder fitted on other columns.
+            reappearing query id with ``regroup=False``, an encoder fitted on other columns, a table
+            above ``max_dense_bytes``.
+        MemoryError: the table, within ``max_dense_bytes``, does not fit in the memory left; the message
+            names the file, the array and its size, and how to refuse such a table instead.
     """
     return read_table_with_rows(
         path,
@@ -258,6 +278,7 @@ def read_table(
         regroup=regroup,
         fill_value=fill_value,
         group=group,
+        max_dense_bytes=max_dense_bytes,
     )[0]
 
 
@@ -273,6 +294,7 @@ def read_table_with_rows(
     regroup: bool = True,
     fill_value: float = 0.0,
     group: str | None = None,
+    max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
 ) -> tuple[RankingData, np.ndarray]:
     """:func:`read_table`, plus where each row came from.
 
@@ -292,43 +314,52 @@ def read_table_with_rows(
         raise ValueError(f"fill_value must be finite, got {fill_value}")
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
+    check_int("max_dense_bytes", max_dense_bytes)
     special = _special_columns(query, label, categorical, docid, numeric, group)
     ids = [c for c in (docid, group) if c is not None]
-    df = _read_frame(path, fmt, [query, *categorical, *ids])
-    numeric = _feature_columns(df, name, special, numeric)
-    q_str = _query_ids(df, query, name)
-    labels = _labels(df, label, name)
-    features, missing_filled = _numeric_features(df, numeric, name, fill_value)
-    info: dict[str, Any] = {"missing_filled": missing_filled}
-    codes, cat_names, cards = _categorical_codes(df, categorical, encoder, info)
-    docids = None
-    if docid is not None:
-        d = df[docid]
-        docids = np.where(d.isna().to_numpy(), "", d.astype(str).to_numpy(dtype=object)).astype(str)
+    shape: dict[str, int] = {}  # rows and columns, once counted
+    try:
+        df = _read_frame(path, fmt, [query, *categorical, *ids], max_dense_bytes, shape)
+        numeric = _feature_columns(df, name, special, numeric)
+        q_str = _query_ids(df, query, name)
+        labels = _labels(df, label, name)
+        features, missing_filled = _numeric_features(df, numeric, name, fill_value)
+        info: dict[str, Any] = {"missing_filled": missing_filled}
+        codes, cat_names, cards = _categorical_codes(df, categorical, encoder, info)
+        docids = None
+        if docid is not None:
+            d = df[docid]
+            docids = np.where(d.isna().to_numpy(), "", d.astype(str).to_numpy(dtype=object)).astype(str)
 
-    uniques, offsets, order = _group_by_query(q_str, regroup, name)
-    info["regrouped"] = int(order is not None)
-    if order is not None:
-        features, labels = features[order], labels[order]
-        codes = None if codes is None else codes[order]
-        docids = None if docids is None else docids[order]
-    file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
-    group_ids = None if group is None else _group_ids(df[group], file_rows, offsets, name, group)
-    data = RankingData(
-        features=np.ascontiguousarray(features),
-        labels=labels.astype(np.float32),
-        query_ids=np.asarray(uniques, dtype=object).astype(str),
-        query_offsets=offsets,
-        docids=docids,
-        categorical=codes,
-        feature_names=tuple(numeric),
-        categorical_names=cat_names,
-        categorical_cardinalities=cards,
-        source=name,
-        info=info,
-        group_ids=group_ids,
-    )
-    return data, file_rows
+        uniques, offsets, order = _group_by_query(q_str, regroup, name)
+        info["regrouped"] = int(order is not None)
+        if order is not None:
+            features, labels = features[order], labels[order]
+            codes = None if codes is None else codes[order]
+            docids = None if docids is None else docids[order]
+        file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
+        group_ids = None if group is None else _group_ids(df[group], file_rows, offsets, name, group)
+        data = RankingData(
+            features=np.ascontiguousarray(features),
+            labels=labels.astype(np.float32),
+            query_ids=np.asarray(uniques, dtype=object).astype(str),
+            query_offsets=offsets,
+            docids=docids,
+            categorical=codes,
+            feature_names=tuple(numeric),
+            categorical_names=cat_names,
+            categorical_cardinalities=cards,
+            source=name,
+            info=info,
+            group_ids=group_ids,
+        )
+        return data, file_rows
+    except MemoryError as exc:
+        cells = "the table is rows x columns x 4 bytes"
+        if shape:
+            size = size_text(shape["rows"] * shape["columns"] * 4)
+            cells = f"the table is {shape['rows']:,} rows x {shape['columns']} columns x 4 bytes = {size}"
+        raise out_of_memory(name, exc, cells, max_dense_bytes, "read_table") from None
 
 
 def _group_ids(
@@ -357,9 +388,14 @@ def _table_format(path: Path) -> str:
     fmt = _format_of(path)
     if fmt is None:
         raise ValueError(f"{path}: unsupported file type; expected one of {sorted(_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    _check_table_path(path)
     return fmt
+
+
+def _check_table_path(path: Path) -> None:
+    """A table is a regular file: missing (with near names), a FIFO, a device, ... are errors."""
+    why = " (it is read more than once): write it to a file first; LETOR / SVMlight text can come from a pipe"
+    input_kind(path, "table", why=why)
 
 
 def _special_columns(
@@ -421,7 +457,16 @@ def _labels(df: pd.DataFrame, label: str | None, name: str) -> np.ndarray:
     """float32 (N,) labels (0 without a label column); a missing one is an error."""
     if label is None:
         return np.zeros(len(df), dtype=np.float32)
-    labels, missing = _numeric(df[label], label, name)
+    column = df[label]
+    if not (pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype)):
+        cells = column.astype(object)
+        text = (pd.to_numeric(cells, errors="coerce").isna() & cells.notna()).to_numpy()
+        if text.any():
+            where = f"{name}: data row {int(np.argmax(text)) + 1}: label column {label!r}"
+            how = "replace {what} by {to} in the file: {mapping}"
+            raise text_label_error(where, cells[text].astype(str).unique(), how)
+        column = cells
+    labels, missing = _numeric(column, label, name)
     if missing.any():
         raise ValueError(f"{name}: data row {int(np.argmax(missing)) + 1}: missing label in column {label!r}")
     return labels
@@ -537,10 +582,14 @@ def _names(cols: Sequence[str], what: str) -> tuple[str, ...]:
     return out
 
 
-def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
+def _read_frame(
+    path: Path, fmt: str, text_cols: list[str], max_dense_bytes: int, shape: dict[str, int]
+) -> pd.DataFrame:
+    """The file as pandas reads it, after its size is checked (and kept in ``shape``: rows, columns)."""
     name = str(path)
     sep = _FORMATS[fmt]
     if sep is None:
+        shape.update(_parquet_shape(path, max_dense_bytes))
         try:
             df = pd.read_parquet(path, dtype_backend="numpy_nullable")
             for c in df.columns:  # pyarrow checks a string column's UTF-8 only when it is converted
@@ -563,6 +612,7 @@ def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
     if len(set(names)) != len(names):
         repeated = sorted({c for c in names if names.count(c) > 1})
         raise ValueError(f"{name}: repeated column names in the header: {_short(repeated)}")
+    shape.update(_csv_shape(path, fmt, len(cols), max_dense_bytes))
     text = set(text_cols)
     na_values = {c: ([""] if c in text else _NA_VALUES) for c in cols}
     try:
@@ -588,6 +638,49 @@ def _read_frame(path: Path, fmt: str, text_cols: list[str]) -> pd.DataFrame:
         if not isinstance(df.index, pd.RangeIndex):
             raise ValueError(f"{name}: data rows have more fields than the header ({len(cols)})")
     return df
+
+
+def _parquet_shape(path: Path, max_dense_bytes: int) -> dict[str, int]:
+    """A Parquet file's rows and columns (from its metadata), within ``max_dense_bytes`` as x 4 bytes."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise ValueError(f"{path}: cannot read as Parquet ({type(exc).__name__}: {exc})") from exc
+    need = meta.num_rows * meta.num_columns * 4
+    if need > max_dense_bytes:
+        raise ValueError(
+            f"{path}: {meta.num_rows:,} rows x {meta.num_columns} columns x 4 bytes = {size_text(need)}, "
+            f"above max_dense_bytes = {max_dense_bytes:,} ({size_text(max_dense_bytes)}); if that is "
+            f"intended, raise the limit: read_table(..., max_dense_bytes={need}) or, on the command line, "
+            f"--max-dense-bytes {need}"
+        )
+    return {"rows": meta.num_rows, "columns": meta.num_columns}
+
+
+def _csv_shape(path: Path, fmt: str, n_columns: int, max_dense_bytes: int) -> dict[str, int]:
+    """A CSV / TSV file's rows (its lines after the header: quoted line breaks count too) and columns,
+    within ``max_dense_bytes`` as x 4 bytes: counted block by block and refused as soon as the lines pass
+    what the limit allows (a gzip that expands to gigabytes is refused after reading that much). A
+    damaged gzip stream ends the count (``{}``): the reader names its fault."""
+    most = max_dense_bytes // (4 * max(n_columns, 1))
+    lines, last = 0, b"\n"
+    try:
+        with gzip.open(path, "rb") if fmt.endswith(".gz") else path.open("rb") as fh:
+            while block := fh.read(4 << 20):
+                lines += block.count(b"\n")
+                last = block[-1:]
+                if lines - 1 > most:  # the header's line aside
+                    raise ValueError(
+                        f"{path}: more than {most:,} rows (counted so far) x {n_columns} columns x 4 bytes "
+                        f"is above max_dense_bytes = {max_dense_bytes:,} ({size_text(max_dense_bytes)}); if "
+                        "that is intended, raise the limit: read_table(..., max_dense_bytes=N) or, on the "
+                        "command line, --max-dense-bytes N"
+                    )
+    except (OSError, EOFError, zlib.error):
+        return {}
+    return {"rows": max(lines - 1 + (last != b"\n"), 0), "columns": n_columns}
 
 
 def _short(names: list[str], limit: int = 40) -> list[str]:

@@ -13,17 +13,23 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES
 from ctxrank.data.table import TableSpec
 
 __all__ = ["from_file_order", "read_table_file", "table_meta", "to_file_order"]
 
 
 def read_table_file(
-    path: str, spec: TableSpec, *, scoring: bool = False, encoder: Any = None
+    path: str,
+    spec: TableSpec,
+    *,
+    scoring: bool = False,
+    encoder: Any = None,
+    max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
 ) -> tuple[Any, np.ndarray]:
     """``spec.read(path)`` with a hint when a text column was taken as numeric: ``(data, file_rows)``."""
     try:
-        return spec.read(path, scoring=scoring, encoder=encoder)
+        return spec.read(path, scoring=scoring, encoder=encoder, max_dense_bytes=max_dense_bytes)
     except ValueError as exc:
         msg = str(exc)
         if "expected a number" in msg and spec.numeric is None:

@@ -1,0 +1,68 @@
+"""RankingData.from_frame / from_arrays: missing query ids, labels and features, and text labels, are
+errors naming the column and the row (issue 30)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ctxrank.data.ranking_data import RankingData
+
+
+def _frame(**columns) -> pd.DataFrame:
+    base = {"q": [1, 1, 2, 2], "y": [1, 0, 1, 0], "x": [0.1, 0.2, 0.3, 0.4]}
+    return pd.DataFrame({**base, **columns}, index=[10, 11, 12, 13])
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        [1.0, 1.0, np.nan, 2.0],
+        ["a", "a", None, "b"],
+        pd.array([1, 1, None, 2], dtype="Int64"),
+        pd.array(["a", "a", None, "b"], dtype="string"),
+        pd.Categorical(["a", "a", None, "b"]),
+    ],
+    ids=["float-nan", "object-none", "Int64-NA", "string-NA", "category-NaN"],
+)
+def test_a_missing_query_id_names_the_column_and_row(q):
+    # issue 30: "'list' argument must have no negative elements"
+    with pytest.raises(ValueError, match=r"^query column 'q': row 2 \(index 12\) has no query id"):
+        RankingData.from_frame(_frame(q=q), query="q", label="y")
+
+
+@pytest.mark.parametrize(
+    "qid",
+    [np.array(["a", None, "b"], dtype=object), np.array([1.0, np.nan, 2.0], dtype=object), [1, pd.NA, 2]],
+    ids=["object-None", "object-NaN", "list-NA"],
+)
+def test_from_arrays_with_a_missing_query_id_names_the_row(qid):
+    with pytest.raises(ValueError, match=r"^qid: row 1 has a missing query id"):
+        RankingData.from_arrays(np.ones((3, 1)), [1, 0, 1], qid)
+
+
+@pytest.mark.parametrize(
+    "y", [[1.0, np.nan, 1.0, 0.0], pd.array([1, None, 1, 0], dtype="Int64"), [1, None, 1, 0]]
+)
+def test_a_missing_label_names_the_column_and_row(y):
+    with pytest.raises(ValueError, match=r"^label column 'y': row 1 \(index 11\) has no label"):
+        RankingData.from_frame(_frame(y=y), query="q", label="y")
+
+
+def test_a_missing_feature_names_the_column_and_row():
+    with pytest.raises(ValueError, match=r"^X: row 1 \(index 11\), column 'x' is NaN, missing or infinite"):
+        RankingData.from_frame(_frame(x=[0.1, None, 0.3, 0.4]), query="q", label="y")
+
+
+def test_text_labels_say_labels_must_be_numbers_and_how_to_map_them():
+    # issue 30: the hint spoke of --categorical (features), not of labels
+    with pytest.raises(ValueError) as info:
+        RankingData.from_frame(_frame(y=["yes", "no", "no", "yes"]), query="q", label="y")
+    message = str(info.value)
+    assert message.startswith("label column 'y' holds text ('no', 'yes'): labels must be numbers")
+    assert "df['y'] = df['y'].map({'yes': 1, 'no': 0})" in message and "categorical" not in message
+    with pytest.raises(ValueError, match=r"holds text \('bad', 'good', 'ok'\): .* higher = more relevant"):
+        RankingData.from_frame(_frame(y=pd.Categorical(["good", "bad", "ok", "good"])), query="q", label="y")
+    numeric_text = RankingData.from_frame(_frame(y=["1", "0", "2", "0"]), query="q", label="y")
+    assert numeric_text.labels.tolist() == [1, 0, 2, 0]
