@@ -199,8 +199,8 @@ def test_lambdamart_as_a_model(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("model", "params", "line", "kind"),
     [
-        ("ranksvm", ["model_params.C=0.01"], "ranksvm (pairwise-squared-hinge loss)", "ranksvm"),
-        ("adarank-ndcg", ["model_params.n_rounds=15"], "adarank-ndcg (adarank-ndcg@10 loss)", "adarank"),
+        ("ranksvm", ["model_params.C=0.01"], "liblinear): pairwise-squared-hinge) on", "ranksvm"),
+        ("adarank-ndcg", ["model_params.n_rounds=15"], "ctxrank's metrics): adarank-ndcg@10) on", "adarank"),
     ],
 )
 def test_classical_baselines_end_to_end(model, params, line, kind, tmp_path, capsys):

@@ -416,7 +416,7 @@ class _Run:
                     "note: the initial ranker (LambdaMART) takes the categorical columns as LightGBM "
                     "categorical features; the re-ranker embeds them"
                 )
-        self.say(f"{config.model} ({config.loss_name} loss){how} on {td.what}: {counts}")
+        self.say(f"{config.model} (trains {config.objective}){how} on {td.what}: {counts}")
         dp = data_parallel(config.train.batch_size)
         if dp is not None:
             self.say(
@@ -579,9 +579,13 @@ def _baseline_summary(s: dict[str, Any]) -> str:
     if "best_iteration" in s:
         return f"best iteration {s['best_iteration']}{on_valid}"
     if "log_likelihood" in s:  # the conditional logit's full-batch maximum likelihood
-        state = "converged" if s["converged"] else "NOT converged"
+        state = "converged" if s["converged"] else f"NOT converged: {s['stop']}"
+        if s["mle_exists"] is False and s["l2"] == 0:
+            state += "; no finite maximum: separation"
+        grid = len(s["tried"])
+        l2 = f"l2 {s['l2']:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
         return (
-            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, l2 {s['l2']:g}): "
+            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, {l2}): "
             f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
             f"fit {s['fit_seconds']:.2f} s"
         )

@@ -419,7 +419,7 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
-    if fits_by_maximum_likelihood(config):
+    if config.fits_by_maximum_likelihood:
         fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
