@@ -129,6 +129,8 @@ def test_settings_a_baseline_would_ignore_are_errors(overrides, message):
 def test_settings_a_baseline_reads_are_accepted():
     c = resolve_config(None, ["model=lambdamart", "train.seed=3", "train.threads=2", "train.no_relevant=1"])
     assert (c.train.seed, c.train.threads) == (3, 2)
+    # train.metric: the validation metric the run reports and `ctxrank tune` maximizes (issue 30)
+    assert resolve_config(None, ["model=lambdamart", "train.metric=loglik"]).train.metric == "loglik"
     c = resolve_config(
         None, ["model=lambdamart", "model_params.max_bin=63", "model_params.lambdarank_norm=false"]
     )

@@ -365,8 +365,10 @@ class RunConfig:
 
 
 #: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
-#: no_relevant is the convention of its test metrics); the others configure the neural training loop
-BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant")
+#: no_relevant is the convention of its test metrics; metric is the validation metric its run reports
+#: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
+#: its ``model_params``); the others configure the neural training loop
+BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric")
 
 
 def _check_baseline_train(model: str, train: TrainConfig) -> None:

@@ -23,6 +23,7 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_table_options,
+    add_train_files,
     out,
     table,
 )
@@ -497,7 +498,7 @@ class _Run:
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:
-            self.say(f"{_baseline_summary(s)}, {seconds:.1f} s; saved to {self.out_dir}")
+            self.say(f"{_baseline_summary(s)}{_train_metric(s)}, {seconds:.1f} s; saved to {self.out_dir}")
 
     def _test_report(self, result: Any, td: Any) -> None:
         """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
@@ -570,6 +571,14 @@ def _split_text(record: dict[str, Any]) -> str:
     if groups:
         text += f" of {groups['train']}, {groups['valid']}, {groups['test']} groups"
     return text
+
+
+def _train_metric(s: dict[str, Any]) -> str:
+    """A baseline's ``train.metric`` on validation, when it is not the metric it selected on."""
+    tm = s.get("train_metric")
+    if tm is None or tm["name"] == s.get("metric"):
+        return ""
+    return f"; valid {tm['name']} {tm['valid']:.4f} (train.metric)"
 
 
 def _baseline_summary(s: dict[str, Any]) -> str:
@@ -648,16 +657,6 @@ def predict(
 
 
 # ---------------------------------------------------------------------------------------- parsers
-def _fractions(text: str) -> tuple[float, float, float]:
-    try:
-        values = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
-    return values  # type: ignore[return-value]
-
-
 TRAIN_DESCRIPTION = (
     "Train a model on a registered dataset fold (--dataset NAME --fold K), on files "
     "(--train F --valid F [--test F]) or on one file split at random by query into train / "
@@ -757,40 +756,11 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "when given, must agree with them)"
         ),
     )
-    _add_train_files(p)
+    add_train_files(p)
     add_progress(p)
     add_dataset_options(p, defaults_text="not used by train")
     add_table_options(p)
     p.set_defaults(run=_run_train)
-
-
-def _add_train_files(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
-    )
-    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
-    p.add_argument("--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)")
-    p.add_argument(
-        "--data",
-        dest="data_file",
-        metavar="FILE",
-        help="one file (LETOR/SVMlight or a table), split at random by query into train/valid/test",
-    )
-    p.add_argument(
-        "--split-fractions",
-        type=_fractions,
-        metavar="TR,VA,TE",
-        help="query fractions of the --data split (default 0.6,0.2,0.2)",
-    )
-    p.add_argument(
-        "--group-col",
-        dest="group_col",
-        metavar="COL",
-        help=(
-            "split the --data table by this column's groups instead of by query (the decision maker: "
-            "all the answers of one person go to the same split; the fractions then count groups)"
-        ),
-    )
 
 
 def _run_train(a: argparse.Namespace) -> int:
