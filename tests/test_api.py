@@ -95,6 +95,17 @@ def test_rows_in_any_order_and_any_float_dtype():
     assert est.score(X, y, qid=qid, metric="map") != est.score(X, y, qid=qid, metric="ndcg@3")
 
 
+def test_a_negative_label_is_refused_naming_what_the_model_trains():
+    """The message names the objective the registry entry states (issue 30: the logit's was 'listnet')."""
+    X, y, qid = _data()
+    y = y.copy()
+    y[0] = -1
+    with pytest.raises(ValueError, match=r"mnl trains its maximum likelihood .* needs graded labels >= 0"):
+        Ranker(model="mnl").fit(X, y, qid=qid)
+    with pytest.raises(ValueError, match=r"listnet trains the listnet loss, which needs graded labels"):
+        ListNetRanker(**TINY).fit(X, y, qid=qid)
+
+
 def test_random_state_gives_bitwise_identical_fits():
     X, y, qid = _data()
     a = QILCMRanker(random_state=7, **TINY).fit(X, y, qid=qid).predict(X, qid=qid)

@@ -218,8 +218,8 @@ def test_lambdamart_as_a_model(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("model", "params", "line", "kind"),
     [
-        ("ranksvm", ["model_params.C=0.01"], "ranksvm (pairwise-squared-hinge loss)", "ranksvm"),
-        ("adarank-ndcg", ["model_params.n_rounds=15"], "adarank-ndcg (adarank-ndcg@10 loss)", "adarank"),
+        ("ranksvm", ["model_params.C=0.01"], "liblinear): pairwise-squared-hinge) on", "ranksvm"),
+        ("adarank-ndcg", ["model_params.n_rounds=15"], "ctxrank's metrics): adarank-ndcg@10) on", "adarank"),
     ],
 )
 def test_classical_baselines_end_to_end(model, params, line, kind, tmp_path, capsys):
@@ -448,6 +448,44 @@ def test_group_col_splits_a_table_by_decision_maker_and_choice_metrics_are_print
     with pytest.raises(SystemExit):  # LETOR data and --train files have no group column to split by
         build_parser().parse_args(["train", "--group-col"])
     assert main(["train", "--model", "mnl", "--dataset", "mq2008", "--group-col", "x", "--out", "o"]) == 2
+
+
+def _electricity(tmp_path, customers: int):
+    """The first ``customers`` customers of Electricity (12 situations each) as ``elec.csv``."""
+    from ctxrank.data.choice import choice_frame
+
+    frame = choice_frame("electricity")
+    frame[frame["person"].astype(int) <= customers].to_csv(tmp_path / "elec.csv", index=False)
+    return ["--data", str(tmp_path / "elec.csv"), "--query-col", "situation", "--label-col", "chosen"]
+
+
+def test_group_col_may_name_the_query_column_one_group_a_situation(tmp_path, capsys):
+    """``--group-col`` naming the query column (each person one situation): every situation is its own
+    group, which is the split by query exactly (it was refused: "columns must be distinct")."""
+    data = _electricity(tmp_path, 20)
+    runs = {}
+    for name, extra in (("by-query", []), ("by-situation", ["--group-col", "situation"])):
+        argv = ["train", "--model", "mnl", *data, "--categorical", "alt", *extra, "--no-progress"]
+        assert main([*argv, "--out", str(tmp_path / name)]) == 0, capsys.readouterr().err
+        meta = json.loads((tmp_path / name / "ctxrank.json").read_text())
+        tested = json.loads((tmp_path / name / "test_metrics.json").read_text())["query_ids"]
+        runs[name] = (meta["split"]["queries"], tested, meta["training"]["log_likelihood"])
+    assert runs["by-query"] == runs["by-situation"] and len(runs["by-query"][1]) == 48
+    assert meta["command"]["options"]["group_col"] == "situation"
+
+
+def test_a_baseline_takes_train_metric_and_reports_it_on_validation(tmp_path, capsys):
+    """``train.metric`` for LambdaMART (it was refused): the fitted model's validation value is in the
+    summary and the log; its early stopping stays on its own ``model_params.metric``; the log says
+    what it optimizes."""
+    argv = ["train", "--model", "lambdamart", *_electricity(tmp_path, 30), "--group-col", "person"]
+    argv += ["--set", "train.metric=loglik", "--set", "model_params.n_estimators=5"]
+    assert main([*argv, "--out", str(tmp_path / "m"), "--no-progress"]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    summary = json.loads((tmp_path / "m" / "ctxrank.json").read_text())["training"]
+    assert summary["metric"] == "ndcg@10" and summary["train_metric"]["name"] == "loglik"
+    assert f"valid loglik {summary['train_metric']['valid']:.4f} (train.metric)" in text
+    assert "lambdamart (trains LightGBM's lambdarank objective) on" in text
 
 
 # ------------------------------------------------------------------------------------ --null-fill

@@ -4,6 +4,7 @@ import pytest
 
 from ctxrank._io import to_toml
 from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config
+from ctxrank.registry import MODELS, Baseline
 
 
 def test_defaults_are_the_paper_defaults():
@@ -128,8 +129,33 @@ def test_settings_a_baseline_would_ignore_are_errors(overrides, message):
 def test_settings_a_baseline_reads_are_accepted():
     c = resolve_config(None, ["model=lambdamart", "train.seed=3", "train.threads=2", "train.no_relevant=1"])
     assert (c.train.seed, c.train.threads) == (3, 2)
+    # train.metric: the validation metric the run reports and `ctxrank tune` maximizes (issue 30)
+    assert resolve_config(None, ["model=lambdamart", "train.metric=loglik"]).train.metric == "loglik"
     c = resolve_config(
         None, ["model=lambdamart", "model_params.max_bin=63", "model_params.lambdarank_norm=false"]
     )
     assert c.model_params["max_bin"] == 63  # LightGBM's own parameter names and aliases pass
     assert resolve_config(None, ["model=lambdamart", "model_params.max_bins=63"]).model == "lambdamart"
+
+
+# ------------------------------------------------- what every model optimizes, as messages say (issue 30)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_registry_entry_states_what_it_optimizes(name):
+    """``RunConfig.objective`` (what ``ctxrank train`` prints as "MODEL (trains ...)") comes from the
+    registry entry: a baseline's ``trains``, the maximum likelihood of a full-batch model (the logit:
+    not the loss it would use under SGD), a model's own objective, else its loss."""
+    entry = MODELS[name]
+    config = resolve_config(None, [f"model={name}"])
+    if isinstance(entry, Baseline):
+        assert config.objective.startswith(entry.trains) and config.loss_name in config.objective
+    elif getattr(entry, "full_batch", False):
+        assert config.fits_by_maximum_likelihood and "maximum likelihood" in config.objective
+        assert config.loss_name not in config.objective
+        residual = resolve_config(
+            None, [f"model={name}", "rerank.initial=lambdamart", "rerank.residual=true"]
+        )  # trained by SGD then: its loss
+        assert residual.objective == f"the {residual.loss_name} loss"
+    elif entry.own_objective:
+        assert config.objective == f"its own {entry.own_objective} objective"
+    else:
+        assert config.objective == f"the {config.loss_name} loss"

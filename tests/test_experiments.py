@@ -764,6 +764,26 @@ def test_a_data_file_given_on_the_command_line_is_relative_to_the_current_direct
     assert builtin.data.file == str(elsewhere / "sessions.csv") and builtin.data.group_col == "person"
 
 
+def test_data_group_col_may_name_the_query_column_one_group_a_situation(tmp_path):
+    """``[data] group_col`` = the query column (it was refused: "columns must be distinct"): each
+    situation its own group, the split by query exactly, as ``--group-col`` on the command line."""
+    from ctxrank.data.choice import choice_frame
+
+    frame = choice_frame("electricity")
+    frame[frame["person"].astype(int) <= 10].to_csv(tmp_path / "elec.csv", index=False)
+    table = ["data.synth=''", f"data.file={tmp_path / 'elec.csv'}", "data.query_col=situation"]
+    table += ["data.label_col=chosen", "data.categorical=['alt']"]
+    units = [
+        runner_mod.load_unit(load_spec("choice", [*table, *extra]), 0, 0)
+        for extra in ([], ["data.group_col=situation"])
+    ]
+    for split in ("train", "valid", "test"):
+        ids = [getattr(u, split).query_ids.tolist() for u in units]
+        assert ids[0] == ids[1] and ids[0]
+    by_person = runner_mod.load_unit(load_spec("choice", [*table, "data.group_col=person"]), 0, 0)
+    assert by_person.train.query_ids.tolist() != units[0].train.query_ids.tolist()  # a real group split
+
+
 def test_a_failed_first_attempt_does_not_block_the_rerun(tmp_path):
     bad = load_spec(_letor_spec(tmp_path, runs=1), [f"data.file={tmp_path / 'missing.txt'}"])
     with pytest.raises(ValueError, match=r"missing\.txt"):

@@ -105,6 +105,7 @@ def test_mnl_reaches_the_maximum_likelihood_of_an_independent_newton_raphson(sol
         [
             "model=mnl",
             "transform=none",
+            "model_params.l2=[0.0]",  # the plain maximum likelihood (the default chooses l2 on validation)
             f"model_params.solver={solver}",
             f"model_params.alternative_specific={str(alternative_specific).lower()}",
             "train.threads=1",
@@ -130,7 +131,13 @@ def test_mnl_situation_level_feature_needs_alternative_specific_coefficients():
     ll = {}
     for spec in (False, True):
         config = resolve_config(
-            None, ["model=mnl", "transform=none", f"model_params.alternative_specific={str(spec).lower()}"]
+            None,
+            [
+                "model=mnl",
+                "transform=none",
+                "model_params.l2=[0.0]",
+                f"model_params.alternative_specific={str(spec).lower()}",
+            ],
         )
         ll[spec] = run_training(config, train, valid, progress=False).summary["log_likelihood"]
     assert ll[True] > ll[False] + 0.01  # income acts through alt 2: only the specific model sees it
@@ -141,7 +148,7 @@ def test_mnl_l2_is_chosen_on_validation_and_everything_is_recorded(tmp_path):
     config = resolve_config(None, ["model=mnl", "model_params.l2=[0.0, 0.01, 10.0]"])
     result = run_training(config, train, valid, test, out=tmp_path / "m", progress=False)
     s = result.summary
-    assert [t["l2"] for t in s["tried"]] == [0.0, 0.01, 10.0]
+    assert [t["l2"] for t in s["tried"]] == [10.0, 0.01, 0.0]  # a path: the strongest penalty first
     best = max(s["tried"], key=lambda t: t["valid_log_likelihood"])
     assert s["l2"] == best["l2"] != 10.0 and s["valid_log_likelihood"] == best["valid_log_likelihood"]
     assert s["fit_seconds"] > 0 and s["solver"] == "scipy L-BFGS-B"
@@ -208,3 +215,130 @@ def test_mnl_options_are_validated():
     ):
         with pytest.raises(ValueError, match=match):
             make_model("mnl", 3, bad)
+
+
+# ------------------------------------------------------------------ existence and convergence (issue 30)
+def with_levels(data: RankingData, n_levels: int, seed: int) -> RankingData:
+    """``data`` with a second categorical column ``model`` of ``n_levels`` levels drawn at random for
+    every alternative (most seen a few times: many never chosen), named ``m001``.. in the encoder."""
+    from dataclasses import replace
+
+    codes = np.random.default_rng(seed).integers(1, n_levels + 1, size=data.n_items)
+    vocab = {"alt": ["a1", "a2", "a3"], "model": [f"m{k:03d}" for k in range(1, n_levels + 1)]}
+    return replace(
+        data,
+        categorical=np.stack([data.categorical[:, 0], codes], axis=1),
+        categorical_names=("alt", "model"),
+        categorical_cardinalities=(4, n_levels + 1),
+        info={"categorical_encoder": {"min_count": 1, "columns": ["alt", "model"], "vocab": vocab}},
+    )
+
+
+def _fit(data, valid, *overrides):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_training(resolve_config(None, ["model=mnl", *overrides]), data, valid, progress=False)
+    from ctxrank.training.full_batch import FitWarning
+
+    return result.summary, [str(w.message) for w in caught if issubclass(w.category, FitWarning)]
+
+
+def test_mnl_separation_is_detected_and_named_and_the_penalty_is_chosen_on_validation():
+    """About 200 levels, most seen a few times: a level present but never chosen has no finite constant
+    (its utility runs off to -inf; one only ever chosen to +inf). The default fit says so, names them,
+    does not fit l2 = 0, and keeps the penalty with the best validation log-likelihood."""
+    train = with_levels(choice_data(400, seed=0), 200, 0)
+    valid = with_levels(choice_data(150, seed=1), 200, 1)
+    chosen, level = train.labels > 0, train.categorical[:, 1]
+    never, always = set(level[~chosen]) - set(level[chosen]), set(level[chosen]) - set(level[~chosen])
+    assert len(never) > 10
+    s, caught = _fit(train, valid, "transform=zscore")
+    sep = s["separation"]
+    named = set(sep["coefficients"])
+    assert {f"model=m{k:03d} -> -inf" for k in never} | {f"model=m{k:03d} -> +inf" for k in always} <= named
+    assert all(n.startswith("model=m") for n in named) and sep["n_coefficients"] == len(named)
+    assert 0 < sep["situations"] < sep["of"] == 400 and sep["complete"] and s["mle_exists"] is False
+    assert s["tried"][-1] == {"l2": 0.0, "skipped": "no finite maximum likelihood (separation)"}
+    fitted = [t for t in s["tried"] if "skipped" not in t]
+    assert s["l2"] > 0 and s["valid_log_likelihood"] == max(t["valid_log_likelihood"] for t in fitted)
+    assert len(caught) == 1 and "the maximum likelihood does not exist" in caught[0]
+    assert "model=m" in caught[0] and "l2 = 0 was not fitted" in caught[0]
+    # asked for explicitly, l2 = 0 is fitted, and the summary and the warning say it has no estimate
+    s, caught = _fit(train, valid, "transform=zscore", "model_params.l2=[0.0]")
+    assert s["l2"] == 0.0 and s["mle_exists"] is False and s["separation"]["coefficients"]
+    assert any("has no finite estimate" in c for c in caught)
+
+
+def test_mnl_where_the_maximum_exists_is_not_flagged_and_an_explicit_penalty_is_respected():
+    from ctxrank.models.mlp import MNLConfig
+
+    assert MNLConfig().l2[0] == 0.0 and len(MNLConfig().l2) > 1  # the default: chosen on validation
+    train, valid = choice_data(300, seed=0), choice_data(100, seed=1)
+    s, caught = _fit(train, valid, "transform=zscore")
+    assert s["separation"] is None and s["mle_exists"] is True and caught == [] and s["converged"]
+    assert [t["l2"] for t in s["tried"]] == sorted(MNLConfig().l2, reverse=True)
+    s, caught = _fit(train, valid, "model_params.l2=[0.001]")
+    assert [t["l2"] for t in s["tried"]] == [0.001] and s["l2"] == 0.001 and s["mle_exists"] is None
+
+
+def test_mnl_convergence_is_what_the_gradient_says_not_the_solvers_word(monkeypatch):
+    """An iteration cap, or a solver that reports success at a point where the gradient is not small,
+    is not 'converged': the summary says why it stopped and a FitWarning is given."""
+    import scipy.optimize
+
+    train, valid = choice_data(300, seed=0), choice_data(100, seed=1)
+    s, caught = _fit(train, valid, "model_params.l2=[0.0]", "model_params.max_iter=2")
+    assert not s["converged"] and s["stop"] == "iteration cap (model_params.max_iter = 2)"
+    assert len(caught) == 1 and "did not converge (iteration cap" in caught[0]
+
+    def claims_success(fun, x0, **kw):  # stops at the start and calls it a success
+        return scipy.optimize.OptimizeResult(x=x0, success=True, nit=1, message="CONVERGENCE (claimed)")
+
+    monkeypatch.setattr(scipy.optimize, "minimize", claims_success)
+    s, caught = _fit(train, valid, "model_params.l2=[0.0]")
+    assert not s["converged"] and s["stop"] == "solver stopped: CONVERGENCE (claimed)"
+    assert s["max_abs_gradient"] > 1e-3 and "did not converge" in caught[0]
+
+
+def test_mnl_several_penalties_need_a_validation_split():
+    from ctxrank.training.full_batch import fit_full_batch
+
+    train = choice_data(50, seed=0)
+    model = make_model("mnl", 3, {}, categorical_cardinalities=(4,))
+    with pytest.raises(ValueError, match=r"model_params\.l2 lists 4 penalties, chosen on the validation"):
+        fit_full_batch(model, train, None)
+
+
+def test_cli_mnl_says_what_it_fits_and_warns_of_separation(tmp_path):
+    """``ctxrank train --model mnl`` on a table with a many-level column: the log names maximum
+    likelihood (not a loss), the separation warning is one ``ctxrank: warning:`` line, the summary line
+    names the penalty chosen on validation."""
+    import contextlib
+    import io
+
+    import pandas as pd
+
+    from ctxrank.cli import main
+
+    data = with_levels(choice_data(400, seed=0), 200, 0)
+    q = np.repeat(data.query_ids, np.diff(data.query_offsets))
+    frame = pd.DataFrame({"s": q, "chosen": data.labels.astype(int), "a": data.features[:, 0]})
+    frame["b"], frame["income"] = data.features[:, 1], data.features[:, 2]
+    frame["alt"], frame["model"] = data.categorical[:, 0], [f"m{k:03d}" for k in data.categorical[:, 1]]
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([
+            "train", "--model", "mnl", "--data", str(tmp_path / "t.csv"), "--query-col", "s",
+            "--label-col", "chosen", "--categorical", "alt,model", "--set", "transform=zscore",
+            "--out", str(tmp_path / "m"), "--no-progress",
+        ])  # fmt: skip
+    assert rc == 0, err.getvalue()
+    text = out.getvalue()
+    assert "mnl (trains its maximum likelihood" in text and "listnet" not in text
+    assert "chosen on validation from 4 values" in text and ", converged," in text
+    warning = [line for line in err.getvalue().splitlines() if "does not exist" in line]
+    assert len(warning) == 1 and warning[0].startswith("ctxrank: warning: mnl: the maximum likelihood")
+    assert "model=m" in warning[0]

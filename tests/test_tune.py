@@ -618,3 +618,45 @@ def test_experiment_tune_block_is_validated(letor, tmp_path):
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+# ------------------------------------------------------ one split rule, one metric option (issue 30)
+def test_cli_tune_splits_by_group_col_and_tunes_lambdamart_on_loglik(tmp_path, monkeypatch):
+    """``tune --data TABLE --group-col person`` splits as ``train`` does (no person in two splits; it
+    was an unknown option); ``train.metric=loglik`` is valid for LambdaMART (it was refused) and a
+    trial's value is the validation log-likelihood of its scores; the suggested train command repeats
+    the split."""
+    import ctxrank.tune as tuning
+    from ctxrank.data.choice import choice_frame
+
+    frame = choice_frame("electricity")
+    frame[frame["person"].astype(int) <= 30].to_csv(tmp_path / "elec.csv", index=False)
+    seen = []
+    real_run = tuning.run_training
+
+    def spy_run(config, train, valid, test=None, **kwargs):
+        result = real_run(config, train, valid, test, **kwargs)
+        seen.append((train, valid, result.predictor.predict(valid)))
+        return result
+
+    monkeypatch.setattr(tuning, "run_training", spy_run)
+    rc, out, err = run(
+        "tune", "--model", "lambdamart", "--data", str(tmp_path / "elec.csv"), "--query-col", "situation",
+        "--label-col", "chosen", "--group-col", "person", "--set", "train.metric=loglik",
+        "--set", "model_params.n_estimators=5", "--trials", "2", "--out", str(tmp_path / "t"),
+        "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "random split by person" in out and "valid loglik" in out
+    train, valid, scores = seen[0]
+    assert not set(train.group_ids) & set(valid.group_ids)
+    loglik = [  # log softmax of the chosen item's score, by hand
+        scores[a:b][valid.labels[a:b] > 0][0] - np.log(np.exp(scores[a:b]).sum())
+        for a, b in zip(valid.query_offsets[:-1], valid.query_offsets[1:], strict=True)
+    ]
+    study = optuna.load_study(study_name="lambdamart", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
+    first = min(study.trials, key=lambda t: t.number)
+    assert first.value == pytest.approx(np.mean(loglik), abs=1e-9)
+    train_it = next(line for line in out.splitlines() if line.startswith("train it:"))
+    assert "--group-col person" in train_it and "--query-col situation" in train_it
+    assert "--label-col chosen" in train_it and "--test" not in train_it

@@ -269,6 +269,32 @@ class RunConfig:
         return self.loss or entry.own_objective or entry.default_loss
 
     @property
+    def fits_by_maximum_likelihood(self) -> bool:
+        """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no
+        loss): the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run
+        (its utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
+        from ctxrank.registry import get_model
+
+        return bool(getattr(get_model(self.model), "full_batch", False)) and not self.rerank.residual
+
+    @property
+    def objective(self) -> str:
+        """What the run optimizes, as its registry entry states it (for messages: "MODEL trains ..."):
+        a baseline's ``trains`` (with its objective's name, e.g. ``pairwise-hinge``), the maximum
+        likelihood of a full-batch model, a model's own objective, else the loss (:attr:`loss_name`)."""
+        from ctxrank.registry import Baseline, get_model
+
+        entry = get_model(self.model)
+        if isinstance(entry, Baseline):  # with the objective's name unless it says it already
+            name = self.loss_name
+            return entry.trains if name.lower() in entry.trains.lower() else f"{entry.trains}: {name}"
+        if self.fits_by_maximum_likelihood:
+            return "its maximum likelihood (full batch, SciPy; no loss, no epochs)"
+        if entry.own_objective:
+            return f"its own {entry.own_objective} objective"
+        return f"the {self.loss_name} loss"
+
+    @property
     def effective_loss_params(self) -> dict[str, Any]:
         """``loss_params`` over the model's implied options for its default loss (e.g. DLCM's AttRank
         form), so that saved configs record what was actually used."""
@@ -339,8 +365,10 @@ class RunConfig:
 
 
 #: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
-#: no_relevant is the convention of its test metrics); the others configure the neural training loop
-BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant")
+#: no_relevant is the convention of its test metrics; metric is the validation metric its run reports
+#: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
+#: its ``model_params``); the others configure the neural training loop
+BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric")
 
 
 def _check_baseline_train(model: str, train: TrainConfig) -> None:

@@ -69,11 +69,10 @@ from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_js
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
-from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import Baseline, get_model
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.resume import fingerprint
-from ctxrank.training.run import fits_by_maximum_likelihood, run_training
+from ctxrank.training.run import run_training, validation_metric
 
 __all__ = [
     "KINDS",
@@ -155,7 +154,7 @@ def search_space(base: Mapping[str, Any]) -> SearchSpace:
         fixed.add("loss")
     if isinstance(entry, Baseline):
         declared, own = dict(entry.search_space), "baseline"
-    elif fits_by_maximum_likelihood(config):  # no epochs, learning rate or loss to search
+    elif config.fits_by_maximum_likelihood:  # no epochs, learning rate or loss to search
         declared = {"transform": NEURAL_SPACE["transform"], **entry.config_class.SEARCH_SPACE}
         own = "maximum likelihood"
     else:
@@ -393,17 +392,6 @@ def finished_trials(study: optuna.Study) -> int:
 
 
 # ------------------------------------------------------------------------------------------ tune
-def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> float:
-    """Mean ``train.metric`` of ``predictor``'s scores on ``valid`` (queries whose metric is NaN under
-    ``no_relevant = "skip"`` left out; NaN when none is left)."""
-    tc = config.train
-    scores = predictor.predict(valid)
-    per = evaluate_queries(scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant)
-    values = np.asarray(per[tc.metric], dtype=np.float64)
-    ok = np.isfinite(values)
-    return float(values[ok].mean()) if ok.any() else float("nan")
-
-
 @dataclass
 class TuneResult:
     """A finished :func:`tune`: the study, the best run config (None when no trial completed)."""

@@ -279,7 +279,7 @@ def _check_labels(labels: np.ndarray, config: RunConfig, what: str) -> None:
     if negative.size:
         raise ValueError(
             f"{what}: label {labels[negative[0]]:g} (row {int(negative[0])} after grouping by query): "
-            f"the {config.loss_name} objective of {config.model} needs graded labels >= 0"
+            f"{config.model} trains {config.objective}, which needs graded labels >= 0"
         )
     if config.model in ("lambdamart", "adarank-map", "adarank-ndcg") and not np.all(
         labels == np.round(labels)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ctxrank.api._params import param_spec
 from ctxrank.api.estimators import ESTIMATOR_OF_MODEL
-from ctxrank.config import TrainConfig, loss_options
+from ctxrank.config import RunConfig, TrainConfig, loss_options
 from ctxrank.losses import LOSSES
 from ctxrank.registry import MODELS, Baseline
 
@@ -82,6 +82,11 @@ def _model_section(name: str) -> list[str]:
         reference = (inspect.getdoc(sys.modules[entry.__module__]) or "").splitlines()[0]
         loss = entry.own_objective or entry.default_loss
         objective = f"default loss: `{loss}`" + (" (its own objective)" if entry.own_objective else "")
+        config = RunConfig(model=name)
+        if config.fits_by_maximum_likelihood:  # no loss: its loss is for SGD (rerank.residual) only
+            objective = (
+                f"objective: {config.objective}; loss `{loss}` only when SGD trains it (rerank.residual)"
+            )
     lines = [
         f"## `{name}`",
         "",

@@ -106,6 +106,18 @@ def null_fill_rule(text: str) -> str | float:
     return value
 
 
+def split_fractions(text: str) -> tuple[float, float, float]:
+    """argparse type of ``--split-fractions``: three numbers ``TRAIN,VALID,TEST`` (checked further by
+    the split)."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
 def columns(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated distinct column names."""
     names = tuple(c.strip() for c in text.split(","))
@@ -170,6 +182,44 @@ def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
     """``--threads N`` (>= 1), the one declaration of every command that computes; ``what`` says which
     setting it fills (e.g. ``train.threads``, or "default: the libraries' own")."""
     p.add_argument("--threads", type=positive_int, metavar="N", help=THREADS_HELP.format(what=what))
+
+
+def add_train_files(p: argparse.ArgumentParser, *, test: bool = True) -> None:
+    """The data files of a training run (``ctxrank train``, ``ctxrank tune``): ``--train --valid``,
+    ``--test`` (with ``test``; tune never reads a test split), or one ``--data`` file split at random
+    (``--split-fractions``, ``--group-col``: ``ctxrank.data.split``), parsed into the
+    ``TrainOptions`` fields ``train_file valid_file test_file data_file split_fractions group_col``."""
+    p.add_argument(
+        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
+    )
+    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
+    if test:
+        p.add_argument(
+            "--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)"
+        )
+    parts = "train/valid/test" if test else "train/valid (its test part is not read)"
+    p.add_argument(
+        "--data",
+        dest="data_file",
+        metavar="FILE",
+        help=f"one file (LETOR/SVMlight or a table), split at random (train.seed) by query into {parts}",
+    )
+    p.add_argument(
+        "--split-fractions",
+        type=split_fractions,
+        metavar="TR,VA,TE",
+        help="query (or --group-col group) fractions of the --data split (default 0.6,0.2,0.2)",
+    )
+    p.add_argument(
+        "--group-col",
+        dest="group_col",
+        metavar="COL",
+        help=(
+            "split the --data table by this column's groups instead of by query (the decision maker: "
+            "all the answers of one person go to the same split; the fractions then count groups). "
+            "The query column itself is allowed: one group a situation, the default split"
+        ),
+    )
 
 
 def add_progress(p: argparse.ArgumentParser) -> None:

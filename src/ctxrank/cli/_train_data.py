@@ -120,7 +120,7 @@ def _read_table_files(files: TrainFiles, source: DataOptions, columns: TableOpti
 
 def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOptions, seed: int) -> TrainingData:
     """--data FILE: read it, split its queries at random (train.seed), re-fit the encoder on train."""
-    from ctxrank.data.split import DEFAULT_FRACTIONS, split_queries
+    from ctxrank.data.split import DEFAULT_FRACTIONS, group_column, split_queries
     from ctxrank.data.table import CategoricalEncoder, is_table_path, refit_categorical
 
     path = files.data
@@ -129,10 +129,11 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
     if is_table_path(path):
         from ctxrank.data.table_io import read_table_file, table_meta
 
-        spec = replace(_table_spec(source, columns, path), group=files.group_col)
+        spec = _table_spec(source, columns, path)
+        spec = replace(spec, group=group_column(files.group_col, spec.query))
         encoder = CategoricalEncoder()
         full, _ = read_table_file(path, spec, encoder=encoder, **source.table_options())
-        by_group, name = files.group_col is not None, f"--group-col {files.group_col}"
+        by_group, name = spec.group is not None, f"--group-col {files.group_col}"
         train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group, group_name=name)
         if spec.categorical:  # the vocabulary of the whole file -> of the training queries only
             encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
@@ -146,5 +147,5 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
         full = read_letor(path, **source.letor_options())
         train, valid, test, record = split_queries(full, fractions, seed)
     meta["split"] = record
-    how = f"random split by {files.group_col}" if files.group_col is not None else "random query split"
+    how = "random query split" if files.group_col is None else f"random split by {files.group_col}"
     return TrainingData(train, valid, test, f"{path} ({how})", meta=meta, split=record)

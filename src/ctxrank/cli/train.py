@@ -24,6 +24,7 @@ from ctxrank.cli._options import (
     add_progress,
     add_table_options,
     add_threads,
+    add_train_files,
     out,
     table,
     warn,
@@ -416,7 +417,7 @@ class _Run:
                     "note: the initial ranker (LambdaMART) takes the categorical columns as LightGBM "
                     "categorical features; the re-ranker embeds them"
                 )
-        self.say(f"{config.model} ({config.loss_name} loss){how} on {td.what}: {counts}")
+        self.say(f"{config.model} (trains {config.objective}){how} on {td.what}: {counts}")
         dp = data_parallel(config.train.batch_size)
         if dp is not None:
             self.say(
@@ -497,7 +498,7 @@ class _Run:
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:
-            self.say(f"{_baseline_summary(s)}, {seconds:.1f} s; saved to {self.out_dir}")
+            self.say(f"{_baseline_summary(s)}{_train_metric(s)}, {seconds:.1f} s; saved to {self.out_dir}")
 
     def _test_report(self, result: Any, td: Any) -> None:
         """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
@@ -570,6 +571,14 @@ def _split_text(record: dict[str, Any]) -> str:
     return text
 
 
+def _train_metric(s: dict[str, Any]) -> str:
+    """A baseline's ``train.metric`` on validation, when it is not the metric it selected on."""
+    tm = s.get("train_metric")
+    if tm is None or tm["name"] == s.get("metric"):
+        return ""
+    return f"; valid {tm['name']} {tm['valid']:.4f} (train.metric)"
+
+
 def _baseline_summary(s: dict[str, Any]) -> str:
     """One line from a baseline's ``training_summary()`` (LambdaMART, RankSVM, AdaRank)."""
     valid = s.get("best_valid_metric")
@@ -577,9 +586,13 @@ def _baseline_summary(s: dict[str, Any]) -> str:
     if "best_iteration" in s:
         return f"best iteration {s['best_iteration']}{on_valid}"
     if "log_likelihood" in s:  # the conditional logit's full-batch maximum likelihood
-        state = "converged" if s["converged"] else "NOT converged"
+        state = "converged" if s["converged"] else f"NOT converged: {s['stop']}"
+        if s["mle_exists"] is False and s["l2"] == 0:
+            state += "; no finite maximum: separation"
+        grid = len(s["tried"])
+        l2 = f"l2 {s['l2']:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
         return (
-            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, l2 {s['l2']:g}): "
+            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, {l2}): "
             f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
             f"fit {s['fit_seconds']:.2f} s"
         )
@@ -647,16 +660,6 @@ def predict(
 
 
 # ---------------------------------------------------------------------------------------- parsers
-def _fractions(text: str) -> tuple[float, float, float]:
-    try:
-        values = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
-    return values  # type: ignore[return-value]
-
-
 TRAIN_DESCRIPTION = (
     "Train a model on a registered dataset fold (--dataset NAME --fold K), on files "
     "(--train F --valid F [--test F]) or on one file split at random by query into train / "
@@ -757,40 +760,11 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "when given, must agree with them)"
         ),
     )
-    _add_train_files(p)
+    add_train_files(p)
     add_progress(p)
     add_dataset_options(p, defaults_text="not used by train")
     add_table_options(p)
     p.set_defaults(run=_run_train)
-
-
-def _add_train_files(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
-    )
-    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
-    p.add_argument("--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)")
-    p.add_argument(
-        "--data",
-        dest="data_file",
-        metavar="FILE",
-        help="one file (LETOR/SVMlight or a table), split at random by query into train/valid/test",
-    )
-    p.add_argument(
-        "--split-fractions",
-        type=_fractions,
-        metavar="TR,VA,TE",
-        help="query fractions of the --data split (default 0.6,0.2,0.2)",
-    )
-    p.add_argument(
-        "--group-col",
-        dest="group_col",
-        metavar="COL",
-        help=(
-            "split the --data table by this column's groups instead of by query (the decision maker: "
-            "all the answers of one person go to the same split; the fractions then count groups)"
-        ),
-    )
 
 
 def _run_train(a: argparse.Namespace) -> int:

@@ -21,11 +21,12 @@ from ctxrank.cli._options import (
     add_progress,
     add_table_options,
     add_threads,
+    add_train_files,
     note,
     out,
     positive_int,
 )
-from ctxrank.cli.train import FLAGS, TrainOptions, _fractions
+from ctxrank.cli.train import FLAGS, TrainOptions
 
 
 @dataclass(frozen=True)
@@ -204,13 +205,21 @@ def _report(result: Any, where: Path, options: TrainOptions, metric: str) -> Non
 
 
 def _train_command(options: TrainOptions, where: Path) -> list[str]:
-    """The ``ctxrank train`` command that trains the best configuration on the same data."""
-    argv = ["ctxrank", "train", "--config", str(where / "best.toml")]
-    record, defaults = options.to_record(), TrainOptions().to_record()
-    names = ("dataset", "fold", "variant", "data_root", "train_file", "valid_file", "data_file", "null_fill")
-    for name in names:
-        if record[name] != defaults[name]:
-            argv += [FLAGS[name], str(record[name])]
+    """The ``ctxrank train`` command that trains the best configuration on the same data: the data
+    options as given (files, split, columns, reading options; paths absolute), ``best.toml`` for every
+    run-config key (model, seed, ``--set`` values)."""
+    config_free = replace(
+        options,
+        model=None,
+        loss=None,
+        overrides=(),
+        seed=None,
+        initial=None,
+        top_k=None,
+        crossfit=None,
+        config=str(where / "best.toml"),
+    )
+    argv = config_free.command_line("DIR")[:-2]  # without its --out
     if options.dataset is None and options.data_file is None:
         argv += ["--test", "TEST_FILE"]
     return [*argv, "--out", "DIR"]
@@ -279,16 +288,7 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="train every trial to its end (no pruning; also: prune = false in the --config file's [tune])",
     )
     add_executor_options(p, "trial", "the trials here, one after the other", "train.threads")
-    p.add_argument(
-        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
-    )
-    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
-    p.add_argument(
-        "--data", dest="data_file", metavar="FILE", help="one file split at random by query (train.seed)"
-    )
-    p.add_argument(
-        "--split-fractions", type=_fractions, metavar="TR,VA,TE", help="of the --data split (0.6,0.2,0.2)"
-    )
+    add_train_files(p, test=False)
     add_progress(p)
     add_dataset_options(p, defaults_text="not used by tune")
     add_table_options(p)

@@ -17,7 +17,9 @@ across platforms for a given numpy version).
 queries belong to one decision maker (SwissMetro: 9 answers per respondent, Electricity: up to 12 per
 customer), a query-level split puts the same person in training and test, and the test score measures
 memory of that person. The same three steps then run over the *groups* (``data.group_ids``, in order of
-first appearance): the fractions count groups, and every query goes to its group's split.
+first appearance): the fractions count groups, and every query goes to its group's split. A group
+column that is the query column itself (one group a situation: each person answered once) is the
+split by query, exactly (:func:`group_column`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["DEFAULT_FRACTIONS", "group_split_indices", "query_split_indices", "split_queries"]
+__all__ = ["DEFAULT_FRACTIONS", "group_column", "group_split_indices", "query_split_indices", "split_queries"]
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 SPLIT_NAMES = ("train", "valid", "test")
@@ -149,3 +151,10 @@ def split_queries(
     if by_group:
         record["groups"] = {n: len(set(p.group_ids)) for n, p in zip(SPLIT_NAMES, parts, strict=True)}
     return parts[0], parts[1], parts[2], record
+
+
+def group_column(group_col: str | None, query_col: str) -> str | None:
+    """The column whose groups split a table (``--group-col``, ``[data] group_col``): None (split by
+    query) when none is given or it is the query column, whose groups are the queries themselves (the
+    same split: :func:`group_split_indices` numbers groups in order of first appearance)."""
+    return None if not group_col or group_col == query_col else group_col

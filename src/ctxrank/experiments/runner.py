@@ -77,6 +77,7 @@ class _Source:
                 self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
                 self._data = data
             else:
+                from ctxrank.data.split import group_column
                 from ctxrank.data.table import TableSpec, is_table_path
 
                 if is_table_path(d.file):
@@ -85,7 +86,7 @@ class _Source:
                         label=d.label_col,
                         categorical=d.categorical,
                         numeric=d.numeric,
-                        group=d.group_col or None,
+                        group=group_column(d.group_col, d.query_col),
                     )
                     data, _ = table.read(d.file)
                 else:
@@ -111,7 +112,7 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
 
     source = source or _Source(spec)
     data = source.whole()
-    by_group = bool(d.group_col) or (bool(d.dataset) and data.group_ids is not None)  # choice data: by person
+    by_group = data.group_ids is not None and (bool(d.group_col) or bool(d.dataset))  # choice data: by person
     train, valid, test, record = split_queries(data, d.split, seed=seed, by_group=by_group)
     if d.dataset:
         record["pooled"] = f"every query of {data.source}"

@@ -101,6 +101,10 @@ class ListNet(MLPScorer):
     default_loss = "listnet"
 
 
+#: the default ``model_params.l2`` of ``mnl``: chosen on validation
+MNL_L2_GRID: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2)
+
+
 @dataclass(frozen=True)
 class MNLConfig:
     """Attributes:
@@ -109,8 +113,10 @@ class MNLConfig:
         alternative-specific coefficients; the only way a feature that is constant within a situation
         (income, trip purpose) can change a choice probability.
     l2: L2 penalty on the coefficients (all but the bias), on the mean negative log-likelihood per
-        situation: ``NLL / Q + l2 / 2 * ||theta||^2``. Several values: each is fitted and the one with
-        the best validation log-likelihood is kept. ``(0.0,)``: the plain maximum-likelihood estimate.
+        situation: ``NLL / Q + l2 / 2 * ||theta||^2``. Several values (the default: 0 and a log grid):
+        each is fitted and the one with the best validation log-likelihood is kept; 0 is left out when
+        the maximum likelihood does not exist (separation, ``ctxrank.training.separation``).
+        ``(0.0,)``: the plain maximum-likelihood estimate only.
     solver: ``"lbfgs"`` (SciPy L-BFGS-B, exact gradient) or ``"newton"`` (SciPy trust-exact, exact
         gradient and Hessian; for up to a few hundred coefficients).
     max_iter: iteration cap of the solver.
@@ -124,7 +130,7 @@ class MNLConfig:
     }
 
     alternative_specific: bool = False
-    l2: tuple[float, ...] = (0.0,)
+    l2: tuple[float, ...] = MNL_L2_GRID
     solver: str = "lbfgs"
     max_iter: int = 1000
     gtol: float = 1e-7
@@ -196,3 +202,24 @@ class MultinomialLogit(Ranker):
             codes = torch.where(codes < self.specific.num_embeddings, codes, 0)
             v = v + (self.specific(codes) * features).sum(-1)
         return v
+
+    def coefficient_labels(self, data: Any) -> dict[str, list[str]]:
+        """A name for every coefficient, by parameter: the feature (``w``), ``column=level`` (constants;
+        ``<unknown>`` for code 0), ``feature|alt=level`` (alternative-specific). ``data``: a
+        RankingData of the fitted layout; levels named from its ``info["categorical_encoder"]``."""
+        features = list(data.feature_names) or [f"f{i + 1}" for i in range(self.n_features)]
+        vocab = data.info.get("categorical_encoder", {}).get("vocab", {})
+
+        def levels(c: int) -> list[str]:
+            name = data.categorical_names[c] if c < len(data.categorical_names) else f"cat{c + 1}"
+            known = vocab.get(name, [])
+            return [
+                f"{name}={'<unknown>' if k == 0 else (known[k - 1] if k <= len(known) else k)}"
+                for k in range(self.categorical_cardinalities[c])
+            ]
+
+        out = {"net.0.weight": features, "net.0.bias": ["bias"]}
+        out.update({f"constants.{c}.weight": levels(c) for c in range(len(self.constants))})
+        if self.specific is not None:
+            out["specific.weight"] = [f"{f}|{level}" for level in levels(0) for f in features]
+        return out

@@ -1,5 +1,6 @@
-"""Full-batch maximum-likelihood fitting of a model whose log-likelihood is concave in its parameters
-(the conditional logit, ``models.mlp.MultinomialLogit``: ``full_batch = True``).
+"""Full-batch maximum-likelihood fitting of a model whose utilities are linear in its parameters, so
+that its log-likelihood is concave (the conditional logit, ``models.mlp.MultinomialLogit``:
+``full_batch = True``).
 
 The objective is the exact mean negative log-likelihood of the chosen alternatives over the training
 situations, plus an optional L2 penalty on every parameter but the (cancelling) bias::
@@ -9,14 +10,28 @@ situations, plus an optional L2 penalty on every parameter but the (cancelling) 
 computed in float64 on all situations at once (padded lists, ``mask`` keeps padding out of the
 softmax), its gradient by autograd (exact), and minimized with SciPy: ``"lbfgs"`` =
 ``scipy.optimize.minimize(method="L-BFGS-B")``, ``"newton"`` = ``method="trust-exact"`` with the exact
-Hessian (``torch.autograd.functional.hessian``). Several ``l2`` values: fitted in increasing order, each
-warm-started from the previous, and the one with the best validation log-likelihood is kept (ties: the
-smaller penalty). A situation without a chosen alternative adds nothing. Deterministic: no randomness.
+Hessian (``torch.autograd.functional.hessian``). Several ``l2`` values: fitted from the largest down,
+each warm-started from the previous (a regularisation path), and the one with the best validation
+log-likelihood is kept (ties: the smaller penalty). A situation without a chosen alternative adds
+nothing. Deterministic: no randomness.
+
+What is reported is what happened, never a solver's word alone:
+
+* **existence**: when ``l2`` lists 0, the training data are first checked for separation
+  (:mod:`ctxrank.training.separation`: a direction along which the likelihood grows without a maximum,
+  e.g. a categorical level present but never chosen). Then the unpenalized estimate does not exist:
+  with other penalties in the list, 0 is not fitted (``tried`` says why); alone, it is fitted and the
+  summary says ``"mle_exists": false``. Either way a :class:`FitWarning` names the coefficients that
+  run off.
+* **convergence**: ``converged`` is true only when the largest gradient component at the returned
+  point is at most ``gtol`` (an iteration cap, a line search that gave up or a stall is not), and
+  ``stop`` says which; a chosen fit that did not converge gives a :class:`FitWarning`.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +42,14 @@ from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.models.base import Ranker
 
-__all__ = ["fit_full_batch", "mean_log_likelihood"]
+__all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
+
+#: coefficients named in a separation warning (the summary names them all)
+SHOWN = 8
+
+
+class FitWarning(UserWarning):
+    """A maximum-likelihood fit whose estimate does not exist or that stopped before converging."""
 
 
 @dataclass
@@ -85,14 +107,19 @@ class _Objective:
             [torch.full((p.numel(),), 0.0 if p is bias else 1.0, dtype=torch.float64) for _, p in named]
         )
 
-    def value(self, theta: torch.Tensor) -> torch.Tensor:
+    def utilities(self, theta: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """``v`` (Q, L) of the situations ``rows`` under the flat parameters ``theta``."""
         parts = torch.split(theta, self.sizes)
         params = {n: t.view(s) for n, t, s in zip(self.names, parts, self.shapes, strict=True)}
         lists = self.lists
-        v = torch.func.functional_call(
-            self.model, params, (lists.features, lists.mask), {"categorical": lists.categorical}
+        cat = lists.categorical[rows] if lists.categorical is not None else None
+        return torch.func.functional_call(
+            self.model, params, (lists.features[rows], lists.mask[rows]), {"categorical": cat}
         )
-        return _nll_of(v, lists) + 0.5 * self.l2 * (self.penalized * theta * theta).sum()
+
+    def value(self, theta: torch.Tensor) -> torch.Tensor:
+        v = self.utilities(theta)
+        return _nll_of(v, self.lists) + 0.5 * self.l2 * (self.penalized * theta * theta).sum()
 
     def fun_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         theta = torch.from_numpy(x).requires_grad_(True)
@@ -125,42 +152,144 @@ def _minimize(objective: _Objective, x0: np.ndarray, config: Any) -> tuple[np.nd
             options={"gtol": config.gtol, "ftol": 1e-15, "maxiter": config.max_iter, "maxcor": 30},
         )
     _, grad = objective.fun_grad(res.x)
+    largest = float(np.max(np.abs(grad))) if grad.size else 0.0
+    if largest <= config.gtol:
+        stop = "gradient"
+    elif int(res.nit) >= config.max_iter:
+        stop = f"iteration cap (model_params.max_iter = {config.max_iter})"
+    else:
+        stop = f"solver stopped: {res.message}"
     info = {
-        "converged": bool(res.success),
+        "converged": stop == "gradient",
+        "stop": stop,
         "iterations": int(res.nit),
-        "max_abs_gradient": float(np.max(np.abs(grad))) if grad.size else 0.0,
+        "max_abs_gradient": largest,
         "message": str(res.message),
     }
     return res.x, info
 
 
+def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
+    """The rows of :func:`ctxrank.training.separation.find_separation` (sparse): ``D`` = a chosen minus
+    an unchosen alternative's design row, ``E`` = a chosen minus its situation's first chosen one; and
+    the situation of each row of ``D``. A design row is the gradient of an alternative's utility in the
+    parameters (exact: the utilities are linear in them), a chunk of situations at a time."""
+    import scipy.sparse as sp
+
+    lists = objective.lists
+    n_params = int(sum(objective.sizes))
+    chosen = (lists.chosen > 0) & lists.mask
+    pairs = chosen[:, :, None] & (lists.mask & ~chosen)[:, None, :]  # (Q, L, L): chosen a, unchosen b
+    first = chosen.to(torch.int64).argmax(-1)  # (Q,) the first chosen alternative
+    others = chosen & (torch.arange(chosen.shape[1]) != first[:, None])  # (Q, L) the other chosen ones
+    eye = torch.eye(n_params, dtype=torch.float64)
+    step = max(1, 2**22 // max(1, lists.mask.shape[1] * n_params))
+    d_parts, e_parts, where = [], [], []
+    with torch.no_grad():
+        for s in range(0, lists.mask.shape[0], step):
+            rows = slice(s, s + step)
+            v0 = objective.utilities(torch.zeros(n_params, dtype=torch.float64), rows)
+            z = torch.stack([objective.utilities(eye[i], rows) - v0 for i in range(n_params)], -1)
+            q, a, b = torch.nonzero(pairs[rows], as_tuple=True)
+            d_parts.append(sp.csr_matrix((z[q, a] - z[q, b]).numpy()))
+            where.append(q.numpy() + s)
+            q, c = torch.nonzero(others[rows], as_tuple=True)
+            e_parts.append(sp.csr_matrix((z[q, c] - z[q, first[rows][q]]).numpy().reshape(-1, n_params)))
+    return sp.vstack(d_parts).tocsr(), sp.vstack(e_parts).tocsr(), np.concatenate(where)
+
+
+def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | None:
+    """None when the unpenalized maximum likelihood exists on ``data`` (the lists of ``objective``);
+    else the situations separated and the coefficients that run off (named, with the way they go)."""
+    from ctxrank.training.separation import find_separation
+
+    d_rows, e_rows, situation = _design_rows(objective)
+    try:
+        found = find_separation(d_rows, e_rows)
+    except ValueError as exc:
+        raise ValueError(
+            f"{objective.model.name}: {exc}; the check runs when model_params.l2 lists 0 (leave 0 out to "
+            "fit penalized estimates only, which always exist)"
+        ) from None
+    if found is None:
+        return None
+    labels = getattr(objective.model, "coefficient_labels", lambda _: {})(data)
+    names = [
+        f"{n}[{i}]" if n not in labels else labels[n][i]
+        for n, size in zip(objective.names, objective.sizes, strict=True)
+        for i in range(size)
+    ]
+    moving = found.coefficients()
+    return {
+        "situations": int(np.unique(situation[found.rows]).size),
+        "of": int(data.n_queries),
+        "complete": found.complete,  # false: at least these (the LP rounds ran out)
+        "n_coefficients": int(moving.size),
+        "coefficients": [f"{names[i]} -> {'+' if found.direction[i] > 0 else '-'}inf" for i in moving],
+    }
+
+
+def _separation_text(model: Ranker, sep: dict[str, Any], fitted_zero: bool, l2: float) -> str:
+    shown = ", ".join(sep["coefficients"][:SHOWN])
+    more = f" ({sep['n_coefficients']} in all)" if sep["n_coefficients"] > SHOWN else ""
+    what = (
+        "the unpenalized fit (l2 = 0) has no finite estimate: its scores depend on where the solver "
+        "stopped; choose the penalty on validation instead (model_params.l2 = a list with positive "
+        "values, the default), or merge / drop the never-chosen levels"
+        if fitted_zero
+        else f"l2 = 0 was not fitted; the penalty chosen on validation is {l2:g}"
+    )
+    return (
+        f"{model.name}: the maximum likelihood does not exist on the training data: in "
+        f"{'' if sep['complete'] else 'at least '}{sep['situations']} "
+        f"of {sep['of']} situations the chosen alternative wins along a direction of the coefficients "
+        f"(separation), so these coefficients run off to infinity without a maximum: {shown}{more} "
+        f"(e.g. a categorical level present but never chosen); {what}"
+    )
+
+
 def fit_full_batch(model: Ranker, train: RankingData, valid: RankingData | None) -> dict[str, Any]:
     """Fit ``model`` (in place) to its penalized maximum likelihood on ``train``; choose ``l2`` on
     ``valid`` when the config lists several. Returns a JSON-ready summary (``log_likelihood`` = mean per
-    training situation at the optimum, ``valid_log_likelihood``, ``l2``, solver diagnostics, seconds)."""
+    training situation at the optimum, ``valid_log_likelihood``, ``l2``, ``separation`` (None when the
+    unpenalized maximum exists or was not asked for), ``mle_exists``, solver diagnostics, seconds).
+
+    Raises:
+        ValueError: several penalties and no validation split to choose among them.
+    """
     t0 = time.perf_counter()
     config = model.config
+    penalties = sorted(config.l2, reverse=True)  # strongest first: each fit warm-starts the next
+    if len(penalties) > 1 and valid is None:
+        raise ValueError(
+            f"model_params.l2 lists {len(penalties)} penalties, chosen on the validation split, and none "
+            "was given; give a validation split or a single penalty"
+        )
     dtype = next(model.parameters()).dtype
     model.double().train(False)
     lists = _Lists.of(train)
-    valid_lists = _Lists.of(valid) if valid is not None and len(config.l2) > 1 else None
+    valid_lists = _Lists.of(valid) if valid is not None and len(penalties) > 1 else None
     params = [p for p in model.parameters() if p.requires_grad]
     x = torch.nn.utils.parameters_to_vector(params).detach().numpy().astype(np.float64)
+    sep = _separation(_Objective(model, lists, 0.0), train) if 0.0 in penalties else None
     tried, best = [], None
-    for l2 in sorted(config.l2):
-        objective = _Objective(model, lists, l2)
-        x, info = _minimize(objective, x, config)
+    for l2 in penalties:
+        if l2 == 0.0 and sep is not None and len(penalties) > 1:
+            tried.append({"l2": 0.0, "skipped": "no finite maximum likelihood (separation)"})
+            continue
+        x, info = _minimize(_Objective(model, lists, l2), x, config)
         with torch.no_grad():
             torch.nn.utils.vector_to_parameters(torch.from_numpy(x), params)
             score = -float(_nll(model, valid_lists)) if valid_lists is not None else None
         tried.append({"l2": l2, "valid_log_likelihood": score, **info})
-        if best is None or (score is not None and score > best[1]):
+        if best is None or (score is not None and score >= best[1]):  # ties: the smaller penalty
             best = (x.copy(), score, l2, info)
     assert best is not None
     with torch.no_grad():
         torch.nn.utils.vector_to_parameters(torch.from_numpy(best[0]), params)
         train_ll = -float(_nll(model, lists))
     model.to(dtype)
+    _warn(model, sep, best[2], best[3])
     return {
         "fit": "full-batch maximum likelihood",
         "solver": {"lbfgs": "scipy L-BFGS-B", "newton": "scipy trust-exact"}[config.solver],
@@ -169,7 +298,24 @@ def fit_full_batch(model: Ranker, train: RankingData, valid: RankingData | None)
         "valid_log_likelihood": best[1],
         "metric": "loglik",
         "best_valid_metric": best[1],
+        "separation": sep,
+        "mle_exists": sep is None if 0.0 in penalties else None,
         "tried": tried,
         **{k: v for k, v in best[3].items() if k != "message"},
         "fit_seconds": time.perf_counter() - t0,
     }
+
+
+def _warn(model: Ranker, sep: dict[str, Any] | None, l2: float, info: dict[str, Any]) -> None:
+    """A :class:`FitWarning` for separation and for a chosen fit that did not converge."""
+    if sep is not None:
+        warnings.warn(_separation_text(model, sep, l2 == 0.0, l2), FitWarning, stacklevel=3)
+    if not info["converged"]:
+        warnings.warn(
+            f"{model.name}: the fit with l2 = {l2:g} did not converge ({info['stop']}; largest gradient "
+            f"component {info['max_abs_gradient']:.3g} > model_params.gtol after {info['iterations']} "
+            "iterations): its estimate is where the solver stopped. Raise model_params.max_iter, try "
+            'model_params.solver = "newton", or standardize the features (transform = "zscore")',
+            FitWarning,
+            stacklevel=3,
+        )

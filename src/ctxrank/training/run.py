@@ -67,10 +67,10 @@ __all__ = [
     "EVAL_METRICS",
     "INITIAL_DIR",
     "RunResult",
-    "fits_by_maximum_likelihood",
     "rerank_features",
     "run_training",
     "save_result",
+    "validation_metric",
 ]
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -108,11 +108,16 @@ class _Rerank:
     meta: dict[str, Any]  # saved as ctxrank.json's "rerank"
 
 
-def fits_by_maximum_likelihood(config: RunConfig) -> bool:
-    """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no loss):
-    the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run (its
-    utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
-    return getattr(get_model(config.model), "full_batch", False) and not config.rerank.residual
+def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> float:
+    """Mean ``train.metric`` of ``predictor``'s scores on ``valid`` (queries whose metric is NaN under
+    ``no_relevant = "skip"`` left out; NaN when none is left): what ``ctxrank tune`` maximizes, and
+    what a baseline's summary reports as ``train_metric``."""
+    tc = config.train
+    scores = predictor.predict(valid)
+    per = evaluate_queries(scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant)
+    values = np.asarray(per[tc.metric], dtype=np.float64)
+    ok = np.isfinite(values)
+    return float(values[ok].mean()) if ok.any() else float("nan")
 
 
 def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
@@ -328,9 +333,15 @@ def _run_baseline(
     evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
     t0: float,
 ) -> RunResult:
-    """Fit a baseline on whole lists, save it, evaluate it on ``test``."""
+    """Fit a baseline on whole lists, save it, evaluate it on ``test``. Its summary adds ``train_metric``:
+    ``train.metric`` of the fitted model on ``valid`` (its own selection, e.g. LambdaMART's early
+    stopping, follows its ``model_params``)."""
     model = baseline.build(config.model_params, config.train).fit(train, valid)
-    summary = {**model.training_summary(), "seconds": time.perf_counter() - t0}
+    summary = {
+        **model.training_summary(),
+        "train_metric": {"name": config.train.metric, "valid": validation_metric(model, valid, config)},
+        "seconds": time.perf_counter() - t0,
+    }
     result = RunResult(
         config=config,
         summary=summary,
@@ -419,7 +430,7 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
-    if fits_by_maximum_likelihood(config):
+    if config.fits_by_maximum_likelihood:
         fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
@@ -478,8 +489,9 @@ def save_result(
     result: RunResult, out: str | Path, *, meta: dict[str, Any] | None = None, write_log: bool = True
 ) -> Path:
     """Save a run's model directory (the one format of ``ctxrank train --out`` and the estimator API):
-    a baseline's own files, or the checkpoint (the initial ranker in ``out/initial`` when re-ranking);
-    then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
+    a baseline's own files (plus its summary, ``ctxrank.json["training"]``, as a checkpoint records
+    it), or the checkpoint (the initial ranker in ``out/initial`` when re-ranking); then
+    ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
 
     ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``). The caller
     has checked ``out`` (:func:`ctxrank._modeldir.claim_model_dir`: ``ctxrank train``, ``Ranker.save``)."""
@@ -506,8 +518,7 @@ def save_result(
         )
     else:
         predictor.save(out, run_config=config.to_dict(), overwrite=True)
-        if meta:
-            update_meta(out, meta)
+        update_meta(out, {**(meta or {}), "training": result.summary})  # as a checkpoint records it
     if write_log and result.history and "train_loss" in result.history[0]:
         text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
         atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
