@@ -110,6 +110,33 @@ def test_executor_names_and_options_are_checked():
         make_executor("local", address="head:6379")
     with pytest.raises(ValueError, match="max-retries"):
         make_executor("ray", max_retries=-1)
+    assert make_executor("local", jobs=1) is None and make_executor("local", jobs=3).jobs == 3
+    with pytest.raises(ValueError, match="--jobs is for the local executor"):
+        make_executor("ray", jobs=2)
+    with pytest.raises(ValueError, match="--jobs must be an integer >= 1"):
+        make_executor("local", jobs=0)
+
+
+def test_worker_processes_store_the_same_runs_and_report_as_one_process(tmp_path, capsys):
+    """--jobs 2: the (seed, fold) units in two spawned worker processes; every number is the one of the
+    sequential loop (each run is computed the same way), the report identical."""
+    path = _letor_spec(tmp_path, runs=3, extra=EXTRA, models=MODELS)
+    spec = load_spec(path)
+    local = run_experiment(spec, tmp_path / "local", **QUIET)
+    build_report(spec, local, tmp_path / "local")
+    (tmp_path / "jobs" / "runs" / "mnl").mkdir(parents=True)  # one run stored before an interruption
+    shutil.copy(local.run_path("mnl", 1, 0), tmp_path / "jobs" / "runs" / "mnl")
+    argv = ["experiment", str(path), "--out", str(tmp_path / "jobs"), "--jobs", "2", "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    jobs = RunStore(tmp_path / "jobs")
+    for m in spec.models:
+        for s, f in spec.run_keys():
+            a, b = local.load_run(m, s, f), jobs.load_run(m, s, f)
+            for key in ("metrics", "query_ids", "config", "split", "context"):
+                assert a.get(key) == b.get(key), (m, s, f, key)
+    for s, f in spec.run_keys():
+        assert local.load_unit(s, f) == jobs.load_unit(s, f)
+    assert (tmp_path / "jobs" / "table.md").read_text() == (tmp_path / "local" / "table.md").read_text()
 
 
 def test_a_run_asks_ray_for_a_gpu_when_its_device_is_cuda(tmp_path):

@@ -23,6 +23,7 @@ from ctxrank.cli._options import (
 )
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
+DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)
 #: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing it needs SciPy)
 CORRECTIONS = ("none", "holm", "bh")
 
@@ -70,11 +71,13 @@ def experiment(
     executor: str = "local",
     address: str | None = None,
     max_retries: int = 2,
+    jobs: int = 1,
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
     ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
     (None: the spec's ``report.correction``) corrects the p-values of the report's family; ``evidence``:
-    a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`).
+    a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`); ``jobs``:
+    local worker processes (the numbers do not depend on it).
 
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
@@ -84,7 +87,7 @@ def experiment(
     from ctxrank.experiments.executors import make_executor, refuse_data_parallel
 
     refuse_data_parallel("experiment")  # under torchrun every rank would repeat every run
-    runner = make_executor(executor, address=address, max_retries=max_retries)
+    runner = make_executor(executor, address=address, max_retries=max_retries, jobs=jobs)
 
     every = list(overrides)
     if runs is not None:
@@ -186,16 +189,24 @@ def demo(
     threads: int | None = None,
     overrides: Sequence[str] = (),
     progress: bool = True,
+    jobs: int = 2,
 ) -> int:
     """The ``make demo`` job: the built-in ``demo`` experiment (:func:`experiment`; default ``out_dir``
-    results/demo)."""
+    results/demo) in ``jobs`` worker processes, each run with one thread unless ``threads``."""
     out(
         "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
         "LambdaMART, and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds, paired t-tests over "
-        "test queries. Stored runs are reused: run it again to see the report at once."
+        f"test queries; {'1 thread' if threads is None else f'{threads} threads'} a run, {jobs} run(s) at "
+        "a time. Stored runs are reused: run it again to see the report at once."
     )
     return experiment(
-        "demo", out_dir=out_dir, runs=runs, threads=threads, overrides=overrides, progress=progress
+        "demo",
+        out_dir=out_dir,
+        runs=runs,
+        threads=threads,
+        overrides=overrides,
+        progress=progress,
+        jobs=jobs,
     )
 
 
@@ -351,6 +362,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "auto: this Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
     )
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
+    add_jobs(p, 1)
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
     p.add_argument(
         "--evidence",
@@ -389,6 +401,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             executor=a.executor,
             address=a.address,
             max_retries=a.max_retries,
+            jobs=1 if a.jobs is None else a.jobs,
         )
     )
 
@@ -402,7 +415,20 @@ QUICK_FLAGS = {
     "--learning-rate": "learning_rate",
     "--json": "json",
 }
-EXPERIMENT_FLAGS = {"--out": "out", "--runs": "runs", "--set": "overrides", "--no-progress": "no_progress"}
+EXPERIMENT_FLAGS = {
+    "--out": "out", "--runs": "runs", "--set": "overrides", "--no-progress": "no_progress", "--jobs": "jobs"
+}  # fmt: skip
+
+
+def add_jobs(p: Any, default: int) -> None:
+    """``--jobs N``: local worker processes of an experiment (``ProcessExecutor``; None: ``default``)."""
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        metavar="N",
+        help=f"run the (seed, fold) units in N local worker processes (default {default}); unlike "
+        "--threads, the numbers are the same for every N",
+    )
 
 
 def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -438,8 +464,9 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "ten seconds). Options of one form are refused with the other."
         ),
     )
-    add_threads(p, "default: the experiment's 2; --quick: 1, reproducible")
+    add_threads(p, "default 1 a run, so that the numbers do not depend on the machine")
     e = p.add_argument_group("the demo experiment")
+    add_jobs(e, DEMO_JOBS)
     e.add_argument("--out", metavar="DIR", help="report directory (default results/demo)")
     e.add_argument("--runs", type=positive_int, metavar="N", help="runs of the demo experiment (default 3)")
     add_overrides(e, "override a key of the demo spec, e.g. models.qilcm.train.max_epochs=1 (repeatable)")
@@ -475,8 +502,13 @@ def _run_demo(a: argparse.Namespace) -> int:
     if quick:
         raise ValueError(
             f"{', '.join(quick)} apply to `ctxrank demo --quick` only; the demo experiment takes "
-            "--out, --runs, --threads, --set and --no-progress"
+            "--out, --runs, --threads, --jobs, --set and --no-progress"
         )
     return demo(
-        out_dir=a.out, runs=a.runs, threads=a.threads, overrides=a.overrides, progress=not a.no_progress
+        out_dir=a.out,
+        runs=a.runs,
+        threads=a.threads,
+        overrides=a.overrides,
+        progress=not a.no_progress,
+        jobs=DEMO_JOBS if a.jobs is None else a.jobs,
     )

@@ -3,6 +3,12 @@ one-process loops of the runner and of ``study.optimize``.
 
 * ``local`` (the default): this process runs the pending runs one after the other
   (:func:`ctxrank.experiments.runner.run_experiment`).
+* ``local`` with ``jobs`` N > 1 (:class:`ProcessExecutor`, ``ctxrank experiment SPEC --jobs N``): the
+  pending ``(seed, fold)`` units go to N worker processes on this machine, each unit to the next free
+  worker, which runs its models one after the other as the local loop does, with ``runs.threads``
+  threads. Each run is computed exactly as in one process, so the stored numbers do not depend on N:
+  ``--jobs`` uses the cores of a machine without changing a result (``--threads`` does: PyTorch's
+  reductions split over threads round differently).
 * ``ray`` (:class:`RayExecutor`, ``ctxrank experiment SPEC --executor ray [--address ADDR]``, extra
   ``ctxrank[ray]``): every pending ``(model, seed, fold)`` run is a Ray task asking for ``runs.threads``
   CPUs, and one GPU when its ``train.device`` is ``cuda`` (or ``auto`` on a cluster with GPUs). The
@@ -58,23 +64,37 @@ from ctxrank.experiments.runner import (
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
 
-__all__ = ["EXECUTORS", "RayExecutor", "make_executor", "refuse_data_parallel", "slurm_shard"]
+__all__ = [
+    "EXECUTORS",
+    "ProcessExecutor",
+    "RayExecutor",
+    "make_executor",
+    "refuse_data_parallel",
+    "slurm_shard",
+]
 
 EXECUTORS = ("local", "ray")
 
 
-def make_executor(name: str, *, address: str | None = None, max_retries: int = 2) -> RayExecutor | None:
-    """The executor ``name`` for :func:`~ctxrank.experiments.runner.run_experiment` (None = local).
+def make_executor(
+    name: str, *, address: str | None = None, max_retries: int = 2, jobs: int = 1
+) -> RayExecutor | ProcessExecutor | None:
+    """The executor ``name`` for :func:`~ctxrank.experiments.runner.run_experiment` (None = local, in
+    this process; ``jobs`` > 1: local worker processes).
 
     Raises:
-        ValueError: an unknown name, or ``address`` without ``ray``.
+        ValueError: an unknown name, ``address`` without ``ray``, ``jobs`` with ``ray``.
     """
     if name not in EXECUTORS:
         raise ValueError(f"unknown executor {name!r}; valid executors: {', '.join(EXECUTORS)}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
     if name == "local":
         if address is not None:
             raise ValueError("--address names a Ray cluster: it applies to --executor ray only")
-        return None
+        return ProcessExecutor(jobs) if jobs > 1 else None
+    if jobs > 1:
+        raise ValueError("--jobs is for the local executor; on Ray every run is a task already")
     if not (isinstance(max_retries, int) and max_retries >= 0):
         raise ValueError(f"--max-retries must be an integer >= 0, got {max_retries!r}")
     return RayExecutor(address=address, max_retries=max_retries)
@@ -199,6 +219,53 @@ def _device_gpus(config: Any, cluster_gpus: float) -> int:
     """GPUs a task training ``config`` asks for (a baseline's config has no ``train.device``)."""
     device = str(getattr(getattr(config, "train", None), "device", "cpu"))
     return int(device.startswith("cuda") or (device == "auto" and cluster_gpus > 0))
+
+
+class ProcessExecutor:
+    """The pending runs in ``jobs`` local worker processes, a ``(seed, fold)`` unit a task (module
+    docstring). Workers are spawned (no fork of a process holding threads); each writes its runs to the
+    store as the local loop does (atomic files), and this process counts them on the progress bar."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+
+    def __call__(self, spec: ExperimentSpec, store: RunStore, *, keys, todo, need_units, bar) -> None:
+        """Run ``todo`` (and the units in ``need_units``) of the runs ``keys`` in the workers.
+
+        Raises:
+            ValueError: runs failed (each named; the others are stored).
+        """
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        every = spec.run_keys()
+        units = sorted({(s, f) for s, f, _ in todo} | set(need_units), key=every.index)
+        if not units:
+            return
+        names, errors = spec.run_names(), []
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=context) as pool:
+            root, n = str(store.root), len(every)
+            pending = {pool.submit(_run_unit, spec, root, every.index(u) + 1, n): u for u in units}
+            while pending:
+                done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                bar.n = sum(store.has_run(m, s, f) for s, f in keys for m in names)
+                bar.refresh()
+                for future in done:
+                    seed, fold = pending.pop(future)
+                    try:
+                        future.result()
+                    except Exception as exc:  # every failed unit is reported below
+                        errors.append(f"seed {seed} fold {fold}: {exc}")
+        if errors:
+            raise ValueError(f"{len(errors)} of {len(units)} units failed: " + "; ".join(errors))
+
+
+def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
+    """Worker: the pending runs of the ``index``-th of ``count`` units (the shard ``index/count``)."""
+    from ctxrank.experiments.runner import run_experiment
+
+    run_experiment(spec, root, progress=False, log=lambda _: None, shard=(index, count))
 
 
 @dataclass(frozen=True)
