@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import check_int, check_positive
+from ctxrank._checks import check_int, check_positive, check_seed
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
 from ctxrank.baselines._linear import NotFittedError
@@ -170,7 +170,7 @@ class RankSVM(lin.LinearScorer):
         self.no_relevant = lin.check_no_relevant(no_relevant)
         self.tol = check_positive("tol", tol)
         self.max_iter = check_int("max_iter", max_iter, 1)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_seed("seed", seed)
 
     # ------------------------------------------------------------------ params
     def get_params(self, deep: bool = True) -> dict[str, Any]:

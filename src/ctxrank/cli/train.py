@@ -23,7 +23,10 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_table_options,
+    non_negative_int,
     out,
+    positive_int,
+    seed_int,
     table,
 )
 from ctxrank.cli._train_data import TrainFiles
@@ -718,18 +721,21 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_overrides(
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
     )
-    p.add_argument("--seed", type=int, help="random seed (train.seed)")
+    p.add_argument("--seed", type=seed_int, help="random seed (train.seed)")
     p.add_argument(
         "--initial",
         choices=("lambdamart",),
         help="re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
     )
     p.add_argument(
-        "--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k, default 100)"
+        "--top-k",
+        dest="top_k",
+        type=positive_int,
+        help="items re-ranked per query (rerank.top_k, default 100)",
     )
     p.add_argument(
         "--crossfit",
-        type=int,
+        type=non_negative_int,
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )

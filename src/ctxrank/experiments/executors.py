@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_int
 from ctxrank.experiments.runner import Unit, _anomaly_unit, _run_one, _SharedInitial, _Source, load_unit
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
@@ -66,8 +67,7 @@ def make_executor(name: str, *, address: str | None = None, max_retries: int = 2
         if address is not None:
             raise ValueError("--address names a Ray cluster: it applies to --executor ray only")
         return None
-    if not (isinstance(max_retries, int) and max_retries >= 0):
-        raise ValueError(f"--max-retries must be an integer >= 0, got {max_retries!r}")
+    check_int("--max-retries", max_retries, 0)
     return RayExecutor(address=address, max_retries=max_retries)
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ctxrank._checks import build_dataclass
+from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -118,7 +118,11 @@ class Ranker(nn.Module):
 
     @classmethod
     def make_config(cls, params: Mapping[str, Any] | None = None) -> Any:
-        return build_dataclass(cls.config_class, dict(params or {}), "model_params")
+        """The config dataclass of ``params``: every value within the bounds a saved model is loaded with
+        (``_checks.check_model_params``: integers <= 2^24, lists <= 64), then the class's own checks."""
+        params = dict(params or {})
+        check_model_params("model_params", params)
+        return build_dataclass(cls.config_class, params, "model_params")
 
     @property
     def input_dim(self) -> int:
