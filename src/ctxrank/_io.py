@@ -200,8 +200,17 @@ class DirectoryLock:
     def __enter__(self) -> DirectoryLock:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            self.release()
+        except OSError:
+            if exc is None:
+                raise
+            # releasing failed while another error propagates (out of memory, the directory's listing
+            # fails with ENOMEM too): that error is the one to report, not the directory; the next holder
+            # of the lock removes the lock file
+
+
 
 
 @contextlib.contextmanager

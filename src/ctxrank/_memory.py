@@ -34,7 +34,7 @@ def budget_bytes(option: Any, device: Any = "cpu") -> tuple[int, str]:
     (:func:`available_bytes` of ``device``)."""
     if option == AUTO:
         free, where = available_bytes(device)
-        return free, f"train.max_memory_bytes = 'auto' ({where})"
+        return free, f"train.max_memory_bytes = 'auto' ({format_bytes(free)}: the {where})"
     return int(option), f"train.max_memory_bytes = {int(option)} ({format_bytes(int(option))})"
 
 
@@ -94,4 +94,4 @@ def _sysconf_free() -> tuple[int, str]:
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "free physical memory"
     except (AttributeError, OSError, ValueError):  # pragma: no cover - no sysconf (Windows)
-        return FALLBACK_BYTES, "a fixed 4 GiB: this system does not report its free memory"
+        return FALLBACK_BYTES, "fixed 4 GiB of a system that reports no free memory"

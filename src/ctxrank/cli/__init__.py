@@ -19,16 +19,19 @@ Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. 
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
-with status 2; ``--debug`` shows the traceback instead. :func:`main` returns the exit status and never
-raises ``SystemExit``, so tests can call it in-process. Building the parser imports no NumPy, torch or
-pandas: each command imports what it needs when it runs.
+with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure: one line
+saying so, whatever operation failed); ``--debug`` shows the traceback instead. :func:`main` returns
+the exit status and never raises ``SystemExit``, so tests can call it in-process. Building the parser
+imports no NumPy, torch or pandas: each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -85,6 +88,30 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process ran out of memory: ``MemoryError`` (Python, NumPy), an
+    ``OSError`` with ``ENOMEM`` (e.g. listing a directory while memory is exhausted), PyTorch's allocation
+    failure (``RuntimeError``: "can't allocate memory", ``torch.OutOfMemoryError``)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOMEM
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _memory_message(exc: BaseException) -> str:
+    """One line for an out-of-memory failure: what failed, and how to stay within the machine."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # no path: not its fault
+    detail = (text.splitlines() or [type(exc).__name__])[-1].strip()[:200]
+    return (
+        f"out of memory ({detail}). ctxrank refuses a run before allocating when its estimate exceeds "
+        "train.max_memory_bytes ('auto': what the machine reports free; set fewer bytes where other "
+        "processes take memory); or lower train.batch_size, or keep fewer items per query "
+        "(--initial lambdamart --top-k K). See docs/training.md"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
     parser = build_parser()
@@ -104,10 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 1
-    except (ValueError, OSError) as exc:
-        if args.debug:
+    except (ValueError, OSError, MemoryError, RuntimeError) as exc:
+        memory = _out_of_memory(exc)
+        if args.debug or not (memory or isinstance(exc, ValueError | OSError)):
             raise
-        print(f"ctxrank: error: {exc}", file=sys.stderr)
+        traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
+        print(f"ctxrank: error: {_memory_message(exc) if memory else exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

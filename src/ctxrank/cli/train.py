@@ -205,7 +205,10 @@ def train(
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(options)
-    from ctxrank.training.distributed import init_from_env
+    from ctxrank.training.distributed import init_from_env, resolve_device
+    from ctxrank.training.memory import check_model_size
+
+    check_model_size(config, 1, device=resolve_device(config.train.device))  # before the data: 1 feature
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
     run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
@@ -330,6 +333,7 @@ class _Run:
     def _execute(self) -> int:
         from ctxrank.cli._train_data import training_data
         from ctxrank.training.loop import NonFiniteLossError
+        from ctxrank.training.memory import MemoryBudgetError
         from ctxrank.training.run import run_training
 
         self._check_categorical()
@@ -357,6 +361,9 @@ class _Run:
             if self.debug:
                 raise
             return self._non_finite(exc)
+        except MemoryBudgetError:
+            self._forget()  # refused before training: the same command with another budget starts afresh
+            raise
         self._summary_line(result.summary, time.perf_counter() - t0)
         if result.test_metrics is not None:
             self._test_report(result, td)
@@ -465,6 +472,15 @@ class _Run:
         if self.main:
             write_json(self.state_dir / RUN_FILE, record)
         return record
+
+    def _forget(self) -> None:
+        """Remove the record :meth:`_start` wrote for a new run (a resumed run keeps its own)."""
+        from ctxrank.training.resume import RUN_FILE
+
+        if self.record is None and self.main:
+            (self.state_dir / RUN_FILE).unlink(missing_ok=True)
+            if self.state_dir.is_dir() and _empty(self.state_dir):
+                self.state_dir.rmdir()
 
     def _replace_previous(self) -> None:
         """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left

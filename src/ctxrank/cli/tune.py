@@ -77,12 +77,15 @@ def tune(options: TrainOptions, search: SearchOptions, *, out_dir: str, progress
         raise ValueError(str(exc)) from None
     from ctxrank.config import RunConfig
     from ctxrank.experiments.executors import make_executor
+    from ctxrank.training.distributed import resolve_device
+    from ctxrank.training.memory import check_model_size
 
     if options.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
     base, block = _base_config(options)
     search = _with_file_search(search, block, options.config)
     config = RunConfig.from_dict(base)  # every option checked before any data is read
+    check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
     where = Path(out_dir)
     _check_directory(where)
     train, valid, what = _tuning_data(options, config.train.seed)
