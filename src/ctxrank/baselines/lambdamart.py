@@ -161,8 +161,8 @@ def _check_data(data: Any, what: str) -> RankingData:
     if longest > MAX_QUERY_LENGTH:
         q = int(np.argmax(data.query_lengths))
         raise ValueError(
-            f"{what}: query {data.query_ids[q]!r} has {longest} items; LightGBM's lambdarank accepts at "
-            f"most {MAX_QUERY_LENGTH} per query (truncate the lists first)"
+            f"{what}: query {str(data.query_ids[q])!r} has {longest:,} items; LightGBM's lambdarank accepts "
+            f"at most {MAX_QUERY_LENGTH} per query (truncate the lists first)"
         )
     return data
 
