@@ -105,10 +105,10 @@ def _memory_message(exc: BaseException) -> str:
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # no path: not its fault
     detail = (text.splitlines() or [type(exc).__name__])[-1].strip()[:200]
     return (
-        f"out of memory ({detail}). ctxrank refuses a run before allocating when its estimate exceeds "
-        "train.max_memory_bytes ('auto': what the machine reports free; set fewer bytes where other "
-        "processes take memory); or lower train.batch_size, or keep fewer items per query "
-        "(--initial lambdamart --top-k K). See docs/training.md"
+        f"out of memory ({detail}). Set train.max_memory_bytes to the bytes the run may use, so that "
+        "ctxrank refuses beforehand what would not fit ('auto' counts what the machine reports free when "
+        "the run starts), lower train.batch_size, or keep fewer items per query (--initial lambdamart "
+        "--top-k K); docs/training.md"
     )
 
 
