@@ -204,13 +204,11 @@ class DirectoryLock:
         try:
             self.release()
         except OSError:
+            # releasing failed while another error propagates (out of memory: listing the directory
+            # fails with ENOMEM too): that error is the one to report, not the directory; the next
+            # holder of the lock removes the lock file
             if exc is None:
                 raise
-            # releasing failed while another error propagates (out of memory, the directory's listing
-            # fails with ENOMEM too): that error is the one to report, not the directory; the next holder
-            # of the lock removes the lock file
-
-
 
 
 @contextlib.contextmanager

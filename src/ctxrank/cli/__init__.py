@@ -19,10 +19,11 @@ Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. 
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
-with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure: one line
-saying so, whatever operation failed); ``--debug`` shows the traceback instead. :func:`main` returns
-the exit status and never raises ``SystemExit``, so tests can call it in-process. Building the parser
-imports no NumPy, torch or pandas: each command imports what it needs when it runs.
+with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``:
+``ctxrank: error: out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback
+instead. :func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it
+in-process. Building the parser imports no NumPy, torch or pandas: each command imports what it needs
+when it runs.
 """
 
 from __future__ import annotations
@@ -103,12 +104,12 @@ def _out_of_memory(exc: BaseException) -> bool:
 def _memory_message(exc: BaseException) -> str:
     """One line for an out-of-memory failure: what failed, and how to stay within the machine."""
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # no path: not its fault
-    detail = (text.splitlines() or [type(exc).__name__])[-1].strip()[:200]
+    detail = (text.splitlines() or ["the command needed more memory than this process may use"])[-1]
     return (
-        f"out of memory ({detail}). Set train.max_memory_bytes to the bytes the run may use, so that "
-        "ctxrank refuses beforehand what would not fit ('auto' counts what the machine reports free when "
-        "the run starts), lower train.batch_size, or keep fewer items per query (--initial lambdamart "
-        "--top-k K); docs/training.md"
+        f"out of memory: {detail.strip()[:200]}. Set train.max_memory_bytes to the bytes a run may use, "
+        "so that ctxrank refuses beforehand what would not fit ('auto' counts what the machine reports "
+        "free when the run starts), lower train.batch_size, or keep fewer items per query (--initial "
+        "lambdamart --top-k K); docs/training.md"
     )
 
 

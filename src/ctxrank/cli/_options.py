@@ -264,7 +264,7 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved
     ``--model``, whose training ``--null-fill`` is the default."""
     g = p.add_argument_group("registered dataset")
     g.add_argument("--dataset", metavar="NAME", help="a dataset of `ctxrank datasets` instead of a file")
-    g.add_argument("--fold", type=positive_int, metavar="K", help="fold number (default 1)")
+    g.add_argument("--fold", type=non_negative_int, metavar="K", help="fold number (default 1)")
     g.add_argument(
         "--split",
         choices=("train", "valid", "vali", "test", "all"),

@@ -15,6 +15,7 @@ from ctxrank.cli._options import (
     add_json,
     add_overrides,
     add_progress,
+    non_negative_int,
     out,
     positive_int,
     print_json,
@@ -367,7 +368,7 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_progress(e)
     q = p.add_argument_group("--quick: one LambdaMART model")
     q.add_argument("--quick", action="store_true", help="LambdaMART alone, no experiment")
-    q.add_argument("--fold", type=positive_int, metavar="K", help="MQ2008 fold 1..5 (default 1)")
+    q.add_argument("--fold", type=non_negative_int, metavar="K", help="MQ2008 fold 1..5 (default 1)")
     q.add_argument("--seed", type=seed_int, help="LightGBM seed (default 0)")
     q.add_argument("--rounds", type=positive_int, help="maximum boosting rounds (default 500)")
     q.add_argument("--early-stopping", type=positive_int, metavar="N", help="patience (default 50)")

@@ -13,8 +13,9 @@ Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.pr
 ``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
 ``DistributedDataParallel`` (see :mod:`ctxrank.training.distributed`).
 
-Memory: before its first batch :func:`fit` refuses a run whose largest batch would need more than
-``train.max_memory_bytes`` (:mod:`ctxrank.training.memory`), and validation scores in batches cut to fit.
+Memory: before its first batch :func:`fit` refuses a run whose largest batch, or whose longest
+validation list, would need more than ``train.max_memory_bytes`` (:mod:`ctxrank.training.memory`);
+validation scores in batches cut to fit.
 
 Crash safety: with ``state_dir`` :func:`fit` writes a resumable training state atomically after every
 epoch (:mod:`ctxrank.training.resume`; rank 0 only) and, with ``resume=True``, continues from it: the
@@ -42,7 +43,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
 from ctxrank.training.distributed import DistContext, resolve_device, world
-from ctxrank.training.memory import check_training
+from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
 
@@ -190,7 +191,9 @@ def fit(
 
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
-    check_training(model, loss_fn, train, config, resolve_device(config.device))  # before any batch
+    device = resolve_device(config.device)
+    check_training(model, loss_fn, train, config, device)  # before any batch
+    scoring_fits(model, valid, config.max_memory_bytes, device)  # validation's longest list, scored alone
     trainer = _make_trainer(model, loss_fn, config)
     state = _Progress()
     store, run_info = None, {}

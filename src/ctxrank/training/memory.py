@@ -79,7 +79,9 @@ def _loss_of(loss_fn: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _longest(data: RankingData) -> tuple[int, str]:
-    """Length and id of the longest query."""
+    """Length and id of the longest query (0 without queries)."""
+    if data.n_queries == 0:
+        return 0, ""
     q = int(np.argmax(data.query_lengths))
     return int(data.query_lengths[q]), str(data.query_ids[q])
 
@@ -161,7 +163,7 @@ def scoring_fits(model: Ranker, data: RankingData, budget: Any, device: Any) -> 
         return _step_bytes(model, data, batch_size, list_len, None) <= room
 
     L, qid = _longest(data)
-    if data.n_queries and not fits(1, L):
+    if L and not fits(1, L):
         fit_l = _largest(lambda n: fits(1, n), L)
         raise MemoryBudgetError(
             f"scoring query {qid!r} ({L:,} items) with {model.name} needs about "
