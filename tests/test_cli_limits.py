@@ -172,3 +172,64 @@ def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
     assert "--debug" in err
     with pytest.raises(MemoryError):
         main(["data-info", str(data), "--debug"])
+# ------------------------------------------------------------------------- integer ranges (issue 30)
+def _integer_options():
+    """(argv before the option, option string) of every integer option of every command."""
+    import argparse
+
+    from ctxrank.cli import build_parser
+
+    found = []
+
+    def walk(parser, prefix):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*prefix, name])
+            elif action.option_strings and (action.type is int or action.type in INT_TYPES):
+                found.append((tuple(prefix), action.option_strings[-1], action.type))
+
+    walk(build_parser(), [])
+    return found
+
+
+from ctxrank.cli._options import INT_TYPES  # noqa: E402
+
+INTEGER_OPTIONS = _integer_options()
+
+
+def test_every_integer_option_is_range_checked():
+    """No integer flag is a bare ``int``: each one's type bounds it (a huge value would reach NumPy,
+    torch or LightGBM and end in an OverflowError after the data was read)."""
+    assert len(INTEGER_OPTIONS) > 20
+    bare = [f"{' '.join(p)} {flag}" for p, flag, kind in INTEGER_OPTIONS if kind is int]
+    assert not bare, f"integer options without a range: {bare}"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "flag", "kind"), INTEGER_OPTIONS, ids=[" ".join((*p, f)) for p, f, _ in INTEGER_OPTIONS]
+)
+@pytest.mark.parametrize("value", ["99999999999999999999999", "-5", "1e3"])
+def test_integer_options_out_of_range_fail_before_any_work(prefix, flag, kind, value, capsys):
+    """``--seed 99999999999999999999`` failed after loading the data ('Overflow when unpacking long
+    long'): now every integer flag's value is checked while the command line is parsed, before anything
+    else (no other option is needed to see the error)."""
+    assert main([*prefix, f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "--data", "/nonexistent/d.txt", "--scores", "/nonexistent/s.txt", "--metrics"],
+        ["train", "--model", "mlp", "--data", "/nonexistent/d.txt", "--out", "/nonexistent/o", "--set"],
+    ],
+)
+@pytest.mark.parametrize("metric", ["ndcg@99999999999999999999999", "p@-3", "ndcg@1_0"])
+def test_metric_cutoffs_out_of_range_fail_before_any_work(argv, metric, capsys):
+    value = metric if argv[0] == "evaluate" else f"train.metric={metric}"
+    assert main([*argv, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ctxrank: error:") and "cutoff" in err and len(err.splitlines()) == 1
+    assert "nonexistent" not in err

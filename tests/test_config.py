@@ -159,3 +159,85 @@ def test_every_registry_entry_states_what_it_optimizes(name):
         assert config.objective == f"its own {entry.own_objective} objective"
     else:
         assert config.objective == f"the {config.loss_name} loss"
+
+
+# ------------------------------------------------------------------------- integer ranges (issue 30)
+def _integer_keys():
+    """(model, dotted key, value) for every integer option of a run config: [train], [rerank], ensemble,
+    every model's model_params (neural configs and baselines' parameters), every loss option."""
+    import dataclasses
+    import inspect
+
+    from ctxrank.config import RerankConfig
+    from ctxrank.losses import LOSSES
+    from ctxrank.registry import MODELS, Baseline
+
+    def is_int_type(kind):
+        return ("int" in str(kind) and "str" not in str(kind)) or kind is int
+
+    keys = [("mlp", f"train.{f.name}") for f in dataclasses.fields(TrainConfig) if is_int_type(f.type)]
+    keys += [("qilcm", f"rerank.{f.name}") for f in dataclasses.fields(RerankConfig) if is_int_type(f.type)]
+    keys += [("mlp", "ensemble"), ("qilcm", "rerank.initial_params.seed")]
+    for name, entry in MODELS.items():
+        if isinstance(entry, Baseline):
+            params = inspect.signature(entry.cls.__init__).parameters.values()
+            keys += [(name, f"model_params.{p.name}") for p in params if is_int_type(p.annotation)]
+        else:
+            fields = dataclasses.fields(entry.config_class)
+            keys += [(name, f"model_params.{f.name}") for f in fields if is_int_type(f.type)]
+    for loss, fn in LOSSES.items():
+        params = inspect.signature(fn).parameters.values()
+        keys += [(f"mlp:{loss}", f"loss_params.{p.name}") for p in params if is_int_type(p.annotation)]
+    return keys
+
+
+INTEGER_KEYS = _integer_keys()
+
+
+def test_integer_keys_are_found():
+    keys = {key for _, key in INTEGER_KEYS}
+    assert {"train.seed", "train.batch_size", "rerank.top_k", "model_params.hidden", "loss_params.k"} <= keys
+
+
+@pytest.mark.parametrize(("model", "key"), INTEGER_KEYS, ids=[f"{m}-{k}" for m, k in INTEGER_KEYS])
+def test_huge_integers_are_refused_when_the_config_is_built(model, key):
+    """``train.seed = 99999999999999999999`` passed validation and failed after the data were read
+    ('Overflow when unpacking long long'); every integer a config gives is range-checked when the
+    config is built, with a message naming the option (lists: each element)."""
+    model, _, loss = model.partition(":")
+    huge = 99999999999999999999
+    value = f"[{huge}]" if key.endswith(("hidden", "encoder_widths", "eval_at")) else str(huge)
+    if key.endswith("encoder_widths"):
+        value = f"[8, {huge}]"
+    sets = [f"model={model}", f"{key}={value}", *([f"loss={loss}"] if loss else [])]
+    if key.startswith("rerank."):
+        sets.append("rerank.initial=lambdamart")
+    with pytest.raises(ValueError, match=key.rsplit(".", 1)[-1]) as info:
+        resolve_config(None, sets)
+    assert "\n" not in str(info.value)
+
+
+def test_ensemble_seeds_stay_within_the_largest_seed():
+    from ctxrank._checks import MAX_SEED
+
+    resolve_config(None, [f"train.seed={MAX_SEED}"])
+    with pytest.raises(ValueError, match="ensemble = 2 trains with seeds up to"):
+        resolve_config(None, [f"train.seed={MAX_SEED}", "ensemble=2"])
+
+
+def test_model_sizes_are_bounded_as_when_a_saved_model_is_loaded():
+    """``--set model_params.hidden=[100000000]`` tried to allocate 18.4 GB: the bounds of a loaded
+    ``ctxrank.json`` (``_checks.MAX_CONFIG_INT``, ``MAX_CONFIG_LIST``) apply to a run config too."""
+    from ctxrank._checks import MAX_CONFIG_INT, MAX_CONFIG_LIST
+
+    resolve_config(None, ["model=mlp", f"model_params.hidden=[{MAX_CONFIG_INT}]"])  # the bound itself
+    for model, sets in [
+        ("mlp", [f"model_params.hidden=[{MAX_CONFIG_INT + 1}]"]),
+        ("mlp", [f"model_params.hidden=[{', '.join(['4'] * (MAX_CONFIG_LIST + 1))}]"]),
+        ("dcm", [f"model_params.hidden={MAX_CONFIG_INT + 1}"]),
+        ("qilcm", [f"model_params.encoder_width={MAX_CONFIG_INT + 1}"]),
+        ("dlcm", [f"model_params.gru_hidden={MAX_CONFIG_INT + 1}"]),
+        ("arsm", [f"model_params.n_levels={MAX_CONFIG_INT + 1}"]),
+    ]:
+        with pytest.raises(ValueError, match=r"model_params\.\w+ .*(limit|at most)"):
+            resolve_config(None, [f"model={model}", *sets])

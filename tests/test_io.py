@@ -238,3 +238,24 @@ def test_orphaned_temporary_files_are_removed_by_the_first_holder_only(tmp_path)
         late.write_text("x")
         with lock_directory(tmp_path, key="k"):
             assert late.exists()
+
+
+def test_releasing_a_lock_never_masks_the_error_that_ends_the_block(tmp_path, monkeypatch):
+    """Out of memory inside ``with lock_directory(...)``: the release lists the directory, which fails
+    with ENOMEM too, and that OSError replaced the real error (``ctxrank train`` blamed its output
+    directory). The block's own error propagates; without one, a failed release still raises."""
+    import errno
+    from pathlib import Path
+
+    from ctxrank._io import lock_directory
+
+    def no_memory(self):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory", str(self))
+
+    out = tmp_path / "out"
+    with pytest.raises(MemoryError, match="the step"), lock_directory(out):
+        monkeypatch.setattr(Path, "iterdir", no_memory)
+        raise MemoryError("the step")
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="Cannot allocate memory"), lock_directory(tmp_path / "other"):
+        monkeypatch.setattr(Path, "iterdir", no_memory)

@@ -327,3 +327,40 @@ def test_not_fitted_feature_mismatch_and_no_pairs(small, tmp_path):
     with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['kernel'\]"):
         m.set_params(kernel="rbf")
     assert m.set_params(C=0.3).C == 0.3 and "C=0.3" in repr(m)
+
+
+@pytest.mark.parametrize("cap", [None, 1, 37, 1000])
+def test_long_queries_give_the_same_pairs_without_building_them_all(cap, monkeypatch):
+    """A query's candidate pairs were all built (``triu_indices``: 3.2 GB for one 20,000-item query)
+    even to keep 1,000 of them. Long queries are now paired row by row: the same pairs, in the same
+    order, from the same random draws, as the dense path gives."""
+    from ctxrank.baselines import ranksvm
+
+    rng = np.random.default_rng(3)
+    lengths, grades = [1, 2, 5, 60, 200, 7], [2, 2, 3, 5, 1, 3]  # 1 grade: no pair at all
+    labels = np.concatenate([rng.integers(0, k, n) for k, n in zip(grades, lengths, strict=True)])
+    labels = labels.astype(np.float32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    dense = pair_indices(labels, offsets, max_pairs_per_query=cap, rng=np.random.default_rng(0))
+    monkeypatch.setattr(ranksvm, "DENSE_PAIRS", 0)  # every query row by row
+    long = pair_indices(labels, offsets, max_pairs_per_query=cap, rng=np.random.default_rng(0))
+    for a, b in zip(dense, long, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_long_query_keeps_its_pairs_in_memory_of_the_pairs_kept():
+    """6,000 items: 18 million candidate pairs (~600 MB to enumerate) for 1,000 kept; NumPy's allocations
+    (traced by tracemalloc) stay within a few MB."""
+    import tracemalloc
+
+    labels = np.random.default_rng(0).integers(0, 3, 6000).astype(np.float32)
+    tracemalloc.start()
+    try:
+        first, second, _ = pair_indices(
+            labels, np.array([0, 6000]), max_pairs_per_query=1000, rng=np.random.default_rng(0)
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert first.size == 1000 and np.all(labels[first] != labels[second]) and np.all(first != second)
+    assert peak < 8 * 2**20, f"{peak:,} bytes"

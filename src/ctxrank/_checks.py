@@ -10,22 +10,46 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
 __all__ = [
+    "MAX_BYTES",
+    "MAX_CONFIG_INT",
+    "MAX_CONFIG_LIST",
+    "MAX_INT",
+    "MAX_SEED",
     "build_dataclass",
     "check_bool",
+    "check_bytes",
     "check_choice",
     "check_dropout",
     "check_int",
     "check_int_list",
+    "check_model_params",
     "check_non_negative",
     "check_positive",
+    "check_seed",
     "is_int",
     "is_number",
+    "parse_int",
 ]
+
+#: the largest integer option (counts, sizes, cutoffs, epochs, folds, trials): a C ``int``, what LightGBM,
+#: liblinear and every index type downstream hold
+MAX_INT = 2**31 - 1
+#: the largest seed: LightGBM reads seeds as C ``int``, scikit-learn as 32-bit unsigned; torch and numpy
+#: take more. Seeds derived by adding to a seed (ensemble members ``seed + i``) stay within it too
+MAX_SEED = 2**31 - 1
+#: the largest byte-count option (memory budgets, file-size limits): far above any machine, within int64
+MAX_BYTES = 2**62
+#: the largest integer of a neural model's config (a width, a level count, ...), in a run config and in a
+#: saved ``ctxrank.json`` alike (``_modeldir.check_config_values``)
+MAX_CONFIG_INT = 2**24
+#: the longest list of a neural model's config (hidden widths, ...), in a run config and a saved model
+MAX_CONFIG_LIST = 64
 
 
 def is_int(x: Any) -> bool:
@@ -64,21 +88,80 @@ def check_dropout(name: str, value: Any) -> float:
     return value
 
 
-def check_int(name: str, value: Any, minimum: int = 1, *, allow_none: bool = False) -> int | None:
-    """An integer >= ``minimum`` (or None with ``allow_none``)."""
+def check_int(
+    name: str, value: Any, minimum: int = 1, *, maximum: int = MAX_INT, allow_none: bool = False
+) -> int | None:
+    """An integer in ``[minimum, maximum]`` (or None with ``allow_none``); ``maximum`` defaults to
+    :data:`MAX_INT`, so that no integer a user gives reaches NumPy, torch or C code out of range."""
     if value is None and allow_none:
         return None
     if not is_int(value) or value < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {_shown(value)}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {_shown(value)}")
     return int(value)
 
 
-def check_int_list(name: str, value: Any) -> tuple[int, ...]:
-    """A tuple of positive integers (a TOML list arrives as a tuple; see :func:`build_dataclass`)."""
-    if not isinstance(value, tuple) or not all(is_int(v) and v >= 1 for v in value):
-        raise ValueError(f"{name} must be a list of positive integers, got {value!r}")
+def check_seed(name: str, value: Any) -> int:
+    """A seed: an integer in ``[0, MAX_SEED]``."""
+    return check_int(name, value, 0, maximum=MAX_SEED)
+
+
+def check_bytes(name: str, value: Any, minimum: int = 1) -> int:
+    """A number of bytes: an integer in ``[minimum, MAX_BYTES]``."""
+    return check_int(name, value, minimum, maximum=MAX_BYTES)
+
+
+def parse_int(name: str, text: str, minimum: int = 1, maximum: int = MAX_INT) -> int:
+    """``text`` (a command-line value) as an integer in ``[minimum, maximum]`` (:func:`check_int`)."""
+    digits = text.strip() if isinstance(text, str) else ""
+    if not re.fullmatch(r"-?[0-9]{1,64}", digits):
+        raise ValueError(f"{name} must be an integer in [{minimum:,}, {maximum:,}], got {_shown(text)}")
+    return check_int(name, int(digits), minimum, maximum=maximum)
+
+
+def check_int_list(name: str, value: Any, *, maximum: int = MAX_INT) -> tuple[int, ...]:
+    """A tuple of integers in ``[1, maximum]`` (a TOML list arrives as a tuple: :func:`build_dataclass`)."""
+    if not isinstance(value, tuple) or not all(is_int(v) and 1 <= v <= maximum for v in value):
+        raise ValueError(
+            f"{name} must be a list of positive integers (at most {maximum:,}), got {_shown(value)}"
+        )
     return tuple(int(v) for v in value)
+
+
+def model_param_problem(value: Any) -> str | None:
+    """What makes ``value`` unfit as a neural model's config value (None: nothing): the bounds of
+    :data:`MAX_CONFIG_INT` and :data:`MAX_CONFIG_LIST`, shared by run configs and saved models."""
+    if isinstance(value, list | tuple) and len(value) > MAX_CONFIG_LIST:
+        return f"lists {len(value)} values, at most {MAX_CONFIG_LIST} allowed"
+    for item in value if isinstance(value, list | tuple) else [value]:
+        if item is not None and not isinstance(item, bool | int | float | str):
+            return f"must hold numbers or strings, got {_shown(value)}"
+        if is_int(item) and abs(item) > MAX_CONFIG_INT:
+            return f"= {_shown(item)} is above the limit of {MAX_CONFIG_INT:,}"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"must be finite, got {item}"
+    return None
+
+
+def check_model_params(section: str, values: Mapping[str, Any]) -> None:
+    """Every value of a neural model's ``model_params`` within the bounds a saved model is loaded with
+    (:func:`model_param_problem`)."""
+    for key, value in values.items():
+        problem = model_param_problem(value)
+        if problem is not None:
+            raise ValueError(
+                f"{section}.{key} {problem} (model sizes are bounded as in a saved ctxrank.json)"
+            )
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message: huge integers by their size, long texts cut."""
+    if is_int(value) and abs(int(value)).bit_length() > 128:
+        return f"an integer of {abs(int(value)).bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_bool(name: str, value: Any) -> bool:

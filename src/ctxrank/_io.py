@@ -298,8 +298,15 @@ class DirectoryLock:
     def __enter__(self) -> DirectoryLock:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            self.release()
+        except OSError:
+            # releasing failed while another error propagates (out of memory: listing the directory
+            # fails with ENOMEM too): that error is the one to report, not the directory; the next
+            # holder of the lock removes the lock file
+            if exc is None:
+                raise
 
 
 @contextlib.contextmanager

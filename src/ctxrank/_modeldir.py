@@ -37,6 +37,10 @@ import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+# the bounds of a model config are those of a run config (``_checks``): a trained model is one a model
+# directory may hold; MAX_CONFIG_LIST is re-exported for the loaders
+from ctxrank._checks import MAX_CONFIG_LIST as MAX_CONFIG_LIST
+from ctxrank._checks import model_param_problem
 from ctxrank._io import claim_output_dir
 
 FORMAT_VERSION = 1
@@ -48,10 +52,6 @@ MAX_META_BYTES = 64 * 2**20
 MAX_META_DEPTH = 32
 #: the largest feature count a saved model may declare (LETOR's ``MAX_FEATURE_INDEX`` is smaller)
 MAX_FEATURES = 2**24
-#: the largest integer option of a model config (a width, a level count, ...)
-MAX_CONFIG_INT = 2**24
-#: the longest list option of a model config (hidden widths, ...)
-MAX_CONFIG_LIST = 64
 #: the largest model weights file read (bytes)
 MAX_WEIGHTS_BYTES = 16 * 2**30
 #: the key of ``ctxrank.json`` recording the SHA-256 of the other files the loader reads
@@ -297,22 +297,13 @@ def meta_floats(meta: dict[str, Any], key: str, where: Any, *, max_len: int, nam
 
 def check_config_values(values: Any, where: Any, key: str) -> dict[str, Any]:
     """A model config read from metadata: a flat object of scalars and short lists of scalars, every
-    integer within ``MAX_CONFIG_INT`` (so no option can ask for an unbounded model)."""
+    integer within ``_checks.MAX_CONFIG_INT`` (so no option can ask for an unbounded model)."""
     if not isinstance(values, dict):
         raise ValueError(f"{where}: {key!r} must be a JSON object, got {_short(values)}")
     for k, v in values.items():
-        items = v if isinstance(v, list) else [v]
-        if isinstance(v, list) and len(v) > MAX_CONFIG_LIST:
-            raise ValueError(f"{where}: '{key}.{k}' lists {len(v)} values, at most {MAX_CONFIG_LIST} allowed")
-        for item in items:
-            if item is not None and not isinstance(item, bool | int | float | str):
-                raise ValueError(f"{where}: '{key}.{k}' must hold numbers or strings, got {_short(v)}")
-            if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_CONFIG_INT:
-                raise ValueError(
-                    f"{where}: '{key}.{k}' = {_short(item)} is above the limit of {MAX_CONFIG_INT:,}"
-                )
-            if isinstance(item, float) and not math.isfinite(item):
-                raise ValueError(f"{where}: '{key}.{k}' must be finite, got {item}")
+        problem = model_param_problem(v)
+        if problem is not None:
+            raise ValueError(f"{where}: '{key}.{k}' {problem}")
     return values
 
 

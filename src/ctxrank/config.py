@@ -34,13 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank._checks import (
+    MAX_BYTES,
+    MAX_INT,
+    MAX_SEED,
     build_dataclass,
     check_bool,
     check_choice,
     check_int,
     check_non_negative,
     check_positive,
+    check_seed,
+    is_int,
 )
+from ctxrank._memory import AUTO
 from ctxrank.data.transforms import TRANSFORMS
 
 #: ``train.batching`` values: ``"model"`` = the model class's ``batching`` (see :class:`TrainConfig`)
@@ -79,6 +85,12 @@ class TrainConfig:
         shuffle_items: put the items of every training query in a random order (seeded by ``seed``)
             before training, so that a model reading the displayed order (DCM, DLCM) cannot learn from
             it (e.g. rows sorted by price); validation and test keep their order.
+        max_memory_bytes: the most memory a training step or a scoring batch may need, by ctxrank's
+            estimate made before anything is allocated (``ctxrank.training.memory``): the model's
+            weights, gradients and Adam state plus the tensors of the largest batch (``batch_size``
+            lists padded to the longest list). A run above it is refused, naming the longest query;
+            scoring splits its batches to fit. ``"auto"``: what the device can give when the check runs
+            (``ctxrank._memory``); or a number of bytes.
     """
 
     lr: float = 1e-3
@@ -98,6 +110,7 @@ class TrainConfig:
     batching: str = "model"
     input_noise: float = 0.0
     shuffle_items: bool = False
+    max_memory_bytes: int | str = AUTO
 
     def __post_init__(self) -> None:
         check_bool("train.shuffle_items", self.shuffle_items)
@@ -119,7 +132,13 @@ class TrainConfig:
         if self.clip_grad_norm is not None:
             check_positive("train.clip_grad_norm", self.clip_grad_norm)
         check_int("train.threads", self.threads, allow_none=True)
-        check_int("train.seed", self.seed, 0)
+        check_seed("train.seed", self.seed)
+        memory = self.max_memory_bytes
+        if memory != AUTO and not (is_int(memory) and 1 <= memory <= MAX_BYTES):
+            raise ValueError(
+                f"train.max_memory_bytes must be 'auto' or a number of bytes in [1, {MAX_BYTES:,}], "
+                f"got {memory!r}"
+            )
         if self.no_relevant not in (0.0, 1.0, "skip"):
             raise ValueError(f"train.no_relevant must be 0, 1 or 'skip', got {self.no_relevant!r}")
         from ctxrank.metrics import parse_metric
@@ -160,13 +179,8 @@ class RerankConfig:
         if self.initial not in ("", "lambdamart"):
             raise ValueError(f"rerank.initial must be '' or 'lambdamart', got {self.initial!r}")
         check_int("rerank.top_k", self.top_k)
-        if (
-            isinstance(self.crossfit, bool)
-            or not isinstance(self.crossfit, int)
-            or self.crossfit in (1,)
-            or self.crossfit < 0
-        ):
-            raise ValueError(f"rerank.crossfit must be 0 (off) or an integer >= 2, got {self.crossfit!r}")
+        if check_int("rerank.crossfit", self.crossfit, 0) == 1:
+            raise ValueError("rerank.crossfit must be 0 (off) or an integer >= 2, got 1")
         for name in ("rank_feature", "score_feature"):
             if getattr(self, name) is not None:
                 check_bool(f"rerank.{name}", getattr(self, name))
@@ -215,6 +229,12 @@ class RunConfig:
             )
         if not isinstance(self.train, TrainConfig):
             raise TypeError("train must be a TrainConfig")
+        if self.train.seed + self.ensemble - 1 > MAX_SEED:  # the members' seeds: train.seed + i
+            raise ValueError(
+                f"ensemble = {self.ensemble} trains with seeds up to train.seed + {self.ensemble - 1} = "
+                f"{self.train.seed + self.ensemble - 1:,}, above the largest seed {MAX_SEED:,}: "
+                "lower train.seed"
+            )
         if isinstance(entry, Baseline):
             baseline = entry
             # a saved config records loss_name (e.g. "lambdarank"): that one is accepted
@@ -243,6 +263,12 @@ class RunConfig:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         entry.make_config(self.model_params)
+        if self.rerank.initial:  # the initial ranker's parameters fail before data is read, too
+            try:
+                get_model(self.rerank.initial).build(self.rerank.initial_params, self.train)
+            except ValueError as exc:
+                why = str(exc).removeprefix("model_params: ")
+                raise ValueError(f"rerank.initial_params: {why}") from None
         if own:
             if self.loss not in ("", own) or self.loss_params:
                 raise ValueError(
@@ -251,12 +277,14 @@ class RunConfig:
                 )
             return
         options = loss_options(LOSSES[self.loss_name])
-        for key in self.loss_params:
+        for key, value in self.loss_params.items():
             if key not in options:
                 raise ValueError(
                     f"loss_params.{key}: not an option of loss {self.loss_name!r} "
                     f"(options: {', '.join(options) or 'none'})"
                 )
+            if is_int(value):  # the loss checks its own ranges when called; no integer overflows first
+                check_int(f"loss_params.{key}", value, -MAX_INT - 1)
 
     @property
     def loss_name(self) -> str:

@@ -42,6 +42,11 @@ Losses (``LOSSES`` registry; ``get_loss(name)``):
 
 Not in the registry (different signature): :func:`chamfer_confusion`, QILCM's query-confusion loss
 (eq. 13-14) over item representations ``(B, L, D)``.
+
+Memory: :func:`loss_memory` bounds the bytes of the tensors a loss allocates (forward and backward) on a
+``(B, L)`` batch, :func:`chamfer_memory` those of the confusion loss: O(B L) for ListNet, ListMLE and
+AttRank; O(B L^2) for the pairwise and sorting losses (RankNet, LambdaLoss, ApproxNDCG, NeuralNDCG,
+SoftRank's ``pi`` table, plus its O(B L min(k, L) sqrt(L)) rank distributions).
 """
 
 from __future__ import annotations
@@ -69,10 +74,12 @@ __all__ = [
     "attrank",
     "chamfer_block_shape",
     "chamfer_confusion",
+    "chamfer_memory",
     "get_loss",
     "lambdaloss",
     "listmle",
     "listnet",
+    "loss_memory",
     "neuralndcg",
     "ranknet",
     "softrank",
@@ -792,6 +799,45 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "approxndcg": approxndcg,
     "neuralndcg": neuralndcg,
 }
+
+
+#: float32 values a loss keeps per item and per pair of items of a list (forward, what backward keeps, the
+#: gradients): an upper bound of the tensors each one allocates (``tests/test_memory.py`` checks it)
+_PER_ITEM = 64
+_PER_PAIR = {"ranknet": 6, "lambdaloss": 12, "approxndcg": 6}
+
+
+def loss_memory(name: str, batch_size: int, list_len: int, options: dict[str, Any] | None = None) -> int:
+    """Bytes of the tensors the loss ``name`` (a key of :data:`LOSSES`; any other name: a loss of O(B L)
+    memory) allocates on a ``(batch_size, list_len)`` batch with ``options``, forward and backward."""
+    B, L, options = batch_size, list_len, options or {}
+    floats = _PER_ITEM * B * L + _PER_PAIR.get(name, 0) * B * L * L
+    if name == "neuralndcg":  # the (B, L, L) NeuralSort matrix, checkpointed Sinkhorn blocks
+        floats += (17 + 5 * math.isqrt(int(options.get("sinkhorn_iters", 50)))) * B * L * L
+    if name == "softrank":  # the (B, L, L) table of pi, ~sqrt(L) checkpointed (B, L, R) states
+        k = options.get("k")
+        R = L if k is None else min(int(k), L)
+        floats += 10 * B * L * L + (5 * math.isqrt(L) + 8) * B * L * R
+    return 4 * floats
+
+
+def chamfer_memory(
+    batch_size: int,
+    list_len: int,
+    dim: int,
+    *,
+    pairs: int | None = None,
+    max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> int:
+    """Bytes of the tensors :func:`chamfer_confusion` allocates (forward and backward) on ``(B, L, D)``
+    representations: masked and centered copies and their gradients, the argmin indices kept for backward
+    (``(B L, B)`` exact, ``(P, L)`` sampled) and one block of distances (:func:`chamfer_block_shape`)."""
+    B, L, D = batch_size, list_len, dim
+    rows, cols = chamfer_block_shape(B, L, D, max_block_bytes=max_block_bytes, sampled=pairs is not None)
+    pair = 8 * L * L + (12 * L * D if pairs is not None else 0)  # the (L, L) distances, gathered rows
+    kept = 24 * B * B * L + 16 * B * B if pairs is None else 40 * pairs * L
+    block = min(rows * cols, B * B if pairs is None else pairs)  # pairs computed at once
+    return 4 * 10 * B * L * (D + 2) + kept + block * pair
 
 
 def get_loss(name: str) -> Callable[..., torch.Tensor]:

@@ -96,6 +96,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctxrank._checks import MAX_INT, parse_int
+
 __all__ = [
     "CHOICE_METRICS",
     "CONVENTIONS",
@@ -1095,11 +1097,7 @@ def parse_metric(name: str) -> tuple[str, int | None]:
         raise ValueError(f"unknown metric {m.group(1)!r} in {name!r}; valid names: {valid}")
     k: int | None = None
     if m.group(2) is not None:
-        if not re.fullmatch(r"\d+", m.group(2)):
-            raise ValueError(f"cutoff in {name!r} must be a positive integer, got {m.group(2)!r}")
-        k = int(m.group(2))
-        if k < 1:
-            raise ValueError(f"cutoff in {name!r} must be >= 1, got {k}")
+        k = parse_int(f"cutoff in {name[:40]!r}", m.group(2), 1, MAX_INT)
     if base in _NEEDS_K and k is None:
         raise ValueError(f"metric {name!r} needs a cutoff, e.g. '{base}@10'")
     if base == "loglik" and k is not None:

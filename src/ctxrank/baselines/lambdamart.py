@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import MAX_INT, check_int, check_seed, parse_int
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
 from ctxrank._modeldir import (
@@ -161,8 +162,8 @@ def _check_data(data: Any, what: str) -> RankingData:
     if longest > MAX_QUERY_LENGTH:
         q = int(np.argmax(data.query_lengths))
         raise ValueError(
-            f"{what}: query {data.query_ids[q]!r} has {longest} items; LightGBM's lambdarank accepts at "
-            f"most {MAX_QUERY_LENGTH} per query (truncate the lists first)"
+            f"{what}: query {str(data.query_ids[q])!r} has {longest:,} items; LightGBM's lambdarank accepts "
+            f"at most {MAX_QUERY_LENGTH} per query (truncate the lists first)"
         )
     return data
 
@@ -340,29 +341,29 @@ class LambdaMART:
 
     def _resolve(self) -> tuple[int, list[int], float | str]:
         """Check the named parameters: (metric cutoff, sorted eval_at, no_relevant)."""
-        if not _is_int(self.n_estimators) or self.n_estimators < 1:
-            raise ValueError(f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
-        if self.early_stopping_rounds is not None and (
-            not _is_int(self.early_stopping_rounds) or self.early_stopping_rounds < 1
-        ):
-            raise ValueError(
-                f"early_stopping_rounds must be None or an int >= 1, got {self.early_stopping_rounds!r}"
-            )
-        if not _is_int(self.max_position) or self.max_position < 1:
-            raise ValueError(f"max_position must be an int >= 1, got {self.max_position!r}")
+        check_int("n_estimators", self.n_estimators)
+        check_int("early_stopping_rounds", self.early_stopping_rounds, allow_none=True)
+        check_int("max_position", self.max_position)
+        check_seed("seed", self.seed)
+        check_int("num_threads", self.num_threads, 0)
         m = _METRIC_RE.fullmatch(self.metric) if isinstance(self.metric, str) else None
-        if m is None or int(m.group(1)) < 1:
+        if m is None:
             raise ValueError(f"metric must be 'ndcg@K' with K >= 1 (LightGBM's ndcg), got {self.metric!r}")
-        k = int(m.group(1))
+        k = parse_int(f"cutoff in {self.metric[:40]!r}", m.group(1))
         eval_at = [self.eval_at] if _is_int(self.eval_at) else self.eval_at
         if (
             isinstance(eval_at, (str, bytes))
             or not isinstance(eval_at, Sequence)
-            or not all(_is_int(e) and e >= 1 for e in eval_at)
+            or not all(_is_int(e) and 1 <= e <= MAX_INT for e in eval_at)
         ):
-            raise ValueError(f"eval_at must be an int >= 1 or a sequence of them, got {self.eval_at!r}")
+            raise ValueError(
+                f"eval_at must be an int in [1, {MAX_INT:,}] or a sequence of them, got {self.eval_at!r}"
+            )
         cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
         no_relevant = _normalize_no_relevant(self.no_relevant)
+        for name, value in self.get_params().items():  # LightGBM reads its integers as C ints
+            if _is_int(value) and not -MAX_INT - 1 <= value <= MAX_INT:
+                raise ValueError(f"{name} must lie in [{-MAX_INT - 1:,}, {MAX_INT:,}], got {value}")
         for name, value in self.extra_lgb_params.items():
             _check_lgb_name(name)
             for own, lgb_name in _LGB_NAME.items():

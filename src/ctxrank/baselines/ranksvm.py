@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import check_int, check_positive
+from ctxrank._checks import check_int, check_positive, check_seed
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
 from ctxrank.baselines._linear import NotFittedError
@@ -54,6 +54,38 @@ __all__ = ["LOSSES", "NotFittedError", "RankSVM", "pair_indices"]
 KIND = "ranksvm"
 LOSSES = ("squared_hinge", "hinge")
 DEFAULT_C = (1e-3, 1e-2, 1e-1, 1.0)
+
+
+#: a query of more pairs than this (64 MiB of ``triu_indices``, about 2,900 items) is paired row by row
+DENSE_PAIRS = 2**22
+
+
+def _long_query_pairs(
+    yq: np.ndarray, max_pairs: int | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs :func:`pair_indices` takes from one query (same pairs, same order, same random draws)
+    without building its ``n (n - 1) / 2`` candidate pairs: O(n + pairs kept) memory. The pairs with
+    different labels that start at item ``i`` number ``n - 1 - i`` less the later items of ``i``'s label;
+    a kept pair's index in ``triu`` order then gives its row, and its column is found in that row alone."""
+    n = yq.size
+    _, label, counts = np.unique(yq, return_inverse=True, return_counts=True)
+    order = np.argsort(label, kind="stable")  # items grouped by label, in position order
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)  # place within its label
+    starting = (n - 1 - np.arange(n)) - (counts[label] - 1 - rank)  # (n,) differing pairs (i, j > i)
+    total = int(starting.sum())
+    if max_pairs is not None and total > max_pairs:
+        keep = np.sort(rng.choice(total, size=max_pairs, replace=False))
+    else:
+        keep = np.arange(total)
+    ends = np.cumsum(starting)
+    rows = np.searchsorted(ends, keep, side="right")
+    within = keep - (ends[rows] - starting[rows])
+    cols = np.empty_like(rows)
+    for r in np.unique(rows):
+        at = rows == r
+        cols[at] = np.flatnonzero(yq[r + 1 :] != yq[r])[within[at]] + r + 1
+    return rows, cols
 
 
 def pair_indices(
@@ -71,7 +103,9 @@ def pair_indices(
     probability 1/2, so ``target`` is +1 or -1 at random. If every target still has the same sign (a
     handful of pairs), the first pair is swapped, so that both classes are present.
 
-    Python loops over the queries only; the pairs of a query are built with array operations.
+    Python loops over the queries only; the pairs of a query are built with array operations. A query of
+    more than :data:`DENSE_PAIRS` candidate pairs (a few thousand items) is paired without building them
+    all (:func:`_long_query_pairs`: the same pairs and draws, memory of the pairs kept).
 
     Args:
         labels: ``(N,)`` graded labels.
@@ -91,15 +125,18 @@ def pair_indices(
         a, n = int(off[q]), int(off[q + 1] - off[q])
         if n < 2:
             continue
-        if n not in triu_cache:
-            triu_cache[n] = np.triu_indices(n, k=1)
-        i, j = triu_cache[n]  # (n(n-1)/2,) each
         yq = y[a : a + n]
-        differ = yq[i] != yq[j]
-        i, j = i[differ], j[differ]
-        if max_pairs_per_query is not None and i.size > max_pairs_per_query:
-            keep = np.sort(rng.choice(i.size, size=max_pairs_per_query, replace=False))
-            i, j = i[keep], j[keep]
+        if n * (n - 1) // 2 > DENSE_PAIRS:  # a long query: its pairs row by row, the same ones
+            i, j = _long_query_pairs(yq, max_pairs_per_query, rng)
+        else:
+            if n not in triu_cache:
+                triu_cache[n] = np.triu_indices(n, k=1)
+            i, j = triu_cache[n]  # (n(n-1)/2,) each
+            differ = yq[i] != yq[j]
+            i, j = i[differ], j[differ]
+            if max_pairs_per_query is not None and i.size > max_pairs_per_query:
+                keep = np.sort(rng.choice(i.size, size=max_pairs_per_query, replace=False))
+                i, j = i[keep], j[keep]
         firsts.append(i + a)
         seconds.append(j + a)
     first = np.concatenate([np.zeros(0, dtype=np.int64), *firsts]).astype(np.int64)  # (P,)
@@ -170,7 +207,7 @@ class RankSVM(lin.LinearScorer):
         self.no_relevant = lin.check_no_relevant(no_relevant)
         self.tol = check_positive("tol", tol)
         self.max_iter = check_int("max_iter", max_iter, 1)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_seed("seed", seed)
 
     # ------------------------------------------------------------------ params
     def get_params(self, deep: bool = True) -> dict[str, Any]:

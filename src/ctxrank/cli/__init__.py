@@ -20,17 +20,20 @@ Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. 
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
 
 Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
-with status 2, as does running out of memory (``ctxrank: error: out of memory: <what>``); ``--debug``
-shows the traceback instead. :func:`main` returns the exit status and never raises ``SystemExit``, so
-tests can call it in-process. Building the parser imports no NumPy, torch or pandas: each command
-imports what it needs when it runs.
+with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``:
+``ctxrank: error: out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback
+instead. :func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it
+in-process. Building the parser imports no NumPy, torch or pandas: each command imports what it needs
+when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -88,6 +91,33 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process ran out of memory: ``MemoryError`` (Python, NumPy), an
+    ``OSError`` with ``ENOMEM`` (e.g. listing a directory while memory is exhausted), PyTorch's allocation
+    failure (``RuntimeError``: "can't allocate memory", ``torch.OutOfMemoryError``)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOMEM
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _memory_message(exc: BaseException) -> str:
+    """One line for an out-of-memory failure: a reader's own message (what it could not allocate, and
+    its option), else what failed and how to stay within the machine."""
+    if type(exc) is MemoryError and str(exc) and "\n" not in str(exc):
+        return f"out of memory: {exc}"
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # no path: not its fault
+    detail = (text.splitlines() or ["the command needed more memory than this process may use"])[-1]
+    return (
+        f"out of memory: {detail.strip()[:200]}. Set train.max_memory_bytes to the bytes a run may use, "
+        "so that ctxrank refuses beforehand what would not fit ('auto' counts what the machine reports "
+        "free when the run starts), lower train.batch_size, or keep fewer items per query (--initial "
+        "lambdamart --top-k K); docs/training.md; --debug shows where"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
     parser = build_parser()
@@ -107,19 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 1
-    except (ValueError, OSError) as exc:
-        if args.debug:
+    except (ValueError, OSError, MemoryError, RuntimeError) as exc:
+        memory = _out_of_memory(exc)
+        if args.debug or not (memory or isinstance(exc, ValueError | OSError)):
             raise
-        print(f"ctxrank: error: {exc}", file=sys.stderr)
-        return 2
-    except MemoryError as exc:  # a reader says what it could not allocate, else a generic line
-        if args.debug:
-            raise
-        detail = str(exc) or (
-            "the command needed more memory than this process may use; free memory or use a machine with "
-            "more (--debug shows where)"
-        )
-        print(f"ctxrank: error: out of memory: {detail}", file=sys.stderr)
+        traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
+        print(f"ctxrank: error: {_memory_message(exc) if memory else exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.debug:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, parse_int
+
 #: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
 TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
@@ -68,26 +70,29 @@ def key_value_lines(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------------- value parsers
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def _bounded(minimum: int, maximum: int, what: str) -> Any:
+    """An argparse type: an integer in ``[minimum, maximum]`` (``_checks.parse_int``), else a usage error
+    naming the range; ``what`` is its name in ``--help`` errors."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_int("the value", text, minimum, maximum)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} in [{minimum:,}, {maximum:,}], got {text[:40]!r}"
+            ) from None
+
+    parse.__name__ = what.replace(" ", "_")  # argparse names the type in its own messages
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return v
+#: argparse types of integer options: every integer flag uses one of these (a test checks it), so no
+#: value out of range reaches NumPy, torch, LightGBM or a file-size limit
+positive_int = _bounded(1, MAX_INT, "a positive integer")
+non_negative_int = _bounded(0, MAX_INT, "an integer")
+seed_int = _bounded(0, MAX_SEED, "a seed")
+byte_count = _bounded(1, MAX_BYTES, "a number of bytes")
+INT_TYPES = (positive_int, non_negative_int, seed_int, byte_count)
 
 
 def null_fill_rule(text: str) -> str | float:
@@ -164,7 +169,7 @@ def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, thre
     )
     p.add_argument(
         "--max-retries",
-        type=int,
+        type=non_negative_int,
         default=2,
         metavar="N",
         help=f"Ray: retries of a {unit} whose worker process or node died (default 2)",
@@ -337,7 +342,7 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved
     ``--model``, whose training ``--null-fill`` is the default."""
     g = p.add_argument_group("registered dataset")
     g.add_argument("--dataset", metavar="NAME", help="a dataset of `ctxrank datasets` instead of a file")
-    g.add_argument("--fold", type=int, metavar="K", help="fold number (default 1)")
+    g.add_argument("--fold", type=non_negative_int, metavar="K", help="fold number (default 1)")
     g.add_argument(
         "--split",
         choices=("train", "valid", "vali", "test", "all"),
@@ -360,14 +365,14 @@ def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved
     )
     p.add_argument(
         "--max-dense-bytes",
-        type=positive_int,
+        type=byte_count,
         metavar="N",
         help="refuse a data file whose dense matrix would exceed N bytes, before reading it: a LETOR file's "
         "lines x largest feature index x 4, a table's rows x columns x 4 (default 2 GiB)",
     )
     p.add_argument(
         "--max-line-bytes",
-        type=positive_int,
+        type=byte_count,
         metavar="N",
         help="refuse a LETOR file with a line longer than N bytes (default 1 MiB)",
     )

@@ -22,12 +22,13 @@ from ctxrank.cli._options import (
     add_json,
     add_progress,
     add_table_options,
+    byte_count,
     key_value_lines,
-    non_negative_int,
     note,
     out,
     positive_int,
     print_json,
+    seed_int,
     table,
 )
 
@@ -370,7 +371,7 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
     pd.add_argument("--keep-archive", action="store_true", help="keep the archive after unpacking")
     pd.add_argument(
         "--max-extract-bytes",
-        type=positive_int,
+        type=byte_count,
         metavar="N",
         help="refuse an archive that decompresses to more than N bytes (default 64 GiB)",
     )
@@ -457,7 +458,7 @@ def _add_synth_choice_parser(ssub: Any, common: argparse.ArgumentParser) -> None
         ),
     )
     pc.add_argument("--sessions", type=positive_int, default=1000, metavar="N", help="default 1000")
-    pc.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    pc.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     pc.add_argument("--min-items", type=positive_int, default=10, metavar="N", help="default 10")
     pc.add_argument("--max-items", type=positive_int, default=60, metavar="N", help="default 60")
     pc.add_argument(
@@ -496,7 +497,7 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
     pl.add_argument("--items", type=positive_int, default=100, metavar="L", help="items per query (100)")
     pl.add_argument("--features", type=positive_int, default=136, metavar="F", help="default 136")
     pl.add_argument("--max-label", type=positive_int, default=4, metavar="K", help="labels 0..K (4)")
-    pl.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    pl.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     pl.add_argument("--out", required=True, metavar="FILE", help="the file to write (.txt or .gz)")
     pl.set_defaults(
         run=lambda a: synth_letor(

@@ -16,9 +16,11 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_threads,
+    non_negative_int,
     out,
     positive_int,
     print_json,
+    seed_int,
     table,
 )
 
@@ -473,10 +475,10 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_progress(e)
     q = p.add_argument_group("--quick: one LambdaMART model")
     q.add_argument("--quick", action="store_true", help="LambdaMART alone, no experiment")
-    q.add_argument("--fold", type=int, metavar="K", help="MQ2008 fold 1..5 (default 1)")
-    q.add_argument("--seed", type=int, help="LightGBM seed (default 0)")
-    q.add_argument("--rounds", type=int, help="maximum boosting rounds (default 500)")
-    q.add_argument("--early-stopping", type=int, metavar="N", help="patience (default 50)")
+    q.add_argument("--fold", type=non_negative_int, metavar="K", help="MQ2008 fold 1..5 (default 1)")
+    q.add_argument("--seed", type=seed_int, help="LightGBM seed (default 0)")
+    q.add_argument("--rounds", type=positive_int, help="maximum boosting rounds (default 500)")
+    q.add_argument("--early-stopping", type=positive_int, metavar="N", help="patience (default 50)")
     q.add_argument("--learning-rate", type=float, help="default 0.05")
     add_json(q)
     p.set_defaults(run=_run_demo)

@@ -25,7 +25,10 @@ from ctxrank.cli._options import (
     add_table_options,
     add_threads,
     add_train_files,
+    non_negative_int,
     out,
+    positive_int,
+    seed_int,
     table,
     warn,
 )
@@ -207,7 +210,10 @@ def train(
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(options)
-    from ctxrank.training.distributed import init_from_env
+    from ctxrank.training.distributed import init_from_env, resolve_device
+    from ctxrank.training.memory import check_model_size
+
+    check_model_size(config, 1, device=resolve_device(config.train.device))  # before the data: 1 feature
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
     run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
@@ -332,6 +338,7 @@ class _Run:
     def _execute(self) -> int:
         from ctxrank.cli._train_data import training_data
         from ctxrank.training.loop import NonFiniteLossError
+        from ctxrank.training.memory import MemoryBudgetError
         from ctxrank.training.run import run_training
 
         self._check_categorical()
@@ -359,6 +366,9 @@ class _Run:
             if self.debug:
                 raise
             return self._non_finite(exc)
+        except MemoryBudgetError:
+            self._forget()  # refused before training: the same command with another budget starts afresh
+            raise
         self._summary_line(result.summary, time.perf_counter() - t0)
         if result.test_metrics is not None:
             self._test_report(result, td)
@@ -463,6 +473,15 @@ class _Run:
         if self.main:
             write_json(self.state_dir / RUN_FILE, record)
         return record
+
+    def _forget(self) -> None:
+        """Remove the record :meth:`_start` wrote for a new run (a resumed run keeps its own)."""
+        from ctxrank.training.resume import RUN_FILE
+
+        if self.record is None and self.main:
+            (self.state_dir / RUN_FILE).unlink(missing_ok=True)
+            if self.state_dir.is_dir() and not any(self.state_dir.iterdir()):
+                self.state_dir.rmdir()
 
     def _replace_previous(self) -> None:
         """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
@@ -724,7 +743,7 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_overrides(
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
     )
-    p.add_argument("--seed", type=int, help="random seed (train.seed)")
+    p.add_argument("--seed", type=seed_int, help="random seed (train.seed)")
     add_threads(p, "train.threads; default: the libraries' own")
     p.add_argument(
         "--initial",
@@ -732,11 +751,14 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
     )
     p.add_argument(
-        "--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k, default 100)"
+        "--top-k",
+        dest="top_k",
+        type=positive_int,
+        help="items re-ranked per query (rerank.top_k, default 100)",
     )
     p.add_argument(
         "--crossfit",
-        type=int,
+        type=non_negative_int,
         metavar="K",
         help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
     )

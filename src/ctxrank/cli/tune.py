@@ -22,9 +22,11 @@ from ctxrank.cli._options import (
     add_table_options,
     add_threads,
     add_train_files,
+    non_negative_int,
     note,
     out,
     positive_int,
+    seed_int,
 )
 from ctxrank.cli.train import FLAGS, TrainOptions
 
@@ -49,9 +51,9 @@ class SearchOptions:
     max_retries: int = 2
 
     def __post_init__(self) -> None:
-        t = self.trials
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
-            raise ValueError(f"--trials must be a positive integer, got {t!r}")
+        from ctxrank._checks import check_int
+
+        check_int("--trials", self.trials, allow_none=True)
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.study_name is not None and not self.study_name.strip():
@@ -83,12 +85,15 @@ def tune(
         raise ValueError(str(exc)) from None
     from ctxrank.config import RunConfig
     from ctxrank.experiments.executors import make_executor
+    from ctxrank.training.distributed import resolve_device
+    from ctxrank.training.memory import check_model_size
 
     if options.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
     base, block = _base_config(options)
     search = _with_file_search(search, block, options.config)
     config = RunConfig.from_dict(base)  # every option checked before any data is read
+    check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
     train, valid, what = _tuning_data(options, config.train.seed)
@@ -254,11 +259,17 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--config", metavar="FILE", help="TOML run config: the base of every trial (its keys fixed)"
     )
     add_overrides(p, "fix a config value, e.g. --set train.max_epochs=20 (repeatable)")
-    p.add_argument("--seed", type=int, help="train.seed of every trial, and the sampler's seed (default 0)")
+    p.add_argument(
+        "--seed", type=seed_int, help="train.seed of every trial, and the sampler's seed (default 0)"
+    )
     add_threads(p, "train.threads of every trial")
     p.add_argument("--initial", choices=("lambdamart",), help="re-rank this initial ranker's top-k lists")
-    p.add_argument("--top-k", dest="top_k", type=int, help="items re-ranked per query (rerank.top_k)")
-    p.add_argument("--crossfit", type=int, metavar="K", help="out-of-fold initial scores with K folds")
+    p.add_argument(
+        "--top-k", dest="top_k", type=positive_int, help="items re-ranked per query (rerank.top_k)"
+    )
+    p.add_argument(
+        "--crossfit", type=non_negative_int, metavar="K", help="out-of-fold initial scores with K folds"
+    )
     p.add_argument(
         "--trials",
         type=positive_int,

@@ -16,7 +16,7 @@ Nothing here loops over items or queries in Python; only over batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -186,8 +186,9 @@ def _batch_plan(
     bucket: bool,
     length_jitter: float,
     drop_last: bool,
+    fits: Callable[[int, int], bool] | None = None,
 ) -> list[np.ndarray]:
-    """The query positions of each batch of one epoch."""
+    """The query positions of each batch of one epoch (batches that do not ``fit`` cut to fit)."""
     n = lengths.size
     if shuffle:
         assert generator is not None
@@ -205,9 +206,27 @@ def _batch_plan(
     batches = [b for b in np.split(order, cuts) if b.size]
     if drop_last and batches and batches[-1].size < batch_size:
         batches.pop()
+    if fits is not None:
+        batches = [part for b in batches for part in _cut_to_fit(b, lengths, fits)]
     if shuffle:
         batches = [batches[i] for i in generator.permutation(len(batches))]
     return batches
+
+
+def _cut_to_fit(batch: np.ndarray, lengths: np.ndarray, fits: Callable[[int, int], bool]) -> list[np.ndarray]:
+    """``batch`` as is when ``fits(B, L)``, else cut into consecutive parts, each as many lists as fit
+    (at least one: a list too long alone is the caller's to refuse)."""
+    if fits(batch.size, int(lengths[batch].max())):
+        return [batch]
+    parts, start = [], 0
+    while start < batch.size:
+        stop, longest = start + 1, int(lengths[batch[start]])
+        while stop < batch.size and fits(stop + 1 - start, max(longest, int(lengths[batch[stop]]))):
+            longest = max(longest, int(lengths[batch[stop]]))
+            stop += 1
+        parts.append(batch[start:stop])
+        start = stop
+    return parts
 
 
 def iterate_batches(
@@ -221,6 +240,7 @@ def iterate_batches(
     drop_last: bool = False,
     length_jitter: float = 0.1,
     max_len: int | None = None,
+    fits: Callable[[int, int], bool] | None = None,
 ) -> Iterator[ListBatch]:
     """One epoch of :class:`ListBatch` objects; every query appears exactly once (unless ``drop_last``).
 
@@ -250,6 +270,9 @@ def iterate_batches(
             (different each epoch); otherwise they are the last ones (the longest when bucketing).
         length_jitter: see above (>= 0; only used when shuffling with ``bucket=True``).
         max_len: passed to :func:`pad_queries` (keep the first ``max_len`` items in file order).
+        fits: ``fits(B, L)``, whether a batch of ``B`` lists padded to ``L`` items may be built (e.g. a
+            memory budget: ``ctxrank.training.memory.scoring_fits``); a batch that does not fit is cut
+            into consecutive smaller ones (at least one list each). Batches are not merged.
 
     Returns:
         An iterator of ListBatch of at most ``batch_size`` lists, each padded to its own longest list.
@@ -278,6 +301,7 @@ def iterate_batches(
         bucket=bucket,
         length_jitter=float(length_jitter),
         drop_last=drop_last,
+        fits=fits,
     )
 
     def _gen() -> Iterator[ListBatch]:

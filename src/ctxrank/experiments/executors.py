@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_int
 from ctxrank.experiments.provenance import run_context
 from ctxrank.experiments.runner import (
     Unit,
@@ -95,8 +96,7 @@ def make_executor(
         return ProcessExecutor(jobs) if jobs > 1 else None
     if jobs > 1:
         raise ValueError("--jobs is for the local executor; on Ray every run is a task already")
-    if not (isinstance(max_retries, int) and max_retries >= 0):
-        raise ValueError(f"--max-retries must be an integer >= 0, got {max_retries!r}")
+    check_int("--max-retries", max_retries, 0)
     return RayExecutor(address=address, max_retries=max_retries)
 
 

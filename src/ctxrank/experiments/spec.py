@@ -81,6 +81,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ctxrank._checks import MAX_INT, MAX_SEED, check_int, is_int
 from ctxrank.config import RunConfig, apply_overrides, load_toml
 
 __all__ = [
@@ -125,10 +126,15 @@ def _known(section: str, d: Mapping[str, Any], names: Sequence[str]) -> None:
         raise _fail(section, f"unknown key(s) {unknown}; valid keys: {sorted(names)}")
 
 
-def _int(section: str, name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _int(section: str, name: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
+    """An integer in ``[minimum, maximum]`` (bounded: no value out of range reaches NumPy, torch or
+    LightGBM), errors naming the section."""
+    if not is_int(value) or value < minimum:
         raise _fail(section, f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    try:
+        return check_int(name, value, minimum, maximum=maximum)
+    except ValueError as exc:
+        raise _fail(section, str(exc)) from None
 
 
 def _names(section: str, name: str, value: Any) -> tuple[str, ...]:
@@ -197,6 +203,7 @@ class DataSpec:
         if kw.get("synth") not in (None, "", "choice"):
             raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
         _int("data", "sessions", kw.get("sessions", 2000), 10)
+        _int("data", "synth_seed", kw.get("synth_seed", 0), 0, MAX_SEED)
         if "null_fill" in kw:
             kw["null_fill"] = _null_fill(kw)
         return cls(**kw)
@@ -428,7 +435,7 @@ class TuneSpec:
             raise _fail("tune", f"prune must be true or false, got {prune!r}")
         return cls(
             trials=_int("tune", "trials", d.get("trials", 20), 1),
-            seed=_int("tune", "seed", d.get("seed", 0), 0),
+            seed=_int("tune", "seed", d.get("seed", 0), 0, MAX_SEED),
             prune=prune,
             ensemble=_int("tune", "ensemble", d.get("ensemble", 1), 1),
         )
@@ -724,7 +731,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
         test=test,
         correction=correction,
         resamples=_int("report", "resamples", d.get("resamples", 9999), 99),
-        stats_seed=_int("report", "stats_seed", d.get("stats_seed", 0), 0),
+        stats_seed=_int("report", "stats_seed", d.get("stats_seed", 0), 0, MAX_SEED),
     )
 
 

@@ -33,7 +33,7 @@ from torch import nn
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_int_list
 from ctxrank.arsm import ARSM_LOSSES, ARSM_TIES, arsm_surrogate, get_arsm_loss
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, Ranker, make_mlp, mlp_floats
 
 SCORES = ("expected", "argmax", "expected_gain")
 
@@ -106,6 +106,15 @@ class ArsmL2R(Ranker):
         levels = torch.arange(1, config.n_levels + 1, dtype=torch.float32)
         self.register_buffer("levels", levels, persistent=False)
         self.register_buffer("gains", torch.exp2(levels - 1) - 1, persistent=False)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """The MLP ``T_theta`` per item; when training, the estimator's ``(B, L, C)`` draws and gradients and
+        its ``(B, L, S)`` pseudo-actions (``S = C (C - 1) / 2`` swaps, int64) with their losses."""
+        C = self.config.n_levels
+        mlp = mlp_floats(self.input_dim, self.config.hidden, C, training=training)
+        estimator = 12 * C + 16 * (C * (C - 1) // 2) + 16 if training else 3 * C
+        per_item = self.input_floats(training=training) + mlp + estimator
+        return FLOAT_BYTES * batch_size * list_len * per_item
 
     def logits(self, features: torch.Tensor, categorical: torch.Tensor | None = None) -> torch.Tensor:
         """``phi``: ``(B, L, F)`` -> ``(B, L, C)`` (eq. 1)."""

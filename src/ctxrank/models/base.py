@@ -12,6 +12,14 @@ the model knows (default: ``forward`` itself; QILCM folds its query normalizatio
 
 ``training_loss(batch, loss_fn)`` is what the trainer minimizes. The default is the ranking loss of
 the scores; models with extra terms (QILCM's query confusion, ARSM's estimator) override it.
+
+``batch_memory(B, L, training=...)`` is an upper bound of the bytes of the tensors one batch of ``B``
+lists padded to ``L`` items allocates in the model (its activations, and with ``training`` what
+autograd keeps for backward and the gradients of activations), counted as float32 values per item
+(and per pair of items where a model compares items); ``state_memory`` the bytes of its weights (and of
+gradients, Adam's moments and a transient copy when training). ``ctxrank.training.memory`` checks both
+against ``train.max_memory_bytes`` before a batch is built; ``tests/test_memory.py`` checks that they
+bound the tensors actually allocated, for every model of the registry.
 """
 
 from __future__ import annotations
@@ -23,8 +31,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ctxrank._checks import build_dataclass
+from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
+
+#: bytes of one float32 value: the unit of the memory estimates (``Ranker.batch_memory``)
+FLOAT_BYTES = 4
+#: copies of the weights a training step holds: the weights, their gradients, Adam's two moments and one
+#: transient copy (a permuted weight of an einsum, the flattened weights of a fused recurrent layer)
+TRAINING_COPIES = 5
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
@@ -54,6 +68,12 @@ def make_mlp(
         width = h
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)
+
+
+def mlp_floats(in_dim: int, hidden: Sequence[int], out_dim: int, *, training: bool) -> int:
+    """Float32 values per item that a :func:`make_mlp` network keeps alive: every layer's input and
+    output, with their activations, dropout masks and, when training, their gradients (an upper bound)."""
+    return (3 if training else 2) * (in_dim + 2 * sum(hidden) + out_dim)
 
 
 def embedding_dim(cardinality: int) -> int:
@@ -118,7 +138,11 @@ class Ranker(nn.Module):
 
     @classmethod
     def make_config(cls, params: Mapping[str, Any] | None = None) -> Any:
-        return build_dataclass(cls.config_class, dict(params or {}), "model_params")
+        """The config dataclass of ``params``: every value within the bounds a saved model is loaded with
+        (``_checks.check_model_params``: integers <= 2^24, lists <= 64), then the class's own checks."""
+        params = dict(params or {})
+        check_model_params("model_params", params)
+        return build_dataclass(cls.config_class, params, "model_params")
 
     @property
     def input_dim(self) -> int:
@@ -134,6 +158,25 @@ class Ranker(nn.Module):
         if categorical is None:
             raise ValueError("this model was trained with categorical columns; none were given")
         return torch.cat([features, self.embedding(categorical)], dim=-1)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """Bytes of the tensors a batch of ``batch_size`` lists padded to ``list_len`` items allocates in
+        this model (module docstring); the ranking loss's own are ``ctxrank.losses.loss_memory``."""
+        raise NotImplementedError(f"{type(self).__name__} must estimate its batch memory")
+
+    def input_floats(self, *, training: bool) -> int:
+        """Float32 values per item of the model's input (features and categorical embeddings, copied
+        where they are concatenated) and their gradients when training."""
+        if self.embedding is None:
+            return self.input_dim
+        return (3 if training else 2) * self.input_dim
+
+    def state_memory(self, *, training: bool) -> int:
+        """Bytes of the weights and buffers; when ``training`` also their gradients, Adam's two moments
+        and a transient copy (:data:`TRAINING_COPIES`). Works on the ``meta`` device (nothing read)."""
+        weights = sum(p.numel() * p.element_size() for p in self.parameters())
+        buffers = sum(b.numel() * b.element_size() for b in self.buffers())
+        return weights * (TRAINING_COPIES if training else 1) + buffers
 
     def serving_scores(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None

@@ -39,7 +39,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctxrank._checks import check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import FLOAT_BYTES, Ranker
 
 CELLS = ("lstm", "gru")
 
@@ -95,6 +95,16 @@ class DCM(Ranker):
         self.W1 = nn.Linear(H, H, bias=False)
         self.W2 = nn.Linear(H, H)
         self.v = nn.Linear(H, 1, bias=False)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """Per item: the embedding (and its packed copy), the encoder's gates, states and outputs
+        (padded back), the pointer's ``W_1 h + W_2 d`` and ``tanh``; with what backward keeps."""
+        E, H = self.config.embed, self.config.hidden
+        if training:
+            per_item = self.input_floats(training=True) + 3 * (self.input_dim + 2 * E) + 24 * H
+        else:
+            per_item = self.input_floats(training=False) + 2 * (self.input_dim + 2 * E) + 10 * H
+        return FLOAT_BYTES * batch_size * list_len * per_item
 
     def encode(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None

@@ -86,7 +86,7 @@ from torch import nn
 
 from ctxrank._checks import check_bool, check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import FLOAT_BYTES, Ranker
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
 
@@ -262,6 +262,22 @@ class DLCM(Ranker):
         self.W_phi = nn.Parameter(torch.empty(A, k, A).uniform_(-bound, bound))  # (A, k, A)
         self.b_phi = nn.Parameter(torch.empty(A, k).uniform_(-bound, bound))  # (A, k)
         self.V_phi = nn.Parameter(torch.empty(k).uniform_(-(k**-0.5), k**-0.5))  # (k,)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """Per item: ``x'`` and the abstraction's layers (eq. 3), per direction the reordered input, its
+        projections and the GRU's per-step gates and states (eq. 4: about 20 ``H``-wide values a step
+        kept for backward, 8 without), the outputs gathered back, and eq. 5's ``(A, k)`` products."""
+        widths = sum(self.config.resolved_encoder_widths(self.input_dim))
+        A, H, k = self.context_width, self.hidden, self.config.k
+        width = 3 if training else 2
+        per_direction = (3 * self.alpha + 20 * H) if training else (self.alpha + 8 * H)
+        per_item = (
+            self.input_floats(training=training)
+            + width * (widths + self.alpha)
+            + len(self.orders) * per_direction
+            + A * (k + 4)
+        )
+        return FLOAT_BYTES * batch_size * list_len * per_item
 
     def _make_gru(self) -> nn.Module:
         if self.config.gru == "paper":

@@ -25,7 +25,7 @@ from ctxrank._checks import (
     check_non_negative,
     check_positive,
 )
-from ctxrank.models.base import ACTIVATIONS, Ranker, make_mlp
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, Ranker, make_mlp, mlp_floats
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,11 @@ class MLPScorer(Ranker):
     def __init__(self, n_features: int, config: MLPConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, 1)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """The input and the MLP's layers, per item (``Ranker.batch_memory``)."""
+        mlp = mlp_floats(self.input_dim, self.config.hidden, 1, training=training)
+        return FLOAT_BYTES * batch_size * list_len * (self.input_floats(training=training) + mlp)
 
     def forward(
         self,
@@ -178,6 +183,12 @@ class MultinomialLogit(Ranker):
         with torch.no_grad():
             for p in (*self.constants.parameters(), *(self.specific.parameters() if self.specific else ())):
                 p.zero_()
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """Utilities, one constant a categorical column, the alternative-specific products (per item)."""
+        n = self.n_features
+        per_item = n + 4 + 2 * len(self.constants) + (2 * n if self.specific is not None else 0)
+        return FLOAT_BYTES * batch_size * list_len * (3 if training else 2) * per_item
 
     def forward(
         self,

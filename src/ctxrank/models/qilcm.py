@@ -75,8 +75,8 @@ from ctxrank._checks import (
     check_positive,
 )
 from ctxrank.data.lists import ListBatch
-from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion
-from ctxrank.models.base import Ranker, make_mlp
+from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion, chamfer_memory
+from ctxrank.models.base import FLOAT_BYTES, Ranker, make_mlp, mlp_floats
 
 VARIANTS = {
     "full": {},
@@ -208,6 +208,25 @@ class QILCM(Ranker):
         d = self.input_dim + e
         self.mlp_att = make_mlp(d, config.att_hidden, "elu", p, 1)
         self.mlp_rank = make_mlp(2 * d, config.rank_hidden, "elu", p, 1)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """Per item: the clamped input, the encoder (eq. 1-2), ``h``, MLP_att (eq. 3) and MLP_rank (eq.
+        9) on packed copies of the real items, the ``2D``-wide tensors of eq. 5-8; when training, the
+        Chamfer term (eq. 13-14, :func:`ctxrank.losses.chamfer_memory`) on the ``(B, L, 2D)`` h-bar."""
+        cfg = self.config
+        d, e = self.input_dim, cfg.encoder_width
+        D = d + e
+        per_item = (
+            self.input_floats(training=training)
+            + (3 if training else 2) * (2 * d + 4 * e + 4 * D)
+            + mlp_floats(D, cfg.att_hidden, 1, training=training)
+            + mlp_floats(2 * D, cfg.rank_hidden, 1, training=training)
+            + (14 if training else 7) * 2 * D
+        )
+        total = FLOAT_BYTES * batch_size * list_len * per_item
+        if training and cfg.confusion_weight > 0:
+            total += chamfer_memory(batch_size, list_len, 2 * D, pairs=cfg.confusion_pairs)
+        return total
 
     def details(
         self,

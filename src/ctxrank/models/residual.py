@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import Ranker, with_default_options
+from ctxrank.models.base import FLOAT_BYTES, Ranker, with_default_options
 
 __all__ = ["Residual"]
 
@@ -52,6 +52,11 @@ class Residual(Ranker):
         self.default_loss_params = inner.default_loss_params
         self.rerank_features = inner.rerank_features
         self.batching = inner.batching  # e.g. QILCM's random batches (its eq. 13 pairs the batch's queries)
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """The inner model's, plus the residual scores ``init_scores + gate * scores`` and their gradient."""
+        inner = self.inner.batch_memory(batch_size, list_len, training=training)
+        return inner + FLOAT_BYTES * batch_size * list_len * 8
 
     def forward(
         self,

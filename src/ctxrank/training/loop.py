@@ -13,6 +13,10 @@ Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.pr
 ``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
 ``DistributedDataParallel`` (see :mod:`ctxrank.training.distributed`).
 
+Memory: before its first batch :func:`fit` refuses a run whose largest batch, or whose longest
+validation list, would need more than ``train.max_memory_bytes`` (:mod:`ctxrank.training.memory`);
+validation scores in batches cut to fit.
+
 Crash safety: with ``state_dir`` :func:`fit` writes a resumable training state atomically after every
 epoch (:mod:`ctxrank.training.resume`; rank 0 only) and, with ``resume=True``, continues from it: the
 final weights, history and metrics are bitwise those of an uninterrupted run (same seed and thread
@@ -39,6 +43,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
 from ctxrank.training.distributed import DistContext, resolve_device, world
+from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
 
@@ -186,6 +191,9 @@ def fit(
 
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
+    device = resolve_device(config.device)
+    check_training(model, loss_fn, train, config, device)  # before any batch
+    scoring_fits(model, valid, config.max_memory_bytes, device)  # validation's longest list, scored alone
     trainer = _make_trainer(model, loss_fn, config)
     state = _Progress()
     store, run_info = None, {}
@@ -262,9 +270,11 @@ def _run_info(
     valid_init_scores: np.ndarray | None,
 ) -> dict[str, Any]:
     """What identifies the run in its saved state (checked on resume)."""
+    settings = dataclasses.asdict(trainer.config)
+    del settings["max_memory_bytes"]  # a budget changes no number: a run may resume under another one
     return {
         "model": trainer.model.name,
-        "train_config": dataclasses.asdict(trainer.config),
+        "train_config": settings,
         "world_size": trainer.ctx.world_size,
         "train_data": fingerprint(train, train_init_scores),
         "valid_data": fingerprint(valid, valid_init_scores),
@@ -434,6 +444,7 @@ def _validation_metric(
         init_scores=_subset_scores(init_scores, valid, queries) if ctx.enabled else init_scores,
         batch_size=config.eval_batch_size,
         device=device,
+        max_memory_bytes=config.max_memory_bytes,
     )
     per = evaluate_queries(
         scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant

@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctxrank._memory import AUTO
 from ctxrank.config import RunConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import Ranker
+from ctxrank.training.memory import scoring_fits
 
 __all__ = ["TorchPredictor", "evaluate_model", "predict", "set_threads"]
 
@@ -28,14 +30,20 @@ def predict(
     init_scores: np.ndarray | None = None,
     batch_size: int = 512,
     device: torch.device | str = "cpu",
+    max_memory_bytes: int | str = AUTO,
 ) -> np.ndarray:
-    """Scores float64 (N,) in the file order of ``data`` (no gradients, ``torch.inference_mode``)."""
+    """Scores float64 (N,) in the file order of ``data`` (no gradients, ``torch.inference_mode``).
+
+    Batches of ``batch_size`` lists of similar length, each cut smaller when its estimated memory exceeds
+    ``max_memory_bytes`` (``train.max_memory_bytes``; the scores do not change); a list that does not
+    fit alone is refused before anything is scored (:func:`ctxrank.training.memory.scoring_fits`)."""
+    fits = scoring_fits(model, data, max_memory_bytes, device)
     was_training = model.training
     model.eval()
     out = np.full(data.n_items, np.nan, dtype=np.float64)
     try:
         with torch.inference_mode():
-            for batch in iterate_batches(data, batch_size, init_scores=init_scores):
+            for batch in iterate_batches(data, batch_size, init_scores=init_scores, fits=fits):
                 batch = batch.to(device)
                 scores = model.score_batch(batch)
                 scatter_scores(batch, scores.double().cpu(), data.n_items, out=out)
@@ -76,7 +84,8 @@ class TorchPredictor:
 
     def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
         self.check_data(data)
-        return predict(self.model, self.transform.transform(data), init_scores=init_scores)
+        data, budget = self.transform.transform(data), self.config.train.max_memory_bytes
+        return predict(self.model, data, init_scores=init_scores, max_memory_bytes=budget)
 
 
 def set_threads(predictor: Any, threads: int) -> None:

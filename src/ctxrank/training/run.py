@@ -57,9 +57,11 @@ from ctxrank.models.base import Ranker
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
+from ctxrank.training.distributed import resolve_device
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
 from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.memory import check_model_size, check_training
 from ctxrank.training.predict import TorchPredictor, predict
 from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
 
@@ -416,12 +418,14 @@ def _fit_neural(
         fit_train, fit_valid = rerank.train.top, rerank.valid.top
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
+    cards = fit_train.categorical_cardinalities
+    check_model_size(config, fit_train.n_features, cards, resolve_device(tc.device))  # before building it
     transform = make_transform(config.transform).fit(fit_train)
     model = make_model(
         config.model,
         fit_train.n_features,
         config.model_params,
-        categorical_cardinalities=fit_train.categorical_cardinalities,
+        categorical_cardinalities=cards,
     )
     if config.rerank.residual:  # init_scores + a correction that starts at exactly 0
         model = Residual(model)
@@ -431,6 +435,7 @@ def _fit_neural(
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
     if config.fits_by_maximum_likelihood:
+        check_training(model, loss_fn, fit_train, tc, torch.device("cpu"), full_batch=True)
         fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
@@ -551,8 +556,9 @@ def _evaluate_test(
     evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
 ) -> None:
     """Score ``test`` once (through the initial ranker's top k when re-ranking) into ``result``."""
+    budget = result.config.train.max_memory_bytes
     if rerank is None:
-        result.test_scores = predict(model, transform.transform(test))
+        result.test_scores = predict(model, transform.transform(test), max_memory_bytes=budget)
         result.test_metrics = evaluate(result.test_scores, test)
         return
     rr = result.config.rerank
@@ -564,7 +570,8 @@ def _evaluate_test(
         rank_feature=rerank.meta["rank_feature"],
         score_feature=rerank.meta["score_feature"],
     )
-    top_scores = predict(model, transform.transform(split.top), init_scores=split.top_initial_scores)
+    top = transform.transform(split.top)
+    top_scores = predict(model, top, init_scores=split.top_initial_scores, max_memory_bytes=budget)
     scores, data = evaluation_target(split, top_scores, rr.ideal)
     result.test_scores = scores if rr.ideal == "full" else None
     result.test_metrics = evaluate(scores, data)
