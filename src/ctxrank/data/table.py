@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ctxrank._checks import check_int
+from ctxrank._checks import check_bytes
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import input_kind
@@ -314,7 +314,7 @@ def read_table_with_rows(
         raise ValueError(f"fill_value must be finite, got {fill_value}")
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
-    check_int("max_dense_bytes", max_dense_bytes)
+    check_bytes("max_dense_bytes", max_dense_bytes)
     special = _special_columns(query, label, categorical, docid, numeric, group)
     ids = [c for c in (docid, group) if c is not None]
     shape: dict[str, int] = {}  # rows and columns, once counted
