@@ -815,8 +815,9 @@ def test_set_up_is_the_two_make_commands():
     assert len(blocks) == 1, "the README's set-up must be one block"
     commands = [line.split("#", 1)[0].strip() for line in blocks[0][2] if line.strip()]
     assert commands == ["make demo", "make test"]
-    others = [s.key for s in STEPS if s.doc == "README.md" and s.argv[0] in ("make", "pip", "python", "python3")]
-    assert others == ["make demo", "make test"], f"the README sets up with the two make commands only: {others}"
+    setup = ("make", "pip", "python", "python3")
+    others = [s.key for s in STEPS if s.doc == "README.md" and s.argv[0] in setup]
+    assert others == ["make demo", "make test"], f"the README sets up with the two make commands: {others}"
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"^\t\$\(BIN\)/ctxrank demo\s*$", recipe, re.M), "`make demo` must run `ctxrank demo`"

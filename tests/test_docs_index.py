@@ -1,22 +1,39 @@
-"""docs/index.md links every page of docs/, and the README's documentation index links every page too."""
+"""docs/index.md links every page of docs/, the README's documentation index links every page too, and
+no page links a file or a heading that does not exist."""
 
 import re
+from pathlib import Path
 
 from tests.conftest import REPO
 
 PAGES = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "index.md")
 
 
+def _targets(text: str) -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
 def _links(text: str) -> set[str]:
-    return {m.split("#", 1)[0] for m in re.findall(r"\]\(([^)\s]+)\)", text)}
+    return {m.split("#", 1)[0] for m in _targets(text)}
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
 
 
 def test_docs_index_links_every_page():
     links = _links((REPO / "docs" / "index.md").read_text(encoding="utf-8"))
     missing = [p for p in PAGES if p not in links]
     assert not missing, f"docs/index.md does not link: {missing}"
-    broken = [x for x in links if "://" not in x and not (REPO / "docs" / x).exists()]
-    assert not broken, f"docs/index.md links files that do not exist: {broken}"
 
 
 def test_readme_indexes_the_docs():
@@ -25,12 +42,18 @@ def test_readme_indexes_the_docs():
     assert not missing, f"README.md's documentation index does not link: {missing}"
 
 
-def test_no_page_links_a_missing_file():
-    pages = [REPO / "README.md", REPO / "CHANGELOG.md", *(REPO / "docs").glob("*.md"), *(REPO / "evidence").rglob("*.md")]
+def test_no_page_links_a_missing_file_or_heading():
+    pages = [REPO / "README.md", REPO / "CHANGELOG.md", *(REPO / "docs").glob("*.md")]
+    pages += sorted((REPO / "evidence").rglob("*.md"))
     broken = []
     for page in pages:
-        for link in _links(page.read_text(encoding="utf-8")):
-            if link and "://" not in link and not link.startswith("mailto:"):
-                if not (page.parent / link).exists():
-                    broken.append(f"{page.relative_to(REPO)}: {link}")
-    assert not broken, "links to missing files:\n" + "\n".join(broken)
+        for target in _targets(page.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            file = page.parent / path if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
