@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ctxrank._checks import check_bytes, check_int
+from ctxrank._checks import check_bytes
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
@@ -180,7 +180,7 @@ def read_letor(
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     check_bytes("max_dense_bytes", max_dense_bytes)
-    check_int("max_line_bytes", max_line_bytes)
+    check_bytes("max_line_bytes", max_line_bytes)
     if dense not in (None, True, False):
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     limits = _Limits(int(max_dense_bytes), int(max_line_bytes))
