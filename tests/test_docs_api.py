@@ -1,9 +1,11 @@
-"""docs/api.md is a notebook: its ```python blocks are executed in order, in one namespace."""
+"""docs/api.md is a notebook: its ```python blocks are executed in order, in one namespace; so is the
+README's Python quick start."""
 
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "api.md"
 
 
 def test_api_walkthrough_runs(monkeypatch, tmp_path):
@@ -15,3 +17,16 @@ def test_api_walkthrough_runs(monkeypatch, tmp_path):
         exec(compile(block, f"docs/api.md block {i + 1}", "exec"), namespace)
     assert namespace["search"].best_score_ > 0
     assert (namespace["out"] / "training_curves.png").is_file()
+
+
+def test_readme_python_quick_start_runs(monkeypatch, tmp_path):
+    """The README's ten lines, at one epoch instead of its 20 (the only change), in a fresh directory."""
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    assert len(blocks) == 1, "the README has one Python block: its quick start"
+    code = blocks[0]
+    assert len(code.strip().splitlines()) <= 10 and code.count("max_epochs=20") == 1
+    namespace: dict = {}
+    exec(compile(code.replace("max_epochs=20", "max_epochs=1"), "README.md python", "exec"), namespace)
+    assert len(namespace["scores"]) == namespace["test"].n_items
+    assert (tmp_path / "runs" / "qilcm-api" / "ctxrank.json").is_file()

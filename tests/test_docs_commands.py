@@ -429,7 +429,11 @@ def killed(out: str, ws: Path, step: Step) -> None:
 
 
 COMMANDS: dict[str, Run | Elsewhere] = {
-    # README.md, docs/cli.md
+    # README.md (the command-line quick start; the README states the one-epoch smoke run)
+    "ctxrank train --model qilcm --dataset mq2008 --fold 1 --out runs/qilcm-mq2008": Run(EPOCH1),
+    "ctxrank evaluate --model runs/qilcm-mq2008 --dataset mq2008 --fold 1": Run(),
+    "ctxrank export --model runs/qilcm-mq2008 --format torchscript --out qilcm.pt": Run(),
+    # docs/cli.md
     "ctxrank data-info --dataset mq2008": Run(check=same_as_documented),
     # docs/arsm.md
     "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm": Run(EPOCH1),
@@ -776,7 +780,8 @@ def _how_to_add(step: Step) -> str:
 # ------------------------------------------------------------------------------ tests
 def test_the_extraction_finds_the_commands_of_every_kind_of_block():
     where = {(s.doc, s.key) for s in COMMAND_STEPS}
-    assert ("README.md", "ctxrank data-info --dataset mq2008") in where  # console block with output
+    assert ("docs/cli.md", "ctxrank data-info --dataset mq2008") in where  # console block with output
+    assert ("README.md", "ctxrank evaluate --model runs/qilcm-mq2008 --dataset mq2008 --fold 1") in where
     bash = "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm"
     assert ("docs/arsm.md", bash) in where
     continued = "--dataset mq2008 --fold 1 --out runs/dlcm-f1"  # the second line of a `\` command
@@ -803,13 +808,16 @@ def test_every_table_entry_is_still_documented():
     )
 
 
-def test_quick_start_is_the_two_make_commands():
+def test_set_up_is_the_two_make_commands():
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    section = text.split("\n## Set up\n", 1)[1].split("\n## ", 1)[0]
     blocks = list(_fences(section))
-    assert len(blocks) == 1, "the README's quick start must be one block"
+    assert len(blocks) == 1, "the README's set-up must be one block"
     commands = [line.split("#", 1)[0].strip() for line in blocks[0][2] if line.strip()]
     assert commands == ["make demo", "make test"]
+    setup = ("make", "pip", "python", "python3")
+    others = [s.key for s in STEPS if s.doc == "README.md" and s.argv[0] in setup]
+    assert others == ["make demo", "make test"], f"the README sets up with the two make commands: {others}"
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"^\t\$\(BIN\)/ctxrank demo\s*$", recipe, re.M), "`make demo` must run `ctxrank demo`"
