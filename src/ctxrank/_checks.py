@@ -108,6 +108,13 @@ def check_seed(name: str, value: Any) -> int:
     return check_int(name, value, 0, maximum=MAX_SEED)
 
 
+def check_crossfit(name: str, value: Any) -> int:
+    """Cross-fitting folds of the initial ranker: 0 (off) or an integer >= 2."""
+    if check_int(name, value, 0) == 1:
+        raise ValueError(f"{name} must be 0 (off) or an integer >= 2, got 1")
+    return int(value)
+
+
 def check_bytes(name: str, value: Any, minimum: int = 1) -> int:
     """A number of bytes: an integer in ``[minimum, MAX_BYTES]``."""
     return check_int(name, value, minimum, maximum=MAX_BYTES)

@@ -197,7 +197,14 @@ def _toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):  # an inline table
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def override_text(key: str, value: Any) -> str:
+    """``KEY=VALUE`` that ``--set`` reads back as ``(key, value)`` (a command line to show or repeat)."""
+    return f"{key}={_toml_value(value)}"
 
 
 # ------------------------------------------------------------------------------- output directories

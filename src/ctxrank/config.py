@@ -40,6 +40,7 @@ from ctxrank._checks import (
     build_dataclass,
     check_bool,
     check_choice,
+    check_crossfit,
     check_int,
     check_non_negative,
     check_positive,
@@ -47,7 +48,11 @@ from ctxrank._checks import (
     is_int,
 )
 from ctxrank._memory import AUTO
+from ctxrank._overrides import Override, parse_override, set_path
+from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
+
+DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
 #: ``train.batching`` values: ``"model"`` = the model class's ``batching`` (see :class:`TrainConfig`)
 BATCHING: tuple[str, ...] = ("model", "random", "buckets")
@@ -167,8 +172,8 @@ class RerankConfig:
     """
 
     initial: str = ""
-    top_k: int = 100
-    crossfit: int = 0
+    top_k: int = DEFAULT_TOP_K
+    crossfit: int = DEFAULT_CROSSFIT
     rank_feature: bool | None = None
     score_feature: bool | None = None
     ideal: str = "full"
@@ -179,8 +184,7 @@ class RerankConfig:
         if self.initial not in ("", "lambdamart"):
             raise ValueError(f"rerank.initial must be '' or 'lambdamart', got {self.initial!r}")
         check_int("rerank.top_k", self.top_k)
-        if check_int("rerank.crossfit", self.crossfit, 0) == 1:
-            raise ValueError("rerank.crossfit must be 0 (off) or an integer >= 2, got 1")
+        check_crossfit("rerank.crossfit", self.crossfit)
         for name in ("rank_feature", "score_feature"):
             if getattr(self, name) is not None:
                 check_bool(f"rerank.{name}", getattr(self, name))
@@ -437,23 +441,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: invalid TOML ({exc})") from None
 
 
-def apply_overrides(d: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key=value`` / ``section.key=value`` (any depth) overrides; values are TOML literals or bare
-    strings."""
+def apply_overrides(d: Mapping[str, Any], overrides: Sequence[Override | str]) -> dict[str, Any]:
+    """A copy of ``d`` with the overrides set, in order: typed ``(dotted key, value)`` pairs, or text
+    ``KEY=VALUE`` from a person (:func:`parse_override`)."""
     out: dict[str, Any] = _copy_tables(d)
     for item in overrides:
-        key, eq, raw = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        value = _parse_value(raw.strip())
-        *sections, leaf = key.split(".")
-        target = out
-        for i, part in enumerate(sections):
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {key}: {'.'.join(sections[: i + 1])!r} is not a section")
-        target[leaf] = value
+        set_path(out, *(parse_override(item) if isinstance(item, str) else item))
     return out
 
 
@@ -461,15 +454,8 @@ def _copy_tables(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _copy_tables(v) if isinstance(v, Mapping) else v for k, v in d.items()}
 
 
-def _parse_value(raw: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw  # a bare string such as listmle
-
-
 def resolve_config(
-    config_file: str | Path | None = None, overrides: Sequence[str] = (), **defaults: Any
+    config_file: str | Path | None = None, overrides: Sequence[Override | str] = (), **defaults: Any
 ) -> RunConfig:
     """Defaults, then the TOML file, then ``--set`` overrides, then validation."""
     d: dict[str, Any] = dict(defaults)

@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - optuna is in the dev extra
     ) from exc
 
 from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_json
+from ctxrank._overrides import set_path
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
@@ -205,21 +206,14 @@ def _suggest(trial: optuna.Trial, key: str, dist: tuple[Any, ...]) -> Any:
     return labels[trial.suggest_categorical(key, list(labels))]
 
 
-def _set(d: dict[str, Any], key: str, value: Any) -> None:
-    *sections, leaf = key.split(".")
-    for part in sections:
-        d = d.setdefault(part, {})
-    d[leaf] = list(value) if isinstance(value, tuple) else value
-
-
 def trial_config(trial: optuna.Trial, base: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
     """``base`` with the values ``trial`` suggests (the loss first, then its options)."""
     d = json.loads(json.dumps(base))  # a deep copy
     for key, dist in space.params.items():
-        _set(d, key, _suggest(trial, key, dist))
+        set_path(d, key, _suggest(trial, key, dist))
     loss = d.get("loss", "") if "loss" in space.params else next(iter(space.losses), "")
     for key, dist in space.losses.get(loss, {}).items():
-        _set(d, key, _suggest(trial, key, dist))
+        set_path(d, key, _suggest(trial, key, dist))
     return d
 
 

@@ -8,14 +8,17 @@ from typing import Any
 
 from sklearn.base import BaseEstimator
 
+from ctxrank._checks import check_bool, check_crossfit, check_int
 from ctxrank.api.estimators import LambdaMARTRanker, Ranker
-from ctxrank.config import RunConfig
+from ctxrank.config import DEFAULT_CROSSFIT, RunConfig
+from ctxrank.data.lists import DEFAULT_TOP_K
 
 __all__ = ["RerankPipeline"]
 
 
 class RerankPipeline(Ranker):
-    """``RerankPipeline(initial=LambdaMARTRanker(...), reranker=QILCMRanker(...), top_k=100, crossfit=5)``.
+    """``RerankPipeline(initial=LambdaMARTRanker(...), reranker=QILCMRanker(...), top_k=100, crossfit=5)``
+    (the defaults are ``ctxrank train``'s, declared once: ``top_k`` 100, no cross-fitting).
 
     Args:
         initial: a :class:`LambdaMARTRanker` (unfitted; its parameters configure the initial ranker);
@@ -37,8 +40,8 @@ class RerankPipeline(Ranker):
         initial: Any = None,
         reranker: Any = None,
         *,
-        top_k: int = 100,
-        crossfit: int = 5,
+        top_k: int = DEFAULT_TOP_K,
+        crossfit: int = DEFAULT_CROSSFIT,
         rank_feature: bool | None = None,
         score_feature: bool | None = None,
         query_column: str | None = None,
@@ -72,6 +75,11 @@ class RerankPipeline(Ranker):
         return self._parts()[1].model_name()
 
     def run_config(self) -> RunConfig:
+        check_int("top_k", self.top_k)  # the pipeline's own parameters, named as the caller knows them
+        check_crossfit("crossfit", self.crossfit)
+        for name in ("rank_feature", "score_feature"):
+            if getattr(self, name) is not None:
+                check_bool(name, getattr(self, name))
         initial, reranker = self._parts()
         base = reranker.run_config()
         first = initial.run_config()
@@ -88,7 +96,4 @@ class RerankPipeline(Ranker):
             "initial_params": initial_params,
         }
         d["rerank"] = {k: v for k, v in d["rerank"].items() if v is not None}
-        try:
-            return RunConfig.from_dict(d)
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("rerank.", "")) from None
+        return RunConfig.from_dict(d)

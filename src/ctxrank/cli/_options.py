@@ -139,9 +139,21 @@ def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable out
     p.add_argument("--json", action="store_true", help=help)
 
 
+def override(text: str) -> Any:
+    """argparse type of ``--set``: the typed ``(dotted key, value)`` pair (``ctxrank._overrides``)."""
+    from ctxrank._overrides import parse_override
+
+    try:
+        return parse_override(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--set ")) from None
+
+
 def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
-    """``--set KEY=VALUE`` (repeatable), parsed into ``overrides``."""
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+    """``--set KEY=VALUE`` (repeatable), parsed into ``overrides``: typed ``(key, value)`` pairs."""
+    p.add_argument(
+        "--set", dest="overrides", type=override, action="append", default=[], metavar="KEY=VALUE", help=help
+    )
 
 
 def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bool = False) -> None:

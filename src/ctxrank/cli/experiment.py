@@ -64,7 +64,7 @@ def experiment(
     dataset: str | None = None,
     shard: str | None = None,
     threads: int | None = None,
-    overrides: Sequence[str] = (),
+    overrides: Sequence[tuple[str, Any] | str] = (),
     correction: str | None = None,
     evidence: str | None = None,
     report_only: bool = False,
@@ -93,11 +93,11 @@ def experiment(
 
     every = list(overrides)
     if runs is not None:
-        every.append(f"runs.count={runs}")
+        every.append(("runs.count", runs))
     if dataset is not None:
-        every += [f"data.dataset={dataset}", "data.folds=[]"]
+        every += [("data.dataset", dataset), ("data.folds", [])]
     if threads is not None:
-        every.append(f"runs.threads={threads}")
+        every.append(("runs.threads", threads))
     loaded = load_spec(spec, every)
     if correction is not None:
         import dataclasses
@@ -189,7 +189,7 @@ def demo(
     out_dir: str | None = None,
     runs: int | None = None,
     threads: int | None = None,
-    overrides: Sequence[str] = (),
+    overrides: Sequence[tuple[str, Any] | str] = (),
     progress: bool = True,
     jobs: int = 2,
 ) -> int:

@@ -48,7 +48,7 @@ class TrainOptions:
     model: str | None = None
     loss: str | None = None
     config: str | None = None
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[tuple[str, Any], ...] = ()  #: ``--set``: typed ``(dotted key, value)`` pairs
     seed: int | None = None
     threads: int | None = None
     initial: str | None = None
@@ -120,21 +120,31 @@ class TrainOptions:
         for key in PATH_FIELDS:
             if d[key] is not None:
                 d[key] = str(Path(d[key]).absolute())
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        d["overrides"] = [[key, value] for key, value in self.overrides]
+        return d
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrainOptions:
-        """The options of :meth:`to_record` (``out``, which older records hold, is ignored)."""
+        """The options of :meth:`to_record` (``out``, which older records hold, is ignored; their
+        ``overrides`` were ``KEY=VALUE`` text)."""
+        from ctxrank._overrides import parse_override
+
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(record) - names - {"out"})
         if unknown:
             raise ValueError(f"unknown recorded option(s) {unknown}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names})
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names}
+        d["overrides"] = tuple(
+            parse_override(item) if isinstance(item, str) else (item[0], item[1])
+            for item in record.get("overrides", ())
+        )
+        return cls(**d)
 
-    def config_overrides(self) -> list[str]:
-        """``--set`` overrides, then the flags that set run-config keys (``--model``, ``--seed``, ...)."""
-        overrides = list(self.overrides)
-        for key, value in (
+    def config_overrides(self) -> list[tuple[str, Any]]:
+        """The typed overrides of the run config: ``--set``, then the flags that set run-config keys
+        (``--model``, ``--seed``, ...)."""
+        flags = (
             ("model", self.model),
             ("loss", self.loss),
             ("train.seed", self.seed),
@@ -142,14 +152,14 @@ class TrainOptions:
             ("rerank.initial", self.initial),
             ("rerank.top_k", self.top_k),
             ("rerank.crossfit", self.crossfit),
-        ):
-            if value is not None:
-                overrides.append(f"{key}={value}")
-        return overrides
+        )
+        return [*self.overrides, *((key, value) for key, value in flags if value is not None)]
 
     def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
         """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
         ``launcher``: the torchrun command (and options) that started the processes of the run."""
+        from ctxrank._io import override_text
+
         argv = [*launcher, "-m", "ctxrank", "train"] if launcher else ["ctxrank", "train"]
         record, defaults = self.to_record(), TrainOptions().to_record()
         for name, flag in FLAGS.items():
@@ -159,8 +169,8 @@ class TrainOptions:
             if isinstance(value, bool):
                 argv.append(flag)
             elif name == "overrides":
-                for v in value:
-                    argv += [flag, v]
+                for key, v in value:
+                    argv += [flag, override_text(key, v)]
             elif isinstance(value, list):
                 argv += [flag, ",".join(str(v) for v in value)]
             else:

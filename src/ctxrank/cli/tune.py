@@ -219,6 +219,7 @@ def _train_command(options: TrainOptions, where: Path) -> list[str]:
         loss=None,
         overrides=(),
         seed=None,
+        threads=None,
         initial=None,
         top_k=None,
         crossfit=None,

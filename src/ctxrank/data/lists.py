@@ -25,6 +25,7 @@ import torch
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
+    "DEFAULT_TOP_K",
     "ListBatch",
     "initial_order",
     "iterate_batches",
@@ -361,6 +362,7 @@ def scatter_scores(
     return out
 
 
+DEFAULT_TOP_K = 100  #: items kept per query by the re-ranking protocol (the DLCM and QILCM papers)
 _TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
 
 
@@ -403,7 +405,7 @@ def initial_order(data: RankingData, scores: np.ndarray) -> np.ndarray:
 def truncate_top_k(
     data: RankingData,
     scores: np.ndarray | torch.Tensor,
-    k: int = 100,
+    k: int = DEFAULT_TOP_K,
     *,
     add_rank_feature: bool = False,
     add_score_feature: bool = False,

@@ -82,7 +82,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank._checks import MAX_INT, MAX_SEED, check_int, is_int
+from ctxrank._overrides import Override, parse_override
 from ctxrank.config import RunConfig, apply_overrides, load_toml
+from ctxrank.data.lists import DEFAULT_TOP_K
 
 __all__ = [
     "AnomalySpec",
@@ -374,20 +376,6 @@ def _grid(section: str, d: Any) -> GridSpec:
     return grid
 
 
-def _set_keys(d: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the run-config table ``d`` with dotted ``values`` set (tables created as needed)."""
-    out = _deep_merge({}, d)
-    for key, value in values.items():
-        *sections, leaf = key.split(".")
-        target = out
-        for part in sections:
-            nxt = target.get(part)
-            target[part] = dict(nxt) if isinstance(nxt, Mapping) else {}
-            target = target[part]
-        target[leaf] = value
-    return out
-
-
 @dataclass(frozen=True)
 class ReportSpec:
     metrics: tuple[str, ...] = DEFAULT_METRICS
@@ -457,7 +445,7 @@ class ExperimentSpec:
     runs: int = 5
     threads: int = 1
     initial: str = ""
-    top_k: int = 100
+    top_k: int = DEFAULT_TOP_K
     title: str = ""
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
@@ -484,13 +472,12 @@ class ExperimentSpec:
 
     def run_dict(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
-        table = _set_keys(self.models[model], point) if point else self.models[model]
-        d = apply_overrides(table, [f"train.seed={seed}", f"train.threads={self.threads}"])
+        settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.threads)]
         from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
-        if self.initial and not is_baseline(d["model"]):
-            d = apply_overrides(d, [f"rerank.initial={self.initial}", f"rerank.top_k={self.top_k}"])
-        return d
+        if self.initial and not is_baseline(self.models[model]["model"]):
+            settings += [("rerank.initial", self.initial), ("rerank.top_k", self.top_k)]
+        return apply_overrides(self.models[model], settings)
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
@@ -566,7 +553,7 @@ class ExperimentSpec:
             runs=_int("runs", "count", runs.get("count", 5), 1),
             threads=_int("runs", "threads", runs.get("threads", 1), 1),
             initial=initial,
-            top_k=_int("protocol", "top_k", protocol.get("top_k", 100), 1),
+            top_k=_int("protocol", "top_k", protocol.get("top_k", DEFAULT_TOP_K), 1),
             report=report,
             anomaly=anomaly,
             source=source,
@@ -601,7 +588,7 @@ def _model_tables(
             check = _deep_merge(table, {"rerank": {"initial": initial}})
         for point in grid.points():
             try:
-                RunConfig.from_dict(_set_keys(check, point))
+                RunConfig.from_dict(apply_overrides(check, point.items()))
             except ValueError as exc:
                 where = f"models.{m}" + (f" (grid point {point})" if point else "")
                 raise _fail(where, str(exc)) from None
@@ -646,14 +633,14 @@ def _with_config_file(model: str, table: Mapping[str, Any], base: Path | None) -
     return _deep_merge(load_toml(path), rest)
 
 
-def _check_new_models(d: Mapping[str, Any], overrides: Sequence[str], path: Path) -> None:
+def _check_new_models(d: Mapping[str, Any], overrides: Sequence[Override], path: Path) -> None:
     """``--set models.NAME.KEY=V`` for a NAME the spec does not have is a typo, unless the overrides
     add that model explicitly (``models.NAME.model=M`` or ``models.NAME={...}``)."""
     models = d.get("models")
     names = list(models) if isinstance(models, Mapping) else []
     added: dict[str, list[str]] = {}
-    for item in overrides:
-        parts = item.partition("=")[0].strip().split(".")
+    for key, _ in overrides:
+        parts = key.split(".")
         if len(parts) >= 2 and parts[0] == "models" and parts[1] not in names:
             added.setdefault(parts[1], []).append(".".join(parts[2:]))
     for name, keys in added.items():
@@ -771,10 +758,11 @@ def builtin_names() -> list[str]:
     return sorted(p.name[: -len(".toml")] for p in root.iterdir() if p.name.endswith(".toml"))
 
 
-def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> ExperimentSpec:
-    """Read a specification from a TOML path or a built-in name, apply ``--set`` overrides, validate.
+def load_spec(name_or_path: str | Path, overrides: Sequence[Override | str] = ()) -> ExperimentSpec:
+    """Read a specification from a TOML path or a built-in name, apply the overrides, validate.
 
-    Overrides use dotted keys: ``runs.count=3``, ``data.dataset=ohsumed``,
+    Overrides are typed ``(dotted key, value)`` pairs, or ``--set`` text: ``runs.count=3``,
+    ``data.dataset=ohsumed``,
     ``models.qilcm.model_params.confusion_weight=0``.
     """
     path = Path(name_or_path)
@@ -788,6 +776,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[str] = ()) -> Experi
         path = Path(str(resources.files("ctxrank.experiments") / "configs" / f"{name_or_path}.toml"))
         builtin = True
     d = load_toml(path)
+    overrides = [parse_override(o) if isinstance(o, str) else o for o in overrides]
     _check_new_models(d, overrides, path)
     if not builtin:  # paths written in a spec file are relative to it
         d = _relative_to(d, path.parent)

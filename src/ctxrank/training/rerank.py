@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxrank.data.lists import initial_order, truncate_top_k
+from ctxrank.data.lists import DEFAULT_TOP_K, initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
 
 IDEAL_SCOPES = ("full", "top-k")
@@ -55,7 +55,7 @@ def prepare_split(
     data: RankingData,
     initial_scores: np.ndarray,
     *,
-    k: int = 100,
+    k: int = DEFAULT_TOP_K,
     rank_feature: bool = False,
     score_feature: bool = False,
 ) -> RerankSplit:

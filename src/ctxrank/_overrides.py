@@ -1,0 +1,52 @@
+"""Dotted-key overrides of nested configs, typed end to end.
+
+An override is ``(dotted key, value)``, e.g. ``("train.lr", 3e-4)`` or ``("models.qilcm.grid", {})``.
+Text ``KEY=VALUE`` (the command line's ``--set``, a user's string) is parsed once, here, by
+:func:`parse_override`; from there on the value stays typed: the flags of ``ctxrank train``, an
+experiment's protocol, grid points and tune trials are pairs, never text parsed back. :func:`set_path`
+is the one setter of a dotted key (``ctxrank.config.apply_overrides``, spec tables, trials). No NumPy or
+torch here: the command line's parser uses it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+__all__ = ["Override", "parse_override", "set_path"]
+
+#: ``(dotted key, typed value)``
+Override = tuple[str, Any]
+
+
+def parse_override(text: str) -> Override:
+    """``KEY=VALUE`` as a person types it: the dotted key and the value, a TOML literal (``3e-4``,
+    ``[64, 64]``, ``true``, ``{}``) or else a bare string (``listmle``).
+
+    Raises:
+        ValueError: no ``=`` or an empty key.
+    """
+    key, eq, raw = text.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ValueError(f"--set expects key=value, got {text!r}")
+    raw = raw.strip()
+    try:
+        return key, tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, raw  # a bare string such as listmle
+
+
+def set_path(d: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted ``key`` of the nested dict ``d`` to ``value`` in place (tables created as needed;
+    a tuple becomes a list, as TOML gives it).
+
+    Raises:
+        ValueError: a part of the key names a value that is not a table.
+    """
+    *sections, leaf = key.split(".")
+    for i, part in enumerate(sections):
+        d = d.setdefault(part, {})
+        if not isinstance(d, dict):
+            raise ValueError(f"--set {key}: {'.'.join(sections[: i + 1])!r} is not a section")
+    d[leaf] = list(value) if isinstance(value, tuple) else value
