@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev demo test fuzz lint bench clean
+.PHONY: install dev demo test test-fast fuzz lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ lint: dev
 test: dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The daily loop (under 2 minutes on 2 cores): the unit and integration tests without the slow ones
+# (marked `slow`), the end-to-end files (every documented command, fuzzing, benchmarks, worker processes,
+# torchrun, memory caps, kill-and-resume) and with the first failure stopping the run. CI runs `make test`.
+FAST_SKIP := test_docs_commands test_fuzz test_fuzz_untrusted test_benchmarks test_executors test_distributed \
+	test_memory test_resume test_docs_api test_recipes test_evidence
+test-fast: dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -x -m "not slow" $(foreach t,$(FAST_SKIP),--ignore=tests/$(t).py)
 
 # Input fuzzing of the readers (tests/test_fuzz.py, docs/data.md "Malformed input"): `make test` runs a
 # bounded, derandomized number of examples; this runs FUZZ_EXAMPLES random ones per test (about 10

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.config import resolve_config
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.training.rerank import InitialRanker
 from ctxrank.training.run import run_training
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -176,13 +176,9 @@ def main() -> None:
         fold = load_fold("mq2008", fold_k)
         for seed in seeds:
             t0 = time.perf_counter()
-            lm = LambdaMART(seed=seed, num_threads=args.threads).fit(fold.train, fold.valid)
+            initial = InitialRanker(seed, args.threads)  # shared by the re-rankers of this run
+            lm = initial.fit(fold.train, fold.valid)
             seconds["lambdamart"] += time.perf_counter() - t0
-            if args.crossfit:
-                params = {k: v for k, v in lm.get_params().items() if k != "seed"}
-                train_scores = cross_fit_predict(fold.train, n_folds=args.crossfit, seed=seed, **params)
-            else:
-                train_scores = lm.predict(fold.train)
             results = {"lambdamart": per_query(lm.predict(fold.test), fold.test)}
             for m in models:
                 overrides = [
@@ -203,8 +199,7 @@ def main() -> None:
                     fold.valid,
                     fold.test,
                     progress=False,
-                    initial=lm,
-                    train_initial_scores=train_scores,
+                    initial=initial,
                 )
                 seconds[m] += time.perf_counter() - t0
                 results[m] = per_query(r.test_scores, fold.test)

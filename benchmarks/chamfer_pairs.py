@@ -34,11 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.config import RunConfig
 from ctxrank.data.registry import load_fold
 from ctxrank.experiments.stats import permutation_test
 from ctxrank.metrics import evaluate_queries
+from ctxrank.training.rerank import InitialRanker
 from ctxrank.training.run import run_training
 
 METRIC = "ndcg@10"
@@ -64,8 +64,7 @@ def train_one(pairs: int | None, fold, lm, seed: int, threads: int, max_epochs: 
         d["train"]["max_epochs"] = max_epochs
     t0 = time.perf_counter()
     res = run_training(
-        RunConfig.from_dict(d), train, valid, None, progress=False, initial=lm,
-        train_initial_scores=lm.predict(train),
+        RunConfig.from_dict(d), train, valid, None, progress=False, initial=lm
     )  # fmt: skip
     seconds = time.perf_counter() - t0
     epochs = int(res.summary.get("epochs_run", 0)) or 1
@@ -125,7 +124,8 @@ def main() -> None:
     results: dict[str, dict] = {}
     for fold_no in [int(f) for f in a.folds.split(",")]:
         fold = load_fold(a.dataset, fold_no)
-        lm = LambdaMART(seed=a.seed, num_threads=a.threads).fit(fold.train, fold.valid)
+        lm = InitialRanker(a.seed, a.threads)  # shared by the runs of the fold
+        lm.fit(fold.train, fold.valid)
         runs = [train_one(p, fold, lm, a.seed, a.threads, a.max_epochs) for p in [None, *candidates]]
         exact = runs[0]
         rows = []

@@ -92,3 +92,36 @@ def test_interchangeable_items_at_the_cut_get_one_score_whatever_the_file_order(
         split = prepare_split(shuffled, init[perm], k=2)
         rerank = np.where(split.top.features[:, 0] == 1.0, 5.0, 0.0)
         np.testing.assert_array_equal(merge_scores(split, rerank), merged[perm])
+
+
+def test_one_initial_ranker_is_fitted_once_and_shared_by_every_entrance(monkeypatch):
+    """The initial LambdaMART was fitted by four code paths (train, tune, experiment, Ray); now one
+    ``InitialRanker`` per key, fitted once: the same model and training scores as fitting it directly."""
+    from ctxrank.baselines import lambdamart
+    from ctxrank.config import resolve_config
+    from ctxrank.data.registry import load_fold
+    from ctxrank.training.rerank import InitialRanker, InitialRankers
+
+    fold = load_fold("mq2008", 1)
+    fits = []
+    real_fit = lambdamart.LambdaMART.fit
+    def counted(self, *args, **kwargs):
+        fits.append(1)
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(lambdamart.LambdaMART, "fit", counted)
+    shared = InitialRankers(fold.train, fold.valid)
+    qilcm = resolve_config(None, [("model", "qilcm"), ("rerank.initial", "lambdamart"), ("train.seed", 3)])
+    dlcm = resolve_config(None, [("model", "dlcm"), ("rerank.initial", "lambdamart"), ("train.seed", 3)])
+    a, b = shared.for_config(qilcm), shared.for_config(dlcm)
+    assert a is b and len(fits) == 1  # one key: (seed 3, 1 thread, default parameters)
+    rerank = [("rerank.initial", "lambdamart"), ("rerank.initial_params", {"num_leaves": 7})]
+    other = shared.for_config(resolve_config(None, [("model", "qilcm"), *rerank]))
+    assert other is not a and len(fits) == 2
+    direct = lambdamart.LambdaMART(seed=3, num_threads=1).fit(fold.train, fold.valid)
+    np.testing.assert_array_equal(a.train_scores(fold.train, 0), direct.predict(fold.train))
+    assert a.train_scores(fold.train, 0) is a.train_scores(fold.train, 0)  # computed once
+    oof = lambdamart.cross_fit_predict(fold.train, n_folds=3, seed=3, **{
+        k: v for k, v in direct.get_params().items() if k != "seed"})  # fmt: skip
+    np.testing.assert_array_equal(a.train_scores(fold.train, 3), oof)
+    assert InitialRanker.for_config(qilcm).key == a.key

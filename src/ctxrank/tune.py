@@ -72,6 +72,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
 from ctxrank.registry import Baseline, get_model
 from ctxrank.training.loop import NonFiniteLossError
+from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
 from ctxrank.training.run import run_training, validation_metric
 
@@ -408,25 +409,12 @@ class _Job:
     train: RankingData
     valid: RankingData
     prune: bool
-    initial: Any = None
-    train_initial_scores: np.ndarray | None = None
+    initials: InitialRankers
 
     def initial_kw(self, config: RunConfig) -> dict[str, Any]:
-        """The initial ranker shared by every re-ranking trial (fitted once, as ``run_training`` would
-        fit it: the base seed and thread count, default parameters)."""
-        rr, tc = config.rerank, config.train
-        if not rr.initial or rr.initial_params:
-            return {}
-        if self.initial is None:
-            from ctxrank.baselines.lambdamart import LambdaMART
-
-            threads = 1 if tc.threads is None else tc.threads
-            self.initial = LambdaMART(seed=tc.seed, num_threads=threads).fit(self.train, self.valid)
-            self.train_initial_scores = self.initial.predict(self.train)
-        kw: dict[str, Any] = {"initial": self.initial}
-        if not rr.crossfit:
-            kw["train_initial_scores"] = self.train_initial_scores
-        return kw
+        """The initial ranker of a re-ranking trial, shared by every trial that asks for the same one
+        (fitted once: ``InitialRankers``)."""
+        return {"initial": self.initials.for_config(config)} if config.rerank.initial else {}
 
     def config_for(self, trial: optuna.Trial) -> RunConfig:
         """The run config ``trial`` suggests (recorded in the trial's ``config`` attribute)."""
@@ -492,8 +480,7 @@ def tune(
     seed: int | None = None,
     describe: str = "",
     log: Callable[[str], None] | None = None,
-    initial: Any = None,
-    train_initial_scores: np.ndarray | None = None,
+    initials: InitialRankers | None = None,
     executor: Any = None,
     overwrite: bool = False,
 ) -> TuneResult:
@@ -509,8 +496,8 @@ def tune(
         prune: prune neural trials on their per-epoch validation metric (``MedianPruner``).
         seed: the sampler's seed (default: the base ``train.seed``, which every trial trains with).
         describe: what the data are, for the report (e.g. ``"mq2008 fold 1"``).
-        initial, train_initial_scores: a fitted initial ranker (and its training scores) shared by
-            re-ranking trials, as :func:`ctxrank.training.run.run_training` takes them.
+        initials: the initial rankers fitted on ``train`` / ``valid`` so far (an experiment's run shares
+            them with its re-rankers); None: new ones, shared by this study's trials.
         executor: where the trials run: None, this process (``study.optimize``); an object with
             ``run_trials(job, study, trials=, timeout=, callback=, storage=)``, e.g.
             :class:`ctxrank.experiments.executors.RayExecutor` (each trial a Ray task).
@@ -538,7 +525,8 @@ def tune(
     if not space.keys():  # every trial would train the same configuration
         n = min(n, max(0, 1 - finished_trials(study)))
         say(f"tune {config.model}: nothing to search (the base configuration fixes every key); one trial")
-    job = _Job(base, space, train, valid, prune, initial, train_initial_scores)
+    initials = InitialRankers(train, valid) if initials is None else initials
+    job = _Job(base, space, train, valid, prune, initials)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
     progress = _progress(say, config.train.metric)

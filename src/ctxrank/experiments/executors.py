@@ -57,13 +57,13 @@ from ctxrank.experiments.runner import (
     Unit,
     _anomaly_unit,
     _run_one,
-    _SharedInitial,
     _Source,
     load_unit,
     run_device,
 )
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
+from ctxrank.training.rerank import InitialRanker, InitialRankers
 
 __all__ = [
     "EXECUTORS",
@@ -156,16 +156,9 @@ def slurm_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
 
 
 # ----------------------------------------------------------------------------------------- Ray
-@dataclass(frozen=True)
-class _Fitted:
-    """The run's initial ranker and its training scores, fitted by another task (``_SharedInitial``'s
-    interface, for ``runner._run_one``)."""
-
-    fitted: tuple[Any, np.ndarray] | None
-
-    def get(self) -> tuple[Any, np.ndarray]:
-        assert self.fitted is not None, "a run needs the initial ranker but none was fitted"
-        return self.fitted
+def _fitted(unit: Unit, initial: InitialRanker | None) -> InitialRankers:
+    """The run's initial rankers, holding the one another task fitted (``_fit_initial``)."""
+    return InitialRankers(unit.train, unit.valid, () if initial is None else (initial,))
 
 
 @functools.cache
@@ -175,9 +168,12 @@ def _code() -> dict[str, Any]:
     return code_version()
 
 
-def _fit_initial(spec: ExperimentSpec, unit: Unit, seed: int) -> tuple[Any, np.ndarray]:
-    """Task: the run's LambdaMART initial ranker (as the local loop fits it)."""
-    return _SharedInitial(spec, unit, seed).get()
+def _fit_initial(spec: ExperimentSpec, unit: Unit, seed: int) -> InitialRanker:
+    """Task: the run's LambdaMART initial ranker with the protocol's default parameters (as the local
+    loop fits it), with its in-sample training scores."""
+    initial = InitialRankers(unit.train, unit.valid).get(InitialRanker(seed, spec.threads))
+    initial.train_scores(unit.train, 0)
+    return initial
 
 
 def _train_run(
@@ -187,7 +183,7 @@ def _train_run(
     ``root``: the experiment directory's path, where a ``[tune]`` study of the run is kept (on the
     worker's filesystem: with ``[tune]`` on a cluster, give the workers a shared directory)."""
     t0 = time.perf_counter()
-    record = _run_one(spec, model, seed, fold, unit, _Fitted(initial), Path(root))
+    record = _run_one(spec, model, seed, fold, unit, _fitted(unit, initial), Path(root))
     record["seconds"] = time.perf_counter() - t0
     record["code"] = _code()
     record["context"] = run_context(spec.threads, run_device(spec, model, seed))
@@ -196,7 +192,7 @@ def _train_run(
 
 def _unit_record(spec: ExperimentSpec, unit: Unit, seed: int, initial: Any) -> dict[str, Any]:
     """Task: the run's unit record (anomaly scores of its test queries)."""
-    return _anomaly_unit(spec, unit, _Fitted(initial), seed)
+    return _anomaly_unit(spec, unit, _fitted(unit, initial), seed)
 
 
 def _needs_initial(spec: ExperimentSpec, model: str, seed: int) -> bool:

@@ -29,6 +29,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
+from ctxrank.training.rerank import InitialRanker, InitialRankers
 
 __all__ = ["Unit", "load_unit", "pending_runs", "run_experiment"]
 
@@ -198,7 +199,7 @@ def run_experiment(
             if not missing and (seed, fold) not in need_units:
                 continue
             unit = load_unit(spec, seed, fold, source)
-            shared = _SharedInitial(spec, unit, seed)
+            shared = InitialRankers(unit.train, unit.valid)
             for m in missing:
                 bar.set_description(f"seed {seed} fold {fold} {m}")
                 t0 = time.perf_counter()
@@ -225,23 +226,9 @@ def run_device(spec: ExperimentSpec, name: str, seed: int) -> str:
     return spec.run_config(name, seed).train.device if name in spec.models else "cpu"
 
 
-class _SharedInitial:
-    """The run's LambdaMART initial ranker, fitted on first use (default ``initial_params`` only)."""
-
-    def __init__(self, spec: ExperimentSpec, unit: Unit, seed: int) -> None:
-        self.spec, self.unit, self.seed = spec, unit, seed
-        self._model = None
-        self._train_scores: np.ndarray | None = None
-
-    def get(self) -> tuple[Any, np.ndarray]:
-        if self._model is None:
-            from ctxrank.baselines.lambdamart import LambdaMART
-
-            self._model = LambdaMART(seed=self.seed, num_threads=self.spec.threads).fit(
-                self.unit.train, self.unit.valid
-            )
-            self._train_scores = self._model.predict(self.unit.train)
-        return self._model, self._train_scores
+def _initial_kw(config: Any, shared: InitialRankers) -> dict[str, Any]:
+    """``run_training`` keywords: a re-ranker's initial ranker, shared by the run's re-rankers."""
+    return {"initial": shared.for_config(config)} if config.rerank.initial else {}
 
 
 def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> dict[str, list[float]]:
@@ -258,16 +245,6 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
         max_label=err_max_label(spec),
     )
     return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in per.items()}
-
-
-def _shared_initial(config: Any, shared: _SharedInitial) -> dict[str, Any]:
-    """``run_training`` keywords that reuse the run's LambdaMART (default ``initial_params`` only)."""
-    kw: dict[str, Any] = {}
-    if config.rerank.initial and not config.rerank.initial_params:
-        kw["initial"], train_scores = shared.get()
-        if not config.rerank.crossfit:
-            kw["train_initial_scores"] = train_scores
-    return kw
 
 
 def _validation_score(config: Any, predictor: Any, valid: RankingData) -> float:
@@ -289,7 +266,7 @@ def _select_on_validation(
     seed: int,
     train: RankingData,
     valid: RankingData,
-    shared: _SharedInitial,
+    shared: InitialRankers,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Train every grid point of ``model`` on ``train``, score each on ``valid`` (the test split is not
     an argument: it cannot be read here); returns the best point's config, its ``RunResult`` and the
@@ -299,7 +276,7 @@ def _select_on_validation(
     points, best = [], None
     for i, point in enumerate(spec.grids[model].points()):
         config = spec.run_config(model, seed, point)
-        r = run_training(config, train, valid, None, progress=False, **_shared_initial(config, shared))
+        r = run_training(config, train, valid, None, progress=False, **_initial_kw(config, shared))
         score = _validation_score(config, r.predictor, valid)
         points.append({"values": point, "valid": score, "best_epoch": r.summary.get("best_epoch")})
         if best is None or (np.isfinite(score) and not score <= best[0]):  # NaN never wins; ties: first
@@ -317,7 +294,7 @@ def _select_on_validation(
 
 
 def _run_one(
-    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: _SharedInitial, root: Path
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: InitialRankers, root: Path
 ) -> dict[str, Any]:
     from ctxrank.training.run import run_training
 
@@ -332,9 +309,9 @@ def _run_one(
             r.test_scores = r.predictor.predict(unit.test)
     else:
         config = spec.run_config(model, seed)
-        kw = _shared_initial(config, shared)
         if spec.tune is not None:
-            config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, kw, root)
+            config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, shared, root)
+        kw = _initial_kw(config, shared)
         r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
     if r.test_scores is None:
         raise ValueError("rerank.ideal = 'top-k' runs cannot be stored by an experiment (no full scores)")
@@ -349,7 +326,7 @@ def _run_one(
 
 
 def _tuned(
-    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, kw: dict[str, Any], root: Path
+    spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: InitialRankers, root: Path
 ) -> tuple[Any, dict[str, Any]]:
     """``[tune]``: search the model's configuration on the run's train / valid splits (the study in
     ``OUT/tune/MODEL/seedS-foldF`` resumes to its budget); the chosen config and what to record."""
@@ -367,7 +344,7 @@ def _tuned(
         seed=spec.tune.seed,
         prune=spec.tune.prune,
         describe=f"seed {seed} fold {fold}" if fold else f"seed {seed} (random split)",
-        **kw,
+        initials=shared,
     )
     if result.best is None:
         raise ValueError(f"tuning found no configuration: no trial of {where / 'study.db'} completed")
@@ -386,16 +363,16 @@ def _tuned(
     return result.best, record
 
 
-def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: _SharedInitial, seed: int) -> dict[str, Any]:
+def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: InitialRankers, seed: int) -> dict[str, Any]:
     from ctxrank.experiments.anomaly import anomaly_scores, method_text
 
     a = spec.anomaly
-    initial, train_scores = shared.get()
+    initial = shared.get(InitialRanker(seed, spec.threads))  # the protocol's default LambdaMART
     scores = anomaly_scores(
         unit.train,
-        train_scores,
+        initial.train_scores(unit.train, 0),
         unit.test,
-        initial.predict(unit.test),
+        initial.model.predict(unit.test),
         top=a.top,
         n_estimators=a.n_estimators,
         seed=seed,

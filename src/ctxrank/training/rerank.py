@@ -19,10 +19,14 @@ whole training split.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.data.lists import DEFAULT_TOP_K, initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
 
@@ -139,6 +143,69 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
     if ideal == "full":
         return merge_scores(split, rerank_scores), split.full
     return np.asarray(rerank_scores, dtype=np.float64), split.top
+
+
+class InitialRanker:
+    """The initial ranker of the protocol: LambdaMART fitted on a run's training split (early stopping
+    on its validation split) and the training split's initial scores, in-sample or out-of-fold with
+    ``crossfit`` K folds (``cross_fit_predict``: the same parameters and seed), each computed once. The
+    one initial ranker of every entrance: ``ctxrank train`` and ``run_training``, the trials of
+    ``ctxrank tune``, the runs of an experiment, its Ray tasks. ``key``: what its numbers depend on.
+    """
+
+    def __init__(self, seed: int = 0, threads: int = 1, params: dict[str, Any] | None = None) -> None:
+        self.seed, self.threads, self.params = seed, threads, dict(params or {})
+        self.model: Any = None
+        self._train_scores: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def for_config(cls, config: Any) -> InitialRanker:
+        """The initial ranker a run config asks for: ``rerank.initial_params`` with ``train.seed`` and
+        ``train.threads`` (one thread when unset)."""
+        tc = config.train
+        return cls(tc.seed, 1 if tc.threads is None else tc.threads, dict(config.rerank.initial_params))
+
+    @property
+    def key(self) -> tuple:
+        return (self.seed, self.threads, json.dumps(self.params, sort_keys=True, default=str))
+
+    def fit(self, train: RankingData, valid: RankingData) -> Any:
+        """The fitted LambdaMART (fitted on the first call; later calls return it)."""
+        if self.model is None:
+            params = {"seed": self.seed, "num_threads": self.threads, **self.params}
+            self.model = LambdaMART(**params).fit(train, valid)
+        return self.model
+
+    def train_scores(self, train: RankingData, crossfit: int) -> np.ndarray:
+        """float64 (N,) initial scores of the training split the model was fitted on: its predictions,
+        or out-of-fold ones with ``crossfit`` >= 2 folds (computed once per ``crossfit``)."""
+        if crossfit not in self._train_scores:
+            if crossfit:
+                params = {k: v for k, v in self.model.get_params().items() if k != "seed"}
+                scores = cross_fit_predict(train, n_folds=crossfit, seed=self.seed, **params)
+            else:
+                scores = self.model.predict(train)
+            self._train_scores[crossfit] = np.asarray(scores, dtype=np.float64)
+        return self._train_scores[crossfit]
+
+
+class InitialRankers:
+    """The initial rankers of the runs on one train / valid pair (an experiment's ``(seed, fold)``
+    unit, a tuning study): one :class:`InitialRanker` per ``key``, fitted once and shared by every
+    re-ranker that asks for the same one."""
+
+    def __init__(self, train: RankingData, valid: RankingData, fitted: Sequence[InitialRanker] = ()) -> None:
+        self.train, self.valid = train, valid
+        self._by_key = {ranker.key: ranker for ranker in fitted}
+
+    def get(self, ranker: InitialRanker) -> InitialRanker:
+        """The shared ranker with ``ranker``'s key, fitted (``ranker`` itself the first time)."""
+        shared = self._by_key.setdefault(ranker.key, ranker)
+        shared.fit(self.train, self.valid)
+        return shared
+
+    def for_config(self, config: Any) -> InitialRanker:
+        return self.get(InitialRanker.for_config(config))
 
 
 class RerankPredictor:

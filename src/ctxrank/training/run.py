@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
@@ -63,7 +62,13 @@ from ctxrank.training.full_batch import fit_full_batch
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.memory import check_model_size, check_training
 from ctxrank.training.predict import TorchPredictor, predict
-from ctxrank.training.rerank import RerankPredictor, RerankSplit, evaluation_target, prepare_split
+from ctxrank.training.rerank import (
+    InitialRanker,
+    RerankPredictor,
+    RerankSplit,
+    evaluation_target,
+    prepare_split,
+)
 
 __all__ = [
     "EVAL_METRICS",
@@ -122,12 +127,6 @@ def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> 
     return float(values[ok].mean()) if ok.any() else float("nan")
 
 
-def _lambdamart(config: RunConfig, params: dict[str, Any]) -> LambdaMART:
-    tc = config.train
-    defaults = {"seed": tc.seed, "num_threads": 1 if tc.threads is None else tc.threads}
-    return LambdaMART(**{**defaults, **params})
-
-
 def rerank_features(config: RunConfig) -> tuple[bool, bool]:
     """(rank_feature, score_feature): the config's choice, else the model's default."""
     entry = get_model(config.model)
@@ -148,8 +147,7 @@ def run_training(
     progress: bool = True,
     metrics: tuple[str, ...] | None = None,
     log: Any = None,
-    initial: Any = None,
-    train_initial_scores: np.ndarray | None = None,
+    initial: InitialRanker | None = None,
     meta: dict[str, Any] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
@@ -163,8 +161,9 @@ def run_training(
     ``meta``: extra JSON-ready entries for the saved ``ctxrank.json`` (``ctxrank train`` records the
     table spec and the data split there).
 
-    ``initial`` (a fitted initial ranker) and ``train_initial_scores`` (e.g. out-of-fold scores) let
-    several re-rankers share one initial ranker (the experiment runner and benchmarks do this).
+    ``initial``: the :class:`~ctxrank.training.rerank.InitialRanker` of a re-ranking run, to share one
+    among several re-rankers (an experiment's runs, tune's trials: ``InitialRankers``); None: the one
+    the config asks for (``InitialRanker.for_config``), fitted here.
 
     ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
 
@@ -188,7 +187,6 @@ def run_training(
             metrics=metrics,
             log=log,
             initial=initial,
-            train_initial_scores=train_initial_scores,
             meta=meta,
             state_dir=state_dir,
             resume=resume,
@@ -200,9 +198,7 @@ def run_training(
     train = _order_of_items(config, entry, train)
     rerank = None
     if config.rerank.initial:
-        rerank = _prepare_rerank(
-            config, train, valid, initial, train_initial_scores, log or (lambda *_: None)
-        )
+        rerank = _prepare_rerank(config, train, valid, initial, log or (lambda *_: None))
     model, transform, summary, history = _fit_neural(
         config,
         train,
@@ -233,8 +229,10 @@ def run_training(
 
 def _train_members(config: RunConfig, train: RankingData, valid: RankingData, **kw: Any) -> list[RunResult]:
     """``config.ensemble`` runs with seeds ``train.seed + i`` (model directories ``out/member-i``, training
-    states ``state_dir/member-i``); a re-ranking ensemble shares the initial ranker the first member fits."""
+    states ``state_dir/member-i``); a re-ranking ensemble shares one initial ranker (the first seed's)."""
     out, state_dir, initial = kw.pop("out"), kw.pop("state_dir"), kw.pop("initial")
+    if config.rerank.initial and initial is None:
+        initial = InitialRanker.for_config(config)
     members = []
     for i in range(config.ensemble):
         tc = dataclasses.replace(config.train, seed=config.train.seed + i)
@@ -248,8 +246,6 @@ def _train_members(config: RunConfig, train: RankingData, valid: RankingData, **
             initial=initial,
             **kw,
         )
-        if config.rerank.initial and initial is None:
-            initial = result.predictor.initial
         members.append(result)
     return members
 
@@ -363,27 +359,20 @@ def _prepare_rerank(
     config: RunConfig,
     train: RankingData,
     valid: RankingData,
-    initial: Any,
-    train_initial_scores: np.ndarray | None,
+    initial: InitialRanker | None,
     say: Callable[[str], None],
 ) -> _Rerank:
     """Fit (or take) the initial ranker, score train (out-of-fold with ``crossfit``) and valid, and keep
     each query's top k."""
-    rr, tc = config.rerank, config.train
+    rr = config.rerank
     rank_f, score_f = rerank_features(config)
     say(
         f"initial ranker: LambdaMART, top {rr.top_k}"
         + (f", {rr.crossfit}-fold cross-fitting" if rr.crossfit else "")
     )
-    if initial is None:
-        initial = _lambdamart(config, dict(rr.initial_params)).fit(train, valid)
-    if train_initial_scores is not None:
-        train_scores = np.asarray(train_initial_scores, dtype=np.float64)
-    elif rr.crossfit:
-        params = {k: v for k, v in initial.get_params().items() if k != "seed"}
-        train_scores = cross_fit_predict(train, n_folds=rr.crossfit, seed=tc.seed, **params)
-    else:
-        train_scores = initial.predict(train)
+    ranker = InitialRanker.for_config(config) if initial is None else initial
+    model = ranker.fit(train, valid)
+    train_scores = ranker.train_scores(train, rr.crossfit)
     prep = functools.partial(prepare_split, k=rr.top_k, rank_feature=rank_f, score_feature=score_f)
     meta = {
         "dir": INITIAL_DIR,
@@ -393,7 +382,7 @@ def _prepare_rerank(
         "crossfit": rr.crossfit,
         "ideal": rr.ideal,
     }
-    return _Rerank(initial, prep(train, train_scores), prep(valid, initial.predict(valid)), meta)
+    return _Rerank(model, prep(train, train_scores), prep(valid, model.predict(valid)), meta)
 
 
 def _fit_neural(
