@@ -412,11 +412,33 @@ def test_table_extensions_of_the_help_text_are_the_readers():
     assert tuple(TABLE_EXTENSIONS) == tuple(READER)
 
 
-def test_null_fill_rules_of_the_help_text_are_the_readers():
-    from ctxrank.cli._options import NULL_FILL_RULES
-    from ctxrank.data.letor import NULL_FILL_RULES as READER
+def test_null_fill_and_no_relevant_have_one_check_each():
+    """``null_fill`` was validated three times (the reader, the command line, specs) and config.py took
+    ``no_relevant = true`` (== 1.0) that metrics.py refused later: one check each, in ``_checks``."""
+    import ast
 
-    assert tuple(NULL_FILL_RULES) == tuple(READER)
+    from ctxrank import _checks
+
+    for value in (True, 2, "Skip", float("nan")):
+        with pytest.raises(ValueError, match="must be 0, 1 or 'skip'"):
+            _checks.check_no_relevant("no_relevant", value)
+    assert _checks.check_no_relevant("x", 1) == 1.0 and _checks.check_no_relevant("x", "skip") == "skip"
+    for value in (True, float("inf"), 1e39, "max"):
+        with pytest.raises(ValueError, match="must be one of query_min, letor_min or a finite number"):
+            _checks.check_null_fill("null_fill", value)
+    from ctxrank.config import resolve_config
+
+    with pytest.raises(ValueError, match=r"train\.no_relevant must be 0, 1 or 'skip', got True"):
+        resolve_config(None, [("train.no_relevant", True)])
+    rules = [  # a tuple literal of the null_fill rules anywhere else is a second declaration
+        path.name
+        for path in (REPO / "src" / "ctxrank").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Tuple) and [getattr(e, "value", None) for e in node.elts] == list(
+            _checks.NULL_FILL_RULES
+        )
+    ]
+    assert rules == ["_checks.py"]
 
 
 # ------------------------------------------------------------------------------------ --null-fill

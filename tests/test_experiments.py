@@ -874,7 +874,10 @@ def test_data_null_fill_reaches_the_fold_and_pooled_loaders_of_a_registered_data
     assert whole.features[:, 0].tolist() == [-1, 2, 5] * 5
 
 
-NULL_FILL_VALUES = "null_fill must be one of ['query_min', 'letor_min'] or a finite number (float32), got"
+NULL_FILL_VALUES = (
+    "null_fill must be one of query_min, letor_min or a finite number within float32 (the value of every "
+    "NULL cell), got"
+)
 
 
 @pytest.mark.parametrize(

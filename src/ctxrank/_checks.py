@@ -108,6 +108,37 @@ def check_seed(name: str, value: Any) -> int:
     return check_int(name, value, 0, maximum=MAX_SEED)
 
 
+#: what a LETOR ``NULL`` cell becomes, besides a number (``ctxrank.data.letor``; docs/data.md)
+NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
+DEFAULT_NULL_FILL = "query_min"
+FLOAT32_MAX = 3.4028234663852886e38  #: a value beyond it becomes inf in the float32 features
+
+
+def check_null_fill(name: str, value: Any) -> str | float:
+    """A ``null_fill``: a rule of :data:`NULL_FILL_RULES`, or a finite number within float32 (returned
+    as a float, so ``0`` and ``0.0`` are one setting). The one check of the reader, the command line
+    and experiment specs."""
+    if isinstance(value, str) and value in NULL_FILL_RULES:
+        return value
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (number and math.isfinite(float(value)) and abs(float(value)) <= FLOAT32_MAX):
+        raise ValueError(
+            f"{name} must be one of {', '.join(NULL_FILL_RULES)} or a finite number within float32 (the "
+            f"value of every NULL cell), got {_shown(value)}"
+        )
+    return float(value)
+
+
+def check_no_relevant(name: str, value: Any) -> float | str:
+    """The value of a query without a relevant item: 0, 1 (as floats) or ``"skip"``; ``True`` / ``False``
+    are refused (they would pass as 1 and 0). The one check of configs and metric conventions."""
+    if value == "skip" and isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value not in (0, 1):
+        raise ValueError(f"{name} must be 0, 1 or 'skip', got {_shown(value)}")
+    return float(value)
+
+
 def check_crossfit(name: str, value: Any) -> int:
     """Cross-fitting folds of the initial ranker: 0 (off) or an integer >= 2."""
     if check_int(name, value, 0) == 1:

@@ -42,6 +42,7 @@ from ctxrank._checks import (
     check_choice,
     check_crossfit,
     check_int,
+    check_no_relevant,
     check_non_negative,
     check_positive,
     check_seed,
@@ -144,8 +145,7 @@ class TrainConfig:
                 f"train.max_memory_bytes must be 'auto' or a number of bytes in [1, {MAX_BYTES:,}], "
                 f"got {memory!r}"
             )
-        if self.no_relevant not in (0.0, 1.0, "skip"):
-            raise ValueError(f"train.no_relevant must be 0, 1 or 'skip', got {self.no_relevant!r}")
+        object.__setattr__(self, "no_relevant", check_no_relevant("train.no_relevant", self.no_relevant))
         from ctxrank.metrics import parse_metric
 
         try:

@@ -96,7 +96,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank._checks import MAX_INT, parse_int
+from ctxrank._checks import MAX_INT, check_no_relevant, parse_int
 
 __all__ = [
     "CHOICE_METRICS",
@@ -183,11 +183,7 @@ class MetricConvention:
             raise ValueError(f"convention must be one of {list(CONVENTIONS)}, got {self.name!r}")
         if self.gain not in GAINS:
             raise ValueError(f"gain must be one of {list(GAINS)}, got {self.gain!r}")
-        nr = self.no_relevant
-        if isinstance(nr, bool) or not (nr == "skip" or (isinstance(nr, int | float) and nr in (0.0, 1.0))):
-            raise ValueError(f"no_relevant must be 0.0, 1.0 or 'skip', got {nr!r}")
-        if not isinstance(nr, str):
-            object.__setattr__(self, "no_relevant", float(nr))
+        object.__setattr__(self, "no_relevant", check_no_relevant("no_relevant", self.no_relevant))
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float):
             raise TypeError(f"threshold must be a number, got {type(self.threshold).__name__}")
         if not math.isfinite(self.threshold):

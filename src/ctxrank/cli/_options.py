@@ -8,20 +8,17 @@ the group as one argument, a frozen dataclass built from the parsed options (:cl
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, parse_int
+from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
 
 #: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
 TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
 #: ``ctxrank.data.letor.NULL_FILL_RULES`` (a test checks they agree; importing it needs NumPy)
-NULL_FILL_RULES = ("query_min", "letor_min")
-_FLOAT32_MAX = 3.4028234663852886e38  # a fill value beyond it would become inf in the float32 features
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -96,19 +93,15 @@ INT_TYPES = (positive_int, non_negative_int, seed_int, byte_count)
 
 
 def null_fill_rule(text: str) -> str | float:
-    """argparse type of ``--null-fill``: ``query_min``, ``letor_min`` or a finite number (a float)."""
-    if text in NULL_FILL_RULES:
-        return text
+    """argparse type of ``--null-fill``: ``query_min``, ``letor_min`` or a finite number (a float),
+    checked by ``_checks.check_null_fill``."""
     try:
-        value = float(text)
+        return check_null_fill("--null-fill", text if text in NULL_FILL_RULES else float(text))
     except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and abs(value) <= _FLOAT32_MAX):
         raise argparse.ArgumentTypeError(
             f"expected {', '.join(NULL_FILL_RULES)} or a finite number (the value of every NULL cell), "
             f"got {text!r}"
-        )
-    return value
+        ) from None
 
 
 def split_fractions(text: str) -> tuple[float, float, float]:

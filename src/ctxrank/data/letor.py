@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ctxrank._checks import check_bytes
+from ctxrank._checks import DEFAULT_NULL_FILL, NULL_FILL_RULES, check_bytes, check_null_fill
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
@@ -63,7 +63,7 @@ MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating ter
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 # NULL fills (``_fill_nulls``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
-NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
+NULL_FILL_RULES = NULL_FILL_RULES  # re-exported: the rules of ``null_fill`` (``ctxrank._checks``)
 _GROUP_LINE_BYTES = 4096  # a group file's line: a size of at most 18 digits, and spaces
 _FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
@@ -93,7 +93,7 @@ def read_letor(
     path: str | os.PathLike,
     *,
     query_file: str | os.PathLike | None = None,
-    null_fill: str | float = "query_min",
+    null_fill: str | float = DEFAULT_NULL_FILL,
     regroup: bool = False,
     n_features: int | None = None,
     cache: bool = True,
@@ -165,16 +165,7 @@ def read_letor(
     """
     path = Path("/dev/stdin") if str(path) == "-" else Path(path)
     stream = input_kind(path, "data file", streams=True) == STREAM
-    if isinstance(null_fill, str) and null_fill not in NULL_FILL_RULES:
-        raise ValueError(f"null_fill must be one of {list(NULL_FILL_RULES)} or a number, got {null_fill!r}")
-    number = isinstance(null_fill, (int, float, np.integer, np.floating)) and not isinstance(null_fill, bool)
-    if not isinstance(null_fill, str) and not (
-        number and abs(float(null_fill)) <= float(np.finfo(np.float32).max)  # False for NaN
-    ):
-        raise ValueError(
-            f"null_fill must be one of {list(NULL_FILL_RULES)} or a finite number (within float32), "
-            f"got {null_fill!r}"
-        )
+    null_fill = check_null_fill("null_fill", null_fill)
     if n_features is not None and not 1 <= n_features <= MAX_FEATURE_INDEX:
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ctxrank._checks import DEFAULT_NULL_FILL
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
@@ -766,7 +767,7 @@ def _read_split(
     paths: list[Path],
     cache: bool,
     variant: str | None,
-    null_fill: str | float = "query_min",
+    null_fill: str | float = DEFAULT_NULL_FILL,
 ) -> RankingData:
     from ctxrank.data.letor import read_letor
 
@@ -787,7 +788,7 @@ def load_fold(
     root: str | os.PathLike | None = None,
     variant: str | None = None,
     cache: bool = True,
-    null_fill: str | float = "query_min",
+    null_fill: str | float = DEFAULT_NULL_FILL,
 ) -> Fold:
     """Load one fold of a registered dataset.
 
@@ -837,7 +838,7 @@ def load_split(
     root: str | os.PathLike | None = None,
     variant: str | None = None,
     cache: bool = True,
-    null_fill: str | float = "query_min",
+    null_fill: str | float = DEFAULT_NULL_FILL,
 ) -> RankingData:
     """One split of one fold (reads only that split's files); ``null_fill`` as in :func:`load_fold`.
 

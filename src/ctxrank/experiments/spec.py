@@ -73,7 +73,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +80,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ctxrank._checks import MAX_INT, MAX_SEED, check_int, is_int
+from ctxrank._checks import DEFAULT_NULL_FILL, MAX_INT, MAX_SEED, check_int, check_null_fill, is_int
 from ctxrank._overrides import Override, parse_override
 from ctxrank.config import RunConfig, apply_overrides, load_toml
 from ctxrank.data.lists import DEFAULT_TOP_K
@@ -99,7 +98,6 @@ __all__ = [
 ]
 
 #: the largest float32: a ``[data] null_fill`` number beyond it would be inf in the features
-_FLOAT32_MAX = 3.4028234663852886e38
 #: ``[data] protocol`` values (:class:`DataSpec`)
 PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -175,7 +173,7 @@ class DataSpec:
     protocol: str = ""
     #: what a LETOR ``NULL`` cell becomes (``ctxrank.data.letor.read_letor``): ``"query_min"`` (the
     #: reader's default), ``"letor_min"`` or a number; LETOR data only
-    null_fill: str | float = "query_min"
+    null_fill: str | float = DEFAULT_NULL_FILL
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -254,7 +252,7 @@ class DataSpec:
         return folds
 
     def describe(self) -> str:
-        nulls = "" if self.null_fill == "query_min" else f", NULL cells filled by {self.null_fill}"
+        nulls = "" if self.null_fill == DEFAULT_NULL_FILL else f", NULL cells filled by {self.null_fill}"
         if self.dataset:
             pooled = (
                 ""
@@ -270,16 +268,10 @@ class DataSpec:
 def _null_fill(d: Mapping[str, Any]) -> str | float:
     """``[data] null_fill``: a rule of ``ctxrank.data.letor.NULL_FILL_RULES`` or a finite number (a
     float, so ``0`` and ``0.0`` are one experiment), for LETOR data only (tables have no NULL token)."""
-    from ctxrank.data.letor import NULL_FILL_RULES
-
-    value = d["null_fill"]
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    valid = number and math.isfinite(value) and abs(value) <= _FLOAT32_MAX
-    if not valid and not (isinstance(value, str) and value in NULL_FILL_RULES):
-        raise _fail(
-            "data",
-            f"null_fill must be one of {list(NULL_FILL_RULES)} or a finite number (float32), got {value!r}",
-        )
+    try:
+        value = check_null_fill("null_fill", d["null_fill"])
+    except ValueError as exc:
+        raise _fail("data", str(exc)) from None
     if d.get("synth"):
         raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
     if d.get("file"):
@@ -294,7 +286,7 @@ def _null_fill(d: Mapping[str, Any]) -> str | float:
             raise _fail(
                 "data", f"null_fill applies to LETOR data; {d['dataset']} is a choice dataset (a table)"
             )
-    return float(value) if number else value
+    return value
 
 
 def _protocol(d: Mapping[str, Any]) -> str:
@@ -484,7 +476,7 @@ class ExperimentSpec:
         data = dataclasses.asdict(self.data)
         if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
-        if data["null_fill"] == "query_min":
+        if data["null_fill"] == DEFAULT_NULL_FILL:
             del data["null_fill"]  # the reader's default: fingerprints of earlier experiments are unchanged
         key = {
             "data": data,
