@@ -299,7 +299,7 @@ def test_the_correction_is_an_option_of_the_spec_and_of_the_command(tmp_path, ca
 
 
 def test_the_commands_corrections_are_the_statistics_modules():
-    from ctxrank.cli.experiment import CORRECTIONS
+    from ctxrank.cli._options import CORRECTIONS
     from ctxrank.experiments.stats import CORRECTIONS as STATS
 
     assert tuple(CORRECTIONS) == tuple(STATS)
@@ -437,6 +437,17 @@ def test_cli_compare_reads_evaluate_json(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--metrics", "ndcg@10"]) == 0
     text = capsys.readouterr().out
     assert "| ndcg@10 |" in text and "(n=30)" in text and "one common run" in text
+    # the p-values of each test are corrected over the metrics compared (Holm by default)
+    pair = [str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--metrics", "ndcg@1,ndcg@10,map", "--json"]
+    assert main(["compare", *pair]) == 0
+    res = json.loads(capsys.readouterr().out)
+    raw = [res["metrics"][m]["queries"]["p"] for m in ("ndcg@1", "ndcg@10", "map")]
+    assert res["correction"] == "holm"
+    adjusted = [res["metrics"][m]["queries"]["p_adjusted"] for m in ("ndcg@1", "ndcg@10", "map")]
+    np.testing.assert_allclose(adjusted, holm(raw))
+    assert main(["compare", *pair[:-1]]) == 0 and "holm-corrected over the metrics" in capsys.readouterr().out
+    assert main(["compare", *pair[:-1], "--correction", "none"]) == 0
+    assert "p not corrected" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("bad", ["../escape", "a/b", ".hidden", "x..y", "", "C:\\\\x"])

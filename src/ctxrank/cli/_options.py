@@ -232,6 +232,22 @@ def add_train_files(p: argparse.ArgumentParser, *, test: bool = True) -> None:
     )
 
 
+#: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing that needs SciPy)
+CORRECTIONS = ("none", "holm", "bh")
+
+
+def add_correction(p: argparse.ArgumentParser, what: str, default: str | None = None) -> None:
+    """``--correction holm|bh|none``: the multiple-comparison correction of a family of p-values (the
+    raw p is shown beside the corrected one); ``what`` says which family."""
+    p.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default=default,
+        help=f"correct the p-values for multiple comparisons ({what}): holm (Holm-Bonferroni, family-wise "
+        "error), bh (Benjamini-Hochberg, false discovery rate) or none",
+    )
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     """``--no-progress``."""
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -13,6 +13,7 @@ from ctxrank.cli._options import (
     NO_DATA,
     DataOptions,
     TableOptions,
+    add_correction,
     add_dataset_options,
     add_json,
     add_table_options,
@@ -168,23 +169,28 @@ def conventions_text(conv: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------- compare
-def compare(a: str, b: str, *, metrics: Sequence[str] | None = None, json: bool = False) -> int:
-    """Per-metric difference of two sets of runs, with paired t-tests over runs and over queries."""
+def compare(
+    a: str, b: str, *, metrics: Sequence[str] | None = None, json: bool = False, correction: str = "holm"
+) -> int:
+    """Per-metric difference of two sets of runs, with paired t-tests over runs and over queries, each
+    test's p-values corrected over the metrics (``correction``)."""
     from ctxrank.experiments.compare import compare_runs, load_runs
 
-    res = compare_runs(load_runs(a), load_runs(b), list(metrics) if metrics is not None else None)
+    chosen = list(metrics) if metrics is not None else None
+    res = compare_runs(load_runs(a), load_runs(b), chosen, correction=correction)
     if json:
         print_json({"a": a, "b": b, **res})
         return 0
     n = len(res["runs"])
-    out(f"A = {a}\nB = {b}\n{n} common run(s); paired two-sided t-tests\n")
+    family = "not corrected" if correction == "none" else f"{correction}-corrected over the metrics, raw p"
+    out(f"A = {a}\nB = {b}\n{n} common run(s); paired two-sided t-tests; p {family}\n")
     out("| metric | A | B | A - B | p (runs) | p (queries) |")
     out("|---|---:|---:|---:|---:|---:|")
     for m, r in res["metrics"].items():
         pr, pq = r["runs"], r["queries"]
         out(
             f"| {m} | {r['a']:.4f} | {r['b']:.4f} | {r['a'] - r['b']:+.4f} | "
-            f"{_p(pr['p'])} (n={pr['n']}) | {_p(pq['p'])} (n={pq['n']}) |"
+            f"{_p_pair(pr, correction)} (n={pr['n']}) | {_p_pair(pq, correction)} (n={pq['n']}) |"
         )
     if n < 2:
         out("\none common run: no test over runs (p n/a); the test over queries still applies")
@@ -193,6 +199,14 @@ def compare(a: str, b: str, *, metrics: Sequence[str] | None = None, json: bool 
 
 def _p(p: float | None) -> str:
     return "n/a" if p is None or not math.isfinite(p) else f"{p:.3g}"
+
+
+def _p_pair(test: dict[str, Any], correction: str) -> str:
+    """A test's p for the table: the corrected one with the raw one beside it."""
+    if correction == "none" or test["p"] is None:
+        return _p(test["p"])
+    return f"{_p(test['p_adjusted'])} (raw {_p(test['p'])})"
+
 
 
 # ---------------------------------------------------------------------------------------- parsers
@@ -294,6 +308,7 @@ def add_compare_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     p.add_argument("--metrics", help="comma-separated (default: every metric both have)")
+    add_correction(p, "over the metrics compared, for each test; default holm", default="holm")
     add_json(p)
     p.set_defaults(
         run=lambda a: compare(
@@ -301,5 +316,6 @@ def add_compare_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             a.b,
             metrics=[m.strip() for m in a.metrics.split(",")] if a.metrics is not None else None,
             json=a.json,
+            correction=a.correction,
         )
     )

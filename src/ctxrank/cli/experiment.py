@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank.cli._options import (
+    add_correction,
     add_executor_options,
     add_json,
     add_overrides,
@@ -26,8 +27,6 @@ from ctxrank.cli._options import (
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)
-#: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing it needs SciPy)
-CORRECTIONS = ("none", "holm", "bh")
 
 
 def default_out(name: str, dataset: str | None = None) -> Path:
@@ -372,12 +371,9 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
         "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it",
     )
-    p.add_argument(
-        "--correction",
-        choices=CORRECTIONS,
-        help="multiple-comparison correction of the report's p-values over its table's family (the target "
-        "against every baseline on every metric): holm (default: the spec's report.correction), bh "
-        "(Benjamini-Hochberg) or none; the raw p is shown beside the corrected one",
+    add_correction(
+        p, "over the report table's family, the target against every baseline on every metric; default: "
+        "the spec's report.correction, holm"
     )
     p.add_argument(
         "--overwrite",
@@ -448,7 +444,7 @@ def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", metavar="DIR", help="keep results.json, table.md, table.csv and the figures in DIR"
     )
-    p.add_argument("--correction", choices=CORRECTIONS, help="override the spec's report.correction")
+    add_correction(p, "override the spec's report.correction")
     p.set_defaults(run=lambda a: report(a.evidence, out_dir=a.out, correction=a.correction))
 
 

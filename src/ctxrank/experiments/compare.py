@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.experiments.stats import DEFAULT_CORRECTION, adjust
 from ctxrank.experiments.store import check_run
 
 __all__ = ["compare_runs", "load_runs"]
@@ -57,8 +58,12 @@ def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
     return runs
 
 
-def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str, Any]:
-    """Per metric: means of A and B over their common runs, and paired tests over runs and queries."""
+def compare_runs(
+    a: dict, b: dict, metrics: list[str] | None = None, correction: str = DEFAULT_CORRECTION
+) -> dict[str, Any]:
+    """Per metric: means of A and B over their common runs, and paired tests over runs and queries;
+    each test's p-values corrected over the metrics compared (``correction``, default Holm; the raw
+    ``p`` kept beside ``p_adjusted``)."""
     from ctxrank.experiments.report import query_means, run_means
     from ctxrank.experiments.stats import paired_test
 
@@ -81,4 +86,8 @@ def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str
             "runs": paired_test(run_means(ra, m), run_means(rb, m)),
             "queries": paired_test([qa[q] for q in qs], [qb[q] for q in qs]),
         }
-    return {"runs": [list(k) for k in keys], "metrics": out}
+    for unit in ("runs", "queries"):  # one family per test: the metrics compared
+        tests = [r[unit] for r in out.values()]
+        for t, p in zip(tests, adjust([t["p"] for t in tests], correction), strict=True):
+            t["p_adjusted"] = float(p) if np.isfinite(p) else None
+    return {"runs": [list(k) for k in keys], "metrics": out, "correction": correction}
