@@ -26,7 +26,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("registry", ("ctxrank.registry",)),
     ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
     ("data", ("ctxrank.data", "ctxrank.metrics", "ctxrank.evaluation")),
-    ("base", ("ctxrank._io", "ctxrank._checks", "ctxrank._lazy", "ctxrank._memory", "ctxrank._modeldir")),
+    (
+        "base",
+        (
+            "ctxrank._io",
+            "ctxrank._checks",
+            "ctxrank._lazy",
+            "ctxrank._memory",
+            "ctxrank._modeldir",
+            "ctxrank._overrides",
+        ),
+    ),
 ]
 PACKAGE_ROOT = "ctxrank"  # the lazy facade: imports only _lazy; its __version__ may be read anywhere
 
