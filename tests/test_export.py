@@ -11,7 +11,6 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ctxrank.checkpoint import load_model
 from ctxrank.cli import main
 from ctxrank.config import resolve_config
 from ctxrank.data.lists import iterate_batches, scatter_scores
@@ -21,6 +20,7 @@ from ctxrank.data.table import read_table
 from ctxrank.data.transforms import TRANSFORMS, GlobalMinMax, Transform, make_transform
 from ctxrank.export import EXPORT_FORMATS, ONNX_OPSET, FeatureNormalizer, export_model
 from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.training.checkpoint import load_model
 from ctxrank.training.rerank import prepare_split
 from ctxrank.training.run import run_training
 

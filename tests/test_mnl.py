@@ -153,7 +153,7 @@ def test_mnl_l2_is_chosen_on_validation_and_everything_is_recorded(tmp_path):
     assert s["l2"] == best["l2"] != 10.0 and s["valid_log_likelihood"] == best["valid_log_likelihood"]
     assert s["fit_seconds"] > 0 and s["solver"] == "scipy L-BFGS-B"
     # save / load / predict: the saved model scores as the trained one
-    from ctxrank.checkpoint import load_model
+    from ctxrank.training.checkpoint import load_model
 
     loaded = load_model(tmp_path / "m")
     np.testing.assert_allclose(loaded.predict(test), result.test_scores, rtol=1e-6, atol=1e-6)

@@ -176,7 +176,7 @@ class EnsembleServing(nn.Module):
 
 
 def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
-    """The :class:`ServingModel` of a loaded model (``ctxrank.checkpoint.load_model``).
+    """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``).
 
     A ``RerankPredictor`` gives its neural re-ranker (see the module docstring); an
     ``EnsemblePredictor`` an :class:`EnsembleServing` of its members' serving models.
@@ -292,7 +292,7 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             model (e.g. a trace that does not generalize to other batch shapes).
     """
     from ctxrank._io import atomic_write
-    from ctxrank.checkpoint import load_model, read_meta
+    from ctxrank.training.checkpoint import load_model, read_meta
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
@@ -362,7 +362,7 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    from ctxrank.checkpoint import read_meta
+    from ctxrank.training.checkpoint import read_meta
     from ctxrank.training.ensemble import EnsemblePredictor, member_dir
     from ctxrank.training.rerank import RerankPredictor
 

@@ -32,7 +32,7 @@ class Baseline:
 
     Attributes:
         cls: the model class (its module imports LightGBM / scikit-learn only when fitting).
-        kind: the ``kind`` its saved ``ctxrank.json`` records (``checkpoint.load_model`` dispatches on it).
+        kind: the ``kind`` its saved ``ctxrank.json`` records (``ctxrank.load_model`` dispatches on it).
         trains: what it optimizes and with which library, for messages.
         objective: ``RunConfig.loss_name`` given ``model_params``.
         fixed: parameters the name implies (``adarank-map``: ``metric = "map"``), checked against

@@ -1,6 +1,6 @@
 """A fitted estimator from a model directory (``ctxrank train --out`` or ``Ranker.save``): the model
-itself through ``checkpoint.load_model`` (the one loader of the CLI), the parameters from the saved
-run config, the learned attributes from ``ctxrank.json`` and ``train_log.jsonl``."""
+itself through ``training.checkpoint.load_model`` (the one loader of the CLI), the parameters from the
+saved run config, the learned attributes from ``ctxrank.json`` and ``train_log.jsonl``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from ctxrank.api._params import param_spec
-from ctxrank.checkpoint import load_model, read_meta
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.registry import Baseline, get_model
+from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.run import RunResult
 
 __all__ = ["load"]

@@ -99,7 +99,7 @@ class LinearScorer:
 
     @property
     def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
         self._check_fitted()
         return int(self.n_features_in_)
 
@@ -191,8 +191,7 @@ def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[s
     meta = read_meta(directory)
     if meta.get("kind") != kind:
         raise ValueError(
-            f"{directory}: a {meta.get('kind')!r} model, not {what} one "
-            "(ctxrank.checkpoint.load_model loads any kind)"
+            f"{directory}: a {meta.get('kind')!r} model, not {what} one (ctxrank.load_model loads any kind)"
         )
     return directory / META_FILE, meta
 

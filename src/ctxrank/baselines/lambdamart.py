@@ -482,7 +482,7 @@ class LambdaMART:
 
     @property
     def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
         self._check_fitted()
         return int(self.n_features_in_)
 
@@ -581,7 +581,7 @@ class LambdaMART:
         if meta.get("kind") != KIND:
             raise ValueError(
                 f"{directory}: a {meta.get('kind')!r} model, not a LightGBM one "
-                "(ctxrank.checkpoint.load_model loads any kind)"
+                "(ctxrank.load_model loads any kind)"
             )
         return cls._from_meta(directory, meta)
 

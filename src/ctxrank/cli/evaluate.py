@@ -118,8 +118,8 @@ def _scored_data(
     from ctxrank.cli._source import load_data_rows
 
     if model is not None:
-        from ctxrank.checkpoint import load_model, read_meta
         from ctxrank.cli._source import model_null_fill
+        from ctxrank.training.checkpoint import load_model, read_meta
 
         meta = read_meta(model)
         predictor = load_model(model)

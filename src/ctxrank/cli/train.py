@@ -642,8 +642,8 @@ def predict(
     ``overwrite``), with ``threads`` CPU threads (None: the libraries' defaults)."""
     import sys
 
-    from ctxrank.checkpoint import load_model, read_meta
     from ctxrank.cli._outputs import check_output_file
+    from ctxrank.training.checkpoint import load_model, read_meta
 
     if output != "-":
         check_output_file(output, overwrite=overwrite, flag="--output")

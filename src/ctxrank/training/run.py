@@ -16,7 +16,7 @@
 model that reads the row order (DCM, DLCM) gets a warning when the rows are sorted by a feature.
 
 The normalizer is fitted on the (prepared) training split only. The test split, when given, is
-evaluated once at the end. With ``out`` the model is saved (``ctxrank.checkpoint``); a re-ranking
+evaluated once at the end. With ``out`` the model is saved (``ctxrank.training.checkpoint``); a re-ranking
 model keeps its initial ranker in ``out/initial`` and ``load_model(out)`` applies both.
 
 With ``state_dir`` a neural model's training state is saved after every epoch and ``resume=True``
@@ -47,7 +47,6 @@ import numpy as np
 import torch
 
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
-from ctxrank.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
@@ -56,6 +55,7 @@ from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, me
 from ctxrank.models.base import Ranker
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.distributed import resolve_device
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
