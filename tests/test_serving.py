@@ -1,4 +1,4 @@
-"""The serving path: ``Ranker.serving_scores`` (QILCM's folded query normalization) equals ``forward``;
+"""The serving path: ``RankingModule.serving_scores`` (QILCM's folded query normalization) equals ``forward``;
 the ONNX file of a full-size QILCM under onnxruntime (one thread, all graph optimizations) gives the
 scores of ``ctxrank predict``; the exported graph's ELU rewrite."""
 

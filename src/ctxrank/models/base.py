@@ -34,7 +34,7 @@ from torch import nn
 from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
 
-#: bytes of one float32 value: the unit of the memory estimates (``Ranker.batch_memory``)
+#: bytes of one float32 value: the unit of the memory estimates (``RankingModule.batch_memory``)
 FLOAT_BYTES = 4
 #: copies of the weights a training step holds: the weights, their gradients, Adam's two moments and one
 #: transient copy (a permuted weight of an einsum, the flattened weights of a fused recurrent layer)
@@ -101,8 +101,10 @@ class CategoricalEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
-class Ranker(nn.Module):
-    """Base class: subclasses set ``name``, ``config_class``, ``default_loss`` and implement forward."""
+class RankingModule(nn.Module):
+    """Base class of the neural models (an ``nn.Module``; the scikit-learn estimators are
+    ``ctxrank.Ranker``): subclasses set ``name``, ``config_class``, ``default_loss`` and implement
+    forward."""
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object

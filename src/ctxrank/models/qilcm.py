@@ -76,7 +76,7 @@ from ctxrank._checks import (
 )
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion, chamfer_memory
-from ctxrank.models.base import FLOAT_BYTES, Ranker, make_mlp, mlp_floats
+from ctxrank.models.base import FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
 
 VARIANTS = {
     "full": {},
@@ -188,7 +188,7 @@ class _RealItems:
         return out.new_zeros(*t.shape[:2], out.shape[-1]).index_put(self.index, out)
 
 
-class QILCM(Ranker):
+class QILCM(RankingModule):
     """Query-invariant listwise context model (see the module docstring for the equations)."""
 
     name = "qilcm"

@@ -52,7 +52,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
@@ -296,7 +296,7 @@ def _ensemble_result(
     return result
 
 
-def _order_of_items(config: RunConfig, entry: type[Ranker], train: RankingData) -> RankingData:
+def _order_of_items(config: RunConfig, entry: type[RankingModule], train: RankingData) -> RankingData:
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
     query are sorted by a feature (the order then tells the model that feature's rank)."""
@@ -408,7 +408,7 @@ def _fit_neural(
     resume: bool,
     t0: float,
     on_epoch: Callable[[int, float], None] | None = None,
-) -> tuple[Ranker, Transform, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[RankingModule, Transform, dict[str, Any], list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
     Returns the model, the normalizer, the summary and the per-epoch records."""
     tc = config.train
@@ -549,7 +549,7 @@ def _baseline_history(model: Any) -> list[dict[str, Any]]:
 
 def _evaluate_test(
     result: RunResult,
-    model: Ranker,
+    model: RankingModule,
     transform: Transform,
     test: RankingData,
     rerank: _Rerank | None,
