@@ -448,20 +448,6 @@ def test_version_and_help_import_no_heavy_library():
     assert proc.stdout.splitlines()[-1] == "none"
 
 
-def test_table_extensions_of_the_help_text_are_the_readers():
-    from ctxrank.cli._options import TABLE_EXTENSIONS
-    from ctxrank.data.table import TABLE_EXTENSIONS as READER
-
-    assert tuple(TABLE_EXTENSIONS) == tuple(READER)
-
-
-def test_null_fill_rules_of_the_help_text_are_the_readers():
-    from ctxrank.cli._options import NULL_FILL_RULES
-    from ctxrank.data.letor import NULL_FILL_RULES as READER
-
-    assert tuple(NULL_FILL_RULES) == tuple(READER)
-
-
 # ------------------------------------------------------------------------------------ --null-fill
 def _read_as_the_cli(*argv):
     """The RankingData that `ctxrank data-info ARGV` reads (through the shared dataset options)."""

@@ -1,5 +1,5 @@
 """The import graph of ``src/ctxrank``: no cycles, between modules or between packages, and every
-import goes down the layering.
+import goes down the layering; imports inside functions only for a listed reason (``DEFERRED``).
 
 Every import statement is read with ``ast`` (module level, inside functions, under ``TYPE_CHECKING``,
 relative ones too), so a deferred import cannot hide a cycle. Layering, top to bottom (see
@@ -22,7 +22,7 @@ ROOT = SRC / "ctxrank"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("ctxrank.cli", "ctxrank.__main__")),
     ("applications", ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export")),
-    ("training", ("ctxrank.training", "ctxrank.training.checkpoint")),
+    ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
     ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
@@ -163,9 +163,10 @@ def _edge(a: str, b: str) -> str:
 
 
 def test_the_scan_sees_deferred_and_relative_imports():
-    # config imports the registry inside a method, models.base the losses inside a function
-    assert "ctxrank.registry" in GRAPH["ctxrank.config"]
-    assert "ctxrank.losses" in GRAPH["ctxrank.models.base"]
+    # checkpoint imports the table reader inside a function; ``from ctxrank import tune`` (in a
+    # function of cli/tune.py) is an import of the submodule
+    assert "ctxrank.data.table" in GRAPH["ctxrank.training.checkpoint"]
+    assert "ctxrank.tune" in GRAPH["ctxrank.cli.tune"]
     # ``from ctxrank.baselines import _linear as lin`` is an import of the submodule
     assert "ctxrank.baselines._linear" in GRAPH["ctxrank.baselines.adarank"]
 
@@ -241,3 +242,76 @@ def test_the_library_never_imports_the_cli():
 
 def test_the_package_root_imports_only_the_lazy_loader():
     assert set(GRAPH[PACKAGE_ROOT]) <= {"ctxrank._lazy"}
+
+
+# ------------------------------------------------------------------------ imports inside functions
+# The library imports at module level (the CLI imports a command's module only when it runs). An import
+# stays inside a function only for one of these reasons; none is needed to break a cycle.
+OPTIONAL = "an optional extra of pyproject.toml (ctxrank.tune needs optuna): the module works without it"
+FRAMES = (
+    "public API: pandas / pyarrow load when a DataFrame or a table is used, not with the estimators, "
+    "RankingData or the model loader (tests/test_package.py)"
+)
+LIGHTGBM = "public API: LightGBM loads to fit, save or load LambdaMART, not with the registry that lists it"
+SKLEARN = "public API: scikit-learn loads to fit or save RankSVM, not with the registry that lists it"
+FIGURES = "matplotlib (slow to import; Agg chosen as pyplot's backend) loads when a figure is drawn"
+
+#: (file under src/ctxrank, imported package or ctxrank module) -> why it is imported inside a function
+DEFERRED: dict[tuple[str, str], str] = {
+    ("api/_inputs.py", "pandas"): FRAMES,
+    ("api/estimators.py", "ctxrank.data.table"): FRAMES,
+    ("data/categorical.py", "pandas"): FRAMES,
+    ("data/choice.py", "pandas"): FRAMES,
+    ("data/ranking_data.py", "pandas"): FRAMES,
+    ("training/checkpoint.py", "ctxrank.data.table"): FRAMES,
+    ("baselines/lambdamart.py", "lightgbm"): LIGHTGBM,
+    ("baselines/ranksvm.py", "sklearn"): SKLEARN,
+    ("cli/tune.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/executors.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/executors.py", "optuna"): OPTIONAL,
+    ("experiments/executors.py", "ray"): OPTIONAL,
+    ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/report.py", "matplotlib"): FIGURES,
+    ("training/curves.py", "matplotlib"): FIGURES,
+    ("tune.py", "matplotlib"): FIGURES,
+    ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)
+}
+
+
+def _function_level_imports() -> dict[tuple[str, str], list[int]]:
+    """(file, imported package or ctxrank module) -> lines, for every import inside a function."""
+    found: dict[tuple[str, str], list[int]] = {}
+
+    def names(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        assert not node.level, "no relative imports in src/ctxrank"
+        source = node.module or ""
+        return [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
+
+    for path in sorted(ROOT.rglob("*.py")):
+        functions = [
+            n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]  # fmt: skip
+        for node in {n for f in functions for n in ast.walk(f) if isinstance(n, ast.Import | ast.ImportFrom)}:
+            for name in names(node):
+                key = _resolve(name) if name.split(".")[0] == "ctxrank" else name.split(".")[0]
+                found.setdefault((path.relative_to(ROOT).as_posix(), key), []).append(node.lineno)
+    return {k: sorted(set(v)) for k, v in found.items()}
+
+
+def test_every_import_inside_a_function_has_a_listed_reason():
+    found = _function_level_imports()
+    listing = "\n".join(
+        f"  {f}:{','.join(map(str, lines))} {what}: {DEFERRED.get((f, what), 'NOT LISTED')}"
+        for (f, what), lines in sorted(found.items())
+    )
+    unlisted = sorted(set(found) - set(DEFERRED))
+    assert not unlisted, (
+        f"imports inside functions without a reason: {unlisted}; import at module level, or add the "
+        f"reason to DEFERRED (an optional extra, a cycle, a lazy public API). All of them:\n{listing}"
+    )
+    stale = sorted(set(DEFERRED) - set(found))
+    assert not stale, f"DEFERRED lists imports that no function makes any more: {stale}"
+

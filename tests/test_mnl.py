@@ -288,6 +288,8 @@ def test_mnl_convergence_is_what_the_gradient_says_not_the_solvers_word(monkeypa
     is not 'converged': the summary says why it stopped and a FitWarning is given."""
     import scipy.optimize
 
+    from ctxrank.training import full_batch
+
     train, valid = choice_data(300, seed=0), choice_data(100, seed=1)
     s, caught = _fit(train, valid, "model_params.l2=[0.0]", "model_params.max_iter=2")
     assert not s["converged"] and s["stop"] == "iteration cap (model_params.max_iter = 2)"
@@ -296,7 +298,7 @@ def test_mnl_convergence_is_what_the_gradient_says_not_the_solvers_word(monkeypa
     def claims_success(fun, x0, **kw):  # stops at the start and calls it a success
         return scipy.optimize.OptimizeResult(x=x0, success=True, nit=1, message="CONVERGENCE (claimed)")
 
-    monkeypatch.setattr(scipy.optimize, "minimize", claims_success)
+    monkeypatch.setattr(full_batch, "minimize", claims_success)
     s, caught = _fit(train, valid, "model_params.l2=[0.0]")
     assert not s["converged"] and s["stop"] == "solver stopped: CONVERGENCE (claimed)"
     assert s["max_abs_gradient"] > 1e-3 and "did not converge" in caught[0]

@@ -20,6 +20,22 @@ def test_every_export_resolves(module):
         module.nope  # noqa: B018
 
 
+def test_importing_an_estimator_loads_neither_pandas_nor_pyarrow_nor_lightgbm():
+    """``from ctxrank import QILCMRanker`` loads what the model needs (torch, scikit-learn): pandas and
+    pyarrow only when a DataFrame or a table is used, LightGBM only for LambdaMART. scikit-learn itself
+    imports pandas where it is installed (1.9: ``sklearn.utils.fixes``), so the child makes pandas and
+    pyarrow unimportable (as where they are not installed): the import must not need them."""
+    code = (
+        "import sys\n"
+        "sys.modules.update(pandas=None, pyarrow=None)\n"
+        "from ctxrank import QILCMRanker\n"
+        "print(*(m for m in ('torch', 'sklearn', 'lightgbm', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["torch", "sklearn"]
+
+
 def test_import_does_not_pull_torch():
     code = "import sys, ctxrank, ctxrank.cli; print('torch' in sys.modules, 'lightgbm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -65,7 +65,13 @@ except ImportError as exc:  # pragma: no cover - optuna is in the dev extra
         "ctxrank tune needs Optuna: pip install 'ctxrank[tune]' (or pip install optuna)"
     ) from exc
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_json
+from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
@@ -307,9 +313,7 @@ def _lock(out: Path) -> Iterator[None]:
     SQLite schema at once would collide); without ``fcntl`` the file is made but not locked."""
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOCK_NAME).open("a") as fh:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        if fcntl is None:  # pragma: no cover - Windows
             yield
             return
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -424,8 +428,6 @@ class _Job:
         if not rr.initial or rr.initial_params:
             return {}
         if self.initial is None:
-            from ctxrank.baselines.lambdamart import LambdaMART
-
             threads = 1 if tc.threads is None else tc.threads
             self.initial = LambdaMART(seed=tc.seed, num_threads=threads).fit(self.train, self.valid)
             self.train_initial_scores = self.initial.predict(self.train)

@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.api import estimators
 from ctxrank.api._params import param_spec
+from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import RankingData
@@ -50,9 +52,6 @@ def load(path: str | Path) -> Any:
 
 def _estimator(config: RunConfig, api: dict[str, Any]) -> Any:
     """An unfitted estimator with the saved run config's parameters (a RerankPipeline when re-ranking)."""
-    from ctxrank.api import estimators
-    from ctxrank.api.pipeline import RerankPipeline
-
     cls = getattr(estimators, str(api.get("estimator", "")), None)
     if not (isinstance(cls, type) and issubclass(cls, estimators.Ranker)) or cls is RerankPipeline:
         cls = estimators.ESTIMATOR_OF_MODEL.get(config.model, estimators.Ranker)

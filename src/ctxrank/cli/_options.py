@@ -2,7 +2,8 @@
 
 Each group is an ``add_*`` function that declares the options on a parser and, where a command takes
 the group as one argument, a frozen dataclass built from the parsed options (:class:`DataOptions`,
-:class:`TableOptions`). Nothing here imports NumPy, torch or pandas: ``ctxrank --help`` stays fast.
+:class:`TableOptions`). Only the command modules import it (``ctxrank --help`` does not), so it
+names the readers' own constants (table extensions, NULL fill rules).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, parse_int
+from ctxrank._io import dumps
+from ctxrank.data.letor import NULL_FILL_RULES
+from ctxrank.data.registry import get_spec
+from ctxrank.data.table import TABLE_EXTENSIONS
 
-#: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
-TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
-#: ``ctxrank.data.letor.NULL_FILL_RULES`` (a test checks they agree; importing it needs NumPy)
-NULL_FILL_RULES = ("query_min", "letor_min")
 _FLOAT32_MAX = 3.4028234663852886e38  # a fill value beyond it would become inf in the float32 features
 
 
@@ -42,8 +43,6 @@ def warn(text: str) -> None:
 
 def print_json(obj: Any) -> None:
     """``obj`` as strict JSON (NaN -> null) on stdout: the one JSON writer (:func:`ctxrank._io.dumps`)."""
-    from ctxrank._io import dumps
-
     out(dumps(obj))
 
 
@@ -298,8 +297,6 @@ class DataOptions:
             "cache": not self.no_cache,
         }
         if self.null_fill is not None:
-            from ctxrank.data.registry import get_spec
-
             if get_spec(self.dataset).layout == "choice":
                 self.reject_null_fill(f"--dataset {self.dataset} (a choice dataset)")
             options["null_fill"] = self.null_fill

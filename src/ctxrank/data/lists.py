@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
+from scipy.stats import rankdata
 
 from ctxrank.data.ranking_data import RankingData
 
@@ -442,7 +443,6 @@ def truncate_top_k(
     if not np.isfinite(s).all():
         bad = int(np.flatnonzero(~np.isfinite(s))[0])
         raise ValueError(f"scores must be finite; row {bad} has {s[bad]}")
-    from scipy.stats import rankdata
 
     n = data.n_items
     qidx = data.query_index  # (N,) non-decreasing

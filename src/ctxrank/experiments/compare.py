@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.experiments.report import query_means, run_means
+from ctxrank.experiments.stats import paired_test
 from ctxrank.experiments.store import check_run
 
 __all__ = ["compare_runs", "load_runs"]
@@ -59,9 +61,6 @@ def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
 
 def compare_runs(a: dict, b: dict, metrics: list[str] | None = None) -> dict[str, Any]:
     """Per metric: means of A and B over their common runs, and paired tests over runs and queries."""
-    from ctxrank.experiments.report import query_means, run_means
-    from ctxrank.experiments.stats import paired_test
-
     keys = sorted(set(a) & set(b), key=str)
     if not keys:
         raise ValueError(f"A and B have no run in common (A: {sorted(a, key=str)}, B: {sorted(b, key=str)})")

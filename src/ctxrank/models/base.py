@@ -33,6 +33,7 @@ from torch import nn
 
 from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
+from ctxrank.losses import LOSSES
 
 #: bytes of one float32 value: the unit of the memory estimates (``RankingModule.batch_memory``)
 FLOAT_BYTES = 4
@@ -202,8 +203,6 @@ def with_default_options(
 ) -> Callable[..., torch.Tensor]:
     """``loss_fn`` with ``defaults`` bound when it is the registered ``loss_name`` loss (possibly a
     ``functools.partial`` of it) and those options are not bound already."""
-    from ctxrank.losses import LOSSES
-
     if not defaults:
         return loss_fn
     fn, bound = loss_fn, {}

@@ -58,6 +58,7 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -326,8 +327,6 @@ class QILCM(RankingModule):
 
 def _variant(name: str, overrides: dict) -> type[QILCM]:
     """A registry entry for an ablation variant: QILCM with other config defaults (Table 3)."""
-    import dataclasses
-
     fields = [
         (k, type(getattr(QILCMConfig(), k)), dataclasses.field(default=v)) for k, v in overrides.items()
     ]

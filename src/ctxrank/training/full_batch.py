@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.optimize import minimize
 
 from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.models.base import RankingModule
+from ctxrank.training.separation import find_separation
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 
@@ -132,8 +135,6 @@ class _Objective:
 
 
 def _minimize(objective: _Objective, x0: np.ndarray, config: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    from scipy.optimize import minimize
-
     if config.solver == "newton":
         res = minimize(
             objective.fun_grad,
@@ -174,8 +175,6 @@ def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
     an unchosen alternative's design row, ``E`` = a chosen minus its situation's first chosen one; and
     the situation of each row of ``D``. A design row is the gradient of an alternative's utility in the
     parameters (exact: the utilities are linear in them), a chunk of situations at a time."""
-    import scipy.sparse as sp
-
     lists = objective.lists
     n_params = int(sum(objective.sizes))
     chosen = (lists.chosen > 0) & lists.mask
@@ -201,8 +200,6 @@ def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
 def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | None:
     """None when the unpenalized maximum likelihood exists on ``data`` (the lists of ``objective``);
     else the situations separated and the coefficients that run off (named, with the way they go)."""
-    from ctxrank.training.separation import find_separation
-
     d_rows, e_rows, situation = _design_rows(objective)
     try:
         found = find_separation(d_rows, e_rows)

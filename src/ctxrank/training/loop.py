@@ -35,6 +35,8 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
 
 from ctxrank._io import dumps
 from ctxrank.config import TrainConfig
@@ -187,8 +189,6 @@ def fit(
         ValueError: ``resume`` with a state of another run, or a damaged state; a state in
             ``state_dir`` without ``resume``.
     """
-    from tqdm.auto import tqdm
-
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
     device = resolve_device(config.device)
@@ -245,8 +245,6 @@ def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainCon
     model.to(device)
     step: torch.nn.Module = _TrainingLoss(model, loss_fn)
     if ctx.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
         step = DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Trainer(

@@ -46,8 +46,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctxrank._io import atomic_write, dumps
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.config import RunConfig
+from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
@@ -300,8 +302,6 @@ def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Rankin
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
     query are sorted by a feature (the order then tells the model that feature's rank)."""
-    from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
-
     if config.train.shuffle_items:
         return shuffle_within_queries(train, config.train.seed)
     if entry.reads_order and not config.rerank.initial:
@@ -500,8 +500,6 @@ def save_result(
 
     ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``). The caller
     has checked ``out`` (:func:`ctxrank._modeldir.claim_model_dir`: ``ctxrank train``, ``Ranker.save``)."""
-    from ctxrank._io import atomic_write, dumps
-
     out, config, predictor = Path(out), result.config, result.predictor
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
