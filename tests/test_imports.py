@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,46 @@ def test_every_import_inside_a_function_has_a_listed_reason():
     stale = sorted(set(DEFERRED) - set(found))
     assert not stale, f"DEFERRED lists imports that no function makes any more: {stale}"
 
+
+# ------------------------------------------------------------------------------ docs/architecture.md
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+_PATH = re.compile(r"`([\w./-]+(?:\.py|\.md|/))`")
+
+
+def _doc_layers() -> list[tuple[str, list[str], str]]:
+    """(layer, its modules' paths, what lives there) of each row of the page's layer table."""
+    rows = []
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and cells[0] != "layer" and not cells[0].startswith("-"):
+            rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1]), cells[2]))
+    return rows
+
+
+def _module_of(path: str) -> str:
+    """``cli/`` -> ``ctxrank.cli``, ``tune.py`` -> ``ctxrank.tune``."""
+    return "ctxrank." + path.removesuffix("/").removesuffix(".py").replace("/", ".")
+
+
+def test_the_architecture_page_states_the_enforced_layers():
+    rows = _doc_layers()
+    assert [name for name, _, _ in rows] == [name for name, _ in LAYERS]
+    for (name, paths, _), (_, prefixes) in zip(rows, LAYERS, strict=True):
+        assert {_module_of(p) for p in paths} == set(prefixes), f"layer {name}: {paths} != {prefixes}"
+
+
+def test_every_file_the_architecture_page_names_exists():
+    """A file in a layer's row is under one of the row's packages, ``src/ctxrank`` or the repository;
+    anywhere else on the page, under the repository or ``src/ctxrank``."""
+    lines = ARCHITECTURE.read_text(encoding="utf-8").splitlines()
+    named = [
+        (path, [SRC.parent, ROOT])
+        for line in lines
+        if not line.startswith("| ")
+        for path in _PATH.findall(line)
+    ]
+    for _, paths, description in _doc_layers():
+        bases = [ROOT / p for p in paths if p.endswith("/")] + [ROOT, SRC.parent]
+        named += [(path, bases) for path in _PATH.findall(description)]
+    missing = sorted({path for path, bases in named if not any((base / path).exists() for base in bases)})
+    assert len(named) > 40 and not missing, f"docs/architecture.md names files that do not exist: {missing}"
