@@ -80,7 +80,6 @@ def evaluate(
     else :data:`DEFAULT_METRICS`."""
     names = parse_metrics(metrics) if metrics is not None else None
     if max_label is None and source.dataset is not None:  # the dataset's grade scale (ERR)
-
         max_label = get_spec(source.dataset).max_label
     conv = metric_convention(
         convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label

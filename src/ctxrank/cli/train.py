@@ -374,7 +374,6 @@ class _Run:
         if result.test_metrics is not None:
             self._test_report(result, td)
         if self.main:  # the run is complete: its training state is no longer needed
-
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return 0
 

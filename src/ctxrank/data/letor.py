@@ -203,7 +203,6 @@ def read_letor(
         return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits, stream)
 
     if cache and not (stream or group_stream):  # a stream is read once: no content to key a cache on
-
         data = _cache.cached_parse(
             path, options, parse, cache_dir=cache_dir, extra_files=[group_path] if group_path else []
         )

@@ -189,7 +189,6 @@ class DataSpec:
             raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
         kw = dict(d)
         if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
-
             kw["dataset"] = get_spec(kw["dataset"]).name
         if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
             kw["file"] = str((base / kw["file"]).resolve())
