@@ -37,9 +37,9 @@ from _report import emit_json, machine_info, machine_line, markdown_table
 
 def run_cli(model: str, epochs: int, seed: int, threads: int, out: Path) -> tuple[float, np.ndarray, float]:
     """Seconds of ``ctxrank train``, its saved model's test scores and test NDCG@10."""
-    from ctxrank.checkpoint import load_model
     from ctxrank.cli import main
     from ctxrank.data.registry import load_fold
+    from ctxrank.training.checkpoint import load_model
 
     argv = ["train", "--model", model, "--dataset", "mq2008", "--fold", "1", "--seed", str(seed)]
     argv += ["--set", f"train.max_epochs={epochs}", "--set", f"train.threads={threads}"]

@@ -102,11 +102,11 @@ def exported(label: str, name: str, params: dict, F: int, workdir: Path):
     TorchScript; (the loaded predictor, the onnxruntime session, the loaded TorchScript module)."""
     import torch
 
-    from ctxrank.checkpoint import load_model, save_checkpoint
     from ctxrank.config import resolve_config
     from ctxrank.data.transforms import make_transform
     from ctxrank.export import export_model
     from ctxrank.registry import make_model
+    from ctxrank.training.checkpoint import load_model, save_checkpoint
 
     train = synthetic_ranking_data(20, 100, F, seed=1)
     model = make_model(name, F, params).eval()

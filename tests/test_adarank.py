@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from ctxrank.baselines.adarank import MIN_DENOMINATOR, AdaRank, alpha
-from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, load_model
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.training.checkpoint import FORMAT_VERSION, META_FILE, load_model
 
 from .conftest import make_ranking_data
 

@@ -1,5 +1,5 @@
 """The baselines of the model registry (the ``registry.MODELS`` entries that are a ``Baseline``): every
-baseline through RunConfig, run_training, the saved directory and ``checkpoint.load_model``."""
+baseline through RunConfig, run_training, the saved directory and ``ctxrank.load_model``."""
 
 import json
 import subprocess
@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from ctxrank.checkpoint import META_FILE, load_model
 from ctxrank.config import resolve_config
 from ctxrank.registry import MODELS, Baseline
+from ctxrank.training.checkpoint import META_FILE, load_model
 from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data

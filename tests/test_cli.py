@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxrank.cli import build_parser, main
+from ctxrank.cli import COMMANDS, build_parser, main
 from ctxrank.data.scores import read_scores
 from tests.conftest import REPO
 
@@ -269,6 +269,49 @@ def test_usage_errors_and_help(capsys):
         assert "usage: ctxrank" in out and len(out) > 300, cmd
 
 
+def test_the_command_table_is_the_commands_of_the_modules():
+    """``ctxrank --help`` comes from the static table: the same text as the parser every command's
+    module builds (names, order, one-line help)."""
+    full = build_parser()
+    sub = next(a for a in full._actions if a.dest == "command")
+    assert list(sub.choices) == list(COMMANDS)
+    assert build_parser(()).format_help() == full.format_help()
+
+
+def test_a_command_imports_only_its_module():
+    modules = sorted({f"ctxrank.cli.{c.module}" for c in COMMANDS.values()})
+    code = (
+        "import sys\n"
+        "from ctxrank.cli import main\n"
+        f"modules = {modules!r}\n"
+        "for argv in (['--help'], ['--version'], ['trian'], ['data-info', '--help'], ['compare', '-x']):\n"
+        "    main(argv)\n"
+        "    print('loaded:', ' '.join(m for m in modules if m in sys.modules) or 'none')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    loaded = [line[len("loaded: ") :] for line in proc.stdout.splitlines() if line.startswith("loaded:")]
+    assert loaded == ["none", "none", "none", "ctxrank.cli.data", "ctxrank.cli.data ctxrank.cli.evaluate"]
+
+
+def test_usage_errors_print_the_usage(capsys):
+    """Only the named command's parser is built; argparse still reports every usage error."""
+    for argv, message in (
+        (["trian"], "invalid choice: 'trian'"),
+        (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--debug", "compare", "a"], "the following arguments are required"),
+        (["synth", "letor", "--queries", "0"], "expected a positive integer"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("usage: ctxrank") and message in err, (argv, err)
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ctxrank train") and "--model" in out
+
+
 def test_every_subcommand_has_a_description():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -403,13 +446,6 @@ def test_version_and_help_import_no_heavy_library():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True
     )
     assert proc.stdout.splitlines()[-1] == "none"
-
-
-def test_table_extensions_of_the_help_text_are_the_readers():
-    from ctxrank.cli._options import TABLE_EXTENSIONS
-    from ctxrank.data.table import TABLE_EXTENSIONS as READER
-
-    assert tuple(TABLE_EXTENSIONS) == tuple(READER)
 
 
 def test_null_fill_and_no_relevant_have_one_check_each():

@@ -159,13 +159,13 @@ def test_out_of_memory_below_the_limit_is_an_error_line_not_a_traceback(tmp_path
 
 
 def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
-    from ctxrank.data import letor
+    from ctxrank.cli import _source
 
     def exhausted(*args, **kwargs):
         raise MemoryError  # as Python raises it: no message
 
     data = _letor(tmp_path / "d.txt", SCATTERED)
-    monkeypatch.setattr(letor, "read_letor", exhausted)
+    monkeypatch.setattr(_source, "read_letor", exhausted)
     assert main(["data-info", str(data)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ctxrank: error: out of memory: the command needed more memory"), err

@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ctxrank.checkpoint import load_model, read_meta
 from ctxrank.cli import main
 from ctxrank.data.letor import read_letor
 from ctxrank.data.split import query_split_indices
 from ctxrank.data.synth_choice import make_choice_sessions
 from ctxrank.data.table import TableSpec, read_table
+from ctxrank.training.checkpoint import load_model, read_meta
 
 from .conftest import REPO
 

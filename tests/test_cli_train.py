@@ -48,7 +48,7 @@ def test_predict_and_evaluate_with_the_saved_model(trained, tmp_path, capsys):
     via_scores = json.loads(capsys.readouterr().out)
     saved = json.loads((trained / "test_metrics.json").read_text())["metrics"]
     # the scores file round-trips exactly, so both routes give the same numbers, not nearly the same
-    from ctxrank.checkpoint import load_model
+    from ctxrank.training.checkpoint import load_model
 
     assert np.array_equal(scores, load_model(trained).predict(read_letor(MQ / "S5.txt.gz")))
     assert via_model["per_query"] == via_scores["per_query"] and via_model["metrics"] == via_scores["metrics"]
@@ -504,7 +504,7 @@ def _null_letor(path, seed):
 
 
 def test_null_fill_is_recorded_resumed_and_reapplied_by_predict_and_evaluate(tmp_path, monkeypatch, capsys):
-    from ctxrank.checkpoint import load_model
+    from ctxrank.training.checkpoint import load_model
     from ctxrank.training.resume import StateDir
 
     train, valid = _null_letor(tmp_path / "tr.txt", 0), _null_letor(tmp_path / "va.txt", 1)

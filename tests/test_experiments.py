@@ -577,9 +577,7 @@ def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_
     def current():
         return max(splits)
 
-    import ctxrank.training.run as run_mod
-
-    real_train = run_mod.run_training
+    real_train = runner_mod.run_training
 
     def run_training(config, train, valid, test=None, **kw):
         events.append(("train", test is None))
@@ -588,7 +586,7 @@ def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_
     monkeypatch.setattr(runner_mod, "load_unit", load_unit)
     monkeypatch.setattr(runner_mod, "_evaluate", evaluate)
     monkeypatch.setattr(runner_mod, "_validation_score", validation_score)
-    monkeypatch.setattr(run_mod, "run_training", run_training)
+    monkeypatch.setattr(runner_mod, "run_training", run_training)
     store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
     # per run: lambdamart (train with its test split, evaluated once), then 4 grid points trained without
     # the test split and scored on the validation split, then one evaluation of the test split

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from ctxrank.checkpoint import load_model
 from ctxrank.experiments.compare import load_runs
 from ctxrank.experiments.store import RunStore
+from ctxrank.training.checkpoint import load_model
 
 from . import saved_models as sm
 from .test_fuzz import EXAMPLES, FUZZ, time_limit

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxrank.checkpoint import load_model
 from ctxrank.config import resolve_config
 from ctxrank.export import export_model
+from ctxrank.training.checkpoint import load_model
 from ctxrank.training.distributed import resolve_device
 from ctxrank.training.predict import predict
 from ctxrank.training.run import run_training

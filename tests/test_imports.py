@@ -1,15 +1,17 @@
-"""The import graph of ``src/ctxrank``: no cycles, and every import goes down the layering.
+"""The import graph of ``src/ctxrank``: no cycles, between modules or between packages, and every
+import goes down the layering; imports inside functions only for a listed reason (``DEFERRED``).
 
 Every import statement is read with ``ast`` (module level, inside functions, under ``TYPE_CHECKING``,
 relative ones too), so a deferred import cannot hide a cycle. Layering, top to bottom (see
-ARCHITECTURE.md): cli -> api / experiments / tune / export -> training, checkpoint -> config ->
-registry -> models, losses, arsm, baselines -> data, metrics -> _io, _checks.
+docs/architecture.md): cli -> api / experiments / tune / export -> training -> config -> registry ->
+models, losses, arsm, baselines -> data, metrics -> _io, _checks.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ ROOT = SRC / "ctxrank"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("ctxrank.cli", "ctxrank.__main__")),
     ("applications", ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export")),
-    ("training", ("ctxrank.training", "ctxrank.checkpoint")),
+    ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
     ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
@@ -102,9 +104,24 @@ def _layer(module: str) -> int | None:
     return None
 
 
-def _cycles() -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan), each as one cycle through
-    its modules found by a walk inside the component."""
+def _package(module: str) -> str:
+    """The top-level unit of ``module``: ``ctxrank.training.run`` -> ``ctxrank.training``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(graph: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """``graph`` with each module replaced by its package (imports inside one package dropped)."""
+    out: dict[str, dict[str, int]] = {_package(m): {} for m in graph}
+    for module, targets in graph.items():
+        for target in targets:
+            if _package(target) != _package(module) and PACKAGE_ROOT not in (module, target):
+                out[_package(module)].setdefault(_package(target), 0)
+    return out
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of ``graph`` with more than one node (Tarjan), each as one cycle
+    through its nodes found by a walk inside the component."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -115,7 +132,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in GRAPH[v]:
+        for w in graph[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -132,19 +149,19 @@ def _cycles() -> list[list[str]]:
             if len(comp) > 1:
                 components.append(sorted(comp))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph):
         if v not in index:
             visit(v)
-    return [_a_cycle(comp) for comp in components]
+    return [_a_cycle(graph, comp) for comp in components]
 
 
-def _a_cycle(component: list[str]) -> list[str]:
+def _a_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> list[str]:
     """A closed walk ``a -> b -> ... -> a`` inside one strongly connected component."""
     members = set(component)
     start = component[0]
     path, seen = [start], {start}
     while True:
-        nxt = sorted(w for w in GRAPH[path[-1]] if w in members)
+        nxt = sorted(w for w in graph[path[-1]] if w in members)
         back = [w for w in nxt if w in seen]
         if back:
             return [*path[path.index(back[0]) :], back[0]]
@@ -157,20 +174,51 @@ def _edge(a: str, b: str) -> str:
 
 
 def test_the_scan_sees_deferred_and_relative_imports():
-    # config imports the registry inside a method, models.base the losses inside a function
-    assert "ctxrank.registry" in GRAPH["ctxrank.config"]
-    assert "ctxrank.losses" in GRAPH["ctxrank.models.base"]
+    # checkpoint imports the table reader inside a function; ``from ctxrank import tune`` (in a
+    # function of cli/tune.py) is an import of the submodule
+    assert "ctxrank.data.table" in GRAPH["ctxrank.training.checkpoint"]
+    assert "ctxrank.tune" in GRAPH["ctxrank.cli.tune"]
     # ``from ctxrank.baselines import _linear as lin`` is an import of the submodule
     assert "ctxrank.baselines._linear" in GRAPH["ctxrank.baselines.adarank"]
 
 
 def test_no_import_cycles():
-    cycles = _cycles()
+    cycles = _cycles(GRAPH)
     text = "\n".join(
         " -> ".join(c) + "\n    " + "\n    ".join(_edge(a, b) for a, b in itertools.pairwise(c))
         for c in cycles
     )
     assert not cycles, f"import cycles in src/ctxrank:\n{text}"
+
+
+def test_no_import_cycles_between_packages():
+    """A module beside a package that imports the package and is imported by it runs back up the
+    layers even where no module cycle exists (``checkpoint.py`` imported ``training.predict`` and
+    ``training/run.py`` imported it): the graph of packages and top-level modules has no cycle."""
+    cycles = _cycles(_package_graph(GRAPH))
+    text = "\n".join(
+        " -> ".join(c)
+        + "".join(
+            f"\n    {_edge(a, b)}"
+            for pa, pb in itertools.pairwise(c)
+            for a in sorted(GRAPH)
+            if _package(a) == pa
+            for b in GRAPH[a]
+            if _package(b) == pb
+        )
+        for c in cycles
+    )
+    assert not cycles, f"import cycles between packages of src/ctxrank:\n{text}"
+
+
+def test_the_package_cycle_check_sees_the_old_checkpoint_edge():
+    old = {
+        "ctxrank.checkpoint": {"ctxrank.training.predict": 56},
+        "ctxrank.training.predict": {},
+        "ctxrank.training.run": {"ctxrank.checkpoint": 50},
+    }
+    assert _cycles(_package_graph(old)) == [["ctxrank.checkpoint", "ctxrank.training", "ctxrank.checkpoint"]]
+    assert _layer("ctxrank.checkpoint") is None  # and a top-level checkpoint.py would have no layer
 
 
 def test_every_module_has_a_layer():
@@ -205,3 +253,119 @@ def test_the_library_never_imports_the_cli():
 
 def test_the_package_root_imports_only_the_lazy_loader():
     assert set(GRAPH[PACKAGE_ROOT]) <= {"ctxrank._lazy"}
+
+
+# ------------------------------------------------------------------------ imports inside functions
+# The library imports at module level (the CLI imports a command's module only when it runs). An import
+# stays inside a function only for one of these reasons; none is needed to break a cycle.
+OPTIONAL = "an optional extra of pyproject.toml (ctxrank.tune needs optuna): the module works without it"
+FRAMES = (
+    "public API: pandas / pyarrow load when a DataFrame or a table is used, not with the estimators, "
+    "RankingData or the model loader (tests/test_package.py)"
+)
+LIGHTGBM = "public API: LightGBM loads to fit, save or load LambdaMART, not with the registry that lists it"
+SKLEARN = "public API: scikit-learn loads to fit or save RankSVM, not with the registry that lists it"
+FIGURES = "matplotlib (slow to import; Agg chosen as pyplot's backend) loads when a figure is drawn"
+
+#: (file under src/ctxrank, imported package or ctxrank module) -> why it is imported inside a function
+DEFERRED: dict[tuple[str, str], str] = {
+    ("api/_inputs.py", "pandas"): FRAMES,
+    ("api/estimators.py", "ctxrank.data.table"): FRAMES,
+    ("data/categorical.py", "pandas"): FRAMES,
+    ("data/choice.py", "pandas"): FRAMES,
+    ("data/ranking_data.py", "pandas"): FRAMES,
+    ("training/checkpoint.py", "ctxrank.data.table"): FRAMES,
+    ("baselines/lambdamart.py", "lightgbm"): LIGHTGBM,
+    ("baselines/ranksvm.py", "sklearn"): SKLEARN,
+    ("cli/tune.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/executors.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/executors.py", "optuna"): OPTIONAL,
+    ("experiments/executors.py", "ray"): OPTIONAL,
+    ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
+    ("experiments/report.py", "matplotlib"): FIGURES,
+    ("training/curves.py", "matplotlib"): FIGURES,
+    ("tune.py", "matplotlib"): FIGURES,
+    ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)
+}
+
+
+def _function_level_imports() -> dict[tuple[str, str], list[int]]:
+    """(file, imported package or ctxrank module) -> lines, for every import inside a function."""
+    found: dict[tuple[str, str], list[int]] = {}
+
+    def names(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        assert not node.level, "no relative imports in src/ctxrank"
+        source = node.module or ""
+        return [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
+
+    for path in sorted(ROOT.rglob("*.py")):
+        functions = [
+            n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]  # fmt: skip
+        for node in {n for f in functions for n in ast.walk(f) if isinstance(n, ast.Import | ast.ImportFrom)}:
+            for name in names(node):
+                key = _resolve(name) if name.split(".")[0] == "ctxrank" else name.split(".")[0]
+                found.setdefault((path.relative_to(ROOT).as_posix(), key), []).append(node.lineno)
+    return {k: sorted(set(v)) for k, v in found.items()}
+
+
+def test_every_import_inside_a_function_has_a_listed_reason():
+    found = _function_level_imports()
+    listing = "\n".join(
+        f"  {f}:{','.join(map(str, lines))} {what}: {DEFERRED.get((f, what), 'NOT LISTED')}"
+        for (f, what), lines in sorted(found.items())
+    )
+    unlisted = sorted(set(found) - set(DEFERRED))
+    assert not unlisted, (
+        f"imports inside functions without a reason: {unlisted}; import at module level, or add the "
+        f"reason to DEFERRED (an optional extra, a cycle, a lazy public API). All of them:\n{listing}"
+    )
+    stale = sorted(set(DEFERRED) - set(found))
+    assert not stale, f"DEFERRED lists imports that no function makes any more: {stale}"
+
+
+# ------------------------------------------------------------------------------ docs/architecture.md
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
+_PATH = re.compile(r"`([\w./-]+(?:\.py|\.md|/))`")
+
+
+def _doc_layers() -> list[tuple[str, list[str], str]]:
+    """(layer, its modules' paths, what lives there) of each row of the page's layer table."""
+    rows = []
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 3 and cells[0] != "layer" and not cells[0].startswith("-"):
+            rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1]), cells[2]))
+    return rows
+
+
+def _module_of(path: str) -> str:
+    """``cli/`` -> ``ctxrank.cli``, ``tune.py`` -> ``ctxrank.tune``."""
+    return "ctxrank." + path.removesuffix("/").removesuffix(".py").replace("/", ".")
+
+
+def test_the_architecture_page_states_the_enforced_layers():
+    rows = _doc_layers()
+    assert [name for name, _, _ in rows] == [name for name, _ in LAYERS]
+    for (name, paths, _), (_, prefixes) in zip(rows, LAYERS, strict=True):
+        assert {_module_of(p) for p in paths} == set(prefixes), f"layer {name}: {paths} != {prefixes}"
+
+
+def test_every_file_the_architecture_page_names_exists():
+    """A file in a layer's row is under one of the row's packages, ``src/ctxrank`` or the repository;
+    anywhere else on the page, under the repository or ``src/ctxrank``."""
+    lines = ARCHITECTURE.read_text(encoding="utf-8").splitlines()
+    named = [
+        (path, [SRC.parent, ROOT])
+        for line in lines
+        if not line.startswith("| ")
+        for path in _PATH.findall(line)
+    ]
+    for _, paths, description in _doc_layers():
+        bases = [ROOT / p for p in paths if p.endswith("/")] + [ROOT, SRC.parent]
+        named += [(path, bases) for path in _PATH.findall(description)]
+    missing = sorted({path for path, bases in named if not any((base / path).exists() for base in bases)})
+    assert len(named) > 40 and not missing, f"docs/architecture.md names files that do not exist: {missing}"

@@ -95,12 +95,12 @@ def test_a_failed_write_names_the_file_and_keeps_the_old_one(tmp_path, monkeypat
 
 @pytest.mark.parametrize("command", ["choice", "letor"])
 def test_a_disk_full_error_reaches_the_command_line_as_one_line(tmp_path, monkeypatch, capsys, command):
-    import ctxrank.data.synth as synth
+    import ctxrank.cli.data
     from ctxrank.cli import main
 
     out = tmp_path / f"s.{'csv' if command == 'choice' else 'txt'}"
     monkeypatch.setattr(os, "fsync", _fail_with(errno.ENOSPC))  # the table's atomic write
-    monkeypatch.setattr(synth, "write_synthetic_letor", _fail_with(errno.ENOSPC))  # LETOR's own writer
+    monkeypatch.setattr(ctxrank.cli.data, "write_synthetic_letor", _fail_with(errno.ENOSPC))  # LETOR's writer
     size = ["--sessions", "3"] if command == "choice" else ["--queries", "2"]
     assert main(["synth", command, "--out", str(out), *size]) == 2
     err = capsys.readouterr().err.strip().splitlines()

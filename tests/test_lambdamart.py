@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ctxrank.baselines.lambdamart import MODEL_FILE, LambdaMART, NotFittedError, cross_fit_predict
-from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, load_model
 from ctxrank.data.registry import load_fold
 from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.training.checkpoint import FORMAT_VERSION, META_FILE, load_model
 
 from .conftest import make_ranking_data
 

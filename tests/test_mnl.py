@@ -153,7 +153,7 @@ def test_mnl_l2_is_chosen_on_validation_and_everything_is_recorded(tmp_path):
     assert s["l2"] == best["l2"] != 10.0 and s["valid_log_likelihood"] == best["valid_log_likelihood"]
     assert s["fit_seconds"] > 0 and s["solver"] == "scipy L-BFGS-B"
     # save / load / predict: the saved model scores as the trained one
-    from ctxrank.checkpoint import load_model
+    from ctxrank.training.checkpoint import load_model
 
     loaded = load_model(tmp_path / "m")
     np.testing.assert_allclose(loaded.predict(test), result.test_scores, rtol=1e-6, atol=1e-6)
@@ -288,6 +288,8 @@ def test_mnl_convergence_is_what_the_gradient_says_not_the_solvers_word(monkeypa
     is not 'converged': the summary says why it stopped and a FitWarning is given."""
     import scipy.optimize
 
+    from ctxrank.training import full_batch
+
     train, valid = choice_data(300, seed=0), choice_data(100, seed=1)
     s, caught = _fit(train, valid, "model_params.l2=[0.0]", "model_params.max_iter=2")
     assert not s["converged"] and s["stop"] == "iteration cap (model_params.max_iter = 2)"
@@ -296,7 +298,7 @@ def test_mnl_convergence_is_what_the_gradient_says_not_the_solvers_word(monkeypa
     def claims_success(fun, x0, **kw):  # stops at the start and calls it a success
         return scipy.optimize.OptimizeResult(x=x0, success=True, nit=1, message="CONVERGENCE (claimed)")
 
-    monkeypatch.setattr(scipy.optimize, "minimize", claims_success)
+    monkeypatch.setattr(full_batch, "minimize", claims_success)
     s, caught = _fit(train, valid, "model_params.l2=[0.0]")
     assert not s["converged"] and s["stop"] == "solver stopped: CONVERGENCE (claimed)"
     assert s["max_abs_gradient"] > 1e-3 and "did not converge" in caught[0]

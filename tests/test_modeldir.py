@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from ctxrank.checkpoint import load_model
+from ctxrank.training.checkpoint import load_model
 
 from . import saved_models as sm
 from .conftest import REPO
@@ -69,7 +69,7 @@ def test_huge_tensor_request_allocates_nothing(models, tmp_path):
     meta["transform"]["state"] = None  # unfitted: no per-feature state to check first
     sm.write(d, meta)
     code = (
-        "import resource, sys; from ctxrank.checkpoint import load_model\n"
+        "import resource, sys; from ctxrank.training.checkpoint import load_model\n"
         "import torch\n"
         "resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))\n"
         f"try:\n    load_model({str(d)!r})\nexcept ValueError as e:\n    print('REFUSED', e); sys.exit(0)\n"
@@ -322,7 +322,8 @@ def test_lightgbm_crafted_text_never_reaches_lightgbm(models, tmp_path, lgb_text
     d = sm.copy(models["lambdamart"], tmp_path / "l")
     sm.write_model_text(d, _edit_tree(lgb_text, "left_child", "0 -1"))
     code = (
-        "from ctxrank.checkpoint import load_model\nfrom ctxrank.data.ranking_data import RankingData\n"
+        "from ctxrank.training.checkpoint import load_model\n"
+        "from ctxrank.data.ranking_data import RankingData\n"
         f"try:\n    load_model({str(d)!r})\nexcept ValueError as e:\n    print('REFUSED', e)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
@@ -403,7 +404,7 @@ def test_weights_of_another_run_with_the_same_shapes_are_refused(models, tmp_pat
 
 
 def test_the_digest_is_checked_before_the_weights_are_used(models, tmp_path, monkeypatch):
-    import ctxrank.checkpoint as checkpoint
+    import ctxrank.training.checkpoint as checkpoint
 
     def used(*_):
         raise AssertionError("the changed weights were parsed")

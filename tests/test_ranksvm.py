@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ctxrank.baselines.ranksvm import RankSVM, pair_indices
-from ctxrank.checkpoint import FORMAT_VERSION, META_FILE, load_model
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.training.checkpoint import FORMAT_VERSION, META_FILE, load_model
 
 from .conftest import make_ranking_data
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from ctxrank.checkpoint import load_model
 from ctxrank.cli import main
 from ctxrank.config import RerankConfig, RunConfig, TrainConfig, resolve_config
 from ctxrank.data.lists import ListBatch, initial_order
@@ -18,6 +17,7 @@ from ctxrank.data.transforms import make_transform
 from ctxrank.losses import LOSSES
 from ctxrank.models.residual import Residual
 from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.training.checkpoint import load_model
 from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
 from ctxrank.training.predict import TorchPredictor

@@ -1,4 +1,4 @@
-"""The serving path: ``Ranker.serving_scores`` (QILCM's folded query normalization) equals ``forward``;
+"""The serving path: ``RankingModule.serving_scores`` (QILCM's folded query normalization) equals ``forward``;
 the ONNX file of a full-size QILCM under onnxruntime (one thread, all graph optimizations) gives the
 scores of ``ctxrank predict``; the exported graph's ELU rewrite."""
 
@@ -10,12 +10,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ctxrank.checkpoint import save_checkpoint
 from ctxrank.cli import main
 from ctxrank.config import resolve_config
 from ctxrank.data.transforms import make_transform
 from ctxrank.export import _elu_as_exp, export_model
 from ctxrank.registry import MODELS, make_model
+from ctxrank.training.checkpoint import save_checkpoint
 
 from .conftest import make_ranking_data
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from ctxrank.checkpoint import load_model, save_checkpoint
 from ctxrank.config import RunConfig, TrainConfig, resolve_config
 from ctxrank.data.transforms import make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import evaluate_queries, mean_metrics
 from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.training.checkpoint import load_model, save_checkpoint
 from ctxrank.training.loop import NonFiniteLossError, fit, seed_everything
 from ctxrank.training.predict import predict
 

@@ -480,16 +480,22 @@ def test_two_processes_share_one_sqlite_study(letor, tmp_path):
 
 
 def test_help_imports_neither_optuna_nor_torch():
+    """``ctxrank --help`` imports neither; ``ctxrank tune --help`` imports the tune command's module
+    (and torch with it) but not Optuna, an optional extra: the help shows without it."""
     code = (
         "import sys\n"
         "from ctxrank.cli import main\n"
-        "assert main(['--help']) == 0 and main(['tune', '--help']) == 0\n"
-        "print(' '.join(m for m in ('optuna', 'torch', 'numpy') if m in sys.modules) or 'none')\n"
+        "loaded = lambda: ' '.join(m for m in ('optuna', 'torch', 'numpy') if m in sys.modules) or 'none'\n"
+        "assert main(['--help']) == 0\n"
+        "print('loaded:', loaded())\n"
+        "assert main(['tune', '--help']) == 0\n"
+        "print('loaded:', loaded())\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "none"
+    loaded = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("loaded: ")]
+    assert loaded == ["none", "torch numpy"]
 
 
 # ------------------------------------------------------------------------------------- experiments
@@ -556,7 +562,7 @@ def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(le
     chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score."""
     import shutil
 
-    import ctxrank.training.run as training_run
+    import ctxrank.experiments.runner as runner
     from ctxrank.experiments import load_spec, run_experiment
     from ctxrank.experiments.store import RunStore
 
@@ -570,14 +576,14 @@ def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(le
     (tmp_path / "ens").mkdir()
     shutil.copytree(tmp_path / "single" / "tune", tmp_path / "ens" / "tune")  # the finished studies
     final = []
-    real_run = training_run.run_training
+    real_run = runner.run_training
 
     def spy_run(config, train, valid, test=None, **kwargs):
         if test is not None:
             final.append(config)
         return real_run(config, train, valid, test, **kwargs)
 
-    monkeypatch.setattr(training_run, "run_training", spy_run)
+    monkeypatch.setattr(runner, "run_training", spy_run)
     store = run_experiment(spec, tmp_path / "ens", progress=False, log=lambda _: None)
     assert [c.ensemble for c in final] == [3, 3]  # one test training per model, as an ensemble
     for model in ("lambdamart", "listnet"):

@@ -25,7 +25,7 @@ _EXPORTS = {
     "make_model": "ctxrank.registry",
     "fit": "ctxrank.training.loop",
     "predict": "ctxrank.training.predict",
-    "load_model": "ctxrank.checkpoint",
+    "load_model": "ctxrank.training.checkpoint",
     "resolve_config": "ctxrank.config",
     # scikit-learn-compatible estimators (ctxrank.api)
     "Ranker": "ctxrank.api",

@@ -14,6 +14,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
+
 __all__ = ["AUTO", "available_bytes", "budget_bytes", "format_bytes"]
 
 #: ``train.max_memory_bytes = "auto"``: what the machine can give when the check runs
@@ -42,8 +49,6 @@ def available_bytes(device: Any = "cpu") -> tuple[int, str]:
     """What ``device`` (a ``torch.device`` or its name) can allocate now, and where the figure comes from."""
     kind = getattr(device, "type", str(device).split(":")[0])
     if kind == "cuda":
-        import torch
-
         free, _ = torch.cuda.mem_get_info(device)
         return int(free), f"free memory of {device}"
     found = [(v, w) for v, w in (_meminfo(), _cgroup(), _address_space()) if v is not None]
@@ -68,9 +73,7 @@ def _cgroup() -> tuple[int | None, str]:
 
 
 def _address_space() -> tuple[int | None, str]:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
+    if resource is None:  # pragma: no cover - Windows
         return None, ""
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     size = _read_key(Path("/proc/self/status"), "VmSize:")

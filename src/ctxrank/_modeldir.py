@@ -1,9 +1,9 @@
-"""The metadata file of a saved model directory, shared by ``checkpoint`` (neural models) and the
+"""The metadata file of a saved model directory, shared by ``training.checkpoint`` (neural models) and the
 baselines (which save their own directories): its name, its format version, how it is read, and the
 checks every value read from it passes before anything is allocated from it.
 
-It sits below both, so that ``checkpoint.load_model`` can load every kind of model while the
-baselines never import ``checkpoint``.
+It sits below both, so that ``training.checkpoint.load_model`` can load every kind of model while the
+baselines never import ``training.checkpoint``.
 
 A model directory is untrusted input (it may come from anywhere): every file is opened only after
 ``os.stat`` / ``os.fstat`` show a regular file of bounded size (a FIFO or a device is refused, never

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ctxrank import metrics
+
 ArsmLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 __all__ = [
@@ -69,8 +71,6 @@ class MetricLoss:
         self.metric, self.k = metric, k
 
     def __call__(self, z: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        from ctxrank import metrics
-
         return -getattr(metrics, self.metric)(z, y, mask, k=self.k, reduction="none")
 
     def rows(self, z: torch.Tensor, lists: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -24,9 +24,7 @@ Every value is validated when the dataclasses are built; errors name the option.
 from __future__ import annotations
 
 import dataclasses
-
-# ctxrank.metrics, ctxrank.losses and ctxrank.registry (all below config) import torch: they are
-# imported where used, so that importing config (e.g. for ``ctxrank --help``) stays light.
+import inspect
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -52,6 +50,9 @@ from ctxrank._memory import AUTO
 from ctxrank._overrides import Override, parse_override, set_path
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
+from ctxrank.losses import LOSSES
+from ctxrank.metrics import parse_metric
+from ctxrank.registry import Baseline, get_model
 
 DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
@@ -146,7 +147,6 @@ class TrainConfig:
                 f"got {memory!r}"
             )
         object.__setattr__(self, "no_relevant", check_no_relevant("train.no_relevant", self.no_relevant))
-        from ctxrank.metrics import parse_metric
 
         try:
             parse_metric(self.metric)
@@ -218,9 +218,6 @@ class RunConfig:
     ensemble: int = 1
 
     def __post_init__(self) -> None:
-        from ctxrank.losses import LOSSES
-        from ctxrank.registry import Baseline, get_model
-
         check_int("ensemble", self.ensemble)
 
         try:
@@ -293,8 +290,6 @@ class RunConfig:
     @property
     def loss_name(self) -> str:
         """The loss actually used: ``loss`` or the model's default loss."""
-        from ctxrank.registry import Baseline, get_model
-
         entry = get_model(self.model)
         if isinstance(entry, Baseline):
             return entry.objective(self.model_params)
@@ -305,8 +300,6 @@ class RunConfig:
         """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no
         loss): the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run
         (its utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
-        from ctxrank.registry import get_model
-
         return bool(getattr(get_model(self.model), "full_batch", False)) and not self.rerank.residual
 
     @property
@@ -314,8 +307,6 @@ class RunConfig:
         """What the run optimizes, as its registry entry states it (for messages: "MODEL trains ..."):
         a baseline's ``trains`` (with its objective's name, e.g. ``pairwise-hinge``), the maximum
         likelihood of a full-batch model, a model's own objective, else the loss (:attr:`loss_name`)."""
-        from ctxrank.registry import Baseline, get_model
-
         entry = get_model(self.model)
         if isinstance(entry, Baseline):  # with the objective's name unless it says it already
             name = self.loss_name
@@ -330,8 +321,6 @@ class RunConfig:
     def effective_loss_params(self) -> dict[str, Any]:
         """``loss_params`` over the model's implied options for its default loss (e.g. DLCM's AttRank
         form), so that saved configs record what was actually used."""
-        from ctxrank.registry import Baseline, get_model
-
         cls = get_model(self.model)
         if isinstance(cls, Baseline) or cls.own_objective:
             return {}
@@ -343,8 +332,6 @@ class RunConfig:
         """Every parameter of the model with its value: ``model_params`` over the model's defaults (a
         neural model's config dataclass; a baseline's constructor, leaving out the parameters that
         ``[train]`` fills, ``seed`` / ``threads``, unless ``model_params`` sets them)."""
-        from ctxrank.registry import Baseline, get_model
-
         entry = get_model(self.model)
         if not isinstance(entry, Baseline):
             resolved = dataclasses.asdict(entry.make_config(self.model_params))
@@ -421,8 +408,6 @@ def _check_baseline_train(model: str, train: TrainConfig) -> None:
 
 def loss_options(fn: Any) -> list[str]:
     """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``)."""
-    import inspect
-
     return [
         name
         for name, p in inspect.signature(fn).parameters.items()

@@ -47,6 +47,7 @@ loaded back and run on a batch of another shape than the traced one, and must ma
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -59,7 +60,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ctxrank._io import atomic_write
 from ctxrank.data.transforms import TRANSFORMS, Transform
+from ctxrank.training.checkpoint import load_model, read_meta
+from ctxrank.training.ensemble import EnsemblePredictor, member_dir
+from ctxrank.training.predict import TorchPredictor
+from ctxrank.training.rerank import RerankPredictor
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -176,7 +182,7 @@ class EnsembleServing(nn.Module):
 
 
 def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
-    """The :class:`ServingModel` of a loaded model (``ctxrank.checkpoint.load_model``).
+    """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``).
 
     A ``RerankPredictor`` gives its neural re-ranker (see the module docstring); an
     ``EnsemblePredictor`` an :class:`EnsembleServing` of its members' serving models.
@@ -184,10 +190,6 @@ def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
-    from ctxrank.training.ensemble import EnsemblePredictor
-    from ctxrank.training.predict import TorchPredictor
-    from ctxrank.training.rerank import RerankPredictor
-
     if isinstance(predictor, EnsemblePredictor):
         return EnsembleServing([serving_model(m) for m in predictor.members])
     if isinstance(predictor, RerankPredictor):
@@ -291,9 +293,6 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             exported, a missing ONNX package, an export failure, or a file that does not reproduce the
             model (e.g. a trace that does not generalize to other batch shapes).
     """
-    from ctxrank._io import atomic_write
-    from ctxrank.checkpoint import load_model, read_meta
-
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
     model_dir = Path(model_dir)
@@ -362,10 +361,6 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    from ctxrank.checkpoint import read_meta
-    from ctxrank.training.ensemble import EnsemblePredictor, member_dir
-    from ctxrank.training.rerank import RerankPredictor
-
     ensemble = len(predictor.members) if isinstance(predictor, EnsemblePredictor) else 0
     if ensemble:  # the inputs are every member's: the first member's directory describes them
         model_dir = model_dir / member_dir(0)
@@ -416,8 +411,6 @@ def _write_torchscript(serving: ServingModel, inputs, check_inputs, path: Path, 
 
 
 def _need(module: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

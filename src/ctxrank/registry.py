@@ -1,6 +1,6 @@
 """The model registry: every model a run config can name, neural and baseline, in one plain dict.
 
-``MODELS[name]`` is either a :class:`~ctxrank.models.base.Ranker` subclass (a neural model, built by
+``MODELS[name]`` is either a :class:`~ctxrank.models.base.RankingModule` subclass (a neural model, built by
 :func:`make_model` and trained by ``ctxrank.training``) or a :class:`Baseline` (a non-neural model
 trained by its own library: LambdaMART, RankSVM, AdaRank). Tests that must hold "for every model"
 parametrize over this one dict, so a new model cannot be left out of them.
@@ -20,7 +20,7 @@ from ctxrank.baselines.adarank import AdaRank
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
-from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, Ranker
+from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
 from ctxrank.models.qilcm import QILCM_VARIANTS
 
 __all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
@@ -32,7 +32,7 @@ class Baseline:
 
     Attributes:
         cls: the model class (its module imports LightGBM / scikit-learn only when fitting).
-        kind: the ``kind`` its saved ``ctxrank.json`` records (``checkpoint.load_model`` dispatches on it).
+        kind: the ``kind`` its saved ``ctxrank.json`` records (``ctxrank.load_model`` dispatches on it).
         trains: what it optimizes and with which library, for messages.
         objective: ``RunConfig.loss_name`` given ``model_params``.
         fixed: parameters the name implies (``adarank-map``: ``metric = "map"``), checked against
@@ -109,7 +109,7 @@ class Baseline:
             ) from None
 
 
-_NEURAL: tuple[type[Ranker], ...] = (
+_NEURAL: tuple[type[RankingModule], ...] = (
     ArsmL2R,
     DCM,
     DLCM,
@@ -171,13 +171,13 @@ _BASELINES: dict[str, Baseline] = {
     ),
 }
 
-#: name -> neural model class (a Ranker subclass) or Baseline, sorted by name.
-MODELS: dict[str, type[Ranker] | Baseline] = dict(
+#: name -> neural model class (a RankingModule subclass) or Baseline, sorted by name.
+MODELS: dict[str, type[RankingModule] | Baseline] = dict(
     sorted({**{cls.name: cls for cls in _NEURAL}, **_BASELINES}.items())
 )
 
 
-def get_model(name: str) -> type[Ranker] | Baseline:
+def get_model(name: str) -> type[RankingModule] | Baseline:
     """``MODELS[name]``; an unknown name is a ValueError listing the valid ones."""
     try:
         return MODELS[name]
@@ -190,7 +190,7 @@ def is_baseline(name: str) -> bool:
     return isinstance(MODELS.get(name), Baseline)
 
 
-def model_class(name: str) -> type[Ranker]:
+def model_class(name: str) -> type[RankingModule]:
     """The neural model class registered as ``name`` (ValueError for a baseline or an unknown name)."""
     entry = get_model(name)
     if isinstance(entry, Baseline):
@@ -209,7 +209,7 @@ def make_model(
     params: Mapping[str, Any] | None = None,
     *,
     categorical_cardinalities: Sequence[int] = (),
-) -> Ranker:
+) -> RankingModule:
     """An untrained neural model ``name`` for ``n_features`` features; ``params`` build its config."""
     cls = model_class(name)
     return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)

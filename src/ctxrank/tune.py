@@ -65,6 +65,11 @@ except ImportError as exc:  # pragma: no cover - optuna is in the dev extra
         "ctxrank tune needs Optuna: pip install 'ctxrank[tune]' (or pip install optuna)"
     ) from exc
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_json
 from ctxrank._overrides import set_path
 from ctxrank.config import RunConfig
@@ -302,9 +307,7 @@ def _lock(out: Path) -> Iterator[None]:
     SQLite schema at once would collide); without ``fcntl`` the file is made but not locked."""
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOCK_NAME).open("a") as fh:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        if fcntl is None:  # pragma: no cover - Windows
             yield
             return
         fcntl.flock(fh, fcntl.LOCK_EX)

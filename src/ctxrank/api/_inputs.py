@@ -7,10 +7,12 @@ and ``feature_names_in_`` and check them at predict time."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sklearn.utils.validation import check_array, validate_data
 
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import (
@@ -43,9 +45,8 @@ class Inputs:
 
 
 def _is_frame(X: Any) -> bool:
-    import pandas as pd
-
-    return isinstance(X, pd.DataFrame)
+    pd = sys.modules.get("pandas")  # X cannot be a DataFrame where pandas was never imported
+    return pd is not None and isinstance(X, pd.DataFrame)
 
 
 def to_ranking_data(
@@ -57,8 +58,6 @@ def to_ranking_data(
     Raises:
         ValueError: naming the argument (``X``, ``y``, ``qid``, ``group``, ``categorical_features``).
     """
-    from sklearn.utils.validation import check_array, validate_data
-
     query_column = getattr(est, "query_column", None)
     names = {"query": query_column if query_column is not None else _name(qid), "label": _name(y)}
     if query_column is not None:

@@ -1,6 +1,6 @@
 """A fitted estimator from a model directory (``ctxrank train --out`` or ``Ranker.save``): the model
-itself through ``checkpoint.load_model`` (the one loader of the CLI), the parameters from the saved
-run config, the learned attributes from ``ctxrank.json`` and ``train_log.jsonl``."""
+itself through ``training.checkpoint.load_model`` (the one loader of the CLI), the parameters from the
+saved run config, the learned attributes from ``ctxrank.json`` and ``train_log.jsonl``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.api import estimators
 from ctxrank.api._params import param_spec
-from ctxrank.checkpoint import load_model, read_meta
+from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.registry import Baseline, get_model
+from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.run import RunResult
 
 __all__ = ["load"]
@@ -50,9 +52,6 @@ def load(path: str | Path) -> Any:
 
 def _estimator(config: RunConfig, api: dict[str, Any]) -> Any:
     """An unfitted estimator with the saved run config's parameters (a RerankPipeline when re-ranking)."""
-    from ctxrank.api import estimators
-    from ctxrank.api.pipeline import RerankPipeline
-
     cls = getattr(estimators, str(api.get("estimator", "")), None)
     if not (isinstance(cls, type) and issubclass(cls, estimators.Ranker)) or cls is RerankPipeline:
         cls = estimators.ESTIMATOR_OF_MODEL.get(config.model, estimators.Ranker)

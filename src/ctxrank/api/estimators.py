@@ -25,10 +25,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank.api._inputs import Inputs, to_ranking_data
 from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
+from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import MODELS
+from ctxrank.training.run import run_training, save_result
 
 __all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
 
@@ -137,8 +140,6 @@ class Ranker(BaseEstimator):
             init_scores: not supported by a single ranker (ValueError); an initial ranker's scores are
                 :class:`RerankPipeline`'s job.
         """
-        from ctxrank.training.run import run_training
-
         if init_scores is not None:
             raise ValueError(
                 "init_scores: a single ranker does not take initial scores; to re-rank an initial "
@@ -214,8 +215,6 @@ class Ranker(BaseEstimator):
     ) -> float:
         """Mean ``metric`` over the queries (default NDCG@10, the standard convention, a query with no
         relevant item counting 0); any metric of ``ctxrank.metrics`` by name and convention."""
-        from ctxrank.metrics import evaluate_queries
-
         check_is_fitted(self, "run_")
         inputs = to_ranking_data(self, X, y, qid, group, fit=False)
         scores = np.asarray(self.run_.predictor.predict(inputs.data), dtype=np.float64)
@@ -232,9 +231,6 @@ class Ranker(BaseEstimator):
         ``ctxrank export`` serve it, :func:`ctxrank.api.load` reads it back. ``path`` must be new or
         empty; ``overwrite=True`` writes into a directory of other files (kept unless named as a model's
         files) or replaces an earlier model (:func:`ctxrank._modeldir.claim_model_dir`)."""
-        from ctxrank._modeldir import claim_model_dir, remove_model_entries
-        from ctxrank.training.run import save_result
-
         check_is_fitted(self, "run_")
         path = Path(path)
         if claim_model_dir(path, overwrite=overwrite, how="pass overwrite=True"):
@@ -250,10 +246,11 @@ class Ranker(BaseEstimator):
         train`` saves for a table): the numeric feature columns in the model's order, the categorical
         columns and encoder, and the query / label column names where ``fit`` could see them
         (``query_column``, or the name of a ``qid`` / ``y`` Series); None for arrays."""
+        from ctxrank.data.table import TableSpec  # pandas: loaded when a DataFrame was fitted only
+
         columns = getattr(self, "table_columns_", None)
         if columns is None:
             return None
-        from ctxrank.data.table import TableSpec
 
         cats = tuple(self.categorical_features_)
         numeric = tuple(str(n) for n in self.feature_names_in_ if str(n) not in set(cats))

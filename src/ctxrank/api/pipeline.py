@@ -9,7 +9,7 @@ from typing import Any
 from sklearn.base import BaseEstimator
 
 from ctxrank._checks import check_bool, check_crossfit, check_int
-from ctxrank.api.estimators import LambdaMARTRanker, Ranker
+from ctxrank.api.estimators import LambdaMARTRanker, QILCMRanker, Ranker
 from ctxrank.config import DEFAULT_CROSSFIT, RunConfig
 from ctxrank.data.lists import DEFAULT_TOP_K
 
@@ -61,8 +61,6 @@ class RerankPipeline(Ranker):
         return BaseEstimator.set_params(self, **params)
 
     def _parts(self) -> tuple[Any, Any]:
-        from ctxrank.api.estimators import QILCMRanker
-
         initial = self.initial if self.initial is not None else LambdaMARTRanker()
         reranker = self.reranker if self.reranker is not None else QILCMRanker()
         if not isinstance(initial, LambdaMARTRanker):

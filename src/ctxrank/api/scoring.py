@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sklearn.utils.metadata_routing import MetadataRequest
+
+from ctxrank.metrics import metric_convention, parse_metric
+
 __all__ = ["RankingScorer", "make_ranking_scorer", "ndcg_scorer"]
 
 
@@ -29,8 +33,6 @@ class RankingScorer:
     """
 
     def __init__(self, metric: str = "ndcg@10", *, convention: str = "standard", no_relevant: Any = 0.0):
-        from ctxrank.metrics import metric_convention, parse_metric
-
         parse_metric(metric)
         metric_convention(convention, no_relevant=no_relevant)
         self.metric, self.convention, self.no_relevant = metric, convention, no_relevant
@@ -48,8 +50,6 @@ class RankingScorer:
 
     def get_metadata_routing(self) -> Any:
         """Requests ``qid`` and ``group`` for ``score`` (used when metadata routing is enabled)."""
-        from sklearn.utils.metadata_routing import MetadataRequest
-
         request = MetadataRequest(owner=type(self).__name__)
         request.score.add_request(param="qid", alias=True)
         request.score.add_request(param="group", alias=True)

@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank import __version__
 from ctxrank._checks import is_int
 from ctxrank._io import atomic_write, to_toml, write_json
 from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
 from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import GlobalMinMax, Transform
+from ctxrank.metrics import evaluate_queries, format_metric, parse_metric
 
 __all__ = ["NotFittedError"]
 
@@ -36,8 +38,6 @@ def check_no_relevant(value: Any) -> float | str:
 def check_metric(name: str, value: Any, allowed: tuple[str, ...] | None = None) -> str:
     """A ctxrank metric name (``ctxrank.metrics.parse_metric``), canonical form; ``allowed`` restricts
     the base names."""
-    from ctxrank.metrics import format_metric, parse_metric
-
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a metric name such as 'ndcg@10', got {value!r}")
     try:
@@ -99,7 +99,7 @@ class LinearScorer:
 
     @property
     def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
         self._check_fitted()
         return int(self.n_features_in_)
 
@@ -131,8 +131,6 @@ class LinearScorer:
 
 def per_query(scores: np.ndarray, data: RankingData, metric: str, no_relevant: float | str) -> np.ndarray:
     """float64 ``(Q,)`` per-query ``metric`` (standard convention, ties by input order; NaN = skipped)."""
-    from ctxrank.metrics import evaluate_queries
-
     return evaluate_queries(scores, data.labels, data.query_offsets, [metric], no_relevant=no_relevant)[
         metric
     ]
@@ -160,8 +158,6 @@ def save_meta(
 ) -> Path:
     """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically, into
     a new or empty ``directory`` (``overwrite``: any; :func:`ctxrank._modeldir.claim_model_dir`)."""
-    from ctxrank import __version__
-
     for name, value in meta.get("params", {}).items():
         try:
             json.dumps(value, allow_nan=False)
@@ -191,8 +187,7 @@ def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[s
     meta = read_meta(directory)
     if meta.get("kind") != kind:
         raise ValueError(
-            f"{directory}: a {meta.get('kind')!r} model, not {what} one "
-            "(ctxrank.checkpoint.load_model loads any kind)"
+            f"{directory}: a {meta.get('kind')!r} model, not {what} one (ctxrank.load_model loads any kind)"
         )
     return directory / META_FILE, meta
 

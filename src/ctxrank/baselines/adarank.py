@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ctxrank._checks import check_int
 from ctxrank._io import float_or_nan
@@ -168,16 +169,12 @@ class AdaRank(lin.LinearScorer):
         lin.check_same_features(train, valid)
         threads = None
         if self.num_threads is not None:
-            import torch
-
             threads = torch.get_num_threads()
             torch.set_num_threads(self.num_threads)
         try:
             self._fit(train, valid)
         finally:
             if threads is not None:
-                import torch
-
                 torch.set_num_threads(threads)
         return self
 

@@ -32,6 +32,7 @@ Nothing here imports LightGBM at module import time.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import re
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank import __version__
 from ctxrank._checks import MAX_INT, check_int, check_seed, parse_int
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
@@ -131,8 +133,6 @@ def _lgb_parameters() -> frozenset[str] | None:
 def _check_lgb_name(name: str) -> None:
     """An extra parameter must be a LightGBM parameter or alias: a typo is never passed on (LightGBM
     would ignore it with a warning)."""
-    import difflib
-
     known = _lgb_parameters()
     if known is None or name in known:
         return
@@ -482,7 +482,7 @@ class LambdaMART:
 
     @property
     def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.checkpoint.load_model``'s predictor protocol)."""
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
         self._check_fitted()
         return int(self.n_features_in_)
 
@@ -519,8 +519,6 @@ class LambdaMART:
         directory.
         """
         import lightgbm as lgb
-
-        from ctxrank import __version__
 
         self._check_fitted()
         params = self.get_params()
@@ -581,7 +579,7 @@ class LambdaMART:
         if meta.get("kind") != KIND:
             raise ValueError(
                 f"{directory}: a {meta.get('kind')!r} model, not a LightGBM one "
-                "(ctxrank.checkpoint.load_model loads any kind)"
+                "(ctxrank.load_model loads any kind)"
             )
         return cls._from_meta(directory, meta)
 

@@ -23,45 +23,69 @@ Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error:
 with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``:
 ``ctxrank: error: out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback
 instead. :func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it
-in-process. Building the parser imports no NumPy, torch or pandas: each command imports what it needs
-when it runs.
+in-process.
+
+The CLI imports a command's module only when that command runs: ``ctxrank --help`` lists the commands
+from the static table :data:`COMMANDS` (name -> module, one-line help) and imports no command module,
+so neither it nor ``--version`` loads NumPy, torch or pandas; ``ctxrank CMD ...`` imports only CMD's
+module, which builds CMD's parser and imports at module level what CMD needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 from ctxrank import __version__
-from ctxrank.cli import data, evaluate, experiment, export, train, tune
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
-#: command name -> the function that adds its parser (in ``ctxrank --help`` order)
-COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
-    "datasets": data.add_datasets_parser,
-    "data-info": data.add_data_info_parser,
-    "evaluate": evaluate.add_evaluate_parser,
-    "train": train.add_train_parser,
-    "predict": train.add_predict_parser,
-    "tune": tune.add_tune_parser,
-    "synth": data.add_synth_parser,
-    "experiment": experiment.add_experiment_parser,
-    "report": experiment.add_report_parser,
-    "compare": evaluate.add_compare_parser,
-    "export": export.add_export_parser,
-    "demo": experiment.add_demo_parser,
+
+class Command(NamedTuple):
+    """A command of the table: ``ctxrank.cli.<module>`` declares its parser in
+    ``add_<name>_parser(sub, common)`` (``-`` of the name as ``_``), with ``help`` as its one line."""
+
+    module: str
+    help: str
+
+
+#: command name -> its module and one-line help, in ``ctxrank --help`` order. ``ctxrank --help`` is
+#: built from this table alone; ``ctxrank CMD ...`` imports only CMD's module (a test checks that each
+#: module's parser declares the same line).
+COMMANDS: dict[str, Command] = {
+    "datasets": Command("data", "list known datasets; download one"),
+    "data-info": Command("data", "statistics of a LETOR file, a table or a registered dataset"),
+    "evaluate": Command("evaluate", "evaluate a scores file or a saved model against labelled data"),
+    "train": Command("train", "train a ranker and save it"),
+    "predict": Command("train", "score a LETOR file or a table with a saved model"),
+    "tune": Command("tune", "search a model's hyperparameters (Optuna)"),
+    "synth": Command("data", "write SYNTHETIC data (choice sessions table, LETOR file) for tests and demos"),
+    "experiment": Command(
+        "experiment", "run models x folds x seeds from a TOML spec; report tables, t-tests and figures"
+    ),
+    "report": Command(
+        "experiment", "regenerate an experiment's report from its stored evidence (no training)"
+    ),
+    "compare": Command("evaluate", "per-metric difference of two sets of runs with paired t-tests"),
+    "export": Command("export", "write a saved neural model as a TorchScript or ONNX file for serving"),
+    "demo": Command(
+        "experiment", "the `make demo` job: a small QILCM Table 2 experiment on the embedded MQ2008"
+    ),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``ctxrank`` parser: every command of :data:`COMMANDS`; each sets ``run`` (args -> status)."""
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The ``ctxrank`` parser. Every command of :data:`COMMANDS` is listed with its one-line help; the
+    full parser of each command in ``commands`` (default: every one) is added by its module, imported
+    only then, and sets ``run`` (args -> status). The others are placeholders that parse nothing:
+    ``build_parser(())`` is ``ctxrank --help``'s parser and imports no command module."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors"
@@ -78,9 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ctxrank {__version__}")
     parser.add_argument("--debug", action="store_true", default=False, help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in COMMANDS.values():
-        add(sub, common)
+    for name, command in COMMANDS.items():
+        if commands is None or name in commands:
+            module = importlib.import_module(f"ctxrank.cli.{command.module}")
+            getattr(module, f"add_{name.replace('-', '_')}_parser")(sub, common)
+        else:
+            sub.add_parser(name, help=command.help)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first argument that is not an option (``ctxrank``'s own options,
+    ``--debug``, ``--version`` and ``--help``, take no value); None if it names no command."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    return name if name in COMMANDS else None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -119,8 +154,11 @@ def _memory_message(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 usage or data error)."""
-    parser = build_parser()
+    """Run the CLI; returns the exit status (0 ok, 2 usage or data error). Only the module of the
+    command ``argv`` names is imported (none for ``--help``, ``--version`` or an unknown command)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser(() if command is None else (command,))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors: argparse has printed already

@@ -2,7 +2,8 @@
 
 Each group is an ``add_*`` function that declares the options on a parser and, where a command takes
 the group as one argument, a frozen dataclass built from the parsed options (:class:`DataOptions`,
-:class:`TableOptions`). Nothing here imports NumPy, torch or pandas: ``ctxrank --help`` stays fast.
+:class:`TableOptions`). Only the command modules import it (``ctxrank --help`` does not), so it
+names the readers' own constants (table extensions, NULL fill rules).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
+from ctxrank._io import dumps
+from ctxrank._overrides import parse_override
+from ctxrank.data.registry import get_spec
+from ctxrank.data.table import TABLE_EXTENSIONS
 
-#: ``ctxrank.data.table.TABLE_EXTENSIONS`` (a test checks they agree; importing it needs NumPy)
-TABLE_EXTENSIONS = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
-#: ``ctxrank.data.letor.NULL_FILL_RULES`` (a test checks they agree; importing it needs NumPy)
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -39,8 +41,6 @@ def warn(text: str) -> None:
 
 def print_json(obj: Any) -> None:
     """``obj`` as strict JSON (NaN -> null) on stdout: the one JSON writer (:func:`ctxrank._io.dumps`)."""
-    from ctxrank._io import dumps
-
     out(dumps(obj))
 
 
@@ -134,8 +134,6 @@ def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable out
 
 def override(text: str) -> Any:
     """argparse type of ``--set``: the typed ``(dotted key, value)`` pair (``ctxrank._overrides``)."""
-    from ctxrank._overrides import parse_override
-
     try:
         return parse_override(text)
     except ValueError as exc:
@@ -319,8 +317,6 @@ class DataOptions:
             "cache": not self.no_cache,
         }
         if self.null_fill is not None:
-            from ctxrank.data.registry import get_spec
-
             if get_spec(self.dataset).layout == "choice":
                 self.reject_null_fill(f"--dataset {self.dataset} (a choice dataset)")
             options["null_fill"] = self.null_fill

@@ -7,9 +7,16 @@ A table's column roles come from :class:`~ctxrank.cli._options.TableOptions` or,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ctxrank.cli._options import TABLE_FLAGS, DataOptions, TableOptions
+import numpy as np
+
+from ctxrank.cli._options import TABLE_FLAGS, DataOptions, TableOptions, note
+from ctxrank.data.letor import read_letor
+from ctxrank.data.registry import get_spec, load_split
+from ctxrank.data.table import TableSpec, is_table_path, table_columns
+from ctxrank.data.table_io import read_table_file
 
 PURPOSES = ("train", "predict", "evaluate", "scores", "info")
 _SPEC_KEYS = {"query_col": "query", "label_col": "label", "categorical": "categorical",
@@ -27,8 +34,6 @@ def _fmt(v: Any) -> str:
 def _completed(spec: Any, given: TableOptions, path: str) -> Any:
     """A saved spec with the query / label column names it lacks (a model fitted through the API with
     unnamed ``qid`` / ``y``) taken from ``--query-col`` / ``--label-col``."""
-    import dataclasses
-
     if spec.query is None:
         if given.query_col is None:
             raise ValueError(
@@ -68,8 +73,6 @@ def resolve_spec(given: TableOptions, path: str, *, purpose: str, saved: dict[st
             only query and label needed; numeric default none), ``info`` (``data-info``).
         saved: the model's saved table spec (``ctxrank.json["table"]``), or None.
     """
-    from ctxrank.data.table import TableSpec
-
     if purpose not in PURPOSES:
         raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
     if saved is not None:
@@ -132,17 +135,13 @@ def load_data_rows(
     for opt in ("fold", "split", "variant"):
         if getattr(source, opt) is not None:
             raise ValueError(f"--{opt} applies to --dataset, not to a data file")
-    from ctxrank.data.table import is_table_path
 
     if is_table_path(file):
-        from ctxrank.data.table_io import read_table_file
-
         source.reject_letor_options(file)
         spec = resolve_spec(table, file, purpose=purpose, saved=saved_table)
         if saved_table is not None and saved_table.get("numeric_default") is True:
             _reject_extra_columns(file, spec)
         return read_table_file(file, spec, scoring=purpose == "predict", **source.table_options())
-    from ctxrank.data.letor import read_letor
 
     table.reject(file)
     data = read_letor(file, **source.letor_options())
@@ -150,7 +149,6 @@ def load_data_rows(
     file_rows = data.info.get("file_rows")  # --regroup moved rows: map scores back to the file's order
     if file_rows is None:
         return data, None
-    import numpy as np
 
     return data, np.asarray(file_rows, dtype=np.int64)
 
@@ -166,23 +164,15 @@ def model_null_fill(meta: dict[str, Any]) -> str | float | None:
 def _with_saved_null_fill(file: str | None, source: DataOptions, saved: str | float | None) -> DataOptions:
     """``source`` with the model's ``--null-fill`` when none is given and the data are LETOR (a table
     has no NULL token); a rule given that differs from the model's is used, with a note."""
-    import dataclasses
-
-    from ctxrank.cli._options import note
-
     if saved is None or source.null_fill == saved:
         return source
     if source.null_fill is not None:
         note(f"--null-fill {source.null_fill}: the model was trained with --null-fill {saved}")
         return source
     if file is not None:
-        from ctxrank.data.table import is_table_path
-
         if is_table_path(file):
             return source
     elif source.dataset is not None:
-        from ctxrank.data.registry import get_spec
-
         if get_spec(source.dataset).layout == "choice":
             return source
     return dataclasses.replace(source, null_fill=saved)
@@ -191,8 +181,6 @@ def _with_saved_null_fill(file: str | None, source: DataOptions, saved: str | fl
 def _reject_extra_columns(file: str, spec: Any) -> None:
     """A table scored by a model whose numeric columns were every other column of its training file
     holds only the columns of the model's table spec (another column would have been a feature)."""
-    from ctxrank.data.table import table_columns
-
     if spec.numeric is None:
         return
     known = {spec.query, spec.label, spec.docid, *spec.categorical, *spec.numeric}
@@ -209,12 +197,6 @@ def _model_width(data: Any, n_features: int) -> Any:
     """A LETOR file read for a model of ``n_features`` features: a dense file (most rows list every
     feature 1..F, as LETOR files do) must have exactly the model's F; a sparse file whose largest index
     is below F is widened with zeros, with a note saying how many features are read as 0."""
-    import dataclasses
-
-    import numpy as np
-
-    from ctxrank.cli._options import note
-
     have = data.n_features
     if have > n_features:
         raise ValueError(
@@ -239,8 +221,6 @@ def _model_width(data: Any, n_features: int) -> Any:
 
 
 def _load_registered(source: DataOptions, table: TableOptions, default_split: str) -> Any:
-    from ctxrank.data.registry import load_split
-
     table.reject(f"--dataset {source.dataset}")
     return load_split(
         source.dataset,

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxrank.cli._options import DataOptions, TableOptions
+from ctxrank.cli._source import resolve_spec
+from ctxrank.data.letor import read_letor
+from ctxrank.data.registry import load_fold
+from ctxrank.data.split import DEFAULT_FRACTIONS, group_column, split_queries
+from ctxrank.data.table import CategoricalEncoder, is_table_path, refit_categorical
+from ctxrank.data.table_io import read_table_file, table_meta
 
 
 @dataclass
@@ -60,7 +66,6 @@ def training_data(files: TrainFiles, source: DataOptions, columns: TableOptions,
         raise ValueError(
             "give --dataset NAME [--fold K], --train FILE --valid FILE [--test FILE], or --data FILE"
         )
-    from ctxrank.data.table import is_table_path
 
     named = [f for f in given if f is not None]
     tables = [is_table_path(f) for f in named]
@@ -74,8 +79,6 @@ def training_data(files: TrainFiles, source: DataOptions, columns: TableOptions,
 
 
 def _registered_fold(source: DataOptions, columns: TableOptions) -> TrainingData:
-    from ctxrank.data.registry import load_fold
-
     if source.split is not None:
         raise ValueError("--split does not apply to train (it uses the fold's train/valid/test)")
     columns.reject(f"--dataset {source.dataset}")
@@ -85,8 +88,6 @@ def _registered_fold(source: DataOptions, columns: TableOptions) -> TrainingData
 
 
 def _read_letor_files(files: TrainFiles, source: DataOptions, columns: TableOptions) -> TrainingData:
-    from ctxrank.data.letor import read_letor
-
     columns.reject(files.train)
     train = read_letor(files.train, **source.letor_options())
     other = {"n_features": train.n_features, **source.letor_options(group_file=False)}
@@ -96,17 +97,12 @@ def _read_letor_files(files: TrainFiles, source: DataOptions, columns: TableOpti
 
 
 def _table_spec(source: DataOptions, columns: TableOptions, path: str):
-    from ctxrank.cli._source import resolve_spec
-
     source.reject_letor_options(path)
     return resolve_spec(columns, path, purpose="train")
 
 
 def _read_table_files(files: TrainFiles, source: DataOptions, columns: TableOptions) -> TrainingData:
     """--train/--valid/--test tables: the encoder and the numeric columns come from the training file."""
-    from ctxrank.data.table import CategoricalEncoder
-    from ctxrank.data.table_io import read_table_file, table_meta
-
     spec = _table_spec(source, columns, files.train)
     encoder = CategoricalEncoder()
     limits = source.table_options()
@@ -120,15 +116,10 @@ def _read_table_files(files: TrainFiles, source: DataOptions, columns: TableOpti
 
 def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOptions, seed: int) -> TrainingData:
     """--data FILE: read it, split its queries at random (train.seed), re-fit the encoder on train."""
-    from ctxrank.data.split import DEFAULT_FRACTIONS, group_column, split_queries
-    from ctxrank.data.table import CategoricalEncoder, is_table_path, refit_categorical
-
     path = files.data
     fractions = DEFAULT_FRACTIONS if files.fractions is None else files.fractions
     meta: dict[str, Any] = {}
     if is_table_path(path):
-        from ctxrank.data.table_io import read_table_file, table_meta
-
         spec = _table_spec(source, columns, path)
         spec = replace(spec, group=group_column(files.group_col, spec.query))
         encoder = CategoricalEncoder()
@@ -139,8 +130,6 @@ def _split_one_file(files: TrainFiles, source: DataOptions, columns: TableOption
             encoder, (train, valid, test) = refit_categorical(encoder, train, valid, test)
         meta["table"] = table_meta(spec, train, encoder)
     else:
-        from ctxrank.data.letor import read_letor
-
         columns.reject(path)
         if files.group_col is not None:
             raise ValueError(f"--group-col applies to tables; {path} is a LETOR / SVMlight file")

@@ -12,6 +12,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from ctxrank._io import atomic_write, writing
 from ctxrank.cli._options import (
     NO_COLUMNS,
     NO_DATA,
@@ -31,6 +34,13 @@ from ctxrank.cli._options import (
     seed_int,
     table,
 )
+from ctxrank.cli._source import load_data_rows
+from ctxrank.data import registry
+from ctxrank.data.download import download_dataset
+from ctxrank.data.summary import data_summary
+from ctxrank.data.synth import write_synthetic_letor
+from ctxrank.data.synth_choice import make_choice_sessions
+from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
 
 SYNTHETIC_NOTE = "note: these data are SYNTHETIC (generated, not measured); use them for tests and demos only"
 
@@ -38,8 +48,6 @@ SYNTHETIC_NOTE = "note: these data are SYNTHETIC (generated, not measured); use 
 # --------------------------------------------------------------------------------------- datasets
 def datasets(*, data_root: str | None = None, json: bool = False) -> int:
     """The table of known datasets: features, labels, folds, presence, download, location."""
-    from ctxrank.data import registry
-
     specs = list(registry.DATASETS.values())
     if json:
         print_json([_spec_dict(spec, data_root) for spec in specs])
@@ -65,8 +73,6 @@ def datasets(*, data_root: str | None = None, json: bool = False) -> int:
 
 def datasets_show(name: str, *, data_root: str | None = None, json: bool = False) -> int:
     """Everything known about one dataset."""
-    from ctxrank.data import registry
-
     spec = registry.get_spec(name)
     d = _spec_dict(spec, data_root)
     if json:
@@ -97,9 +103,6 @@ def datasets_download(
     max_members: int | None = None,
 ) -> int:
     """Download, verify and unpack a dataset (the archive's caps: ``ctxrank.data.download.extract``)."""
-    from ctxrank.data import registry
-    from ctxrank.data.download import download_dataset
-
     spec = registry.get_spec(name)
     if url is None and spec.url is not None and sha256 is None and spec.sha256 is None:
         note(f"no known sha256 for {spec.url}; the archive is not verified")
@@ -122,8 +125,6 @@ def datasets_download(
 
 
 def _presence(spec: Any, root: str | None) -> tuple[str, str]:
-    from ctxrank.data import registry
-
     if root is None and spec.embedded:
         return "embedded", str(registry.embedded_dir(spec))
     return ("yes" if registry.is_available(spec, root=root) else "no"), str(registry.dataset_root(spec, root))
@@ -166,9 +167,6 @@ def data_info(
     json: bool = False,
 ) -> int:
     """Statistics of a data file or a registered dataset split (default: all splits)."""
-    from ctxrank.cli._source import load_data_rows
-    from ctxrank.data.summary import data_summary
-
     data, _ = load_data_rows(file, source, columns, purpose="info")
     summary = data_summary(data, threshold=threshold)
     if json:
@@ -203,8 +201,6 @@ def summary_text(s: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------ synth
 def chooser_path(path: str | Path) -> Path:
     """``sessions.csv`` / ``sessions.csv.gz`` / ``sessions.parquet`` -> ``sessions.chooser.csv``."""
-    from ctxrank.data.table import _format_of
-
     path = Path(path)
     ext = _format_of(path)
     name = path.name[: -len(ext)] if ext else path.name
@@ -212,8 +208,6 @@ def chooser_path(path: str | Path) -> Path:
 
 
 def _write_table(frame: Any, path: Path, fmt: str) -> None:
-    from ctxrank._io import atomic_write
-
     if fmt in (".parquet", ".pq"):
         atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
     else:
@@ -233,12 +227,6 @@ def synth_choice(
     json: bool = False,
 ) -> int:
     """Synthetic choice sessions to the table ``path`` and the chooser's probabilities beside it."""
-    import pandas as pd
-
-    from ctxrank._io import atomic_write
-    from ctxrank.data.synth_choice import make_choice_sessions
-    from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
-
     target = Path(path)
     fmt = _format_of(target)
     if fmt is None:
@@ -296,9 +284,6 @@ def synth_letor(
     seed: int = 0,
 ) -> int:
     """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz)."""
-    from ctxrank._io import writing
-    from ctxrank.data.synth import write_synthetic_letor
-
     target = Path(path)
     if target.parent != Path():
         target.parent.mkdir(parents=True, exist_ok=True)

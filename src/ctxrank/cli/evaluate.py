@@ -23,6 +23,15 @@ from ctxrank.cli._options import (
     print_json,
     table,
 )
+from ctxrank.cli._source import load_data_rows, model_null_fill
+from ctxrank.data.registry import get_spec
+from ctxrank.data.scores import read_scores
+from ctxrank.data.table_io import from_file_order
+from ctxrank.evaluation import evaluate_scores, unevaluated_message
+from ctxrank.experiments.compare import compare_runs, load_runs
+from ctxrank.metrics import CHOICE_METRICS, format_metric, is_choice_data, metric_convention, parse_metric
+from ctxrank.training.checkpoint import load_model, read_meta
+from ctxrank.training.predict import set_threads
 
 DEFAULT_METRICS = "ndcg@1,ndcg@3,ndcg@5,ndcg@10,map"
 _CHOICE = ("p@1", "recall@3", "mrr", "loglik")  # ctxrank.metrics.CHOICE_METRICS (help text without numpy)
@@ -30,8 +39,6 @@ _CHOICE = ("p@1", "recall@3", "mrr", "loglik")  # ctxrank.metrics.CHOICE_METRICS
 
 def parse_metrics(text: str) -> list[str]:
     """``"ndcg@10, MAP"`` -> canonical metric names; at least one."""
-    from ctxrank.metrics import format_metric, parse_metric
-
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
         raise ValueError("--metrics needs at least one metric, e.g. ndcg@10,map")
@@ -72,13 +79,8 @@ def evaluate(
     threads) on labelled data. ``metrics``
     None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
     else :data:`DEFAULT_METRICS`."""
-    from ctxrank.evaluation import evaluate_scores, unevaluated_message
-    from ctxrank.metrics import CHOICE_METRICS, is_choice_data, metric_convention
-
     names = parse_metrics(metrics) if metrics is not None else None
     if max_label is None and source.dataset is not None:  # the dataset's grade scale (ERR)
-        from ctxrank.data.registry import get_spec
-
         max_label = get_spec(source.dataset).max_label
     conv = metric_convention(
         convention, gain=gain, no_relevant=no_relevant, threshold=threshold, max_label=max_label
@@ -116,17 +118,10 @@ def _scored_data(
     threads: int | None,
 ) -> tuple[Any, Any]:
     """``(RankingData, (N,) scores in its row order)`` from a scores file or a saved model."""
-    from ctxrank.cli._source import load_data_rows
-
     if model is not None:
-        from ctxrank.checkpoint import load_model, read_meta
-        from ctxrank.cli._source import model_null_fill
-
         meta = read_meta(model)
         predictor = load_model(model)
         if threads is not None:
-            from ctxrank.training.predict import set_threads
-
             set_threads(predictor, threads)
         ranking, _ = load_data_rows(
             data,
@@ -139,8 +134,6 @@ def _scored_data(
             saved_null_fill=model_null_fill(meta),
         )
         return ranking, predictor.predict(ranking)
-    from ctxrank.data.scores import read_scores
-    from ctxrank.data.table_io import from_file_order
 
     ranking, file_rows = load_data_rows(data, source, columns, default_split="test", purpose="scores")
     values = read_scores(scores, ranking.n_items, data_name=ranking.source or "the data")
@@ -174,8 +167,6 @@ def compare(
 ) -> int:
     """Per-metric difference of two sets of runs, with paired t-tests over runs and over queries, each
     test's p-values corrected over the metrics (``correction``)."""
-    from ctxrank.experiments.compare import compare_runs, load_runs
-
     chosen = list(metrics) if metrics is not None else None
     res = compare_runs(load_runs(a), load_runs(b), chosen, correction=correction)
     if json:

@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import lightgbm
+
+from ctxrank._io import claim_output_dir, lock_directory
+from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli._options import (
     add_correction,
     add_executor_options,
@@ -24,6 +30,14 @@ from ctxrank.cli._options import (
     seed_int,
     table,
 )
+from ctxrank.data.registry import load_fold
+from ctxrank.data.summary import data_summary
+from ctxrank.evaluation import evaluate_scores
+from ctxrank.experiments import build_report, load_spec, run_experiment
+from ctxrank.experiments.evidence import restore_runs, write_evidence
+from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
+from ctxrank.experiments.store import SPEC_FILE, RunStore
+from ctxrank.metrics import metric_convention
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)
@@ -41,8 +55,6 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     if text == "auto":
-        from ctxrank.experiments.executors import slurm_shard
-
         return slurm_shard()
     k, sep, n = text.partition("/")
     if not (sep and k.strip().isdigit() and n.strip().isdigit()):
@@ -83,10 +95,6 @@ def experiment(
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
     unless ``overwrite`` (:mod:`ctxrank.cli._outputs`)."""
-    from ctxrank._io import lock_directory
-    from ctxrank.experiments import load_spec
-    from ctxrank.experiments.executors import make_executor, refuse_data_parallel
-
     refuse_data_parallel("experiment")  # under torchrun every rank would repeat every run
     runner = make_executor(executor, address=address, max_retries=max_retries, jobs=jobs)
 
@@ -99,8 +107,6 @@ def experiment(
         every.append(("runs.threads", threads))
     loaded = load_spec(spec, every)
     if correction is not None:
-        import dataclasses
-
         loaded = dataclasses.replace(loaded, report=dataclasses.replace(loaded.report, correction=correction))
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
@@ -112,8 +118,6 @@ def experiment(
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
         store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
         if evidence is not None:
-            from ctxrank.experiments.evidence import write_evidence
-
             counts = write_evidence(loaded, store, evidence)
             _say(
                 f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
@@ -126,18 +130,9 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
     """Regenerate an experiment's report (tables, p-values, figures) from its stored ``evidence``,
     training nothing; in ``out_dir`` (new, or written by an earlier ``report`` of the same evidence),
     else in a temporary directory; the table is printed."""
-    import dataclasses
-    import tempfile
-
-    from ctxrank.experiments import build_report
-    from ctxrank.experiments.evidence import restore_runs
-
     with tempfile.TemporaryDirectory(prefix="ctxrank-report-") as tmp:
         where = Path(tmp) if out_dir is None else Path(out_dir)
         if out_dir is not None:
-            from ctxrank._io import claim_output_dir
-            from ctxrank.experiments.store import SPEC_FILE
-
             claim_output_dir(where, overwrite=False, what="report", ours=(SPEC_FILE,))
         spec, store = restore_runs(evidence, where)
         if correction is not None:
@@ -164,10 +159,6 @@ def _run_and_report(
 ) -> Any:
     """Under the directory's lock: check it, run the pending runs (or none), write and print the report;
     returns the run store."""
-    from ctxrank._io import claim_output_dir
-    from ctxrank.experiments import build_report, run_experiment
-    from ctxrank.experiments.store import SPEC_FILE, RunStore
-
     claim_output_dir(where, overwrite=overwrite, what="experiment", ours=(SPEC_FILE,), keep=REUSED_ENTRIES)
     if report_only:
         store = RunStore(where)
@@ -223,13 +214,6 @@ def quick_demo(
 ) -> int:
     """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold``; test metrics under
     the standard and LETOR 4.0 conventions."""
-    import lightgbm  # LightGBM and torch (ctxrank.evaluation) are imported before the clock starts
-
-    import ctxrank.evaluation  # noqa: F401
-    from ctxrank.baselines.lambdamart import LambdaMART
-    from ctxrank.data.registry import load_fold
-    from ctxrank.data.summary import data_summary
-
     t0 = time.perf_counter()
     data = load_fold("mq2008", fold)
     summaries = {s: data_summary(getattr(data, s)) for s in ("train", "valid", "test")}
@@ -275,9 +259,6 @@ def quick_demo(
 
 def _demo_metrics(scores: Any, test: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Mean test metrics and the convention records under ``standard`` and ``letor4``."""
-    from ctxrank.evaluation import evaluate_scores
-    from ctxrank.metrics import metric_convention
-
     results, conventions = {}, {}
     for name in ("standard", "letor4"):
         report = evaluate_scores(scores, test, DEMO_METRICS, metric_convention(name))

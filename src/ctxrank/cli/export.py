@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ctxrank.cli._options import add_threads, out, table
+import torch
 
-FORMATS = ("torchscript", "onnx")  # ctxrank.export.EXPORT_FORMATS, without importing torch for --help
+from ctxrank.cli._options import add_threads, out, table
+from ctxrank.cli._outputs import check_output_file
+from ctxrank.export import EXPORT_FORMATS, export_model
 
 
 def _size_text(n: float) -> str:
@@ -24,13 +26,8 @@ def export(
 ) -> int:
     """Write the model saved in ``model`` as one ``format`` file at ``out_file`` (an existing file only
     with ``overwrite``), checked; tracing and the check run with ``threads`` CPU threads."""
-    from ctxrank.cli._outputs import check_output_file
-    from ctxrank.export import export_model
-
     check_output_file(out_file, overwrite=overwrite, flag="--out")
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
 
     result = export_model(model, format, out_file)
@@ -77,7 +74,7 @@ def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")
-    p.add_argument("--format", required=True, choices=FORMATS, help="torchscript or onnx")
+    p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="torchscript or onnx")
     p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out FILE if it exists")
     add_threads(p, "of tracing and the check; default: PyTorch's own")

@@ -8,12 +8,20 @@ absolute paths) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import torch.distributed
+
+from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
+from ctxrank._modeldir import claim_model_dir, remove_model_entries
+from ctxrank._overrides import parse_override
 from ctxrank.cli._options import (
     NO_COLUMNS,
     NO_DATA,
@@ -32,7 +40,22 @@ from ctxrank.cli._options import (
     table,
     warn,
 )
-from ctxrank.cli._train_data import TrainFiles
+from ctxrank.cli._outputs import check_output_file
+from ctxrank.cli._source import load_data_rows, model_null_fill
+from ctxrank.cli._train_data import TrainFiles, training_data
+from ctxrank.config import RunConfig, resolve_config
+from ctxrank.data.table_io import to_file_order
+from ctxrank.evaluation import metrics_report, unevaluated_message
+from ctxrank.losses import LOSSES
+from ctxrank.metrics import mean_metrics, metric_convention
+from ctxrank.registry import MODELS, is_baseline
+from ctxrank.training.checkpoint import load_model, read_meta
+from ctxrank.training.distributed import init_from_env, resolve_device, world
+from ctxrank.training.loop import NonFiniteLossError
+from ctxrank.training.memory import MemoryBudgetError, check_model_size
+from ctxrank.training.predict import set_threads
+from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
+from ctxrank.training.run import run_training
 
 RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
@@ -128,8 +151,6 @@ class TrainOptions:
     def from_record(cls, record: dict[str, Any]) -> TrainOptions:
         """The options of :meth:`to_record` (``out``, which older records hold, is ignored; their
         ``overrides`` were ``KEY=VALUE`` text)."""
-        from ctxrank._overrides import parse_override
-
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(record) - names - {"out"})
         if unknown:
@@ -158,8 +179,6 @@ class TrainOptions:
     def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
         """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
         ``launcher``: the torchrun command (and options) that started the processes of the run."""
-        from ctxrank._io import override_text
-
         argv = [*launcher, "-m", "ctxrank", "train"] if launcher else ["ctxrank", "train"]
         record, defaults = self.to_record(), TrainOptions().to_record()
         for name, flag in FLAGS.items():
@@ -208,8 +227,6 @@ def train(
 
     ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
     there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`)."""
-    from ctxrank.registry import is_baseline
-
     record = None
     if resume is not None and overwrite:
         raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
@@ -220,8 +237,6 @@ def train(
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(options)
-    from ctxrank.training.distributed import init_from_env, resolve_device
-    from ctxrank.training.memory import check_model_size
 
     check_model_size(config, 1, device=resolve_device(config.train.device))  # before the data: 1 feature
 
@@ -240,22 +255,15 @@ def train(
         ctx.barrier()  # a rank that tears its gloo group down while another still works aborts (SIGABRT)
         return result
     finally:
-        import torch.distributed
-
         torch.distributed.destroy_process_group()
 
 
 def _resolved_config(options: TrainOptions) -> Any:
-    from ctxrank.config import resolve_config
-
     return resolve_config(options.config, options.config_overrides())
 
 
 def _read_run_record(directory: Path) -> dict[str, Any]:
     """``DIR/resume/run.json`` of an unfinished run (refusing a finished run or a foreign file)."""
-    from ctxrank._io import read_json_file
-    from ctxrank.training.resume import RUN_FILE
-
     run_file = directory / RESUME_DIR / RUN_FILE
     if not run_file.is_file():
         if (directory / "ctxrank.json").exists():
@@ -273,9 +281,6 @@ def _read_run_record(directory: Path) -> dict[str, Any]:
 def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple[TrainOptions, Any, dict]:
     """``--resume DIR``: the recorded options and config of the run in DIR; options given as well must
     agree with the recorded ones."""
-    from ctxrank.config import RunConfig
-    from ctxrank.training.resume import RUN_FILE
-
     directory = Path(resume)
     if out_dir is not None and Path(out_dir).absolute() != directory.absolute():
         raise ValueError(
@@ -336,8 +341,6 @@ class _Run:
     def execute(self) -> int:
         """Lock the directory, check, read the data, record the run, train, save, report; the exit
         status."""
-        from ctxrank._io import lock_directory
-
         if not self.main:  # rank 0 holds the lock for every rank of a torchrun job
             self._check_directory()
             return self._execute()
@@ -346,11 +349,6 @@ class _Run:
             return self._execute()
 
     def _execute(self) -> int:
-        from ctxrank.cli._train_data import training_data
-        from ctxrank.training.loop import NonFiniteLossError
-        from ctxrank.training.memory import MemoryBudgetError
-        from ctxrank.training.run import run_training
-
         self._check_categorical()
         o = self.options
         td = training_data(o.files, o.source, o.columns, self.config.train.seed)
@@ -383,17 +381,12 @@ class _Run:
         if result.test_metrics is not None:
             self._test_report(result, td)
         if self.main:  # the run is complete: its training state is no longer needed
-            import shutil
-
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return 0
 
     def _check_directory(self) -> None:
         """A new run's ``--out``: new, empty, or with ``--overwrite`` anything
         (:func:`ctxrank._modeldir.claim_model_dir`); an unfinished run there is pointed to ``--resume``."""
-        from ctxrank._modeldir import claim_model_dir
-        from ctxrank.training.resume import RUN_FILE, STATE_FILE
-
         out_dir, state_dir = self.out_dir, self.state_dir
         if self.record is not None:
             return
@@ -405,8 +398,6 @@ class _Run:
         claim_model_dir(out_dir, overwrite=self.overwrite)
 
     def _check_categorical(self) -> None:
-        from ctxrank.registry import is_baseline
-
         model, categorical = self.config.model, self.options.categorical
         if is_baseline(model) and model != "lambdamart" and categorical:
             raise ValueError(
@@ -449,12 +440,6 @@ class _Run:
 
     def _start(self) -> dict[str, Any]:
         """A new run: write its record (``OUT/resume/run.json``); a resumed one: say where it goes on."""
-        import os
-
-        from ctxrank._io import write_json
-        from ctxrank.training.distributed import world
-        from ctxrank.training.resume import RUN_FILE, StateDir
-
         if self.record is not None:
             done = StateDir(self.state_dir).saved_epoch()
             self.say(
@@ -486,8 +471,6 @@ class _Run:
 
     def _forget(self) -> None:
         """Remove the record :meth:`_start` wrote for a new run (a resumed run keeps its own)."""
-        from ctxrank.training.resume import RUN_FILE
-
         if self.record is None and self.main:
             (self.state_dir / RUN_FILE).unlink(missing_ok=True)
             if self.state_dir.is_dir() and not any(self.state_dir.iterdir()):
@@ -496,18 +479,11 @@ class _Run:
     def _replace_previous(self) -> None:
         """``--overwrite`` on a directory of an earlier ctxrank model: its files go first (none is left
         beside the new model's); a directory of other files keeps them."""
-        from ctxrank._modeldir import remove_model_entries
-        from ctxrank.training.resume import RUN_FILE
-
         earlier = (self.out_dir / "ctxrank.json").exists() or (self.state_dir / RUN_FILE).exists()
         if self.overwrite and earlier:
             remove_model_entries(self.out_dir)
 
     def _non_finite(self, exc: Exception) -> int:
-        import sys
-
-        from ctxrank.training.resume import StateDir
-
         best = StateDir(self.state_dir).best_file()
         where = (
             f"\nthe last good epoch's training state is kept in {self.state_dir}; its best weights are in "
@@ -531,10 +507,6 @@ class _Run:
 
     def _test_report(self, result: Any, td: Any) -> None:
         """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
-        from ctxrank._io import write_json
-        from ctxrank.evaluation import metrics_report, unevaluated_message
-        from ctxrank.metrics import mean_metrics, metric_convention
-
         config, rr = self.config, self.config.rerank
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         report = metrics_report(result.test_metrics, td.test, conv)
@@ -562,12 +534,6 @@ def data_parallel(batch_size: int) -> dict[str, Any] | None:
     """The data-parallel layout of this torchrun process group (None outside one): world size,
     nodes x processes per node, backend, per-process and global batch, and the torchrun command
     (``launcher``) that starts the same layout again."""
-    import os
-
-    import torch.distributed
-
-    from ctxrank.training.distributed import world
-
     ctx = world()
     if not ctx.enabled:
         return None
@@ -650,21 +616,12 @@ def predict(
     """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
     score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
     ``overwrite``), with ``threads`` CPU threads (None: the libraries' defaults)."""
-    import sys
-
-    from ctxrank.checkpoint import load_model, read_meta
-    from ctxrank.cli._outputs import check_output_file
-
     if output != "-":
         check_output_file(output, overwrite=overwrite, flag="--output")
-    from ctxrank.cli._source import load_data_rows, model_null_fill
-    from ctxrank.data.table_io import to_file_order
 
     meta = read_meta(model)
     predictor = load_model(model)
     if threads is not None:
-        from ctxrank.training.predict import set_threads
-
         set_threads(predictor, threads)
     ranking, file_rows = load_data_rows(
         data,
@@ -681,7 +638,6 @@ def predict(
     if output == "-":
         sys.stdout.write(text)
         return 0
-    from ctxrank._io import atomic_write
 
     atomic_write(Path(output), lambda tmp: tmp.write_text(text))
     print(f"wrote {ranking.n_items:,} scores ({ranking.n_queries:,} queries) to {output}", file=sys.stderr)
@@ -719,9 +675,6 @@ class _Names:
         self.which = which
 
     def __str__(self) -> str:
-        from ctxrank.losses import LOSSES
-        from ctxrank.registry import MODELS, is_baseline
-
         if self.which == "losses":
             return ", ".join(sorted(LOSSES))
         baseline = self.which == "baselines"

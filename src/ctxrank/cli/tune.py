@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ctxrank._checks import check_int
 from ctxrank.cli._options import (
     add_dataset_options,
     add_executor_options,
@@ -28,7 +29,14 @@ from ctxrank.cli._options import (
     positive_int,
     seed_int,
 )
+from ctxrank.cli._train_data import training_data
 from ctxrank.cli.train import FLAGS, TrainOptions
+from ctxrank.config import RunConfig, apply_overrides, load_toml
+from ctxrank.data.registry import load_split
+from ctxrank.experiments.executors import make_executor
+from ctxrank.experiments.spec import TuneSpec
+from ctxrank.training.distributed import resolve_device
+from ctxrank.training.memory import check_model_size
 
 
 @dataclass(frozen=True)
@@ -51,14 +59,11 @@ class SearchOptions:
     max_retries: int = 2
 
     def __post_init__(self) -> None:
-        from ctxrank._checks import check_int
-
         check_int("--trials", self.trials, allow_none=True)
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise ValueError(f"--timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.study_name is not None and not self.study_name.strip():
             raise ValueError("--study-name must not be empty")
-        from ctxrank.experiments.executors import make_executor
 
         make_executor(self.executor, address=self.address, max_retries=self.max_retries)  # checks them
         if self.storage is not None and "://" not in self.storage:
@@ -83,10 +88,6 @@ def tune(
         from ctxrank import tune as tuning
     except ImportError as exc:
         raise ValueError(str(exc)) from None
-    from ctxrank.config import RunConfig
-    from ctxrank.experiments.executors import make_executor
-    from ctxrank.training.distributed import resolve_device
-    from ctxrank.training.memory import check_model_size
 
     if options.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
@@ -129,8 +130,6 @@ def tune(
 def _base_config(options: TrainOptions) -> tuple[dict[str, Any], Any]:
     """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated,
     and the file's ``[tune]`` block (None without one)."""
-    from ctxrank.config import apply_overrides, load_toml
-
     overrides = options.config_overrides()
     d = apply_overrides(load_toml(options.config) if options.config is not None else {}, overrides)
     block = d.pop("tune", None)
@@ -147,8 +146,6 @@ def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> 
     """``search`` with what the command line left unset taken from the ``--config`` file's ``[tune]``
     block (``trials``, ``prune``; checked as an experiment's ``[tune]``), else the defaults (20 trials,
     pruning on)."""
-    from ctxrank.experiments.spec import TuneSpec
-
     block = {} if block is None else block
     where = f"[tune] of {config}" if config is not None else "[tune]"
     if not isinstance(block, dict):
@@ -172,11 +169,8 @@ def _tuning_data(options: TrainOptions, seed: int) -> tuple[Any, Any, str]:
     queries are split off and dropped), and what they are."""
     source, columns = options.source, options.columns
     if source.dataset is None:
-        from ctxrank.cli._train_data import training_data
-
         td = training_data(options.files, source, columns, seed)
         return td.train, td.valid, td.what
-    from ctxrank.data.registry import load_split
 
     if options.data_file is not None or options.train_file is not None or options.valid_file is not None:
         raise ValueError("give either --dataset or data files (--train/--valid or --data), not both")

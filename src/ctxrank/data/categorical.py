@@ -1,14 +1,19 @@
 """`CategoricalEncoder`: integer codes for categorical columns (code 0 = unknown or missing), fitted on
 the training split. Used by the table reader (``ctxrank.data.table``) and by
-``RankingData.from_frame`` (pandas DataFrames, the estimator API)."""
+``RankingData.from_frame`` (pandas DataFrames, the estimator API).
+
+pandas is imported when columns are encoded, not with the module: ``RankingData`` and the estimators
+hold an encoder without needing pandas (``tests/test_package.py`` checks the estimators' imports)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["CategoricalEncoder"]
 
@@ -82,6 +87,8 @@ class CategoricalEncoder:
             raise ValueError(
                 f"CategoricalEncoder was fitted on columns {list(self.columns_)}; missing {lacking}"
             )
+        import pandas as pd  # frames only (see the module's docstring)
+
         parts, unknown, n_missing = [], 0, 0
         for name in self.columns_:  # type: ignore[union-attr]
             s, missing = _as_strings(columns[name])
@@ -148,6 +155,8 @@ class CategoricalEncoder:
 
 def _as_strings(values: Any) -> tuple[pd.Series, np.ndarray]:
     """(values as an object Series of str with None where missing, bool (N,) missing mask)."""
+    import pandas as pd  # frames only (see the module's docstring)
+
     s = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     missing = s.isna().to_numpy()
     out = np.full(len(s), None, dtype=object)

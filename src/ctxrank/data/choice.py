@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.paths import missing_file_error
 from ctxrank.data.ranking_data import RankingData
 
@@ -241,8 +242,6 @@ def frame_to_ranking(
     """A long choice table (contiguous situations) -> RankingData with group ids, docids = ``alt``
     and categorical codes (vocabulary fitted on ``df``; re-fit on a training split with
     ``ctxrank.data.table.refit_categorical``)."""
-    from ctxrank.data.table import CategoricalEncoder
-
     sit = df["situation"].to_numpy(dtype=object)
     starts = np.flatnonzero(np.r_[True, sit[1:] != sit[:-1]])
     if len(np.unique(sit[starts])) != starts.size:

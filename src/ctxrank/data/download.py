@@ -24,7 +24,10 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from tqdm.auto import tqdm
+
 from ctxrank._io import sha256_file, writing
+from ctxrank.data import registry
 
 __all__ = ["DownloadError", "archive_format", "download", "download_dataset", "extract", "sha256_file"]
 
@@ -81,8 +84,6 @@ def download(
             cases, and a pre-existing file at ``dest`` is left untouched.
         ValueError: a malformed ``sha256``.
     """
-    from tqdm.auto import tqdm
-
     expected = _normalize_sha256(sha256)
     dest = Path(dest)
     if dest.is_dir():
@@ -358,8 +359,6 @@ def download_dataset(
             unpacked by hand: the message says how); an unpacked archive without the expected files.
         DownloadError: HTTP error, interrupted transfer, checksum mismatch.
     """
-    from ctxrank.data import registry
-
     spec = registry.get_spec(name)
     if url is None:
         url = spec.url

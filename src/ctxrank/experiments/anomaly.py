@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+from sklearn.ensemble import IsolationForest
 
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.experiments.stats import paired_test
@@ -61,8 +62,6 @@ def anomaly_scores(
     seed: int = 0,
 ) -> np.ndarray:
     """float64 ``[Q_test]`` anomaly scores (higher = more unlike the training queries)."""
-    from sklearn.ensemble import IsolationForest
-
     forest = IsolationForest(n_estimators=n_estimators, random_state=seed)
     forest.fit(query_vectors(train, train_scores, top))
     return -forest.score_samples(query_vectors(test, test_scores, top))

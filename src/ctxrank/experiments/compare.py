@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank.experiments.stats import DEFAULT_CORRECTION, adjust
+from ctxrank.experiments.report import query_means, run_means
+from ctxrank.experiments.stats import DEFAULT_CORRECTION, adjust, paired_test
 from ctxrank.experiments.store import check_run
 
 __all__ = ["compare_runs", "load_runs"]
@@ -64,9 +65,6 @@ def compare_runs(
     """Per metric: means of A and B over their common runs, and paired tests over runs and queries;
     each test's p-values corrected over the metrics compared (``correction``, default Holm; the raw
     ``p`` kept beside ``p_adjusted``)."""
-    from ctxrank.experiments.report import query_means, run_means
-    from ctxrank.experiments.stats import paired_test
-
     keys = sorted(set(a) & set(b), key=str)
     if not keys:
         raise ValueError(f"A and B have no run in common (A: {sorted(a, key=str)}, B: {sorted(b, key=str)})")

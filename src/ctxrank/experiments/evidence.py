@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from ctxrank._io import atomic_write, dumps, floats_or_nan
+from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan
 from ctxrank.experiments.spec import (
     AnomalySpec,
     DataSpec,
@@ -33,7 +35,7 @@ from ctxrank.experiments.spec import (
     ReportSpec,
     TuneSpec,
 )
-from ctxrank.experiments.store import RunStore
+from ctxrank.experiments.store import RunStore, check_run
 
 __all__ = ["EVIDENCE_FILES", "read_evidence", "restore_runs", "spec_from_record", "write_evidence"]
 
@@ -51,9 +53,6 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     """Write the evidence of every run and unit stored in ``store`` to the directory ``to`` (replacing
     an earlier evidence of the same experiment; another experiment's is refused). Returns counts:
     ``runs``, ``rows`` (per-query rows) and ``bytes`` written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     to = Path(to)
     _check_target(to, spec)
     keys = spec.run_keys()
@@ -101,10 +100,6 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
 def read_evidence(path: str | Path) -> tuple[ExperimentSpec, list[dict[str, Any]], list[dict[str, Any]]]:
     """``(spec, run records, unit records)`` of an evidence directory, validated (every run as a run
     file would be: ``ctxrank.experiments.store.check_run``)."""
-    import pyarrow.parquet as pq
-
-    from ctxrank.experiments.store import check_run
-
     path = Path(path)
     for name in (SPEC, RUNS, RUN_META):
         if not (path / name).is_file():
@@ -201,8 +196,6 @@ def _axes(axes: list) -> tuple:
 
 def _check_target(to: Path, spec: ExperimentSpec) -> None:
     """``to`` new, empty, or holding this experiment's evidence (``_io.claim_output_dir``)."""
-    from ctxrank._io import claim_output_dir
-
     if claim_output_dir(to, overwrite=False, what="evidence", ours=(SPEC,)):
         old = _read_json(to / SPEC)
         if not isinstance(old, dict) or old.get("fingerprint") != spec.fingerprint():

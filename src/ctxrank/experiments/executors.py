@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import multiprocessing
 import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,8 @@ from typing import Any
 import numpy as np
 
 from ctxrank._checks import check_int
-from ctxrank.experiments.provenance import run_context
+from ctxrank.config import RunConfig
+from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.runner import (
     Unit,
     _anomaly_unit,
@@ -60,9 +63,11 @@ from ctxrank.experiments.runner import (
     _Source,
     load_unit,
     run_device,
+    run_experiment,
 )
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec
 from ctxrank.experiments.store import RunStore
+from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.rerank import InitialRanker, InitialRankers
 
 __all__ = [
@@ -163,8 +168,6 @@ def _fitted(unit: Unit, initial: InitialRanker | None) -> InitialRankers:
 
 @functools.cache
 def _code() -> dict[str, Any]:
-    from ctxrank.experiments.provenance import code_version
-
     return code_version()
 
 
@@ -231,9 +234,6 @@ class ProcessExecutor:
         Raises:
             ValueError: runs failed (each named; the others are stored).
         """
-        import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
         every = spec.run_keys()
         units = sorted({(s, f) for s, f, _ in todo} | set(need_units), key=every.index)
         if not units:
@@ -259,8 +259,6 @@ class ProcessExecutor:
 
 def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
     """Worker: the pending runs of the ``index``-th of ``count`` units (the shard ``index/count``)."""
-    from ctxrank.experiments.runner import run_experiment
-
     run_experiment(spec, root, progress=False, log=lambda _: None, shard=(index, count))
 
 
@@ -431,9 +429,6 @@ def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) 
     import optuna
     import ray
 
-    from ctxrank.config import RunConfig
-    from ctxrank.training.loop import NonFiniteLossError
-
     def should_prune(epoch: int, value: float) -> bool:
         return ray.get(reporter.should_prune.remote(trial_id, epoch, value))
 
@@ -456,8 +451,6 @@ class _RayTrials:
     def __init__(self, ex: RayExecutor, job: Any, study: Any, storage: str) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from ctxrank.config import RunConfig
 
         self.ray, self.job, self.study = ray, job, study
         base = RunConfig.from_dict(job.base)

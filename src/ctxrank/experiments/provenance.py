@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+import torch
 
 __all__ = ["code_version", "environment", "run_context"]
 
@@ -19,8 +22,6 @@ def code_version() -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """The git commit (and whether the checkout has changes), package versions and machine."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {"python": platform.python_version()}
     for pkg in ("ctxrank", "torch", "numpy", "scipy", "scikit-learn", "lightgbm", "pandas"):
         try:
@@ -53,8 +54,6 @@ def run_context(threads: int, device: str) -> dict[str, Any]:
     """What a run was computed with besides its code: ``threads`` (the run's CPU threads, PyTorch's and
     LightGBM's), ``device`` (``cpu``, or the CUDA device's name), the package versions and the
     machine; recorded as ``context`` in every run file (results can differ between thread counts)."""
-    import torch
-
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"

@@ -20,6 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ctxrank.experiments import build_report
+from ctxrank.experiments.evidence import restore_runs
+
 __all__ = ["Block", "headline", "published_blocks", "regenerate"]
 
 _BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+) -->\n(.*?)<!-- /evidence -->", re.S)
@@ -50,9 +53,6 @@ def headline(table_md: str) -> str:
 
 def regenerate(root: Path, name: str) -> str:
     """The headline of ``evidence/NAME``'s report, regenerated (nothing is trained)."""
-    from ctxrank.experiments import build_report
-    from ctxrank.experiments.evidence import restore_runs
-
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
         spec, store = restore_runs(root / "evidence" / name, tmp)
         build_report(spec, store, tmp)

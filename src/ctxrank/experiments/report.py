@@ -23,10 +23,12 @@ import numpy as np
 
 from ctxrank._io import atomic_write, write_json
 from ctxrank.experiments import stats
+from ctxrank.experiments.anomaly import bucket_gaps, method_text
 from ctxrank.experiments.provenance import environment
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label, split_protocol
 from ctxrank.experiments.stats import CORRECTIONS, adjust, mean_std
 from ctxrank.experiments.store import RunStore
+from ctxrank.metrics import metric_convention
 
 __all__ = ["build_report", "collect", "improvement_pct", "query_means", "run_means"]
 
@@ -98,8 +100,6 @@ _ZERO_WIDTH = {
 
 def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> dict[str, Any]:
     """What results.json records about the test (name, unit, n, CI method, ...) and the caption's text."""
-    from ctxrank.experiments.spec import split_protocol
-
     rep = spec.report
     name, unit = rep.test, stats.UNITS[rep.test]
     ns = sorted({c["n"] for c in comparisons})
@@ -190,8 +190,6 @@ def build_report(spec: ExperimentSpec, store: RunStore, out: str | Path | None =
     Raises:
         ValueError: no run has been finished by every model yet.
     """
-    from ctxrank.metrics import metric_convention
-
     out = Path(out) if out is not None else store.root
     keys, records = collect(spec, store)
     if not keys:
@@ -305,8 +303,6 @@ def _grid_lines(res: dict[str, Any]) -> list[str]:
 def _anomaly(spec, store, keys, records) -> dict[str, Any]:
     """The anomaly analysis with the query as the unit: a test query seen in several runs enters once,
     its anomaly score and both models' metrics averaged over those runs (:func:`query_means`)."""
-    from ctxrank.experiments.anomaly import bucket_gaps, method_text
-
     a_name, b_name = spec.anomaly.models
     units = []
     for i, (s, f) in enumerate(keys):

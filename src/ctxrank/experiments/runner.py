@@ -24,12 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from ctxrank.data.letor import read_letor
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.registry import load_fold, load_split
+from ctxrank.data.split import group_column, query_split_indices, split_queries
+from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
+from ctxrank.data.table import CategoricalEncoder, TableSpec, is_table_path, read_table, refit_categorical
+from ctxrank.experiments.anomaly import anomaly_scores, method_text
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
+from ctxrank.metrics import evaluate_queries
 from ctxrank.training.rerank import InitialRanker, InitialRankers
+from ctxrank.training.run import run_training
 
 __all__ = ["Unit", "load_unit", "pending_runs", "run_experiment"]
 
@@ -59,15 +68,10 @@ class _Source:
         if self._data is None:
             d = self.spec.data
             if d.dataset:
-                from ctxrank.data.registry import load_split
-
                 self._data = load_split(
                     d.dataset, "all", 1, root=d.root, variant=d.variant, null_fill=d.null_fill
                 )
             elif d.synth:
-                from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
-                from ctxrank.data.table import read_table
-
                 sessions = make_choice_sessions(d.sessions, seed=d.synth_seed)
                 with tempfile.TemporaryDirectory() as tmp:
                     path = Path(tmp) / "sessions.parquet"
@@ -78,9 +82,6 @@ class _Source:
                 self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
                 self._data = data
             else:
-                from ctxrank.data.split import group_column
-                from ctxrank.data.table import TableSpec, is_table_path
-
                 if is_table_path(d.file):
                     table = TableSpec(
                         query=d.query_col,
@@ -91,8 +92,6 @@ class _Source:
                     )
                     data, _ = table.read(d.file)
                 else:
-                    from ctxrank.data.letor import read_letor
-
                     data = read_letor(d.file, null_fill=d.null_fill)
                 self._data = data
         return self._data
@@ -102,14 +101,11 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     """Train / valid / test of run ``(seed, fold)``."""
     d = spec.data
     if d.registry_folds:
-        from ctxrank.data.registry import load_fold
-
         f = load_fold(d.dataset, fold, root=d.root, variant=d.variant, null_fill=d.null_fill)
         method = "published fold" if d.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
         split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
         split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
         return Unit(f.train, f.valid, f.test, split)
-    from ctxrank.data.split import query_split_indices, split_queries
 
     source = source or _Source(spec)
     data = source.whole()
@@ -118,8 +114,6 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     if d.dataset:
         record["pooled"] = f"every query of {data.source}"
     if data.categorical is not None:
-        from ctxrank.data.table import CategoricalEncoder, refit_categorical
-
         encoder = CategoricalEncoder.from_dict(data.info["categorical_encoder"])
         _, (train, valid, test) = refit_categorical(encoder, train, valid, test)
         record["categorical"] = "vocabulary re-fitted on the training split"
@@ -173,8 +167,6 @@ def run_experiment(
         ValueError: ``out`` holds another experiment's runs, or a run fails (the message names it; the
             runs finished before it are kept).
     """
-    from tqdm.auto import tqdm
-
     keys = shard_keys(spec.run_keys(), shard)  # a bad shard is refused before anything is written
     store = RunStore(out)
     store.claim(spec)
@@ -232,8 +224,6 @@ def _initial_kw(config: Any, shared: InitialRankers) -> dict[str, Any]:
 
 
 def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> dict[str, list[float]]:
-    from ctxrank.metrics import evaluate_queries
-
     rep = spec.report
     per = evaluate_queries(
         scores,
@@ -250,8 +240,6 @@ def _evaluate(spec: ExperimentSpec, scores: np.ndarray, test: RankingData) -> di
 def _validation_score(config: Any, predictor: Any, valid: RankingData) -> float:
     """Mean ``train.metric`` of ``predictor`` on the validation split (full queries; queries without a
     relevant item scored ``train.no_relevant``): the grid's selection criterion."""
-    from ctxrank.metrics import evaluate_queries
-
     metric, tc = config.train.metric, config.train
     per = evaluate_queries(
         predictor.predict(valid), valid.labels, valid.query_offsets, [metric], no_relevant=tc.no_relevant
@@ -271,8 +259,6 @@ def _select_on_validation(
     """Train every grid point of ``model`` on ``train``, score each on ``valid`` (the test split is not
     an argument: it cannot be read here); returns the best point's config, its ``RunResult`` and the
     grid record (every point's validation score, the chosen index and values)."""
-    from ctxrank.training.run import run_training
-
     points, best = [], None
     for i, point in enumerate(spec.grids[model].points()):
         config = spec.run_config(model, seed, point)
@@ -296,8 +282,6 @@ def _select_on_validation(
 def _run_one(
     spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: InitialRankers, root: Path
 ) -> dict[str, Any]:
-    from ctxrank.training.run import run_training
-
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
     if model == REFERENCE and spec.data.synth and model not in spec.models:
         return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
@@ -364,8 +348,6 @@ def _tuned(
 
 
 def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: InitialRankers, seed: int) -> dict[str, Any]:
-    from ctxrank.experiments.anomaly import anomaly_scores, method_text
-
     a = spec.anomaly
     initial = shared.get(InitialRanker(seed, spec.threads))  # the protocol's default LambdaMART
     scores = anomaly_scores(

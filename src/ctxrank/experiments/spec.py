@@ -82,8 +82,13 @@ from typing import Any
 
 from ctxrank._checks import DEFAULT_NULL_FILL, MAX_INT, MAX_SEED, check_int, check_null_fill, is_int
 from ctxrank._overrides import Override, parse_override
-from ctxrank.config import RunConfig, apply_overrides, load_toml
+from ctxrank.config import BASELINE_TRAIN_KEYS, RunConfig, apply_overrides, load_toml
 from ctxrank.data.lists import DEFAULT_TOP_K
+from ctxrank.data.registry import get_spec
+from ctxrank.data.table import is_table_path
+from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
+from ctxrank.metrics import CHOICE_METRICS, parse_metric
+from ctxrank.registry import MODELS, is_baseline
 
 __all__ = [
     "AnomalySpec",
@@ -183,8 +188,6 @@ class DataSpec:
             raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
         kw = dict(d)
         if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
-            from ctxrank.data.registry import get_spec
-
             kw["dataset"] = get_spec(kw["dataset"]).name
         if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
             kw["file"] = str((base / kw["file"]).resolve())
@@ -220,7 +223,6 @@ class DataSpec:
         random splits by person, so they do not count)."""
         if not self.registry_folds:
             return False
-        from ctxrank.data.registry import get_spec
 
         return get_spec(self.dataset).layout != "choice"
 
@@ -230,7 +232,6 @@ class DataSpec:
         the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
         if self.synth:
             return True
-        from ctxrank.data.registry import get_spec
 
         return bool(self.dataset) and get_spec(self.dataset).layout == "choice"
 
@@ -238,11 +239,8 @@ class DataSpec:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
         if not self.registry_folds:
             if self.dataset:
-                from ctxrank.data.registry import get_spec
-
                 get_spec(self.dataset)  # an unknown dataset fails now
             return (0,)
-        from ctxrank.data.registry import get_spec
 
         n = get_spec(self.dataset).n_folds
         folds = self.folds or tuple(range(1, n + 1))
@@ -275,13 +273,9 @@ def _null_fill(d: Mapping[str, Any]) -> str | float:
     if d.get("synth"):
         raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
     if d.get("file"):
-        from ctxrank.data.table import is_table_path
-
         if is_table_path(d["file"]):
             raise _fail("data", f"null_fill applies to LETOR files; {d['file']} is a table (no NULL token)")
     elif d.get("dataset"):
-        from ctxrank.data.registry import get_spec
-
         if get_spec(d["dataset"]).layout == "choice":
             raise _fail(
                 "data", f"null_fill applies to LETOR data; {d['dataset']} is a choice dataset (a table)"
@@ -465,7 +459,6 @@ class ExperimentSpec:
     def run_dict(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
         settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.threads)]
-        from ctxrank.registry import is_baseline  # imports torch: only when a run is configured
 
         if self.initial and not is_baseline(self.models[model]["model"]):
             settings += [("rerank.initial", self.initial), ("rerank.top_k", self.top_k)]
@@ -601,7 +594,6 @@ def _named_model(name: str, table: Mapping[str, Any]) -> Mapping[str, Any]:
     config's default model under another name."""
     if "model" in table:
         return table
-    from ctxrank.registry import MODELS
 
     if name not in MODELS:
         raise _fail(
@@ -645,9 +637,6 @@ def _check_new_models(d: Mapping[str, Any], overrides: Sequence[Override], path:
 
 def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
     """``[defaults]`` for one model: a baseline takes only the ``[train]`` keys it reads."""
-    from ctxrank.config import BASELINE_TRAIN_KEYS
-    from ctxrank.registry import is_baseline
-
     train = defaults.get("train")
     model = table["model"]
     if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
@@ -663,9 +652,6 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 
 def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = False) -> ReportSpec:
-    from ctxrank.experiments.stats import DEFAULT_TEST, UNITS, check_test
-    from ctxrank.metrics import CHOICE_METRICS, parse_metric
-
     _known("report", d, [*(f.name for f in dataclasses.fields(ReportSpec)), "holm"])
     metrics = _names("report", "metrics", d.get("metrics", CHOICE_METRICS if choice else DEFAULT_METRICS))
     for m in metrics:
@@ -716,8 +702,6 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
 
 def _correction(d: Mapping[str, Any]) -> str:
     """``report.correction`` (default Holm), or the earlier spelling ``holm = true | false``."""
-    from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION
-
     if "holm" in d:
         if "correction" in d:
             raise _fail("report", "correction and holm (its old true/false spelling) are both given")
@@ -803,6 +787,5 @@ def err_max_label(spec: ExperimentSpec) -> int | None:
     report asking for ERR is an error naming ``max_label``)."""
     if not spec.data.dataset:
         return None
-    from ctxrank.data.registry import get_spec
 
     return get_spec(spec.data.dataset).max_label

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxrank.models.arsm_l2r import ArsmL2R
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
 from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
@@ -17,5 +17,5 @@ __all__ = [
     "ListNet",
     "MLPScorer",
     "MultinomialLogit",
-    "Ranker",
+    "RankingModule",
 ]

@@ -33,7 +33,7 @@ from torch import nn
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_int_list
 from ctxrank.arsm import ARSM_LOSSES, ARSM_TIES, arsm_surrogate, get_arsm_loss
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, Ranker, make_mlp, mlp_floats
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
 
 SCORES = ("expected", "argmax", "expected_gain")
 
@@ -85,7 +85,7 @@ class ArsmL2RConfig:
         check_dropout("model_params.dropout", self.dropout)
 
 
-class ArsmL2R(Ranker):
+class ArsmL2R(RankingModule):
     """``(B, L, F) -> phi (B, L, C) -> scores (B, L)``; trained with :func:`ctxrank.arsm.arsm_surrogate`."""
 
     name = "arsm"

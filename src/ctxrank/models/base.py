@@ -33,8 +33,9 @@ from torch import nn
 
 from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
+from ctxrank.losses import LOSSES
 
-#: bytes of one float32 value: the unit of the memory estimates (``Ranker.batch_memory``)
+#: bytes of one float32 value: the unit of the memory estimates (``RankingModule.batch_memory``)
 FLOAT_BYTES = 4
 #: copies of the weights a training step holds: the weights, their gradients, Adam's two moments and one
 #: transient copy (a permuted weight of an einsum, the flattened weights of a fused recurrent layer)
@@ -101,8 +102,10 @@ class CategoricalEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
-class Ranker(nn.Module):
-    """Base class: subclasses set ``name``, ``config_class``, ``default_loss`` and implement forward."""
+class RankingModule(nn.Module):
+    """Base class of the neural models (an ``nn.Module``; the scikit-learn estimators are
+    ``ctxrank.Ranker``): subclasses set ``name``, ``config_class``, ``default_loss`` and implement
+    forward."""
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object
@@ -200,8 +203,6 @@ def with_default_options(
 ) -> Callable[..., torch.Tensor]:
     """``loss_fn`` with ``defaults`` bound when it is the registered ``loss_name`` loss (possibly a
     ``functools.partial`` of it) and those options are not bound already."""
-    from ctxrank.losses import LOSSES
-
     if not defaults:
         return loss_fn
     fn, bound = loss_fn, {}

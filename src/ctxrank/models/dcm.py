@@ -39,7 +39,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctxrank._checks import check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
-from ctxrank.models.base import FLOAT_BYTES, Ranker
+from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 CELLS = ("lstm", "gru")
 
@@ -75,7 +75,7 @@ class DCMConfig:
         check_dropout("model_params.dropout", self.dropout)
 
 
-class DCM(Ranker):
+class DCM(RankingModule):
     """Pointer-network choice model: ``(B, L, F)`` alternatives (real items first) -> ``(B, L)`` logits."""
 
     name = "dcm"

@@ -58,7 +58,7 @@ all, which the tests check.)
 
     L = - sum_i [ a^y_i log a^S_i + (1 - a^y_i) log(1 - a^S_i) ]
 
-(:attr:`DLCM.default_loss_params`, applied in :meth:`Ranker.training_loss` when the trainer's loss is
+(:attr:`DLCM.default_loss_params`, applied in :meth:`RankingModule.training_loss` when the trainer's loss is
 ``attrank`` with no ``form`` bound). Other choices, as run-config overrides::
 
     --set loss_params.form=dlcm_code   # the authors' released code: softmax cross entropy only
@@ -86,7 +86,7 @@ from torch import nn
 
 from ctxrank._checks import check_bool, check_dropout, check_int
 from ctxrank.models._jit import traceable_loop, tracing
-from ctxrank.models.base import FLOAT_BYTES, Ranker
+from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
 
@@ -222,7 +222,7 @@ def paper_gru_steps(
     return torch.stack(outputs, dim=1), h
 
 
-class DLCM(Ranker):
+class DLCM(RankingModule):
     """Deep Listwise Context Model: ``(B, L, F)`` features in initial-rank order -> ``(B, L)`` scores.
 
     See the module docstring for the equations, the padding treatment and the loss options.

@@ -25,7 +25,7 @@ from ctxrank._checks import (
     check_non_negative,
     check_positive,
 )
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, Ranker, make_mlp, mlp_floats
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class ListNetConfig(MLPConfig):
     hidden: tuple[int, ...] = ()
 
 
-class MLPScorer(Ranker):
+class MLPScorer(RankingModule):
     """s_i = MLP(x_i): (B, L, F) -> (B, L)."""
 
     name = "mlp"
@@ -83,7 +83,7 @@ class MLPScorer(Ranker):
         self.net = make_mlp(self.input_dim, config.hidden, config.activation, config.dropout, 1)
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
-        """The input and the MLP's layers, per item (``Ranker.batch_memory``)."""
+        """The input and the MLP's layers, per item (``RankingModule.batch_memory``)."""
         mlp = mlp_floats(self.input_dim, self.config.hidden, 1, training=training)
         return FLOAT_BYTES * batch_size * list_len * (self.input_floats(training=training) + mlp)
 
@@ -154,7 +154,7 @@ class MNLConfig:
 MNL_SOLVERS = ("lbfgs", "newton")
 
 
-class MultinomialLogit(Ranker):
+class MultinomialLogit(RankingModule):
     """Multinomial (conditional) logit (McFadden 1974): utilities linear in the parameters,
 
         v_j = w . x_j + b + sum_c a_c[k_cj]  (+ B[k_0j] . x_j with ``alternative_specific``)

@@ -58,6 +58,7 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -76,7 +77,7 @@ from ctxrank._checks import (
 )
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion, chamfer_memory
-from ctxrank.models.base import FLOAT_BYTES, Ranker, make_mlp, mlp_floats
+from ctxrank.models.base import FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
 
 VARIANTS = {
     "full": {},
@@ -188,7 +189,7 @@ class _RealItems:
         return out.new_zeros(*t.shape[:2], out.shape[-1]).index_put(self.index, out)
 
 
-class QILCM(Ranker):
+class QILCM(RankingModule):
     """Query-invariant listwise context model (see the module docstring for the equations)."""
 
     name = "qilcm"
@@ -326,8 +327,6 @@ class QILCM(Ranker):
 
 def _variant(name: str, overrides: dict) -> type[QILCM]:
     """A registry entry for an ablation variant: QILCM with other config defaults (Table 3)."""
-    import dataclasses
-
     fields = [
         (k, type(getattr(QILCMConfig(), k)), dataclasses.field(default=v)) for k, v in overrides.items()
     ]

@@ -20,22 +20,22 @@ import torch
 from torch import nn
 
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import FLOAT_BYTES, Ranker, with_default_options
+from ctxrank.models.base import FLOAT_BYTES, RankingModule, with_default_options
 
 __all__ = ["Residual"]
 
 
-class Residual(Ranker):
+class Residual(RankingModule):
     """``init_scores + gate * inner(...)``, ``gate`` a scalar parameter initialized at 0.
 
     The state dict holds ``gate`` and the inner model's weights under ``inner.``; ``name``, ``config``,
     the loss defaults and ``rerank_features`` are the inner model's.
     """
 
-    def __init__(self, inner: Ranker) -> None:
-        nn.Module.__init__(self)  # not Ranker.__init__: the inner model owns config and embeddings
-        if not isinstance(inner, Ranker):
-            raise TypeError(f"Residual wraps a neural Ranker, got {type(inner).__name__}")
+    def __init__(self, inner: RankingModule) -> None:
+        nn.Module.__init__(self)  # not RankingModule.__init__: the inner model owns config and embeddings
+        if not isinstance(inner, RankingModule):
+            raise TypeError(f"Residual wraps a neural RankingModule, got {type(inner).__name__}")
         if inner.own_objective:
             raise ValueError(
                 f"rerank.residual: {inner.name} trains its own {inner.own_objective} objective; a residual "

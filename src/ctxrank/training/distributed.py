@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import DistributedSampler
 
 __all__ = ["DistContext", "init_from_env", "resolve_device", "world"]
 
@@ -66,7 +67,6 @@ class DistContext:
             return np.arange(n)
         if not shuffle:
             return np.array_split(np.arange(n), self.world_size)[self.rank]
-        from torch.utils.data import DistributedSampler
 
         sampler = DistributedSampler(
             range(n), num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=seed

@@ -7,7 +7,7 @@ same, so the ensemble averages the re-rankers' scores of those lists and then me
 
 Saved as one directory: ``ctxrank.json`` with ``kind = "ensemble"`` and the member directories
 ``member-0 .. member-{k-1}`` (each a complete model directory, loadable alone);
-``ctxrank.checkpoint.load_model`` returns an :class:`EnsemblePredictor`.
+``ctxrank.training.checkpoint.load_model`` returns an :class:`EnsemblePredictor`.
 """
 
 from __future__ import annotations

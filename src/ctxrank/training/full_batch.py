@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.optimize import minimize
 
 from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
+from ctxrank.training.separation import find_separation
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 
@@ -76,11 +79,11 @@ def _nll_of(v: torch.Tensor, lists: _Lists) -> torch.Tensor:
     return -(torch.where(lists.mask, logp, 0.0) * lists.weight).sum() / v.shape[0]
 
 
-def _nll(model: Ranker, lists: _Lists) -> torch.Tensor:
+def _nll(model: RankingModule, lists: _Lists) -> torch.Tensor:
     return _nll_of(model(lists.features, lists.mask, categorical=lists.categorical), lists)
 
 
-def mean_log_likelihood(model: Ranker, data: RankingData) -> float:
+def mean_log_likelihood(model: RankingModule, data: RankingData) -> float:
     """Mean log-likelihood of the chosen alternatives per situation under ``softmax(model scores)``."""
     with torch.no_grad():
         dtype = next(model.parameters()).dtype
@@ -96,7 +99,7 @@ class _Objective:
     """``f(theta)``, its gradient and Hessian for SciPy; theta = the model's flat parameters, swapped
     in with ``torch.func.functional_call`` (the model's own tensors are not touched)."""
 
-    def __init__(self, model: Ranker, lists: _Lists, l2: float) -> None:
+    def __init__(self, model: RankingModule, lists: _Lists, l2: float) -> None:
         self.model, self.lists, self.l2 = model, lists, l2
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
@@ -132,8 +135,6 @@ class _Objective:
 
 
 def _minimize(objective: _Objective, x0: np.ndarray, config: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    from scipy.optimize import minimize
-
     if config.solver == "newton":
         res = minimize(
             objective.fun_grad,
@@ -174,8 +175,6 @@ def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
     an unchosen alternative's design row, ``E`` = a chosen minus its situation's first chosen one; and
     the situation of each row of ``D``. A design row is the gradient of an alternative's utility in the
     parameters (exact: the utilities are linear in them), a chunk of situations at a time."""
-    import scipy.sparse as sp
-
     lists = objective.lists
     n_params = int(sum(objective.sizes))
     chosen = (lists.chosen > 0) & lists.mask
@@ -201,8 +200,6 @@ def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
 def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | None:
     """None when the unpenalized maximum likelihood exists on ``data`` (the lists of ``objective``);
     else the situations separated and the coefficients that run off (named, with the way they go)."""
-    from ctxrank.training.separation import find_separation
-
     d_rows, e_rows, situation = _design_rows(objective)
     try:
         found = find_separation(d_rows, e_rows)
@@ -229,7 +226,7 @@ def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | No
     }
 
 
-def _separation_text(model: Ranker, sep: dict[str, Any], fitted_zero: bool, l2: float) -> str:
+def _separation_text(model: RankingModule, sep: dict[str, Any], fitted_zero: bool, l2: float) -> str:
     shown = ", ".join(sep["coefficients"][:SHOWN])
     more = f" ({sep['n_coefficients']} in all)" if sep["n_coefficients"] > SHOWN else ""
     what = (
@@ -248,7 +245,7 @@ def _separation_text(model: Ranker, sep: dict[str, Any], fitted_zero: bool, l2: 
     )
 
 
-def fit_full_batch(model: Ranker, train: RankingData, valid: RankingData | None) -> dict[str, Any]:
+def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData | None) -> dict[str, Any]:
     """Fit ``model`` (in place) to its penalized maximum likelihood on ``train``; choose ``l2`` on
     ``valid`` when the config lists several. Returns a JSON-ready summary (``log_likelihood`` = mean per
     training situation at the optimum, ``valid_log_likelihood``, ``l2``, ``separation`` (None when the
@@ -306,7 +303,7 @@ def fit_full_batch(model: Ranker, train: RankingData, valid: RankingData | None)
     }
 
 
-def _warn(model: Ranker, sep: dict[str, Any] | None, l2: float, info: dict[str, Any]) -> None:
+def _warn(model: RankingModule, sep: dict[str, Any] | None, l2: float, info: dict[str, Any]) -> None:
     """A :class:`FitWarning` for separation and for a chosen fit that did not converge."""
     if sep is not None:
         warnings.warn(_separation_text(model, sep, l2 == 0.0, l2), FitWarning, stacklevel=3)

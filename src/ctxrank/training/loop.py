@@ -35,13 +35,15 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
 
 from ctxrank._io import dumps
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import iterate_batches
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
@@ -83,7 +85,7 @@ class FitResult:
         }
 
 
-def batching(model: Ranker, config: TrainConfig) -> str:
+def batching(model: RankingModule, config: TrainConfig) -> str:
     """The batching of a fit: ``train.batching``, or the model class's ``batching`` when it is
     ``"model"`` (``"random"`` for QILCM, ``"buckets"`` for the others)."""
     return model.batching if config.batching == "model" else config.batching
@@ -101,7 +103,7 @@ class _TrainingLoss(torch.nn.Module):
     wraps, so that every parameter used by the loss (QILCM's confusion term, ARSM's surrogate) goes
     through DDP's forward and its gradients are all-reduced."""
 
-    def __init__(self, model: Ranker, loss_fn: LossFn | None) -> None:
+    def __init__(self, model: RankingModule, loss_fn: LossFn | None) -> None:
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
@@ -114,7 +116,7 @@ class _TrainingLoss(torch.nn.Module):
 class _Trainer:
     """What every step of one :func:`fit` call shares: the model, its optimizer and the run's RNG."""
 
-    model: Ranker
+    model: RankingModule
     step: torch.nn.Module  # _TrainingLoss, DDP-wrapped under torchrun
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
@@ -139,7 +141,7 @@ class _Progress:
 
 
 def fit(
-    model: Ranker,
+    model: RankingModule,
     loss_fn: LossFn | None,
     train: RankingData,
     valid: RankingData,
@@ -157,7 +159,7 @@ def fit(
     """Train ``model`` in place and restore its best validation weights.
 
     Args:
-        model: a :class:`Ranker` (already built for ``train.n_features`` features).
+        model: a :class:`RankingModule` (already built for ``train.n_features`` features).
         loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``),
             or None for a model with its own objective (``model.own_objective``, e.g. ARSM-L2R);
             the model's ``training_loss`` decides how it is used.
@@ -187,8 +189,6 @@ def fit(
         ValueError: ``resume`` with a state of another run, or a damaged state; a state in
             ``state_dir`` without ``resume``.
     """
-    from tqdm.auto import tqdm
-
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
     device = resolve_device(config.device)
@@ -231,7 +231,7 @@ def fit(
     return _finish(trainer, state, time.perf_counter() - t_start)
 
 
-def _make_trainer(model: Ranker, loss_fn: LossFn | None, config: TrainConfig) -> _Trainer:
+def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainConfig) -> _Trainer:
     """Device, seeds, the (DDP-wrapped) loss module, Adam and the fp16 gradient scaler, in the order
     that keeps runs bitwise reproducible."""
     ctx = world()
@@ -245,8 +245,6 @@ def _make_trainer(model: Ranker, loss_fn: LossFn | None, config: TrainConfig) ->
     model.to(device)
     step: torch.nn.Module = _TrainingLoss(model, loss_fn)
     if ctx.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
         step = DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Trainer(
@@ -427,7 +425,7 @@ def _subset_scores(scores: np.ndarray | None, data: RankingData, queries: np.nda
 
 
 def _validation_metric(
-    model: Ranker,
+    model: RankingModule,
     valid: RankingData,
     config: TrainConfig,
     init_scores: np.ndarray | None,

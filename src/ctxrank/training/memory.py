@@ -1,8 +1,8 @@
 """Memory of training and scoring, estimated before anything is allocated (``train.max_memory_bytes``).
 
 An estimate is an upper bound of the bytes of the tensors alive at a step's peak: the model's weights,
-gradients and Adam state (``Ranker.state_memory``), the padded batch itself (:func:`input_bytes`), the
-model's activations (``Ranker.batch_memory``) and the ranking loss's tensors
+gradients and Adam state (``RankingModule.state_memory``), the padded batch itself (:func:`input_bytes`), the
+model's activations (``RankingModule.batch_memory``) and the ranking loss's tensors
 (``ctxrank.losses.loss_memory``). The process holds more (the data, Python, the allocator's slack). The
 budget is ``train.max_memory_bytes``: a number of bytes, or ``"auto"``, what the device can give when the
 check runs (``ctxrank._memory``).
@@ -31,7 +31,7 @@ from ctxrank._memory import budget_bytes, format_bytes
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES, loss_memory
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.registry import is_baseline, make_model
 
 __all__ = ["MemoryBudgetError", "check_model_size", "check_training", "input_bytes", "scoring_fits"]
@@ -56,7 +56,9 @@ def input_bytes(
     return batch_size * list_len * per_item
 
 
-def _step_bytes(model: Ranker, data: RankingData, B: int, L: int, loss: tuple[str, dict] | None) -> int:
+def _step_bytes(
+    model: RankingModule, data: RankingData, B: int, L: int, loss: tuple[str, dict] | None
+) -> int:
     """A batch of ``B`` lists padded to ``L``: inputs and activations; with ``loss`` (training), the
     loss's tensors too."""
     n_cat = 0 if data.categorical is None else data.categorical.shape[1]
@@ -119,7 +121,13 @@ def check_model_size(
 
 
 def check_training(
-    model: Ranker, loss_fn: Any, data: RankingData, config: Any, device: Any, *, full_batch: bool = False
+    model: RankingModule,
+    loss_fn: Any,
+    data: RankingData,
+    config: Any,
+    device: Any,
+    *,
+    full_batch: bool = False,
 ) -> None:
     """Refuse a training run whose largest batch would exceed ``config.max_memory_bytes`` (module
     docstring), naming the longest query; ``loss_fn`` as :func:`ctxrank.training.loop.fit` takes it."""
@@ -152,7 +160,9 @@ def check_training(
     )
 
 
-def scoring_fits(model: Ranker, data: RankingData, budget: Any, device: Any) -> Callable[[int, int], bool]:
+def scoring_fits(
+    model: RankingModule, data: RankingData, budget: Any, device: Any
+) -> Callable[[int, int], bool]:
     """``fits(B, L)``: whether scoring a batch of ``B`` lists padded to ``L`` items stays within ``budget``
     (``train.max_memory_bytes``), the model's weights included; refuses (``MemoryBudgetError``) when the
     longest list of ``data`` does not fit alone."""

@@ -17,14 +17,14 @@ from ctxrank.data.lists import iterate_batches, scatter_scores
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.training.memory import scoring_fits
 
 __all__ = ["TorchPredictor", "evaluate_model", "predict", "set_threads"]
 
 
 def predict(
-    model: Ranker,
+    model: RankingModule,
     data: RankingData,
     *,
     init_scores: np.ndarray | None = None,
@@ -53,7 +53,7 @@ def predict(
 
 
 def evaluate_model(
-    model: Ranker,
+    model: RankingModule,
     data: RankingData,
     metrics: Sequence[str] = ("ndcg@10",),
     *,
@@ -70,7 +70,7 @@ def evaluate_model(
 class TorchPredictor:
     """A trained neural ranker with its normalizer: raw RankingData in, flat scores out."""
 
-    model: Ranker
+    model: RankingModule
     transform: Transform
     config: RunConfig
     meta: dict[str, Any]

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors
+import safetensors.torch
 import torch
 
 from ctxrank._io import atomic_write, dumps, float_or_nan, read_json_file, write_json
@@ -87,8 +89,6 @@ def fingerprint(data: Any, init_scores: np.ndarray | None = None) -> str:
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    import safetensors.torch
-
     blob = safetensors.torch.save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
     atomic_write(path, lambda tmp: tmp.write_bytes(blob))
     return {"file": path.name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
@@ -96,9 +96,6 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, An
 
 def _read_tensors(directory: Path, entry: Any) -> dict[str, torch.Tensor]:
     """The tensors of a file named in the manifest, after checking its size and SHA-256."""
-    import safetensors
-    import safetensors.torch
-
     if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
         raise ValueError(f"{directory / STATE_FILE}: malformed file entry {entry!r}")
     name = entry["file"]

@@ -16,7 +16,7 @@
 model that reads the row order (DCM, DLCM) gets a warning when the rows are sorted by a feature.
 
 The normalizer is fitted on the (prepared) training split only. The test split, when given, is
-evaluated once at the end. With ``out`` the model is saved (``ctxrank.checkpoint``); a re-ranking
+evaluated once at the end. With ``out`` the model is saved (``ctxrank.training.checkpoint``); a re-ranking
 model keeps its initial ranker in ``out/initial`` and ``load_model(out)`` applies both.
 
 With ``state_dir`` a neural model's training state is saved after every epoch and ``resume=True``
@@ -46,15 +46,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank.checkpoint import save_checkpoint, save_ensemble, update_meta
+from ctxrank._io import atomic_write, dumps
 from ctxrank.config import RunConfig
+from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
-from ctxrank.models.base import Ranker
+from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.distributed import resolve_device
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
@@ -292,12 +294,10 @@ def _ensemble_result(
     return result
 
 
-def _order_of_items(config: RunConfig, entry: type[Ranker], train: RankingData) -> RankingData:
+def _order_of_items(config: RunConfig, entry: type[RankingModule], train: RankingData) -> RankingData:
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
     query are sorted by a feature (the order then tells the model that feature's rank)."""
-    from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
-
     if config.train.shuffle_items:
         return shuffle_within_queries(train, config.train.seed)
     if entry.reads_order and not config.rerank.initial:
@@ -397,7 +397,7 @@ def _fit_neural(
     resume: bool,
     t0: float,
     on_epoch: Callable[[int, float], None] | None = None,
-) -> tuple[Ranker, Transform, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[RankingModule, Transform, dict[str, Any], list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
     Returns the model, the normalizer, the summary and the per-epoch records."""
     tc = config.train
@@ -489,8 +489,6 @@ def save_result(
 
     ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``). The caller
     has checked ``out`` (:func:`ctxrank._modeldir.claim_model_dir`: ``ctxrank train``, ``Ranker.save``)."""
-    from ctxrank._io import atomic_write, dumps
-
     out, config, predictor = Path(out), result.config, result.predictor
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
@@ -538,7 +536,7 @@ def _baseline_history(model: Any) -> list[dict[str, Any]]:
 
 def _evaluate_test(
     result: RunResult,
-    model: Ranker,
+    model: RankingModule,
     transform: Transform,
     test: RankingData,
     rerank: _Rerank | None,

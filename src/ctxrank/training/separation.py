@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
 
 __all__ = ["Separation", "find_separation"]
 
@@ -70,9 +72,6 @@ def find_separation(d_rows, e_rows=None) -> Separation | None:
     Raises:
         ValueError: the LP solver failed (its message is given).
     """
-    import scipy.sparse as sp
-    from scipy.optimize import linprog
-
     d_rows = sp.csr_matrix(d_rows, dtype=np.float64)
     n_rows, n_cols = d_rows.shape
     if n_rows == 0 or n_cols == 0:
@@ -111,9 +110,6 @@ def _sparsest(d_scaled, e_scaled, found: np.ndarray) -> np.ndarray:
     direction of recession, no other row): ``d = d+ - d-``, one more linear program. Its non-zero
     entries are the coefficients that must run off; a flat direction (e.g. one constant added to every
     level of a categorical column) is left out, where a least-squares direction would spread over it."""
-    import scipy.sparse as sp
-    from scipy.optimize import linprog
-
     n_cols = d_scaled.shape[1]
     split = sp.hstack([d_scaled, -d_scaled]).tocsr()
     equal = sp.hstack([e_scaled, -e_scaled]).tocsr()

@@ -26,6 +26,11 @@ import math
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import safetensors
+import safetensors.torch
+import torch
+
+from ctxrank import __version__
 from ctxrank._io import atomic_write, sha256_file, to_toml, write_json
 from ctxrank._modeldir import (
     DIGESTS,
@@ -86,11 +91,6 @@ def save_checkpoint(
     ``extra``: more JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``); they may
     not replace the standard keys.
     """
-    import safetensors.torch
-    import torch
-
-    from ctxrank import __version__
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -148,10 +148,6 @@ def save_ensemble(
 ) -> Path:
     """The directory of a seed ensemble (``ctxrank.training.ensemble``): ``ctxrank.json`` with
     ``kind = "ensemble"`` naming the member directories inside it (already saved), and ``config.toml``."""
-    import torch
-
-    from ctxrank import __version__
-
     directory = Path(directory)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -258,10 +254,6 @@ def _load_neural(directory: Path, meta: dict[str, Any], nested: bool) -> TorchPr
 
 def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
     """A neural model: metadata checked, weights header matched on the meta device, then built."""
-    import safetensors
-    import safetensors.torch
-    import torch
-
     where = directory / META_FILE
     name = meta_str(meta, "model", where)
     if name not in MODELS or is_baseline(name):
@@ -323,7 +315,7 @@ def _transform(where: Path, meta: dict[str, Any], n_features: int) -> Transform:
 
 
 def _check_table(where: Path, table: Any) -> None:
-    from ctxrank.data.table import TableSpec
+    from ctxrank.data.table import TableSpec  # pandas: loaded for a model trained on a table only
 
     try:
         TableSpec.from_dict(table)
