@@ -667,41 +667,26 @@ TRAIN_DESCRIPTION = (
 )
 
 
-class _Names:
-    """Registry names for a help text, looked up only when the help is formatted (``%(neural)s`` in
-    an option's help reads the action's attribute), so that building the parser imports no torch."""
-
-    def __init__(self, which: str) -> None:
-        self.which = which
-
-    def __str__(self) -> str:
-        if self.which == "losses":
-            return ", ".join(sorted(LOSSES))
-        baseline = self.which == "baselines"
-        return ", ".join(name for name in MODELS if is_baseline(name) == baseline)
-
-
 def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    model = p.add_argument(
+    neural = ", ".join(name for name in MODELS if not is_baseline(name))
+    baselines = ", ".join(name for name in MODELS if is_baseline(name))
+    p.add_argument(
         "--model",
         help=(
-            "model name: a neural model (%(neural)s) or a baseline (%(baselines)s; see docs/models.md "
+            f"model name: a neural model ({neural}) or a baseline ({baselines}; see docs/models.md "
             "and docs/baselines.md); default: the config file's, else listnet"
         ),
     )
-    model.neural = _Names("neural")  # read from the registry when the help is shown (torch then)
-    model.baselines = _Names("baselines")
-    loss = p.add_argument(
+    p.add_argument(
         "--loss",
         help=(
-            "ranking loss of a neural model: %(losses)s (default: the model's own; baselines train "
-            "their own)"
+            f"ranking loss of a neural model: {', '.join(sorted(LOSSES))} (default: the model's own; "
+            "baselines train their own)"
         ),
     )
-    loss.losses = _Names("losses")
     p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
     add_overrides(
         p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
