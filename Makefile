@@ -36,7 +36,7 @@ test: dev
 # (marked `slow`), the end-to-end files (every documented command, fuzzing, benchmarks, worker processes,
 # torchrun, memory caps, kill-and-resume) and with the first failure stopping the run. CI runs `make test`.
 FAST_SKIP := test_docs_commands test_fuzz test_fuzz_untrusted test_benchmarks test_executors test_distributed \
-	test_memory test_resume test_docs_api test_recipes test_evidence
+	test_memory test_resume test_docs_api test_recipes test_evidence test_tune test_export
 test-fast: dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -x -m "not slow" $(foreach t,$(FAST_SKIP),--ignore=tests/$(t).py)

@@ -31,13 +31,21 @@ def _count_parses(monkeypatch):
         calls.append(text)
         return real(text)
 
-    monkeypatch.setattr(_overrides, "parse_override", counting)
+    import sys
+
+    for module in list(sys.modules.values()):  # every module that imported the parser by name
+        if getattr(module, "parse_override", None) is real:
+            monkeypatch.setattr(module, "parse_override", counting)
     return calls
 
 
 def test_flags_and_protocol_values_travel_typed_never_as_text(tmp_path, monkeypatch, capsys):
     """``--model`` became the text "model=qilcm" parsed back as TOML, ``--threads`` "runs.threads=1":
     now the only text parsed is what the user typed after ``--set`` (once each)."""
+    import importlib
+
+    for name in ("ctxrank.cli.train", "ctxrank.cli.experiment"):  # so that their names are patched too
+        importlib.import_module(name)
     data = tmp_path / "d.txt"
     write_synthetic_letor(data, n_queries=30, list_size=8, n_features=4, seed=0)
     calls = _count_parses(monkeypatch)
