@@ -64,7 +64,6 @@ MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating ter
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 # NULL fills (``_fill_nulls``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
-NULL_FILL_RULES = NULL_FILL_RULES  # re-exported: the rules of ``null_fill`` (``ctxrank._checks``)
 _GROUP_LINE_BYTES = 4096  # a group file's line: a size of at most 18 digits, and spaces
 _FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line

@@ -20,14 +20,24 @@ def code_version() -> dict[str, Any]:
     return {"git_sha": env["git_sha"], "git_dirty": env["git_dirty"], "ctxrank": env["versions"]["ctxrank"]}
 
 
-def environment() -> dict[str, Any]:
-    """The git commit (and whether the checkout has changes), package versions and machine."""
-    versions = {"python": platform.python_version()}
+def _versions() -> dict[str, str | None]:
+    """The Python and package versions of this process."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
     for pkg in ("ctxrank", "torch", "numpy", "scipy", "scikit-learn", "lightgbm", "pandas"):
         try:
             versions[pkg] = version(pkg)
         except PackageNotFoundError:
             versions[pkg] = None
+    return versions
+
+
+def _machine() -> str:
+    return f"{platform.system()} {platform.machine()}"
+
+
+def environment() -> dict[str, Any]:
+    """The git commit (and whether the checkout has changes), package versions and machine."""
+    versions = _versions()
     try:
         here = Path(__file__).resolve().parent
         sha = subprocess.run(
@@ -46,7 +56,7 @@ def environment() -> dict[str, Any]:
         "git_sha": sha,
         "git_dirty": bool(dirty),
         "versions": versions,
-        "machine": f"{platform.system()} {platform.machine()}",
+        "machine": _machine(),
     }
 
 
@@ -57,5 +67,4 @@ def run_context(threads: int, device: str) -> dict[str, Any]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
-    env = environment()
-    return {"threads": threads, "device": name, "versions": env["versions"], "machine": env["machine"]}
+    return {"threads": threads, "device": name, "versions": _versions(), "machine": _machine()}
