@@ -34,7 +34,7 @@ from ctxrank.data.registry import load_fold
 from ctxrank.data.summary import data_summary
 from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
-from ctxrank.experiments.evidence import restore_runs, write_evidence
+from ctxrank.experiments.evidence import rebuild_report, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import metric_convention
@@ -134,10 +134,7 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
         where = Path(tmp) if out_dir is None else Path(out_dir)
         if out_dir is not None:
             claim_output_dir(where, overwrite=False, what="report", ours=(SPEC_FILE,))
-        spec, store = restore_runs(evidence, where)
-        if correction is not None:
-            spec = dataclasses.replace(spec, report=dataclasses.replace(spec.report, correction=correction))
-        build_report(spec, store, where)
+        rebuild_report(evidence, where, correction=correction)
         sys.stdout.write((where / "table.md").read_text())
         if out_dir is not None:
             _say(f"\nreport: {where}/results.json, table.md, table.csv")

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan
+from ctxrank.experiments.report import build_report
 from ctxrank.experiments.spec import (
     AnomalySpec,
     DataSpec,
@@ -37,7 +38,14 @@ from ctxrank.experiments.spec import (
 )
 from ctxrank.experiments.store import RunStore, check_run
 
-__all__ = ["EVIDENCE_FILES", "read_evidence", "restore_runs", "spec_from_record", "write_evidence"]
+__all__ = [
+    "EVIDENCE_FILES",
+    "read_evidence",
+    "rebuild_report",
+    "restore_runs",
+    "spec_from_record",
+    "write_evidence",
+]
 
 SPEC = "spec.json"
 RUNS = "runs.parquet"
@@ -146,6 +154,16 @@ def restore_runs(path: str | Path, into: str | Path) -> tuple[ExperimentSpec, Ru
     for unit in units:
         store.save_unit(unit.pop("seed"), unit.pop("fold"), unit)
     return spec, store
+
+
+def rebuild_report(path: str | Path, out: str | Path, *, correction: str | None = None) -> dict[str, Any]:
+    """The report of the evidence at ``path`` (``results.json``, ``table.md``, ``table.csv``, figures)
+    written to ``out`` (:func:`restore_runs` puts the run files there), training nothing;
+    ``correction`` overrides the spec's ``report.correction``. Returns the results dict."""
+    spec, store = restore_runs(path, out)
+    if correction is not None:
+        spec = dataclasses.replace(spec, report=dataclasses.replace(spec.report, correction=correction))
+    return build_report(spec, store, out)
 
 
 def spec_from_record(record: Any, where: Any = SPEC) -> ExperimentSpec:

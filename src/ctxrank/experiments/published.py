@@ -20,8 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ctxrank.experiments import build_report
-from ctxrank.experiments.evidence import restore_runs
+from ctxrank.experiments.evidence import rebuild_report
 
 __all__ = ["Block", "headline", "published_blocks", "regenerate"]
 
@@ -54,8 +53,7 @@ def headline(table_md: str) -> str:
 def regenerate(root: Path, name: str) -> str:
     """The headline of ``evidence/NAME``'s report, regenerated (nothing is trained)."""
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
-        spec, store = restore_runs(root / "evidence" / name, tmp)
-        build_report(spec, store, tmp)
+        rebuild_report(root / "evidence" / name, tmp)
         return headline((Path(tmp) / "table.md").read_text())
 
 
