@@ -470,9 +470,8 @@ def test_null_fill_and_no_relevant_have_one_check_each():
         path.name
         for path in (REPO / "src" / "ctxrank").rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Tuple) and [getattr(e, "value", None) for e in node.elts] == list(
-            _checks.NULL_FILL_RULES
-        )
+        if isinstance(node, ast.Tuple)
+        and [getattr(e, "value", None) for e in node.elts] == list(_checks.NULL_FILL_RULES)
     ]
     assert rules == ["_checks.py"]
 
@@ -480,11 +479,11 @@ def test_null_fill_and_no_relevant_have_one_check_each():
 # ------------------------------------------------------------------------------------ --null-fill
 def _read_as_the_cli(*argv):
     """The RankingData that `ctxrank data-info ARGV` reads (through the shared dataset options)."""
-    from ctxrank.cli._options import DataOptions, TableOptions
-    from ctxrank.cli._source import load_data_rows
+    from ctxrank._declare import from_namespace
+    from ctxrank.data.sources import DataSource
 
     args = build_parser().parse_args(["data-info", *argv])
-    return load_data_rows(args.file, DataOptions.from_args(args), TableOptions.from_args(args))[0]
+    return from_namespace(DataSource, {**vars(args), "data_file": args.file}).load()[0]
 
 
 @pytest.mark.parametrize("rule", [None, "query_min", "letor_min", "-1.5"])
@@ -538,12 +537,8 @@ def test_null_fill_reaches_the_loaders_of_a_registered_dataset(tmp_path, capsys)
     """data-info / evaluate (load_split), train (load_fold) and tune (load_split) on OHSUMED Feature-null."""
     import numpy as np
 
-    from ctxrank.cli._options import DataOptions
-    from ctxrank.cli._options import TableOptions as Columns
-    from ctxrank.cli._train_data import TrainFiles, training_data
-    from ctxrank.cli.train import TrainOptions
-    from ctxrank.cli.tune import _tuning_data
     from ctxrank.data.registry import load_fold
+    from ctxrank.data.sources import DataSource, ReadOptions
 
     base = tmp_path / "ohsumed" / "Feature-null"
     base.mkdir(parents=True)
@@ -555,15 +550,16 @@ def test_null_fill_reaches_the_loaders_of_a_registered_dataset(tmp_path, capsys)
     where = ["--dataset", "ohsumed", "--variant", "Feature-null", "--data-root", str(tmp_path)]
     assert _read_as_the_cli(*where).features[:, 0].tolist() == [2, 2, 5] * 5  # query_min
     assert _read_as_the_cli(*where, "--null-fill", "letor_min").features[:, 0].tolist() == [0, 2, 5] * 5
-    source = DataOptions(dataset="ohsumed", variant="Feature-null", data_root=str(tmp_path), null_fill=-1.0)
-    td = training_data(TrainFiles(), source, Columns(), seed=0)
+    source = DataSource(
+        dataset="ohsumed", variant="Feature-null", data_root=str(tmp_path), read=ReadOptions(null_fill=-1.0)
+    )
+    td = source.load_training(seed=0)
     fold = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null", null_fill=-1.0)
     for got, want in ((td.train, fold.train), (td.valid, fold.valid), (td.test, fold.test)):
         assert np.array_equal(got.features, want.features) and got.features[0, 0] == -1
-    options = TrainOptions(dataset="ohsumed", variant="Feature-null", data_root=str(tmp_path), null_fill=-1.0)
-    train, valid, _ = _tuning_data(options, seed=0)
-    assert np.array_equal(train.features, fold.train.features)
-    assert np.array_equal(valid.features, fold.valid.features)
+    tuning = source.load_training(seed=0, test=False)  # tune: train and valid only
+    assert np.array_equal(tuning.train.features, fold.train.features)
+    assert np.array_equal(tuning.valid.features, fold.valid.features) and tuning.test is None
     rc, out, _ = run(capsys, "data-info", *where, "--null-fill", "-1", "--json")
     assert rc == 0 and json.loads(out)["null_filled"] == 5
 

@@ -159,7 +159,7 @@ def test_out_of_memory_below_the_limit_is_an_error_line_not_a_traceback(tmp_path
 
 
 def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
-    from ctxrank.cli import _source
+    from ctxrank.data import sources as _source
 
     def exhausted(*args, **kwargs):
         raise MemoryError  # as Python raises it: no message
@@ -172,6 +172,8 @@ def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
     assert "--debug" in err
     with pytest.raises(MemoryError):
         main(["data-info", str(data), "--debug"])
+
+
 # ------------------------------------------------------------------------- integer ranges (issue 30)
 def _integer_options():
     """(argv before the option, option string) of every integer option of every command."""

@@ -296,7 +296,7 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
         *("--set", "train.lr=0.1", "--set", "model_params.hidden=[8]", "--out", "run"),
     ]
     options = TrainOptions.from_args(build_parser().parse_args(argv))
-    assert options.seed == 0 and options.categorical == ("a", "b") and options.no_cache
+    assert options.seed == 0 and options.data.columns.categorical == ("a", "b") and options.data.read.no_cache
     record = json.loads(json.dumps(options.to_record()))
     assert record["data_file"] == str(tmp_path / "s.csv") and record["split_fractions"] == [0.5, 0.25, 0.25]
     assert TrainOptions.from_record(record).to_record() == record
@@ -370,9 +370,7 @@ def test_every_file_train_and_export_write_gets_the_umask_mode(small_files, tmp_
     modes = _modes(tmp_path / "ens")
     for name in ("member-1/model.safetensors", "member-1/initial/model.txt", "test_metrics.json"):
         assert name in modes, sorted(modes)
-    wrong = {
-        k: oct(v) for k, v in modes.items() if v != (0o777 if (out / k).is_dir() else 0o666) & ~umask
-    }
+    wrong = {k: oct(v) for k, v in modes.items() if v != (0o777 if (out / k).is_dir() else 0o666) & ~umask}
     assert not wrong, wrong
     assert _modes(tmp_path)["m.pt"] == 0o666 & ~umask
 
@@ -556,13 +554,13 @@ def test_a_numeric_null_fill_round_trips_through_the_recorded_command(tmp_path, 
     monkeypatch.chdir(tmp_path)
     argv = ["train", "--model", "mlp", "--data", "d.txt", "--null-fill", "-1.5", "--out", "run"]
     options = TrainOptions.from_args(build_parser().parse_args(argv))
-    assert options.null_fill == -1.5 and options.source.null_fill == -1.5
+    assert options.data.read.null_fill == -1.5
     record = json.loads(json.dumps(options.to_record()))
     assert record["null_fill"] == -1.5 and TrainOptions.from_record(record).to_record() == record
     command = options.command_line("run")
     assert command[command.index("--null-fill") + 1] == "-1.5"
     assert TrainOptions.from_args(build_parser().parse_args(command[1:])).to_record() == record
-    assert TrainOptions().source.null_fill is None  # not given: the reader's default
+    assert TrainOptions().data.read.null_fill is None  # not given: the reader's default
     from ctxrank.cli.tune import _train_command
 
     train_it = _train_command(options, tmp_path / "tune")  # `ctxrank tune`'s "train it:" line keeps it

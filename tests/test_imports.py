@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "ctxrank._io",
             "ctxrank._checks",
+            "ctxrank._declare",
             "ctxrank._lazy",
             "ctxrank._memory",
             "ctxrank._modeldir",

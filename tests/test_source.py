@@ -1,4 +1,4 @@
-"""The data ``predict`` / ``evaluate --model`` read for a saved model (``ctxrank.cli._source``): a
+"""The data ``predict`` / ``evaluate --model`` read for a saved model (``DataSource.load``): a
 LETOR file's feature count against the model's (issue 18: a 46-feature MQ2008 model on a 45-feature
 OHSUMED file wrote 3,383 scores with exit 0), a table's columns against the model's table spec."""
 
@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from ctxrank.cli._options import NO_COLUMNS, NO_DATA
-from ctxrank.cli._source import load_data_rows
+from ctxrank.cli._options import note
+from ctxrank.data.sources import DataSource, ModelInputs
+
+
+def load_data_rows(file, *, purpose, n_features=None, saved_table=None):
+    """The rows ``predict`` reads from ``file`` for a model of ``n_features`` / ``saved_table``."""
+    model = ModelInputs(n_features=n_features, table=saved_table)
+    return DataSource(data_file=file).load(purpose=purpose, model=model, note=note)
 
 
 def _letor(path, n_rows, n_features, *, sparse=False):
@@ -24,18 +30,18 @@ def _letor(path, n_rows, n_features, *, sparse=False):
 def test_dense_file_with_fewer_features_than_the_model_is_an_error(tmp_path):
     f = _letor(tmp_path / "ohsumed.txt", 12, 45)
     with pytest.raises(ValueError, match=r"every row lists 45 features but the model was trained on 46"):
-        load_data_rows(str(f), NO_DATA, NO_COLUMNS, n_features=46, purpose="predict")
+        load_data_rows(str(f), n_features=46, purpose="predict")
 
 
 def test_file_with_more_features_than_the_model_is_an_error(tmp_path):
     f = _letor(tmp_path / "wide.txt", 12, 47)
     with pytest.raises(ValueError, match=r"lists feature index 47 but the model was trained on 46"):
-        load_data_rows(str(f), NO_DATA, NO_COLUMNS, n_features=46, purpose="predict")
+        load_data_rows(str(f), n_features=46, purpose="predict")
 
 
 def test_sparse_file_below_the_model_count_is_padded_with_a_note(tmp_path, capsys):
     f = _letor(tmp_path / "sparse.txt", 12, 10, sparse=True)
-    data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, n_features=46, purpose="predict")
+    data, _ = load_data_rows(str(f), n_features=46, purpose="predict")
     assert data.n_features == 46 and not data.features[:, 10:].any()
     err = capsys.readouterr().err
     assert "ctxrank: note:" in err and "(36) are absent and read as 0" in err
@@ -44,7 +50,7 @@ def test_sparse_file_below_the_model_count_is_padded_with_a_note(tmp_path, capsy
 
 def test_exact_count_loads_silently(tmp_path, capsys):
     f = _letor(tmp_path / "ok.txt", 12, 46)
-    data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, n_features=46, purpose="predict")
+    data, _ = load_data_rows(str(f), n_features=46, purpose="predict")
     assert data.n_features == 46 and capsys.readouterr().err == ""
 
 
@@ -54,12 +60,12 @@ def test_table_with_extra_columns_against_the_saved_spec_is_an_error(tmp_path):
     spec = {"query": "q", "label": "y", "docid": None, "numeric": ["a", "b"], "categorical": [],
             "numeric_default": True}  # fmt: skip
     with pytest.raises(ValueError, match=r"column\(s\) \['extra'\] are not in the model's saved table spec"):
-        load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=spec)
+        load_data_rows(str(f), purpose="predict", saved_table=spec)
     given = {**spec, "numeric_default": False}  # trained with --numeric a,b: other columns are not features
-    data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=given)
+    data, _ = load_data_rows(str(f), purpose="predict", saved_table=given)
     assert data.n_features == 2
     f.write_text("q,y,a,b\n1,0,0.5,0.1\n1,1,0.2,0.3\n")
-    data, _ = load_data_rows(str(f), NO_DATA, NO_COLUMNS, purpose="predict", saved_table=spec)
+    data, _ = load_data_rows(str(f), purpose="predict", saved_table=spec)
     assert data.n_features == 2
 
 

@@ -8,6 +8,7 @@ from ctxrank._lazy import lazy_exports
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "DataSource": "ctxrank.data.sources",
     "RankingData": "ctxrank.data.ranking_data",
     "read_letor": "ctxrank.data.letor",
     "read_table": "ctxrank.data.table",

@@ -1,26 +1,24 @@
-"""Option groups shared by several commands (declared once here) and the terminal output helpers.
+"""Command-line flags of shared options, and the terminal output helpers.
 
-Each group is an ``add_*`` function that declares the options on a parser and, where a command takes
-the group as one argument, a frozen dataclass built from the parsed options (:class:`DataOptions`,
-:class:`TableOptions`). Only the command modules import it (``ctxrank --help`` does not), so it
-names the readers' own constants (table extensions, NULL fill rules).
+Options are declared once, on the fields of the typed requests (:mod:`ctxrank._declare`, e.g.
+:class:`~ctxrank.data.sources.DataSource`); :func:`add_declared` turns the declarations into flags,
+whose parsed values :func:`ctxrank._declare.from_namespace` turns back into the request. The few
+flags that belong to no request (``--json``, ``--set``, ``--threads``, the executor's) are declared
+here. Only the command modules import it (``ctxrank --help`` does not).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
+from ctxrank._declare import INT_READERS, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import parse_override
-from ctxrank.data.registry import get_spec
-from ctxrank.data.table import TABLE_EXTENSIONS
-
-EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
+from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -67,63 +65,26 @@ def key_value_lines(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------------- value parsers
-def _bounded(minimum: int, maximum: int, what: str) -> Any:
-    """An argparse type: an integer in ``[minimum, maximum]`` (``_checks.parse_int``), else a usage error
-    naming the range; ``what`` is its name in ``--help`` errors."""
+@functools.cache
+def argparse_type(read: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The argparse type of a declared text reader (:mod:`ctxrank._declare`): its ``ValueError``
+    becomes a usage error with the reader's message (one adapter per reader, so a test can tell the
+    integer types apart)."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> Any:
         try:
-            return parse_int("the value", text, minimum, maximum)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {what} in [{minimum:,}, {maximum:,}], got {text[:40]!r}"
-            ) from None
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-    parse.__name__ = what.replace(" ", "_")  # argparse names the type in its own messages
+    parse.__name__ = read.__name__  # argparse names the type in its own messages
     return parse
 
 
 #: argparse types of integer options: every integer flag uses one of these (a test checks it), so no
 #: value out of range reaches NumPy, torch, LightGBM or a file-size limit
-positive_int = _bounded(1, MAX_INT, "a positive integer")
-non_negative_int = _bounded(0, MAX_INT, "an integer")
-seed_int = _bounded(0, MAX_SEED, "a seed")
-byte_count = _bounded(1, MAX_BYTES, "a number of bytes")
+positive_int, non_negative_int, seed_int, byte_count = (argparse_type(r) for r in INT_READERS)
 INT_TYPES = (positive_int, non_negative_int, seed_int, byte_count)
-
-
-def null_fill_rule(text: str) -> str | float:
-    """argparse type of ``--null-fill``: ``query_min``, ``letor_min`` or a finite number (a float),
-    checked by ``_checks.check_null_fill``."""
-    try:
-        return check_null_fill("--null-fill", text if text in NULL_FILL_RULES else float(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected {', '.join(NULL_FILL_RULES)} or a finite number (the value of every NULL cell), "
-            f"got {text!r}"
-        ) from None
-
-
-def split_fractions(text: str) -> tuple[float, float, float]:
-    """argparse type of ``--split-fractions``: three numbers ``TRAIN,VALID,TEST`` (checked further by
-    the split)."""
-    try:
-        values = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise argparse.ArgumentTypeError(f"expected three numbers TRAIN,VALID,TEST, got {text!r}")
-    return values  # type: ignore[return-value]
-
-
-def columns(text: str) -> tuple[str, ...]:
-    """argparse type: comma-separated distinct column names."""
-    names = tuple(c.strip() for c in text.split(","))
-    if not names or any(not c for c in names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"a column is listed twice in {text!r}")
-    return names
 
 
 # ---------------------------------------------------------------------------- single shared flags
@@ -148,9 +109,11 @@ def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bool = False) -> None:
-    """``--data-root DIR`` (alias ``--root``), parsed into ``data_root``."""
-    flags = ("--root", "--data-root") if root_first else ("--data-root", "--root")
-    p.add_argument(*flags, dest="data_root", metavar="DIR", help=help)
+    """The declared ``--data-root DIR`` (alias ``--root``; ``DataSource.data_root``) with this command's
+    ``help``, for the dataset commands that take no other data option."""
+    opt = dict(declared(DataSource))["data_root"]
+    flags = (*opt.aliases, opt.flag) if root_first else (opt.flag, *opt.aliases)
+    p.add_argument(*flags, dest="data_root", metavar=opt.metavar, help=help)
 
 
 def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, threads: str) -> None:
@@ -192,44 +155,6 @@ def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
     p.add_argument("--threads", type=positive_int, metavar="N", help=THREADS_HELP.format(what=what))
 
 
-def add_train_files(p: argparse.ArgumentParser, *, test: bool = True) -> None:
-    """The data files of a training run (``ctxrank train``, ``ctxrank tune``): ``--train --valid``,
-    ``--test`` (with ``test``; tune never reads a test split), or one ``--data`` file split at random
-    (``--split-fractions``, ``--group-col``: ``ctxrank.data.split``), parsed into the
-    ``TrainOptions`` fields ``train_file valid_file test_file data_file split_fractions group_col``."""
-    p.add_argument(
-        "--train", dest="train_file", metavar="FILE", help="training file (LETOR/SVMlight or a table)"
-    )
-    p.add_argument("--valid", dest="valid_file", metavar="FILE", help="validation file")
-    if test:
-        p.add_argument(
-            "--test", dest="test_file", metavar="FILE", help="test file (evaluated once at the end)"
-        )
-    parts = "train/valid/test" if test else "train/valid (its test part is not read)"
-    p.add_argument(
-        "--data",
-        dest="data_file",
-        metavar="FILE",
-        help=f"one file (LETOR/SVMlight or a table), split at random (train.seed) by query into {parts}",
-    )
-    p.add_argument(
-        "--split-fractions",
-        type=split_fractions,
-        metavar="TR,VA,TE",
-        help="query (or --group-col group) fractions of the --data split (default 0.6,0.2,0.2)",
-    )
-    p.add_argument(
-        "--group-col",
-        dest="group_col",
-        metavar="COL",
-        help=(
-            "split the --data table by this column's groups instead of by query (the decision maker: "
-            "all the answers of one person go to the same split; the fractions then count groups). "
-            "The query column itself is allowed: one group a situation, the default split"
-        ),
-    )
-
-
 #: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing that needs SciPy)
 CORRECTIONS = ("none", "holm", "bh")
 
@@ -251,235 +176,79 @@ def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-# ------------------------------------------------------------------------------- dataset options
-@dataclass(frozen=True)
-class DataOptions:
-    """Where a command's data come from, besides a file: a registered dataset split, and how to read.
-
-    ``fold`` None means fold 1, ``split`` None the command's default split.
-    """
-
-    dataset: str | None = None
-    fold: int | None = None
-    split: str | None = None
-    variant: str | None = None
-    data_root: str | None = None
-    query_file: str | None = None
-    no_cache: bool = False
-    regroup: bool = False
-    max_dense_bytes: int | None = None
-    max_line_bytes: int | None = None
-    null_fill: str | float | None = None  #: ``--null-fill``; None: the reader's default (query_min)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> DataOptions:
-        return cls(
-            dataset=args.dataset,
-            fold=args.fold,
-            split=args.split,
-            variant=args.variant,
-            data_root=args.data_root,
-            query_file=args.query_file,
-            no_cache=args.no_cache,
-            regroup=args.regroup,
-            max_dense_bytes=args.max_dense_bytes,
-            max_line_bytes=args.max_line_bytes,
-            null_fill=args.null_fill,
-        )
-
-    def resolved_split(self, default: str) -> str:
-        """The split of a registered dataset to read, one rule for every command: ``--split`` if given,
-        else the test split of ``--fold`` if given, else the command's ``default``."""
-        if self.split is not None:
-            return self.split
-        return "test" if self.fold is not None else default
-
-    def letor_options(self, *, group_file: bool = True) -> dict[str, Any]:
-        """Keyword arguments of ``read_letor`` for a data file (``group_file``: pass ``--query-file``)."""
-        options: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
-        for name in ("max_dense_bytes", "max_line_bytes", "null_fill"):  # None: the reader's default
-            if getattr(self, name) is not None:
-                options[name] = getattr(self, name)
-        if group_file:
-            options["query_file"] = self.query_file
-        return options
-
-    def table_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``read_table`` / ``read_table_file`` (``--max-dense-bytes``, when given)."""
-        return {} if self.max_dense_bytes is None else {"max_dense_bytes": self.max_dense_bytes}
-
-    def registry_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``load_fold`` / ``load_split`` for ``--dataset`` (``--null-fill`` is
-        refused for a choice dataset: its data are a table)."""
-        options: dict[str, Any] = {
-            "root": self.data_root,
-            "variant": self.variant,
-            "cache": not self.no_cache,
-        }
-        if self.null_fill is not None:
-            if get_spec(self.dataset).layout == "choice":
-                self.reject_null_fill(f"--dataset {self.dataset} (a choice dataset)")
-            options["null_fill"] = self.null_fill
-        return options
-
-    def reject_null_fill(self, what: str) -> None:
-        """``--null-fill`` given for a table: a clear error (tables have no NULL token)."""
-        if self.null_fill is not None:
-            raise ValueError(
-                f"--null-fill applies to LETOR / SVMlight files (their NULL token); {what} is a table, "
-                "where a missing feature is an empty cell or NA and is read as 0"
-            )
-
-    def reject_letor_options(self, what: str) -> None:
-        """The LETOR reader's options given for the table ``what``: a clear error, not ignored."""
-        if self.query_file is not None:
-            raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
-        self.reject_null_fill(what)
-        given = [
-            flag
-            for flag, value in (
-                ("--regroup", self.regroup),  # a table's rows are always gathered by query
-                ("--max-line-bytes", self.max_line_bytes),
-            )
-            if value not in (None, False)
-        ]
-        if given:
-            raise ValueError(
-                f"{', '.join(given)} applies to LETOR / SVMlight files; {what} is a table (its rows are "
-                "gathered by query whatever their order, and it has no text lines to bound)"
-            )
+# ---------------------------------------------------------------------------- declared options
+#: what the placeholders of declared help texts say unless a command fills them
+HELP_FILL = {"defaults": "the command's default", "parts": "train/valid/test", "saved": ""}
+#: the help of the "tabular data" section
+TABLES_TEXT = (
+    f"For data files ending in {EXTENSIONS_TEXT}: one row per (query, item), with a header. "
+    "Not allowed for LETOR files."
+)
+SAVED_SPEC_TEXT = " With --model, the spec saved with the model is used; options given must agree with it."
 
 
-NO_DATA = DataOptions()  #: no dataset options given (a shared immutable default)
+def add_declared(
+    p: argparse.ArgumentParser,
+    cls: type,
+    *,
+    skip: Sequence[str] = (),
+    help: dict[str, str] | None = None,
+    fill: dict[str, str] | None = None,
+    sections: dict[str, str] | None = None,
+) -> None:
+    """The flags of the options declared on ``cls`` and its groups (:mod:`ctxrank._declare`), but
+    ``skip``; each parses to its field's name and type. ``help`` replaces an option's help text for
+    this command, ``fill`` fills the placeholders of the declared texts (:data:`HELP_FILL`),
+    ``sections`` describes a ``--help`` section (by the options' ``group``)."""
+    groups: dict[str, Any] = {}
+    words = {**HELP_FILL, **(fill or {})}
+    for name, opt in declared(cls):
+        if name in skip:
+            continue
+        target: Any = p
+        if opt.group:
+            if opt.group not in groups:
+                described = {TABLES: TABLES_TEXT, **(sections or {})}.get(opt.group)
+                groups[opt.group] = p.add_argument_group(opt.group, description=described)
+            target = groups[opt.group]
+        kwargs: dict[str, Any] = {"dest": name, "help": (help or {}).get(name, opt.help).format(**words)}
+        if opt.switch:
+            kwargs["action"] = "store_true"
+        else:
+            if opt.many:
+                kwargs.update(action="append", default=[])
+            if opt.parse is not None:
+                kwargs["type"] = argparse_type(opt.parse)
+            if opt.choices is not None:
+                kwargs["choices"] = opt.choices
+            if opt.metavar is not None:
+                kwargs["metavar"] = opt.metavar
+        target.add_argument(opt.flag, *opt.aliases, **kwargs)
 
 
-def add_dataset_options(p: argparse.ArgumentParser, *, defaults_text: str, saved_model: bool = False) -> None:
-    """``--dataset --fold --split --variant --data-root`` and ``--query-file --no-cache --regroup
-    --max-dense-bytes --max-line-bytes --null-fill``. ``saved_model``: the command reads data for a
-    ``--model``, whose training ``--null-fill`` is the default."""
-    g = p.add_argument_group("registered dataset")
-    g.add_argument("--dataset", metavar="NAME", help="a dataset of `ctxrank datasets` instead of a file")
-    g.add_argument("--fold", type=non_negative_int, metavar="K", help="fold number (default 1)")
-    g.add_argument(
-        "--split",
-        choices=("train", "valid", "vali", "test", "all"),
-        help=f"which split of the fold (--fold K alone: fold K's test split; {defaults_text})",
+#: the options of data read for a saved model or described (predict, evaluate, data-info): no
+#: training files
+SCORING_SKIP = ("train_file", "valid_file", "test_file", "split_fractions", "group_col")
+
+
+def add_data_source(
+    p: argparse.ArgumentParser,
+    *,
+    defaults: str,
+    saved_model: bool = False,
+    skip: Sequence[str] = (),
+    data_help: str | None = None,
+) -> None:
+    """The options of a :class:`~ctxrank.data.sources.DataSource` but ``skip``: ``defaults`` says
+    which split ``--dataset`` reads without ``--split``; ``saved_model``: the command reads data for a
+    ``--model`` (its training ``--null-fill`` and table spec are the defaults); ``data_help``: what
+    ``--data`` is for this command."""
+    saved = "; with --model, the rule the model was trained with" if saved_model else ""
+    add_declared(
+        p,
+        DataSource,
+        skip=skip,
+        help={} if data_help is None else {"data_file": data_help},
+        fill={"defaults": defaults, "saved": saved},
+        sections={TABLES: TABLES_TEXT + (SAVED_SPEC_TEXT if saved_model else "")},
     )
-    g.add_argument(
-        "--variant", metavar="V", help="feature variant (OHSUMED: QueryLevelNorm, Feature-min, ...)"
-    )
-    add_data_root(
-        g,
-        "directory holding the dataset's files "
-        "(default $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name>)",
-    )
-    p.add_argument("--query-file", metavar="FILE", help="group-size file for a data file without qid:")
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the binary parse cache")
-    p.add_argument(
-        "--regroup",
-        action="store_true",
-        help="gather the rows of a query that reappears after other queries (LETOR files; default: error)",
-    )
-    p.add_argument(
-        "--max-dense-bytes",
-        type=byte_count,
-        metavar="N",
-        help="refuse a data file whose dense matrix would exceed N bytes, before reading it: a LETOR file's "
-        "lines x largest feature index x 4, a table's rows x columns x 4 (default 2 GiB)",
-    )
-    p.add_argument(
-        "--max-line-bytes",
-        type=byte_count,
-        metavar="N",
-        help="refuse a LETOR file with a line longer than N bytes (default 1 MiB)",
-    )
-    p.add_argument(
-        "--null-fill",
-        type=null_fill_rule,
-        metavar="RULE",
-        help="what a LETOR NULL cell (a missing value) becomes: query_min (the feature's minimum over the "
-        "query's other items), letor_min (min(that minimum, 0): closest to LETOR 3.0's Feature-min files) or "
-        "a number (docs/data.md). Default query_min"
-        + ("; with --model, the rule the model was trained with" if saved_model else "")
-        + ". Not for tables",
-    )
-
-
-# --------------------------------------------------------------------------------- table options
-#: the table option group's flags, by field of :class:`TableOptions`
-TABLE_FLAGS = {
-    "query_col": "--query-col",
-    "label_col": "--label-col",
-    "categorical": "--categorical",
-    "numeric": "--numeric",
-    "docid_col": "--docid-col",
-}
-
-
-@dataclass(frozen=True)
-class TableOptions:
-    """The column roles of a table file (``--query-col --label-col --categorical --numeric
-    --docid-col``); None = not given."""
-
-    query_col: str | None = None
-    label_col: str | None = None
-    categorical: tuple[str, ...] | None = None
-    numeric: tuple[str, ...] | None = None
-    docid_col: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> TableOptions:
-        return cls(
-            query_col=args.query_col,
-            label_col=args.label_col,
-            categorical=args.categorical,
-            numeric=args.numeric,
-            docid_col=args.docid_col,
-        )
-
-    def given(self) -> list[str]:
-        """The flags given (not None)."""
-        return [TABLE_FLAGS[f.name] for f in fields(self) if getattr(self, f.name) is not None]
-
-    def reject(self, what: str) -> None:
-        """Table flags given for LETOR data / a registered dataset: a clear error."""
-        flags = self.given()
-        if flags:
-            raise ValueError(
-                f"{', '.join(flags)} apply to table files ({EXTENSIONS_TEXT}); {what} is not one "
-                "(LETOR / SVMlight data carry their own query ids and labels)"
-            )
-
-
-NO_COLUMNS = TableOptions()  #: no table options given (a shared immutable default)
-
-
-def add_table_options(p: argparse.ArgumentParser, *, saved_spec: bool = False) -> None:
-    """The "tabular data" option group. ``saved_spec``: the command can take them from a saved model."""
-    note_text = (
-        " With --model, the spec saved with the model is used; options given must agree with it."
-        if saved_spec
-        else ""
-    )
-    g = p.add_argument_group(
-        "tabular data",
-        description=(
-            f"For data files ending in {EXTENSIONS_TEXT}: one row per (query, item), with a header. "
-            "Not allowed for LETOR files." + note_text
-        ),
-    )
-    g.add_argument("--query-col", metavar="COL", help="query / session id column (ids read as strings)")
-    g.add_argument("--label-col", metavar="COL", help="relevance label column, e.g. a 0/1 `chosen` column")
-    g.add_argument(
-        "--categorical",
-        type=columns,
-        metavar="A,B,...",
-        help="categorical columns: integer codes fitted on the training split (0 = unseen or missing)",
-    )
-    g.add_argument(
-        "--numeric",
-        type=columns,
-        metavar="C,D,...",
-        help="numeric feature columns, in this order (default: every other column, in file order)",
-    )
-    g.add_argument("--docid-col", metavar="COL", help="optional item id column (not a feature)")

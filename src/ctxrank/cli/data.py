@@ -14,17 +14,14 @@ from typing import Any
 
 import pandas as pd
 
+from ctxrank._declare import from_namespace
 from ctxrank._io import atomic_write, writing
 from ctxrank.cli._options import (
-    NO_COLUMNS,
-    NO_DATA,
-    DataOptions,
-    TableOptions,
+    SCORING_SKIP,
     add_data_root,
-    add_dataset_options,
+    add_data_source,
     add_json,
     add_progress,
-    add_table_options,
     byte_count,
     key_value_lines,
     note,
@@ -34,9 +31,9 @@ from ctxrank.cli._options import (
     seed_int,
     table,
 )
-from ctxrank.cli._source import load_data_rows
 from ctxrank.data import registry
 from ctxrank.data.download import download_dataset
+from ctxrank.data.sources import DataSource
 from ctxrank.data.summary import data_summary
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.data.synth_choice import make_choice_sessions
@@ -158,16 +155,10 @@ def _spec_dict(spec: Any, root: str | None) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------- data-info
-def data_info(
-    file: str | None = None,
-    *,
-    source: DataOptions = NO_DATA,
-    columns: TableOptions = NO_COLUMNS,
-    threshold: float = 1.0,
-    json: bool = False,
-) -> int:
-    """Statistics of a data file or a registered dataset split (default: all splits)."""
-    data, _ = load_data_rows(file, source, columns, purpose="info")
+def data_info(source: DataSource, *, threshold: float = 1.0, json: bool = False) -> int:
+    """Statistics of a data file (``source.data_file``) or a registered dataset split (default: all
+    splits)."""
+    data, _ = source.load(purpose="info", note=note)
     summary = data_summary(data, threshold=threshold)
     if json:
         print_json(summary)
@@ -361,8 +352,10 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
         help="refuse an archive that decompresses to more than N bytes (default 64 GiB)",
     )
     pd.add_argument(
-        "--max-members", type=positive_int, metavar="N", help="refuse an archive of more than N members "
-        "(default 100,000)"
+        "--max-members",
+        type=positive_int,
+        metavar="N",
+        help="refuse an archive of more than N members (default 100,000)",
     )
     add_progress(pd)
     pd.set_defaults(
@@ -394,17 +387,14 @@ def add_data_info_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz) or a table (.csv, ...)"
     )
-    add_dataset_options(p, defaults_text="neither: all, the whole dataset")
-    add_table_options(p)
+    add_data_source(p, defaults="neither: all, the whole dataset", skip=(*SCORING_SKIP, "data_file"))
     p.add_argument(
         "--threshold", type=float, default=1.0, help="relevant means label >= THRESHOLD (default 1)"
     )
     add_json(p)
     p.set_defaults(
         run=lambda a: data_info(
-            a.file,
-            source=DataOptions.from_args(a),
-            columns=TableOptions.from_args(a),
+            from_namespace(DataSource, {**vars(a), "data_file": a.file}),
             threshold=a.threshold,
             json=a.json,
         )

@@ -8,30 +8,27 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ctxrank._declare import from_namespace
 from ctxrank.cli._options import (
-    NO_COLUMNS,
-    NO_DATA,
-    DataOptions,
-    TableOptions,
+    SCORING_SKIP,
     add_correction,
-    add_dataset_options,
+    add_data_source,
     add_json,
-    add_table_options,
     add_threads,
     key_value_lines,
+    note,
     out,
     print_json,
     table,
 )
-from ctxrank.cli._source import load_data_rows, model_null_fill
+from ctxrank.cli._scoring import load_for_scoring
 from ctxrank.data.registry import get_spec
 from ctxrank.data.scores import read_scores
+from ctxrank.data.sources import DataSource
 from ctxrank.data.table_io import from_file_order
 from ctxrank.evaluation import evaluate_scores, unevaluated_message
 from ctxrank.experiments.compare import compare_runs, load_runs
 from ctxrank.metrics import CHOICE_METRICS, format_metric, is_choice_data, metric_convention, parse_metric
-from ctxrank.training.checkpoint import load_model, read_meta
-from ctxrank.training.predict import set_threads
 
 DEFAULT_METRICS = "ndcg@1,ndcg@3,ndcg@5,ndcg@10,map"
 _CHOICE = ("p@1", "recall@3", "mrr", "loglik")  # ctxrank.metrics.CHOICE_METRICS (help text without numpy)
@@ -61,7 +58,7 @@ def _no_relevant(text: str) -> float | str:
 # --------------------------------------------------------------------------------------- evaluate
 def evaluate(
     *,
-    data: str | None = None,
+    source: DataSource,
     scores: str | None = None,
     model: str | None = None,
     metrics: str | None = None,
@@ -70,13 +67,11 @@ def evaluate(
     gain: str = "exp2",
     threshold: float = 1.0,
     max_label: float | None = None,
-    source: DataOptions = NO_DATA,
-    columns: TableOptions = NO_COLUMNS,
     json: bool = False,
     threads: int | None = None,
 ) -> int:
     """Evaluate a scores file (``scores``) or a saved model (``model``, scoring with ``threads`` CPU
-    threads) on labelled data. ``metrics``
+    threads) on the labelled data of ``source``. ``metrics``
     None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
     else :data:`DEFAULT_METRICS`."""
     names = parse_metrics(metrics) if metrics is not None else None
@@ -87,7 +82,7 @@ def evaluate(
     )
     if (scores is None) == (model is None):
         raise ValueError("give exactly one of --scores FILE or --model DIR")
-    ranking, values = _scored_data(data, scores, model, source, columns, threads)
+    ranking, values = _scored_data(source, scores, model, threads)
     if names is None:
         choice = is_choice_data(ranking.labels, ranking.query_offsets)
         names = list(CHOICE_METRICS) if choice else parse_metrics(DEFAULT_METRICS)
@@ -110,32 +105,15 @@ def evaluate(
 
 
 def _scored_data(
-    data: str | None,
-    scores: str | None,
-    model: str | None,
-    source: DataOptions,
-    columns: TableOptions,
-    threads: int | None,
+    source: DataSource, scores: str | None, model: str | None, threads: int | None
 ) -> tuple[Any, Any]:
     """``(RankingData, (N,) scores in its row order)`` from a scores file or a saved model."""
     if model is not None:
-        meta = read_meta(model)
-        predictor = load_model(model)
-        if threads is not None:
-            set_threads(predictor, threads)
-        ranking, _ = load_data_rows(
-            data,
-            source,
-            columns,
-            n_features=predictor.n_features,
-            default_split="test",
-            purpose="evaluate",
-            saved_table=meta.get("table"),
-            saved_null_fill=model_null_fill(meta),
-        )
+        predictor, inputs = load_for_scoring(model, threads)
+        ranking, _ = source.load(default_split="test", purpose="evaluate", model=inputs, note=note)
         return ranking, predictor.predict(ranking)
 
-    ranking, file_rows = load_data_rows(data, source, columns, default_split="test", purpose="scores")
+    ranking, file_rows = source.load(default_split="test", purpose="scores", note=note)
     values = read_scores(scores, ranking.n_items, data_name=ranking.source or "the data")
     return ranking, from_file_order(values, file_rows)
 
@@ -199,7 +177,6 @@ def _p_pair(test: dict[str, Any], correction: str) -> str:
     return f"{_p(test['p_adjusted'])} (raw {_p(test['p'])})"
 
 
-
 # ---------------------------------------------------------------------------------------- parsers
 def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -215,11 +192,6 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "cutoffs beyond the list) are printed with the result; --json adds per-query vectors with "
             "query ids."
         ),
-    )
-    p.add_argument(
-        "--data",
-        metavar="FILE",
-        help="file with the labels: LETOR / SVMlight (.txt or .gz) or a table (.csv, .tsv, .parquet, ...)",
     )
     p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
     p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
@@ -257,10 +229,14 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="ERR's maximum grade (the label scale's top, e.g. 2 for MQ2008; default: the --dataset's; "
         "required for ERR on a file)",
     )
-    add_dataset_options(
-        p, defaults_text="neither: fold 1's test split, as `ctxrank predict`", saved_model=True
+    add_data_source(
+        p,
+        defaults="neither: fold 1's test split, as `ctxrank predict`",
+        saved_model=True,
+        skip=SCORING_SKIP,
+        data_help="file with the labels: LETOR / SVMlight (.txt or .gz) or a table (.csv, .tsv, .parquet, "
+        "...)",
     )
-    add_table_options(p, saved_spec=True)
     add_json(p, "machine-readable output with per-query vectors")
     add_threads(p, "with --model; default: the libraries' own")
     p.set_defaults(run=_run_evaluate)
@@ -268,7 +244,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _run_evaluate(a: argparse.Namespace) -> int:
     return evaluate(
-        data=a.data,
+        source=from_namespace(DataSource, a),
         scores=a.scores,
         model=a.model,
         metrics=a.metrics,
@@ -277,8 +253,6 @@ def _run_evaluate(a: argparse.Namespace) -> int:
         gain=a.gain,
         threshold=a.threshold,
         max_label=a.max_label,
-        source=DataOptions.from_args(a),
-        columns=TableOptions.from_args(a),
         json=a.json,
         threads=a.threads,
     )

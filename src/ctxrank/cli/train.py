@@ -13,47 +13,50 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch.distributed
 
+from ctxrank._declare import (
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    SEED,
+    declared,
+    flatten,
+    from_namespace,
+    option,
+    unflatten,
+)
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank._overrides import parse_override
 from ctxrank.cli._options import (
-    NO_COLUMNS,
-    NO_DATA,
-    DataOptions,
-    TableOptions,
-    add_dataset_options,
-    add_overrides,
+    SCORING_SKIP,
+    THREADS_HELP,
+    add_data_source,
+    add_declared,
     add_progress,
-    add_table_options,
     add_threads,
-    add_train_files,
-    non_negative_int,
+    note,
     out,
-    positive_int,
-    seed_int,
     table,
     warn,
 )
 from ctxrank.cli._outputs import check_output_file
-from ctxrank.cli._source import load_data_rows, model_null_fill
-from ctxrank.cli._train_data import TrainFiles, training_data
+from ctxrank.cli._scoring import load_for_scoring
 from ctxrank.config import RunConfig, resolve_config
+from ctxrank.data.lists import DEFAULT_TOP_K
+from ctxrank.data.sources import DataSource
 from ctxrank.data.table_io import to_file_order
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
 from ctxrank.registry import MODELS, is_baseline
-from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
-from ctxrank.training.predict import set_threads
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
 from ctxrank.training.run import run_training
 
@@ -61,85 +64,69 @@ RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ct
 RUN_KIND = "ctxrank-train-run"
 
 
+#: what ``--model`` lists in ``--help``
+_NEURAL = ", ".join(name for name in MODELS if not is_baseline(name))
+_BASELINES = ", ".join(name for name in MODELS if is_baseline(name))
+
+
 @dataclass(frozen=True)
 class TrainOptions:
-    """Everything that decides a training run, as given on the command line (None = not given).
+    """Everything that decides a training run, as given (None = not given): the run-config options
+    and the :class:`~ctxrank.data.sources.DataSource`, each declared once on its field.
 
-    Field names are the keys of the recorded ``options``; :data:`FLAGS` names each field's flag.
+    A run records them flat (option name -> value, :meth:`to_record`), so records stay readable and
+    older ones load.
     """
 
-    model: str | None = None
-    loss: str | None = None
-    config: str | None = None
-    overrides: tuple[tuple[str, Any], ...] = ()  #: ``--set``: typed ``(dotted key, value)`` pairs
-    seed: int | None = None
-    threads: int | None = None
-    initial: str | None = None
-    top_k: int | None = None
-    crossfit: int | None = None
-    train_file: str | None = None
-    valid_file: str | None = None
-    test_file: str | None = None
-    data_file: str | None = None
-    split_fractions: tuple[float, float, float] | None = None
-    dataset: str | None = None
-    fold: int | None = None
-    split: str | None = None
-    variant: str | None = None
-    data_root: str | None = None
-    query_file: str | None = None
-    no_cache: bool = False
-    regroup: bool = False
-    max_dense_bytes: int | None = None
-    max_line_bytes: int | None = None
-    null_fill: str | float | None = None
-    query_col: str | None = None
-    label_col: str | None = None
-    categorical: tuple[str, ...] | None = None
-    numeric: tuple[str, ...] | None = None
-    docid_col: str | None = None
-    group_col: str | None = None
+    model: str | None = option(
+        None, "--model",
+        f"model name: a neural model ({_NEURAL}) or a baseline ({_BASELINES}; see docs/models.md and "
+        "docs/baselines.md); default: the config file's, else listnet",
+    )  # fmt: skip
+    loss: str | None = option(
+        None, "--loss",
+        f"ranking loss of a neural model: {', '.join(sorted(LOSSES))} (default: the model's own; baselines "
+        "train their own)",
+    )  # fmt: skip
+    config: str | None = option(None, "--config", "TOML run config (see docs/training.md)", metavar="FILE",
+                                path=True)  # fmt: skip
+    overrides: tuple[tuple[str, Any], ...] = option(
+        (), "--set",
+        "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)",
+        parse=parse_override, metavar="KEY=VALUE", many=True,
+    )  # fmt: skip  #: typed ``(dotted key, value)`` pairs
+    seed: int | None = option(None, "--seed", "random seed (train.seed)", parse=SEED)
+    threads: int | None = option(
+        None, "--threads", THREADS_HELP.format(what="train.threads; default: the libraries' own"),
+        parse=POSITIVE_INT, metavar="N",
+    )  # fmt: skip
+    initial: str | None = option(
+        None, "--initial",
+        "re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
+        choices=("lambdamart",),
+    )  # fmt: skip
+    top_k: int | None = option(
+        None,
+        "--top-k",
+        f"items re-ranked per query (rerank.top_k, default {DEFAULT_TOP_K})",
+        parse=POSITIVE_INT,
+    )
+    crossfit: int | None = option(
+        None, "--crossfit",
+        "out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
+        parse=NON_NEGATIVE_INT, metavar="K",
+    )  # fmt: skip
+    data: DataSource = field(default_factory=DataSource)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainOptions:
-        """The options parsed by the ``train`` parser."""
-        given = {**vars(args), "overrides": tuple(args.overrides)}
-        return cls(**{name: given[name] for name in FLAGS})
-
-    @property
-    def files(self) -> TrainFiles:
-        return TrainFiles(
-            self.train_file,
-            self.valid_file,
-            self.test_file,
-            self.data_file,
-            self.split_fractions,
-            self.group_col,
-        )
-
-    @property
-    def source(self) -> DataOptions:
-        return DataOptions(
-            self.dataset,
-            self.fold,
-            self.split,
-            self.variant,
-            self.data_root,
-            self.query_file,
-            self.no_cache,
-            self.regroup,
-            self.max_dense_bytes,
-            self.max_line_bytes,
-            self.null_fill,
-        )
-
-    @property
-    def columns(self) -> TableOptions:
-        return TableOptions(self.query_col, self.label_col, self.categorical, self.numeric, self.docid_col)
+        """The options parsed by the ``train`` (or ``tune``) parser."""
+        return from_namespace(cls, {**vars(args), "overrides": tuple(args.overrides)})
 
     def to_record(self) -> dict[str, Any]:
-        """JSON-ready dict, paths made absolute (so ``--resume`` works from any directory)."""
-        d = asdict(self)
+        """JSON-ready flat dict (option name -> value), paths made absolute (so ``--resume`` works
+        from any directory)."""
+        d = flatten(self)
         for key in PATH_FIELDS:
             if d[key] is not None:
                 d[key] = str(Path(d[key]).absolute())
@@ -151,16 +138,13 @@ class TrainOptions:
     def from_record(cls, record: dict[str, Any]) -> TrainOptions:
         """The options of :meth:`to_record` (``out``, which older records hold, is ignored; their
         ``overrides`` were ``KEY=VALUE`` text)."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(record) - names - {"out"})
-        if unknown:
-            raise ValueError(f"unknown recorded option(s) {unknown}")
-        d = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in names}
-        d["overrides"] = tuple(
+        flat = {k: v for k, v in record.items() if k != "out"}
+        flat["overrides"] = tuple(
             parse_override(item) if isinstance(item, str) else (item[0], item[1])
             for item in record.get("overrides", ())
         )
-        return cls(**d)
+        as_tuple = lambda _, v: tuple(v) if isinstance(v, list) else v  # noqa: E731
+        return unflatten(cls, flat, as_tuple, what="recorded option")
 
     def config_overrides(self) -> list[tuple[str, Any]]:
         """The typed overrides of the run config: ``--set``, then the flags that set run-config keys
@@ -197,20 +181,9 @@ class TrainOptions:
         return [*argv, "--out", str(Path(out_dir).absolute())]
 
 
-#: each :class:`TrainOptions` field's flag, in command-line order
-FLAGS = {
-    "model": "--model", "loss": "--loss", "config": "--config", "overrides": "--set", "seed": "--seed",
-    "threads": "--threads", "initial": "--initial", "top_k": "--top-k", "crossfit": "--crossfit",
-    "train_file": "--train", "valid_file": "--valid", "test_file": "--test", "data_file": "--data",
-    "split_fractions": "--split-fractions", "dataset": "--dataset", "fold": "--fold", "split": "--split",
-    "variant": "--variant", "data_root": "--data-root", "query_file": "--query-file",
-    "no_cache": "--no-cache", "regroup": "--regroup",
-    "max_dense_bytes": "--max-dense-bytes", "max_line_bytes": "--max-line-bytes", "null_fill": "--null-fill",
-    "query_col": "--query-col", "label_col": "--label-col",
-    "categorical": "--categorical", "numeric": "--numeric", "docid_col": "--docid-col",
-    "group_col": "--group-col",
-}  # fmt: skip
-PATH_FIELDS = ("config", "train_file", "valid_file", "test_file", "data_file", "data_root", "query_file")
+#: each option's flag (:class:`TrainOptions` and its data source), in declaration order
+FLAGS = {name: opt.flag for name, opt in declared(TrainOptions)}
+PATH_FIELDS = tuple(name for name, opt in declared(TrainOptions) if opt.path)
 
 
 # ------------------------------------------------------------------------------------------- train
@@ -351,7 +324,7 @@ class _Run:
     def _execute(self) -> int:
         self._check_categorical()
         o = self.options
-        td = training_data(o.files, o.source, o.columns, self.config.train.seed)
+        td = o.data.load_training(self.config.train.seed)
         self._describe(td)
         record = self._start()
         recorded = ("command", "cwd", "options", "data_parallel")
@@ -398,7 +371,7 @@ class _Run:
         claim_model_dir(out_dir, overwrite=self.overwrite)
 
     def _check_categorical(self) -> None:
-        model, categorical = self.config.model, self.options.categorical
+        model, categorical = self.config.model, self.options.data.columns.categorical
         if is_baseline(model) and model != "lambdamart" and categorical:
             raise ValueError(
                 f"{model} uses numeric features only and would ignore the categorical columns "
@@ -607,32 +580,18 @@ def predict(
     model: str,
     *,
     output: str,
-    data: str | None = None,
-    source: DataOptions = NO_DATA,
-    columns: TableOptions = NO_COLUMNS,
+    source: DataSource,
     overwrite: bool = False,
     threads: int | None = None,
 ) -> int:
-    """Score every row of ``data`` (or a registered split, default test) with a saved model; write one
-    score a line, in the file's row order, to ``output`` (``-``: stdout; an existing file only with
-    ``overwrite``), with ``threads`` CPU threads (None: the libraries' defaults)."""
+    """Score every row of ``source`` (its ``data_file``, or a registered split, default test) with a
+    saved model; write one score a line, in the file's row order, to ``output`` (``-``: stdout; an
+    existing file only with ``overwrite``), with ``threads`` CPU threads (None: the libraries'
+    defaults)."""
     if output != "-":
         check_output_file(output, overwrite=overwrite, flag="--output")
-
-    meta = read_meta(model)
-    predictor = load_model(model)
-    if threads is not None:
-        set_threads(predictor, threads)
-    ranking, file_rows = load_data_rows(
-        data,
-        source,
-        columns,
-        default_split="test",
-        n_features=predictor.n_features,
-        purpose="predict",
-        saved_table=meta.get("table"),
-        saved_null_fill=model_null_fill(meta),
-    )
+    predictor, inputs = load_for_scoring(model, threads)
+    ranking, file_rows = source.load(default_split="test", purpose="predict", model=inputs, note=note)
     scores = to_file_order(predictor.predict(ranking), file_rows)  # the file's row order
     text = "".join(f"{s!r}\n" for s in scores.tolist())  # shortest text that reads back exactly
     if output == "-":
@@ -671,45 +630,7 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    neural = ", ".join(name for name in MODELS if not is_baseline(name))
-    baselines = ", ".join(name for name in MODELS if is_baseline(name))
-    p.add_argument(
-        "--model",
-        help=(
-            f"model name: a neural model ({neural}) or a baseline ({baselines}; see docs/models.md "
-            "and docs/baselines.md); default: the config file's, else listnet"
-        ),
-    )
-    p.add_argument(
-        "--loss",
-        help=(
-            f"ranking loss of a neural model: {', '.join(sorted(LOSSES))} (default: the model's own; "
-            "baselines train their own)"
-        ),
-    )
-    p.add_argument("--config", metavar="FILE", help="TOML run config (see docs/training.md)")
-    add_overrides(
-        p, "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)"
-    )
-    p.add_argument("--seed", type=seed_int, help="random seed (train.seed)")
-    add_threads(p, "train.threads; default: the libraries' own")
-    p.add_argument(
-        "--initial",
-        choices=("lambdamart",),
-        help="re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
-    )
-    p.add_argument(
-        "--top-k",
-        dest="top_k",
-        type=positive_int,
-        help="items re-ranked per query (rerank.top_k, default 100)",
-    )
-    p.add_argument(
-        "--crossfit",
-        type=non_negative_int,
-        metavar="K",
-        help="out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
-    )
+    add_declared(p, TrainOptions, fill={"defaults": "not used by train"})
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -730,10 +651,7 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "when given, must agree with them)"
         ),
     )
-    add_train_files(p)
     add_progress(p)
-    add_dataset_options(p, defaults_text="not used by train")
-    add_table_options(p)
     p.set_defaults(run=_run_train)
 
 
@@ -764,21 +682,23 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="directory written by `ctxrank train`")
-    p.add_argument("--data", metavar="FILE", help="LETOR / SVMlight file or table to score")
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
     add_threads(p, "default: the libraries' own; a saved LambdaMART's: its training count")
-    add_dataset_options(p, defaults_text="neither: fold 1's test split", saved_model=True)
-    add_table_options(p, saved_spec=True)
+    add_data_source(
+        p,
+        defaults="neither: fold 1's test split",
+        saved_model=True,
+        skip=SCORING_SKIP,
+        data_help="LETOR / SVMlight file or table to score",
+    )
     p.set_defaults(
         run=lambda a: predict(
             a.model,
             output=a.output,
-            data=a.data,
-            source=DataOptions.from_args(a),
-            columns=TableOptions.from_args(a),
+            source=from_namespace(DataSource, a),
             overwrite=a.overwrite,
             threads=a.threads,
         )

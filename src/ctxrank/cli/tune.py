@@ -15,24 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank._checks import check_int
+from ctxrank._declare import flag_of
 from ctxrank.cli._options import (
-    add_dataset_options,
+    THREADS_HELP,
+    add_declared,
     add_executor_options,
-    add_overrides,
     add_progress,
-    add_table_options,
-    add_threads,
-    add_train_files,
-    non_negative_int,
     note,
     out,
     positive_int,
-    seed_int,
 )
-from ctxrank.cli._train_data import training_data
-from ctxrank.cli.train import FLAGS, TrainOptions
+from ctxrank.cli.train import TrainOptions
 from ctxrank.config import RunConfig, apply_overrides, load_toml
-from ctxrank.data.registry import load_split
+from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
 from ctxrank.experiments.spec import TuneSpec
 from ctxrank.training.distributed import resolve_device
@@ -89,7 +84,7 @@ def tune(
     except ImportError as exc:
         raise ValueError(str(exc)) from None
 
-    if options.test_file is not None:
+    if options.data.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
     base, block = _base_config(options)
     search = _with_file_search(search, block, options.config)
@@ -97,7 +92,8 @@ def tune(
     check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
-    train, valid, what = _tuning_data(options, config.train.seed)
+    td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
+    train, valid, what = td.train, td.valid, td.what
     space = tuning.search_space(base)
     fixed = sorted(k for k in tuning.flat_keys(base) if k != "model")
     out(
@@ -164,26 +160,6 @@ def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> 
     )
 
 
-def _tuning_data(options: TrainOptions, seed: int) -> tuple[Any, Any, str]:
-    """Train and valid splits (a registered fold's test files are not read; a --data file's test
-    queries are split off and dropped), and what they are."""
-    source, columns = options.source, options.columns
-    if source.dataset is None:
-        td = training_data(options.files, source, columns, seed)
-        return td.train, td.valid, td.what
-
-    if options.data_file is not None or options.train_file is not None or options.valid_file is not None:
-        raise ValueError("give either --dataset or data files (--train/--valid or --data), not both")
-    if source.split is not None:
-        raise ValueError("--split does not apply to tune (it uses the fold's train and valid splits)")
-    columns.reject(f"--dataset {source.dataset}")
-    fold = 1 if source.fold is None else source.fold
-    kw = source.registry_options()
-    train = load_split(source.dataset, "train", fold, **kw)
-    valid = load_split(source.dataset, "valid", fold, **kw)
-    return train, valid, f"{source.dataset} fold {fold}"
-
-
 def _report(result: Any, where: Path, options: TrainOptions, metric: str) -> None:
     study = result.study
     n = len(study.get_trials(deepcopy=False))
@@ -220,8 +196,8 @@ def _train_command(options: TrainOptions, where: Path) -> list[str]:
         config=str(where / "best.toml"),
     )
     argv = config_free.command_line("DIR")[:-2]  # without its --out
-    if options.dataset is None and options.data_file is None:
-        argv += ["--test", "TEST_FILE"]
+    if options.data.dataset is None and options.data.data_file is None:
+        argv += [flag_of(DataSource, "test_file"), "TEST_FILE"]
     return [*argv, "--out", "DIR"]
 
 
@@ -248,22 +224,22 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="search a model's hyperparameters (Optuna)",
         description=TUNE_DESCRIPTION,
     )
-    p.add_argument("--model", help="model name (a neural model or a baseline; see `ctxrank train --help`)")
-    p.add_argument("--loss", help="fix the ranking loss of a neural model (default: searched where declared)")
-    p.add_argument(
-        "--config", metavar="FILE", help="TOML run config: the base of every trial (its keys fixed)"
-    )
-    add_overrides(p, "fix a config value, e.g. --set train.max_epochs=20 (repeatable)")
-    p.add_argument(
-        "--seed", type=seed_int, help="train.seed of every trial, and the sampler's seed (default 0)"
-    )
-    add_threads(p, "train.threads of every trial")
-    p.add_argument("--initial", choices=("lambdamart",), help="re-rank this initial ranker's top-k lists")
-    p.add_argument(
-        "--top-k", dest="top_k", type=positive_int, help="items re-ranked per query (rerank.top_k)"
-    )
-    p.add_argument(
-        "--crossfit", type=non_negative_int, metavar="K", help="out-of-fold initial scores with K folds"
+    add_declared(
+        p,
+        TrainOptions,
+        skip=("test_file",),  # tune never reads a test split
+        help={
+            "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
+            "loss": "fix the ranking loss of a neural model (default: searched where declared)",
+            "config": "TOML run config: the base of every trial (its keys fixed)",
+            "overrides": "fix a config value, e.g. --set train.max_epochs=20 (repeatable)",
+            "seed": "train.seed of every trial, and the sampler's seed (default 0)",
+            "threads": THREADS_HELP.format(what="train.threads of every trial"),
+            "initial": "re-rank this initial ranker's top-k lists",
+            "top_k": "items re-ranked per query (rerank.top_k)",
+            "crossfit": "out-of-fold initial scores with K folds",
+        },
+        fill={"defaults": "not used by tune", "parts": "train/valid (its test part is not read)"},
     )
     p.add_argument(
         "--trials",
@@ -294,10 +270,7 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="train every trial to its end (no pruning; also: prune = false in the --config file's [tune])",
     )
     add_executor_options(p, "trial", "the trials here, one after the other", "train.threads")
-    add_train_files(p, test=False)
     add_progress(p)
-    add_dataset_options(p, defaults_text="not used by tune")
-    add_table_options(p)
     p.set_defaults(run=_run_tune)
 
 
@@ -312,8 +285,7 @@ def _seconds(text: str) -> float:
 
 
 def _run_tune(a: argparse.Namespace) -> int:
-    given = {**vars(a), "overrides": tuple(a.overrides)}
-    options = TrainOptions(**{name: given[name] for name in FLAGS if name in given})
+    options = TrainOptions.from_args(a)
     search = SearchOptions(
         trials=a.trials,
         storage=a.storage,

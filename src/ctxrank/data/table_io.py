@@ -57,7 +57,7 @@ def from_file_order(scores: np.ndarray, file_rows: np.ndarray | None) -> np.ndar
 def table_meta(spec: TableSpec, train: Any, encoder: Any) -> dict[str, Any]:
     """The ``"table"`` entry of a saved model: the spec with the training numeric columns and encoder;
     ``numeric_default``: the numeric columns were every other column of the file (no ``--numeric``), so
-    a file to score with a column the spec lacks is refused (``ctxrank.cli._source``)."""
+    a file to score with a column the spec lacks is refused (``ctxrank.data.sources``)."""
     saved = replace(
         spec, numeric=tuple(train.feature_names), encoder=encoder if spec.categorical else None
     ).to_dict()

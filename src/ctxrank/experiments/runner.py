@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxrank.data.letor import read_letor
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.data.registry import load_fold, load_split
-from ctxrank.data.split import group_column, query_split_indices, split_queries
+from ctxrank.data.registry import get_spec
+from ctxrank.data.sources import Columns, DataSource, ReadOptions
+from ctxrank.data.split import query_split_indices, split_queries
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
-from ctxrank.data.table import CategoricalEncoder, TableSpec, is_table_path, read_table, refit_categorical
+from ctxrank.data.table import CategoricalEncoder, is_table_path, read_table, refit_categorical
 from ctxrank.experiments.anomaly import anomaly_scores, method_text
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
@@ -54,6 +54,23 @@ class Unit:
     reference_scores: np.ndarray | None = None
 
 
+def data_source(spec: ExperimentSpec, fold: int | None = None) -> DataSource:
+    """The :class:`~ctxrank.data.sources.DataSource` of a spec's ``[data]`` (not synthetic): fold
+    ``fold`` of its registry dataset, every query of it (``fold`` None), or its file."""
+    d = spec.data
+    if d.dataset:  # a choice dataset is a table: no NULL token to fill
+        read = ReadOptions(null_fill=None if get_spec(d.dataset).layout == "choice" else d.null_fill)
+        if fold is None:
+            return DataSource(dataset=d.dataset, split="all", variant=d.variant, data_root=d.root, read=read)
+        return DataSource(dataset=d.dataset, fold=fold, variant=d.variant, data_root=d.root, read=read)
+    if is_table_path(d.file):
+        columns = Columns(
+            query_col=d.query_col, label_col=d.label_col, categorical=d.categorical, numeric=d.numeric
+        )
+        return DataSource(data_file=d.file, group_col=d.group_col or None, columns=columns)
+    return DataSource(data_file=d.file, read=ReadOptions(null_fill=d.null_fill))
+
+
 class _Source:
     """Loads (and for files and synthetic data, caches) what the runs of one experiment read."""
 
@@ -67,11 +84,7 @@ class _Source:
         every query of a registry dataset (a fold's train + valid + test: each query once)."""
         if self._data is None:
             d = self.spec.data
-            if d.dataset:
-                self._data = load_split(
-                    d.dataset, "all", 1, root=d.root, variant=d.variant, null_fill=d.null_fill
-                )
-            elif d.synth:
+            if d.synth:
                 sessions = make_choice_sessions(d.sessions, seed=d.synth_seed)
                 with tempfile.TemporaryDirectory() as tmp:
                     path = Path(tmp) / "sessions.parquet"
@@ -82,18 +95,7 @@ class _Source:
                 self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
                 self._data = data
             else:
-                if is_table_path(d.file):
-                    table = TableSpec(
-                        query=d.query_col,
-                        label=d.label_col,
-                        categorical=d.categorical,
-                        numeric=d.numeric,
-                        group=group_column(d.group_col, d.query_col),
-                    )
-                    data, _ = table.read(d.file)
-                else:
-                    data = read_letor(d.file, null_fill=d.null_fill)
-                self._data = data
+                self._data = data_source(self.spec).load(purpose="train")[0]
         return self._data
 
 
@@ -101,7 +103,8 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     """Train / valid / test of run ``(seed, fold)``."""
     d = spec.data
     if d.registry_folds:
-        f = load_fold(d.dataset, fold, root=d.root, variant=d.variant, null_fill=d.null_fill)
+        td = data_source(spec, fold).load_training(seed)
+        f = td.fold
         method = "published fold" if d.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
         split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
         split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}

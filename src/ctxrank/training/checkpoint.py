@@ -420,3 +420,4 @@ def _one_line(exc: BaseException) -> str:
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+

@@ -1,0 +1,143 @@
+"""Options declared once (``ctxrank._declare``): each flag of a request (``DataSource``, its
+``Columns`` and ``ReadOptions``, ``TrainOptions``) has one declaration, on its field; every command
+builds the flag from it and parses it back into the same typed field; the experiment runner and the
+command line build equal sources for the same data."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from ctxrank._declare import declared, flag_of, flatten, from_namespace, unflatten
+from ctxrank.cli import COMMANDS, build_parser
+from ctxrank.cli.train import FLAGS, TrainOptions
+from ctxrank.data.sources import Columns, DataSource, ReadOptions
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ctxrank"
+REQUESTS = (DataSource, TrainOptions)
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("no subcommands")
+
+
+def _commands_with_data() -> list[str]:
+    return [name for name in ("train", "tune", "predict", "evaluate", "data-info") if name in COMMANDS]
+
+
+def _declaring_files(flag: str) -> list[str]:
+    """The package files where ``"FLAG",`` stands (a declaration or an ``add_argument``)."""
+    pattern = re.compile(rf'"{re.escape(flag)}"\s*,')
+    return sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if pattern.search(p.read_text()))
+
+
+#: flags of other options that happen to share a data option's flag, and why
+SAME_FLAG_OTHER_OPTION = {
+    ("--dataset", "cli/experiment.py"): "experiment: overrides the spec's data.dataset (folds reset)",
+    ("--fold", "cli/experiment.py"): "demo --quick: the fold of the embedded MQ2008 it fits LambdaMART on",
+}
+
+
+def test_every_data_option_is_written_once_in_the_source():
+    """No ``add_argument("--null-fill", ...)`` beside the declaration: the flag of each data option
+    appears once as a string literal in the package, in data/sources.py."""
+    for name, opt in declared(DataSource):
+        files = [f for f in _declaring_files(opt.flag) if (opt.flag, f) not in SAME_FLAG_OTHER_OPTION]
+        assert files == ["data/sources.py"], (name, opt.flag)
+
+
+def test_train_and_tune_declare_no_training_flag_of_their_own():
+    """``--model``, ``--seed``, ``--top-k``, ... of a training run: declared on ``TrainOptions`` only
+    (other commands' ``--model DIR`` is another option: a saved model)."""
+    for name, opt in declared(TrainOptions):
+        files = _declaring_files(opt.flag)
+        assert "cli/tune.py" not in files, (name, opt.flag)
+        if name in {n for n, _ in declared(DataSource)}:
+            continue
+        assert files.count("cli/train.py") == 1, (name, opt.flag, files)
+
+
+@pytest.mark.parametrize("command", _commands_with_data())
+def test_each_command_builds_the_declared_flags_with_the_fields_names(command):
+    """Every flag of a command that is a declared option parses into its field (``dest``) and is not
+    declared twice (argparse would refuse a duplicate, but not the same option under a second flag)."""
+    parser = _subparsers()[command]
+    by_flag = {flag: a for a in parser._actions for flag in a.option_strings}
+    declared_flags = {opt.flag: name for cls in REQUESTS for name, opt in declared(cls)}
+    seen = []
+    for flag, action in by_flag.items():
+        if flag in declared_flags:
+            assert action.dest == declared_flags[flag], (command, flag, action.dest)
+            seen.append(action.dest)
+    dests = [a.dest for a in parser._actions]
+    assert len(dests) == len(set(dests)), f"{command}: a dest is declared twice: {dests}"
+    assert "dataset" in seen and "null_fill" in seen and "query_col" in seen
+
+
+def test_predict_builds_the_same_source_as_the_api():
+    parser = build_parser()
+    argv = ["predict", "--model", "m", "-o", "-", "--dataset", "ohsumed", "--fold", "2", "--null-fill", "-1"]
+    args = parser.parse_args(argv)
+    source = from_namespace(DataSource, args)
+    assert source == DataSource(dataset="ohsumed", fold=2, read=ReadOptions(null_fill=-1.0))
+    assert isinstance(source.read.null_fill, float) and isinstance(source.fold, int)
+
+
+def test_train_options_compose_the_data_source_and_record_flat():
+    argv = [
+        "train", "--model", "mlp", "--data", "s.csv", "--query-col", "q", "--label-col", "y",
+        "--categorical", "a,b", "--max-dense-bytes", "1000", "--top-k", "20", "--out", "run",
+    ]  # fmt: skip
+    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    assert options.data == DataSource(
+        data_file="s.csv",
+        columns=Columns(query_col="q", label_col="y", categorical=("a", "b")),
+        read=ReadOptions(max_dense_bytes=1000),
+    )
+    assert options.top_k == 20 and options.model == "mlp"
+    flat = flatten(options)
+    assert list(flat) == list(FLAGS)  # one flat level: the recorded names are the option names
+    assert unflatten(TrainOptions, flat) == options
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['nope'\]; valid: \['model'"):
+        unflatten(TrainOptions, {**flat, "nope": 1})
+
+
+def test_a_bad_value_is_refused_by_the_declared_reader_with_the_flag_named(capsys):
+    for argv, expected in (
+        (["--fold", "-1"], "argument --fold: expected an integer in [0,"),
+        (["--max-dense-bytes", "0"], "argument --max-dense-bytes: expected a number of bytes in [1,"),
+        (["--null-fill", "median"], "argument --null-fill: expected query_min, letor_min or a finite number"),
+        (["--categorical", "a,a"], "argument --categorical: a column is listed twice"),
+    ):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["data-info", "f.txt", *argv])
+        assert expected in capsys.readouterr().err, argv
+
+
+def test_the_experiment_runner_builds_the_source_the_cli_builds(tmp_path):
+    """The same OHSUMED fold through `ctxrank train --dataset ...` and through an experiment's
+    ``[data]``: one DataSource."""
+    from ctxrank.experiments.runner import data_source
+    from ctxrank.experiments.spec import load_spec
+
+    data = [("data.dataset", "ohsumed"), ("data.folds", []), ("data.root", str(tmp_path))]
+    spec = load_spec("qilcm-table2", [*data, ("data.null_fill", "letor_min")])
+    argv = ["train", "--dataset", "ohsumed", "--fold", "3", "--data-root", str(tmp_path)]
+    argv += ["--null-fill", "letor_min", "--out", "x"]
+    from_cli = TrainOptions.from_args(build_parser().parse_args(argv)).data
+    assert data_source(spec, 3) == dataclasses.replace(from_cli, data_root=str(tmp_path))
+
+
+def test_flag_of_names_the_declared_flag():
+    assert flag_of(DataSource, "null_fill") == "--null-fill"
+    assert flag_of(DataSource, "data_root") == "--data-root"
+    with pytest.raises(KeyError):
+        flag_of(DataSource, "nope")
