@@ -37,6 +37,15 @@ def parse_override(text: str) -> Override:
         return key, raw  # a bare string such as listmle
 
 
+def read_override(text: str) -> Override:
+    """The command-line reader of ``--set`` (:mod:`ctxrank._declare`): :func:`parse_override`, its
+    message without the flag (argparse puts the flag in front)."""
+    try:
+        return parse_override(text)
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("--set ")) from None
+
+
 def set_path(d: dict[str, Any], key: str, value: Any) -> None:
     """Set the dotted ``key`` of the nested dict ``d`` to ``value`` in place (tables created as needed;
     a tuple becomes a list, as TOML gives it).

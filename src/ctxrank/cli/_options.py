@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxrank._declare import INT_READERS, declared
 from ctxrank._io import dumps
-from ctxrank._overrides import parse_override
+from ctxrank._overrides import read_override
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
 
 
@@ -93,18 +93,16 @@ def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable out
     p.add_argument("--json", action="store_true", help=help)
 
 
-def override(text: str) -> Any:
-    """argparse type of ``--set``: the typed ``(dotted key, value)`` pair (``ctxrank._overrides``)."""
-    try:
-        return parse_override(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--set ")) from None
-
-
 def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
     """``--set KEY=VALUE`` (repeatable), parsed into ``overrides``: typed ``(key, value)`` pairs."""
     p.add_argument(
-        "--set", dest="overrides", type=override, action="append", default=[], metavar="KEY=VALUE", help=help
+        "--set",
+        dest="overrides",
+        type=argparse_type(read_override),
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=help,
     )
 
 

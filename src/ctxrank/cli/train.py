@@ -31,7 +31,7 @@ from ctxrank._declare import (
 )
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank._overrides import parse_override
+from ctxrank._overrides import parse_override, read_override
 from ctxrank.cli._options import (
     SCORING_SKIP,
     THREADS_HELP,
@@ -93,7 +93,7 @@ class TrainOptions:
     overrides: tuple[tuple[str, Any], ...] = option(
         (), "--set",
         "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)",
-        parse=parse_override, metavar="KEY=VALUE", many=True,
+        parse=read_override, metavar="KEY=VALUE", many=True,
     )  # fmt: skip  #: typed ``(dotted key, value)`` pairs
     seed: int | None = option(None, "--seed", "random seed (train.seed)", parse=SEED)
     threads: int | None = option(
