@@ -2,6 +2,7 @@
 
 import pytest
 
+from ctxrank import _checks
 from ctxrank._io import to_toml
 from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config
 from ctxrank.registry import MODELS, Baseline
@@ -241,3 +242,77 @@ def test_model_sizes_are_bounded_as_when_a_saved_model_is_loaded():
     ]:
         with pytest.raises(ValueError, match=r"model_params\.\w+ .*(limit|at most)"):
             resolve_config(None, [f"model={model}", *sets])
+
+
+# ------------------------------------------------------------------ the one set of validators (_checks)
+def _bools():
+    import numpy as np
+
+    return [True, False, np.True_, np.False_]
+
+
+@pytest.mark.parametrize("value", _bools())
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda v: _checks.check_positive("x", v),
+        lambda v: _checks.check_non_negative("x", v),
+        lambda v: _checks.check_dropout("x", v),
+        lambda v: _checks.check_int("x", v, 0),
+        lambda v: _checks.check_int("x", v, 0, allow_none=True),
+        lambda v: _checks.check_seed("x", v),
+        lambda v: _checks.check_bytes("x", v),
+        lambda v: _checks.check_crossfit("x", v),
+        lambda v: _checks.check_int_list("x", (v,)),
+        lambda v: _checks.check_null_fill("x", v),
+        lambda v: _checks.check_no_relevant("x", v),
+    ],
+)
+def test_no_numeric_check_takes_a_bool_for_a_number(check, value):
+    """``True == 1`` and ``False == 0``: a bool (Python's or NumPy's) passes no numeric check."""
+    assert not _checks.is_number(value) and not _checks.is_int(value)
+    with pytest.raises(ValueError, match="must be"):
+        check(value)
+
+
+def test_check_names_is_the_one_check_of_a_list_of_names():
+    assert _checks.check_names("m", ["a", "b"]) == ("a", "b")
+    assert _checks.check_names("m", " a, b ,") == ("a", "b")  # the command line's comma-separated form
+    assert _checks.check_names("m", ()) == ()
+    for bad in (5, ["a", 1], None):
+        with pytest.raises(ValueError, match="m must be a list of strings"):
+            _checks.check_names("m", bad)
+
+
+@pytest.mark.parametrize(
+    ("override", "name", "valid"),
+    [
+        (("train.precision", "fp8"), "train.precision", "PRECISIONS"),
+        (("rerank.initial", "bm25"), "rerank.initial", "INITIAL_RANKERS"),
+        (("rerank.ideal", "half"), "rerank.ideal", "IDEAL_SCOPES"),
+    ],
+)
+def test_config_checks_its_choices_with_the_one_choice_check(override, name, valid):
+    """config.py writes no choice check by hand: its messages are ``_checks.check_choice``'s, over the
+    values it declares once (``ctxrank.training.rerank`` takes ``IDEAL_SCOPES`` from it)."""
+    from ctxrank import config
+    from ctxrank.training import rerank
+
+    values = getattr(config, valid)
+    with pytest.raises(ValueError) as expected:
+        _checks.check_choice(name, override[1], values)
+    with pytest.raises(ValueError) as got:
+        resolve_config(None, [override])
+    assert str(got.value) == str(expected.value)
+    assert rerank.IDEAL_SCOPES is config.IDEAL_SCOPES
+
+
+def test_no_relevant_true_is_refused_by_the_run_config_and_the_spec(tmp_path):
+    """``True == 1.0``: a bool never passes as the no-relevant value (the run config's and the report's)."""
+    from ctxrank.experiments import load_spec
+
+    with pytest.raises(ValueError, match=r"train\.no_relevant must be 0, 1 or 'skip', got True"):
+        resolve_config(None, [("train.no_relevant", True)])
+    with pytest.raises(ValueError, match=r"\[report\] no_relevant must be 0, 1 or 'skip', got True"):
+        load_spec("demo", [("report.no_relevant", True)])
+    assert load_spec("demo", [("report.no_relevant", 1)]).report.no_relevant == 1.0

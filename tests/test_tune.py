@@ -303,7 +303,7 @@ def test_a_run_configs_tune_block_sets_the_search_and_train_refuses_it(letor, tm
     rc, _, err = run("tune", "--config", str(config), *common, "--trials", "1", "--out", str(tmp_path / "b"))
     assert rc == 0 and len(_study(tmp_path / "b").trials) == 1, err
     for block, message in [
-        ("[tune]\ntrials = 0\n", "trials must be an integer >= 1, got 0"),
+        ("[tune]\ntrials = 0\n", "trials must be a positive integer, got 0"),
         ("[tune]\nprune = 1\n", "prune must be true or false"),
         ("[tune]\nsampler = 'tpe'\n", "unknown key(s) ['sampler']; valid keys: ['trials', 'prune']"),
     ]:
@@ -608,10 +608,10 @@ def test_experiment_tune_block_is_validated(letor, tmp_path):
 
     path = tmp_path / "spec.toml"
     for block, message in [
-        ("[tune]\ntrials = 0\n", "trials must be an integer >= 1"),
+        ("[tune]\ntrials = 0\n", r"\[tune\] trials must be a positive integer"),
         ("[tune]\ntrials = 2\nsampler = 'grid'\n", "unknown key"),
         ("[tune]\nprune = 1\n", "prune must be true or false"),
-        ("[tune]\nensemble = 0\n", "ensemble must be an integer >= 1"),
+        ("[tune]\nensemble = 0\n", r"\[tune\] ensemble must be a positive integer"),
     ]:
         path.write_text(_spec_text(letor / "train.txt", block))
         with pytest.raises(ValueError, match=message):

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_choice
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
+from ctxrank.config import IDEAL_SCOPES
 from ctxrank.data.lists import DEFAULT_TOP_K, initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
-
-IDEAL_SCOPES = ("full", "top-k")
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,7 @@ def _best_over_interchangeable(
 
 def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str = "full"):
     """(scores, data) to evaluate: merged full-query scores, or the top-k lists alone."""
-    if ideal not in IDEAL_SCOPES:
-        raise ValueError(f"ideal must be one of {IDEAL_SCOPES}, got {ideal!r}")
+    check_choice("ideal", ideal, IDEAL_SCOPES)
     if ideal == "full":
         return merge_scores(split, rerank_scores), split.full
     return np.asarray(rerank_scores, dtype=np.float64), split.top
