@@ -266,6 +266,7 @@ def _bools():
         lambda v: _checks.check_int_list("x", (v,)),
         lambda v: _checks.check_null_fill("x", v),
         lambda v: _checks.check_no_relevant("x", v),
+        lambda v: _checks.resolve_threads(v),
     ],
 )
 def test_no_numeric_check_takes_a_bool_for_a_number(check, value):
@@ -316,3 +317,54 @@ def test_no_relevant_true_is_refused_by_the_run_config_and_the_spec(tmp_path):
     with pytest.raises(ValueError, match=r"\[report\] no_relevant must be 0, 1 or 'skip', got True"):
         load_spec("demo", [("report.no_relevant", True)])
     assert load_spec("demo", [("report.no_relevant", 1)]).report.no_relevant == 1.0
+
+
+def test_no_threads_given_means_default_threads_decided_in_one_function(monkeypatch):
+    """``train.threads = None`` (no ``--threads``) is one thread for what ctxrank sets itself, decided by
+    ``_checks.resolve_threads`` alone: a baseline's ``num_threads``, the initial ranker's threads."""
+    from ctxrank.registry import MODELS
+    from ctxrank.training.rerank import InitialRanker
+
+    assert _checks.DEFAULT_THREADS == 1 and _checks.resolve_threads(None) == 1
+    assert _checks.resolve_threads(3) == 3
+    with pytest.raises(ValueError, match=r"train\.threads must be a positive integer, got 0"):
+        _checks.resolve_threads(0, "train.threads")
+    monkeypatch.setattr(_checks, "DEFAULT_THREADS", 3)  # every user follows the one constant
+    assert MODELS["lambdamart"].params({}, TrainConfig())["num_threads"] == 3
+    assert InitialRanker.for_config(resolve_config(None, ["rerank.initial=lambdamart"])).threads == 3
+    assert MODELS["lambdamart"].params({}, TrainConfig(threads=2))["num_threads"] == 2
+
+
+def test_no_module_decides_a_default_for_threads_by_itself():
+    """No ``1 if threads is None else threads`` outside ``_checks.resolve_threads``, and no
+    ``threads or DEFAULT`` / ``ex.in_flight or DEFAULT`` (the house rule against ``x or default`` on
+    user input: ``in_flight`` is tested ``is None``)."""
+    import ast
+    from pathlib import Path
+
+    def names(node):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+            n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+        }
+
+    root = Path(_checks.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "_checks.py":
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            test = node.test if isinstance(node, ast.IfExp) else None
+            none_test = (
+                isinstance(test, ast.Compare)
+                and isinstance(test.ops[0], ast.Is)
+                and isinstance(test.comparators[0], ast.Constant)
+                and test.comparators[0].value is None
+                and "threads" in names(test.left)
+            )
+            first = node.values[0] if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) else None
+            user = {"threads", "in_flight"}
+            or_default = isinstance(first, ast.Name | ast.Attribute) and bool(user & names(first))
+            if none_test or or_default:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.get_source_segment(text, node)}")
+    assert not found, found

@@ -300,3 +300,11 @@ def test_tune_executor_options_are_checked(tmp_path):
         ["tune", "--model", "listnet", "--dataset", "mq2008", "--executor", "dask", "--out", str(tmp_path)]
     )
     assert rc == 2
+
+
+def test_ray_in_flight_none_is_the_default_and_zero_is_refused():
+    """``in_flight`` is user input: None asks for the default; 0 is an error, not a silent default."""
+    assert RayExecutor().in_flight is None and RayExecutor(in_flight=3).in_flight == 3
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="in_flight must be a positive integer or None"):
+            RayExecutor(in_flight=bad)

@@ -16,6 +16,7 @@ from dataclasses import fields
 from typing import Any
 
 __all__ = [
+    "DEFAULT_THREADS",
     "MAX_BYTES",
     "MAX_CONFIG_INT",
     "MAX_CONFIG_LIST",
@@ -38,6 +39,7 @@ __all__ = [
     "is_int",
     "is_number",
     "parse_int",
+    "resolve_threads",
 ]
 
 #: the largest integer option (counts, sizes, cutoffs, epochs, folds, trials): a C ``int``, what LightGBM,
@@ -109,6 +111,20 @@ def check_int(
 def check_seed(name: str, value: Any) -> int:
     """A seed: an integer in ``[0, MAX_SEED]``."""
     return check_int(name, value, 0, maximum=MAX_SEED)
+
+
+#: the CPU threads of a run that sets none (``--threads`` not given, ``train.threads`` None, no
+#: ``runs.threads``): one, so that its numbers do not depend on the machine's cores
+DEFAULT_THREADS = 1
+
+
+def resolve_threads(value: Any, name: str = "threads") -> int:
+    """The CPU threads ``value`` asks for (``--threads``, ``train.threads``, ``runs.threads``): None
+    means :data:`DEFAULT_THREADS`, else a positive integer. The one place that decides what "no
+    threads given" means for the threads ctxrank sets itself: a baseline's ``num_threads``, the initial
+    ranker's, the CPUs a Ray task asks for. (PyTorch's intra-op threads are left at PyTorch's own
+    default by ``train.threads = None``: ``ctxrank.training.loop.seed_everything``.)"""
+    return DEFAULT_THREADS if value is None else check_int(name, value)
 
 
 #: what a LETOR ``NULL`` cell becomes, besides a number (``ctxrank.data.letor``; docs/data.md)

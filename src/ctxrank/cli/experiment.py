@@ -14,6 +14,7 @@ from typing import Any
 
 import lightgbm
 
+from ctxrank._checks import DEFAULT_THREADS, resolve_threads
 from ctxrank._io import claim_output_dir, lock_directory
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli._options import (
@@ -181,11 +182,13 @@ def demo(
     jobs: int = 2,
 ) -> int:
     """The ``make demo`` job: the built-in ``demo`` experiment (:func:`experiment`; default ``out_dir``
-    results/demo) in ``jobs`` worker processes, each run with one thread unless ``threads``."""
+    results/demo) in ``jobs`` worker processes, each run with ``threads`` threads (None: the demo spec's
+    ``runs.threads``, ``_checks.DEFAULT_THREADS`` as the message says)."""
+    n = resolve_threads(threads, "--threads")
     out(
         "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
         "LambdaMART, and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds, paired t-tests over "
-        f"test queries; {'1 thread' if threads is None else f'{threads} threads'} a run, {jobs} run(s) at "
+        f"test queries; {n} thread{'s' if n != 1 else ''} a run, {jobs} run(s) at "
         "a time. Stored runs are reused: run it again to see the report at once."
     )
     return experiment(
@@ -206,7 +209,7 @@ def quick_demo(
     rounds: int = 500,
     early_stopping: int = 50,
     learning_rate: float = 0.05,
-    threads: int = 1,
+    threads: int = DEFAULT_THREADS,
     json: bool = False,
 ) -> int:
     """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold``; test metrics under
@@ -473,8 +476,8 @@ def _run_demo(a: argparse.Namespace) -> int:
     if a.quick:
         if experiment_only:
             raise ValueError(f"{', '.join(experiment_only)} apply to the demo experiment, not to --quick")
-        threads = {} if a.threads is None else {"threads": a.threads}
-        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, **threads)
+        threads = resolve_threads(a.threads, "--threads")
+        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, threads=threads)
     if quick:
         raise ValueError(
             f"{', '.join(quick)} apply to `ctxrank demo --quick` only; the demo experiment takes "

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import check_int
+from ctxrank._checks import check_int, resolve_threads
 from ctxrank.config import RunConfig
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.runner import (
@@ -275,6 +275,9 @@ class RayExecutor:
     in_flight: int | None = None
     task: Callable[..., dict[str, Any]] = _train_run
 
+    def __post_init__(self) -> None:
+        check_int("in_flight", self.in_flight, allow_none=True)  # None (not 0) asks for the default
+
     def __call__(self, spec: ExperimentSpec, store: RunStore, *, keys, todo, need_units, bar) -> None:
         """Run ``todo`` (and the units in ``need_units``) of the runs ``keys``; store each result as it
         comes back, with the code of the worker that ran it, and count it on ``bar``.
@@ -333,7 +336,7 @@ class _RayRun:
                 f"runs.threads = {spec.threads} but the Ray cluster has {cpus} CPUs: no run could start"
             )
         self.gpus = float(ray.cluster_resources().get("GPU", 0))
-        self.limit = ex.in_flight or 2 * max(1, cpus // spec.threads)
+        self.limit = 2 * max(1, cpus // spec.threads) if ex.in_flight is None else ex.in_flight
         bar.write(
             f"ray: {cpus} CPUs, {spec.threads} per run ({cpus // spec.threads} runs at a time), "
             f"up to {self.limit} tasks in flight"
@@ -454,14 +457,13 @@ class _RayTrials:
 
         self.ray, self.job, self.study = ray, job, study
         base = RunConfig.from_dict(job.base)
-        threads = getattr(base.train, "threads", None)
-        threads = 1 if threads is None else threads
+        threads = resolve_threads(base.train.threads, "train.threads")
         cpus = int(ray.cluster_resources().get("CPU", 1))
         if cpus < threads:
             raise ValueError(
                 f"train.threads = {threads} but the Ray cluster has {cpus} CPUs: no trial could start"
             )
-        self.slots = ex.in_flight or max(1, cpus // threads)
+        self.slots = max(1, cpus // threads) if ex.in_flight is None else ex.in_flight
         job.initial_kw(base)  # a shared initial ranker is fitted once, here, and shipped with the job
         self.job_ref = ray.put(job)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

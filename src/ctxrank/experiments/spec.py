@@ -82,6 +82,7 @@ from typing import Any, TypeVar
 
 from ctxrank._checks import (
     DEFAULT_NULL_FILL,
+    DEFAULT_THREADS,
     check_bool,
     check_choice,
     check_int,
@@ -424,7 +425,7 @@ class ExperimentSpec:
     data: DataSpec
     models: Mapping[str, Mapping[str, Any]]
     runs: int = 5
-    threads: int = 1
+    threads: int = DEFAULT_THREADS
     initial: str = ""
     top_k: int = DEFAULT_TOP_K
     title: str = ""
@@ -529,7 +530,7 @@ class ExperimentSpec:
             data=data,
             models={m: dict(t) for m, t in models.items()},
             runs=_check("runs", check_int, "count", runs.get("count", 5)),
-            threads=_check("runs", check_int, "threads", runs.get("threads", 1)),
+            threads=_check("runs", check_int, "threads", runs.get("threads", DEFAULT_THREADS)),
             initial=initial,
             top_k=_check("protocol", check_int, "top_k", protocol.get("top_k", DEFAULT_TOP_K)),
             report=report,
