@@ -278,11 +278,12 @@ def test_a_ray_trial_stops_when_the_reporter_prunes_it(ray_local):
     from ctxrank.config import RunConfig
     from ctxrank.experiments.executors import _tune_trial
     from ctxrank.training.rerank import InitialRankers
-    from ctxrank.tune import _Job, search_space
+    from ctxrank.tune import StudyBase, _Job, search_space
 
     train, valid = make_ranking_data(20), make_ranking_data(10, seed=1)
-    job = _Job(TUNE_BASE, search_space(TUNE_BASE), train, valid, True, InitialRankers(train, valid))
-    config = RunConfig.from_dict(TUNE_BASE).to_dict()
+    base = StudyBase.of(TUNE_BASE)
+    job = _Job(base, search_space(base), train, valid, True, InitialRankers(train, valid))
+    config = RunConfig.from_dict(TUNE_BASE)  # typed: no dict sent to the task and parsed back there
     reporter = ray_local.remote(_AlwaysPrune).remote()
     assert _tune_trial(job, config, 0, reporter) == {"state": "pruned"}
     job.prune = False

@@ -427,8 +427,9 @@ class _TrialReporter:
         return trial.should_prune()
 
 
-def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) -> dict[str, Any]:
-    """Task: train one trial's configuration (``ctxrank.tune._Job.score``); its outcome."""
+def _tune_trial(job: Any, config: RunConfig, trial_id: int, reporter: Any) -> dict[str, Any]:
+    """Task: train one trial's configuration (``ctxrank.tune._Job.score``; the driver's typed
+    :class:`RunConfig`, as Ray ships arguments); its outcome."""
     import optuna
     import ray
 
@@ -436,7 +437,7 @@ def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) 
         return ray.get(reporter.should_prune.remote(trial_id, epoch, value))
 
     try:
-        value, summary = job.score(RunConfig.from_dict(config), should_prune)
+        value, summary = job.score(config, should_prune)
     except optuna.TrialPruned:
         return {"state": "pruned"}
     except NonFiniteLossError as exc:
@@ -456,7 +457,7 @@ class _RayTrials:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.job, self.study = ray, job, study
-        base = RunConfig.from_dict(job.base)
+        base = job.base.config  # validated once, by the study (ctxrank.tune.StudyBase)
         threads = resolve_threads(base.train.threads, "train.threads")
         cpus = int(ray.cluster_resources().get("CPU", 1))
         if cpus < threads:
@@ -497,7 +498,7 @@ class _RayTrials:
                     warnings.simplefilter("ignore", UserWarning)
                     trial = self.study.ask()
                 config = self.job.config_for(trial)
-                ref = self.task.remote(self.job_ref, config.to_dict(), trial._trial_id, self.reporter)
+                ref = self.task.remote(self.job_ref, config, trial._trial_id, self.reporter)
                 self.pending[ref] = trial
                 self.heartbeat([trial])
                 started += 1
