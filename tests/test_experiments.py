@@ -965,3 +965,37 @@ def test_data_values_of_a_file_spec_are_checked_by_the_checks_module(tmp_path):
             check()
         with pytest.raises(ValueError, match=re.escape(f"[data] {expected.value}")):
             load_spec(path, [(key, value)])
+
+
+# ------------------------------------------------------------------ --correction: one typed override
+def test_the_correction_flag_is_an_override_of_the_spec_built_once(tmp_path, monkeypatch):
+    """``ctxrank experiment --correction`` is the typed override ``("report.correction", C)`` like
+    ``--runs`` and ``--threads`` (the spec is built once; no ``dataclasses.replace`` afterwards)."""
+    from ctxrank.cli import experiment as cli_experiment
+
+    seen = []
+
+    def spy(spec, overrides=()):
+        seen.append(list(overrides))
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(cli_experiment, "load_spec", spy)
+    with pytest.raises(RuntimeError, match="stop"):
+        cli_experiment.experiment("demo", correction="bh", threads=2)
+    assert seen == [[("runs.threads", 2), ("report.correction", "bh")]]
+    with pytest.raises(RuntimeError, match="stop"):
+        cli_experiment.experiment("demo")
+    assert seen[-1] == []
+
+
+def test_a_command_line_correction_replaces_the_files_old_holm_spelling(tmp_path):
+    """A spec file spelling the correction ``holm = true | false`` takes ``--correction`` as one spelling
+    ``correction = ...`` does (the file's value is replaced, not an error)."""
+    from ctxrank.experiments.spec import correction_override
+
+    path = _letor_spec(tmp_path, extra="holm = false")  # in the [report] table
+    assert load_spec(path).report.correction == "none"
+    assert load_spec(path, correction_override("bh")).report.correction == "bh"
+    assert load_spec(path, ['report.correction="holm"']).report.correction == "holm"
+    assert load_spec(path, ["report.holm=true"]).report.correction == "holm"  # the old spelling, overridden
+    assert correction_override(None) == []

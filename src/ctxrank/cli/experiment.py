@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
 from ctxrank.experiments.evidence import rebuild_report, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
+from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import metric_convention
 
@@ -106,9 +106,8 @@ def experiment(
         every += [("data.dataset", dataset), ("data.folds", [])]
     if threads is not None:
         every.append(("runs.threads", threads))
+    every += correction_override(correction)
     loaded = load_spec(spec, every)
-    if correction is not None:
-        loaded = dataclasses.replace(loaded, report=dataclasses.replace(loaded.report, correction=correction))
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:

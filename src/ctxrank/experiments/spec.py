@@ -108,6 +108,7 @@ __all__ = [
     "ReportSpec",
     "TuneSpec",
     "builtin_names",
+    "correction_override",
     "load_spec",
     "split_protocol",
 ]
@@ -707,6 +708,27 @@ def _correction(d: Mapping[str, Any]) -> str:
     return correction
 
 
+def correction_override(correction: str | None) -> list[Override]:
+    """``--correction`` as the typed override of ``report.correction`` (none when not given): the one
+    form of the option, for a spec file (``ctxrank experiment``: :func:`load_spec`) and a stored spec
+    (``ctxrank report``: ``ctxrank.experiments.evidence.spec_from_record``) alike."""
+    return [] if correction is None else [("report.correction", correction)]
+
+
+def _file_holm(d: dict[str, Any], overrides: Sequence[Override]) -> dict[str, Any]:
+    """``d`` with its ``[report] holm = true | false`` (the old spelling) read as ``correction``, so
+    that a correction given on the command line replaces the file's, as for a file that spells it
+    ``correction``; unchanged when an override sets ``report.holm`` itself (or the value is no bool:
+    :func:`_correction` names the error)."""
+    report = d.get("report")
+    if not isinstance(report, Mapping) or not isinstance(report.get("holm"), bool) or "correction" in report:
+        return d
+    if any(key == "report.holm" for key, _ in overrides):
+        return d
+    rest = {k: v for k, v in report.items() if k != "holm"}
+    return {**d, "report": {**rest, "correction": _correction(report)}}
+
+
 def _anomaly(d: Mapping[str, Any], models: list[str]) -> AnomalySpec:
     _known("analysis.anomaly", d, [f.name for f in dataclasses.fields(AnomalySpec)])
     pair = _check("analysis.anomaly", check_names, "models", d.get("models", ("qilcm", "dlcm")))
@@ -749,6 +771,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[Override | str] = ()
     _check_new_models(d, overrides, path)
     if not builtin:  # paths written in a spec file are relative to it
         d = _relative_to(d, path.parent)
+    d = _file_holm(d, overrides)
     d = apply_overrides(d, overrides)  # a path given here is relative to the current directory
     try:
         return ExperimentSpec.from_dict(d, base=Path.cwd(), source=str(path))
