@@ -155,3 +155,22 @@ def test_importing_the_baselines_pulls_neither_lightgbm_nor_sklearn():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("value", [True, np.True_, 2, "Skip"])
+def test_the_baselines_no_relevant_is_the_one_no_relevant_check(value):
+    """LambdaMART, RankSVM and AdaRank check ``no_relevant`` with ``_checks.check_no_relevant``, as a run
+    config does (one message; ``True`` is not 1.0)."""
+    from ctxrank import _checks
+    from ctxrank.baselines import AdaRank, LambdaMART, RankSVM
+
+    with pytest.raises(ValueError) as expected:
+        _checks.check_no_relevant("no_relevant", value)
+    for make in (
+        lambda: LambdaMART(no_relevant=value).check_params(),
+        lambda: RankSVM(no_relevant=value),
+        lambda: AdaRank(no_relevant=value),
+    ):
+        with pytest.raises(ValueError) as got:
+            make()
+        assert str(got.value) == str(expected.value)

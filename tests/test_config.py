@@ -2,6 +2,7 @@
 
 import pytest
 
+from ctxrank import _checks
 from ctxrank._io import to_toml
 from ctxrank.config import RunConfig, TrainConfig, apply_overrides, resolve_config
 from ctxrank.registry import MODELS, Baseline
@@ -241,3 +242,129 @@ def test_model_sizes_are_bounded_as_when_a_saved_model_is_loaded():
     ]:
         with pytest.raises(ValueError, match=r"model_params\.\w+ .*(limit|at most)"):
             resolve_config(None, [f"model={model}", *sets])
+
+
+# ------------------------------------------------------------------ the one set of validators (_checks)
+def _bools():
+    import numpy as np
+
+    return [True, False, np.True_, np.False_]
+
+
+@pytest.mark.parametrize("value", _bools())
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda v: _checks.check_positive("x", v),
+        lambda v: _checks.check_non_negative("x", v),
+        lambda v: _checks.check_dropout("x", v),
+        lambda v: _checks.check_int("x", v, 0),
+        lambda v: _checks.check_int("x", v, 0, allow_none=True),
+        lambda v: _checks.check_seed("x", v),
+        lambda v: _checks.check_bytes("x", v),
+        lambda v: _checks.check_crossfit("x", v),
+        lambda v: _checks.check_int_list("x", (v,)),
+        lambda v: _checks.check_null_fill("x", v),
+        lambda v: _checks.check_no_relevant("x", v),
+        lambda v: _checks.resolve_threads(v),
+    ],
+)
+def test_no_numeric_check_takes_a_bool_for_a_number(check, value):
+    """``True == 1`` and ``False == 0``: a bool (Python's or NumPy's) passes no numeric check."""
+    assert not _checks.is_number(value) and not _checks.is_int(value)
+    with pytest.raises(ValueError, match="must be"):
+        check(value)
+
+
+def test_check_names_is_the_one_check_of_a_list_of_names():
+    assert _checks.check_names("m", ["a", "b"]) == ("a", "b")
+    assert _checks.check_names("m", " a, b ,") == ("a", "b")  # the command line's comma-separated form
+    assert _checks.check_names("m", ()) == ()
+    for bad in (5, ["a", 1], None):
+        with pytest.raises(ValueError, match="m must be a list of strings"):
+            _checks.check_names("m", bad)
+
+
+@pytest.mark.parametrize(
+    ("override", "name", "valid"),
+    [
+        (("train.precision", "fp8"), "train.precision", "PRECISIONS"),
+        (("rerank.initial", "bm25"), "rerank.initial", "INITIAL_RANKERS"),
+        (("rerank.ideal", "half"), "rerank.ideal", "IDEAL_SCOPES"),
+    ],
+)
+def test_config_checks_its_choices_with_the_one_choice_check(override, name, valid):
+    """config.py writes no choice check by hand: its messages are ``_checks.check_choice``'s, over the
+    values it declares once (``ctxrank.training.rerank`` takes ``IDEAL_SCOPES`` from it)."""
+    from ctxrank import config
+    from ctxrank.training import rerank
+
+    values = getattr(config, valid)
+    with pytest.raises(ValueError) as expected:
+        _checks.check_choice(name, override[1], values)
+    with pytest.raises(ValueError) as got:
+        resolve_config(None, [override])
+    assert str(got.value) == str(expected.value)
+    assert rerank.IDEAL_SCOPES is config.IDEAL_SCOPES
+
+
+def test_no_relevant_true_is_refused_by_the_run_config_and_the_spec(tmp_path):
+    """``True == 1.0``: a bool never passes as the no-relevant value (the run config's and the report's)."""
+    from ctxrank.experiments import load_spec
+
+    with pytest.raises(ValueError, match=r"train\.no_relevant must be 0, 1 or 'skip', got True"):
+        resolve_config(None, [("train.no_relevant", True)])
+    with pytest.raises(ValueError, match=r"\[report\] no_relevant must be 0, 1 or 'skip', got True"):
+        load_spec("demo", [("report.no_relevant", True)])
+    assert load_spec("demo", [("report.no_relevant", 1)]).report.no_relevant == 1.0
+
+
+def test_no_threads_given_means_default_threads_decided_in_one_function(monkeypatch):
+    """``train.threads = None`` (no ``--threads``) is one thread for what ctxrank sets itself, decided by
+    ``_checks.resolve_threads`` alone: a baseline's ``num_threads``, the initial ranker's threads."""
+    from ctxrank.registry import MODELS
+    from ctxrank.training.rerank import InitialRanker
+
+    assert _checks.DEFAULT_THREADS == 1 and _checks.resolve_threads(None) == 1
+    assert _checks.resolve_threads(3) == 3
+    with pytest.raises(ValueError, match=r"train\.threads must be a positive integer, got 0"):
+        _checks.resolve_threads(0, "train.threads")
+    monkeypatch.setattr(_checks, "DEFAULT_THREADS", 3)  # every user follows the one constant
+    assert MODELS["lambdamart"].params({}, TrainConfig())["num_threads"] == 3
+    assert InitialRanker.for_config(resolve_config(None, ["rerank.initial=lambdamart"])).threads == 3
+    assert MODELS["lambdamart"].params({}, TrainConfig(threads=2))["num_threads"] == 2
+
+
+def test_no_module_decides_a_default_for_threads_by_itself():
+    """No ``1 if threads is None else threads`` outside ``_checks.resolve_threads``, and no
+    ``threads or DEFAULT`` / ``ex.in_flight or DEFAULT`` (the house rule against ``x or default`` on
+    user input: ``in_flight`` is tested ``is None``)."""
+    import ast
+    from pathlib import Path
+
+    def names(node):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+            n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+        }
+
+    root = Path(_checks.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "_checks.py":
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            test = node.test if isinstance(node, ast.IfExp) else None
+            none_test = (
+                isinstance(test, ast.Compare)
+                and isinstance(test.ops[0], ast.Is)
+                and isinstance(test.comparators[0], ast.Constant)
+                and test.comparators[0].value is None
+                and "threads" in names(test.left)
+            )
+            first = node.values[0] if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) else None
+            user = {"threads", "in_flight"}
+            or_default = isinstance(first, ast.Name | ast.Attribute) and bool(user & names(first))
+            if none_test or or_default:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.get_source_segment(text, node)}")
+    assert not found, found

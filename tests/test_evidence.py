@@ -109,3 +109,20 @@ def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
     (root / "docs" / "page.md").write_text(page)
     (block,) = published_blocks(root)
     assert block.name == "tiny" and regenerate(root, "tiny") == block.text == table
+
+
+def test_report_correction_is_the_same_override_on_the_stored_spec(evidence, tmp_path):
+    """``ctxrank report EVIDENCE --correction C`` sets ``report.correction`` as ``ctxrank experiment
+    --correction`` does: a typed override of the spec's dict before the spec is built (the restored
+    experiment.json records the report's correction)."""
+    from ctxrank.experiments.spec import correction_override
+
+    _, ev = evidence
+    record = json.loads((ev / "spec.json").read_text())
+    spec = spec_from_record(record, overrides=correction_override("bh"))
+    assert spec.report.correction == "bh" and spec.fingerprint() == record["fingerprint"]
+    assert spec_from_record(record).report.correction == record["spec"]["report"]["correction"] == "holm"
+    assert main(["report", str(ev), "--out", str(tmp_path / "none"), "--correction", "none"]) == 0
+    res = json.loads((tmp_path / "none" / "results.json").read_text())
+    stored = json.loads((tmp_path / "none" / "experiment.json").read_text())
+    assert res["test"]["correction"] == stored["spec"]["report"]["correction"] == "none"

@@ -278,11 +278,12 @@ def test_a_ray_trial_stops_when_the_reporter_prunes_it(ray_local):
     from ctxrank.config import RunConfig
     from ctxrank.experiments.executors import _tune_trial
     from ctxrank.training.rerank import InitialRankers
-    from ctxrank.tune import _Job, search_space
+    from ctxrank.tune import StudyBase, _Job, search_space
 
     train, valid = make_ranking_data(20), make_ranking_data(10, seed=1)
-    job = _Job(TUNE_BASE, search_space(TUNE_BASE), train, valid, True, InitialRankers(train, valid))
-    config = RunConfig.from_dict(TUNE_BASE).to_dict()
+    base = StudyBase.of(TUNE_BASE)
+    job = _Job(base, search_space(base), train, valid, True, InitialRankers(train, valid))
+    config = RunConfig.from_dict(TUNE_BASE)  # typed: no dict sent to the task and parsed back there
     reporter = ray_local.remote(_AlwaysPrune).remote()
     assert _tune_trial(job, config, 0, reporter) == {"state": "pruned"}
     job.prune = False
@@ -300,3 +301,11 @@ def test_tune_executor_options_are_checked(tmp_path):
         ["tune", "--model", "listnet", "--dataset", "mq2008", "--executor", "dask", "--out", str(tmp_path)]
     )
     assert rc == 2
+
+
+def test_ray_in_flight_none_is_the_default_and_zero_is_refused():
+    """``in_flight`` is user input: None asks for the default; 0 is an error, not a silent default."""
+    assert RayExecutor().in_flight is None and RayExecutor(in_flight=3).in_flight == 3
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="in_flight must be a positive integer or None"):
+            RayExecutor(in_flight=bad)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ctxrank import _checks
 from ctxrank.cli import main
 from ctxrank.cli.experiment import default_out
 from ctxrank.data.ranking_data import RankingData
@@ -111,7 +112,7 @@ def test_runs_are_seed_major_over_folds_and_the_protocol_applies_to_neural_model
     [
         ("report.target=nope", "target 'nope' is not one of the models"),
         ("data.folds=[9]", "mq2008 has folds 1..5"),
-        ("runs.count=0", "count must be an integer >= 1"),
+        ("runs.count=0", r"\[runs\] count must be a positive integer, got 0"),
         ("bogus=1", "unknown key"),
         ("models.qilcm.model_params.nope=1", "models.qilcm"),
         ("report.test=bootstrap", "unknown test 'bootstrap'; valid tests: queries, queries-permutation"),
@@ -746,7 +747,7 @@ def test_the_report_names_the_model_each_row_trained(tmp_path):
     [
         ('name=""', "name is required"),  # an empty name is refused, not replaced by the file's stem
         ('report.target=""', "target '' is not one of the models"),  # not replaced by the default
-        ("data.folds=[0]", "folds must be an integer >= 1, got 0"),
+        ("data.folds=[0]", "[data] folds must be a positive integer, got 0"),
     ],
 )
 def test_empty_or_out_of_range_spec_values_are_errors_not_defaults(tmp_path, override, message):
@@ -916,3 +917,85 @@ def test_data_null_fill_is_refused_for_a_table_file_or_a_choice_dataset(tmp_path
         load_spec(path, ["data.file=s.csv", "data.null_fill=0"])
     with pytest.raises(ValueError, match="electricity is a choice dataset"):
         load_spec("qilcm-table2", ["data.dataset=electricity", "data.null_fill=letor_min"])
+
+
+# ------------------------------------------------------------------ spec checks: the _checks validators
+@pytest.mark.parametrize(
+    ("key", "value", "check"),
+    [
+        ("runs.count", 0, lambda: _checks.check_int("count", 0)),
+        ("runs.threads", True, lambda: _checks.check_int("threads", True)),
+        ("protocol.top_k", 0, lambda: _checks.check_int("top_k", 0)),
+        ("protocol.initial", "bm25", lambda: _checks.check_choice("initial", "bm25", ("", "lambdamart"))),
+        ("data.folds", [0], lambda: _checks.check_int("folds", 0)),
+        ("data.protocol", "loo", lambda: _checks.check_choice("protocol", "loo", ("folds", "random-splits"))),
+        ("report.no_relevant", True, lambda: _checks.check_no_relevant("no_relevant", True)),
+        ("report.metrics", 5, lambda: _checks.check_names("metrics", 5)),
+        ("report.resamples", 10, lambda: _checks.check_int("resamples", 10, 99)),
+        ("report.stats_seed", -1, lambda: _checks.check_seed("stats_seed", -1)),
+        ("report.holm", 1, lambda: _checks.check_bool("holm", 1)),
+        ("tune.trials", 0, lambda: _checks.check_int("trials", 0)),
+        ("tune.seed", 2**40, lambda: _checks.check_seed("seed", 2**40)),
+        ("tune.prune", 1, lambda: _checks.check_bool("prune", 1)),
+        ("analysis.anomaly.buckets", 1, lambda: _checks.check_int("buckets", 1, 2)),
+        ("analysis.anomaly.models", 7, lambda: _checks.check_names("models", 7)),
+    ],
+)
+def test_spec_values_are_checked_by_the_checks_module_with_the_section_in_front(key, value, check):
+    """The spec has no validator of its own: each message is ``[section] `` + the message of the
+    ``ctxrank._checks`` validator (the one set), naming the key."""
+    with pytest.raises(ValueError) as expected:
+        check()
+    with pytest.raises(ValueError) as got:
+        load_spec("qilcm-table2", [(key, value)])
+    section = key.rsplit(".", 1)[0]
+    assert str(got.value).endswith(f"qilcm-table2.toml: [{section}] {expected.value}"), str(got.value)
+    from ctxrank.experiments import spec
+
+    assert not [n for n in vars(spec) if n in ("_int", "_names")]  # the spec's own validators are gone
+
+
+def test_data_values_of_a_file_spec_are_checked_by_the_checks_module(tmp_path):
+    path = _letor_spec(tmp_path)
+    for key, value, check in [
+        ("data.null_fill", True, lambda: _checks.check_null_fill("null_fill", True)),
+        ("data.categorical", [1], lambda: _checks.check_names("categorical", [1])),
+    ]:
+        with pytest.raises(ValueError) as expected:
+            check()
+        with pytest.raises(ValueError, match=re.escape(f"[data] {expected.value}")):
+            load_spec(path, [(key, value)])
+
+
+# ------------------------------------------------------------------ --correction: one typed override
+def test_the_correction_flag_is_an_override_of_the_spec_built_once(tmp_path, monkeypatch):
+    """``ctxrank experiment --correction`` is the typed override ``("report.correction", C)`` like
+    ``--runs`` and ``--threads`` (the spec is built once; no ``dataclasses.replace`` afterwards)."""
+    from ctxrank.cli import experiment as cli_experiment
+
+    seen = []
+
+    def spy(spec, overrides=()):
+        seen.append(list(overrides))
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(cli_experiment, "load_spec", spy)
+    with pytest.raises(RuntimeError, match="stop"):
+        cli_experiment.experiment("demo", correction="bh", threads=2)
+    assert seen == [[("runs.threads", 2), ("report.correction", "bh")]]
+    with pytest.raises(RuntimeError, match="stop"):
+        cli_experiment.experiment("demo")
+    assert seen[-1] == []
+
+
+def test_a_command_line_correction_replaces_the_files_old_holm_spelling(tmp_path):
+    """A spec file spelling the correction ``holm = true | false`` takes ``--correction`` as one spelling
+    ``correction = ...`` does (the file's value is replaced, not an error)."""
+    from ctxrank.experiments.spec import correction_override
+
+    path = _letor_spec(tmp_path, extra="holm = false")  # in the [report] table
+    assert load_spec(path).report.correction == "none"
+    assert load_spec(path, correction_override("bh")).report.correction == "bh"
+    assert load_spec(path, ['report.correction="holm"']).report.correction == "holm"
+    assert load_spec(path, ["report.holm=true"]).report.correction == "holm"  # the old spelling, overridden
+    assert correction_override(None) == []

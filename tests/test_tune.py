@@ -303,7 +303,7 @@ def test_a_run_configs_tune_block_sets_the_search_and_train_refuses_it(letor, tm
     rc, _, err = run("tune", "--config", str(config), *common, "--trials", "1", "--out", str(tmp_path / "b"))
     assert rc == 0 and len(_study(tmp_path / "b").trials) == 1, err
     for block, message in [
-        ("[tune]\ntrials = 0\n", "trials must be an integer >= 1, got 0"),
+        ("[tune]\ntrials = 0\n", "trials must be a positive integer, got 0"),
         ("[tune]\nprune = 1\n", "prune must be true or false"),
         ("[tune]\nsampler = 'tpe'\n", "unknown key(s) ['sampler']; valid keys: ['trials', 'prune']"),
     ]:
@@ -608,10 +608,10 @@ def test_experiment_tune_block_is_validated(letor, tmp_path):
 
     path = tmp_path / "spec.toml"
     for block, message in [
-        ("[tune]\ntrials = 0\n", "trials must be an integer >= 1"),
+        ("[tune]\ntrials = 0\n", r"\[tune\] trials must be a positive integer"),
         ("[tune]\ntrials = 2\nsampler = 'grid'\n", "unknown key"),
         ("[tune]\nprune = 1\n", "prune must be true or false"),
-        ("[tune]\nensemble = 0\n", "ensemble must be an integer >= 1"),
+        ("[tune]\nensemble = 0\n", r"\[tune\] ensemble must be a positive integer"),
     ]:
         path.write_text(_spec_text(letor / "train.txt", block))
         with pytest.raises(ValueError, match=message):
@@ -666,3 +666,42 @@ def test_cli_tune_splits_by_group_col_and_tunes_lambdamart_on_loglik(tmp_path, m
     train_it = next(line for line in out.splitlines() if line.startswith("train it:"))
     assert "--group-col person" in train_it and "--query-col situation" in train_it
     assert "--label-col chosen" in train_it and "--test" not in train_it
+
+
+# ------------------------------------------------------------------ one typed base, one serialization
+def test_the_base_configuration_is_validated_once_before_the_first_trial(monkeypatch, tmp_path):
+    """``RunConfig.from_dict(base)`` ran in ``tune`` and again in ``search_space`` (and twice more from
+    ``ctxrank tune``, once more for Ray): a :class:`StudyBase` is validated once and handed down."""
+    from ctxrank import tune as tuning
+
+    base = {"model": "listnet", "train": {"max_epochs": 2, "seed": 3}}
+    calls: list[dict] = []
+    original = RunConfig.from_dict.__func__
+
+    def counting(cls, d):
+        calls.append(d)
+        return original(cls, d)
+
+    monkeypatch.setattr(RunConfig, "from_dict", classmethod(counting))
+    train, valid = make_ranking_data(20, seed=0), make_ranking_data(10, seed=1)
+    result = tune(base, train, valid, out=tmp_path / "a", trials=2)
+    assert [d for d in calls if d == base] == [base] and len(calls) == 1 + 2 + 1  # base, 2 trials, best
+    assert result.best is not None and result.best.train.seed == 3
+    study_base = tuning.StudyBase.of(base)
+    calls.clear()
+    assert tuning.StudyBase.of(study_base) is study_base and tuning.search_space(study_base).params
+    assert calls == []  # a StudyBase is not validated again
+    study_base.values["train"]["seed"] = 7
+    assert base["train"]["seed"] == 3  # the base is copied, not shared
+
+
+def test_a_trial_configuration_is_a_typed_deep_copy_of_the_base():
+    """No ``json.loads(json.dumps(base))`` inside the process: a tuple stays a tuple, the base is untouched;
+    JSON is only what the study's storage keeps (the trial's ``config`` attribute)."""
+    base = {"model": "mlp", "model_params": {"hidden": (8, 4)}, "train": {"max_epochs": 2}}
+    space = search_space(base)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
+    d = trial_config(study.ask(), base, space)
+    assert d["model_params"]["hidden"] == (8, 4) and isinstance(d["model_params"]["hidden"], tuple)
+    d["train"]["max_epochs"] = 9
+    assert base["train"]["max_epochs"] == 2 and d["model_params"] is not base["model_params"]

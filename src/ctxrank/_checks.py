@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
 __all__ = [
+    "DEFAULT_THREADS",
     "MAX_BYTES",
     "MAX_CONFIG_INT",
     "MAX_CONFIG_LIST",
@@ -29,12 +30,16 @@ __all__ = [
     "check_int",
     "check_int_list",
     "check_model_params",
+    "check_names",
+    "check_no_relevant",
     "check_non_negative",
+    "check_null_fill",
     "check_positive",
     "check_seed",
     "is_int",
     "is_number",
     "parse_int",
+    "resolve_threads",
 ]
 
 #: the largest integer option (counts, sizes, cutoffs, epochs, folds, trials): a C ``int``, what LightGBM,
@@ -108,6 +113,20 @@ def check_seed(name: str, value: Any) -> int:
     return check_int(name, value, 0, maximum=MAX_SEED)
 
 
+#: the CPU threads of a run that sets none (``--threads`` not given, ``train.threads`` None, no
+#: ``runs.threads``): one, so that its numbers do not depend on the machine's cores
+DEFAULT_THREADS = 1
+
+
+def resolve_threads(value: Any, name: str = "threads") -> int:
+    """The CPU threads ``value`` asks for (``--threads``, ``train.threads``, ``runs.threads``): None
+    means :data:`DEFAULT_THREADS`, else a positive integer. The one place that decides what "no
+    threads given" means for the threads ctxrank sets itself: a baseline's ``num_threads``, the initial
+    ranker's, the CPUs a Ray task asks for. (PyTorch's intra-op threads are left at PyTorch's own
+    default by ``train.threads = None``: ``ctxrank.training.loop.seed_everything``.)"""
+    return DEFAULT_THREADS if value is None else check_int(name, value)
+
+
 #: what a LETOR ``NULL`` cell becomes, besides a number (``ctxrank.data.letor``; docs/data.md)
 NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
 DEFAULT_NULL_FILL = "query_min"
@@ -120,8 +139,7 @@ def check_null_fill(name: str, value: Any) -> str | float:
     and experiment specs."""
     if isinstance(value, str) and value in NULL_FILL_RULES:
         return value
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not (number and math.isfinite(float(value)) and abs(float(value)) <= FLOAT32_MAX):
+    if not (is_number(value) and math.isfinite(float(value)) and abs(float(value)) <= FLOAT32_MAX):
         raise ValueError(
             f"{name} must be one of {', '.join(NULL_FILL_RULES)} or a finite number within float32 (the "
             f"value of every NULL cell), got {_shown(value)}"
@@ -132,9 +150,9 @@ def check_null_fill(name: str, value: Any) -> str | float:
 def check_no_relevant(name: str, value: Any) -> float | str:
     """The value of a query without a relevant item: 0, 1 (as floats) or ``"skip"``; ``True`` / ``False``
     are refused (they would pass as 1 and 0). The one check of configs and metric conventions."""
-    if value == "skip" and isinstance(value, str):
+    if isinstance(value, str) and value == "skip":
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value not in (0, 1):
+    if not is_number(value) or value not in (0, 1):
         raise ValueError(f"{name} must be 0, 1 or 'skip', got {_shown(value)}")
     return float(value)
 
@@ -166,6 +184,16 @@ def check_int_list(name: str, value: Any, *, maximum: int = MAX_INT) -> tuple[in
             f"{name} must be a list of positive integers (at most {maximum:,}), got {_shown(value)}"
         )
     return tuple(int(v) for v in value)
+
+
+def check_names(name: str, value: Any) -> tuple[str, ...]:
+    """A list of strings (a sequence: a TOML list, a tuple), or one string of comma-separated
+    names (``"ndcg@1, map"``, as the command line writes it); returned as a tuple."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a list of strings, got {_shown(value)}")
+    return tuple(value)
 
 
 def model_param_problem(value: Any) -> str | None:

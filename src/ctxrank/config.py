@@ -58,6 +58,12 @@ DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the trainin
 
 #: ``train.batching`` values: ``"model"`` = the model class's ``batching`` (see :class:`TrainConfig`)
 BATCHING: tuple[str, ...] = ("model", "random", "buckets")
+#: ``train.precision`` values (see :class:`TrainConfig`)
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+#: ``rerank.initial`` values (and an experiment's ``[protocol] initial``): none, or LambdaMART
+INITIAL_RANKERS: tuple[str, ...] = ("", "lambdamart")
+#: ``rerank.ideal`` values: the ideal DCG over every judged item, or over the top-k lists
+IDEAL_SCOPES: tuple[str, ...] = ("full", "top-k")
 
 
 @dataclass(frozen=True)
@@ -130,8 +136,7 @@ class TrainConfig:
         check_int("train.eval_batch_size", self.eval_batch_size)
         check_choice("train.batching", self.batching, BATCHING)
         check_non_negative("train.input_noise", self.input_noise)
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"train.precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        check_choice("train.precision", self.precision, PRECISIONS)
         if not isinstance(self.device, str) or not (
             self.device in ("cpu", "cuda", "auto") or self.device.startswith("cuda:")
         ):
@@ -181,15 +186,13 @@ class RerankConfig:
     residual: bool = False
 
     def __post_init__(self) -> None:
-        if self.initial not in ("", "lambdamart"):
-            raise ValueError(f"rerank.initial must be '' or 'lambdamart', got {self.initial!r}")
+        check_choice("rerank.initial", self.initial, INITIAL_RANKERS)
         check_int("rerank.top_k", self.top_k)
         check_crossfit("rerank.crossfit", self.crossfit)
         for name in ("rank_feature", "score_feature"):
             if getattr(self, name) is not None:
                 check_bool(f"rerank.{name}", getattr(self, name))
-        if self.ideal not in ("full", "top-k"):
-            raise ValueError(f"rerank.ideal must be 'full' or 'top-k', got {self.ideal!r}")
+        check_choice("rerank.ideal", self.ideal, IDEAL_SCOPES)
         if not isinstance(self.initial_params, Mapping):
             raise ValueError("rerank.initial_params must be a table")
         check_bool("rerank.residual", self.residual)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxrank._checks import resolve_threads
 from ctxrank.baselines.adarank import AdaRank
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
@@ -73,7 +74,7 @@ class Baseline:
             if self.seed:
                 out[self.seed] = train.seed
             if self.threads:
-                out[self.threads] = 1 if train.threads is None else train.threads
+                out[self.threads] = resolve_threads(train.threads, "train.threads")
         out.update(model_params)
         return out
 

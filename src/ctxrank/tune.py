@@ -45,6 +45,7 @@ Markdown table of the trials, ``optimization_history.png`` and ``param_importanc
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import io
 import json
@@ -87,6 +88,7 @@ __all__ = [
     "NEURAL_SPACE",
     "STUDY_FILE",
     "SearchSpace",
+    "StudyBase",
     "TuneResult",
     "claim_study_dir",
     "finished_trials",
@@ -126,6 +128,36 @@ LOSS_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
 SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds")
 
 
+def _stored(value: Any) -> Any:
+    """``value`` as the study's storage keeps a user attribute: JSON (strict: NaN -> null, tuples ->
+    lists). Optuna's storage is the one place a study's configurations are serialized; in this process
+    they stay typed (a trial's :class:`RunConfig`, the validated :class:`StudyBase`)."""
+    return json.loads(dumps(value))
+
+
+# ------------------------------------------------------------------------------------ base
+@dataclass(frozen=True)
+class StudyBase:
+    """The base configuration of a study, validated once, before its first trial: ``values``, the run
+    config as written (a dict as TOML gives it: the keys it sets are fixed, not searched; every trial is
+    ``values`` with the trial's suggestions set), and ``config``, the same as a :class:`RunConfig`."""
+
+    values: dict[str, Any]
+    config: RunConfig
+
+    @classmethod
+    def of(cls, base: Mapping[str, Any] | StudyBase) -> StudyBase:
+        """``base`` (a copy of it) and its validated run config; a :class:`StudyBase` as it is.
+
+        Raises:
+            ValueError: ``base`` is no valid run config.
+        """
+        if isinstance(base, StudyBase):
+            return base
+        values = copy.deepcopy(dict(base))
+        return cls(values, RunConfig.from_dict(values))
+
+
 # ------------------------------------------------------------------------------------ search space
 @dataclass(frozen=True)
 class SearchSpace:
@@ -136,7 +168,7 @@ class SearchSpace:
     losses: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(dumps({"params": self.params, "losses": self.losses}))
+        return _stored({"params": self.params, "losses": self.losses})
 
     def keys(self) -> list[str]:
         return [*self.params, *sorted({k for space in self.losses.values() for k in space})]
@@ -151,12 +183,14 @@ def flat_keys(d: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def search_space(base: Mapping[str, Any]) -> SearchSpace:
-    """The space searched for the run config ``base`` (a dict as TOML gives it): the model's declared
-    space (plus :data:`NEURAL_SPACE` for a neural model) less the keys ``base`` sets."""
-    config = RunConfig.from_dict(base)
+def search_space(base: Mapping[str, Any] | StudyBase) -> SearchSpace:
+    """The space searched for the run config ``base`` (a dict as TOML gives it, or a
+    :class:`StudyBase`): the model's declared space (plus :data:`NEURAL_SPACE` for a neural model) less
+    the keys ``base`` sets."""
+    base = StudyBase.of(base)
+    config = base.config
     entry = get_model(config.model)
-    fixed = set(flat_keys(base))
+    fixed = set(flat_keys(base.values))
     if any(k.startswith("loss_params.") for k in fixed):
         fixed.add("loss")
     if isinstance(entry, Baseline):
@@ -214,7 +248,7 @@ def _suggest(trial: optuna.Trial, key: str, dist: tuple[Any, ...]) -> Any:
 
 def trial_config(trial: optuna.Trial, base: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
     """``base`` with the values ``trial`` suggests (the loss first, then its options)."""
-    d = json.loads(json.dumps(base))  # a deep copy
+    d = copy.deepcopy(dict(base))
     for key, dist in space.params.items():
         set_path(d, key, _suggest(trial, key, dist))
     loss = d.get("loss", "") if "loss" in space.params else next(iter(space.losses), "")
@@ -407,7 +441,7 @@ class TuneResult:
 class _Job:
     """What every trial of one :func:`tune` call shares."""
 
-    base: dict[str, Any]
+    base: StudyBase
     space: SearchSpace
     train: RankingData
     valid: RankingData
@@ -421,8 +455,8 @@ class _Job:
 
     def config_for(self, trial: optuna.Trial) -> RunConfig:
         """The run config ``trial`` suggests (recorded in the trial's ``config`` attribute)."""
-        config = RunConfig.from_dict(trial_config(trial, self.base, self.space))
-        trial.set_user_attr("config", json.loads(dumps(config.to_dict())))
+        config = RunConfig.from_dict(trial_config(trial, self.base.values, self.space))
+        trial.set_user_attr("config", _stored(config.to_dict()))
         return config
 
     def score(
@@ -469,7 +503,7 @@ class _Job:
 
 
 def tune(
-    base: Mapping[str, Any],
+    base: Mapping[str, Any] | StudyBase,
     train: RankingData,
     valid: RankingData,
     *,
@@ -487,8 +521,9 @@ def tune(
     executor: Any = None,
     overwrite: bool = False,
 ) -> TuneResult:
-    """Search configurations of the run config ``base`` (a dict as TOML gives it) on ``train`` /
-    ``valid``; write the study's report to ``out`` (:func:`write_report`).
+    """Search configurations of the run config ``base`` (a dict as TOML gives it, or a
+    :class:`StudyBase` validated before) on ``train`` / ``valid``; write the study's report to ``out``
+    (:func:`write_report`).
 
     Args:
         trials: trials this call runs; with ``total=True``, the study's budget instead: only the
@@ -508,8 +543,8 @@ def tune(
     """
     claim_study_dir(out, overwrite=overwrite, storage=storage, how="pass overwrite=True")
     say = log or (lambda _: None)
-    base = json.loads(json.dumps(base))
-    config = RunConfig.from_dict(base)
+    base = StudyBase.of(base)
+    config = base.config
     space = search_space(base)
     out = Path(out)
     name = study_name or config.model
@@ -519,7 +554,7 @@ def tune(
         "model": config.model,
         "metric": config.train.metric,
         "sampler_seed": sampler_seed,
-        "base": base,
+        "base": _stored(base.values),
         "space": space.to_dict(),
         "data": {"train": fingerprint(train), "valid": fingerprint(valid), "describe": describe},
     }
@@ -619,7 +654,7 @@ def write_report(
     result.table = trials_markdown(study, metric)
     files = ["trials.csv"]
     best = _best(study)
-    if best is not None:
+    if best is not None:  # read back from the storage: the best trial may be another process's
         result.best = RunConfig.from_dict(best.user_attrs["config"])
         toml = _best_toml(study, best, metric, describe)
         atomic_write(out / "best.toml", lambda tmp: tmp.write_text(toml))

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ctxrank import __version__
-from ctxrank._checks import MAX_INT, check_int, check_seed, parse_int
+from ctxrank._checks import MAX_INT, check_int, check_no_relevant, check_seed, parse_int
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
 from ctxrank._modeldir import (
@@ -185,13 +185,8 @@ def _check_labels(data: RankingData, what: str) -> int:
 
 
 def _normalize_no_relevant(value: Any) -> float | str:
-    if isinstance(value, str):
-        if value == "skip":
-            return value
-    elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        if float(value) in (0.0, 1.0):
-            return float(value)
-    raise ValueError(f"no_relevant must be 0.0, 1.0 or 'skip', got {value!r}")
+    """The baselines' ``no_relevant`` parameter (``_checks.check_no_relevant``, as a run config's)."""
+    return check_no_relevant("no_relevant", value)
 
 
 class _EarlyStopping:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 import lightgbm
 
+from ctxrank._checks import DEFAULT_THREADS, resolve_threads
 from ctxrank._io import claim_output_dir, lock_directory
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli._options import (
@@ -36,6 +36,7 @@ from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
 from ctxrank.experiments.evidence import rebuild_report, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
+from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import metric_convention
 
@@ -105,9 +106,8 @@ def experiment(
         every += [("data.dataset", dataset), ("data.folds", [])]
     if threads is not None:
         every.append(("runs.threads", threads))
+    every += correction_override(correction)
     loaded = load_spec(spec, every)
-    if correction is not None:
-        loaded = dataclasses.replace(loaded, report=dataclasses.replace(loaded.report, correction=correction))
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
@@ -181,11 +181,13 @@ def demo(
     jobs: int = 2,
 ) -> int:
     """The ``make demo`` job: the built-in ``demo`` experiment (:func:`experiment`; default ``out_dir``
-    results/demo) in ``jobs`` worker processes, each run with one thread unless ``threads``."""
+    results/demo) in ``jobs`` worker processes, each run with ``threads`` threads (None: the demo spec's
+    ``runs.threads``, ``_checks.DEFAULT_THREADS`` as the message says)."""
+    n = resolve_threads(threads, "--threads")
     out(
         "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
         "LambdaMART, and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds, paired t-tests over "
-        f"test queries; {'1 thread' if threads is None else f'{threads} threads'} a run, {jobs} run(s) at "
+        f"test queries; {n} thread{'s' if n != 1 else ''} a run, {jobs} run(s) at "
         "a time. Stored runs are reused: run it again to see the report at once."
     )
     return experiment(
@@ -206,7 +208,7 @@ def quick_demo(
     rounds: int = 500,
     early_stopping: int = 50,
     learning_rate: float = 0.05,
-    threads: int = 1,
+    threads: int = DEFAULT_THREADS,
     json: bool = False,
 ) -> int:
     """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold``; test metrics under
@@ -473,8 +475,8 @@ def _run_demo(a: argparse.Namespace) -> int:
     if a.quick:
         if experiment_only:
             raise ValueError(f"{', '.join(experiment_only)} apply to the demo experiment, not to --quick")
-        threads = {} if a.threads is None else {"threads": a.threads}
-        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, **threads)
+        threads = resolve_threads(a.threads, "--threads")
+        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, threads=threads)
     if quick:
         raise ValueError(
             f"{', '.join(quick)} apply to `ctxrank demo --quick` only; the demo experiment takes "

@@ -26,7 +26,7 @@ from ctxrank.cli._options import (
     positive_int,
 )
 from ctxrank.cli.train import TrainOptions
-from ctxrank.config import RunConfig, apply_overrides, load_toml
+from ctxrank.config import apply_overrides, load_toml
 from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
 from ctxrank.experiments.spec import TuneSpec
@@ -88,14 +88,15 @@ def tune(
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
     base, block = _base_config(options)
     search = _with_file_search(search, block, options.config)
-    config = RunConfig.from_dict(base)  # every option checked before any data is read
+    study_base = tuning.StudyBase.of(base)  # every option checked, once, before any data is read
+    config = study_base.config
     check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
     td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
     train, valid, what = td.train, td.valid, td.what
-    space = tuning.search_space(base)
-    fixed = sorted(k for k in tuning.flat_keys(base) if k != "model")
+    space = tuning.search_space(study_base)
+    fixed = sorted(k for k in tuning.flat_keys(study_base.values) if k != "model")
     out(
         f"tune {config.model} on {what}: train {train.n_queries} queries, valid {valid.n_queries} "
         f"(the test split is not read); valid {config.train.metric}, {search.trials} trials"
@@ -105,7 +106,7 @@ def tune(
     if fixed:
         out(f"fixed by the configuration: {', '.join(fixed)}")
     result = tuning.tune(
-        base,
+        study_base,
         train,
         valid,
         out=where,

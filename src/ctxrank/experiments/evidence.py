@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan
+from ctxrank._overrides import Override
+from ctxrank.config import apply_overrides
 from ctxrank.experiments.report import build_report
 from ctxrank.experiments.spec import (
     AnomalySpec,
@@ -35,6 +38,7 @@ from ctxrank.experiments.spec import (
     GridSpec,
     ReportSpec,
     TuneSpec,
+    correction_override,
 )
 from ctxrank.experiments.store import RunStore, check_run
 
@@ -105,15 +109,18 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     return {"runs": len(runs), "rows": table.num_rows, "bytes": size}
 
 
-def read_evidence(path: str | Path) -> tuple[ExperimentSpec, list[dict[str, Any]], list[dict[str, Any]]]:
+def read_evidence(
+    path: str | Path, overrides: Sequence[Override] = ()
+) -> tuple[ExperimentSpec, list[dict[str, Any]], list[dict[str, Any]]]:
     """``(spec, run records, unit records)`` of an evidence directory, validated (every run as a run
-    file would be: ``ctxrank.experiments.store.check_run``)."""
+    file would be: ``ctxrank.experiments.store.check_run``); ``overrides`` of the spec: see
+    :func:`spec_from_record`."""
     path = Path(path)
     for name in (SPEC, RUNS, RUN_META):
         if not (path / name).is_file():
             raise ValueError(f"{path}: not an evidence directory (no {name}; see docs/experiments.md)")
     record = _read_json(path / SPEC)
-    spec = spec_from_record(record, path / SPEC)
+    spec = spec_from_record(record, path / SPEC, overrides)
     table = pq.read_table(path / RUNS)
     cols = table.column_names
     if any(c not in cols for c in _KEY_COLUMNS):
@@ -143,10 +150,13 @@ def read_evidence(path: str | Path) -> tuple[ExperimentSpec, list[dict[str, Any]
     return spec, runs, units
 
 
-def restore_runs(path: str | Path, into: str | Path) -> tuple[ExperimentSpec, RunStore]:
+def restore_runs(
+    path: str | Path, into: str | Path, overrides: Sequence[Override] = ()
+) -> tuple[ExperimentSpec, RunStore]:
     """The evidence at ``path`` written back as a run store in ``into`` (a new or empty directory, or
-    one restored from the same evidence before): ``(spec, store)``, ready for ``build_report``."""
-    spec, runs, units = read_evidence(path)
+    one restored from the same evidence before): ``(spec, store)``, ready for ``build_report``; the
+    spec with ``overrides`` (:func:`spec_from_record`)."""
+    spec, runs, units = read_evidence(path, overrides)
     store = RunStore(into)
     store.claim(spec)
     for run in runs:
@@ -159,19 +169,20 @@ def restore_runs(path: str | Path, into: str | Path) -> tuple[ExperimentSpec, Ru
 def rebuild_report(path: str | Path, out: str | Path, *, correction: str | None = None) -> dict[str, Any]:
     """The report of the evidence at ``path`` (``results.json``, ``table.md``, ``table.csv``, figures)
     written to ``out`` (:func:`restore_runs` puts the run files there), training nothing;
-    ``correction`` overrides the spec's ``report.correction``. Returns the results dict."""
-    spec, store = restore_runs(path, out)
-    if correction is not None:
-        spec = dataclasses.replace(spec, report=dataclasses.replace(spec.report, correction=correction))
+    ``correction`` overrides the spec's ``report.correction`` (the override of ``ctxrank experiment
+    --correction``: ``spec.correction_override``). Returns the results dict."""
+    spec, store = restore_runs(path, out, correction_override(correction))
     return build_report(spec, store, out)
 
 
-def spec_from_record(record: Any, where: Any = SPEC) -> ExperimentSpec:
+def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Override] = ()) -> ExperimentSpec:
     """The :class:`ExperimentSpec` of ``experiment.json`` / ``spec.json`` (``ExperimentSpec.to_dict``),
-    checked against the fingerprint recorded beside it."""
+    with typed ``overrides`` set in that dict before the spec is built (as :func:`load_spec
+    <ctxrank.experiments.spec.load_spec>` sets them in a spec file's; a report setting such as
+    ``report.correction``), checked against the fingerprint recorded beside it."""
     if not isinstance(record, dict) or not isinstance(record.get("spec"), dict):
         raise ValueError(f"{where}: not an experiment record (no 'spec' object)")
-    d = dict(record["spec"])
+    d = apply_overrides(record["spec"], overrides)
     try:
         spec = ExperimentSpec(
             name=d["name"],

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import check_int
+from ctxrank._checks import check_int, resolve_threads
 from ctxrank.config import RunConfig
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.runner import (
@@ -275,6 +275,9 @@ class RayExecutor:
     in_flight: int | None = None
     task: Callable[..., dict[str, Any]] = _train_run
 
+    def __post_init__(self) -> None:
+        check_int("in_flight", self.in_flight, allow_none=True)  # None (not 0) asks for the default
+
     def __call__(self, spec: ExperimentSpec, store: RunStore, *, keys, todo, need_units, bar) -> None:
         """Run ``todo`` (and the units in ``need_units``) of the runs ``keys``; store each result as it
         comes back, with the code of the worker that ran it, and count it on ``bar``.
@@ -333,7 +336,7 @@ class _RayRun:
                 f"runs.threads = {spec.threads} but the Ray cluster has {cpus} CPUs: no run could start"
             )
         self.gpus = float(ray.cluster_resources().get("GPU", 0))
-        self.limit = ex.in_flight or 2 * max(1, cpus // spec.threads)
+        self.limit = 2 * max(1, cpus // spec.threads) if ex.in_flight is None else ex.in_flight
         bar.write(
             f"ray: {cpus} CPUs, {spec.threads} per run ({cpus // spec.threads} runs at a time), "
             f"up to {self.limit} tasks in flight"
@@ -424,8 +427,9 @@ class _TrialReporter:
         return trial.should_prune()
 
 
-def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) -> dict[str, Any]:
-    """Task: train one trial's configuration (``ctxrank.tune._Job.score``); its outcome."""
+def _tune_trial(job: Any, config: RunConfig, trial_id: int, reporter: Any) -> dict[str, Any]:
+    """Task: train one trial's configuration (``ctxrank.tune._Job.score``; the driver's typed
+    :class:`RunConfig`, as Ray ships arguments); its outcome."""
     import optuna
     import ray
 
@@ -433,7 +437,7 @@ def _tune_trial(job: Any, config: dict[str, Any], trial_id: int, reporter: Any) 
         return ray.get(reporter.should_prune.remote(trial_id, epoch, value))
 
     try:
-        value, summary = job.score(RunConfig.from_dict(config), should_prune)
+        value, summary = job.score(config, should_prune)
     except optuna.TrialPruned:
         return {"state": "pruned"}
     except NonFiniteLossError as exc:
@@ -453,15 +457,14 @@ class _RayTrials:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.job, self.study = ray, job, study
-        base = RunConfig.from_dict(job.base)
-        threads = getattr(base.train, "threads", None)
-        threads = 1 if threads is None else threads
+        base = job.base.config  # validated once, by the study (ctxrank.tune.StudyBase)
+        threads = resolve_threads(base.train.threads, "train.threads")
         cpus = int(ray.cluster_resources().get("CPU", 1))
         if cpus < threads:
             raise ValueError(
                 f"train.threads = {threads} but the Ray cluster has {cpus} CPUs: no trial could start"
             )
-        self.slots = ex.in_flight or max(1, cpus // threads)
+        self.slots = max(1, cpus // threads) if ex.in_flight is None else ex.in_flight
         job.initial_kw(base)  # a shared initial ranker is fitted once, here, and shipped with the job
         self.job_ref = ray.put(job)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -495,7 +498,7 @@ class _RayTrials:
                     warnings.simplefilter("ignore", UserWarning)
                     trial = self.study.ask()
                 config = self.job.config_for(trial)
-                ref = self.task.remote(self.job_ref, config.to_dict(), trial._trial_id, self.reporter)
+                ref = self.task.remote(self.job_ref, config, trial._trial_id, self.reporter)
                 self.pending[ref] = trial
                 self.heartbeat([trial])
                 started += 1

@@ -295,9 +295,10 @@ def _run_one(
         if config.rerank.ideal == "full":  # the test split, once, for the chosen point
             r.test_scores = r.predictor.predict(unit.test)
     else:
-        config = spec.run_config(model, seed)
-        if spec.tune is not None:
+        if spec.tune is not None:  # the study validates the run config (once)
             config, tuned["tune"] = _tuned(spec, model, seed, fold, unit, shared, root)
+        else:
+            config = spec.run_config(model, seed)
         kw = _initial_kw(config, shared)
         r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
     if r.test_scores is None:

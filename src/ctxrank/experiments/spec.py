@@ -74,15 +74,25 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ctxrank._checks import DEFAULT_NULL_FILL, MAX_INT, MAX_SEED, check_int, check_null_fill, is_int
+from ctxrank._checks import (
+    DEFAULT_NULL_FILL,
+    DEFAULT_THREADS,
+    check_bool,
+    check_choice,
+    check_int,
+    check_names,
+    check_no_relevant,
+    check_null_fill,
+    check_seed,
+)
 from ctxrank._overrides import Override, parse_override
-from ctxrank.config import BASELINE_TRAIN_KEYS, RunConfig, apply_overrides, load_toml
+from ctxrank.config import BASELINE_TRAIN_KEYS, INITIAL_RANKERS, RunConfig, apply_overrides, load_toml
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
 from ctxrank.data.table import is_table_path
@@ -98,11 +108,11 @@ __all__ = [
     "ReportSpec",
     "TuneSpec",
     "builtin_names",
+    "correction_override",
     "load_spec",
     "split_protocol",
 ]
 
-#: the largest float32: a ``[data] null_fill`` number beyond it would be inf in the features
 #: ``[data] protocol`` values (:class:`DataSpec`)
 PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
@@ -131,23 +141,17 @@ def _known(section: str, d: Mapping[str, Any], names: Sequence[str]) -> None:
         raise _fail(section, f"unknown key(s) {unknown}; valid keys: {sorted(names)}")
 
 
-def _int(section: str, name: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
-    """An integer in ``[minimum, maximum]`` (bounded: no value out of range reaches NumPy, torch or
-    LightGBM), errors naming the section."""
-    if not is_int(value) or value < minimum:
-        raise _fail(section, f"{name} must be an integer >= {minimum}, got {value!r}")
+_T = TypeVar("_T")
+
+
+def _check(section: str, check: Callable[..., _T], name: str, value: Any, *args: Any) -> _T:
+    """``check(name, value, *args)``, a validator of ``ctxrank._checks`` (the one set: the spec has no
+    validator of its own), its error prefixed with ``[section]``: the one place a spec's messages get
+    their section."""
     try:
-        return check_int(name, value, minimum, maximum=maximum)
+        return check(name, value, *args)
     except ValueError as exc:
         raise _fail(section, str(exc)) from None
-
-
-def _names(section: str, name: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-        raise _fail(section, f"{name} must be a list of strings, got {value!r}")
-    return tuple(value)
 
 
 #: The run name of the synthetic chooser's own scores (a reference row of the report, not a model).
@@ -192,11 +196,11 @@ class DataSpec:
         if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
             kw["file"] = str((base / kw["file"]).resolve())
         if "folds" in kw:
-            kw["folds"] = tuple(_int("data", "folds", f, 1) for f in kw["folds"])
+            kw["folds"] = tuple(_check("data", check_int, "folds", f) for f in kw["folds"])
         kw["protocol"] = _protocol(d)
         for name in ("categorical", "numeric"):
             if kw.get(name) is not None:
-                kw[name] = _names("data", name, kw[name])
+                kw[name] = _check("data", check_names, name, kw[name])
         if "split" in kw:
             kw["split"] = tuple(float(x) for x in kw["split"])
         if kw.get("group_col") and not kw.get("file"):
@@ -205,8 +209,8 @@ class DataSpec:
             )
         if kw.get("synth") not in (None, "", "choice"):
             raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
-        _int("data", "sessions", kw.get("sessions", 2000), 10)
-        _int("data", "synth_seed", kw.get("synth_seed", 0), 0, MAX_SEED)
+        _check("data", check_int, "sessions", kw.get("sessions", 2000), 10)
+        _check("data", check_seed, "synth_seed", kw.get("synth_seed", 0))
         if "null_fill" in kw:
             kw["null_fill"] = _null_fill(kw)
         return cls(**kw)
@@ -266,10 +270,7 @@ class DataSpec:
 def _null_fill(d: Mapping[str, Any]) -> str | float:
     """``[data] null_fill``: a rule of ``ctxrank.data.letor.NULL_FILL_RULES`` or a finite number (a
     float, so ``0`` and ``0.0`` are one experiment), for LETOR data only (tables have no NULL token)."""
-    try:
-        value = check_null_fill("null_fill", d["null_fill"])
-    except ValueError as exc:
-        raise _fail("data", str(exc)) from None
+    value = _check("data", check_null_fill, "null_fill", d["null_fill"])
     if d.get("synth"):
         raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
     if d.get("file"):
@@ -287,8 +288,7 @@ def _protocol(d: Mapping[str, Any]) -> str:
     """``[data] protocol``: given, else ``"folds"`` for a registry dataset and ``"random-splits"``
     otherwise; checked against the source and ``folds``."""
     protocol = d["protocol"] if "protocol" in d else ("folds" if d.get("dataset") else "random-splits")
-    if protocol not in PROTOCOLS:
-        raise _fail("data", f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
+    _check("data", check_choice, "protocol", protocol, PROTOCOLS)
     if protocol == "folds" and not d.get("dataset"):
         raise _fail("data", "protocol 'folds' needs a registry dataset; files and synthetic data are split")
     if protocol == "random-splits" and d.get("folds"):
@@ -404,14 +404,11 @@ class TuneSpec:
         if not isinstance(d, Mapping):
             raise _fail("tune", "must be a table (trials, seed, prune, ensemble)")
         _known("tune", d, [f.name for f in dataclasses.fields(cls)])
-        prune = d.get("prune", True)
-        if not isinstance(prune, bool):
-            raise _fail("tune", f"prune must be true or false, got {prune!r}")
         return cls(
-            trials=_int("tune", "trials", d.get("trials", 20), 1),
-            seed=_int("tune", "seed", d.get("seed", 0), 0, MAX_SEED),
-            prune=prune,
-            ensemble=_int("tune", "ensemble", d.get("ensemble", 1), 1),
+            trials=_check("tune", check_int, "trials", d.get("trials", 20)),
+            seed=_check("tune", check_seed, "seed", d.get("seed", 0)),
+            prune=_check("tune", check_bool, "prune", d.get("prune", True)),
+            ensemble=_check("tune", check_int, "ensemble", d.get("ensemble", 1)),
         )
 
     def fingerprint_key(self) -> dict[str, Any]:
@@ -429,7 +426,7 @@ class ExperimentSpec:
     data: DataSpec
     models: Mapping[str, Mapping[str, Any]]
     runs: int = 5
-    threads: int = 1
+    threads: int = DEFAULT_THREADS
     initial: str = ""
     top_k: int = DEFAULT_TOP_K
     title: str = ""
@@ -503,9 +500,7 @@ class ExperimentSpec:
         _known("runs", runs, ["count", "threads"])
         protocol = dict(d.get("protocol") or {})
         _known("protocol", protocol, ["initial", "top_k"])
-        initial = protocol.get("initial", "")
-        if initial not in ("", "lambdamart"):
-            raise _fail("protocol", f"initial must be '' or 'lambdamart', got {initial!r}")
+        initial = _check("protocol", check_choice, "initial", protocol.get("initial", ""), INITIAL_RANKERS)
         models = d.get("models") or {}
         if not isinstance(models, Mapping) or not models:
             raise _fail("models", "at least one [models.NAME] table is required")
@@ -535,10 +530,10 @@ class ExperimentSpec:
             title=str(d.get("title", "")),
             data=data,
             models={m: dict(t) for m, t in models.items()},
-            runs=_int("runs", "count", runs.get("count", 5), 1),
-            threads=_int("runs", "threads", runs.get("threads", 1), 1),
+            runs=_check("runs", check_int, "count", runs.get("count", 5)),
+            threads=_check("runs", check_int, "threads", runs.get("threads", DEFAULT_THREADS)),
             initial=initial,
-            top_k=_int("protocol", "top_k", protocol.get("top_k", DEFAULT_TOP_K), 1),
+            top_k=_check("protocol", check_int, "top_k", protocol.get("top_k", DEFAULT_TOP_K)),
             report=report,
             anomaly=anomaly,
             source=source,
@@ -653,7 +648,8 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = False) -> ReportSpec:
     _known("report", d, [*(f.name for f in dataclasses.fields(ReportSpec)), "holm"])
-    metrics = _names("report", "metrics", d.get("metrics", CHOICE_METRICS if choice else DEFAULT_METRICS))
+    default_metrics = CHOICE_METRICS if choice else DEFAULT_METRICS
+    metrics = _check("report", check_names, "metrics", d.get("metrics", default_metrics))
     for m in metrics:
         try:
             parse_metric(m)
@@ -662,7 +658,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
     target = d["target"] if "target" in d else ("qilcm" if "qilcm" in models else models[-1])
     if target not in models:
         raise _fail("report", f"target {target!r} is not one of the models {models}")
-    baselines = _names("report", "baselines", d.get("baselines", ())) or tuple(
+    baselines = _check("report", check_names, "baselines", d.get("baselines", ())) or tuple(
         m for m in models if m != target
     )
     unknown = [b for b in baselines if b not in models or b == target]
@@ -690,13 +686,13 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
     return ReportSpec(
         metrics=metrics,
         convention=d.get("convention", "standard"),
-        no_relevant=d.get("no_relevant", 0.0),
+        no_relevant=_check("report", check_no_relevant, "no_relevant", d.get("no_relevant", 0.0)),
         target=target,
         baselines=baselines,
         test=test,
         correction=correction,
-        resamples=_int("report", "resamples", d.get("resamples", 9999), 99),
-        stats_seed=_int("report", "stats_seed", d.get("stats_seed", 0), 0, MAX_SEED),
+        resamples=_check("report", check_int, "resamples", d.get("resamples", 9999), 99),
+        stats_seed=_check("report", check_seed, "stats_seed", d.get("stats_seed", 0)),
     )
 
 
@@ -705,26 +701,45 @@ def _correction(d: Mapping[str, Any]) -> str:
     if "holm" in d:
         if "correction" in d:
             raise _fail("report", "correction and holm (its old true/false spelling) are both given")
-        if not isinstance(d["holm"], bool):
-            raise _fail("report", f"holm must be true or false, got {d['holm']!r}")
-        return "holm" if d["holm"] else "none"
+        return "holm" if _check("report", check_bool, "holm", d["holm"]) else "none"
     correction = d.get("correction", DEFAULT_CORRECTION)
     if correction not in CORRECTIONS:
         raise _fail("report", f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
     return correction
 
 
+def correction_override(correction: str | None) -> list[Override]:
+    """``--correction`` as the typed override of ``report.correction`` (none when not given): the one
+    form of the option, for a spec file (``ctxrank experiment``: :func:`load_spec`) and a stored spec
+    (``ctxrank report``: ``ctxrank.experiments.evidence.spec_from_record``) alike."""
+    return [] if correction is None else [("report.correction", correction)]
+
+
+def _file_holm(d: dict[str, Any], overrides: Sequence[Override]) -> dict[str, Any]:
+    """``d`` with its ``[report] holm = true | false`` (the old spelling) read as ``correction``, so
+    that a correction given on the command line replaces the file's, as for a file that spells it
+    ``correction``; unchanged when an override sets ``report.holm`` itself (or the value is no bool:
+    :func:`_correction` names the error)."""
+    report = d.get("report")
+    if not isinstance(report, Mapping) or not isinstance(report.get("holm"), bool) or "correction" in report:
+        return d
+    if any(key == "report.holm" for key, _ in overrides):
+        return d
+    rest = {k: v for k, v in report.items() if k != "holm"}
+    return {**d, "report": {**rest, "correction": _correction(report)}}
+
+
 def _anomaly(d: Mapping[str, Any], models: list[str]) -> AnomalySpec:
     _known("analysis.anomaly", d, [f.name for f in dataclasses.fields(AnomalySpec)])
-    pair = _names("analysis.anomaly", "models", d.get("models", ("qilcm", "dlcm")))
+    pair = _check("analysis.anomaly", check_names, "models", d.get("models", ("qilcm", "dlcm")))
     if len(pair) != 2 or any(m not in models for m in pair):
         raise _fail("analysis.anomaly", f"models must name two of {models}, got {list(pair)}")
     return AnomalySpec(
         models=(pair[0], pair[1]),
-        top=_int("analysis.anomaly", "top", d.get("top", 10), 1),
-        buckets=_int("analysis.anomaly", "buckets", d.get("buckets", 5), 2),
-        metrics=_names("analysis.anomaly", "metrics", d.get("metrics", ("ndcg@1", "ndcg@10"))),
-        n_estimators=_int("analysis.anomaly", "n_estimators", d.get("n_estimators", 100), 1),
+        top=_check("analysis.anomaly", check_int, "top", d.get("top", 10)),
+        buckets=_check("analysis.anomaly", check_int, "buckets", d.get("buckets", 5), 2),
+        metrics=_check("analysis.anomaly", check_names, "metrics", d.get("metrics", ("ndcg@1", "ndcg@10"))),
+        n_estimators=_check("analysis.anomaly", check_int, "n_estimators", d.get("n_estimators", 100)),
     )
 
 
@@ -756,6 +771,7 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[Override | str] = ()
     _check_new_models(d, overrides, path)
     if not builtin:  # paths written in a spec file are relative to it
         d = _relative_to(d, path.parent)
+    d = _file_holm(d, overrides)
     d = apply_overrides(d, overrides)  # a path given here is relative to the current directory
     try:
         return ExperimentSpec.from_dict(d, base=Path.cwd(), source=str(path))

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import DEFAULT_THREADS, check_choice, resolve_threads
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
+from ctxrank.config import IDEAL_SCOPES
 from ctxrank.data.lists import DEFAULT_TOP_K, initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
-
-IDEAL_SCOPES = ("full", "top-k")
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,7 @@ def _best_over_interchangeable(
 
 def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str = "full"):
     """(scores, data) to evaluate: merged full-query scores, or the top-k lists alone."""
-    if ideal not in IDEAL_SCOPES:
-        raise ValueError(f"ideal must be one of {IDEAL_SCOPES}, got {ideal!r}")
+    check_choice("ideal", ideal, IDEAL_SCOPES)
     if ideal == "full":
         return merge_scores(split, rerank_scores), split.full
     return np.asarray(rerank_scores, dtype=np.float64), split.top
@@ -153,7 +152,9 @@ class InitialRanker:
     ``ctxrank tune``, the runs of an experiment, its Ray tasks. ``key``: what its numbers depend on.
     """
 
-    def __init__(self, seed: int = 0, threads: int = 1, params: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, seed: int = 0, threads: int = DEFAULT_THREADS, params: dict[str, Any] | None = None
+    ) -> None:
         self.seed, self.threads, self.params = seed, threads, dict(params or {})
         self.model: Any = None
         self._train_scores: dict[int, np.ndarray] = {}
@@ -161,9 +162,9 @@ class InitialRanker:
     @classmethod
     def for_config(cls, config: Any) -> InitialRanker:
         """The initial ranker a run config asks for: ``rerank.initial_params`` with ``train.seed`` and
-        ``train.threads`` (one thread when unset)."""
+        ``train.threads`` (``_checks.resolve_threads``: one thread when unset)."""
         tc = config.train
-        return cls(tc.seed, 1 if tc.threads is None else tc.threads, dict(config.rerank.initial_params))
+        return cls(tc.seed, resolve_threads(tc.threads, "train.threads"), dict(config.rerank.initial_params))
 
     @property
     def key(self) -> tuple:
