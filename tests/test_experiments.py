@@ -913,9 +913,9 @@ def test_a_bad_data_null_fill_is_refused(spec, override, message):
 
 def test_data_null_fill_is_refused_for_a_table_file_or_a_choice_dataset(tmp_path):
     path = _letor_spec(tmp_path, runs=1)
-    with pytest.raises(ValueError, match=r"null_fill applies to LETOR files; .*s\.csv is a table"):
+    with pytest.raises(ValueError, match=r"null_fill applies to LETOR data; .*s\.csv is a table"):
         load_spec(path, ["data.file=s.csv", "data.null_fill=0"])
-    with pytest.raises(ValueError, match="electricity is a choice dataset"):
+    with pytest.raises(ValueError, match=r"electricity \(a choice dataset\) is a table"):
         load_spec("qilcm-table2", ["data.dataset=electricity", "data.null_fill=letor_min"])
 
 

@@ -352,8 +352,9 @@ class DataSource:
             "cache": not self.read.no_cache,
         }
         if self.read.null_fill is not None:
-            if get_spec(self.dataset).layout == "choice":
-                self.read.reject_null_fill(f"--dataset {self.dataset} (a choice dataset)")
+            table = tabular(None, self.dataset)
+            if table is not None:
+                self.read.reject_null_fill(table)
             kwargs["null_fill"] = self.read.null_fill
         return kwargs
 
@@ -531,12 +532,20 @@ class DataSource:
         if self.read.null_fill is not None:
             note(f"--null-fill {self.read.null_fill}: the model was trained with --null-fill {saved}")
             return self
-        if self.data_file is not None:
-            if is_table_path(self.data_file):
-                return self
-        elif self.dataset is not None and get_spec(self.dataset).layout == "choice":
+        if tabular(self.data_file, self.dataset) is not None:  # no NULL token to fill
             return self
         return replace(self, read=replace(self.read, null_fill=saved))
+
+
+def tabular(file: str | None, dataset: str | None) -> str | None:
+    """What the data are when they are a table (so without LETOR's ``NULL`` token, and ``null_fill``
+    does not apply): the table ``file``, or the choice ``dataset``; None for LETOR data. The one rule
+    of the readers, the command line and experiment specs."""
+    if file:
+        return file if is_table_path(file) else None
+    if dataset and get_spec(dataset).layout == "choice":
+        return f"--dataset {dataset} (a choice dataset)"
+    return None
 
 
 def _reject_extra_columns(file: str, spec: TableSpec) -> None:

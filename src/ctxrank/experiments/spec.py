@@ -95,7 +95,7 @@ from ctxrank._overrides import Override, parse_override
 from ctxrank.config import BASELINE_TRAIN_KEYS, INITIAL_RANKERS, RunConfig, apply_overrides, load_toml
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
-from ctxrank.data.table import is_table_path
+from ctxrank.data.sources import tabular
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, parse_metric
 from ctxrank.registry import MODELS, is_baseline
@@ -273,14 +273,9 @@ def _null_fill(d: Mapping[str, Any]) -> str | float:
     value = _check("data", check_null_fill, "null_fill", d["null_fill"])
     if d.get("synth"):
         raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
-    if d.get("file"):
-        if is_table_path(d["file"]):
-            raise _fail("data", f"null_fill applies to LETOR files; {d['file']} is a table (no NULL token)")
-    elif d.get("dataset"):
-        if get_spec(d["dataset"]).layout == "choice":
-            raise _fail(
-                "data", f"null_fill applies to LETOR data; {d['dataset']} is a choice dataset (a table)"
-            )
+    table = tabular(d.get("file"), d.get("dataset"))
+    if table is not None:
+        raise _fail("data", f"null_fill applies to LETOR data; {table} is a table (no NULL token)")
     return value
 
 
