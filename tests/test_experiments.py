@@ -17,6 +17,7 @@ from ctxrank.experiments import build_report, builtin_names, holm, load_spec, pa
 from ctxrank.experiments import runner as runner_mod
 from ctxrank.experiments.anomaly import anomaly_scores, bucket_gaps, query_vectors
 from ctxrank.experiments.report import query_means, run_means
+from ctxrank.experiments.spec import ExperimentSpec
 from ctxrank.experiments.store import RunStore
 
 FAST_NEURAL = "train = { max_epochs = 2, patience = 1, batch_size = 16 }"
@@ -999,3 +1000,13 @@ def test_a_command_line_correction_replaces_the_files_old_holm_spelling(tmp_path
     assert load_spec(path, ['report.correction="holm"']).report.correction == "holm"
     assert load_spec(path, ["report.holm=true"]).report.correction == "holm"  # the old spelling, overridden
     assert correction_override(None) == []
+
+
+@pytest.mark.parametrize("section", ["data", "runs", "protocol", "models", "defaults", "report", "analysis"])
+@pytest.mark.parametrize("value", [0, False, "", []])
+def test_a_section_that_is_not_a_table_is_refused_not_read_as_empty(section, value):
+    """``runs = 0`` was read as an empty ``[runs]`` (``d.get("runs") or {}``): now an error naming it."""
+    models = {"a": {"model": "listnet"}, "b": {"model": "mlp"}}
+    d = {"name": "x", "data": {"dataset": "mq2008"}, "models": models, section: value}
+    with pytest.raises(ValueError, match=rf"\[{section}\] must be a table"):
+        ExperimentSpec.from_dict(d)

@@ -131,6 +131,15 @@ def _safe_name(section: str, what: str, name: Any) -> str:
     return name
 
 
+def _table(d: Mapping[str, Any], section: str, what: str = "") -> dict[str, Any]:
+    """The table ``[section]`` of a spec (absent: empty); any other value is refused, not read as empty."""
+    value = d.get(section, {})
+    if not isinstance(value, Mapping):
+        described = f" ({what})" if what else ""
+        raise _fail(section, f"must be a table{described}, got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
 def _fail(section: str, msg: str) -> ValueError:
     return ValueError(f"[{section}] {msg}")
 
@@ -490,18 +499,16 @@ class ExperimentSpec:
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
         _safe_name("top", "name", name)
-        data = DataSpec.from_dict(d.get("data") or {}, base)
-        runs = dict(d.get("runs") or {})
+        data = DataSpec.from_dict(_table(d, "data"), base)
+        runs = _table(d, "runs")
         _known("runs", runs, ["count", "threads"])
-        protocol = dict(d.get("protocol") or {})
+        protocol = _table(d, "protocol")
         _known("protocol", protocol, ["initial", "top_k"])
         initial = _check("protocol", check_choice, "initial", protocol.get("initial", ""), INITIAL_RANKERS)
-        models = d.get("models") or {}
-        if not isinstance(models, Mapping) or not models:
+        models = _table(d, "models")
+        if not models:
             raise _fail("models", "at least one [models.NAME] table is required")
-        defaults = d.get("defaults") or {}
-        if not isinstance(defaults, Mapping):
-            raise _fail("defaults", "must be a table (run-config keys shared by every model)")
+        defaults = _table(d, "defaults", "run-config keys shared by every model")
         gridded = [m for m, t in models.items() if isinstance(t, Mapping) and t.get("grid")]
         if tune is not None and gridded:
             raise _fail(
@@ -516,8 +523,8 @@ class ExperimentSpec:
         if "model" in defaults:
             raise _fail("defaults", "model: each [models.NAME] table names its own model (model = NAME)")
         models, grids = _model_tables(models, defaults, base, initial, tune)
-        report = _report(dict(d.get("report") or {}), list(models), split_protocol(data), data.is_choice)
-        analysis = dict(d.get("analysis") or {})
+        report = _report(_table(d, "report"), list(models), split_protocol(data), data.is_choice)
+        analysis = _table(d, "analysis")
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
         spec = cls(
