@@ -574,13 +574,13 @@ def test_every_command_that_computes_takes_threads_with_one_meaning():
     """`--threads` existed for experiment and demo only; train and tune needed --set train.threads."""
     import argparse
 
-    from ctxrank.cli._options import THREADS_HELP
+    from ctxrank.cli._options import THREADS
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name in COMPUTING_COMMANDS:
         action = next((a for a in sub.choices[name]._actions if "--threads" in a.option_strings), None)
         assert action is not None, name
-        assert action.help.startswith(THREADS_HELP.split("{")[0]), name
+        assert action.help.startswith(THREADS.help.split("{")[0]), name
         assert action.type("3") == 3, name
 
 

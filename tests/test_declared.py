@@ -62,7 +62,19 @@ def test_train_and_tune_declare_no_training_flag_of_their_own():
         assert "cli/tune.py" not in files, (name, opt.flag)
         if name in {n for n, _ in declared(DataSource)}:
             continue
-        assert files.count("cli/train.py") == 1, (name, opt.flag, files)
+        declaring = [f for f in files if f in ("cli/train.py", "cli/_options.py")]  # --threads: shared
+        assert len(declaring) == 1, (name, opt.flag, files)
+
+
+def test_threads_is_one_declaration_shared_by_every_command():
+    from ctxrank.cli._options import THREADS
+
+    assert dict(declared(TrainOptions))["threads"] is THREADS
+    assert _declaring_files("--threads") == ["cli/_options.py"]
+    for command, parser in _subparsers().items():
+        for action in parser._actions:
+            if "--threads" in action.option_strings:
+                assert action.metavar == "N" and action.dest == "threads", command
 
 
 @pytest.mark.parametrize("command", _commands_with_data())

@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
 
-__all__ = ["Option", "declared", "flag_of", "flatten", "from_namespace", "option", "unflatten"]
+__all__ = ["Option", "declared", "declared_as", "flag_of", "flatten", "from_namespace", "option", "unflatten"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,12 @@ class Option:
 
 def option(default: Any, flag: str, help: str, **how: Any) -> Any:
     """A dataclass field declared as an option (see :class:`Option` for ``how``)."""
-    return field(default=default, metadata={"option": Option(flag, help, **how)})
+    return declared_as(default, Option(flag, help, **how))
+
+
+def declared_as(default: Any, opt: Option) -> Any:
+    """A dataclass field declared as ``opt``, an option that several requests share (e.g. ``--threads``)."""
+    return field(default=default, metadata={"option": opt})
 
 
 def _group_type(f: dataclasses.Field) -> type | None:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxrank._declare import INT_READERS, declared
+from ctxrank._declare import INT_READERS, POSITIVE_INT, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
@@ -93,15 +93,20 @@ def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable out
     p.add_argument("--json", action="store_true", help=help)
 
 
+#: ``--set KEY=VALUE`` (repeatable): typed ``(dotted key, value)`` pairs of a run config
+#: (``TrainOptions.overrides``) or of an experiment spec; ``{set}`` in its help says which
+SET = Option("--set", "{set}", parse=read_override, metavar="KEY=VALUE", many=True)
+
+
 def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
-    """``--set KEY=VALUE`` (repeatable), parsed into ``overrides``: typed ``(key, value)`` pairs."""
+    """:data:`SET`, parsed into ``overrides``, on a command that has no declared request."""
     p.add_argument(
-        "--set",
+        SET.flag,
         dest="overrides",
-        type=argparse_type(read_override),
+        type=argparse_type(SET.parse),
         action="append",
         default=[],
-        metavar="KEY=VALUE",
+        metavar=SET.metavar,
         help=help,
     )
 
@@ -140,17 +145,22 @@ def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, thre
     )
 
 
-#: what ``--threads`` means in every command
-THREADS_HELP = (
-    "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({what}). "
-    "Results can differ in the last digits between thread counts; the count is recorded"
+#: ``--threads N`` (>= 1), the one declaration of every command that computes (``TrainOptions.threads``
+#: is declared as it); ``{threads}`` in its help says which setting it fills
+THREADS = Option(
+    "--threads",
+    "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({threads}). "
+    "Results can differ in the last digits between thread counts; the count is recorded",
+    parse=POSITIVE_INT,
+    metavar="N",
 )
 
 
 def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
-    """``--threads N`` (>= 1), the one declaration of every command that computes; ``what`` says which
-    setting it fills (e.g. ``train.threads``, or "default: the libraries' own")."""
-    p.add_argument("--threads", type=positive_int, metavar="N", help=THREADS_HELP.format(what=what))
+    """:data:`THREADS` on a command that has no declared request; ``what`` says which setting it fills
+    (e.g. ``runs.threads``, or "default: the libraries' own")."""
+    help = THREADS.help.format(threads=what)
+    p.add_argument(THREADS.flag, type=argparse_type(THREADS.parse), metavar=THREADS.metavar, help=help)
 
 
 #: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing that needs SciPy)
@@ -176,7 +186,13 @@ def add_progress(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- declared options
 #: what the placeholders of declared help texts say unless a command fills them
-HELP_FILL = {"defaults": "the command's default", "parts": "train/valid/test", "saved": ""}
+HELP_FILL = {
+    "defaults": "the command's default",
+    "parts": "train/valid/test",
+    "saved": "",
+    "threads": "train.threads",
+    "set": "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)",
+}
 #: the help of the "tabular data" section
 TABLES_TEXT = (
     f"For data files ending in {EXTENSIONS_TEXT}: one row per (query, item), with a header. "

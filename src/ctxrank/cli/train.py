@@ -24,6 +24,7 @@ from ctxrank._declare import (
     POSITIVE_INT,
     SEED,
     declared,
+    declared_as,
     flatten,
     from_namespace,
     option,
@@ -31,10 +32,11 @@ from ctxrank._declare import (
 )
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank._overrides import parse_override, read_override
+from ctxrank._overrides import parse_override
 from ctxrank.cli._options import (
     SCORING_SKIP,
-    THREADS_HELP,
+    SET,
+    THREADS,
     add_data_source,
     add_declared,
     add_progress,
@@ -90,16 +92,9 @@ class TrainOptions:
     )  # fmt: skip
     config: str | None = option(None, "--config", "TOML run config (see docs/training.md)", metavar="FILE",
                                 path=True)  # fmt: skip
-    overrides: tuple[tuple[str, Any], ...] = option(
-        (), "--set",
-        "override a config value, e.g. --set train.lr=3e-4 --set model_params.hidden=[64] (repeatable)",
-        parse=read_override, metavar="KEY=VALUE", many=True,
-    )  # fmt: skip  #: typed ``(dotted key, value)`` pairs
+    overrides: tuple[tuple[str, Any], ...] = declared_as((), SET)  #: typed ``(dotted key, value)`` pairs
     seed: int | None = option(None, "--seed", "random seed (train.seed)", parse=SEED)
-    threads: int | None = option(
-        None, "--threads", THREADS_HELP.format(what="train.threads; default: the libraries' own"),
-        parse=POSITIVE_INT, metavar="N",
-    )  # fmt: skip
+    threads: int | None = declared_as(None, THREADS)
     initial: str | None = option(
         None, "--initial",
         "re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
@@ -630,7 +625,8 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    add_declared(p, TrainOptions, fill={"defaults": "not used by train"})
+    fill = {"defaults": "not used by train", "threads": "train.threads; default: the libraries' own"}
+    add_declared(p, TrainOptions, fill=fill)
     p.add_argument(
         "--out",
         metavar="DIR",

@@ -17,7 +17,6 @@ from typing import Any
 from ctxrank._checks import check_int
 from ctxrank._declare import flag_of
 from ctxrank.cli._options import (
-    THREADS_HELP,
     add_declared,
     add_executor_options,
     add_progress,
@@ -233,14 +232,17 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
             "loss": "fix the ranking loss of a neural model (default: searched where declared)",
             "config": "TOML run config: the base of every trial (its keys fixed)",
-            "overrides": "fix a config value, e.g. --set train.max_epochs=20 (repeatable)",
             "seed": "train.seed of every trial, and the sampler's seed (default 0)",
-            "threads": THREADS_HELP.format(what="train.threads of every trial"),
             "initial": "re-rank this initial ranker's top-k lists",
             "top_k": "items re-ranked per query (rerank.top_k)",
             "crossfit": "out-of-fold initial scores with K folds",
         },
-        fill={"defaults": "not used by tune", "parts": "train/valid (its test part is not read)"},
+        fill={
+            "defaults": "not used by tune",
+            "parts": "train/valid (its test part is not read)",
+            "threads": "train.threads of every trial",
+            "set": "fix a config value, e.g. --set train.max_epochs=20 (repeatable)",
+        },
     )
     p.add_argument(
         "--trials",
