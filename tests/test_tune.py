@@ -544,6 +544,19 @@ def test_experiment_tune_block_tunes_every_model_then_tests_once(letor, tmp_path
         assert record["tune"]["trials"] == 2 and (study_dir / "best.toml").is_file()
         best = tomllib.loads((study_dir / "best.toml").read_text())
         assert record["config"] == RunConfig.from_dict(best).to_dict()  # the chosen config was tested
+    # the evidence keeps every trial of every study, the tested one marked
+    import pandas as pd
+
+    from ctxrank.experiments.evidence import write_evidence
+
+    write_evidence(spec, store, tmp_path / "evidence")
+    trials = pd.read_csv(tmp_path / "evidence" / "trials.csv.gz")
+    assert list(trials.columns[:6]) == ["model", "seed", "fold", "trial", "chosen", "state"]
+    assert sorted(set(trials["model"])) == ["lambdamart", "listnet"] and len(trials) == 4
+    for model in ("lambdamart", "listnet"):
+        mine = trials[trials["model"] == model]
+        chosen = store.load_run(model, 0, 0)["tune"]["best_trial"]
+        assert mine.loc[mine["chosen"] == 1, "trial"].tolist() == [chosen]
     # resumed: the studies are complete, nothing is tuned again
     tests_given.clear()
     run_experiment(spec, tmp_path / "exp", progress=False, log=lambda _: None)

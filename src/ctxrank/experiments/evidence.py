@@ -8,6 +8,10 @@ An evidence directory (``ctxrank experiment SPEC --evidence DIR`` writes it from
     runs.json.gz    per run, the rest of its run file: resolved config, split, training summary, grid,
                     seconds, code (git commit) and context (threads, device, package versions)
     units.json.gz   the per-run records shared by the models (anomaly scores), when there are any
+    trials.csv.gz   the experiment's tuning studies (``[tune]``), one row a trial: model, seed, fold,
+                    trial, chosen (1 for the trial the run trained and tested), state, validation value,
+                    epochs, seconds and the trial's hyperparameters (data: ``ctxrank report`` does not
+                    read it)
 
 Restoring writes the run files back, so the report of :mod:`ctxrank.experiments.report` runs unchanged
 on them: a regenerated table equals the one built from the original run store. Parquet (pyarrow,
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -55,8 +60,10 @@ SPEC = "spec.json"
 RUNS = "runs.parquet"
 RUN_META = "runs.json.gz"
 UNITS = "units.json.gz"
-#: the files of an evidence directory (``units.json.gz`` only with anomaly records)
-EVIDENCE_FILES = (SPEC, RUNS, RUN_META, UNITS)
+TRIALS = "trials.csv.gz"
+#: the files of an evidence directory (``units.json.gz`` only with anomaly records, ``trials.csv.gz``
+#: only for a tuned experiment)
+EVIDENCE_FILES = (SPEC, RUNS, RUN_META, UNITS, TRIALS)
 _KEY_COLUMNS = ("model", "seed", "fold", "query_id")
 _METRICS = "evidence_metrics"  #: in runs.json.gz: the metrics a run file held (columns of runs.parquet)
 
@@ -103,6 +110,11 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
         _write_gz(to / UNITS, units)
     elif (to / UNITS).exists():
         (to / UNITS).unlink()
+    trials = _trials(store, runs)
+    if trials is not None:
+        atomic_write(to / TRIALS, lambda tmp: _write_csv_gz(tmp, trials))
+    elif (to / TRIALS).exists():
+        (to / TRIALS).unlink()
     record = {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
     atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
     size = sum((to / name).stat().st_size for name in EVIDENCE_FILES if (to / name).exists())
@@ -207,6 +219,39 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
             f"(it gives {spec.fingerprint()!r}): the file was edited, or written by another version"
         )
     return spec
+
+
+def _trials(store: RunStore, runs: list[dict[str, Any]]) -> Any:
+    """Every trial of the tuning studies of ``runs`` (a run tuned by ``[tune]`` records its study's
+    directory and chosen trial), one row a trial, the run's key first; None without a tuned run.
+
+    Raises:
+        ValueError: a tuned run whose study has no ``trials.csv`` (its directory was moved or pruned).
+    """
+    frames = []
+    for r in runs:
+        tuned = r.get("tune")
+        if not isinstance(tuned, dict) or "dir" not in tuned:
+            continue
+        path = store.root / tuned["dir"] / "trials.csv"
+        if not path.is_file():
+            run = f"{r['model']} seed {r['seed']} fold {r['fold']}"
+            raise ValueError(f"{path}: the trials of run {run} are missing (its study directory was moved?)")
+        frame = pd.read_csv(path)
+        chosen = (frame["trial"] == tuned.get("best_trial")).astype(int)
+        key = {"model": r["model"], "seed": r["seed"], "fold": r["fold"]}
+        first = pd.DataFrame(key, index=frame.index)
+        parts = [first, frame.iloc[:, :1], chosen.rename("chosen"), frame.iloc[:, 1:]]
+        frames.append(pd.concat(parts, axis=1))
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def _write_csv_gz(path: Path, frame: Any) -> None:
+    """``frame`` as gzipped CSV with no time stamp in the gzip header (the same trials, the same bytes)."""
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(frame.to_csv(index=False).encode())
 
 
 def _dataclass(cls: type, d: dict[str, Any]) -> Any:
