@@ -293,7 +293,7 @@ def test_the_correction_is_an_option_of_the_spec_and_of_the_command(tmp_path, ca
     md = (out / "table.md").read_text()
     assert ("p not corrected for the 6 comparisons" in md) == (correction == "none")
     assert "p_adjusted,correction" in (out / "table.csv").read_text()
-    with pytest.raises(ValueError, match="correction must be one of none, holm, bh, got 'bonferroni'"):
+    with pytest.raises(ValueError, match=r"correction must be one of \[.none., .holm., .bh.\], got .bonf"):
         load_spec(path, ['report.correction="bonferroni"'])
     with pytest.raises(ValueError, match="correction and holm"):
         load_spec(path, ['report.correction="bh"', "report.holm=true"])

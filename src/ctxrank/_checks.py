@@ -147,6 +147,17 @@ def check_null_fill(name: str, value: Any) -> str | float:
     return float(value)
 
 
+def check_fractions(name: str, value: Any) -> tuple[float, float, float]:
+    """Split fractions: three positive finite numbers (train, valid, test) summing to 1 (not bools)."""
+    fr = tuple(value) if isinstance(value, (list, tuple)) else ()
+    good = len(fr) == 3 and all(is_number(f) and math.isfinite(float(f)) and f > 0 for f in fr)
+    if not good or abs(sum(float(f) for f in fr) - 1.0) > 1e-6:
+        raise ValueError(
+            f"{name} must be three positive numbers (train, valid, test) summing to 1, got {_shown(value)}"
+        )
+    return tuple(float(f) for f in fr)  # type: ignore[return-value]
+
+
 def check_no_relevant(name: str, value: Any) -> float | str:
     """The value of a query without a relevant item: 0, 1 (as floats) or ``"skip"``; ``True`` / ``False``
     are refused (they would pass as 1 and 0). The one check of configs and metric conventions."""

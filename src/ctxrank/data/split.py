@@ -30,22 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import check_fractions
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["DEFAULT_FRACTIONS", "group_column", "group_split_indices", "query_split_indices", "split_queries"]
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 SPLIT_NAMES = ("train", "valid", "test")
-
-
-def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
-    fr = tuple(float(f) for f in fractions)
-    if len(fr) != 3 or any(not np.isfinite(f) or f <= 0 for f in fr) or abs(sum(fr) - 1.0) > 1e-6:
-        raise ValueError(
-            f"split fractions must be three positive numbers (train, valid, test) summing to 1, "
-            f"got {list(fractions)}"
-        )
-    return fr  # type: ignore[return-value]
 
 
 def query_split_indices(
@@ -56,7 +47,7 @@ def query_split_indices(
     Raises:
         ValueError: bad fractions, or too few queries for every split to get at least one.
     """
-    fr = _check_fractions(fractions)
+    fr = check_fractions("split fractions", fractions)
     n = int(n_queries)
     if n < 3:
         raise ValueError(
@@ -96,7 +87,7 @@ def group_split_indices(
     :func:`query_split_indices` over the distinct groups (in order of first appearance), then each
     query follows its group. ``group_ids``: ``(Q,)`` one id per query; ``name``: what messages call
     them (e.g. ``"--group-col person"``)."""
-    fr = _check_fractions(fractions)
+    fr = check_fractions("split fractions", fractions)
     _, first, inverse = np.unique(np.asarray(group_ids), return_index=True, return_inverse=True)
     if first.size < 3:
         raise ValueError(
@@ -127,7 +118,7 @@ def split_queries(
         ``fractions``, ``queries`` ({split: count}), ``items`` ({split: count}), ``source`` and, by
         group, ``groups`` ({split: count}).
     """
-    fr = _check_fractions(fractions)
+    fr = check_fractions("split fractions", fractions)
     if by_group:
         if data.group_ids is None:
             raise ValueError(f"{data.source or 'the data'} has no group ids to split by (--group-col)")

@@ -85,6 +85,7 @@ from ctxrank._checks import (
     DEFAULT_THREADS,
     check_bool,
     check_choice,
+    check_fractions,
     check_int,
     check_names,
     check_no_relevant,
@@ -97,7 +98,7 @@ from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
 from ctxrank.data.sources import tabular
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
-from ctxrank.metrics import CHOICE_METRICS, parse_metric
+from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
 from ctxrank.registry import MODELS, is_baseline
 
 __all__ = [
@@ -163,6 +164,9 @@ def _check(section: str, check: Callable[..., _T], name: str, value: Any, *args:
         raise _fail(section, str(exc)) from None
 
 
+#: the synthetic data a spec can generate (``[data] synth``)
+SYNTHETIC = ("choice",)
+
 #: The run name of the synthetic chooser's own scores (a reference row of the report, not a model).
 REFERENCE = "chooser"
 
@@ -211,13 +215,13 @@ class DataSpec:
             if kw.get(name) is not None:
                 kw[name] = _check("data", check_names, name, kw[name])
         if "split" in kw:
-            kw["split"] = tuple(float(x) for x in kw["split"])
+            kw["split"] = _check("data", check_fractions, "split", kw["split"])
         if kw.get("group_col") and not kw.get("file"):
             raise _fail(
                 "data", "group_col applies to a file (a registered choice dataset's folds are by person)"
             )
-        if kw.get("synth") not in (None, "", "choice"):
-            raise _fail("data", f"synth must be 'choice', got {kw['synth']!r}")
+        if kw.get("synth"):
+            _check("data", check_choice, "synth", kw["synth"], SYNTHETIC)
         _check("data", check_int, "sessions", kw.get("sessions", 2000), 10)
         _check("data", check_seed, "synth_seed", kw.get("synth_seed", 0))
         if "null_fill" in kw:
@@ -682,12 +686,11 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
         raise _fail("report", f"test 'folds' needs published folds; these runs are {protocol}")
     if test == "corrected-resampled" and protocol != "random-splits":
         raise _fail("report", f"test 'corrected-resampled' is for random splits; these runs are {protocol}")
-    if d.get("convention", "standard") not in ("standard", "letor4", "letor3"):
-        raise _fail("report", f"convention must be standard, letor4 or letor3, got {d.get('convention')!r}")
+    convention = _check("report", check_choice, "convention", d.get("convention", "standard"), CONVENTIONS)
     correction = _correction(d)
     return ReportSpec(
         metrics=metrics,
-        convention=d.get("convention", "standard"),
+        convention=convention,
         no_relevant=_check("report", check_no_relevant, "no_relevant", d.get("no_relevant", 0.0)),
         target=target,
         baselines=baselines,
@@ -704,10 +707,7 @@ def _correction(d: Mapping[str, Any]) -> str:
         if "correction" in d:
             raise _fail("report", "correction and holm (its old true/false spelling) are both given")
         return "holm" if _check("report", check_bool, "holm", d["holm"]) else "none"
-    correction = d.get("correction", DEFAULT_CORRECTION)
-    if correction not in CORRECTIONS:
-        raise _fail("report", f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
-    return correction
+    return _check("report", check_choice, "correction", d.get("correction", DEFAULT_CORRECTION), CORRECTIONS)
 
 
 def correction_override(correction: str | None) -> list[Override]:
