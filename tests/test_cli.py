@@ -460,7 +460,7 @@ def test_null_fill_and_no_relevant_have_one_check_each():
             _checks.check_no_relevant("no_relevant", value)
     assert _checks.check_no_relevant("x", 1) == 1.0 and _checks.check_no_relevant("x", "skip") == "skip"
     for value in (True, float("inf"), 1e39, "max"):
-        with pytest.raises(ValueError, match="must be one of query_min, letor_min or a finite number"):
+        with pytest.raises(ValueError, match="must be one of query_min, letor_min, keep or a finite number"):
             _checks.check_null_fill("null_fill", value)
     from ctxrank.config import resolve_config
 
@@ -510,7 +510,7 @@ def test_null_fill_gives_the_documented_values(capsys, tmp_path, rule):
 def test_a_bad_null_fill_is_refused_naming_the_valid_values(capsys, tiny, bad):
     rc, _, err = run(capsys, "data-info", str(tiny[0]), f"--null-fill={bad}")
     assert rc == 2
-    assert "argument --null-fill: expected query_min, letor_min or a finite number" in err
+    assert "argument --null-fill: expected query_min, letor_min, keep or a finite number" in err
     assert f"got {bad!r}" in err
 
 

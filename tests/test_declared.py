@@ -126,7 +126,7 @@ def test_a_bad_value_is_refused_by_the_declared_reader_with_the_flag_named(capsy
     for argv, expected in (
         (["--fold", "-1"], "argument --fold: expected an integer in [0,"),
         (["--max-dense-bytes", "0"], "argument --max-dense-bytes: expected a number of bytes in [1,"),
-        (["--null-fill", "median"], "argument --null-fill: expected query_min, letor_min or a finite number"),
+        (["--null-fill", "median"], "argument --null-fill: expected query_min, letor_min, keep or a finite"),
         (["--categorical", "a,a"], "argument --categorical: a column is listed twice"),
     ):
         with pytest.raises(SystemExit):

@@ -886,8 +886,8 @@ def test_data_null_fill_reaches_the_fold_and_pooled_loaders_of_a_registered_data
 
 
 NULL_FILL_VALUES = (
-    "null_fill must be one of query_min, letor_min or a finite number within float32 (the value of every "
-    "NULL cell), got"
+    "null_fill must be one of query_min, letor_min, keep or a finite number within float32 (the value of "
+    "every NULL cell), got"
 )
 
 

@@ -120,7 +120,7 @@ def test_null_fill_rules_on_negative_and_positive_features(tmp_path):
     c2 = read_letor(p, null_fill="letor_min", cache_dir=tmp_path / "c")
     np.testing.assert_array_equal(c1.features, query_min.features)
     np.testing.assert_array_equal(c2.features, letor_min.features)
-    with pytest.raises(ValueError, match=r"null_fill must be one of query_min, letor_min or a finite number"):
+    with pytest.raises(ValueError, match=r"null_fill must be one of query_min, letor_min, keep or a finite"):
         read_letor(p, null_fill="LETOR_MIN", cache=False)
 
 

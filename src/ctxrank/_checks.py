@@ -127,8 +127,9 @@ def resolve_threads(value: Any, name: str = "threads") -> int:
     return DEFAULT_THREADS if value is None else check_int(name, value)
 
 
-#: what a LETOR ``NULL`` cell becomes, besides a number (``ctxrank.data.letor``; docs/data.md)
-NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min")
+#: what a LETOR ``NULL`` cell becomes, besides a number (``ctxrank.data.letor``; docs/data.md);
+#: ``"keep"`` leaves it a missing value (NaN), for a model that reads missing values (LambdaMART)
+NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min", "keep")
 DEFAULT_NULL_FILL = "query_min"
 FLOAT32_MAX = 3.4028234663852886e38  #: a value beyond it becomes inf in the float32 features
 

@@ -24,7 +24,16 @@ from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
 from ctxrank.models.qilcm import QILCM_VARIANTS
 
-__all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
+__all__ = [
+    "MODELS",
+    "Baseline",
+    "baseline_of_kind",
+    "get_model",
+    "is_baseline",
+    "make_model",
+    "model_class",
+    "reads_missing",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Baseline:
             (unless ``model_params`` sets them), or ``""`` when it has none.
         search_space: what ``ctxrank tune`` searches: run-config key -> distribution (format:
             ``ctxrank.tune``), as ``SEARCH_SPACE`` on a neural model's config class.
+        reads_missing: the model reads missing feature values (NaN) itself (LightGBM); every other
+            model refuses them (:func:`ctxrank.data.ranking_data.missing_message`).
     """
 
     cls: type
@@ -52,6 +63,7 @@ class Baseline:
     seed: str = ""
     threads: str = ""
     search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    reads_missing: bool = False
 
     def params(self, model_params: Mapping[str, Any], train: Any = None) -> dict[str, Any]:
         """The constructor's keyword arguments: implied, then seed/threads from ``train`` (a
@@ -137,6 +149,7 @@ _BASELINES: dict[str, Baseline] = {
             # LightGBM's lambdarank_truncation_level (LambdaMART's max_position parameter)
             "model_params.max_position": ("log-int", 5, 100),
         },
+        reads_missing=True,  # LightGBM's own missing-value handling (use_missing, the default)
     ),
     "ranksvm": Baseline(
         cls=RankSVM,
@@ -184,6 +197,12 @@ def get_model(name: str) -> type[RankingModule] | Baseline:
         return MODELS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}") from None
+
+
+def reads_missing(name: str) -> bool:
+    """Model ``name`` reads missing feature values (NaN) itself: only LambdaMART (LightGBM)."""
+    entry = get_model(name)
+    return isinstance(entry, Baseline) and entry.reads_missing
 
 
 def is_baseline(name: str) -> bool:

@@ -22,6 +22,7 @@ from ctxrank.data.ranking_data import (
     query_ids_of,
     text_label_error,
 )
+from ctxrank.registry import reads_missing
 
 __all__ = ["Inputs", "to_ranking_data"]
 
@@ -83,8 +84,9 @@ def to_ranking_data(
         est.categorical_features_ = _categorical_names(X, categorical_features, frame)
         est.table_columns_ = names if frame else None
     cats = est.categorical_features_
+    missing_ok = reads_missing(est.model_name())  # LambdaMART keeps NaN (LightGBM reads it)
     if not cats and not frame:
-        return Inputs(RankingData.from_arrays(X, y, ids), order)
+        return Inputs(RankingData.from_arrays(X, y, ids, allow_missing=missing_ok), order)
     df = _as_frame(X, frame)
     if fit:
         est.encoder_ = CategoricalEncoder() if cats else None
@@ -99,6 +101,7 @@ def to_ranking_data(
         categorical=cats,
         numeric=numeric,
         encoder=est.encoder_,
+        allow_missing=missing_ok,
     )
     return Inputs(data, order)
 

@@ -153,8 +153,8 @@ def _tree(lines: list[str], a: int, b: int, n_features: int) -> None:
             raise _Bad(f"a one-leaf tree has no splits, got {splits}")
         _reals(kv, "leaf_value", 1)
         return
-    for key in _INTERNAL_REAL:
-        _reals(kv, key, inner)
+    for key in _INTERNAL_REAL:  # a split sending missing values (NaN) one way has threshold inf
+        _reals(kv, key, inner, infinite=key == "threshold")
     for key in _LEAF_REAL:
         _reals(kv, key, n, optional=key != "leaf_value")
     counts = _ints(kv, "internal_count", inner, optional=True) + _ints(kv, "leaf_count", n, optional=True)
@@ -230,14 +230,17 @@ def _ints(kv: dict[str, str], key: str, n: int | None, *, optional: bool = False
     return [int(v) for v in items]
 
 
-def _reals(kv: dict[str, str], key: str, n: int, *, optional: bool = False) -> None:
+def _reals(kv: dict[str, str], key: str, n: int, *, optional: bool = False, infinite: bool = False) -> None:
+    """``key`` holds ``n`` finite numbers (``infinite``: ``inf`` / ``-inf`` too, as LightGBM writes the
+    threshold of a split on missing values)."""
     value = kv.get(key)
     if value is None:
         if optional:
             return
         raise _Bad(f"no {key}= line")
     items = value.split(" ")
-    if len(items) != n or not all(_REAL.fullmatch(v) for v in items):
+    allowed = ("inf", "-inf", "+inf") if infinite else ()
+    if len(items) != n or not all(_REAL.fullmatch(v) or v in allowed for v in items):
         raise _Bad(f"{key} must be {n} number(s)")
-    if not all(math.isfinite(float(v)) for v in items):
+    if not all(math.isfinite(float(v)) or v in allowed for v in items):
         raise _Bad(f"{key} holds a value that is not finite")

@@ -122,10 +122,12 @@ def read_letor(
             * ``"letor_min"``: the smaller of that minimum and 0, ``min(query minimum, 0)``: the value
               LETOR 3.0's published OHSUMED "Feature-min" files hold in 99.53% of the NULL cells
               (``"query_min"``: 60.00%; docs/data.md, benchmarks/null_fill_ohsumed.py);
-            * a number: that number.
+            * a number: that number;
+            * ``"keep"``: left missing, NaN, for a model that reads missing values itself
+              (LambdaMART: LightGBM's own missing-value handling); the other models refuse NaN.
 
-            Both rules give 0 where the whole query lacks the feature. The count of filled cells is
-            in ``data.info["null_filled"]``.
+            Both minimum rules give 0 where the whole query lacks the feature. The count of filled
+            cells is in ``data.info["null_filled"]``, of kept ones in ``data.info["missing"]``.
         regroup: rows of one query must be contiguous; a query id that reappears after other queries
             is an error naming both lines, unless ``regroup=True``, which gathers each query's rows
             (stably, queries in order of first appearance).
@@ -298,6 +300,7 @@ def _rows_to_data(
     else:
         offsets, query_ids = _groups_from_file(name, group_path, lines, labels.size)
     null_filled = _fill_nulls(features, offsets, null_fill)
+    missing = int(np.count_nonzero(np.isnan(features))) if null_fill == "keep" else 0
     return RankingData(
         features=features,
         labels=labels,
@@ -309,6 +312,7 @@ def _rows_to_data(
         # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
         info={
             "null_filled": null_filled,
+            **({"missing": missing} if missing else {}),
             "rows_listing_all": int(np.count_nonzero(counts >= width)),
             **({"warnings": notes} if notes else {}),
             **regrouped,
@@ -1052,6 +1056,8 @@ def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | floa
     ``"query_min"``: the minimum of the feature over the query's non-NULL cells; ``"letor_min"``: the
     smaller of that minimum and 0; both 0 when every cell of the query is NULL; a number: that number.
     """
+    if null_fill == "keep":  # missing values stay NaN
+        return 0
     missing_rows = np.flatnonzero(np.isnan(features).any(axis=1))
     if missing_rows.size == 0:
         return 0

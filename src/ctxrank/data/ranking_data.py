@@ -20,7 +20,14 @@ import numpy as np
 
 from ctxrank.data.categorical import CategoricalEncoder
 
-__all__ = ["RankingData", "check_feature_count", "check_finite_rows", "group_by_query", "text_label_error"]
+__all__ = [
+    "RankingData",
+    "check_feature_count",
+    "check_finite_rows",
+    "group_by_query",
+    "missing_message",
+    "text_label_error",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,7 +35,9 @@ class RankingData:
     """A set of queries, each with a list of items (documents).
 
     Attributes:
-        features: float32 (N, F) dense feature matrix (no NaN or inf).
+        features: float32 (N, F) dense feature matrix, never inf; NaN only where a value is missing
+            and was kept so (``null_fill = "keep"``, ``allow_missing=True``): only a model that reads
+            missing values (LambdaMART) accepts it (:func:`missing_message`).
         labels: float32 (N,) graded relevance labels.
         query_ids: str (Q,) query identifiers, in file order.
         query_offsets: int64 [Q + 1]; query q owns rows ``query_offsets[q]:query_offsets[q+1]``.
@@ -131,12 +140,13 @@ class RankingData:
         categorical_names: Sequence[str] = (),
         categorical_cardinalities: Sequence[int] = (),
         source: str = "arrays",
+        allow_missing: bool = False,
     ) -> RankingData:
         """A RankingData from NumPy arrays; rows need not be grouped by query (they are, stably).
 
         Args:
             X: (N, F) numbers of any real dtype (converted to float32; NaN / inf / values beyond float32
-                are refused, naming the row).
+                are refused, naming the row; with ``allow_missing`` a NaN is kept as a missing value).
             y: (N,) graded labels (ints or floats); None = no labels (data to score: all 0).
             qid: (N,) query id of each row (ints or strings). Or ``group``: the sizes of consecutive
                 queries (LightGBM's ``group``), summing to N. Exactly one of the two.
@@ -147,7 +157,7 @@ class RankingData:
             ValueError: naming the argument: shapes or lengths that differ, non-finite values, both or
                 neither of ``qid`` / ``group``, group sizes that do not sum to N.
         """
-        features = _as_matrix(X, "X")
+        features = _as_matrix(X, "X", allow_missing)
         n = features.shape[0]
         labels = np.zeros(n, np.float32) if y is None else _as_vector(y, n, "y")
         qid = query_ids_of(n, qid, group)
@@ -183,8 +193,10 @@ class RankingData:
         categorical: Sequence[str] | None = None,
         numeric: Sequence[str] | None = None,
         encoder: Any = None,
+        allow_missing: bool = False,
     ) -> RankingData:
-        """A RankingData from a pandas DataFrame with one row per (query, item), in any row order.
+        """A RankingData from a pandas DataFrame with one row per (query, item), in any row order
+        (``allow_missing``: a missing numeric value, NaN / None / NA, is kept as NaN).
 
         Args:
             query: the query-id column. label: the label column (None: data to score, labels 0).
@@ -204,7 +216,7 @@ class RankingData:
         numeric, categorical = frame_columns(df, query, label, categorical, numeric)
         qid = _frame_query_ids(df, query)
         labels = None if label is None else _frame_labels(df, label)
-        features = _frame_numeric(df, numeric)
+        features = _frame_numeric(df, numeric, allow_missing)
         codes, cards = None, ()
         enc = encoder if encoder is not None else CategoricalEncoder()
         if categorical:
@@ -384,6 +396,21 @@ def check_feature_count(data: RankingData, n_features: int) -> None:
     )
 
 
+def missing_message(data: RankingData, model: str) -> str | None:
+    """Why ``model`` (which does not read missing values) cannot use ``data``: its NaN cells, the first
+    one named; None when there is none."""
+    nan = np.isnan(data.features)
+    if not nan.any():
+        return None
+    r, c = np.argwhere(nan)[0]
+    name = data.feature_names[c] if data.feature_names else f"column {c}"
+    return (
+        f"{data.source or 'data'}: {int(nan.sum()):,} missing feature value(s) (NaN; first: feature {name} "
+        f"of row {int(r)}); {model} does not read missing values: fill them when reading (null_fill = "
+        "query_min, letor_min or a number) or train lambdamart, which reads them (LightGBM)"
+    )
+
+
 def check_finite_rows(values: np.ndarray, name: str) -> None:
     """ValueError naming ``name`` and the first row with a NaN or infinite value."""
     bad = ~np.isfinite(values)
@@ -396,7 +423,7 @@ def check_finite_rows(values: np.ndarray, name: str) -> None:
         )
 
 
-def _as_matrix(X: Any, name: str) -> np.ndarray:
+def _as_matrix(X: Any, name: str, allow_missing: bool = False) -> np.ndarray:
     try:
         arr = np.asarray(X)
     except (TypeError, ValueError) as exc:
@@ -409,7 +436,7 @@ def _as_matrix(X: Any, name: str) -> np.ndarray:
         raise ValueError(f"{name}: expected real numbers, got dtype {arr.dtype}")
     with np.errstate(over="ignore"):
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    check_finite_rows(out, name)
+    check_finite_rows(np.where(np.isnan(out), np.float32(0), out) if allow_missing else out, name)
     return out
 
 
@@ -538,7 +565,7 @@ def text_label_error(where: str, values: Sequence[str], how: str) -> ValueError:
     )
 
 
-def _frame_numeric(df: Any, numeric: Sequence[str]) -> np.ndarray:
+def _frame_numeric(df: Any, numeric: Sequence[str], allow_missing: bool = False) -> np.ndarray:
     """float32 (N, F) numeric columns; ValueError naming a non-numeric column."""
     import pandas as pd
 
@@ -552,8 +579,9 @@ def _frame_numeric(df: Any, numeric: Sequence[str]) -> np.ndarray:
             )
         with np.errstate(over="ignore"):
             out[:, j] = s.to_numpy(dtype=np.float32, na_value=np.nan)
-    if not np.isfinite(out).all():
-        rows, cols = np.nonzero(~np.isfinite(out))
+    bad = np.isinf(out) if allow_missing else ~np.isfinite(out)
+    if bad.any():
+        rows, cols = np.nonzero(bad)
         raise ValueError(
             f"X: row {int(rows[0])} (index {_index(df, int(rows[0]))}), column {numeric[cols[0]]!r} is NaN, "
             f"missing or infinite ({np.unique(rows).size} row(s) in all); clean or impute it first"

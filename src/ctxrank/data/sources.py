@@ -85,8 +85,9 @@ class ReadOptions:
     null_fill: str | float | None = option(
         None, "--null-fill",
         "what a LETOR NULL cell (a missing value) becomes: query_min (the feature's minimum over the "
-        "query's other items), letor_min (min(that minimum, 0): closest to LETOR 3.0's Feature-min files) "
-        "or a number (docs/data.md). Default query_min{saved}. Not for tables",
+        "query's other items), letor_min (min(that minimum, 0): closest to LETOR 3.0's Feature-min files), "
+        "keep (left missing, NaN: for lambdamart, which reads missing values) or a number (docs/data.md). "
+        "Default query_min{saved}. Not for tables",
         parse=null_fill_text, metavar="RULE", group=READING,
     )  # fmt: skip
 

@@ -16,7 +16,7 @@ def label_text(v: float) -> str:
 
 def data_summary(data: Any, threshold: float = 1.0) -> dict[str, Any]:
     """Queries, items, features, label histogram, list lengths, queries without a relevant item
-    (label >= ``threshold``) and filled NULL / missing cells, as a JSON-ready dict."""
+    (label >= ``threshold``), filled NULL / missing cells and cells kept missing, as a JSON-ready dict."""
     lengths = data.query_lengths
     hist = data.label_histogram()
     return {
@@ -35,4 +35,6 @@ def data_summary(data: Any, threshold: float = 1.0) -> dict[str, Any]:
         "queries_without_relevant": data.queries_without_relevant(threshold),
         # NULL cells of a LETOR file; missing numeric cells of a table
         "null_filled": int(data.info.get("null_filled", data.info.get("missing_filled", 0))),
+        # cells kept missing (NaN: null_fill = "keep"), which only LambdaMART reads
+        "missing": int(np.count_nonzero(np.isnan(data.features))),
     }

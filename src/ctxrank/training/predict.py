@@ -14,7 +14,7 @@ import torch
 from ctxrank._memory import AUTO
 from ctxrank.config import RunConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
-from ctxrank.data.ranking_data import RankingData, check_feature_count
+from ctxrank.data.ranking_data import RankingData, check_feature_count, missing_message
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
@@ -81,6 +81,9 @@ class TorchPredictor:
 
     def check_data(self, data: RankingData) -> None:
         check_feature_count(data, self.n_features)
+        problem = missing_message(data, self.config.model)  # a neural model reads no NaN
+        if problem is not None:
+            raise ValueError(problem)
 
     def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
         self.check_data(data)

@@ -49,13 +49,13 @@ import torch
 from ctxrank._io import atomic_write, dumps
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, missing_message
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
 from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
-from ctxrank.registry import Baseline, get_model, make_model
+from ctxrank.registry import Baseline, get_model, make_model, reads_missing
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.distributed import resolve_device
@@ -175,6 +175,11 @@ def run_training(
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
+    if not reads_missing(config.model):  # before any work: only LambdaMART reads NaN (missing values)
+        for split in (train, valid, test):
+            problem = None if split is None else missing_message(split, config.model)
+            if problem is not None:
+                raise ValueError(problem)
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
