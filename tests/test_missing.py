@@ -58,6 +58,9 @@ def test_lambdamart_reads_missing_values_and_the_model_keeps_the_rule(nulls, tmp
     assert main(["data-info", str(nulls), "--null-fill", "keep", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["missing"] == read_letor(nulls, null_fill="keep").info["missing"] and info["null_filled"] == 0
+    assert main(["data-info", str(nulls), "--null-fill", "keep"]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert f"missing (NaN) cells {info['missing']:,}" in lines
 
 
 @pytest.mark.parametrize("model", ["listnet", "ranksvm"])

@@ -185,8 +185,9 @@ def summary_text(s: dict[str, Any]) -> str:
             f"{nr:,} ({100.0 * nr / max(s['queries'], 1):.1f}%)",
         ),
         ("NULL cells filled", f"{s['null_filled']:,}"),
-        ("missing (NaN) cells", f"{s['missing']:,}"),
     ]
+    if s["missing"]:  # kept missing (null_fill = keep): said only when there are some
+        rows.append(("missing (NaN) cells", f"{s['missing']:,}"))
     return key_value_lines(rows)
 
 
