@@ -1,5 +1,7 @@
-"""LambdaMART on OHSUMED with its NULL cells left missing (``null_fill = "keep"``, LightGBM's own
-missing-value handling) against the same cells filled (``query_min``, ``letor_min``).
+"""OHSUMED with its NULL cells left missing (``null_fill = "keep"``) against the same cells filled
+(``query_min``, ``letor_min``): LambdaMART (LightGBM's own missing-value handling) and a neural model
+(ListNet; with the cells missing, ``train.missing = "indicator"``: a learned fill and a missing
+indicator per feature).
 
 Not a test and not a timing: a measurement on real data, quoted in docs/data.md. The shared copy holds
 the published ``Feature-min`` files, not ``Feature-null``; the NULL cells are re-created with the rule
@@ -7,8 +9,10 @@ of ``benchmarks/null_fill_ohsumed.py`` (a field's BM25 / LMIR features where the
 term), written as ``ohsumed/Feature-null/FoldK_testset.txt`` in a temporary data root, and read through
 the registry (``load_fold("ohsumed", K, variant="Feature-null", null_fill=RULE)``). For each of the 5
 folds LambdaMART (LightGBM's defaults, seed 0, 1 thread, early stopping on the fold's validation
-split) is trained once per rule and tested once; the fold is the unit of the paired t-test (n = 5),
-p corrected by Holm over the family (the 2 comparisons of ``keep`` x 2 metrics).
+split) is trained once per rule and tested once; ListNet (z-scored features, seed 0, 1 thread, the
+run config's defaults otherwise) with ``keep`` + indicators and with ``letor_min``. The fold is the unit
+of the paired t-test (n = 5), p corrected by Holm over each model's family (its comparisons of
+``keep`` x 2 metrics).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/missing_ohsumed.py [--data ../shared/data]
 """
@@ -28,6 +32,7 @@ from null_fill_ohsumed import null_cells, write_null_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ("keep", "query_min", "letor_min")
+NEURAL_RULES = ("keep", "letor_min")
 METRICS = ("ndcg@10", "map")
 
 
@@ -46,22 +51,34 @@ def recreate_feature_null(data_root: Path, into: Path) -> int:
     return cells
 
 
-def run(root: Path) -> dict[str, dict[str, list[float]]]:
-    """Test metrics per rule and fold."""
+def run(root: Path) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Test metrics per model, rule and fold."""
     from ctxrank.baselines.lambdamart import LambdaMART
+    from ctxrank.config import resolve_config
     from ctxrank.data.registry import load_fold
     from ctxrank.metrics import evaluate_queries, mean_metrics
+    from ctxrank.training.run import run_training
 
-    results = {rule: {m: [] for m in METRICS} for rule in RULES}
+    def metrics(scores, test):
+        means = mean_metrics(evaluate_queries(scores, test.labels, test.query_offsets, list(METRICS)))
+        return {m: float(means[m]) for m in METRICS}
+
+    results = {
+        "lambdamart": {rule: {m: [] for m in METRICS} for rule in RULES},
+        "listnet": {rule: {m: [] for m in METRICS} for rule in NEURAL_RULES},
+    }
     for k in range(1, 6):
         for rule in RULES:
             fold = load_fold("ohsumed", k, root=root, variant="Feature-null", null_fill=rule, cache=False)
             model = LambdaMART(seed=0, num_threads=1).fit(fold.train, fold.valid)
-            test = fold.test
-            values = evaluate_queries(model.predict(test), test.labels, test.query_offsets, list(METRICS))
-            means = mean_metrics(values)
-            for m in METRICS:
-                results[rule][m].append(float(means[m]))
+            for m, v in metrics(model.predict(fold.test), fold.test).items():
+                results["lambdamart"][rule][m].append(v)
+            if rule in NEURAL_RULES:
+                sets = ["model=listnet", "transform=zscore", "train.seed=0", "train.threads=1"]
+                sets += ["train.missing=indicator"] if rule == "keep" else []
+                result = run_training(resolve_config(None, sets), fold.train, fold.valid, progress=False)
+                for m, v in metrics(result.predictor.predict(fold.test), fold.test).items():
+                    results["listnet"][rule][m].append(v)
     return results
 
 
@@ -77,20 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cells = recreate_feature_null(args.data, Path(tmp))
         results = run(Path(tmp))
-    print(f"OHSUMED, 5 folds, {cells:,} NULL cells re-created; LambdaMART (LightGBM defaults), seed 0\n")
-    print("| null_fill | " + " | ".join(METRICS) + " |")
-    print("|---|" + "---:|" * len(METRICS))
-    for rule in RULES:
-        per_metric = (results[rule][m] for m in METRICS)
-        cells_text = [f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f}" for v in per_metric]
-        print(f"| `{rule}` | " + " | ".join(cells_text) + " |")
-    pairs = [(other, m) for other in RULES[1:] for m in METRICS]
-    raw = [float(stats.ttest_rel(results["keep"][m], results[other][m]).pvalue) for other, m in pairs]
-    adjusted = holm(raw)
-    print("\nkeep - filled, paired t over the 5 folds, p Holm-corrected over the 4 comparisons (raw p):")
-    for (other, m), p, q in zip(pairs, raw, adjusted, strict=True):
-        diff = np.mean(results["keep"][m]) - np.mean(results[other][m])
-        print(f"  vs {other}, {m}: {diff:+.4f}, p {q:.2g} (raw {p:.2g})")
+    print(f"OHSUMED, 5 folds, {cells:,} NULL cells re-created; seed 0, 1 thread\n")
+    print("| model | null_fill | " + " | ".join(METRICS) + " |")
+    print("|---|---|" + "---:|" * len(METRICS))
+    for model, by_rule in results.items():
+        for rule, values in by_rule.items():
+            per_metric = (values[m] for m in METRICS)
+            cells_text = [f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f}" for v in per_metric]
+            print(f"| {model} | `{rule}` | " + " | ".join(cells_text) + " |")
+    for model, by_rule in results.items():
+        pairs = [(other, m) for other in list(by_rule)[1:] for m in METRICS]
+        raw = [float(stats.ttest_rel(by_rule["keep"][m], by_rule[other][m]).pvalue) for other, m in pairs]
+        adjusted = holm(raw)
+        family = f"p Holm-corrected over {len(pairs)} (raw p)"
+        print(f"\n{model}, keep - filled, paired t over the 5 folds, {family}:")
+        for (other, m), p, q in zip(pairs, raw, adjusted, strict=True):
+            diff = np.mean(by_rule["keep"][m]) - np.mean(by_rule[other][m])
+            print(f"  vs {other}, {m}: {diff:+.4f}, p {q:.2g} (raw {p:.2g})")
     return 0
 
 

@@ -437,3 +437,20 @@ def test_cli_export_refuses_an_existing_file_unless_overwrite(saved, tmp_path, c
     assert main([*argv, "--overwrite"]) == 0 and out.read_bytes() != b"the user's file"
     assert main([*argv[:-1], str(tmp_path), "--overwrite"]) == 2  # a directory is never replaced
     assert "is a directory" in capsys.readouterr().err
+
+
+def _with_holes(data, seed):
+    """``data`` with about 20% of its feature values missing (NaN)."""
+    x = data.features.copy()
+    x[np.random.default_rng(seed).random(x.shape) < 0.2] = np.nan
+    return data.with_features(x)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+@pytest.mark.parametrize("name", ["mlp", "qilcm"])
+def test_export_of_a_model_with_missing_indicators_reads_nan(name, fmt, saved, data, tmp_path):
+    """``train.missing = "indicator"``: the exported graph fills NaN and appends the indicators as
+    ``predict`` does (isnan / where / concat ops)."""
+    train, valid, test = (_with_holes(d, seed) for seed, d in enumerate(data, start=7))
+    model_dir = saved(name, "train.missing=indicator", "transform=zscore", train_data=train, valid_data=valid)
+    _check_parity(model_dir, fmt, test, tmp_path)

@@ -70,7 +70,9 @@ def test_a_model_that_reads_no_missing_value_refuses_them_naming_the_fix(nulls, 
     err = capsys.readouterr().err
     assert "missing feature value(s) (NaN; first: feature f3 of row" in err
     assert f"{model} does not read" in err
-    assert "null_fill = query_min, letor_min or a number" in err and "train lambdamart" in err
+    assert "null_fill = query_min, letor_min or a number" in err
+    fix = "train lambdamart" if model == "ranksvm" else "set train.missing = 'indicator'"
+    assert fix in err
 
 
 def test_a_neural_model_refuses_missing_values_at_predict(nulls, tmp_path, capsys):
@@ -101,3 +103,59 @@ def test_the_estimators_take_nan_for_lambdamart_only():
     X[0, 0] = np.inf  # infinite is never a missing value
     with pytest.raises(ValueError, match="X: row 0, column 0 is NaN or infinite"):
         LambdaMARTRanker(n_estimators=5).fit(X, y, qid=qid)
+
+
+def test_indicator_lets_a_neural_model_learn_from_missing_values(nulls, tmp_path, capsys):
+    """``train.missing = "indicator"``: a learned fill and a 0/1 indicator per feature; the model
+    trains, saves, reloads and predicts on NaN, and the indicator carries the missingness signal the
+    labels of this data hold (an item with feature 3 missing is relevant)."""
+    import torch
+
+    from ctxrank.models.missing import MissingIndicator
+    from ctxrank.training.checkpoint import load_model
+
+    out = tmp_path / "ind"
+    argv = ["train", "--model", "listnet", "--data", str(nulls), "--null-fill", "keep"]
+    argv += ["--set", "train.missing=indicator", "--set", "train.max_epochs=30", "--set", "train.lr=0.01"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    predictor = load_model(out)
+    assert isinstance(predictor.model, MissingIndicator) and predictor.model.fill.shape == (5,)
+    data = read_letor(nulls, null_fill="keep")
+    scores = predictor.predict(data)
+    assert np.isfinite(scores).all()
+    missing = np.isnan(data.features[:, 2])
+    assert scores[missing].mean() > scores[~missing].mean()  # learned from the indicator
+    argv = ["predict", "--model", str(out), "--data", str(nulls), "-o", str(tmp_path / "s.txt")]
+    assert main(argv) == 0  # the saved rule (keep) and policy apply
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "s.txt"), scores, rtol=1e-6)
+    x = torch.tensor([[[1.0, float("nan")], [float("nan"), 2.0]]])
+    wrapper = MissingIndicator.__new__(MissingIndicator)
+    torch.nn.Module.__init__(wrapper)
+    wrapper.fill = torch.nn.Parameter(torch.tensor([5.0, 6.0]))
+    expanded = MissingIndicator.expand(wrapper, x)
+    assert expanded.tolist() == [[[1.0, 6.0, 0.0, 1.0], [5.0, 2.0, 1.0, 0.0]]]
+
+
+def test_indicator_is_for_neural_models_and_error_refuses_every_model(nulls, tmp_path, capsys):
+    argv = ["train", "--model", "lambdamart", "--data", str(nulls), "--null-fill", "keep"]
+    assert main([*argv, "--set", "train.missing=indicator", "--out", str(tmp_path / "a")]) == 2
+    assert "train.missing = 'indicator' applies to the neural models" in capsys.readouterr().err
+    assert main([*argv, "--set", "train.missing=error", "--out", str(tmp_path / "b")]) == 2
+    assert "train.missing = 'error' refuses them" in capsys.readouterr().err
+    argv = ["train", "--model", "mlp", "--data", str(nulls), "--null-fill", "keep"]
+    assert main([*argv, "--out", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "set train.missing = 'indicator'" in capsys.readouterr().err
+
+
+def test_the_estimators_take_nan_with_missing_indicator():
+    from ctxrank.api import MLPRanker
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(120, 3))
+    X[rng.random(120) < 0.25, 0] = np.nan
+    y = (rng.random(120) < 0.5).astype(int)
+    qid = np.repeat(np.arange(12), 10)
+    ranker = MLPRanker(missing="indicator", max_epochs=2, random_state=0)
+    assert ranker.__sklearn_tags__().input_tags.allow_nan
+    assert np.isfinite(ranker.fit(X, y, qid=qid).predict(X, qid=qid)).all()

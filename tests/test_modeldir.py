@@ -410,7 +410,7 @@ def test_the_digest_is_checked_before_the_weights_are_used(models, tmp_path, mon
         raise AssertionError("the changed weights were parsed")
 
     monkeypatch.setattr(checkpoint, "_safetensors_header", used)
-    monkeypatch.setattr(checkpoint, "_build", used)
+    monkeypatch.setattr(checkpoint, "build_model", used)
     d = sm.copy(models["mlp"], tmp_path / "m")
     _flip_two_bytes(d / "model.safetensors")
     _refused(d, "changed after it was saved")

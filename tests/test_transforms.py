@@ -209,9 +209,43 @@ def test_misuse_errors():
 )
 def test_non_finite_input_is_an_error_not_hidden(name):
     bad = TRAIN.features.copy()
-    bad[1, 2] = np.nan
-    with pytest.raises(ValueError, match="feature f3 of row 1 is nan"):
+    bad[1, 2] = np.inf
+    with pytest.raises(ValueError, match="feature f3 of row 1 is inf; features must be finite"):
         make_transform(name).fit_transform(TRAIN.with_features(bad))
+
+
+@pytest.mark.parametrize("name", ["minmax", "zscore", "log1p-zscore", "zscore-log1p"])
+def test_a_global_normalizer_fits_on_the_values_present_and_passes_missing_ones_through(name):
+    """A NaN is a missing value (``null_fill = "keep"``): skipped by ``fit``, kept by ``transform``
+    (the model fills it: ``train.missing = "indicator"``); the other values map as if it were absent."""
+    holes = TRAIN.features.copy()
+    holes[1, 2] = np.nan
+    fitted = make_transform(name).fit(TRAIN.with_features(holes))
+    present = np.delete(np.arange(TRAIN.n_items), [1])
+    out = fitted.transform(TRAIN.with_features(holes)).features
+    assert np.isnan(out[1, 2]) and np.isfinite(np.delete(out, [1], axis=0)).all()
+    full = make_transform(name).fit(TRAIN).transform(TRAIN).features
+    others = [j for j in range(TRAIN.n_features) if j != 2]
+    np.testing.assert_allclose(out[:, others], full[:, others], rtol=1e-6)  # other features unchanged
+    column = TRAIN.features[present, 2].astype(np.float64)
+    state = fitted.to_dict()["state"]
+    if name == "minmax":
+        assert state["min_"][2] == column.min() and state["max_"][2] == column.max()
+    elif name == "zscore":
+        want = [column.mean(), column.std()]
+        np.testing.assert_allclose([state["mean_"][2], state["std_"][2]], want, rtol=1e-9)
+    every = TRAIN.features.copy()
+    every[:, 2] = np.nan  # never present: a constant 0 where a value comes later
+    later = make_transform(name).fit(TRAIN.with_features(every)).transform(TRAIN).features
+    assert np.all(later[:, 2] == 0)
+
+
+@pytest.mark.parametrize("name", ["query-minmax", "query-zscore"])
+def test_a_per_query_normalizer_refuses_missing_values(name):
+    holes = TRAIN.features.copy()
+    holes[1, 2] = np.nan
+    with pytest.raises(ValueError, match="feature f3 of row 1 is nan; a per-query normalizer reads no"):
+        make_transform(name).fit_transform(TRAIN.with_features(holes))
 
 
 @pytest.mark.parametrize(

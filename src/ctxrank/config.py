@@ -64,6 +64,8 @@ PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 INITIAL_RANKERS: tuple[str, ...] = ("", "lambdamart")
 #: ``rerank.ideal`` values: the ideal DCG over every judged item, or over the top-k lists
 IDEAL_SCOPES: tuple[str, ...] = ("full", "top-k")
+#: ``train.missing`` values: what a model does with missing feature values (NaN)
+MISSING_POLICIES: tuple[str, ...] = ("native", "indicator", "error")
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,12 @@ class TrainConfig:
             lists padded to the longest list). A run above it is refused, naming the longest query;
             scoring splits its batches to fit. ``"auto"``: what the device can give when the check runs
             (``ctxrank._memory``); or a number of bytes.
+        missing: what the model does with missing feature values (NaN: ``null_fill = "keep"``, NaN in
+            the API's ``X``): ``"native"`` (default) its own handling: LambdaMART reads them (LightGBM),
+            the other models have none and refuse them; ``"indicator"`` (neural models): each feature's
+            missing value becomes a learned fill value and a 0/1 missing indicator joins the inputs
+            (:class:`ctxrank.models.missing.MissingIndicator`), in training, prediction and export;
+            ``"error"``: refuse them, whatever the model.
     """
 
     lr: float = 1e-3
@@ -124,9 +132,11 @@ class TrainConfig:
     input_noise: float = 0.0
     shuffle_items: bool = False
     max_memory_bytes: int | str = AUTO
+    missing: str = "native"
 
     def __post_init__(self) -> None:
         check_bool("train.shuffle_items", self.shuffle_items)
+        check_choice("train.missing", self.missing, MISSING_POLICIES)
         check_positive("train.lr", self.lr)
         check_non_negative("train.weight_decay", self.weight_decay)
         check_int("train.batch_size", self.batch_size)
@@ -390,7 +400,7 @@ class RunConfig:
 #: no_relevant is the convention of its test metrics; metric is the validation metric its run reports
 #: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
 #: its ``model_params``); the others configure the neural training loop
-BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric")
+BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric", "missing")
 
 
 def _check_baseline_train(model: str, train: TrainConfig) -> None:
@@ -406,6 +416,11 @@ def _check_baseline_train(model: str, train: TrainConfig) -> None:
             f"{'it' if len(unused) == 1 else 'them'}; "
             f"of [train] it reads {', '.join(f'train.{k}' for k in BASELINE_TRAIN_KEYS)} only "
             "(its own settings are model_params, see docs/baselines.md)"
+        )
+    if train.missing == "indicator":
+        raise ValueError(
+            f"train.missing = 'indicator' applies to the neural models; {model} is a baseline "
+            "(lambdamart reads missing values itself: train.missing = 'native')"
         )
 
 

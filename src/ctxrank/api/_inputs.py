@@ -24,7 +24,7 @@ from ctxrank.data.ranking_data import (
 )
 from ctxrank.registry import reads_missing
 
-__all__ = ["Inputs", "to_ranking_data"]
+__all__ = ["Inputs", "reads_missing_values", "to_ranking_data"]
 
 _QID, _LABEL = "__ctxrank_qid__", "__ctxrank_label__"
 
@@ -84,7 +84,7 @@ def to_ranking_data(
         est.categorical_features_ = _categorical_names(X, categorical_features, frame)
         est.table_columns_ = names if frame else None
     cats = est.categorical_features_
-    missing_ok = reads_missing(est.model_name())  # LambdaMART keeps NaN (LightGBM reads it)
+    missing_ok = reads_missing_values(est)
     if not cats and not frame:
         return Inputs(RankingData.from_arrays(X, y, ids, allow_missing=missing_ok), order)
     df = _as_frame(X, frame)
@@ -104,6 +104,12 @@ def to_ranking_data(
         allow_missing=missing_ok,
     )
     return Inputs(data, order)
+
+
+def reads_missing_values(est: Any) -> bool:
+    """The estimator reads NaN (a missing value) in ``X``: LambdaMART (LightGBM), or a neural model
+    with ``missing="indicator"`` (a learned fill and a missing indicator); the others refuse it."""
+    return reads_missing(est.model_name()) or getattr(est, "missing", "native") == "indicator"
 
 
 def _name(values: Any) -> str | None:

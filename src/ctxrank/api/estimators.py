@@ -26,11 +26,11 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank.api._inputs import Inputs, to_ranking_data
+from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
 from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
-from ctxrank.registry import MODELS, reads_missing
+from ctxrank.registry import MODELS
 from ctxrank.training.run import run_training, save_result
 
 __all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
@@ -110,7 +110,7 @@ class Ranker(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True
         tags.input_tags.categorical = True
-        tags.input_tags.allow_nan = reads_missing(self.model_name())  # LambdaMART: LightGBM reads NaN
+        tags.input_tags.allow_nan = reads_missing_values(self)  # LambdaMART, or missing="indicator"
         tags.input_tags.string = True
         return tags
 

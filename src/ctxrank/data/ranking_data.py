@@ -396,9 +396,9 @@ def check_feature_count(data: RankingData, n_features: int) -> None:
     )
 
 
-def missing_message(data: RankingData, model: str) -> str | None:
-    """Why ``model`` (which does not read missing values) cannot use ``data``: its NaN cells, the first
-    one named; None when there is none."""
+def missing_message(data: RankingData, reader: str, fix: str) -> str | None:
+    """Why ``reader`` cannot use ``data``: its NaN cells (missing values), the first one named, and
+    ``fix``; None when there is none."""
     nan = np.isnan(data.features)
     if not nan.any():
         return None
@@ -406,8 +406,7 @@ def missing_message(data: RankingData, model: str) -> str | None:
     name = data.feature_names[c] if data.feature_names else f"column {c}"
     return (
         f"{data.source or 'data'}: {int(nan.sum()):,} missing feature value(s) (NaN; first: feature {name} "
-        f"of row {int(r)}); {model} does not read missing values: fill them when reading (null_fill = "
-        "query_min, letor_min or a number) or train lambdamart, which reads them (LightGBM)"
+        f"of row {int(r)}); {reader}: {fix}"
     )
 
 

@@ -26,7 +26,10 @@ Guards shared by all of them:
   nothing ever divides by zero. "Constant" is decided exactly (``max == min``), not with a tolerance.
 * Arithmetic is done in float64, in blocks of rows to bound memory, and the float32 result is clipped
   to the finite float32 range: every finite input gives a finite output (never NaN or inf).
-* A NaN or inf in the input is an error (``ValueError``), never hidden.
+* An inf in the input is an error (``ValueError``), never hidden. A NaN is a missing value (kept by
+  ``null_fill = "keep"``, for ``train.missing = "indicator"``): the global normalizers fit on the values
+  present and pass NaN through, for the model to fill (:mod:`ctxrank.models.missing`); the per-query
+  ones refuse it (a list's statistics would depend on which items are missing).
 * Only ``features`` change: labels, categorical codes, docids, offsets are shared with the input.
 """
 
@@ -87,14 +90,16 @@ def _minmax_map(x: Any, lo: Any, scale: Any, xp: Any) -> Any:
     return _affine_map(x, xp.where(scale > 0, lo, x), scale, 0.0, 1.0, False, xp)
 
 
-def _check_finite(block: np.ndarray, start: int, data: RankingData) -> None:
-    if not np.isfinite(block).all():
-        r, c = np.argwhere(~np.isfinite(block))[0]
+def _check_finite(block: np.ndarray, start: int, data: RankingData, *, missing: bool = True) -> None:
+    """No inf in ``block`` (rows ``start`` ...); no NaN either unless ``missing`` (a missing value)."""
+    bad = np.isinf(block) if missing else ~np.isfinite(block)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
         name = data.feature_names[c] if data.feature_names else f"column {c}"
-        raise ValueError(
-            f"{data.source or 'data'}: feature {name} of row {start + r} is {block[r, c]}; "
-            "features must be finite"
-        )
+        nan = np.isnan(block[r, c])
+        what = "a per-query normalizer reads no missing value (NaN)" if nan else "features must be finite"
+        where = f"{data.source or 'data'}: feature {name} of row {start + r}"
+        raise ValueError(f"{where} is {block[r, c]}; {what}")
 
 
 class Transform:
@@ -367,8 +372,10 @@ class GlobalMinMax(_Affine):
         for a in range(0, x.shape[0], step):
             block = x[a : a + step]
             _check_finite(block, a, data)
-            np.minimum(lo, block.min(axis=0), out=lo)
-            np.maximum(hi, block.max(axis=0), out=hi)
+            np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)  # fmin / fmax: a NaN (missing) is skipped
+            np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
+        empty = lo > hi  # every value of the feature missing: a constant 0
+        lo[empty] = hi[empty] = 0.0
         self.min_, self.max_ = lo, hi
 
     def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
@@ -399,21 +406,24 @@ class ZScore(_Affine):
         n, f = x.shape
         step = _row_step(f)
         total = np.zeros(f)
+        count = np.zeros(f)  # values present per feature (a NaN is missing and skipped)
         lo = np.full(f, np.inf)
         hi = np.full(f, -np.inf)
         for a in range(0, n, step):
             block = x[a : a + step]
             _check_finite(block, a, data)
             g = self._g(block)
-            total += g.sum(axis=0)
-            np.minimum(lo, g.min(axis=0), out=lo)
-            np.maximum(hi, g.max(axis=0), out=hi)
-        mean = total / n
+            total += np.nansum(g, axis=0)
+            count += np.count_nonzero(~np.isnan(g), axis=0)
+            np.fmin(lo, np.fmin.reduce(g, axis=0), out=lo)
+            np.fmax(hi, np.fmax.reduce(g, axis=0), out=hi)
+        present = np.maximum(count, 1.0)
+        mean = total / present
         m2 = np.zeros(f)
         for a in range(0, n, step):
-            m2 += np.square(self._g(x[a : a + step]) - mean).sum(axis=0)
-        std = np.sqrt(m2 / n)
-        std[hi == lo] = 0.0  # exactly constant: never divide by a rounding residue
+            m2 += np.nansum(np.square(self._g(x[a : a + step]) - mean), axis=0)
+        std = np.sqrt(m2 / present)
+        std[~(hi > lo)] = 0.0  # exactly constant (or never present): never divide by a rounding residue
         self.mean_, self.std_ = mean, std
 
     def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
@@ -471,7 +481,7 @@ class QueryMinMax(Transform):
         out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
-            _check_finite(x[a : a + step], a, data)
+            _check_finite(x[a : a + step], a, data, missing=False)
         starts = data.query_offsets[:-1]
         lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)  # (Q, F)
         scale = _inverse(np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo, np)  # (Q, F)
@@ -507,7 +517,7 @@ class QueryZScore(Transform):
         out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
-            _check_finite(x[a : a + step], a, data)
+            _check_finite(x[a : a + step], a, data, missing=False)
         offsets = data.query_offsets
         q = 0
         while q < data.n_queries:  # blocks of whole queries, about ``step`` rows each (at least one query)

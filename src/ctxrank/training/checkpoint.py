@@ -54,8 +54,8 @@ from ctxrank._modeldir import (
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
-from ctxrank.models.residual import Residual
-from ctxrank.registry import MODELS, baseline_of_kind, is_baseline, make_model
+from ctxrank.registry import MODELS, baseline_of_kind, is_baseline
+from ctxrank.training.build import build_model
 from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
@@ -276,12 +276,12 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
     header = _safetensors_header(weights, data)
     try:
         with torch.device("meta"):  # shapes only: a config asking for 4 TB allocates nothing here
-            skeleton = _build(name, n_features, params, cards, config)
+            skeleton = build_model(config, n_features, cards, name=name, params=params)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
         raise ValueError(f"{where}: 'model_config': {_one_line(exc)}") from None
     _match_header(weights, header, skeleton.state_dict())
     del skeleton
-    model = _build(name, n_features, params, cards, config)  # fits the file's size
+    model = build_model(config, n_features, cards, name=name, params=params)  # fits the file's size
     try:
         state = safetensors.torch.load(data)
     except (OSError, safetensors.SafetensorError) as exc:
@@ -293,12 +293,6 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
         raise ValueError(f"{weights}: weights do not fit the model ({_one_line(exc)})") from None
     model.eval()
     return TorchPredictor(model=model, transform=transform, config=config, meta=meta)
-
-
-def _build(name: str, n_features: int, params: Any, cards: list[int], config: RunConfig) -> Any:
-    """The model of a checkpoint (wrapped in :class:`Residual` for a residual re-ranker)."""
-    model = make_model(name, n_features, params, categorical_cardinalities=cards)
-    return Residual(model) if config.rerank.residual else model
 
 
 def _transform(where: Path, meta: dict[str, Any], n_features: int) -> Transform:

@@ -32,7 +32,8 @@ from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES, loss_memory
 from ctxrank.models.base import RankingModule
-from ctxrank.registry import is_baseline, make_model
+from ctxrank.registry import is_baseline
+from ctxrank.training.build import build_model
 
 __all__ = ["MemoryBudgetError", "check_model_size", "check_training", "input_bytes", "scoring_fits"]
 
@@ -106,9 +107,7 @@ def check_model_size(
     if is_baseline(config.model):
         return
     with torch.device("meta"):
-        model = make_model(
-            config.model, n_features, config.model_params, categorical_cardinalities=categorical_cardinalities
-        )
+        model = build_model(config, n_features, categorical_cardinalities)
     need = model.state_memory(training=True)
     limit, where = budget_bytes(config.train.max_memory_bytes, device)
     if need > limit:

@@ -14,10 +14,11 @@ import torch
 from ctxrank._memory import AUTO
 from ctxrank.config import RunConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
-from ctxrank.data.ranking_data import RankingData, check_feature_count, missing_message
+from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
+from ctxrank.training.build import missing_problem
 from ctxrank.training.memory import scoring_fits
 
 __all__ = ["TorchPredictor", "evaluate_model", "predict", "set_threads"]
@@ -81,7 +82,7 @@ class TorchPredictor:
 
     def check_data(self, data: RankingData) -> None:
         check_feature_count(data, self.n_features)
-        problem = missing_message(data, self.config.model)  # a neural model reads no NaN
+        problem = missing_problem(self.config, data)  # NaN only under train.missing = "indicator"
         if problem is not None:
             raise ValueError(problem)
 

@@ -49,13 +49,14 @@ import torch
 from ctxrank._io import atomic_write, dumps
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
-from ctxrank.data.ranking_data import RankingData, missing_message
+from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
 from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
-from ctxrank.registry import Baseline, get_model, make_model, reads_missing
+from ctxrank.registry import Baseline, get_model
+from ctxrank.training.build import build_model, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.distributed import resolve_device
@@ -175,11 +176,10 @@ def run_training(
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
-    if not reads_missing(config.model):  # before any work: only LambdaMART reads NaN (missing values)
-        for split in (train, valid, test):
-            problem = None if split is None else missing_message(split, config.model)
-            if problem is not None:
-                raise ValueError(problem)
+    for split in (train, valid, test):  # missing values (NaN) under train.missing, before any work
+        problem = missing_problem(config, split)
+        if problem is not None:
+            raise ValueError(problem)
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
@@ -415,14 +415,7 @@ def _fit_neural(
     cards = fit_train.categorical_cardinalities
     check_model_size(config, fit_train.n_features, cards, resolve_device(tc.device))  # before building it
     transform = make_transform(config.transform).fit(fit_train)
-    model = make_model(
-        config.model,
-        fit_train.n_features,
-        config.model_params,
-        categorical_cardinalities=cards,
-    )
-    if config.rerank.residual:  # init_scores + a correction that starts at exactly 0
-        model = Residual(model)
+    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
     loss_fn = (
         None  # the model trains its own objective (e.g. ARSM-L2R)
         if model.own_objective
