@@ -40,6 +40,7 @@ SMALL = {
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],
     "dcm": ["model_params.hidden=8", "model_params.embed=8"],
     "mlp": ["model_params.hidden=[8]"],
+    "dasalc": ["model_params.hidden=[8]", "model_params.attention_layers=2", "model_params.head_size=4"],
     **{
         name: ["model_params.encoder_width=8", "model_params.att_hidden=[8]", "model_params.rank_hidden=[8]"]
         for name in NEURAL

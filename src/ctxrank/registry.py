@@ -22,6 +22,7 @@ from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
+from ctxrank.models.dasalc import DASALC
 from ctxrank.models.qilcm import QILCM_VARIANTS
 
 __all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
@@ -119,6 +120,7 @@ _NEURAL: tuple[type[RankingModule], ...] = (
     MultinomialLogit,
     QILCM,
     *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
+    DASALC,
 )
 
 _BASELINES: dict[str, Baseline] = {

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ctxrank.models.arsm_l2r import ArsmL2R
 from ctxrank.models.base import RankingModule
+from ctxrank.models.dasalc import DASALC
 from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
 from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
 from ctxrank.models.qilcm import QILCM
 
 __all__ = [
+    "DASALC",
     "DCM",
     "DLCM",
     "QILCM",
