@@ -41,6 +41,7 @@ _EXPORTS = {
     "RankSVMRanker": "ctxrank.api",
     "AdaRankRanker": "ctxrank.api",
     "DASALCRanker": "ctxrank.api",
+    "GSFRanker": "ctxrank.api",
     "RerankPipeline": "ctxrank.api",
     "ndcg_scorer": "ctxrank.api",
     "make_ranking_scorer": "ctxrank.api",

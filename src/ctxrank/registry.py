@@ -23,6 +23,7 @@ from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
 from ctxrank.models.dasalc import DASALC
+from ctxrank.models.gsf import GSF
 from ctxrank.models.qilcm import QILCM_VARIANTS
 
 __all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
@@ -121,6 +122,7 @@ _NEURAL: tuple[type[RankingModule], ...] = (
     QILCM,
     *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
     DASALC,
+    GSF,
 )
 
 _BASELINES: dict[str, Baseline] = {

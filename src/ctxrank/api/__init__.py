@@ -3,7 +3,8 @@
 * :class:`Ranker` (``Ranker(model="qilcm", **params)``) and one subclass per model family with every
   parameter in its signature: :class:`QILCMRanker`, :class:`DLCMRanker`, :class:`DCMRanker`,
   :class:`ListNetRanker`, :class:`MLPRanker`, :class:`MNLRanker`, :class:`ArsmL2RRanker`,
-  :class:`LambdaMARTRanker`, :class:`RankSVMRanker`, :class:`AdaRankRanker`, :class:`DASALCRanker`.
+  :class:`LambdaMARTRanker`, :class:`RankSVMRanker`, :class:`AdaRankRanker`, :class:`DASALCRanker`,
+  :class:`GSFRanker`.
 * :class:`RerankPipeline`: an initial ranker's top k re-ranked by a neural model.
 * :func:`load`: a fitted estimator from a model directory (``ctxrank train --out`` or ``save``).
 * :func:`ndcg_scorer`, :func:`make_ranking_scorer`: scorers for ``GridSearchCV`` / ``cross_val_score``.
@@ -19,6 +20,7 @@ from ctxrank.api.estimators import (
     DASALCRanker,
     DCMRanker,
     DLCMRanker,
+    GSFRanker,
     LambdaMARTRanker,
     ListNetRanker,
     MLPRanker,
@@ -37,6 +39,7 @@ __all__ = [
     "DASALCRanker",
     "DCMRanker",
     "DLCMRanker",
+    "GSFRanker",
     "LambdaMARTRanker",
     "ListNetRanker",
     "MLPRanker",

@@ -347,6 +347,7 @@ _FAMILIES = {  # class name -> (registry name, first line of its docstring)
         "dasalc",
         "DASALC (Qin et al., ICLR 2021): self-attentive latent cross ranker, log1p inputs, input noise.",
     ),
+    "GSFRanker": ("gsf", "GSF (Ai et al., ICTIR 2019): groupwise scoring functions over groups of m items."),
 }
 
 
@@ -387,6 +388,7 @@ _AdaRankBase = _subclass(
 DASALCRanker = _subclass(
     "DASALCRanker", "dasalc", _family_doc("DASALCRanker", "dasalc", _FAMILIES["DASALCRanker"][1])
 )
+GSFRanker = _subclass("GSFRanker", "gsf", _family_doc("GSFRanker", "gsf", _FAMILIES["GSFRanker"][1]))
 
 
 class AdaRankRanker(_AdaRankBase):  # type: ignore[misc, valid-type]

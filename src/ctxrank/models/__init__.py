@@ -7,6 +7,7 @@ from ctxrank.models.base import RankingModule
 from ctxrank.models.dasalc import DASALC
 from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
+from ctxrank.models.gsf import GSF
 from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
 from ctxrank.models.qilcm import QILCM
 
@@ -14,6 +15,7 @@ __all__ = [
     "DASALC",
     "DCM",
     "DLCM",
+    "GSF",
     "QILCM",
     "ArsmL2R",
     "ListNet",
