@@ -368,3 +368,24 @@ def test_no_module_decides_a_default_for_threads_by_itself():
             if none_test or or_default:
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.get_source_segment(text, node)}")
     assert not found, found
+
+
+def test_a_models_run_defaults_fill_only_the_keys_a_run_leaves_unset(monkeypatch, tmp_path):
+    """``RankingModule.run_defaults`` (DASALC's transform and input noise): applied where a run config is
+    resolved (CLI, TOML, spec, tune, saved configs all go through ``RunConfig.from_dict``) and as the
+    estimator's defaults; a run that sets a key keeps its value; a saved config records the values."""
+    from ctxrank.api._params import param_spec
+    from ctxrank.models.mlp import MLPScorer
+
+    monkeypatch.setattr(MLPScorer, "run_defaults", {"transform": "zscore", "train.input_noise": 0.3})
+    config = resolve_config(None, ["model=mlp"])
+    assert (config.transform, config.train.input_noise, config.train.lr) == ("zscore", 0.3, 1e-3)
+    assert config.to_dict()["transform"] == "zscore" and config.to_dict()["train"]["input_noise"] == 0.3
+    (tmp_path / "run.toml").write_text('model = "mlp"\ntransform = "none"\n[train]\ninput_noise = 0.0\n')
+    own = resolve_config(tmp_path / "run.toml")
+    assert (own.transform, own.train.input_noise) == ("none", 0.0)
+    assert resolve_config(None, ["model=listnet"]).transform == "zscore"  # a subclass inherits them
+    assert resolve_config(None, ["model=qilcm"]).transform == "minmax"  # other models: the shared defaults
+    spec = param_spec("mlp")
+    assert spec.run["normalizer"] == "zscore" and spec.train["input_noise"] == 0.3
+    assert RunConfig().transform == "minmax"  # the dataclass's own default is unchanged

@@ -40,16 +40,20 @@ SMALL = {
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],
     "dcm": ["model_params.hidden=8", "model_params.embed=8"],
     "mlp": ["model_params.hidden=[8]"],
+    "dasalc": ["model_params.hidden=[8]", "model_params.attention_layers=2", "model_params.head_size=4"],
+    "gsf": ["model_params.hidden=[8]"],
     **{
         name: ["model_params.encoder_width=8", "model_params.att_hidden=[8]", "model_params.rank_hidden=[8]"]
         for name in NEURAL
         if name.startswith("qilcm")
     },
 }
-# the other recurrent cells (DLCM's torch.nn.GRU, a bidirectional DLCM, DCM's GRU)
+# the other recurrent cells (DLCM's torch.nn.GRU, a bidirectional DLCM, DCM's GRU), GSF's other groups
 VARIANTS = [
     ("dlcm", ("model_params.gru=torch", "model_params.bidirectional=true")),
     ("dcm", ("model_params.cell=gru",)),
+    ("gsf", ("model_params.groups=all",)),  # the exact form: every ordered pair
+    ("gsf", ("model_params.group_size=3", "model_params.reduce=sum")),
 ]
 
 

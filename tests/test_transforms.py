@@ -102,8 +102,9 @@ def test_query_minmax_matches_loop_reference():
     assert np.all(out[:, 2] == 0)
 
 
-def test_zscore_log1p_is_dasalc_log1p_after_standardization():
-    """DASALC (Qin et al. 2021): ``sign(z) * log1p(|z|)`` of the z-score with the training statistics."""
+def test_zscore_log1p_is_log1p_after_standardization():
+    """``sign(z) * log1p(|z|)`` of the z-score with the training statistics (DASALC's log1p, Qin et al.
+    2021, applies to the raw features instead: that order is log1p-zscore)."""
     train, test = random_data(seed=1), random_data(seed=2, scale=30.0)
     t = ZScoreLog1p().fit(train)
     x = train.features.astype(np.float64)

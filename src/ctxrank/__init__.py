@@ -40,6 +40,8 @@ _EXPORTS = {
     "LambdaMARTRanker": "ctxrank.api",
     "RankSVMRanker": "ctxrank.api",
     "AdaRankRanker": "ctxrank.api",
+    "DASALCRanker": "ctxrank.api",
+    "GSFRanker": "ctxrank.api",
     "RerankPipeline": "ctxrank.api",
     "ndcg_scorer": "ctxrank.api",
     "make_ranking_scorer": "ctxrank.api",

@@ -52,7 +52,7 @@ from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import parse_metric
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import MODELS, Baseline, get_model
 
 DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
@@ -384,16 +384,27 @@ class RunConfig:
         train, rerank = d.get("train", {}), d.get("rerank", {})
         if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
             raise ValueError("[train] and [rerank] must be tables")
+        implied = model_run_defaults(d.get("model", "listnet"))
+        implied_train = {k.removeprefix("train."): v for k, v in implied.items() if k.startswith("train.")}
+        train = {**implied_train, **train}
         return cls(
             model=d.get("model", "listnet"),
             loss=d.get("loss", ""),
-            transform=d.get("transform", "minmax"),
+            transform=d.get("transform", implied.get("transform", "minmax")),
             model_params=dict(d.get("model_params", {})),
             loss_params=dict(d.get("loss_params", {})),
             train=build_dataclass(TrainConfig, train, "train"),
             rerank=build_dataclass(RerankConfig, rerank, "rerank"),
             ensemble=d.get("ensemble", 1),
         )
+
+
+def model_run_defaults(model: Any) -> dict[str, Any]:
+    """The run-config values the neural model ``model`` implies where a run leaves them unset
+    (``RankingModule.run_defaults``: ``"transform"``, ``"train.<field>"``); ``{}`` for a baseline or a name
+    that is not a model (the config's own check reports it)."""
+    entry = MODELS.get(model) if isinstance(model, str) else None
+    return {} if entry is None or isinstance(entry, Baseline) else dict(entry.run_defaults)
 
 
 #: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;

@@ -22,6 +22,8 @@ from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
+from ctxrank.models.dasalc import DASALC
+from ctxrank.models.gsf import GSF
 from ctxrank.models.qilcm import QILCM_VARIANTS
 
 __all__ = [
@@ -131,6 +133,8 @@ _NEURAL: tuple[type[RankingModule], ...] = (
     MultinomialLogit,
     QILCM,
     *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
+    DASALC,
+    GSF,
 )
 
 _BASELINES: dict[str, Baseline] = {

@@ -3,7 +3,8 @@
 * :class:`Ranker` (``Ranker(model="qilcm", **params)``) and one subclass per model family with every
   parameter in its signature: :class:`QILCMRanker`, :class:`DLCMRanker`, :class:`DCMRanker`,
   :class:`ListNetRanker`, :class:`MLPRanker`, :class:`MNLRanker`, :class:`ArsmL2RRanker`,
-  :class:`LambdaMARTRanker`, :class:`RankSVMRanker`, :class:`AdaRankRanker`.
+  :class:`LambdaMARTRanker`, :class:`RankSVMRanker`, :class:`AdaRankRanker`, :class:`DASALCRanker`,
+  :class:`GSFRanker`.
 * :class:`RerankPipeline`: an initial ranker's top k re-ranked by a neural model.
 * :func:`load`: a fitted estimator from a model directory (``ctxrank train --out`` or ``save``).
 * :func:`ndcg_scorer`, :func:`make_ranking_scorer`: scorers for ``GridSearchCV`` / ``cross_val_score``.
@@ -16,8 +17,10 @@ from ctxrank.api.estimators import (
     ESTIMATOR_OF_MODEL,
     AdaRankRanker,
     ArsmL2RRanker,
+    DASALCRanker,
     DCMRanker,
     DLCMRanker,
+    GSFRanker,
     LambdaMARTRanker,
     ListNetRanker,
     MLPRanker,
@@ -33,8 +36,10 @@ __all__ = [
     "ESTIMATOR_OF_MODEL",
     "AdaRankRanker",
     "ArsmL2RRanker",
+    "DASALCRanker",
     "DCMRanker",
     "DLCMRanker",
+    "GSFRanker",
     "LambdaMARTRanker",
     "ListNetRanker",
     "MLPRanker",

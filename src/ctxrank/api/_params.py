@@ -13,7 +13,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from ctxrank.config import RunConfig, TrainConfig
+from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
 from ctxrank.registry import Baseline, get_model
 
 __all__ = ["ParamSpec", "param_spec", "run_config"]
@@ -75,6 +75,12 @@ def param_spec(name: str) -> ParamSpec:
     if entry.own_objective:
         run["normalizer"] = _RUN_DEFAULTS["normalizer"]
     train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
+    for key, value in model_run_defaults(name).items():  # e.g. DASALC's transform and input noise
+        if key == "transform":
+            run["normalizer"] = value
+        else:
+            field_name = key.removeprefix("train.")
+            train[_TRAIN_RENAMES.get(field_name, field_name)] = value
     clash = set(model) & (set(run) | set(train) | {"verbose"})
     assert not clash, f"{name}: model parameters {clash} clash with run parameters"
     return ParamSpec(name, model, run, train)

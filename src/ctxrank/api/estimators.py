@@ -344,6 +344,11 @@ _FAMILIES = {  # class name -> (registry name, first line of its docstring)
     "LambdaMARTRanker": ("lambdamart", "LambdaMART: LightGBM's lambdarank gradient-boosted trees."),
     "RankSVMRanker": ("ranksvm", "RankSVM: pairwise linear SVM (scikit-learn LinearSVC)."),
     "AdaRankRanker": ("adarank-ndcg", "AdaRank (Xu and Li, SIGIR 2007): boosting on NDCG@K or MAP."),
+    "DASALCRanker": (
+        "dasalc",
+        "DASALC (Qin et al., ICLR 2021): self-attentive latent cross ranker, log1p inputs, input noise.",
+    ),
+    "GSFRanker": ("gsf", "GSF (Ai et al., ICTIR 2019): groupwise scoring functions over groups of m items."),
 }
 
 
@@ -380,6 +385,11 @@ _AdaRankBase = _subclass(
     "adarank-ndcg",
     _family_doc("AdaRankRanker", "adarank-ndcg", _FAMILIES["AdaRankRanker"][1]),
 )
+
+DASALCRanker = _subclass(
+    "DASALCRanker", "dasalc", _family_doc("DASALCRanker", "dasalc", _FAMILIES["DASALCRanker"][1])
+)
+GSFRanker = _subclass("GSFRanker", "gsf", _family_doc("GSFRanker", "gsf", _FAMILIES["GSFRanker"][1]))
 
 
 class AdaRankRanker(_AdaRankBase):  # type: ignore[misc, valid-type]

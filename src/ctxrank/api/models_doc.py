@@ -87,6 +87,9 @@ def _model_section(name: str) -> list[str]:
             objective = (
                 f"objective: {config.objective}; loss `{loss}` only when SGD trains it (rerank.residual)"
             )
+        if entry.run_defaults:  # run-config values the model implies (e.g. DASALC's transform, noise)
+            implied = ", ".join(f"`{k} = {v!r}`" for k, v in entry.run_defaults.items())
+            objective += f"; unless the run sets them: {implied}"
     lines = [
         f"## `{name}`",
         "",

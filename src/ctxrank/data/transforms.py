@@ -14,9 +14,11 @@ Normalizers (``TRANSFORMS`` registry name in brackets):
   max taken within each query (stateless: nothing is learned, every split is normalized by itself).
 * :class:`ZScore` (``"zscore"``): ``(x - mean) / std`` with the training mean and population std.
 * :class:`Log1pZScore` (``"log1p-zscore"``): z-score of ``sign(x) * log1p(|x|)``, for heavy-tailed
-  count-like features (e.g. MSLR-WEB's BM25 and link counts).
-* :class:`ZScoreLog1p` (``"zscore-log1p"``): ``sign(z) * log1p(|z|)`` of the training z-score ``z``, the
-  log1p input transform of DASALC (Qin et al. 2021, ICLR), applied after standardization.
+  count-like features (e.g. MSLR-WEB's BM25 and link counts): the log1p input transformation of DASALC
+  (Qin et al. 2021, ICLR: ``log_e(1 + |x|) (.) sign(x)`` of the raw features), then standardized as the
+  authors' code does with a batch norm (DASALC's default, ``ctxrank.models.dasalc``).
+* :class:`ZScoreLog1p` (``"zscore-log1p"``): ``sign(z) * log1p(|z|)`` of the training z-score ``z``: the
+  same signed log1p applied after standardization instead (not DASALC's order).
 * :class:`QueryZScore` (``"query-zscore"``): per-query standardization, ``(x - mean_q) / std_q`` with the
   mean and population std within each query (stateless, like ``query-minmax``).
 
@@ -284,7 +286,7 @@ class _Affine(Transform):
     1 / divisor`` (0 where constant); ``[lo, hi]`` = [0, 1] with ``_clip01``, else the float32 range."""
 
     _log: ClassVar[bool] = False  # g = signed log1p instead of identity
-    _post_log: ClassVar[bool] = False  # signed log1p of the affine map's result (DASALC)
+    _post_log: ClassVar[bool] = False  # signed log1p of the affine map's result (zscore-log1p)
     _clip01: bool = False
 
     def _g(self, block: np.ndarray) -> np.ndarray:
@@ -434,7 +436,10 @@ class Log1pZScore(ZScore):
     """Z-score of ``sign(x) * log1p(|x|)``, fitted on the training split.
 
     The signed log compresses heavy tails (counts, BM25, PageRank) before standardizing; it is odd
-    and monotone, so the order of values within a feature is kept.
+    and monotone, so the order of values within a feature is kept. ``sign(x) * log1p(|x|)`` of the raw
+    features is DASALC's log1p input transformation (Qin et al. 2021, ICLR, "Are Neural Rankers still
+    Outperformed by Gradient Boosted Decision Trees?"); the standardization that follows is what the
+    authors' code does with a batch norm, with the training split's statistics here. DASALC's default.
 
     Attributes:
         mean_: float64 (F,) mean of ``sign(x) * log1p(|x|)`` on the training rows.
@@ -446,9 +451,9 @@ class Log1pZScore(ZScore):
 
 
 class ZScoreLog1p(ZScore):
-    """DASALC's log1p input transform after standardization: ``sign(z) * log1p(|z|)``,
-    ``z = (x - mean_) / std_`` with the training split's statistics (Qin et al. 2021, ICLR, "Are Neural
-    Rankers still Outperformed by Gradient Boosted Decision Trees?", section on input transformation).
+    """The signed log1p after standardization: ``sign(z) * log1p(|z|)``, ``z = (x - mean_) / std_`` with
+    the training split's statistics. DASALC's log1p transformation (Qin et al. 2021, ICLR) applies to the
+    raw features, before any standardization: that is :class:`Log1pZScore`.
 
     The order differs from :class:`Log1pZScore` (log first, then standardize): here every feature is
     first put on one scale, then its tails are compressed, so outliers of validation/test splits far

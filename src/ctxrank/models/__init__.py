@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from ctxrank.models.arsm_l2r import ArsmL2R
 from ctxrank.models.base import RankingModule
+from ctxrank.models.dasalc import DASALC
 from ctxrank.models.dcm import DCM
 from ctxrank.models.dlcm import DLCM
+from ctxrank.models.gsf import GSF
 from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
 from ctxrank.models.qilcm import QILCM
 
 __all__ = [
+    "DASALC",
     "DCM",
     "DLCM",
+    "GSF",
     "QILCM",
     "ArsmL2R",
     "ListNet",

@@ -121,6 +121,10 @@ class RankingModule(nn.Module):
     #: the loss is a mean of per-list terms, so batch composition changes only padding cost and SGD
     #: noise) or ``"random"`` (a loss that couples the lists of a batch, e.g. QILCM eq. 13)
     batching: ClassVar[str] = "buckets"
+    #: run-config values the model implies where a run does not set them (``RunConfig.from_dict``, hence
+    #: every entrance, and the estimators' defaults): ``"transform"`` and ``"train.<field>"`` keys, e.g.
+    #: DASALC's ``{"transform": "log1p-zscore", "train.input_noise": 1.5}``
+    run_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()
