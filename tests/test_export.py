@@ -40,6 +40,8 @@ SMALL = {
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],
     "dcm": ["model_params.hidden=8", "model_params.embed=8"],
     "mlp": ["model_params.hidden=[8]"],
+    "attn": [f"model_params.{k}" for k in ("d_fc=8", "heads=2", "d_ff=8", "blocks=2")],
+    "setrank": [f"model_params.{k}" for k in ("d_model=8", "heads=2", "d_ff=8", "blocks=2")],
     **{
         name: ["model_params.encoder_width=8", "model_params.att_hidden=[8]", "model_params.rank_hidden=[8]"]
         for name in NEURAL
@@ -50,6 +52,9 @@ SMALL = {
 VARIANTS = [
     ("dlcm", ("model_params.gru=torch", "model_params.bidirectional=true")),
     ("dcm", ("model_params.cell=gru",)),
+    # post-norm blocks, the rank embedding; SetRank's induced blocks
+    ("attn", ("model_params.norm_first=false", "model_params.rank_embedding=true")),
+    ("setrank", ("model_params.block=imsab", "model_params.rank_embedding=true", "model_params.max_rank=4")),
 ]
 
 

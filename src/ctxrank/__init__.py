@@ -40,6 +40,8 @@ _EXPORTS = {
     "LambdaMARTRanker": "ctxrank.api",
     "RankSVMRanker": "ctxrank.api",
     "AdaRankRanker": "ctxrank.api",
+    "SelfAttentionRanker": "ctxrank.api",
+    "SetRankRanker": "ctxrank.api",
     "RerankPipeline": "ctxrank.api",
     "ndcg_scorer": "ctxrank.api",
     "make_ranking_scorer": "ctxrank.api",

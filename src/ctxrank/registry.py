@@ -22,7 +22,9 @@ from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
+from ctxrank.models.attn import ContextAwareAttention
 from ctxrank.models.qilcm import QILCM_VARIANTS
+from ctxrank.models.setrank import SetRank
 
 __all__ = ["MODELS", "Baseline", "baseline_of_kind", "get_model", "is_baseline", "make_model", "model_class"]
 
@@ -119,6 +121,8 @@ _NEURAL: tuple[type[RankingModule], ...] = (
     MultinomialLogit,
     QILCM,
     *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
+    ContextAwareAttention,  # the context-aware self-attention ranker (Pobrotyn et al. 2020): "attn"
+    SetRank,
 )
 
 _BASELINES: dict[str, Baseline] = {

@@ -3,10 +3,10 @@
 Design: one class, :class:`Ranker` (``Ranker(model="qilcm", **params)``), for every registered model,
 and one subclass per model family with the model fixed and every parameter in its signature
 (:class:`QILCMRanker`, :class:`ListNetRanker`, ..., :class:`LambdaMARTRanker`, :class:`RankSVMRanker`,
-:class:`AdaRankRanker`), generated from the registry: the parameters are a neural model's config
-dataclass fields, ``loss`` / ``loss_params`` / ``normalizer`` (the run config's ``transform``), the
-``TrainConfig`` fields (``seed`` is ``random_state``) and ``verbose``; a baseline's constructor
-parameters. They cannot drift from the CLI.
+:class:`AdaRankRanker`, :class:`SelfAttentionRanker`, :class:`SetRankRanker`), generated from the
+registry: the parameters are a neural model's config dataclass fields, ``loss`` / ``loss_params`` /
+``normalizer`` (the run config's ``transform``), the ``TrainConfig`` fields (``seed`` is
+``random_state``) and ``verbose``; a baseline's constructor parameters. They cannot drift from the CLI.
 
 Training is ``ctxrank.training.run.run_training``, the engine of ``ctxrank train``: the same run config,
 seed, normalizer, early stopping and model directory. Without ``eval_set`` the training data is also
@@ -343,6 +343,14 @@ _FAMILIES = {  # class name -> (registry name, first line of its docstring)
     "LambdaMARTRanker": ("lambdamart", "LambdaMART: LightGBM's lambdarank gradient-boosted trees."),
     "RankSVMRanker": ("ranksvm", "RankSVM: pairwise linear SVM (scikit-learn LinearSVC)."),
     "AdaRankRanker": ("adarank-ndcg", "AdaRank (Xu and Li, SIGIR 2007): boosting on NDCG@K or MAP."),
+    "SelfAttentionRanker": (
+        "attn",
+        "Context-aware self-attention ranker (Pobrotyn et al. 2020, allRank): a Transformer over the list.",
+    ),
+    "SetRankRanker": (
+        "setrank",
+        "SetRank (Pang et al., SIGIR 2020): permutation-invariant stacked (induced) self-attention blocks.",
+    ),
 }
 
 
@@ -378,6 +386,16 @@ _AdaRankBase = _subclass(
     "AdaRankRanker",
     "adarank-ndcg",
     _family_doc("AdaRankRanker", "adarank-ndcg", _FAMILIES["AdaRankRanker"][1]),
+)
+
+
+SelfAttentionRanker = _subclass(
+    "SelfAttentionRanker",
+    "attn",
+    _family_doc("SelfAttentionRanker", "attn", _FAMILIES["SelfAttentionRanker"][1]),
+)
+SetRankRanker = _subclass(
+    "SetRankRanker", "setrank", _family_doc("SetRankRanker", "setrank", _FAMILIES["SetRankRanker"][1])
 )
 
 
