@@ -400,6 +400,28 @@ def test_estimator_fits_predicts_and_lists_the_models_parameters(cls, name, tmp_
     np.testing.assert_array_equal(load_model(tmp_path / "m").predict(data), scores)
 
 
+def test_the_rank_embedding_on_rows_sorted_by_a_feature_is_warned_about():
+    """Without re-ranking the rows are in file order: with the rank embedding, rows sorted by a feature
+    would teach the model that feature's rank, as for DLCM / DCM (``train.shuffle_items``)."""
+    import warnings
+
+    data = make_ranking_data(30, min_len=3, seed=6)
+    rows = np.concatenate(
+        [data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 0]) for q in range(30)]
+    )
+    data = type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+    base = ["model=attn", *(f"model_params.{k}={v}" for k, v in SMALL["attn"].items()), "train.max_epochs=1"]
+    with pytest.warns(UserWarning, match="sorted by f1; attn reads the row order"):
+        run_training(
+            resolve_config(None, [*base, "model_params.rank_embedding=true"]), data, data, progress=False
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_training(resolve_config(None, base), data, data, progress=False)  # orderless: no warning
+    assert MODELS["setrank"].reads_row_order({"rank_embedding": True})
+    assert not MODELS["setrank"].reads_row_order({}) and not MODELS["attn"].reads_order
+
+
 # --------------------------------------------------------------------------- re-ranking, export
 @pytest.mark.parametrize("name", ["attn", "setrank"])
 def test_reranks_lambdamarts_top_k_with_the_rank_embedding_and_exports_it(name, tmp_path):

@@ -153,6 +153,11 @@ class ContextAwareAttention(RankingModule):
         self.final_norm = nn.LayerNorm(d) if config.norm_first else None
         self.score = nn.Linear(d, 1)
 
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
+        return params.get("rank_embedding") is True
+
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """When training, per item: the clamped input and the input layer, and per block what backward
         keeps of its two layer norms, the ``3 d`` projections, the attention output, the feed-forward

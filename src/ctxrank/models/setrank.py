@@ -183,6 +183,11 @@ class SetRank(RankingModule):
         )
         self.score = nn.Linear(d, 1)  # rFF_1 of the ranking layer
 
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
+        return params.get("rank_embedding") is True
+
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """When training, per item: the clamped input and the representation layer, and per MAB what
         backward keeps of the ``3 d`` projections, the attention output, two residual sums and layer
