@@ -1,6 +1,7 @@
 """Context-aware self-attention ranker (Pobrotyn, Bartczak, Synowiec, Bialobrzeski, Bojar, 2020; allRank).
 
-"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084.
+"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. (Its section and equation numbers
+below were not checked against the paper's text, which was not at hand; every formula is written out.)
 
 Every item is scored in the context of every other item of its list, in training and in inference.
 Shapes: ``B`` lists padded to ``L`` items, ``F`` input features, ``d = d_fc``, ``h`` heads, ``mask``

@@ -1,6 +1,8 @@
 """SetRank: a permutation-invariant ranking model (Pang, Xu, Ai, Lan, Cheng, Wen, SIGIR 2020).
 
 "SetRank: Learning a Permutation-Invariant Ranking Model for Information Retrieval", arXiv:1912.05891.
+(Its section and equation numbers below were not checked against the paper's text, which was not at hand;
+every formula is written out.)
 
 A list is a set: stacked (induced) multi-head self-attention blocks learn every item's representation
 from the whole set, and the scores are permutation-equivariant (permuting the items permutes their
@@ -43,10 +45,10 @@ scores then depend on the row order. Without it (default) SetRank is permutation
 **Defaults** from the authors' released script (``pl8787/SetRank``,
 ``scripts/train_transformer_istella.sh``): ``num_blocks = 6``, ``hidden_units = 256`` (``d``),
 ``num_heads = 8``, ``num_induced = 20`` (``m``, for IMSAB), ``dropout_rate = 0.0``; ``rFF`` width ``4 d``
-(their ``feedforward``). Where the code departs from the paper's equations, ctxrank follows the paper:
-the attention projections are linear (the code puts a ReLU on ``Q``, ``K``, ``V``), the ordinal
-embedding is added once to the representation (the code adds it before every block), and no Gaussian
-kernel or multi-layer abstraction of the features (options of their script) is applied.
+(their ``feedforward``). Departures from that code, which follow the equations above: the attention
+projections are linear (the code puts a ReLU on ``Q``, ``K``, ``V``), the ordinal embedding is added
+once, to the representation (the code adds it before every block), and no Gaussian kernel or
+multi-layer abstraction of the features (options of their script) is applied.
 ``input_clip`` (1e6, as QILCM's) clamps the inputs before the representation layer (overflow guard).
 
 **Padding.** A real item's score never depends on the padding: padded items are no key of any query,
