@@ -114,6 +114,22 @@ def test_arsm_step(tmp_path):
         assert row["ratio_arsm"] > 0 and row["ratio_arsm_dedupe"] > 0
 
 
+def test_attn_step(tmp_path):
+    """allRank is not a dependency: without it the script times ctxrank's rows and records why the
+    others are missing; with it (``--allrank DIR``, docs/benchmarks.md), the ratios and the forward check
+    on shared weights."""
+    blob = run_bench("bench_attn_step.py", tmp_path, "--isolate", "none", "--threads", "1")
+    ours = {"ctxrank attn + ctxrank lambdaloss, full", "ctxrank attn + ctxrank lambdaloss, mixed"}
+    assert ours <= set(blob["results"])
+    assert all(r["queries_per_s"] > 0 and r["step"]["n"] == 2 for r in blob["results"].values())
+    if blob["allrank"]["available"]:
+        assert len(blob["results"]) == 6 and len(blob["ratios"]) == 4
+        assert blob["forward_check"]["torch_layer_norm"] < 1e-4
+    else:
+        assert "allrank" in blob["allrank"]["error"] and set(blob["results"]) == ours
+        assert blob["ratios"] == {} and blob["forward_check"] is None
+
+
 def test_recurrence_backward(tmp_path):
     # the script exits non-zero if the fixed loops and the reference differ in the loss or a gradient
     blob = run_bench("bench_recurrence_backward.py", tmp_path, "--threads", "1")

@@ -24,6 +24,8 @@ SMALL = {
     "dlcm": {"encoder_widths": [8, 8]},
     "dcm": {"embed": 8, "hidden": 8},
     "arsm": {"hidden": [8], "n_levels": 5},
+    "attn": {"d_fc": 8, "heads": 2, "d_ff": 8, "blocks": 2},
+    "setrank": {"d_model": 8, "heads": 2, "d_ff": 8, "blocks": 2},
 }
 
 

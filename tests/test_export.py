@@ -42,6 +42,8 @@ SMALL = {
     "mlp": ["model_params.hidden=[8]"],
     "dasalc": ["model_params.hidden=[8]", "model_params.attention_layers=2", "model_params.head_size=4"],
     "gsf": ["model_params.hidden=[8]"],
+    "attn": [f"model_params.{k}" for k in ("d_fc=8", "heads=2", "d_ff=8", "blocks=2")],
+    "setrank": [f"model_params.{k}" for k in ("d_model=8", "heads=2", "d_ff=8", "blocks=2")],
     **{
         name: ["model_params.encoder_width=8", "model_params.att_hidden=[8]", "model_params.rank_hidden=[8]"]
         for name in NEURAL
@@ -54,6 +56,9 @@ VARIANTS = [
     ("dcm", ("model_params.cell=gru",)),
     ("gsf", ("model_params.groups=all",)),  # the exact form: every ordered pair
     ("gsf", ("model_params.group_size=3", "model_params.reduce=sum")),
+    # post-norm blocks, the rank embedding; SetRank's induced blocks
+    ("attn", ("model_params.norm_first=false", "model_params.rank_embedding=true")),
+    ("setrank", ("model_params.block=imsab", "model_params.rank_embedding=true", "model_params.max_rank=4")),
 ]
 
 

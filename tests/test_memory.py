@@ -100,6 +100,8 @@ VARIANTS = [
     ("dcm", {"cell": "gru"}, 2, True),
     ("arsm", {"n_levels": 5, "hidden": [16]}, 2, False),
     ("mnl", {"alternative_specific": True}, 2, False),
+    ("attn", {"norm_first": False, "rank_embedding": True, "dropout": 0.0}, 2, True),
+    ("setrank", {"block": "imsab", "dropout": 0.2, "rank_embedding": True}, 0, False),
 ]
 
 

@@ -26,7 +26,12 @@ from ctxrank.training.run import _keep_initial_if_better, run_training
 
 from .conftest import make_ranking_data
 
-SMALL = {"dlcm": {"encoder_widths": [8, 8]}, "dcm": {"embed": 8, "hidden": 8}}
+SMALL = {
+    "dlcm": {"encoder_widths": [8, 8]},
+    "dcm": {"embed": 8, "hidden": 8},
+    "attn": {"d_fc": 8, "heads": 2, "d_ff": 8, "blocks": 2},
+    "setrank": {"d_model": 8, "heads": 2, "d_ff": 8, "blocks": 2},
+}
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ SMALL_PARAMS = {
     "arsm": {"hidden": [16], "n_levels": 5},
     "dcm": {"hidden": 16, "embed": 8},
     "mnl": {},
+    "attn": {"d_fc": 16, "heads": 2, "d_ff": 32, "blocks": 2},
+    "setrank": {"d_model": 16, "heads": 2, "d_ff": 32, "blocks": 2},
     **{
         name: {"encoder_width": 8, "att_hidden": [16], "rank_hidden": [16]}
         for name in NEURAL

@@ -42,6 +42,8 @@ _EXPORTS = {
     "AdaRankRanker": "ctxrank.api",
     "DASALCRanker": "ctxrank.api",
     "GSFRanker": "ctxrank.api",
+    "SelfAttentionRanker": "ctxrank.api",
+    "SetRankRanker": "ctxrank.api",
     "RerankPipeline": "ctxrank.api",
     "ndcg_scorer": "ctxrank.api",
     "make_ranking_scorer": "ctxrank.api",

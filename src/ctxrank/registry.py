@@ -22,9 +22,11 @@ from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.metrics import parse_metric
 from ctxrank.models import DCM, DLCM, QILCM, ArsmL2R, ListNet, MLPScorer, MultinomialLogit, RankingModule
+from ctxrank.models.attn import ContextAwareAttention
 from ctxrank.models.dasalc import DASALC
 from ctxrank.models.gsf import GSF
 from ctxrank.models.qilcm import QILCM_VARIANTS
+from ctxrank.models.setrank import SetRank
 
 __all__ = [
     "MODELS",
@@ -135,6 +137,8 @@ _NEURAL: tuple[type[RankingModule], ...] = (
     *QILCM_VARIANTS.values(),  # ablations of QILCM Table 3: qilcm-variant1, -variant2, -variant3
     DASALC,
     GSF,
+    ContextAwareAttention,  # the context-aware self-attention ranker (Pobrotyn et al. 2020): "attn"
+    SetRank,
 )
 
 _BASELINES: dict[str, Baseline] = {

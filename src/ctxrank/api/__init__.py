@@ -4,7 +4,7 @@
   parameter in its signature: :class:`QILCMRanker`, :class:`DLCMRanker`, :class:`DCMRanker`,
   :class:`ListNetRanker`, :class:`MLPRanker`, :class:`MNLRanker`, :class:`ArsmL2RRanker`,
   :class:`LambdaMARTRanker`, :class:`RankSVMRanker`, :class:`AdaRankRanker`, :class:`DASALCRanker`,
-  :class:`GSFRanker`.
+  :class:`GSFRanker`, :class:`SelfAttentionRanker`, :class:`SetRankRanker`.
 * :class:`RerankPipeline`: an initial ranker's top k re-ranked by a neural model.
 * :func:`load`: a fitted estimator from a model directory (``ctxrank train --out`` or ``save``).
 * :func:`ndcg_scorer`, :func:`make_ranking_scorer`: scorers for ``GridSearchCV`` / ``cross_val_score``.
@@ -28,6 +28,8 @@ from ctxrank.api.estimators import (
     QILCMRanker,
     Ranker,
     RankSVMRanker,
+    SelfAttentionRanker,
+    SetRankRanker,
 )
 from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.api.scoring import RankingScorer, make_ranking_scorer, ndcg_scorer
@@ -49,6 +51,8 @@ __all__ = [
     "Ranker",
     "RankingScorer",
     "RerankPipeline",
+    "SelfAttentionRanker",
+    "SetRankRanker",
     "load",
     "make_ranking_scorer",
     "ndcg_scorer",

@@ -3,10 +3,10 @@
 Design: one class, :class:`Ranker` (``Ranker(model="qilcm", **params)``), for every registered model,
 and one subclass per model family with the model fixed and every parameter in its signature
 (:class:`QILCMRanker`, :class:`ListNetRanker`, ..., :class:`LambdaMARTRanker`, :class:`RankSVMRanker`,
-:class:`AdaRankRanker`), generated from the registry: the parameters are a neural model's config
-dataclass fields, ``loss`` / ``loss_params`` / ``normalizer`` (the run config's ``transform``), the
-``TrainConfig`` fields (``seed`` is ``random_state``) and ``verbose``; a baseline's constructor
-parameters. They cannot drift from the CLI.
+:class:`AdaRankRanker`, :class:`SelfAttentionRanker`, :class:`SetRankRanker`), generated from the
+registry: the parameters are a neural model's config dataclass fields, ``loss`` / ``loss_params`` /
+``normalizer`` (the run config's ``transform``), the ``TrainConfig`` fields (``seed`` is
+``random_state``) and ``verbose``; a baseline's constructor parameters. They cannot drift from the CLI.
 
 Training is ``ctxrank.training.run.run_training``, the engine of ``ctxrank train``: the same run config,
 seed, normalizer, early stopping and model directory. Without ``eval_set`` the training data is also
@@ -349,6 +349,14 @@ _FAMILIES = {  # class name -> (registry name, first line of its docstring)
         "DASALC (Qin et al., ICLR 2021): self-attentive latent cross ranker, log1p inputs, input noise.",
     ),
     "GSFRanker": ("gsf", "GSF (Ai et al., ICTIR 2019): groupwise scoring functions over groups of m items."),
+    "SelfAttentionRanker": (
+        "attn",
+        "Context-aware self-attention ranker (Pobrotyn et al. 2020, allRank): a Transformer over the list.",
+    ),
+    "SetRankRanker": (
+        "setrank",
+        "SetRank (Pang et al., SIGIR 2020): permutation-invariant stacked (induced) self-attention blocks.",
+    ),
 }
 
 
@@ -390,6 +398,16 @@ DASALCRanker = _subclass(
     "DASALCRanker", "dasalc", _family_doc("DASALCRanker", "dasalc", _FAMILIES["DASALCRanker"][1])
 )
 GSFRanker = _subclass("GSFRanker", "gsf", _family_doc("GSFRanker", "gsf", _FAMILIES["GSFRanker"][1]))
+
+
+SelfAttentionRanker = _subclass(
+    "SelfAttentionRanker",
+    "attn",
+    _family_doc("SelfAttentionRanker", "attn", _FAMILIES["SelfAttentionRanker"][1]),
+)
+SetRankRanker = _subclass(
+    "SetRankRanker", "setrank", _family_doc("SetRankRanker", "setrank", _FAMILIES["SetRankRanker"][1])
+)
 
 
 class AdaRankRanker(_AdaRankBase):  # type: ignore[misc, valid-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctxrank.models.arsm_l2r import ArsmL2R
+from ctxrank.models.attn import ContextAwareAttention
 from ctxrank.models.base import RankingModule
 from ctxrank.models.dasalc import DASALC
 from ctxrank.models.dcm import DCM
@@ -10,6 +11,7 @@ from ctxrank.models.dlcm import DLCM
 from ctxrank.models.gsf import GSF
 from ctxrank.models.mlp import ListNet, MLPScorer, MultinomialLogit
 from ctxrank.models.qilcm import QILCM
+from ctxrank.models.setrank import SetRank
 
 __all__ = [
     "DASALC",
@@ -18,8 +20,10 @@ __all__ = [
     "GSF",
     "QILCM",
     "ArsmL2R",
+    "ContextAwareAttention",
     "ListNet",
     "MLPScorer",
     "MultinomialLogit",
     "RankingModule",
+    "SetRank",
 ]

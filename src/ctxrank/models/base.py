@@ -144,6 +144,12 @@ class RankingModule(nn.Module):
         )
 
     @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """Whether the model built from ``params`` (``model_params``) reads the row order of a list:
+        :attr:`reads_order`, or an option that makes it (the rank embedding of ``attn`` and ``setrank``)."""
+        return cls.reads_order
+
+    @classmethod
     def make_config(cls, params: Mapping[str, Any] | None = None) -> Any:
         """The config dataclass of ``params``: every value within the bounds a saved model is loaded with
         (``_checks.check_model_params``: integers <= 2^24, lists <= 64), then the class's own checks."""

@@ -305,7 +305,7 @@ def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Rankin
     query are sorted by a feature (the order then tells the model that feature's rank)."""
     if config.train.shuffle_items:
         return shuffle_within_queries(train, config.train.seed)
-    if entry.reads_order and not config.rerank.initial:
+    if entry.reads_row_order(config.model_params) and not config.rerank.initial:
         columns = sorted_feature_columns(train)
         if columns:
             warnings.warn(

@@ -1,0 +1,395 @@
+"""Step-time benchmark (not a test): ctxrank's self-attention ranker ``attn`` against allRank's own model.
+
+One training step (forward, loss, backward, Adam step) at the paper's WEB30K configuration of the
+context-aware ranker (Pobrotyn et al. 2020; allRank's ``reproducibility/configs/contextaware_web30k``):
+an input layer of 128 without activation, 4 encoder blocks, 4 heads, feed-forward width 512, dropout
+0.3; on MSLR-shaped synthetic lists (default: batch 64 lists x 100 items x 136 features, uniform [0, 1)
+features, labels 0-4). Rows, each timed the same way:
+
+* **ctxrank attn**: ``make_model("attn", 136)`` (the defaults are that configuration) trained by its
+  ``training_loss`` with ctxrank's ``lambdaloss`` (NDCGLoss2++, mu = 10, sigma = 1: the paper's loss);
+* **allRank, same loss**: allRank's ``make_model`` with that configuration (``fc_model.sizes = [128]``,
+  ``activation = null``, ``transformer = {N: 4, d_ff: 512, h: 4, dropout: 0.3}``, ``d_output = 1``),
+  the same batch and ctxrank's ``lambdaloss``: the two models compared on equal terms;
+* **allRank, its own step**: allRank's model with allRank's ``lambdaLoss(weighing_scheme=
+  "ndcgLoss2PP_scheme", k=None, mu=10, sigma=1)`` (padded labels -1, its convention).
+
+Reported: the median (and fastest) step time over ``--rounds`` rounds that interleave the rows (each
+round runs every row for ``--repeats`` steps after ``--warmup`` steps, each in a fresh subprocess), so
+that a drift of the machine's load reaches every row alike; training queries per second (batch / median
+step); peak RSS growth (``benchmarks/_common.py``, the largest of the rounds); and the ratios ctxrank /
+allRank of queries per second, at the median steps and at the fastest steps. ``--lengths full`` (every
+list ``--items`` long: ctxrank then calls the attention kernel without a mask), ``mixed`` (lengths
+uniform in [items / 5, items], seed 0: both models mask the padding) or ``both`` (default).
+
+**Same function, same weights** (``forward_check`` in the output): allRank's weights are copied into a
+ctxrank ``attn`` (``q``, ``k``, ``v``, ``o`` linears -> ``q_proj``, ``kv_proj = [W_k; W_v]``, ``out_proj``;
+feed-forward, norms, input and output layers one to one), both in eval mode on a padded batch; the max
+absolute difference of the real items' scores is printed twice: with allRank's layer norm as it is
+(``a (x - mean) / (std + 1e-6) + b`` with the UNBIASED std: not ``torch.nn.LayerNorm``, so the scores
+differ by a few tenths of a percent) and with allRank's norms computed as ``torch.nn.LayerNorm``
+(biased variance, eps 1e-5 under the square root), where the two must agree to float32 rounding.
+
+**allRank** (``--allrank DIR``): allRank 1.4.3 installed apart from the project's environment::
+
+    /work/main/.venv/bin/pip install --no-deps --target /work/wt/allrank-pkgs allrank
+    /work/main/.venv/bin/python benchmarks/bench_attn_step.py --allrank /work/wt/allrank-pkgs
+
+``DIR`` goes first on ``sys.path`` of this script (and its subprocesses) only. allRank's packages import
+torchvision, gcsfs and ``pkg_resources``, which its model and loss never use; ``benchmarks/_allrank_stubs``
+holds stand-ins for them and is put LAST on ``sys.path`` (a real installation wins), see its README.md.
+Without ``--allrank`` the script imports ``allrank`` from the environment if it can; when it cannot, the
+allRank rows are skipped and the reason is printed and recorded (``allrank.error``).
+
+    .venv/bin/python benchmarks/bench_attn_step.py [--allrank DIR] [--threads 2] [--batch 64]
+        [--items 100] [--features 136] [--lengths both|full|mixed] [--rounds 3] [--repeats 5]
+        [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from _common import PeakRSS, add_common_args, child_main, run_case, summarize
+from _report import emit_json, machine_info, machine_line, markdown_table
+
+STUBS = Path(__file__).resolve().parent / "_allrank_stubs"
+#: the paper's WEB30K configuration, as allRank's reproducibility config writes it
+ALLRANK_CONFIG = {
+    "fc_model": {"sizes": [128], "input_norm": False, "activation": None, "dropout": 0.0},
+    "transformer": {"N": 4, "d_ff": 512, "h": 4, "positional_encoding": None, "dropout": 0.3},
+    "post_model": {"output_activation": None, "d_output": 1},
+}
+ROWS = {
+    "ctxrank": "ctxrank attn + ctxrank lambdaloss",
+    "allrank-same-loss": "allRank + ctxrank lambdaloss",
+    "allrank-own": "allRank + allRank lambdaLoss (its own step)",
+}
+
+
+def import_allrank(path: str | None) -> dict:
+    """``{"available": True, "version", "file"}`` or ``{"available": False, "error"}``; ``path`` (a
+    ``pip --target`` directory) goes first on ``sys.path``, the stubs last."""
+    if path:
+        sys.path.insert(0, str(Path(path).resolve()))
+    sys.path.append(str(STUBS))
+    try:
+        import allrank
+        from allrank.models.losses import lambdaLoss  # noqa: F401
+        from allrank.models.model import make_model  # noqa: F401
+    except Exception as exc:  # any import failure is reported, never hidden
+        return {"available": False, "error": f"{type(exc).__name__}: {exc}", "path": path}
+    from importlib import metadata
+
+    try:
+        version = metadata.version("allrank")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"available": True, "version": version, "file": allrank.__file__, "path": path}
+
+
+def allrank_model(n_features: int):
+    """allRank's context-aware Transformer at :data:`ALLRANK_CONFIG`."""
+    import copy
+
+    from allrank.config import TransformerConfig
+    from allrank.models.model import make_model
+
+    cfg = copy.deepcopy(ALLRANK_CONFIG)
+    return make_model(
+        fc_model=cfg["fc_model"],
+        transformer=TransformerConfig(**cfg["transformer"]),
+        post_model=cfg["post_model"],
+        n_features=n_features,
+    )
+
+
+def make_batch(B: int, L: int, F: int, lengths: list[int] | None):
+    """Features (B, L, F) uniform [0, 1) (0 on padding), labels 0-4 (0 on padding), mask (B, L)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    n = torch.tensor(lengths) if lengths else torch.full((B,), L)
+    mask = torch.arange(L)[None, :] < n[:, None]
+    x = torch.rand(B, L, F, generator=g) * mask[..., None]
+    y = torch.randint(0, 5, (B, L), generator=g).float() * mask
+    return x, y, mask
+
+
+def step_case(spec: dict, measure_memory: bool) -> dict:
+    """``warmup + repeats`` training steps of one row (``spec["row"]``) on one fixed batch."""
+    import torch
+
+    if spec["row"] != "ctxrank":
+        import_allrank(spec["allrank"])
+    from ctxrank.data.lists import ListBatch
+    from ctxrank.losses import get_loss
+    from ctxrank.registry import make_model
+
+    torch.set_num_threads(spec["threads"])
+    B, L, F = spec["batch"], spec["items"], spec["features"]
+    x, y, mask = make_batch(B, L, F, spec["lengths"])
+    torch.manual_seed(0)
+    ours = get_loss("lambdaloss")  # NDCGLoss2++, mu = 10, sigma = 1
+    if spec["row"] == "ctxrank":
+        model = make_model("attn", F)
+        batch = ListBatch(features=x, labels=y, mask=mask, query_index=torch.arange(B))
+
+        def loss_of_step():
+            return model.training_loss(batch, ours)
+    else:
+        from allrank.models.losses import lambdaLoss
+
+        model = allrank_model(F)
+        padded = ~mask  # allRank: True = padded item
+        indices = torch.arange(L).expand(B, L)
+        y_allrank = torch.where(mask, y, torch.full_like(y, -1.0))  # its padded-label convention
+
+        def loss_of_step():
+            scores = model(x, padded, indices)
+            if spec["row"] == "allrank-same-loss":
+                return ours(scores, y, mask)
+            return lambdaLoss(
+                scores, y_allrank, weighing_scheme="ndcgLoss2PP_scheme", k=None, mu=10.0, sigma=1.0
+            )
+
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    with PeakRSS(measure_memory) as mem:
+        for i in range(spec["warmup"] + spec["repeats"]):
+            t0 = time.perf_counter()
+            loss = loss_of_step()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+    step = summarize(times)
+    return {
+        "times_s": times,
+        "median_s": step["median_s"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **mem.as_dict(),
+    }
+
+
+def copy_allrank_weights(src, dst) -> None:
+    """allRank's weights into a ctxrank ``attn`` of the same configuration (module docstring)."""
+    import torch
+
+    with torch.no_grad():
+        dst.fc.load_state_dict(src.input_layer.layers[0].state_dict())
+        for theirs, ours in zip(src.encoder.layers, dst.blocks, strict=True):
+            q, k, v, o = theirs.self_attn.linears
+            ours.attention.q_proj.load_state_dict(q.state_dict())
+            ours.attention.kv_proj.weight.copy_(torch.cat([k.weight, v.weight]))
+            ours.attention.kv_proj.bias.copy_(torch.cat([k.bias, v.bias]))
+            ours.attention.out_proj.load_state_dict(o.state_dict())
+            ours.ff1.load_state_dict(theirs.feed_forward.w_1.state_dict())
+            ours.ff2.load_state_dict(theirs.feed_forward.w_2.state_dict())
+            for norm, sub in ((ours.norm1, theirs.sublayer[0]), (ours.norm2, theirs.sublayer[1])):
+                norm.weight.copy_(sub.norm.a_2)
+                norm.bias.copy_(sub.norm.b_2)
+        dst.final_norm.weight.copy_(src.encoder.norm.a_2)
+        dst.final_norm.bias.copy_(src.encoder.norm.b_2)
+        dst.score.load_state_dict(src.output_layer.w_1.state_dict())
+
+
+def forward_check(B: int, L: int, F: int, allrank_path: str | None) -> dict:
+    """Max |score difference| of the real items, allRank vs ctxrank on allRank's weights (eval mode)."""
+    import torch
+    import torch.nn.functional as nnf
+
+    import_allrank(allrank_path)
+    from allrank.models import transformer as allrank_transformer
+
+    from ctxrank.registry import make_model
+
+    torch.manual_seed(0)
+    theirs = allrank_model(F).eval()
+    ours = make_model("attn", F).eval()
+    copy_allrank_weights(theirs, ours)
+    lengths = torch.randint(1, L + 1, (B,), generator=torch.Generator().manual_seed(1))
+    lengths[0] = L
+    x, _, mask = make_batch(B, L, F, lengths.tolist())
+    indices = torch.arange(L).expand(B, L)
+    out = {"batch": B, "items": L, "lengths": f"{int(lengths.min())}-{int(lengths.max())}"}
+    with torch.no_grad():
+        ref = ours(x, mask)
+        out["max_abs_score"] = float(ref[mask].abs().max())
+        out["allrank_layer_norm"] = float((theirs(x, ~mask, indices) - ref)[mask].abs().max())
+        original = allrank_transformer.LayerNorm.forward
+        try:  # allRank's norms as torch.nn.LayerNorm computes them
+            allrank_transformer.LayerNorm.forward = lambda self, t: nnf.layer_norm(
+                t, t.shape[-1:], self.a_2, self.b_2, eps=1e-5
+            )
+            out["torch_layer_norm"] = float((theirs(x, ~mask, indices) - ref)[mask].abs().max())
+        finally:
+            allrank_transformer.LayerNorm.forward = original
+    return out
+
+
+def lengths_of(kind: str, B: int, L: int) -> list[int] | None:
+    if kind == "full":
+        return None
+    import numpy as np
+
+    return np.random.default_rng(0).integers(max(1, L // 5), L + 1, size=B).tolist()
+
+
+def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Every row, ``args.rounds`` times, interleaved (a drift of the machine's load reaches every row)."""
+    runs: dict[str, list[dict]] = {}
+    for kind in kinds:
+        lengths = lengths_of(kind, args.batch, args.items)
+        for rnd in range(args.rounds):
+            for row in rows:
+                spec = {
+                    "row": row,
+                    "allrank": args.allrank,
+                    "batch": args.batch,
+                    "items": args.items,
+                    "features": args.features,
+                    "lengths": lengths,
+                    "threads": args.threads,
+                    "repeats": args.repeats,
+                    "warmup": args.warmup,
+                }
+                key = f"{ROWS[row]}, {kind}"
+                r = run_case(Path(__file__), spec, args.isolate, step_case)
+                runs.setdefault(key, []).append({"row": row, "lengths": kind, "shape": lengths, **r})
+                print(f"  round {rnd + 1}, {key}: median {r['median_s'] * 1000:.1f} ms", flush=True)
+    return runs
+
+
+def combine(runs: dict[str, list[dict]], B: int, L: int) -> tuple[dict[str, dict], list[list]]:
+    """Each row's steps of all rounds -> its result (median, fastest, queries/s, peak) and table row."""
+    results: dict[str, dict] = {}
+    table = []
+    for key, parts in runs.items():
+        step = summarize([t for part in parts for t in part["times_s"]])
+        peaks = [p["peak_rss_delta_mib"] for p in parts if p["peak_rss_delta_mib"] is not None]
+        first = parts[0]
+        r = results[key] = {
+            "row": first["row"],
+            "lengths": first["lengths"],
+            "step": step,
+            "median_s": step["median_s"],
+            "min_s": step["min_s"],
+            "queries_per_s": B / step["median_s"],
+            "queries_per_s_at_min": B / step["min_s"],
+            "parameters": first["parameters"],
+            "peak_rss_delta_mib": max(peaks) if peaks else None,
+            "rounds": [{k: v for k, v in p.items() if k != "shape"} for p in parts],
+        }
+        lengths, peak = first["shape"], r["peak_rss_delta_mib"]
+        table.append(
+            [
+                ROWS[first["row"]],
+                f"{L} items" if lengths is None else f"{min(lengths)}-{max(lengths)} items",
+                f"{r['median_s'] * 1000:.1f}",
+                f"{r['min_s'] * 1000:.1f}",
+                f"{r['queries_per_s']:.1f}",
+                "–" if peak is None else f"{peak:,.0f}",
+            ]
+        )
+    return results, table
+
+
+def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """ctxrank's queries/s over each allRank row's, at the median steps and at the fastest steps."""
+    ratios = {}
+    for kind in kinds:
+        ours = results[f"{ROWS['ctxrank']}, {kind}"]
+        for row in ("allrank-same-loss", "allrank-own"):
+            theirs = results[f"{ROWS[row]}, {kind}"]
+            ratios[f"ctxrank / {ROWS[row]}, {kind}"] = {
+                "median": ours["queries_per_s"] / theirs["queries_per_s"],
+                "min": theirs["min_s"] / ours["min_s"],
+            }
+    return ratios
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--allrank", metavar="DIR", help="a `pip install --target` directory holding allrank")
+    ap.add_argument("--batch", type=int, default=64, help="lists per batch (default 64, allRank's config)")
+    ap.add_argument("--items", type=int, default=100, help="items per list (default 100)")
+    ap.add_argument("--features", type=int, default=136, help="features (default 136, MSLR-WEB30K)")
+    ap.add_argument("--lengths", choices=("both", "full", "mixed"), default="both")
+    ap.add_argument("--repeats", type=int, default=5, help="measured steps of each row in each round")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds over the rows, interleaved (default 3): load drift hits all",
+    )
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args.child, step_case)
+    if args.quick:
+        args.batch, args.items, args.features, args.repeats, args.warmup, args.rounds = 4, 12, 10, 2, 1, 1
+
+    info = machine_info(args.threads)
+    print(machine_line(info), flush=True)
+    allrank = import_allrank(args.allrank)
+    if allrank["available"]:
+        print(f"allRank {allrank['version']} from {allrank['file']}", flush=True)
+    else:
+        print(f"allRank not importable, its rows are skipped: {allrank['error']}", flush=True)
+    B, L, F = args.batch, args.items, args.features
+    print(
+        f"training step, batch {B} lists x {L} items x {F} features, paper configuration (d_fc 128, "
+        f"4 blocks, 4 heads, d_ff 512, dropout 0.3), {args.threads} threads; {args.rounds} interleaved "
+        f"rounds, each {args.repeats} steps after {args.warmup} warm-up steps; isolate={args.isolate}",
+        flush=True,
+    )
+    kinds = ("full", "mixed") if args.lengths == "both" else (args.lengths,)
+    runs = run_rows(args, [r for r in ROWS if r == "ctxrank" or allrank["available"]], kinds)
+    results, table = combine(runs, B, L)
+    ratios = ratios_of(results, kinds) if allrank["available"] else {}
+    print()
+    header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
+    print(markdown_table(header, table))
+    for name, value in ratios.items():
+        print(f"queries/s ratio {name}: {value['median']:.2f} (median steps), {value['min']:.2f} (fastest)")
+    check = None
+    if allrank["available"]:
+        check = forward_check(min(B, 8), L, F, args.allrank)
+        print(
+            f"\nsame weights, eval mode, {check['batch']} lists of {check['lengths']} items (max |score| "
+            f"{check['max_abs_score']:.3g}): max |allRank - ctxrank| = {check['allrank_layer_norm']:.2e} "
+            f"with allRank's layer norm (unbiased std + 1e-6), {check['torch_layer_norm']:.2e} with "
+            "torch.nn.LayerNorm's"
+        )
+    blob = {
+        "benchmark": "bench_attn_step",
+        "quick": args.quick,
+        "batch": B,
+        "items": L,
+        "features": F,
+        "lengths": list(kinds),
+        "threads": args.threads,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "rounds": args.rounds,
+        "isolate": args.isolate,
+        "machine": info,
+        "allrank": allrank,
+        "configuration": ALLRANK_CONFIG,
+        "results": results,
+        "ratios": ratios,
+        "forward_check": check,
+    }
+    emit_json(blob, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

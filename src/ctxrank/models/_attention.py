@@ -1,0 +1,153 @@
+"""Multi-head attention over padded lists: the building blocks of the self-attention rankers (``attn``,
+``setrank``).
+
+Shapes: ``B`` lists padded to ``L`` items, ``d`` the model width, ``h`` heads of ``d_k = d / h``.
+
+* :class:`MultiHeadAttention`: Vaswani et al. (2017) multi-head attention,
+  ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O``,
+  ``head_j = softmax(Q W_j^Q (K W_j^K)^T / sqrt(d_k)) V W_j^V`` (the attention of "Context-Aware
+  Learning to Rank with Self-Attention", eq. 1-2, and of SetRank, eq. 2-3), with ``K = V``. Padded
+  items are keys that are never attended to: the softmax runs over the real items of the list only.
+  The product is ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch's fused kernels: flash /
+  memory-efficient attention on GPU, a fused CPU kernel), not a hand-written softmax; it traces and
+  exports to ONNX (opset 14+).
+* :class:`AttentionBlock`: one Transformer block over the items, a multi-head attention sublayer and a
+  row-wise feed-forward sublayer ``rFF(x) = W_2 ReLU(W_1 x + b_1) + b_2``, each with a residual
+  connection and layer normalization, either after the residual (``LN(x + Sublayer(x))``, Vaswani et
+  al.; SetRank's MAB, eq. 4) or before the sublayer (``x + Sublayer(LN(x))``, the form of allRank's
+  implementation).
+* :class:`RankEmbedding`: a learned embedding of each item's initial rank.
+* :func:`attention_mask`: the ``(B, 1, 1, L)`` key mask the kernel takes, from ``mask`` (B, L).
+
+Padding never changes a real item: a padded item is no key of any query, every other operation is
+per item, and the outputs at padded positions are never read by a real item. A list with no real item
+at all (which no batch of the library holds, but a caller may pass) attends to its padding instead of
+producing NaN, so its (meaningless) outputs stay finite.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxrank.models._jit import tracing
+
+__all__ = ["AttentionBlock", "MultiHeadAttention", "RankEmbedding", "attention_mask"]
+
+
+def attention_mask(mask: torch.Tensor) -> torch.Tensor | None:
+    """``mask`` (B, L) bool, True = real item -> the key mask (B, 1, 1, L) of
+    ``scaled_dot_product_attention`` (True = may be attended to), or None when every item is real (the
+    kernels without a mask are the fastest; not while a trace records, whose graph must hold any mask).
+    A row without any real item attends to all its positions (finite outputs instead of NaN)."""
+    if not tracing() and bool(mask.all()):
+        return None
+    keys = mask | ~mask.any(dim=-1, keepdim=True)  # (B, L)
+    return keys[:, None, None, :]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with ``K = V`` (module docstring).
+
+    ``q_proj`` holds ``W^Q`` (``d x d``, the ``h`` heads' ``W_j^Q`` stacked) and its bias, ``kv_proj``
+    ``[W^K; W^V]`` (``2 d x d``), ``out_proj`` ``W^O``. Each ``d x d`` projection is initialized
+    Xavier-uniform, biases 0 (as allRank and ``torch.nn.MultiheadAttention``); attention dropout (on the
+    attention weights, training only) as in Vaswani et al.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"the model width {d_model} must be a multiple of the number of heads {heads}")
+        self.d_model, self.heads, self.dropout = d_model, heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        with torch.no_grad():
+            for linear in (self.q_proj, self.kv_proj, self.out_proj):
+                for block in linear.weight.split(d_model):  # W^Q, W^K, W^V, W^O: d x d each
+                    nn.init.xavier_uniform_(block)
+                nn.init.zeros_(linear.bias)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, N, d) -> (B, h, N, d_k)."""
+        B, N, _ = t.shape
+        return t.reshape(B, N, self.heads, self.d_model // self.heads).transpose(1, 2)
+
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor | None = None, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``query`` (B, Lq, d), ``keys`` (B, Lk, d) (None: self-attention, ``keys = query``),
+        ``key_mask`` (B, 1, 1, Lk) bool from :func:`attention_mask` or None (every key is real)
+        -> (B, Lq, d)."""
+        k, v = self.kv_proj(query if keys is None else keys).split(self.d_model, dim=-1)
+        out = F.scaled_dot_product_attention(
+            self._heads(self.q_proj(query)),
+            self._heads(k),
+            self._heads(v),
+            attn_mask=key_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # (B, h, Lq, d_k)
+        B, _, Lq, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.d_model))
+
+
+class AttentionBlock(nn.Module):
+    """One Transformer block: attention sublayer, then ``rFF``, each with a residual and layer norm.
+
+    ``norm_first=False`` (Vaswani et al.; SetRank's ``MAB(Q, K, K)``, eq. 4)::
+
+        B = LN(Q + Dropout(MultiHead(Q, K, K)));   out = LN(B + Dropout(rFF(B)))
+
+    ``norm_first=True`` (allRank's implementation of the context-aware ranker)::
+
+        B = Q + Dropout(MultiHead(LN(Q), LN(K), LN(K)));   out = B + Dropout(rFF(LN(B)))
+
+    ``rFF(x) = W_2 Dropout(ReLU(W_1 x + b_1)) + b_2`` (width ``d_ff``). Dropout is the identity in eval
+    mode. ``keys = None`` is self-attention (``K = Q``).
+    """
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, *, norm_first: bool) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.attention = MultiHeadAttention(d_model, heads, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff1 = nn.Linear(d_model, d_ff)
+        self.ff2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def rff(self, x: torch.Tensor) -> torch.Tensor:
+        """Row-wise feed-forward ``W_2 Dropout(ReLU(W_1 x + b_1)) + b_2``: (..., d) -> (..., d)."""
+        return self.ff2(self.dropout(F.relu(self.ff1(x))))
+
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor | None = None, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``query`` (B, Lq, d), ``keys`` (B, Lk, d) or None (self-attention), ``key_mask`` (B, 1, 1, Lk)
+        or None -> (B, Lq, d)."""
+        if self.norm_first:
+            q = self.norm1(query)
+            kv = None if keys is None else self.norm1(keys)
+            b = query + self.dropout(self.attention(q, kv, key_mask))
+            return b + self.dropout(self.rff(self.norm2(b)))
+        b = self.norm1(query + self.dropout(self.attention(query, keys, key_mask)))
+        return self.norm2(b + self.dropout(self.rff(b)))
+
+
+class RankEmbedding(nn.Module):
+    """A learned ``d``-vector per initial rank: the item in row ``r`` of a list (0 = the initial top
+    item) gets row ``min(r, max_rank - 1)`` of the table, so ranks from ``max_rank`` on share the last
+    vector. Initialized ``N(0, 0.1^2)`` (SetRank's released code)."""
+
+    def __init__(self, max_rank: int, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(max_rank, d_model)
+        nn.init.normal_(self.table.weight, std=0.1)
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        """``mask`` (B, L) -> (B, L, d): the embedding of each row's rank (padded rows get one too; they
+        are never attended to)."""
+        rank = torch.ones_like(mask, dtype=torch.long).cumsum(dim=1) - 1  # (B, L): 0, 1, 2, ...
+        return self.table(rank.clamp(max=self.table.num_embeddings - 1))

@@ -1,0 +1,206 @@
+"""Context-aware self-attention ranker (Pobrotyn, Bartczak, Synowiec, Bialobrzeski, Bojar, 2020; allRank).
+
+"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. (Its section and equation numbers
+below were not checked against the paper's text, which was not at hand; every formula is written out.)
+
+Every item is scored in the context of every other item of its list, in training and in inference.
+Shapes: ``B`` lists padded to ``L`` items, ``F`` input features, ``d = d_fc``, ``h`` heads, ``mask``
+(B, L) True = real item.
+
+1. **Input layer** (sec. 4, "the model"): a shared fully connected layer maps each item's features to
+   ``d`` dimensions, ``h_i^(0) = a(W_fc x_i + b_fc)``: (B, L, F) -> (B, L, d). ``a`` is
+   ``fc_activation``; the paper's WEB30K configuration (allRank's
+   ``reproducibility/configs/contextaware_web30k``: ``fc_model.sizes = [128]``, ``activation = null``)
+   applies none, the default ``"identity"``.
+2. **Encoder** (sec. 4; Vaswani et al.'s encoder): ``blocks`` Transformer blocks over the list, no
+   positional encoding (the model is permutation-equivariant: permuting a list's items permutes its
+   scores). Each block is multi-head self-attention (eq. 1: ``Attention(Q, K, V) = softmax(Q K^T /
+   sqrt(d_k)) V``; eq. 2: ``MultiHead = Concat(head_1..head_h) W^O``), then the position-wise feed-
+   forward network ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` of width ``d_ff``, each sublayer with a
+   residual connection, dropout and layer normalization
+   (:class:`ctxrank.models._attention.AttentionBlock`). ``norm_first=True`` (default) normalizes before
+   each sublayer and once after the last block, ``x + Dropout(Sublayer(LN(x)))``, as allRank's
+   implementation (adapted from "The Annotated Transformer") that produced the paper's numbers;
+   ``False`` is the post-norm ``LN(x + Dropout(Sublayer(x)))`` of Vaswani et al. Dropout also acts on
+   the attention weights and inside the FFN, as in allRank.
+3. **Scoring head**: a linear layer of the last block's output, ``s_i = w^T h_i^(N) + b``: (B, L).
+
+**Padding.** Padded items are keys no query attends to (the softmax of eq. 1 runs over the real items
+of the list) and every other operation is per item, so a real item's score never depends on the
+padding (``tests/test_attention_rankers.py`` pads lists with garbage and checks it).
+
+**Re-ranking** (``rank_embedding = True``, sec. 4, positional encoding): when the lists are an initial
+ranker's top k (``rerank.initial = "lambdamart"``: ``ctxrank.training.rerank`` orders each list by
+initial score, ties by a hash of the features, so the order does not depend on file positions), a
+learned ``d``-vector of each item's initial rank -- its row in the list, 0 = top; ranks from
+``max_rank`` on share one vector -- is added to ``h_i^(0)``, like allRank's learned positional encoding
+(allRank also scales ``h^(0)`` by ``sqrt(d)`` there; here it is added as it is). The scores then depend
+on the row order, as a sequence model's (DLCM) do. On whole lists without re-ranking the rows are in
+file order: leave it off. ``init_scores`` are not read (the export has no such input).
+
+**Defaults** are the paper's WEB30K setting (the allRank configuration above): ``d_fc = 128``,
+``blocks = 4`` (N), ``heads = 4`` (H), ``d_ff = 512``, ``dropout = 0.3``, no output activation, and the
+loss of its best WEB30K result, NDCGLoss2++ of the LambdaLoss framework (``lambdaloss``, ``mu = 10``,
+``sigma = 1``, the defaults of ``ctxrank.losses.lambdaloss``). ``input_clip`` (1e6, as QILCM's)
+clamps the inputs: a raw 1e30 would overflow the attention logits and the layer norm's variance to inf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
+from ctxrank.models._attention import AttentionBlock, RankEmbedding, attention_mask
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_activation
+
+__all__ = ["FC_ACTIVATIONS", "ContextAwareAttention", "ContextAwareAttentionConfig"]
+
+#: activations of the input layer: none (the paper's WEB30K configuration) or one of ``base.ACTIVATIONS``
+FC_ACTIVATIONS: tuple[str, ...] = ("identity", *sorted(ACTIVATIONS))
+
+
+@dataclass(frozen=True)
+class ContextAwareAttentionConfig:
+    """Attributes (defaults: the paper's WEB30K setting):
+    d_fc: width ``d`` of the input layer's output and of every encoder block (allRank's
+        ``fc_model.sizes``, the Transformer's ``d_model``); a multiple of ``heads``.
+    fc_activation: activation after the input layer: ``"identity"`` (none, the paper's WEB30K
+        configuration) or ``"relu"``, ``"elu"``, ``"gelu"``, ``"tanh"``, ``"sigmoid"``.
+    blocks: number ``N`` of encoder blocks.
+    heads: attention heads ``H`` of each block.
+    d_ff: hidden width of each block's feed-forward network.
+    dropout: dropout probability on the attention weights, inside the feed-forward network and on
+        each sublayer's output (training only).
+    norm_first: layer norm before each sublayer and after the last block (allRank's implementation);
+        False = after each residual (post-norm, Vaswani et al.).
+    rank_embedding: add a learned embedding of each item's initial rank (its row: re-ranking an initial
+        ranker's top k); False = permutation-equivariant (no positional information).
+    max_rank: rows of the rank embedding; items at rank ``max_rank`` (0-based) and below share the last.
+    input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
+    """
+
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("lambdaloss", "listnet", "neuralndcg", "approxndcg", "attrank", "listmle")),
+        "model_params.d_fc": ("choice", (64, 128, 256)),
+        "model_params.blocks": ("int", 1, 4),
+        "model_params.heads": ("choice", (1, 2, 4)),
+        "model_params.d_ff": ("choice", (128, 256, 512)),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
+
+    d_fc: int = 128
+    fc_activation: str = "identity"
+    blocks: int = 4
+    heads: int = 4
+    d_ff: int = 512
+    dropout: float = 0.3
+    norm_first: bool = True
+    rank_embedding: bool = False
+    max_rank: int = 100
+    input_clip: float | None = 1e6
+
+    def __post_init__(self) -> None:
+        check_int("model_params.d_fc", self.d_fc)
+        check_choice("model_params.fc_activation", self.fc_activation, FC_ACTIVATIONS)
+        check_int("model_params.blocks", self.blocks)
+        check_int("model_params.heads", self.heads)
+        if self.d_fc % self.heads:
+            raise ValueError(
+                f"model_params.d_fc ({self.d_fc}) must be a multiple of model_params.heads ({self.heads})"
+            )
+        check_int("model_params.d_ff", self.d_ff)
+        check_dropout("model_params.dropout", self.dropout)
+        check_bool("model_params.norm_first", self.norm_first)
+        check_bool("model_params.rank_embedding", self.rank_embedding)
+        check_int("model_params.max_rank", self.max_rank)
+        if self.input_clip is not None:
+            check_positive("model_params.input_clip", self.input_clip)
+
+
+class ContextAwareAttention(RankingModule):
+    """Self-attention ranker: ``(B, L, F)`` features -> ``(B, L)`` scores, each in the context of its list.
+
+    See the module docstring for the equations, padding and the rank embedding.
+    """
+
+    name = "attn"
+    config_class = ContextAwareAttentionConfig
+    default_loss = "lambdaloss"
+
+    def __init__(
+        self,
+        n_features: int,
+        config: ContextAwareAttentionConfig,
+        *,
+        categorical_cardinalities: Sequence[int] = (),
+    ) -> None:
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        d = config.d_fc
+        self.fc = nn.Linear(self.input_dim, d)
+        self.fc_activation = (
+            nn.Identity() if config.fc_activation == "identity" else make_activation(config.fc_activation)
+        )
+        self.rank_embedding = RankEmbedding(config.max_rank, d) if config.rank_embedding else None
+        self.blocks = nn.ModuleList(
+            AttentionBlock(d, config.heads, config.d_ff, config.dropout, norm_first=config.norm_first)
+            for _ in range(config.blocks)
+        )
+        self.final_norm = nn.LayerNorm(d) if config.norm_first else None
+        self.score = nn.Linear(d, 1)
+
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
+        return params.get("rank_embedding") is True
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """When training, per item: the clamped input and the input layer, and per block what backward
+        keeps of its two layer norms, the ``3 d`` projections, the attention output, the feed-forward
+        hidden layer (with its ReLU and dropout), the residual sums and dropout masks, with the
+        activations' gradients; per pair of items, block and head the attention weights and their
+        dropout mask (the kernels that store them). When scoring, the tensors of one block at a time
+        (nothing is kept), and one block's attention weights."""
+        cfg = self.config
+        d, ff, h, L = cfg.d_fc, cfg.d_ff, cfg.heads, list_len
+        width = 3 if training else 2
+        blocks = cfg.blocks if training else 1
+        per_item = self.input_floats(training=training) + width * (self.input_dim + 3 * d)
+        per_item += blocks * width * (12 * d + 3 * ff) + width * 2 * d
+        per_pair = blocks * h * (4 if training else 1)
+        return FLOAT_BYTES * batch_size * list_len * (per_item + per_pair * L)
+
+    def encode(
+        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The last block's output ``h^(N)`` (B, L, d) (after the final layer norm with ``norm_first``)."""
+        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
+            raise ValueError(
+                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+        x = self.item_inputs(features, categorical)  # (B, L, F')
+        if self.config.input_clip is not None:
+            x = x.clamp(-self.config.input_clip, self.config.input_clip)
+        h = self.fc_activation(self.fc(x))  # (B, L, d): the input layer
+        if self.rank_embedding is not None:
+            h = h + self.rank_embedding(mask)
+        key_mask = attention_mask(mask)  # (B, 1, 1, L) or None
+        for block in self.blocks:
+            h = block(h, None, key_mask)  # self-attention over the list
+        return h if self.final_norm is None else self.final_norm(h)
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.score(self.encode(features, mask, categorical)).squeeze(-1)  # (B, L)

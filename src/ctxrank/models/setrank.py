@@ -1,0 +1,242 @@
+"""SetRank: a permutation-invariant ranking model (Pang, Xu, Ai, Lan, Cheng, Wen, SIGIR 2020).
+
+"SetRank: Learning a Permutation-Invariant Ranking Model for Information Retrieval", arXiv:1912.05891.
+(Its section and equation numbers below were not checked against the paper's text, which was not at hand;
+every formula is written out.)
+
+A list is a set: stacked (induced) multi-head self-attention blocks learn every item's representation
+from the whole set, and the scores are permutation-equivariant (permuting the items permutes their
+scores), so the ranking is permutation-invariant. Shapes: ``B`` lists padded to ``L`` items, ``F``
+input features, ``d = d_model``, ``m`` inducing points, ``mask`` (B, L) True = real item.
+
+1. **Representation layer** (sec. 3.2): each item's features are mapped to ``d`` dimensions,
+   ``z_i^(0) = ReLU(W_E x_i + b_E)`` (B, L, d) (the authors' code: one dense ReLU layer, then dropout),
+   plus, with ``rank_embedding``, the ordinal embedding of its initial rank (sec. 3.2, ``X + P``;
+   below).
+2. **Encoding layer** (sec. 3.3): ``blocks`` blocks, each an MSAB or an IMSAB:
+
+   * attention (eq. 2-3): ``Attn(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``,
+     ``Multihead(Q, K, V) = Concat(head_1..head_h) W^O`` (:class:`ctxrank.models._attention.
+     MultiHeadAttention`; padded items are keys never attended to);
+   * MAB (eq. 4): ``MAB(Q, K, V) = LN(B + rFF(B))``, ``B = LN(Q + Multihead(Q, K, V))``, ``rFF`` a
+     row-wise feed-forward network ``W_2 ReLU(W_1 x + b_1) + b_2`` of width ``d_ff``
+     (:class:`ctxrank.models._attention.AttentionBlock` with ``norm_first=False``);
+   * MSAB (eq. 5): ``MSAB(X) = MAB(X, X, X)``;
+   * IMSAB (eq. 6): ``IMSAB_m(X) = MAB(X, H, H)``, ``H = MAB(I_m, X, X)`` (B, m, d), with ``I_m``
+     ``m`` learned inducing points (m, d): the items attend to ``m`` summaries of the set instead of to
+     each other (``O(L m)`` instead of ``O(L^2)``). The inducing points attend to the real items only.
+
+   ``block = "msab"`` stacks MSABs (SetRank_MSAB), ``"imsab"`` IMSABs (SetRank_IMSAB).
+3. **Ranking layer** (sec. 3.4): ``s_i = rFF_1(z_i^(N))``, a linear layer to one score (B, L).
+
+**Loss** (sec. 3.5): the attention rank loss, the cross entropy between the normalized label gains
+``psi(y_i) / sum_j psi(y_j)`` (``psi(y) = exp(y)`` for ``y > 0``, else 0) and ``softmax(s)``; the
+authors' code computes it as ``softmax_cross_entropy_with_logits`` without any other term, which is
+``ctxrank.losses.attrank`` with ``form = "dlcm_code"``: :attr:`SetRank.default_loss_params` bind it
+unless the run sets a form (``--set loss_params.form=qilcm`` etc.; any registered loss works).
+
+**Ordinal embedding** (``rank_embedding = True``: SetRank^init): when re-ranking an initial ranker's
+top k (``rerank.initial = "lambdamart"``; ``ctxrank.training.rerank`` orders each list by initial
+score, ties by a hash of the features, never by file position), a learned ``d``-vector per initial rank
+-- the item's row, 0 = top; ranks from ``max_rank`` on share one -- is added to ``z^(0)`` once. The
+scores then depend on the row order. Without it (default) SetRank is permutation-equivariant.
+``init_scores`` are not read (the export has no such input).
+
+**Defaults** from the authors' released script (``pl8787/SetRank``,
+``scripts/train_transformer_istella.sh``): ``num_blocks = 6``, ``hidden_units = 256`` (``d``),
+``num_heads = 8``, ``num_induced = 20`` (``m``, for IMSAB), ``dropout_rate = 0.0``; ``rFF`` width ``4 d``
+(their ``feedforward``). Departures from that code, which follow the equations above: the attention
+projections are linear (the code puts a ReLU on ``Q``, ``K``, ``V``), the ordinal embedding is added
+once, to the representation (the code adds it before every block), and no Gaussian kernel or
+multi-layer abstraction of the features (options of their script) is applied.
+``input_clip`` (1e6, as QILCM's) clamps the inputs before the representation layer (overflow guard).
+
+**Padding.** A real item's score never depends on the padding: padded items are no key of any query,
+every other operation is per item (``tests/test_attention_rankers.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
+from ctxrank.models._attention import AttentionBlock, RankEmbedding, attention_mask
+from ctxrank.models.base import FLOAT_BYTES, RankingModule
+
+__all__ = ["SETRANK_BLOCKS", "SetRank", "SetRankConfig"]
+
+SETRANK_BLOCKS: tuple[str, ...] = ("msab", "imsab")
+
+
+@dataclass(frozen=True)
+class SetRankConfig:
+    """Attributes (defaults: the authors' released script):
+    d_model: width ``d`` of the representations (their ``hidden_units``); a multiple of ``heads``.
+    heads: attention heads of every MAB.
+    blocks: number of stacked MSAB / IMSAB blocks.
+    d_ff: hidden width of each MAB's row-wise feed-forward network (their code: ``4 d``).
+    block: ``"msab"`` (SetRank_MSAB, eq. 5) or ``"imsab"`` (SetRank_IMSAB, eq. 6).
+    inducing_points: ``m``, the learned inducing points of each IMSAB (unused by MSAB).
+    dropout: dropout probability after the representation layer, on the attention weights, inside and
+        after each feed-forward network and after each attention sublayer (training only).
+    rank_embedding: add the ordinal embedding of each item's initial rank (its row: re-ranking an
+        initial ranker's top k; SetRank^init); False = permutation-equivariant.
+    max_rank: rows of the ordinal embedding; items at rank ``max_rank`` (0-based) and below share the
+        last.
+    input_clip: clamp the inputs to ``[-input_clip, input_clip]`` (overflow guard; None = off).
+    """
+
+    #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``)
+    SEARCH_SPACE: ClassVar[Mapping[str, tuple[Any, ...]]] = {
+        "loss": ("choice", ("attrank", "listnet", "listmle", "lambdaloss", "neuralndcg")),
+        "model_params.d_model": ("choice", (64, 128, 256)),
+        "model_params.blocks": ("int", 1, 6),
+        "model_params.heads": ("choice", (1, 2, 4, 8)),
+        "model_params.block": ("choice", SETRANK_BLOCKS),
+        "model_params.inducing_points": ("choice", (10, 20, 40)),
+        "model_params.dropout": ("float", 0.0, 0.5),
+    }
+
+    d_model: int = 256
+    heads: int = 8
+    blocks: int = 6
+    d_ff: int = 1024
+    block: str = "msab"
+    inducing_points: int = 20
+    dropout: float = 0.0
+    rank_embedding: bool = False
+    max_rank: int = 100
+    input_clip: float | None = 1e6
+
+    def __post_init__(self) -> None:
+        check_int("model_params.d_model", self.d_model)
+        check_int("model_params.heads", self.heads)
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"model_params.d_model ({self.d_model}) must be a multiple of model_params.heads "
+                f"({self.heads})"
+            )
+        check_int("model_params.blocks", self.blocks)
+        check_int("model_params.d_ff", self.d_ff)
+        check_choice("model_params.block", self.block, SETRANK_BLOCKS)
+        check_int("model_params.inducing_points", self.inducing_points)
+        check_dropout("model_params.dropout", self.dropout)
+        check_bool("model_params.rank_embedding", self.rank_embedding)
+        check_int("model_params.max_rank", self.max_rank)
+        if self.input_clip is not None:
+            check_positive("model_params.input_clip", self.input_clip)
+
+
+class InducedBlock(nn.Module):
+    """IMSAB (SetRank eq. 6): ``MAB(X, H, H)`` with ``H = MAB(I_m, X, X)``, ``I_m`` (m, d) learned
+    (initialized ``N(0, 0.1^2)``, as the authors' code)."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, m: int) -> None:
+        super().__init__()
+        self.inducing = nn.Parameter(torch.randn(m, d_model) * 0.1)
+        self.summarize = AttentionBlock(d_model, heads, d_ff, dropout, norm_first=False)  # H = MAB(I, X, X)
+        self.attend = AttentionBlock(d_model, heads, d_ff, dropout, norm_first=False)  # MAB(X, H, H)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x`` (B, L, d), ``key_mask`` (B, 1, 1, L) or None -> (B, L, d)."""
+        inducing = self.inducing.unsqueeze(0).expand(x.shape[0], -1, -1)  # (B, m, d)
+        h = self.summarize(inducing, x, key_mask)  # (B, m, d): the m points attend to the real items
+        return self.attend(x, h, None)  # every item attends to the m summaries
+
+
+class SetBlock(nn.Module):
+    """MSAB (SetRank eq. 5): ``MAB(X, X, X)``."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.mab = AttentionBlock(d_model, heads, d_ff, dropout, norm_first=False)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.mab(x, None, key_mask)
+
+
+class SetRank(RankingModule):
+    """SetRank: ``(B, L, F)`` features -> ``(B, L)`` permutation-equivariant scores (module docstring)."""
+
+    name = "setrank"
+    config_class = SetRankConfig
+    default_loss = "attrank"
+    #: SetRank's attention rank loss is the authors' softmax cross entropy (module docstring)
+    default_loss_params: ClassVar[Mapping[str, Any]] = {"form": "dlcm_code"}
+
+    def __init__(
+        self, n_features: int, config: SetRankConfig, *, categorical_cardinalities: Sequence[int] = ()
+    ) -> None:
+        super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
+        d = config.d_model
+        self.represent = nn.Linear(self.input_dim, d)  # W_E, b_E
+        self.dropout = nn.Dropout(config.dropout)
+        self.rank_embedding = RankEmbedding(config.max_rank, d) if config.rank_embedding else None
+        args = (d, config.heads, config.d_ff, config.dropout)
+        self.blocks = nn.ModuleList(
+            InducedBlock(*args, config.inducing_points) if config.block == "imsab" else SetBlock(*args)
+            for _ in range(config.blocks)
+        )
+        self.score = nn.Linear(d, 1)  # rFF_1 of the ranking layer
+
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
+        return params.get("rank_embedding") is True
+
+    def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
+        """When training, per item: the clamped input and the representation layer, and per MAB what
+        backward keeps of the ``3 d`` projections, the attention output, two residual sums and layer
+        norms, the feed-forward hidden layer (with its ReLU and dropout) and the dropout masks, with the
+        activations' gradients (an IMSAB: two MABs, the ``m`` inducing points' counted as ``ceil(m / L)``
+        per item); per pair of items and head (MSAB), or per item, inducing point and head (IMSAB,
+        twice), the attention weights and their dropout mask. When scoring, one block at a time."""
+        cfg = self.config
+        d, ff, h, L = cfg.d_model, cfg.d_ff, cfg.heads, list_len
+        width = 3 if training else 2
+        blocks = cfg.blocks if training else 1
+        per_block = width * (12 * d + 3 * ff)
+        keys = L
+        if cfg.block == "imsab":
+            keys = 2 * cfg.inducing_points
+            per_block += width * (12 * d + 3 * ff) * -(-cfg.inducing_points // max(L, 1))
+        per_item = self.input_floats(training=training) + width * (self.input_dim + 4 * d)
+        per_item += blocks * per_block
+        per_pair = blocks * h * (4 if training else 1)
+        return FLOAT_BYTES * batch_size * list_len * (per_item + per_pair * keys)
+
+    def encode(
+        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``z^(N)`` (B, L, d), the encoding layer's output (sec. 3.3)."""
+        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
+            raise ValueError(
+                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+        x = self.item_inputs(features, categorical)  # (B, L, F')
+        if self.config.input_clip is not None:
+            x = x.clamp(-self.config.input_clip, self.config.input_clip)
+        z = self.dropout(F.relu(self.represent(x)))  # (B, L, d): the representation layer
+        if self.rank_embedding is not None:
+            z = z + self.rank_embedding(mask)  # X + P, the ordinal embedding
+        key_mask = attention_mask(mask)  # (B, 1, 1, L) or None
+        for block in self.blocks:
+            z = block(z, key_mask)
+        return z
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.score(self.encode(features, mask, categorical)).squeeze(-1)  # (B, L)
