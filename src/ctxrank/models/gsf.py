@@ -134,6 +134,11 @@ class GSF(RankingModule):
     #: with ``groups = "window"`` the evaluation groups follow the row order of the list
     reads_order = True
 
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        """Windows follow the row order at evaluation; the exact form (``groups = "all"``) does not."""
+        return params.get("groups", "window") != "all"
+
     def __init__(self, n_features: int, config: GSFConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         m = config.group_size
