@@ -57,6 +57,8 @@ class Baseline:
             ``ctxrank.tune``), as ``SEARCH_SPACE`` on a neural model's config class.
         reads_missing: the model reads missing feature values (NaN) itself (LightGBM); every other
             model refuses them (:func:`ctxrank.data.ranking_data.missing_message`).
+        scores_alone: an item's score depends on that item alone (every baseline here), as
+            ``RankingModule.scores_alone``.
     """
 
     cls: type
@@ -68,6 +70,7 @@ class Baseline:
     threads: str = ""
     search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     reads_missing: bool = False
+    scores_alone: bool = True
 
     def params(self, model_params: Mapping[str, Any], train: Any = None) -> dict[str, Any]:
         """The constructor's keyword arguments: implied, then seed/threads from ``train`` (a

@@ -30,7 +30,7 @@ from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
 from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
-from ctxrank.registry import MODELS
+from ctxrank.registry import MODELS, get_model
 from ctxrank.training.run import run_training, save_result
 
 __all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
@@ -195,10 +195,26 @@ class Ranker(BaseEstimator):
 
     # -------------------------------------------------------------- inference
     def predict(self, X: Any, *, qid: Any = None, group: Any = None) -> np.ndarray:
-        """float64 (N,) scores, one per row of ``X`` in ``X``'s row order (higher = ranked first)."""
+        """float64 (N,) scores, one per row of ``X`` in ``X``'s row order (higher = ranked first).
+
+        Without ``qid`` / ``group`` (and ``query_column``), a model that scores each item alone (no
+        list context: LambdaMART, RankSVM, AdaRank, ListNet, MLP, MNL; :meth:`scores_rows_alone`)
+        scores the rows as they are; a context model needs the query ids (ValueError naming ``qid``).
+        """
         check_is_fitted(self, "run_")
+        alone = qid is None and group is None and getattr(self, "query_column", None) is None
+        if alone and self.scores_rows_alone():
+            group = np.ones(_n_rows(X), dtype=np.int64)  # each row a list of one: its score is its own
         inputs = to_ranking_data(self, X, None, qid, group, fit=False)
         return self._predict_inputs(inputs)
+
+    def scores_rows_alone(self) -> bool:
+        """The fitted model scores an item without the others of its list: the model has no list
+        context (``scores_alone`` in the registry), its normalizer is not per query, and it re-ranks
+        no initial ranker's top k."""
+        config = self.run_.config
+        per_query = config.transform.startswith("query-")
+        return bool(model_class_scores_alone(config.model)) and not per_query and not config.rerank.initial
 
     def _predict_inputs(self, inputs: Inputs) -> np.ndarray:
         return inputs.to_caller_order(np.asarray(self.run_.predictor.predict(inputs.data), dtype=np.float64))
@@ -269,6 +285,16 @@ class Ranker(BaseEstimator):
             "categorical_features": list(self.categorical_features_),
             "encoder": None if enc is None else enc.to_dict(),
         }
+
+
+def _n_rows(X: Any) -> int:
+    shape = getattr(X, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) > 0 else len(X)
+
+
+def model_class_scores_alone(name: str) -> bool:
+    """Model ``name`` scores each item alone (``scores_alone`` of its class or baseline entry)."""
+    return bool(getattr(get_model(name), "scores_alone", False))
 
 
 def _check_labels(labels: np.ndarray, config: RunConfig, what: str) -> None:
@@ -380,7 +406,7 @@ MNLRanker = _subclass("MNLRanker", "mnl", _family_doc("MNLRanker", "mnl", _FAMIL
 ArsmL2RRanker = _subclass(
     "ArsmL2RRanker", "arsm", _family_doc("ArsmL2RRanker", "arsm", _FAMILIES["ArsmL2RRanker"][1])
 )
-LambdaMARTRanker = _subclass(
+_LambdaMARTBase = _subclass(
     "LambdaMARTRanker",
     "lambdamart",
     _family_doc("LambdaMARTRanker", "lambdamart", _FAMILIES["LambdaMARTRanker"][1]),
@@ -408,6 +434,41 @@ SelfAttentionRanker = _subclass(
 SetRankRanker = _subclass(
     "SetRankRanker", "setrank", _family_doc("SetRankRanker", "setrank", _FAMILIES["SetRankRanker"][1])
 )
+
+
+class LambdaMARTRanker(_LambdaMARTBase):  # type: ignore[misc, valid-type]
+    __doc__ = (
+        _LambdaMARTBase.__doc__
+        + "\n\nAfter ``fit``, as ``lightgbm.LGBMRanker``: ``booster_`` (the ``lightgbm.Booster``) and "
+        "``feature_importances_`` (split counts per column of ``X``; gains: "
+        "``booster_.feature_importance('gain')``, in the booster's column order)."
+    )
+
+    @property
+    def booster_(self) -> Any:
+        """The fitted ``lightgbm.Booster`` (its ``best_iteration_`` trees)."""
+        check_is_fitted(self, "run_")
+        model = self.run_.predictor
+        if not hasattr(model, "booster_"):
+            raise AttributeError(f"booster_: the fitted model is a {type(model).__name__}, not one booster")
+        return model.booster_
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """int64 (n_features_in_,): how many splits use each column of ``X``, in ``X``'s column order
+        (LightGBM's ``split`` importance, ``LGBMRanker``'s default)."""
+        booster = self.booster_
+        counts = dict(zip(_booster_columns(self), booster.feature_importance("split"), strict=True))
+        names = [str(c) for c in getattr(self, "feature_names_in_", range(self.n_features_in_))]
+        return np.array([counts[n] for n in names], dtype=np.int64)
+
+
+def _booster_columns(est: Any) -> list[str]:
+    """The names of the booster's columns in its order (the numeric features, then the categorical
+    codes), in the names of ``X``'s columns ("0", "1", ... for an array)."""
+    layout = est.run_.layout
+    numeric = list(layout.feature_names) or [str(i) for i in range(layout.n_features)]
+    return [*numeric, *layout.categorical_names]
 
 
 class AdaRankRanker(_AdaRankBase):  # type: ignore[misc, valid-type]

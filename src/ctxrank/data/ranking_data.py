@@ -322,6 +322,33 @@ class RankingData:
             group_ids=np.concatenate([p.group_ids for p in parts]) if has_groups else None,
         )
 
+    def to_frame(self, *, query: str = "qid", label: str = "label", docid: str = "docid") -> Any:
+        """A pandas DataFrame, one row per item in this data's row order: the query id, the label, the
+        docid (when known), the features by name and the categorical codes (the inverse of
+        :meth:`from_frame` up to the categorical encoding; ``RankingData.from_frame(df, query=query,
+        label=label, numeric=..., categorical=...)`` reads it back).
+
+        Raises:
+            ValueError: a feature or categorical name equal to one of the key columns' names.
+        """
+        import pandas as pd
+
+        names = list(self.feature_names) or [f"f{i}" for i in range(1, self.n_features + 1)]
+        keys = [query, label] + ([docid] if self.docids is not None else [])
+        clash = sorted(set(keys) & set(names + list(self.categorical_names)))
+        if clash:
+            raise ValueError(f"to_frame: {clash} name both a key column and a feature; pass other names")
+        columns: dict[str, Any] = {
+            query: np.repeat(self.query_ids, self.query_lengths),
+            label: self.labels,
+        }
+        if self.docids is not None:
+            columns[docid] = self.docids
+        columns.update({name: self.features[:, j] for j, name in enumerate(names)})
+        if self.categorical is not None:
+            columns.update({name: self.categorical[:, j] for j, name in enumerate(self.categorical_names)})
+        return pd.DataFrame(columns)
+
     def label_histogram(self) -> dict[float, int]:
         values, counts = np.unique(self.labels, return_counts=True)
         return {float(v): int(c) for v, c in zip(values, counts, strict=True)}

@@ -117,6 +117,9 @@ class RankingModule(nn.Module):
     rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
     #: the scores depend on the row order of a list (a recurrent encoder reads it: DCM, DLCM)
     reads_order: ClassVar[bool] = False
+    #: an item's score depends on that item alone (no list context): the model can score rows without
+    #: their query ids (``predict(X)`` of the estimators, with a normalizer that is not per query)
+    scores_alone: ClassVar[bool] = False
     #: training batches under ``train.batching = "model"``: ``"buckets"`` (queries of similar length:
     #: the loss is a mean of per-list terms, so batch composition changes only padding cost and SGD
     #: noise) or ``"random"`` (a loss that couples the lists of a batch, e.g. QILCM eq. 13)

@@ -77,6 +77,7 @@ class MLPScorer(RankingModule):
     name = "mlp"
     config_class = MLPConfig
     default_loss = "listnet"
+    scores_alone = True  # s_i = MLP(x_i)
 
     def __init__(self, n_features: int, config: MLPConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
@@ -170,6 +171,7 @@ class MultinomialLogit(RankingModule):
     name = "mnl"
     config_class = MNLConfig
     default_loss = "listnet"
+    scores_alone = True  # the utility v_j of an alternative is its own
     default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
     full_batch: ClassVar[bool] = True
 
