@@ -556,6 +556,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "CTXRANK_DATA=../shared/data ctxrank experiment arsm-table2-3": Run(ARSM_SMOKE),
     "ctxrank experiment choice": Run((*SMOKE, "--set", "data.sessions=300")),
     "ctxrank experiment dcm-crossfit": Run(smoke("dcm-crossfit")),
+    # docs/metrics.md
+    "ctxrank train --model lambdamart --dataset mq2008 --fold 1 --out runs/lm-trec": Run(),
+    "ctxrank predict --model runs/lm-trec --data test.txt --format trec --run-name lm --output lm.run": Run(
+        files=FOLD1
+    ),
+    "ctxrank evaluate --run lm.run --data test.txt --metrics ndcg_cut_10,nDCG@5,map,recip_rank": Run(
+        files=FOLD1
+    ),
     # docs/reranking.md
     "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
     "--out runs/dlcm-f1": Run(EPOCH1),
@@ -641,7 +649,11 @@ def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
         model_dir = ws / (_opt(argv, "--resume") or _opt(argv, "--out"))
         assert (model_dir / "ctxrank.json").is_file() and (model_dir / "test_metrics.json").is_file()
     elif command == "predict":
-        scores = [float(x) for x in (ws / _opt(argv, "--output")).read_text().split()]
+        lines = (ws / _opt(argv, "--output")).read_text().splitlines()
+        if _opt(argv, "--format") == "trec":  # QUERY Q0 DOCID RANK SCORE RUN
+            assert all(len(line.split()) == 6 and line.split()[1] == "Q0" for line in lines)
+            lines = [line.split()[4] for line in lines]
+        scores = [float(x) for x in lines]
         assert len(scores) == _rows(ws / _opt(argv, "--data")) and all(math.isfinite(s) for s in scores)
     elif command == "evaluate":
         # without --metrics: the choice metrics on the documents' choice sessions (a 0/1 `chosen` column)

@@ -26,6 +26,7 @@ from ctxrank.data.registry import get_spec
 from ctxrank.data.scores import read_scores
 from ctxrank.data.sources import DataSource
 from ctxrank.data.table_io import from_file_order
+from ctxrank.data.trec import item_ids, judgments
 from ctxrank.evaluation import evaluate_scores, unevaluated_message
 from ctxrank.experiments.compare import compare_runs, load_runs
 from ctxrank.metrics import CHOICE_METRICS, format_metric, is_choice_data, metric_convention, parse_metric
@@ -53,6 +54,96 @@ def _no_relevant(text: str) -> float | str:
     if value not in (0.0, 1.0):
         raise argparse.ArgumentTypeError(f"expected 0, 1 or skip, got {text!r}")
     return value
+
+
+# ------------------------------------------------------------------------------------ TREC runs
+#: the measures of ``evaluate --run`` without ``--metrics`` (ir-measures' names)
+DEFAULT_RUN_METRICS = "nDCG@1,nDCG@3,nDCG@5,nDCG@10,AP"
+
+
+def evaluate_runs(
+    runs: Sequence[str],
+    *,
+    qrels: str | None = None,
+    source: DataSource | None = None,
+    metrics: str | None = None,
+    json: bool = False,
+) -> int:
+    """Evaluate TREC run files against qrels (the file ``qrels``, or the labels of ``source`` with the
+    item ids of :func:`ctxrank.data.trec.item_ids`) with ir-measures (pytrec_eval: trec_eval's own
+    conventions, e.g. linear gain in nDCG). ``metrics``: comma-separated names of trec_eval
+    (``ndcg_cut_10``, ``recip_rank``, ``map``) or ir-measures (``nDCG@10``, ``RR``, ``AP``)."""
+    try:
+        import ir_measures
+    except ImportError:
+        raise ValueError("evaluate --run needs ir-measures: pip install 'ctxrank[trec]'") from None
+    measures = _measures(ir_measures, metrics if metrics is not None else DEFAULT_RUN_METRICS)
+    judged = _qrels(ir_measures, qrels, source)
+    results: dict[str, dict[str, float]] = {}
+    for run in runs:
+        try:
+            scored = list(ir_measures.read_trec_run(run))
+            values = ir_measures.calc_aggregate([m for _, m in measures], judged, scored)
+        except (OSError, ValueError, IndexError) as exc:
+            raise ValueError(f"{run}: not a TREC run file ({exc})") from None
+        if not scored:
+            raise ValueError(f"{run}: no run line (QUERY Q0 DOCID RANK SCORE RUN)")
+        results[run] = {label: float(values[m]) for label, m in measures}
+    names = list(dict.fromkeys(label for label, _ in measures))
+    if json:
+        measured = {label: str(m) for label, m in measures}  # the name as given -> ir-measures' name
+        print_json({"qrels": qrels, "metrics": names, "measures": measured, "runs": results})
+        return 0
+    judged_by = qrels if qrels is not None else "the labels of the data"
+    out(f"qrels   {judged_by} (ir-measures {ir_measures.__version__})")
+    out()
+    rows = [(n, *(f"{results[r][n]:.4f}" for r in runs)) for n in names]
+    out(table(("metric", *runs), rows, right=tuple(range(1, len(runs) + 1))))
+    return 0
+
+
+def _measures(ir_measures: Any, text: str) -> list[tuple[str, Any]]:
+    """``(label, measure)`` of the names in ``text``: trec_eval names first (``P`` may mean several
+    cutoffs), then ir-measures names; the label is the name as given when it names one measure. An
+    unknown name is a ValueError with examples."""
+    measures = []
+    for name in (t.strip() for t in text.split(",")):
+        if not name:
+            continue
+        try:
+            found = list(ir_measures.parse_trec_measure(name))
+        except (ValueError, NameError, KeyError, TypeError):
+            try:
+                found = [ir_measures.parse_measure(name)]
+            except (ValueError, NameError, KeyError, TypeError, SyntaxError):
+                raise ValueError(
+                    f"--metrics: unknown measure {name!r}; trec_eval names (ndcg_cut_10, recip_rank, map, "
+                    "P_5) or ir-measures names (nDCG@10, RR, AP, P@5, R@100)"
+                ) from None
+        measures += [(name if len(found) == 1 else str(m), m) for m in found]
+    if not measures:
+        raise ValueError("--metrics: no measure named")
+    return measures
+
+
+def _qrels(ir_measures: Any, path: str | None, source: DataSource | None) -> list[Any]:
+    """The judgments: the qrels file, or the labels of the data of ``source``."""
+    if path is not None:
+        if source is not None and (source.data_file is not None or source.dataset is not None):
+            raise ValueError("give either --qrels FILE or the labelled data (--data / --dataset), not both")
+        try:
+            judged = list(ir_measures.read_trec_qrels(path))
+        except (OSError, ValueError, IndexError) as exc:
+            raise ValueError(f"{path}: not a qrels file ({exc})") from None
+        if not judged:
+            raise ValueError(f"{path}: no qrels line (QUERY 0 DOCID RELEVANCE)")
+        return judged
+    if source is None or (source.data_file is None and source.dataset is None):
+        raise ValueError(
+            "evaluate --run needs the judgments: --qrels FILE, or the labelled data (--data / --dataset)"
+        )
+    data, file_rows = source.load(default_split="test", purpose="scores", note=note)
+    return [ir_measures.Qrel(q, d, y) for q, d, y in judgments(data, item_ids(data, file_rows))]
 
 
 # --------------------------------------------------------------------------------------- evaluate
@@ -196,6 +287,17 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
     p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
     p.add_argument(
+        "--run",
+        dest="runs",  # not "run": the parsed command's function (set_defaults)
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a TREC run file (repeatable; instead of --scores / --model), judged by --qrels or by the "
+        "labels of --data / --dataset; measures by ir-measures, named as in trec_eval (ndcg_cut_10, "
+        f"recip_rank, map) or ir-measures (nDCG@10, RR, AP); default {DEFAULT_RUN_METRICS}",
+    )
+    p.add_argument("--qrels", metavar="FILE", help="TREC qrels (QUERY 0 DOCID RELEVANCE) for --run")
+    p.add_argument(
         "--metrics",
         help="comma-separated: ndcg[@k], dcg[@k], map, p@k, recall@k, mrr[@k], err[@k], loglik (default "
         f"{DEFAULT_METRICS}; on choice data, one item labelled 1 per query: {','.join(_CHOICE)})",
@@ -243,8 +345,16 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _run_evaluate(a: argparse.Namespace) -> int:
+    source = from_namespace(DataSource, a)
+    if a.runs:
+        given = [f for f, v in (("--scores", a.scores), ("--model", a.model)) if v is not None]
+        if given:
+            raise ValueError(f"give either --run FILE or {' / '.join(given)}, not both")
+        return evaluate_runs(a.runs, qrels=a.qrels, source=source, metrics=a.metrics, json=a.json)
+    if a.qrels is not None:
+        raise ValueError("--qrels judges TREC run files: give --run FILE")
     return evaluate(
-        source=from_namespace(DataSource, a),
+        source=source,
         scores=a.scores,
         model=a.model,
         metrics=a.metrics,

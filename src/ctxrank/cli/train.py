@@ -52,6 +52,7 @@ from ctxrank.config import RunConfig, resolve_config
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.sources import DataSource
 from ctxrank.data.table_io import to_file_order
+from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
@@ -578,24 +579,35 @@ def predict(
     source: DataSource,
     overwrite: bool = False,
     threads: int | None = None,
+    format: str = "scores",
+    run_name: str = "ctxrank",
 ) -> int:
     """Score every row of ``source`` (its ``data_file``, or a registered split, default test) with a
-    saved model; write one score a line, in the file's row order, to ``output`` (``-``: stdout; an
-    existing file only with ``overwrite``), with ``threads`` CPU threads (None: the libraries'
-    defaults)."""
+    saved model and write to ``output`` (``-``: stdout; an existing file only with ``overwrite``), with
+    ``threads`` CPU threads (None: the libraries' defaults). ``format``: ``scores`` (one score a line,
+    in the file's row order) or ``trec`` (a TREC run named ``run_name``: :mod:`ctxrank.data.trec`)."""
+    if format not in PREDICT_FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(PREDICT_FORMATS)}, got {format!r}")
     if output != "-":
         check_output_file(output, overwrite=overwrite, flag="--output")
     predictor, inputs = load_for_scoring(model, threads)
     ranking, file_rows = source.load(default_split="test", purpose="predict", model=inputs, note=note)
-    scores = to_file_order(predictor.predict(ranking), file_rows)  # the file's row order
-    text = "".join(f"{s!r}\n" for s in scores.tolist())  # shortest text that reads back exactly
+    scores = predictor.predict(ranking)
+    if format == "trec":
+        lines = run_lines(ranking, scores, item_ids(ranking, file_rows), run_name)
+    else:
+        lines = [f"{s!r}" for s in to_file_order(scores, file_rows).tolist()]  # exact, the file's order
     if output == "-":
-        sys.stdout.write(text)
+        write_lines(lines, sys.stdout)
         return 0
-
-    atomic_write(Path(output), lambda tmp: tmp.write_text(text))
-    print(f"wrote {ranking.n_items:,} scores ({ranking.n_queries:,} queries) to {output}", file=sys.stderr)
+    atomic_write(Path(output), lambda tmp: write_lines(lines, tmp))
+    what = f"a TREC run of {ranking.n_items:,} items" if format == "trec" else f"{ranking.n_items:,} scores"
+    print(f"wrote {what} ({ranking.n_queries:,} queries) to {output}", file=sys.stderr)
     return 0
+
+
+#: what ``predict --format`` writes
+PREDICT_FORMATS = ("scores", "trec")
 
 
 # ---------------------------------------------------------------------------------------- parsers
@@ -682,6 +694,14 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
+    p.add_argument(
+        "--format",
+        choices=PREDICT_FORMATS,
+        default="scores",
+        help="scores (default): one score a line in the file's row order; trec: a TREC run file (QUERY Q0 "
+        "DOCID RANK SCORE RUN; docids from the data, else each row's number in the file)",
+    )
+    p.add_argument("--run-name", default="ctxrank", metavar="NAME", help="the run's name in a TREC run file")
     add_threads(p, "default: the libraries' own; a saved LambdaMART's: its training count")
     add_data_source(
         p,
@@ -697,5 +717,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             source=from_namespace(DataSource, a),
             overwrite=a.overwrite,
             threads=a.threads,
+            format=a.format,
+            run_name=a.run_name,
         )
     )
