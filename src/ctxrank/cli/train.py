@@ -637,7 +637,8 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    fill = {"defaults": "not used by train", "threads": "train.threads; default: the libraries' own"}
+    threads = "train.threads; default: PyTorch's own count for a neural model, 1 for a baseline"
+    fill = {"defaults": "not used by train", "threads": threads}
     add_declared(p, TrainOptions, fill=fill)
     p.add_argument(
         "--out",
