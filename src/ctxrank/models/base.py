@@ -165,6 +165,15 @@ class RankingModule(nn.Module):
         """Per-item input width after categorical embeddings are appended."""
         return self.n_features + (self.embedding.out_dim if self.embedding is not None else 0)
 
+    @staticmethod
+    def check_mask(features: torch.Tensor, mask: torch.Tensor) -> None:
+        """``mask`` must be a bool (B, L) tensor matching ``features`` (B, L, F)."""
+        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
+            raise ValueError(
+                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+
     def item_inputs(self, features: torch.Tensor, categorical: torch.Tensor | None) -> torch.Tensor:
         """(B, L, F) features (+ (B, L, C) codes) -> (B, L, input_dim)."""
         if features.shape[-1] != self.n_features:

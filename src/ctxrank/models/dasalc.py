@@ -273,11 +273,7 @@ class DASALC(RankingModule):
         init_scores: torch.Tensor | None = None,
         categorical: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
-            raise ValueError(
-                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
+        self.check_mask(features, mask)
         z = self.input_norm(self.item_inputs(features, categorical), mask)  # (B, L, F)
         h = z
         for layer, norm in zip(self.layers, self.layer_norms, strict=True):

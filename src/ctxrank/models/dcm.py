@@ -115,11 +115,7 @@ class DCM(RankingModule):
         records (export), as the length-masked loop :meth:`encode_steps`, whose length stays dynamic.
         The two give the same numbers (``tests/test_dcm.py``).
         """
-        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
-            raise ValueError(
-                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
+        self.check_mask(features, mask)
         L = mask.shape[1]
         lengths = mask.sum(1)
         if not torch.equal(mask, torch.arange(L, device=mask.device)[None, :] < lengths[:, None]):

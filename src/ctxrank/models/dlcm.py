@@ -326,11 +326,7 @@ class DLCM(RankingModule):
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-item GRU outputs ``o`` (B, L, A), aligned with the items, and the context ``s_n`` (B, A)."""
-        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
-            raise ValueError(
-                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
+        self.check_mask(features, mask)
         B, L = mask.shape
         lengths = mask.sum(dim=1)  # (B,)
         steps = torch.arange(L, device=mask.device)

@@ -179,11 +179,7 @@ class GSF(RankingModule):
         init_scores: torch.Tensor | None = None,
         categorical: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
-            raise ValueError(
-                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
+        self.check_mask(features, mask)
         p = self.projections(self.item_inputs(features, categorical))
         if self.config.groups == "all":
             return self._all_groups(p, mask)

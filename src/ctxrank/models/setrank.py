@@ -215,11 +215,7 @@ class SetRank(RankingModule):
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``z^(N)`` (B, L, d), the encoding layer's output (sec. 3.3)."""
-        if mask.dtype != torch.bool or mask.shape != features.shape[:2]:
-            raise ValueError(
-                f"mask must be a bool tensor of shape {tuple(features.shape[:2])}, "
-                f"got {mask.dtype} {tuple(mask.shape)}"
-            )
+        self.check_mask(features, mask)
         x = self.item_inputs(features, categorical)  # (B, L, F')
         if self.config.input_clip is not None:
             x = x.clamp(-self.config.input_clip, self.config.input_clip)
