@@ -2,9 +2,7 @@
 torch's, padding and order invariants, gradients, the run defaults it implies (log1p transform, input
 noise), training with several losses, tuning, re-ranking LambdaMART's top k and the estimator."""
 
-import contextlib
 import functools
-import io
 import json
 import math
 
@@ -13,16 +11,14 @@ import pytest
 import torch
 
 from ctxrank.api import DASALCRanker, ListNetRanker
-from ctxrank.cli import main
 from ctxrank.config import RunConfig, resolve_config
 from ctxrank.losses import LOSSES
 from ctxrank.models.dasalc import DASALC, DASALCConfig, MaskedBatchNorm
 from ctxrank.registry import MODELS, make_model
 from ctxrank.training.loop import fit, seed_everything
-from ctxrank.training.rerank import RerankPredictor, merge_scores
-from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
+from .model_checks import check_cli_tune_runs_two_trials, check_reranks_lambdamarts_top_k
 
 SMALL = {"hidden": [8, 6], "attention_layers": 2, "heads": 2, "head_size": 3, "dropout": 0.0}
 SMALL_SETS = [f"model_params.{k}={v}".replace(" ", "") for k, v in SMALL.items()]
@@ -255,43 +251,13 @@ def test_trains_with_several_losses(splits, loss):
 
 
 def test_reranks_lambdamarts_top_k(splits):
-    train, valid, test = splits
-    sets = [
-        "model=dasalc",
-        *SMALL_SETS,
-        "train.max_epochs=2",
-        "train.threads=1",
-        "rerank.initial=lambdamart",
-        "rerank.top_k=4",
-        "rerank.initial_params={n_estimators=5, min_data_in_leaf=1}",
-    ]
-    result = run_training(resolve_config(None, sets), train, valid, test, progress=False)
-    predictor = result.predictor
-    assert isinstance(predictor, RerankPredictor) and isinstance(predictor.reranker.model, DASALC)
-    split = predictor.prepare(test)
-    assert split.top.query_lengths.max() == 4
-    top_scores = predictor.reranker.predict(split.top, init_scores=split.top_initial_scores)
-    np.testing.assert_array_equal(predictor.predict(test), merge_scores(split, top_scores))
-    assert set(result.test_metrics) and set(result.initial_test_metrics)
+    check_reranks_lambdamarts_top_k(splits, DASALC, "model=dasalc", *SMALL_SETS)
 
 
 def test_cli_tune_runs_two_trials(tmp_path):
-    from ctxrank.data.synth import write_synthetic_letor
-
-    for name, seed in (("train", 0), ("vali", 1)):
-        write_synthetic_letor(tmp_path / f"{name}.txt", n_queries=12, list_size=6, n_features=4, seed=seed)
-    out, err = io.StringIO(), io.StringIO()
-    argv = [
-        "tune", "--model", "dasalc", "--train", str(tmp_path / "train.txt"),
-        "--valid", str(tmp_path / "vali.txt"), "--trials", "2", "--set", "train.max_epochs=1",
-        "--set", "model_params.hidden=[8]", "--set", "model_params.head_size=4",
-        "--out", str(tmp_path / "t"), "--no-progress",
-    ]  # fmt: skip
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        assert main(argv) == 0, err.getvalue()
-    summary = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert summary["trials"] == {"complete": 2}
-    assert "model_params.attention_layers" in out.getvalue() and "train.input_noise" in out.getvalue()
+    small = ("model_params.hidden=[8]", "model_params.head_size=4")
+    out = check_cli_tune_runs_two_trials(tmp_path, "dasalc", *small)
+    assert "model_params.attention_layers" in out and "train.input_noise" in out
 
 
 def test_estimator_fits_predicts_and_records_the_recipe(tmp_path):

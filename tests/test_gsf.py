@@ -2,9 +2,7 @@
 m-permutation, cyclic windows), padding, order and determinism, gradients, training with several
 losses, tuning, re-ranking LambdaMART's top k and the estimator."""
 
-import contextlib
 import functools
-import io
 import itertools
 import json
 
@@ -13,16 +11,14 @@ import pytest
 import torch
 
 from ctxrank.api import GSFRanker
-from ctxrank.cli import main
 from ctxrank.config import TrainConfig, resolve_config
 from ctxrank.losses import LOSSES
 from ctxrank.models.gsf import GSF, GSFConfig
 from ctxrank.registry import MODELS, make_model
 from ctxrank.training.loop import fit, seed_everything
-from ctxrank.training.rerank import RerankPredictor, merge_scores
-from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
+from .model_checks import check_cli_tune_runs_two_trials, check_reranks_lambdamarts_top_k
 
 SMALL = {"hidden": [6, 5]}
 
@@ -260,42 +256,11 @@ def test_trains_with_several_losses(splits, loss, groups):
 
 
 def test_reranks_lambdamarts_top_k(splits):
-    train, valid, test = splits
-    sets = [
-        "model=gsf",
-        "model_params.hidden=[8]",
-        "train.max_epochs=2",
-        "train.threads=1",
-        "rerank.initial=lambdamart",
-        "rerank.top_k=4",
-        "rerank.initial_params={n_estimators=5, min_data_in_leaf=1}",
-    ]
-    result = run_training(resolve_config(None, sets), train, valid, test, progress=False)
-    predictor = result.predictor
-    assert isinstance(predictor, RerankPredictor) and isinstance(predictor.reranker.model, GSF)
-    split = predictor.prepare(test)
-    assert split.top.query_lengths.max() == 4
-    top_scores = predictor.reranker.predict(split.top, init_scores=split.top_initial_scores)
-    np.testing.assert_array_equal(predictor.predict(test), merge_scores(split, top_scores))
-    assert set(result.test_metrics) and set(result.initial_test_metrics)
+    check_reranks_lambdamarts_top_k(splits, GSF, "model=gsf", "model_params.hidden=[8]")
 
 
 def test_cli_tune_runs_two_trials(tmp_path):
-    from ctxrank.data.synth import write_synthetic_letor
-
-    for name, seed in (("train", 0), ("vali", 1)):
-        write_synthetic_letor(tmp_path / f"{name}.txt", n_queries=12, list_size=6, n_features=4, seed=seed)
-    out, err = io.StringIO(), io.StringIO()
-    argv = [
-        "tune", "--model", "gsf", "--train", str(tmp_path / "train.txt"),
-        "--valid", str(tmp_path / "vali.txt"), "--trials", "2", "--set", "train.max_epochs=1",
-        "--out", str(tmp_path / "t"), "--no-progress",
-    ]  # fmt: skip
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        assert main(argv) == 0, err.getvalue()
-    summary = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert summary["trials"] == {"complete": 2}
-    assert "model_params.group_size" in out.getvalue()
+    assert "model_params.group_size" in check_cli_tune_runs_two_trials(tmp_path, "gsf")
 
 
 def test_estimator_fits_and_predicts(tmp_path):
