@@ -5,17 +5,18 @@ Shapes: ``B`` lists padded to ``L`` items, ``d`` the model width, ``h`` heads of
 
 * :class:`MultiHeadAttention`: Vaswani et al. (2017) multi-head attention,
   ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O``,
-  ``head_j = softmax(Q W_j^Q (K W_j^K)^T / sqrt(d_k)) V W_j^V`` (the attention of "Context-Aware
-  Learning to Rank with Self-Attention", eq. 1-2, and of SetRank, eq. 2-3), with ``K = V``. Padded
-  items are keys that are never attended to: the softmax runs over the real items of the list only.
+  ``head_j = softmax(Q W_j^Q (K W_j^K)^T / sqrt(d_k)) V W_j^V`` (Vaswani et al.'s eq. 1 and the
+  multi-head formula of their sec. 3.2.2, the attention that ``attn`` and ``setrank`` build on), with
+  ``K = V``. Padded items are keys that are never attended to: the softmax runs over the real items of
+  the list only.
   The product is ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch's fused kernels: flash /
   memory-efficient attention on GPU, a fused CPU kernel), not a hand-written softmax; it traces and
   exports to ONNX (opset 14+).
 * :class:`AttentionBlock`: one Transformer block over the items, a multi-head attention sublayer and a
   row-wise feed-forward sublayer ``rFF(x) = W_2 ReLU(W_1 x + b_1) + b_2``, each with a residual
   connection and layer normalization, either after the residual (``LN(x + Sublayer(x))``, Vaswani et
-  al.; SetRank's MAB, eq. 4) or before the sublayer (``x + Sublayer(LN(x))``, the form of allRank's
-  implementation).
+  al.; SetRank's MAB) or before the sublayer (``x + Sublayer(LN(x))``, the form of allRank's
+  implementation, ``allrank/models/transformer.py``).
 * :class:`RankEmbedding`: a learned embedding of each item's initial rank.
 * :func:`attention_mask`: the ``(B, 1, 1, L)`` key mask the kernel takes, from ``mask`` (B, L).
 
@@ -52,8 +53,9 @@ class MultiHeadAttention(nn.Module):
 
     ``q_proj`` holds ``W^Q`` (``d x d``, the ``h`` heads' ``W_j^Q`` stacked) and its bias, ``kv_proj``
     ``[W^K; W^V]`` (``2 d x d``), ``out_proj`` ``W^O``. Each ``d x d`` projection is initialized
-    Xavier-uniform, biases 0 (as allRank and ``torch.nn.MultiheadAttention``); attention dropout (on the
-    attention weights, training only) as in Vaswani et al.
+    Xavier-uniform (as allRank, which Xavier-initializes every weight matrix of its model), biases 0 (as
+    ``torch.nn.MultiheadAttention``; allRank leaves its biases at ``nn.Linear``'s default); attention
+    dropout (on the attention weights, training only) as in Vaswani et al. and allRank.
     """
 
     def __init__(self, d_model: int, heads: int, dropout: float) -> None:
@@ -96,11 +98,11 @@ class MultiHeadAttention(nn.Module):
 class AttentionBlock(nn.Module):
     """One Transformer block: attention sublayer, then ``rFF``, each with a residual and layer norm.
 
-    ``norm_first=False`` (Vaswani et al.; SetRank's ``MAB(Q, K, K)``, eq. 4)::
+    ``norm_first=False`` (Vaswani et al.; SetRank's ``MAB(Q, K, K)``)::
 
         B = LN(Q + Dropout(MultiHead(Q, K, K)));   out = LN(B + Dropout(rFF(B)))
 
-    ``norm_first=True`` (allRank's implementation of the context-aware ranker)::
+    ``norm_first=True`` (allRank's ``SublayerConnection``, its implementation of the context-aware ranker)::
 
         B = Q + Dropout(MultiHead(LN(Q), LN(K), LN(K)));   out = B + Dropout(rFF(LN(B)))
 

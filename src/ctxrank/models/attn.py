@@ -1,48 +1,61 @@
 """Context-aware self-attention ranker (Pobrotyn, Bartczak, Synowiec, Bialobrzeski, Bojar, 2020; allRank).
 
-"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. (Its section and equation numbers
-below were not checked against the paper's text, which was not at hand; every formula is written out.)
+"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. **Sources.** The paper's body
+text was not available when this was checked (issue 33: only its abstract could be read), so no section
+or equation number of it is cited; the architecture and defaults below are checked against the
+authors' released code, ``allegro/allRank`` (``allrank/models/model.py``, ``transformer.py``,
+``positional.py``, ``reproducibility/configs/contextaware_web30k/``), every formula written out.
 
 Every item is scored in the context of every other item of its list, in training and in inference.
 Shapes: ``B`` lists padded to ``L`` items, ``F`` input features, ``d = d_fc``, ``h`` heads, ``mask``
 (B, L) True = real item.
 
-1. **Input layer** (sec. 4, "the model"): a shared fully connected layer maps each item's features to
-   ``d`` dimensions, ``h_i^(0) = a(W_fc x_i + b_fc)``: (B, L, F) -> (B, L, d). ``a`` is
-   ``fc_activation``; the paper's WEB30K configuration (allRank's
-   ``reproducibility/configs/contextaware_web30k``: ``fc_model.sizes = [128]``, ``activation = null``)
-   applies none, the default ``"identity"``.
-2. **Encoder** (sec. 4; Vaswani et al.'s encoder): ``blocks`` Transformer blocks over the list, no
-   positional encoding (the model is permutation-equivariant: permuting a list's items permutes its
-   scores). Each block is multi-head self-attention (eq. 1: ``Attention(Q, K, V) = softmax(Q K^T /
-   sqrt(d_k)) V``; eq. 2: ``MultiHead = Concat(head_1..head_h) W^O``), then the position-wise feed-
-   forward network ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` of width ``d_ff``, each sublayer with a
-   residual connection, dropout and layer normalization
-   (:class:`ctxrank.models._attention.AttentionBlock`). ``norm_first=True`` (default) normalizes before
-   each sublayer and once after the last block, ``x + Dropout(Sublayer(LN(x)))``, as allRank's
-   implementation (adapted from "The Annotated Transformer") that produced the paper's numbers;
-   ``False`` is the post-norm ``LN(x + Dropout(Sublayer(x)))`` of Vaswani et al. Dropout also acts on
-   the attention weights and inside the FFN, as in allRank.
-3. **Scoring head**: a linear layer of the last block's output, ``s_i = w^T h_i^(N) + b``: (B, L).
+1. **Input layer** (allRank's ``FCModel``): a shared fully connected layer maps each item's features
+   to ``d`` dimensions, ``h_i^(0) = a(W_fc x_i + b_fc)``: (B, L, F) -> (B, L, d). ``a`` is
+   ``fc_activation``; the WEB30K configuration (``fc_model.sizes = [128]``, ``activation = null``,
+   ``dropout = 0``, ``input_norm = false``) applies none, the default ``"identity"``.
+2. **Encoder** (allRank's ``Encoder``, adapted from "The Annotated Transformer"): ``blocks``
+   Transformer encoder blocks over the list, no positional encoding (the model is permutation-
+   equivariant: permuting a list's items permutes its scores). Each block is multi-head self-attention
+   (``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``, ``d_k = d / h``; ``MultiHead = Concat(head_1
+   .. head_h) W^O``), then the position-wise feed-forward network ``FFN(x) = W_2 Dropout(ReLU(W_1 x +
+   b_1)) + b_2`` of width ``d_ff``, each sublayer with a residual connection, dropout and layer
+   normalization (:class:`ctxrank.models._attention.AttentionBlock`). ``norm_first=True`` (default)
+   normalizes before each sublayer and once after the last block, ``x + Dropout(Sublayer(LN(x)))``, as
+   allRank's ``SublayerConnection`` and ``Encoder.norm``; ``False`` is the post-norm ``LN(x +
+   Dropout(Sublayer(x)))`` of Vaswani et al. Dropout also acts on the attention weights, as in allRank.
+3. **Scoring head** (allRank's ``OutputLayer`` with ``d_output = 1``, no activation): a linear layer of
+   the last block's output, ``s_i = w^T h_i^(N) + b``: (B, L).
 
-**Padding.** Padded items are keys no query attends to (the softmax of eq. 1 runs over the real items
-of the list) and every other operation is per item, so a real item's score never depends on the
-padding (``tests/test_attention_rankers.py`` pads lists with garbage and checks it).
+**Padding.** Padded items are keys no query attends to (the softmax runs over the real items of the
+list) and every other operation is per item, so a real item's score never depends on the padding
+(``tests/test_attention_rankers.py`` pads lists with garbage and checks it).
 
-**Re-ranking** (``rank_embedding = True``, sec. 4, positional encoding): when the lists are an initial
-ranker's top k (``rerank.initial = "lambdamart"``: ``ctxrank.training.rerank`` orders each list by
-initial score, ties by a hash of the features, so the order does not depend on file positions), a
-learned ``d``-vector of each item's initial rank -- its row in the list, 0 = top; ranks from
-``max_rank`` on share one vector -- is added to ``h_i^(0)``, like allRank's learned positional encoding
-(allRank also scales ``h^(0)`` by ``sqrt(d)`` there; here it is added as it is). The scores then depend
-on the row order, as a sequence model's (DLCM) do. On whole lists without re-ranking the rows are in
-file order: leave it off. ``init_scores`` are not read (the export has no such input).
+**Re-ranking** (``rank_embedding = True``; allRank's learned positional encoding): when the lists are
+an initial ranker's top k (``rerank.initial = "lambdamart"``: ``ctxrank.training.rerank`` orders each
+list by initial score, ties by a hash of the features, so the order does not depend on file
+positions), a learned ``d``-vector of each item's initial rank -- its row in the list, 0 = top; ranks
+from ``max_rank`` on share one vector -- is added to ``h_i^(0)``. allRank's
+``LearnedPositionalEncoding`` computes ``sqrt(d) h_i^(0) + P[rank_i]`` and maps ranks past its table
+(and padded items) to a padding row that is never trained; here the vector is added to ``h^(0)`` as it
+is and the last learned row is shared. The scores then depend on the row order, as a sequence model's
+(DLCM) do. On whole lists without re-ranking the rows are in file order: leave it off. ``init_scores``
+are not read (the export has no such input).
 
-**Defaults** are the paper's WEB30K setting (the allRank configuration above): ``d_fc = 128``,
-``blocks = 4`` (N), ``heads = 4`` (H), ``d_ff = 512``, ``dropout = 0.3``, no output activation, and the
-loss of its best WEB30K result, NDCGLoss2++ of the LambdaLoss framework (``lambdaloss``, ``mu = 10``,
-``sigma = 1``, the defaults of ``ctxrank.losses.lambdaloss``). ``input_clip`` (1e6, as QILCM's)
-clamps the inputs: a raw 1e30 would overflow the attention logits and the layer norm's variance to inf.
+**Defaults** are allRank's context-aware WEB30K configuration with NDCGLoss2++
+(``reproducibility/configs/contextaware_web30k/ndcgloss2pp.json``): ``d_fc = 128``, ``blocks = 4``
+(``N``), ``heads = 4`` (``h``), ``d_ff = 512``, ``dropout = 0.3``, no output activation, and its loss,
+NDCGLoss2++ of the LambdaLoss framework (``lambdaloss``, ``mu = 10``, ``sigma = 1``, the defaults of
+``ctxrank.losses.lambdaloss``). That is not the best context-aware WEB30K result: allRank's
+reproducibility guide names the ordinal loss the best context-aware ranker (``ordinal.json``: ``d_fc =
+144``, ``h = 2``, ``dropout = 0.4``, a 4-output sigmoid head, which ctxrank does not have) and
+NDCGLoss2++ the best MLP ranker. ``input_clip`` (1e6, as QILCM's) clamps the inputs: a raw 1e30 would
+overflow the attention logits and the layer norm's variance to inf.
+
+**Departures from allRank's code**, besides the rank embedding above: ``torch.nn.LayerNorm`` (biased
+variance, ``eps = 1e-5`` inside the square root) where allRank divides by the unbiased std ``+ 1e-6``;
+only the attention projections are Xavier-initialized (allRank: every weight matrix), the other layers
+keep PyTorch's default initialization.
 """
 
 from __future__ import annotations
@@ -60,16 +73,16 @@ from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_ac
 
 __all__ = ["FC_ACTIVATIONS", "ContextAwareAttention", "ContextAwareAttentionConfig"]
 
-#: activations of the input layer: none (the paper's WEB30K configuration) or one of ``base.ACTIVATIONS``
+#: activations of the input layer: none (allRank's WEB30K configuration) or one of ``base.ACTIVATIONS``
 FC_ACTIVATIONS: tuple[str, ...] = ("identity", *sorted(ACTIVATIONS))
 
 
 @dataclass(frozen=True)
 class ContextAwareAttentionConfig:
-    """Attributes (defaults: the paper's WEB30K setting):
+    """Attributes (defaults: allRank's context-aware WEB30K configuration):
     d_fc: width ``d`` of the input layer's output and of every encoder block (allRank's
         ``fc_model.sizes``, the Transformer's ``d_model``); a multiple of ``heads``.
-    fc_activation: activation after the input layer: ``"identity"`` (none, the paper's WEB30K
+    fc_activation: activation after the input layer: ``"identity"`` (none, allRank's WEB30K
         configuration) or ``"relu"``, ``"elu"``, ``"gelu"``, ``"tanh"``, ``"sigmoid"``.
     blocks: number ``N`` of encoder blocks.
     heads: attention heads ``H`` of each block.

@@ -2,10 +2,13 @@
 
 Qin, Yan, Zhuang, Tay, Pasumarthi, Wang, Bendersky, Najork, "Are Neural Rankers still Outperformed by
 Gradient Boosted Decision Trees?" (ICLR 2021) proposes three counter strategies, an input
-transformation, data augmentation and listwise context, and one network combining them, DASALC. The
-formulas below are the paper's (named by what they are: this file does not cite the paper's equation
-numbers); the widths and the placement of the normalization layers, on which the paper is silent, are
-those of the authors' released TF-Ranking example (``tensorflow_ranking/research/dasalc.py``).
+transformation, data augmentation and listwise context, and one network combining them, DASALC.
+**Sources.** The paper's body text was not available when this was checked (issue 33: only its first
+page could be read), so no section or equation number of it is cited; the formulas below are named by
+what they are and checked against the authors' released TF-Ranking example
+(``tensorflow_ranking/research/dasalc.py`` and the ``DocumentInteractionAttention`` of
+``tensorflow_ranking/python/keras/layers.py`` at commit 672841f, which added the example), whose widths
+and normalization layers this file follows except where listed below.
 
 **1. Input transformation** (the paper's log1p, ``x~ = log_e(1 + |x|) (.) sign(x)``). Not a layer of
 this model: it is the run config's ``transform``, shared by every neural model. DASALC implies
@@ -21,7 +24,9 @@ most 89) and which is not done.
 inputs of every training batch, never at evaluation. Not a layer either: the run config's
 ``train.input_noise = sigma`` (``ctxrank.training.loop``), shared by every neural model, which DASALC
 sets to 1.5 (the authors' Web30K value, ``input_noise_stddev``; their Yahoo value is 4.5, Istella
-0.2). Both towers below read the same noised inputs, as in the authors' code.
+0.2). Both towers below read the same noised inputs. The authors' code draws the noise twice instead:
+the item tower's on its batch-normalized log1p features, the attention tower's on its input projection
+(``ReLU(W_in x~ + b_in)``), independently.
 
 **3. Listwise context by self-attention, combined by a latent cross.** Per list of ``n`` real items
 (``mask`` True), with ``x_i`` the item's input (features and categorical embeddings)::
@@ -48,10 +53,18 @@ Where this implementation departs from the authors' code, for the reason given:
   whatever a raw column holds, so the attention logits cannot overflow float32 (QILCM's
   ``input_clip`` solves the same problem differently).
 * Batch statistics are computed in float64 (features of 1e30 would overflow a float32 variance).
+* The attention tower's input projection is linear and ``heads * head_size`` wide, its heads
+  ``head_size`` wide each; the authors' layer projects to ``head_size`` with a ReLU, and its Keras
+  ``MultiHeadAttention`` (``key_dim = head_size``) maps the ``heads`` heads back to ``head_size``, so its
+  residual stream is ``head_size`` wide.
+* Dropout acts on each attention layer's output, not also on its attention weights (the authors'
+  ``MultiHeadAttention(dropout=...)`` drops both); LayerNorm ``eps`` is torch's 1e-5 (theirs 1e-12).
+* The noise is one draw read by both towers, before the input batch norm (item 2 above).
 * Each self-attention layer is a post-norm residual block without the feed-forward sublayer of a
-  Transformer encoder (the paper describes the MHSA and its stacking, not a feed-forward part).
+  Transformer encoder, as the authors' layer (``LayerNorm(a + Dropout(MHA(a)))``).
 
-**Ensemble** (the paper's "DASALC-ens"): an ensemble of DASALC models whose scores are averaged. In
+**Ensemble** (the paper's "DASALC-ens"): an ensemble of DASALC models, trained alike but for their
+training randomness, whose scores are averaged (not part of the released example). In
 ctxrank that is the run config's ``ensemble = k`` (``ctxrank.training.ensemble``): k complete DASALC
 runs with seeds ``train.seed .. train.seed + k - 1``, scored by the mean of their scores, saved and
 exported as one model. Members differ by their seed only (a member with other hyperparameters is not a

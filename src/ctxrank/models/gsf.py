@@ -1,19 +1,26 @@
 """GSF: Groupwise Scoring Functions (Ai, Wang, Bendersky, Golbandi, Najork; ICTIR 2019).
 
-"Learning Groupwise Multivariate Scoring Functions Using Deep Neural Networks": a scoring function
-``g`` reads the features of a GROUP of ``m`` items at once, concatenated, and gives ``m`` scores, one
-per item of the group; an item's final score aggregates what every group containing it gave it::
+"Learning Groupwise Multivariate Scoring Functions Using Deep Neural Networks", arXiv:1811.04415.
+**Sources.** The paper's body text was not available when this was checked (issue 33: only its
+abstract could be read), so no section or equation number of it is cited; the group sampling and the
+aggregation are checked against the authors' implementation in TF-Ranking
+(``tensorflow_ranking/python/model.py``, ``_GroupwiseRankingModel``, ``_form_group_indices_nd``,
+``_rolling_window_indices``).
+
+A scoring function ``g`` reads the features of a GROUP of ``m`` items at once, concatenated, and gives
+``m`` scores, one per item of the group; an item's final score aggregates what every group containing
+it gave it::
 
     g : R^(m F) -> R^m,   g(x_pi) = MLP([x_pi_1; x_pi_2; ...; x_pi_m])          the groupwise scorer
     s_i = sum over groups pi containing i of g(x_pi)_t,  t = the slot of i in pi   the final score
 
-over the groups ``pi`` of the list, ordered ``m``-tuples of distinct items (the paper's permutations
-of size ``m``). ``m = 1`` is the plain univariate scorer (``mlp``); with ``m > 1`` a score depends on
+over the groups ``pi`` of the list, ordered ``m``-tuples of distinct items (permutations of size
+``m``). ``m = 1`` is the plain univariate scorer (``mlp``); with ``m > 1`` a score depends on
 the other items, the list context.
 
 **Groups** (``model_params.groups``). All ordered ``m``-tuples of distinct items of a list of ``n`` are
-``n! / (n - m)!``: exponential in ``m``, and already quadratic for pairs. The paper makes it practical
-by sampling groups; two forms:
+``n! / (n - m)!``: exponential in ``m``, and already quadratic for pairs. Sampling groups makes it
+practical; two forms:
 
 * ``"all"``: the exact form, every ordered ``m``-tuple of distinct real items (each real item is in
   ``m (n-1)! / (n-m)!`` of them). Permutation equivariant; cost ``O(n^m)`` per list (the memory
@@ -27,12 +34,15 @@ by sampling groups; two forms:
   the real items at every step (torch's generator, which ``train.seed`` seeds: runs stay
   reproducible); at EVALUATION, prediction and in an exported graph it is the row order of the list
   (deterministic; in re-ranking, the initial ranking, so a group holds neighbours in it). Scores then
-  depend on the row order (``reads_order``), like DLCM's.
+  depend on the row order (``reads_order``), like DLCM's. TF-Ranking shuffles in its EVAL mode too and
+  keeps the row order in PREDICT only; its option to average over several shuffles
+  (``num_shuffles``) is not offered.
 
-**Aggregation** (``model_params.reduce``): ``"sum"`` is the paper's sum over groups; ``"mean"``
+**Aggregation** (``model_params.reduce``): ``"sum"`` is the plain sum over groups above; ``"mean"``
 (default) divides it by the number of groups the item is in (``m`` for windows, a per-list constant
-for ``"all"``), as TF-Ranking does: the same ranking, with a scale that does not grow with the list
-length (the softmax losses' temperature stays the same for short and long lists).
+for ``"all"``), as TF-Ranking does (``div_no_nan(scores, counts)``): the same ranking, with a scale
+that does not grow with the list length (the softmax losses' temperature stays the same for short and
+long lists).
 
 **Group size** ``m = 2`` by default: the smallest group that compares items (``m = 1`` has no context),
 and the one for which the exact form is affordable (``O(n^2)``); larger groups are an option and a
@@ -87,7 +97,7 @@ class GSFConfig:
     hidden: hidden widths of the groupwise scorer ``g`` (an MLP from ``m F`` inputs to ``m`` scores).
     activation: activation after each hidden layer (``ctxrank.models.base.ACTIVATIONS``).
     dropout: dropout probability after each hidden layer (training only).
-    reduce: ``"mean"`` (the sum over an item's groups divided by their number) or ``"sum"`` (the paper's
+    reduce: ``"mean"`` (the sum over an item's groups divided by their number) or ``"sum"`` (the plain
         sum).
     """
 

@@ -1,35 +1,38 @@
 """SetRank: a permutation-invariant ranking model (Pang, Xu, Ai, Lan, Cheng, Wen, SIGIR 2020).
 
 "SetRank: Learning a Permutation-Invariant Ranking Model for Information Retrieval", arXiv:1912.05891.
-(Its section and equation numbers below were not checked against the paper's text, which was not at hand;
-every formula is written out.)
+**Sources.** The paper's body text was not available when this was checked (issue 33: only its abstract
+could be read), so no section or equation number of it is cited. The blocks are those of the Set
+Transformer (Lee et al., ICML 2019, arXiv:1810.00825: MAB, SAB, ISAB), which SetRank names MSAB and
+IMSAB; the layers, loss and defaults are checked against the authors' released code, ``pl8787/SetRank``
+(``src/RankTransformer_model.py``, ``src/modules.py``, ``scripts/train_transformer_istella.sh``).
 
 A list is a set: stacked (induced) multi-head self-attention blocks learn every item's representation
 from the whole set, and the scores are permutation-equivariant (permuting the items permutes their
 scores), so the ranking is permutation-invariant. Shapes: ``B`` lists padded to ``L`` items, ``F``
 input features, ``d = d_model``, ``m`` inducing points, ``mask`` (B, L) True = real item.
 
-1. **Representation layer** (sec. 3.2): each item's features are mapped to ``d`` dimensions,
+1. **Representation layer**: each item's features are mapped to ``d`` dimensions,
    ``z_i^(0) = ReLU(W_E x_i + b_E)`` (B, L, d) (the authors' code: one dense ReLU layer, then dropout),
-   plus, with ``rank_embedding``, the ordinal embedding of its initial rank (sec. 3.2, ``X + P``;
-   below).
-2. **Encoding layer** (sec. 3.3): ``blocks`` blocks, each an MSAB or an IMSAB:
+   plus, with ``rank_embedding``, the ordinal embedding of its initial rank (below).
+2. **Encoding layer**: ``blocks`` blocks, each an MSAB or an IMSAB:
 
-   * attention (eq. 2-3): ``Attn(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``,
+   * attention: ``Attn(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``,
      ``Multihead(Q, K, V) = Concat(head_1..head_h) W^O`` (:class:`ctxrank.models._attention.
      MultiHeadAttention`; padded items are keys never attended to);
-   * MAB (eq. 4): ``MAB(Q, K, V) = LN(B + rFF(B))``, ``B = LN(Q + Multihead(Q, K, V))``, ``rFF`` a
+   * MAB: ``MAB(Q, K, V) = LN(B + rFF(B))``, ``B = LN(Q + Multihead(Q, K, V))``, ``rFF`` a
      row-wise feed-forward network ``W_2 ReLU(W_1 x + b_1) + b_2`` of width ``d_ff``
      (:class:`ctxrank.models._attention.AttentionBlock` with ``norm_first=False``);
-   * MSAB (eq. 5): ``MSAB(X) = MAB(X, X, X)``;
-   * IMSAB (eq. 6): ``IMSAB_m(X) = MAB(X, H, H)``, ``H = MAB(I_m, X, X)`` (B, m, d), with ``I_m``
+   * MSAB: ``MSAB(X) = MAB(X, X, X)``;
+   * IMSAB: ``IMSAB_m(X) = MAB(X, H, H)``, ``H = MAB(I_m, X, X)`` (B, m, d), with ``I_m``
      ``m`` learned inducing points (m, d): the items attend to ``m`` summaries of the set instead of to
      each other (``O(L m)`` instead of ``O(L^2)``). The inducing points attend to the real items only.
 
    ``block = "msab"`` stacks MSABs (SetRank_MSAB), ``"imsab"`` IMSABs (SetRank_IMSAB).
-3. **Ranking layer** (sec. 3.4): ``s_i = rFF_1(z_i^(N))``, a linear layer to one score (B, L).
+3. **Ranking layer**: ``s_i = rFF_1(z_i^(N))``, a linear layer to one score (B, L) (the code's
+   ``dense(1)``).
 
-**Loss** (sec. 3.5): the attention rank loss, the cross entropy between the normalized label gains
+**Loss**: the attention rank loss, the cross entropy between the normalized label gains
 ``psi(y_i) / sum_j psi(y_j)`` (``psi(y) = exp(y)`` for ``y > 0``, else 0) and ``softmax(s)``; the
 authors' code computes it as ``softmax_cross_entropy_with_logits`` without any other term, which is
 ``ctxrank.losses.attrank`` with ``form = "dlcm_code"``: :attr:`SetRank.default_loss_params` bind it
@@ -42,14 +45,20 @@ score, ties by a hash of the features, never by file position), a learned ``d``-
 scores then depend on the row order. Without it (default) SetRank is permutation-equivariant.
 ``init_scores`` are not read (the export has no such input).
 
-**Defaults** from the authors' released script (``pl8787/SetRank``,
-``scripts/train_transformer_istella.sh``): ``num_blocks = 6``, ``hidden_units = 256`` (``d``),
-``num_heads = 8``, ``num_induced = 20`` (``m``, for IMSAB), ``dropout_rate = 0.0``; ``rFF`` width ``4 d``
-(their ``feedforward``). Departures from that code, which follow the equations above: the attention
-projections are linear (the code puts a ReLU on ``Q``, ``K``, ``V``), the ordinal embedding is added
-once, to the representation (the code adds it before every block), and no Gaussian kernel or
-multi-layer abstraction of the features (options of their script) is applied.
-``input_clip`` (1e6, as QILCM's) clamps the inputs before the representation layer (overflow guard).
+**Defaults** from the authors' released script (``scripts/train_transformer_istella.sh``):
+``num_blocks = 6``, ``hidden_units = 256`` (``d``), ``num_heads = 8``, ``num_induced = 20`` (``m``),
+``dropout_rate = 0.0``; ``rFF`` width ``4 d`` (their ``feedforward``). One default differs: the
+script's ``num_induced = 20`` makes every block an IMSAB, while ``block`` defaults to ``"msab"``
+(``--set model_params.block=imsab`` is the script's model). Its ``pos_embed = False`` (no ordinal
+embedding) is the default here too. Departures from that code, which follow the formulas above: the
+attention projections are linear (the code puts a ReLU on ``Q``, ``K``, ``V``) and followed by ``W^O``
+(the code has no output projection); an IMSAB is two complete MABs, each with its ``rFF`` (the code
+applies attention, residual and layer norm twice, then one ``rFF``); the ordinal embedding is added once,
+to the representation (the code adds it before every block); dropout also acts after each attention
+sublayer and inside and after each ``rFF`` (the code: on the attention weights and after the
+representation layer only; all are 0 by default); no Gaussian kernel or multi-layer abstraction of the
+features (options of their script) is applied. ``input_clip`` (1e6, as QILCM's) clamps the inputs
+before the representation layer (overflow guard).
 
 **Padding.** A real item's score never depends on the padding: padded items are no key of any query,
 every other operation is per item (``tests/test_attention_rankers.py``).
@@ -81,7 +90,7 @@ class SetRankConfig:
     heads: attention heads of every MAB.
     blocks: number of stacked MSAB / IMSAB blocks.
     d_ff: hidden width of each MAB's row-wise feed-forward network (their code: ``4 d``).
-    block: ``"msab"`` (SetRank_MSAB, eq. 5) or ``"imsab"`` (SetRank_IMSAB, eq. 6).
+    block: ``"msab"`` (SetRank_MSAB) or ``"imsab"`` (SetRank_IMSAB; the blocks of the authors' script).
     inducing_points: ``m``, the learned inducing points of each IMSAB (unused by MSAB).
     dropout: dropout probability after the representation layer, on the attention weights, inside and
         after each feed-forward network and after each attention sublayer (training only).
@@ -134,7 +143,7 @@ class SetRankConfig:
 
 
 class InducedBlock(nn.Module):
-    """IMSAB (SetRank eq. 6): ``MAB(X, H, H)`` with ``H = MAB(I_m, X, X)``, ``I_m`` (m, d) learned
+    """IMSAB: ``MAB(X, H, H)`` with ``H = MAB(I_m, X, X)``, ``I_m`` (m, d) learned
     (initialized ``N(0, 0.1^2)``, as the authors' code)."""
 
     def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float, m: int) -> None:
@@ -151,7 +160,7 @@ class InducedBlock(nn.Module):
 
 
 class SetBlock(nn.Module):
-    """MSAB (SetRank eq. 5): ``MAB(X, X, X)``."""
+    """MSAB: ``MAB(X, X, X)``."""
 
     def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float) -> None:
         super().__init__()
@@ -214,7 +223,7 @@ class SetRank(RankingModule):
     def encode(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``z^(N)`` (B, L, d), the encoding layer's output (sec. 3.3)."""
+        """``z^(N)`` (B, L, d), the encoding layer's output."""
         self.check_mask(features, mask)
         x = self.item_inputs(features, categorical)  # (B, L, F')
         if self.config.input_clip is not None:
