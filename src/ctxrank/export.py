@@ -19,17 +19,20 @@ ctxrank nor its normalizer at serving time. The file holds a :class:`ServingMode
 No registered model reads ``init_scores`` (their forward ignores them; DLCM dropped the authors'
 residual), so they are never an input (``tests/test_export.py`` checks this for every model).
 
-**Re-ranking models** (``rerank.initial = "lambdamart"``): only the neural re-ranker is exported. The
-caller must build its input as :func:`ctxrank.training.rerank.prepare_split` does: score every item with the
-initial ranker (LightGBM's ``DIR/initial/model.txt``), keep each query's top ``top_k`` ordered by
-descending initial score (ties by input position) and append ``initial_rank`` (1-based, within the full
-query) and/or ``initial_score`` as the last feature columns (``rerank`` in ``ctxrank.json`` says which).
-The items cut off follow the re-ranked ones in their initial order
-(:func:`ctxrank.training.rerank.merge_scores`).
+**Re-ranking models** (``rerank.initial = "lambdamart"``): ONNX only, ONE graph of the whole pipeline
+(:mod:`ctxrank.serving.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top
+``top_k`` cut with the project's order-free tie rule, the ``initial_rank`` / ``initial_score``
+features, the normalizer and re-ranker, and the merge, on the same inputs as above (the F raw features
+of the initial ranker); ``scores`` are ``-rank`` per row (re-ranked top k first, then the cut items
+in initial order), the values of ``load_model(dir).predict`` (:func:`ctxrank.training.rerank.
+merge_scores`). The re-ranker is exported with the initial scores as an input, which
+:func:`ctxrank.serving.pipeline.splice_trees` replaces by the tree nodes. TorchScript cannot hold the
+trees: refused, pointing to ONNX. The check compares the file with ``predict`` on lists of ``top_k +
+3`` items (up to ``top_k`` = :data:`CHECK_MAX_TOP_K`) with tied initial scores.
 
 **Seed ensembles** (``ensemble = k``): one graph, :class:`EnsembleServing`, the mean of the k members'
-serving models on the same inputs (a re-ranking ensemble's members share one initial ranker, so the
-input is built once, as above).
+serving models on the same inputs (a re-ranking ensemble's members share one initial ranker: one
+pipeline graph whose re-ranker is the ensemble).
 
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
@@ -64,11 +67,11 @@ from ctxrank._io import atomic_write
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import TRANSFORMS, Transform
+from ctxrank.serving.pipeline import RerankServing, splice_trees
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
-from ctxrank.serving.pipeline import RerankServing, splice_trees
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -76,8 +79,8 @@ __all__ = [
     "EnsembleServing",
     "ExportResult",
     "ServingModel",
-    "pipeline_inputs",
     "export_model",
+    "pipeline_inputs",
     "serving_model",
 ]
 
@@ -388,24 +391,18 @@ def pipeline_inputs(
     columns), with ties: each list's items 1 and 2 copy item 0 (same initial score, identical
     features) and item 3 copies item 0's features but one (a tie of the trees' scores wherever that
     feature is not split on); ``initial_scores`` are LightGBM's for the real items, 0 at padding."""
-    g = torch.Generator().manual_seed(seed)
-    F = serving.n_features
-    u = torch.rand(batch, length, serving.reranker.n_features, generator=g)
-    features = serving.normalizer.raw_like(u)[..., :F].clone()
+    features, mask, *codes = example_inputs(serving.reranker, batch, length, seed)
+    real = mask[..., None]
+    features = features[..., : serving.n_features].clone()
     n_copy = min(3, length)
     features[:, 1:n_copy] = features[:, :1]
-    if length > 3 and F > 1:
+    if length > 3 and serving.n_features > 1:
         features[:, 3, 1:] = features[:, 0, 1:]
-    lengths = torch.randint(1, length + 1, (batch,), generator=g)
-    lengths[0] = length
-    mask = torch.arange(length)[None, :] < lengths[:, None]
-    features = torch.where(mask[..., None], features, torch.zeros_like(features))
-    codes = None
-    if serving.n_categorical:
-        cards = serving.model.categorical_cardinalities
-        codes = torch.stack([torch.randint(0, c, (batch, length), generator=g) for c in cards], dim=-1)
+    features = torch.where(real, features, torch.zeros_like(features))
+    codes = codes[0].clone() if codes else None
+    if codes is not None:
         codes[:, 1:n_copy] = codes[:, :1]
-        codes = torch.where(mask[..., None], codes, torch.zeros_like(codes))
+        codes = torch.where(real, codes, torch.zeros_like(codes))
     data = _batch_data(predictor, features, mask, codes)
     initial = _initial_ranker(predictor)[0]
     scores = torch.zeros(batch, length, dtype=torch.float64)

@@ -84,8 +84,12 @@ def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     mantissa = torch.where(normal, (safe / scale - 1.0) * 2.0**23, safe * 2.0**149)
     exponent = torch.where(normal, e + 127.0, torch.zeros_like(e))
     special = nan | inf | zero
-    mantissa = torch.where(special, torch.where(nan, torch.full_like(a, 2.0**22), torch.zeros_like(a)), mantissa)
-    exponent = torch.where(special, torch.where(zero, torch.zeros_like(a), torch.full_like(a, 255.0)), exponent)
+    mantissa = torch.where(
+        special, torch.where(nan, torch.full_like(a, 2.0**22), torch.zeros_like(a)), mantissa
+    )
+    exponent = torch.where(
+        special, torch.where(zero, torch.zeros_like(a), torch.full_like(a, 255.0)), exponent
+    )
     high_m = torch.floor(mantissa / _LIMB)
     low = mantissa - high_m * _LIMB
     high = negative.double() * 2.0**15 + exponent * 2.0**7 + high_m
@@ -94,7 +98,9 @@ def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _limbs(mult: np.ndarray) -> torch.Tensor:
     """int64 (4, F): the 16-bit limbs of uint64 (F,) constants, least significant first."""
-    return torch.from_numpy(np.stack([(mult >> np.uint64(16 * j)) & np.uint64(0xFFFF) for j in range(4)]).astype(np.int64))
+    return torch.from_numpy(
+        np.stack([(mult >> np.uint64(16 * j)) & np.uint64(0xFFFF) for j in range(4)]).astype(np.int64)
+    )
 
 
 def _floor_div(x: torch.Tensor, d: int) -> torch.Tensor:
@@ -174,7 +180,9 @@ class RerankServing(nn.Module):
         top_k, rank_feature, score_feature: ``ctxrank.json["rerank"]``.
     """
 
-    def __init__(self, reranker: nn.Module, n_features: int, top_k: int, rank_feature: bool, score_feature: bool) -> None:
+    def __init__(
+        self, reranker: nn.Module, n_features: int, top_k: int, rank_feature: bool, score_feature: bool
+    ) -> None:
         super().__init__()
         extra = int(rank_feature) + int(score_feature)
         if reranker.n_features != n_features + extra:
@@ -184,7 +192,11 @@ class RerankServing(nn.Module):
             )
         self.reranker = reranker.eval()
         self.n_features, self.n_categorical = int(n_features), int(reranker.n_categorical)
-        self.top_k, self.rank_feature, self.score_feature = int(top_k), bool(rank_feature), bool(score_feature)
+        self.top_k, self.rank_feature, self.score_feature = (
+            int(top_k),
+            bool(rank_feature),
+            bool(score_feature),
+        )
         self.register_buffer("hash_limbs", _limbs(feature_hash_multipliers(n_features)))
 
     # the re-ranker's, for ctxrank.export's example inputs and messages
@@ -231,10 +243,16 @@ class RerankServing(nn.Module):
         kp = kq.transpose(1, 2)
         before = kept_mask.unsqueeze(2) & ((yq > yp) | ((yq == yp) & (kq < kp)))
         kept_rank = before.long().sum(dim=1)  # (B, L')
-        by_place = torch.where(row < self.top_k, torch.gather(kept_rank, 1, row.clamp(max=self.top_k - 1)), row)
+        by_place = torch.where(
+            row < self.top_k, torch.gather(kept_rank, 1, row.clamp(max=self.top_k - 1)), row
+        )
 
         # interchangeable rows: adjacent in the initial order, same score, identical features
-        f_sorted, s_sorted, m_sorted = _take(features, order), _take(initial_scores, order), _take(mask, order)
+        f_sorted, s_sorted, m_sorted = (
+            _take(features, order),
+            _take(initial_scores, order),
+            _take(mask, order),
+        )
         previous = torch.cat([order[:, :1], order[:, :-1]], dim=1)
         same = (
             (row > 0)
@@ -280,7 +298,16 @@ def _lgb_node_attrs(booster: Any, n_trees: int) -> dict[str, Any]:
 
     def split(node: dict, t: int) -> int:
         i = len(a["modes"])
-        for key in ("featureids", "modes", "splits", "truenodeids", "trueleafs", "falsenodeids", "falseleafs", "missing"):
+        for key in (
+            "featureids",
+            "modes",
+            "splits",
+            "truenodeids",
+            "trueleafs",
+            "falsenodeids",
+            "falseleafs",
+            "missing",
+        ):
             a[key].append(0)
         a["featureids"][i] = int(node["split_feature"])
         kind, missing = node["decision_type"], node["missing_type"]
@@ -313,8 +340,9 @@ def _lgb_node_attrs(booster: Any, n_trees: int) -> dict[str, Any]:
         if "leaf_value" in root:  # a one-leaf tree: a split whose both ways reach the leaf
             i = len(a["modes"])
             target = leaf(root["leaf_value"], t)
-            for key, value in (("featureids", 0), ("modes", 0), ("splits", 0.0), ("truenodeids", target),
-                               ("trueleafs", 1), ("falsenodeids", target), ("falseleafs", 1), ("missing", 1)):  # fmt: skip
+            one_leaf = {"featureids": 0, "modes": 0, "splits": 0.0, "truenodeids": target, "trueleafs": 1,
+                        "falsenodeids": target, "falseleafs": 1, "missing": 1}  # fmt: skip
+            for key, value in one_leaf.items():
                 a[key].append(value)
             a["roots"].append(i)
         else:
@@ -344,7 +372,9 @@ def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, 
     row = f"{p}x64"
     if n_categorical:
         nodes += [
-            helper.make_node("Cast", ["categorical"], [f"{p}c64"], to=TensorProto.DOUBLE, name=f"{p}cast_codes"),
+            helper.make_node(
+                "Cast", ["categorical"], [f"{p}c64"], to=TensorProto.DOUBLE, name=f"{p}cast_codes"
+            ),
             helper.make_node("Concat", [row, f"{p}c64"], [f"{p}xc"], axis=-1, name=f"{p}concat"),
         ]
         row = f"{p}xc"
@@ -372,7 +402,9 @@ def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, 
         helper.make_node("Abs", [f"{p}rows"], [f"{p}abs"], name=f"{p}abs"),
         helper.make_node("LessOrEqual", [f"{p}abs", f"{p}zero_threshold"], [f"{p}tiny"], name=f"{p}tiny"),
         helper.make_node("Where", [f"{p}tiny", f"{p}zero", f"{p}rows"], [f"{p}input"], name=f"{p}input"),
-        helper.make_node("TreeEnsemble", [f"{p}input"], [f"{p}leaves"], domain="ai.onnx.ml", name=f"{p}trees", **ensemble),
+        helper.make_node(
+            "TreeEnsemble", [f"{p}input"], [f"{p}leaves"], domain="ai.onnx.ml", name=f"{p}trees", **ensemble
+        ),
         helper.make_node("Transpose", [f"{p}leaves"], [f"{p}by_tree"], perm=[1, 0], name=f"{p}by_tree"),
         helper.make_node("CumSum", [f"{p}by_tree", f"{p}axis0"], [f"{p}prefix"], name=f"{p}prefix"),
         helper.make_node("Gather", [f"{p}prefix", f"{p}last"], [f"{p}total"], axis=0, name=f"{p}total"),
