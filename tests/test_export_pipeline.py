@@ -405,3 +405,26 @@ def test_why_not_onnxmltools(capsys):
 
 def _session_of(proto):
     return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_pipeline_of_the_apis_rerank_pipeline(tmp_path):
+    """``RerankPipeline.fit(...).save(dir)`` then ``export_model(dir)``: each query's rows, in the
+    caller's order, give ``pipe.predict``'s scores (rows of X not grouped by query)."""
+    from ctxrank.api import LambdaMARTRanker, MLPRanker, RerankPipeline
+
+    rng = np.random.default_rng(0)
+    qid = np.repeat(np.arange(20), rng.integers(2, 9, 20))
+    rng.shuffle(qid)
+    X = rng.normal(size=(qid.size, 4)).astype(np.float32)
+    X[1::4] = X[::4][: X[1::4].shape[0]]  # copies across and within queries: tied initial scores
+    y = np.digitize(X @ np.linspace(1, -0.5, 4), [0.5, 1.5])
+    small = {"max_epochs": 1, "threads": 1, "batch_size": 8, "hidden": [8]}
+    pipe = RerankPipeline(LambdaMARTRanker(n_estimators=5, min_data_in_leaf=1), MLPRanker(**small), top_k=3)
+    scores = pipe.fit(X, y, qid=qid).predict(X, qid=qid)
+    pipe.save(tmp_path / "r")
+    export_model(tmp_path / "r", "onnx", tmp_path / "r.onnx")
+    session = _session(tmp_path / "r.onnx")
+    for q in np.unique(qid):
+        rows = np.flatnonzero(qid == q)
+        got = session.run(["scores"], {"features": X[rows][None], "mask": np.ones((1, rows.size), bool)})[0]
+        np.testing.assert_allclose(got[0], scores[rows], rtol=0, atol=TOL)
