@@ -67,7 +67,7 @@ from ctxrank._io import atomic_write
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import TRANSFORMS, Transform
-from ctxrank.serving.pipeline import RerankServing, splice_trees
+from ctxrank.serving.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.predict import TorchPredictor
@@ -80,7 +80,6 @@ __all__ = [
     "ExportResult",
     "ServingModel",
     "export_model",
-    "pipeline_inputs",
     "serving_model",
 ]
 
@@ -332,11 +331,11 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             ref = serving(*check_inputs)
         run_inputs = check_inputs
     else:  # the trees' scores are an input of the traced module, the written file computes them
-        traced_inputs = pipeline_inputs(serving, predictor, 3, 5, seed=0)
+        traced_inputs = _pipeline_inputs(serving, predictor, 3, 5, seed=0)
         length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3  # the cut is exercised
-        check_inputs = pipeline_inputs(serving, predictor, 4, length, seed=1)
+        check_inputs = _pipeline_inputs(serving, predictor, 4, length, seed=1)
         run_inputs = _without_initial_scores(check_inputs)
-        ref = _predict_batch(predictor, serving, run_inputs)
+        ref = _predict_batch(predictor, run_inputs)
     diff = math.nan
 
     def write(tmp: Path) -> None:
@@ -383,7 +382,7 @@ def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
     return first.initial, first.meta
 
 
-def pipeline_inputs(
+def _pipeline_inputs(
     serving: RerankServing, predictor: Any, batch: int, length: int, seed: int = 0
 ) -> tuple[torch.Tensor, ...]:
     """A random batch for a re-ranking pipeline: ``(features, mask, initial_scores[, categorical])`` as
@@ -435,7 +434,7 @@ def _batch_data(predictor: Any, features: torch.Tensor, mask: torch.Tensor, code
     )
 
 
-def _predict_batch(predictor: Any, serving: RerankServing, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def _predict_batch(predictor: Any, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """``predictor.predict`` (the library's whole re-ranking) on a padded batch -> (B, L), 0 at padding."""
     features, mask = inputs[:2]
     codes = inputs[2] if len(inputs) > 2 else None
@@ -499,7 +498,6 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
             "scores are -rank, equal to ctxrank predict's."
         )
     return file_meta, notes
-    return file_meta, notes
 
 
 def _write_torchscript(serving: ServingModel, inputs, check_inputs, path: Path, file_meta) -> None:
@@ -529,7 +527,7 @@ def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta, initial=No
     onnx = _need("onnx")
     names = [r[0] for r in _describe_inputs(serving)]
     if initial is not None:
-        names.insert(2, "initial_scores")  # RerankServing.forward(features, mask, initial_scores, ...)
+        names.insert(2, INITIAL_SCORES)  # RerankServing.forward(features, mask, initial_scores, ...)
     try:
         torch.onnx.export(
             serving,
