@@ -16,7 +16,13 @@ import torch
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli import main
 from ctxrank.config import resolve_config
-from ctxrank.data.lists import _feature_hash, initial_order, iterate_batches, scatter_scores
+from ctxrank.data.lists import (
+    _feature_hash,
+    feature_hash_multipliers,
+    initial_order,
+    iterate_batches,
+    scatter_scores,
+)
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.export import export_model
 from ctxrank.serving.pipeline import INITIAL_SCORES, ML_OPSET, feature_hash, float32_bits, tree_nodes
@@ -145,10 +151,7 @@ def _special_floats(rng) -> np.ndarray:
 class _Bits(torch.nn.Module):
     def __init__(self, n_features):
         super().__init__()
-        self.register_buffer(
-            "limbs",
-            hash_limbs(__import__("ctxrank.data.lists").data.lists.feature_hash_multipliers(n_features)),
-        )
+        self.register_buffer("limbs", hash_limbs(feature_hash_multipliers(n_features)))
 
     def forward(self, x):
         hi, lo = float32_bits(x)
