@@ -28,7 +28,8 @@ A model trained with ``rerank.initial = "lambdamart"`` scores a query in four st
 
 Steps 2-4 are a torch module, exported by ``torch.onnx.export`` with the initial scores as an input;
 :func:`splice_trees` then replaces that input by the tree nodes (graph surgery, not
-``onnx.compose.merge_models``, which refuses two graphs that read the same input ``features``).
+``onnx.compose.merge_models``: both graphs read the input ``features``, which the merged graph
+would list twice, and onnx 1.23's checker refuses that as not in SSA form).
 Sorting is done by pairwise comparisons ((B, L, L) booleans): exact for any key, no stable sort needed,
 and the list length stays dynamic. TorchScript cannot hold LightGBM's trees: a re-ranking model exports
 to ONNX only.
