@@ -21,7 +21,6 @@ from ctxrank.data.transforms import TRANSFORMS, GlobalMinMax, Transform, make_tr
 from ctxrank.export import EXPORT_FORMATS, ONNX_OPSET, FeatureNormalizer, export_model
 from ctxrank.registry import MODELS, is_baseline, make_model
 from ctxrank.training.checkpoint import load_model
-from ctxrank.training.rerank import prepare_split
 from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
@@ -313,19 +312,8 @@ def test_export_with_categorical_columns(name, fmt, saved, table_splits, tmp_pat
     assert result.inputs[2][1:3] == ("[B, L, 2]", "int64")
 
 
-@pytest.mark.parametrize("fmt", EXPORT_FORMATS)
-def test_rerank_model_exports_its_reranker(fmt, saved, data, tmp_path):
-    sets = ["rerank.initial=lambdamart", "rerank.top_k=4", "rerank.initial_params.n_estimators=5"]
-    model_dir = saved("qilcm", *sets)
-    predictor = load_model(model_dir)
-    test = data[2]
-    split = prepare_split(test, predictor.initial.predict(test), k=4, rank_feature=True)
-    assert split.top.feature_names[-1] == "initial_rank"
-    reference = predictor.reranker.predict(split.top, init_scores=split.top_initial_scores)
-    _check_parity(model_dir, fmt, split.top, tmp_path, reference=reference)
-    result = export_model(model_dir, fmt, tmp_path / "m")
-    assert result.inputs[0][1] == f"[B, L, {test.n_features + 1}]"
-    assert "only the neural re-ranker" in result.notes[0] and "initial_rank" in result.notes[0]
+# a re-ranking model (rerank.initial = lambdamart) exports as one graph of the whole pipeline:
+# tests/test_export_pipeline.py
 
 
 # ------------------------------------------------------------------------------------- CLI

@@ -3,7 +3,7 @@ import goes down the layering; imports inside functions only for a listed reason
 
 Every import statement is read with ``ast`` (module level, inside functions, under ``TYPE_CHECKING``,
 relative ones too), so a deferred import cannot hide a cycle. Layering, top to bottom (see
-docs/architecture.md): cli -> api / experiments / tune / export -> training -> config -> registry ->
+docs/architecture.md): cli -> api / experiments / tune / export / serving -> training -> config -> registry ->
 models, losses, arsm, baselines -> data, metrics -> _io, _checks.
 """
 
@@ -22,7 +22,10 @@ ROOT = SRC / "ctxrank"
 # (layer, module-name prefixes), top layer first; a module may import its own layer or lower ones
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("ctxrank.cli", "ctxrank.__main__")),
-    ("applications", ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export")),
+    (
+        "applications",
+        ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export", "ctxrank.serving"),
+    ),
     ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
@@ -287,6 +290,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("experiments/executors.py", "optuna"): OPTIONAL,
     ("experiments/executors.py", "ray"): OPTIONAL,
     ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
+    ("serving/pipeline.py", "onnx"): OPTIONAL,  # the export extra
     ("experiments/report.py", "matplotlib"): FIGURES,
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,

@@ -19,17 +19,20 @@ ctxrank nor its normalizer at serving time. The file holds a :class:`ServingMode
 No registered model reads ``init_scores`` (their forward ignores them; DLCM dropped the authors'
 residual), so they are never an input (``tests/test_export.py`` checks this for every model).
 
-**Re-ranking models** (``rerank.initial = "lambdamart"``): only the neural re-ranker is exported. The
-caller must build its input as :func:`ctxrank.training.rerank.prepare_split` does: score every item with the
-initial ranker (LightGBM's ``DIR/initial/model.txt``), keep each query's top ``top_k`` ordered by
-descending initial score (ties by input position) and append ``initial_rank`` (1-based, within the full
-query) and/or ``initial_score`` as the last feature columns (``rerank`` in ``ctxrank.json`` says which).
-The items cut off follow the re-ranked ones in their initial order
-(:func:`ctxrank.training.rerank.merge_scores`).
+**Re-ranking models** (``rerank.initial = "lambdamart"``): ONNX only, ONE graph of the whole pipeline
+(:mod:`ctxrank.serving.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top
+``top_k`` cut with the project's order-free tie rule, the ``initial_rank`` / ``initial_score``
+features, the normalizer and re-ranker, and the merge, on the same inputs as above (the F raw features
+of the initial ranker); ``scores`` are ``-rank`` per row (re-ranked top k first, then the cut items
+in initial order), the values of ``load_model(dir).predict`` (:func:`ctxrank.training.rerank.
+merge_scores`). The re-ranker is exported with the initial scores as an input, which
+:func:`ctxrank.serving.pipeline.splice_trees` replaces by the tree nodes. TorchScript cannot hold the
+trees: refused, pointing to ONNX. The check compares the file with ``predict`` on lists of ``top_k +
+3`` items (up to ``top_k`` = :data:`CHECK_MAX_TOP_K`) with tied initial scores.
 
 **Seed ensembles** (``ensemble = k``): one graph, :class:`EnsembleServing`, the mean of the k members'
-serving models on the same inputs (a re-ranking ensemble's members share one initial ranker, so the
-input is built once, as above).
+serving models on the same inputs (a re-ranking ensemble's members share one initial ranker: one
+pipeline graph whose re-ranker is the ensemble).
 
 **Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
 ``model.txt`` in a LambdaMART directory is its serving format.
@@ -61,7 +64,10 @@ import torch
 from torch import nn
 
 from ctxrank._io import atomic_write
+from ctxrank.baselines.lambdamart import LambdaMART
+from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import TRANSFORMS, Transform
+from ctxrank.serving.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.predict import TorchPredictor
@@ -83,6 +89,8 @@ ONNX_OPSET = 17
 #: batch: far above float32 rounding (QILCM's query normalization amplifies it, docs/export.md), far
 #: below what a trace that does not generalize gives (an unrolled DLCM loop: 0.5)
 CHECK_ATOL, CHECK_RTOL = 1e-4, 1e-4
+#: a re-ranking pipeline is checked on lists of top_k + 3 items (the cut exercised) up to this top_k
+CHECK_MAX_TOP_K = 200
 META_NAME = "ctxrank.json"  # TorchScript extra file / ONNX metadata key with the input description
 
 
@@ -300,15 +308,34 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
         raise ValueError(f"{model_dir}: no such model directory")
     meta = read_meta(model_dir)
     predictor = load_model(model_dir)
+    initial = _initial_ranker(predictor)
+    if initial is not None and fmt != "onnx":
+        raise ValueError(
+            "a re-ranking model exports as one ONNX graph of the whole pipeline (LightGBM's trees, the "
+            f"top-k cut, the re-ranker, the merge): use --format onnx; {fmt} cannot hold LightGBM's trees"
+        )
     serving = serving_model(predictor).eval()
+    if initial is not None:
+        rr = initial[1]
+        serving = RerankServing(
+            serving, initial[0].n_features, rr["top_k"], rr["rank_feature"], rr["score_feature"]
+        ).eval()
     file_meta, notes = _file_meta(serving, meta, predictor, model_dir)
     if fmt == "onnx":  # before any work: both are needed (export, check)
         _need("onnx")
         _need("onnxruntime")
-    traced_inputs = example_inputs(serving, 3, 5, seed=0)
-    check_inputs = example_inputs(serving, 4, 7, seed=1)
-    with torch.no_grad():
-        ref = serving(*check_inputs)
+    if initial is None:
+        traced_inputs = example_inputs(serving, 3, 5, seed=0)
+        check_inputs = example_inputs(serving, 4, 7, seed=1)
+        with torch.no_grad():
+            ref = serving(*check_inputs)
+        run_inputs = check_inputs
+    else:  # the trees' scores are an input of the traced module, the written file computes them
+        traced_inputs = _pipeline_inputs(serving, predictor, 3, 5, seed=0)
+        length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3  # the cut is exercised
+        check_inputs = _pipeline_inputs(serving, predictor, 4, length, seed=1)
+        run_inputs = _without_initial_scores(check_inputs)
+        ref = _predict_batch(predictor, run_inputs)
     diff = math.nan
 
     def write(tmp: Path) -> None:
@@ -323,9 +350,9 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
             if fmt == "torchscript":
                 _write_torchscript(serving, traced_inputs, check_inputs, tmp, file_meta)
             else:
-                _write_onnx(serving, traced_inputs, tmp, file_meta)
-            got = _run_written(tmp, fmt, check_inputs)
-        diff = _check(ref, got, check_inputs[1], fmt)
+                _write_onnx(serving, traced_inputs, tmp, file_meta, initial)
+            got = _run_written(tmp, fmt, run_inputs)
+        diff = _check(ref, got, run_inputs[1], fmt)
 
     out = Path(out)
     atomic_write(out, write)
@@ -341,6 +368,80 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
         notes=notes,
         meta=file_meta,
     )
+
+
+def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
+    """(LambdaMART, ``ctxrank.json["rerank"]``) of a re-ranking model or ensemble; None otherwise."""
+    first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
+    if not isinstance(first, RerankPredictor):
+        return None
+    if not isinstance(first.initial, LambdaMART):
+        raise ValueError(
+            f"the initial ranker is a {type(first.initial).__name__}; only LambdaMART's trees are exported"
+        )
+    return first.initial, first.meta
+
+
+def _pipeline_inputs(
+    serving: RerankServing, predictor: Any, batch: int, length: int, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    """A random batch for a re-ranking pipeline: ``(features, mask, initial_scores[, categorical])`` as
+    :func:`example_inputs` builds them (raw features from the re-ranker's normalizer, its first F
+    columns), with ties: each list's items 1 and 2 copy item 0 (same initial score, identical
+    features) and item 3 copies item 0's features but one (a tie of the trees' scores wherever that
+    feature is not split on); ``initial_scores`` are LightGBM's for the real items, 0 at padding."""
+    features, mask, *codes = example_inputs(serving.reranker, batch, length, seed)
+    real = mask[..., None]
+    features = features[..., : serving.n_features].clone()
+    n_copy = min(3, length)
+    features[:, 1:n_copy] = features[:, :1]
+    if length > 3 and serving.n_features > 1:
+        features[:, 3, 1:] = features[:, 0, 1:]
+    features = torch.where(real, features, torch.zeros_like(features))
+    codes = codes[0].clone() if codes else None
+    if codes is not None:
+        codes[:, 1:n_copy] = codes[:, :1]
+        codes = torch.where(real, codes, torch.zeros_like(codes))
+    data = _batch_data(predictor, features, mask, codes)
+    initial = _initial_ranker(predictor)[0]
+    scores = torch.zeros(batch, length, dtype=torch.float64)
+    scores[mask] = torch.from_numpy(initial.predict(data))
+    return (features, mask, scores) + ((codes,) if codes is not None else ())
+
+
+def _without_initial_scores(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return inputs[:2] + inputs[3:]
+
+
+def _batch_data(predictor: Any, features: torch.Tensor, mask: torch.Tensor, codes: torch.Tensor | None):
+    """The real items of a padded batch as RankingData, one query a row."""
+    lengths = mask.sum(dim=1).numpy()
+    first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
+    reranker = first.reranker.model
+    categorical = {}
+    if codes is not None:
+        categorical = dict(
+            categorical=codes[mask].numpy().astype(np.int64),
+            categorical_names=tuple(f"c{i}" for i in range(codes.shape[-1])),
+            categorical_cardinalities=tuple(int(c) for c in reranker.categorical_cardinalities),
+        )
+    return RankingData(
+        features=features[mask].numpy().astype(np.float32),
+        labels=np.zeros(int(lengths.sum()), dtype=np.float32),
+        query_ids=np.array([f"q{i}" for i in range(len(lengths))]),
+        query_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        **categorical,
+    )
+
+
+def _predict_batch(predictor: Any, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``predictor.predict`` (the library's whole re-ranking) on a padded batch -> (B, L), 0 at padding."""
+    features, mask = inputs[:2]
+    codes = inputs[2] if len(inputs) > 2 else None
+    scores = predictor.predict(_batch_data(predictor, features, mask, codes))
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    out[mask] = torch.from_numpy(np.asarray(scores, dtype=np.float32))
+    return out
 
 
 def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -383,16 +484,18 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
     notes = []
     if isinstance(predictor, RerankPredictor):
         rr = predictor.meta
-        flags = (("initial_rank", rr["rank_feature"]), ("initial_score", rr["score_feature"]))
-        added = [name for name, on in flags if on]
+        n = int(predictor.initial.n_features)
+        file_meta["feature_names"] = file_meta["feature_names"][:n]  # the initial ranker's: raw features
         file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
+        file_meta["rerank"]["trees"] = int(predictor.initial.best_iteration_)
+        file_meta["output"] = [
+            "scores", "[B, L]", "float32",
+            "-rank per item, the re-ranked top k first, then the rest in initial order (0 at padding)",
+        ]  # fmt: skip
         notes.append(
-            "re-ranking model: only the neural re-ranker is exported. Build its lists as "
-            "ctxrank.training.rerank.prepare_split does: score every item with the initial ranker "
-            f"({model_dir / rr['dir'] / 'model.txt'}), keep each query's top {rr['top_k']} in descending "
-            "initial score (ties by input position)"
-            + (f", append {' and '.join(added)} as the last feature column(s)" if added else "")
-            + "; the items cut off follow the re-ranked ones in their initial order."
+            f"re-ranking model: the whole pipeline is one graph (LightGBM's {file_meta['rerank']['trees']} "
+            f"trees, the top {rr['top_k']} cut with ctxrank's tie rule, the re-ranker, the merge); the "
+            "scores are -rank, equal to ctxrank predict's."
         )
     return file_meta, notes
 
@@ -417,9 +520,14 @@ def _need(module: str) -> Any:
         raise ValueError(f"ONNX export needs the {module} package: pip install 'ctxrank[export]'") from None
 
 
-def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta) -> None:
+def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta, initial=None) -> None:
+    """``torch.onnx.export``; a re-ranking pipeline (``initial``: LambdaMART and its ``rerank`` meta)
+    is exported with ``initial_scores`` as an input, which :func:`ctxrank.serving.pipeline.splice_trees`
+    then replaces by LightGBM's trees."""
     onnx = _need("onnx")
     names = [r[0] for r in _describe_inputs(serving)]
+    if initial is not None:
+        names.insert(2, INITIAL_SCORES)  # RerankServing.forward(features, mask, initial_scores, ...)
     try:
         torch.onnx.export(
             serving,
@@ -434,6 +542,9 @@ def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta) -> None:
     except Exception as exc:  # an op without an ONNX form, ...
         raise ValueError(f"ONNX export of {serving.model.name} failed: {exc}") from exc
     proto = onnx.load(str(path))
+    if initial is not None:
+        lgbm = initial[0]
+        splice_trees(proto, lgbm.booster_, lgbm.best_iteration_, lgbm.n_features_in_, lgbm.n_categorical_in_)
     _elu_as_exp(proto.graph, onnx)
     entry = proto.metadata_props.add()
     entry.key, entry.value = META_NAME, json.dumps(file_meta)

@@ -69,8 +69,10 @@ def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "(onnxruntime) file that scores RAW features: (features (B, L, F) "
             "float32, mask (B, L) bool[, categorical (B, L, C) int64]) -> scores (B, L); the saved "
             "normalizer runs inside the graph. The written file is loaded back and checked against the "
-            "model. ONNX needs `pip install 'ctxrank[export]'`. A re-ranking model exports its neural "
-            "re-ranker only; baselines (LambdaMART: use its model.txt) are refused. See docs/export.md."
+            "model. ONNX needs `pip install 'ctxrank[export]'`. A re-ranking model (--initial lambdamart) "
+            "exports to ONNX as one graph of the whole pipeline (LightGBM's trees, the top-k cut, the "
+            "re-ranker, the merge: scores = -rank, as `ctxrank predict`); baselines (LambdaMART: use its "
+            "model.txt) are refused. See docs/export.md."
         ),
     )
     p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")

@@ -27,6 +27,7 @@ from ctxrank.data.ranking_data import RankingData
 __all__ = [
     "DEFAULT_TOP_K",
     "ListBatch",
+    "feature_hash_multipliers",
     "initial_order",
     "iterate_batches",
     "pad_queries",
@@ -366,11 +367,18 @@ DEFAULT_TOP_K = 100  #: items kept per query by the re-ranking protocol (the DLC
 _TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
 
 
+def feature_hash_multipliers(n_features: int) -> np.ndarray:
+    """uint64 (F,) the odd constants of the tie rule's hash (:func:`_feature_hash`), drawn once from a
+    fixed seed; the exported re-ranking pipeline (``ctxrank.serving.pipeline``) stores them."""
+    draws = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=n_features, dtype=np.uint64)
+    return draws | np.uint64(1)
+
+
 def _feature_hash(features: np.ndarray) -> np.ndarray:
     """uint64 [n] a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
     the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
     n, f = features.shape
-    mult = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=f, dtype=np.uint64) | np.uint64(1)
+    mult = feature_hash_multipliers(f)
     bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
     h = np.zeros(n, dtype=np.uint64)
     for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
