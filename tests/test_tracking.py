@@ -107,7 +107,7 @@ def test_a_missing_package_names_the_extra(monkeypatch, tmp_path):
 def test_neither_tracker_is_imported_without_track():
     code = (
         "import sys, ctxrank, ctxrank.cli.train, ctxrank.cli.tune, ctxrank.cli.experiment, ctxrank.tracking\n"
-        "from ctxrank.cli import build_parser; build_parser()\n"
+        "from ctxrank.cli import build_parser; build_parser(['train', 'tune', 'experiment'])\n"
         "bad = [m for m in ('mlflow', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules]\n"
         "assert not bad, bad"
     )
@@ -254,3 +254,24 @@ def test_experiment_with_mlflow_logs_each_run_and_the_report(tmp_path, letor, ml
     report = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     assert {"report/table.md", "report/results.json"} <= report
     assert client.list_artifacts(run.info.run_id, "evidence")
+
+
+def test_the_estimators_fit_takes_tracking(tmp_path):
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ctxrank import Ranker
+
+    rng = np.random.default_rng(0)
+    X, y, qid = rng.normal(size=(60, 4)), rng.integers(0, 3, 60), np.repeat(np.arange(10), 6)
+    est = Ranker(model="listnet", max_epochs=2, patience=5, threads=1)
+    est.fit(X, y, qid=qid, tracking=f"tensorboard:{tmp_path / 'tb'}")
+    (run_dir,) = (tmp_path / "tb").iterdir()
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train_loss")] == [1, 2]
+    assert [e.value for e in events.Scalars("train_loss")] == pytest.approx(
+        est.evals_result_["train"]["loss"]
+    )
+    with pytest.raises(TypeError, match="expected a Tracking or text"):
+        est.fit(X, y, qid=qid, tracking=3)

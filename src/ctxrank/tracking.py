@@ -188,16 +188,27 @@ class Tracking:
                 "experiment with meta.yaml); give a new or empty directory"
             )
 
-    def start(self, name: str, *, tags: Mapping[str, Any] | None = None) -> TrackedRun:
-        """Open a run named ``name`` (tags: MLflow tags; TensorBoard writes them as text).
+    def start(
+        self, name: str, *, tags: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None
+    ) -> TrackedRun:
+        """Open a run named ``name`` and log its ``params`` (tags: MLflow tags; TensorBoard writes
+        them as text); a run whose parameters cannot be logged is ended as ``FAILED``.
 
         Raises:
             ValueError: the package is missing, the place is unusable, the server refused.
         """
         self.check()
         if self.kind == "mlflow":
-            return _MLflowRun.open(self.location, name, tags or {})
-        return _TensorBoardRun.open(self.directory, name, tags or {})
+            run: TrackedRun = _MLflowRun.open(self.location, name, tags or {})
+        else:
+            run = _TensorBoardRun.open(self.directory, name, tags or {})
+        if params:
+            try:
+                run.log_params(params)
+            except Exception:
+                run.end("FAILED")
+                raise
+        return run
 
 
 def _scheme(uri: str) -> str:
@@ -473,9 +484,30 @@ class RunLog:
                 f"experiment tracking stopped: {type(exc).__name__}: {_first_line(exc)}", stacklevel=3
             )
 
-    def finish(self, history: Sequence[Mapping[str, Any]]) -> None:
-        """Log the records of ``history`` that no epoch reported (a baseline's iterations, the epochs
-        of a run before its ``--resume``)."""
+    def finish(self, history: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> None:
+        """After the run: the records of ``history`` that no epoch reported (a baseline's iterations,
+        the epochs of a run before its ``--resume``) and the numbers of the run's ``summary``
+        (``summary.best_epoch``, ``summary.best_valid_metric``, ...)."""
         for record in history:
             if int(record["epoch"]) not in self.logged:
                 self(record)
+        numbers = {
+            f"summary.{k}": v
+            for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        self.log(numbers)
+
+    @classmethod
+    def of(cls, tracking: Tracking | str | None, name: str, **start: Any) -> RunLog | None:
+        """The log of a run started by :meth:`Tracking.start` (``tracking`` as a :class:`Tracking` or
+        its text, ``mlflow:./mlruns``; ``start``: its tags and params); None without ``tracking``."""
+        if tracking is None:
+            return None
+        if isinstance(tracking, str):
+            tracking = Tracking.parse(tracking)
+        if not isinstance(tracking, Tracking):
+            raise TypeError(
+                f"tracking: expected a Tracking or text such as 'mlflow:./mlruns', got {tracking!r}"
+            )
+        return cls(tracking.start(name, **start))

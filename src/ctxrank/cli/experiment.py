@@ -145,13 +145,8 @@ def _tracked_experiment(tracking: Tracking | None, spec: Any, where: Path) -> Tr
     if tracking is None:
         return None
     tags = {"ctxrank.command": "experiment", "ctxrank.out": str(where.absolute())}
-    run = tracking.start(spec.name, tags={**tags, "ctxrank.fingerprint": spec.fingerprint()})
-    try:
-        run.log_params(flat_params(spec.to_dict()))
-    except Exception:
-        run.end("FAILED")
-        raise
-    return run
+    tags["ctxrank.fingerprint"] = spec.fingerprint()
+    return tracking.start(spec.name, tags=tags, params=flat_params(spec.to_dict()))
 
 
 #: the report's files (:func:`ctxrank.experiments.build_report`) logged as artifacts, with its figures

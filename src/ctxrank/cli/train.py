@@ -388,14 +388,9 @@ class _Run:
         if self.tracking is None or not self.main:
             return None
         tags = {"ctxrank.command": " ".join(record["command"]), "ctxrank.out": str(self.out_dir.absolute())}
-        run = self.tracking.start(self.out_dir.absolute().name, tags=tags)
         data = {f"data.{k}": v for k, v in flatten(self.options.data).items() if v not in (None, False, ())}
-        try:
-            run.log_params({**flat_params(self.config.to_dict()), **data})
-        except Exception:
-            run.end("FAILED")
-            raise
-        return run
+        params = {**flat_params(self.config.to_dict()), **data}
+        return self.tracking.start(self.out_dir.absolute().name, tags=tags, params=params)
 
     def _check_directory(self) -> None:
         """A new run's ``--out``: new, empty, or with ``--overwrite`` anything
@@ -549,13 +544,7 @@ def _log_result(tracked: RunLog, result: Any, test: dict[str, Any] | None, out_d
     """After a training run: the epochs not logged yet (a baseline's iterations, those before a
     ``--resume``), the summary's numbers (``summary.best_epoch``, ...), the mean test metrics
     (``test_ndcg@10``, the initial ranker's ``initial_test_...``) and the model directory."""
-    tracked.finish(result.history)
-    numbers = {
-        f"summary.{k}": v
-        for k, v in result.summary.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    tracked.log(numbers)
+    tracked.finish(result.history, result.summary)
     if test is not None:
         tracked.log({f"test_{k}": v for k, v in test["metrics"].items()})
         tracked.log({f"initial_test_{k}": v for k, v in test.get("initial_metrics", {}).items()})

@@ -157,17 +157,12 @@ def _tracked_study(
         return None
     name = search.study_name or config.model
     tags = {"ctxrank.command": "tune", "ctxrank.out": str(where.absolute()), "ctxrank.study": name}
-    run = tracking.start(f"tune-{name}", tags=tags)
     searched = {f"space.{k}": list(v) for k, v in space.params.items()}
     for loss, params in space.losses.items():
         searched.update({f"space.{loss}.{k}": list(v) for k, v in params.items()})
     data = {f"data.{k}": v for k, v in flatten(options.data).items() if v not in (None, False, ())}
-    try:
-        run.log_params({**flat_params(base), **searched, **data, "trials": search.trials})
-    except Exception:
-        run.end("FAILED")
-        raise
-    return run
+    params = {**flat_params(base), **searched, **data, "trials": search.trials}
+    return tracking.start(f"tune-{name}", tags=tags, params=params)
 
 
 def _log_trial(study_run: TrackedRun, trial: Any, config: Any) -> None:
