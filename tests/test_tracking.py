@@ -93,6 +93,16 @@ def test_an_unusable_place_is_a_clean_error_before_training(tmp_path, letor, cap
         assert not out.exists()  # refused before the directory was claimed or any data read
 
 
+def test_an_unreachable_server_is_refused_at_once():
+    import socket
+
+    with socket.socket() as s:  # a free port that nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match="cannot reach the tracking server"):
+        Tracking.parse(f"mlflow:http://127.0.0.1:{port}").check()
+
+
 def test_a_missing_package_names_the_extra(monkeypatch, tmp_path):
     import importlib.util
 
@@ -275,3 +285,34 @@ def test_the_estimators_fit_takes_tracking(tmp_path):
     )
     with pytest.raises(TypeError, match="expected a Tracking or text"):
         est.fit(X, y, qid=qid, tracking=3)
+
+
+def test_a_resumed_run_logs_every_epoch_once(tmp_path, letor, monkeypatch):
+    """Killed after epoch 1's state was saved (the tracked run ends KILLED), resumed with --track: the new
+    tracked run has epoch 1 (from the saved history, at the end) and the epochs trained after the resume,
+    each once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ctxrank.training.resume import StateDir
+
+    save = StateDir.save
+
+    def save_then_die(self, state):
+        save(self, state)
+        raise KeyboardInterrupt
+
+    out, tb = tmp_path / "model", tmp_path / "tb"
+    monkeypatch.setattr(StateDir, "save", save_then_die)
+    argv = ["train", "--model", "listnet", "--data", str(letor), "--out", str(out), *QUICK]
+    assert main([*argv, "--track", f"tensorboard:{tb}"]) == 130
+    monkeypatch.setattr(StateDir, "save", save)
+    assert main(["train", "--resume", str(out), "--no-progress", "--track", f"tensorboard:{tb}"]) == 0
+    killed, resumed = sorted(tb.iterdir())
+    events = {}
+    for run in (killed, resumed):
+        events[run] = EventAccumulator(str(run))
+        events[run].Reload()
+    (status,) = events[killed].Tensors("status/text_summary")  # the killed run says it was killed
+    assert status.tensor_proto.string_val == [b"KILLED"]
+    assert "status/text_summary" not in events[resumed].Tags()["tensors"]
+    assert sorted(e.step for e in events[resumed].Scalars("train_loss")) == list(range(1, EPOCHS + 1))

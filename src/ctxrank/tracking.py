@@ -35,6 +35,7 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -171,10 +172,12 @@ class Tracking:
                     f"an MLflow database store ({self.location}) needs {' and '.join(missing)} "
                     "(pip install mlflow, or pip install sqlalchemy alembic)"
                 )
+        where = f"--track {self}"
+        if _scheme(self.location) in ("http", "https"):
+            _check_reachable(self.location, where)
         directory = self.directory
         if directory is None:
             return
-        where = f"--track {self}"
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"{where}: a file, not a directory")
         ancestor = directory
@@ -217,6 +220,18 @@ def _scheme(uri: str) -> str:
         return ""
     scheme = urlparse(uri).scheme.lower()
     return "" if len(scheme) == 1 else scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
+
+
+def _check_reachable(uri: str, where: str, timeout: float = 10.0) -> None:
+    """A TCP connection to the server of ``uri`` opens within ``timeout`` seconds (MLflow's own client
+    retries an unreachable server for minutes before it fails)."""
+    url = urlparse(uri)
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{where}: cannot reach the tracking server ({exc})") from None
 
 
 def _is_file_store(directory: Path) -> bool:

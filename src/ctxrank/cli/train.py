@@ -341,7 +341,11 @@ class _Run:
         td = o.data.load_training(self.config.train.seed)
         self._describe(td)
         record = self._start()
-        tracked = self._tracked_run(record)
+        try:
+            tracked = self._tracked_run(record)
+        except Exception:
+            self._forget()  # nothing trained: the same command starts afresh
+            raise
         with tracked if tracked is not None else contextlib.nullcontext():
             status = self._train(td, record, RunLog(tracked) if tracked is not None else None)
             if status and tracked is not None:
