@@ -272,7 +272,12 @@ class TrackedRun:
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
         status = "FINISHED" if kind is None else "KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED"
-        self.end(status)
+        try:
+            self.end(status)
+        except Exception as err:  # the work is done (or failed on its own): a tracker does not fail it
+            warnings.warn(
+                f"experiment tracking: the run could not be ended: {_first_line(err)}", stacklevel=2
+            )
 
 
 @contextlib.contextmanager

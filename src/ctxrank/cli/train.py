@@ -352,8 +352,8 @@ class _Run:
                 tracked.end("FAILED")
         return status
 
-    def _train(self, td: Any, record: dict[str, Any], tracked: RunLog | None) -> int:
-        """Train, save, report (and log to ``tracked``); the exit status."""
+    def _train(self, td: Any, record: dict[str, Any], log: RunLog | None) -> int:
+        """Train, save, report (and log to the tracker); the exit status."""
         recorded = ("command", "cwd", "options", "data_parallel")
         meta = {**td.meta, "command": {k: record[k] for k in recorded if k in record}}
         t0 = time.perf_counter()
@@ -369,7 +369,7 @@ class _Run:
                 meta=meta,
                 state_dir=self.state_dir,
                 resume=self.record is not None,
-                on_epoch=tracked,
+                on_epoch=log,
             )
         except NonFiniteLossError as exc:
             if self.debug:
@@ -382,8 +382,8 @@ class _Run:
         test = self._test_report(result, td) if result.test_metrics is not None else None
         if self.main:  # the run is complete: its training state is no longer needed
             shutil.rmtree(self.state_dir, ignore_errors=True)
-        if tracked is not None:
-            _log_result(tracked, result, test, self.out_dir)
+        if log is not None:
+            _log_result(log, result, test, self.out_dir)
         return 0
 
     def _tracked_run(self, record: dict[str, Any]) -> TrackedRun | None:
@@ -544,15 +544,15 @@ class _Run:
         return report
 
 
-def _log_result(tracked: RunLog, result: Any, test: dict[str, Any] | None, out_dir: Path) -> None:
+def _log_result(log: RunLog, result: Any, test: dict[str, Any] | None, out_dir: Path) -> None:
     """After a training run: the epochs not logged yet (a baseline's iterations, those before a
     ``--resume``), the summary's numbers (``summary.best_epoch``, ...), the mean test metrics
     (``test_ndcg@10``, the initial ranker's ``initial_test_...``) and the model directory."""
-    tracked.finish(result.history, result.summary)
+    log.finish(result.history, result.summary)
     if test is not None:
-        tracked.log({f"test_{k}": v for k, v in test["metrics"].items()})
-        tracked.log({f"initial_test_{k}": v for k, v in test.get("initial_metrics", {}).items()})
-    tracked.artifact(out_dir, "model")
+        log.log({f"test_{k}": v for k, v in test["metrics"].items()})
+        log.log({f"initial_test_{k}": v for k, v in test.get("initial_metrics", {}).items()})
+    log.artifact(out_dir, "model")
 
 
 def data_parallel(batch_size: int) -> dict[str, Any] | None:
