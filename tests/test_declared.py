@@ -77,6 +77,22 @@ def test_threads_is_one_declaration_shared_by_every_command():
                 assert action.metavar == "N" and action.dest == "threads", command
 
 
+def test_track_is_one_declaration_shared_by_train_tune_and_experiment():
+    from ctxrank.cli._options import TRACK
+    from ctxrank.tracking import Tracking
+
+    assert _declaring_files("--track") == ["cli/_options.py"]
+    having = {}
+    for command, parser in _subparsers().items():
+        for action in parser._actions:
+            if "--track" in action.option_strings:
+                having[command] = action
+    assert set(having) == {"train", "tune", "experiment"}
+    for command, action in having.items():
+        assert action.dest == "track" and action.metavar == TRACK.metavar, command
+        assert action.type("tensorboard:tb") == Tracking("tensorboard", "tb"), command
+
+
 @pytest.mark.parametrize("command", _commands_with_data())
 def test_each_command_builds_the_declared_flags_with_the_fields_names(command):
     """Every flag of a command that is a declared option parses into its field (``dest``) and is not

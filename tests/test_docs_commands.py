@@ -424,6 +424,17 @@ def slurm_array_task(task: int, count: int) -> Callable[[pytest.MonkeyPatch], No
     return patch
 
 
+def tracked(directory: str) -> Callable[[str, Path, Step], None]:
+    """``--track``: the tracker's directory holds a run (an MLflow experiment's run, a TensorBoard
+    event file); tests/test_tracking.py reads what is in it."""
+
+    def check(out: str, ws: Path, step: Step) -> None:
+        found = list((ws / directory).glob("*/*/meta.yaml")) + list((ws / directory).glob("*/events.out.*"))
+        assert found, f"nothing logged to {directory}"
+
+    return check
+
+
 def killed(out: str, ws: Path, step: Step) -> None:
     assert (ws / "runs/q/resume/state.json").is_file() and not (ws / "runs/q/ctxrank.json").exists()
 
@@ -596,6 +607,13 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank evaluate --model runs/q --data test.csv --metrics p@1,p@5,ndcg@10,mrr": Run(files=("test.csv",)),
     "ctxrank evaluate --scores new_scores.txt --data new_sessions.csv --query-col session "
     "--label-col chosen": Run(),
+    "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-tracked --track mlflow": Run(
+        EPOCH1, check=tracked("mlruns"), ws="tracking"
+    ),
+    "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-tb "
+    "--track tensorboard:tb-logs": Run(EPOCH1, check=tracked("tb-logs"), ws="tracking"),
+    "ctxrank tune --model listnet --dataset mq2008 --fold 1 --trials 20 --out runs/tune-tracked "
+    "--track mlflow": Run(TUNE, check=tracked("mlruns"), ws="tracking"),
     # docs/tuning.md
     "ctxrank tune --model qilcm --dataset mq2008 --fold 1 --trials 50 --out runs/tune-qilcm": Run(TUNE),
     "ctxrank train --config runs/tune-qilcm/best.toml --dataset mq2008 --fold 1 --out runs/qilcm-tuned": Run(

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "ctxrank._memory",
             "ctxrank._modeldir",
             "ctxrank._overrides",
+            "ctxrank.tracking",
         ),
     ),
 ]
@@ -295,6 +296,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,
     ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)
+    ("tracking.py", "mlflow"): OPTIONAL,
+    ("tracking.py", "torch"): OPTIONAL,  # torch.utils.tensorboard, which needs the tensorboard package
 }
 
 

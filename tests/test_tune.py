@@ -218,7 +218,8 @@ def test_on_epoch_is_called_after_every_epoch_and_its_exception_ends_the_fit():
     class Stop(Exception):
         pass
 
-    def on_epoch(epoch, value):
+    def on_epoch(record):
+        epoch, value = record["epoch"], record["valid_ndcg@10"]
         seen.append((epoch, value))
         if epoch == 2:
             raise Stop

@@ -470,7 +470,8 @@ class _Job:
             NonFiniteLossError: the loss became NaN or infinite.
         """
 
-        def report(epoch: int, value: float) -> None:
+        def report(record: dict[str, Any]) -> None:
+            epoch, value = record["epoch"], record[f"valid_{config.train.metric}"]
             if np.isfinite(value) and should_prune is not None and should_prune(epoch, value):
                 raise optuna.TrialPruned(f"valid {config.train.metric} {value:.4f} at epoch {epoch}")
 
@@ -520,6 +521,7 @@ def tune(
     initials: InitialRankers | None = None,
     executor: Any = None,
     overwrite: bool = False,
+    on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None,
 ) -> TuneResult:
     """Search configurations of the run config ``base`` (a dict as TOML gives it, or a
     :class:`StudyBase` validated before) on ``train`` / ``valid``; write the study's report to ``out``
@@ -540,6 +542,8 @@ def tune(
             ``run_trials(job, study, trials=, timeout=, callback=, storage=)``, e.g.
             :class:`ctxrank.experiments.executors.RayExecutor` (each trial a Ray task).
         overwrite: write into an ``out`` of other files (:func:`claim_study_dir`).
+        on_trial: called with each trial this call runs once it has finished (complete, pruned or
+            failed), after its progress line (``ctxrank tune --track`` logs it to a tracker).
     """
     claim_study_dir(out, overwrite=overwrite, storage=storage, how="pass overwrite=True")
     say = log or (lambda _: None)
@@ -567,7 +571,7 @@ def tune(
     job = _Job(base, space, train, valid, prune, initials)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
-    progress = _progress(say, config.train.metric)
+    progress = _progress(say, config.train.metric, on_trial)
     if n and executor is not None:
         executor.run_trials(
             job, study, trials=n, timeout=timeout, callback=progress, storage=storage_url(out, storage)
@@ -582,7 +586,9 @@ def tune(
     return result
 
 
-def _progress(say: Callable[[str], None], metric: str) -> Callable[[optuna.Study, Any], None]:
+def _progress(
+    say: Callable[[str], None], metric: str, on_trial: Callable[[optuna.trial.FrozenTrial], None] | None
+) -> Callable[[optuna.Study, Any], None]:
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state = trial.state.name.lower()
         value = f"valid {metric} {trial.value:.4f}" if trial.value is not None else state
@@ -591,6 +597,8 @@ def _progress(say: Callable[[str], None], metric: str) -> Callable[[optuna.Study
             value = f"pruned at epoch {step} (valid {metric} {trial.intermediate_values[step]:.4f})"
         params = ", ".join(f"{k}={_shown(v)}" for k, v in trial.params.items())
         say(f"trial {trial.number}: {value}; {params}")
+        if on_trial is not None:
+            on_trial(trial)
 
     return callback
 

@@ -17,6 +17,7 @@ validation split.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +32,7 @@ from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import MODELS, get_model
+from ctxrank.tracking import RunLog, Tracking, flat_params
 from ctxrank.training.run import run_training, save_result
 
 __all__ = ["ESTIMATOR_OF_MODEL", "Ranker"]
@@ -127,6 +129,7 @@ class Ranker(BaseEstimator):
         eval_group: Any = None,
         categorical_features: Any = None,
         init_scores: Any = None,
+        tracking: Tracking | str | None = None,
     ) -> Ranker:
         """Train on ``X`` (rows in any order) with labels ``y`` and query ids ``qid`` (or ``group``).
 
@@ -140,6 +143,10 @@ class Ranker(BaseEstimator):
                 DataFrame's ``category`` / object / string / bool columns.
             init_scores: not supported by a single ranker (ValueError); an initial ranker's scores are
                 :class:`RerankPipeline`'s job.
+            tracking: log the fit to an experiment tracker, as ``ctxrank train --track`` does (the run
+                config, each epoch's training loss and validation metric, the summary):
+                ``"mlflow"``, ``"mlflow:URI"``, ``"tensorboard:DIR"`` or a
+                :class:`ctxrank.tracking.Tracking`.
         """
         if init_scores is not None:
             raise ValueError(
@@ -155,7 +162,12 @@ class Ranker(BaseEstimator):
         if valid is None:  # selection on the training data (see the module docstring)
             valid = train.data
         verbose = bool(self.get_params(deep=False).get("verbose", False))
-        result = run_training(config, train.data, valid, progress=verbose)
+        tags = {"ctxrank.api": f"{type(self).__name__}.fit"}
+        log = RunLog.of(tracking, config.model, tags=tags, params=flat_params(config.to_dict()))
+        with log.run if log is not None else contextlib.nullcontext():
+            result = run_training(config, train.data, valid, progress=verbose, on_epoch=log)
+            if log is not None:
+                log.finish(result.history, result.summary)
         self._set_fitted(result)
         return self
 

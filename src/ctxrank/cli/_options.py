@@ -19,6 +19,7 @@ from ctxrank._declare import INT_READERS, POSITIVE_INT, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
+from ctxrank.tracking import Tracking
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -161,6 +162,27 @@ def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
     (e.g. ``runs.threads``, or "default: the libraries' own")."""
     help = THREADS.help.format(threads=what)
     p.add_argument(THREADS.flag, type=argparse_type(THREADS.parse), metavar=THREADS.metavar, help=help)
+
+
+#: ``--track KIND[:URI]``, the one declaration of every command that logs to an experiment tracker
+#: (``train``, ``tune``, ``experiment``): parsed and checked into a :class:`ctxrank.tracking.Tracking`;
+#: ``{track}`` in its help says what the command logs
+TRACK = Option(
+    "--track",
+    "log to an experiment tracker: mlflow[:URI] (a local MLflow file store, default ./mlruns; URI: a "
+    "directory, file:///DIR, http(s)://HOST:PORT or a database URL) or tensorboard[:DIR] (event files, "
+    "default ./tensorboard). Logs {track}. Needs ctxrank[track] (docs/training.md, Tracking)",
+    parse=Tracking.parse,
+    metavar="KIND[:URI]",
+)
+
+
+def add_track(p: argparse.ArgumentParser | Any, what: str) -> None:
+    """:data:`TRACK` (parsed into ``track``: a ``Tracking`` or None); ``what`` says what is logged."""
+    help = TRACK.help.format(track=what)
+    p.add_argument(
+        TRACK.flag, dest="track", type=argparse_type(TRACK.parse), metavar=TRACK.metavar, help=help
+    )
 
 
 #: ``ctxrank.experiments.stats.CORRECTIONS`` (a test checks they agree; importing that needs SciPy)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -23,6 +24,7 @@ from ctxrank.cli._options import (
     add_overrides,
     add_progress,
     add_threads,
+    add_track,
     non_negative_int,
     out,
     positive_int,
@@ -38,7 +40,8 @@ from ctxrank.experiments.evidence import rebuild_report, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
-from ctxrank.metrics import metric_convention
+from ctxrank.metrics import mean_metrics, metric_convention
+from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)
@@ -86,12 +89,15 @@ def experiment(
     address: str | None = None,
     max_retries: int = 2,
     jobs: int = 1,
+    tracking: Tracking | None = None,
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
     ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
     (None: the spec's ``report.correction``) corrects the p-values of the report's family; ``evidence``:
     a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`); ``jobs``:
-    local worker processes (the numbers do not depend on it).
+    local worker processes (the numbers do not depend on it); ``tracking``: log the experiment as one run
+    (the spec's parameters, every stored run's mean test metrics, the report and the evidence:
+    :func:`_log_experiment`).
 
     The directory is locked for the command (shared with the processes of the same experiment, e.g.
     its ``--shard`` processes; refused to another); it must be new, empty or an experiment directory
@@ -115,15 +121,51 @@ def experiment(
     if report_only and not (where / "experiment.json").is_file():
         raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
     parsed = parse_shard(shard)
+    if tracking is not None:
+        tracking.check()  # the package and the place, before any run
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
-        store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
-        if evidence is not None:
-            counts = write_evidence(loaded, store, evidence)
-            _say(
-                f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
-                f"{counts['bytes'] / 1024:.0f} KiB); regenerate the report with `ctxrank report {evidence}`"
-            )
+        tracked = _tracked_experiment(tracking, loaded, where)
+        with tracked if tracked is not None else contextlib.nullcontext():
+            store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
+            if evidence is not None:
+                counts = write_evidence(loaded, store, evidence)
+                _say(
+                    f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
+                    f"{counts['bytes'] / 1024:.0f} KiB); regenerate the report with `ctxrank report "
+                    f"{evidence}`"
+                )
+            if tracked is not None:
+                _log_experiment(RunLog(tracked), loaded, store, where, evidence)
     return 0
+
+
+def _tracked_experiment(tracking: Tracking | None, spec: Any, where: Path) -> TrackedRun | None:
+    """The tracker's run of the experiment, the spec's parameters logged (dotted keys:
+    ``models.qilcm.train.lr``, ``data.dataset``, ``runs``, ...)."""
+    if tracking is None:
+        return None
+    tags = {"ctxrank.command": "experiment", "ctxrank.out": str(where.absolute())}
+    tags["ctxrank.fingerprint"] = spec.fingerprint()
+    return tracking.start(spec.name, tags=tags, params=flat_params(spec.to_dict()))
+
+
+#: the report's files (:func:`ctxrank.experiments.build_report`) logged as artifacts, with its figures
+REPORT_FILES = ("results.json", "table.md", "table.csv")
+
+
+def _log_experiment(log: RunLog, spec: Any, store: RunStore, where: Path, evidence: str | None) -> None:
+    """Every stored run's mean test metrics, named ``MODEL/seedS-foldF/METRIC``; the report (under
+    ``report``) and the evidence directory (under ``evidence``)."""
+    for seed, fold in spec.run_keys():
+        for model in spec.run_names():
+            if store.has_run(model, seed, fold):
+                means = mean_metrics(store.load_run(model, seed, fold)["metrics"])
+                log.log({f"{model}/seed{seed}-fold{fold}/{k}": v for k, v in means.items()})
+    for path in [*(where / name for name in REPORT_FILES), *sorted(where.glob("*.png"))]:
+        if path.is_file():
+            log.artifact(path, "report")
+    if evidence is not None:
+        log.artifact(evidence, "evidence")
 
 
 def report(evidence: str, *, out_dir: str | None = None, correction: str | None = None) -> int:
@@ -361,6 +403,8 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="write to an --out DIR that holds other files than an experiment's (report files of the "
         "same names are replaced, the others kept); another experiment's directory is still refused",
     )
+    add_track(p, "the experiment as one run: the spec's parameters, every stored run's mean test metrics "
+              "(MODEL/seedS-foldF/METRIC) and (MLflow) the report and the --evidence directory")  # fmt: skip
     add_progress(p)
     p.set_defaults(
         run=lambda a: experiment(
@@ -380,6 +424,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             address=a.address,
             max_retries=a.max_retries,
             jobs=1 if a.jobs is None else a.jobs,
+            tracking=a.track,
         )
     )
 

@@ -8,6 +8,7 @@ absolute paths) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -41,6 +42,7 @@ from ctxrank.cli._options import (
     add_declared,
     add_progress,
     add_threads,
+    add_track,
     note,
     out,
     table,
@@ -57,6 +59,7 @@ from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
 from ctxrank.registry import MODELS, is_baseline
+from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
@@ -191,11 +194,14 @@ def train(
     progress: bool = True,
     debug: bool = False,
     overwrite: bool = False,
+    tracking: Tracking | None = None,
 ) -> int:
     """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``.
 
     ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
-    there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`)."""
+    there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`). ``tracking``: log the run
+    (parameters, each epoch, test metrics, the model directory) to MLflow or TensorBoard
+    (:mod:`ctxrank.tracking`; not part of the run's record: a ``--resume`` may add or drop it)."""
     record = None
     if resume is not None and overwrite:
         raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
@@ -206,11 +212,22 @@ def train(
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
         config = _resolved_config(options)
+    if tracking is not None:
+        tracking.check()  # the package and the place, before any data is read
 
     check_model_size(config, 1, device=resolve_device(config.train.device))  # before the data: 1 feature
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
-    run = _Run(options, config, Path(out_dir), record, progress=progress, debug=debug, overwrite=overwrite)
+    run = _Run(
+        options,
+        config,
+        Path(out_dir),
+        record,
+        progress=progress,
+        debug=debug,
+        overwrite=overwrite,
+        tracking=tracking,
+    )
     if not ctx.enabled:
         return run.execute()
     try:
@@ -298,6 +315,7 @@ class _Run:
     debug: bool = False
     main: bool = True
     overwrite: bool = False
+    tracking: Tracking | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -323,6 +341,19 @@ class _Run:
         td = o.data.load_training(self.config.train.seed)
         self._describe(td)
         record = self._start()
+        try:
+            tracked = self._tracked_run(record)
+        except Exception:
+            self._forget()  # nothing trained: the same command starts afresh
+            raise
+        with tracked if tracked is not None else contextlib.nullcontext():
+            status = self._train(td, record, RunLog(tracked) if tracked is not None else None)
+            if status and tracked is not None:
+                tracked.end("FAILED")
+        return status
+
+    def _train(self, td: Any, record: dict[str, Any], log: RunLog | None) -> int:
+        """Train, save, report (and log to the tracker); the exit status."""
         recorded = ("command", "cwd", "options", "data_parallel")
         meta = {**td.meta, "command": {k: record[k] for k in recorded if k in record}}
         t0 = time.perf_counter()
@@ -338,6 +369,7 @@ class _Run:
                 meta=meta,
                 state_dir=self.state_dir,
                 resume=self.record is not None,
+                on_epoch=log,
             )
         except NonFiniteLossError as exc:
             if self.debug:
@@ -347,11 +379,22 @@ class _Run:
             self._forget()  # refused before training: the same command with another budget starts afresh
             raise
         self._summary_line(result.summary, time.perf_counter() - t0)
-        if result.test_metrics is not None:
-            self._test_report(result, td)
+        test = self._test_report(result, td) if result.test_metrics is not None else None
         if self.main:  # the run is complete: its training state is no longer needed
             shutil.rmtree(self.state_dir, ignore_errors=True)
+        if log is not None:
+            _log_result(log, result, test, self.out_dir)
         return 0
+
+    def _tracked_run(self, record: dict[str, Any]) -> TrackedRun | None:
+        """The tracker's run of this training run (rank 0 only), its parameters logged: the resolved run
+        config under dotted keys (``train.lr``) and the data options given (``data.dataset``)."""
+        if self.tracking is None or not self.main:
+            return None
+        tags = {"ctxrank.command": " ".join(record["command"]), "ctxrank.out": str(self.out_dir.absolute())}
+        data = {f"data.{k}": v for k, v in flatten(self.options.data).items() if v not in (None, False, ())}
+        params = {**flat_params(self.config.to_dict()), **data}
+        return self.tracking.start(self.out_dir.absolute().name, tags=tags, params=params)
 
     def _check_directory(self) -> None:
         """A new run's ``--out``: new, empty, or with ``--overwrite`` anything
@@ -474,8 +517,9 @@ class _Run:
         else:
             self.say(f"{_baseline_summary(s)}{_train_metric(s)}, {seconds:.1f} s; saved to {self.out_dir}")
 
-    def _test_report(self, result: Any, td: Any) -> None:
-        """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table."""
+    def _test_report(self, result: Any, td: Any) -> dict[str, Any]:
+        """``test_metrics.json`` (:func:`ctxrank.evaluation.metrics_report`) and the printed table; the
+        report."""
         config, rr = self.config, self.config.rerank
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         report = metrics_report(result.test_metrics, td.test, conv)
@@ -497,6 +541,18 @@ class _Run:
             write_json(self.out_dir / "test_metrics.json", report)
         self.say()
         self.say(table(headers, rows, right=tuple(range(1, len(headers)))))
+        return report
+
+
+def _log_result(log: RunLog, result: Any, test: dict[str, Any] | None, out_dir: Path) -> None:
+    """After a training run: the epochs not logged yet (a baseline's iterations, those before a
+    ``--resume``), the summary's numbers (``summary.best_epoch``, ...), the mean test metrics
+    (``test_ndcg@10``, the initial ranker's ``initial_test_...``) and the model directory."""
+    log.finish(result.history, result.summary)
+    if test is not None:
+        log.log({f"test_{k}": v for k, v in test["metrics"].items()})
+        log.log({f"initial_test_{k}": v for k, v in test.get("initial_metrics", {}).items()})
+    log.artifact(out_dir, "model")
 
 
 def data_parallel(batch_size: int) -> dict[str, Any] | None:
@@ -660,6 +716,8 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "when given, must agree with them)"
         ),
     )
+    add_track(p, "the run config, each epoch's training loss and validation metric, the test metrics and "
+              "(MLflow) the model directory")  # fmt: skip
     add_progress(p)
     p.set_defaults(run=_run_train)
 
@@ -673,6 +731,7 @@ def _run_train(a: argparse.Namespace) -> int:
         progress=not a.no_progress,
         debug=a.debug,
         overwrite=a.overwrite,
+        tracking=a.track,
     )
 
 

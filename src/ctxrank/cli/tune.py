@@ -9,17 +9,19 @@ model, config file, ``--set``, seed, re-ranking, data), without a test split; wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ctxrank._checks import check_int
-from ctxrank._declare import flag_of
+from ctxrank._declare import flag_of, flatten
 from ctxrank.cli._options import (
     add_declared,
     add_executor_options,
     add_progress,
+    add_track,
     note,
     out,
     positive_int,
@@ -29,6 +31,7 @@ from ctxrank.config import apply_overrides, load_toml
 from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
 from ctxrank.experiments.spec import TuneSpec
+from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import resolve_device
 from ctxrank.training.memory import check_model_size
 
@@ -74,10 +77,12 @@ def tune(
     out_dir: str,
     progress: bool = True,
     overwrite: bool = False,
+    tracking: Tracking | None = None,
 ) -> int:
     """Tune ``options``' model on its training / validation data; write the results to ``out_dir`` (new,
     empty or a study's, which is continued; with ``overwrite`` a directory of other files:
-    :func:`ctxrank.tune.claim_study_dir`)."""
+    :func:`ctxrank.tune.claim_study_dir`). ``tracking``: log the study as one run and each trial this
+    call runs as a nested run (:mod:`ctxrank.tracking`)."""
     try:
         from ctxrank import tune as tuning
     except ImportError as exc:
@@ -90,6 +95,8 @@ def tune(
     study_base = tuning.StudyBase.of(base)  # every option checked, once, before any data is read
     config = study_base.config
     check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
+    if tracking is not None:
+        tracking.check()  # the package and the place, before any data is read
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
     td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
@@ -104,23 +111,73 @@ def tune(
     out(f"searching {', '.join(space.keys()) or 'nothing (every key is fixed)'}")
     if fixed:
         out(f"fixed by the configuration: {', '.join(fixed)}")
-    result = tuning.tune(
-        study_base,
-        train,
-        valid,
-        out=where,
-        trials=search.trials,
-        storage=search.storage,
-        study_name=search.study_name,
-        timeout=search.timeout,
-        prune=search.prune,
-        describe=what,
-        log=out if progress else None,
-        executor=make_executor(search.executor, address=search.address, max_retries=search.max_retries),
-        overwrite=overwrite,
-    )
+    executor = make_executor(search.executor, address=search.address, max_retries=search.max_retries)
+    tracked = _tracked_study(tracking, options, search, study_base.values, space, where, config)
+    log = RunLog(tracked) if tracked is not None else None
+    with tracked if tracked is not None else contextlib.nullcontext():
+        result = tuning.tune(
+            study_base,
+            train,
+            valid,
+            out=where,
+            trials=search.trials,
+            storage=search.storage,
+            study_name=search.study_name,
+            timeout=search.timeout,
+            prune=search.prune,
+            describe=what,
+            log=out if progress else None,
+            executor=executor,
+            overwrite=overwrite,
+            on_trial=None if log is None else lambda trial: log.guarded(_log_trial, log.run, trial, config),
+        )
+        if log is not None:
+            best = result.study.best_trial if result.best is not None else None
+            if best is not None:
+                log.log({f"best_valid_{config.train.metric}": best.value}, best.number)
+            for name in result.files:
+                log.artifact(where / name, "study")
     _report(result, where, options, config.train.metric)
     return 0
+
+
+def _tracked_study(
+    tracking: Tracking | None,
+    options: TrainOptions,
+    search: SearchOptions,
+    base: dict[str, Any],
+    space: Any,
+    where: Path,
+    config: Any,
+) -> TrackedRun | None:
+    """The tracker's run of the study, its parameters logged: the base configuration's fixed keys
+    (dotted), each searched key's distribution (``space.train.lr``), the data options given and the
+    number of trials."""
+    if tracking is None:
+        return None
+    name = search.study_name or config.model
+    tags = {"ctxrank.command": "tune", "ctxrank.out": str(where.absolute()), "ctxrank.study": name}
+    searched = {f"space.{k}": list(v) for k, v in space.params.items()}
+    for loss, params in space.losses.items():
+        searched.update({f"space.{loss}.{k}": list(v) for k, v in params.items()})
+    data = {f"data.{k}": v for k, v in flatten(options.data).items() if v not in (None, False, ())}
+    params = {**flat_params(base), **searched, **data, "trials": search.trials}
+    return tracking.start(f"tune-{name}", tags=tags, params=params)
+
+
+def _log_trial(study_run: TrackedRun, trial: Any, config: Any) -> None:
+    """A finished trial: a nested run with its parameters and validation metric (Optuna's value), and
+    that value in the study's run at step = the trial's number."""
+    metric = f"valid_{config.train.metric}"
+    state = trial.state.name.lower()
+    with study_run.child(f"trial-{trial.number}") as child:
+        child.log_params({**trial.params, "trial": trial.number, "state": state})
+        if trial.value is not None:
+            child.log_metrics({metric: trial.value})
+        if state == "fail":
+            child.end("FAILED")
+    if trial.value is not None:
+        study_run.log_metrics({f"trial_{metric}": trial.value}, trial.number)
 
 
 def _base_config(options: TrainOptions) -> tuple[dict[str, Any], Any]:
@@ -273,6 +330,8 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="train every trial to its end (no pruning; also: prune = false in the --config file's [tune])",
     )
     add_executor_options(p, "trial", "the trials here, one after the other", "train.threads")
+    add_track(p, "the study as one run (its fixed keys, search space and each trial's value) and each "
+              "trial as a nested run (its parameters and value)")  # fmt: skip
     add_progress(p)
     p.set_defaults(run=_run_tune)
 
@@ -299,4 +358,6 @@ def _run_tune(a: argparse.Namespace) -> int:
         address=a.address,
         max_retries=a.max_retries,
     )
-    return tune(options, search, out_dir=a.out, progress=not a.no_progress, overwrite=a.overwrite)
+    return tune(
+        options, search, out_dir=a.out, progress=not a.no_progress, overwrite=a.overwrite, tracking=a.track
+    )

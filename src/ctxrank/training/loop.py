@@ -152,7 +152,7 @@ def fit(
     log_path: str | Path | None = None,
     progress: bool = True,
     on_improve: Callable[[int, float], None] | None = None,
-    on_epoch: Callable[[int, float], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
 ) -> FitResult:
@@ -169,9 +169,11 @@ def fit(
         log_path: a JSON-lines file receiving one record per epoch.
         progress: show a tqdm progress bar (loss and validation metric).
         on_improve: called with (epoch, metric) after each new best epoch (e.g. to save a checkpoint).
-        on_epoch: called with (epoch, metric) after every epoch's validation, model selection, log and
-            saved state; an exception it raises ends the fit and propagates (``ctxrank.tune`` raises
-            Optuna's ``TrialPruned`` here to prune a trial on its per-epoch validation metric).
+        on_epoch: called with the epoch's record (``{"epoch", "train_loss", "valid_<metric>",
+            "best_epoch", "seconds"}``, as ``log_path`` gets it) after every epoch's validation, model
+            selection, log and saved state; an exception it raises ends the fit and propagates
+            (``ctxrank.tune`` raises Optuna's ``TrialPruned`` here to prune a trial on its per-epoch
+            validation metric; ``ctxrank.tracking.RunLog`` logs the record to a tracker).
         state_dir: write a resumable training state here after every epoch (atomically; rank 0 only;
             see :mod:`ctxrank.training.resume`). A directory that already holds a state needs
             ``resume=True``.
@@ -221,7 +223,7 @@ def fit(
             if store is not None:
                 _save_state(trainer, state, store, epoch, stop, run_info)
             if on_epoch is not None:
-                on_epoch(epoch, value)
+                on_epoch(record)
             if stop:
                 break
     finally:

@@ -154,7 +154,7 @@ def run_training(
     meta: dict[str, Any] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
-    on_epoch: Callable[[int, float], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
     """Train per ``config``; save to ``out`` when given; evaluate ``test`` once when given.
 
@@ -170,9 +170,11 @@ def run_training(
 
     ``state_dir`` / ``resume``: passed to :func:`ctxrank.training.loop.fit` (crash-safe per-epoch state).
 
-    ``on_epoch``: passed to :func:`ctxrank.training.loop.fit`, called with ``(epoch, validation metric)``
-    after every epoch of a neural model (``ctxrank.tune`` prunes trials there); baselines have no epochs, and
-    the members of an ensemble (``ensemble > 1``) are not reported.
+    ``on_epoch``: passed to :func:`ctxrank.training.loop.fit`, called with the epoch's record (``epoch``,
+    ``train_loss``, ``valid_<metric>``, ...) after every epoch of a neural model (``ctxrank.tune`` prunes
+    trials there, ``ctxrank.tracking.RunLog`` logs them); baselines have no epochs (their
+    ``RunResult.history`` holds their iterations), and the members of an ensemble (``ensemble > 1``) are
+    not reported.
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
@@ -401,7 +403,7 @@ def _fit_neural(
     state_dir: str | Path | None,
     resume: bool,
     t0: float,
-    on_epoch: Callable[[int, float], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[RankingModule, Transform, dict[str, Any], list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
     Returns the model, the normalizer, the summary and the per-epoch records."""
