@@ -30,7 +30,8 @@ def test_pad_rows_is_the_layout_of_training_batches_and_unpads_to_the_rows(qid, 
     codes = rng.integers(0, 5, size=(len(qid), 2))
     lists = pad_rows(x, qid, codes)
     # the training path: the same rows grouped by RankingData, padded by ctxrank.data.lists
-    data = RankingData.from_arrays(x, qid=qid, categorical=codes, categorical_names=("a", "b"), categorical_cardinalities=(5, 5)
+    data = RankingData.from_arrays(
+        x, qid=qid, categorical=codes, categorical_names=("a", "b"), categorical_cardinalities=(5, 5)
     )
     batch = pad_queries(data, np.arange(data.n_queries))
     np.testing.assert_array_equal(lists.features, batch.features.numpy())

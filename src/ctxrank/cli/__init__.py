@@ -77,7 +77,7 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("evaluate", "per-metric difference of two sets of runs with paired t-tests"),
     "export": Command("export", "write a saved neural model as a TorchScript or ONNX file for serving"),
     "serve": Command(
-        "serve", "serve an exported ONNX file or a model directory over HTTP (POST /rank, /health, /ready, /metrics)"
+        "serve", "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)"
     ),
     "demo": Command(
         "experiment", "the `make demo` job: a small QILCM Table 2 experiment on the embedded MQ2008"

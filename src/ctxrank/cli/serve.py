@@ -25,7 +25,7 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "serve",
         parents=[common],
-        help="serve an exported ONNX file or a model directory over HTTP (POST /rank, /health, /ready, /metrics)",
+        help="serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)",
         description=(
             "Serve one ranker over HTTP (FastAPI + uvicorn): POST /rank takes the rows of one or many "
             'queries as JSON ({"qid": ..., "rows": [...]}, features by position or by name) and answers '
@@ -38,7 +38,10 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument(
-        "--model", required=True, metavar="PATH", help="an .onnx file of `ctxrank export`, or a model directory"
+        "--model",
+        required=True,
+        metavar="PATH",
+        help="an .onnx file of `ctxrank export`, or a model directory",
     )
     add_declared(p, ServeOptions)
     p.set_defaults(**{f.name: f.default for f in dataclasses.fields(ServeOptions)})  # the declared defaults

@@ -55,10 +55,14 @@ class DirectoryRanker:
         set_threads(self.predictor, threads)
         self.meta = meta
         self.n_features = int(self.predictor.n_features)
-        layout = read_meta(self.path / member_dir(0)) if isinstance(self.predictor, EnsemblePredictor) else meta
+        layout = (
+            read_meta(self.path / member_dir(0)) if isinstance(self.predictor, EnsemblePredictor) else meta
+        )
         names = [str(n) for n in layout.get("feature_names") or []]
         # a re-ranker's names end with the columns it appends (initial_rank, ...): the raw ones come first
-        self.feature_names: tuple[str, ...] = tuple(names[: self.n_features]) if len(names) >= self.n_features else ()
+        self.feature_names: tuple[str, ...] = (
+            tuple(names[: self.n_features]) if len(names) >= self.n_features else ()
+        )
         self.categorical_names = tuple(str(c) for c in layout.get("categorical_names") or ())
         self.categorical_cardinalities = tuple(int(c) for c in layout.get("categorical_cardinalities") or ())
         vocab = ((layout.get("table") or {}).get("encoder") or {}).get("vocab") or {}

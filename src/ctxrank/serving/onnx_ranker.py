@@ -109,9 +109,13 @@ class OnnxRanker:
         if names and not all(isinstance(n, str) for n in names):
             raise ValueError(f"{self.path}: feature_names of its metadata are not strings")
         if names and isinstance(width, int) and width != len(names):
-            raise ValueError(f"{self.path}: the graph takes {width} features but its metadata names {len(names)}")
+            raise ValueError(
+                f"{self.path}: the graph takes {width} features but its metadata names {len(names)}"
+            )
         if not names and not isinstance(width, int):
-            raise ValueError(f"{self.path}: neither its metadata nor the graph says how many features it takes")
+            raise ValueError(
+                f"{self.path}: neither its metadata nor the graph says how many features it takes"
+            )
         self.feature_names: tuple[str, ...] = tuple(names)
         self.n_features = len(names) if names else int(width)  # type: ignore[arg-type]
         cats = tuple(str(c) for c in meta.get("categorical_names") or ())
@@ -143,7 +147,9 @@ class OnnxRanker:
         """``X`` as float32 (N, F), checked (see the module docstring)."""
         x = np.asarray(X)
         if x.ndim != 2 or x.dtype.kind not in "fiu":
-            raise ValueError(f"X: expected (N, {self.n_features}) numbers, got shape {x.shape} of dtype {x.dtype}")
+            raise ValueError(
+                f"X: expected (N, {self.n_features}) numbers, got shape {x.shape} of dtype {x.dtype}"
+            )
         if x.shape[1] != self.n_features:
             raise ValueError(f"X: the model takes {self.n_features} features, got {x.shape[1]} columns")
         x64 = x.astype(np.float64, copy=False)
@@ -152,11 +158,15 @@ class OnnxRanker:
             bad |= np.isnan(x64)
         if bad.any():
             row, col = (int(i) for i in np.argwhere(bad)[0])
-            what = "finite values within float32" + ("" if self.allow_missing else " (this model reads no NaN)")
+            what = "finite values within float32" + (
+                "" if self.allow_missing else " (this model reads no NaN)"
+            )
             raise ValueError(f"X: row {row}, column {col} is {x64[row, col]!r}; expected {what}")
         return x.astype(np.float32)
 
-    def score_lists(self, features: np.ndarray, mask: np.ndarray, categorical: np.ndarray | None = None) -> np.ndarray:
+    def score_lists(
+        self, features: np.ndarray, mask: np.ndarray, categorical: np.ndarray | None = None
+    ) -> np.ndarray:
         """The graph's float32 (B, L) scores of padded lists (unchecked: :meth:`predict` checks)."""
         feeds = {"features": features, "mask": mask}
         if self.categorical_names:
@@ -172,7 +182,8 @@ class OnnxRanker:
             raise ValueError(f"categorical: this model takes {need}")
         if categorical is not None and np.shape(categorical)[1:] != (len(self.categorical_names),):
             raise ValueError(
-                f"categorical: expected (N, {len(self.categorical_names)}) codes, got shape {np.shape(categorical)}"
+                f"categorical: expected (N, {len(self.categorical_names)}) codes, "
+                f"got shape {np.shape(categorical)}"
             )
         if categorical is not None:
             codes = np.asarray(categorical)

@@ -87,7 +87,9 @@ def pad_rows(X: Any, qid: Any, categorical: Any = None) -> PaddedLists:
     if categorical is not None:
         c = np.asarray(categorical)
         if c.ndim != 2 or c.shape[0] != x.shape[0] or c.dtype.kind not in "iu":
-            raise ValueError(f"categorical: expected ({x.shape[0]}, C) integer codes, got {c.shape} {c.dtype}")
+            raise ValueError(
+                f"categorical: expected ({x.shape[0]}, C) integer codes, got {c.shape} {c.dtype}"
+            )
         codes = c[take].astype(np.int64)
         codes[~real] = 0
     return PaddedLists(features=features, mask=real, categorical=codes, rows=rows)

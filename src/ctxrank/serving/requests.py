@@ -116,7 +116,9 @@ def _query_ids(qid: Any, n: int) -> list[Any]:
         raise RequestError(f"qid: expected {n} query ids (one per row), got {len(qid)}", field="qid")
     if not set(map(type, qid)) <= {str, int}:
         i = next(i for i, q in enumerate(qid) if not ok(q))
-        raise RequestError(f"qid[{i}]: expected a string or an integer, got {_shown(qid[i])}", field=f"qid[{i}]")
+        raise RequestError(
+            f"qid[{i}]: expected a string or an integer, got {_shown(qid[i])}", field=f"qid[{i}]"
+        )
     return qid
 
 
@@ -168,12 +170,15 @@ def _codes(ranker: Any, columns: list[list[Any]], where: Any) -> np.ndarray:
         if not set(map(type, col)) <= set(_CATEGORY):
             i = next(i for i, v in enumerate(col) if type(v) not in _CATEGORY)
             raise RequestError(
-                f"{where(i, j)}: expected a category (string, integer, boolean or null), got {_shown(col[i])}",
+                f"{where(i, j)}: expected a category (string, integer, boolean or null), "
+                f"got {_shown(col[i])}",
                 field=where(i, j),
             )
     names = list(ranker.categorical_names)
     encoder = CategoricalEncoder.from_dict({"columns": names, "vocab": ranker.categorical_vocab})
-    return encoder.transform({c: [None if v is None else str(v) for v in col] for c, col in zip(names, columns)})
+    return encoder.transform(
+        {c: [None if v is None else str(v) for v in col] for c, col in zip(names, columns, strict=True)}
+    )
 
 
 def _positional(ranker: Any, rows: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -181,7 +186,9 @@ def _positional(ranker: Any, rows: list[Any]) -> tuple[np.ndarray, np.ndarray | 
     width = f + len(cats)
     for i, row in enumerate(rows):
         if type(row) is not list or len(row) != width:
-            what = f"{f} feature values" + (f" then {len(cats)} categorical values ({', '.join(cats)})" if cats else "")
+            what = f"{f} feature values" + (
+                f" then {len(cats)} categorical values ({', '.join(cats)})" if cats else ""
+            )
             got = f"{len(row)} values" if type(row) is list else _shown(row)
             raise RequestError(f"rows[{i}]: expected an array of {what}, got {got}", field=f"rows[{i}]")
     numbers = rows if not cats else [row[:f] for row in rows]
@@ -203,22 +210,30 @@ def _by_name(ranker: Any, rows: list[Any]) -> tuple[np.ndarray, np.ndarray | Non
     expected = {*names, *cats}
     for i, row in enumerate(rows):
         if type(row) is not dict:
-            raise RequestError(f"rows[{i}]: expected an object (rows[0] is one), got {_shown(row)}", field=f"rows[{i}]")
+            raise RequestError(
+                f"rows[{i}]: expected an object (rows[0] is one), got {_shown(row)}", field=f"rows[{i}]"
+            )
         if row.keys() != expected:
             unknown = sorted(set(row) - expected)
             if unknown:
                 raise RequestError(
                     f"rows[{i}]: unknown feature(s) {unknown[:10]}; the model's features are "
-                    f"{names[:20]}{' ...' if len(names) > 20 else ''}" + (f", categorical {cats}" if cats else ""),
+                    f"{names[:20]}{' ...' if len(names) > 20 else ''}"
+                    + (f", categorical {cats}" if cats else ""),
                     field=f"rows[{i}][{json.dumps(unknown[0])}]",
                 )
             missing = [c for c in [*names, *cats] if c not in row]
             raise RequestError(
-                f"rows[{i}]: missing feature(s) {missing[:10]} ({len(missing)} in all); every row names every "
-                "feature" + (" (null where a value is missing)" if ranker.allow_missing else ""),
+                f"rows[{i}]: missing feature(s) {missing[:10]} ({len(missing)} in all); "
+                "every row names every feature"
+                + (" (null where a value is missing)" if ranker.allow_missing else ""),
                 field=f"rows[{i}][{json.dumps(missing[0])}]",
             )
-    x = _numbers([[row[c] for c in names] for row in rows], ranker.allow_missing, lambda i, j: f"rows[{i}][{json.dumps(names[j])}]")
+    x = _numbers(
+        [[row[c] for c in names] for row in rows],
+        ranker.allow_missing,
+        lambda i, j: f"rows[{i}][{json.dumps(names[j])}]",
+    )
     if not cats:
         return x, None
     columns = [[row[c] for row in rows] for c in cats]
@@ -235,7 +250,9 @@ def parse_request(body: bytes, ranker: Any, limits: Limits) -> RankRequest:
     """
     doc = _load(body)
     if type(doc) is not dict:
-        raise RequestError(f'body: expected a JSON object {{"qid": ..., "rows": [...]}}, got {_shown(doc)}', field="body")
+        raise RequestError(
+            f'body: expected a JSON object {{"qid": ..., "rows": [...]}}, got {_shown(doc)}', field="body"
+        )
     unknown = sorted(set(doc) - set(_KEYS))
     if unknown:
         raise RequestError(f"{unknown[0]}: unknown key; a request has {', '.join(_KEYS)}", field=unknown[0])

@@ -2,7 +2,8 @@
 
 Endpoints (docs/serving.md has the JSON and a walk-through)::
 
-    POST /rank      {"qid": ..., "rows": [...]} -> {"scores": [...], "rankings": [...]}   (ctxrank.serving.requests)
+    POST /rank      {"qid": ..., "rows": [...]} -> {"scores": [...], "rankings": [...]}
+                    (the JSON: ctxrank.serving.requests)
     GET  /health    liveness: 200 while the process serves
     GET  /ready     readiness: 200 with the model's description once it is loaded and the batcher runs,
                     503 while shutting down
@@ -77,22 +78,83 @@ def _host(text: str) -> str:
 class ServeOptions:
     """The server's settings (``ctxrank serve`` flags; the API builds this directly)."""
 
-    host: str = option("127.0.0.1", "--host", "address to listen on (default 127.0.0.1: this machine only)", parse=_host, metavar="HOST")
-    port: int = option(8000, "--port", "TCP port (default 8000; 0: any free port, printed at start)", parse=NON_NEGATIVE_INT, metavar="N")
-    threads: int = option(1, "--threads", "CPU threads of one model call (onnxruntime's intra-op threads, or torch's and LightGBM's for a model directory; default 1)", parse=POSITIVE_INT, metavar="N")
-    max_batch: int = option(32, "--max-batch", "most requests scored in one model call (default 32; 1: no batching)", parse=POSITIVE_INT, metavar="N")
-    batch_wait_ms: float = option(2.0, "--batch-wait-ms", "how long the first request of a batch waits for requests still arriving (default 2 ms; never when none is arriving)", parse=float, metavar="MS")
-    max_rows: int = option(10_000, "--max-rows", "most rows in one request (default 10,000; more: 413)", parse=POSITIVE_INT, metavar="N")
-    max_list: int = option(1_000, "--max-list", "most rows of one query in a request (default 1,000; more: 413)", parse=POSITIVE_INT, metavar="N")
-    max_body_bytes: int = option(16 * 2**20, "--max-body-bytes", "largest request body (default 16 MiB; more: 413)", parse=POSITIVE_INT, metavar="BYTES")
-    shutdown_timeout: float = option(30.0, "--shutdown-timeout", "seconds a SIGTERM / SIGINT waits for requests in flight (default 30)", parse=float, metavar="S")
-    log_level: str = option("info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS)  # fmt: skip
+    host: str = option(
+        "127.0.0.1",
+        "--host",
+        "address to listen on (default 127.0.0.1: this machine only)",
+        parse=_host,
+        metavar="HOST",
+    )
+    port: int = option(
+        8000,
+        "--port",
+        "TCP port (default 8000; 0: any free port, printed at start)",
+        parse=NON_NEGATIVE_INT,
+        metavar="N",
+    )
+    threads: int = option(
+        1,
+        "--threads",
+        "CPU threads of one model call (onnxruntime's intra-op threads, or torch's and LightGBM's "
+        "for a model directory; default 1)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    max_batch: int = option(
+        32,
+        "--max-batch",
+        "most requests scored in one model call (default 32; 1: no batching)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    batch_wait_ms: float = option(
+        2.0,
+        "--batch-wait-ms",
+        "how long the first request of a batch waits for requests still arriving "
+        "(default 2 ms; never when none is arriving)",
+        parse=float,
+        metavar="MS",
+    )
+    max_rows: int = option(
+        10_000,
+        "--max-rows",
+        "most rows in one request (default 10,000; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    max_list: int = option(
+        1_000,
+        "--max-list",
+        "most rows of one query in a request (default 1,000; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    max_body_bytes: int = option(
+        16 * 2**20,
+        "--max-body-bytes",
+        "largest request body (default 16 MiB; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="BYTES",
+    )
+    shutdown_timeout: float = option(
+        30.0,
+        "--shutdown-timeout",
+        "seconds a SIGTERM / SIGINT waits for requests in flight (default 30)",
+        parse=float,
+        metavar="S",
+    )
+    log_level: str = option(
+        "info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS
+    )
 
     def __post_init__(self) -> None:
         check_int("port", self.port, 0, maximum=65535)
         for name in ("threads", "max_batch", "max_rows", "max_list", "max_body_bytes"):
             check_int(name, getattr(self, name))
-        for name, value in (("batch_wait_ms", self.batch_wait_ms), ("shutdown_timeout", self.shutdown_timeout)):
+        for name, value in (
+            ("batch_wait_ms", self.batch_wait_ms),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600_000:
                 raise ValueError(f"{name} must be a number in [0, 3600000], got {value!r}")
         if self.max_list > self.max_rows:
@@ -159,10 +221,16 @@ class Metrics:
             registry=r,
         )
         self.batch_requests = Histogram(
-            "ctxrank_batch_requests", "requests per model call", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r
+            "ctxrank_batch_requests",
+            "requests per model call",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
         )
         self.batch_rows = Histogram(
-            "ctxrank_batch_rows", "rows per model call", buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000), registry=r
+            "ctxrank_batch_rows",
+            "rows per model call",
+            buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+            registry=r,
         )
         self.inference = Histogram(
             "ctxrank_inference_seconds",
@@ -316,7 +384,7 @@ _RANK_SCHEMA = {
                         "qid": {"description": "one query id (string or integer) or one per row"},
                         "rows": {
                             "type": "array",
-                            "description": "feature rows: arrays (F values, then C categorical) or objects by name",
+                            "description": "arrays (F values, then C categorical) or objects by name",
                         },
                     },
                 }
@@ -343,7 +411,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise RequestError(f"body: more than {limit:,} bytes (the server's --max-body-bytes)", field="body", status=413)
+            raise RequestError(
+                f"body: more than {limit:,} bytes (the server's --max-body-bytes)", field="body", status=413
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -352,7 +422,9 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     """The ASGI app serving ``ranker`` (an ``OnnxRanker`` or a ``DirectoryRanker``)."""
     metrics = Metrics()
     limits = Limits(max_rows=options.max_rows, max_list=options.max_list)
-    batcher = Batcher(ranker, max_batch=options.max_batch, batch_wait_ms=options.batch_wait_ms, metrics=metrics)
+    batcher = Batcher(
+        ranker, max_batch=options.max_batch, batch_wait_ms=options.batch_wait_ms, metrics=metrics
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -376,7 +448,10 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(
-            {"error": f"internal error ({type(exc).__name__}); the server's log has the details", "field": None},
+            {
+                "error": f"internal error ({type(exc).__name__}); the server's log has the details",
+                "field": None,
+            },
             status_code=500,
         )
 
@@ -388,7 +463,8 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
         finally:
             batcher.arriving -= 1
         scores = await batcher.score(parsed)
-        return Response(json.dumps(rank_answer(parsed, scores)).encode(), media_type="application/json")
+        answer = json.dumps(rank_answer(parsed, scores), separators=(",", ":"))
+        return Response(answer.encode(), media_type="application/json")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -445,5 +521,9 @@ def serve(ranker: Any, options: ServeOptions, sock: socket.socket | None = None)
     print(f"ctxrank serve: {ranker.kind} {ranker.path} on http://{where}:{port} (POST /rank)", flush=True)
     server.run(sockets=[sock])
     signals = getattr(server, "signalled", [])
-    print(f"ctxrank serve: stopped{' by signal ' + str(signals[0]) if signals else ''}", file=sys.stderr, flush=True)
+    print(
+        f"ctxrank serve: stopped{' by signal ' + str(signals[0]) if signals else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0
