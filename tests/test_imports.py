@@ -22,7 +22,10 @@ ROOT = SRC / "ctxrank"
 # (layer, module-name prefixes), top layer first; a module may import its own layer or lower ones
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("ctxrank.cli", "ctxrank.__main__")),
-    ("applications", ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export")),
+    (
+        "applications",
+        ("ctxrank.api", "ctxrank.experiments", "ctxrank.serving", "ctxrank.tune", "ctxrank.export"),
+    ),
     ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
@@ -269,6 +272,10 @@ FRAMES = (
 )
 LIGHTGBM = "public API: LightGBM loads to fit, save or load LambdaMART, not with the registry that lists it"
 SKLEARN = "public API: scikit-learn loads to fit or save RankSVM, not with the registry that lists it"
+TORCH_FREE = (
+    "serving an ONNX file needs onnxruntime, not torch: the model-directory ranker (torch, LightGBM) loads "
+    "only to serve a directory"
+)
 FIGURES = "matplotlib (slow to import; Agg chosen as pyplot's backend) loads when a figure is drawn"
 
 #: (file under src/ctxrank, imported package or ctxrank module) -> why it is imported inside a function
@@ -288,6 +295,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("experiments/executors.py", "ray"): OPTIONAL,
     ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
     ("experiments/report.py", "matplotlib"): FIGURES,
+    ("serving/server.py", "ctxrank.serving.directory"): TORCH_FREE,
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,
     ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)
