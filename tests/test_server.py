@@ -444,3 +444,31 @@ def test_ctxrank_serve_in_a_process_answers_and_stops_cleanly_on_sigterm(models)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_categorical_columns_by_name_score_as_ctxrank_predict(tmp_path, capsys):
+    """A model trained on a table with categorical columns (unseen categories included), served as
+    its ONNX file and as its directory, rows by name: the scores of `ctxrank predict` on the table."""
+    import pandas as pd
+
+    table, model, onnx_file = tmp_path / "s.csv", tmp_path / "m", tmp_path / "m.onnx"
+    columns = ["--query-col", "session", "--label-col", "chosen", "--categorical", "airline,cabin"]
+    numeric = ["price", "duration", "stops", "dep_hour"]
+    assert main(["synth", "choice", "--sessions", "40", "--seed", "0", "--out", str(table)]) == 0
+    train = [*columns, "--numeric", ",".join(numeric), "--no-progress", "--set", "train.max_epochs=1"]
+    assert main(["train", "--model", "mlp", "--data", str(table), *train, "--out", str(model)]) == 0
+    assert main(["export", "--model", str(model), "--format", "onnx", "--out", str(onnx_file)]) == 0
+    frame = pd.read_csv(table)
+    frame.loc[::7, "airline"] = "never seen"  # code 0 (unknown), in the file and in the request alike
+    frame.to_csv(table, index=False)
+    reference = _predicted(model, table, capsys)
+    rows = frame[[*numeric, "airline", "cabin"]].to_dict(orient="records")
+    body = {"qid": frame["session"].tolist(), "rows": rows}
+    for path in (onnx_file, model):
+        ranker = load_ranker(path)
+        assert ranker.categorical_names == ("airline", "cabin")
+        with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+            answer = client.post("/rank", json=body)
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_allclose(answer.json()["scores"], reference, rtol=1e-5, atol=1e-5)
