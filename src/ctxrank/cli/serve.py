@@ -8,15 +8,17 @@ import argparse
 import dataclasses
 from typing import Any
 
+from ctxrank._checks import resolve_threads
 from ctxrank._declare import from_namespace
-from ctxrank.cli._options import add_declared
+from ctxrank.cli._options import add_declared, add_threads
 from ctxrank.serving.server import ServeOptions, bind, load_ranker, serve
 
 
-def serve_model(model: str, options: ServeOptions) -> int:
-    """Load ``model`` (an ``.onnx`` file or a model directory), bind ``options.host:port`` and serve
-    until SIGTERM / SIGINT (exit status 0 after a graceful shutdown)."""
-    ranker = load_ranker(model, threads=options.threads)
+def serve_model(model: str, options: ServeOptions, *, threads: int | None = None) -> int:
+    """Load ``model`` (an ``.onnx`` file or a model directory) to score with ``threads`` CPU threads
+    (None: 1), bind ``options.host:port`` and serve until SIGTERM / SIGINT (exit status 0 after a
+    graceful shutdown)."""
+    ranker = load_ranker(model, threads=resolve_threads(threads))
     sock = bind(options.host, options.port)
     return serve(ranker, options, sock)
 
@@ -43,6 +45,11 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="an .onnx file of `ctxrank export`, or a model directory",
     )
+    add_threads(
+        p,
+        "of one model call: onnxruntime's intra-op threads, or torch's and LightGBM's for a model "
+        "directory; default 1",
+    )
     add_declared(p, ServeOptions)
     p.set_defaults(**{f.name: f.default for f in dataclasses.fields(ServeOptions)})  # the declared defaults
-    p.set_defaults(run=lambda a: serve_model(a.model, from_namespace(ServeOptions, a)))
+    p.set_defaults(run=lambda a: serve_model(a.model, from_namespace(ServeOptions, a), threads=a.threads))

@@ -93,14 +93,6 @@ class ServeOptions:
         parse=NON_NEGATIVE_INT,
         metavar="N",
     )
-    threads: int = option(
-        1,
-        "--threads",
-        "CPU threads of one model call (onnxruntime's intra-op threads, or torch's and LightGBM's "
-        "for a model directory; default 1)",
-        parse=POSITIVE_INT,
-        metavar="N",
-    )
     max_batch: int = option(
         32,
         "--max-batch",
@@ -150,7 +142,7 @@ class ServeOptions:
 
     def __post_init__(self) -> None:
         check_int("port", self.port, 0, maximum=65535)
-        for name in ("threads", "max_batch", "max_rows", "max_list", "max_body_bytes"):
+        for name in ("max_batch", "max_rows", "max_list", "max_body_bytes"):
             check_int(name, getattr(self, name))
         for name, value in (
             ("batch_wait_ms", self.batch_wait_ms),
