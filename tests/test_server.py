@@ -472,3 +472,37 @@ def test_categorical_columns_by_name_score_as_ctxrank_predict(tmp_path, capsys):
             answer = client.post("/rank", json=body)
         assert answer.status_code == 200, answer.text
         np.testing.assert_allclose(answer.json()["scores"], reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_missing_values_are_served_where_the_file_says_the_model_reads_them(tmp_path, capsys):
+    """``train.missing = "indicator"``: the exported file records ``missing_values``; ``null`` in a
+    request is NaN, and the scores are `ctxrank predict`'s on the file with NULL cells."""
+    rng = np.random.default_rng(0)
+    lines, rows, qids = [], [], []
+    for q in range(12):
+        for _ in range(6):
+            x = [None if (j == 2 and rng.random() < 0.3) else float(round(rng.normal(), 4)) for j in range(4)]
+            lines.append(f"{int(rng.integers(0, 3))} qid:{q} " + " ".join(
+                f"{j + 1}:{'NULL' if v is None else v}" for j, v in enumerate(x)
+            ))  # fmt: skip
+            rows.append(x)
+            qids.append(q)
+    data, model, onnx_file = tmp_path / "nulls.txt", tmp_path / "m", tmp_path / "m.onnx"
+    data.write_text("\n".join(lines) + "\n")
+    argv = ["train", "--model", "mlp", "--data", str(data), "--null-fill", "keep", "--no-progress"]
+    argv += ["--set", "train.missing=indicator", "--set", "train.max_epochs=1", "--out", str(model)]
+    assert main(argv) == 0
+    assert main(["export", "--model", str(model), "--format", "onnx", "--out", str(onnx_file)]) == 0
+    reference = _predicted(model, data, capsys)
+    assert np.isfinite(reference).all()
+    for path in (onnx_file, model):
+        ranker = load_ranker(path)
+        assert ranker.allow_missing
+        with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+            assert client.get("/ready").json()["model"]["missing_values"] is True
+            answer = client.post("/rank", json={"qid": qids, "rows": rows})
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_allclose(answer.json()["scores"], reference, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"X: row 0, column 1 is inf"):
+        OnnxRanker(onnx_file).predict(np.array([[0.0, np.inf, 0.0, 0.0]]), [0])

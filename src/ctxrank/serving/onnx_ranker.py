@@ -161,7 +161,7 @@ class OnnxRanker:
             what = "finite values within float32" + (
                 "" if self.allow_missing else " (this model reads no NaN)"
             )
-            raise ValueError(f"X: row {row}, column {col} is {x64[row, col]!r}; expected {what}")
+            raise ValueError(f"X: row {row}, column {col} is {float(x64[row, col])!r}; expected {what}")
         return x.astype(np.float32)
 
     def score_lists(
