@@ -356,6 +356,8 @@ def test_hostile_requests_get_a_json_4xx_never_a_500(models):
             assert answer.headers["content-type"] == "application/json"
             assert answer.json()["field"] == field and "Traceback" not in answer.text
         assert client.post("/rank", json=ok).status_code == 200  # still serving
+        schema = client.get("/openapi.json").json()["paths"]["/rank"]["post"]["requestBody"]
+        assert schema["content"]["application/json"]["schema"]["required"] == ["qid", "rows"]
         metrics = client.get("/metrics").text
     assert re.search(r'ctxrank_requests_total\{endpoint="/rank",status="413"\} 4\.0', metrics)
     assert re.search(r'ctxrank_requests_total\{endpoint="other",status="404"\} 1\.0', metrics)
