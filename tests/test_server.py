@@ -20,6 +20,8 @@ from types import SimpleNamespace
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxrank.cli import main
 from ctxrank.serving.onnx_ranker import OnnxRanker
@@ -122,6 +124,30 @@ def test_a_malformed_request_names_its_field(body, status, field, words):
         _parse(body)
     assert (info.value.status, info.value.field) == (status, field)
     assert words in str(info.value)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["qid", "rows", "f1", "f2", "x"]), inner)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.fixed_dictionaries({}, optional={"qid": _JSON, "rows": _JSON, "x": _JSON}) | _JSON)
+def test_any_json_is_parsed_or_refused_with_a_request_error(doc):
+    """Whatever JSON comes, the parser answers arrays or a RequestError with a status and a field:
+    never another exception (a 500)."""
+    for ranker in (FAKE, CATS):
+        try:
+            r = _parse(doc, ranker)
+        except RequestError as exc:
+            assert exc.status in (400, 413, 422) and exc.field
+        else:
+            assert r.X.shape == (len(doc["rows"]), 2) and r.X.dtype == np.float32
 
 
 def test_categorical_refusals_name_the_cell():
