@@ -64,6 +64,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_arsm_step.py --json $(BENCH_OUT)/arsm_step.json
 	$(BIN)/python benchmarks/bench_recurrence_backward.py --json $(BENCH_OUT)/recurrence_backward.json
 	$(BIN)/python benchmarks/bench_startup.py --json $(BENCH_OUT)/startup.json
+	$(BIN)/python benchmarks/bench_serve.py --json $(BENCH_OUT)/serve.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -42,6 +42,16 @@ def run_bench(script: str, tmp_path: Path, *args: str) -> dict:
     return blob
 
 
+def test_serve(tmp_path):
+    blob = run_bench("bench_serve.py", tmp_path)
+    assert set(blob["served"]) == {"1", "4"} and len(blob["in_process"]) == 3
+    for r in [*blob["served"].values(), *blob["in_process"].values()]:
+        assert r["n"] >= 1 and 0 < r["p50_s"] <= r["p99_s"]
+    assert blob["served"]["1"]["health_round_trip"]["n"] >= 20
+    assert blob["served"]["4"]["mean_requests_per_model_call"] >= 1
+    assert blob["verdicts"]["one_client_p50_over_in_process"] > 0
+
+
 def test_parser(tmp_path):
     blob = run_bench("bench_parser.py", tmp_path, "--isolate", "none")
     synth = blob["rows"][-1]

@@ -34,6 +34,13 @@ is executed:
   MQ2008 Fold1 from the embedded copy, synthetic sessions, a synthetic LETOR-3.0-shaped OHSUMED.
 * ``Elsewhere("tests/test_x.py::test_name")``: run by another test (the ``torchrun`` line needs
   several processes; tests/test_distributed.py starts them).
+* ``Run(background=True)``: a long-running ``ctxrank serve`` (docs/serving.md): started as a process
+  (``python -m ctxrank``) in the workspace with ``--port 0``, the documented ``127.0.0.1:PORT`` then
+  standing for the port it printed; at the end it must stop on SIGTERM with exit status 0. The
+  ``curl`` lines after it are executed against it (each a test case, ``test_documented_request``):
+  a documented JSON answer with ``scores`` must match in its shape (the same keys, queries and number
+  of scores: the scores are the model's), any other documented answer exactly. The page's Python
+  blocks run last, against the same servers (``test_serving_python_blocks``).
 
 A documented command missing from ``COMMANDS`` fails (the message says how to add it), and so does an
 entry of ``COMMANDS`` that no document shows any more. One test case per occurrence (``FILE:LINE``).
@@ -57,10 +64,13 @@ import gzip
 import io
 import json
 import math
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -74,7 +84,7 @@ from tests.test_cli import NULLS, SCORES, TINY
 
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCRIPT_LANGS = {"bash", "sh", "shell", "zsh"}
-SHELL_STEPS = {"mkdir", "cp"}  # non-ctxrank commands the harness executes (later commands need them)
+SHELL_STEPS = {"mkdir", "cp", "curl"}  # non-ctxrank commands the harness executes
 
 
 # ------------------------------------------------------------------------------ extraction
@@ -181,7 +191,7 @@ def _block_steps(doc: str, lang: str, start: int, body: list[str]) -> list[Step]
             ):
                 steps.append(Step(doc, lineno, env, tuple(tokens), True, tuple(output)))
             elif tokens:
-                steps.append(Step(doc, lineno, env, tuple(tokens), False))
+                steps.append(Step(doc, lineno, env, tuple(tokens), False, tuple(output)))
     return steps
 
 
@@ -306,6 +316,7 @@ class Run:
     ws: str | None = None  # workspace name; default: the document's
     status: int = 0
     patch: Callable[[pytest.MonkeyPatch], None] | None = None  # e.g. a simulated kill
+    background: bool = False  # a server: started as a process, stopped at the end (docs/serving.md)
 
 
 @dataclass(frozen=True)
@@ -376,6 +387,18 @@ def ohsumed_json(out: str, ws: Path, step: Step) -> None:
     documented = dict(re.findall(r'^\s*"(\w+)": "(.*)",?$', "\n".join(step.output), re.M))
     assert info["source"] == documented["source"]  # the fold layout: train = partitions 2, 3, 4
     assert info["features"] == 45 and info["queries"] == 36 and info["items"] == 36 * 15
+
+
+def same_answer(out: str, step: Step) -> None:
+    """A server's answer as documented: a ``/rank`` answer in its shape (keys, queries, rows ranked,
+    number of scores; the scores are the model's), any other answer exactly."""
+    documented, got = json.loads("\n".join(step.output)), json.loads(out)
+    if isinstance(documented, dict) and "scores" in documented:
+        assert set(got) == set(documented) and len(got["scores"]) == len(documented["scores"]), out
+        shape = [(r["qid"], sorted(r["rows"])) for r in documented["rankings"]]
+        assert [(r["qid"], sorted(r["rows"])) for r in got["rankings"]] == shape, out
+    else:
+        assert got == documented, out
 
 
 def export_table(out: str, ws: Path, step: Step) -> None:
@@ -499,6 +522,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --threads 2 --executor ray --address HEAD:6379": Run(
         (*smoke("qilcm-table2"), "--address", "local")
     ),
+    # docs/serving.md (the synth and train commands are docs/training.md's)
+    "ctxrank export --model runs/q --format onnx --out sessions.onnx": Run(),
+    "ctxrank serve --model sessions.onnx --port 8000": Run(background=True),
+    "ctxrank serve --model runs/q --port 8001": Run(background=True),
     # docs/export.md
     "ctxrank export --model runs/qilcm --format onnx --out qilcm.onnx": Run(files=("qilcm-models",)),
     "ctxrank export --model runs/qilcm --format torchscript --out qilcm.pt": Run(files=("qilcm-models",)),
@@ -707,6 +734,7 @@ class Workspaces:
         self.done: dict[tuple[str, int, str], str | None] = {}  # step -> None (ok) or the failure
         self.written: set[tuple[str, str]] = set()
         self.data_dir = root / "ctxrank-data-empty"  # $CTXRANK_DATA: nothing of the user's machine
+        self.servers: dict[str, tuple[subprocess.Popen, str]] = {}  # documented host:port -> process, real
         self.data_dir.mkdir()
         _write_ohsumed(root / "shared" / "data")  # `../shared/data` from every workspace
 
@@ -753,12 +781,63 @@ class Workspaces:
     def shell(self, step: Step) -> str | None:
         if step.argv[0] not in SHELL_STEPS:
             return None
-        proc = subprocess.run(list(step.argv), cwd=self.path(self.name(step)), capture_output=True, text=True)
-        return None if proc.returncode == 0 else f"{step.where} `{step.key}`: {proc.stderr.strip()}"
+        argv = [self.served(a) for a in step.argv] if step.argv[0] == "curl" else list(step.argv)
+        ws = self.path(self.name(step))
+        proc = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            return f"{step.where} `{step.key}`: {proc.stderr.strip()}"
+        if step.argv[0] == "curl" and step.output:
+            try:
+                same_answer(proc.stdout, step)
+            except AssertionError as exc:
+                return f"{step.where} `{step.key}`: {exc}"
+        return None
+
+    def served(self, text: str) -> str:
+        """``text`` with each documented server address (``127.0.0.1:8000``) replaced by the real one."""
+        for documented, (_, real) in self.servers.items():
+            text = text.replace(f"//{documented}/", f"//{real}/").replace(f'"{documented}"', f'"{real}"')
+        return text
+
+    def start_server(self, step: Step, ws: Path) -> str:
+        """Start the documented ``ctxrank serve`` in the background on a free port (``--port 0``)."""
+        argv = list(step.argv[1:])
+        documented = f"{_opt(tuple(argv), '--host', '127.0.0.1')}:{_opt(tuple(argv), '--port', '8000')}"
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ctxrank", *argv, "--port", "0", "--log-level", "warning"],
+            cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = proc.stdout.readline()
+        found = re.search(r" on http://([\w.]+:\d+) \(POST /rank\)", line)
+        if found is None:
+            proc.kill()
+            err = proc.stderr.read()[-3000:]
+            raise AssertionError(f"`ctxrank {shlex.join(argv)}` did not start: {line}{err}")
+        self.servers[documented] = (proc, found.group(1))
+        return line
+
+    def close(self) -> None:
+        """Stop the servers: SIGTERM, each must exit with status 0 (a graceful shutdown)."""
+        problems = []
+        for documented, (proc, _) in self.servers.items():
+            proc.send_signal(signal.SIGTERM)
+            try:
+                status = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                status = proc.wait()
+            if status != 0:
+                err = proc.stderr.read()[-2000:]
+                problems.append(f"the server documented on {documented} exited with {status}: {err}")
+        self.servers.clear()
+        assert not problems, "\n".join(problems)
 
     def execute(self, step: Step, entry: Run) -> str:
         ws = self.path(self.name(step))
         argv = (*step.argv[1:], *entry.extra)
+        if entry.background:
+            return self.start_server(step, ws)
         out, err = io.StringIO(), io.StringIO()
         with pytest.MonkeyPatch.context() as m:
             m.chdir(ws)
@@ -793,9 +872,14 @@ STEPS = documented_steps()
 COMMAND_STEPS = [s for s in STEPS if s.is_ctxrank]
 
 
+REQUEST_STEPS = [s for s in STEPS if not s.is_ctxrank and s.argv[0] == "curl"]
+
+
 @pytest.fixture(scope="module")
 def workspaces(tmp_path_factory):
-    return Workspaces(tmp_path_factory.mktemp("docs-commands"), STEPS)
+    spaces = Workspaces(tmp_path_factory.mktemp("docs-commands"), STEPS)
+    yield spaces
+    spaces.close()
 
 
 def _how_to_add(step: Step) -> str:
@@ -881,3 +965,34 @@ def test_documented_command(step, workspaces):
             ) from exc
         raise
     workspaces.done[ident] = None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", REQUEST_STEPS, ids=lambda s: f"{s.where} {s.key[:60]}")
+def test_documented_request(step, workspaces):
+    """A documented ``curl`` call of a server an earlier step started (docs/serving.md)."""
+    earlier = [f for f in workspaces.run_before(step) if f]
+    assert not earlier, "earlier steps of this workspace failed:\n  " + "\n  ".join(earlier)
+    problem = workspaces.shell(step)
+    workspaces.done[(step.doc, step.line, step.key)] = problem
+    assert problem is None, problem
+
+
+@pytest.mark.slow
+def test_serving_python_blocks(workspaces, monkeypatch):
+    """docs/serving.md's Python blocks, in order, against the servers its commands started."""
+    doc = REPO / "docs" / "serving.md"
+    last = [s for s in STEPS if s.doc == "docs/serving.md"][-1]
+    earlier = [f for f in workspaces.run_before(last) if f]
+    assert not earlier, "earlier steps of docs/serving.md failed:\n  " + "\n  ".join(earlier)
+    assert workspaces.servers, "docs/serving.md starts no server"
+    monkeypatch.chdir(workspaces.path(Workspaces.name(last)))
+    blocks = [b for lang, _, b in _fences(doc.read_text(encoding="utf-8")) if lang == "python"]
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for i, block in enumerate(blocks):
+        code = workspaces.served("\n".join(block))
+        exec(compile(code, f"docs/serving.md python block {i + 1}", "exec"), namespace)
+    assert namespace["answer"]["rankings"][0]["qid"] == "s0" and len(namespace["answer"]["scores"]) == 3
+    np = pytest.importorskip("numpy")
+    np.testing.assert_allclose(namespace["same"], namespace["scores"], rtol=1e-6)

@@ -273,6 +273,10 @@ FRAMES = (
 )
 LIGHTGBM = "public API: LightGBM loads to fit, save or load LambdaMART, not with the registry that lists it"
 SKLEARN = "public API: scikit-learn loads to fit or save RankSVM, not with the registry that lists it"
+TORCH_FREE = (
+    "serving an ONNX file needs onnxruntime, not torch: the model-directory ranker (torch, LightGBM) loads "
+    "only to serve a directory"
+)
 FIGURES = "matplotlib (slow to import; Agg chosen as pyplot's backend) loads when a figure is drawn"
 
 #: (file under src/ctxrank, imported package or ctxrank module) -> why it is imported inside a function
@@ -293,6 +297,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
     ("serving/pipeline.py", "onnx"): OPTIONAL,  # the export extra
     ("experiments/report.py", "matplotlib"): FIGURES,
+    ("serving/server.py", "ctxrank.serving.directory"): TORCH_FREE,
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,
     ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)

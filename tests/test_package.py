@@ -10,9 +10,10 @@ import pytest
 
 import ctxrank
 import ctxrank.data
+import ctxrank.serving
 
 
-@pytest.mark.parametrize("module", [ctxrank, ctxrank.data])
+@pytest.mark.parametrize("module", [ctxrank, ctxrank.data, ctxrank.serving])
 def test_every_export_resolves(module):
     for name in module.__all__:
         assert getattr(module, name) is not None, name
@@ -37,9 +38,12 @@ def test_importing_an_estimator_loads_neither_pandas_nor_pyarrow_nor_lightgbm():
 
 
 def test_import_does_not_pull_torch():
-    code = "import sys, ctxrank, ctxrank.cli; print('torch' in sys.modules, 'lightgbm' in sys.modules)"
+    code = (
+        "import sys, ctxrank, ctxrank.cli, ctxrank.serving; "
+        "print(*(m in sys.modules for m in ('torch', 'lightgbm', 'fastapi', 'onnxruntime')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["False", "False", "False", "False"]
 
 
 def _public_classes() -> dict[str, set[str]]:

@@ -476,6 +476,8 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         "categorical_cardinalities": meta.get("categorical_cardinalities", []),
         # column -> categories; the code of vocab[col][i] is i + 1, anything else is 0 (unknown)
         "categorical_vocab": ((meta.get("table") or {}).get("encoder") or {}).get("vocab", {}),
+        # NaN in features is a missing value the graph reads (train.missing = "indicator"); else refused
+        "missing_values": _scorer(predictor).config.train.missing == "indicator",
         "inputs": [list(r) for r in _describe_inputs(serving)],
         "output": ["scores", "[B, L]", "float32", "one score per item (padded positions arbitrary)"],
     }
@@ -498,6 +500,11 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
             "scores are -rank, equal to ctxrank predict's."
         )
     return file_meta, notes
+
+
+def _scorer(predictor: Any) -> TorchPredictor:
+    """The neural model the file holds: a re-ranking model's re-ranker, else the predictor itself."""
+    return predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
 
 
 def _write_torchscript(serving: ServingModel, inputs, check_inputs, path: Path, file_meta) -> None:

@@ -15,6 +15,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank report EVIDENCE [--out DIR]              cli/experiment.py: report
     ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
     ctxrank export --model DIR --format F --out F    cli/export.py: export
+    ctxrank serve --model PATH [--port N] ...        cli/serve.py: serve_model (ServeOptions)
 
 Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. A data FILE ending in
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
@@ -75,6 +76,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "compare": Command("evaluate", "per-metric difference of two sets of runs with paired t-tests"),
     "export": Command("export", "write a saved neural model as a TorchScript or ONNX file for serving"),
+    "serve": Command(
+        "serve", "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)"
+    ),
     "demo": Command(
         "experiment", "the `make demo` job: a small QILCM Table 2 experiment on the embedded MQ2008"
     ),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import torch
 
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, padded_rows
 
 __all__ = [
     "DEFAULT_TOP_K",
@@ -109,10 +109,7 @@ def _row_matrix(data: RankingData, queries: np.ndarray, max_len: int | None) -> 
     lengths = data.query_lengths[queries]
     if max_len is not None:
         lengths = np.minimum(lengths, max_len)
-    width = int(lengths.max())
-    col = np.arange(width, dtype=np.int64)
-    rows = data.query_offsets[queries][:, None] + col[None, :]  # (B, L)
-    return np.where(col[None, :] < lengths[:, None], rows, -1)
+    return padded_rows(data.query_offsets[queries], lengths)
 
 
 def pad_queries(

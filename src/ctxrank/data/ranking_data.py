@@ -26,6 +26,7 @@ __all__ = [
     "check_finite_rows",
     "group_by_query",
     "missing_message",
+    "padded_rows",
     "text_label_error",
 ]
 
@@ -386,6 +387,17 @@ def group_by_query(qid: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
     sizes = np.bincount(codes, minlength=len(uniques))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return np.asarray(uniques, dtype=object).astype(str), offsets, order
+
+
+def padded_rows(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64 (B, L) row indices of B lists padded to L = ``max(lengths)``: list b holds rows
+    ``starts[b] + j`` for ``j < lengths[b]`` (real items first), -1 after (padding). The one padding
+    layout of ``ctxrank.data.lists`` (training batches) and ``ctxrank.serving.padding`` (serving)."""
+    starts, lengths = np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    width = int(lengths.max()) if lengths.size else 0
+    col = np.arange(width, dtype=np.int64)
+    rows = starts[:, None] + col[None, :]  # (B, L)
+    return np.where(col[None, :] < lengths[:, None], rows, -1)
 
 
 def query_ids_of(n: int, qid: Any, group: Any) -> np.ndarray:

@@ -1,0 +1,264 @@
+"""HTTP serving benchmark (not a test): ``ctxrank serve`` on loopback vs the same graph in-process.
+
+A QILCM at its default widths (random weights: speed does not depend on them) on ``--features`` 136
+features, saved as ``ctxrank train`` saves it and exported to ONNX (``ctxrank.export.export_model``),
+is served by ``ctxrank serve --threads 1`` in its own process on a free loopback port. One request is
+one list of ``--items`` 100 items (rows by position, one query id), pre-serialized. Clients:
+``--clients`` 1, 8 and 64 concurrent threads, each with its own ``httpx.Client`` (a keep-alive
+connection), each sending its next request when the previous one is answered, for ``--seconds`` per
+setting after ``--warmup`` untimed requests a client. Reported per setting: requests timed, p50 and
+p99 latency (request sent to answer parsed, as a client sees it), throughput (requests/s), and the
+mean number of requests per model call (the server's ``/metrics``: dynamic batching); at one client
+also ``GET /health``, a round trip that does no work (the HTTP floor).
+
+Reference, in this process, one thread, on the same list: ``session.run`` of the same file
+(``OnnxRanker.score_lists`` on the padded list: the graph alone) and ``OnnxRanker.predict`` (grouping
+and padding included); and, to show where the time goes, the server's parsing and checking of the
+request body alone (``ctxrank.serving.requests.parse_request``: ``json.loads``, then NumPy).
+Printed: p50 at one client / in-process ``session.run`` p50; the target is at most 1.5 (issue 34).
+The load generator shares the machine with the server: on a machine with few cores, many clients
+measure the machine as much as the server.
+
+    .venv/bin/python benchmarks/bench_serve.py [--items 100] [--features 136] [--clients 1,8,64]
+        [--seconds 5] [--json FILE] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from _common import summarize, synthetic_ranking_data
+from _report import emit_json, machine_info, machine_line, markdown_table
+
+TARGET_ONE_CLIENT_OVER_IN_PROCESS = 1.5  # issue 34: p50 at one client within 1.5x of in-process
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def export_graph(workdir: Path, items: int, features: int, quick: bool) -> Path:
+    """A QILCM model directory (random weights, minmax normalizer) exported to ONNX."""
+    import torch
+
+    from ctxrank.config import resolve_config
+    from ctxrank.data.transforms import make_transform
+    from ctxrank.export import export_model
+    from ctxrank.registry import make_model
+    from ctxrank.training.checkpoint import save_checkpoint
+
+    params = {"encoder_width": 8, "att_hidden": [8], "rank_hidden": [8]} if quick else {}
+    train = synthetic_ranking_data(8, items, features, seed=1)
+    torch.manual_seed(0)
+    model = make_model("qilcm", features, dict(params)).eval()
+    overrides = ["model=qilcm", *(f"model_params.{k}={json.dumps(v)}" for k, v in params.items())]
+    directory = save_checkpoint(
+        workdir / "qilcm",
+        model,
+        resolve_config(None, overrides),
+        make_transform("minmax").fit(train),
+        train_data=train,
+    )
+    return export_model(directory, "onnx", workdir / "qilcm.onnx").path
+
+
+def in_process(path: Path, x: np.ndarray, body: bytes, seconds: float, warmup: int) -> dict:
+    """p50 / p99 of ``session.run`` on the padded list, of ``OnnxRanker.predict`` on its rows, and of
+    the server's JSON parsing and checks of the request body (``parse_request``)."""
+    from ctxrank.serving import OnnxRanker, pad_rows
+    from ctxrank.serving.requests import Limits, parse_request
+
+    ranker = OnnxRanker(path, threads=1)
+    qid = np.zeros(len(x), dtype=np.int64)
+    lists = pad_rows(x, qid)
+    limits = Limits(max_rows=len(x), max_list=len(x))
+    calls = {
+        "session.run (graph alone)": lambda: ranker.score_lists(lists.features, lists.mask),
+        "OnnxRanker.predict (padding included)": lambda: ranker.predict(x, qid),
+        f"parse_request of the JSON body ({len(body) / 1024:.0f} KiB)": lambda: parse_request(
+            body, ranker, limits
+        ),
+    }
+    out = {}
+    for label, fn in calls.items():
+        for _ in range(warmup):
+            fn()
+        times, start = [], time.perf_counter()
+        while time.perf_counter() - start < seconds or len(times) < 20:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[label] = summarize(times)
+    return out
+
+
+def start_server(path: Path, max_batch: int, batch_wait_ms: float) -> tuple[subprocess.Popen, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH")) if p),
+    }
+    argv = [
+        *(sys.executable, "-m", "ctxrank", "serve", "--model", str(path), "--port", "0", "--threads", "1"),
+        *("--max-batch", str(max_batch), "--batch-wait-ms", str(batch_wait_ms), "--log-level", "warning"),
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    found = re.search(r" on (http://[\w.]+:\d+) ", line)
+    if found is None:
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {line}{proc.stderr.read()[-3000:]}")
+    return proc, found.group(1)
+
+
+def batch_counts(text: str) -> tuple[float, float]:
+    """(model calls, requests scored) from the server's /metrics text."""
+    count = re.search(r"^ctxrank_batch_requests_count (\S+)$", text, re.M)
+    total = re.search(r"^ctxrank_batch_requests_sum (\S+)$", text, re.M)
+    return (float(count.group(1)), float(total.group(1))) if count and total else (0.0, 0.0)
+
+
+def load(url: str, body: bytes, clients: int, seconds: float, warmup: int) -> dict:
+    """``clients`` concurrent request loops for ``seconds`` (a thread and a keep-alive ``httpx.Client``
+    each); latency of every timed request."""
+    import httpx
+
+    headers = {"content-type": "application/json"}
+    sessions = [httpx.Client(base_url=url, timeout=60) for _ in range(clients)]
+
+    def one(client: httpx.Client) -> float:
+        t0 = time.perf_counter()
+        answer = client.post("/rank", content=body, headers=headers)
+        answer.raise_for_status()
+        answer.json()
+        return time.perf_counter() - t0
+
+    def health(client: httpx.Client) -> float:  # the HTTP floor: a round trip that does no work
+        t0 = time.perf_counter()
+        client.get("/health").raise_for_status()
+        return time.perf_counter() - t0
+
+    def loop(client: httpx.Client, times: list[float], stop: float) -> None:
+        times.append(one(client))  # at least one a client
+        while time.perf_counter() < stop:
+            times.append(one(client))
+
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(lambda c: [one(c) for _ in range(warmup)], sessions))
+            calls_before, scored_before = batch_counts(sessions[0].get("/metrics").text)
+            per_client: list[list[float]] = [[] for _ in sessions]
+            start = time.perf_counter()
+            stop = start + seconds
+            list(pool.map(lambda i: loop(sessions[i], per_client[i], stop), range(clients)))
+            wall = time.perf_counter() - start
+        calls, scored = batch_counts(sessions[0].get("/metrics").text)
+        times = [t for ts in per_client for t in ts]
+        floor = [health(sessions[0]) for _ in range(max(20, len(times)))] if clients == 1 else None
+    finally:
+        for client in sessions:
+            client.close()
+    result = summarize(times)
+    if floor is not None:
+        result["health_round_trip"] = summarize(floor)
+    result["requests_per_s"] = len(times) / wall
+    result["mean_requests_per_model_call"] = (scored - scored_before) / max(calls - calls_before, 1.0)
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=100, help="items of the list of a request (default 100)")
+    ap.add_argument("--features", type=int, default=136, help="features per item (default 136, MSLR)")
+    ap.add_argument(
+        "--clients", default="1,8,64", help="concurrent clients, comma-separated (default 1,8,64)"
+    )
+    ap.add_argument("--seconds", type=float, default=5.0, help="timed seconds per setting (default 5)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed requests per client first (default 5)")
+    ap.add_argument("--max-batch", type=int, default=32, help="the server's --max-batch (default 32)")
+    ap.add_argument(
+        "--batch-wait-ms", type=float, default=2.0, help="the server's --batch-wait-ms (default 2)"
+    )
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs (seconds)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.items, args.features, args.seconds, args.warmup, args.clients = 10, 8, 0.5, 2, "1,4"
+    clients = [int(c) for c in args.clients.split(",")]
+    info = machine_info(1)
+    print(machine_line(info), flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export_graph(Path(tmp), args.items, args.features, args.quick)
+        x = np.random.default_rng(0).random((args.items, args.features), dtype=np.float32)
+        body = json.dumps({"qid": "q", "rows": x.tolist()}).encode()
+        reference = in_process(path, x, body, args.seconds, args.warmup)
+        proc, url = start_server(path, args.max_batch, args.batch_wait_ms)
+        try:
+            served = {c: load(url, body, c, args.seconds, args.warmup) for c in clients}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            status = proc.wait(30)
+        if status != 0:
+            raise RuntimeError(f"the server exited with {status}: {proc.stderr.read()[-2000:]}")
+
+    graph = reference["session.run (graph alone)"]
+    rows = [
+        [
+            f"in process: {label}",
+            "",
+            f"{r['n']:,}",
+            f"{r['p50_s'] * 1e3:.3f}",
+            f"{r['p99_s'] * 1e3:.3f}",
+            "",
+            "",
+        ]
+        for label, r in reference.items()
+    ]
+    for c, r in served.items():
+        if "health_round_trip" in r:
+            h = r["health_round_trip"]
+            rows.append(["HTTP GET /health (no work)", str(c), f"{h['n']:,}", f"{h['p50_s'] * 1e3:.3f}",
+                         f"{h['p99_s'] * 1e3:.3f}", "", ""])  # fmt: skip
+        rows.append([
+            "HTTP /rank", str(c), f"{r['n']:,}", f"{r['p50_s'] * 1e3:.3f}", f"{r['p99_s'] * 1e3:.3f}",
+            f"{r['requests_per_s']:,.0f}", f"{r['mean_requests_per_model_call']:.2f}",
+        ])  # fmt: skip
+    shape = f"one list of {args.items} items x {args.features} features a request"
+    print(f"\nQILCM ONNX, {shape}, server --threads 1\n")
+    header = ["path", "clients", "requests", "p50 ms", "p99 ms", "requests/s", "requests / model call"]
+    print(markdown_table(header, rows, "lrrrrrr"))
+    ratio = served[clients[0]]["p50_s"] / graph["p50_s"] if clients[0] == 1 else None
+    verdicts = {}
+    if ratio is not None:
+        verdicts["one_client_p50_over_in_process"] = ratio
+        ok = ratio <= TARGET_ONE_CLIENT_OVER_IN_PROCESS
+        print(
+            f"\np50 at 1 client / in-process session.run p50: {ratio:.2f}x "
+            f"(target <= {TARGET_ONE_CLIENT_OVER_IN_PROCESS}x: {'met' if ok else 'not met'})"
+        )
+    emit_json(
+        {
+            "benchmark": "bench_serve",
+            "quick": args.quick,
+            "machine": info,
+            "settings": {"items": args.items, "features": args.features, "seconds": args.seconds},
+            "in_process": reference,
+            "served": {str(c): r for c, r in served.items()},
+            "verdicts": verdicts,
+        },
+        args.json,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""``ctxrank serve``: an HTTP server for one ranker (FastAPI on uvicorn), with dynamic batching.
+
+Endpoints (docs/serving.md has the JSON and a walk-through)::
+
+    POST /rank      {"qid": ..., "rows": [...]} -> {"scores": [...], "rankings": [...]}
+                    (the JSON: ctxrank.serving.requests)
+    GET  /health    liveness: 200 while the process serves
+    GET  /ready     readiness: 200 with the model's description once it is loaded and the batcher runs,
+                    503 while shutting down
+    GET  /metrics   Prometheus text: requests by endpoint and status, latency, batch sizes, inference time
+
+The model is an exported ONNX file (:class:`~ctxrank.serving.onnx_ranker.OnnxRanker`: onnxruntime, no
+torch) or a model directory of ``ctxrank train`` (:class:`~ctxrank.serving.directory.DirectoryRanker`:
+ctxrank's own predict, re-ranking pipelines included); both are loaded, and the socket bound, before
+the server starts, so a bad path or a port in use is a plain error.
+
+**Dynamic batching** (:class:`Batcher`): checked requests wait in an asyncio queue; one worker takes
+the first, then every request already queued, and, while other requests are still arriving (their
+bodies being read or parsed), waits for them up to ``batch_wait_ms`` after the first, up to
+``max_batch`` requests. The batch is scored in one call (one padded graph run for an ONNX file; lists
+are padded to the batch's longest) on a worker thread, so the event loop keeps reading requests
+meanwhile, and each request gets its rows' scores. A lone request waits for nobody: at one client the
+latency is that of one request. When a batch
+fails, its requests are scored one by one, so that one request the model refuses does not fail the
+others.
+
+**Limits**: the body (``max_body_bytes``, 413), the rows of a request (``max_rows``, 413), the rows of a
+query (``max_list``, 413). A malformed request gets a 4xx JSON answer ``{"error": ..., "field": ...}``
+naming the offending field; nothing answers with a traceback (an unexpected failure is a 500 with a
+one-line JSON message, its traceback in the server's log).
+
+**Shutdown**: SIGTERM or SIGINT stops accepting connections, lets the requests in flight finish (up to
+``shutdown_timeout`` seconds), then stops the batcher; the process exits with status 0.
+
+Why FastAPI + uvicorn: the most used ASGI stack in Python, both already well kept, with lifespan hooks
+and graceful shutdown; a ranker needs one POST route and its own batching, not a model-serving
+framework's (LitServe, BentoML, Ray Serve, Triton each bring their own process model and
+batching, and several dependencies, for what one asyncio queue does here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import HTTPException
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ctxrank._checks import check_int
+from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
+from ctxrank.serving.onnx_ranker import OnnxRanker
+from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_request, rank_answer
+
+__all__ = ["Batcher", "ServeOptions", "bind", "create_app", "load_ranker", "serve"]
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _host(text: str) -> str:
+    if not text or any(c.isspace() for c in text):
+        raise ValueError(f"expected a host name or address, got {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The server's settings (``ctxrank serve`` flags; the API builds this directly)."""
+
+    host: str = option(
+        "127.0.0.1",
+        "--host",
+        "address to listen on (default 127.0.0.1: this machine only)",
+        parse=_host,
+        metavar="HOST",
+    )
+    port: int = option(
+        8000,
+        "--port",
+        "TCP port (default 8000; 0: any free port, printed at start)",
+        parse=NON_NEGATIVE_INT,
+        metavar="N",
+    )
+    max_batch: int = option(
+        32,
+        "--max-batch",
+        "most requests scored in one model call (default 32; 1: no batching)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    batch_wait_ms: float = option(
+        2.0,
+        "--batch-wait-ms",
+        "how long the first request of a batch waits for requests still arriving "
+        "(default 2 ms; never when none is arriving)",
+        parse=float,
+        metavar="MS",
+    )
+    max_rows: int = option(
+        10_000,
+        "--max-rows",
+        "most rows in one request (default 10,000; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    max_list: int = option(
+        1_000,
+        "--max-list",
+        "most rows of one query in a request (default 1,000; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
+    max_body_bytes: int = option(
+        16 * 2**20,
+        "--max-body-bytes",
+        "largest request body (default 16 MiB; more: 413)",
+        parse=POSITIVE_INT,
+        metavar="BYTES",
+    )
+    shutdown_timeout: float = option(
+        30.0,
+        "--shutdown-timeout",
+        "seconds a SIGTERM / SIGINT waits for requests in flight (default 30)",
+        parse=float,
+        metavar="S",
+    )
+    log_level: str = option(
+        "info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS
+    )
+
+    def __post_init__(self) -> None:
+        check_int("port", self.port, 0, maximum=65535)
+        for name in ("max_batch", "max_rows", "max_list", "max_body_bytes"):
+            check_int(name, getattr(self, name))
+        for name, value in (
+            ("batch_wait_ms", self.batch_wait_ms),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600_000:
+                raise ValueError(f"{name} must be a number in [0, 3600000], got {value!r}")
+        if self.max_list > self.max_rows:
+            raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+
+def load_ranker(path: str | Path, *, threads: int = 1) -> Any:
+    """An :class:`OnnxRanker` for a file, a ``DirectoryRanker`` for a directory (needs torch).
+
+    Raises:
+        ValueError: no such file or directory, or one that does not load.
+    """
+    path = Path(path)
+    if path.is_dir():
+        from ctxrank.serving.directory import DirectoryRanker  # torch: only for a model directory
+
+        return DirectoryRanker(path, threads=threads)
+    if path.is_file():
+        return OnnxRanker(path, threads=threads)
+    raise ValueError(f"--model {path}: no such file or directory (an .onnx file or a model directory)")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: a free one).
+
+    Raises:
+        ValueError: an unknown host, or an address that cannot be bound (in use, not this machine's).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"--host {host}: not an address of this machine ({exc})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+# --------------------------------------------------------------------------------------- metrics
+class Metrics:
+    """The Prometheus metrics of one app, in their own registry."""
+
+    ENDPOINTS = ("/rank", "/health", "/ready", "/metrics")
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ctxrank_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "ctxrank_request_seconds",
+            "request latency (body read to answer sent) by endpoint",
+            ["endpoint"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "ctxrank_batch_requests",
+            "requests per model call",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "ctxrank_batch_rows",
+            "rows per model call",
+            buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+            registry=r,
+        )
+        self.inference = Histogram(
+            "ctxrank_inference_seconds",
+            "time of one model call (a batch)",
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5),
+            registry=r,
+        )
+
+    def endpoint(self, path: str) -> str:
+        return path if path in self.ENDPOINTS else "other"
+
+
+class _MetricsMiddleware:
+    """Counts every HTTP request by endpoint and status and times it (a plain ASGI middleware)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            endpoint = self.metrics.endpoint(scope.get("path", ""))
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------------------- batching
+def _refused(exc: ValueError) -> RequestError:
+    """The model's own refusal of a request's rows (a 422)."""
+    return RequestError(f"rows: the model refuses them: {exc}", field="rows")
+
+
+@dataclass
+class _Job:
+    request: RankRequest
+    future: asyncio.Future
+
+
+class Batcher:
+    """Groups concurrent requests into one model call (see the module docstring).
+
+    ``arriving`` counts requests whose body is being read or checked (the route keeps it); the worker
+    waits for more requests only while it is positive.
+    """
+
+    def __init__(self, ranker: Any, *, max_batch: int, batch_wait_ms: float, metrics: Metrics) -> None:
+        self.ranker, self.max_batch, self.wait_s = ranker, max_batch, batch_wait_ms / 1000.0
+        self.metrics = metrics
+        self.arriving = 0
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxrank-model")
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.executor.shutdown(wait=True)
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    async def score(self, request: RankRequest) -> np.ndarray:
+        """The request's (N,) scores, once its batch has run."""
+        future = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait(_Job(request, future))
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self.queue.get()]
+            deadline = loop.time() + self.wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.queue.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                remaining = deadline - loop.time()
+                if self.arriving <= 0 or remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self.queue.get(), remaining))
+                except TimeoutError:
+                    break
+            batch = [job for job in batch if not job.future.done()]  # a client that went away
+            if batch:
+                await self._score(batch)
+
+    async def _score(self, batch: list[_Job]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.executor, self._predict, [j.request for j in batch])
+        except Exception as exc:
+            if len(batch) > 1:  # find the request at fault: each alone
+                for job in batch:
+                    await self._score([job])
+                return
+            job = batch[0]
+            if not job.future.done():
+                job.future.set_exception(_refused(exc) if isinstance(exc, ValueError) else exc)
+            return
+        for job, scores in zip(batch, results, strict=True):
+            if not job.future.done():
+                job.future.set_result(scores)
+
+    def _predict(self, requests: list[RankRequest]) -> list[np.ndarray]:
+        """One model call for all ``requests`` (their queries kept apart); runs on the worker thread."""
+        start = time.perf_counter()
+        sizes = [r.n_rows for r in requests]
+        x = np.concatenate([r.X for r in requests]) if len(requests) > 1 else requests[0].X
+        offsets = np.cumsum([0, *(len(r.query_ids) for r in requests[:-1])])
+        qid = np.concatenate([r.group + o for r, o in zip(requests, offsets, strict=True)])
+        codes = None
+        if requests[0].codes is not None:
+            codes = np.concatenate([r.codes for r in requests])
+        scores = np.asarray(self.ranker.predict(x, qid, codes))
+        self.metrics.inference.observe(time.perf_counter() - start)
+        self.metrics.batch_requests.observe(len(requests))
+        self.metrics.batch_rows.observe(sum(sizes))
+        return np.split(scores, np.cumsum(sizes)[:-1])
+
+
+# --------------------------------------------------------------------------------------- the app
+_RANK_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["qid", "rows"],
+                    "properties": {
+                        "qid": {"description": "one query id (string or integer) or one per row"},
+                        "rows": {
+                            "type": "array",
+                            "description": "arrays (F values, then C categorical) or objects by name",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise RequestError(
+            f"content-type: expected application/json, got {kind or 'none'}", field="content-type", status=415
+        )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(
+            f"body: {int(declared):,} bytes; at most {limit:,} (the server's --max-body-bytes)",
+            field="body",
+            status=413,
+        )
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(
+                f"body: more than {limit:,} bytes (the server's --max-body-bytes)", field="body", status=413
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
+    """The ASGI app serving ``ranker`` (an ``OnnxRanker`` or a ``DirectoryRanker``)."""
+    metrics = Metrics()
+    limits = Limits(max_rows=options.max_rows, max_list=options.max_list)
+    batcher = Batcher(
+        ranker, max_batch=options.max_batch, batch_wait_ms=options.batch_wait_ms, metrics=metrics
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
+    app.state.batcher, app.state.metrics, app.state.server = batcher, metrics, None
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            {
+                "error": f"internal error ({type(exc).__name__}); the server's log has the details",
+                "field": None,
+            },
+            status_code=500,
+        )
+
+    @app.post("/rank", openapi_extra=_RANK_SCHEMA)
+    async def rank(request: Request) -> Response:
+        batcher.arriving += 1
+        try:
+            parsed = parse_request(await _read_body(request, options.max_body_bytes), ranker, limits)
+        finally:
+            batcher.arriving -= 1
+        scores = await batcher.score(parsed)
+        answer = json.dumps(rank_answer(parsed, scores), separators=(",", ":"))
+        return Response(answer.encode(), media_type="application/json")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        server = app.state.server
+        if not batcher.running or (server is not None and server.should_exit):
+            raise HTTPException(503, "not ready (starting or shutting down)")
+        return JSONResponse({"status": "ready", "model": ranker.describe()})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(_MetricsMiddleware, metrics=metrics)
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a SIGTERM / SIGINT that shut it down gracefully is not raised again after
+    (uvicorn re-raises it, which would end the process with the signal's status instead of 0)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        with super().capture_signals():
+            yield
+            self.signalled = list(self._captured_signals)
+            self._captured_signals.clear()
+
+
+def make_server(ranker: Any, options: ServeOptions) -> _Server:
+    """The uvicorn server of ``ranker`` (not started: ``.run(sockets=[bind(...)])``)."""
+    app = create_app(ranker, options)
+    config = uvicorn.Config(
+        app,
+        log_level=options.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=options.shutdown_timeout,
+        lifespan="on",
+    )
+    server = _Server(config)
+    app.state.server = server  # /ready answers 503 once it should exit
+    return server
+
+
+def serve(ranker: Any, options: ServeOptions, sock: socket.socket | None = None) -> int:
+    """Serve ``ranker`` until SIGTERM / SIGINT; returns 0 after a graceful shutdown."""
+    sock = bind(options.host, options.port) if sock is None else sock
+    host, port = sock.getsockname()[:2]
+    server = make_server(ranker, options)
+    where = f"[{host}]" if ":" in host else host
+    print(f"ctxrank serve: {ranker.kind} {ranker.path} on http://{where}:{port} (POST /rank)", flush=True)
+    server.run(sockets=[sock])
+    signals = getattr(server, "signalled", [])
+    print(
+        f"ctxrank serve: stopped{' by signal ' + str(signals[0]) if signals else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
