@@ -16,14 +16,9 @@ import torch
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli import main
 from ctxrank.config import resolve_config
-from ctxrank.data.lists import (
-    _feature_hash,
-    feature_hash_multipliers,
-    initial_order,
-    iterate_batches,
-    scatter_scores,
-)
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.lists import initial_order, iterate_batches, scatter_scores
+from ctxrank.data.ranking_data import RankingData, feature_hash_multipliers
+from ctxrank.data.ranking_data import feature_hash as numpy_feature_hash
 from ctxrank.export import export_model
 from ctxrank.serving.pipeline import INITIAL_SCORES, ML_OPSET, feature_hash, float32_bits, tree_nodes
 from ctxrank.serving.pipeline import _limbs as hash_limbs
@@ -160,11 +155,11 @@ class _Bits(torch.nn.Module):
 
 
 def test_float32_bits_and_the_tie_hash_equal_numpy_in_torch_and_onnx(tmp_path):
-    """The graph's IEEE bits and hash equal numpy's view and ``_feature_hash`` (NaN: canonical)."""
+    """The graph's IEEE bits and hash equal numpy's view and ``feature_hash`` (NaN: canonical)."""
     x = _special_floats(np.random.default_rng(0))
     canonical = np.where(np.isnan(x), np.float32(np.nan), x)  # 0x7FC00000
     bits = canonical.view(np.uint32).astype(np.int64)
-    h = _feature_hash(canonical)
+    h = numpy_feature_hash(canonical)
     expected = (
         bits >> 16,
         bits & 0xFFFF,
@@ -316,7 +311,7 @@ def test_ties_at_the_cutoff_keep_predicts_items(saved, data, tmp_path):
     query = RankingData.from_arrays(x, group=[8])
     initial = predictor.initial.predict(query)
     top = np.sort(initial)[::-1]
-    assert top[K - 1] == top[K] and np.unique(_feature_hash(x[initial == top[K]])).size > 1  # a real tie
+    assert top[K - 1] == top[K] and np.unique(numpy_feature_hash(x[initial == top[K]])).size > 1  # a real tie
     order = initial_order(query, initial)
     assert not np.array_equal(order[:K], np.arange(K))  # the hash, not the rows, decides
     path = tmp_path / "p.onnx"

@@ -6,7 +6,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrank.data import lists
 from ctxrank.data.lists import (
     ListBatch,
     iterate_batches,
@@ -15,7 +14,7 @@ from ctxrank.data.lists import (
     scatter_scores,
     truncate_top_k,
 )
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, feature_hash
 
 
 def make_data(lengths, n_features=3, seed=0, categorical=True, docids=True, names=True) -> RankingData:
@@ -179,7 +178,7 @@ def test_truncate_top_k_handmade_with_ties():
     t, rows = truncate_top_k(d, scores, k=3, add_rank_feature=True)
     # ties broken by a hash of the features, not by position: rows 1 and 4 (0.9) first in some fixed
     # order, then one of the two 0.5 rows (0, 2); q2's three -1.0 rows in a fixed order
-    h = lists._feature_hash(d.features)
+    h = feature_hash(d.features)
     tie_first = sorted([1, 4], key=lambda r: h[r])
     assert rows.tolist() == [
         *tie_first,
@@ -203,7 +202,7 @@ def test_truncate_top_k_larger_than_lists_and_score_feature():
     d = make_data([2, 3], names=False, categorical=False, docids=False)
     scores = torch.tensor([1.0, 3.0, 2.0, 2.0, 5.0])
     t, rows = truncate_top_k(d, scores, k=100, add_rank_feature=True, add_score_feature=True)
-    h = lists._feature_hash(d.features)
+    h = feature_hash(d.features)
     assert rows.tolist() == [1, 0, 4, *sorted([2, 3], key=lambda r: h[r])]  # whole lists, by score
     assert t.n_items == d.n_items and t.query_offsets.tolist() == d.query_offsets.tolist()
     assert t.feature_names == ("f1", "f2", "f3", "initial_rank", "initial_score")
@@ -237,7 +236,7 @@ def test_truncate_top_k_matches_loop_reference(lengths, k, data):
     for q in range(d.n_queries):
         start = d.query_offsets[q]
         key = {
-            r: (-scores[r], int(lists._feature_hash(d.features[[r]])[0]), r)
+            r: (-scores[r], int(feature_hash(d.features[[r]])[0]), r)
             for r in range(start, d.query_offsets[q + 1])
         }
         items = sorted(key, key=key.get)[:k]
@@ -300,7 +299,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
     tied[order[1:][same]] = tied[order[:-1][same]] = True
     assert tied.sum() > 300  # LambdaMART's real ties (697 rows with the CLI's default rounds)
 
-    h = lists._feature_hash(data.features)
+    h = feature_hash(data.features)
     by_item = np.lexsort((h, q))
     dup = (q[by_item][1:] == q[by_item][:-1]) & np.all(
         data.features[by_item][1:] == data.features[by_item][:-1], axis=1

@@ -534,3 +534,19 @@ def test_missing_values_are_served_where_the_file_says_the_model_reads_them(tmp_
         np.testing.assert_allclose(answer.json()["scores"], reference, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"X: row 0, column 1 is inf"):
         OnnxRanker(onnx_file).predict(np.array([[0.0, np.inf, 0.0, 0.0]]), [0])
+
+
+def test_rankings_of_tied_scores_do_not_depend_on_row_order():
+    """Tied scores are ranked by the project's order-free rule (a hash of the features), so a request
+    with its rows shuffled gets the same items in the same places (the row indices permuted)."""
+    from ctxrank.serving.requests import RankRequest
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 3)).astype(np.float32)
+    scores = np.array([1.0, 2.0, 2.0, 2.0, 0.5, 2.0])  # four items tied at the top
+    first = rank_answer(RankRequest(x, None, np.zeros(6, dtype=np.int64), ["q"]), scores)["rankings"][0]
+    for seed in range(5):
+        perm = np.random.default_rng(seed).permutation(6)
+        got = rank_answer(RankRequest(x[perm], None, np.zeros(6, dtype=np.int64), ["q"]), scores[perm])
+        assert [int(perm[r]) for r in got["rankings"][0]["rows"]] == first["rows"]
+    assert first["rows"][4:] == [0, 4]

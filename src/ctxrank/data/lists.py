@@ -22,12 +22,11 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import torch
 
-from ctxrank.data.ranking_data import RankingData, padded_rows
+from ctxrank.data.ranking_data import RankingData, order_by_score, padded_rows
 
 __all__ = [
     "DEFAULT_TOP_K",
     "ListBatch",
-    "feature_hash_multipliers",
     "initial_order",
     "iterate_batches",
     "pad_queries",
@@ -361,50 +360,14 @@ def scatter_scores(
 
 
 DEFAULT_TOP_K = 100  #: items kept per query by the re-ranking protocol (the DLCM and QILCM papers)
-_TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
-
-
-def feature_hash_multipliers(n_features: int) -> np.ndarray:
-    """uint64 (F,) the odd constants of the tie rule's hash (:func:`_feature_hash`), drawn once from a
-    fixed seed; the exported re-ranking pipeline (``ctxrank.serving.pipeline``) stores them."""
-    draws = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=n_features, dtype=np.uint64)
-    return draws | np.uint64(1)
-
-
-def _feature_hash(features: np.ndarray) -> np.ndarray:
-    """uint64 [n] a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
-    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
-    n, f = features.shape
-    mult = feature_hash_multipliers(f)
-    bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
-    h = np.zeros(n, dtype=np.uint64)
-    for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
-        h += (bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]).sum(axis=1, dtype=np.uint64)
-    return h
-
-
 def initial_order(data: RankingData, scores: np.ndarray) -> np.ndarray:
-    """int64 (N,) rows grouped by query (in query order), each query by descending ``scores``.
-
-    **Tie rule** (independent of file position): items of a query with equal scores are ordered by a
-    fixed hash of their float32 feature values (``_feature_hash``), then, only for items whose features
-    are identical too (interchangeable for any model that reads features), by position. So shuffling
-    the items of a query permutes this order's items and nothing else: sequence models that read the
-    displayed order (DLCM, DCM) see the same lists. Only the rows involved in a tie are hashed.
-    """
+    """int64 (N,) rows grouped by query (in query order), each query by descending ``scores``, tied
+    scores by the order-free tie rule (:func:`ctxrank.data.ranking_data.order_by_score`: a fixed hash
+    of the items' float32 features, then position only for identical items). So shuffling the items of
+    a query permutes this order's items and nothing else: sequence models that read the displayed
+    order (DLCM, DCM) see the same lists."""
     s = _flat_scores(scores, data.n_items, "scores").astype(np.float64)
-    qidx = data.query_index
-    position = np.arange(data.n_items, dtype=np.int64)
-    order = np.lexsort((position, -s, qidx))
-    same = (qidx[order][1:] == qidx[order][:-1]) & (s[order][1:] == s[order][:-1])
-    if not same.any():
-        return order
-    tied = np.zeros(data.n_items, dtype=bool)
-    tied[order[1:][same]] = True
-    tied[order[:-1][same]] = True
-    key = np.zeros(data.n_items, dtype=np.uint64)
-    key[tied] = _feature_hash(data.features[tied])
-    return np.lexsort((position, key, -s, qidx))
+    return order_by_score(data.query_index, s, data.features)
 
 
 def truncate_top_k(

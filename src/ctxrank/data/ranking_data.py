@@ -24,8 +24,11 @@ __all__ = [
     "RankingData",
     "check_feature_count",
     "check_finite_rows",
+    "feature_hash",
+    "feature_hash_multipliers",
     "group_by_query",
     "missing_message",
+    "order_by_score",
     "padded_rows",
     "text_label_error",
 ]
@@ -367,6 +370,51 @@ class RankingData:
 
 
 # ------------------------------------------------------------------------------- array helpers
+_TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
+
+
+def feature_hash_multipliers(n_features: int) -> np.ndarray:
+    """uint64 (F,) the odd constants of the tie rule's hash (:func:`feature_hash`), drawn once from a
+    fixed seed; the exported re-ranking pipeline (``ctxrank.serving.pipeline``) stores them."""
+    draws = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=n_features, dtype=np.uint64)
+    return draws | np.uint64(1)
+
+
+def feature_hash(features: np.ndarray) -> np.ndarray:
+    """uint64 (N,) a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
+    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
+    n, f = features.shape
+    mult = feature_hash_multipliers(f)
+    bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
+    h = np.zeros(n, dtype=np.uint64)
+    for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
+        h += (bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]).sum(axis=1, dtype=np.uint64)
+    return h
+
+
+def order_by_score(query_index: np.ndarray, scores: np.ndarray, features: np.ndarray) -> np.ndarray:
+    """int64 (N,) rows grouped by ``query_index`` (ascending), each query by descending ``scores``.
+
+    **Tie rule** (independent of file position): items of a query with equal scores are ordered by a
+    fixed hash of their float32 feature values (:func:`feature_hash`), then, only for items whose
+    features are identical too (interchangeable for any model that reads features), by position. Only
+    the rows involved in a tie are hashed. The re-ranking protocol's initial order, its top-k cut, the
+    exported pipeline graph and the server's rankings all order by this rule.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    position = np.arange(s.size, dtype=np.int64)
+    order = np.lexsort((position, -s, query_index))
+    same = (query_index[order][1:] == query_index[order][:-1]) & (s[order][1:] == s[order][:-1])
+    if not same.any():
+        return order
+    tied = np.zeros(s.size, dtype=bool)
+    tied[order[1:][same]] = True
+    tied[order[:-1][same]] = True
+    key = np.zeros(s.size, dtype=np.uint64)
+    key[tied] = feature_hash(features[tied])
+    return np.lexsort((position, key, -s, query_index))
+
+
 def group_by_query(qid: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Queries in order of first appearance: ``(query ids str (Q,), offsets int64 (Q + 1,), order)``,
     where ``order`` int64 (N,) gathers each query's rows stably (``rows[order]`` is grouped), or None

@@ -14,7 +14,7 @@ A model trained with ``rerank.initial = "lambdamart"`` scores a query in four st
    membership).
 2. **The cut** (:class:`RerankServing`, :func:`initial_places`): each list ordered by descending
    initial score with the project's order-free tie rule (:func:`ctxrank.data.lists.initial_order`:
-   tied scores by the hash :func:`ctxrank.data.lists._feature_hash` of the raw float32 features, then
+   tied scores by the hash :func:`ctxrank.data.ranking_data.feature_hash` of the raw float32 features, then
    by row), and its first ``top_k`` kept; the hash is computed in the graph from the features' IEEE
    bits (:func:`float32_bits`, exact integer arithmetic on 16-bit limbs: ONNX has no bit cast and no
    wrapping uint64 product). ``initial_rank`` is the average rank of tied scores
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ctxrank.data.lists import feature_hash_multipliers
+from ctxrank.data.ranking_data import feature_hash_multipliers
 
 __all__ = [
     "INITIAL_SCORES",
@@ -109,7 +109,7 @@ def _floor_div(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def feature_hash(features: torch.Tensor, limbs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`ctxrank.data.lists._feature_hash` of float32 rows (..., F) as ``(hash >> 32, hash &
+    """:func:`ctxrank.data.ranking_data.feature_hash` of float32 rows (..., F) as ``(hash >> 32, hash &
     0xFFFFFFFF)`` int64 (...,): ``sum_f bits_f * m_f mod 2^64`` on 16-bit limbs (every partial product
     < 2^32, every column sum < 2^33 F: exact in int64 for F < 2^30), then the carries."""
     b1, b0 = float32_bits(features)  # (..., F)

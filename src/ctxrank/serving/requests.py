@@ -9,7 +9,7 @@ Request (one or many queries; rows of a query anywhere)::
 Answer::
 
     {"scores": [s_0, ..., s_{N-1}],                   one a row, in the request's row order
-     "rankings": [{"qid": "q1", "rows": [2, 0, 1]}, ...]}   each query's rows, best first (ties: row order)
+     "rankings": [{"qid": "q1", "rows": [2, 0, 1]}, ...]}   rows, best first (ties: order_by_score)
 
 A feature value is a number (JSON integer or float); ``null`` is a missing value, accepted only where the
 model reads missing values (the model's ``allow_missing``); NaN / Infinity literals are not JSON and
@@ -34,6 +34,7 @@ import numpy as np
 
 from ctxrank._checks import FLOAT32_MAX
 from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.ranking_data import order_by_score
 
 __all__ = ["Limits", "RankRequest", "RequestError", "parse_request", "rank_answer"]
 
@@ -285,7 +286,7 @@ def rank_answer(request: RankRequest, scores: np.ndarray) -> dict[str, Any]:
     s = np.asarray(scores, dtype=np.float64)
     if s.shape != (request.n_rows,) or not np.isfinite(s).all():
         raise RuntimeError("the model gave scores that are not finite (or not one a row)")
-    order = np.lexsort((np.arange(s.size), -s, request.group))  # by query, best first, ties by row
+    order = order_by_score(request.group, s, request.X)  # by query, best first, ties order-free
     bounds = np.cumsum(np.bincount(request.group))[:-1]
     rankings = [
         {"qid": q, "rows": part.tolist()}
