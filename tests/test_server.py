@@ -550,3 +550,16 @@ def test_rankings_of_tied_scores_do_not_depend_on_row_order():
         got = rank_answer(RankRequest(x[perm], None, np.zeros(6, dtype=np.int64), ["q"]), scores[perm])
         assert [int(perm[r]) for r in got["rankings"][0]["rows"]] == first["rows"]
     assert first["rows"][4:] == [0, 4]
+
+
+@pytest.mark.parametrize("package", ["fastapi", "uvicorn", "orjson", "prometheus_client"])
+def test_serve_without_its_extra_is_a_one_line_error(monkeypatch, capsys, package):
+    """Without the serve extra (``make demo`` installs the base package), ``ctxrank serve`` names the
+    missing package and the extra to install: no traceback."""
+    for name in ("ctxrank.cli.serve", "ctxrank.serving.server", "ctxrank.serving.requests"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, package, None)
+    assert main(["serve", "--model", "model.onnx"]) == 2
+    err = capsys.readouterr().err
+    install = "pip install 'ctxrank[serve]'"
+    assert err == f"ctxrank: error: `ctxrank serve` needs the {package} package: {install}\n"

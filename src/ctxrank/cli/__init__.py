@@ -51,10 +51,12 @@ __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 class Command(NamedTuple):
     """A command of the table: ``ctxrank.cli.<module>`` declares its parser in
-    ``add_<name>_parser(sub, common)`` (``-`` of the name as ``_``), with ``help`` as its one line."""
+    ``add_<name>_parser(sub, common)`` (``-`` of the name as ``_``), with ``help`` as its one line;
+    ``extra``: the optional dependencies (``pip install 'ctxrank[EXTRA]'``) its module imports."""
 
     module: str
     help: str
+    extra: str | None = None
 
 
 #: command name -> its module and one-line help, in ``ctxrank --help`` order. ``ctxrank --help`` is
@@ -77,7 +79,9 @@ COMMANDS: dict[str, Command] = {
     "compare": Command("evaluate", "per-metric difference of two sets of runs with paired t-tests"),
     "export": Command("export", "write a saved neural model as a TorchScript or ONNX file for serving"),
     "serve": Command(
-        "serve", "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)"
+        "serve",
+        "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)",
+        extra="serve",
     ),
     "demo": Command(
         "experiment", "the `make demo` job: a small QILCM Table 2 experiment on the embedded MQ2008"
@@ -162,7 +166,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command ``argv`` names is imported (none for ``--help``, ``--version`` or an unknown command)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
-    parser = build_parser(() if command is None else (command,))
+    try:
+        parser = build_parser(() if command is None else (command,))
+    except ModuleNotFoundError as exc:  # an optional dependency of the command's module
+        if command is None or (exc.name or "ctxrank").startswith("ctxrank") or "--debug" in argv:
+            raise
+        extra = COMMANDS[command].extra
+        install = f"pip install 'ctxrank[{extra}]'" if extra else f"pip install {exc.name}"
+        print(f"ctxrank: error: `ctxrank {command}` needs the {exc.name} package: {install}", file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors: argparse has printed already
