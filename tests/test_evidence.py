@@ -85,7 +85,7 @@ EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.name}:{b.name}" for b in BLOCKS])
 def test_every_published_table_is_regenerated_from_its_evidence(block):
-    assert (REPO / "evidence" / block.name / "spec.json").is_file(), f"no evidence/{block.name}"
+    assert (REPO / "evidence" / block.directory / "spec.json").is_file(), f"no evidence/{block.directory}"
     assert regenerate(REPO, block.name) == block.text, (
         f"{block.page.name}: the table of evidence/{block.name} is stale: "
         "run `python -m ctxrank.experiments.published`"

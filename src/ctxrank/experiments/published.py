@@ -7,10 +7,12 @@ A page states an experiment's numbers only inside a marked block::
     ...
     <!-- /evidence -->
 
-``evidence: NAME`` is the directory ``evidence/NAME`` of the repository. :func:`published_blocks` finds
-the blocks, :func:`headline` cuts the headline table (means, the target's improvement, corrected p and
-CI) out of a regenerated ``table.md``, and ``python -m ctxrank.experiments.published [--check]``
-rewrites (or checks) every block; ``tests/test_evidence.py`` fails on any difference.
+or, for a report's anomaly table (QILCM's Figure 2: the per-query gap by anomaly bucket),
+``<!-- evidence: NAME#anomaly -->``. ``NAME`` is the directory ``evidence/NAME`` of the repository.
+:func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
+means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``, and
+``python -m ctxrank.experiments.published [--check]`` rewrites (or checks) every block;
+``tests/test_evidence.py`` fails on any difference.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ctxrank.experiments.evidence import rebuild_report
 
 __all__ = ["Block", "headline", "published_blocks", "regenerate"]
 
-_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+) -->\n(.*?)<!-- /evidence -->", re.S)
+_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+(?:#anomaly)?) -->\n(.*?)<!-- /evidence -->", re.S)
+#: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
+TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |"}
 
 
 class Block:
@@ -32,6 +36,11 @@ class Block:
 
     def __init__(self, page: Path, name: str, text: str) -> None:
         self.page, self.name, self.text = page, name, text
+
+    @property
+    def directory(self) -> str:
+        """The evidence directory's name: ``NAME`` of ``NAME`` or ``NAME#KIND``."""
+        return self.name.partition("#")[0]
 
 
 def published_blocks(root: Path) -> list[Block]:
@@ -41,20 +50,27 @@ def published_blocks(root: Path) -> list[Block]:
     return [Block(p, m.group(1), m.group(2)) for p, m in found]
 
 
-def headline(table_md: str) -> str:
-    """The headline table of a report's ``table.md``: its lines from ``| model |`` to the first blank
-    line after it, and the caption line before it (the test and what its p-value means)."""
+def headline(table_md: str, head: str = TABLE_HEADS[""]) -> str:
+    """A table of a report's ``table.md`` with its caption: the lines from the one starting with
+    ``head`` (default: the headline table of means, the target's improvement, corrected p and CI) to
+    the first blank line after it, and the paragraph before it (the test and what its p-value means;
+    for the anomaly table, its unit and method)."""
     lines = table_md.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    return "\n".join([lines[start - 2], "", *lines[start:end]]) + "\n"
+    first = start - 1
+    while first > 0 and lines[first - 1].strip():
+        first -= 1
+    return "\n".join([*lines[first : start - 1], "", *lines[start:end]]) + "\n"
 
 
 def regenerate(root: Path, name: str) -> str:
-    """The headline of ``evidence/NAME``'s report, regenerated (nothing is trained)."""
+    """The table ``name`` (``NAME`` or ``NAME#KIND``) publishes from ``evidence/NAME``'s report,
+    regenerated (nothing is trained)."""
+    directory, _, kind = name.partition("#")
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
-        rebuild_report(root / "evidence" / name, tmp)
-        return headline((Path(tmp) / "table.md").read_text())
+        rebuild_report(root / "evidence" / directory, tmp)
+        return headline((Path(tmp) / "table.md").read_text(), TABLE_HEADS[kind])
 
 
 def _marked(name: str, text: str) -> str:
