@@ -164,12 +164,13 @@ def _predicted(done: list[tuple[int, float]], n: int) -> float | None:
 
 def series_case(spec: dict, measure_memory: bool) -> dict:
     """One model along one axis (and mode), points in ascending order in this process; freed memory is
-    released before each point (:func:`_release_memory`). A point predicted slower than
-    ``spec["max_step_s"]`` is recorded as skipped, and so are the longer ones after it."""
+    released before each point (:func:`_release_memory`). On the length axis a point predicted slower
+    than ``spec["max_step_s"]`` is recorded as skipped, and so are the longer ones after it (a step's
+    shape does not change with the number of queries: nothing is skipped on that axis)."""
     key = "queries" if spec["axis"] == "queries" else "length"
     out, done = {}, []
     for n in spec["points"]:
-        predicted = _predicted(done, n)
+        predicted = _predicted(done, n) if key == "length" else None
         if predicted is not None and predicted > spec["max_step_s"]:
             out[str(n)] = {"skipped": f"predicted step {predicted:.0f} s > {spec['max_step_s']:g} s"}
             continue
