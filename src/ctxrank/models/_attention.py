@@ -34,8 +34,8 @@ chunk exist at once (at most :data:`CHUNK_COPIES` copies of 16 MiB, whatever the
 query's softmax runs over all its keys in every chunk, so chunking changes no value
 (``tests/test_bounded_memory.py``); only the draws of the dropout mask differ from an unchunked call.
 The cost is one more forward of the attention product in backward, only for lists whose weights
-exceed the budget (on a batch of 4 lists of 1,251 items the chunked ``attn`` step was no slower:
-less memory traffic). On CUDA, PyTorch's memory-efficient kernel handles dropout without the weights;
+exceed the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step
+was no slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's memory-efficient kernel handles dropout without the weights;
 the chunks act there too (bounded either way).
 
 Padding never changes a real item: a padded item is no key of any query, every other operation is
