@@ -33,7 +33,8 @@ model and the batch built (``peak_rss_delta_mib``), beside ctxrank's own estimat
 model's ``batch_memory`` and the loss's ``loss_memory``; the check ``train.max_memory_bytes`` runs
 before allocating) and their ratio. ``--modes`` picks one of the two.
 
-Output: Markdown tables, ``--json FILE``, and with ``--plot DIR`` two PNG figures
+Output: Markdown tables (with each point's step time over ListNet's at the same point of the same run,
+``step_over_reference``), ``--json FILE``, and with ``--plot DIR`` two PNG figures
 (``cost_curves_queries.png``, ``cost_curves_length.png``: log-log axes, one line per model).
 
     .venv/bin/python benchmarks/bench_cost_curves.py --threads 1 --json bench-results/cost_curves.json
@@ -269,6 +270,23 @@ def _cell(r: dict, key: str, scale: float = 1.0) -> str:
     return _fmt(None if v is None else v * scale)
 
 
+def add_ratios(blob: dict) -> None:
+    """``step_over_reference``: each point's median step over the reference model's (ListNet's) at the
+    same point of the same run, where both were measured."""
+    series = []
+    if "queries" in blob:
+        series.append(blob["queries"]["results"])
+    if "length" in blob:
+        series += list(blob["length"]["results"].values())
+    for results in series:
+        ref = results.get(REFERENCE, {})
+        for res in results.values():
+            for point, r in res.items():
+                base = ref.get(point, {}).get("median_s")
+                if base and "median_s" in r:
+                    r["step_over_reference"] = r["median_s"] / base
+
+
 def tables(blob: dict) -> str:
     out = []
     if "queries" in blob:
@@ -314,6 +332,24 @@ def tables(blob: dict) -> str:
                 f"(b) list length, {mode}: peak RSS delta MiB / ctxrank's estimate MiB",
                 markdown_table(header, rows),
             ]
+    ratios = []
+    if "queries" in blob:
+        q = blob["queries"]
+        ratios.append(("(a) queries", q["results"], q["counts"], "Q"))
+    if "length" in blob:
+        lg = blob["length"]
+        ratios += [(f"(b) list length, {m}", lg["results"][m], lg["lengths"], "L") for m in lg["modes"]]
+    for title, results, points, var in ratios:
+        if REFERENCE not in results:
+            continue
+        header = ["model", *(f"{var}={n:,}" for n in points)]
+        rows = [
+            [name, *(_cell(r[str(n)], "step_over_reference") for n in points)] for name, r in results.items()
+        ]
+        out += [
+            f"{title}: step time / {REFERENCE}'s (the reference) at the same point",
+            markdown_table(header, rows),
+        ]
     return "\n\n".join(out)
 
 
@@ -442,6 +478,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"--modes must name unpadded and/or padded, got {args.modes!r}")
         blob["length"] = run_lengths(args, models, modes)
     blob["wall_s"] = time.perf_counter() - started
+    add_ratios(blob)
     print()
     print(tables(blob))
     print(f"\ntotal wall time {blob['wall_s']:.0f} s")

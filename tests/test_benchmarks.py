@@ -182,7 +182,10 @@ def test_cost_curves(tmp_path):
             assert r["epoch_steps"] == -(-q // blob["batch"])
             assert r["epoch_s_extrapolated"] == pytest.approx(r["median_s"] * r["epoch_steps"])
             assert r["peak_rss_delta_mib"] is None  # not measured without isolation
+    first = str(queries["counts"][0])
+    assert queries["results"]["listnet"][first]["step_over_reference"] == pytest.approx(1.0)
     for mode in length["modes"]:
+        assert length["results"][mode]["attn"]["4"]["step_over_reference"] > 0
         for name, res in length["results"][mode].items():
             assert all(res[str(n)]["median_s"] > 0 for n in length["lengths"]), (mode, name)
             assert all(res[str(n)]["estimate_mib"] > 0 for n in length["lengths"])
