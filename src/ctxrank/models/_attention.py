@@ -35,8 +35,9 @@ query's softmax runs over all its keys in every chunk, so chunking changes no va
 (``tests/test_bounded_memory.py``); only the draws of the dropout mask differ from an unchunked call.
 The cost is one more forward of the attention product in backward, only for lists whose weights
 exceed the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step
-was no slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's memory-efficient kernel handles dropout without the weights;
-the chunks act there too (bounded either way).
+was no slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's
+memory-efficient kernel supports dropout without building the weights (its documentation; no GPU
+measured here); the chunks act there too, so memory is bounded either way.
 
 Padding never changes a real item: a padded item is no key of any query, every other operation is
 per item, and the outputs at padded positions are never read by a real item. A list with no real item
@@ -112,9 +113,8 @@ def attend(
 
     ``torch.nn.functional.scaled_dot_product_attention`` in one call, or, with ``dropout_p > 0`` (where
     PyTorch's CPU kernel builds the weights) and weights above ``budget`` bytes (None:
-    :data:`ATTENTION_BLOCK_BYTES`), in query chunks of
-    :func:`query_chunk`, each checkpointed (module docstring). Not while a trace records (export runs
-    in eval mode, without dropout)."""
+    :data:`ATTENTION_BLOCK_BYTES`), in query chunks of :func:`query_chunk`, each checkpointed (module
+    docstring). Not while a trace records (export runs in eval mode, without dropout)."""
     B, h, Lq, _ = q.shape
     chunk = Lq
     if dropout_p > 0 and not tracing():

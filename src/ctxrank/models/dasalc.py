@@ -66,8 +66,8 @@ heads of 100, dropout 0.4, batch-norm momentum 0.1 (TensorFlow's 0.9 decay); the
 1e-3, is ctxrank's default ``train.lr``.
 
 Shapes: features ``(B, L, F)`` -> ``z`` ``(B, L, F')`` -> item tower ``h`` ``(B, L, D)`` and attention
-``a`` ``(B, L, E)`` (logits ``(B, heads, L, L)``, never built) -> ``c`` ``(B, L, D)`` -> scores ``(B, L)``,
-``D = hidden[-1]``.
+``a`` ``(B, L, E)`` (logits ``(B, heads, L, L)``, never built: PyTorch's fused kernel) -> ``c``
+``(B, L, D)`` -> scores ``(B, L)``, ``D = hidden[-1]``.
 
 Scores depend on neither the order of the items (no position enters; permutation equivariant) nor the
 padding; in training the batch norms couple the lists of a batch (as every batch norm does), at
