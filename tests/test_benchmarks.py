@@ -176,3 +176,41 @@ def test_chamfer_pairs_study_runs_and_its_pooled_decision_reads_its_json(tmp_pat
     again = subprocess.run([*cmd, "--pooled", str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[-1] == proc.stdout.splitlines()[-1]  # the same decision from the JSON
+
+
+def test_cost_curves(tmp_path):
+    """Both axes, both modes, the extrapolated epoch time, ctxrank's estimate beside each point and the
+    two log-log figures (small PNGs, as committed to docs/images)."""
+    img = tmp_path / "img"
+    args = ["--isolate", "none", "--threads", "1", "--models", "listnet,attn", "--plot", str(img)]
+    blob = run_bench("bench_cost_curves.py", tmp_path, *args)
+    queries, length = blob["queries"], blob["length"]
+    assert set(queries["results"]) == {"listnet", "attn"} and length["modes"] == ["unpadded", "padded"]
+    for res in queries["results"].values():
+        for q in queries["counts"]:
+            r = res[str(q)]
+            assert r["epoch_steps"] == -(-q // blob["batch"])
+            assert r["epoch_s_extrapolated"] == pytest.approx(r["median_s"] * r["epoch_steps"])
+            assert r["peak_rss_delta_mib"] is None  # not measured without isolation
+    first = str(queries["counts"][0])
+    assert queries["results"]["listnet"][first]["step_over_reference"] == pytest.approx(1.0)
+    for mode in length["modes"]:
+        assert length["results"][mode]["attn"]["4"]["step_over_reference"] > 0
+        for name, res in length["results"][mode].items():
+            assert all(res[str(n)]["median_s"] > 0 for n in length["lengths"]), (mode, name)
+            assert all(res[str(n)]["estimate_mib"] > 0 for n in length["lengths"])
+    names = sorted(Path(p).name for p in blob["figures"])
+    assert names == ["cost_curves_length.png", "cost_curves_queries.png"]
+    for p in blob["figures"]:
+        assert 0 < Path(p).stat().st_size < 150_000
+
+
+def test_cost_curves_isolated_measures_peak_memory_and_skips_slow_points(tmp_path):
+    """In a subprocess each point's peak RSS growth is measured beside the estimate; a point predicted
+    slower than --max-step-s is recorded as skipped, not run."""
+    args = ["--threads", "1", "--models", "listnet", "--axes", "length", "--modes", "padded"]
+    blob = run_bench("bench_cost_curves.py", tmp_path, *args, "--max-step-s", "1e-9")
+    res = blob["length"]["results"]["padded"]["listnet"]  # --quick: lengths 4 and 12
+    assert res["4"]["peak_rss_delta_mib"] is not None and res["4"]["peak_memory_method"]
+    assert res["12"]["skipped"].startswith("predicted step")
+    assert "queries" not in blob

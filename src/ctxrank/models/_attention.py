@@ -19,6 +19,26 @@ Shapes: ``B`` lists padded to ``L`` items, ``d`` the model width, ``h`` heads of
   implementation, ``allrank/models/transformer.py``).
 * :class:`RankEmbedding`: a learned embedding of each item's initial rank.
 * :func:`attention_mask`: the ``(B, 1, 1, L)`` key mask the kernel takes, from ``mask`` (B, L).
+* :func:`attend`: the product itself, in query chunks where it would build the ``(B, h, L, L)`` weights.
+
+**Memory** (issue 35). PyTorch 2.13's CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``)
+never builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training and in scoring:
+it keeps ``(B, h, Lq)`` log-sum-exps for backward. With attention dropout in training
+(``dropout_p > 0``) PyTorch falls back to its math kernel, which builds the weights, their softmax, a
+dropout mask and the dropped weights, and keeps them for backward: about 4 ``(B, h, L, L)`` float32
+tensors per layer (a batch of 4 lists of 1,251 items, 4 heads: 96 MiB a copy, about 380 MiB a
+layer). :func:`attend` then cuts the queries into chunks whose ``(B, h, chunk, Lk)`` weights fit
+:data:`ATTENTION_BLOCK_BYTES` (16 MiB) and runs each chunk under activation checkpointing
+(``torch.utils.checkpoint``, non-reentrant): forward keeps no chunk's weights, backward recomputes one
+chunk at a time with the same dropout mask (the RNG state is replayed), so the weights of at most one
+chunk exist at once (at most :data:`CHUNK_COPIES` copies of 16 MiB, whatever the list length). Each
+query's softmax runs over all its keys in every chunk, so chunking changes no value
+(``tests/test_bounded_memory.py``); only the draws of the dropout mask differ from an unchunked call.
+The cost is one more forward of the attention product in backward, only for lists whose weights
+exceed the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step
+was no slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's
+memory-efficient kernel supports dropout without building the weights (its documentation; no GPU
+measured here); the chunks act there too, so memory is bounded either way.
 
 Padding never changes a real item: a padded item is no key of any query, every other operation is
 per item, and the outputs at padded positions are never read by a real item. A list with no real item
@@ -31,10 +51,31 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ctxrank.models._jit import tracing
 
-__all__ = ["AttentionBlock", "MultiHeadAttention", "RankEmbedding", "attention_mask"]
+__all__ = [
+    "ATTENTION_BLOCK_BYTES",
+    "AttentionBlock",
+    "MultiHeadAttention",
+    "RankEmbedding",
+    "attend",
+    "attend_in_chunks",
+    "attention_mask",
+    "attention_weight_bytes",
+    "query_chunk",
+]
+
+#: bytes of the ``(B, h, chunk, Lk)`` attention weights of one query chunk (one float copy) where the math
+#: kernel builds them (attention dropout in training; module docstring)
+ATTENTION_BLOCK_BYTES = 16 * 2**20
+#: float copies of the ``(B, h, Lq, Lk)`` weights a layer of the math kernel keeps for backward (the
+#: scores' softmax, the dropout mask, the dropped weights, with margin) when it is not chunked
+KEPT_COPIES = 4
+#: float copies of one chunk's weights alive at the peak of its recomputation and backward (scores,
+#: softmax, dropout mask, dropped weights and the gradients of three of them, with margin)
+CHUNK_COPIES = 8
 
 
 def attention_mask(mask: torch.Tensor) -> torch.Tensor | None:
@@ -46,6 +87,84 @@ def attention_mask(mask: torch.Tensor) -> torch.Tensor | None:
         return None
     keys = mask | ~mask.any(dim=-1, keepdim=True)  # (B, L)
     return keys[:, None, None, :]
+
+
+def query_chunk(
+    batch_size: int, heads: int, q_len: int, k_len: int, *, itemsize: int = 4, budget: int | None = None
+) -> int:
+    """Queries per chunk of :func:`attend`: ``q_len`` when the ``(B, h, Lq, Lk)`` weights fit ``budget``
+    bytes (None: :data:`ATTENTION_BLOCK_BYTES`, read at the call), else the most whose ``(B, h, chunk,
+    Lk)`` weights fit (at least 1)."""
+    budget = ATTENTION_BLOCK_BYTES if budget is None else budget
+    row = max(batch_size * heads * k_len * itemsize, 1)  # bytes of one query's weights
+    return max(1, min(q_len, budget // row))
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    dropout_p: float,
+    *,
+    budget: int | None = None,
+) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(d_k)) v`` per head with dropout ``dropout_p`` on the weights: ``q`` (B, h,
+    Lq, d_k), ``k``, ``v`` (B, h, Lk, d_k), ``key_mask`` (B, 1, 1, Lk) or None -> (B, h, Lq, d_k).
+
+    ``torch.nn.functional.scaled_dot_product_attention`` in one call, or, with ``dropout_p > 0`` (where
+    PyTorch's CPU kernel builds the weights) and weights above ``budget`` bytes (None:
+    :data:`ATTENTION_BLOCK_BYTES`), in query chunks of :func:`query_chunk`, each checkpointed (module
+    docstring). Not while a trace records (export runs in eval mode, without dropout)."""
+    B, h, Lq, _ = q.shape
+    chunk = Lq
+    if dropout_p > 0 and not tracing():
+        chunk = query_chunk(B, h, Lq, k.shape[2], itemsize=q.element_size(), budget=budget)
+    if chunk >= Lq:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+    return attend_in_chunks(q, k, v, key_mask, dropout_p, chunk)
+
+
+def attend_in_chunks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    dropout_p: float,
+    chunk: int,
+) -> torch.Tensor:
+    """:func:`attend` for ``chunk`` queries at a time, each chunk checkpointed (its weights are rebuilt in
+    backward, with the same dropout mask): every query still attends to all ``Lk`` keys, so the values
+    are those of one call (with ``dropout_p = 0``, the same numbers to float rounding)."""
+    parts = [
+        checkpoint(_sdpa, part, k, v, key_mask, dropout_p, use_reentrant=False, preserve_rng_state=True)
+        for part in q.split(chunk, dim=2)
+    ]
+    return torch.cat(parts, dim=2)
+
+
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, dropout_p: float
+) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+
+
+def attention_weight_bytes(
+    batch_size: int, heads: int, q_len: int, k_len: int, *, layers: int, dropout: float, training: bool
+) -> int:
+    """Upper bound of the bytes of attention weights that ``layers`` stacked :func:`attend` calls hold at
+    a training step's peak (float32): none without attention dropout or when scoring (PyTorch's fused
+    kernel; its ``(B, h, Lq)`` log-sum-exps are per item, counted by the caller); with dropout,
+    :data:`KEPT_COPIES` copies of the weights per layer when they fit :data:`ATTENTION_BLOCK_BYTES`,
+    else :data:`CHUNK_COPIES` copies of one chunk's (the chunks keep nothing between forward and
+    backward)."""
+    if not training or dropout == 0:
+        return 0
+    row = 4 * batch_size * heads * k_len  # bytes of one query's weights
+    chunk = query_chunk(batch_size, heads, q_len, k_len)
+    if chunk >= q_len:
+        return layers * KEPT_COPIES * row * q_len
+    return CHUNK_COPIES * row * chunk
 
 
 class MultiHeadAttention(nn.Module):
@@ -84,12 +203,12 @@ class MultiHeadAttention(nn.Module):
         ``key_mask`` (B, 1, 1, Lk) bool from :func:`attention_mask` or None (every key is real)
         -> (B, Lq, d)."""
         k, v = self.kv_proj(query if keys is None else keys).split(self.d_model, dim=-1)
-        out = F.scaled_dot_product_attention(
+        out = attend(
             self._heads(self.q_proj(query)),
             self._heads(k),
             self._heads(v),
-            attn_mask=key_mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            key_mask,
+            self.dropout if self.training else 0.0,
         )  # (B, h, Lq, d_k)
         B, _, Lq, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.d_model))

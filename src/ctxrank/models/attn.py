@@ -68,7 +68,12 @@ import torch
 from torch import nn
 
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
-from ctxrank.models._attention import AttentionBlock, RankEmbedding, attention_mask
+from ctxrank.models._attention import (
+    AttentionBlock,
+    RankEmbedding,
+    attention_mask,
+    attention_weight_bytes,
+)
 from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_activation
 
 __all__ = ["FC_ACTIVATIONS", "ContextAwareAttention", "ContextAwareAttentionConfig"]
@@ -176,17 +181,20 @@ class ContextAwareAttention(RankingModule):
         """When training, per item: the clamped input and the input layer, and per block what backward
         keeps of its two layer norms, the ``3 d`` projections, the attention output, the feed-forward
         hidden layer (with its ReLU and dropout), the residual sums and dropout masks, with the
-        activations' gradients; per pair of items, block and head the attention weights and their
-        dropout mask (the kernels that store them). When scoring, the tensors of one block at a time
-        (nothing is kept), and one block's attention weights."""
+        activations' gradients, and each head's log-sum-exps; with attention dropout the attention
+        weights the math kernel builds, chunked above a budget
+        (:func:`ctxrank.models._attention.attention_weight_bytes`). When scoring, the tensors of one
+        block at a time (nothing is kept; PyTorch's fused kernel builds no ``(L, L)`` weights)."""
         cfg = self.config
         d, ff, h, L = cfg.d_fc, cfg.d_ff, cfg.heads, list_len
         width = 3 if training else 2
         blocks = cfg.blocks if training else 1
         per_item = self.input_floats(training=training) + width * (self.input_dim + 3 * d)
-        per_item += blocks * width * (12 * d + 3 * ff) + width * 2 * d
-        per_pair = blocks * h * (4 if training else 1)
-        return FLOAT_BYTES * batch_size * list_len * (per_item + per_pair * L)
+        per_item += blocks * (width * (12 * d + 3 * ff) + h) + width * 2 * d
+        pairs = attention_weight_bytes(
+            batch_size, h, L, L, layers=cfg.blocks, dropout=cfg.dropout, training=training
+        )
+        return FLOAT_BYTES * batch_size * list_len * per_item + pairs
 
     def encode(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None

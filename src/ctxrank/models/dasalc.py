@@ -79,8 +79,8 @@ heads of 100, dropout 0.4, batch-norm momentum 0.1 (TensorFlow's 0.9 decay); the
 1e-3, is ctxrank's default ``train.lr``.
 
 Shapes: features ``(B, L, F)`` -> ``z`` ``(B, L, F')`` -> item tower ``h`` ``(B, L, D)`` and attention
-``a`` ``(B, L, E)`` (logits ``(B, heads, L, L)``) -> ``c`` ``(B, L, D)`` -> scores ``(B, L)``,
-``D = hidden[-1]``.
+``a`` ``(B, L, E)`` (logits ``(B, heads, L, L)``, never built: PyTorch's fused kernel) -> ``c``
+``(B, L, D)`` -> scores ``(B, L)``, ``D = hidden[-1]``.
 
 Scores depend on neither the order of the items (no position enters; permutation equivariant) nor the
 padding; in training the batch norms couple the lists of a batch (as every batch norm does), at
@@ -97,6 +97,7 @@ import torch
 from torch import nn
 
 from ctxrank._checks import check_dropout, check_int, check_int_list, check_positive
+from ctxrank.models._attention import attend, attention_mask
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["DASALC", "DASALCConfig", "LatentCrossAttention", "MaskedBatchNorm"]
@@ -193,9 +194,8 @@ class MaskedBatchNorm(nn.Module):
 class LatentCrossAttention(nn.Module):
     """One self-attention layer of the context tower: ``a + Dropout(MHSA(a))``, then LayerNorm.
 
-    ``a`` ``(B, L, E)``, ``mask`` ``(B, L)`` -> ``(B, L, E)``. Keys of padded items get a logit of
-    ``finfo.min / 2`` (exactly zero weight beside any real key); a list with no real item attends
-    uniformly (finite garbage at padded positions only).
+    Keys of padded items get no weight; a list with no real item attends uniformly (finite garbage at
+    padded positions only).
     """
 
     def __init__(self, width: int, heads: int, dropout: float) -> None:
@@ -206,15 +206,17 @@ class LatentCrossAttention(nn.Module):
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.norm = nn.LayerNorm(width)
 
-    def forward(self, a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, a: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        """``a`` (B, L, E), ``key_mask`` (B, 1, 1, L) of :func:`ctxrank.models._attention.attention_mask`
+        or None (every item real) -> (B, L, E). The product is PyTorch's fused kernel
+        (``scaled_dot_product_attention`` without dropout on the weights): it never builds the
+        ``(B, heads, L, L)`` logits, so memory grows linearly with the list length."""
         B, L, E = a.shape
         q, k, v = (
             t.reshape(B, L, self.heads, E // self.heads).transpose(1, 2)  # (B, heads, L, E / heads)
             for t in self.qkv(a).chunk(3, dim=-1)
         )
-        logits = q @ k.transpose(-1, -2) * (E // self.heads) ** -0.5  # (B, heads, L, L)
-        logits = torch.where(mask[:, None, None, :], logits, torch.finfo(logits.dtype).min / 2)
-        mixed = (torch.softmax(logits, dim=-1) @ v).transpose(1, 2).reshape(B, L, E)
+        mixed = attend(q, k, v, key_mask, 0.0).transpose(1, 2).reshape(B, L, E)  # softmax(q k^T / sqrt) v
         return self.norm(a + self.dropout(self.out(mixed)))
 
 
@@ -256,27 +258,27 @@ class DASALC(RankingModule):
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """Training (everything kept for backward), per item: the input and its float64 batch norm, every
         hidden layer (linear, ReLU, float64 batch norm, dropout), each attention block's projections,
-        residual and LayerNorm, the context and the latent cross; per pair of items and layer: each
-        head's logits, masked logits and attention weights. Scoring: the few of these alive at once
-        (one layer's tensors, one attention layer's logits)."""
+        residual, LayerNorm and each head's log-sum-exps (PyTorch's fused kernel builds no ``(L, L)``
+        logits), the context and the latent cross. Scoring: the few of these alive at once (one
+        layer's tensors)."""
         c, F = self.config, self.input_dim
         E, D, W = c.heads * c.head_size, c.hidden[-1], max(c.hidden)
         B, L = batch_size, list_len
         if not training:
-            per_item = self.input_floats(training=False) + 4 * F + 4 * W + 6 * E + 4 * D + 2
-            return FLOAT_BYTES * B * L * (per_item + L * c.heads * 3)
+            per_item = self.input_floats(training=False) + 4 * F + 4 * W + 6 * E + 4 * D + 2 + c.heads
+            return FLOAT_BYTES * B * L * per_item
         bn = 14  # float64 copies (2 units a value), centered, normalized, affine
         per_item = (
             self.input_floats(training=True)
             + bn * F
             + sum((4 + bn) * w for w in c.hidden)
-            + (1 + c.attention_layers * 16) * E
+            + c.attention_layers * (16 * E + c.heads)
+            + E
             + bn * E
             + 10 * D
             + 2
         )
-        per_pair = c.attention_layers * c.heads * 5
-        return FLOAT_BYTES * B * L * (3 * per_item + L * per_pair)
+        return FLOAT_BYTES * B * L * 3 * per_item
 
     def forward(
         self,
@@ -293,8 +295,9 @@ class DASALC(RankingModule):
             h = self.dropout(norm(torch.relu(layer(h)), mask))  # (B, L, w)
         h = self.item_out(h)  # (B, L, D)
         a = self.attention_in(z)  # (B, L, E)
+        key_mask = attention_mask(mask)  # (B, 1, 1, L) or None
         for block in self.attention:
-            a = block(a, mask)
+            a = block(a, key_mask)
         context = self.context_out(self.context_norm(a, mask))  # (B, L, D)
         crossed = (1 + context) * h  # the latent cross
         return self.score(self.dropout(torch.relu(crossed))).squeeze(-1)

@@ -75,7 +75,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
-from ctxrank.models._attention import AttentionBlock, RankEmbedding, attention_mask
+from ctxrank.models._attention import (
+    AttentionBlock,
+    RankEmbedding,
+    attention_mask,
+    attention_weight_bytes,
+)
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["SETRANK_BLOCKS", "SetRank", "SetRankConfig"]
@@ -204,21 +209,28 @@ class SetRank(RankingModule):
         backward keeps of the ``3 d`` projections, the attention output, two residual sums and layer
         norms, the feed-forward hidden layer (with its ReLU and dropout) and the dropout masks, with the
         activations' gradients (an IMSAB: two MABs, the ``m`` inducing points' counted as ``ceil(m / L)``
-        per item); per pair of items and head (MSAB), or per item, inducing point and head (IMSAB,
-        twice), the attention weights and their dropout mask. When scoring, one block at a time."""
+        per item) and each head's log-sum-exps; with attention dropout the attention weights the math
+        kernel builds, per pair of items (MSAB) or of item and inducing point (IMSAB, twice), chunked
+        above a budget (:func:`ctxrank.models._attention.attention_weight_bytes`). When scoring, one
+        block at a time (PyTorch's fused kernel builds no weights)."""
         cfg = self.config
-        d, ff, h, L = cfg.d_model, cfg.d_ff, cfg.heads, list_len
+        d, ff, h, L, m = cfg.d_model, cfg.d_ff, cfg.heads, list_len, cfg.inducing_points
         width = 3 if training else 2
         blocks = cfg.blocks if training else 1
-        per_block = width * (12 * d + 3 * ff)
-        keys = L
+        per_block = width * (12 * d + 3 * ff) + 2 * h
+        shapes = [(L, L)]
         if cfg.block == "imsab":
-            keys = 2 * cfg.inducing_points
-            per_block += width * (12 * d + 3 * ff) * -(-cfg.inducing_points // max(L, 1))
+            shapes = [(m, L), (L, m)]  # H = MAB(I_m, X, X), then MAB(X, H, H)
+            per_block += width * (12 * d + 3 * ff) * -(-m // max(L, 1))
         per_item = self.input_floats(training=training) + width * (self.input_dim + 4 * d)
         per_item += blocks * per_block
-        per_pair = blocks * h * (4 if training else 1)
-        return FLOAT_BYTES * batch_size * list_len * (per_item + per_pair * keys)
+        pairs = sum(
+            attention_weight_bytes(
+                batch_size, h, q, k, layers=cfg.blocks, dropout=cfg.dropout, training=training
+            )
+            for q, k in shapes
+        )
+        return FLOAT_BYTES * batch_size * list_len * per_item + pairs
 
     def encode(
         self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
