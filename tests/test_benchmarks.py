@@ -166,3 +166,13 @@ def test_chamfer_pairs_study_runs_and_its_pooled_decision_reads_its_json(tmp_pat
     again = subprocess.run([*cmd, "--pooled", str(out)], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[-1] == proc.stdout.splitlines()[-1]  # the same decision from the JSON
+
+
+def test_stream(tmp_path):
+    """bench_stream.py: both paths at both sizes, every query trained on, a positive speed ratio."""
+    blob = run_bench("bench_stream.py", tmp_path, "--isolate", "none", "--threads", "1")
+    assert [r["queries"] for r in blob["results"]] == [40, 160]
+    for r in blob["results"]:
+        assert r["same_process"]["queries"] == r["queries"]
+        assert {c["queries"] for c in r["cases"].values()} == {r["queries"]}
+        assert r["speed_ratio_stream_over_memory"] > 0

@@ -393,3 +393,11 @@ def test_torchrun_ranks_train_from_disjoint_shards(letor):
     saved = json.loads((t / "dp" / "ctxrank.json").read_text())["transform"]["state"]
     np.testing.assert_allclose(saved["mean_"], alone.mean_, rtol=1e-12)
     np.testing.assert_allclose(saved["std_"], alone.std_, rtol=1e-12)
+
+
+def test_tune_refuses_shards(letor, capsys):
+    t = letor
+    assert main(["data-shards", str(t / "tr.txt"), "--shards", "2", "--out", str(t / "sh")]) == 0
+    argv = ["tune", "--model", "mlp", "--train-shards", str(t / "sh"), "--valid", str(t / "va.txt")]
+    assert main([*argv, "--trials", "1", "--out", str(t / "tune")]) == 2
+    assert "--train-shards (training data streamed from disk) is for ctxrank train" in capsys.readouterr().err

@@ -92,6 +92,11 @@ def tune(
     check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
+    if options.data.train_shards is not None:
+        raise ValueError(
+            "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
+            "the queries that fits in memory (--train FILE)"
+        )
     td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
     train, valid, what = td.train, td.valid, td.what
     space = tuning.search_space(study_base)

@@ -11,7 +11,11 @@ error naming the shard.
 
 **Reading**: :class:`ShardStream` scans the shards' query-id columns once (how many queries, the longest
 list, the checks above), then reads ``read_rows`` rows at a time (``pyarrow.parquet.ParquetFile.
-iter_batches``), cut at query boundaries (the last query of a read waits for its other rows).
+iter_batches``, without pre-buffering: pyarrow's pre-buffer would hold a whole shard), cut at query
+boundaries (the last query of a read waits for its other rows). pyarrow decodes a row group of a column
+at a time, so a row group is read whole: ``data-shards`` writes row groups of at most
+:data:`ROW_GROUP_ROWS` rows; shards written by another tool should keep theirs small too (the scan
+records the largest, and the memory bound counts it).
 
 **Shuffling**, one epoch (every draw from the run's ``np.random.Generator``, so seeded and resumable):
 
@@ -49,7 +53,7 @@ import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -72,6 +76,7 @@ __all__ = [
 QUERY, LABEL, DOCID = "qid", "label", "docid"  #: the key columns of a shard
 DEFAULT_SHUFFLE_BUFFER = 1024  #: queries held for shuffling
 DEFAULT_READ_ROWS = 65_536  #: rows read from a shard at a time
+ROW_GROUP_ROWS = 16_384  #: the largest row group ``write_shards`` writes
 SHARD_NAME = "part-{:05d}.parquet"
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -155,6 +160,7 @@ class _ShardScan:
     queries: int
     longest: int
     longest_qid: str
+    row_group: int  # rows of its largest row group
 
 
 def _runs(qids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +188,10 @@ def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
     ids: list[np.ndarray] = []
     rows = 0
     last: str | None = None
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=read_rows, columns=[QUERY]):
+    shard = pq.ParquetFile(path, pre_buffer=False)
+    meta = shard.metadata
+    row_group = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
+    for batch in shard.iter_batches(batch_size=read_rows, columns=[QUERY]):
         qids = _qid_text(batch.column(0), f"{path}: rows {rows + 1}..{rows + batch.num_rows}")
         if qids.size == 0:
             continue
@@ -210,7 +219,7 @@ def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
             "a shard holds whole queries, each query's rows together"
         )
     q = int(np.argmax(lengths))
-    return _ShardScan(path, rows, int(lengths.size), int(lengths[q]), str(run_ids[q])), hashes
+    return _ShardScan(path, rows, int(lengths.size), int(lengths[q]), str(run_ids[q]), row_group), hashes
 
 
 def _features(batch: pa.RecordBatch, names: Sequence[str], where: str) -> np.ndarray:
@@ -304,8 +313,8 @@ class ShardStream:
     def n_items(self) -> int:
         return sum(s.rows for s in self.scans)
 
-    categorical = None  #: shards hold numeric features only
-    categorical_cardinalities: tuple[int, ...] = ()
+    categorical: ClassVar[None] = None  #: shards hold numeric features only
+    categorical_cardinalities: ClassVar[tuple[int, ...]] = ()
 
     def longest_query(self) -> tuple[int, str]:
         """Length and id of the longest list of this process's shards."""
@@ -313,14 +322,16 @@ class ShardStream:
         return best.longest, best.longest_qid
 
     def memory_bytes(self, batch_size: int) -> int:
-        """An upper bound of the bytes of data rows the stream holds at once: the buffer (``shuffle_buffer``
-        lists of the longest length, plus one read and the query it cut), a copy while it is re-cut, the
-        window and its padded batches; each row ``4 F + 4`` bytes (features, label) and its id."""
+        """An upper bound of the bytes of data rows the stream holds at once: the buffer
+        (``shuffle_buffer`` lists of the longest length, plus one read and the query it cut), a copy while
+        it is re-cut, one read (decoded and normalized), the largest row group (pyarrow's decoded column
+        chunks), the window and its padded batches; each row ``4 F + 12`` bytes (features, label, id)."""
         longest, _ = self.longest_query()
-        row = 4 * self.n_features + 4 + 8
+        row = 4 * self.n_features + 12
         buffer = self.shuffle_buffer * longest + self.read_rows + longest
         window = max(self._window(batch_size), batch_size) * longest
-        return int(row * (2 * buffer + 2 * self.read_rows + 2 * window))
+        row_group = max(s.row_group for s in self.scans)
+        return int(row * (2 * buffer + 2 * self.read_rows + 2 * row_group + 2 * window))
 
     def with_transform(self, transform: Any) -> ShardStream:
         """The same stream with every read normalized by ``transform`` (fitted)."""
@@ -361,7 +372,8 @@ class ShardStream:
         columns = [QUERY, LABEL, *([DOCID] if self.docids else []), *self.feature_names]
         carry: RankingData | None = None
         rows = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=self.read_rows, columns=columns):
+        shard = pq.ParquetFile(path, pre_buffer=False)
+        for batch in shard.iter_batches(batch_size=self.read_rows, columns=columns):
             where = f"{path}: rows {rows + 1}..{rows + batch.num_rows}"
             rows += batch.num_rows
             if batch.num_rows == 0:
@@ -546,7 +558,7 @@ def write_shards(
                     writers[s] = pq.ParquetWriter(temporary[s], table.schema, compression="zstd")
                 elif not table.schema.equals(writers[s].schema):
                     raise ValueError(f"{part.source}: its columns differ from those of the parts before it")
-                writers[s].write_table(table)
+                writers[s].write_table(table, row_group_size=ROW_GROUP_ROWS)
                 if shards is None:  # consecutive shards: the earlier ones are complete
                     for done in [k for k in writers if k < s]:
                         writers.pop(done).close()
