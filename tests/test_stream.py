@@ -16,12 +16,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from ctxrank.cli import main
+from ctxrank.config import TrainConfig
+from ctxrank.data import stream as stream_module
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream, rank_shards, shard_paths, write_shards
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.data.transforms import TRANSFORMS, make_transform
+from ctxrank.losses import listnet
+from ctxrank.registry import make_model
+from ctxrank.training.loop import fit, seed_everything
 from tests.conftest import make_ranking_data
 from tests.test_memory import _capped_cli
 
@@ -125,11 +131,14 @@ def _queries_of(data: RankingData) -> list[tuple]:
 
 
 @pytest.mark.parametrize("how", [{"shards": 4}, {"shard_rows": 150}])
-def test_shards_hold_whole_queries_and_read_back_as_written(data, tmp_path, how):
-    """``write_shards`` from several pieces; reads of a few rows cut queries, which are joined again:
-    the stream's queries are the data's (ids, docids, features, labels)."""
+def test_shards_hold_whole_queries_and_read_back_as_written(data, tmp_path, how, monkeypatch):
+    """``write_shards`` from several pieces, in row groups of 13 rows; reads of a few rows, row group by
+    row group, cut queries, which are joined again: the stream's queries are the data's (ids, docids,
+    features, labels)."""
+    monkeypatch.setattr(stream_module, "ROW_GROUP_ROWS", 13)
     paths = write_shards(_pieces(data, [30, 61]), tmp_path, **how)
     assert paths == shard_paths(tmp_path) and len(paths) > 1
+    assert min(pq.ParquetFile(p).metadata.num_row_groups for p in paths) > 3
     stream = ShardStream.open(tmp_path, read_rows=7)
     assert stream.n_queries == data.n_queries and stream.n_items == data.n_items
     assert stream.longest_query() == (
@@ -240,6 +249,39 @@ def test_missing_features_read_as_zero_and_inf_or_missing_labels_are_errors(tmp_
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no \*\.parquet shard"):
         ShardStream.open(tmp_path / "empty")
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: not an Exception, so nothing on the way catches it."""
+
+
+def test_a_streamed_run_killed_after_an_epoch_resumes_to_bitwise_the_same_weights(data, tmp_path):
+    """The stream's shuffling draws from the run's generator, which the training state saves: a run
+    killed after epoch 1 and resumed ends with the weights and history of an uninterrupted run."""
+    write_shards([data], tmp_path / "sh", shards=3)
+    valid = make_ranking_data(20, n_features=4, seed=6)
+
+    def run(state_dir, resume=False, on_epoch=None):
+        stream = ShardStream.open(tmp_path / "sh", shuffle_buffer=16, read_rows=50)
+        seed_everything(0)
+        model = make_model("mlp", 4, {"hidden": [16], "dropout": 0.2})
+        config = TrainConfig(max_epochs=3, batch_size=8, seed=0, patience=10)
+        kw = {"state_dir": state_dir, "resume": resume, "on_epoch": on_epoch, "progress": False}
+        return model, fit(model, listnet, stream, valid, config, **kw)
+
+    def kill(epoch, _value):
+        if epoch == 1:
+            raise _Killed
+
+    ref_model, ref = run(tmp_path / "a")
+    with pytest.raises(_Killed):
+        run(tmp_path / "b", on_epoch=kill)
+    model, resumed = run(tmp_path / "b", resume=True)
+    assert resumed.resumed_from_epoch == 1
+    same = zip(model.state_dict().values(), ref_model.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in same)
+    drop = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
+    assert drop(resumed.history) == drop(ref.history)
 
 
 # -------------------------------------------------------------------------------- command line

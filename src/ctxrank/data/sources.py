@@ -568,9 +568,12 @@ class DataSource:
         """
         training_only = [
             flag_of(DataSource, name)
-            for name in ("train_file", "valid_file", "test_file", "split_fractions")
+            for name in (
+                "train_file", "valid_file", "test_file", "split_fractions", "train_shards", "shuffle_buffer",
+                "read_rows",
+            )
             if getattr(self, name) is not None
-        ]
+        ]  # fmt: skip
         if training_only:
             raise ValueError(f"{', '.join(training_only)}: training files, not rows to read here")
         file = self.data_file

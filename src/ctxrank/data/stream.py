@@ -11,10 +11,10 @@ error naming the shard.
 
 **Reading**: :class:`ShardStream` scans the shards' query-id columns once (how many queries, the longest
 list, the checks above), then reads ``read_rows`` rows at a time (``pyarrow.parquet.ParquetFile.
-iter_batches``, without pre-buffering: pyarrow's pre-buffer would hold a whole shard), cut at query
-boundaries (the last query of a read waits for its other rows). pyarrow decodes a row group of a column
-at a time, so a row group is read whole: ``data-shards`` writes row groups of at most
-:data:`ROW_GROUP_ROWS` rows; shards written by another tool should keep theirs small too (the scan
+iter_batches``, row group by row group, without pre-buffering: pyarrow's pre-buffer would hold a whole
+shard), cut at query boundaries (the last query of a read waits for its other rows). pyarrow decodes a
+row group of a column at a time, so a row group is read whole: ``data-shards`` writes row groups of at
+most :data:`ROW_GROUP_ROWS` rows; shards written by another tool should keep theirs small too (the scan
 records the largest, and the memory bound counts it).
 
 **Shuffling**, one epoch (every draw from the run's ``np.random.Generator``, so seeded and resumable):
@@ -191,7 +191,7 @@ def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
     shard = pq.ParquetFile(path, pre_buffer=False)
     meta = shard.metadata
     row_group = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
-    for batch in shard.iter_batches(batch_size=read_rows, columns=[QUERY]):
+    for batch in _reads(shard, read_rows, [QUERY]):
         qids = _qid_text(batch.column(0), f"{path}: rows {rows + 1}..{rows + batch.num_rows}")
         if qids.size == 0:
             continue
@@ -220,6 +220,13 @@ def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
         )
     q = int(np.argmax(lengths))
     return _ShardScan(path, rows, int(lengths.size), int(lengths[q]), str(run_ids[q]), row_group), hashes
+
+
+def _reads(shard: pq.ParquetFile, read_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The shard's rows, ``read_rows`` at a time, row group by row group: a read never spans two row
+    groups, so pyarrow holds one decoded row group at a time."""
+    for i in range(shard.metadata.num_row_groups):
+        yield from shard.iter_batches(batch_size=read_rows, row_groups=[i], columns=columns)
 
 
 def _features(batch: pa.RecordBatch, names: Sequence[str], where: str) -> np.ndarray:
@@ -373,7 +380,7 @@ class ShardStream:
         carry: RankingData | None = None
         rows = 0
         shard = pq.ParquetFile(path, pre_buffer=False)
-        for batch in shard.iter_batches(batch_size=self.read_rows, columns=columns):
+        for batch in _reads(shard, self.read_rows, columns):
             where = f"{path}: rows {rows + 1}..{rows + batch.num_rows}"
             rows += batch.num_rows
             if batch.num_rows == 0:
