@@ -125,11 +125,27 @@ def main(argv=None) -> int:
         return child_main(args.child, run)
     if args.quick:
         args.queries, args.items, args.repeats = 40, 10, 1
-    from ctxrank.data.stream import write_shards
-
     info = machine_info(args.threads)
     print(machine_line(info), flush=True)
-    work = Path(tempfile.mkdtemp(prefix="ctxrank-bench-stream-"))
+    with tempfile.TemporaryDirectory(prefix="ctxrank-bench-stream-") as tmp:  # shards deleted after the run
+        rows, results = _measure(args, Path(tmp))
+    header = [
+        "queries x items",
+        "features MiB",
+        "path",
+        "peak RSS delta MiB",
+        "x features",
+        "queries/s (epoch)",
+    ]
+    print(markdown_table(header, rows))
+    emit_json({"quick": args.quick, "machine": info, "results": results}, args.json, echo=False)
+    return 0
+
+
+def _measure(args: argparse.Namespace, work: Path) -> tuple[list[list], list[dict]]:
+    """Both sizes: write the shards, run the cases; (table rows, results)."""
+    from ctxrank.data.stream import write_shards
+
     rows, results = [], []
     for factor in (1, 4):
         n = args.queries * factor
@@ -144,9 +160,10 @@ def main(argv=None) -> int:
             "shuffle_buffer": args.shuffle_buffer,
             "repeats": args.repeats,
         }
-        case = {}
-        for mode in ("stream", "memory"):
-            case[mode] = run_case(Path(__file__), {**spec, "mode": mode}, args.isolate, run)
+        case = {
+            mode: run_case(Path(__file__), {**spec, "mode": mode}, args.isolate, run)
+            for mode in ("stream", "memory")
+        }
         ratio = run_case(Path(__file__), {**spec, "mode": "ratio"}, args.isolate, run)
         qps = {k: ratio["queries"] / ratio[f"{k}_s"] for k in ("stream", "memory")}
         result = {
@@ -161,36 +178,12 @@ def main(argv=None) -> int:
         }
         results.append(result)
         for mode in ("stream", "memory"):
-            c = case[mode]
-            peak = c["peak_rss_delta_mib"]
-            rows.append(
-                [
-                    f"{n:,} x {args.items}",
-                    f"{decoded_mib:.0f}",
-                    mode,
-                    "-" if peak is None else f"{peak:.0f}",
-                    "-" if peak is None else f"{peak / decoded_mib:.2f}",
-                    f"{qps[mode]:.0f}",
-                ]
-            )
-        rows.append(
-            ["", "", "ratio stream / memory", "", "", f"{result['speed_ratio_stream_over_memory']:.2f}"]
-        )
-    print(
-        markdown_table(
-            [
-                "queries x items",
-                "features MiB",
-                "path",
-                "peak RSS delta MiB",
-                "x features",
-                "queries/s (epoch)",
-            ],
-            rows,
-        )
-    )
-    emit_json({"quick": args.quick, "machine": info, "results": results}, args.json, echo=False)
-    return 0
+            peak = case[mode]["peak_rss_delta_mib"]
+            shown = ["-", "-"] if peak is None else [f"{peak:.0f}", f"{peak / decoded_mib:.2f}"]
+            rows.append([f"{n:,} x {args.items}", f"{decoded_mib:.0f}", mode, *shown, f"{qps[mode]:.0f}"])
+        ratio_text = f"{result['speed_ratio_stream_over_memory']:.2f}"
+        rows.append(["", "", "ratio stream / memory", "", "", ratio_text])
+    return rows, results
 
 
 if __name__ == "__main__":
