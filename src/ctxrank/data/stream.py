@@ -230,18 +230,26 @@ def _reads(shard: pq.ParquetFile, read_rows: int, columns: list[str]) -> Iterato
 
 
 def _features(batch: pa.RecordBatch, names: Sequence[str], where: str) -> np.ndarray:
-    """float32 (n, F): missing (null, NaN) -> 0; a value that is not a finite float32 is an error."""
+    """float32 (n, F): missing (null, NaN) -> 0; a value that is not a finite float32 (an inf, or beyond
+    float32 in a float64 column) is an error. Each column is cast straight into the block (no float64
+    copy), then the block is checked at once."""
+    import pyarrow as pa
+
     out = np.empty((batch.num_rows, len(names)), dtype=np.float32)
-    for j, name in enumerate(names):
-        values = np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
-        values = np.where(np.isnan(values), 0.0, values)
-        bad = ~(np.abs(values) <= _F32_MAX)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(
-                f"{where}: row {i + 1} of this read: feature {name!r} is {values[i]}, not a finite float32"
-            )
-        out[:, j] = values
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32 -> inf, refused below
+        for j, name in enumerate(names):
+            column = batch.column(name)
+            if column.null_count:
+                column = column.fill_null(False if pa.types.is_boolean(column.type) else 0)
+            out[:, j] = column.to_numpy(zero_copy_only=False)
+    out[np.isnan(out)] = 0.0
+    bad = np.isinf(out)
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        value = batch.column(names[j])[i].as_py()
+        raise ValueError(
+            f"{where}: row {i + 1} of this read: feature {names[j]!r} is {value}, not a finite float32"
+        )
     return out
 
 
