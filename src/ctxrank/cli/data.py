@@ -39,7 +39,7 @@ from ctxrank.cli._options import (
 from ctxrank.data import registry
 from ctxrank.data.download import download_dataset
 from ctxrank.data.sources import DataSource, ModelInputs
-from ctxrank.data.stream import shard_paths, write_shards
+from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.data.synth_choice import make_choice_sessions
@@ -239,12 +239,10 @@ def data_shards(
             counted["rows"] += data.n_items
             yield data
 
-    if target.is_dir() and overwrite:
-        for p in target.iterdir():
-            if p.suffix == ".parquet":
-                p.unlink()
-    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows)
-    shard_paths(target)  # what --train-shards will list
+    old = [p for p in target.iterdir() if p.suffix == ".parquet"] if target.is_dir() else []
+    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows)  # renamed in at the end
+    for p in set(old) - set(written):  # --overwrite: the earlier shards that the new ones did not replace
+        p.unlink()
     out(
         f"wrote {counted['queries']:,} queries ({counted['rows']:,} rows) in {len(written)} Parquet "
         f"shard(s) to {target}; train on them with --train-shards {target}"
