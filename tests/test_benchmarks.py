@@ -214,3 +214,13 @@ def test_cost_curves_isolated_measures_peak_memory_and_skips_slow_points(tmp_pat
     assert res["4"]["peak_rss_delta_mib"] is not None and res["4"]["peak_memory_method"]
     assert res["12"]["skipped"].startswith("predicted step")
     assert "queries" not in blob
+
+
+def test_stream(tmp_path):
+    """bench_stream.py: both paths at both sizes, every query trained on, a positive speed ratio."""
+    blob = run_bench("bench_stream.py", tmp_path, "--isolate", "none", "--threads", "1")
+    assert [r["queries"] for r in blob["results"]] == [40, 160]
+    for r in blob["results"]:
+        assert r["same_process"]["queries"] == r["queries"]
+        assert {c["queries"] for c in r["cases"].values()} == {r["queries"]}
+        assert r["speed_ratio_stream_over_memory"] > 0

@@ -502,6 +502,14 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank demo": Run(DEMO, ws="experiments", check=contains("| model |", "| qilcm |")),
     # docs/data.md
     "ctxrank data-info nulls.txt --null-fill letor_min": Run(files=("nulls",), check=same_as_documented),
+    "ctxrank synth letor --queries 20000 --items 100 --out big.txt": Run(("--queries", "60")),
+    "ctxrank synth letor --queries 500 --items 100 --seed 1 --out valid.txt": Run(("--queries", "60")),
+    "ctxrank synth letor --queries 500 --items 100 --seed 2 --out test.txt": Run(("--queries", "60")),
+    "ctxrank data-shards big.txt --shards 8 --out shards": Run(
+        check=contains("wrote 60 queries", "8 Parquet")
+    ),
+    "ctxrank train --model mlp --train-shards shards --valid valid.txt --test test.txt "
+    "--out runs/streamed": Run(EPOCH1, check=contains("streaming 60 queries", "best epoch 1 of 1")),
     # docs/experiments.md
     "ctxrank experiment demo": Run(DEMO, check=contains("| model |", "| qilcm |")),
     "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),

@@ -199,13 +199,17 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _capped_cli(argv, headroom=600 << 20):
+def _capped_cli(argv, headroom=600 << 20, *, preload=(), env=None):
     """``ctxrank ARGV`` in a subprocess whose address space is capped at its size after importing torch
-    and ctxrank plus ``headroom``: (exit status, stderr)."""
+    and ctxrank (and the modules ``preload``) plus ``headroom``: (exit status, stderr). ``env``: more
+    environment variables."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the memory cap reads /proc/self/status")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    code = _CAPPED.format(headroom=headroom)
+    env = {
+        **os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+        **(env or {}),
+    }  # fmt: skip
+    code = "".join(f"import {m}\n" for m in preload) + _CAPPED.format(headroom=headroom)
     proc = subprocess.run(
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300, env=env
     )

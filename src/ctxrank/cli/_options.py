@@ -264,7 +264,10 @@ def add_declared(
 
 #: the options of data read for a saved model or described (predict, evaluate, data-info): no
 #: training files
-SCORING_SKIP = ("train_file", "valid_file", "test_file", "split_fractions", "group_col")
+SCORING_SKIP = (
+    "train_file", "valid_file", "test_file", "split_fractions", "group_col", "train_shards", "shuffle_buffer",
+    "read_rows",
+)  # fmt: skip
 
 
 def add_data_source(

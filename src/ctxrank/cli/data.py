@@ -1,4 +1,8 @@
-"""``ctxrank datasets``, ``ctxrank data-info`` and ``ctxrank synth``: the data commands.
+"""``ctxrank datasets``, ``ctxrank data-info``, ``ctxrank synth`` and ``ctxrank data-shards``: the data
+commands.
+
+``data-shards`` writes data files (LETOR, tables) or a registered split as the Parquet shards that
+``ctxrank train --train-shards`` streams (:mod:`ctxrank.data.stream`), one input file in memory at a time.
 
 ``synth`` writes SYNTHETIC files for tests, demos and benchmarks: ``synth choice`` airline-itinerary
 choice sessions (the chooser's own probabilities go to a SEPARATE ``<stem>.chooser.csv`` so they can
@@ -9,6 +13,7 @@ them says anything about real data; every run says so.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +38,8 @@ from ctxrank.cli._options import (
 )
 from ctxrank.data import registry
 from ctxrank.data.download import download_dataset
-from ctxrank.data.sources import DataSource
+from ctxrank.data.sources import DataSource, ModelInputs
+from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.data.synth_choice import make_choice_sessions
@@ -189,6 +195,59 @@ def summary_text(s: dict[str, Any]) -> str:
     if s["missing"]:  # kept missing (null_fill = keep): said only when there are some
         rows.append(("missing (NaN) cells", f"{s['missing']:,}"))
     return key_value_lines(rows)
+
+
+# ------------------------------------------------------------------------------------ data-shards
+def data_shards(
+    files: list[str],
+    source: DataSource,
+    *,
+    out_dir: str,
+    shards: int | None = None,
+    shard_rows: int | None = None,
+    overwrite: bool = False,
+) -> int:
+    """The queries of ``files`` (each read whole, one at a time: each must fit in memory, together they
+    need not) or of ``source``'s registered split, as Parquet shards in ``out_dir`` (``shards``: that
+    many of equal size, query i to shard i mod N; ``shard_rows``: consecutive shards of about N rows)."""
+    if (shards is None) == (shard_rows is None):
+        raise ValueError(
+            "give --shards N (N shards of equal size) or --shard-rows N (shards of about N rows)"
+        )
+    target = Path(out_dir)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"--out {target} is a file; give a directory")
+    if target.is_dir():
+        old = [p for p in target.iterdir() if p.suffix == ".parquet"]
+        if old and not overwrite:
+            raise ValueError(
+                f"--out {target} holds {len(old)} Parquet file(s); give --overwrite to replace them "
+                "(other files are kept), or another directory"
+            )
+    if files and source.dataset is not None:
+        raise ValueError("give data files or --dataset NAME, not both")
+    sources = [replace(source, data_file=f) for f in files] if files else [source]
+    counted = {"queries": 0, "rows": 0}
+
+    def parts() -> Any:
+        width = None
+        for s in sources:  # one file in memory at a time; later LETOR files widened to the first's features
+            inputs = ModelInputs(n_features=width)
+            data, _ = s.load(purpose="train", default_split="train", model=inputs, note=note)
+            width = data.n_features
+            counted["queries"] += data.n_queries
+            counted["rows"] += data.n_items
+            yield data
+
+    old = [p for p in target.iterdir() if p.suffix == ".parquet"] if target.is_dir() else []
+    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows)  # renamed in at the end
+    for p in set(old) - set(written):  # --overwrite: the earlier shards that the new ones did not replace
+        p.unlink()
+    out(
+        f"wrote {counted['queries']:,} queries ({counted['rows']:,} rows) in {len(written)} Parquet "
+        f"shard(s) to {target}; train on them with --train-shards {target}"
+    )
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ synth
@@ -399,6 +458,44 @@ def add_data_info_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             from_namespace(DataSource, {**vars(a), "data_file": a.file}),
             threshold=a.threshold,
             json=a.json,
+        )
+    )
+
+
+def add_data_shards_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "data-shards",
+        parents=[common],
+        help="write data files as Parquet shards to train from with --train-shards",
+        description=(
+            "Write the queries of LETOR / SVMlight files or tables (FILE ..., each read whole, one at a "
+            "time: each must fit in memory, together they need not) or of a registered --dataset split "
+            "as Parquet shards part-NNNNN.parquet in DIR: columns qid, label, docid (when known) and one "
+            "column per feature, whole queries in each shard (docs/data.md, 'Data larger than memory'). "
+            "`ctxrank train --train-shards DIR` streams them."
+        ),
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="LETOR / SVMlight files or tables, in order")
+    add_data_source(p, defaults="default: train", skip=(*SCORING_SKIP, "data_file"))
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--shards", type=positive_int, metavar="N",
+        help="N shards of about equal size (query i to shard i mod N): a multiple of the torchrun processes",
+    )  # fmt: skip
+    how.add_argument(
+        "--shard-rows", type=positive_int, metavar="N",
+        help="consecutive shards, each closed at the first query boundary at or after N rows",
+    )  # fmt: skip
+    p.add_argument("--out", required=True, metavar="DIR", help="the directory of shards to write")
+    p.add_argument("--overwrite", action="store_true", help="replace the Parquet files already in DIR")
+    p.set_defaults(
+        run=lambda a: data_shards(
+            a.files,
+            from_namespace(DataSource, {**vars(a), "data_file": None}),
+            out_dir=a.out,
+            shards=a.shards,
+            shard_rows=a.shard_rows,
+            overwrite=a.overwrite,
         )
     )
 

@@ -32,6 +32,7 @@ from ctxrank._declare import (
     unflatten,
 )
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
+from ctxrank._memory import format_bytes
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank._overrides import parse_override
 from ctxrank.cli._options import (
@@ -53,6 +54,7 @@ from ctxrank.cli._scoring import load_for_scoring
 from ctxrank.config import RunConfig, resolve_config
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.sources import DataSource
+from ctxrank.data.stream import ShardStream
 from ctxrank.data.table_io import to_file_order
 from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
@@ -64,7 +66,7 @@ from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
-from ctxrank.training.run import run_training
+from ctxrank.training.run import check_streaming, run_training
 
 RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
@@ -338,7 +340,10 @@ class _Run:
     def _execute(self) -> int:
         self._check_categorical()
         o = self.options
-        td = o.data.load_training(self.config.train.seed)
+        ctx = world()
+        td = o.data.load_training(self.config.train.seed, rank=ctx.rank, world=ctx.world_size)
+        if isinstance(td.train, ShardStream):
+            check_streaming(self.config, td.train)  # before anything is said or trained
         self._describe(td)
         record = self._start()
         try:
@@ -441,6 +446,13 @@ class _Run:
                     "categorical features; the re-ranker embeds them"
                 )
         self.say(f"{config.model} (trains {config.objective}){how} on {td.what}: {counts}")
+        if isinstance(train, ShardStream):
+            bound = train.memory_bytes(config.train.batch_size)
+            self.say(
+                f"streaming {train.describe()} (this process); shuffle buffer {train.shuffle_buffer} "
+                f"queries, reads of {train.read_rows:,} rows: at most about {format_bytes(bound)} of "
+                "training rows held at once (docs/data.md)"
+            )
         dp = data_parallel(config.train.batch_size)
         if dp is not None:
             self.say(

@@ -99,6 +99,11 @@ def tune(
         tracking.check()  # the package and the place, before any data is read
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
+    if options.data.train_shards is not None:
+        raise ValueError(
+            "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
+            "the queries that fits in memory (--train FILE)"
+        )
     td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
     train, valid, what = td.train, td.valid, td.what
     space = tuning.search_space(study_base)

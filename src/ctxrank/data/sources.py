@@ -1,7 +1,8 @@
 """Where a request's data come from: one typed :class:`DataSource` for every entrance.
 
 A source is a registered dataset (and fold or split), training files (``--train/--valid[/--test]``),
-or one file (``--data``: split at random by query for training, read whole for scoring); each file
+or one file (``--data``: split at random by query for training, read whole for scoring), or a directory
+of Parquet shards streamed for training (``--train-shards``, :mod:`ctxrank.data.stream`); each file
 is LETOR / SVMlight or a table (by its extension) with its :class:`Columns`; :class:`ReadOptions`
 say how files are read and bounded. Every option is declared once, on its field
 (:func:`ctxrank._declare.option`): the command line builds its flags from these declarations, the
@@ -23,6 +24,7 @@ import numpy as np
 from ctxrank._declare import (
     BYTE_COUNT,
     NON_NEGATIVE_INT,
+    POSITIVE_INT,
     columns_text,
     flag_of,
     fractions_text,
@@ -32,6 +34,7 @@ from ctxrank._declare import (
 from ctxrank.data.letor import read_letor
 from ctxrank.data.registry import get_spec, load_fold, load_split
 from ctxrank.data.split import DEFAULT_FRACTIONS, group_column, split_queries
+from ctxrank.data.stream import DEFAULT_READ_ROWS, DEFAULT_SHUFFLE_BUFFER, ShardStream
 from ctxrank.data.table import (
     TABLE_EXTENSIONS,
     CategoricalEncoder,
@@ -46,6 +49,7 @@ __all__ = ["Columns", "DataSource", "ModelInputs", "ReadOptions", "TrainingData"
 
 #: the ``--help`` sections of the options
 REGISTERED, READING, TABLES, FILES = "registered dataset", "reading data files", "tabular data", "data files"
+STREAMING = "data larger than memory"
 SPLITS = ("train", "valid", "vali", "test", "all")
 #: what a table's columns are read for (:func:`table_spec`)
 PURPOSES = ("train", "predict", "evaluate", "scores", "info")
@@ -333,6 +337,24 @@ class DataSource:
         "itself is allowed: one group a situation, the default split",
         metavar="COL", group=FILES,
     )  # fmt: skip
+    train_shards: str | None = option(
+        None, "--train-shards",
+        "stream the training queries from this directory of Parquet shards instead of reading them into "
+        "memory (data larger than memory: docs/data.md); with --valid FILE [--test FILE], read in memory. "
+        "Neural models only",
+        metavar="DIR", group=STREAMING, path=True,
+    )  # fmt: skip
+    shuffle_buffer: int | None = option(
+        None, "--shuffle-buffer",
+        f"--train-shards: training queries held to shuffle across shards (default {DEFAULT_SHUFFLE_BUFFER}; "
+        "the memory of the stream grows with it)",
+        parse=POSITIVE_INT, metavar="N", group=STREAMING,
+    )  # fmt: skip
+    read_rows: int | None = option(
+        None, "--read-rows",
+        f"--train-shards: rows read from a shard at a time (default {DEFAULT_READ_ROWS:,})",
+        parse=POSITIVE_INT, metavar="N", group=STREAMING,
+    )  # fmt: skip
     columns: Columns = field(default_factory=Columns)
     read: ReadOptions = field(default_factory=ReadOptions)
 
@@ -365,11 +387,18 @@ class DataSource:
                 raise ValueError(f"--{name} applies to --dataset, not to {what}")
 
     # ------------------------------------------------------------------------ training splits
-    def load_training(self, seed: int, *, test: bool = True) -> TrainingData:
+    def load_training(self, seed: int, *, test: bool = True, rank: int = 0, world: int = 1) -> TrainingData:
         """The train / valid / test splits of a training run: a registered fold (``--fold``, default
-        1), ``--train/--valid[/--test]`` files, or ``--data`` split at random by query from ``seed``.
-        ``test`` False: the test split is not read (a registered fold's test file) or dropped (the
-        test part of a ``--data`` split)."""
+        1), ``--train/--valid[/--test]`` files, ``--data`` split at random by query from ``seed``, or
+        ``--train-shards`` (the training split a :class:`~ctxrank.data.stream.ShardStream` of process
+        ``rank`` of ``world``'s shards). ``test`` False: the test split is not read (a registered fold's
+        test file) or dropped (the test part of a ``--data`` split)."""
+        streaming = {"shuffle_buffer": self.shuffle_buffer, "read_rows": self.read_rows}
+        if self.train_shards is not None:
+            return self._shards(test, rank, world)
+        given_streaming = [flag_of(DataSource, k) for k, v in streaming.items() if v is not None]
+        if given_streaming:
+            raise ValueError(f"{', '.join(given_streaming)} applies to --train-shards DIR")
         given = (self.train_file, self.valid_file, self.test_file)
         if self.split_fractions is not None and self.data_file is None:
             raise ValueError(
@@ -405,6 +434,54 @@ class DataSource:
                 f"--train/--valid/--test must all be tables or all LETOR files, got {', '.join(named)}"
             )
         return self._table_files() if all(tables) else self._letor_files()
+
+    def _shards(self, test: bool, rank: int, world: int) -> TrainingData:
+        """--train-shards DIR streamed; --valid / --test files read in memory (LETOR, or tables with the
+        shards' feature columns)."""
+        others = [
+            flag_of(DataSource, k)
+            for k in ("dataset", "data_file", "train_file", "split_fractions", "group_col")
+            if getattr(self, k) is not None
+        ]
+        if others:
+            raise ValueError(f"--train-shards is the training split: give it without {', '.join(others)}")
+        self._refuse_registry_options("--train-shards")
+        if self.valid_file is None:
+            raise ValueError("--train-shards DIR needs --valid FILE (validation is read in memory)")
+        if self.columns.categorical:
+            raise ValueError("--categorical: shards hold numeric features only (docs/data.md)")
+        kwargs = {
+            k: v
+            for k, v in (("shuffle_buffer", self.shuffle_buffer), ("read_rows", self.read_rows))
+            if v is not None
+        }
+        stream = ShardStream.open(self.train_shards, rank=rank, world=world, **kwargs)
+        test_file = self.test_file if test else None
+        named = [f for f in (self.valid_file, test_file) if f is not None]
+        tables = [is_table_path(f) for f in named]
+        if any(tables) and not all(tables):
+            raise ValueError(
+                f"--valid/--test must both be tables or both LETOR files, got {', '.join(named)}"
+            )
+        meta: dict[str, Any] = {}
+        if all(tables):
+            spec = replace(self._training_spec(self.valid_file), numeric=stream.feature_names)
+            limits = self.read.table_kwargs()
+            valid = read_table_file(self.valid_file, spec, **limits)[0]
+            test_data = read_table_file(test_file, spec, **limits)[0] if test_file is not None else None
+            meta["table"] = table_meta(spec, stream, None)
+        else:
+            self.columns.reject(self.valid_file)
+            other = {"n_features": stream.n_features, **self.read.letor_kwargs(group_file=False)}
+            valid = read_letor(self.valid_file, **other)
+            test_data = read_letor(test_file, **other) if test_file is not None else None
+        for name, split in (("--valid", valid), ("--test", test_data)):
+            if split is not None and split.n_features != stream.n_features:
+                raise ValueError(
+                    f"{name} {split.source}: {split.n_features} features, but the shards have "
+                    f"{stream.n_features}"
+                )
+        return TrainingData(stream, valid, test_data, f"shards {self.train_shards}", meta=meta)
 
     def _registered_fold(self, test: bool) -> TrainingData:
         if self.split is not None:
@@ -491,9 +568,12 @@ class DataSource:
         """
         training_only = [
             flag_of(DataSource, name)
-            for name in ("train_file", "valid_file", "test_file", "split_fractions")
+            for name in (
+                "train_file", "valid_file", "test_file", "split_fractions", "train_shards", "shuffle_buffer",
+                "read_rows",
+            )
             if getattr(self, name) is not None
-        ]
+        ]  # fmt: skip
         if training_only:
             raise ValueError(f"{', '.join(training_only)}: training files, not rows to read here")
         file = self.data_file

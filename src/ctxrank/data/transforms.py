@@ -22,6 +22,14 @@ Normalizers (``TRANSFORMS`` registry name in brackets):
 * :class:`QueryZScore` (``"query-zscore"``): per-query standardization, ``(x - mean_q) / std_q`` with the
   mean and population std within each query (stateless, like ``query-minmax``).
 
+Streaming fit (data larger than memory, :mod:`ctxrank.data.stream`): :meth:`Transform.fit_stream` learns
+the same statistics as ``fit`` of the concatenated chunks in ONE pass, holding one chunk at a time: a
+running min / max (``minmax``: exactly ``fit``'s), or per feature a running count, mean and sum of squared
+deviations merged chunk by chunk with Chan, Golub & LeVeque's pairwise update (the z-scores: ``fit``'s
+within float64 rounding; ``fit`` itself makes two passes). The per-chunk statistics are mergeable, so
+data-parallel ranks each read their own shards and merge what they found (``merge``). The per-query
+normalizers learn nothing and only record the feature count.
+
 Guards shared by all of them:
 
 * A feature that is constant (zero range, zero std) on the data it was fitted on maps to 0 everywhere;
@@ -37,6 +45,8 @@ Guards shared by all of them:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from functools import reduce
 from typing import Any, ClassVar
 
 import numpy as np
@@ -165,6 +175,46 @@ class Transform:
             raise ValueError(f"{type(self).__name__} is not fitted: call fit(train) first")
         return data.with_features(self._apply(data))
 
+    def fit_stream(
+        self,
+        chunks: Iterable[RankingData],
+        *,
+        merge: Callable[[np.ndarray], Sequence[np.ndarray]] | None = None,
+    ) -> Transform:
+        """Learn :meth:`fit`'s statistics from ``chunks`` (whole queries each; together the training
+        split) in one pass, holding one chunk at a time (module docstring). Returns self.
+
+        Args:
+            chunks: RankingData pieces of the same features (count and names).
+            merge: for data-parallel ranks, each with its own chunks: ``merge(v)`` returns every rank's
+                float64 vector ``v`` of this rank's statistics, in rank order (an all-gather); the
+                statistics of all ranks are combined so every rank fits the same transform.
+
+        Raises:
+            ValueError: no rows, chunks whose features differ, an inf (or a NaN for a per-query one).
+        """
+        acc, names, n_features = None, (), 0
+        for chunk in chunks:
+            if acc is None:
+                n_features, names = chunk.n_features, tuple(chunk.feature_names)
+                acc = self._stream_start(n_features)
+            elif chunk.n_features != n_features or (names and chunk.feature_names not in ((), names)):
+                raise ValueError(
+                    f"{chunk.source or 'a chunk'}: {chunk.n_features} features "
+                    f"{tuple(chunk.feature_names)[:5]}..., but the first chunk has {n_features} "
+                    f"({names[:5]}...): every chunk needs the same features"
+                )
+            if chunk.n_items:
+                acc = self._stream_add(acc, chunk)
+        if acc is None:
+            raise ValueError(f"cannot fit {type(self).__name__} on a stream without rows")
+        if merge is not None:
+            acc = reduce(self._stream_merge, [np.asarray(v, dtype=np.float64) for v in merge(acc)])
+        self._stream_finish(acc)
+        self.n_features_in_ = n_features
+        self.feature_names_in_ = names
+        return self
+
     def fit_transform(self, data: RankingData) -> RankingData:
         """``fit(data)`` then ``transform(data)``."""
         return self.fit(data).transform(data)
@@ -254,6 +304,20 @@ class Transform:
     # -------------------------------------------------------------------------------- subclass
     def _fit_state(self, data: RankingData) -> None:
         """Set the learned arrays from ``data``."""
+
+    # A streaming fit's statistics are one float64 vector (so ranks can all-gather them): a stateless
+    # normalizer keeps none; the per-query ones still check their input, as ``transform`` will.
+    def _stream_start(self, n_features: int) -> np.ndarray:
+        return np.zeros(0)
+
+    def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
+        return acc
+
+    def _stream_merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a
+
+    def _stream_finish(self, acc: np.ndarray) -> None:
+        """Set the learned arrays from the (merged) statistics."""
 
     def _apply(self, data: RankingData) -> np.ndarray:
         """float32 (N, F) normalized features."""
@@ -376,6 +440,27 @@ class GlobalMinMax(_Affine):
             _check_finite(block, a, data)
             np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)  # fmin / fmax: a NaN (missing) is skipped
             np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
+        self._stream_finish(np.concatenate([lo, hi]))
+
+    def _stream_start(self, n_features: int) -> np.ndarray:
+        return np.concatenate([np.full(n_features, np.inf), np.full(n_features, -np.inf)])  # [lo, hi]
+
+    def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
+        x, (lo, hi) = chunk.features, np.split(acc.copy(), 2)
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            block = x[a : a + step]
+            _check_finite(block, a, chunk)
+            np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)
+            np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
+        return np.concatenate([lo, hi])
+
+    def _stream_merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        (lo_a, hi_a), (lo_b, hi_b) = np.split(a, 2), np.split(b, 2)
+        return np.concatenate([np.fmin(lo_a, lo_b), np.fmax(hi_a, hi_b)])
+
+    def _stream_finish(self, acc: np.ndarray) -> None:
+        lo, hi = (v.copy() for v in np.split(acc, 2))
         empty = lo > hi  # every value of the feature missing: a constant 0
         lo[empty] = hi[empty] = 0.0
         self.min_, self.max_ = lo, hi
@@ -424,9 +509,44 @@ class ZScore(_Affine):
         m2 = np.zeros(f)
         for a in range(0, n, step):
             m2 += np.nansum(np.square(self._g(x[a : a + step]) - mean), axis=0)
-        std = np.sqrt(m2 / present)
+        self._stream_finish(np.concatenate([count, mean, m2, lo, hi]))
+
+    # streaming: per feature [count, mean, M2 (sum of squared deviations), min, max] of g(x)
+    def _stream_start(self, n_features: int) -> np.ndarray:
+        f = n_features
+        return np.concatenate([np.zeros(3 * f), np.full(f, np.inf), np.full(f, -np.inf)])
+
+    def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
+        x = chunk.features
+        step = _row_step(x.shape[1])
+        for a in range(0, x.shape[0], step):
+            block = x[a : a + step]
+            _check_finite(block, a, chunk)
+            g = self._g(block)
+            count = np.count_nonzero(~np.isnan(g), axis=0).astype(np.float64)
+            mean = np.nansum(g, axis=0) / np.maximum(count, 1.0)
+            m2 = np.nansum(np.square(g - mean), axis=0)
+            lo, hi = np.fmin.reduce(g, axis=0), np.fmax.reduce(g, axis=0)
+            acc = self._stream_merge(acc, np.concatenate([count, mean, m2, lo, hi]))
+        return acc
+
+    def _stream_merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Chan, Golub & LeVeque (1979) pairwise update of (count, mean, M2); min / max by fmin / fmax:
+        ``delta = mean_b - mean_a``, ``mean = mean_a + delta n_b / n``,
+        ``M2 = M2_a + M2_b + delta^2 n_a n_b / n``."""
+        (n_a, mean_a, m2_a, lo_a, hi_a), (n_b, mean_b, m2_b, lo_b, hi_b) = np.split(a, 5), np.split(b, 5)
+        n = n_a + n_b
+        safe = np.maximum(n, 1.0)
+        delta = mean_b - mean_a
+        mean = mean_a + delta * (n_b / safe)
+        m2 = m2_a + m2_b + delta * delta * (n_a * n_b / safe)
+        return np.concatenate([n, mean, m2, np.fmin(lo_a, lo_b), np.fmax(hi_a, hi_b)])
+
+    def _stream_finish(self, acc: np.ndarray) -> None:
+        count, mean, m2, lo, hi = np.split(acc, 5)
+        std = np.sqrt(m2 / np.maximum(count, 1.0))
         std[~(hi > lo)] = 0.0  # exactly constant (or never present): never divide by a rounding residue
-        self.mean_, self.std_ = mean, std
+        self.mean_, self.std_ = mean.copy(), std
 
     def _shift_divisor(self) -> tuple[np.ndarray, np.ndarray]:
         return self.mean_, self.std_

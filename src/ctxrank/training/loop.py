@@ -13,6 +13,10 @@ Devices and scale: ``train.device`` (``cpu``, ``cuda``, ``auto``) and ``train.pr
 ``bf16``, ``fp16``); under ``torchrun`` the same :func:`fit` trains data-parallel with
 ``DistributedDataParallel`` (see :mod:`ctxrank.training.distributed`).
 
+Data larger than memory: ``train`` may be a :class:`~ctxrank.data.stream.ShardStream` (query groups read
+from Parquet shards with a shuffle buffer; under torchrun each rank reads its own shards and every rank
+runs the same number of steps); the batches are the same :class:`~ctxrank.data.lists.ListBatch`.
+
 Memory: before its first batch :func:`fit` refuses a run whose largest batch, or whose longest
 validation list, would need more than ``train.max_memory_bytes`` (:mod:`ctxrank.training.memory`);
 validation scores in batches cut to fit.
@@ -28,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,8 +44,9 @@ from tqdm.auto import tqdm
 
 from ctxrank._io import dumps
 from ctxrank.config import TrainConfig
-from ctxrank.data.lists import iterate_batches
+from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.stream import ShardStream
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
 from ctxrank.training.distributed import DistContext, resolve_device, world
@@ -143,7 +148,7 @@ class _Progress:
 def fit(
     model: RankingModule,
     loss_fn: LossFn | None,
-    train: RankingData,
+    train: RankingData | ShardStream,
     valid: RankingData,
     config: TrainConfig,
     *,
@@ -163,7 +168,9 @@ def fit(
         loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``),
             or None for a model with its own objective (``model.own_objective``, e.g. ARSM-L2R);
             the model's ``training_loss`` decides how it is used.
-        train, valid: normalized data; valid drives early stopping and model selection only.
+        train, valid: normalized data; valid drives early stopping and model selection only. ``train``
+            may be a :class:`~ctxrank.data.stream.ShardStream` (normalizing its reads), streamed from
+            disk every epoch (then without ``train_init_scores``).
         config: optimization settings (``TrainConfig``).
         train_init_scores, valid_init_scores: flat (N,) initial scores for re-ranking models.
         log_path: a JSON-lines file receiving one record per epoch.
@@ -193,6 +200,10 @@ def fit(
     """
     if loss_fn is None and not model.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
+    if isinstance(train, ShardStream) and train_init_scores is not None:
+        raise ValueError(
+            "a streamed training split has no initial scores (re-ranking reads the data in memory)"
+        )
     device = resolve_device(config.device)
     check_training(model, loss_fn, train, config, device)  # before any batch
     scoring_fits(model, valid, config.max_memory_bytes, device)  # validation's longest list, scored alone
@@ -264,7 +275,7 @@ def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainCon
 
 def _run_info(
     trainer: _Trainer,
-    train: RankingData,
+    train: RankingData | ShardStream,
     valid: RankingData,
     train_init_scores: np.ndarray | None,
     valid_init_scores: np.ndarray | None,
@@ -276,7 +287,9 @@ def _run_info(
         "model": trainer.model.name,
         "train_config": settings,
         "world_size": trainer.ctx.world_size,
-        "train_data": fingerprint(train, train_init_scores),
+        "train_data": (
+            train.fingerprint() if isinstance(train, ShardStream) else fingerprint(train, train_init_scores)
+        ),
         "valid_data": fingerprint(valid, valid_init_scores),
     }
 
@@ -330,10 +343,38 @@ def _open_log(log_path: str | Path | None, state: _Progress, resume: bool) -> IO
     return log
 
 
+def _epoch_batches(
+    trainer: _Trainer, train: RankingData | ShardStream, train_init_scores: np.ndarray | None, epoch: int
+) -> Iterator[ListBatch]:
+    """This rank's shuffled training batches of ``epoch``. In memory, under torchrun, its queries come
+    from ``DistributedSampler``; a stream reads this rank's own shards, as many steps as the largest
+    rank's (every rank must step together)."""
+    config, ctx = trainer.config, trainer.ctx
+    bucket = batching(trainer.model, config) == "buckets"
+    if isinstance(train, ShardStream):
+        steps = None
+        if ctx.enabled:
+            mine = torch.tensor([train.steps(config.batch_size)], dtype=torch.int64)
+            steps = max(int(t.item()) for t in ctx.all_gather(mine, trainer.device))
+        return train.batches(config.batch_size, trainer.generator, bucket=bucket, steps=steps)
+    part, part_init = train, train_init_scores
+    if ctx.enabled:  # DistributedSampler: this rank's queries, reshuffled every epoch
+        queries = ctx.shard(train.n_queries, seed=config.seed, epoch=epoch, shuffle=True)
+        part, part_init = train.subset(queries), _subset_scores(train_init_scores, train, queries)
+    return iterate_batches(
+        part,
+        config.batch_size,
+        shuffle=True,
+        generator=trainer.generator,
+        bucket=bucket,
+        init_scores=part_init,
+    )
+
+
 def _train_epoch(
     trainer: _Trainer,
     state: _Progress,
-    train: RankingData,
+    train: RankingData | ShardStream,
     train_init_scores: np.ndarray | None,
     epoch: int,
     store: StateDir | None,
@@ -342,18 +383,7 @@ def _train_epoch(
     config, ctx, device = trainer.config, trainer.ctx, trainer.device
     trainer.model.train()
     total, n_lists = 0.0, 0
-    part, part_init = train, train_init_scores
-    if ctx.enabled:  # DistributedSampler: this rank's queries, reshuffled every epoch
-        queries = ctx.shard(train.n_queries, seed=config.seed, epoch=epoch, shuffle=True)
-        part, part_init = train.subset(queries), _subset_scores(train_init_scores, train, queries)
-    batches = iterate_batches(
-        part,
-        config.batch_size,
-        shuffle=True,
-        generator=trainer.generator,
-        bucket=batching(trainer.model, config) == "buckets",
-        init_scores=part_init,
-    )
+    batches = _epoch_batches(trainer, train, train_init_scores, epoch)
     for i, batch in enumerate(batches):
         batch = _with_input_noise(batch.to(device), config.input_noise)
         dtype = trainer.autocast_dtype

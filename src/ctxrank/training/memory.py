@@ -30,6 +30,7 @@ import torch
 from ctxrank._memory import budget_bytes, format_bytes
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.stream import ShardStream
 from ctxrank.losses import LOSSES, loss_memory
 from ctxrank.models.base import RankingModule
 from ctxrank.registry import is_baseline
@@ -58,7 +59,7 @@ def input_bytes(
 
 
 def _step_bytes(
-    model: RankingModule, data: RankingData, B: int, L: int, loss: tuple[str, dict] | None
+    model: RankingModule, data: RankingData | ShardStream, B: int, L: int, loss: tuple[str, dict] | None
 ) -> int:
     """A batch of ``B`` lists padded to ``L``: inputs and activations; with ``loss`` (training), the
     loss's tensors too."""
@@ -81,8 +82,10 @@ def _loss_of(loss_fn: Any) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def _longest(data: RankingData) -> tuple[int, str]:
-    """Length and id of the longest query (0 without queries)."""
+def _longest(data: RankingData | ShardStream) -> tuple[int, str]:
+    """Length and id of the longest query (0 without queries); of a stream, its scan's."""
+    if isinstance(data, ShardStream):
+        return data.longest_query()
     if data.n_queries == 0:
         return 0, ""
     q = int(np.argmax(data.query_lengths))
@@ -122,7 +125,7 @@ def check_model_size(
 def check_training(
     model: RankingModule,
     loss_fn: Any,
-    data: RankingData,
+    data: RankingData | ShardStream,
     config: Any,
     device: Any,
     *,

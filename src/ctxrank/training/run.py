@@ -19,6 +19,13 @@ The normalizer is fitted on the (prepared) training split only. The test split, 
 evaluated once at the end. With ``out`` the model is saved (``ctxrank.training.checkpoint``); a re-ranking
 model keeps its initial ranker in ``out/initial`` and ``load_model(out)`` applies both.
 
+Data larger than memory: ``train`` may be a :class:`~ctxrank.data.stream.ShardStream` (Parquet shards
+read a piece at a time; valid and test stay in memory). The normalizer is then fitted in one streaming
+pass (``Transform.fit_stream``; under torchrun every rank reads its own shards and the statistics are
+merged, so all ranks fit the same one) and the neural model trains on the stream. What needs the whole
+training split in memory is refused with a message: a baseline (LambdaMART, RankSVM, AdaRank), an
+initial ranker (``rerank.initial``), a full-batch fit (``mnl``) and ``train.shuffle_items``.
+
 With ``state_dir`` a neural model's training state is saved after every epoch and ``resume=True``
 continues from it (``ctxrank.training.resume``). Everything before the neural training is recomputed on
 resume: the normalizer and, for re-ranking, the initial ranker (LightGBM with ``deterministic=True``, the
@@ -50,6 +57,7 @@ from ctxrank._io import atomic_write, dumps
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.stream import ShardStream
 from ctxrank.data.transforms import Transform, make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
@@ -59,7 +67,7 @@ from ctxrank.registry import Baseline, get_model
 from ctxrank.training.build import build_model, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
-from ctxrank.training.distributed import resolve_device
+from ctxrank.training.distributed import resolve_device, world
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
 from ctxrank.training.loop import fit, seed_everything
@@ -142,7 +150,7 @@ def rerank_features(config: RunConfig) -> tuple[bool, bool]:
 
 def run_training(
     config: RunConfig,
-    train: RankingData,
+    train: RankingData | ShardStream,
     valid: RankingData,
     test: RankingData | None = None,
     *,
@@ -178,7 +186,10 @@ def run_training(
     """
     out = Path(out) if out is not None else None
     t0 = time.perf_counter()
-    for split in (train, valid, test):  # missing values (NaN) under train.missing, before any work
+    if isinstance(train, ShardStream):
+        check_streaming(config, train)
+    # missing values (NaN) under train.missing, before any work (a stream reads a missing value as 0)
+    for split in (valid, test) if isinstance(train, ShardStream) else (train, valid, test):
         problem = missing_problem(config, split)
         if problem is not None:
             raise ValueError(problem)
@@ -226,14 +237,47 @@ def run_training(
     )
     if rerank is not None:
         predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
-    result = RunResult(
-        config=config, summary=summary, predictor=predictor, history=history, layout=fit_train.subset([0])
-    )
+    layout = fit_train.first_query() if isinstance(fit_train, ShardStream) else fit_train.subset([0])
+    result = RunResult(config=config, summary=summary, predictor=predictor, history=history, layout=layout)
     if out is not None:
         save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
     if test is not None:
         _evaluate_test(result, model, transform, test, rerank, evaluate)
     return result
+
+
+def check_streaming(config: RunConfig, stream: ShardStream) -> None:
+    """What cannot train from a stream of shards (module docstring), or a shuffle buffer smaller than a
+    batch: a ValueError saying why."""
+    entry = get_model(config.model)
+    needs = None
+    if isinstance(entry, Baseline):
+        needs = (
+            f"{config.model} is a baseline fitted on the whole training split at once (LightGBM and the "
+            "others read it in memory)"
+        )
+    elif config.rerank.initial:
+        needs = (
+            "re-ranking fits an initial ranker (LambdaMART) on the whole training split and cross-fits "
+            "its scores"
+        )
+    elif config.fits_by_maximum_likelihood:
+        needs = f"{config.model} is fitted to its maximum likelihood on all queries at once"
+    elif config.train.shuffle_items:
+        needs = (
+            "train.shuffle_items shuffles the items of the training split in memory (shuffle them when "
+            "writing the shards)"
+        )
+    if needs is not None:
+        raise ValueError(
+            f"--train-shards streams the training queries from disk, but {needs}: give --train FILE instead, "
+            "or train a neural model (mlp, qilcm, dlcm, dcm, attn, ...) on the shards"
+        )
+    if config.train.batch_size > stream.shuffle_buffer:
+        raise ValueError(
+            f"the shuffle buffer ({stream.shuffle_buffer} queries) must hold at least one batch "
+            f"(train.batch_size = {config.train.batch_size}): raise --shuffle-buffer"
+        )
 
 
 def _train_members(config: RunConfig, train: RankingData, valid: RankingData, **kw: Any) -> list[RunResult]:
@@ -301,10 +345,12 @@ def _ensemble_result(
     return result
 
 
-def _order_of_items(config: RunConfig, entry: type[RankingModule], train: RankingData) -> RankingData:
+def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Any) -> Any:
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
     query are sorted by a feature (the order then tells the model that feature's rank)."""
+    if isinstance(train, ShardStream):  # read from disk: refuse_streaming refused shuffle_items
+        return train
     if config.train.shuffle_items:
         return shuffle_within_queries(train, config.train.seed)
     if entry.reads_row_order(config.model_params) and not config.rerank.initial:
@@ -415,8 +461,12 @@ def _fit_neural(
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
     cards = fit_train.categorical_cardinalities
-    check_model_size(config, fit_train.n_features, cards, resolve_device(tc.device))  # before building it
-    transform = make_transform(config.transform).fit(fit_train)
+    device = resolve_device(tc.device)
+    check_model_size(config, fit_train.n_features, cards, device)  # before building it
+    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
+        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
+    else:
+        transform = make_transform(config.transform).fit(fit_train)
     model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
     loss_fn = (
         None  # the model trains its own objective (e.g. ARSM-L2R)
@@ -433,10 +483,14 @@ def _fit_neural(
         log_path = out / "train_log.jsonl"
         if not resume:  # a resumed fit rewrites it from the saved history
             log_path.unlink(missing_ok=True)
+    if isinstance(fit_train, ShardStream):
+        normalized = fit_train.with_transform(transform)  # each read normalized as it comes
+    else:
+        normalized = transform.transform(fit_train)
     fitted = fit(
         model,
         loss_fn,
-        transform.transform(fit_train),
+        normalized,
         transform.transform(fit_valid),
         tc,
         train_init_scores=train_init,
@@ -454,6 +508,16 @@ def _fit_neural(
     # batching are recorded with the summary, so every result file names them
     summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
     return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
+
+
+def _all_gather(device: torch.device) -> Callable[[np.ndarray], list[np.ndarray]] | None:
+    """Under torchrun: every rank's float64 vector, in rank order (a streaming fit's statistics)."""
+    ctx = world()
+    if not ctx.enabled:
+        return None
+    if ctx.world_size > 1 and device.type == "cuda":
+        device = torch.device("cuda", ctx.local_rank)
+    return lambda v: [t.numpy() for t in ctx.all_gather(torch.from_numpy(np.ascontiguousarray(v)), device)]
 
 
 def _keep_initial_if_better(
