@@ -25,9 +25,9 @@ from ctxrank.models._attention import AttentionBlock, MultiHeadAttention, attent
 from ctxrank.models.attn import ContextAwareAttention, ContextAwareAttentionConfig
 from ctxrank.models.setrank import SetRank, SetRankConfig
 from ctxrank.registry import MODELS, make_model
+from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.loop import fit, seed_everything
-from ctxrank.training.rerank import prepare_split
 from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
@@ -427,9 +427,7 @@ def test_the_rank_embedding_on_rows_sorted_by_a_feature_is_warned_about():
 def test_reranks_lambdamarts_top_k_with_the_rank_embedding_and_exports_it(name, tmp_path):
     """``rerank.initial = "lambdamart"``: LambdaMART's top k, ordered by its scores, re-ranked by the
     model with the embedding of the initial rank; the saved model predicts full queries, and the
-    exported re-ranker reproduces it on the prepared top-k lists."""
-    import onnxruntime as ort
-
+    exported pipeline graph reproduces it on the full queries."""
     train, valid = make_ranking_data(30, max_len=10, seed=1), make_ranking_data(10, max_len=10, seed=2)
     test = make_ranking_data(10, max_len=10, seed=3)
     small = [f"model_params.{k}={v}" for k, v in SMALL[name].items()]
@@ -448,18 +446,9 @@ def test_reranks_lambdamarts_top_k_with_the_rank_embedding_and_exports_it(name, 
     assert full.shape == (test.n_items,) and np.isfinite(full).all()
     model = predictor.reranker.model
     assert model.rank_embedding is not None and model.rank_embedding.table.num_embeddings == 5
-    split = prepare_split(test, predictor.initial.predict(test), k=5, rank_feature=False)
-    reference = predictor.reranker.predict(split.top, init_scores=split.top_initial_scores)
-    for fmt in ("onnx", "torchscript"):
-        path = tmp_path / f"m.{fmt}"
-        export_model(tmp_path / "m", fmt, path)
-        batch = pad_queries(split.top, np.arange(split.top.n_queries))
-        if fmt == "onnx":
-            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            got = session.run(["scores"], {"features": batch.features.numpy(), "mask": batch.mask.numpy()})[0]
-        else:
-            with torch.no_grad():
-                got = torch.jit.load(str(path))(batch.features, batch.mask).numpy()
-        want = np.zeros(batch.mask.shape)
-        want[batch.mask.numpy()] = reference[batch.positions[batch.mask].numpy()]
-        np.testing.assert_allclose(got[batch.mask.numpy()], want[batch.mask.numpy()], rtol=1e-5, atol=1e-5)
+    path = tmp_path / "m.onnx"  # the whole pipeline: LambdaMART's trees, the cut, the re-ranker, the merge
+    export_model(tmp_path / "m", "onnx", path)
+    got = OnnxRanker(path).predict(test.features, test.query_index)
+    np.testing.assert_allclose(got, full, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="onnx"):  # TorchScript cannot hold LightGBM's trees
+        export_model(tmp_path / "m", "torchscript", tmp_path / "m.pt")
