@@ -426,9 +426,9 @@ def check_feature_count(data: RankingData, n_features: int) -> None:
 def missing_message(data: RankingData, reader: str, fix: str) -> str | None:
     """Why ``reader`` cannot use ``data``: its NaN cells (missing values), the first one named, and
     ``fix``; None when there is none."""
-    nan = np.isnan(data.features)
-    if not nan.any():
+    if data.features.size == 0 or not np.isnan(data.features.min()):  # NaN propagates; no (N, F) mask
         return None
+    nan = np.isnan(data.features)
     r, c = np.argwhere(nan)[0]
     name = data.feature_names[c] if data.feature_names else f"column {c}"
     return (
