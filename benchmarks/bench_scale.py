@@ -21,17 +21,19 @@ re-rankers as an experiment shares them):
   ``train.max_epochs = 1`` (top-k cut, normalizer, one epoch, validation), then ``M: test`` = the test
   split predicted through LambdaMART + the re-ranker and evaluated (NDCG@1/3/5/10, MAP).
 
-Per stage: seconds, rows it processes, the peak resident set during the stage (Linux: the ``VmHWM`` mark
-is reset at the stage's start, ``/proc/self/clear_refs``; else ``ru_maxrss``, the peak so far) and the
-resident set after it. Before each stage the C heap's free memory is handed back (glibc ``malloc_trim``),
-so a model's stages do not count what an earlier model freed: each reads as in its own ``ctxrank train``
-process. The whole run's peak is the largest stage peak; it is reported above the
-``import`` baseline and as a multiple of the three dense float32 feature matrices (``rows x 136 x 4``
-bytes), the issue's target being at most 1.5x.
+Per stage: wall seconds, CPU seconds of the process (``time.process_time``: all its threads; on a
+shared machine the wall time counts the waits for a core, the CPU time does not), rows it processes,
+the peak resident set during the stage (Linux: the ``VmHWM`` mark is reset at the stage's start,
+``/proc/self/clear_refs``; else ``ru_maxrss``, the peak so far) and the resident set after it. Before
+each stage the C heap's free memory is handed back (glibc ``malloc_trim``), so a model's stages do not
+count what an earlier model freed: each reads as in its own ``ctxrank train`` process. The whole run's
+peak is the largest stage peak; it is reported above the ``import`` baseline and as a multiple of the
+three dense float32 feature matrices (``rows x 136 x 4`` bytes), the issue's target being at most 1.5x.
 
-Linearity: with several ``--factor`` values, a second table gives each stage's seconds and peak memory
-above the baseline per 1,000 rows at each factor, and the growth exponent between the smallest and the
-largest factor (``log(y2 / y1) / log(rows2 / rows1)``; 1 = linear in rows).
+Linearity: with several ``--factor`` values, a second table gives each stage's CPU milliseconds and peak
+memory above the baseline per 1,000 rows at each factor, and the growth exponents of the wall time, the
+CPU time and the peak between the smallest and the largest factor (``log(y2 / y1) / log(rows2 /
+rows1)``; 1 = linear in rows).
 
     .venv/bin/python benchmarks/bench_scale.py --factor 0.02 --factor 0.05 --threads 1 --json FILE
 """
@@ -108,9 +110,9 @@ class Stages:
         _trim_heap()
         reset = self.measure and _reset_peak_rss()
         before = _proc_status_mib("VmRSS") if self.measure else None
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         out = work()
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         peak = None
         if self.measure:
             peak = (_proc_status_mib("VmHWM") if reset else None) or maxrss_mib()
@@ -118,6 +120,7 @@ class Stages:
             {
                 "stage": name,
                 "seconds": seconds,
+                "cpu_seconds": cpu,
                 "rows": int(rows),
                 "rss_before_mib": before,
                 "peak_rss_mib": peak,
@@ -233,12 +236,16 @@ def linearity(runs: list[dict]) -> list[dict]:
                     "factor": run["factor"],
                     "rows": s["rows"],
                     "ms": 1000 * s["seconds"] / s["rows"] * 1000,
+                    "cpu_ms": 1000 * s["cpu_seconds"] / s["rows"] * 1000,
                     "peak_mib": None if peak is None else peak / s["rows"] * 1000,
                 }
             )
         a, b = first["stages"][i], last["stages"][i]
         ratio = math.log(b["rows"] / a["rows"]) if b["rows"] != a["rows"] else None
         row["time_exponent"] = None if ratio is None else math.log(b["seconds"] / a["seconds"]) / ratio
+        row["cpu_time_exponent"] = (
+            None if ratio is None else math.log(b["cpu_seconds"] / a["cpu_seconds"]) / ratio
+        )
         if ratio is not None and a["peak_rss_mib"] is not None:
             pa, pb = a["peak_rss_mib"] - first["baseline_mib"], b["peak_rss_mib"] - last["baseline_mib"]
             row["memory_exponent"] = math.log(pb / pa) / ratio if pa > 0 and pb > 0 else None
@@ -266,11 +273,20 @@ def report(runs: list[dict]) -> None:
         )
         print(
             markdown_table(
-                ["stage", "seconds", "rows", "peak RSS MiB", "peak - baseline MiB", "RSS after MiB"],
+                [
+                    "stage",
+                    "seconds",
+                    "CPU seconds",
+                    "rows",
+                    "peak RSS MiB",
+                    "peak - baseline MiB",
+                    "RSS after MiB",
+                ],
                 [
                     [
                         s["stage"],
                         f"{s['seconds']:,.2f}",
+                        f"{s['cpu_seconds']:,.2f}",
                         f"{s['rows']:,}",
                         _f(s["peak_rss_mib"], "{:,.0f}"),
                         _f(
@@ -288,9 +304,9 @@ def report(runs: list[dict]) -> None:
         factors = [r["factor"] for r in runs]
         header = (
             ["stage"]
-            + [f"ms / 1k rows @{f}" for f in factors]
+            + [f"CPU ms / 1k rows @{f}" for f in factors]
             + [f"peak MiB / 1k rows @{f}" for f in factors]
-            + ["time exponent", "memory exponent"]
+            + ["wall-time exponent", "CPU-time exponent", "memory exponent"]
         )
         print("\nper 1,000 rows (peak above the baseline); exponent 1 = linear in rows\n")
         print(
@@ -298,9 +314,13 @@ def report(runs: list[dict]) -> None:
                 header,
                 [
                     [row["stage"]]
-                    + [_f(p["ms"], "{:,.1f}") for p in row["per_1k_rows"]]
+                    + [_f(p["cpu_ms"], "{:,.1f}") for p in row["per_1k_rows"]]
                     + [_f(p["peak_mib"], "{:,.2f}") for p in row["per_1k_rows"]]
-                    + [_f(row["time_exponent"], "{:.2f}"), _f(row["memory_exponent"], "{:.2f}")]
+                    + [
+                        _f(row["time_exponent"], "{:.2f}"),
+                        _f(row["cpu_time_exponent"], "{:.2f}"),
+                        _f(row["memory_exponent"], "{:.2f}"),
+                    ]
                     for row in lin
                 ],
             )
