@@ -36,11 +36,13 @@ CPU time and the peak between the smallest and the largest factor (``log(y2 / y1
 rows1)``; 1 = linear in rows).
 
     .venv/bin/python benchmarks/bench_scale.py --factor 0.02 --factor 0.05 --threads 1 --json FILE
+    .venv/bin/python benchmarks/bench_scale.py --from-json A.json --from-json B.json   # both reported
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import sys
@@ -262,6 +264,8 @@ def _f(x, fmt: str = "{:,.1f}") -> str:
 def report(runs: list[dict]) -> None:
     for run in runs:
         rows = run["rows"]
+        if "machine" in run:
+            print(f"\nfactor {run['factor']}: {machine_line(run['machine'])}")
         print(
             f"\nfactor {run['factor']}: {sum(run['queries'].values()):,} queries, rows train "
             f"{rows['train']:,} / valid {rows['valid']:,} / test {rows['test']:,}, longest list "
@@ -344,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--keep", metavar="DIR", help="write the files under DIR and keep them (default: a temp dir)"
     )
+    ap.add_argument(
+        "--from-json",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="also report the runs of an earlier --json FILE (repeat; e.g. a full-size run and smaller ones)",
+    )
     add_common_args(ap)
     ap.set_defaults(threads=1)
     a = ap.parse_args(argv)
@@ -351,13 +362,16 @@ def main(argv: list[str] | None = None) -> int:
         from _common import child_main
 
         return child_main(a.child, protocol)
-    factors = sorted(a.factor or ([QUICK_FACTOR] if a.quick else [0.02]))
-    if min(factors) <= 0:
+    factors = sorted(a.factor or ([] if a.from_json else [QUICK_FACTOR] if a.quick else [0.02]))
+    if factors and min(factors) <= 0:
         ap.error("--factor must be > 0")
     models = tuple(m for m in a.models.split(",") if m)
     info = machine_info(a.threads)
     print(machine_line(info))
     runs = []
+    for path in a.from_json:
+        earlier = json.loads(Path(path).read_text())
+        runs += [{"machine": earlier["machine"], **run} for run in earlier["runs"]]
     for factor in factors:
         root = Path(a.keep) / f"factor-{factor}" if a.keep else Path(tempfile.mkdtemp(prefix="bench-scale-"))
         root.mkdir(parents=True, exist_ok=True)
@@ -380,11 +394,12 @@ def main(argv: list[str] | None = None) -> int:
                 "seed": a.seed,
             }
             run = run_case(__file__, spec, a.isolate, protocol)
-            run.update(text_mb=size / 1e6, write_seconds=written)
+            run.update(text_mb=size / 1e6, write_seconds=written, machine=info)
             runs.append(run)
         finally:
             if not a.keep:
                 shutil.rmtree(root, ignore_errors=True)
+    runs.sort(key=lambda run: run["factor"])
     report(runs)
     blob = {
         "benchmark": "bench_scale",
