@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -357,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_common_args(ap)
     ap.set_defaults(threads=1)
+    next(x for x in ap._actions if x.dest == "threads").help = "torch and LightGBM threads (default 1)"
     a = ap.parse_args(argv)
     if a.child:
         from _common import child_main
@@ -396,22 +398,30 @@ def main(argv: list[str] | None = None) -> int:
             run = run_case(__file__, spec, a.isolate, protocol)
             run.update(text_mb=size / 1e6, write_seconds=written, machine=info)
             runs.append(run)
+            save(runs, info, a, complete=False)
         finally:
             if not a.keep:
                 shutil.rmtree(root, ignore_errors=True)
     runs.sort(key=lambda run: run["factor"])
     report(runs)
+    save(runs, info, a, complete=True)
+    return 0
+
+
+def save(runs: list[dict], info: dict, a: argparse.Namespace, *, complete: bool) -> None:
+    """The JSON of the runs so far (after every factor: a long run's smaller factors are kept)."""
+    runs = sorted(runs, key=lambda run: run["factor"])
     blob = {
         "benchmark": "bench_scale",
         "synthetic": "MSLR-WEB30K-shaped (ctxrank.data.synth), not the real dataset",
         "quick": a.quick,
+        "complete": complete,
         "machine": info,
-        "load_average_end": list(__import__("os").getloadavg()),
+        "load_average_end": list(os.getloadavg()),
         "runs": runs,
         "linearity": linearity(runs) if len(runs) > 1 else None,
     }
     emit_json(blob, a.json, echo=False)
-    return 0
 
 
 if __name__ == "__main__":
