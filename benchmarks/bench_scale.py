@@ -169,6 +169,8 @@ def protocol(spec: dict, measure: bool) -> dict:
             f"rerank.top_k={spec['top_k']}",
             f"rerank.crossfit={spec['crossfit']}",
         ]
+        if spec.get("eval_batch_size") is not None:  # scoring batches: lists at once (memory, not scores)
+            overrides.append(f"train.eval_batch_size={spec['eval_batch_size']}")
         return resolve_config(None, overrides, model=model, rerank={"initial": "lambdamart"})
 
     ranker = InitialRanker.for_config(config(spec["models"][0]))
@@ -345,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--crossfit", type=int, default=5, help="cross-fitting folds of the initial scores (5)")
     ap.add_argument("--top-k", type=int, default=100, help="items kept per query (100)")
+    ap.add_argument(
+        "--eval-batch-size",
+        type=int,
+        help="train.eval_batch_size: lists scored at once in validation and test (default: the config's)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--keep", metavar="DIR", help="write the files under DIR and keep them (default: a temp dir)"
@@ -392,11 +399,15 @@ def main(argv: list[str] | None = None) -> int:
                 "models": models,
                 "crossfit": a.crossfit,
                 "top_k": a.top_k,
+                "eval_batch_size": a.eval_batch_size,
                 "threads": a.threads,
                 "seed": a.seed,
             }
             run = run_case(__file__, spec, a.isolate, protocol)
-            run.update(text_mb=size / 1e6, write_seconds=written, machine=info)
+            settings = {
+                k: spec[k] for k in ("models", "crossfit", "top_k", "eval_batch_size", "threads", "seed")
+            }
+            run.update(text_mb=size / 1e6, write_seconds=written, machine=info, settings=settings)
             runs.append(run)
             save(runs, info, a, complete=False)
         finally:
