@@ -547,9 +547,12 @@ def _evaluate_test(
     evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
 ) -> None:
     """Score ``test`` once (through the initial ranker's top k when re-ranking) into ``result``."""
-    budget = result.config.train.max_memory_bytes
+    tc = result.config.train
+    budget, batch = tc.max_memory_bytes, tc.eval_batch_size
     if rerank is None:
-        result.test_scores = predict(model, transform.transform(test), max_memory_bytes=budget)
+        result.test_scores = predict(
+            model, transform.transform(test), batch_size=batch, max_memory_bytes=budget
+        )
         result.test_metrics = evaluate(result.test_scores, test)
         return
     rr = result.config.rerank
@@ -562,7 +565,9 @@ def _evaluate_test(
         score_feature=rerank.meta["score_feature"],
     )
     top = transform.transform(split.top, in_place=True)  # the split's own copy, cut here
-    top_scores = predict(model, top, init_scores=split.top_initial_scores, max_memory_bytes=budget)
+    top_scores = predict(
+        model, top, init_scores=split.top_initial_scores, batch_size=batch, max_memory_bytes=budget
+    )
     scores, data = evaluation_target(split, top_scores, rr.ideal)
     result.test_scores = scores if rr.ideal == "full" else None
     result.test_metrics = evaluate(scores, data)
