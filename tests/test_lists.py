@@ -352,3 +352,16 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
             full1 = merge_scores(split, s1)[perm]
             full2 = merge_scores(split2, s2)
             np.testing.assert_array_equal(full2, full1, err_msg=name)
+
+
+def test_feature_hash_of_chosen_rows_in_row_blocks_equals_the_hash_of_their_copy():
+    """``_feature_hash(features, rows)`` gathers the rows a block at a time (no copy of them all, no
+    uint64 temporary of them all): the same hashes as hashing the gathered rows at once."""
+    rng = np.random.default_rng(0)
+    x = rng.random((10_000, 136), dtype=np.float32)  # about 3 row blocks of 136 features
+    rows = np.sort(rng.choice(10_000, 9_000, replace=False))
+    by_blocks = lists._feature_hash(x, rows)
+    mult = np.random.default_rng(lists._TIE_SEED).integers(1, 2**63, size=136, dtype=np.uint64) | np.uint64(1)
+    at_once = (x[rows].view(np.uint32).astype(np.uint64) * mult).sum(axis=1, dtype=np.uint64)
+    np.testing.assert_array_equal(by_blocks, at_once)
+    np.testing.assert_array_equal(lists._feature_hash(x[rows]), at_once)

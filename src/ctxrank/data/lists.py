@@ -366,15 +366,20 @@ DEFAULT_TOP_K = 100  #: items kept per query by the re-ranking protocol (the DLC
 _TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, not a run's randomness
 
 
-def _feature_hash(features: np.ndarray) -> np.ndarray:
+def _feature_hash(features: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """uint64 [n] a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
-    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
-    n, f = features.shape
+    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are. ``rows``:
+    hash only these rows of ``features`` (gathered a block at a time, not copied all at once)."""
+    f = features.shape[1]
+    rows = np.arange(features.shape[0]) if rows is None else np.asarray(rows)
     mult = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=f, dtype=np.uint64) | np.uint64(1)
-    bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
-    h = np.zeros(n, dtype=np.uint64)
-    for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
-        h += (bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]).sum(axis=1, dtype=np.uint64)
+    h = np.zeros(rows.size, dtype=np.uint64)
+    step = max(1, (1 << 19) // max(f, 1))  # row blocks bound the gathered rows and the uint64 temporary
+    for r0 in range(0, rows.size, step):
+        bits = np.ascontiguousarray(features[rows[r0 : r0 + step]], dtype=np.float32).view(np.uint32)
+        for c0 in range(0, f, 64):  # column blocks too
+            block = bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]
+            h[r0 : r0 + step] += block.sum(axis=1, dtype=np.uint64)
     return h
 
 
@@ -398,7 +403,7 @@ def initial_order(data: RankingData, scores: np.ndarray) -> np.ndarray:
     tied[order[1:][same]] = True
     tied[order[:-1][same]] = True
     key = np.zeros(data.n_items, dtype=np.uint64)
-    key[tied] = _feature_hash(data.features[tied])
+    key[tied] = _feature_hash(data.features, np.flatnonzero(tied))
     return np.lexsort((position, key, -s, qidx))
 
 
