@@ -224,3 +224,27 @@ def test_stream(tmp_path):
         assert r["same_process"]["queries"] == r["queries"]
         assert {c["queries"] for c in r["cases"].values()} == {r["queries"]}
         assert r["speed_ratio_stream_over_memory"] > 0
+
+
+def test_scale(tmp_path):
+    """The full-size run's script at two tiny factors (one re-ranker, 2-fold cross-fitting): every stage
+    timed and measured in its subprocess, rows adding up, the linearity table between the factors."""
+    factors = ["--factor", "0.001", "--factor", "0.002"]
+    blob = run_bench("bench_scale.py", tmp_path, *factors, "--models", "dcm", "--crossfit", "2")
+    small, large = blob["runs"]
+    assert [s["stage"] for s in small["stages"]] == [
+        "import", "parse", "lambdamart", "crossfit", "cut", "dcm: train", "dcm: test"
+    ]  # fmt: skip
+    for run in blob["runs"]:
+        rows = run["rows"]
+        assert run["longest_list"] == 1251  # every file holds WEB30K's longest list
+        stages = {s["stage"]: s for s in run["stages"]}
+        assert stages["parse"]["rows"] == sum(rows.values())
+        assert stages["crossfit"]["rows"] == rows["train"]
+        assert all(s["seconds"] > 0 and s["peak_rss_mib"] >= run["baseline_mib"] * 0.5 for s in run["stages"])
+        assert run["peak_over_dense"] > 0
+        assert run["dense_mib"] == pytest.approx(sum(rows.values()) * 136 * 4 / 2**20)
+        assert run["top_k_rows"]["train"] <= rows["train"]
+    assert large["queries"]["train"] > small["queries"]["train"]
+    assert [row["stage"] for row in blob["linearity"]] == [s["stage"] for s in small["stages"][1:]]
+    assert all(row["time_exponent"] is not None for row in blob["linearity"])

@@ -385,6 +385,22 @@ def test_synth_letor_writes_a_readable_file(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left
 
 
+def test_synth_letor_mslr_shape(tmp_path, capsys):
+    """--lengths mslr / --labels mslr / --no-docids: WEB30K-shaped lists (its longest list, a mean near
+    120), grades 0-4 mostly 0 and 1, no docid comments; --labels mslr refuses another --max-label."""
+    out = tmp_path / "m.txt"
+    argv = ["synth", "letor", "--queries", "60", "--features", "3", "--lengths", "mslr", "--labels", "mslr"]
+    assert main([*argv, "--no-docids", "--out", str(out)]) == 0
+    assert "longest 1251" in capsys.readouterr().out
+    data = read_letor(out, cache=False)
+    assert data.n_queries == 60 and data.query_lengths.max() == 1251 and data.docids is None
+    assert 60 < np.median(data.query_lengths) < 160
+    shares = np.bincount(data.labels.astype(int), minlength=5) / data.n_items
+    assert shares[:2].sum() > 0.8 and shares[4] < 0.03
+    assert main([*argv, "--max-label", "2", "--out", str(tmp_path / "x.txt")]) == 2
+    assert "--labels mslr" in capsys.readouterr().err
+
+
 def test_lambdamart_on_a_table_uses_the_categorical_columns(tmp_path, csv_file, capsys):
     out = tmp_path / "lm"
     argv = ["train", "--model", "lambdamart", "--data", str(csv_file), *COLS, *CAT, "--out", str(out)]

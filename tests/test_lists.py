@@ -14,7 +14,7 @@ from ctxrank.data.lists import (
     scatter_scores,
     truncate_top_k,
 )
-from ctxrank.data.ranking_data import RankingData, feature_hash
+from ctxrank.data.ranking_data import RankingData, feature_hash, feature_hash_multipliers
 
 
 def make_data(lengths, n_features=3, seed=0, categorical=True, docids=True, names=True) -> RankingData:
@@ -351,3 +351,16 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
             full1 = merge_scores(split, s1)[perm]
             full2 = merge_scores(split2, s2)
             np.testing.assert_array_equal(full2, full1, err_msg=name)
+
+
+def test_feature_hash_of_chosen_rows_in_row_blocks_equals_the_hash_of_their_copy():
+    """``feature_hash(features, rows)`` gathers the rows a block at a time (no copy of them all, no
+    uint64 temporary of them all): the same hashes as hashing the gathered rows at once."""
+    rng = np.random.default_rng(0)
+    x = rng.random((10_000, 136), dtype=np.float32)  # about 3 row blocks of 136 features
+    rows = np.sort(rng.choice(10_000, 9_000, replace=False))
+    by_blocks = feature_hash(x, rows)
+    mult = feature_hash_multipliers(136)
+    at_once = (x[rows].view(np.uint32).astype(np.uint64) * mult).sum(axis=1, dtype=np.uint64)
+    np.testing.assert_array_equal(by_blocks, at_once)
+    np.testing.assert_array_equal(feature_hash(x[rows]), at_once)

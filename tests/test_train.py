@@ -249,3 +249,28 @@ def test_random_batches_mix_lengths():
         ]
         spans[bucket] = np.mean([max(b) / min(b) for b in lengths])
     assert spans[False] > 3 * spans[True]
+
+
+def test_eval_batch_size_sizes_the_test_and_predict_batches(splits, monkeypatch):
+    """``train.eval_batch_size`` is the lists scored at once everywhere a run scores: validation, its
+    test split and the trained predictor's ``predict`` (the scores are the same at any size)."""
+    import ctxrank.training.predict as predict_module
+    from ctxrank.training.run import run_training
+
+    tr, va, te = splits
+    sizes = []
+    real = predict_module.iterate_batches
+
+    def spy(data, batch_size, **kw):
+        sizes.append(batch_size)
+        return real(data, batch_size, **kw)
+
+    monkeypatch.setattr(predict_module, "iterate_batches", spy)
+    overrides = ["train.max_epochs=1", "train.eval_batch_size=7"]
+    result = run_training(resolve_config(None, overrides, model="listnet"), tr, va, te, progress=False)
+    again = result.predictor.predict(te)
+    assert sizes and set(sizes) == {7}
+    np.testing.assert_allclose(again, result.test_scores, rtol=1e-6)
+    monkeypatch.setattr(predict_module, "iterate_batches", real)
+    whole = predict(result.predictor.model, result.predictor.transform.transform(te))  # 512 lists at once
+    np.testing.assert_allclose(whole, again, rtol=1e-6)

@@ -302,3 +302,19 @@ def test_list_form_equals_the_transform(name):
         back = t.normalize_lists(t.raw_lists(y, params, np), np.ones((3,), bool), params, np)
         live = params["scale"] > 0
         np.testing.assert_allclose(back[:, live], y[:, live], rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+@pytest.mark.parametrize("small_blocks", [False, True])
+def test_in_place_gives_the_same_values_without_a_second_array(name, small_blocks, monkeypatch):
+    if small_blocks:  # every block read before its rows are overwritten, also with blocks of one row
+        monkeypatch.setattr(transforms, "_BLOCK_ELEMENTS", 7)
+    d = random_data(seed=5)
+    t = make_transform(name).fit(d)
+    copied = t.transform(d).features
+    owned = RankingData(**{**d.__dict__, "features": d.features.copy()})
+    done = t.transform(owned, in_place=True)
+    np.testing.assert_array_equal(done.features, copied)
+    if name != "none":  # "none" returns the data itself
+        assert np.shares_memory(done.features, owned.features)
+        assert not np.shares_memory(copied, d.features)  # the default leaves the input alone

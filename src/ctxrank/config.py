@@ -85,7 +85,8 @@ class TrainConfig:
         clip_grad_norm: clip the global gradient norm to this value (None = no clipping).
         seed: seeds torch and the batch shuffling generator.
         threads: torch CPU threads (None = leave torch's default).
-        eval_batch_size: queries per batch when scoring (no gradients).
+        eval_batch_size: queries per batch when scoring (no gradients): validation, the test split and
+            a trained model's ``predict``.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,

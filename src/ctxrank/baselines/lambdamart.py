@@ -433,10 +433,16 @@ class LambdaMART:
             )
         except lgb.basic.LightGBMError as exc:
             raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
-        self.booster_, self.lgb_params_, self.label_gain_ = booster, params, label_gain
+        self.lgb_params_, self.label_gain_ = params, label_gain
         self.n_features_in_, self.n_categorical_in_ = train.n_features, n_cat
         self.feature_names_in_ = tuple(train.feature_names)
         self._select_iteration(booster, monitor)
+        # the trees alone: a Booster read back from its model text holds none of the training state
+        # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
+        # about a quarter of the float32 features, kept as long as the model otherwise); the same trees
+        # (the text keeps every value exactly), so the same predictions
+        self.booster_ = lgb.Booster(model_str=booster.model_to_string(num_iteration=-1))  # every tree
+        self.booster_.best_iteration = booster.best_iteration
         return self
 
     def _select_iteration(self, booster: Any, monitor: _ValidationMonitor | None) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from ctxrank._checks import check_choice
 from ctxrank._declare import from_namespace
 from ctxrank._io import atomic_write, writing
 from ctxrank.cli._options import (
@@ -41,7 +42,13 @@ from ctxrank.data.download import download_dataset
 from ctxrank.data.sources import DataSource, ModelInputs
 from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
-from ctxrank.data.synth import write_synthetic_letor
+from ctxrank.data.synth import (
+    MSLR_LABEL_SHARES,
+    SYNTH_LABELS,
+    SYNTH_LENGTHS,
+    mslr_list_sizes,
+    write_synthetic_letor,
+)
 from ctxrank.data.synth_choice import make_choice_sessions
 from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
 
@@ -334,8 +341,18 @@ def synth_letor(
     features: int = 136,
     max_label: int = 4,
     seed: int = 0,
+    lengths: str = "fixed",
+    labels: str = "quantile",
+    docids: bool = True,
 ) -> int:
-    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz)."""
+    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz). ``lengths``:
+    ``"fixed"`` (``items`` each) or ``"mslr"`` (:func:`mslr_list_sizes`); ``labels``: ``"quantile"``
+    or ``"mslr"`` (:data:`MSLR_LABEL_SHARES`, grades 0..4)."""
+    check_choice("lengths", lengths, SYNTH_LENGTHS)
+    check_choice("labels", labels, SYNTH_LABELS)
+    if labels == "mslr" and max_label != len(MSLR_LABEL_SHARES) - 1:
+        raise ValueError(f"--labels mslr gives grades 0..{len(MSLR_LABEL_SHARES) - 1}: leave --max-label out")
+    sizes = mslr_list_sizes(queries, seed) if lengths == "mslr" else None
     target = Path(path)
     if target.parent != Path():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -343,13 +360,24 @@ def synth_letor(
     try:
         with writing(target, tmp):  # a full disk names the file
             write_synthetic_letor(
-                tmp, n_queries=queries, list_size=items, n_features=features, max_label=max_label, seed=seed
+                tmp,
+                n_queries=queries,
+                list_size=items,
+                n_features=features,
+                max_label=max_label,
+                seed=seed,
+                docids=docids,
+                list_sizes=sizes,
+                label_shares=MSLR_LABEL_SHARES if labels == "mslr" else None,
             )
             tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
+    shape = f"{items} items"
+    if sizes is not None:
+        shape = f"{sizes.mean():.1f} items on average (longest {sizes.max()})"
     out(
-        f"wrote {queries:,} queries x {items} items, {features} features, labels "
+        f"wrote {queries:,} queries x {shape}, {features} features, labels "
         f"0..{max_label} (seed {seed}) to {target}"
     )
     out(SYNTHETIC_NOTE)
@@ -572,9 +600,35 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
     pl.add_argument("--features", type=positive_int, default=136, metavar="F", help="default 136")
     pl.add_argument("--max-label", type=positive_int, default=4, metavar="K", help="labels 0..K (4)")
     pl.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    pl.add_argument(
+        "--lengths",
+        choices=SYNTH_LENGTHS,
+        default="fixed",
+        help=(
+            "list lengths: fixed (--items each, the default) or mslr (MSLR-WEB30K-shaped: log-normal, mean "
+            "about 120, one list of 1,251; --items is then unused)"
+        ),
+    )
+    pl.add_argument(
+        "--labels",
+        choices=SYNTH_LABELS,
+        default="quantile",
+        help="label shares: quantile (the default) or mslr (grades 0-4, mostly 0 and 1, as in MSLR-WEB30K)",
+    )
+    pl.add_argument(
+        "--no-docids", action="store_true", help="no '#docid = ...' comments (as in MSLR's files)"
+    )
     pl.add_argument("--out", required=True, metavar="FILE", help="the file to write (.txt or .gz)")
     pl.set_defaults(
         run=lambda a: synth_letor(
-            a.out, queries=a.queries, items=a.items, features=a.features, max_label=a.max_label, seed=a.seed
+            a.out,
+            queries=a.queries,
+            items=a.items,
+            features=a.features,
+            max_label=a.max_label,
+            seed=a.seed,
+            lengths=a.lengths,
+            labels=a.labels,
+            docids=not a.no_docids,
         )
     )

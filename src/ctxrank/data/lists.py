@@ -429,7 +429,6 @@ def truncate_top_k(
     kept_rank = (average - start)[keep]  # .5 for even ties
     new_offsets = np.concatenate([[0], np.cumsum(np.minimum(data.query_lengths, k))]).astype(np.int64)
 
-    features = data.features[rows]
     names = data.feature_names
     extra, extra_names = [], []
     if add_rank_feature:
@@ -438,14 +437,21 @@ def truncate_top_k(
     if add_score_feature:
         extra.append(s[rows].astype(np.float32))
         extra_names.append("initial_score")
+    # the (N', F + extra) result allocated once and filled in row blocks: no (N', F) gather beside it
+    f = data.n_features
+    features = np.empty((rows.size, f + len(extra)), dtype=np.float32)
+    step = max(1, (1 << 22) // max(f, 1))  # about 16 MB of float32 a block
+    for a in range(0, rows.size, step):
+        features[a : a + step, :f] = data.features[rows[a : a + step]]
+    for j, column in enumerate(extra):
+        features[:, f + j] = column
     if extra:
-        features = np.concatenate([features, np.stack(extra, axis=1)], axis=1)
         base = names or tuple(f"f{i}" for i in range(1, data.n_features + 1))
         names = (*base, *extra_names)
     info = dict(data.info)
     info["truncated_items"] = info.get("truncated_items", 0) + int(n - rows.size)
     truncated = RankingData(
-        features=np.ascontiguousarray(features, dtype=np.float32),
+        features=features,
         labels=data.labels[rows],
         query_ids=data.query_ids,
         query_offsets=new_offsets,

@@ -380,15 +380,20 @@ def feature_hash_multipliers(n_features: int) -> np.ndarray:
     return draws | np.uint64(1)
 
 
-def feature_hash(features: np.ndarray) -> np.ndarray:
-    """uint64 (N,) a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
-    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are."""
-    n, f = features.shape
+def feature_hash(features: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """uint64 (n,) a fixed hash of each row's float32 feature bits (sum of bits x odd constants mod 2^64,
+    the constants drawn once from a fixed seed); equal rows hash equally, wherever they are. ``rows``:
+    hash only these rows of ``features`` (gathered a block at a time, not copied all at once)."""
+    f = features.shape[1]
+    rows = np.arange(features.shape[0]) if rows is None else np.asarray(rows)
     mult = feature_hash_multipliers(f)
-    bits = np.ascontiguousarray(features, dtype=np.float32).view(np.uint32)
-    h = np.zeros(n, dtype=np.uint64)
-    for c0 in range(0, f, 64):  # column blocks bound the uint64 temporary
-        h += (bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]).sum(axis=1, dtype=np.uint64)
+    h = np.zeros(rows.size, dtype=np.uint64)
+    step = max(1, (1 << 19) // max(f, 1))  # row blocks bound the gathered rows and the uint64 temporary
+    for r0 in range(0, rows.size, step):
+        bits = np.ascontiguousarray(features[rows[r0 : r0 + step]], dtype=np.float32).view(np.uint32)
+        for c0 in range(0, f, 64):  # column blocks too
+            block = bits[:, c0 : c0 + 64].astype(np.uint64) * mult[c0 : c0 + 64]
+            h[r0 : r0 + step] += block.sum(axis=1, dtype=np.uint64)
     return h
 
 
@@ -411,7 +416,7 @@ def order_by_score(query_index: np.ndarray, scores: np.ndarray, features: np.nda
     tied[order[1:][same]] = True
     tied[order[:-1][same]] = True
     key = np.zeros(s.size, dtype=np.uint64)
-    key[tied] = feature_hash(features[tied])
+    key[tied] = feature_hash(features, np.flatnonzero(tied))
     return np.lexsort((position, key, -s, query_index))
 
 
@@ -486,9 +491,9 @@ def check_feature_count(data: RankingData, n_features: int) -> None:
 def missing_message(data: RankingData, reader: str, fix: str) -> str | None:
     """Why ``reader`` cannot use ``data``: its NaN cells (missing values), the first one named, and
     ``fix``; None when there is none."""
-    nan = np.isnan(data.features)
-    if not nan.any():
+    if data.features.size == 0 or not np.isnan(data.features.min()):  # NaN propagates; no (N, F) mask
         return None
+    nan = np.isnan(data.features)
     r, c = np.argwhere(nan)[0]
     name = data.feature_names[c] if data.feature_names else f"column {c}"
     return (

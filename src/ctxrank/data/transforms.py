@@ -148,8 +148,12 @@ class Transform:
         self.feature_names_in_ = tuple(data.feature_names)
         return self
 
-    def transform(self, data: RankingData) -> RankingData:
+    def transform(self, data: RankingData, *, in_place: bool = False) -> RankingData:
         """A copy of ``data`` with normalized features (float32 (N, F)); other fields shared.
+
+        ``in_place``: write the normalized values over ``data.features`` (no second (N, F) array; the
+        same numbers), for data the caller owns and no longer needs raw, e.g. the top-k lists a
+        re-ranking run cuts for itself; ``data`` then holds the normalized features too.
 
         Raises:
             ValueError: not fitted (unless stateless), a feature count or names other than at fit
@@ -173,7 +177,9 @@ class Transform:
                 )
         elif not self.stateless:
             raise ValueError(f"{type(self).__name__} is not fitted: call fit(train) first")
-        return data.with_features(self._apply(data))
+        x = data.features
+        writable = in_place and x.flags.c_contiguous and x.flags.writeable
+        return data.with_features(self._apply(data, x if writable else np.empty(x.shape, np.float32)))
 
     def fit_stream(
         self,
@@ -319,8 +325,9 @@ class Transform:
     def _stream_finish(self, acc: np.ndarray) -> None:
         """Set the learned arrays from the (merged) statistics."""
 
-    def _apply(self, data: RankingData) -> np.ndarray:
-        """float32 (N, F) normalized features."""
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+        """float32 (N, F) normalized features written into ``out`` (which may be ``data.features``
+        itself: every block is read before its rows are written) and returned."""
         raise NotImplementedError
 
 
@@ -330,7 +337,7 @@ class Identity(Transform):
     name = "none"
     stateless = True
 
-    def transform(self, data: RankingData) -> RankingData:
+    def transform(self, data: RankingData, *, in_place: bool = False) -> RankingData:
         """Returns ``data`` itself (after the same feature-count checks as other transforms)."""
         if self.is_fitted and data.n_features != self.n_features_in_:
             raise ValueError(
@@ -338,8 +345,9 @@ class Identity(Transform):
             )
         return data
 
-    def _apply(self, data: RankingData) -> np.ndarray:
-        return data.features
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+        out[...] = data.features
+        return out
 
     def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
         return x
@@ -384,11 +392,10 @@ class _Affine(Transform):
             x = xp.sign(x) * xp.expm1(xp.clip(xp.abs(x), 0.0, 80.0))
         return xp.clip(x, -_F32_MAX, _F32_MAX)
 
-    def _apply(self, data: RankingData) -> np.ndarray:
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         params = self.list_params()
         lo, hi = self._bounds()
         x = data.features
-        out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
             block = x[a : a + step]
@@ -601,9 +608,8 @@ class QueryMinMax(Transform):
     name = "query-minmax"
     stateless = True
 
-    def _apply(self, data: RankingData) -> np.ndarray:
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
-        out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
             _check_finite(x[a : a + step], a, data, missing=False)
@@ -637,9 +643,8 @@ class QueryZScore(Transform):
     name = "query-zscore"
     stateless = True
 
-    def _apply(self, data: RankingData) -> np.ndarray:
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
-        out = np.empty(x.shape, dtype=np.float32)
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
             _check_finite(x[a : a + step], a, data, missing=False)

@@ -88,8 +88,14 @@ class TorchPredictor:
 
     def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
         self.check_data(data)
-        data, budget = self.transform.transform(data), self.config.train.max_memory_bytes
-        return predict(self.model, data, init_scores=init_scores, max_memory_bytes=budget)
+        data, tc = self.transform.transform(data), self.config.train
+        return predict(
+            self.model,
+            data,
+            init_scores=init_scores,
+            batch_size=tc.eval_batch_size,
+            max_memory_bytes=tc.max_memory_bytes,
+        )
 
 
 def set_threads(predictor: Any, threads: int) -> None:

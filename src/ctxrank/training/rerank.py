@@ -122,9 +122,10 @@ def _best_over_interchangeable(
     q, s = data.query_index[order], initial_scores[order]
     same = (q[1:] == q[:-1]) & (s[1:] == s[:-1])
     candidates = np.flatnonzero(same)
-    if candidates.size:
-        a, b = order[candidates], order[candidates + 1]
-        same[candidates] = (data.features[a] == data.features[b]).all(axis=1)
+    step = max(1, (1 << 20) // max(data.n_features, 1))  # pairs compared a block at a time: no copies of all
+    for i in range(0, candidates.size, step):
+        a, b = order[candidates[i : i + step]], order[candidates[i : i + step] + 1]
+        same[candidates[i : i + step]] = (data.features[a] == data.features[b]).all(axis=1)
     rank = rank.astype(np.float64)
     if not same.any():
         return rank

@@ -118,11 +118,12 @@ class RunResult:
 
 @dataclass
 class _Rerank:
-    """The initial ranker of a re-ranking run and the train / valid splits prepared with it."""
+    """The initial ranker of a re-ranking run and the train / valid splits prepared with it (their top-k
+    copies, after the data the run's largest arrays, are dropped once the re-ranker is trained)."""
 
     initial: Any  # a fitted LambdaMART
-    train: RerankSplit
-    valid: RerankSplit
+    train: RerankSplit | None
+    valid: RerankSplit | None
     meta: dict[str, Any]  # saved as ctxrank.json's "rerank"
 
 
@@ -231,13 +232,15 @@ def run_training(
         t0=t0,
         on_epoch=on_epoch,
     )
-    fit_train = rerank.train.top if rerank is not None else train
+    fit_train = rerank.train.top if rerank is not None and rerank.train is not None else train
+    layout = fit_train.first_query() if isinstance(fit_train, ShardStream) else fit_train.subset([0])
+    del fit_train
     predictor: Any = TorchPredictor(
-        model=model, transform=transform, config=config, meta={"n_features": fit_train.n_features}
+        model=model, transform=transform, config=config, meta={"n_features": layout.n_features}
     )
     if rerank is not None:
+        rerank.train = rerank.valid = None  # the top-k lists are not needed any more: free them
         predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
-    layout = fit_train.first_query() if isinstance(fit_train, ShardStream) else fit_train.subset([0])
     result = RunResult(config=config, summary=summary, predictor=predictor, history=history, layout=layout)
     if out is not None:
         save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
@@ -457,6 +460,7 @@ def _fit_neural(
     fit_train, fit_valid = train, valid
     train_init = valid_init = None
     if rerank is not None:
+        assert rerank.train is not None and rerank.valid is not None  # dropped only after this fit
         fit_train, fit_valid = rerank.train.top, rerank.valid.top
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
@@ -473,9 +477,12 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
+    # the top-k lists of a re-ranking run are this run's own copies: normalized in place (no second
+    # copy of them); whole lists are the caller's data: normalized into new arrays
+    normalize = functools.partial(transform.transform, in_place=rerank is not None)
     if config.fits_by_maximum_likelihood:
         check_training(model, loss_fn, fit_train, tc, torch.device("cpu"), full_batch=True)
-        fitted_mle = fit_full_batch(model, transform.transform(fit_train), transform.transform(fit_valid))
+        fitted_mle = fit_full_batch(model, normalize(fit_train), normalize(fit_valid))
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
     if out is not None:
@@ -486,12 +493,12 @@ def _fit_neural(
     if isinstance(fit_train, ShardStream):
         normalized = fit_train.with_transform(transform)  # each read normalized as it comes
     else:
-        normalized = transform.transform(fit_train)
+        normalized = normalize(fit_train)
     fitted = fit(
         model,
         loss_fn,
         normalized,
-        transform.transform(fit_valid),
+        normalize(fit_valid),
         tc,
         train_init_scores=train_init,
         valid_init_scores=valid_init,
@@ -607,9 +614,12 @@ def _evaluate_test(
     evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
 ) -> None:
     """Score ``test`` once (through the initial ranker's top k when re-ranking) into ``result``."""
-    budget = result.config.train.max_memory_bytes
+    tc = result.config.train
+    budget, batch = tc.max_memory_bytes, tc.eval_batch_size
     if rerank is None:
-        result.test_scores = predict(model, transform.transform(test), max_memory_bytes=budget)
+        result.test_scores = predict(
+            model, transform.transform(test), batch_size=batch, max_memory_bytes=budget
+        )
         result.test_metrics = evaluate(result.test_scores, test)
         return
     rr = result.config.rerank
@@ -621,8 +631,10 @@ def _evaluate_test(
         rank_feature=rerank.meta["rank_feature"],
         score_feature=rerank.meta["score_feature"],
     )
-    top = transform.transform(split.top)
-    top_scores = predict(model, top, init_scores=split.top_initial_scores, max_memory_bytes=budget)
+    top = transform.transform(split.top, in_place=True)  # the split's own copy, cut here
+    top_scores = predict(
+        model, top, init_scores=split.top_initial_scores, batch_size=batch, max_memory_bytes=budget
+    )
     scores, data = evaluation_target(split, top_scores, rr.ideal)
     result.test_scores = scores if rr.ideal == "full" else None
     result.test_metrics = evaluate(scores, data)
