@@ -269,8 +269,8 @@ def test_a_streamed_run_killed_after_an_epoch_resumes_to_bitwise_the_same_weight
         kw = {"state_dir": state_dir, "resume": resume, "on_epoch": on_epoch, "progress": False}
         return model, fit(model, listnet, stream, valid, config, **kw)
 
-    def kill(epoch, _value):
-        if epoch == 1:
+    def kill(record):
+        if record["epoch"] == 1:
             raise _Killed
 
     ref_model, ref = run(tmp_path / "a")
