@@ -363,7 +363,7 @@ def test_every_file_train_and_export_write_gets_the_umask_mode(small_files, tmp_
     old = os.umask(umask)
     try:
         assert main(argv) == 0
-        exported = ["export", "--model", str(out), "--format", "torchscript", "--out", str(tmp_path / "m.pt")]
+        exported = ["export", "--model", str(out), "--format", "onnx", "--out", str(tmp_path / "m.onnx")]
         assert main(exported) == 0
     finally:
         os.umask(old)
@@ -372,7 +372,7 @@ def test_every_file_train_and_export_write_gets_the_umask_mode(small_files, tmp_
         assert name in modes, sorted(modes)
     wrong = {k: oct(v) for k, v in modes.items() if v != (0o777 if (out / k).is_dir() else 0o666) & ~umask}
     assert not wrong, wrong
-    assert _modes(tmp_path)["m.pt"] == 0o666 & ~umask
+    assert _modes(tmp_path)["m.onnx"] == 0o666 & ~umask
 
 
 def test_train_overwrite_replaces_a_previous_model_and_nothing_else(small_files, tmp_path, capsys):

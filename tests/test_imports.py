@@ -300,6 +300,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("serving/pipeline.py", "onnx"): OPTIONAL,  # the export extra
     ("experiments/report.py", "matplotlib"): FIGURES,
     ("serving/server.py", "ctxrank.serving.directory"): TORCH_FREE,
+    ("data/stream.py", "ctxrank.data.lists"): TORCH_FREE,  # data/sources.py (every CLI's options) imports it
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,
     ("tune.py", "optuna"): FIGURES,  # optuna.visualization.matplotlib (optuna itself: module level)

@@ -57,12 +57,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from ctxrank.data.lists import ListBatch
 
 __all__ = [
     "DEFAULT_READ_ROWS",
@@ -457,6 +458,8 @@ class ShardStream:
     def _one_pass(self, batch_size: int, generator: np.random.Generator, bucket: bool) -> Iterator[ListBatch]:
         window = self._window(batch_size)
         buffer: RankingData | None = None
+
+        from ctxrank.data.lists import iterate_batches  # torch: only when a stream is batched
 
         def cut(data: RankingData) -> Iterator[ListBatch]:
             yield from iterate_batches(data, batch_size, shuffle=True, generator=generator, bucket=bucket)
