@@ -7,8 +7,9 @@ A page states an experiment's numbers only inside a marked block::
     ...
     <!-- /evidence -->
 
-or, for a report's anomaly table (QILCM's Figure 2: the per-query gap by anomaly bucket),
-``<!-- evidence: NAME#anomaly -->``. ``NAME`` is the directory ``evidence/NAME`` of the repository.
+or another table of the report: ``<!-- evidence: NAME#baselines -->`` (the target against each other
+model, corrected p) or ``<!-- evidence: NAME#anomaly -->`` (QILCM's Figure 2: the per-query gap by
+anomaly bucket). ``NAME`` is the directory ``evidence/NAME`` of the repository.
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
 means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``, and
 ``python -m ctxrank.experiments.published [--check]`` rewrites (or checks) every block;
@@ -26,9 +27,9 @@ from ctxrank.experiments.evidence import rebuild_report
 
 __all__ = ["Block", "headline", "published_blocks", "regenerate"]
 
-_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+(?:#anomaly)?) -->\n(.*?)<!-- /evidence -->", re.S)
+_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+(?:#anomaly|#baselines)?) -->\n(.*?)<!-- /evidence -->", re.S)
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
-TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |"}
+TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
 
 
 class Block:
