@@ -24,6 +24,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -113,6 +114,27 @@ def summarize(times: Sequence[float]) -> dict:
         "min_s": float(t.min()),
         "mean_s": float(t.mean()),
     }
+
+
+def time_training_steps(model, loss_fn, optimizer, next_batch: Callable[[], object], steps: int, warmup: int,
+                        label: str) -> list[float]:
+    """Seconds of each training step (forward, loss, backward, optimizer step; the loss read back so the
+    step has finished) after the first ``warmup``; ``next_batch()`` gives each step's batch."""
+    import torch
+
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        loss = model.training_loss(next_batch(), loss_fn)
+        if not torch.isfinite(loss):
+            raise RuntimeError(f"{label}: non-finite loss at step {i}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
 
 
 def run_case(script: str | Path, spec: dict, isolate: str, local: Callable[[dict, bool], dict]) -> dict:

@@ -51,7 +51,15 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import PeakRSS, add_common_args, child_main, run_case, summarize, synthetic_ranking_data
+from _common import (
+    PeakRSS,
+    add_common_args,
+    child_main,
+    run_case,
+    summarize,
+    synthetic_ranking_data,
+    time_training_steps,
+)
 from _report import emit_json, machine_info, machine_line, markdown_table
 
 MODELS = ("qilcm", "dlcm", "dcm", "attn", "setrank", "dasalc", "gsf", "listnet")
@@ -108,20 +116,9 @@ def point_case(spec: dict, measure_memory: bool) -> dict:
         )
         data_mib = fixed.features.numel() * 4 / 2**20
     build_s = time.perf_counter() - t_build
-    times = []
+    next_batch = (lambda: next(batches)) if spec["axis"] == "queries" else (lambda: fixed)
     with PeakRSS(measure_memory) as mem:
-        for i in range(steps):
-            t0 = time.perf_counter()
-            batch = next(batches) if spec["axis"] == "queries" else fixed
-            loss = model.training_loss(batch, loss_fn)
-            if not torch.isfinite(loss):
-                raise RuntimeError(f"{spec['model']}: non-finite loss at step {i}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss.item()
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
+        times = time_training_steps(model, loss_fn, opt, next_batch, steps, spec["warmup"], spec["model"])
     step = summarize(times)
     out = {
         "step": step,

@@ -70,7 +70,15 @@ from typing import Any
 
 import numpy as np
 
-from _common import PeakRSS, add_common_args, child_main, run_case, summarize, synthetic_ranking_data
+from _common import (
+    PeakRSS,
+    add_common_args,
+    child_main,
+    run_case,
+    summarize,
+    synthetic_ranking_data,
+    time_training_steps,
+)
 from _report import emit_json, machine_info, machine_line, markdown_table
 
 TARGET_QILCM_QPS = 240.0  # issue 9: QILCM training throughput target, queries/s
@@ -117,20 +125,10 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=spec["lr"])
     gen = np.random.default_rng(spec["seed"])
     batches = iterate_batches(data, B, shuffle=True, generator=gen)
-    times = []
     with PeakRSS(measure_memory) as mem:
-        for i in range(steps):
-            t0 = time.perf_counter()
-            batch = next(batches)
-            loss = model.training_loss(batch, loss_fn)
-            if not torch.isfinite(loss):
-                raise RuntimeError(f"{spec['label']}: non-finite loss at step {i}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss.item()
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
+        times = time_training_steps(
+            model, loss_fn, opt, lambda: next(batches), steps, spec["warmup"], spec["label"]
+        )
     step = summarize(times)
     return {
         "label": spec["label"],
