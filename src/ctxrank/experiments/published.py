@@ -27,9 +27,10 @@ from ctxrank.experiments.evidence import rebuild_report
 
 __all__ = ["Block", "headline", "published_blocks", "regenerate"]
 
-_BLOCK = re.compile(r"<!-- evidence: ([A-Za-z0-9_.+-]+(?:#anomaly|#baselines)?) -->\n(.*?)<!-- /evidence -->", re.S)
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
 TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
+_KINDS = "|".join(f"#{kind}" for kind in TABLE_HEADS if kind)
+_BLOCK = re.compile(rf"<!-- evidence: ([A-Za-z0-9_.+-]+(?:{_KINDS})?) -->\n(.*?)<!-- /evidence -->", re.S)
 
 
 class Block:
