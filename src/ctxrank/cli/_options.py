@@ -151,7 +151,7 @@ def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, thre
 THREADS = Option(
     "--threads",
     "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({threads}). "
-    "Results can differ in the last digits between thread counts; the count is recorded",
+    "Results can differ in the last digits between thread counts",
     parse=POSITIVE_INT,
     metavar="N",
 )

@@ -375,7 +375,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--runs", type=positive_int, metavar="N", help="override runs.count (e.g. 3 for a quick look)"
     )
     p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
-    add_threads(p, "runs.threads of every run")
+    add_threads(p, "runs.threads of every run; the count is recorded")
     add_overrides(p, "override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)")
     p.add_argument(
         "--shard",
@@ -487,7 +487,9 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "ten seconds). Options of one form are refused with the other."
         ),
     )
-    add_threads(p, "default 1 a run, so that the numbers do not depend on the machine")
+    add_threads(
+        p, "default 1 a run, so that the numbers do not depend on the machine; the count is recorded"
+    )
     e = p.add_argument_group("the demo experiment")
     add_jobs(e, DEMO_JOBS)
     e.add_argument("--out", metavar="DIR", help="report directory (default results/demo)")

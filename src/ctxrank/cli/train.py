@@ -705,7 +705,10 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "train", parents=[common], help="train a ranker and save it", description=TRAIN_DESCRIPTION
     )
-    threads = "train.threads; default: PyTorch's own count for a neural model, 1 for a baseline"
+    threads = (
+        "train.threads; default: PyTorch's own count for a neural model, 1 for a baseline; the count is "
+        "recorded in the model directory"
+    )
     fill = {"defaults": "not used by train", "threads": threads}
     add_declared(p, TrainOptions, fill=fill)
     p.add_argument(
