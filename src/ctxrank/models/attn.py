@@ -201,9 +201,7 @@ class ContextAwareAttention(RankingModule):
     ) -> torch.Tensor:
         """The last block's output ``h^(N)`` (B, L, d) (after the final layer norm with ``norm_first``)."""
         self.check_mask(features, mask)
-        x = self.item_inputs(features, categorical)  # (B, L, F')
-        if self.config.input_clip is not None:
-            x = x.clamp(-self.config.input_clip, self.config.input_clip)
+        x = self.item_inputs(features, categorical, clip=self.config.input_clip)  # (B, L, F')
         h = self.fc_activation(self.fc(x))  # (B, L, d): the input layer
         if self.rank_embedding is not None:
             h = h + self.rank_embedding(mask)

@@ -174,15 +174,38 @@ class RankingModule(nn.Module):
                 f"got {mask.dtype} {tuple(mask.shape)}"
             )
 
-    def item_inputs(self, features: torch.Tensor, categorical: torch.Tensor | None) -> torch.Tensor:
-        """(B, L, F) features (+ (B, L, C) codes) -> (B, L, input_dim)."""
+    def adopt(self, inner: RankingModule) -> None:
+        """Become a wrapper of ``inner`` (a missing-value indicator, a residual correction): its weights
+        under ``inner.``, its name, config, categorical columns, loss defaults and re-ranking and batching
+        needs. Call after ``nn.Module.__init__`` (not ``RankingModule.__init__``: the inner model owns the
+        config and the embeddings)."""
+        self.inner = inner
+        self.name = inner.name
+        self.n_features = inner.n_features
+        self.config = inner.config
+        self.categorical_cardinalities = inner.categorical_cardinalities
+        self.embedding = None
+        self.default_loss = inner.default_loss
+        self.default_loss_params = inner.default_loss_params
+        self.rerank_features = inner.rerank_features
+        self.batching = inner.batching  # e.g. QILCM's random batches (its eq. 13 pairs the batch's queries)
+        self.own_objective = inner.own_objective
+        self.reads_order = inner.reads_order
+
+    def item_inputs(
+        self, features: torch.Tensor, categorical: torch.Tensor | None, *, clip: float | None = None
+    ) -> torch.Tensor:
+        """(B, L, F) features (+ (B, L, C) codes) -> (B, L, input_dim); ``clip``: clamp them to
+        ``[-clip, clip]`` (the ``input_clip`` overflow guard of QILCM, ``attn`` and SetRank)."""
         if features.shape[-1] != self.n_features:
             raise ValueError(f"model expects {self.n_features} features, got {features.shape[-1]}")
         if self.embedding is None:
-            return features
-        if categorical is None:
+            x = features
+        elif categorical is None:
             raise ValueError("this model was trained with categorical columns; none were given")
-        return torch.cat([features, self.embedding(categorical)], dim=-1)
+        else:
+            x = torch.cat([features, self.embedding(categorical)], dim=-1)
+        return x if clip is None else x.clamp(-clip, clip)
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """Bytes of the tensors a batch of ``batch_size`` lists padded to ``list_len`` items allocates in

@@ -41,19 +41,9 @@ class MissingIndicator(RankingModule):
             raise TypeError(f"MissingIndicator wraps a neural RankingModule, got {type(inner).__name__}")
         if inner.n_features != 2 * n_features:
             raise ValueError(f"the inner model reads {inner.n_features} features; expected 2 x {n_features}")
-        self.inner = inner
+        self.adopt(inner)
+        self.n_features = n_features  # the raw features; the inner model reads 2 x n_features
         self.fill = nn.Parameter(torch.zeros(n_features))
-        self.name = inner.name
-        self.n_features = n_features
-        self.config = inner.config
-        self.categorical_cardinalities = inner.categorical_cardinalities
-        self.embedding = None
-        self.default_loss = inner.default_loss
-        self.default_loss_params = inner.default_loss_params
-        self.rerank_features = inner.rerank_features
-        self.batching = inner.batching
-        self.own_objective = inner.own_objective
-        self.reads_order = inner.reads_order
 
     def expand(self, features: torch.Tensor) -> torch.Tensor:
         """(..., F) features with NaN -> (..., 2F): filled values, then the 0/1 missing indicators."""

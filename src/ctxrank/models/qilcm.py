@@ -238,9 +238,7 @@ class QILCM(RankingModule):
     ) -> QILCMOutput:
         """Scores plus attention weights, context vectors and normalized representations."""
         cfg = self.config
-        x = self.item_inputs(features, categorical)  # (B, L, F')
-        if cfg.input_clip is not None:
-            x = x.clamp(-cfg.input_clip, cfg.input_clip)
+        x = self.item_inputs(features, categorical, clip=cfg.input_clip)  # (B, L, F')
         per_item = _RealItems(mask)
         h = torch.cat([x, per_item(self.encoder, x)], dim=-1)  # eq. 1-2: (B, L, D)
         if cfg.pooling == "attention":
@@ -277,9 +275,7 @@ class QILCM(RankingModule):
     ) -> torch.Tensor:
         """``forward``'s scores with eq. 5-8 folded into MLP_rank's first layer (module docstring)."""
         cfg = self.config
-        x = self.item_inputs(features, categorical)
-        if cfg.input_clip is not None:
-            x = x.clamp(-cfg.input_clip, cfg.input_clip)
+        x = self.item_inputs(features, categorical, clip=cfg.input_clip)
         b, n = mask.shape
         flat = x.reshape(b * n, x.shape[-1])  # (B*L, F')
         h = torch.cat([flat, self.encoder(flat)], dim=-1)  # eq. 1-2: (B*L, D)

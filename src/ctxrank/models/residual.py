@@ -41,17 +41,8 @@ class Residual(RankingModule):
                 f"rerank.residual: {inner.name} trains its own {inner.own_objective} objective; a residual "
                 "correction applies to models trained with a ranking loss"
             )
-        self.inner = inner
+        self.adopt(inner)
         self.gate = nn.Parameter(torch.zeros(()))
-        self.name = inner.name
-        self.n_features = inner.n_features
-        self.config = inner.config
-        self.categorical_cardinalities = inner.categorical_cardinalities
-        self.embedding = None
-        self.default_loss = inner.default_loss
-        self.default_loss_params = inner.default_loss_params
-        self.rerank_features = inner.rerank_features
-        self.batching = inner.batching  # e.g. QILCM's random batches (its eq. 13 pairs the batch's queries)
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """The inner model's, plus the residual scores ``init_scores + gate * scores`` and their gradient."""

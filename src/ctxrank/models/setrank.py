@@ -237,9 +237,7 @@ class SetRank(RankingModule):
     ) -> torch.Tensor:
         """``z^(N)`` (B, L, d), the encoding layer's output."""
         self.check_mask(features, mask)
-        x = self.item_inputs(features, categorical)  # (B, L, F')
-        if self.config.input_clip is not None:
-            x = x.clamp(-self.config.input_clip, self.config.input_clip)
+        x = self.item_inputs(features, categorical, clip=self.config.input_clip)  # (B, L, F')
         z = self.dropout(F.relu(self.represent(x)))  # (B, L, d): the representation layer
         if self.rank_embedding is not None:
             z = z + self.rank_embedding(mask)  # X + P, the ordinal embedding
