@@ -398,54 +398,30 @@ _FAMILIES = {  # class name -> (registry name, first line of its docstring)
 }
 
 
-def _family_doc(name: str, model: str, first: str) -> str:
-    return (
+def _family(name: str) -> type[Ranker]:
+    """The estimator class ``name`` of :data:`_FAMILIES`: ``Ranker`` with its model fixed, documented."""
+    model, first = _FAMILIES[name]
+    doc = (
         f"{first}\n\n``{name}(**params)`` is ``Ranker(model={model!r}, **params)`` with every parameter in "
         "its signature (defaults from the model's config; meanings in docs/models.md)."
     )
+    return _subclass(name, model, doc)
 
 
-QILCMRanker = _subclass(
-    "QILCMRanker", "qilcm", _family_doc("QILCMRanker", "qilcm", _FAMILIES["QILCMRanker"][1])
-)
-DLCMRanker = _subclass("DLCMRanker", "dlcm", _family_doc("DLCMRanker", "dlcm", _FAMILIES["DLCMRanker"][1]))
-DCMRanker = _subclass("DCMRanker", "dcm", _family_doc("DCMRanker", "dcm", _FAMILIES["DCMRanker"][1]))
-ListNetRanker = _subclass(
-    "ListNetRanker", "listnet", _family_doc("ListNetRanker", "listnet", _FAMILIES["ListNetRanker"][1])
-)
-MLPRanker = _subclass("MLPRanker", "mlp", _family_doc("MLPRanker", "mlp", _FAMILIES["MLPRanker"][1]))
-MNLRanker = _subclass("MNLRanker", "mnl", _family_doc("MNLRanker", "mnl", _FAMILIES["MNLRanker"][1]))
-ArsmL2RRanker = _subclass(
-    "ArsmL2RRanker", "arsm", _family_doc("ArsmL2RRanker", "arsm", _FAMILIES["ArsmL2RRanker"][1])
-)
-_LambdaMARTBase = _subclass(
-    "LambdaMARTRanker",
-    "lambdamart",
-    _family_doc("LambdaMARTRanker", "lambdamart", _FAMILIES["LambdaMARTRanker"][1]),
-)
-RankSVMRanker = _subclass(
-    "RankSVMRanker", "ranksvm", _family_doc("RankSVMRanker", "ranksvm", _FAMILIES["RankSVMRanker"][1])
-)
-_AdaRankBase = _subclass(
-    "AdaRankRanker",
-    "adarank-ndcg",
-    _family_doc("AdaRankRanker", "adarank-ndcg", _FAMILIES["AdaRankRanker"][1]),
-)
-
-DASALCRanker = _subclass(
-    "DASALCRanker", "dasalc", _family_doc("DASALCRanker", "dasalc", _FAMILIES["DASALCRanker"][1])
-)
-GSFRanker = _subclass("GSFRanker", "gsf", _family_doc("GSFRanker", "gsf", _FAMILIES["GSFRanker"][1]))
-
-
-SelfAttentionRanker = _subclass(
-    "SelfAttentionRanker",
-    "attn",
-    _family_doc("SelfAttentionRanker", "attn", _FAMILIES["SelfAttentionRanker"][1]),
-)
-SetRankRanker = _subclass(
-    "SetRankRanker", "setrank", _family_doc("SetRankRanker", "setrank", _FAMILIES["SetRankRanker"][1])
-)
+QILCMRanker = _family("QILCMRanker")
+DLCMRanker = _family("DLCMRanker")
+DCMRanker = _family("DCMRanker")
+ListNetRanker = _family("ListNetRanker")
+MLPRanker = _family("MLPRanker")
+MNLRanker = _family("MNLRanker")
+ArsmL2RRanker = _family("ArsmL2RRanker")
+_LambdaMARTBase = _family("LambdaMARTRanker")
+RankSVMRanker = _family("RankSVMRanker")
+_AdaRankBase = _family("AdaRankRanker")
+DASALCRanker = _family("DASALCRanker")
+GSFRanker = _family("GSFRanker")
+SelfAttentionRanker = _family("SelfAttentionRanker")
+SetRankRanker = _family("SetRankRanker")
 
 
 class LambdaMARTRanker(_LambdaMARTBase):  # type: ignore[misc, valid-type]
