@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ctxrank.experiments.evidence import rebuild_report
 
-__all__ = ["Block", "headline", "published_blocks", "regenerate"]
+__all__ = ["Block", "headline", "published_blocks", "regenerate", "report_table"]
 
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
 TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
@@ -66,13 +66,18 @@ def headline(table_md: str, head: str = TABLE_HEADS[""]) -> str:
     return "\n".join([*lines[first : start - 1], "", *lines[start:end]]) + "\n"
 
 
-def regenerate(root: Path, name: str) -> str:
-    """The table ``name`` (``NAME`` or ``NAME#KIND``) publishes from ``evidence/NAME``'s report,
-    regenerated (nothing is trained)."""
-    directory, _, kind = name.partition("#")
+def report_table(root: Path, directory: str) -> str:
+    """``table.md`` of ``evidence/DIRECTORY``'s report, regenerated (nothing is trained)."""
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
         rebuild_report(root / "evidence" / directory, tmp)
-        return headline((Path(tmp) / "table.md").read_text(), TABLE_HEADS[kind])
+        return (Path(tmp) / "table.md").read_text()
+
+
+def regenerate(root: Path, name: str, table_md: str | None = None) -> str:
+    """The table ``name`` (``NAME`` or ``NAME#KIND``) publishes from ``evidence/NAME``'s report
+    (``table_md``: that report's ``table.md`` when already regenerated)."""
+    directory, _, kind = name.partition("#")
+    return headline(report_table(root, directory) if table_md is None else table_md, TABLE_HEADS[kind])
 
 
 def _marked(name: str, text: str) -> str:
@@ -84,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(__file__).resolve().parents[3]
     stale = []
-    cache: dict[str, str] = {}
+    tables: dict[str, str] = {}  # one report a directory, whatever number of its tables a page shows
     for block in published_blocks(root):
-        fresh = cache.setdefault(block.name, regenerate(root, block.name))
+        if block.directory not in tables:
+            tables[block.directory] = report_table(root, block.directory)
+        fresh = regenerate(root, block.name, tables[block.directory])
         if fresh != block.text:
             stale.append(f"{block.page.relative_to(root)}: evidence {block.name}")
             if "--check" not in argv:
