@@ -1010,3 +1010,15 @@ def test_a_section_that_is_not_a_table_is_refused_not_read_as_empty(section, val
     d = {"name": "x", "data": {"dataset": "mq2008"}, "models": models, section: value}
     with pytest.raises(ValueError, match=rf"\[{section}\] must be a table"):
         ExperimentSpec.from_dict(d)
+
+
+def test_context_tuned_choice_shares_choice_tuned_runs_so_they_can_be_copied():
+    """docs/context-models.md: copying ``results/choice-tuned-NAME/runs`` reuses its mnl, lambdamart and
+    qilcm runs, which holds only while the two specs give those models the same run configuration."""
+    over = ["data.dataset=electricity", "runs.threads=1"]
+    wide, narrow = load_spec("context-tuned-choice", over), load_spec("choice-tuned", over)
+    assert set(narrow.models) < set(wide.models)
+    assert wide.run_keys() == narrow.run_keys()
+    for m in narrow.models:
+        for seed in (0, 3):
+            assert wide.run_config(m, seed=seed) == narrow.run_config(m, seed=seed), m
