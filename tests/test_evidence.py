@@ -85,7 +85,8 @@ EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.name}:{b.name}" for b in BLOCKS])
 def test_every_published_table_is_regenerated_from_its_evidence(block):
-    assert (REPO / "evidence" / block.directory / "spec.json").is_file(), f"no evidence/{block.directory}"
+    for directory in block.directories:
+        assert (REPO / "evidence" / directory / "spec.json").is_file(), f"no evidence/{directory}"
     assert regenerate(REPO, block.name) == block.text, (
         f"{block.page.name}: the table of evidence/{block.name} is stale: "
         "run `python -m ctxrank.experiments.published`"
@@ -109,6 +110,39 @@ def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
     (root / "docs" / "page.md").write_text(page)
     (block,) = published_blocks(root)
     assert block.name == "tiny" and regenerate(root, "tiny") == block.text == table
+
+
+def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evidence, tmp_path):
+    """``<!-- evidence summary: T vs B on M: D1 D2 -->``: each row the means and the corrected and raw
+    p of T against B that D's regenerated report gives; a model or comparison a report lacks is an
+    error, and a changed number makes the block stale."""
+    out, ev = evidence
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "evidence").mkdir()
+    for name in ("tiny", "tiny2"):
+        (root / "evidence" / name).symlink_to(ev)
+    res = json.loads((out / "results.json").read_text())
+    name = "summary: mnl vs lambdamart on ndcg@10,ndcg@1: tiny tiny2"
+    table = regenerate(root, name)
+    rows = [line for line in table.splitlines() if line.startswith("| `tiny")]
+    assert [r.split(" | ")[0] for r in rows] == ["| `tiny`", "| `tiny2`"] and rows[0][8:] == rows[1][9:]
+    cell, metrics = rows[0].split(" | "), ("ndcg@10", "ndcg@1")
+    assert cell[3] == " / ".join(f"{res['table']['lambdamart'][m]['mean']:.4f}" for m in metrics)
+    assert cell[4] == " / ".join(f"{res['table']['mnl'][m]['mean']:.4f}" for m in metrics)
+    c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
+    assert cell[6].startswith(f"{c['p_adjusted']:.2g} (raw {c['p']:.2g})")
+    assert cell[7] == f"{res['test']['name']}, holm |"
+    page = f"<!-- evidence {name} -->\n{table}<!-- /evidence -->\n"
+    (root / "docs" / "page.md").write_text(page)
+    (block,) = published_blocks(root)
+    assert block.name == name and block.directories == ["tiny", "tiny2"] and block.text == table
+    (root / "docs" / "page.md").write_text(page.replace(cell[4], "0.9999 / 0.9999"))
+    assert regenerate(root, name) != published_blocks(root)[0].text
+    with pytest.raises(ValueError, match="no runs of both 'qilcm' and 'lambdamart'"):
+        regenerate(root, "summary: qilcm vs lambdamart on ndcg@10: tiny")
+    with pytest.raises(ValueError, match="no comparison of mnl with lambdamart on \\['p@1'\\]"):
+        regenerate(root, "summary: mnl vs lambdamart on p@1: tiny")
 
 
 def test_report_correction_is_the_same_override_on_the_stored_spec(evidence, tmp_path):

@@ -9,9 +9,15 @@ A page states an experiment's numbers only inside a marked block::
 
 or another table of the report: ``<!-- evidence: NAME#baselines -->`` (the target against each other
 model, corrected p) or ``<!-- evidence: NAME#anomaly -->`` (QILCM's Figure 2: the per-query gap by
-anomaly bucket). ``NAME`` is the directory ``evidence/NAME`` of the repository.
+anomaly bucket). ``NAME`` is the directory ``evidence/NAME`` of the repository. A summary over
+several experiments, one row each (two models' means and the comparison of the first with the second
+as each report tests and corrects it)::
+
+    <!-- evidence summary: qilcm vs lambdamart on ndcg@10,map: NAME1 NAME2 ... -->
+
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
-means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``, and
+means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``,
+:func:`summary_table` builds a summary from regenerated ``results.json`` dicts, and
 ``python -m ctxrank.experiments.published [--check]`` rewrites (or checks) every block;
 ``tests/test_evidence.py`` fails on any difference.
 """
@@ -22,33 +28,50 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ctxrank.experiments.evidence import rebuild_report
+from ctxrank.experiments.report import _p_text
 
-__all__ = ["Block", "headline", "published_blocks", "regenerate", "report_table"]
+__all__ = ["Block", "headline", "published_blocks", "regenerate", "report_table", "summary_table"]
 
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
 TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
 _KINDS = "|".join(f"#{kind}" for kind in TABLE_HEADS if kind)
 _BLOCK = re.compile(rf"<!-- evidence: ([A-Za-z0-9_.+-]+(?:{_KINDS})?) -->\n(.*?)<!-- /evidence -->", re.S)
+_SUMMARY_HEAD = "summary: "
+_WORD = r"[A-Za-z0-9_.@-]+"
+_SUMMARY = re.compile(
+    rf"<!-- evidence (summary: {_WORD} vs {_WORD} on [A-Za-z0-9_.@,-]+: [A-Za-z0-9_.+ -]+?) -->"
+    r"\n(.*?)<!-- /evidence -->",
+    re.S,
+)
 
 
 class Block:
-    """One marked block: the page, the evidence name, the text between the markers."""
+    """One marked block: the page, its name (``NAME``, ``NAME#KIND`` or ``summary: ...``), the text
+    between the markers."""
 
     def __init__(self, page: Path, name: str, text: str) -> None:
         self.page, self.name, self.text = page, name, text
 
     @property
-    def directory(self) -> str:
-        """The evidence directory's name: ``NAME`` of ``NAME`` or ``NAME#KIND``."""
-        return self.name.partition("#")[0]
+    def directories(self) -> list[str]:
+        """The evidence directories the block is built from: ``NAME`` of ``NAME`` or ``NAME#KIND``, the
+        listed ones of a summary."""
+        if self.name.startswith(_SUMMARY_HEAD):
+            return self.name.rpartition(": ")[2].split()
+        return [self.name.partition("#")[0]]
 
 
 def published_blocks(root: Path) -> list[Block]:
     """Every evidence block of ``root``'s README.md and docs/*.md, in page order."""
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-    found = [(p, m) for p in pages if p.is_file() for m in _BLOCK.finditer(p.read_text())]
+    found = []
+    for page in filter(Path.is_file, pages):
+        text = page.read_text()
+        matches = sorted([*_BLOCK.finditer(text), *_SUMMARY.finditer(text)], key=lambda m: m.start())
+        found += [(page, m) for m in matches]
     return [Block(p, m.group(1), m.group(2)) for p, m in found]
 
 
@@ -66,22 +89,80 @@ def headline(table_md: str, head: str = TABLE_HEADS[""]) -> str:
     return "\n".join([*lines[first : start - 1], "", *lines[start:end]]) + "\n"
 
 
+def regenerated_report(root: Path, directory: str) -> tuple[str, dict[str, Any]]:
+    """``table.md`` and ``results.json`` of ``evidence/DIRECTORY``'s report, regenerated (nothing is
+    trained)."""
+    with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
+        results = rebuild_report(root / "evidence" / directory, tmp)
+        return (Path(tmp) / "table.md").read_text(), results
+
+
 def report_table(root: Path, directory: str) -> str:
     """``table.md`` of ``evidence/DIRECTORY``'s report, regenerated (nothing is trained)."""
-    with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
-        rebuild_report(root / "evidence" / directory, tmp)
-        return (Path(tmp) / "table.md").read_text()
+    return regenerated_report(root, directory)[0]
 
 
-def regenerate(root: Path, name: str, table_md: str | None = None) -> str:
-    """The table ``name`` (``NAME`` or ``NAME#KIND``) publishes from ``evidence/NAME``'s report
-    (``table_md``: that report's ``table.md`` when already regenerated)."""
-    directory, _, kind = name.partition("#")
-    return headline(report_table(root, directory) if table_md is None else table_md, TABLE_HEADS[kind])
+def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[str, dict[str, Any]]) -> str:
+    """One row per report (``reports``: evidence name -> its ``results.json`` dict): the dataset and
+    protocol, the runs, ``baseline``'s and ``target``'s means of ``metrics`` and the comparison of
+    ``target`` with ``baseline`` on each, with the report's own test and its p corrected over that
+    report's family (raw p beside it)."""
+    joined = " / ".join(metrics)
+    lines = [
+        f"Each row is the report of the evidence directory it names, regenerated: {target} against "
+        f"{baseline}, improvement in % and the report's default test, p corrected over that report's "
+        "family (its table says which), the raw p beside it.",
+        "",
+        f"| evidence | data | runs | {baseline} {joined} | {target} {joined} | {target} - {baseline} | "
+        "p | test, correction |",
+        "|---|---|---:|---|---|---|---|---|",
+    ]
+    for name, res in reports.items():
+        table, data = res["table"], res["spec"]["data"]
+        if target not in table or baseline not in table:
+            raise ValueError(f"evidence/{name} has no runs of both {target!r} and {baseline!r}")
+        found = {
+            c["metric"]: c for c in res["comparisons"] if c["target"] == target and c["baseline"] == baseline
+        }
+        missing = [m for m in metrics if m not in found]
+        if missing:
+            raise ValueError(f"evidence/{name}: no comparison of {target} with {baseline} on {missing}")
+        mean = {m: " / ".join(f"{table[m][k]['mean']:.4f}" for k in metrics) for m in (baseline, target)}
+        gain = " / ".join(f"{found[k]['improvement_pct']:+.2f}%" for k in metrics)
+        correction = res["test"]["correction"]
+        p = " / ".join(_p_text(found[k], correction) for k in metrics)
+        lines.append(
+            f"| `{name}` | {data['dataset']}, {data['protocol']} | {len(res['runs'])} | {mean[baseline]} | "
+            f"{mean[target]} | {gain} | {p} | {res['test']['name']}, {correction} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _summary_parts(name: str) -> tuple[str, str, list[str], list[str]]:
+    """``summary: T vs B on M1,M2: D1 D2`` -> ``(T, B, [M1, M2], [D1, D2])``."""
+    head, _, directories = name[len(_SUMMARY_HEAD) :].rpartition(": ")
+    pair, _, metrics = head.partition(" on ")
+    target, _, baseline = pair.partition(" vs ")
+    return target, baseline, metrics.split(","), directories.split()
+
+
+def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, Any]]] | None = None) -> str:
+    """The table ``name`` (``NAME``, ``NAME#KIND`` or ``summary: ...``) publishes from its evidence
+    (``reports``: directory -> :func:`regenerated_report`, the reports already regenerated; filled in)."""
+    reports = {} if reports is None else reports
+    directories = Block(Path(), name, "").directories
+    for directory in directories:
+        if directory not in reports:
+            reports[directory] = regenerated_report(root, directory)
+    if name.startswith(_SUMMARY_HEAD):
+        target, baseline, metrics, _ = _summary_parts(name)
+        return summary_table(target, baseline, metrics, {d: reports[d][1] for d in directories})
+    return headline(reports[directories[0]][0], TABLE_HEADS[name.partition("#")[2]])
 
 
 def _marked(name: str, text: str) -> str:
-    return f"<!-- evidence: {name} -->\n{text}<!-- /evidence -->"
+    kind = "evidence " if name.startswith(_SUMMARY_HEAD) else "evidence: "
+    return f"<!-- {kind}{name} -->\n{text}<!-- /evidence -->"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,11 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(__file__).resolve().parents[3]
     stale = []
-    tables: dict[str, str] = {}  # one report a directory, whatever number of its tables a page shows
+    reports: dict[str, tuple[str, dict[str, Any]]] = {}  # one report a directory, however many blocks use it
     for block in published_blocks(root):
-        if block.directory not in tables:
-            tables[block.directory] = report_table(root, block.directory)
-        fresh = regenerate(root, block.name, tables[block.directory])
+        fresh = regenerate(root, block.name, reports)
         if fresh != block.text:
             stale.append(f"{block.page.relative_to(root)}: evidence {block.name}")
             if "--check" not in argv:
