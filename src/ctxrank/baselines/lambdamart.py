@@ -37,7 +37,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +145,6 @@ def _check_lgb_name(name: str) -> None:
         f"{', '.join(_LGB_NAME)}, no_relevant, or one of LightGBM's {len(known)} parameter names and "
         "aliases (https://lightgbm.readthedocs.io/en/latest/Parameters.html)"
     )
-
-
-def _rows_of(data: RankingData, queries: np.ndarray) -> np.ndarray:
-    """int64 rows of the given queries, in query order (the rows ``data.subset(queries)`` holds)."""
-    lengths = data.query_lengths[queries]
-    starts = data.query_offsets[queries]
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
 
 
 def _check_data(data: Any, what: str) -> RankingData:
@@ -409,6 +401,12 @@ class LambdaMART:
                 whose queries all lack a relevant item under ``no_relevant="skip"``, or anything
                 LightGBM rejects.
         """
+        return self._fit(train, valid, _lgb_matrix(train), None if valid is None else _lgb_matrix(valid))
+
+    def _fit(self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any) -> LambdaMART:
+        """:meth:`fit` with LightGBM's inputs given: ``train_x`` / ``valid_x`` the splits' rows as one
+        matrix or a list of consecutive row blocks (:func:`_query_rows`; the splits' own ``features`` are
+        then not read)."""
         import lightgbm as lgb
 
         max_label, n_cat = _check_splits(train, valid)
@@ -417,11 +415,13 @@ class LambdaMART:
         params = self._lgb_params(label_gain, cutoffs)
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
-            _lgb_matrix(train), label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
+            train_x, label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
         )
         monitor = None
         if valid is not None:
-            monitor = _ValidationMonitor.build(self, valid, train_set, cat_idx, f"ndcg@{k}", no_relevant)
+            monitor = _ValidationMonitor.build(
+                self, valid, valid_x, train_set, cat_idx, f"ndcg@{k}", no_relevant
+            )
         try:
             booster = lgb.train(
                 params,
@@ -502,8 +502,13 @@ class LambdaMART:
                 f"the model was trained with {self.n_categorical_in_} categorical columns but "
                 f"{data.source or 'the data'} has {_n_categorical(data)}"
             )
+        return self._scores(_lgb_matrix(data))
+
+    def _scores(self, matrix: np.ndarray) -> np.ndarray:
+        """float64 scores of the rows of LightGBM's input ``matrix`` (each row's alone: a row's score
+        does not depend on the other rows predicted with it)."""
         scores = self.booster_.predict(
-            _lgb_matrix(data), num_iteration=self.best_iteration_, num_threads=self.num_threads
+            matrix, num_iteration=self.best_iteration_, num_threads=self.num_threads
         )
         return np.ascontiguousarray(scores, dtype=np.float64)
 
@@ -653,11 +658,53 @@ def _n_categorical(data: RankingData) -> int:
     return 0 if data.categorical is None else int(data.categorical.shape[1])
 
 
-def _lgb_matrix(data: RankingData) -> np.ndarray:
-    """LightGBM's input: the numeric features, then the categorical codes (as float) when present."""
+def _lgb_matrix(data: RankingData, rows: np.ndarray | None = None) -> np.ndarray:
+    """LightGBM's input: the numeric features, then the categorical codes (as float) when present; of
+    the given ``rows`` only (a copy of them) when given."""
+    x = data.features if rows is None else data.features[rows]
     if data.categorical is None:
-        return data.features
-    return np.concatenate([data.features, data.categorical.astype(np.float32)], axis=1)
+        return x
+    codes = data.categorical if rows is None else data.categorical[rows]
+    return np.concatenate([x, codes.astype(np.float32)], axis=1)
+
+
+def _query_rows(data: RankingData, queries: np.ndarray) -> tuple[RankingData, Any]:
+    """``data.subset(queries)`` (``queries`` ascending) for its labels and lists, without a copy of the
+    features: LightGBM's input of those rows is a list of views into ``data.features``, one per run of
+    consecutive queries (``lgb.Dataset`` builds from a list of row blocks, ``LGBM_DatasetCreateFromMats``,
+    what a single matrix goes through too: the same bins, trees and scores as from the copy). The
+    returned subset's ``features`` is a zero-stride placeholder of the right shape, never read. With
+    categorical columns (appended to the matrix as floats) the rows are copied, as before."""
+    if data.categorical is not None:
+        part = data.subset(queries)
+        return part, _lgb_matrix(part)
+    rows = data.query_rows(queries)
+    offsets = np.concatenate([[0], np.cumsum(data.query_lengths[queries])]).astype(np.int64)
+    f = data.n_features
+    placeholder = np.broadcast_to(np.zeros((1, f), dtype=np.float32), (rows.size, f))
+    part = replace(
+        data,
+        features=placeholder,
+        labels=data.labels[rows],
+        query_ids=data.query_ids[queries],
+        query_offsets=offsets,
+        docids=None,
+        info=dict(data.info),
+        group_ids=None if data.group_ids is None else data.group_ids[queries],
+    )
+    runs = np.split(queries, np.flatnonzero(np.diff(queries) != 1) + 1)
+    starts = data.query_offsets
+    return part, [data.features[starts[run[0]] : starts[run[-1] + 1]] for run in runs]
+
+
+def _predict_rows(model: LambdaMART, data: RankingData, rows: np.ndarray) -> np.ndarray:
+    """``model.predict(data.subset(...))`` for the given rows, a block of about 16 MB of features at a
+    time instead of a copy of them all (each row's score is its own)."""
+    out = np.empty(rows.size, dtype=np.float64)
+    step = max(1, (1 << 22) // max(data.n_features, 1))
+    for a in range(0, rows.size, step):
+        out[a : a + step] = model._scores(_lgb_matrix(data, rows[a : a + step]))
+    return out
 
 
 def _convention(n_queries: int, n0: int, no_relevant: float | str):
@@ -703,7 +750,16 @@ class _ValidationMonitor:
     callbacks: list[Any]
 
     @classmethod
-    def build(cls, model: Any, valid: RankingData, train_set: Any, cat_idx: Any, metric: str, no_relevant):
+    def build(
+        cls,
+        model: Any,
+        valid: RankingData,
+        valid_x: Any,
+        train_set: Any,
+        cat_idx: Any,
+        metric: str,
+        no_relevant: float | str,
+    ):
         import lightgbm as lgb
 
         n_queries = valid.n_queries
@@ -716,7 +772,7 @@ class _ValidationMonitor:
             )
         convert = _convention(n_queries, n0, no_relevant)
         dataset = lgb.Dataset(
-            _lgb_matrix(valid),
+            valid_x,
             label=valid.labels,
             group=valid.query_lengths,
             reference=train_set,
@@ -822,11 +878,13 @@ def cross_fit_predict(
         es[rng.permutation(rest.size)[:n_es]] = True
         fit_queries, es_queries = rest[~es], rest[es]
         model = LambdaMART(**params)
-        if n_es:
-            model.fit(train.subset(fit_queries), train.subset(es_queries))
-        else:
-            model.fit(train.subset(fit_queries))
-        scores[_rows_of(train, held)] = model.predict(train.subset(held))
+        # the fold's rows as views into train's features, not copies (_query_rows): same model
+        fit_part, fit_x = _query_rows(train, fit_queries)
+        es_part, es_x = _query_rows(train, es_queries) if n_es else (None, None)
+        model._fit(fit_part, es_part, fit_x, es_x)
+        del fit_part, fit_x, es_part, es_x
+        held_rows = train.query_rows(held)
+        scores[held_rows] = _predict_rows(model, train, held_rows)
     if not np.all(np.isfinite(scores)):  # pragma: no cover - every row belongs to exactly one fold
         raise RuntimeError("cross_fit_predict left rows without a finite score")
     return (scores, folds) if return_folds else scores

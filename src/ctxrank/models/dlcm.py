@@ -190,10 +190,14 @@ class PaperGRU(nn.Module):
         After step ``lengths[b] - 1`` row b's state is frozen (later steps repeat it), so the returned
         state is the state after the row's last real step (0 for an empty row).
         """
-        B, T, _ = seq.shape
+        return self.recur(self.input_proj(seq), lengths)  # (B, T, 3H): all input projections at once
+
+    def recur(self, xp: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recurrence over the input projections ``xp`` (B, T, 3H) = ``input_proj(seq)``: what
+        :meth:`forward` returns (the caller may then free ``seq`` before the T steps)."""
+        B, T, _ = xp.shape
         if T == 0:
-            return seq.new_zeros(B, 0, self.hidden_size), seq.new_zeros(B, self.hidden_size)
-        xp = self.input_proj(seq)  # (B, T, 3H): all input projections at once
+            return xp.new_zeros(B, 0, self.hidden_size), xp.new_zeros(B, self.hidden_size)
         return traceable_loop(paper_gru_steps)(xp, self.gate_proj.weight, self.cand_proj.weight, lengths)
 
 
@@ -306,12 +310,19 @@ class DLCM(RankingModule):
         n = lengths[:, None]
         return torch.where(t < n, n - 1 - t, t)
 
+    @staticmethod
+    def _gru_inputs(gru: nn.Module, seq: torch.Tensor) -> torch.Tensor:
+        """What :meth:`_run` reads of ``seq`` (B, T, alpha): the paper GRU's input projections (B, T,
+        3H), computed before its steps so that ``seq`` can be freed; ``seq`` itself for torch's GRU."""
+        return gru.input_proj(seq) if isinstance(gru, PaperGRU) else seq
+
     def _run(
         self, gru: nn.Module, seq: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One direction over ``seq`` (B, T, alpha) in feeding order -> outputs (B, T, H), s_n (B, H)."""
+        """One direction over :meth:`_gru_inputs` ``seq`` (B, T, .) in feeding order -> outputs (B, T,
+        H), s_n (B, H)."""
         if isinstance(gru, PaperGRU):
-            return gru(seq, lengths)
+            return gru.recur(seq, lengths)
         B, T, _ = seq.shape
         if T == 0:
             return seq.new_zeros(B, 0, self.hidden), seq.new_zeros(B, self.hidden)
@@ -337,15 +348,28 @@ class DLCM(RankingModule):
             x = self.dropout(x)
         # steps beyond the longest list are never needed; a trace runs all L (its length stays dynamic)
         T = L if tracing() else int(lengths.max()) if B > 0 else 0
+        # Memory (scoring, where no autograd graph keeps them): x' is freed once the last direction has
+        # gathered it, each direction's input once projected, and one direction is not concatenated, so
+        # the peak of a batch is the paper GRU's projections (3H) and outputs (twice H), not also x',
+        # its reordered copy and a concatenated copy of the outputs (same values)
         outs, states = [], []
-        for order, gru in zip(self.orders, self.grus, strict=True):
+        last = len(self.orders) - 1
+        for i, (order, gru) in enumerate(zip(self.orders, self.grus, strict=True)):
             idx = self.feed_order(lengths, L, order)  # (B, L) item fed at each step
             seq = x.gather(1, idx[..., None].expand_as(x))  # (B, L, alpha) in feeding order
-            o_steps, s_n = self._run(gru, seq[:, :T] if T < L else seq, lengths)  # (B, T, H), (B, H)
+            if i == last:
+                del x
+            inputs = self._gru_inputs(gru, seq[:, :T] if T < L else seq)
+            del seq
+            o_steps, s_n = self._run(gru, inputs, lengths)  # (B, T, H), (B, H)
+            del inputs
             if T < L:
                 o_steps = F.pad(o_steps, (0, 0, 0, L - T))  # (B, L, H); padded steps -> 0
             outs.append(o_steps.gather(1, idx[..., None].expand(B, L, self.hidden)))  # back to items
+            del o_steps
             states.append(s_n)
+        if len(outs) == 1:
+            return outs[0], states[0]
         return torch.cat(outs, dim=-1), torch.cat(states, dim=-1)
 
     def local_ranking(self, o: torch.Tensor, s_n: torch.Tensor) -> torch.Tensor:
