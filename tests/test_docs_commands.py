@@ -563,6 +563,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     ),
     "ctxrank experiment choice-tuned --dataset modecanada --threads 1": tuned_smoke("| mnl |", "modecanada"),
     "ctxrank experiment choice-tuned --dataset car --threads 1": tuned_smoke("| mnl |", "car"),
+    "ctxrank experiment choice-real --dataset electricity --threads 1": Run(
+        (*SMOKE, "--dataset", "electricity"), check=contains("| mnl |", "| listnet |", "| qilcm |")
+    ),
     "ctxrank experiment context-tuned-choice --dataset electricity --threads 1": Run(
         (*SMOKE, "--set", "tune.trials=1", "--dataset", "electricity"),
         check=contains("| mnl |", "| attn |", "| setrank |", "| dasalc |", "| gsf |"),
