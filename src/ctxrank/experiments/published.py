@@ -60,7 +60,7 @@ class Block:
         """The evidence directories the block is built from: ``NAME`` of ``NAME`` or ``NAME#KIND``, the
         listed ones of a summary."""
         if self.name.startswith(_SUMMARY_HEAD):
-            return self.name.rpartition(": ")[2].split()
+            return _summary_parts(self.name)[3]
         return [self.name.partition("#")[0]]
 
 
