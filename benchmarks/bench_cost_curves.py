@@ -355,6 +355,15 @@ def _series(res: dict, xs: list[int], key: str) -> tuple[list[int], list[float]]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def _save_figure(plt, fig, title: str, path: Path) -> str:
+    """Title ``fig``, write it to ``path`` (PNG, 80 dpi), close it; returns the path written."""
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return str(path)
+
+
 def _log_axes(ax) -> None:
     """Log-log axes with a grid; an axis without data (peak memory under ``--isolate none``) says so."""
     if ax.lines and any(len(line.get_xdata()) for line in ax.lines):
@@ -389,12 +398,8 @@ def plot(blob: dict, out_dir: str) -> list[str]:
             ax.set_xlabel("training queries")
             _log_axes(ax)
         axes[1].legend(fontsize=7, ncol=2)
-        fig.suptitle(f"Cost vs queries ({blob['items']} items, batch {blob['batch']}; {note})", fontsize=8)
-        fig.tight_layout()
-        path = Path(out_dir) / "cost_curves_queries.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(str(path))
+        title = f"Cost vs queries ({blob['items']} items, batch {blob['batch']}; {note})"
+        written.append(_save_figure(plt, fig, title, Path(out_dir) / "cost_curves_queries.png"))
     if "length" in blob:
         lg = blob["length"]
         fig, axes = plt.subplots(2, len(lg["modes"]), figsize=(4.5 * len(lg["modes"]), 6.4), squeeze=False)
@@ -409,12 +414,8 @@ def plot(blob: dict, out_dir: str) -> list[str]:
         for ax in (a for row in axes for a in row):
             _log_axes(ax)
         axes[0][-1].legend(fontsize=7, ncol=2)
-        fig.suptitle(f"Cost vs list length (batch {blob['length_batch']} lists; {note})", fontsize=8)
-        fig.tight_layout()
-        path = Path(out_dir) / "cost_curves_length.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(str(path))
+        title = f"Cost vs list length (batch {blob['length_batch']} lists; {note})"
+        written.append(_save_figure(plt, fig, title, Path(out_dir) / "cost_curves_length.png"))
     return written
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from ctxrank.experiments.evidence import rebuild_report
 from ctxrank.experiments.report import _p_text
 
-__all__ = ["Block", "headline", "published_blocks", "regenerate", "report_table", "summary_table"]
+__all__ = ["Block", "headline", "published_blocks", "regenerate", "regenerated_report", "summary_table"]
 
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
 TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
@@ -95,11 +95,6 @@ def regenerated_report(root: Path, directory: str) -> tuple[str, dict[str, Any]]
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
         results = rebuild_report(root / "evidence" / directory, tmp)
         return (Path(tmp) / "table.md").read_text(), results
-
-
-def report_table(root: Path, directory: str) -> str:
-    """``table.md`` of ``evidence/DIRECTORY``'s report, regenerated (nothing is trained)."""
-    return regenerated_report(root, directory)[0]
 
 
 def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[str, dict[str, Any]]) -> str:
