@@ -309,3 +309,27 @@ def test_out_of_memory_is_one_line_whatever_fails(monkeypatch, capsys):
     monkeypatch.setattr(data, "data_info", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):  # any other RuntimeError is a bug: its traceback shows
         main(["data-info", "whatever.txt"])
+
+
+@pytest.mark.parametrize("name", ["dlcm", "qilcm", "attn", "setrank", "dcm"])
+def test_cpu_scoring_batches_hold_at_most_the_item_cap_and_score_the_same(name, monkeypatch):
+    """On the CPU a scoring batch holds at most ``CPU_SCORING_ITEMS`` padded items (a longer list alone):
+    the validation batch of 512 lists of 100 items no longer holds DLCM's activations for 51,200 items at
+    once. The scores equal those of uncapped batches up to float32 rounding (a list padded to another
+    length sums its products in another order: 5e-5 relative for DLCM here)."""
+    from ctxrank.training import memory
+
+    monkeypatch.setattr(memory, "CPU_SCORING_ITEMS", 64)
+    torch.manual_seed(0)
+    model = make_model(name, F)
+    data = _data([5, 40, 12, 30, 7, 90, 3, 25, 60, 18, 1, 33])
+    fits = scoring_fits(model, data, 2**40, "cpu")
+    batches = list(iterate_batches(data, 512, fits=fits))
+    assert len(batches) > 3
+    for b in batches:
+        assert b.batch_size == 1 or b.batch_size * b.list_len <= 64, (b.batch_size, b.list_len)
+    assert sorted(int(q) for b in batches for q in b.query_index) == list(range(12))
+    capped = predict(model, data, max_memory_bytes=2**40)
+    monkeypatch.setattr(memory, "CPU_SCORING_ITEMS", 2**40)
+    assert len(list(iterate_batches(data, 512, fits=scoring_fits(model, data, 2**40, "cpu")))) == 1
+    np.testing.assert_allclose(capped, predict(model, data, max_memory_bytes=2**40), rtol=1e-4, atol=1e-6)
