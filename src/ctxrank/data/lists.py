@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import torch
 
+from ctxrank.data.gathered import GatheredRows, is_gathered
 from ctxrank.data.ranking_data import RankingData, order_by_score, padded_rows
 
 __all__ = [
@@ -377,6 +378,7 @@ def truncate_top_k(
     *,
     add_rank_feature: bool = False,
     add_score_feature: bool = False,
+    gather: bool = False,
 ) -> tuple[RankingData, np.ndarray]:
     """Keep each query's top ``k`` items by ``scores``, ordered by descending score.
 
@@ -395,6 +397,10 @@ def truncate_top_k(
             average rank of the tied items) as a feature column named ``"initial_rank"``.
         add_score_feature: append the initial score as a feature column ``"initial_score"``
             (after ``"initial_rank"`` when both are added).
+        gather: the kept rows' features as a :class:`~ctxrank.data.gathered.GatheredRows` of
+            ``data.features`` (gathered when read, the same values) instead of a copy: no second
+            (N', F) array while ``data`` is alive anyway (a re-ranking run's splits). ``data.features``
+            must then not change while the result is used.
 
     Returns:
         (truncated RankingData with N' = sum(min(len_q, k)) rows and the same Q queries in the same
@@ -437,14 +443,17 @@ def truncate_top_k(
     if add_score_feature:
         extra.append(s[rows].astype(np.float32))
         extra_names.append("initial_score")
-    # the (N', F + extra) result allocated once and filled in row blocks: no (N', F) gather beside it
     f = data.n_features
-    features = np.empty((rows.size, f + len(extra)), dtype=np.float32)
-    step = max(1, (1 << 22) // max(f, 1))  # about 16 MB of float32 a block
-    for a in range(0, rows.size, step):
-        features[a : a + step, :f] = data.features[rows[a : a + step]]
-    for j, column in enumerate(extra):
-        features[:, f + j] = column
+    features: np.ndarray | GatheredRows
+    if gather and not is_gathered(data.features):
+        features = GatheredRows(data.features, rows, np.stack(extra, axis=1) if extra else None)
+    else:  # the (N', F + extra) copy allocated once and filled in row blocks: no (N', F) gather beside it
+        features = np.empty((rows.size, f + len(extra)), dtype=np.float32)
+        step = max(1, (1 << 22) // max(f, 1))  # about 16 MB of float32 a block
+        for a in range(0, rows.size, step):
+            features[a : a + step, :f] = data.features[rows[a : a + step]]
+        for j, column in enumerate(extra):
+            features[:, f + j] = column
     if extra:
         base = names or tuple(f"f{i}" for i in range(1, data.n_features + 1))
         names = (*base, *extra_names)

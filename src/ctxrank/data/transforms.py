@@ -45,12 +45,15 @@ Guards shared by all of them:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import reduce
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ctxrank.data.gathered import is_gathered
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
@@ -102,15 +105,17 @@ def _minmax_map(x: Any, lo: Any, scale: Any, xp: Any) -> Any:
     return _affine_map(x, xp.where(scale > 0, lo, x), scale, 0.0, 1.0, False, xp)
 
 
-def _check_finite(block: np.ndarray, start: int, data: RankingData, *, missing: bool = True) -> None:
-    """No inf in ``block`` (rows ``start`` ...); no NaN either unless ``missing`` (a missing value)."""
+def _check_finite(block: np.ndarray, start: int | None, data: RankingData, *, missing: bool = True) -> None:
+    """No inf in ``block`` (rows ``start`` ..., None: rows read out of order); no NaN either unless
+    ``missing`` (a missing value)."""
     bad = np.isinf(block) if missing else ~np.isfinite(block)
     if bad.any():
         r, c = np.argwhere(bad)[0]
         name = data.feature_names[c] if data.feature_names else f"column {c}"
         nan = np.isnan(block[r, c])
         what = "a per-query normalizer reads no missing value (NaN)" if nan else "features must be finite"
-        where = f"{data.source or 'data'}: feature {name} of row {start + r}"
+        row = "a row" if start is None else f"row {start + r}"
+        where = f"{data.source or 'data'}: feature {name} of {row}"
         raise ValueError(f"{where} is {block[r, c]}; {what}")
 
 
@@ -178,6 +183,11 @@ class Transform:
         elif not self.stateless:
             raise ValueError(f"{type(self).__name__} is not fitted: call fit(train) first")
         x = data.features
+        if is_gathered(x):  # rows gathered when read: a row-wise map goes with them, nothing is copied
+            if self.row_wise and x.normalize is None:
+                return replace(data, features=x.with_normalize(functools.partial(self._map_rows, data=data)))
+            x, in_place = np.asarray(x), True  # a per-query normalizer reads whole lists: the copy
+            data = replace(data, features=x)
         writable = in_place and x.flags.c_contiguous and x.flags.writeable
         return data.with_features(self._apply(data, x if writable else np.empty(x.shape, np.float32)))
 
@@ -330,6 +340,14 @@ class Transform:
         itself: every block is read before its rows are written) and returned."""
         raise NotImplementedError
 
+    #: whether each row is normalized on its own (``_map_rows``), so rows gathered when read
+    #: (:class:`~ctxrank.data.gathered.GatheredRows`) can be normalized as they are read
+    row_wise: ClassVar[bool] = False
+
+    def _map_rows(self, block: np.ndarray, *, data: RankingData) -> np.ndarray:
+        """float32 (n, F) rows normalized (a row-wise normalizer); ``data``: whose rows, for messages."""
+        raise NotImplementedError
+
 
 class Identity(Transform):
     """No normalization (registry name ``"none"``); features are returned as they are."""
@@ -348,6 +366,11 @@ class Identity(Transform):
     def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         out[...] = data.features
         return out
+
+    row_wise = True
+
+    def _map_rows(self, block: np.ndarray, *, data: RankingData) -> np.ndarray:
+        return block
 
     def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
         return x
@@ -392,18 +415,25 @@ class _Affine(Transform):
             x = xp.sign(x) * xp.expm1(xp.clip(xp.abs(x), 0.0, 80.0))
         return xp.clip(x, -_F32_MAX, _F32_MAX)
 
-    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+    row_wise = True
+
+    def _mapped(self, block: np.ndarray, start: int | None, data: RankingData) -> np.ndarray:
+        """float64 normalized values of the float32 rows ``block`` (rows ``start`` ... of ``data``)."""
+        _check_finite(block, start, data)
         params = self.list_params()
         lo, hi = self._bounds()
+        x = _affine_map(block.astype(np.float64), params["shift"], params["scale"], lo, hi, self._log, np)
+        return _signed_log1p(x) if self._post_log else x
+
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
         step = _row_step(x.shape[1])
         for a in range(0, x.shape[0], step):
-            block = x[a : a + step]
-            _check_finite(block, a, data)
-            block = block.astype(np.float64)
-            block = _affine_map(block, params["shift"], params["scale"], lo, hi, self._log, np)
-            out[a : a + step] = _signed_log1p(block) if self._post_log else block
+            out[a : a + step] = self._mapped(x[a : a + step], a, data)
         return out
+
+    def _map_rows(self, block: np.ndarray, *, data: RankingData) -> np.ndarray:
+        return self._mapped(block, None, data).astype(np.float32)
 
 
 class GlobalMinMax(_Affine):

@@ -63,10 +63,11 @@ def prepare_split(
     rank_feature: bool = False,
     score_feature: bool = False,
 ) -> RerankSplit:
-    """Top-k truncation by ``initial_scores`` (see :func:`ctxrank.data.lists.truncate_top_k`)."""
+    """Top-k truncation by ``initial_scores`` (see :func:`ctxrank.data.lists.truncate_top_k`); the top
+    lists' features are gathered from ``data`` when read (the split holds ``data``: no copy of them)."""
     initial_scores = np.asarray(initial_scores, dtype=np.float64)
     top, rows = truncate_top_k(
-        data, initial_scores, k, add_rank_feature=rank_feature, add_score_feature=score_feature
+        data, initial_scores, k, add_rank_feature=rank_feature, add_score_feature=score_feature, gather=True
     )
     return RerankSplit(full=data, top=top, rows=rows, initial_scores=initial_scores)
 

@@ -41,6 +41,7 @@ import torch
 
 from ctxrank._io import atomic_write, dumps, float_or_nan, read_json_file, write_json
 from ctxrank._io import fsync_dir as _fsync_dir
+from ctxrank.data.gathered import is_gathered
 
 FORMAT_VERSION = 1
 STATE_FILE = "state.json"
@@ -81,10 +82,14 @@ def fingerprint(data: Any, init_scores: np.ndarray | None = None) -> str:
     for a in arrays:
         if a is None:
             h.update(b"none")
-            continue
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.data)
+        elif is_gathered(a):  # the bytes of the copy it stands for, a block at a time
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            for _, block in a.blocks():
+                h.update(block.data)
+        else:
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(a.data)
     return h.hexdigest()
 
 

@@ -477,8 +477,9 @@ def _fit_neural(
         if model.own_objective
         else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
     )
-    # the top-k lists of a re-ranking run are this run's own copies: normalized in place (no second
-    # copy of them); whole lists are the caller's data: normalized into new arrays
+    # the top-k lists of a re-ranking run are gathered from the splits when read: a row-wise normalizer
+    # goes with each read (nothing copied), a per-query one normalizes one copy of them in place; whole
+    # lists are the caller's data: normalized into new arrays
     normalize = functools.partial(transform.transform, in_place=rerank is not None)
     if config.fits_by_maximum_likelihood:
         check_training(model, loss_fn, fit_train, tc, torch.device("cpu"), full_batch=True)
@@ -631,7 +632,7 @@ def _evaluate_test(
         rank_feature=rerank.meta["rank_feature"],
         score_feature=rerank.meta["score_feature"],
     )
-    top = transform.transform(split.top, in_place=True)  # the split's own copy, cut here
+    top = transform.transform(split.top, in_place=True)  # gathered when read (per-query: one copy)
     top_scores = predict(
         model, top, init_scores=split.top_initial_scores, batch_size=batch, max_memory_bytes=budget
     )
