@@ -42,9 +42,12 @@ rows1)``; 1 = linear in rows).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -264,6 +267,44 @@ def _f(x, fmt: str = "{:,.1f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def load_runs(paths: list[str | Path]) -> list[dict]:
+    """The runs of earlier ``--json`` files, each with its file's machine, by factor."""
+    runs = []
+    for path in paths:
+        earlier = json.loads(Path(path).read_text())
+        runs += [{"machine": earlier["machine"], **run} for run in earlier["runs"]]
+    return sorted(runs, key=lambda run: run["factor"])
+
+
+def report_text(runs: list[dict]) -> str:
+    """What :func:`report` prints."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        report(runs)
+    return buffer.getvalue()
+
+
+# A page states a run's tables between ``<!-- bench-scale: FILE [FILE ...] -->`` and ``<!-- /bench-scale -->``
+# (FILE: a ``--json`` file under evidence/bench/); ``--publish`` rewrites each block from its files, and
+# tests/test_bench_evidence.py fails when a block differs from what its files give.
+BLOCK = re.compile(r"(<!-- bench-scale: ([^>]*?) -->\n)(.*?)(<!-- /bench-scale -->)", re.S)
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
+
+
+def block_text(names: str) -> str:
+    """A block's content: :func:`report_text` of the named files of evidence/bench/."""
+    return report_text(load_runs([EVIDENCE / name for name in names.split()])).strip("\n") + "\n"
+
+
+def publish(page: Path) -> bool:
+    """Rewrite ``page``'s bench-scale blocks from their files; whether anything changed."""
+    text = page.read_text()
+    new = BLOCK.sub(lambda m: m.group(1) + block_text(m.group(2)) + m.group(4), text)
+    if new != text:
+        page.write_text(new)
+    return new != text
+
+
 def report(runs: list[dict]) -> None:
     for run in runs:
         rows = run["rows"]
@@ -363,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="also report the runs of an earlier --json FILE (repeat; e.g. a full-size run and smaller ones)",
     )
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="rewrite the bench-scale blocks of docs/*.md from their files in evidence/bench/ (runs nothing)",
+    )
     add_common_args(ap)
     ap.set_defaults(threads=1)
     next(x for x in ap._actions if x.dest == "threads").help = "torch and LightGBM threads (default 1)"
@@ -371,16 +417,18 @@ def main(argv: list[str] | None = None) -> int:
         from _common import child_main
 
         return child_main(a.child, protocol)
+    if a.publish:
+        for page in sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md")):
+            if publish(page):
+                print(f"rewrote {page}")
+        return 0
     factors = sorted(a.factor or ([] if a.from_json else [QUICK_FACTOR] if a.quick else [0.02]))
     if factors and min(factors) <= 0:
         ap.error("--factor must be > 0")
     models = tuple(m for m in a.models.split(",") if m)
     info = machine_info(a.threads)
     print(machine_line(info))
-    runs = []
-    for path in a.from_json:
-        earlier = json.loads(Path(path).read_text())
-        runs += [{"machine": earlier["machine"], **run} for run in earlier["runs"]]
+    runs = load_runs(a.from_json)
     for factor in factors:
         root = Path(a.keep) / f"factor-{factor}" if a.keep else Path(tempfile.mkdtemp(prefix="bench-scale-"))
         root.mkdir(parents=True, exist_ok=True)
