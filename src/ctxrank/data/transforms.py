@@ -367,11 +367,6 @@ class Identity(Transform):
         out[...] = data.features
         return out
 
-    row_wise = True
-
-    def _map_rows(self, block: np.ndarray, *, data: RankingData) -> np.ndarray:
-        return block
-
     def normalize_lists(self, x: Any, mask: Any, params: dict[str, Any], xp: Any) -> Any:
         return x
 
