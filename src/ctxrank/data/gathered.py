@@ -37,8 +37,8 @@ class GatheredRows:
             is read).
         rows: int64 (N',) the row of ``base`` of each row.
         extra: float32 (N', E) columns appended after the gathered ones, or None.
-        normalize: a row-wise map of float32 (n, F + E) blocks to float32 blocks of the same shape (a
-            fitted normalizer's :meth:`~ctxrank.data.transforms.Transform.map_rows`), or None.
+        normalize: a row-wise map of float32 (n, F + E) blocks to float32 blocks of the same shape (what
+            a fitted row-wise normalizer's ``transform`` attaches), or None.
     """
 
     ndim = 2
@@ -121,6 +121,8 @@ class GatheredRows:
         return min((b.min() for _, b in self.blocks()), key=lambda v: (not np.isnan(v), v))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("GatheredRows has no array to view: its rows are gathered when read (a copy)")
         out = np.empty(self.shape, dtype=np.float32)
         for a, block in self.blocks():
             out[a : a + block.shape[0]] = block

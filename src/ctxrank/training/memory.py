@@ -15,7 +15,8 @@ check runs (``ctxrank._memory``).
   that list is padded to it); a full-batch fit (``mnl``) pads every query at once, in float64. A
   refusal names that query, its length, the estimate and the limit, and what would fit.
 * :func:`scoring_fits`: scoring (``predict``) cuts a batch that does not fit into smaller ones (each
-  list is scored on its own, so the scores do not change) and refuses a list that does not fit alone.
+  list is scored on its own, so its scores change at most by float32 rounding, from its padded length)
+  and refuses a list that does not fit alone.
   On the CPU a scoring batch also holds at most :data:`CPU_SCORING_ITEMS` padded items, whatever the
   budget: larger batches score no faster there and only hold more activations at once.
 """

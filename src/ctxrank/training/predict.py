@@ -36,8 +36,10 @@ def predict(
     """Scores float64 (N,) in the file order of ``data`` (no gradients, ``torch.inference_mode``).
 
     Batches of ``batch_size`` lists of similar length, each cut smaller when its estimated memory exceeds
-    ``max_memory_bytes`` (``train.max_memory_bytes``; the scores do not change); a list that does not
-    fit alone is refused before anything is scored (:func:`ctxrank.training.memory.scoring_fits`)."""
+    ``max_memory_bytes`` (``train.max_memory_bytes``) or, on the CPU, when it holds more than
+    ``CPU_SCORING_ITEMS`` padded items (a list's scores change at most by float32 rounding); a list that
+    does not fit alone is refused before anything is scored
+    (:func:`ctxrank.training.memory.scoring_fits`)."""
     fits = scoring_fits(model, data, max_memory_bytes, device)
     was_training = model.training
     model.eval()
