@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev demo test test-fast fuzz lint bench clean
+.PHONY: install dev demo test test-fast fuzz lint bench published clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ bench: install
 	$(BIN)/python benchmarks/bench_recurrence_backward.py --json $(BENCH_OUT)/recurrence_backward.json
 	$(BIN)/python benchmarks/bench_startup.py --json $(BENCH_OUT)/startup.json
 	$(BIN)/python benchmarks/bench_serve.py --json $(BENCH_OUT)/serve.json
+
+# Every published table, p-value and figure of the README and docs/*.md rewritten from the stored evidence
+# (evidence/README.md): the experiments' blocks, then the benchmark blocks. Trains nothing (under a
+# minute); tests/test_evidence.py and tests/test_bench_evidence.py fail when a page differs from this.
+published: install
+	$(BIN)/python -m ctxrank.experiments.published
+	$(BIN)/python benchmarks/bench_scale.py --publish
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
