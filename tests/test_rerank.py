@@ -151,7 +151,7 @@ def _rerank_run(model, transform, extra, monkeypatch, *, gather):
     ("model", "transform", "extra"),
     [
         ("qilcm", "zscore", []),
-        ("dlcm", "minmax", [("rerank.rank_feature", True)]),
+        ("dlcm", "minmax", [("rerank.rank_feature", True), ("model_params.gru_hidden", 16)]),
         ("dcm", "query-minmax", [("rerank.score_feature", True)]),
     ],
 )
