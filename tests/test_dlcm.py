@@ -223,6 +223,46 @@ def test_gradcheck_float64(gru):
     assert torch.autograd.gradcheck(lambda f: m(f, mask)[mask], (x,), eps=1e-6, atol=1e-6)
 
 
+def test_the_paper_grus_written_out_backward_equals_autograd_of_its_steps(monkeypatch):
+    """Training runs eq. 4's recurrence through ``_PaperGRUSteps`` (its gates kept in four tensors, its
+    backward through time written out): the outputs and state are bitwise those of ``paper_gru_steps``,
+    the gradients of the inputs and of both recurrent matrices are autograd's of those steps (float64,
+    lists of 7, 3, 0, 1 and 5 steps), and gradcheck passes. Scoring (no gradients) and tracing run the
+    plain steps."""
+    from ctxrank.models import dlcm
+
+    torch.manual_seed(0)
+    B, T, H = 5, 7, 6
+    xp = torch.randn(B, T, 3 * H, dtype=torch.float64, requires_grad=True)
+    w_gate = (0.5 * torch.randn(2 * H, H, dtype=torch.float64)).requires_grad_(True)
+    w_cand = (0.5 * torch.randn(H, H, dtype=torch.float64)).requires_grad_(True)
+    lengths = torch.tensor([7, 3, 0, 1, 5])
+    ref_out, ref_state = dlcm.paper_gru_steps(xp, w_gate, w_cand, lengths)
+    out, state = dlcm._PaperGRUSteps.apply(xp, w_gate, w_cand, lengths)
+    assert torch.equal(out, ref_out) and torch.equal(state, ref_state)
+    g_out, g_state = torch.randn_like(out), torch.randn_like(state)
+    ref = torch.autograd.grad((ref_out * g_out).sum() + (ref_state * g_state).sum(), (xp, w_gate, w_cand))
+    got = torch.autograd.grad((out * g_out).sum() + (state * g_state).sum(), (xp, w_gate, w_cand))
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    small = (torch.randn(3, 4, 9, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64),
+             torch.randn(3, 3, dtype=torch.float64))  # fmt: skip
+    step = functools.partial(dlcm._PaperGRUSteps.apply, lengths=torch.tensor([4, 2, 0]))
+    assert torch.autograd.gradcheck(
+        lambda x, wg, wc: step(x, wg, wc), tuple(t.requires_grad_(True) for t in small)
+    )
+    calls = []
+    real = dlcm._PaperGRUSteps.apply
+    monkeypatch.setattr(dlcm._PaperGRUSteps, "apply", lambda *a: calls.append(1) or real(*a))
+    m = _model(gru="paper").train()
+    x, mask = _batch([3, 4])
+    m(x, mask).sum().backward()
+    assert calls == [1]
+    with torch.no_grad():
+        m(x, mask)
+    assert calls == [1]
+
+
 # ---------------------------------------------------------------------------------------- loss
 def test_training_loss_defaults_to_the_dlcm_attrank_form():
     data = _context_data(6, seed=4)

@@ -198,7 +198,10 @@ class PaperGRU(nn.Module):
         B, T, _ = xp.shape
         if T == 0:
             return xp.new_zeros(B, 0, self.hidden_size), xp.new_zeros(B, self.hidden_size)
-        return traceable_loop(paper_gru_steps)(xp, self.gate_proj.weight, self.cand_proj.weight, lengths)
+        weights = (self.gate_proj.weight, self.cand_proj.weight)
+        if not tracing() and torch.is_grad_enabled() and any(t.requires_grad for t in (xp, *weights)):
+            return _PaperGRUSteps.apply(xp, *weights, lengths)  # training: the gates kept in 4 tensors
+        return traceable_loop(paper_gru_steps)(xp, *weights, lengths)
 
 
 def paper_gru_steps(
@@ -224,6 +227,69 @@ def paper_gru_steps(
         h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)  # o_t = (1 - u) o_{t-1} + u c
         outputs.append(h)
     return torch.stack(outputs, dim=1), h
+
+
+class _PaperGRUSteps(torch.autograd.Function):
+    """:func:`paper_gru_steps` with its backward through time written out (training).
+
+    Autograd would record about ten operations a step and keep five ``(B, H)`` tensors of each of the
+    ``T`` steps, allocated one by one: at 80 lists of 100 items and ``H = 1,024`` that was 500 small
+    blocks, which the C allocator kept fragmented after each step (the resident set grew by about 370
+    MiB over a few steps; docs/benchmarks.md). Here the forward runs the same operations (the same
+    values, bit for bit) and keeps the gates ``u``, ``r``, the candidate ``c`` and the outputs in four
+    ``(B, T, H)`` tensors; the backward applies eq. 4's derivatives step by step from the last and
+    forms the two recurrent weight gradients with one matrix product each over all steps. torch.nn.GRU
+    computes another cell (the reset gate after ``W^s``), so no library kernel does this.
+
+    With ``h`` the state before step ``t``, ``live`` the step mask, ``h' = where(live, lerp(h, c, u), h)``
+    and upstream gradient ``g`` of ``h'``: ``dh_new = g live``; ``du = dh_new (c - h)``; ``dc = dh_new u``;
+    ``da_c = dc (1 - c^2)``; ``d(r h) = da_c W^s``; ``dr = d(r h) h``; ``da_u = du u (1 - u)``, ``da_r = dr
+    r (1 - r)``; ``dh = g (1 - live) + dh_new (1 - u) + d(r h) r + [da_u; da_r] [W_u^s; W_r^s]``; the
+    input projections' gradient at step ``t`` is ``[da_u; da_r; da_c]``.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, xp: torch.Tensor, w_gate: torch.Tensor, w_cand: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T, _ = xp.shape
+        H = w_cand.size(0)
+        out, gates, cand = xp.new_empty(B, T, H), xp.new_empty(B, T, 2 * H), xp.new_empty(B, T, H)
+        h = xp.new_zeros(B, H)
+        live = torch.arange(T, device=xp.device)[None, :] < lengths[:, None]  # (B, T)
+        for t, x_t in enumerate(xp.transpose(0, 1)):  # the operations of paper_gru_steps, in its order
+            xu, xr, xc = x_t.split(H, dim=-1)
+            hu, hr = F.linear(h, w_gate).split(H, dim=-1)
+            u = torch.sigmoid(xu + hu)
+            r = torch.sigmoid(xr + hr)
+            c = torch.tanh(xc + F.linear(r * h, w_cand))
+            h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)
+            out[:, t], gates[:, t, :H], gates[:, t, H:], cand[:, t] = h, u, r, c
+        ctx.save_for_backward(out, gates, cand, w_gate, w_cand, live)
+        return out, h.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g_out: torch.Tensor | None, g_state: torch.Tensor | None) -> tuple[Any, ...]:
+        out, gates, cand, w_gate, w_cand, live = ctx.saved_tensors
+        B, T, H = out.shape
+        previous = torch.cat([out.new_zeros(B, 1, H), out[:, :-1]], dim=1)  # (B, T, H): h before each step
+        d_xp = out.new_empty(B, T, 3 * H)  # [da_u; da_r; da_c] of every step
+        dh = out.new_zeros(B, H) if g_state is None else g_state.clone()
+        for t in range(T - 1, -1, -1):
+            if g_out is not None:
+                dh = dh + g_out[:, t]
+            h, u, r, c, m = previous[:, t], gates[:, t, :H], gates[:, t, H:], cand[:, t], live[:, t, None]
+            dh_new = torch.where(m, dh, 0.0)
+            da_c = dh_new * u * (1 - c * c)
+            d_rh = da_c @ w_cand
+            da_u = dh_new * (c - h) * u * (1 - u)
+            da_r = d_rh * h * r * (1 - r)
+            d_xp[:, t, :H], d_xp[:, t, H : 2 * H], d_xp[:, t, 2 * H :] = da_u, da_r, da_c
+            dh = torch.where(m, 0.0, dh) + dh_new * (1 - u) + d_rh * r + d_xp[:, t, : 2 * H] @ w_gate
+        flat = d_xp.reshape(B * T, 3 * H)
+        d_gate = flat[:, : 2 * H].T @ previous.reshape(B * T, H)  # sum over steps of [da_u; da_r]^T h
+        d_cand = flat[:, 2 * H :].T @ (gates[..., H:] * previous).reshape(B * T, H)  # of da_c^T (r h)
+        return d_xp, d_gate, d_cand, None
 
 
 class DLCM(RankingModule):
