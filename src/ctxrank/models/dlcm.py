@@ -219,14 +219,23 @@ def paper_gru_steps(
     live = torch.arange(xp.size(1), device=xp.device)[None, :] < lengths[:, None]  # (B, T)
     outputs: list[torch.Tensor] = []
     for t, x_t in enumerate(xp.transpose(0, 1)):  # x_t (B, 3H); see _jit on why not xp[:, t]
-        xu, xr, xc = x_t.split(H, dim=-1)  # (B, H) each
-        hu, hr = F.linear(h, w_gate).split(H, dim=-1)  # (B, H) each
-        u = torch.sigmoid(xu + hu)  # update gate
-        r = torch.sigmoid(xr + hr)  # reset gate, applied before W^s
-        c = torch.tanh(xc + F.linear(r * h, w_cand))  # candidate (the paper's s_t)
-        h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)  # o_t = (1 - u) o_{t-1} + u c
+        h, _, _, _ = paper_gru_cell(x_t, h, w_gate, w_cand, live[:, t, None])
         outputs.append(h)
     return torch.stack(outputs, dim=1), h
+
+
+def paper_gru_cell(
+    x_t: torch.Tensor, h: torch.Tensor, w_gate: torch.Tensor, w_cand: torch.Tensor, live_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of eq. 4: ``x_t`` (B, 3H) input projections, ``h`` (B, H) the state before it, ``live_t``
+    (B, 1) whether the step is real -> the new state and the step's ``u``, ``r``, ``c`` (B, H) each."""
+    H = w_cand.size(0)
+    xu, xr, xc = x_t.split(H, dim=-1)  # (B, H) each
+    hu, hr = F.linear(h, w_gate).split(H, dim=-1)  # (B, H) each
+    u = torch.sigmoid(xu + hu)  # update gate
+    r = torch.sigmoid(xr + hr)  # reset gate, applied before W^s
+    c = torch.tanh(xc + F.linear(r * h, w_cand))  # candidate (the paper's s_t)
+    return torch.where(live_t, torch.lerp(h, c, u), h), u, r, c  # o_t = (1 - u) o_{t-1} + u c
 
 
 class _PaperGRUSteps(torch.autograd.Function):
@@ -257,27 +266,22 @@ class _PaperGRUSteps(torch.autograd.Function):
         out, gates, cand = xp.new_empty(B, T, H), xp.new_empty(B, T, 2 * H), xp.new_empty(B, T, H)
         h = xp.new_zeros(B, H)
         live = torch.arange(T, device=xp.device)[None, :] < lengths[:, None]  # (B, T)
-        for t, x_t in enumerate(xp.transpose(0, 1)):  # the operations of paper_gru_steps, in its order
-            xu, xr, xc = x_t.split(H, dim=-1)
-            hu, hr = F.linear(h, w_gate).split(H, dim=-1)
-            u = torch.sigmoid(xu + hu)
-            r = torch.sigmoid(xr + hr)
-            c = torch.tanh(xc + F.linear(r * h, w_cand))
-            h = torch.where(live[:, t, None], torch.lerp(h, c, u), h)
+        for t, x_t in enumerate(xp.transpose(0, 1)):  # paper_gru_steps' loop, keeping each step's gates
+            h, u, r, c = paper_gru_cell(x_t, h, w_gate, w_cand, live[:, t, None])
             out[:, t], gates[:, t, :H], gates[:, t, H:], cand[:, t] = h, u, r, c
         ctx.save_for_backward(out, gates, cand, w_gate, w_cand, live)
         return out, h.clone()
 
     @staticmethod
-    def backward(ctx: Any, g_out: torch.Tensor | None, g_state: torch.Tensor | None) -> tuple[Any, ...]:
+    def backward(ctx: Any, g_out: torch.Tensor, g_state: torch.Tensor) -> tuple[Any, ...]:
+        # both gradients are tensors: autograd materializes an unused output's as zeros
         out, gates, cand, w_gate, w_cand, live = ctx.saved_tensors
         B, T, H = out.shape
         previous = torch.cat([out.new_zeros(B, 1, H), out[:, :-1]], dim=1)  # (B, T, H): h before each step
         d_xp = out.new_empty(B, T, 3 * H)  # [da_u; da_r; da_c] of every step
-        dh = out.new_zeros(B, H) if g_state is None else g_state.clone()
+        dh = g_state
         for t in range(T - 1, -1, -1):
-            if g_out is not None:
-                dh = dh + g_out[:, t]
+            dh = dh + g_out[:, t]
             h, u, r, c, m = previous[:, t], gates[:, t, :H], gates[:, t, H:], cand[:, t], live[:, t, None]
             dh_new = torch.where(m, dh, 0.0)
             da_c = dh_new * u * (1 - c * c)
