@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["AUTO", "available_bytes", "budget_bytes", "format_bytes"]
+__all__ = ["AUTO", "available_bytes", "budget_bytes", "device_kind", "format_bytes"]
 
 #: ``train.max_memory_bytes = "auto"``: what the machine can give when the check runs
 AUTO = "auto"
@@ -45,10 +45,14 @@ def budget_bytes(option: Any, device: Any = "cpu") -> tuple[int, str]:
     return int(option), f"train.max_memory_bytes = {int(option)} ({format_bytes(int(option))})"
 
 
+def device_kind(device: Any) -> str:
+    """``"cpu"``, ``"cuda"``, ...: the type of ``device``, a ``torch.device`` or its name (``"cuda:1"``)."""
+    return getattr(device, "type", str(device).split(":")[0])
+
+
 def available_bytes(device: Any = "cpu") -> tuple[int, str]:
     """What ``device`` (a ``torch.device`` or its name) can allocate now, and where the figure comes from."""
-    kind = getattr(device, "type", str(device).split(":")[0])
-    if kind == "cuda":
+    if device_kind(device) == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free), f"free memory of {device}"
     found = [(v, w) for v, w in (_meminfo(), _cgroup(), _address_space()) if v is not None]

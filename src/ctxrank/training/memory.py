@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank._memory import budget_bytes, format_bytes
+from ctxrank._memory import budget_bytes, device_kind, format_bytes
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
@@ -190,7 +190,7 @@ def scoring_fits(
     longest list of ``data`` does not fit the budget alone."""
     limit, where = budget_bytes(budget, device)
     room = limit - model.state_memory(training=False)
-    cap = CPU_SCORING_ITEMS if getattr(device, "type", str(device).split(":")[0]) == "cpu" else None
+    cap = CPU_SCORING_ITEMS if device_kind(device) == "cpu" else None
 
     def fits(batch_size: int, list_len: int) -> bool:
         if cap is not None and batch_size > 1 and batch_size * list_len > cap:
