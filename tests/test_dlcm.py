@@ -263,6 +263,41 @@ def test_the_paper_grus_written_out_backward_equals_autograd_of_its_steps(monkey
     assert calls == [1]
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_training_keeps_neither_the_abstraction_nor_the_reordered_inputs_and_grads_are_unchanged(
+    bidirectional, monkeypatch
+):
+    """In training the input abstraction (eq. 3) is recomputed in backward (checkpointed) and the items
+    are reordered by indexing, so backward keeps neither the abstraction's hidden layers nor a second
+    copy of ``x'``: the loss and every gradient are bitwise those of keeping them (the encoder run
+    plainly, ``gather`` for the reordering)."""
+    from ctxrank.models import dlcm
+
+    x, mask = _batch([5, 3, 1, 4])
+    params = {"encoder_widths": [7, 5], "bidirectional": bidirectional, "gru": "paper"}
+
+    def step():
+        m = _model(**params).train()
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            loss = (m(x, mask) * torch.linspace(-1, 1, x.shape[1], dtype=x.dtype)).sum()
+        return loss, torch.autograd.grad(loss, list(m.parameters())), saved
+
+    loss, grads, saved = step()
+    assert not [t.shape for t in saved if t.shape[-1:] == (7,)]  # the abstraction's first layer (width 7)
+    monkeypatch.setattr(dlcm, "checkpoint", lambda fn, *a, **k: fn(*a))
+    monkeypatch.setattr(dlcm, "_reorder", lambda t, idx: t.gather(1, idx[..., None].expand_as(t)))
+    ref_loss, ref_grads, ref_saved = step()
+    assert [t.shape for t in ref_saved if t.shape[-1:] == (7,)]  # what the test would catch
+    assert torch.equal(loss, ref_loss)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads, strict=True))
+
+    def copies_of_x_prime(tensors):  # x' = [x; z2] is 4 + 5 = 9 wide
+        return len({t.untyped_storage().data_ptr() for t in tensors if t.shape[-1:] == (9,)})
+
+    assert copies_of_x_prime(saved) < copies_of_x_prime(ref_saved)
+
+
 # ---------------------------------------------------------------------------------------- loss
 def test_training_loss_defaults_to_the_dlcm_attrank_form():
     data = _context_data(6, seed=4)

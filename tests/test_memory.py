@@ -311,25 +311,32 @@ def test_out_of_memory_is_one_line_whatever_fails(monkeypatch, capsys):
         main(["data-info", "whatever.txt"])
 
 
+@pytest.mark.parametrize("cap", ["items", "bytes"])
 @pytest.mark.parametrize("name", ["dlcm", "qilcm", "attn", "setrank", "dcm"])
-def test_cpu_scoring_batches_hold_at_most_the_item_cap_and_score_the_same(name, monkeypatch):
-    """On the CPU a scoring batch holds at most ``CPU_SCORING_ITEMS`` padded items (a longer list alone):
-    the validation batch of 512 lists of 100 items no longer holds DLCM's activations for 51,200 items at
-    once. The scores equal those of uncapped batches up to float32 rounding (a list padded to another
-    length sums its products in another order: 5e-5 relative for DLCM here)."""
+def test_cpu_scoring_batches_hold_at_most_the_caps_and_score_the_same(name, cap, monkeypatch):
+    """On the CPU a scoring batch holds at most ``CPU_SCORING_ITEMS`` padded items and
+    ``CPU_SCORING_BYTES`` estimated bytes (a longer list alone): the validation batch of 512 lists of 100
+    items no longer holds DLCM's activations for 51,200 items at once. The scores equal those of uncapped
+    batches up to float32 rounding (a list padded to another length sums its products in another order:
+    5e-5 relative for DLCM here)."""
     from ctxrank.training import memory
 
-    monkeypatch.setattr(memory, "CPU_SCORING_ITEMS", 64)
     torch.manual_seed(0)
     model = make_model(name, F)
     data = _data([5, 40, 12, 30, 7, 90, 3, 25, 60, 18, 1, 33])
+    uncapped = {"CPU_SCORING_ITEMS": 2**40, "CPU_SCORING_BYTES": 2**60}
+    for key, value in uncapped.items():
+        monkeypatch.setattr(memory, key, value)
+    assert len(list(iterate_batches(data, 512, fits=scoring_fits(model, data, 2**40, "cpu")))) == 1
+    whole = predict(model, data, max_memory_bytes=2**40)
+    limit = 64 if cap == "items" else memory._step_bytes(model, data, 2, 40, None)
+    monkeypatch.setattr(memory, "CPU_SCORING_ITEMS" if cap == "items" else "CPU_SCORING_BYTES", limit)
     fits = scoring_fits(model, data, 2**40, "cpu")
     batches = list(iterate_batches(data, 512, fits=fits))
     assert len(batches) > 3
     for b in batches:
-        assert b.batch_size == 1 or b.batch_size * b.list_len <= 64, (b.batch_size, b.list_len)
+        B, L = b.features.shape[:2]
+        size = B * L if cap == "items" else memory._step_bytes(model, data, B, L, None)
+        assert b.batch_size == 1 or size <= limit, (b.batch_size, b.list_len)
     assert sorted(int(q) for b in batches for q in b.query_index) == list(range(12))
-    capped = predict(model, data, max_memory_bytes=2**40)
-    monkeypatch.setattr(memory, "CPU_SCORING_ITEMS", 2**40)
-    assert len(list(iterate_batches(data, 512, fits=scoring_fits(model, data, 2**40, "cpu")))) == 1
-    np.testing.assert_allclose(capped, predict(model, data, max_memory_bytes=2**40), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(predict(model, data, max_memory_bytes=2**40), whole, rtol=1e-4, atol=1e-6)

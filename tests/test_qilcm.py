@@ -8,6 +8,7 @@ from ctxrank.config import TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import chamfer_confusion, get_loss
 from ctxrank.metrics import evaluate_queries, mean_metrics
+from ctxrank.models._dropout import Dropout
 from ctxrank.registry import MODELS, make_model
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.predict import predict
@@ -120,7 +121,8 @@ def test_confusion_term_is_added_with_its_weight():
 
 def test_dropout_is_off_by_default_and_acts_in_training_only():
     paper, dropped = _model(), _model(dropout=0.4)
-    assert not any(isinstance(mod, torch.nn.Dropout) for mod in paper.modules())  # the paper's model
+    assert not any(isinstance(mod, Dropout) for mod in paper.modules())  # the paper's model
+    assert any(isinstance(mod, Dropout) for mod in dropped.modules())
     # ... with the layers' keys of models saved before the option existed
     layers = (("encoder", (0, 2)), ("mlp_att", (0, 2, 4)))
     assert [k for k in paper.state_dict() if k.startswith(("encoder", "mlp_att"))] == [

@@ -21,12 +21,34 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["AUTO", "available_bytes", "budget_bytes", "device_kind", "format_bytes"]
+__all__ = ["AUTO", "available_bytes", "budget_bytes", "device_kind", "format_bytes", "release_free_memory"]
 
 #: ``train.max_memory_bytes = "auto"``: what the machine can give when the check runs
 AUTO = "auto"
 #: ``"auto"`` where the system reports no free memory at all (no ``/proc``, no ``sysconf``)
 FALLBACK_BYTES = 4 * 2**30
+
+
+def release_free_memory() -> None:
+    """Give the C allocator's free pages back to the system (glibc's ``malloc_trim(0)``; nothing where
+    the C library has no such call). A training step frees its activations, but glibc keeps the pages
+    of the freed blocks inside its heap; the next phase (validation, another run in the same process)
+    then grows the resident set above them instead of reusing them. Called between those phases: a
+    few milliseconds each."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
 
 
 def format_bytes(n: float) -> str:

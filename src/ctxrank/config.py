@@ -86,7 +86,8 @@ class TrainConfig:
         seed: seeds torch and the batch shuffling generator.
         threads: torch CPU threads (None = leave torch's default).
         eval_batch_size: queries per batch when scoring (no gradients): validation, the test split and
-            a trained model's ``predict``; on the CPU a batch also holds at most 16,384 padded items.
+            a trained model's ``predict``; on the CPU a batch also holds at most 16,384 padded items and
+            512 MiB of estimated memory.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,

@@ -21,24 +21,25 @@ Shapes: ``B`` lists padded to ``L`` items, ``d`` the model width, ``h`` heads of
 * :func:`attention_mask`: the ``(B, 1, 1, L)`` key mask the kernel takes, from ``mask`` (B, L).
 * :func:`attend`: the product itself, in query chunks where it would build the ``(B, h, L, L)`` weights.
 
-**Memory** (issue 35). PyTorch 2.13's CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``)
-never builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training and in scoring:
-it keeps ``(B, h, Lq)`` log-sum-exps for backward. With attention dropout in training
-(``dropout_p > 0``) PyTorch falls back to its math kernel, which builds the weights, their softmax, a
-dropout mask and the dropped weights, and keeps them for backward: about 4 ``(B, h, L, L)`` float32
-tensors per layer (a batch of 4 lists of 1,251 items, 4 heads: 96 MiB a copy, about 380 MiB a
-layer). :func:`attend` then cuts the queries into chunks whose ``(B, h, chunk, Lk)`` weights fit
-:data:`ATTENTION_BLOCK_BYTES` (16 MiB) and runs each chunk under activation checkpointing
-(``torch.utils.checkpoint``, non-reentrant): forward keeps no chunk's weights, backward recomputes one
-chunk at a time with the same dropout mask (the RNG state is replayed), so the weights of at most one
-chunk exist at once (at most :data:`CHUNK_COPIES` copies of 16 MiB, whatever the list length). Each
-query's softmax runs over all its keys in every chunk, so chunking changes no value
+**Memory** (issue 35). PyTorch 2.13's CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``) never
+builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training and in scoring: it keeps
+``(B, h, Lq)`` log-sum-exps for backward. With attention dropout in training (``dropout_p > 0``) PyTorch
+falls back to its math kernel, which builds the weights, their softmax, a float dropout mask and the
+dropped weights, and keeps the last three for backward (a batch of 4 lists of 1,251 items, 4 heads: 96
+MiB a copy, about 290 MiB a layer). :func:`attend_with_dropout` runs that kernel's operations one by one
+(the same values, gradients and draws) and keeps the softmax and a bool mask only (about 1.25 copies a
+layer). Where the weights exceed :data:`ATTENTION_BLOCK_BYTES` (16 MiB), :func:`attend` cuts the queries
+into chunks whose ``(B, h, chunk, Lk)`` weights fit it and runs each chunk under activation
+checkpointing (``torch.utils.checkpoint``, non-reentrant): forward keeps no chunk's weights, backward
+recomputes one chunk at a time with the same dropout mask (the RNG state is replayed), so the weights of
+at most one chunk exist at once (at most :data:`CHUNK_COPIES` copies of 16 MiB, whatever the list
+length). Each query's softmax runs over all its keys in every chunk, so chunking changes no value
 (``tests/test_bounded_memory.py``); only the draws of the dropout mask differ from an unchunked call.
-The cost is one more forward of the attention product in backward, only for lists whose weights
-exceed the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step
-was no slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's
-memory-efficient kernel supports dropout without building the weights (its documentation; no GPU
-measured here); the chunks act there too, so memory is bounded either way.
+The cost is one more forward of the attention product in backward, only for lists whose weights exceed
+the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step was no
+slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's memory-efficient kernel
+supports dropout without building the weights (its documentation; no GPU measured here); the chunks act
+there too, so memory is bounded either way.
 
 Padding never changes a real item: a padded item is no key of any query, every other operation is
 per item, and the outputs at padded positions are never read by a real item. A list with no real item
@@ -48,11 +49,15 @@ producing NaN, so its (meaningless) outputs stay finite.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ctxrank.models._dropout import Dropout, apply_mask, dropout
 from ctxrank.models._jit import tracing
 
 __all__ = [
@@ -62,6 +67,7 @@ __all__ = [
     "RankEmbedding",
     "attend",
     "attend_in_chunks",
+    "attend_with_dropout",
     "attention_mask",
     "attention_weight_bytes",
     "query_chunk",
@@ -120,9 +126,49 @@ def attend(
     chunk = Lq
     if dropout_p > 0 and not tracing():
         chunk = query_chunk(B, h, Lq, k.shape[2], itemsize=q.element_size(), budget=budget)
-    if chunk >= Lq:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
-    return attend_in_chunks(q, k, v, key_mask, dropout_p, chunk)
+    if chunk < Lq:
+        return attend_in_chunks(q, k, v, key_mask, dropout_p, chunk)
+    if dropout_p > 0 and not tracing() and torch.is_grad_enabled() and q.device.type == "cpu":
+        return attend_with_dropout(q, k, v, key_mask, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+
+
+def attend_with_dropout(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, dropout_p: float
+) -> torch.Tensor:
+    """PyTorch's math kernel of ``scaled_dot_product_attention`` with dropout (the CPU's path in
+    training), op for op: ``q`` and ``k^T`` each scaled by ``d_k^(-1/4)``, the key mask added as
+    ``-inf``, ``_safe_softmax``, dropout, the product with ``v`` -- the same values and gradients, bit
+    for bit, and the same generator draws (tests/test_dropout.py). What differs is what backward keeps:
+    the softmax and a bool dropout mask, not also the float dropout mask and the dropped weights (two
+    ``(B, h, Lq, Lk)`` float32 tensors fewer a layer; the dropped weights are rebuilt in backward)."""
+    s = math.sqrt(1.0 / math.sqrt(q.shape[-1]))  # sdp::calculate_scale(q).sqrt(), in double as PyTorch
+    weights = torch.matmul(q * s, k.transpose(-2, -1) * s)  # (B, h, Lq, Lk)
+    if key_mask is not None:
+        weights.add_(torch.where(key_mask.logical_not(), -math.inf, weights.new_zeros(())))
+    weights = torch.ops.aten._safe_softmax(weights, -1)  # rows without a key give 0, not NaN
+    return _DroppedProduct.apply(weights, v, dropout_p)
+
+
+class _DroppedProduct(torch.autograd.Function):
+    """``Dropout(P) V`` for attention weights ``P`` (B, h, Lq, Lk) and values ``V`` (B, h, Lk, d_k), keeping
+    ``P`` (which the softmax keeps anyway), a bool mask of the kept weights and ``V``; backward rebuilds
+    ``Dropout(P)`` from them (``ctxrank.models._dropout`` for the draws and their scale)."""
+
+    @staticmethod
+    def forward(ctx: Any, weights: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
+        noise = torch.empty_like(weights).bernoulli_(1 - p)  # at::native::dropout's draws, in its order
+        noise.div_(1 - p)
+        ctx.save_for_backward(weights, noise != 0, v, noise.new_full((), 1.0).div_(1 - p))
+        return torch.matmul(weights * noise, v)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        weights, kept, v, scale = ctx.saved_tensors
+        dropped_weights = apply_mask(weights.mul(scale), kept)  # Dropout(P) as forward computed it
+        d_dropped = torch.matmul(grad, v.transpose(-2, -1))
+        d_v = torch.matmul(dropped_weights.transpose(-2, -1), grad)
+        return apply_mask(d_dropped.mul_(scale), kept), d_v, None
 
 
 def attend_in_chunks(
@@ -237,11 +283,11 @@ class AttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)
         self.ff1 = nn.Linear(d_model, d_ff)
         self.ff2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def rff(self, x: torch.Tensor) -> torch.Tensor:
         """Row-wise feed-forward ``W_2 Dropout(ReLU(W_1 x + b_1)) + b_2``: (..., d) -> (..., d)."""
-        return self.ff2(self.dropout(F.relu(self.ff1(x))))
+        return self.ff2(dropout(self.ff1(x), self.dropout.p, self.training, relu=True))
 
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor | None = None, key_mask: torch.Tensor | None = None

@@ -34,6 +34,7 @@ from torch import nn
 from ctxrank._checks import build_dataclass, check_model_params
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import LOSSES
+from ctxrank.models._dropout import Dropout
 
 #: bytes of one float32 value: the unit of the memory estimates (``RankingModule.batch_memory``)
 FLOAT_BYTES = 4
@@ -65,7 +66,7 @@ def make_mlp(
     for h in hidden:
         layers += [nn.Linear(width, h), make_activation(activation)]
         if dropout > 0:
-            layers.append(nn.Dropout(dropout))
+            layers.append(Dropout(dropout))
         width = h
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)

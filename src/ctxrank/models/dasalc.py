@@ -98,6 +98,7 @@ from torch import nn
 
 from ctxrank._checks import check_dropout, check_int, check_int_list, check_positive
 from ctxrank.models._attention import attend, attention_mask
+from ctxrank.models._dropout import Dropout
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["DASALC", "DASALCConfig", "LatentCrossAttention", "MaskedBatchNorm"]
@@ -203,7 +204,7 @@ class LatentCrossAttention(nn.Module):
         self.heads = heads
         self.qkv = nn.Linear(width, 3 * width)
         self.out = nn.Linear(width, width)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
         self.norm = nn.LayerNorm(width)
 
     def forward(self, a: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
@@ -252,7 +253,7 @@ class DASALC(RankingModule):
         )
         self.context_norm = MaskedBatchNorm(E, c.batch_norm_momentum)
         self.context_out = nn.Linear(E, D)  # c
-        self.dropout = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.dropout = Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         self.score = nn.Linear(D, 1)
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:

@@ -38,6 +38,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ctxrank._checks import check_dropout, check_int
+from ctxrank.models._dropout import Dropout
 from ctxrank.models._jit import traceable_loop, tracing
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
@@ -87,7 +88,7 @@ class DCM(RankingModule):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         H = config.hidden
         self.embed = nn.Linear(self.input_dim, config.embed)
-        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else None
+        self.dropout = Dropout(config.dropout) if config.dropout > 0 else None
         rnn = nn.LSTM if config.cell == "lstm" else nn.GRU
         self.encoder = rnn(config.embed, H, batch_first=True)
         self.decoder = (nn.LSTMCell if config.cell == "lstm" else nn.GRUCell)(config.embed, H)

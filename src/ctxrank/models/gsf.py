@@ -77,6 +77,7 @@ import torch
 from torch import nn
 
 from ctxrank._checks import check_choice, check_dropout, check_int, check_int_list
+from ctxrank.models._dropout import Dropout
 from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_activation, mlp_floats
 
 __all__ = ["GROUPS", "GSF", "REDUCTIONS", "GSFConfig"]
@@ -158,7 +159,7 @@ class GSF(RankingModule):
         for a, b in itertools.pairwise(widths):
             layers.append(make_activation(config.activation))
             if config.dropout > 0:
-                layers.append(nn.Dropout(config.dropout))
+                layers.append(Dropout(config.dropout))
             layers.append(nn.Linear(a, b))
         self.rest = nn.Sequential(*layers)  # empty: g is linear
 

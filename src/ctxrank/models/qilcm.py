@@ -77,6 +77,7 @@ from ctxrank._checks import (
 )
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion, chamfer_memory
+from ctxrank.models._dropout import Dropout
 from ctxrank.models.base import FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
 
 VARIANTS = {
@@ -163,7 +164,7 @@ class QILCMOutput(NamedTuple):
 
 def _elu_dropout(p: float) -> list[nn.Module]:
     """ELU, then dropout when ``p > 0`` (none at 0: the paper's layers, state-dict keys unchanged)."""
-    return [nn.ELU(), *([nn.Dropout(p)] if p > 0 else [])]
+    return [nn.ELU(), *([Dropout(p)] if p > 0 else [])]
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -71,7 +71,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
@@ -81,6 +80,7 @@ from ctxrank.models._attention import (
     attention_mask,
     attention_weight_bytes,
 )
+from ctxrank.models._dropout import Dropout, dropout
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["SETRANK_BLOCKS", "SetRank", "SetRankConfig"]
@@ -190,7 +190,7 @@ class SetRank(RankingModule):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
         d = config.d_model
         self.represent = nn.Linear(self.input_dim, d)  # W_E, b_E
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.rank_embedding = RankEmbedding(config.max_rank, d) if config.rank_embedding else None
         args = (d, config.heads, config.d_ff, config.dropout)
         self.blocks = nn.ModuleList(
@@ -238,7 +238,8 @@ class SetRank(RankingModule):
         """``z^(N)`` (B, L, d), the encoding layer's output."""
         self.check_mask(features, mask)
         x = self.item_inputs(features, categorical, clip=self.config.input_clip)  # (B, L, F')
-        z = self.dropout(F.relu(self.represent(x)))  # (B, L, d): the representation layer
+        # (B, L, d): the representation layer, Dropout(ReLU(.))
+        z = dropout(self.represent(x), self.dropout.p, self.training, relu=True)
         if self.rank_embedding is not None:
             z = z + self.rank_embedding(mask)  # X + P, the ordinal embedding
         key_mask = attention_mask(mask)  # (B, 1, 1, L) or None

@@ -43,6 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from ctxrank._io import dumps
+from ctxrank._memory import release_free_memory
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
@@ -226,6 +227,7 @@ def fit(
         for epoch in bar:
             t_epoch = time.perf_counter()
             train_loss = _train_epoch(trainer, state, train, train_init_scores, epoch, store)
+            release_free_memory()  # the steps' freed activations, before validation allocates its own
             value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
             _select(trainer, state, epoch, value, on_improve)
             record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch)
@@ -241,6 +243,7 @@ def fit(
         bar.close()
         if log is not None:
             log.close()
+        release_free_memory()
     return _finish(trainer, state, time.perf_counter() - t_start)
 
 

@@ -17,8 +17,9 @@ check runs (``ctxrank._memory``).
 * :func:`scoring_fits`: scoring (``predict``) cuts a batch that does not fit into smaller ones (each
   list is scored on its own, so its scores change at most by float32 rounding, from its padded length)
   and refuses a list that does not fit alone.
-  On the CPU a scoring batch also holds at most :data:`CPU_SCORING_ITEMS` padded items, whatever the
-  budget: larger batches score no faster there and only hold more activations at once.
+  On the CPU a scoring batch also holds at most :data:`CPU_SCORING_ITEMS` padded items and
+  :data:`CPU_SCORING_BYTES` of estimated memory (unless it is one list), whatever the budget: larger
+  batches score no faster there and only hold more activations at once.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ctxrank.registry import is_baseline
 from ctxrank.training.build import build_model
 
 __all__ = [
+    "CPU_SCORING_BYTES",
     "CPU_SCORING_ITEMS",
     "MemoryBudgetError",
     "check_model_size",
@@ -56,6 +58,11 @@ __all__ = [
 #: rounding when a smaller batch pads it to another length (tests/test_memory.py). GPUs keep the whole
 #: batch (the budget only).
 CPU_SCORING_ITEMS = 1 << 14
+#: estimated bytes (:func:`input_bytes` plus ``RankingModule.batch_memory``) of one scoring batch on the CPU.
+#: Binds only the widest models at 136 features (DLCM's 1,024-wide GRU: 1.3 GiB estimated for 164 lists
+#: of 100, about 62 lists fit; SetRank about 89): DLCM scored 64 lists at a time as fast as 164 (15.9
+#: ms a list, one thread) and grew the process by 125 MiB instead of 393.
+CPU_SCORING_BYTES = 512 * 2**20
 
 #: what to do about a list too long for the budget (every refusal ends with it)
 REMEDY = (
@@ -186,16 +193,18 @@ def scoring_fits(
 ) -> Callable[[int, int], bool]:
     """``fits(B, L)``: whether scoring a batch of ``B`` lists padded to ``L`` items stays within ``budget``
     (``train.max_memory_bytes``), the model's weights included, and on the CPU within
-    :data:`CPU_SCORING_ITEMS` items unless it is one list; refuses (``MemoryBudgetError``) when the
-    longest list of ``data`` does not fit the budget alone."""
+    :data:`CPU_SCORING_ITEMS` items and :data:`CPU_SCORING_BYTES` estimated bytes unless it is one
+    list; refuses (``MemoryBudgetError``) when the longest list of ``data`` does not fit the budget
+    alone."""
     limit, where = budget_bytes(budget, device)
     room = limit - model.state_memory(training=False)
-    cap = CPU_SCORING_ITEMS if device_kind(device) == "cpu" else None
+    cpu = device_kind(device) == "cpu"
 
     def fits(batch_size: int, list_len: int) -> bool:
-        if cap is not None and batch_size > 1 and batch_size * list_len > cap:
+        need = _step_bytes(model, data, batch_size, list_len, None)
+        if cpu and batch_size > 1 and (batch_size * list_len > CPU_SCORING_ITEMS or need > CPU_SCORING_BYTES):
             return False
-        return _step_bytes(model, data, batch_size, list_len, None) <= room
+        return need <= room
 
     L, qid = _longest(data)
     if L and not fits(1, L):

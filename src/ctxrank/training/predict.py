@@ -37,9 +37,9 @@ def predict(
 
     Batches of ``batch_size`` lists of similar length, each cut smaller when its estimated memory exceeds
     ``max_memory_bytes`` (``train.max_memory_bytes``) or, on the CPU, when it holds more than
-    ``CPU_SCORING_ITEMS`` padded items (a list's scores change at most by float32 rounding); a list that
-    does not fit alone is refused before anything is scored
-    (:func:`ctxrank.training.memory.scoring_fits`)."""
+    ``CPU_SCORING_ITEMS`` padded items or ``CPU_SCORING_BYTES`` estimated bytes (a list's scores
+    change at most by float32 rounding); a list that does not fit alone is refused before anything is
+    scored (:func:`ctxrank.training.memory.scoring_fits`)."""
     fits = scoring_fits(model, data, max_memory_bytes, device)
     was_training = model.training
     model.eval()

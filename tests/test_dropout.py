@@ -1,0 +1,142 @@
+"""ctxrank.models._dropout: PyTorch's CPU dropout, bitwise, keeping a bool mask for backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctxrank.data.lists import ListBatch
+from ctxrank.losses import LOSSES
+from ctxrank.models import _dropout
+from ctxrank.models._dropout import Dropout, dropout
+from ctxrank.registry import make_model
+
+
+def _saved(fn, *args):
+    """(output, the tensors autograd saved while ``fn(*args)`` ran)."""
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = fn(*args)
+    return out, saved
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
+@pytest.mark.parametrize("shape", [(80, 100, 64), (7,), (3, 1, 5)])
+def test_dropout_equals_torchs_bitwise_and_keeps_a_bool_mask(relu, p, shape):
+    x = torch.randn(*shape, requires_grad=True)
+    grad = torch.randn(*shape)
+    torch.manual_seed(1)
+    ref = F.dropout(F.relu(x) if relu else x, p, True)
+    ref_state = torch.get_rng_state()
+    (ref_grad,) = torch.autograd.grad(ref, x, grad)
+    torch.manual_seed(1)
+    out, saved = _saved(lambda: dropout(x, p, True, relu=relu))
+    assert torch.equal(torch.get_rng_state(), ref_state)  # the same draws: later ones stay the same too
+    (out_grad,) = torch.autograd.grad(out, x, grad)
+    assert torch.equal(out, ref)
+    assert torch.equal(out_grad, ref_grad)
+    big = [t for t in saved if t.numel() == x.numel()]
+    assert big and all(t.dtype == torch.bool for t in big), [(t.dtype, t.shape) for t in saved]
+
+
+def test_dropout_is_the_identity_in_eval_and_at_p_0_and_torchs_elsewhere():
+    x = torch.randn(4, 5, requires_grad=True)
+    assert dropout(x, 0.5, False) is x
+    assert dropout(x, 0.0, True) is x
+    assert torch.equal(dropout(x, 0.5, False, relu=True), F.relu(x))
+    torch.manual_seed(0)
+    ref = F.dropout(x, 1.0, True)
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x, 1.0, True), ref)  # p = 1: torch's own (all zero)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        ref = F.dropout(x, 0.3, True)
+        torch.manual_seed(0)
+        assert torch.equal(dropout(x, 0.3, True), ref)
+    m = Dropout(0.25)
+    assert m.state_dict() == {} and "p=0.25" in repr(m)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Dropout(1.5)
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("attn", {}),
+        ("setrank", {"dropout": 0.3}),
+        ("qilcm", {"dropout": 0.3}),
+        ("dasalc", {"dropout": 0.3}),
+        ("gsf", {"dropout": 0.3}),
+        ("dcm", {"dropout": 0.3}),
+        ("dlcm", {"dropout": 0.3, "encoder_widths": [16, 16], "gru_hidden": 8}),
+    ],
+)
+def test_a_training_step_with_the_bool_mask_dropout_equals_torchs_bitwise(name, params, monkeypatch):
+    """Every model's dropout goes through ``_dropout.dropout``: its loss and gradients equal those of the
+    same step with PyTorch's ``F.dropout``, bitwise."""
+    B, L, n_features = 4, 9, 6
+    g = torch.Generator().manual_seed(0)
+    batch = ListBatch(
+        features=torch.randn(B, L, n_features, generator=g),
+        labels=torch.randint(0, 3, (B, L), generator=g).float(),
+        mask=torch.arange(L)[None, :] < torch.tensor([[9], [5], [1], [7]]),
+        query_index=torch.arange(B),
+        init_scores=torch.randn(B, L, generator=g),
+        positions=torch.arange(B * L).reshape(B, L),
+    )
+
+    def step():
+        torch.manual_seed(0)
+        model = make_model(name, n_features, params).train()
+        loss = model.training_loss(batch, LOSSES[model.default_loss or "listnet"])
+        weights = [p for p in model.parameters() if p.requires_grad]
+        return loss, torch.autograd.grad(loss, weights, allow_unused=True)
+
+    loss, grads = step()
+    masked = []
+    real = _dropout._MaskedDropout.apply
+    monkeypatch.setattr(_dropout._MaskedDropout, "apply", lambda *a: masked.append(1) or real(*a))
+    loss, grads = step()
+    assert masked, "the model never called the bool-mask dropout"
+
+    def torchs(x, p, training, *, relu=False):
+        return F.dropout(F.relu(x) if relu else x, p, training)
+
+    monkeypatch.setattr(_dropout, "dropout", torchs)
+    for module in ("_attention", "setrank"):
+        monkeypatch.setattr(f"ctxrank.models.{module}.dropout", torchs)
+    monkeypatch.setattr(Dropout, "forward", lambda self, x: F.dropout(x, self.p, self.training))
+    ref_loss, ref_grads = step()
+    assert torch.equal(loss, ref_loss)
+    for a, b in zip(grads, ref_grads, strict=True):
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("shape", [(6, 4, 30, 8), (3, 2, 7, 5)])
+def test_attention_with_dropout_equals_torchs_math_kernel_bitwise_and_keeps_no_dropped_weights(masked, shape):
+    """``attend_with_dropout`` is PyTorch's CPU path of ``scaled_dot_product_attention`` with dropout: the
+    same outputs, gradients and generator draws, bit for bit, keeping no float ``(B, h, Lq, Lk)`` tensor
+    but the softmax for backward."""
+    from ctxrank.models._attention import attend_with_dropout
+
+    B, h, L, _ = shape
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
+    lengths = torch.randint(1, L + 1, (B, 1), generator=g)
+    key_mask = (torch.arange(L)[None, :] < lengths)[:, None, None, :] if masked else None
+    grad = torch.randn(*shape, generator=g)
+    torch.manual_seed(3)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=0.3)
+    ref_state = torch.get_rng_state()
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grad)
+    torch.manual_seed(3)
+    out, saved = _saved(lambda: attend_with_dropout(q, k, v, key_mask, 0.3))
+    assert torch.equal(torch.get_rng_state(), ref_state)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    assert torch.equal(out, ref)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads, strict=True))
+    square = {t.untyped_storage().data_ptr(): t.dtype for t in saved if t.shape == (B, h, L, L)}
+    assert sorted(map(str, square.values())) == ["torch.bool", "torch.float32"]  # the mask, the softmax
