@@ -76,8 +76,9 @@ __all__ = [
 #: bytes of the ``(B, h, chunk, Lk)`` attention weights of one query chunk (one float copy) where the math
 #: kernel builds them (attention dropout in training; module docstring)
 ATTENTION_BLOCK_BYTES = 16 * 2**20
-#: float copies of the ``(B, h, Lq, Lk)`` weights a layer of the math kernel keeps for backward (the
-#: scores' softmax, the dropout mask, the dropped weights, with margin) when it is not chunked
+#: float copies of the ``(B, h, Lq, Lk)`` weights counted per layer when they are not chunked: the softmax
+#: and a bool mask that :func:`attend_with_dropout` keeps for backward, and the scores, the float noise and
+#: the dropped weights that exist while one layer runs (an upper bound)
 KEPT_COPIES = 4
 #: float copies of one chunk's weights alive at the peak of its recomputation and backward (scores,
 #: softmax, dropout mask, dropped weights and the gradients of three of them, with margin)
