@@ -10,6 +10,7 @@ the physical memory free (``os.sysconf``). On CUDA it is the device's free memor
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,6 @@ def release_free_memory() -> None:
 
 def _malloc_trim() -> Any:
     try:
-        import ctypes
-
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
         return None
