@@ -43,7 +43,7 @@ def release_free_memory() -> None:
 def _malloc_trim() -> Any:
     try:
         return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS; Windows has no CDLL(None))
         return None
 
 
