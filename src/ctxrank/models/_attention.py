@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ctxrank.models._dropout import Dropout, apply_mask, dropout
-from ctxrank.models._jit import tracing
+from ctxrank.models._dropout import Dropout, apply_mask, draw_noise, dropout
+from ctxrank.models._jit import records_backward, tracing
 
 __all__ = [
     "ATTENTION_BLOCK_BYTES",
@@ -123,14 +123,13 @@ def attend(
     PyTorch's CPU kernel builds the weights) and weights above ``budget`` bytes (None:
     :data:`ATTENTION_BLOCK_BYTES`), in query chunks of :func:`query_chunk`, each checkpointed (module
     docstring). Not while a trace records (export runs in eval mode, without dropout)."""
-    B, h, Lq, _ = q.shape
-    chunk = Lq
     if dropout_p > 0 and not tracing():
+        B, h, Lq, _ = q.shape
         chunk = query_chunk(B, h, Lq, k.shape[2], itemsize=q.element_size(), budget=budget)
-    if chunk < Lq:
-        return attend_in_chunks(q, k, v, key_mask, dropout_p, chunk)
-    if dropout_p > 0 and not tracing() and torch.is_grad_enabled() and q.device.type == "cpu":
-        return attend_with_dropout(q, k, v, key_mask, dropout_p)
+        if chunk < Lq:
+            return attend_in_chunks(q, k, v, key_mask, dropout_p, chunk)
+        if q.device.type == "cpu" and records_backward(q, k, v):
+            return attend_with_dropout(q, k, v, key_mask, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
 
 
@@ -158,9 +157,8 @@ class _DroppedProduct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, weights: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
-        noise = torch.empty_like(weights).bernoulli_(1 - p)  # at::native::dropout's draws, in its order
-        noise.div_(1 - p)
-        ctx.save_for_backward(weights, noise != 0, v, noise.new_full((), 1.0).div_(1 - p))
+        noise, scale = draw_noise(weights, p)
+        ctx.save_for_backward(weights, noise != 0, v, scale)
         return torch.matmul(weights * noise, v)
 
     @staticmethod

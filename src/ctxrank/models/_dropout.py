@@ -21,7 +21,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Dropout", "apply_mask", "dropout"]
+from ctxrank.models._jit import records_backward
+
+__all__ = ["Dropout", "apply_mask", "draw_noise", "dropout"]
+
+
+def draw_noise(like: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's CPU dropout noise for a tensor like ``like``: ``bernoulli_(1 - p)`` divided by ``1 - p``,
+    the same generator calls in the same order (``at::native::dropout``), and its kept value ``s`` as a
+    0-d tensor rounded as PyTorch rounds it."""
+    noise = torch.empty_like(like).bernoulli_(1 - p)
+    noise.div_(1 - p)
+    return noise, noise.new_full((), 1.0).div_(1 - p)
 
 
 class _MaskedDropout(torch.autograd.Function):
@@ -30,12 +41,11 @@ class _MaskedDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float, relu: bool) -> torch.Tensor:  # type: ignore[override]
-        noise = torch.empty_like(x).bernoulli_(1 - p)  # at::native::dropout's draws, in its order
-        noise.div_(1 - p)
+        noise, scale = draw_noise(x, p)
         out = (F.relu(x) if relu else x) * noise
         # ReLU: the gradient flows where relu(x) > 0 and the element was kept, i.e. where out > 0
         # (relu(x) > 0 times s > 1 stays > 0); without ReLU, where the element was kept
-        ctx.save_for_backward(out > 0 if relu else noise != 0, noise.new_full((), 1.0).div_(1 - p))
+        ctx.save_for_backward(out > 0 if relu else noise != 0, scale)
         return out
 
     @staticmethod
@@ -54,14 +64,9 @@ def apply_mask(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 def dropout(x: torch.Tensor, p: float, training: bool, *, relu: bool = False) -> torch.Tensor:
     """``F.dropout(x, p, training)`` (``F.dropout(F.relu(x), ...)`` with ``relu``), bitwise, keeping a
     bool mask for backward on the CPU (module docstring). ``x`` any shape."""
-    if relu:
-        if not (training and p > 0):
-            return F.relu(x)
-    elif not (training and p > 0):
-        return x
-    if p >= 1:
-        return F.dropout(F.relu(x) if relu else x, p, training)
-    if x.device.type != "cpu" or not x.requires_grad or not torch.is_grad_enabled():
+    if not (training and p > 0):
+        return F.relu(x) if relu else x
+    if p >= 1 or x.device.type != "cpu" or not records_backward(x):
         return F.dropout(F.relu(x) if relu else x, p, training)
     return _MaskedDropout.apply(x, p, relu)
 

@@ -24,12 +24,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["traceable_loop", "tracing"]
+__all__ = ["records_backward", "traceable_loop", "tracing"]
 
 
 def tracing() -> bool:
     """True while ``torch.jit.trace`` (or the TorchScript-based ONNX exporter) records a forward."""
     return torch.jit.is_tracing()
+
+
+def records_backward(*tensors: torch.Tensor) -> bool:
+    """True when autograd records this forward for a backward through ``tensors``: gradients enabled, some
+    of ``tensors`` requiring one, and no trace recording (export runs the forward only)."""
+    return not tracing() and torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 @functools.cache

@@ -87,7 +87,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ctxrank._checks import check_bool, check_dropout, check_int
 from ctxrank.models._dropout import Dropout
-from ctxrank.models._jit import traceable_loop, tracing
+from ctxrank.models._jit import records_backward, traceable_loop, tracing
 from ctxrank.models.base import FLOAT_BYTES, RankingModule
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
@@ -201,7 +201,7 @@ class PaperGRU(nn.Module):
         if T == 0:
             return xp.new_zeros(B, 0, self.hidden_size), xp.new_zeros(B, self.hidden_size)
         weights = (self.gate_proj.weight, self.cand_proj.weight)
-        if not tracing() and torch.is_grad_enabled() and any(t.requires_grad for t in (xp, *weights)):
+        if records_backward(xp, *weights):
             return _PaperGRUSteps.apply(xp, *weights, lengths)  # training: the gates kept in 4 tensors
         return traceable_loop(paper_gru_steps)(xp, *weights, lengths)
 
@@ -306,7 +306,7 @@ def _reorder(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``x`` (B, L, D) with each row's items taken in the order ``idx`` (B, L): ``out[b, t] = x[b, idx[b,
     t]]``. In training by indexing, whose backward keeps only ``idx`` (``gather`` keeps ``x`` too: a
     (B, L, D) copy of DLCM's widest tensor alive through the recurrence); traced, by ``gather``."""
-    if tracing() or not (torch.is_grad_enabled() and x.requires_grad):
+    if not records_backward(x):
         return x.gather(1, idx[..., None].expand_as(x))
     return x[torch.arange(x.shape[0], device=x.device)[:, None], idx]
 

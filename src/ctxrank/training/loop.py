@@ -227,7 +227,7 @@ def fit(
         for epoch in bar:
             t_epoch = time.perf_counter()
             train_loss = _train_epoch(trainer, state, train, train_init_scores, epoch, store)
-            release_free_memory()  # the steps' freed activations, before validation allocates its own
+            release_free_memory()  # the steps' freed activations go back to the system
             value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
             _select(trainer, state, epoch, value, on_improve)
             record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch)
