@@ -90,19 +90,6 @@ def write_files(factor: float, directory: Path, seed: int) -> dict[str, str]:
     return paths
 
 
-def _trim_heap() -> None:
-    """Return the C heap's free memory to the system (glibc ``malloc_trim``; nothing elsewhere), so that
-    a stage's resident set is what is alive plus what the stage itself allocates, not what an earlier
-    stage freed but the allocator kept (as in a fresh ``ctxrank train`` process, which runs one model)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 class Stages:
     """Times and peak memory of consecutive stages of one process."""
 
@@ -112,8 +99,10 @@ class Stages:
     def run(self, name: str, rows: int, work):
         import gc
 
+        from ctxrank._allocator import release_free_memory
+
         gc.collect()
-        _trim_heap()
+        release_free_memory()  # what an earlier stage freed is not this stage's
         reset = self.measure and _reset_peak_rss()
         before = _proc_status_mib("VmRSS") if self.measure else None
         t, cpu = time.perf_counter(), time.process_time()
@@ -141,6 +130,10 @@ def protocol(spec: dict, measure: bool) -> dict:
     """One factor's run: the stages of the module docstring on ``spec["paths"]``."""
     import numpy as np
 
+    if spec.get("malloc", "ctxrank") == "ctxrank":  # as the ctxrank command sets its own process
+        from ctxrank._allocator import limit_heap_growth
+
+        limit_heap_growth()
     stages = Stages(measure)
     t0 = time.perf_counter()
 
@@ -305,6 +298,14 @@ def publish(page: Path) -> bool:
     return new != text
 
 
+def _malloc_note(run: dict) -> str:
+    """The allocator setting of a run made with ``--malloc`` (earlier runs: glibc's defaults, unsaid)."""
+    malloc = run.get("settings", {}).get("malloc")
+    if malloc is None:
+        return ""
+    return "; glibc's defaults" if malloc == "system" else "; the ctxrank command's allocator setting"
+
+
 def report(runs: list[dict]) -> None:
     for run in runs:
         rows = run["rows"]
@@ -317,7 +318,7 @@ def report(runs: list[dict]) -> None:
             f"(imports) {_f(run['baseline_mib'], '{:,.0f}')} "
             f"MiB; peak {_f(run['peak_rss_mib'], '{:,.0f}')} MiB = baseline + "
             f"{_f(run['peak_over_dense'], '{:.2f}')}x dense; LambdaMART {run['lambdamart_trees']} trees; "
-            f"{run['seconds_total']:,.0f} s in all\n"
+            f"{run['seconds_total']:,.0f} s in all{_malloc_note(run)}\n"
         )
         print(
             markdown_table(
@@ -395,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--malloc",
+        choices=("ctxrank", "system"),
+        default="ctxrank",
+        help="ctxrank: glibc's heap limited as the ctxrank command does (ctxrank._allocator."
+        "limit_heap_growth, the default); system: glibc's defaults",
+    )
+    ap.add_argument(
         "--keep", metavar="DIR", help="write the files under DIR and keep them (default: a temp dir)"
     )
     ap.add_argument(
@@ -450,10 +458,12 @@ def main(argv: list[str] | None = None) -> int:
                 "eval_batch_size": a.eval_batch_size,
                 "threads": a.threads,
                 "seed": a.seed,
+                "malloc": a.malloc,
             }
             run = run_case(__file__, spec, a.isolate, protocol)
             settings = {
-                k: spec[k] for k in ("models", "crossfit", "top_k", "eval_batch_size", "threads", "seed")
+                k: spec[k]
+                for k in ("models", "crossfit", "top_k", "eval_batch_size", "threads", "seed", "malloc")
             }
             run.update(text_mb=size / 1e6, write_seconds=written, machine=info, settings=settings)
             runs.append(run)

@@ -223,34 +223,39 @@ def test_gradcheck_float64(gru):
     assert torch.autograd.gradcheck(lambda f: m(f, mask)[mask], (x,), eps=1e-6, atol=1e-6)
 
 
-def test_the_paper_grus_written_out_backward_equals_autograd_of_its_steps(monkeypatch):
-    """Training runs eq. 4's recurrence through ``_PaperGRUSteps`` (its gates kept in four tensors, its
-    backward through time written out): the outputs and state are bitwise those of ``paper_gru_steps``,
-    the gradients of the inputs and of both recurrent matrices are autograd's of those steps (float64,
-    lists of 7, 3, 0, 1 and 5 steps), and gradcheck passes. Scoring (no gradients) and tracing run the
-    plain steps."""
+@pytest.mark.parametrize("B", [5, 200])  # the projections' gradients of all 7 steps at once; of 3, 3 and 1
+def test_the_paper_grus_written_out_backward_equals_autograd_of_its_steps(monkeypatch, B):
+    """Training runs the paper GRU (input projections and eq. 4's recurrence) through ``_PaperGRUSteps``
+    (its gates kept in four tensors, its backward through time written out, the projections' gradients
+    formed a block of steps at a time): the outputs and state are bitwise those of ``input_proj`` then
+    ``paper_gru_steps``, the gradients of the input, the projection's weight and bias and both recurrent
+    matrices are autograd's of those steps (float64, lists of 7, 3, 0, 1 and 5 steps), and gradcheck
+    passes. Scoring (no gradients) and tracing run the plain steps."""
     from ctxrank.models import dlcm
 
     torch.manual_seed(0)
-    B, T, H = 5, 7, 6
-    xp = torch.randn(B, T, 3 * H, dtype=torch.float64, requires_grad=True)
-    w_gate = (0.5 * torch.randn(2 * H, H, dtype=torch.float64)).requires_grad_(True)
-    w_cand = (0.5 * torch.randn(H, H, dtype=torch.float64)).requires_grad_(True)
-    lengths = torch.tensor([7, 3, 0, 1, 5])
-    ref_out, ref_state = dlcm.paper_gru_steps(xp, w_gate, w_cand, lengths)
-    out, state = dlcm._PaperGRUSteps.apply(xp, w_gate, w_cand, lengths)
+    T, D, H = 7, 4, 6
+    seq = torch.randn(B, T, D, dtype=torch.float64, requires_grad=True)
+    gru = dlcm.PaperGRU(D, H).double()
+    weights = gru.weights()
+    lengths = torch.tensor([7, 3, 0, 1, 5] * (B // 5))
+    ref_out, ref_state = dlcm.paper_gru_steps(gru.input_proj(seq), *weights[2:], lengths)
+    out, state = gru(seq, lengths)
     assert torch.equal(out, ref_out) and torch.equal(state, ref_state)
     g_out, g_state = torch.randn_like(out), torch.randn_like(state)
-    ref = torch.autograd.grad((ref_out * g_out).sum() + (ref_state * g_state).sum(), (xp, w_gate, w_cand))
-    got = torch.autograd.grad((out * g_out).sum() + (state * g_state).sum(), (xp, w_gate, w_cand))
+    wrt = (seq, *weights)
+    ref = torch.autograd.grad((ref_out * g_out).sum() + (ref_state * g_state).sum(), wrt)
+    got = torch.autograd.grad((out * g_out).sum() + (state * g_state).sum(), wrt)
+    assert dlcm._steps_per_block(B) == (3 if B == 200 else 103)
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    small = (torch.randn(3, 4, 9, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64),
+    small = (torch.randn(3, 4, 2, dtype=torch.float64), torch.randn(9, 2, dtype=torch.float64),
+             torch.randn(9, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64),
              torch.randn(3, 3, dtype=torch.float64))  # fmt: skip
+    monkeypatch.setattr(dlcm, "_steps_per_block", lambda B: 3)  # blocks of 3, 1 (the first) steps
     step = functools.partial(dlcm._PaperGRUSteps.apply, lengths=torch.tensor([4, 2, 0]))
-    assert torch.autograd.gradcheck(
-        lambda x, wg, wc: step(x, wg, wc), tuple(t.requires_grad_(True) for t in small)
-    )
+    assert torch.autograd.gradcheck(step, tuple(t.requires_grad_(True) for t in small))
+    monkeypatch.undo()
     calls = []
     real = dlcm._PaperGRUSteps.apply
     monkeypatch.setattr(dlcm._PaperGRUSteps, "apply", lambda *a: calls.append(1) or real(*a))

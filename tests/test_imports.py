@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "base",
         (
+            "ctxrank._allocator",
             "ctxrank._io",
             "ctxrank._checks",
             "ctxrank._declare",

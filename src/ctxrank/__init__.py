@@ -28,6 +28,7 @@ _EXPORTS = {
     "predict": "ctxrank.training.predict",
     "load_model": "ctxrank.training.checkpoint",
     "resolve_config": "ctxrank.config",
+    "limit_heap_growth": "ctxrank._allocator",
     # scikit-learn-compatible estimators (ctxrank.api)
     "Ranker": "ctxrank.api",
     "QILCMRanker": "ctxrank.api",

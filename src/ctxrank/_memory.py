@@ -10,7 +10,6 @@ the physical memory free (``os.sysconf``). On CUDA it is the device's free memor
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 from typing import Any
@@ -22,33 +21,12 @@ try:
 except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
-__all__ = ["AUTO", "available_bytes", "budget_bytes", "device_kind", "format_bytes", "release_free_memory"]
+__all__ = ["AUTO", "available_bytes", "budget_bytes", "device_kind", "format_bytes"]
 
 #: ``train.max_memory_bytes = "auto"``: what the machine can give when the check runs
 AUTO = "auto"
 #: ``"auto"`` where the system reports no free memory at all (no ``/proc``, no ``sysconf``)
 FALLBACK_BYTES = 4 * 2**30
-
-
-def release_free_memory() -> None:
-    """Give the C allocator's free pages back to the system (glibc's ``malloc_trim(0)``; nothing where
-    the C library has no such call). A training step frees its activations, but glibc keeps the pages
-    of the freed blocks inside its heap, so a process that trained (a notebook, a pipeline) would go on
-    holding its largest step's memory. Measured at factor 0.25 of the scale benchmark: the resident set
-    after DLCM's stage 1,160 MiB instead of 1,507; the peaks did not move (docs/benchmarks.md). A few
-    milliseconds a call."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
-def _malloc_trim() -> Any:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS; Windows has no CDLL(None))
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
 
 
 def format_bytes(n: float) -> str:

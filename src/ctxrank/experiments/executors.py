@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._allocator import limit_heap_growth
 from ctxrank._checks import check_int, resolve_threads
 from ctxrank.config import RunConfig
 from ctxrank.experiments.provenance import code_version, run_context
@@ -258,7 +259,9 @@ class ProcessExecutor:
 
 
 def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
-    """Worker: the pending runs of the ``index``-th of ``count`` units (the shard ``index/count``)."""
+    """Worker: the pending runs of the ``index``-th of ``count`` units (the shard ``index/count``), with
+    the allocator setting of the ``ctxrank`` command (:func:`ctxrank._allocator.limit_heap_growth`)."""
+    limit_heap_growth()
     run_experiment(spec, root, progress=False, log=lambda _: None, shard=(index, count))
 
 

@@ -192,18 +192,27 @@ class PaperGRU(nn.Module):
         After step ``lengths[b] - 1`` row b's state is frozen (later steps repeat it), so the returned
         state is the state after the row's last real step (0 for an empty row).
         """
+        if self.projects_inside(seq):  # training: the projections' gradient formed a few steps at a time
+            return _PaperGRUSteps.apply(seq, *self.weights(), lengths)
         return self.recur(self.input_proj(seq), lengths)  # (B, T, 3H): all input projections at once
 
+    def weights(self) -> tuple[torch.Tensor, ...]:
+        """``W^x`` (3H, D), its bias (3H,), ``[W_u^s; W_r^s]`` (2H, H) and ``W^s`` (H, H)."""
+        return self.input_proj.weight, self.input_proj.bias, self.gate_proj.weight, self.cand_proj.weight
+
+    def projects_inside(self, seq: torch.Tensor) -> bool:
+        """Whether :meth:`forward` trains (autograd records it, not traced): the steps then project
+        ``seq`` themselves; otherwise the caller may project first (:meth:`recur`) and free ``seq``."""
+        return seq.shape[1] > 0 and records_backward(seq, *self.weights())
+
     def recur(self, xp: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The recurrence over the input projections ``xp`` (B, T, 3H) = ``input_proj(seq)``: what
-        :meth:`forward` returns (the caller may then free ``seq`` before the T steps)."""
+        """The recurrence over the input projections ``xp`` (B, T, 3H) = ``input_proj(seq)`` when
+        nothing is trained (scoring, tracing): what :meth:`forward` returns (the caller may then free
+        ``seq`` before the T steps)."""
         B, T, _ = xp.shape
         if T == 0:
             return xp.new_zeros(B, 0, self.hidden_size), xp.new_zeros(B, self.hidden_size)
-        weights = (self.gate_proj.weight, self.cand_proj.weight)
-        if records_backward(xp, *weights):
-            return _PaperGRUSteps.apply(xp, *weights, lengths)  # training: the gates kept in 4 tensors
-        return traceable_loop(paper_gru_steps)(xp, *weights, lengths)
+        return traceable_loop(paper_gru_steps)(xp, self.gate_proj.weight, self.cand_proj.weight, lengths)
 
 
 def paper_gru_steps(
@@ -241,16 +250,20 @@ def paper_gru_cell(
 
 
 class _PaperGRUSteps(torch.autograd.Function):
-    """:func:`paper_gru_steps` with its backward through time written out (training).
+    """:class:`PaperGRU` in training: the input projections and :func:`paper_gru_steps`, with the
+    backward through time written out.
 
     Autograd would record about ten operations a step and keep five ``(B, H)`` tensors of each of the
     ``T`` steps, allocated one by one: at 80 lists of 100 items and ``H = 1,024`` that was 500 small
     blocks, which the C allocator kept fragmented after each step (the resident set grew by about 370
     MiB over a few steps; docs/benchmarks.md). Here the forward runs the same operations (the same
     values, bit for bit) and keeps the gates ``u``, ``r``, the candidate ``c`` and the outputs in four
-    ``(B, T, H)`` tensors; the backward applies eq. 4's derivatives step by step from the last and
-    forms the two recurrent weight gradients with one matrix product each over all steps. torch.nn.GRU
-    computes another cell (the reset gate after ``W^s``), so no library kernel does this.
+    ``(B, T, H)`` tensors, and the input ``seq`` for the projections' gradient; the backward applies eq.
+    4's derivatives step by step from the last, sums the recurrent weights' gradients as it goes, and
+    turns the input projections' gradient ``[da_u; da_r; da_c]`` into those of ``seq``, ``W^x`` and its
+    bias every :func:`_steps_per_block` steps, so that no ``(B, T, 3H)`` gradient exists (94 MiB at 80 x
+    100 x 1,024). torch.nn.GRU computes another cell (the reset gate after ``W^s``), so no library kernel
+    does this.
 
     With ``h`` the state before step ``t``, ``live`` the step mask, ``h' = where(live, lerp(h, c, u), h)``
     and upstream gradient ``g`` of ``h'``: ``dh_new = g live``; ``du = dh_new (c - h)``; ``dc = dh_new u``;
@@ -261,8 +274,15 @@ class _PaperGRUSteps(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, xp: torch.Tensor, w_gate: torch.Tensor, w_cand: torch.Tensor, lengths: torch.Tensor
+        ctx: Any,
+        seq: torch.Tensor,
+        w_in: torch.Tensor,
+        b_in: torch.Tensor,
+        w_gate: torch.Tensor,
+        w_cand: torch.Tensor,
+        lengths: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        xp = F.linear(seq, w_in, b_in)  # (B, T, 3H), as PaperGRU.forward computes it; freed on return
         B, T, _ = xp.shape
         H = w_cand.size(0)
         out, gates, cand = xp.new_empty(B, T, H), xp.new_empty(B, T, 2 * H), xp.new_empty(B, T, H)
@@ -271,18 +291,21 @@ class _PaperGRUSteps(torch.autograd.Function):
         for t, x_t in enumerate(xp.transpose(0, 1)):  # paper_gru_steps' loop, keeping each step's gates
             h, u, r, c = paper_gru_cell(x_t, h, w_gate, w_cand, live[:, t, None])
             out[:, t], gates[:, t, :H], gates[:, t, H:], cand[:, t] = h, u, r, c
-        ctx.save_for_backward(out, gates, cand, w_gate, w_cand, live)
+        ctx.save_for_backward(seq, out, gates, cand, w_in, w_gate, w_cand, live)
         return out, h.clone()
 
     @staticmethod
     def backward(ctx: Any, g_out: torch.Tensor, g_state: torch.Tensor) -> tuple[Any, ...]:
         # both gradients are tensors: autograd materializes an unused output's as zeros
-        out, gates, cand, w_gate, w_cand, live = ctx.saved_tensors
+        seq, out, gates, cand, w_in, w_gate, w_cand, live = ctx.saved_tensors
         B, T, H = out.shape
-        d_xp = out.new_empty(B, T, 3 * H)  # [da_u; da_r; da_c] of every step
+        d_seq = torch.empty_like(seq)
+        d_w_in, d_b_in = torch.zeros_like(w_in), w_in.new_zeros(3 * H)
         # the recurrent weights' gradients, summed over the steps as they go (no (B, T, H) copy of the
         # states before each step): [da_u; da_r]^T h and da_c^T (r h); step 0's h is 0
         d_gate, d_cand = torch.zeros_like(w_gate), torch.zeros_like(w_cand)
+        block = _steps_per_block(B)
+        d_xp = out.new_empty(B, min(block, T), 3 * H)  # [da_u; da_r; da_c] of the block's steps
         dh = g_state
         for t in range(T - 1, -1, -1):
             dh = dh + g_out[:, t]
@@ -293,13 +316,28 @@ class _PaperGRUSteps(torch.autograd.Function):
             d_rh = da_c @ w_cand
             da_u = dh_new * (c - h) * u * (1 - u)
             da_r = d_rh * h * r * (1 - r)
-            d_xp[:, t, :H], d_xp[:, t, H : 2 * H], d_xp[:, t, 2 * H :] = da_u, da_r, da_c
-            da_ur = d_xp[:, t, : 2 * H]
+            first = t - t % block  # the block's first step: blocks are [0, block), [block, 2 block), ...
+            d_step = d_xp[:, t - first]
+            d_step[:, :H], d_step[:, H : 2 * H], d_step[:, 2 * H :] = da_u, da_r, da_c
+            da_ur = d_step[:, : 2 * H]
             if t:
                 d_gate.addmm_(da_ur.T, h)
                 d_cand.addmm_(da_c.T, r * h)
             dh = torch.where(m, 0.0, dh) + dh_new * (1 - u) + d_rh * r + da_ur @ w_gate
-        return d_xp, d_gate, d_cand, None
+            if t == first:  # the block is complete: the projections' gradients of its steps
+                steps = min(block, T - first)
+                d_block = d_xp[:, :steps].reshape(B * steps, 3 * H)
+                d_seq[:, first : first + steps] = (d_block @ w_in).view(B, steps, -1)
+                d_w_in.addmm_(d_block.T, seq[:, first : first + steps].reshape(B * steps, -1))
+                d_b_in.add_(d_block.sum(dim=0))
+        return d_seq, d_w_in, d_b_in, d_gate, d_cand, None
+
+
+def _steps_per_block(batch_lists: int) -> int:
+    """How many steps :class:`_PaperGRUSteps`' backward turns into input gradients at once: enough for
+    about 512 rows a matrix product (its speed; 7 steps of 80 lists), so that the block's gradient stays
+    a few MiB at any ``T``."""
+    return max(1, -(-512 // max(batch_lists, 1)))
 
 
 def _reorder(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -403,9 +441,12 @@ class DLCM(RankingModule):
 
     @staticmethod
     def _gru_inputs(gru: nn.Module, seq: torch.Tensor) -> torch.Tensor:
-        """What :meth:`_run` reads of ``seq`` (B, T, alpha): the paper GRU's input projections (B, T,
-        3H), computed before its steps so that ``seq`` can be freed; ``seq`` itself for torch's GRU."""
-        return gru.input_proj(seq) if isinstance(gru, PaperGRU) else seq
+        """What :meth:`_run` reads of ``seq`` (B, T, alpha): scoring with the paper GRU, its input
+        projections (B, T, 3H), computed before its steps so that ``seq`` can be freed; otherwise
+        ``seq`` itself (the paper GRU then projects it in its steps, keeping ``seq`` for backward)."""
+        if isinstance(gru, PaperGRU) and not gru.projects_inside(seq):
+            return gru.input_proj(seq)
+        return seq
 
     def _run(
         self, gru: nn.Module, seq: torch.Tensor, lengths: torch.Tensor
@@ -413,7 +454,7 @@ class DLCM(RankingModule):
         """One direction over :meth:`_gru_inputs` ``seq`` (B, T, .) in feeding order -> outputs (B, T,
         H), s_n (B, H)."""
         if isinstance(gru, PaperGRU):
-            return gru.recur(seq, lengths)
+            return gru(seq, lengths) if gru.projects_inside(seq) else gru.recur(seq, lengths)
         B, T, _ = seq.shape
         if T == 0:
             return seq.new_zeros(B, 0, self.hidden), seq.new_zeros(B, self.hidden)

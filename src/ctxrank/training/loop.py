@@ -42,8 +42,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from ctxrank._allocator import release_free_memory
 from ctxrank._io import dumps
-from ctxrank._memory import release_free_memory
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
