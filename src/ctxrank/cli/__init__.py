@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors: argparse has printed already
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
-    limit_heap_growth()  # the command's own process: glibc's heap kept from fragmenting (ctxrank._memory)
+    limit_heap_growth()  # the command owns its process: glibc's heap kept from fragmenting
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
