@@ -140,14 +140,12 @@ def point_case(spec: dict, measure_memory: bool) -> dict:
 def _release_memory() -> None:
     """Collect garbage and hand freed heap back to the OS (glibc ``malloc_trim``), so that the next point's
     peak-RSS growth is measured from a resident set without the previous point's freed memory."""
-    import ctypes
     import gc
 
+    from ctxrank._allocator import release_free_memory
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc: nothing to trim
-        pass
+    release_free_memory()
 
 
 def _predicted(done: list[tuple[int, float]], n: int) -> float | None:

@@ -38,19 +38,13 @@ _KEPT_AFTER_FREE = textwrap.dedent(
 )
 
 
-def _kept_mib(mode: str, **env: str) -> float:
+def _kept_mib(mode: str) -> float:
+    """The script's figure in a process without the user's glibc settings (they would stop the call)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     out = subprocess.run(
-        [sys.executable, "-c", _KEPT_AFTER_FREE, mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**_clean_env(), **env},
+        [sys.executable, "-c", _KEPT_AFTER_FREE, mode], capture_output=True, text=True, check=True, env=env
     )
     return float(out.stdout)
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
 
 
 @glibc
