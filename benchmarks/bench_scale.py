@@ -167,6 +167,7 @@ def protocol(spec: dict, measure: bool) -> dict:
         ]
         if spec.get("eval_batch_size") is not None:  # scoring batches: lists at once (memory, not scores)
             overrides.append(f"train.eval_batch_size={spec['eval_batch_size']}")
+        overrides.append(f"train.release_memory={spec.get('release_memory', 'epoch')}")
         return resolve_config(None, overrides, model=model, rerank={"initial": "lambdamart"})
 
     ranker = InitialRanker.for_config(config(spec["models"][0]))
@@ -303,7 +304,10 @@ def _malloc_note(run: dict) -> str:
     malloc = run.get("settings", {}).get("malloc")
     if malloc is None:
         return ""
-    return "; glibc's defaults" if malloc == "system" else "; the ctxrank command's allocator setting"
+    note = "; glibc's defaults" if malloc == "system" else "; the ctxrank command's allocator setting"
+    if run["settings"].get("release_memory", "epoch") != "epoch":
+        note += f"; train.release_memory = {run['settings']['release_memory']}"
+    return note
 
 
 def report(runs: list[dict]) -> None:
@@ -403,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         "limit_heap_growth, the default); system: glibc's defaults",
     )
     ap.add_argument(
+        "--release-memory",
+        choices=("epoch", "step"),
+        default="epoch",
+        help="train.release_memory: the C heap's freed pages handed back after each epoch (the default) "
+        "or after every training step too",
+    )
+    ap.add_argument(
         "--keep", metavar="DIR", help="write the files under DIR and keep them (default: a temp dir)"
     )
     ap.add_argument(
@@ -459,11 +470,21 @@ def main(argv: list[str] | None = None) -> int:
                 "threads": a.threads,
                 "seed": a.seed,
                 "malloc": a.malloc,
+                "release_memory": a.release_memory,
             }
             run = run_case(__file__, spec, a.isolate, protocol)
             settings = {
                 k: spec[k]
-                for k in ("models", "crossfit", "top_k", "eval_batch_size", "threads", "seed", "malloc")
+                for k in (
+                    "models",
+                    "crossfit",
+                    "top_k",
+                    "eval_batch_size",
+                    "threads",
+                    "seed",
+                    "malloc",
+                    "release_memory",
+                )
             }
             run.update(text_mb=size / 1e6, write_seconds=written, machine=info, settings=settings)
             runs.append(run)

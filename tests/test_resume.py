@@ -219,6 +219,33 @@ def test_resuming_a_finished_state_trains_no_more(data, uninterrupted):
     assert result.resumed_from_epoch == FAST["max_epochs"]
 
 
+def test_releasing_the_heap_after_every_step_changes_no_number_and_resumes_across_values(
+    data, uninterrupted, tmp_path, monkeypatch
+):
+    """``train.release_memory = "step"`` hands the heap back after every optimizer step (and after each
+    epoch, as ``"epoch"`` does): the same weights and history bit for bit, and a state saved under one
+    value resumes under the other (the setting is no part of the run's identity)."""
+    import ctxrank.training.loop as loop
+
+    ref_model, ref_result, _ = uninterrupted
+    counts = {}
+    for value in ("epoch", "step"):
+        calls = []
+        monkeypatch.setattr(loop, "release_free_memory", lambda calls=calls: calls.append(1))
+        model, result = _fit(data, tmp_path / value, release_memory=value)
+        numbers = [{k: v for k, v in h.items() if k != "seconds"} for h in result.history]
+        assert _same(model, ref_model) and numbers == [
+            {k: v for k, v in h.items() if k != "seconds"} for h in ref_result.history
+        ]
+        counts[value] = len(calls)
+    steps = FAST["max_epochs"] * -(-data[0].n_queries // FAST["batch_size"])  # batches of 8 of 60 queries
+    assert counts == {"epoch": FAST["max_epochs"] + 1, "step": FAST["max_epochs"] + 1 + steps}
+    model, result = _fit(data, tmp_path / "epoch", resume=True, release_memory="step")
+    assert _same(model, ref_model) and result.resumed_from_epoch == FAST["max_epochs"]
+    with pytest.raises(ValueError, match=r"train\.release_memory.*'epoch', 'step'"):
+        TrainConfig(release_memory="always")
+
+
 def test_a_state_of_another_run_is_refused(data, uninterrupted):
     _, _, state_dir = uninterrupted
     with pytest.raises(ValueError, match=r"different run.*train_config\.lr: saved 0\.02, now 0\.03"):

@@ -285,7 +285,8 @@ def _run_info(
 ) -> dict[str, Any]:
     """What identifies the run in its saved state (checked on resume)."""
     settings = dataclasses.asdict(trainer.config)
-    del settings["max_memory_bytes"]  # a budget changes no number: a run may resume under another one
+    for key in ("max_memory_bytes", "release_memory"):  # change no number: a run may resume under others
+        del settings[key]
     return {
         "model": trainer.model.name,
         "train_config": settings,
@@ -396,6 +397,8 @@ def _train_epoch(
         _optimizer_step(trainer, loss)
         total += loss.item() * batch.batch_size
         n_lists += batch.batch_size
+        if config.release_memory == "step":  # the step's freed activations (train.release_memory)
+            release_free_memory()
     total, n_lists = ctx.all_reduce_sum(np.array([total, n_lists]), device)
     return float(total / max(n_lists, 1))
 
