@@ -571,6 +571,35 @@ def test_experiment_tune_block_tunes_every_model_then_tests_once(letor, tmp_path
     assert load_spec(path).models["listnet"] == {**best, "train": {**best["train"], "max_epochs": 2}}
 
 
+def test_runs_copied_with_their_studies_are_reused_and_without_them_refused_before_any_run(
+    letor, tmp_path, monkeypatch, capsys
+):
+    """A tuned experiment's runs copied into another ``--out`` (docs/context-models.md) are reused with
+    their studies (``tune/``, which may be copied there before the first run too); copied without them,
+    ``--evidence`` is refused before any run, naming the study to copy, not after hours of runs."""
+    import shutil
+
+    import ctxrank.tune as tuning
+    from ctxrank.experiments import load_spec, run_experiment
+
+    path = tmp_path / "spec.toml"
+    path.write_text(_spec_text(letor / "train.txt", "[tune]\ntrials = 2\nseed = 3\n"))
+    first = tmp_path / "first"
+    run_experiment(load_spec(path), first, progress=False, log=lambda _: None)
+    trained = []
+    monkeypatch.setattr(tuning, "run_training", lambda *a, **k: trained.append(1))
+    argv = ["experiment", str(path), "--out", str(tmp_path / "second"), "--no-progress"]
+    shutil.copytree(first / "runs", tmp_path / "second" / "runs")
+    assert main([*argv, "--evidence", str(tmp_path / "evidence")]) == 2
+    err = capsys.readouterr().err
+    assert "the trials of run lambdamart seed 0 fold 0 are missing" in err and "copy its tune/" in err
+    assert not (tmp_path / "evidence").exists() and not (tmp_path / "second" / "experiment.json").exists()
+    shutil.copytree(first / "tune", tmp_path / "second" / "tune")
+    assert main([*argv, "--evidence", str(tmp_path / "evidence")]) == 0
+    assert trained == []  # every run and study reused
+    assert (tmp_path / "evidence" / "trials.csv.gz").is_file()
+
+
 def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(letor, tmp_path, monkeypatch):
     """``[tune] ensemble = k``: the trials are single models (a finished study is reused as it is), the
     chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score."""

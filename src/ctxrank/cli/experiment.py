@@ -36,7 +36,7 @@ from ctxrank.data.registry import load_fold
 from ctxrank.data.summary import data_summary
 from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
-from ctxrank.experiments.evidence import rebuild_report, write_evidence
+from ctxrank.experiments.evidence import check_evidence, rebuild_report, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
@@ -124,6 +124,8 @@ def experiment(
     if tracking is not None:
         tracking.check()  # the package and the place, before any run
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
+        if evidence is not None:  # what the evidence needs, before any run
+            check_evidence(loaded, RunStore(where), evidence)
         tracked = _tracked_experiment(tracking, loaded, where)
         with tracked if tracked is not None else contextlib.nullcontext():
             store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
@@ -183,8 +185,9 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
     return 0
 
 
-#: what an experiment directory may hold before its experiment.json: runs copied from another one
-REUSED_ENTRIES = ("runs", "units")
+#: what an experiment directory may hold before its experiment.json: runs copied from another one, and
+#: their tuning studies
+REUSED_ENTRIES = ("runs", "units", "tune")
 
 
 def _run_and_report(

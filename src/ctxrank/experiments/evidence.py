@@ -49,6 +49,7 @@ from ctxrank.experiments.store import RunStore, check_run
 
 __all__ = [
     "EVIDENCE_FILES",
+    "check_evidence",
     "read_evidence",
     "rebuild_report",
     "restore_runs",
@@ -74,8 +75,7 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     ``runs``, ``rows`` (per-query rows) and ``bytes`` written."""
     to = Path(to)
     _check_target(to, spec)
-    keys = spec.run_keys()
-    runs = [store.load_run(m, s, f) for m in spec.run_names() for s, f in keys if store.has_run(m, s, f)]
+    runs = _stored_runs(spec, store)
     if not runs:
         raise ValueError(f"{store.root}: no stored run to keep as evidence")
     metrics = sorted({k for r in runs for k in r["metrics"]})
@@ -221,14 +221,28 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
     return spec
 
 
-def _trials(store: RunStore, runs: list[dict[str, Any]]) -> Any:
-    """Every trial of the tuning studies of ``runs`` (a run tuned by ``[tune]`` records its study's
-    directory and chosen trial), one row a trial, the run's key first; None without a tuned run.
+def check_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> None:
+    """What :func:`write_evidence` will need, checked before an experiment runs (so that hours of runs
+    do not end in a refusal): ``to`` new, empty or this experiment's evidence, and the study of every
+    tuned run already stored in ``store`` (runs copied from another experiment's ``runs/`` need its
+    ``tune/`` too)."""
+    _check_target(Path(to), spec)
+    _study_files(store, _stored_runs(spec, store))
+
+
+def _stored_runs(spec: ExperimentSpec, store: RunStore) -> list[dict[str, Any]]:
+    keys = spec.run_keys()
+    return [store.load_run(m, s, f) for m in spec.run_names() for s, f in keys if store.has_run(m, s, f)]
+
+
+def _study_files(store: RunStore, runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Path]]:
+    """``(run, its study's trials.csv)`` of every run tuned by ``[tune]`` (it records its study's
+    directory and chosen trial).
 
     Raises:
-        ValueError: a tuned run whose study has no ``trials.csv`` (its directory was moved or pruned).
+        ValueError: a tuned run whose study has no ``trials.csv`` (moved, pruned, or not copied with it).
     """
-    frames = []
+    out = []
     for r in runs:
         tuned = r.get("tune")
         if not isinstance(tuned, dict) or "dir" not in tuned:
@@ -236,7 +250,21 @@ def _trials(store: RunStore, runs: list[dict[str, Any]]) -> Any:
         path = store.root / tuned["dir"] / "trials.csv"
         if not path.is_file():
             run = f"{r['model']} seed {r['seed']} fold {r['fold']}"
-            raise ValueError(f"{path}: the trials of run {run} are missing (its study directory was moved?)")
+            raise ValueError(
+                f"{path}: the trials of run {run} are missing: its study directory {tuned['dir']} is not "
+                f"in {store.root} (a run copied from another experiment's runs/ needs that experiment's "
+                f"{tuned['dir']} too: copy its tune/ beside runs/)"
+            )
+        out.append((r, path))
+    return out
+
+
+def _trials(store: RunStore, runs: list[dict[str, Any]]) -> Any:
+    """Every trial of the tuning studies of ``runs`` (:func:`_study_files`), one row a trial, the run's
+    key first; None without a tuned run."""
+    frames = []
+    for r, path in _study_files(store, runs):
+        tuned = r["tune"]
         frame = pd.read_csv(path)
         chosen = (frame["trial"] == tuned.get("best_trial")).astype(int)
         key = {"model": r["model"], "seed": r["seed"], "fold": r["fold"]}
