@@ -473,19 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                 "release_memory": a.release_memory,
             }
             run = run_case(__file__, spec, a.isolate, protocol)
-            settings = {
-                k: spec[k]
-                for k in (
-                    "models",
-                    "crossfit",
-                    "top_k",
-                    "eval_batch_size",
-                    "threads",
-                    "seed",
-                    "malloc",
-                    "release_memory",
-                )
-            }
+            settings = {k: v for k, v in spec.items() if k not in ("factor", "paths")}
             run.update(text_mb=size / 1e6, write_seconds=written, machine=info, settings=settings)
             runs.append(run)
             save(runs, info, a, complete=False)
