@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 ISOLATE_CHOICES = ("subprocess", "none")
+DEVICE_CHOICES = ("cpu", "cuda")
 
 
 def maxrss_mib() -> float:
@@ -100,6 +101,54 @@ class PeakRSS:
         }
 
 
+class PeakCUDA:
+    """``with PeakCUDA(device) as gpu: work()`` -> ``gpu.delta_mib``: the peak of the CUDA memory that
+    torch allocated during the block minus what it held at its start (``torch.cuda.max_memory_allocated``
+    after ``reset_peak_memory_stats``); None on the CPU. Tensors only, not the caching allocator's
+    reserve nor the CUDA context."""
+
+    def __init__(self, device: str) -> None:
+        self.enabled = device != "cpu"
+        self.delta_mib: float | None = None
+        self._base = 0
+
+    def __enter__(self) -> PeakCUDA:
+        if self.enabled:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._base = torch.cuda.memory_allocated()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            import torch
+
+            torch.cuda.synchronize()
+            self.delta_mib = (torch.cuda.max_memory_allocated() - self._base) / 2**20
+
+    def as_dict(self) -> dict:
+        return {"peak_cuda_delta_mib": self.delta_mib} if self.enabled else {}
+
+
+def cuda_info(device: str) -> dict:
+    """The GPU a ``--device cuda`` run timed on (name, memory, CUDA version); ``{}`` on the CPU."""
+    if device == "cpu":
+        return {}
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device on this machine")
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+        "cuda": torch.version.cuda,
+        "gpu_multiprocessors": props.multi_processor_count,
+    }
+
+
 def summarize(times: Sequence[float]) -> dict:
     """Seconds -> ``{"n", "median_s", "p50_s", "p99_s", "min_s", "mean_s"}`` (linear interpolation)."""
     t = np.asarray(times, dtype=np.float64)
@@ -117,15 +166,17 @@ def summarize(times: Sequence[float]) -> dict:
 
 
 def time_training_steps(model, loss_fn, optimizer, next_batch: Callable[[], object], steps: int, warmup: int,
-                        label: str) -> list[float]:
+                        label: str, device: str = "cpu") -> list[float]:
     """Seconds of each training step (forward, loss, backward, optimizer step; the loss read back so the
-    step has finished) after the first ``warmup``; ``next_batch()`` gives each step's batch."""
+    step has finished, on a GPU too) after the first ``warmup``; ``next_batch()`` gives each step's
+    batch, moved to ``device`` inside the timed step (as ``fit`` moves it)."""
     import torch
 
     times = []
     for i in range(steps):
         t0 = time.perf_counter()
-        loss = model.training_loss(next_batch(), loss_fn)
+        batch = next_batch()
+        loss = model.training_loss(batch if device == "cpu" else batch.to(device), loss_fn)
         if not torch.isfinite(loss):
             raise RuntimeError(f"{label}: non-finite loss at step {i}")
         optimizer.zero_grad(set_to_none=True)
@@ -193,8 +244,9 @@ def synthetic_ranking_data(n_queries: int, list_size: int, n_features: int, seed
     )
 
 
-def add_common_args(ap, *, threads: bool = True, isolate: bool = True) -> None:
-    """The options every speed benchmark shares: --threads, --quick, --json, --isolate, --child."""
+def add_common_args(ap, *, threads: bool = True, isolate: bool = True, device: bool = False) -> None:
+    """The options every speed benchmark shares: --threads, --quick, --json, --isolate, --child, and
+    --device where the benchmark can time on a GPU."""
     import argparse
 
     if threads:
@@ -210,3 +262,10 @@ def add_common_args(ap, *, threads: bool = True, isolate: bool = True) -> None:
             "or in this process (none: faster, no peak memory)",
         )
         ap.add_argument("--child", metavar="JSON", help=argparse.SUPPRESS)  # internal: one configuration
+    if device:
+        ap.add_argument(
+            "--device",
+            choices=DEVICE_CHOICES,
+            default="cpu",
+            help="where the models run (default cpu); cuda: the first GPU, its peak tensor memory recorded",
+        )

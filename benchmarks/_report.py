@@ -84,6 +84,8 @@ def machine_line(info: dict) -> str:
         parts.append("load average " + " ".join(f"{x:.2f}" for x in info["load_average_1_5_15"]))
     if info.get("threads") is not None:
         parts.append(f"torch threads {info['threads']}")
+    if info.get("gpu"):
+        parts.append(f"GPU {info['gpu']} ({info['gpu_memory_gib']} GiB, CUDA {info['cuda']})")
     versions = [f"Python {info['python']}"] + [
         f"{m} {info[m]}" for m in ("torch", "numpy", "sklearn") if m in info
     ]

@@ -4,7 +4,9 @@ One training step (forward, loss, backward, Adam step) at the paper's WEB30K con
 context-aware ranker (Pobrotyn et al. 2020; allRank's ``reproducibility/configs/contextaware_web30k``):
 an input layer of 128 without activation, 4 encoder blocks, 4 heads, feed-forward width 512, dropout
 0.3; on MSLR-shaped synthetic lists (default: batch 64 lists x 100 items x 136 features, uniform [0, 1)
-features, labels 0-4). Rows, each timed the same way:
+features, labels 0-4), on the CPU or (``--device cuda``) the first GPU, where each step ends with
+``torch.cuda.synchronize()`` and the peak of torch's CUDA tensor memory is recorded too. Rows, each
+timed the same way:
 
 * **ctxrank attn**: ``make_model("attn", 136)`` (the defaults are that configuration) trained by its
   ``training_loss`` with ctxrank's ``lambdaloss`` (NDCGLoss2++, mu = 10, sigma = 1: the paper's loss);
@@ -43,7 +45,7 @@ allRank rows are skipped and the reason is printed and recorded (``allrank.error
 
     .venv/bin/python benchmarks/bench_attn_step.py [--allrank DIR] [--threads 2] [--batch 64]
         [--items 100] [--features 136] [--lengths both|full|mixed] [--rounds 3] [--repeats 5]
-        [--json FILE]
+        [--device cpu|cuda] [--json FILE]
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import PeakRSS, add_common_args, child_main, run_case, summarize
+from _common import PeakCUDA, PeakRSS, add_common_args, child_main, cuda_info, run_case, summarize
 from _report import emit_json, machine_info, machine_line, markdown_table
 
 STUBS = Path(__file__).resolve().parent / "_allrank_stubs"
@@ -130,22 +132,23 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
     from ctxrank.registry import make_model
 
     torch.set_num_threads(spec["threads"])
+    device = spec["device"]
     B, L, F = spec["batch"], spec["items"], spec["features"]
-    x, y, mask = make_batch(B, L, F, spec["lengths"])
+    x, y, mask = (t.to(device) for t in make_batch(B, L, F, spec["lengths"]))
     torch.manual_seed(0)
     ours = get_loss("lambdaloss")  # NDCGLoss2++, mu = 10, sigma = 1
     if spec["row"] == "ctxrank":
-        model = make_model("attn", F)
-        batch = ListBatch(features=x, labels=y, mask=mask, query_index=torch.arange(B))
+        model = make_model("attn", F).to(device)
+        batch = ListBatch(features=x, labels=y, mask=mask, query_index=torch.arange(B, device=device))
 
         def loss_of_step():
             return model.training_loss(batch, ours)
     else:
         from allrank.models.losses import lambdaLoss
 
-        model = allrank_model(F)
+        model = allrank_model(F).to(device)
         padded = ~mask  # allRank: True = padded item
-        indices = torch.arange(L).expand(B, L)
+        indices = torch.arange(L, device=device).expand(B, L)
         y_allrank = torch.where(mask, y, torch.full_like(y, -1.0))  # its padded-label convention
 
         def loss_of_step():
@@ -159,13 +162,15 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     times = []
-    with PeakRSS(measure_memory) as mem:
+    with PeakRSS(measure_memory) as mem, PeakCUDA(device) as gpu:
         for i in range(spec["warmup"] + spec["repeats"]):
             t0 = time.perf_counter()
             loss = loss_of_step()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if device != "cpu":
+                torch.cuda.synchronize()  # the step's kernels have finished
             if i >= spec["warmup"]:
                 times.append(time.perf_counter() - t0)
     step = summarize(times)
@@ -174,6 +179,7 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
         "median_s": step["median_s"],
         "parameters": sum(p.numel() for p in model.parameters()),
         **mem.as_dict(),
+        **gpu.as_dict(),
     }
 
 
@@ -258,6 +264,7 @@ def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[di
                     "threads": args.threads,
                     "repeats": args.repeats,
                     "warmup": args.warmup,
+                    "device": args.device,
                 }
                 key = f"{ROWS[row]}, {kind}"
                 r = run_case(Path(__file__), spec, args.isolate, step_case)
@@ -284,6 +291,7 @@ def combine(runs: dict[str, list[dict]], B: int, L: int) -> tuple[dict[str, dict
             "queries_per_s_at_min": B / step["min_s"],
             "parameters": first["parameters"],
             "peak_rss_delta_mib": max(peaks) if peaks else None,
+            "peak_cuda_delta_mib": max((p.get("peak_cuda_delta_mib") or 0.0) for p in parts) or None,
             "rounds": [{k: v for k, v in p.items() if k != "shape"} for p in parts],
         }
         lengths, peak = first["shape"], r["peak_rss_delta_mib"]
@@ -295,6 +303,7 @@ def combine(runs: dict[str, list[dict]], B: int, L: int) -> tuple[dict[str, dict
                 f"{r['min_s'] * 1000:.1f}",
                 f"{r['queries_per_s']:.1f}",
                 "–" if peak is None else f"{peak:,.0f}",
+                *([f"{r['peak_cuda_delta_mib']:,.0f}"] if r["peak_cuda_delta_mib"] is not None else []),
             ]
         )
     return results, table
@@ -316,7 +325,7 @@ def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dic
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(ap)
+    add_common_args(ap, device=True)
     ap.add_argument("--allrank", metavar="DIR", help="a `pip install --target` directory holding allrank")
     ap.add_argument("--batch", type=int, default=64, help="lists per batch (default 64, allRank's config)")
     ap.add_argument("--items", type=int, default=100, help="items per list (default 100)")
@@ -336,7 +345,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.batch, args.items, args.features, args.repeats, args.warmup, args.rounds = 4, 12, 10, 2, 1, 1
 
-    info = machine_info(args.threads)
+    info = {**machine_info(args.threads), **cuda_info(args.device)}
     print(machine_line(info), flush=True)
     allrank = import_allrank(args.allrank)
     if allrank["available"]:
@@ -346,7 +355,8 @@ def main(argv=None) -> int:
     B, L, F = args.batch, args.items, args.features
     print(
         f"training step, batch {B} lists x {L} items x {F} features, paper configuration (d_fc 128, "
-        f"4 blocks, 4 heads, d_ff 512, dropout 0.3), {args.threads} threads; {args.rounds} interleaved "
+        f"4 blocks, 4 heads, d_ff 512, dropout 0.3), device {args.device}, {args.threads} threads; "
+        f"{args.rounds} interleaved "
         f"rounds, each {args.repeats} steps after {args.warmup} warm-up steps; isolate={args.isolate}",
         flush=True,
     )
@@ -356,6 +366,7 @@ def main(argv=None) -> int:
     ratios = ratios_of(results, kinds) if allrank["available"] else {}
     print()
     header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
+    header += ["peak CUDA delta MiB"] if args.device != "cpu" else []
     print(markdown_table(header, table))
     for name, value in ratios.items():
         print(f"queries/s ratio {name}: {value['median']:.2f} (median steps), {value['min']:.2f} (fastest)")
@@ -376,6 +387,7 @@ def main(argv=None) -> int:
         "features": F,
         "lengths": list(kinds),
         "threads": args.threads,
+        "device": args.device,
         "warmup": args.warmup,
         "repeats": args.repeats,
         "rounds": args.rounds,

@@ -1,4 +1,4 @@
-"""Training throughput benchmark (not a test): queries/s of every model's training step, CPU.
+"""Training throughput benchmark (not a test): queries/s of every model's training step, CPU or GPU.
 
 Two parts (``--parts``, default both):
 
@@ -11,7 +11,8 @@ exactly the inner loop of ``ctxrank.training.loop.fit``: the next batch of ``ite
 model's default loss (none for ARSM, which trains its own objective) -> finiteness check -> backward
 -> Adam (lr 1e-3) -> ``loss.item()``. Data: MSLR-shaped synthetic lists (``--batch`` 80 lists a
 batch, the QILCM paper's, of ``--items`` 100 items with ``--features`` 136 uniform features and
-labels 0..4), ``--threads`` 2.
+labels 0..4), ``--threads`` 2, on the CPU or (``--device cuda``) the first GPU: the model there, each
+batch moved to it inside the timed step, and the peak of torch's CUDA tensor memory recorded too.
 Each model runs in a fresh subprocess: ``--warmup`` steps, then ``--repeats`` timed steps, each on a
 new batch; queries/s = batch / median step time. Peak memory: the growth of the subprocess's peak
 resident set (``ru_maxrss``) during the steps, over what it held with the data and the model built
@@ -54,7 +55,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_train_throughput.py [--threads 2] [--batch 80] [--items 100]
         [--features 136] [--warmup 2] [--repeats 10] [--models qilcm,dlcm-paper,...]
-        [--parts models,naive,batching] [--batching-epochs 3]
+        [--parts models,naive,batching] [--batching-epochs 3] [--device cpu|cuda (models part only)]
         [--json FILE] [--quick]
 """
 
@@ -71,9 +72,11 @@ from typing import Any
 import numpy as np
 
 from _common import (
+    PeakCUDA,
     PeakRSS,
     add_common_args,
     child_main,
+    cuda_info,
     run_case,
     summarize,
     synthetic_ranking_data,
@@ -119,15 +122,16 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
     torch.manual_seed(spec["seed"])
     B, steps = spec["batch"], spec["warmup"] + spec["repeats"]
     data = synthetic_ranking_data(B * steps, spec["items"], spec["features"], seed=spec["seed"])
-    model = make_model(spec["name"], spec["features"], spec["params"])
+    device = spec.get("device", "cpu")
+    model = make_model(spec["name"], spec["features"], spec["params"]).to(device)
     model.train()
     loss_fn = get_loss(model.default_loss) if model.default_loss else None
     opt = torch.optim.Adam(model.parameters(), lr=spec["lr"])
     gen = np.random.default_rng(spec["seed"])
     batches = iterate_batches(data, B, shuffle=True, generator=gen)
-    with PeakRSS(measure_memory) as mem:
+    with PeakRSS(measure_memory) as mem, PeakCUDA(device) as gpu:
         times = time_training_steps(
-            model, loss_fn, opt, lambda: next(batches), steps, spec["warmup"], spec["label"]
+            model, loss_fn, opt, lambda: next(batches), steps, spec["warmup"], spec["label"], device
         )
     step = summarize(times)
     return {
@@ -138,6 +142,7 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
         "step": step,
         "queries_per_s": B / step["median_s"],
         **mem.as_dict(),
+        **gpu.as_dict(),
     }
 
 
@@ -152,7 +157,7 @@ def run_models(args) -> dict:
     print(
         f"\n## Training throughput: batch {args.batch} lists x {args.items} items x {args.features} "
         f"features, {args.threads} threads, {args.warmup} warm-up + {args.repeats} timed steps, "
-        f"isolate={args.isolate}",
+        f"isolate={args.isolate}, device {args.device}",
         flush=True,
     )
     results = {}
@@ -169,6 +174,7 @@ def run_models(args) -> dict:
             "threads": args.threads,
             "lr": 1e-3,
             "seed": 0,
+            "device": args.device,
         }
         r = run_case(Path(__file__), spec, args.isolate, train_case)
         results[label] = r
@@ -188,6 +194,8 @@ def run_models(args) -> dict:
 
     header = ["model", "params", "step ms (median)", "step ms (min)", "queries/s"]
     header += [f"x {ref}" for ref in refs] + ["peak RSS delta MiB", "peak RSS MiB"]
+    cuda = args.device == "cuda"
+    header += ["peak CUDA delta MiB"] if cuda else []
     rows = []
     for label, r in results.items():
         rows.append(
@@ -200,6 +208,7 @@ def run_models(args) -> dict:
                 *[f"{r[f'ratio_to_{ref}']:.2f}" for ref in refs],
                 mib(r["peak_rss_delta_mib"]),
                 mib(r["peak_rss_mib"]),
+                *([mib(r["peak_cuda_delta_mib"])] if cuda else []),
             ]
         )
     print()
@@ -229,6 +238,7 @@ def run_models(args) -> dict:
         "warmup": args.warmup,
         "repeats": args.repeats,
         "isolate": args.isolate,
+        "device": args.device,
         "target_qilcm_queries_per_s": TARGET_QILCM_QPS,
         "results": results,
         "verdicts": verdicts,
@@ -523,7 +533,7 @@ def run_batching(args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(ap)
+    add_common_args(ap, device=True)
     ap.add_argument(
         "--parts",
         default="models,naive,batching",
@@ -553,11 +563,13 @@ def main(argv=None) -> int:
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if not parts or set(parts) - {"models", "naive", "batching"}:
         raise SystemExit(f"--parts must name models, naive and/or batching, got {args.parts!r}")
+    if args.device != "cpu" and parts != ["models"]:
+        raise SystemExit(f"--device {args.device} times the models part only: add --parts models")
 
     import torch
 
     torch.set_num_threads(args.threads)
-    info = machine_info(args.threads)
+    info = {**machine_info(args.threads), **cuda_info(args.device)}
     print(machine_line(info), flush=True)
     blob = {
         "benchmark": "bench_train_throughput",

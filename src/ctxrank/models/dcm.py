@@ -146,12 +146,13 @@ class DCM(RankingModule):
             )
             out, last = self.encoder(packed)
             out, _ = pad_packed_sequence(out, batch_first=True, total_length=L)  # (B', L, H)
-            h = h.index_put((live.nonzero(as_tuple=True)[0],), out)
+            # under CUDA autocast the cuDNN RNN returns another float type than e's: written back in e's
+            h = h.index_put((live.nonzero(as_tuple=True)[0],), out.to(h.dtype))
             if self.config.cell == "lstm":
                 hn, cn = last
-                state = (zeros.index_put((live,), hn[0]), zeros.index_put((live,), cn[0]))
+                state = tuple(zeros.index_put((live,), s[0].to(zeros.dtype)) for s in (hn, cn))
             else:
-                state = zeros.index_put((live,), last[0])
+                state = zeros.index_put((live,), last[0].to(zeros.dtype))
         return h, state
 
     def encode_steps(

@@ -193,7 +193,13 @@ class PaperGRU(nn.Module):
         state is the state after the row's last real step (0 for an empty row).
         """
         if self.projects_inside(seq):  # training: the projections' gradient formed a few steps at a time
-            return _PaperGRUSteps.apply(seq, *self.weights(), lengths)
+            weights = self.weights()
+            if not torch.is_autocast_enabled(seq.device.type):
+                return _PaperGRUSteps.apply(seq, *weights, lengths)
+            # its hand-written backward multiplies by the weights: under autocast (bf16 / fp16 training)
+            # the recurrence runs in the weights' precision, not autocast's
+            with torch.autocast(seq.device.type, enabled=False):
+                return _PaperGRUSteps.apply(seq.to(weights[0].dtype), *weights, lengths)
         return self.recur(self.input_proj(seq), lengths)  # (B, T, 3H): all input projections at once
 
     def weights(self) -> tuple[torch.Tensor, ...]:
