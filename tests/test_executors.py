@@ -31,7 +31,7 @@ QUIET = {"progress": False, "log": lambda _: None}
 MODELS = {
     "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
     "listnet": f'model = "listnet"\n{FAST_NEURAL}',
-    "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+    "mnl": 'model = "mnl"',  # a maximum-likelihood fit: no epoch or batch keys
 }
 EXTRA = ANOMALY_EXTRA
 
@@ -140,10 +140,11 @@ def test_worker_processes_store_the_same_runs_and_report_as_one_process(tmp_path
 
 
 def test_a_run_asks_ray_for_a_gpu_when_its_device_is_cuda(tmp_path):
-    over = ["models.listnet.train.device=cuda", "models.mnl.train.device=auto"]
+    over = ["models.listnet.train.device=cuda", 'models.mlp.model="mlp"', "models.mlp.train.device=auto"]
     spec = load_spec(_letor_spec(tmp_path), over)
-    assert [_gpus(spec, m, 0, cluster_gpus=0) for m in spec.models] == [0, 1, 0]  # lambdamart, listnet, mnl
-    assert [_gpus(spec, m, 0, cluster_gpus=4) for m in spec.models] == [0, 1, 1]  # auto: the cluster's
+    assert list(spec.models) == ["lambdamart", "listnet", "mnl", "mlp"]  # mnl: a SciPy fit, on the CPU
+    assert [_gpus(spec, m, 0, cluster_gpus=0) for m in spec.models] == [0, 1, 0, 0]
+    assert [_gpus(spec, m, 0, cluster_gpus=4) for m in spec.models] == [0, 1, 0, 1]  # auto: the cluster's
 
 
 def _dies_once(spec, model, seed, fold, unit, initial, root):

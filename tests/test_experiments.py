@@ -11,6 +11,7 @@ from scipy import stats
 from ctxrank import _checks
 from ctxrank.cli import main
 from ctxrank.cli.experiment import default_out
+from ctxrank.config import TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment
@@ -21,6 +22,7 @@ from ctxrank.experiments.spec import ExperimentSpec
 from ctxrank.experiments.store import RunStore
 
 FAST_NEURAL = "train = { max_epochs = 2, patience = 1, batch_size = 16 }"
+# mnl is fitted to its maximum likelihood: it reads no epoch, batch or learning-rate key (set, refused)
 FAST_LM = "model_params = { n_estimators = 15, early_stopping_rounds = 5, min_data_in_leaf = 5 }"
 
 
@@ -31,7 +33,7 @@ def _letor_spec(tmp_path, *, runs=3, extra="", models=None):
     models = models or {
         "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
         "listnet": f'model = "listnet"\n{FAST_NEURAL}',
-        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+        "mnl": 'model = "mnl"',
     }
     body = "\n".join(f"[models.{json.dumps(m)}]\n{t}\n" for m, t in models.items())
     text = f"""name = "tiny"
@@ -128,10 +130,10 @@ def test_spec_errors_name_the_section(override, message):
 
 
 def test_defaults_table_is_merged_under_every_model(tmp_path):
-    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.5", "models.mnl.train.lr=0.1"])
-    assert spec.run_config("listnet", 0).train.lr == 0.5
-    assert spec.run_config("mnl", 0).train.lr == 0.1
-    assert spec.run_config("mnl", 0).train.max_epochs == 2  # the model's own keys stay
+    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.5", "models.listnet.train.lr=0.1"])
+    assert spec.run_config("listnet", 0).train.lr == 0.1
+    assert spec.run_config("listnet", 0).train.max_epochs == 2  # the model's own keys stay
+    assert spec.run_config("mnl", 0).train.lr == TrainConfig.lr  # a maximum-likelihood fit reads no lr
 
 
 def test_unknown_builtin_lists_the_names():
@@ -240,7 +242,7 @@ def test_a_killed_experiment_resumes_without_repeating_or_losing_a_run(tmp_path,
 def test_a_directory_of_another_experiment_is_refused(tmp_path):
     spec = load_spec(_letor_spec(tmp_path, runs=1))
     run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
-    other = load_spec(_letor_spec(tmp_path, runs=1), ["models.mnl.train.lr=0.5"])
+    other = load_spec(_letor_spec(tmp_path, runs=1), ["models.listnet.train.lr=0.5"])
     with pytest.raises(ValueError, match="different experiment"):
         run_experiment(other, tmp_path / "out", progress=False, log=lambda _: None)
     more = load_spec(_letor_spec(tmp_path, runs=2))  # more runs of the same experiment: fine
@@ -378,7 +380,7 @@ top = 3"""
 def test_anomaly_analysis_end_to_end(tmp_path):
     models = {
         "listnet": f'model = "listnet"\n{FAST_NEURAL}',
-        "mnl": f'model = "mnl"\n{FAST_NEURAL}',
+        "mnl": 'model = "mnl"',
     }
     spec = load_spec(_letor_spec(tmp_path, runs=2, extra=ANOMALY_EXTRA, models=models))
     store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda _: None)
@@ -652,7 +654,7 @@ def test_files_have_only_the_random_splits_protocol(tmp_path):
 
 
 # ------------------------------------------------------------------ outputs the user owns (issue 18)
-TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": f'model = "mnl"\n{FAST_NEURAL}'}
+TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": 'model = "mnl"'}
 
 
 def test_experiment_out_of_the_users_files_is_refused_unless_overwrite(tmp_path, capsys):
@@ -678,7 +680,7 @@ def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_p
 
     path = _letor_spec(tmp_path, runs=1, models=TWO_MODELS)
     out = tmp_path / "out"
-    other = load_spec(path, ["models.mnl.train.max_epochs=1"])  # a different experiment
+    other = load_spec(path, ["models.mnl.model_params.l2=[0.0]"])  # a different experiment
     with lock_directory(out, key=other.fingerprint(), what="experiment"):  # stands for its process
         assert main(["experiment", str(path), "--out", str(out), "--no-progress"]) == 2
         err = capsys.readouterr().err
@@ -712,11 +714,20 @@ def test_set_on_a_model_the_spec_does_not_have_is_an_error(tmp_path):
 
 
 def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
-    spec = load_spec(_letor_spec(tmp_path), ["defaults.train.lr=0.01", "defaults.train.no_relevant=1"])
+    """Also a maximum-likelihood fit (mnl), which reads no epoch, optimizer, device or precision key;
+    under ``rerank.residual`` (trained by SGD) it takes them all."""
+    over = ["defaults.train.lr=0.01", "defaults.train.no_relevant=1", "defaults.train.eval_batch_size=64"]
+    spec = load_spec(_letor_spec(tmp_path), over)
     assert spec.models["listnet"]["train"]["lr"] == 0.01
     assert spec.models["lambdamart"]["train"] == {"no_relevant": 1}
+    assert spec.models["mnl"]["train"] == {"no_relevant": 1, "eval_batch_size": 64}
     with pytest.raises(ValueError, match=r"train\.max_epochs: lambdamart is a baseline"):
         load_spec(_letor_spec(tmp_path), ["models.lambdamart.train.max_epochs=1"])
+    with pytest.raises(ValueError, match=r"train\.precision: mnl is fitted to its maximum likelihood"):
+        load_spec(_letor_spec(tmp_path), ["models.mnl.train.precision=bf16"])
+    residual = ["models.mnl.rerank.residual=true", "models.mnl.rerank.initial=lambdamart"]
+    spec = load_spec(_letor_spec(tmp_path), [*over, *residual])
+    assert spec.run_config("mnl", 0).train.lr == 0.01
 
 
 def test_a_model_table_without_model_trains_its_registered_name_or_is_refused(tmp_path):
@@ -826,7 +837,7 @@ def test_an_experiment_on_a_choice_dataset_splits_by_person_and_reports_choice_m
 def test_a_spec_with_one_model_is_refused_before_any_run(tmp_path, capsys):
     """A report compares a target with baselines: one model alone used to run every run, then crash
     in build_report (max() of an empty sequence)."""
-    path = _letor_spec(tmp_path, runs=1, models={"mnl": f'model = "mnl"\n{FAST_NEURAL}'})
+    path = _letor_spec(tmp_path, runs=1, models={"mnl": 'model = "mnl"'})
     assert main(["experiment", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     assert "compares the target 'mnl' with at least one other model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

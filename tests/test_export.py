@@ -96,7 +96,8 @@ def saved(tmp_path_factory, data):
             out = tmp_path_factory.mktemp("models") / name
             sets = [
                 f"model={name}",
-                *(() if name == "lambdamart" else ("train.max_epochs=1",)),  # a baseline has no epochs
+                # a baseline and a maximum-likelihood fit have no epochs
+                *(() if name in ("lambdamart", "mnl") else ("train.max_epochs=1",)),
                 "train.threads=1",
                 *SMALL.get(name, ()),
                 *overrides,

@@ -291,6 +291,13 @@ class RunConfig:
             raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         entry.make_config(self.model_params)
+        if self.fits_by_maximum_likelihood:
+            _check_unread_train(
+                self.train,
+                FULL_BATCH_TRAIN_KEYS,
+                f"{self.model} is fitted to its maximum likelihood (full batch, SciPy)",
+                "its own settings are model_params: l2, solver, max_iter, gtol",
+            )
         if self.rerank.initial:  # the initial ranker's parameters fail before data is read, too
             try:
                 get_model(self.rerank.initial).build(self.rerank.initial_params, self.train)
@@ -426,22 +433,43 @@ def model_run_defaults(model: Any) -> dict[str, Any]:
 #: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
 #: its ``model_params``); the others configure the neural training loop
 BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric", "missing")
+#: the ``[train]`` keys a maximum-likelihood fit (``mnl``) reads: a baseline's, the memory cap of its
+#: full batch and the scoring batch; it has no epochs, optimizer, device or precision to set
+FULL_BATCH_TRAIN_KEYS = (*BASELINE_TRAIN_KEYS, "max_memory_bytes", "eval_batch_size")
 
 
-def _check_baseline_train(model: str, train: TrainConfig) -> None:
-    """A ``[train]`` key set for a baseline that does not read it is an error, not silently ignored."""
+def train_keys_read(model: str, residual: bool = False) -> tuple[str, ...] | None:
+    """The ``[train]`` keys the fit of ``model`` reads (``residual``: ``rerank.residual``, which trains a
+    maximum-likelihood model by SGD); None: every key (the neural training loop) or an unknown model."""
+    entry = MODELS.get(model)
+    if isinstance(entry, Baseline):
+        return BASELINE_TRAIN_KEYS
+    if getattr(entry, "full_batch", False) and not residual:
+        return FULL_BATCH_TRAIN_KEYS
+    return None
+
+
+def _check_unread_train(train: TrainConfig, reads: tuple[str, ...], who: str, see: str) -> None:
+    """A ``[train]`` key set for a model whose fit does not read it is an error, not silently ignored."""
     unused = [
         f"train.{f.name}"
         for f in fields(TrainConfig)
-        if f.name not in BASELINE_TRAIN_KEYS and getattr(train, f.name) != f.default
+        if f.name not in reads and getattr(train, f.name) != f.default
     ]
     if unused:
         raise ValueError(
-            f"{', '.join(unused)}: {model} is a baseline and does not use "
-            f"{'it' if len(unused) == 1 else 'them'}; "
-            f"of [train] it reads {', '.join(f'train.{k}' for k in BASELINE_TRAIN_KEYS)} only "
-            "(its own settings are model_params, see docs/baselines.md)"
+            f"{', '.join(unused)}: {who} and does not use {'it' if len(unused) == 1 else 'them'}; "
+            f"of [train] it reads {', '.join(f'train.{k}' for k in reads)} only ({see})"
         )
+
+
+def _check_baseline_train(model: str, train: TrainConfig) -> None:
+    _check_unread_train(
+        train,
+        BASELINE_TRAIN_KEYS,
+        f"{model} is a baseline",
+        "its own settings are model_params, see docs/baselines.md",
+    )
     if train.missing == "indicator":
         raise ValueError(
             f"train.missing = 'indicator' applies to the neural models; {model} is a baseline "

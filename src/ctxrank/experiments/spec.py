@@ -93,7 +93,7 @@ from ctxrank._checks import (
     check_seed,
 )
 from ctxrank._overrides import Override, parse_override
-from ctxrank.config import BASELINE_TRAIN_KEYS, INITIAL_RANKERS, RunConfig, apply_overrides, load_toml
+from ctxrank.config import INITIAL_RANKERS, RunConfig, apply_overrides, load_toml, train_keys_read
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
 from ctxrank.data.sources import tabular
@@ -566,7 +566,7 @@ def _model_tables(
         if not isinstance(table, Mapping):
             raise _fail(f"models.{m}", "must be a table (a run config)")
         table = _named_model(m, _with_config_file(m, table, base))
-        table = _deep_merge(_baseline_defaults(defaults, table), table)
+        table = _deep_merge(_defaults_for(defaults, table), table)
         grid = _grid(f"models.{m}.grid", table.pop("grid")) if "grid" in table else GridSpec()
         tables[m] = table
         check = table  # a re-ranker's own rerank keys are checked with the protocol's initial ranker
@@ -636,13 +636,21 @@ def _check_new_models(d: Mapping[str, Any], overrides: Sequence[Override], path:
             )
 
 
-def _baseline_defaults(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``[defaults]`` for one model: a baseline takes only the ``[train]`` keys it reads."""
-    train = defaults.get("train")
-    model = table["model"]
-    if not isinstance(train, Mapping) or not isinstance(model, str) or not is_baseline(model):
+def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``[defaults]`` for one model: a baseline or a maximum-likelihood fit takes only the ``[train]``
+    keys it reads (``ctxrank.config.train_keys_read``); set in the model's own table, others are errors."""
+    train, model = defaults.get("train"), table["model"]
+    if not isinstance(train, Mapping) or not isinstance(model, str):
         return defaults
-    return {**defaults, "train": {k: v for k, v in train.items() if k in BASELINE_TRAIN_KEYS}}
+    rerank = {**_mapping(defaults.get("rerank")), **_mapping(table.get("rerank"))}
+    reads = train_keys_read(model, residual=rerank.get("residual") is True)
+    if reads is None:
+        return defaults
+    return {**defaults, "train": {k: v for k, v in train.items() if k in reads}}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
