@@ -1,6 +1,7 @@
 """Benchmark figures a page states come from stored JSON (evidence/bench/): each ``<!-- bench-scale: FILE
 ... -->`` block of docs/*.md is what ``benchmarks/bench_scale.py --from-json FILE ...`` reports of those
-files, and every stored file backs a block."""
+files, and every stored file backs a block. Likewise the GPU runs of evidence/bench-gpu/ and the
+``<!-- bench-gpu: RUN ... -->`` blocks (``benchmarks/gpu_evidence.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_scale
+import gpu_evidence
 
 PAGES = sorted((REPO / "docs").glob("*.md"))
 
@@ -55,3 +57,60 @@ def test_publish_rewrites_a_stale_block(tmp_path):
 def test_a_block_naming_a_missing_file_fails():
     with pytest.raises(FileNotFoundError):
         bench_scale.block_text("missing.json")
+
+
+# ---------------------------------------------------------------------- GPU runs (evidence/bench-gpu/)
+
+def _gpu_blocks():
+    return [(page, m) for page in PAGES for m in gpu_evidence.BLOCK.finditer(page.read_text())]
+
+
+def test_every_bench_gpu_block_is_what_its_stored_runs_give_and_every_run_is_shown():
+    blocks = _gpu_blocks()
+    assert blocks, "docs/benchmarks.md shows the GPU runs of evidence/bench-gpu/"
+    for page, m in blocks:
+        assert m.group(3) == gpu_evidence.block_text(m.group(2)), (
+            f"{page.name}: the bench-gpu block of {m.group(2)} differs from its runs; run "
+            "`python benchmarks/gpu_evidence.py --publish`"
+        )
+    named = {name for _, m in blocks for name in m.group(2).split()}
+    stored = {p.name for p in gpu_evidence.EVIDENCE.iterdir() if p.is_dir()}
+    assert named == stored
+    for name in stored:
+        run = gpu_evidence.EVIDENCE / name
+        assert all((run / f).is_file() for f in (*gpu_evidence.FILES, "run.json")), name
+        assert json.loads((run / "attn_step_cuda.json").read_text())["device"] == "cuda", name
+        assert gpu_evidence.tests_of(run)["tests"] > 0, name
+
+
+def test_storing_a_gpu_run_refuses_an_incomplete_folder_and_never_replaces_one(tmp_path, monkeypatch):
+    src = next(p for p in sorted(gpu_evidence.EVIDENCE.iterdir()) if p.is_dir())
+    monkeypatch.setattr(gpu_evidence, "EVIDENCE", tmp_path / "evidence")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu-tests.xml").write_bytes((src / "gpu-tests.xml").read_bytes())
+    with pytest.raises(SystemExit, match=r"missing attn_step_cuda\.json"):
+        gpu_evidence.store(out, "x", "abc1234", "", "cmd")
+    for f in gpu_evidence.FILES:
+        (out / f).write_bytes((src / f).read_bytes())
+    with pytest.raises(SystemExit, match="must be a commit id"):
+        gpu_evidence.store(out, "x", "HEAD", "", "cmd")
+    dest = gpu_evidence.store(out, "x", "abc1234", "", "cmd")
+    assert json.loads((dest / "run.json").read_text())["code"] == "`abc1234`"
+    with pytest.raises(SystemExit, match="never replaced"):
+        gpu_evidence.store(out, "x", "abc1234", "", "cmd")
+
+
+def test_gpu_checks_stops_at_once_without_cuda(tmp_path):
+    import subprocess
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_checks.sh"), str(tmp_path / "o")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 2 and "no CUDA device visible to torch" in proc.stderr

@@ -54,7 +54,7 @@ def test_evidence_keeps_every_value_and_record_of_the_runs(evidence):
 def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
     out, ev = evidence
     record = json.loads((ev / "spec.json").read_text())
-    record["spec"]["models"]["mnl"]["train"]["max_epochs"] = 99
+    record["spec"]["models"]["mnl"]["model_params"] = {"l2": [0.5]}
     with pytest.raises(ValueError, match="does not match its fingerprint"):
         spec_from_record(record)
     bad = tmp_path / "bad"

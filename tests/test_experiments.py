@@ -730,6 +730,32 @@ def test_defaults_give_a_baseline_only_the_train_keys_it_reads(tmp_path):
     assert spec.run_config("mnl", 0).train.lr == 0.01
 
 
+def test_a_store_written_when_mnl_took_every_defaults_key_is_still_this_experiment(tmp_path):
+    """Before 2026-11-28 mnl's table took all of ``[defaults]``' [train] keys (unread), so its store's
+    fingerprint covered them: such a store and its evidence are still claimed by the same spec, and
+    by no other."""
+    import dataclasses
+
+    over = ["defaults.train.max_epochs=3", "defaults.train.metric=\"map\""]
+    spec = load_spec(_letor_spec(tmp_path), over)
+    assert spec.models["mnl"]["train"] == {"metric": "map"}
+    legacy = {**spec.models, "mnl": {**spec.models["mnl"], "train": {"max_epochs": 3, "metric": "map"}}}
+    record = {"name": spec.name, "fingerprint": dataclasses.replace(spec, models=legacy).fingerprint()}
+    record["spec"] = {**spec.to_dict(), "models": json.loads(json.dumps(legacy))}
+    assert record["fingerprint"] != spec.fingerprint() and spec.matches_record(record)
+    other = load_spec(_letor_spec(tmp_path), [*over, "models.mnl.model_params.l2=[0.0]"])
+    assert not other.matches_record(record)
+    store = RunStore(tmp_path / "out")
+    store.root.mkdir()
+    (store.root / "experiment.json").write_text(json.dumps(record))
+    store.save_run({"model": "mnl", "seed": 0, "fold": 0})  # a stored run: the directory is claimed
+    store.claim(spec)  # accepted, and the record rewritten with today's fingerprint
+    assert json.loads((store.root / "experiment.json").read_text())["fingerprint"] == spec.fingerprint()
+    (store.root / "experiment.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="holds runs of a different experiment"):
+        store.claim(other)
+
+
 def test_a_model_table_without_model_trains_its_registered_name_or_is_refused(tmp_path):
     """``[models.qilcm]`` without ``model = ...`` trained ListNet under the name qilcm (and a baseline's
     table slipped past the check of its train keys); now the name is the model, or an error."""

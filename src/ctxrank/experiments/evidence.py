@@ -300,7 +300,7 @@ def _check_target(to: Path, spec: ExperimentSpec) -> None:
     """``to`` new, empty, or holding this experiment's evidence (``_io.claim_output_dir``)."""
     if claim_output_dir(to, overwrite=False, what="evidence", ours=(SPEC,)):
         old = _read_json(to / SPEC)
-        if not isinstance(old, dict) or old.get("fingerprint") != spec.fingerprint():
+        if not spec.matches_record(old):
             raise ValueError(f"--evidence {to} holds the evidence of another experiment; give another one")
 
 

@@ -488,6 +488,24 @@ class ExperimentSpec:
             key["tune"] = self.tune.fingerprint_key()
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+    def matches_record(self, record: Any) -> bool:
+        """Whether a stored ``{"fingerprint", "spec"}`` record (a run store's or evidence's) is this
+        experiment. Records written before a maximum-likelihood model (``mnl``) stopped taking the
+        ``[defaults]`` ``[train]`` keys it does not read (2026-11-28) hold those keys in its table: such
+        a record matches when its models less those keys are this spec's, and its fingerprint is this
+        spec's over its models as stored."""
+        if not isinstance(record, Mapping):
+            return False
+        if record.get("fingerprint") == self.fingerprint():
+            return True
+        stored = record.get("spec", {}).get("models") if isinstance(record.get("spec"), Mapping) else None
+        if not isinstance(stored, Mapping) or set(stored) != set(self.models):
+            return False
+        unread = {m: _without_unread_train(t) for m, t in stored.items()}
+        if unread != self.to_dict()["models"]:
+            return False
+        return dataclasses.replace(self, models=stored).fingerprint() == record.get("fingerprint")
+
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
@@ -647,6 +665,17 @@ def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapp
     if reads is None:
         return defaults
     return {**defaults, "train": {k: v for k, v in train.items() if k in reads}}
+
+
+def _without_unread_train(table: Any) -> Any:
+    """A stored model table less the ``[train]`` keys its model's fit does not read."""
+    if not isinstance(table, Mapping) or not isinstance(table.get("model"), str):
+        return table
+    reads = train_keys_read(table["model"], residual=_mapping(table.get("rerank")).get("residual") is True)
+    train = table.get("train")
+    if reads is None or not isinstance(train, Mapping):
+        return table
+    return {**table, "train": {k: v for k, v in train.items() if k in reads}}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

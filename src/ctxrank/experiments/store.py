@@ -96,7 +96,7 @@ class RunStore:
         path = self.root / SPEC_FILE
         if path.exists() and self.has_results():  # a directory without a stored run is claimed anew
             old = _read(path)
-            if old.get("fingerprint") != spec.fingerprint():
+            if not spec.matches_record(old):
                 raise ValueError(
                     f"{self.root} holds runs of a different experiment ({old.get('name')!r}, other data, "
                     "models or protocol); choose another --out directory or delete this one"
