@@ -65,14 +65,16 @@ def _machine(m: dict) -> str:
 def block_text(names: str) -> str:
     """A block's content: the named runs' tests, ``attn`` step against allRank and every model's step."""
     runs = [load(n) for n in names.split()]
-    out = []
+    machines = {_machine(r["machine"]) for r in runs}
+    out = [f"Machine: {machines.pop()}.", ""] if len(machines) == 1 else []
     for r in runs:
         t = r["tests"]
         passed = t["tests"] - t["failures"] - t["errors"] - t["skipped"]
         state = f"{passed} of {t['tests']} GPU tests passed" + (
             f", FAILED: {', '.join(t['failed'])}" if t["failed"] else ""
         )
-        out.append(f"- `{r['name']}`: {_machine(r['machine'])}; code {r['run']['code']}; {state}.")
+        where = "" if len(runs) > 1 and not machines else f"{_machine(r['machine'])}; "
+        out.append(f"- `{r['name']}`: {where}code {r['run']['code']}; {state}.")
     out.append("")
     a0 = runs[0]["attn"]
     out.append(
