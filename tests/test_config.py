@@ -1,5 +1,7 @@
 """Run configs: defaults, TOML, --set overrides, validation messages naming the option."""
 
+import re
+
 import pytest
 
 from ctxrank import _checks
@@ -389,3 +391,29 @@ def test_a_models_run_defaults_fill_only_the_keys_a_run_leaves_unset(monkeypatch
     spec = param_spec("mlp")
     assert spec.run["normalizer"] == "zscore" and spec.train["input_noise"] == 0.3
     assert RunConfig().transform == "minmax"  # the dataclass's own default is unchanged
+
+
+@pytest.mark.parametrize(
+    "key", ["rerank.top_k=5", "rerank.crossfit=3", "rerank.ideal=\"top-k\"", "rerank.rank_feature=true",
+            "rerank.initial_params={num_leaves=7}"],
+)
+def test_a_rerank_key_without_an_initial_ranker_is_refused_not_ignored(key):
+    name = key.split("=")[0]
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}: applies to a re-ranking run"):
+        resolve_config(None, ["model=listnet", key])
+    assert resolve_config(None, ["model=listnet", "rerank.initial=lambdamart", key]).rerank.initial
+
+
+def test_a_maximum_likelihood_fit_refuses_a_loss_and_the_train_keys_it_does_not_read():
+    """mnl is fitted by SciPy: a loss, its options and the epoch keys were silently ignored."""
+    for over, match in (
+        (["loss=lambdaloss"], r"loss: mnl is fitted to its maximum likelihood \(no loss\)"),
+        (["loss_params.temperature=2.0"], r"loss and loss_params apply only when SGD trains it"),
+        (["train.lr=0.1", "train.device=auto"], r"train\.lr, train\.device: mnl is fitted"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            resolve_config(None, ["model=mnl", *over])
+    saved = resolve_config(None, ["model=mnl", "loss=listnet", 'loss_params.label_transform="identity"'])
+    assert saved.fits_by_maximum_likelihood  # what a saved mnl config records loads again
+    residual = ["model=mnl", "rerank.initial=lambdamart", "rerank.residual=true", "loss=lambdaloss"]
+    assert resolve_config(None, [*residual, "train.lr=0.1"]).train.lr == 0.1  # SGD: every key applies

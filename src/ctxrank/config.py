@@ -183,6 +183,11 @@ class TrainConfig:
             raise ValueError(f"train.metric: {exc}") from None
 
 
+def _default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value for a mutable one)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
 @dataclass(frozen=True)
 class RerankConfig:
     """The re-ranking protocol (see ``ctxrank.training.rerank``).
@@ -225,6 +230,17 @@ class RerankConfig:
                 "rerank.residual = true needs an initial ranker (rerank.initial = 'lambdamart'): the "
                 "residual re-ranker corrects its scores"
             )
+        if not self.initial:  # set without an initial ranker, they would be silently ignored
+            unused = [
+                f"rerank.{f.name}"
+                for f in fields(self)
+                if f.name not in ("initial", "residual") and getattr(self, f.name) != _default(f)
+            ]
+            if unused:
+                raise ValueError(
+                    f"{', '.join(unused)}: {'applies' if len(unused) == 1 else 'apply'} to a re-ranking run "
+                    "(rerank.initial = 'lambdamart'); without an initial ranker the model ranks whole lists"
+                )
 
 
 @dataclass(frozen=True)
@@ -298,6 +314,14 @@ class RunConfig:
                 f"{self.model} is fitted to its maximum likelihood (full batch, SciPy)",
                 "its own settings are model_params: l2, solver, max_iter, gtol",
             )
+            implied = getattr(entry, "default_loss_params", {})  # what a saved config records
+            if self.loss not in ("", entry.default_loss) or any(
+                k not in implied or implied[k] != v for k, v in self.loss_params.items()
+            ):
+                raise ValueError(
+                    f"loss: {self.model} is fitted to its maximum likelihood (no loss); loss and loss_params "
+                    "apply only when SGD trains it (rerank.residual = true)"
+                )
         if self.rerank.initial:  # the initial ranker's parameters fail before data is read, too
             try:
                 get_model(self.rerank.initial).build(self.rerank.initial_params, self.train)
