@@ -417,3 +417,36 @@ def test_a_maximum_likelihood_fit_refuses_a_loss_and_the_train_keys_it_does_not_
     assert saved.fits_by_maximum_likelihood  # what a saved mnl config records loads again
     residual = ["model=mnl", "rerank.initial=lambdamart", "rerank.residual=true", "loss=lambdaloss"]
     assert resolve_config(None, [*residual, "train.lr=0.1"]).train.lr == 0.1  # SGD: every key applies
+
+
+def test_a_model_saved_with_options_now_refused_still_loads_and_predicts_the_same(tmp_path):
+    """Options that were silently ignored (they changed nothing) are refused for new runs, but a model
+    directory that records them loads: ``RunConfig.from_saved`` drops what the run did not read."""
+    import json
+
+    import numpy as np
+
+    from ctxrank.training.checkpoint import load_model
+    from ctxrank.training.run import run_training
+
+    from .conftest import make_ranking_data
+
+    train, valid = make_ranking_data(20, seed=1), make_ranking_data(8, seed=2)
+    for name, recorded in (
+        ("mnl", {"loss": "lambdaloss", "train": {"lr": 0.5, "max_epochs": 3}}),
+        ("listnet", {"rerank": {"top_k": 5, "crossfit": 3}}),
+    ):
+        out = tmp_path / name
+        over = [f"model={name}"] + (["train.max_epochs=1"] if name == "listnet" else [])
+        run_training(resolve_config(None, over), train, valid, out=out, progress=False)
+        before = load_model(out).predict(valid)
+        meta = json.loads((out / "ctxrank.json").read_text())
+        for key, value in recorded.items():
+            if isinstance(value, dict):
+                meta["run_config"][key] = {**meta["run_config"][key], **value}
+            else:
+                meta["run_config"][key] = value
+        (out / "ctxrank.json").write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=r"applies|apply|does not use"):
+            RunConfig.from_dict(meta["run_config"])
+        np.testing.assert_array_equal(load_model(out).predict(valid), before)

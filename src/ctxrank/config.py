@@ -443,6 +443,39 @@ class RunConfig:
             ensemble=d.get("ensemble", 1),
         )
 
+    @classmethod
+    def from_saved(cls, d: Mapping[str, Any]) -> RunConfig:
+        """:meth:`from_dict` of a config ctxrank saved (a model directory, a resume record, a study's
+        trial): the options that run did not read are dropped first, so that a model trained before
+        such options were refused (they were silently ignored, changing nothing) still loads."""
+        return cls.from_dict(without_unread(d))
+
+
+def without_unread(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A run-config dict less what its run does not read: the ``[rerank]`` keys but ``initial`` and
+    ``residual`` without ``rerank.initial``, the ``[train]`` keys its model's fit does not read
+    (:func:`train_keys_read`), and a maximum-likelihood fit's loss."""
+    out, reads = with_read_train_keys(d)
+    rerank = out.get("rerank")
+    if isinstance(rerank, Mapping) and not rerank.get("initial"):
+        out["rerank"] = {k: v for k, v in rerank.items() if k in ("initial", "residual")}
+    if reads is FULL_BATCH_TRAIN_KEYS:
+        out.pop("loss", None)
+        out.pop("loss_params", None)
+    return out
+
+
+def with_read_train_keys(d: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...] | None]:
+    """A run-config dict (or an experiment's model table) less the ``[train]`` keys its model's fit does
+    not read, and those it reads (:func:`train_keys_read`; None: all)."""
+    out, model, train = dict(d), d.get("model", "listnet"), d.get("train")
+    rerank = d.get("rerank")
+    residual = isinstance(rerank, Mapping) and rerank.get("residual") is True
+    reads = train_keys_read(model, residual=residual) if isinstance(model, str) else None
+    if reads is not None and isinstance(train, Mapping):
+        out["train"] = {k: v for k, v in train.items() if k in reads}
+    return out, reads
+
 
 def model_run_defaults(model: Any) -> dict[str, Any]:
     """The run-config values the neural model ``model`` implies where a run leaves them unset

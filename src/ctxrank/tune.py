@@ -663,7 +663,7 @@ def write_report(
     files = ["trials.csv"]
     best = _best(study)
     if best is not None:  # read back from the storage: the best trial may be another process's
-        result.best = RunConfig.from_dict(best.user_attrs["config"])
+        result.best = RunConfig.from_saved(best.user_attrs["config"])
         toml = _best_toml(study, best, metric, describe)
         atomic_write(out / "best.toml", lambda tmp: tmp.write_text(toml))
         files.append("best.toml")

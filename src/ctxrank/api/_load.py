@@ -37,7 +37,7 @@ def load(path: str | Path) -> Any:
     saved = meta.get("run_config")
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: the model directory records no run config; it cannot become an estimator")
-    config = RunConfig.from_dict(saved)
+    config = RunConfig.from_saved(saved)
     api = meta.get("api") or {}
     est = _estimator(config, api)
     history = _history(path)

@@ -278,7 +278,7 @@ def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple
     run_file = directory / RESUME_DIR / RUN_FILE
     try:
         saved = TrainOptions.from_record(dict(record["options"]))
-        config = RunConfig.from_dict(record["config"])
+        config = RunConfig.from_saved(record["config"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{run_file}: malformed run record ({exc!r})") from None
     now, then, defaults = given.to_record(), saved.to_record(), TrainOptions().to_record()

@@ -93,7 +93,14 @@ from ctxrank._checks import (
     check_seed,
 )
 from ctxrank._overrides import Override, parse_override
-from ctxrank.config import INITIAL_RANKERS, RunConfig, apply_overrides, load_toml, train_keys_read
+from ctxrank.config import (
+    INITIAL_RANKERS,
+    RunConfig,
+    apply_overrides,
+    load_toml,
+    train_keys_read,
+    with_read_train_keys,
+)
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
 from ctxrank.data.sources import tabular
@@ -501,7 +508,7 @@ class ExperimentSpec:
         stored = record.get("spec", {}).get("models") if isinstance(record.get("spec"), Mapping) else None
         if not isinstance(stored, Mapping) or set(stored) != set(self.models):
             return False
-        unread = {m: _without_unread_train(t) for m, t in stored.items()}
+        unread = {m: with_read_train_keys(t)[0] if isinstance(t, Mapping) else t for m, t in stored.items()}
         if unread != self.to_dict()["models"]:
             return False
         return dataclasses.replace(self, models=stored).fingerprint() == record.get("fingerprint")
@@ -665,17 +672,6 @@ def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapp
     if reads is None:
         return defaults
     return {**defaults, "train": {k: v for k, v in train.items() if k in reads}}
-
-
-def _without_unread_train(table: Any) -> Any:
-    """A stored model table less the ``[train]`` keys its model's fit does not read."""
-    if not isinstance(table, Mapping) or not isinstance(table.get("model"), str):
-        return table
-    reads = train_keys_read(table["model"], residual=_mapping(table.get("rerank")).get("residual") is True)
-    train = table.get("train")
-    if reads is None or not isinstance(train, Mapping):
-        return table
-    return {**table, "train": {k: v for k, v in train.items() if k in reads}}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

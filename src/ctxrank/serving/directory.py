@@ -67,7 +67,7 @@ class DirectoryRanker:
         self.categorical_cardinalities = tuple(int(c) for c in layout.get("categorical_cardinalities") or ())
         vocab = ((layout.get("table") or {}).get("encoder") or {}).get("vocab") or {}
         self.categorical_vocab = {c: [str(v) for v in vocab.get(c, [])] for c in self.categorical_names}
-        config = RunConfig.from_dict(meta["run_config"])
+        config = RunConfig.from_saved(meta["run_config"])
         probe = RankingData.from_arrays(np.full((1, 1), np.nan), qid=[0], allow_missing=True)
         self.allow_missing = missing_problem(config, probe) is None
         self.model_name = config.model

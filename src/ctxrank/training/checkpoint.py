@@ -266,7 +266,7 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
         raise ValueError(f"{where}: 'categorical_cardinalities' must be a list, got {short(cards)}")
     cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
     try:
-        config = RunConfig.from_dict(meta_dict(meta, "run_config", where))
+        config = RunConfig.from_saved(meta_dict(meta, "run_config", where))
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise ValueError(f"{where}: 'run_config': {_one_line(exc)}") from None
     transform = _transform(where, meta, n_features)
