@@ -79,7 +79,7 @@ def _model_section(name: str) -> list[str]:
         objective = f"objective: {entry.trains}"
     else:
         cls, meanings = entry, _meanings(entry.config_class)
-        reference = (inspect.getdoc(sys.modules[entry.__module__]) or "").splitlines()[0]
+        reference = entry.summary or (inspect.getdoc(sys.modules[entry.__module__]) or "").splitlines()[0]
         loss = entry.own_objective or entry.default_loss
         objective = f"default loss: `{loss}`" + (" (its own objective)" if entry.own_objective else "")
         config = RunConfig(model=name)

@@ -129,6 +129,9 @@ class RankingModule(nn.Module):
     #: every entrance, and the estimators' defaults): ``"transform"`` and ``"train.<field>"`` keys, e.g.
     #: DASALC's ``{"transform": "log1p-zscore", "train.input_noise": 1.5}``
     run_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: one line for docs/models.md where the model's module docstring describes another model too
+    #: (empty: that docstring's first line)
+    summary: ClassVar[str] = ""
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()

@@ -75,6 +75,7 @@ class MLPScorer(RankingModule):
     """s_i = MLP(x_i): (B, L, F) -> (B, L)."""
 
     name = "mlp"
+    summary = "MLP: a feed-forward network scoring each item independently (no list context)."
     config_class = MLPConfig
     default_loss = "listnet"
     scores_alone = True  # s_i = MLP(x_i)
@@ -103,6 +104,10 @@ class ListNet(MLPScorer):
     """ListNet (Cao et al. 2007): a linear scorer trained with the top-one probability cross entropy."""
 
     name = "listnet"
+    summary = (
+        "ListNet (Cao, Qin, Liu, Tsai, Li; ICML 2007): a linear scorer trained with the top-one "
+        "probability cross entropy."
+    )
     config_class = ListNetConfig
     default_loss = "listnet"
 
@@ -169,6 +174,9 @@ class MultinomialLogit(RankingModule):
     """
 
     name = "mnl"
+    summary = (
+        "MNL: the multinomial (conditional) logit (McFadden 1974), fitted to its maximum likelihood."
+    )
     config_class = MNLConfig
     default_loss = "listnet"
     scores_alone = True  # the utility v_j of an alternative is its own
