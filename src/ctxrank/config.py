@@ -280,22 +280,7 @@ class RunConfig:
                 "lower train.seed"
             )
         if isinstance(entry, Baseline):
-            baseline = entry
-            # a saved config records loss_name (e.g. "lambdarank"): that one is accepted
-            if self.loss and self.loss != baseline.objective(self.model_params):
-                raise ValueError(f"loss: {self.model} trains {baseline.trains}; --loss does not apply")
-            if self.loss_params:
-                raise ValueError(
-                    f"loss_params: {self.model} trains {baseline.trains}; loss_params do not apply"
-                )
-            if self.rerank.initial:
-                raise ValueError(
-                    f"rerank.initial: {self.model} is a baseline that ranks whole lists"
-                    + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
-                    + "; re-ranking an initial ranker's top k applies to the neural models"
-                )
-            _check_baseline_train(self.model, self.train)
-            baseline.build(self.model_params, self.train)  # bad model_params fail before data is read
+            self._check_baseline(entry)
             return
         own = entry.own_objective
         if own and self.rerank.residual:
@@ -308,20 +293,7 @@ class RunConfig:
         # a model's params must build its config dataclass (unknown keys and bad values raise here)
         entry.make_config(self.model_params)
         if self.fits_by_maximum_likelihood:
-            _check_unread_train(
-                self.train,
-                FULL_BATCH_TRAIN_KEYS,
-                f"{self.model} is fitted to its maximum likelihood (full batch, SciPy)",
-                "its own settings are model_params: l2, solver, max_iter, gtol",
-            )
-            implied = getattr(entry, "default_loss_params", {})  # what a saved config records
-            if self.loss not in ("", entry.default_loss) or any(
-                k not in implied or implied[k] != v for k, v in self.loss_params.items()
-            ):
-                raise ValueError(
-                    f"loss: {self.model} is fitted to its maximum likelihood (no loss); loss and loss_params "
-                    "apply only when SGD trains it (rerank.residual = true)"
-                )
+            self._check_maximum_likelihood(entry)
         if self.rerank.initial:  # the initial ranker's parameters fail before data is read, too
             try:
                 get_model(self.rerank.initial).build(self.rerank.initial_params, self.train)
@@ -344,6 +316,40 @@ class RunConfig:
                 )
             if is_int(value):  # the loss checks its own ranges when called; no integer overflows first
                 check_int(f"loss_params.{key}", value, -MAX_INT - 1)
+
+    def _check_baseline(self, baseline: Baseline) -> None:
+        """A baseline's run: no loss (but the one a saved config records), no initial ranker, only the
+        ``[train]`` keys it reads, and ``model_params`` it builds with (before data is read)."""
+        if self.loss and self.loss != baseline.objective(self.model_params):
+            raise ValueError(f"loss: {self.model} trains {baseline.trains}; --loss does not apply")
+        if self.loss_params:
+            raise ValueError(f"loss_params: {self.model} trains {baseline.trains}; loss_params do not apply")
+        if self.rerank.initial:
+            raise ValueError(
+                f"rerank.initial: {self.model} is a baseline that ranks whole lists"
+                + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
+                + "; re-ranking an initial ranker's top k applies to the neural models"
+            )
+        _check_baseline_train(self.model, self.train)
+        baseline.build(self.model_params, self.train)
+
+    def _check_maximum_likelihood(self, entry: Any) -> None:
+        """A maximum-likelihood fit (``mnl``): only the ``[train]`` keys it reads, and no loss but the
+        default one a saved config records."""
+        _check_unread_train(
+            self.train,
+            FULL_BATCH_TRAIN_KEYS,
+            f"{self.model} is fitted to its maximum likelihood (full batch, SciPy)",
+            "its own settings are model_params: l2, solver, max_iter, gtol",
+        )
+        implied = getattr(entry, "default_loss_params", {})
+        if self.loss not in ("", entry.default_loss) or any(
+            k not in implied or implied[k] != v for k, v in self.loss_params.items()
+        ):
+            raise ValueError(
+                f"loss: {self.model} is fitted to its maximum likelihood (no loss); loss and loss_params "
+                "apply only when SGD trains it (rerank.residual = true)"
+            )
 
     @property
     def loss_name(self) -> str:
