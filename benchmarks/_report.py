@@ -5,6 +5,16 @@ from __future__ import annotations
 import json
 
 
+def publish_blocks(page, block, text_of) -> bool:
+    """Rewrite each block of ``page`` (a ``pathlib.Path``) matched by the regex ``block`` (groups: opening
+    line, its argument, content, closing line) with ``text_of(argument)``; whether anything changed."""
+    text = page.read_text()
+    new = block.sub(lambda m: m.group(1) + text_of(m.group(2)) + m.group(4), text)
+    if new != text:
+        page.write_text(new)
+    return new != text
+
+
 def emit_json(blob: dict, path: str | None = None, *, echo: bool = True) -> None:
     """Print ``blob`` as a fenced JSON block (``echo``) and write it to ``path`` when given.
 

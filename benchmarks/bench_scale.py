@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 from _common import _proc_status_mib, _reset_peak_rss, add_common_args, maxrss_mib, run_case
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import emit_json, machine_info, machine_line, markdown_table, publish_blocks
 
 WEB30K_QUERIES = 31_531  # MSLR-WEB30K: queries of the five folds (each fold: 3/5 train, 1/5 valid, 1/5 test)
 N_FEATURES = 136
@@ -292,11 +292,7 @@ def block_text(names: str) -> str:
 
 def publish(page: Path) -> bool:
     """Rewrite ``page``'s bench-scale blocks from their files; whether anything changed."""
-    text = page.read_text()
-    new = BLOCK.sub(lambda m: m.group(1) + block_text(m.group(2)) + m.group(4), text)
-    if new != text:
-        page.write_text(new)
-    return new != text
+    return publish_blocks(page, BLOCK, block_text)
 
 
 def _malloc_note(run: dict) -> str:

@@ -20,6 +20,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from _report import publish_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "evidence" / "bench-gpu"
 BLOCK = re.compile(r"(<!-- bench-gpu: ([^>]*?) -->\n)(.*?)(<!-- /bench-gpu -->)", re.S)
@@ -45,13 +47,14 @@ def tests_of(run: Path) -> dict:
 
 def load(name: str) -> dict:
     run = EVIDENCE / name
+    attn = json.loads((run / "attn_step_cuda.json").read_text())
     return {
         "name": name,
         "run": json.loads((run / "run.json").read_text()),
         "tests": tests_of(run),
-        "attn": json.loads((run / "attn_step_cuda.json").read_text()),
+        "attn": attn,
         "throughput": json.loads((run / "train_throughput_cuda.json").read_text())["models"],
-        "machine": json.loads((run / "attn_step_cuda.json").read_text())["machine"],
+        "machine": attn["machine"],
     }
 
 
@@ -123,11 +126,7 @@ def block_text(names: str) -> str:
 
 def publish(page: Path) -> bool:
     """Rewrite ``page``'s bench-gpu blocks from their runs; whether anything changed."""
-    text = page.read_text()
-    new = BLOCK.sub(lambda m: m.group(1) + block_text(m.group(2)) + m.group(4), text)
-    if new != text:
-        page.write_text(new)
-    return new != text
+    return publish_blocks(page, BLOCK, block_text)
 
 
 def store(outdir: Path, name: str, commit: str, tree_note: str, command: str) -> Path:

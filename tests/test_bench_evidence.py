@@ -19,18 +19,25 @@ import gpu_evidence
 PAGES = sorted((REPO / "docs").glob("*.md"))
 
 
-def _blocks():
-    return [(page, m) for page in PAGES for m in bench_scale.BLOCK.finditer(page.read_text())]
+def _blocks(module=bench_scale):
+    """``(page, match)`` of every block of ``module.BLOCK`` (bench_scale's or gpu_evidence's) in docs/."""
+    return [(page, m) for page in PAGES for m in module.BLOCK.finditer(page.read_text())]
+
+
+def _assert_blocks_are_current(module, script: str) -> list:
+    """Every block of ``module`` is ``module.block_text`` of what it names; returns the blocks."""
+    blocks = _blocks(module)
+    assert blocks, f"docs/benchmarks.md shows the runs that {script} stores"
+    for page, m in blocks:
+        assert m.group(3) == module.block_text(m.group(2)), (
+            f"{page.name}: the block of {m.group(2)} differs from its stored runs; run "
+            f"`python benchmarks/{script} --publish`"
+        )
+    return blocks
 
 
 def test_every_bench_scale_block_is_what_its_stored_runs_report():
-    blocks = _blocks()
-    assert blocks, "docs/benchmarks.md states the full-size run from evidence/bench/"
-    for page, m in blocks:
-        assert m.group(3) == bench_scale.block_text(m.group(2)), (
-            f"{page.name}: the bench-scale block of {m.group(2)} differs from its files; run "
-            "`python benchmarks/bench_scale.py --publish`"
-        )
+    _assert_blocks_are_current(bench_scale, "bench_scale.py")
 
 
 def test_every_stored_benchmark_run_backs_a_block_and_is_complete():
@@ -61,18 +68,8 @@ def test_a_block_naming_a_missing_file_fails():
 
 # ---------------------------------------------------------------------- GPU runs (evidence/bench-gpu/)
 
-def _gpu_blocks():
-    return [(page, m) for page in PAGES for m in gpu_evidence.BLOCK.finditer(page.read_text())]
-
-
 def test_every_bench_gpu_block_is_what_its_stored_runs_give_and_every_run_is_shown():
-    blocks = _gpu_blocks()
-    assert blocks, "docs/benchmarks.md shows the GPU runs of evidence/bench-gpu/"
-    for page, m in blocks:
-        assert m.group(3) == gpu_evidence.block_text(m.group(2)), (
-            f"{page.name}: the bench-gpu block of {m.group(2)} differs from its runs; run "
-            "`python benchmarks/gpu_evidence.py --publish`"
-        )
+    blocks = _assert_blocks_are_current(gpu_evidence, "gpu_evidence.py")
     named = {name for _, m in blocks for name in m.group(2).split()}
     stored = {p.name for p in gpu_evidence.EVIDENCE.iterdir() if p.is_dir()}
     assert named == stored

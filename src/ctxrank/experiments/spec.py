@@ -98,7 +98,6 @@ from ctxrank.config import (
     RunConfig,
     apply_overrides,
     load_toml,
-    train_keys_read,
     with_read_train_keys,
 )
 from ctxrank.data.lists import DEFAULT_TOP_K
@@ -668,10 +667,8 @@ def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapp
     if not isinstance(train, Mapping) or not isinstance(model, str):
         return defaults
     rerank = {**_mapping(defaults.get("rerank")), **_mapping(table.get("rerank"))}
-    reads = train_keys_read(model, residual=rerank.get("residual") is True)
-    if reads is None:
-        return defaults
-    return {**defaults, "train": {k: v for k, v in train.items() if k in reads}}
+    read, reads = with_read_train_keys({"model": model, "rerank": rerank, "train": train})
+    return defaults if reads is None else {**defaults, "train": read["train"]}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
