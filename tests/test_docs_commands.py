@@ -522,6 +522,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --threads 1 --shard 1/2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2 --threads 1 --shard 2/2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2 --report-only": Run(smoke("qilcm-table2")),
+    "ctxrank experiment qilcm-table2 --report-only --evidence evidence/qilcm-table2": Run(
+        smoke("qilcm-table2")
+    ),
+    "ctxrank experiment qilcm-table2 --out results/qilcm-table2-b --resume-from evidence/qilcm-table2 "
+    "--evidence evidence/qilcm-table2": Run(smoke("qilcm-table2"), check=contains("resumed from")),
     "ctxrank experiment qilcm-table2 --threads 2 --shard auto --no-progress": Run(
         smoke("qilcm-table2"), patch=slurm_array_task(1, 10)
     ),

@@ -160,3 +160,54 @@ def test_report_correction_is_the_same_override_on_the_stored_spec(evidence, tmp
     res = json.loads((tmp_path / "none" / "results.json").read_text())
     stored = json.loads((tmp_path / "none" / "experiment.json").read_text())
     assert res["test"]["correction"] == stored["spec"]["report"]["correction"] == "none"
+
+
+# ------------------------------------------------------------------------ resuming from evidence
+TUNED = sorted(p.parent.name for p in (REPO / "evidence").glob("*/trials.csv.gz"))
+
+
+def _contents(path):
+    return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(name, tmp_path):
+    """``--resume-from``: the runs and the studies' trials restored from a published tuned experiment's
+    evidence give back every file of that evidence (the same contents), and a second resume restores
+    nothing."""
+    from ctxrank.experiments.evidence import EVIDENCE_FILES, resume_from_evidence, write_evidence
+    from ctxrank.experiments.store import RunStore
+
+    ev = REPO / "evidence" / name
+    spec = spec_from_record(json.loads((ev / "spec.json").read_text()))
+    store = RunStore(tmp_path / "out")
+    store.claim(spec)
+    restored, kept = resume_from_evidence(spec, store, ev)
+    assert restored > 0 and kept == 0
+    write_evidence(spec, store, tmp_path / "again")
+    for file in EVIDENCE_FILES:
+        assert (ev / file).exists() == (tmp_path / "again" / file).exists(), file
+        if (ev / file).exists():
+            assert _contents(tmp_path / "again" / file) == _contents(ev / file), file
+    assert resume_from_evidence(spec, store, ev) == (0, restored)
+
+
+def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):
+    """A run record of the evidence names where its study is; anything but the runner's own place (a
+    path out of the experiment directory) is refused before any file is written."""
+    from ctxrank.experiments.evidence import resume_from_evidence
+    from ctxrank.experiments.store import RunStore
+
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    for file in (REPO / "evidence" / TUNED[0]).iterdir():
+        (ev / file.name).write_bytes(file.read_bytes())
+    meta = json.loads(gzip.decompress((ev / "runs.json.gz").read_bytes()))
+    meta[-1]["tune"]["dir"] = "../../escaped"
+    (ev / "runs.json.gz").write_bytes(gzip.compress(json.dumps(meta).encode()))
+    spec = spec_from_record(json.loads((ev / "spec.json").read_text()))
+    store = RunStore(tmp_path / "out")
+    store.claim(spec)
+    with pytest.raises(ValueError, match=r"records its study in '\.\./\.\./escaped'"):
+        resume_from_evidence(spec, store, ev)
+    assert not store.has_results() and not (tmp_path / "escaped").exists()

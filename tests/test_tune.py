@@ -600,6 +600,54 @@ def test_runs_copied_with_their_studies_are_reused_and_without_them_refused_befo
     assert (tmp_path / "evidence" / "trials.csv.gz").is_file()
 
 
+def test_an_experiment_resumes_from_its_partial_evidence_in_a_new_directory(
+    letor, tmp_path, monkeypatch, capsys
+):
+    """``--resume-from EVIDENCE``: an experiment whose evidence was kept part-way (one shard of two) and
+    whose run store is gone continues in a new ``--out``: the evidence's runs and their studies' trials
+    are restored, only the other runs are tuned and trained, and the final evidence equals that of an
+    uninterrupted experiment (every per-query value; every trial, less its seconds)."""
+    import shutil
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    import ctxrank.tune as tuning
+
+    path = tmp_path / "spec.toml"
+    path.write_text(_spec_text(letor / "train.txt", "[tune]\ntrials = 2\nseed = 3\n"))
+
+    def run(out, *extra):
+        argv = ["experiment", str(path), "--out", str(tmp_path / out), "--runs", "2", "--no-progress"]
+        return main([*argv, *extra])
+
+    assert run("whole", "--evidence", str(tmp_path / "whole-ev")) == 0
+    part = str(tmp_path / "part-ev")
+    assert run("first", "--shard", "1/2", "--evidence", part) == 0
+    shutil.rmtree(tmp_path / "first")  # the session ended: only the evidence was kept
+    trained = []
+    real_run = tuning.run_training
+    monkeypatch.setattr(tuning, "run_training", lambda *a, **k: trained.append(1) or real_run(*a, **k))
+    capsys.readouterr()
+    assert run("second", "--resume-from", part, "--evidence", part) == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert len(trained) == 4  # seed 1's two studies of 2 trials; seed 0 was restored
+    whole, resumed = (pq.read_table(tmp_path / d / "runs.parquet") for d in ("whole-ev", "part-ev"))
+    assert resumed.equals(whole)
+    trials = [pd.read_csv(tmp_path / d / "trials.csv.gz") for d in ("whole-ev", "part-ev")]
+    trials = [t.drop(columns="seconds") for t in trials]
+    pd.testing.assert_frame_equal(trials[1], trials[0])
+    trained.clear()
+    assert run("second", "--resume-from", part) == 0 and trained == []  # nothing left to run or restore
+    assert run("third", "--resume-from", str(tmp_path / "whole")) == 2  # a run store, not evidence
+    assert "not an evidence directory" in capsys.readouterr().err
+    other = tmp_path / "other.toml"
+    other.write_text(path.read_text().replace('model = "listnet"', 'model = "mlp"'))
+    argv = ["experiment", str(other), "--out", str(tmp_path / "fourth"), "--resume-from", part]
+    assert main([*argv, "--no-progress"]) == 2
+    assert "the evidence of another experiment" in capsys.readouterr().err and trained == []
+
+
 def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(letor, tmp_path, monkeypatch):
     """``[tune] ensemble = k``: the trials are single models (a finished study is reused as it is), the
     chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score."""

@@ -36,7 +36,7 @@ from ctxrank.data.registry import load_fold
 from ctxrank.data.summary import data_summary
 from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
-from ctxrank.experiments.evidence import check_evidence, rebuild_report, write_evidence
+from ctxrank.experiments.evidence import check_evidence, rebuild_report, resume_from_evidence, write_evidence
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
@@ -82,6 +82,7 @@ def experiment(
     overrides: Sequence[tuple[str, Any] | str] = (),
     correction: str | None = None,
     evidence: str | None = None,
+    resume_from: str | None = None,
     report_only: bool = False,
     progress: bool = True,
     overwrite: bool = False,
@@ -94,7 +95,9 @@ def experiment(
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
     ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
     (None: the spec's ``report.correction``) corrects the p-values of the report's family; ``evidence``:
-    a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`); ``jobs``:
+    a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`);
+    ``resume_from``: an evidence directory of this experiment whose runs (and their tuning trials) are
+    restored into the directory first, the runs it lacks being run (:func:`_resume`); ``jobs``:
     local worker processes (the numbers do not depend on it); ``tracking``: log the experiment as one run
     (the spec's parameters, every stored run's mean test metrics, the report and the evidence:
     :func:`_log_experiment`).
@@ -118,12 +121,14 @@ def experiment(
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
         where = Path(out_dir)
-    if report_only and not (where / "experiment.json").is_file():
+    if report_only and resume_from is None and not (where / "experiment.json").is_file():
         raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
     parsed = parse_shard(shard)
     if tracking is not None:
         tracking.check()  # the package and the place, before any run
     with lock_directory(where, key=loaded.fingerprint(), what="experiment"):
+        if resume_from is not None:
+            _resume(loaded, where, resume_from, overwrite)
         if evidence is not None:  # what the evidence needs, before any run
             check_evidence(loaded, RunStore(where), evidence)
         tracked = _tracked_experiment(tracking, loaded, where)
@@ -139,6 +144,16 @@ def experiment(
             if tracked is not None:
                 _log_experiment(RunLog(tracked), loaded, store, where, evidence)
     return 0
+
+
+def _resume(spec: Any, where: Path, evidence: str, overwrite: bool) -> None:
+    """``--resume-from EVIDENCE``: claim ``where`` for ``spec`` and restore the runs of the evidence
+    that it does not hold (:func:`ctxrank.experiments.evidence.resume_from_evidence`)."""
+    claim_output_dir(where, overwrite=overwrite, what="experiment", ours=(SPEC_FILE,), keep=REUSED_ENTRIES)
+    store = RunStore(where)
+    store.claim(spec)
+    restored, kept = resume_from_evidence(spec, store, evidence)
+    _say(f"resumed from {evidence}: {restored} run(s) restored into {where}, {kept} already there")
 
 
 def _tracked_experiment(tracking: Tracking | None, spec: Any, where: Path) -> TrackedRun | None:
@@ -390,12 +405,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     add_jobs(p, 1)
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
-    p.add_argument(
-        "--evidence",
-        metavar="DIR",
-        help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
-        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it",
-    )
+    add_evidence_options(p)
     add_correction(
         p, "over the report table's family, the target against every baseline on every metric; default: "
         "the spec's report.correction, holm"
@@ -420,6 +430,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             overrides=a.overrides,
             correction=a.correction,
             evidence=a.evidence,
+            resume_from=a.resume_from,
             report_only=a.report_only,
             progress=not a.no_progress,
             overwrite=a.overwrite,
@@ -444,6 +455,23 @@ QUICK_FLAGS = {
 EXPERIMENT_FLAGS = {
     "--out": "out", "--runs": "runs", "--set": "overrides", "--no-progress": "no_progress", "--jobs": "jobs"
 }  # fmt: skip
+
+
+def add_evidence_options(p: Any) -> None:
+    """``--evidence DIR`` (write it) and ``--resume-from EVIDENCE`` (continue from it)."""
+    p.add_argument(
+        "--evidence",
+        metavar="DIR",
+        help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
+        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it",
+    )
+    p.add_argument(
+        "--resume-from",
+        metavar="EVIDENCE",
+        help="first restore into --out the runs stored in this experiment's evidence directory (with their "
+        "tuning trials) that --out does not hold, then run the others: an experiment whose evidence was "
+        "kept part-way (--report-only --evidence DIR) continues in a new directory or on another machine",
+    )
 
 
 def add_jobs(p: Any, default: int) -> None:

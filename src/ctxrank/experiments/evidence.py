@@ -53,6 +53,7 @@ __all__ = [
     "read_evidence",
     "rebuild_report",
     "restore_runs",
+    "resume_from_evidence",
     "spec_from_record",
     "write_evidence",
 ]
@@ -178,6 +179,83 @@ def restore_runs(
     return spec, store
 
 
+def resume_from_evidence(spec: ExperimentSpec, store: RunStore, path: str | Path) -> tuple[int, int]:
+    """Write into ``store`` (claimed by ``spec``) every run of ``spec`` that the evidence at ``path``
+    holds and ``store`` does not, with its unit and, for a tuned run, its study's ``trials.csv`` (so that
+    the evidence written later holds its trials again): an experiment whose evidence was kept part-way
+    (``--report-only --evidence``) continues in a new run store, on another machine or in another
+    session. Returns ``(restored, already stored)``.
+
+    Raises:
+        ValueError: ``path`` holds another experiment's evidence, or a tuned run without its trials.
+    """
+    path = Path(path)
+    if not (path / SPEC).is_file():
+        raise ValueError(f"--resume-from {path}: not an evidence directory (no {SPEC})")
+    if not spec.matches_record(_read_json(path / SPEC)):
+        raise ValueError(
+            f"--resume-from {path}: the evidence of another experiment (other data, models or protocol)"
+        )
+    _, runs, units = read_evidence(path)
+    keys = set(spec.run_keys())
+    wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
+    runs = [r for r in runs if (r["model"], r["seed"], r["fold"]) in wanted]
+    missing = [r for r in runs if not store.has_run(r["model"], r["seed"], r["fold"])]
+    trials = _study_trials(path, missing)
+    for unit in units:
+        seed, fold = unit.pop("seed"), unit.pop("fold")
+        if (seed, fold) in keys and not store.has_unit(seed, fold):
+            store.save_unit(seed, fold, unit)
+    for run in missing:  # the study first: a run file stands for a finished run with its trials
+        key = (run["model"], run["seed"], run["fold"])
+        if key in trials:
+            text = trials[key].to_csv(index=False)
+            study = store.root / _study_dir(*key)
+            study.mkdir(parents=True, exist_ok=True)
+            atomic_write(study / "trials.csv", lambda tmp, text=text: tmp.write_text(text))
+        store.save_run(run)
+    return len(missing), len(runs) - len(missing)
+
+
+def _study_dir(model: str, seed: int, fold: int) -> str:
+    """Where the runner keeps the tuning study of a run, relative to the experiment directory."""
+    return f"tune/{model}/seed{seed}-fold{fold}"
+
+
+def _study_trials(path: Path, runs: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:
+    """The ``trials.csv`` of every tuned run of ``runs`` as its study wrote it (the evidence's rows of
+    that run, less the run's key and ``chosen``, and less the other studies' hyperparameters)."""
+    tuned = [r for r in runs if isinstance(r.get("tune"), dict)]
+    if not tuned:
+        return {}
+    for r in tuned:
+        if r["tune"].get("dir") != _study_dir(r["model"], r["seed"], r["fold"]):
+            raise ValueError(
+                f"{path / RUN_META}: run {r['model']} seed {r['seed']} fold {r['fold']} records its study in "
+                f"{r['tune'].get('dir')!r}, not {_study_dir(r['model'], r['seed'], r['fold'])!r}"
+            )
+    if not (path / TRIALS).is_file():
+        raise ValueError(f"{path}: no {TRIALS}, but its runs were tuned: their trials are missing")
+    try:
+        frame = pd.read_csv(path / TRIALS)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(f"{path / TRIALS}: unreadable evidence file ({exc})") from None
+    first = ["trial", "state", "value", "epochs", "seconds"]
+    need = ["model", "seed", "fold", "chosen", *first]
+    if any(c not in frame.columns for c in need):
+        raise ValueError(f"{path / TRIALS}: needs the columns {need}, has {list(frame.columns)}")
+    out = {}
+    for r in tuned:
+        key = (r["model"], r["seed"], r["fold"])
+        rows = frame[(frame["model"] == key[0]) & (frame["seed"] == key[1]) & (frame["fold"] == key[2])]
+        if rows.empty:
+            run = f"{key[0]} seed {key[1]} fold {key[2]}"
+            raise ValueError(f"{path / TRIALS}: no trial of the tuned run {run}")
+        params = sorted(c for c in frame.columns if c not in need and rows[c].notna().any())
+        out[key] = rows[first + params]
+    return out
+
+
 def rebuild_report(path: str | Path, out: str | Path, *, correction: str | None = None) -> dict[str, Any]:
     """The report of the evidence at ``path`` (``results.json``, ``table.md``, ``table.csv``, figures)
     written to ``out`` (:func:`restore_runs` puts the run files there), training nothing;
@@ -278,7 +356,7 @@ def _trials(store: RunStore, runs: list[dict[str, Any]]) -> Any:
 
 def _write_csv_gz(path: Path, frame: Any) -> None:
     """``frame`` as gzipped CSV with no time stamp in the gzip header (the same trials, the same bytes)."""
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
         f.write(frame.to_csv(index=False).encode())
 
 
