@@ -175,7 +175,12 @@ def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(n
     """``--resume-from``: the runs and the studies' trials restored from a published tuned experiment's
     evidence give back every file of that evidence (the same contents), and a second resume restores
     nothing."""
-    from ctxrank.experiments.evidence import EVIDENCE_FILES, resume_from_evidence, write_evidence
+    from ctxrank.experiments.evidence import (
+        EVIDENCE_FILES,
+        restore_runs,
+        resume_from_evidence,
+        write_evidence,
+    )
     from ctxrank.experiments.store import RunStore
 
     ev = REPO / "evidence" / name
@@ -190,6 +195,11 @@ def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(n
         if (ev / file).exists():
             assert _contents(tmp_path / "again" / file) == _contents(ev / file), file
     assert resume_from_evidence(spec, store, ev) == (0, restored)
+    _, again = restore_runs(ev, tmp_path / "report")  # `ctxrank report EVIDENCE --out DIR`: the same store
+    roots = (store.root, again.root)
+    studies = [sorted(p.relative_to(d) for p in d.glob("tune/*/*/trials.csv")) for d in roots]
+    assert studies[0] and studies[0] == studies[1]
+    assert all((store.root / s).read_bytes() == (again.root / s).read_bytes() for s in studies[0])
 
 
 def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):

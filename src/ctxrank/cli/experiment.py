@@ -498,7 +498,11 @@ def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("evidence", metavar="EVIDENCE", help="an evidence directory (e.g. evidence/demo)")
     p.add_argument(
-        "--out", metavar="DIR", help="keep results.json, table.md, table.csv and the figures in DIR"
+        "--out",
+        metavar="DIR",
+        help="keep results.json, table.md, table.csv and the figures in DIR, beside the restored run store "
+        "(runs/, units/, and each tuned run's study trials in tune/: copy them into another experiment's "
+        "--out to reuse its runs)",
     )
     add_correction(p, "override the spec's report.correction")
     p.set_defaults(run=lambda a: report(a.evidence, out_dir=a.out, correction=a.correction))

@@ -167,15 +167,13 @@ def restore_runs(
     path: str | Path, into: str | Path, overrides: Sequence[Override] = ()
 ) -> tuple[ExperimentSpec, RunStore]:
     """The evidence at ``path`` written back as a run store in ``into`` (a new or empty directory, or
-    one restored from the same evidence before): ``(spec, store)``, ready for ``build_report``; the
-    spec with ``overrides`` (:func:`spec_from_record`)."""
+    one restored from the same evidence before), the tuned runs' studies' ``trials.csv`` included:
+    ``(spec, store)``, ready for ``build_report`` (or for copying its runs, with their ``tune/``, into
+    another experiment); the spec with ``overrides`` (:func:`spec_from_record`)."""
     spec, runs, units = read_evidence(path, overrides)
     store = RunStore(into)
     store.claim(spec)
-    for run in runs:
-        store.save_run(run)
-    for unit in units:
-        store.save_unit(unit.pop("seed"), unit.pop("fold"), unit)
+    _restore(spec, store, Path(path), runs, units)
     return spec, store
 
 
@@ -197,6 +195,14 @@ def resume_from_evidence(spec: ExperimentSpec, store: RunStore, path: str | Path
             f"--resume-from {path}: the evidence of another experiment (other data, models or protocol)"
         )
     _, runs, units = read_evidence(path)
+    return _restore(spec, store, path, runs, units)
+
+
+def _restore(
+    spec: ExperimentSpec, store: RunStore, path: Path, runs: list[dict[str, Any]], units: list[dict[str, Any]]
+) -> tuple[int, int]:
+    """Write the ``runs`` and ``units`` of the evidence at ``path`` that ``spec`` has and ``store``
+    lacks, with the studies of the tuned ones: ``(restored, already stored)``."""
     keys = set(spec.run_keys())
     wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
     runs = [r for r in runs if (r["model"], r["seed"], r["fold"]) in wanted]
