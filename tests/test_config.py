@@ -415,8 +415,11 @@ def test_a_maximum_likelihood_fit_refuses_a_loss_and_the_train_keys_it_does_not_
             resolve_config(None, ["model=mnl", *over])
     saved = resolve_config(None, ["model=mnl", "loss=listnet", 'loss_params.label_transform="identity"'])
     assert saved.fits_by_maximum_likelihood  # what a saved mnl config records loads again
+    with pytest.raises(ValueError, match=r"ensemble = 3: mnl .* every member would be the same model"):
+        resolve_config(None, ["model=mnl", "ensemble=3"])
     residual = ["model=mnl", "rerank.initial=lambdamart", "rerank.residual=true", "loss=lambdaloss"]
     assert resolve_config(None, [*residual, "train.lr=0.1"]).train.lr == 0.1  # SGD: every key applies
+    assert resolve_config(None, [*residual, "ensemble=3"]).ensemble == 3
 
 
 def test_a_model_saved_with_options_now_refused_still_loads_and_predicts_the_same(tmp_path):
@@ -433,7 +436,7 @@ def test_a_model_saved_with_options_now_refused_still_loads_and_predicts_the_sam
 
     train, valid = make_ranking_data(20, seed=1), make_ranking_data(8, seed=2)
     for name, recorded in (
-        ("mnl", {"loss": "lambdaloss", "train": {"lr": 0.5, "max_epochs": 3}}),
+        ("mnl", {"loss": "lambdaloss", "train": {"lr": 0.5, "max_epochs": 3}, "ensemble": 2}),
         ("listnet", {"rerank": {"top_k": 5, "crossfit": 3}}),
     ):
         out = tmp_path / name

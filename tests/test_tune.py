@@ -650,17 +650,22 @@ def test_an_experiment_resumes_from_its_partial_evidence_in_a_new_directory(
 
 def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(letor, tmp_path, monkeypatch):
     """``[tune] ensemble = k``: the trials are single models (a finished study is reused as it is), the
-    chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score."""
+    chosen configuration is trained k times (seeds s..s+k-1) and tested once as their mean score; the
+    conditional logit's maximum-likelihood fit does not depend on the seed and stays one model."""
     import shutil
 
     import ctxrank.experiments.runner as runner
     from ctxrank.experiments import load_spec, run_experiment
     from ctxrank.experiments.store import RunStore
 
-    path = _write(tmp_path / "spec.toml", _spec_text(letor / "train.txt", "[tune]\ntrials = 2\n"))
+    def text(tune):
+        mnl = '[models.mnl]\nmodel = "mnl"\n[report]'
+        return _spec_text(letor / "train.txt", tune).replace("[report]", mnl)
+
+    path = _write(tmp_path / "spec.toml", text("[tune]\ntrials = 2\n"))
     single = load_spec(path)
     run_experiment(single, tmp_path / "single", progress=False, log=lambda _: None)
-    path.write_text(_spec_text(letor / "train.txt", "[tune]\ntrials = 2\nensemble = 3\n"))
+    path.write_text(text("[tune]\ntrials = 2\nensemble = 3\n"))
     spec = load_spec(path)
     assert spec.tune is not None and spec.tune.ensemble == 3
     assert spec.fingerprint() != single.fingerprint()
@@ -676,7 +681,9 @@ def test_experiment_tune_ensemble_trains_the_chosen_config_as_a_seed_ensemble(le
 
     monkeypatch.setattr(runner, "run_training", spy_run)
     store = run_experiment(spec, tmp_path / "ens", progress=False, log=lambda _: None)
-    assert [c.ensemble for c in final] == [3, 3]  # one test training per model, as an ensemble
+    assert [(c.model, c.ensemble) for c in final] == [("lambdamart", 3), ("listnet", 3), ("mnl", 1)]
+    alone = RunStore(tmp_path / "single").load_run("mnl", 0, 0)
+    assert store.load_run("mnl", 0, 0)["metrics"] == alone["metrics"]
     for model in ("lambdamart", "listnet"):
         one, ens = RunStore(tmp_path / "single").load_run(model, 0, 0), store.load_run(model, 0, 0)
         assert ens["tune"]["trials"] == 2 and ens["tune"]["best_trial"] == one["tune"]["best_trial"]

@@ -334,8 +334,14 @@ class RunConfig:
         baseline.build(self.model_params, self.train)
 
     def _check_maximum_likelihood(self, entry: Any) -> None:
-        """A maximum-likelihood fit (``mnl``): only the ``[train]`` keys it reads, and no loss but the
-        default one a saved config records."""
+        """A maximum-likelihood fit (``mnl``): only the ``[train]`` keys it reads, no loss but the
+        default one a saved config records, and no seed ensemble (the fit does not depend on the seed)."""
+        if self.ensemble > 1:
+            raise ValueError(
+                f"ensemble = {self.ensemble}: {self.model} is fitted to its maximum likelihood, which does "
+                "not depend on the seed: every member would be the same model; ensemble applies when SGD "
+                "trains it (rerank.residual = true)"
+            )
         _check_unread_train(
             self.train,
             FULL_BATCH_TRAIN_KEYS,
@@ -460,14 +466,15 @@ class RunConfig:
 def without_unread(d: Mapping[str, Any]) -> dict[str, Any]:
     """A run-config dict less what its run does not read: the ``[rerank]`` keys but ``initial`` and
     ``residual`` without ``rerank.initial``, the ``[train]`` keys its model's fit does not read
-    (:func:`train_keys_read`), and a maximum-likelihood fit's loss."""
+    (:func:`train_keys_read`), and a maximum-likelihood fit's loss and ensemble size (its members were
+    the same model)."""
     out, reads = with_read_train_keys(d)
     rerank = out.get("rerank")
     if isinstance(rerank, Mapping) and not rerank.get("initial"):
         out["rerank"] = {k: v for k, v in rerank.items() if k in ("initial", "residual")}
-    if reads is FULL_BATCH_TRAIN_KEYS:
-        out.pop("loss", None)
-        out.pop("loss_params", None)
+    if reads is FULL_BATCH_TRAIN_KEYS:  # saved before these were refused: its members are one model
+        for key in ("loss", "loss_params", "ensemble"):
+            out.pop(key, None)
     return out
 
 

@@ -346,7 +346,9 @@ def _tuned(
         "dir": str(where.relative_to(root)),
         "seed": spec.tune.seed,
     }
-    if spec.tune.ensemble > 1:  # the chosen configuration, as a seed ensemble (trials were single models)
+    # the chosen configuration, as a seed ensemble (trials were single models); a maximum-likelihood fit
+    # does not depend on the seed: it stays one model, the ensemble's scores
+    if spec.tune.ensemble > 1 and not result.best.fits_by_maximum_likelihood:
         return dataclasses.replace(result.best, ensemble=spec.tune.ensemble), record
     return result.best, record
 

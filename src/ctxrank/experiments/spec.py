@@ -406,7 +406,8 @@ class AnomalySpec:
 class TuneSpec:
     """``[tune]``: the trial budget per model per run, the sampler's seed, pruning (``ctxrank.tune``),
     and ``ensemble``: k > 1 trains each model's chosen configuration as a seed ensemble of k models for
-    the test (trials train single models, so the search costs the same; the recipe of docs/training.md)."""
+    the test (trials train single models, so the search costs the same; the recipe of docs/training.md);
+    a maximum-likelihood fit (``mnl``) does not depend on the seed and stays one model."""
 
     trials: int = 20
     seed: int = 0
