@@ -207,7 +207,7 @@ def _restore(
     wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
     runs = [r for r in runs if (r["model"], r["seed"], r["fold"]) in wanted]
     missing = [r for r in runs if not store.has_run(r["model"], r["seed"], r["fold"])]
-    trials = _study_trials(path, missing)
+    trials = _study_trials(path, store, missing)
     for unit in units:
         seed, fold = unit.pop("seed"), unit.pop("fold")
         if (seed, fold) in keys and not store.has_unit(seed, fold):
@@ -216,29 +216,25 @@ def _restore(
         key = (run["model"], run["seed"], run["fold"])
         if key in trials:
             text = trials[key].to_csv(index=False)
-            study = store.root / _study_dir(*key)
+            study = store.study_path(*key)
             study.mkdir(parents=True, exist_ok=True)
             atomic_write(study / "trials.csv", lambda tmp, text=text: tmp.write_text(text))
         store.save_run(run)
     return len(missing), len(runs) - len(missing)
 
 
-def _study_dir(model: str, seed: int, fold: int) -> str:
-    """Where the runner keeps the tuning study of a run, relative to the experiment directory."""
-    return f"tune/{model}/seed{seed}-fold{fold}"
-
-
-def _study_trials(path: Path, runs: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:
+def _study_trials(path: Path, store: RunStore, runs: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:
     """The ``trials.csv`` of every tuned run of ``runs`` as its study wrote it (the evidence's rows of
     that run, less the run's key and ``chosen``, and less the other studies' hyperparameters)."""
     tuned = [r for r in runs if isinstance(r.get("tune"), dict)]
     if not tuned:
         return {}
-    for r in tuned:
-        if r["tune"].get("dir") != _study_dir(r["model"], r["seed"], r["fold"]):
+    for r in tuned:  # where the runner keeps it, not a path out of the experiment directory
+        where = str(store.study_path(r["model"], r["seed"], r["fold"]).relative_to(store.root))
+        if r["tune"].get("dir") != where:
             raise ValueError(
                 f"{path / RUN_META}: run {r['model']} seed {r['seed']} fold {r['fold']} records its study in "
-                f"{r['tune'].get('dir')!r}, not {_study_dir(r['model'], r['seed'], r['fold'])!r}"
+                f"{r['tune'].get('dir')!r}, not {where!r}"
             )
     if not (path / TRIALS).is_file():
         raise ValueError(f"{path}: no {TRIALS}, but its runs were tuned: their trials are missing")

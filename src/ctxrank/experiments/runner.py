@@ -321,7 +321,7 @@ def _tuned(
     from ctxrank.tune import finished_trials, tune
 
     assert spec.tune is not None
-    where = root / "tune" / model / f"seed{seed}-fold{fold}"
+    where = RunStore(root).study_path(model, seed, fold)
     result = tune(
         spec.run_dict(model, seed),
         unit.train,

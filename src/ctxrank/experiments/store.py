@@ -5,6 +5,7 @@ Layout of ``OUT/``::
     experiment.json                   the specification and its fingerprint (checked on resume)
     runs/<model>/seed<S>-fold<F>.json one finished run: per-query test metrics, summary, config
     units/seed<S>-fold<F>.json        per-run data shared by the models (anomaly scores of test queries)
+    tune/<model>/seed<S>-fold<F>/     a tuned run's study (``[tune]``): trials.csv, best.toml, study.db
 
 A run file appears only when its run is complete (``ctxrank._io.atomic_write``: temporary file, fsync,
 rename), so an experiment killed at any point resumes with every finished run kept and no run counted
@@ -39,6 +40,11 @@ class RunStore:
 
     def unit_path(self, seed: int, fold: int) -> Path:
         return self.root / "units" / f"seed{seed}-fold{fold}.json"
+
+    def study_path(self, model: str, seed: int, fold: int) -> Path:
+        """The directory of a run's tuning study (``[tune]``), which its run file records relative to
+        the root."""
+        return self.root / "tune" / model / f"seed{seed}-fold{fold}"
 
     # ----------------------------------------------------------------- runs
     def has_run(self, model: str, seed: int, fold: int) -> bool:
