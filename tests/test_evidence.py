@@ -221,3 +221,60 @@ def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_p
     with pytest.raises(ValueError, match=r"records its study in '\.\./\.\./escaped'"):
         resume_from_evidence(spec, store, ev)
     assert not store.has_results() and not (tmp_path / "escaped").exists()
+
+
+def test_the_evidence_is_refreshed_while_runs_are_stored(evidence, tmp_path):
+    """``--evidence``: a thread rewrites the evidence from the run store as runs are stored (every
+    ``REFRESH_SECONDS``; here 10 ms), each write whole (under the directory's lock)."""
+    import time
+
+    from ctxrank._io import one_writer_at_a_time
+    from ctxrank.experiments.evidence import KeptEvidence
+    from ctxrank.experiments.store import RunStore
+
+    _, ev = evidence
+    spec, runs, _ = read_evidence(ev)
+    store = RunStore(tmp_path / "out")
+    store.claim(spec)
+    logs, kept = [], tmp_path / "kept"
+    with KeptEvidence(spec, store, kept, every=0.01, log=logs.append):
+        for n, run in enumerate(runs[:3], start=1):
+            store.save_run(run)
+            deadline = time.monotonic() + 30
+            while not (logs and logs[-1].endswith(f"refreshed ({n} runs)")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with one_writer_at_a_time(kept):
+                assert len(read_evidence(kept)[1]) == n, logs
+    assert all("refreshed" in line for line in logs) and len(logs) == 3  # only when runs were added
+
+
+def test_an_experiment_that_fails_part_way_keeps_the_evidence_of_its_stored_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """The runs end in an error: ``--evidence`` still holds every run stored before it, and the
+    experiment continues from it in a new directory (``--resume-from``), running only the others."""
+    import ctxrank.experiments.runner as runner
+
+    from .test_experiments import _letor_spec
+
+    spec = _letor_spec(tmp_path, runs=2)
+    real = runner._run_one
+    ran = []
+
+    def failing(spec, model, seed, *args, **kwargs):
+        ran.append((model, seed))
+        if seed == 1 and model == "listnet":
+            raise RuntimeError("the machine went away")
+        return real(spec, model, seed, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "_run_one", failing)
+    ev = str(tmp_path / "ev")
+    argv = ["experiment", str(spec), "--evidence", ev, "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 2
+    out, err = capsys.readouterr()
+    assert "the machine went away" in err and "runs stored before the error (4 runs)" in out
+    assert sorted((r["model"], r["seed"]) for r in read_evidence(ev)[1]) == sorted(ran[:-1])
+    monkeypatch.setattr(runner, "_run_one", real)
+    assert main([*argv, "--out", str(tmp_path / "b"), "--resume-from", ev]) == 0
+    assert "4 run(s) restored" in capsys.readouterr().out
+    assert len(read_evidence(ev)[1]) == 6

@@ -317,6 +317,21 @@ class DirectoryLock:
 
 
 @contextlib.contextmanager
+def one_writer_at_a_time(directory: str | Path) -> Iterator[None]:
+    """A short critical section over ``directory`` (created if missing): an exclusive ``flock`` on the
+    directory itself, so that the processes of one experiment (its shards) write a directory of several
+    files (an evidence directory) one after the other, never interleaved. Nothing is locked where
+    ``fcntl`` does not exist (Windows)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    with _gate(directory):
+        yield
+
+
+@contextlib.contextmanager
 def _gate(directory: Path) -> Iterator[int | None]:
     """A short exclusive ``flock`` on ``directory`` itself (None: the directory was removed)."""
     try:

@@ -36,7 +36,13 @@ from ctxrank.data.registry import load_fold
 from ctxrank.data.summary import data_summary
 from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
-from ctxrank.experiments.evidence import check_evidence, rebuild_report, resume_from_evidence, write_evidence
+from ctxrank.experiments.evidence import (
+    REFRESH_SECONDS,
+    KeptEvidence,
+    check_evidence,
+    rebuild_report,
+    resume_from_evidence,
+)
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.spec import correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
@@ -132,10 +138,12 @@ def experiment(
         if evidence is not None:  # what the evidence needs, before any run
             check_evidence(loaded, RunStore(where), evidence)
         tracked = _tracked_experiment(tracking, loaded, where)
+        kept = None if evidence is None else KeptEvidence(loaded, RunStore(where), evidence, log=_say)
         with tracked if tracked is not None else contextlib.nullcontext():
-            store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
-            if evidence is not None:
-                counts = write_evidence(loaded, store, evidence)
+            with kept if kept is not None else contextlib.nullcontext():  # refreshed while runs are stored
+                store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
+            if kept is not None:
+                counts = kept.write()
                 _say(
                     f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
                     f"{counts['bytes'] / 1024:.0f} KiB); regenerate the report with `ctxrank report "
@@ -463,7 +471,9 @@ def add_evidence_options(p: Any) -> None:
         "--evidence",
         metavar="DIR",
         help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
-        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it",
+        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it; kept up "
+        f"to date every {REFRESH_SECONDS / 60:g} minutes while runs are stored, and written when the runs "
+        "end in an error",
     )
     p.add_argument(
         "--resume-from",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan
+from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan, one_writer_at_a_time
 from ctxrank._overrides import Override
 from ctxrank.config import apply_overrides
 from ctxrank.experiments.report import build_report
@@ -49,6 +50,7 @@ from ctxrank.experiments.store import RunStore, check_run
 
 __all__ = [
     "EVIDENCE_FILES",
+    "KeptEvidence",
     "check_evidence",
     "read_evidence",
     "rebuild_report",
@@ -120,6 +122,70 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
     size = sum((to / name).stat().st_size for name in EVIDENCE_FILES if (to / name).exists())
     return {"runs": len(runs), "rows": table.num_rows, "bytes": size}
+
+
+#: how often (seconds) ``ctxrank experiment --evidence`` rewrites the evidence while runs are stored
+REFRESH_SECONDS = 600.0
+
+
+class KeptEvidence:
+    """The evidence of an experiment kept up to date while it runs (``ctxrank experiment --evidence``):
+    a thread rewrites it from the run store every ``every`` seconds (:data:`REFRESH_SECONDS`) when runs
+    were stored since the last write, and it is written once more when the runs end in an error, so
+    that an experiment stopped part-way leaves the evidence of the runs it finished, to keep and
+    continue from (:func:`resume_from_evidence`). The writes of the experiment's processes (its shards)
+    to the directory come one after the other.
+
+    Use as a context manager around the runs, then :meth:`write` for the final evidence. A refresh that
+    fails is reported through ``log`` (the next one, or the final write, tries again)."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: RunStore,
+        to: str | Path,
+        *,
+        every: float | None = None,
+        log: Any = print,
+    ) -> None:
+        self.spec, self.store, self.to, self.log = spec, store, Path(to), log
+        self.every = REFRESH_SECONDS if every is None else every
+        self._written: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ctxrank-evidence", daemon=True)
+
+    def __enter__(self) -> KeptEvidence:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc_type is not None:  # the runs failed or were interrupted: keep what they stored
+            self._refresh("kept: the runs stored before the error")
+
+    def write(self) -> dict[str, int]:
+        """Write the evidence of every stored run now (:func:`write_evidence`); its counts."""
+        with one_writer_at_a_time(self.to):
+            counts = write_evidence(self.spec, self.store, self.to)
+        self._written = counts["runs"]
+        return counts
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._refresh("refreshed")
+
+    def _refresh(self, what: str) -> None:
+        keys = self.spec.run_keys()
+        stored = sum(self.store.has_run(m, s, f) for m in self.spec.run_names() for s, f in keys)
+        if not stored or stored == self._written:
+            return
+        try:
+            counts = self.write()
+        except (OSError, ValueError) as exc:
+            self.log(f"evidence: {self.to} not written ({exc})")
+        else:
+            self.log(f"evidence: {self.to} {what} ({counts['runs']} runs)")
 
 
 def read_evidence(
