@@ -182,8 +182,8 @@ class KeptEvidence:
             return
         try:
             counts = self.write()
-        except (OSError, ValueError) as exc:
-            self.log(f"evidence: {self.to} not written ({exc})")
+        except Exception as exc:  # a refresh never ends the runs (the final write raises)
+            self.log(f"evidence: {self.to} not written ({type(exc).__name__}: {exc})")
         else:
             self.log(f"evidence: {self.to} {what} ({counts['runs']} runs)")
 
