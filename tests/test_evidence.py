@@ -278,3 +278,21 @@ def test_an_experiment_that_fails_part_way_keeps_the_evidence_of_its_stored_runs
     assert main([*argv, "--out", str(tmp_path / "b"), "--resume-from", ev]) == 0
     assert "4 run(s) restored" in capsys.readouterr().out
     assert len(read_evidence(ev)[1]) == 6
+
+
+def test_tuned_evidence_without_its_trials_still_reports_but_does_not_resume(tmp_path, capsys):
+    """``trials.csv.gz`` is data the report does not read: ``ctxrank report`` works without it, but an
+    experiment cannot continue from such evidence (its final evidence would lack those trials)."""
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    for file in (REPO / "evidence" / TUNED[0]).iterdir():
+        if file.name != "trials.csv.gz":
+            (ev / file.name).write_bytes(file.read_bytes())
+    assert main(["report", str(ev), "--out", str(tmp_path / "report")]) == 0
+    assert not (tmp_path / "report" / "tune").exists()
+    spec = json.loads((ev / "spec.json").read_text())["spec"]  # choice-tuned on car
+    argv = ["experiment", spec["name"], "--dataset", spec["data"]["dataset"], "--out", str(tmp_path / "out")]
+    argv += ["--resume-from", str(ev), "--report-only"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "no trials.csv.gz, but its runs were tuned" in capsys.readouterr().err

@@ -239,7 +239,7 @@ def restore_runs(
     spec, runs, units = read_evidence(path, overrides)
     store = RunStore(into)
     store.claim(spec)
-    _restore(spec, store, Path(path), runs, units)
+    _restore(spec, store, Path(path), runs, units, need_trials=False)
     return spec, store
 
 
@@ -261,19 +261,26 @@ def resume_from_evidence(spec: ExperimentSpec, store: RunStore, path: str | Path
             f"--resume-from {path}: the evidence of another experiment (other data, models or protocol)"
         )
     _, runs, units = read_evidence(path)
-    return _restore(spec, store, path, runs, units)
+    return _restore(spec, store, path, runs, units, need_trials=True)
 
 
 def _restore(
-    spec: ExperimentSpec, store: RunStore, path: Path, runs: list[dict[str, Any]], units: list[dict[str, Any]]
+    spec: ExperimentSpec,
+    store: RunStore,
+    path: Path,
+    runs: list[dict[str, Any]],
+    units: list[dict[str, Any]],
+    *,
+    need_trials: bool,
 ) -> tuple[int, int]:
     """Write the ``runs`` and ``units`` of the evidence at ``path`` that ``spec`` has and ``store``
-    lacks, with the studies of the tuned ones: ``(restored, already stored)``."""
+    lacks, with the studies of the tuned ones (``need_trials`` False: only if the evidence holds
+    ``trials.csv.gz``; a report does not read them): ``(restored, already stored)``."""
     keys = set(spec.run_keys())
     wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
     runs = [r for r in runs if (r["model"], r["seed"], r["fold"]) in wanted]
     missing = [r for r in runs if not store.has_run(r["model"], r["seed"], r["fold"])]
-    trials = _study_trials(path, store, missing)
+    trials = _study_trials(path, store, missing) if need_trials or (path / TRIALS).is_file() else {}
     for unit in units:
         seed, fold = unit.pop("seed"), unit.pop("fold")
         if (seed, fold) in keys and not store.has_unit(seed, fold):
