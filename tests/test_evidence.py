@@ -68,6 +68,20 @@ def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
         read_evidence(bad)
     with pytest.raises(ValueError, match="not an evidence directory"):
         read_evidence(out)
+    # an edited spec record is checked as a spec (before its fingerprint, which a forger can recompute):
+    # names that would make ctxrank write outside the report's directory, and run counts that would
+    # exhaust memory, are refused
+    def rename(d):
+        d["models"]["../../escaped"] = d["models"].pop("mnl")
+
+    for edit, match in (
+        (rename, "model name '../../escaped'"),
+        (lambda d: d.__setitem__("runs", 10**9), r"\[runs\] count must be at most 100,000"),
+    ):
+        forged = json.loads((ev / "spec.json").read_text())
+        edit(forged["spec"])
+        with pytest.raises(ValueError, match=match):
+            spec_from_record(forged)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     assert main(["report", str(ev), "--out", str(tmp_path / "mine")]) == 2

@@ -962,6 +962,7 @@ def test_data_null_fill_is_refused_for_a_table_file_or_a_choice_dataset(tmp_path
     ("key", "value", "check"),
     [
         ("runs.count", 0, lambda: _checks.check_int("count", 0)),
+        ("runs.count", 10**9, lambda: _checks.check_int("count", 10**9, maximum=100_000)),
         ("runs.threads", True, lambda: _checks.check_int("threads", True)),
         ("protocol.top_k", 0, lambda: _checks.check_int("top_k", 0)),
         ("protocol.initial", "bm25", lambda: _checks.check_choice("initial", "bm25", ("", "lambdamart"))),

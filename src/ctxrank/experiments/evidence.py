@@ -366,6 +366,8 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{where}: malformed experiment record ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:  # a value the spec refuses (an unsafe model name, a run count, ...)
+        raise ValueError(f"{where}: {exc}") from None
     if spec.fingerprint() != record.get("fingerprint"):
         raise ValueError(
             f"{where}: the specification does not match its fingerprint {record.get('fingerprint')!r} "

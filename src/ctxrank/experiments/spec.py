@@ -71,6 +71,7 @@ Built-in specifications live in ``ctxrank/experiments/configs/`` and are named w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -126,6 +127,9 @@ DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
 #: "..", no leading dot, so a spec can never make ctxrank write outside ``--out``
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")  # whole name: use fullmatch
+#: the most runs of one experiment (``runs.count``): each trains every model once, so more would never
+#: finish, and the runs' keys are listed before the first run (a count of 10^9 would exhaust memory)
+MAX_RUNS = 100_000
 
 
 def _safe_name(section: str, what: str, name: Any) -> str:
@@ -450,6 +454,14 @@ class ExperimentSpec:
     source: str = ""
     grids: Mapping[str, GridSpec] = field(default_factory=dict)
     tune: TuneSpec | None = None
+
+    def __post_init__(self) -> None:
+        # the names become directories under --out: checked however the spec was made (a TOML file, or a
+        # stored record such as an evidence directory's spec.json, which is not trusted)
+        _safe_name("top", "name", self.name)
+        for m in self.models:
+            _safe_name(f"models.{m}", "model name", m)
+        _check("runs", functools.partial(check_int, maximum=MAX_RUNS), "count", self.runs)
 
     # ------------------------------------------------------------------ runs
     def run_keys(self) -> list[tuple[int, int]]:
