@@ -209,7 +209,7 @@ def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(n
         if (ev / file).exists():
             assert _contents(tmp_path / "again" / file) == _contents(ev / file), file
     assert resume_from_evidence(spec, store, ev) == (0, restored)
-    _, again = restore_runs(ev, tmp_path / "report")  # `ctxrank report EVIDENCE --out DIR`: the same store
+    _, again = restore_runs(ev, tmp_path / "report", studies=True)  # `ctxrank report EVIDENCE --out DIR`
     roots = (store.root, again.root)
     studies = [sorted(p.relative_to(d) for p in d.glob("tune/*/*/trials.csv")) for d in roots]
     assert studies[0] and studies[0] == studies[1]

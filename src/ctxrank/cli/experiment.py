@@ -201,7 +201,7 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
         where = Path(tmp) if out_dir is None else Path(out_dir)
         if out_dir is not None:
             claim_output_dir(where, overwrite=False, what="report", ours=(SPEC_FILE,))
-        rebuild_report(evidence, where, correction=correction)
+        rebuild_report(evidence, where, correction=correction, studies=out_dir is not None)
         sys.stdout.write((where / "table.md").read_text())
         if out_dir is not None:
             _say(f"\nreport: {where}/results.json, table.md, table.csv")

@@ -230,16 +230,17 @@ def read_evidence(
 
 
 def restore_runs(
-    path: str | Path, into: str | Path, overrides: Sequence[Override] = ()
+    path: str | Path, into: str | Path, overrides: Sequence[Override] = (), *, studies: bool = False
 ) -> tuple[ExperimentSpec, RunStore]:
     """The evidence at ``path`` written back as a run store in ``into`` (a new or empty directory, or
-    one restored from the same evidence before), the tuned runs' studies' ``trials.csv`` included:
-    ``(spec, store)``, ready for ``build_report`` (or for copying its runs, with their ``tune/``, into
-    another experiment); the spec with ``overrides`` (:func:`spec_from_record`)."""
+    one restored from the same evidence before): ``(spec, store)``, ready for ``build_report``; with
+    ``studies``, the tuned runs' studies' ``trials.csv`` too (when the evidence holds them), for copying
+    its runs with their ``tune/`` into another experiment. The spec with ``overrides``
+    (:func:`spec_from_record`)."""
     spec, runs, units = read_evidence(path, overrides)
     store = RunStore(into)
     store.claim(spec)
-    _restore(spec, store, Path(path), runs, units, need_trials=False)
+    _restore(spec, store, Path(path), runs, units, trials="if-kept" if studies else "no")
     return spec, store
 
 
@@ -261,7 +262,7 @@ def resume_from_evidence(spec: ExperimentSpec, store: RunStore, path: str | Path
             f"--resume-from {path}: the evidence of another experiment (other data, models or protocol)"
         )
     _, runs, units = read_evidence(path)
-    return _restore(spec, store, path, runs, units, need_trials=True)
+    return _restore(spec, store, path, runs, units, trials="yes")
 
 
 def _restore(
@@ -271,24 +272,25 @@ def _restore(
     runs: list[dict[str, Any]],
     units: list[dict[str, Any]],
     *,
-    need_trials: bool,
+    trials: str,
 ) -> tuple[int, int]:
     """Write the ``runs`` and ``units`` of the evidence at ``path`` that ``spec`` has and ``store``
-    lacks, with the studies of the tuned ones (``need_trials`` False: only if the evidence holds
-    ``trials.csv.gz``; a report does not read them): ``(restored, already stored)``."""
+    lacks, and the studies' trials of the tuned ones: ``trials`` ``"yes"`` (required), ``"if-kept"``
+    (when the evidence holds ``trials.csv.gz``) or ``"no"``. Returns ``(restored, already stored)``."""
     keys = set(spec.run_keys())
     wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
     runs = [r for r in runs if (r["model"], r["seed"], r["fold"]) in wanted]
     missing = [r for r in runs if not store.has_run(r["model"], r["seed"], r["fold"])]
-    trials = _study_trials(path, store, missing) if need_trials or (path / TRIALS).is_file() else {}
+    wanted_trials = trials == "yes" or (trials == "if-kept" and (path / TRIALS).is_file())
+    studies = _study_trials(path, store, missing) if wanted_trials else {}
     for unit in units:
         seed, fold = unit.pop("seed"), unit.pop("fold")
         if (seed, fold) in keys and not store.has_unit(seed, fold):
             store.save_unit(seed, fold, unit)
     for run in missing:  # the study first: a run file stands for a finished run with its trials
         key = (run["model"], run["seed"], run["fold"])
-        if key in trials:
-            text = trials[key].to_csv(index=False)
+        if key in studies:
+            text = studies[key].to_csv(index=False)
             study = store.study_path(*key)
             study.mkdir(parents=True, exist_ok=True)
             atomic_write(study / "trials.csv", lambda tmp, text=text: tmp.write_text(text))
@@ -331,12 +333,15 @@ def _study_trials(path: Path, store: RunStore, runs: list[dict[str, Any]]) -> di
     return out
 
 
-def rebuild_report(path: str | Path, out: str | Path, *, correction: str | None = None) -> dict[str, Any]:
+def rebuild_report(
+    path: str | Path, out: str | Path, *, correction: str | None = None, studies: bool = False
+) -> dict[str, Any]:
     """The report of the evidence at ``path`` (``results.json``, ``table.md``, ``table.csv``, figures)
     written to ``out`` (:func:`restore_runs` puts the run files there), training nothing;
     ``correction`` overrides the spec's ``report.correction`` (the override of ``ctxrank experiment
-    --correction``: ``spec.correction_override``). Returns the results dict."""
-    spec, store = restore_runs(path, out, correction_override(correction))
+    --correction``: ``spec.correction_override``); ``studies``: restore the tuned runs' study trials too
+    (``ctxrank report --out DIR``). Returns the results dict."""
+    spec, store = restore_runs(path, out, correction_override(correction), studies=studies)
     return build_report(spec, store, out)
 
 
