@@ -28,9 +28,12 @@ demo: install
 lint: dev
 	$(BIN)/ruff check .
 
+# The whole suite in TEST_JOBS worker processes (pytest-xdist), each test file whole in one of them
+# (tests/conftest.py); CI has 2 cores. TEST_JOBS=0 runs it in this process.
+TEST_JOBS ?= 2
 test: dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 # The daily loop (under 2 minutes on 2 cores): the unit and integration tests without the slow ones
 # (marked `slow`), the end-to-end files (every documented command, fuzzing, benchmarks, worker processes,

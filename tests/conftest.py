@@ -1,4 +1,5 @@
-"""Shared test fixtures: every test gets its own parse cache, never the user's."""
+"""Shared test fixtures: every test gets its own parse cache, never the user's; each test file runs in one
+worker of ``pytest -n`` (:func:`pytest_collection_modifyitems`)."""
 
 import os
 from pathlib import Path
@@ -40,8 +41,17 @@ def make_ranking_data(n_queries=40, max_len=12, n_features=5, seed=0, min_len=1)
     )
 
 
+#: test files that start a local Ray instance: run by one worker of ``pytest -n`` (one instance at a time)
+RAY_FILES = ("test_executors.py", "test_docs_commands.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need CUDA: skipped (with the reason) on a machine without it."""
+    """Each test file runs whole, in its order, in one worker of ``make test``'s ``pytest -n 2 --dist
+    loadgroup`` (the documented commands share workspaces; the Ray files share a group); tests marked
+    ``gpu`` need CUDA: skipped (with the reason) on a machine without it."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else name))
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:
         return
