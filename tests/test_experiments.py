@@ -3,6 +3,8 @@
 import json
 import math
 import re
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,6 +136,15 @@ def test_defaults_table_is_merged_under_every_model(tmp_path):
     assert spec.run_config("listnet", 0).train.lr == 0.1
     assert spec.run_config("listnet", 0).train.max_epochs == 2  # the model's own keys stay
     assert spec.run_config("mnl", 0).train.lr == TrainConfig.lr  # a maximum-likelihood fit reads no lr
+
+
+def test_a_builtin_spec_is_recorded_by_its_place_in_the_package_not_a_path_of_this_machine(tmp_path):
+    spec = load_spec("demo")
+    assert spec.source == "ctxrank/experiments/configs/demo.toml"
+    assert spec.to_dict()["source"] == spec.source  # what spec.json of the evidence records
+    mine = tmp_path / "mine.toml"
+    mine.write_text(Path(str(resources.files("ctxrank.experiments") / "configs" / "demo.toml")).read_text())
+    assert load_spec(str(mine)).source == str(mine)  # a user's file: the path it was given
 
 
 def test_unknown_builtin_lists_the_names():

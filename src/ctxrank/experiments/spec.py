@@ -818,8 +818,10 @@ def load_spec(name_or_path: str | Path, overrides: Sequence[Override | str] = ()
         d = _relative_to(d, path.parent)
     d = _file_holm(d, overrides)
     d = apply_overrides(d, overrides)  # a path given here is relative to the current directory
+    # a built-in spec is named by its place in the package: the evidence names no path of this machine
+    source = f"ctxrank/experiments/configs/{path.name}" if builtin else str(path)
     try:
-        return ExperimentSpec.from_dict(d, base=Path.cwd(), source=str(path))
+        return ExperimentSpec.from_dict(d, base=Path.cwd(), source=source)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
