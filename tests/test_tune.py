@@ -210,6 +210,22 @@ def test_a_study_is_seeded_and_an_existing_one_continues(tmp_path):
         tune({**base, "transform": "zscore"}, train, valid, out=tmp_path / "a", trials=1)
 
 
+def test_the_row_order_warning_is_shown_by_the_first_trial_only(tmp_path):
+    import warnings
+
+    data = make_ranking_data(30, min_len=3, seed=6)
+    rows = np.concatenate([data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 0])
+                           for q in range(data.n_queries)])  # fmt: skip
+    data = type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+    base = {"model": "dcm", "model_params": {"hidden": 8, "embed": 4}, **TINY_EPOCHS}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning recorded, none deduplicated by its location
+        result = tune(base, data, data, out=tmp_path / "t", trials=3)
+    assert result.ran == 3
+    said = [str(w.message) for w in caught if "sorted by f1" in str(w.message)]
+    assert len(said) == 1, said
+
+
 def test_on_epoch_is_called_after_every_epoch_and_its_exception_ends_the_fit():
     from ctxrank.training.run import run_training
 

@@ -80,7 +80,7 @@ from ctxrank.registry import Baseline, get_model
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
-from ctxrank.training.run import run_training, validation_metric
+from ctxrank.training.run import ROW_ORDER_WARNING, run_training, validation_metric
 
 __all__ = [
     "KINDS",
@@ -447,6 +447,7 @@ class _Job:
     valid: RankingData
     prune: bool
     initials: InitialRankers
+    order_warned: bool = False  # the training data's row-order warning: the same for every trial
 
     def initial_kw(self, config: RunConfig) -> dict[str, Any]:
         """The initial ranker of a re-ranking trial, shared by every trial that asks for the same one
@@ -475,15 +476,19 @@ class _Job:
             if np.isfinite(value) and should_prune is not None and should_prune(epoch, value):
                 raise optuna.TrialPruned(f"valid {config.train.metric} {value:.4f} at epoch {epoch}")
 
-        result = run_training(
-            config,
-            self.train,
-            self.valid,
-            None,  # the test split never enters a trial
-            progress=False,
-            on_epoch=report if self.prune else None,
-            **self.initial_kw(config),
-        )
+        with warnings.catch_warnings():
+            if self.order_warned:  # shown by the first trial, not repeated by each of the others
+                warnings.filterwarnings("ignore", message=ROW_ORDER_WARNING, category=UserWarning)
+            result = run_training(
+                config,
+                self.train,
+                self.valid,
+                None,  # the test split never enters a trial
+                progress=False,
+                on_epoch=report if self.prune else None,
+                **self.initial_kw(config),
+            )
+        self.order_warned = True
         summary = {k: result.summary[k] for k in SUMMARY_KEYS if k in result.summary}
         return validation_metric(result.predictor, self.valid, config), summary
 

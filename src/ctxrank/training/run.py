@@ -348,6 +348,10 @@ def _ensemble_result(
     return result
 
 
+#: how the warning of :func:`_order_of_items` starts (a trial of ``ctxrank tune`` after the first hides it)
+ROW_ORDER_WARNING = "the items of every training query are sorted by"
+
+
 def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Any) -> Any:
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
@@ -360,7 +364,7 @@ def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Any) -
         columns = sorted_feature_columns(train)
         if columns:
             warnings.warn(
-                f"the items of every training query are sorted by {', '.join(columns)}; {config.model} "
+                f"{ROW_ORDER_WARNING} {', '.join(columns)}; {config.model} "
                 "reads the row order, so it can learn that order instead of the features (its scores "
                 "change when the rows are shuffled). Set train.shuffle_items = true to train without it, "
                 "or make sure the rows are in the order users saw them (docs/choice.md)",
