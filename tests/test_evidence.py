@@ -294,6 +294,32 @@ def test_an_experiment_that_fails_part_way_keeps_the_evidence_of_its_stored_runs
     assert len(read_evidence(ev)[1]) == 6
 
 
+def test_report_only_writes_the_evidence_of_the_stored_runs_before_a_report_is_possible(
+    evidence, tmp_path, capsys
+):
+    """``--report-only --evidence``: the evidence of the runs stored so far is written even when no
+    run is finished by every model (the report, refused, comes after it)."""
+    import shutil
+
+    out, ev = evidence
+    spec, runs, _ = read_evidence(ev)
+    part = tmp_path / "out"
+    shutil.copytree(out, part)
+    dropped = spec.run_names()[0]
+    shutil.rmtree(part / "runs" / dropped)  # no run is finished by every model
+    kept = tmp_path / "kept"
+    argv = ["experiment", spec.source, "--out", str(part), "--report-only", "--evidence", str(kept)]
+    capsys.readouterr()
+    assert main(argv) == 2
+    said, err = capsys.readouterr()
+    left = [r for r in runs if r["model"] != dropped]
+    assert f"evidence: {kept} ({len(left)} runs" in said and "regenerate" not in said
+    assert "no run is finished by every model yet" in err
+    assert sorted((r["model"], r["seed"], r["fold"]) for r in read_evidence(kept)[1]) == sorted(
+        (r["model"], r["seed"], r["fold"]) for r in left
+    )
+
+
 def test_tuned_evidence_without_its_trials_still_reports_but_does_not_resume(tmp_path, capsys):
     """``trials.csv.gz`` is data the report does not read: ``ctxrank report`` works without it, but an
     experiment cannot continue from such evidence (its final evidence would lack those trials)."""

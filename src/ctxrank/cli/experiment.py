@@ -140,18 +140,24 @@ def experiment(
         tracked = _tracked_experiment(tracking, loaded, where)
         kept = None if evidence is None else KeptEvidence(loaded, RunStore(where), evidence, log=_say)
         with tracked if tracked is not None else contextlib.nullcontext():
+            if kept is not None and report_only:  # the runs stored so far, whether they make a report yet
+                _said_evidence(kept.write(), evidence, hint=False)
             with kept if kept is not None else contextlib.nullcontext():  # refreshed while runs are stored
                 store = _run_and_report(loaded, where, report_only, overwrite, progress, parsed, runner)
-            if kept is not None:
-                counts = kept.write()
-                _say(
-                    f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
-                    f"{counts['bytes'] / 1024:.0f} KiB); regenerate the report with `ctxrank report "
-                    f"{evidence}`"
-                )
+            if kept is not None and not report_only:
+                _said_evidence(kept.write(), evidence)
             if tracked is not None:
                 _log_experiment(RunLog(tracked), loaded, store, where, evidence)
     return 0
+
+
+def _said_evidence(counts: dict[str, int], evidence: str, *, hint: bool = True) -> None:
+    """The evidence written (its counts); ``hint``: how to regenerate the report from it."""
+    again = f"; regenerate the report with `ctxrank report {evidence}`" if hint else ""
+    _say(
+        f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
+        f"{counts['bytes'] / 1024:.0f} KiB){again}"
+    )
 
 
 def _resume(spec: Any, where: Path, evidence: str, overwrite: bool) -> None:
