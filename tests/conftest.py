@@ -1,7 +1,9 @@
-"""Shared test fixtures: every test gets its own parse cache, never the user's; each test file runs in one
-worker of ``pytest -n`` (:func:`pytest_collection_modifyitems`)."""
+"""Shared test fixtures: every test gets its own parse cache, never the user's, and the same global random
+state; each test file runs in one worker of ``pytest -n`` (:func:`pytest_collection_modifyitems`)."""
 
 import os
+import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,18 @@ SHARED_DATA = Path(os.environ.get("CTXRANK_SHARED_DATA") or REPO.parent / "share
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CTXRANK_CACHE_DIR", str(tmp_path_factory.mktemp("ctxrank-cache")))
+
+
+@pytest.fixture(autouse=True)
+def _seeded_global_rngs():
+    """Every test starts from the same global random state (Python's, and NumPy's and torch's once
+    imported), whatever ran before it in its process: no result depends on the order of the tests or
+    on the ``pytest -n`` worker that runs it."""
+    random.seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
 
 
 def make_ranking_data(n_queries=40, max_len=12, n_features=5, seed=0, min_len=1):
