@@ -55,6 +55,17 @@ def make_ranking_data(n_queries=40, max_len=12, n_features=5, seed=0, min_len=1)
     )
 
 
+def rows_sorted_by(data, column):
+    """``data`` with the rows of every query sorted by feature ``column`` (ascending)."""
+    import numpy as np
+
+    rows = np.concatenate([
+        data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), column])
+        for q in range(data.n_queries)
+    ])  # fmt: skip
+    return type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+
+
 #: test files that start a local Ray instance: run by one worker of ``pytest -n`` (one instance at a time)
 RAY_FILES = ("test_executors.py", "test_docs_commands.py")
 

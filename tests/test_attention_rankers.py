@@ -30,7 +30,7 @@ from ctxrank.training.checkpoint import load_model
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.run import run_training
 
-from .conftest import make_ranking_data
+from .conftest import make_ranking_data, rows_sorted_by
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 F = 4
@@ -405,11 +405,7 @@ def test_the_rank_embedding_on_rows_sorted_by_a_feature_is_warned_about():
     would teach the model that feature's rank, as for DLCM / DCM (``train.shuffle_items``)."""
     import warnings
 
-    data = make_ranking_data(30, min_len=3, seed=6)
-    rows = np.concatenate(
-        [data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 0]) for q in range(30)]
-    )
-    data = type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+    data = rows_sorted_by(make_ranking_data(30, min_len=3, seed=6), 0)
     base = ["model=attn", *(f"model_params.{k}={v}" for k, v in SMALL["attn"].items()), "train.max_epochs=1"]
     with pytest.warns(UserWarning, match="sorted by f1; attn reads the row order"):
         run_training(

@@ -17,7 +17,7 @@ from ctxrank.data.choice import (
 from ctxrank.data.registry import get_spec, is_available, load_fold, load_split
 from ctxrank.data.split import group_split_indices, split_queries
 
-from .conftest import make_ranking_data
+from .conftest import make_ranking_data, rows_sorted_by
 
 # situations, items, decision makers, list lengths: the published counts (README of the data)
 SIZES = {
@@ -100,11 +100,7 @@ def test_group_split_keeps_groups_whole_and_is_deterministic():
 
 def test_sorted_columns_are_found_and_shuffling_removes_the_order():
     data = make_ranking_data(60, min_len=3, seed=5)
-    rows = np.concatenate([data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 1])
-                           for q in range(data.n_queries)])  # fmt: skip
-    sorted_data = type(data)(
-        **{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]}
-    )
+    sorted_data = rows_sorted_by(data, 1)
     assert sorted_feature_columns(sorted_data) == ["f2"]
     assert sorted_feature_columns(data) == []
     shuffled = shuffle_within_queries(sorted_data, seed=0)
@@ -119,10 +115,7 @@ def test_an_order_reading_model_is_warned_about_sorted_rows_unless_shuffled():
     from ctxrank.config import resolve_config
     from ctxrank.training.run import run_training
 
-    data = make_ranking_data(40, min_len=3, seed=6)
-    rows = np.concatenate([data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 0])
-                           for q in range(data.n_queries)])  # fmt: skip
-    data = type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+    data = rows_sorted_by(make_ranking_data(40, min_len=3, seed=6), 0)
     base = ["model=dcm", "model_params.hidden=8", "model_params.embed=4", "train.max_epochs=1"]
     with pytest.warns(UserWarning, match="sorted by f1"):
         run_training(resolve_config(None, base), data, data, progress=False)

@@ -32,7 +32,7 @@ from ctxrank.tune import (
     trial_config,
     tune,
 )
-from tests.conftest import REPO, make_ranking_data
+from tests.conftest import REPO, make_ranking_data, rows_sorted_by
 
 TINY_EPOCHS = {"train": {"max_epochs": 2}}
 
@@ -213,10 +213,7 @@ def test_a_study_is_seeded_and_an_existing_one_continues(tmp_path):
 def test_the_row_order_warning_is_shown_by_the_first_trial_only(tmp_path):
     import warnings
 
-    data = make_ranking_data(30, min_len=3, seed=6)
-    rows = np.concatenate([data.query_slice(q).start + np.argsort(data.features[data.query_slice(q), 0])
-                           for q in range(data.n_queries)])  # fmt: skip
-    data = type(data)(**{**data.__dict__, "features": data.features[rows], "labels": data.labels[rows]})
+    data = rows_sorted_by(make_ranking_data(30, min_len=3, seed=6), 0)
     base = {"model": "dcm", "model_params": {"hidden": 8, "embed": 4}, **TINY_EPOCHS}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning recorded, none deduplicated by its location
