@@ -62,3 +62,37 @@ def test_flags_and_protocol_values_travel_typed_never_as_text(tmp_path, monkeypa
     argv = ["experiment", str(spec), "--out", str(tmp_path / "e"), "--runs", "1", "--threads", "1"]
     assert main([*argv, "--set", "report.test=\"queries\"", "--no-progress"]) == 0
     assert calls == ['report.test="queries"']
+
+
+def test_a_flag_and_a_set_of_the_same_key_are_refused_rather_than_one_dropped(tmp_path, capsys):
+    """``--model qilcm --set model.width=8`` trained qilcm without a word about the --set (the flag,
+    applied after it, replaced the table it made); ``--seed 3 --set train.seed=4`` dropped one seed."""
+    flags = [("--model", "model", "qilcm"), ("--seed", "train.seed", 3)]
+    expected = [("train.lr", 0.1), ("model", "qilcm"), ("train.seed", 3)]
+    assert _overrides.with_flags(["train.lr=0.1"], flags) == expected
+    for given, what in (
+        ("model.width=8", "--model sets model and --set model.width sets a key inside it"),
+        ("model=listnet", "--model sets model and --set model sets it"),
+        ("train.seed=4", "--seed sets train.seed and --set train.seed sets it"),
+        ("train={}", "--seed sets train.seed and --set train sets the table that holds it"),
+    ):
+        with pytest.raises(ValueError, match=f"^{what}: give one of them$"):
+            _overrides.with_flags([given], flags)
+    # a key a flag implies (--dataset resets the spec's folds) yields to a --set of it
+    implied = [("data.folds", [])]
+    assert _overrides.with_flags(["data.folds=[1]"], [("--dataset", "data.dataset", "x")], implied) == [
+        ("data.folds", []), ("data.folds", [1]), ("data.dataset", "x")
+    ]  # fmt: skip
+    # through the entrances, before any data is read or any directory written
+    data = ["--data", str(tmp_path / "missing.txt")]
+    for argv in (
+        ["train", "--model", "qilcm", "--set", "model.width=8", *data, "--out", str(tmp_path / "m")],
+        ["tune", "--model", "qilcm", "--set", "model=mlp", *data, "--out", str(tmp_path / "t")],
+        ["experiment", "demo", "--runs", "2", "--set", "runs.count=3", "--out", str(tmp_path / "e")],
+    ):
+        assert main(argv) == 2
+        assert "give one of them" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+    # without the flag, a table where the model's name belongs says where its parameters go
+    assert main(["train", "--set", "model.width=8", *data, "--out", str(tmp_path / "m")]) == 2
+    assert "its parameters are model_params (model_params.width)" in capsys.readouterr().err

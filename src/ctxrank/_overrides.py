@@ -11,12 +11,16 @@ torch here: the command line's parser uses it.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Override", "parse_override", "set_path"]
+__all__ = ["FlagSetting", "Override", "parse_override", "set_path", "with_flags"]
 
 #: ``(dotted key, typed value)``
 Override = tuple[str, Any]
+#: a command's own flag setting a config key: ``(the flag, dotted key, typed value)``, e.g.
+#: ``("--model", "model", "qilcm")``
+FlagSetting = tuple[str, str, Any]
 
 
 def parse_override(text: str) -> Override:
@@ -59,3 +63,26 @@ def set_path(d: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(d, dict):
             raise ValueError(f"--set {key}: {'.'.join(sections[: i + 1])!r} is not a section")
     d[leaf] = list(value) if isinstance(value, tuple) else value
+
+
+def with_flags(
+    overrides: Sequence[Override | str], flags: Sequence[FlagSetting], implied: Sequence[Override] = ()
+) -> list[Override]:
+    """The overrides of one command: ``implied`` (keys a flag resets, e.g. ``--dataset`` the spec's
+    folds; a ``--set`` of the same key wins), then ``--set``'s ``overrides``, then the ``flags`` that
+    were given.
+
+    A flag and a ``--set`` naming the same key, or one a key inside the other (``--model qilcm`` with
+    ``--set model.width=8``), would leave one of them silently unused: refused.
+
+    Raises:
+        ValueError: such a pair (the message names both), or an override text without ``=``.
+    """
+    pairs = [parse_override(o) if isinstance(o, str) else (o[0], o[1]) for o in overrides]
+    for flag, key, _ in flags:
+        for other, _value in pairs:
+            inside, holds = other.startswith(f"{key}."), key.startswith(f"{other}.")
+            if other == key or inside or holds:
+                what = "a key inside it" if inside else "the table that holds it" if holds else "it"
+                raise ValueError(f"{flag} sets {key} and --set {other} sets {what}: give one of them")
+    return [*implied, *pairs, *((key, value) for _, key, value in flags)]

@@ -207,6 +207,11 @@ def get_model(name: str) -> type[RankingModule] | Baseline:
     try:
         return MODELS[name]
     except (KeyError, TypeError):
+        if isinstance(name, Mapping):  # `model.width = 8`, meant for the model's parameters
+            raise ValueError(
+                f"model is the model's name, not a table (got {dict(name)!r}); its parameters are "
+                f"model_params (model_params.{next(iter(name), 'NAME')}); valid models: {', '.join(MODELS)}"
+            ) from None
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}") from None
 
 

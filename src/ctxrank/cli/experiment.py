@@ -16,6 +16,7 @@ import lightgbm
 
 from ctxrank._checks import DEFAULT_THREADS, resolve_threads
 from ctxrank._io import claim_output_dir, lock_directory
+from ctxrank._overrides import with_flags
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli._options import (
     add_correction,
@@ -114,14 +115,15 @@ def experiment(
     refuse_data_parallel("experiment")  # under torchrun every rank would repeat every run
     runner = make_executor(executor, address=address, max_retries=max_retries, jobs=jobs)
 
-    every = list(overrides)
-    if runs is not None:
-        every.append(("runs.count", runs))
-    if dataset is not None:
-        every += [("data.dataset", dataset), ("data.folds", [])]
-    if threads is not None:
-        every.append(("runs.threads", threads))
-    every += correction_override(correction)
+    flags = (
+        ("--runs", "runs.count", runs),
+        ("--dataset", "data.dataset", dataset),
+        ("--threads", "runs.threads", threads),
+    )
+    given = [flag for flag in flags if flag[2] is not None]
+    given += [("--correction", key, value) for key, value in correction_override(correction)]
+    # another dataset's folds: all of them, unless --set data.folds names some
+    every = with_flags(overrides, given, implied=[("data.folds", [])] if dataset is not None else [])
     loaded = load_spec(spec, every)
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)

@@ -34,7 +34,7 @@ from ctxrank._declare import (
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
 from ctxrank._memory import format_bytes
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank._overrides import parse_override
+from ctxrank._overrides import parse_override, with_flags
 from ctxrank.cli._options import (
     SCORING_SKIP,
     SET,
@@ -149,17 +149,19 @@ class TrainOptions:
 
     def config_overrides(self) -> list[tuple[str, Any]]:
         """The typed overrides of the run config: ``--set``, then the flags that set run-config keys
-        (``--model``, ``--seed``, ...)."""
+        (``--model``, ``--seed``, ...; a flag and a ``--set`` of the same key are refused:
+        :func:`~ctxrank._overrides.with_flags`)."""
         flags = (
-            ("model", self.model),
-            ("loss", self.loss),
-            ("train.seed", self.seed),
-            ("train.threads", self.threads),
-            ("rerank.initial", self.initial),
-            ("rerank.top_k", self.top_k),
-            ("rerank.crossfit", self.crossfit),
+            ("model", "model"),
+            ("loss", "loss"),
+            ("seed", "train.seed"),
+            ("threads", "train.threads"),
+            ("initial", "rerank.initial"),
+            ("top_k", "rerank.top_k"),
+            ("crossfit", "rerank.crossfit"),
         )
-        return [*self.overrides, *((key, value) for key, value in flags if value is not None)]
+        given = [(FLAGS[name], key, getattr(self, name)) for name, key in flags]
+        return with_flags(self.overrides, [flag for flag in given if flag[2] is not None])
 
     def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
         """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
