@@ -380,6 +380,9 @@ def test_demo_experiment_end_to_end(capsys, tmp_path):
     rc, out, err = run(capsys, "demo", "--out", str(tmp_path / "demo"), *TINY_DEMO)
     assert rc == 0, err
     assert out.startswith("ctxrank demo: the `demo` experiment")
+    # what it says it runs is the spec as the options make it (it said "top 100, 3 seeds" whatever
+    # --runs and protocol.top_k were)
+    assert "top 20, 1 seed, paired t-tests over test queries; 1 thread a run" in out.splitlines()[0]
     assert "| model | ndcg@1 | ndcg@3 | ndcg@5 | ndcg@10 | map |" in out
     for model in ("lambdamart", "listnet", "dlcm", "qilcm"):
         assert f"| {model} | 0." in out, model

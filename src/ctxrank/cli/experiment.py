@@ -8,7 +8,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from ctxrank.experiments.evidence import (
     resume_from_evidence,
 )
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
-from ctxrank.experiments.spec import correction_override
+from ctxrank.experiments.spec import ExperimentSpec, correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import mean_metrics, metric_convention
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
@@ -98,6 +98,7 @@ def experiment(
     max_retries: int = 2,
     jobs: int = 1,
     tracking: Tracking | None = None,
+    intro: Callable[[ExperimentSpec], str] | None = None,
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
     ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
@@ -125,6 +126,8 @@ def experiment(
     # another dataset's folds: all of them, unless --set data.folds names some
     every = with_flags(overrides, given, implied=[("data.folds", [])] if dataset is not None else [])
     loaded = load_spec(spec, every)
+    if intro is not None:  # said of the spec as it will run, once it is known to be valid
+        out(intro(loaded))
     if out_dir is None:
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
@@ -258,14 +261,19 @@ def demo(
 ) -> int:
     """The ``make demo`` job: the built-in ``demo`` experiment (:func:`experiment`; default ``out_dir``
     results/demo) in ``jobs`` worker processes, each run with ``threads`` threads (None: the demo spec's
-    ``runs.threads``, ``_checks.DEFAULT_THREADS`` as the message says)."""
-    n = resolve_threads(threads, "--threads")
-    out(
-        "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
-        "LambdaMART, and ListNet, DLCM and QILCM re-ranking its top 100, 3 seeds, paired t-tests over "
-        f"test queries; {n} thread{'s' if n != 1 else ''} a run, {jobs} run(s) at "
-        "a time. Stored runs are reused: run it again to see the report at once."
-    )
+    ``runs.threads``); its first line says what runs, from the spec as ``--runs``, ``--threads`` and
+    ``--set`` make it."""
+
+    def intro(spec: ExperimentSpec) -> str:
+        seeds, threads = spec.runs, spec.threads
+        return (
+            "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
+            f"LambdaMART, and ListNet, DLCM and QILCM re-ranking its top {spec.top_k}, {seeds} "
+            f"seed{'s' if seeds != 1 else ''}, paired t-tests over test queries; {threads} "
+            f"thread{'s' if threads != 1 else ''} a run, {jobs} run(s) at a time. Stored runs are reused: "
+            "run it again to see the report at once."
+        )
+
     return experiment(
         "demo",
         out_dir=out_dir,
@@ -274,6 +282,7 @@ def demo(
         overrides=overrides,
         progress=progress,
         jobs=jobs,
+        intro=intro,
     )
 
 
