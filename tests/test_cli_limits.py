@@ -235,3 +235,129 @@ def test_metric_cutoffs_out_of_range_fail_before_any_work(argv, metric, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ctxrank: error:") and "cutoff" in err and len(err.splitlines()) == 1
     assert "nonexistent" not in err
+
+
+# ------------------------------------------------------------------- synthetic files: room and memory
+def test_synth_letor_refuses_a_file_beyond_the_free_disk_space_before_writing(tmp_path, capsys):
+    """100 million queries of 1,000 rows began to fill the disk at 1.7 GB a minute."""
+    out = tmp_path / "big.txt"
+    argv = ["synth", "letor", "--queries", "100000000", "--items", "1000", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ctxrank: error: 100,000,000,000 rows of 136 features take about ")
+    assert f"{tmp_path.resolve()} has " in err and " free: ask for fewer" in err
+    assert ".tmp" not in err and not any(tmp_path.iterdir())
+
+
+def test_synth_letor_refuses_a_query_beyond_the_memory_before_allocating(tmp_path, capsys, monkeypatch):
+    from ctxrank.data import synth
+
+    monkeypatch.setattr(synth, "available_bytes", lambda device: (2**30, "test's figure"))
+    argv = ["synth", "letor", "--queries", "2", "--items", "1000000", "--out", str(tmp_path / "x.txt")]
+    assert main(argv) == 2  # one query of 1e6 x 136 float64: 2 GiB for the block, twice
+    err = capsys.readouterr().err
+    assert "a block of 1,000,000 rows x 136 features needs about 2.03 GiB of memory" in err
+    assert "can give 1.00 GiB (the test's figure)" in err and not any(tmp_path.iterdir())
+
+
+def test_synth_letor_blocks_bound_the_rows_in_memory_and_keep_every_file_as_before(monkeypatch):
+    import numpy as np
+
+    from ctxrank.data import synth
+
+    sizes = np.array([5, 5, 5, 20, 1, 1])
+    monkeypatch.setattr(synth, "BLOCK_ROWS", 10)
+    # at most 2 queries (block_queries) and 10 rows a block, a longer query alone
+    assert list(synth._blocks(sizes, 2)) == [(0, 2), (2, 3), (3, 4), (4, 6)]
+    monkeypatch.undo()
+    # 200 queries of up to BLOCK_ROWS / 200 items: one block each, as the writer always cut them
+    full = np.full(450, synth.BLOCK_ROWS // 200)
+    assert list(synth._blocks(full, 200)) == [(0, 200), (200, 400), (400, 450)]
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does_after_its_cleanup(tmp_path):
+    """`timeout` or a scheduler's SIGTERM ended the process on the spot: `synth letor` left its
+    half-written temporary file (1.7 GB after a minute) behind. Now exit status 143 and no file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "ctxrank", "synth", "letor", "--queries", "100000", "--features", "8"]
+    proc = subprocess.Popen([*argv, "--no-progress", "--out", str(tmp_path / "s.txt")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the temporary file has rows
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err == "ctxrank: terminated\n", err
+    assert not any(tmp_path.iterdir())
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (Linux /proc)."""
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_stops_an_experiments_worker_processes_with_it(tmp_path):
+    """With SIGTERM raised as an interrupt, `experiment --jobs 2` waited in its process pool for the
+    units the workers had started (a tuned run can take an hour); the workers now stop with it."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ctxrank.data.synth import write_synthetic_letor
+
+    from .conftest import REPO
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    data = write_synthetic_letor(tmp_path / "d.txt", n_queries=40, list_size=8, n_features=4, seed=0)
+    spec = tmp_path / "s.toml"
+    spec.write_text(  # two units that would train for hours
+        f'name = "s"\n[data]\nfile = "{data}"\n[runs]\ncount = 2\nthreads = 1\n'
+        '[models.mlp]\nmodel = "mlp"\ntrain = { max_epochs = 100000, patience = 100000 }\n'
+        '[models.listnet]\nmodel = "listnet"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "ctxrank", "experiment", str(spec), "--jobs", "2", "--no-progress"]
+    proc = subprocess.Popen([*argv, "--out", str(tmp_path / "e")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) >= 2, "the workers did not start"
+        time.sleep(3)  # inside their runs
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143 and err.endswith("ctxrank: terminated\n"), err
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{w}") for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{w}") for w in workers)
+    finally:  # a failure leaves no process behind
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -5,7 +5,7 @@ can give now, and byte counts as text.
 without swapping), the room left under a cgroup v2 memory limit (``memory.max - memory.current``) and the
 room left under an address-space limit (``RLIMIT_AS`` minus ``VmSize``), each where it exists; elsewhere
 the physical memory free (``os.sysconf``). On CUDA it is the device's free memory
-(``torch.cuda.mem_get_info``). Nothing here imports anything of ctxrank.
+(``torch.cuda.mem_get_info``). Nothing here imports anything of ctxrank, nor torch but for CUDA.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-
-import torch
 
 try:
     import resource
@@ -53,6 +51,8 @@ def device_kind(device: Any) -> str:
 def available_bytes(device: Any = "cpu") -> tuple[int, str]:
     """What ``device`` (a ``torch.device`` or its name) can allocate now, and where the figure comes from."""
     if device_kind(device) == "cuda":
+        import torch  # here: the CPU's figure needs no torch (``ctxrank synth`` imports none)
+
         free, _ = torch.cuda.mem_get_info(device)
         return int(free), f"free memory of {device}"
     found = [(v, w) for v, w in (_meminfo(), _cgroup(), _address_space()) if v is not None]

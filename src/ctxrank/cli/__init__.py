@@ -25,7 +25,10 @@ Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error:
 with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``:
 ``ctxrank: error: out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback
 instead. :func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it
-in-process.
+in-process. Ctrl-C exits with status 130 (``ctxrank: interrupted``) and SIGTERM (``kill``, ``timeout``,
+a scheduler's preemption) with 143 (``ctxrank: terminated``), both after the command's cleanup: its
+temporary files removed, its locks released, a running experiment's evidence written
+(:func:`_sigterm_as_interrupt`).
 
 The CLI imports a command's module only when that command runs: ``ctxrank --help`` lists the commands
 from the static table :data:`COMMANDS` (name -> module, one-line help) and imports no command module,
@@ -36,13 +39,16 @@ module, which builds CMD's parser and imports at module level what CMD needs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
 from ctxrank import __version__
@@ -149,19 +155,55 @@ def _out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
-def _memory_message(exc: BaseException) -> str:
+#: the commands that train, whose out-of-memory message names the training options that bound memory
+TRAINING_COMMANDS = ("train", "tune", "experiment", "demo")
+
+
+def _memory_message(exc: BaseException, command: str | None) -> str:
     """One line for an out-of-memory failure: a reader's own message (what it could not allocate, and
-    its option), else what failed and how to stay within the machine."""
+    its option), else what failed and, for a command that trains, how to keep a run within the machine."""
     if type(exc) is MemoryError and str(exc) and "\n" not in str(exc):
         return f"out of memory: {exc}"
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)  # no path: not its fault
     detail = (text.splitlines() or ["the command needed more memory than this process may use"])[-1]
+    if command not in TRAINING_COMMANDS:
+        return f"out of memory: {detail.strip()[:200]}; --debug shows where"
     return (
         f"out of memory: {detail.strip()[:200]}. Set train.max_memory_bytes to the bytes a run may use, "
         "so that ctxrank refuses beforehand what would not fit ('auto' counts what the machine reports "
         "free when the run starts), lower train.batch_size, or keep fewer items per query (--initial "
         "lambdamart --top-k K); docs/training.md; --debug shows where"
     )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C's ``KeyboardInterrupt`` is, so that the command's
+    ``finally`` blocks run (:func:`_sigterm_as_interrupt`)."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM raises :class:`Terminated` instead of ending the process on the
+    spot, which would leave a half-written temporary file (``synth letor``'s, a model's) and skip the
+    evidence an interrupted experiment keeps. Left as it is where a handler is installed already (an
+    application that calls :func:`main`), off the main thread, and in a torchrun worker (its agent
+    ends the ranks with SIGTERM; a rank waiting in a collective could not raise it)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        or "TORCHELASTIC_RUN_ID" in os.environ
+    ):
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code if isinstance(code, int) else (0 if code is None else 2)
     limit_heap_growth()  # the command owns its process: glibc's heap kept from fragmenting
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _sigterm_as_interrupt():
             warnings.showwarning = _show_warning
             return int(args.run(args))
     except BrokenPipeError:  # `ctxrank ... | head`: stop quietly, as the reader went away
@@ -200,10 +242,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or not (memory or isinstance(exc, ValueError | OSError)):
             raise
         traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
-        print(f"ctxrank: error: {_memory_message(exc) if memory else exc}", file=sys.stderr)
+        print(f"ctxrank: error: {_memory_message(exc, command) if memory else exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if args.debug:
             raise
-        print("ctxrank: interrupted", file=sys.stderr)
-        return 130
+        terminated = isinstance(exc, Terminated)
+        print(f"ctxrank: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130

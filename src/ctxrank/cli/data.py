@@ -344,8 +344,10 @@ def synth_letor(
     lengths: str = "fixed",
     labels: str = "quantile",
     docids: bool = True,
+    progress: bool = False,
 ) -> int:
-    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz). ``lengths``:
+    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz), with a progress bar of
+    the rows written when ``progress``. ``lengths``:
     ``"fixed"`` (``items`` each) or ``"mslr"`` (:func:`mslr_list_sizes`); ``labels``: ``"quantile"``
     or ``"mslr"`` (:data:`MSLR_LABEL_SHARES`, grades 0..4)."""
     check_choice("lengths", lengths, SYNTH_LENGTHS)
@@ -369,6 +371,7 @@ def synth_letor(
                 docids=docids,
                 list_sizes=sizes,
                 label_shares=MSLR_LABEL_SHARES if labels == "mslr" else None,
+                progress=progress,
             )
             tmp.replace(target)
     finally:
@@ -619,6 +622,7 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
         "--no-docids", action="store_true", help="no '#docid = ...' comments (as in MSLR's files)"
     )
     pl.add_argument("--out", required=True, metavar="FILE", help="the file to write (.txt or .gz)")
+    add_progress(pl)
     pl.set_defaults(
         run=lambda a: synth_letor(
             a.out,
@@ -630,5 +634,6 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
             lengths=a.lengths,
             labels=a.labels,
             docids=not a.no_docids,
+            progress=not a.no_progress,
         )
     )

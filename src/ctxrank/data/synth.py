@@ -12,11 +12,16 @@ by default the quantile rule below; ``label_shares`` sets the share of each grad
 
 from __future__ import annotations
 
+import gzip
 import os
-from collections.abc import Sequence
+import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
+
+from ctxrank._memory import available_bytes, format_bytes
 
 __all__ = [
     "MSLR_LABEL_SHARES",
@@ -38,6 +43,10 @@ MSLR_MAX_LIST = 1251
 #: shares of grades 0..4, approximately those reported for MSLR-WEB30K (not measured here)
 MSLR_LABEL_SHARES = (0.52, 0.32, 0.13, 0.02, 0.01)
 _MSLR_SIGMA = 0.6  # log-normal spread of the list lengths (an assumption; the real histogram is not used)
+#: rows generated at a time, at most (a block of ``block_queries`` queries stops short of it; a longer
+#: query is a block of its own): 200 queries of up to 1,310 items fit, so MSLR-shaped files are as before
+BLOCK_ROWS = 2**18
+_LINES_PER_WRITE = 4096
 
 
 def mslr_list_sizes(n_queries: int, seed: int = 0) -> np.ndarray:
@@ -67,15 +76,20 @@ def write_synthetic_letor(
     block_queries: int = 200,
     list_sizes: Sequence[int] | np.ndarray | None = None,
     label_shares: Sequence[float] | None = None,
+    progress: bool = False,
 ) -> Path:
     """Write a synthetic LETOR text file (``.gz`` when the name ends with it) and return its path.
 
-    Rows: ``label qid:Q 1:v1 ... F:vF [#docid = D-q-i]``. Memory: one block of queries at a time.
+    Rows: ``label qid:Q 1:v1 ... F:vF [#docid = D-q-i]``. Memory: one block of ``block_queries``
+    queries at a time, at most :data:`BLOCK_ROWS` rows unless one query is longer. A file that would not
+    fit on its disk, or a query that would not fit in memory, is refused before anything is written
+    (:func:`check_room`).
 
     Args:
         list_sizes: the items of each of the ``n_queries`` queries (instead of ``list_size`` each).
         label_shares: ``max_label + 1`` shares (summing to 1) of the grades 0..max_label: each block's
             utilities are cut at these quantiles. None: cuts at the quantiles ``sqrt(j / (K + 1))``.
+        progress: a progress bar of the rows written, on stderr (tqdm).
     """
     if min(n_queries, list_size, n_features, block_queries) < 1:
         raise ValueError("n_queries, list_size, n_features and block_queries must be >= 1")
@@ -91,26 +105,76 @@ def write_synthetic_letor(
             raise ValueError(f"label_shares must be {max_label + 1} non-negative shares summing to 1")
         levels = np.cumsum(shares)[:-1]
     path = Path(path)
+    row_fmt = "%d qid:%d " + " ".join(f"{j}:%.6g" for j in range(1, n_features + 1))
+    check_room(path, sizes, n_features, row_fmt, docids)
     rng = np.random.default_rng(seed)
     weights = rng.normal(size=n_features) / np.sqrt(n_features)
-    row_fmt = "%d qid:%d " + " ".join(f"{j}:%.6g" for j in range(1, n_features + 1))
-    opener = __import__("gzip").open if path.suffix == ".gz" else open
-    with opener(path, "wt") as fh:
-        for q0 in range(0, n_queries, block_queries):
-            nq = min(block_queries, n_queries - q0)
-            block_sizes = sizes[q0 : q0 + nq]
+    opener = gzip.open if path.suffix == ".gz" else open
+    bar = tqdm(total=int(sizes.sum()), unit="row", unit_scale=True, disable=not progress, dynamic_ncols=True)
+    with opener(path, "wt") as fh, bar:
+        for q0, q1 in _blocks(sizes, block_queries):
+            block_sizes = sizes[q0:q1]
             x = rng.random((int(block_sizes.sum()), n_features))
             utility = x @ weights + rng.normal(scale=0.3, size=x.shape[0])
             cuts = np.quantile(utility, levels)
             labels = np.searchsorted(cuts, utility)
-            qids = np.repeat(np.arange(q0, q0 + nq) + 1, block_sizes)
+            qids = np.repeat(np.arange(q0, q1) + 1, block_sizes)
             starts = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
             item = np.arange(x.shape[0]) - np.repeat(starts, block_sizes)  # place within the query
-            lines = []
-            for i in range(x.shape[0]):
-                line = row_fmt % (labels[i], qids[i], *x[i])
-                if docids:
-                    line += f" #docid = D-{qids[i]}-{item[i]}"
-                lines.append(line)
-            fh.write("\n".join(lines) + "\n")
+            for r0 in range(0, x.shape[0], _LINES_PER_WRITE):
+                lines = []
+                for i in range(r0, min(r0 + _LINES_PER_WRITE, x.shape[0])):
+                    line = row_fmt % (labels[i], qids[i], *x[i])
+                    if docids:
+                        line += f" #docid = D-{qids[i]}-{item[i]}"
+                    lines.append(line)
+                fh.write("\n".join(lines) + "\n")
+                bar.update(len(lines))
     return path
+
+
+def _blocks(sizes: np.ndarray, block_queries: int) -> Iterator[tuple[int, int]]:
+    """``[q0, q1)`` query ranges of at most ``block_queries`` queries and :data:`BLOCK_ROWS` rows (one
+    query at least). Labels are cut at each block's quantiles, so the blocks are part of the data."""
+    q0 = 0
+    while q0 < len(sizes):
+        q1, rows = q0 + 1, int(sizes[q0])
+        while q1 < min(q0 + block_queries, len(sizes)) and rows + sizes[q1] <= BLOCK_ROWS:
+            rows += int(sizes[q1])
+            q1 += 1
+        yield q0, q1
+        q0 = q1
+
+
+def check_room(path: Path, sizes: np.ndarray, n_features: int, row_fmt: str, docids: bool) -> None:
+    """Refuse, before anything is written, a file larger than the free space of its directory (its
+    size estimated from 64 rows formatted as the file's, gzip-compressed for ``.gz``) or a block larger
+    than the memory the machine can give (``8 x rows x features`` bytes for the features, twice).
+
+    Raises:
+        ValueError: either; the message gives both figures.
+    """
+    rows = int(sizes.sum())
+    block = max(int(sizes.max()), min(BLOCK_ROWS, rows))
+    need, (free, where) = 2 * 8 * block * n_features, available_bytes("cpu")
+    if need > free:
+        raise ValueError(
+            f"a block of {block:,} rows x {n_features} features needs about {format_bytes(need)} of memory "
+            f"and the machine can give {format_bytes(free)} (the {where}); the longest query has "
+            f"{int(sizes.max()):,} items: ask for shorter lists or fewer features"
+        )
+    sample_rng = np.random.default_rng(0)  # not the file's generator: the file does not depend on it
+    n = min(64, rows)
+    lines = [row_fmt % (1, len(sizes), *sample_rng.random(n_features)) for _ in range(n)]
+    suffix = f" #docid = D-{len(sizes)}-{int(sizes.max()) - 1}" if docids else ""
+    text = "".join(f"{line}{suffix}\n" for line in lines).encode()
+    per_row = len(gzip.compress(text) if path.suffix == ".gz" else text) / n
+    size = per_row * rows
+    directory = path.parent if str(path.parent) else Path()
+    room = shutil.disk_usage(directory).free
+    if size > room:
+        raise ValueError(
+            f"{rows:,} rows of {n_features} features take about {format_bytes(size)} "
+            f"({per_row:.0f} bytes a row{', compressed' if path.suffix == '.gz' else ''}), and "
+            f"{directory.resolve()} has {format_bytes(room)} free: ask for fewer queries, items or features"
+        )

@@ -244,16 +244,22 @@ class ProcessExecutor:
         with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=context) as pool:
             root, n = str(store.root), len(every)
             pending = {pool.submit(_run_unit, spec, root, every.index(u) + 1, n): u for u in units}
-            while pending:
-                done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                bar.n = sum(store.has_run(m, s, f) for s, f in keys for m in names)
-                bar.refresh()
-                for future in done:
-                    seed, fold = pending.pop(future)
-                    try:
-                        future.result()
-                    except Exception as exc:  # every failed unit is reported below
-                        errors.append(f"seed {seed} fold {fold}: {exc}")
+            try:
+                while pending:
+                    done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    bar.n = sum(store.has_run(m, s, f) for s, f in keys for m in names)
+                    bar.refresh()
+                    for future in done:
+                        seed, fold = pending.pop(future)
+                        try:
+                            future.result()
+                        except Exception as exc:  # every failed unit is reported below
+                            errors.append(f"seed {seed} fold {fold}: {exc}")
+            except BaseException:  # Ctrl-C, SIGTERM: the workers stop now, not after their units
+                pool.shutdown(wait=False, cancel_futures=True)
+                for worker in multiprocessing.active_children():
+                    worker.terminate()
+                raise
         if errors:
             raise ValueError(f"{len(errors)} of {len(units)} units failed: " + "; ".join(errors))
 
