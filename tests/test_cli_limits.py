@@ -278,18 +278,11 @@ def test_synth_letor_blocks_bound_the_rows_in_memory_and_keep_every_file_as_befo
 def test_sigterm_ends_a_command_as_ctrl_c_does_after_its_cleanup(tmp_path):
     """`timeout` or a scheduler's SIGTERM ended the process on the spot: `synth letor` left its
     half-written temporary file (1.7 GB after a minute) behind. Now exit status 143 and no file."""
-    import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    from .conftest import REPO
-
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "ctxrank", "synth", "letor", "--queries", "100000", "--features", "8"]
-    proc = subprocess.Popen([*argv, "--no-progress", "--out", str(tmp_path / "s.txt")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = ["synth", "letor", "--queries", "100000", "--features", "8", "--no-progress"]
+    proc = _ctxrank([*argv, "--out", str(tmp_path / "s.txt")])
     deadline = time.monotonic() + 60
     while not any(p.stat().st_size for p in tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)  # until the temporary file has rows
@@ -314,33 +307,68 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _slow_spec(tmp_path, count):
+    """A spec of ``count`` runs whose ``listnet`` is quick and whose ``mlp`` would train for hours."""
+    from ctxrank.data.synth import write_synthetic_letor
+
+    data = write_synthetic_letor(tmp_path / "d.txt", n_queries=40, list_size=8, n_features=4, seed=0)
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        f'name = "s"\n[data]\nfile = "{data}"\n[runs]\ncount = {count}\nthreads = 1\n'
+        '[models.listnet]\nmodel = "listnet"\ntrain = { max_epochs = 1 }\n'
+        '[models.mlp]\nmodel = "mlp"\ntrain = { max_epochs = 100000, patience = 100000 }\n'
+    )
+    return spec
+
+
+def _ctxrank(argv):
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "ctxrank", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_sigterm_keeps_the_evidence_of_an_experiments_stored_runs(tmp_path):
+    import signal
+    import time
+
+    from ctxrank.experiments.evidence import read_evidence
+
+    argv = ["experiment", str(_slow_spec(tmp_path, 1)), "--out", str(tmp_path / "e"), "--no-progress"]
+    proc = _ctxrank([*argv, "--evidence", str(tmp_path / "evidence")])
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "e" / "runs" / "listnet").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.2)  # listnet stored; mlp training
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and err.endswith("ctxrank: terminated\n"), err
+    _, runs, _ = read_evidence(tmp_path / "evidence")
+    assert [run["model"] for run in runs] == ["listnet"]
+
+
 def test_sigterm_stops_an_experiments_worker_processes_with_it(tmp_path):
     """With SIGTERM raised as an interrupt, `experiment --jobs 2` waited in its process pool for the
     units the workers had started (a tuned run can take an hour); the workers now stop with it."""
     import contextlib
     import os
     import signal
-    import subprocess
     import sys
     import time
 
-    from ctxrank.data.synth import write_synthetic_letor
-
-    from .conftest import REPO
-
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc")
-    data = write_synthetic_letor(tmp_path / "d.txt", n_queries=40, list_size=8, n_features=4, seed=0)
-    spec = tmp_path / "s.toml"
-    spec.write_text(  # two units that would train for hours
-        f'name = "s"\n[data]\nfile = "{data}"\n[runs]\ncount = 2\nthreads = 1\n'
-        '[models.mlp]\nmodel = "mlp"\ntrain = { max_epochs = 100000, patience = 100000 }\n'
-        '[models.listnet]\nmodel = "listnet"\n'
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "ctxrank", "experiment", str(spec), "--jobs", "2", "--no-progress"]
-    proc = subprocess.Popen([*argv, "--out", str(tmp_path / "e")], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = ["experiment", str(_slow_spec(tmp_path, 2)), "--jobs", "2", "--no-progress"]
+    proc = _ctxrank([*argv, "--out", str(tmp_path / "e")])
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 120
