@@ -291,6 +291,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("data/stream.py", "pyarrow"): FRAMES,
     ("training/checkpoint.py", "ctxrank.data.table"): FRAMES,
     ("baselines/lambdamart.py", "lightgbm"): LIGHTGBM,
+    ("_memory.py", "torch"): "torch (seconds to import) only for a CUDA device's free memory: the CPU's "
+    "figure is read from the system, and `ctxrank synth`, which checks it, imports no torch",
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,
     ("cli/evaluate.py", "ir_measures"): OPTIONAL,

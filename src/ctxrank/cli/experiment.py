@@ -19,6 +19,7 @@ from ctxrank._io import claim_output_dir, lock_directory
 from ctxrank._overrides import with_flags
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.cli._options import (
+    THREADS,
     add_correction,
     add_executor_options,
     add_json,
@@ -119,7 +120,7 @@ def experiment(
     flags = (
         ("--runs", "runs.count", runs),
         ("--dataset", "data.dataset", dataset),
-        ("--threads", "runs.threads", threads),
+        (THREADS.flag, "runs.threads", threads),
     )
     given = [flag for flag in flags if flag[2] is not None]
     given += [("--correction", key, value) for key, value in correction_override(correction)]
