@@ -124,13 +124,16 @@ def write_synthetic_letor(
             for r0 in range(0, x.shape[0], _LINES_PER_WRITE):
                 lines = []
                 for i in range(r0, min(r0 + _LINES_PER_WRITE, x.shape[0])):
-                    line = row_fmt % (labels[i], qids[i], *x[i])
-                    if docids:
-                        line += f" #docid = D-{qids[i]}-{item[i]}"
-                    lines.append(line)
+                    lines.append(_line(row_fmt, labels[i], qids[i], x[i], item[i] if docids else None))
                 fh.write("\n".join(lines) + "\n")
                 bar.update(len(lines))
     return path
+
+
+def _line(row_fmt: str, label: int, qid: int, values: np.ndarray, item: int | None) -> str:
+    """One row of the file: ``row_fmt`` filled, and its ``#docid`` comment unless ``item`` is None."""
+    line = row_fmt % (label, qid, *values)
+    return line if item is None else f"{line} #docid = D-{qid}-{item}"
 
 
 def _blocks(sizes: np.ndarray, block_queries: int) -> Iterator[tuple[int, int]]:
@@ -165,12 +168,12 @@ def check_room(path: Path, sizes: np.ndarray, n_features: int, row_fmt: str, doc
         )
     sample_rng = np.random.default_rng(0)  # not the file's generator: the file does not depend on it
     n = min(64, rows)
-    lines = [row_fmt % (1, len(sizes), *sample_rng.random(n_features)) for _ in range(n)]
-    suffix = f" #docid = D-{len(sizes)}-{int(sizes.max()) - 1}" if docids else ""
-    text = "".join(f"{line}{suffix}\n" for line in lines).encode()
+    item = int(sizes.max()) - 1 if docids else None  # the longest comment
+    lines = [_line(row_fmt, 1, len(sizes), sample_rng.random(n_features), item) for _ in range(n)]
+    text = "".join(f"{line}\n" for line in lines).encode()
     per_row = len(gzip.compress(text) if path.suffix == ".gz" else text) / n
     size = per_row * rows
-    directory = path.parent if str(path.parent) else Path()
+    directory = path.parent  # "." for a bare file name
     room = shutil.disk_usage(directory).free
     if size > room:
         raise ValueError(
