@@ -275,6 +275,20 @@ def test_synth_letor_blocks_bound_the_rows_in_memory_and_keep_every_file_as_befo
     assert list(synth._blocks(full, 200)) == [(0, 200), (200, 400), (400, 450)]
 
 
+def test_synth_letor_compresses_gz_at_the_fast_level_with_the_same_text_inside(tmp_path):
+    """Python's default gzip level 9 made a 136-feature .gz about 7 times slower to write than its text
+    (8.8 s against 1.0 s for 20,000 rows); level 1 costs about 14% in size."""
+    import gzip
+
+    from ctxrank.data.synth import write_synthetic_letor
+
+    kw = dict(n_queries=30, list_size=20, n_features=12, seed=4)
+    text = write_synthetic_letor(tmp_path / "s.txt", **kw).read_bytes()
+    packed = write_synthetic_letor(tmp_path / "s.gz", **kw).read_bytes()
+    assert gzip.decompress(packed) == text
+    assert packed[8] == 4  # the header's XFL byte: 4 = the fastest level, 2 = the slowest (Python's default)
+
+
 def test_sigterm_ends_a_command_as_ctrl_c_does_after_its_cleanup(tmp_path):
     """`timeout` or a scheduler's SIGTERM ended the process on the spot: `synth letor` left its
     half-written temporary file (1.7 GB after a minute) behind. Now exit status 143 and no file."""

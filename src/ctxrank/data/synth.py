@@ -16,6 +16,7 @@ import gzip
 import os
 import shutil
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,9 @@ _MSLR_SIGMA = 0.6  # log-normal spread of the list lengths (an assumption; the r
 #: query is a block of its own): 200 queries of up to 1,310 items fit, so MSLR-shaped files are as before
 BLOCK_ROWS = 2**18
 _LINES_PER_WRITE = 4096
+#: zlib level of a ``.gz`` file: 1 writes about 15x faster than Python's default 9 for a file about 14%
+#: larger (measured on 20,000 rows of 136 features); the text inside is the same
+GZIP_LEVEL = 1
 
 
 def mslr_list_sizes(n_queries: int, seed: int = 0) -> np.ndarray:
@@ -109,7 +113,7 @@ def write_synthetic_letor(
     check_room(path, sizes, n_features, row_fmt, docids)
     rng = np.random.default_rng(seed)
     weights = rng.normal(size=n_features) / np.sqrt(n_features)
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = partial(gzip.open, compresslevel=GZIP_LEVEL) if path.suffix == ".gz" else open
     bar = tqdm(total=int(sizes.sum()), unit="row", unit_scale=True, disable=not progress, dynamic_ncols=True)
     with opener(path, "wt") as fh, bar:
         for q0, q1 in _blocks(sizes, block_queries):
@@ -171,7 +175,7 @@ def check_room(path: Path, sizes: np.ndarray, n_features: int, row_fmt: str, doc
     item = int(sizes.max()) - 1 if docids else None  # the longest comment
     lines = [_line(row_fmt, 1, len(sizes), sample_rng.random(n_features), item) for _ in range(n)]
     text = "".join(f"{line}\n" for line in lines).encode()
-    per_row = len(gzip.compress(text) if path.suffix == ".gz" else text) / n
+    per_row = len(gzip.compress(text, GZIP_LEVEL) if path.suffix == ".gz" else text) / n
     size = per_row * rows
     directory = path.parent  # "." for a bare file name
     room = shutil.disk_usage(directory).free
