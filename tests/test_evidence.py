@@ -216,6 +216,47 @@ def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(n
     assert all((store.root / s).read_bytes() == (again.root / s).read_bytes() for s in studies[0])
 
 
+def test_shards_in_separate_run_stores_write_one_evidence_without_dropping_each_others_runs(tmp_path):
+    """Two shards of one experiment, each in its own run store (two machines, or two sessions that
+    resumed from the same evidence), keep one ``--evidence``: each write used to replace the evidence
+    with its own store's runs, so the other shard's runs vanished from it. Now a write keeps the earlier
+    evidence's runs and trials that its store lacks: after both shards, the evidence is the one a single
+    store of every run writes."""
+    import shutil
+
+    from ctxrank.experiments.evidence import EVIDENCE_FILES, resume_from_evidence, write_evidence
+    from ctxrank.experiments.store import RunStore
+
+    ev = REPO / "evidence" / TUNED[0]
+    spec = spec_from_record(json.loads((ev / "spec.json").read_text()))
+    whole = RunStore(tmp_path / "whole")
+    whole.claim(spec)
+    resume_from_evidence(spec, whole, ev)
+    keys = spec.run_keys()
+    shards = {"a": keys[0::2], "b": keys[1::2] + keys[:1]}  # the first run key in both stores
+    stores = {}
+    for name, mine in shards.items():
+        stores[name] = store = RunStore(tmp_path / name)
+        store.claim(spec)
+        for m in spec.run_names():
+            for seed, fold in mine:
+                shutil.copytree(whole.study_path(m, seed, fold), store.study_path(m, seed, fold))
+                store.save_run(whole.load_run(m, seed, fold))
+    shared = tmp_path / "shared"
+    first = write_evidence(spec, stores["a"], shared)
+    second = write_evidence(spec, stores["b"], shared)
+    assert len(read_evidence(shared)[1]) == len(spec.run_names()) * len(keys)
+    for file in EVIDENCE_FILES:
+        assert (ev / file).exists() == (shared / file).exists(), file
+        if (ev / file).exists():
+            assert _contents(shared / file) == _contents(ev / file), file
+    again = write_evidence(spec, stores["a"], shared)  # a later write of the first shard: nothing lost
+    assert again["runs"] == second["runs"] == len(spec.run_names()) * len(keys)
+    assert (first["kept"], first["stored"]) == (0, len(spec.run_names()) * len(shards["a"]))
+    assert second["kept"] == len(spec.run_names()) * (len(keys) - len(shards["b"]))
+    assert all(_contents(shared / f) == _contents(ev / f) for f in EVIDENCE_FILES if (ev / f).exists())
+
+
 def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):
     """A run record of the evidence names where its study is; anything but the runner's own place (a
     path out of the experiment directory) is refused before any file is written."""

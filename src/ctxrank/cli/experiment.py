@@ -44,6 +44,7 @@ from ctxrank.experiments.evidence import (
     check_evidence,
     rebuild_report,
     resume_from_evidence,
+    runs_said,
 )
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
 from ctxrank.experiments.spec import ExperimentSpec, correction_override
@@ -161,7 +162,7 @@ def _said_evidence(counts: dict[str, int], evidence: str, *, hint: bool = True) 
     """The evidence written (its counts); ``hint``: how to regenerate the report from it."""
     again = f"; regenerate the report with `ctxrank report {evidence}`" if hint else ""
     _say(
-        f"evidence: {evidence} ({counts['runs']} runs, {counts['rows']:,} per-query rows, "
+        f"evidence: {evidence} ({runs_said(counts)}, {counts['rows']:,} per-query rows, "
         f"{counts['bytes'] / 1024:.0f} KiB){again}"
     )
 

@@ -25,6 +25,7 @@ import gzip
 import json
 import threading
 from collections.abc import Sequence
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ __all__ = [
     "rebuild_report",
     "restore_runs",
     "resume_from_evidence",
+    "runs_said",
     "spec_from_record",
     "write_evidence",
 ]
@@ -69,18 +71,26 @@ TRIALS = "trials.csv.gz"
 #: only for a tuned experiment)
 EVIDENCE_FILES = (SPEC, RUNS, RUN_META, UNITS, TRIALS)
 _KEY_COLUMNS = ("model", "seed", "fold", "query_id")
+#: the columns of every row of ``trials.csv.gz`` (the rest: the studies' hyperparameters)
+_TRIAL_COLUMNS = ("model", "seed", "fold", "trial", "chosen", "state", "value", "epochs", "seconds")
 _METRICS = "evidence_metrics"  #: in runs.json.gz: the metrics a run file held (columns of runs.parquet)
 
 
 def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dict[str, int]:
-    """Write the evidence of every run and unit stored in ``store`` to the directory ``to`` (replacing
-    an earlier evidence of the same experiment; another experiment's is refused). Returns counts:
-    ``runs``, ``rows`` (per-query rows) and ``bytes`` written."""
+    """Write the evidence of every run and unit stored in ``store`` to the directory ``to``, with the
+    runs, units and trials of an earlier evidence of the same experiment that ``store`` lacks (those of
+    shards run in other run stores, on other machines or in other sessions: a write never drops
+    another process's runs; a run both hold is written as ``store`` has it). Another experiment's
+    evidence is refused. Returns counts: ``runs``, ``kept`` (of them, from the earlier evidence),
+    ``stored`` (from ``store``), ``rows`` (per-query rows) and ``bytes`` written."""
     to = Path(to)
     _check_target(to, spec)
-    runs = _stored_runs(spec, store)
-    if not runs:
+    stored = _stored_runs(spec, store)
+    kept, kept_units, kept_trials = _earlier_evidence(spec, store, to)
+    if not stored and not kept:
         raise ValueError(f"{store.root}: no stored run to keep as evidence")
+    order = {(m, s, f): i for i, (m, (s, f)) in enumerate(product(spec.run_names(), spec.run_keys()))}
+    runs = sorted(stored + kept, key=lambda r: order[(r["model"], r["seed"], r["fold"])])
     metrics = sorted({k for r in runs for k in r["metrics"]})
     columns: dict[str, list[Any]] = {c: [] for c in (*_KEY_COLUMNS, *metrics)}
     for r in runs:
@@ -109,11 +119,16 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     units = [
         {"seed": s, "fold": f, **store.load_unit(s, f)} for s, f in spec.run_keys() if store.has_unit(s, f)
     ]
+    units = sorted(units + kept_units, key=lambda u: spec.run_keys().index((u["seed"], u["fold"])))
     if units:
         _write_gz(to / UNITS, units)
     elif (to / UNITS).exists():
         (to / UNITS).unlink()
-    trials = _trials(store, runs)
+    trials = _trials(store, stored)
+    if kept_trials is not None and not kept_trials.empty:  # in the order of the runs, as a whole write's
+        trials = pd.concat([trials, kept_trials], ignore_index=True, sort=False)
+        rank = [order[k] for k in zip(trials["model"], trials["seed"], trials["fold"], strict=True)]
+        trials = trials.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
     if trials is not None:
         atomic_write(to / TRIALS, lambda tmp: _write_csv_gz(tmp, trials))
     elif (to / TRIALS).exists():
@@ -121,7 +136,48 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     record = {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
     atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
     size = sum((to / name).stat().st_size for name in EVIDENCE_FILES if (to / name).exists())
-    return {"runs": len(runs), "rows": table.num_rows, "bytes": size}
+    counts = {"runs": len(runs), "kept": len(kept), "stored": len(stored)}
+    return {**counts, "rows": table.num_rows, "bytes": size}
+
+
+def runs_said(counts: dict[str, int]) -> str:
+    """``N runs`` of a write's ``counts``, with those kept from the earlier evidence when there are."""
+    kept = counts["kept"]
+    return f"{counts['runs']} runs" + (f", {kept} of them kept from its earlier write" if kept else "")
+
+
+def _earlier_evidence(
+    spec: ExperimentSpec, store: RunStore, to: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    """``(runs, units, trials)`` of the evidence already at ``to`` (this experiment's:
+    :func:`_check_target`) that ``store`` lacks: the runs of ``spec`` and their studies' rows of
+    ``trials.csv.gz`` (None without that file), the units of its run keys. Empty where ``to`` holds no
+    evidence yet.
+
+    Raises:
+        ValueError: the earlier evidence cannot be read (its message says how to replace it).
+    """
+    if not (to / SPEC).is_file():
+        return [], [], None
+    try:
+        _, runs, units = read_evidence(to)
+        trials = pd.read_csv(to / TRIALS) if (to / TRIALS).is_file() else None
+    except (OSError, ValueError, EOFError) as exc:
+        raise ValueError(
+            f"--evidence {to}: its runs cannot be read to keep those this run store lacks ({exc}); "
+            "move it away to write a new evidence"
+        ) from None
+    keys = set(spec.run_keys())
+    wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
+    runs = [r for r in runs if (k := (r["model"], r["seed"], r["fold"])) in wanted and not store.has_run(*k)]
+    units = [u for u in units if (u["seed"], u["fold"]) in keys and not store.has_unit(u["seed"], u["fold"])]
+    if trials is not None:
+        lacked = {(r["model"], r["seed"], r["fold"]) for r in runs}
+        mine = [k in lacked for k in zip(trials["model"], trials["seed"], trials["fold"], strict=True)]
+        trials = trials[mine]
+        other = [c for c in trials.columns if c not in _TRIAL_COLUMNS and trials[c].isna().all()]
+        trials = trials.drop(columns=other)  # the hyperparameters of runs not kept
+    return runs, units, trials
 
 
 #: how often (seconds) ``ctxrank experiment --evidence`` rewrites the evidence while runs are stored
@@ -168,7 +224,7 @@ class KeptEvidence:
         """Write the evidence of every stored run now (:func:`write_evidence`); its counts."""
         with one_writer_at_a_time(self.to):
             counts = write_evidence(self.spec, self.store, self.to)
-        self._written = counts["runs"]
+        self._written = counts["stored"]
         return counts
 
     def _loop(self) -> None:
@@ -185,7 +241,7 @@ class KeptEvidence:
         except Exception as exc:  # a refresh never ends the runs (the final write raises)
             self.log(f"evidence: {self.to} not written ({type(exc).__name__}: {exc})")
         else:
-            self.log(f"evidence: {self.to} {what} ({counts['runs']} runs)")
+            self.log(f"evidence: {self.to} {what} ({runs_said(counts)})")
 
 
 def read_evidence(
@@ -318,7 +374,7 @@ def _study_trials(path: Path, store: RunStore, runs: list[dict[str, Any]]) -> di
     except (OSError, ValueError, EOFError) as exc:
         raise ValueError(f"{path / TRIALS}: unreadable evidence file ({exc})") from None
     first = ["trial", "state", "value", "epochs", "seconds"]
-    need = ["model", "seed", "fold", "chosen", *first]
+    need = list(_TRIAL_COLUMNS)
     if any(c not in frame.columns for c in need):
         raise ValueError(f"{path / TRIALS}: needs the columns {need}, has {list(frame.columns)}")
     out = {}
