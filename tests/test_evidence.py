@@ -112,6 +112,16 @@ def test_the_evidence_folder_stays_within_its_size_budget():
     assert size < EVIDENCE_BUDGET and "50 MB" in (REPO / "evidence" / "README.md").read_text()
 
 
+def test_published_evidence_names_its_spec_without_a_machines_path():
+    """A built-in spec is recorded as ``ctxrank/experiments/configs/NAME.toml`` (what `ctxrank
+    experiment NAME` loads on any machine), not as the path of the checkout that ran it."""
+    specs = sorted((REPO / "evidence").glob("*/spec.json"))
+    sources = {p.parent.name: json.loads(p.read_text())["spec"]["source"] for p in specs}
+    assert sources
+    for name, source in sources.items():
+        assert source.startswith("ctxrank/experiments/configs/") and source.endswith(".toml"), (name, source)
+
+
 def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
     out, ev = evidence
     root = tmp_path / "repo"
