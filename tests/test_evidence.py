@@ -267,6 +267,21 @@ def test_shards_in_separate_run_stores_write_one_evidence_without_dropping_each_
     assert all(_contents(shared / f) == _contents(ev / f) for f in EVIDENCE_FILES if (ev / f).exists())
 
 
+def test_two_shards_with_their_own_out_keep_one_evidence_from_the_command_line(tmp_path, capsys):
+    """`ctxrank experiment --shard K/2 --out DIR_K --evidence EV` on two machines: EV holds both shards'
+    runs, the second write says how many it kept, and `ctxrank report EV` covers every run."""
+    spec = _letor_spec(tmp_path, runs=4)
+    ev = str(tmp_path / "ev")
+    for k in (1, 2):
+        argv = ["experiment", str(spec), "--shard", f"{k}/2", "--evidence", ev, "--no-progress"]
+        assert main([*argv, "--out", str(tmp_path / f"shard{k}")]) == 0
+    out = capsys.readouterr().out
+    assert "(12 runs, 6 of them kept from its earlier write" in out and f"`ctxrank report {ev}`" in out
+    assert sorted({(r["seed"], r["fold"]) for r in read_evidence(ev)[1]}) == [(s, 0) for s in range(4)]
+    assert main(["report", ev]) == 0
+    assert "4 runs (seed, fold: 0,0, 1,0, 2,0, 3,0)" in capsys.readouterr().out
+
+
 def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):
     """A run record of the evidence names where its study is; anything but the runner's own place (a
     path out of the experiment directory) is refused before any file is written."""

@@ -161,6 +161,8 @@ def experiment(
 def _said_evidence(counts: dict[str, int], evidence: str, *, hint: bool = True) -> None:
     """The evidence written (its counts); ``hint``: how to regenerate the report from it."""
     again = f"; regenerate the report with `ctxrank report {evidence}`" if hint else ""
+    if counts["kept"]:  # runs of other shards' stores: in the evidence, not in this store's report
+        again = f"; the report of every run it holds: `ctxrank report {evidence}`"
     _say(
         f"evidence: {evidence} ({runs_said(counts)}, {counts['rows']:,} per-query rows, "
         f"{counts['bytes'] / 1024:.0f} KiB){again}"
