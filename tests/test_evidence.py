@@ -282,6 +282,24 @@ def test_two_shards_with_their_own_out_keep_one_evidence_from_the_command_line(t
     assert "4 runs (seed, fold: 0,0, 1,0, 2,0, 3,0)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("evidence", "what"), [("exp", "is"), (".", "holds"), ("exp/runs", "is inside the runs of")]
+)
+def test_evidence_in_the_run_stores_own_place_is_refused_before_any_run(tmp_path, capsys, evidence, what):
+    """`--evidence` the `--out` directory (or one holding it, or its runs/) was accepted, the runs ran,
+    and the write of the evidence after them was refused: the store had filled the directory."""
+    spec = _letor_spec(tmp_path, runs=3)
+    out = tmp_path / "exp"
+    argv = ["experiment", str(spec), "--out", str(out), "--evidence", str(tmp_path / evidence)]
+    argv.append("--no-progress")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{what} the experiment directory {out} (--out)" in err and "a directory of its own" in err
+    assert not (out / "runs").exists()  # nothing ran
+    argv[-2] = str(out / "evidence")  # a directory of its own inside the experiment's is fine
+    assert main(argv) == 0 and len(read_evidence(out / "evidence")[1]) == 9
+
+
 def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):
     """A run record of the evidence names where its study is; anything but the runner's own place (a
     path out of the experiment directory) is refused before any file is written."""

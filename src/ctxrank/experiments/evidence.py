@@ -441,9 +441,29 @@ def check_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> Non
     """What :func:`write_evidence` will need, checked before an experiment runs (so that hours of runs
     do not end in a refusal): ``to`` new, empty or this experiment's evidence, and the study of every
     tuned run already stored in ``store`` (runs copied from another experiment's ``runs/`` need its
-    ``tune/`` too)."""
+    ``tune/`` too), and ``to`` apart from the run store (:func:`_check_apart`)."""
+    _check_apart(Path(to), store)
     _check_target(Path(to), spec)
     _study_files(store, _stored_runs(spec, store))
+
+
+#: the directories of a run store (``ctxrank.experiments.store``): the runs write there
+_STORE_DIRS = ("runs", "units", "tune")
+
+
+def _check_apart(to: Path, store: RunStore) -> None:
+    """Refuse an evidence directory that is the run store's, holds it, or is one of its directories
+    (``runs/``, ``units/``, ``tune/``): the runs would fill it with files the evidence does not own,
+    and its write after hours of runs would be refused. A directory of its own inside the store's is
+    fine (``--out results/x --evidence results/x/evidence``)."""
+    where, root = to.resolve(), store.root.resolve()
+    inside = where.is_relative_to(root) and where != root
+    if root.is_relative_to(where) or (inside and where.relative_to(root).parts[0] in _STORE_DIRS):
+        what = "is" if where == root else "holds" if root.is_relative_to(where) else "is inside the runs of"
+        raise ValueError(
+            f"--evidence {to} {what} the experiment directory {store.root} (--out): the runs are written "
+            f"there; give the evidence a directory of its own (e.g. {store.root / 'evidence'})"
+        )
 
 
 def _stored_runs(spec: ExperimentSpec, store: RunStore) -> list[dict[str, Any]]:
