@@ -300,6 +300,21 @@ def test_evidence_in_the_run_stores_own_place_is_refused_before_any_run(tmp_path
     assert main(argv) == 0 and len(read_evidence(out / "evidence")[1]) == 9
 
 
+def test_an_evidence_directory_given_as_out_is_named_as_evidence(evidence, tmp_path, capsys):
+    """`--out EVIDENCE` (for `--resume-from`) or `ctxrank report EV --out EV` was refused as a
+    directory of "files that ctxrank did not write": ctxrank wrote them. Now it says what they are."""
+    _, ev = evidence
+    spec = _letor_spec(tmp_path, runs=3)
+    before = {p.name: p.read_bytes() for p in ev.iterdir()}
+    assert main(["experiment", str(spec), "--resume-from", str(ev), "--out", str(ev), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {ev} holds an experiment's evidence (spec.json, runs.parquet)" in err
+    assert f"--resume-from {ev}" in err and "did not write" not in err
+    assert main(["report", str(ev), "--out", str(ev)]) == 2
+    assert "give the report a directory of its own" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ev.iterdir()} == before  # nothing written there
+
+
 def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_path):
     """A run record of the evidence names where its study is; anything but the runner's own place (a
     path out of the experiment directory) is refused before any file is written."""

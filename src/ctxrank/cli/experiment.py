@@ -43,6 +43,7 @@ from ctxrank.experiments.evidence import (
     KeptEvidence,
     check_evidence,
     rebuild_report,
+    refuse_evidence_as_output,
     resume_from_evidence,
     runs_said,
 )
@@ -134,6 +135,8 @@ def experiment(
         where = default_out(loaded.name, loaded.data.dataset if dataset is not None else None)
     else:
         where = Path(out_dir)
+    own = f"give the experiment a directory of its own (to continue from it: --resume-from {where})"
+    refuse_evidence_as_output(where, "--out", own)
     if report_only and resume_from is None and not (where / "experiment.json").is_file():
         raise ValueError(f"{where}: not an experiment directory (no experiment.json)")
     parsed = parse_shard(shard)
@@ -215,6 +218,7 @@ def report(evidence: str, *, out_dir: str | None = None, correction: str | None 
     with tempfile.TemporaryDirectory(prefix="ctxrank-report-") as tmp:
         where = Path(tmp) if out_dir is None else Path(out_dir)
         if out_dir is not None:
+            refuse_evidence_as_output(where, "--out", "give the report a directory of its own")
             claim_output_dir(where, overwrite=False, what="report", ours=(SPEC_FILE,))
         rebuild_report(evidence, where, correction=correction, studies=out_dir is not None)
         sys.stdout.write((where / "table.md").read_text())

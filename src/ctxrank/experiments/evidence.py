@@ -55,6 +55,7 @@ __all__ = [
     "check_evidence",
     "read_evidence",
     "rebuild_report",
+    "refuse_evidence_as_output",
     "restore_runs",
     "resume_from_evidence",
     "runs_said",
@@ -445,6 +446,14 @@ def check_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> Non
     _check_apart(Path(to), store)
     _check_target(Path(to), spec)
     _study_files(store, _stored_runs(spec, store))
+
+
+def refuse_evidence_as_output(path: str | Path, option: str, hint: str) -> None:
+    """Refuse ``path``, the output directory given as ``option``, when it holds an experiment's evidence
+    (whose files the generic refusal would call foreign); ``hint`` ends the message."""
+    path = Path(path)
+    if (path / SPEC).is_file() and (path / RUNS).is_file():
+        raise ValueError(f"{option} {path} holds an experiment's evidence ({SPEC}, {RUNS}): {hint}")
 
 
 #: the directories of a run store (``ctxrank.experiments.store``): the runs write there
