@@ -310,3 +310,30 @@ def test_ray_in_flight_none_is_the_default_and_zero_is_refused():
     for bad in (0, True, 1.5):
         with pytest.raises(ValueError, match="in_flight must be a positive integer or None"):
             RayExecutor(in_flight=bad)
+
+
+def _ignore_sigterm_and_sleep(ready) -> None:
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+def test_stopped_workers_that_ignore_sigterm_are_killed_after_the_grace_period():
+    """A worker inside a long native call runs no Python handler: SIGKILL follows the grace period, so
+    Ctrl-C or SIGTERM never waits for a unit to finish."""
+    import multiprocessing
+    import time
+
+    from ctxrank.experiments.executors import _stop_workers
+
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    worker = context.Process(target=_ignore_sigterm_and_sleep, args=(ready,))
+    worker.start()
+    assert ready.wait(120), "the worker did not start"
+    start = time.monotonic()
+    _stop_workers([worker], grace=0.5)
+    assert not worker.is_alive() and worker.exitcode == -9 and time.monotonic() - start < 5

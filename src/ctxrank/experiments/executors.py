@@ -43,6 +43,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -241,7 +242,8 @@ class ProcessExecutor:
             return
         names, errors = spec.run_names(), []
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=context) as pool:
+        workers = min(self.jobs, len(units))
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_on_sigterm) as pool:
             root, n = str(store.root), len(every)
             pending = {pool.submit(_run_unit, spec, root, every.index(u) + 1, n): u for u in units}
             try:
@@ -257,11 +259,36 @@ class ProcessExecutor:
                             errors.append(f"seed {seed} fold {fold}: {exc}")
             except BaseException:  # Ctrl-C, SIGTERM: the workers stop now, not after their units
                 pool.shutdown(wait=False, cancel_futures=True)
-                for worker in multiprocessing.active_children():
-                    worker.terminate()
+                _stop_workers(multiprocessing.active_children())
                 raise
         if errors:
             raise ValueError(f"{len(errors)} of {len(units)} units failed: " + "; ".join(errors))
+
+
+def _exit_on_sigterm() -> None:
+    """Worker initializer: SIGTERM raises ``SystemExit(143)``, so that a stopped worker unwinds its run
+    and leaves through Python's exit, whose finalizers release what it holds. Killed outright, its
+    semaphores (tqdm's lock) were left to the resource tracker, which warned of leaked semaphores
+    after ``ctxrank: terminated``."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _stop_workers(workers: list, grace: float = 10.0) -> None:
+    """SIGTERM to each of ``workers`` (see :func:`_exit_on_sigterm`), then SIGKILL to those still
+    running after ``grace`` seconds (a worker inside a long native call runs no Python handler)."""
+    for worker in workers:
+        worker.terminate()
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
 
 
 def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
