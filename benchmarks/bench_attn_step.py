@@ -51,12 +51,14 @@ allRank rows are skipped and the reason is printed and recorded (``allrank.error
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 from pathlib import Path
 
 from _common import PeakCUDA, PeakRSS, add_common_args, child_main, cuda_info, run_case, summarize
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import emit_json, machine_info, machine_line, markdown_table, publish_blocks
 
 STUBS = Path(__file__).resolve().parent / "_allrank_stubs"
 #: the paper's WEB30K configuration, as allRank's reproducibility config writes it
@@ -273,15 +275,14 @@ def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[di
     return runs
 
 
-def combine(runs: dict[str, list[dict]], B: int, L: int) -> tuple[dict[str, dict], list[list]]:
-    """Each row's steps of all rounds -> its result (median, fastest, queries/s, peak) and table row."""
+def combine(runs: dict[str, list[dict]], B: int) -> dict[str, dict]:
+    """Each row's steps of all rounds -> its result (median, fastest, queries/s, peak)."""
     results: dict[str, dict] = {}
-    table = []
     for key, parts in runs.items():
         step = summarize([t for part in parts for t in part["times_s"]])
         peaks = [p["peak_rss_delta_mib"] for p in parts if p["peak_rss_delta_mib"] is not None]
         first = parts[0]
-        r = results[key] = {
+        results[key] = {
             "row": first["row"],
             "lengths": first["lengths"],
             "step": step,
@@ -294,19 +295,76 @@ def combine(runs: dict[str, list[dict]], B: int, L: int) -> tuple[dict[str, dict
             "peak_cuda_delta_mib": max((p.get("peak_cuda_delta_mib") or 0.0) for p in parts) or None,
             "rounds": [{k: v for k, v in p.items() if k != "shape"} for p in parts],
         }
-        lengths, peak = first["shape"], r["peak_rss_delta_mib"]
+    return results
+
+
+def lists_label(kind: str, B: int, L: int) -> str:
+    """``"100 items"`` for full lists, ``"20-100 items"`` for the mixed lengths of :func:`lengths_of`."""
+    lengths = lengths_of(kind, B, L)
+    return f"{L} items" if lengths is None else f"{min(lengths)}-{max(lengths)} items"
+
+
+def report_text(blob: dict) -> str:
+    """The tables and lines a run prints, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
+    B, L, F = blob["batch"], blob["items"], blob["features"]
+    cuda = blob["device"] != "cpu"
+    lines = [machine_line(blob["machine"]) + (f"; code {blob['code']}" if blob.get("code") else "")]
+    allrank = blob["allrank"]
+    lines.append(f"allRank {allrank['version']}" if allrank["available"] else f"allRank: {allrank['error']}")
+    lines.append(
+        f"training step, batch {B} lists x {L} items x {F} features, paper configuration (d_fc 128, "
+        f"4 blocks, 4 heads, d_ff 512, dropout 0.3), device {blob['device']}, {blob['threads']} threads; "
+        f"{blob['rounds']} interleaved rounds, each {blob['repeats']} steps after {blob['warmup']} "
+        f"warm-up steps; isolate={blob['isolate']}"
+    )
+    header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
+    header += ["peak CUDA delta MiB"] if cuda else []
+    table = []
+    for r in blob["results"].values():
+        peak = r["peak_rss_delta_mib"]
         table.append(
             [
-                ROWS[first["row"]],
-                f"{L} items" if lengths is None else f"{min(lengths)}-{max(lengths)} items",
+                ROWS[r["row"]],
+                lists_label(r["lengths"], B, L),
                 f"{r['median_s'] * 1000:.1f}",
                 f"{r['min_s'] * 1000:.1f}",
                 f"{r['queries_per_s']:.1f}",
                 "–" if peak is None else f"{peak:,.0f}",
-                *([f"{r['peak_cuda_delta_mib']:,.0f}"] if r["peak_cuda_delta_mib"] is not None else []),
+                *([f"{r['peak_cuda_delta_mib'] or 0:,.0f}"] if cuda else []),
             ]
         )
-    return results, table
+    lines += ["", markdown_table(header, table), ""]
+    for name, value in blob["ratios"].items():
+        lines.append(
+            f"queries/s ratio {name}: {value['median']:.2f} (median steps), {value['min']:.2f} (fastest)"
+        )
+    check = blob["forward_check"]
+    if check is not None:
+        lines.append(
+            f"\nsame weights, eval mode, {check['batch']} lists of {check['lengths']} items (max |score| "
+            f"{check['max_abs_score']:.3g}): max |allRank - ctxrank| = {check['allrank_layer_norm']:.2e} "
+            f"with allRank's layer norm (unbiased std + 1e-6), {check['torch_layer_norm']:.2e} with "
+            "torch.nn.LayerNorm's"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# A page states a stored run between ``<!-- bench-attn-step: FILE -->`` and ``<!-- /bench-attn-step -->``
+# (FILE: a ``--json`` file under evidence/bench/); ``--publish`` rewrites each block from its file, and
+# tests/test_bench_evidence.py fails when a block differs from what its file gives.
+BLOCK = re.compile(r"(<!-- bench-attn-step: ([^>]*?) -->\n)(.*?)(<!-- /bench-attn-step -->)", re.S)
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
+
+
+def block_text(name: str) -> str:
+    """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
+    blob = json.loads((EVIDENCE / name.strip()).read_text())
+    return "```text\n" + report_text(blob) + "```\n"
+
+
+def publish(page: Path) -> bool:
+    """Rewrite ``page``'s bench-attn-step blocks from their files; whether anything changed."""
+    return publish_blocks(page, BLOCK, block_text)
 
 
 def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
@@ -321,6 +379,15 @@ def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dic
                 "min": theirs["min_s"] / ours["min_s"],
             }
     return ratios
+
+
+def _code() -> str:
+    """The commit this run measured, with ``+changes`` when the tree differed from it."""
+    from ctxrank.experiments.provenance import code_version
+
+    code = code_version()
+    sha = (code.get("git_sha") or "unknown")[:7]
+    return sha + ("+changes" if code.get("git_dirty") else "")
 
 
 def main(argv=None) -> int:
@@ -339,9 +406,23 @@ def main(argv=None) -> int:
         default=3,
         help="rounds over the rows, interleaved (default 3): load drift hits all",
     )
+    ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="rewrite the bench-attn-step blocks of docs/*.md from their files in evidence/bench/",
+    )
     args = ap.parse_args(argv)
     if args.child:
         return child_main(args.child, step_case)
+    if args.publish:
+        for page in sorted((EVIDENCE.parents[1] / "docs").glob("*.md")):
+            if publish(page):
+                print(f"rewrote: {page}")
+        return 0
+    if args.from_json:
+        print(report_text(json.loads(Path(args.from_json).read_text())), end="")
+        return 0
     if args.quick:
         args.batch, args.items, args.features, args.repeats, args.warmup, args.rounds = 4, 12, 10, 2, 1, 1
 
@@ -352,39 +433,16 @@ def main(argv=None) -> int:
         print(f"allRank {allrank['version']} from {allrank['file']}", flush=True)
     else:
         print(f"allRank not importable, its rows are skipped: {allrank['error']}", flush=True)
-    B, L, F = args.batch, args.items, args.features
-    print(
-        f"training step, batch {B} lists x {L} items x {F} features, paper configuration (d_fc 128, "
-        f"4 blocks, 4 heads, d_ff 512, dropout 0.3), device {args.device}, {args.threads} threads; "
-        f"{args.rounds} interleaved "
-        f"rounds, each {args.repeats} steps after {args.warmup} warm-up steps; isolate={args.isolate}",
-        flush=True,
-    )
     kinds = ("full", "mixed") if args.lengths == "both" else (args.lengths,)
     runs = run_rows(args, [r for r in ROWS if r == "ctxrank" or allrank["available"]], kinds)
-    results, table = combine(runs, B, L)
-    ratios = ratios_of(results, kinds) if allrank["available"] else {}
-    print()
-    header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
-    header += ["peak CUDA delta MiB"] if args.device != "cpu" else []
-    print(markdown_table(header, table))
-    for name, value in ratios.items():
-        print(f"queries/s ratio {name}: {value['median']:.2f} (median steps), {value['min']:.2f} (fastest)")
-    check = None
-    if allrank["available"]:
-        check = forward_check(min(B, 8), L, F, args.allrank)
-        print(
-            f"\nsame weights, eval mode, {check['batch']} lists of {check['lengths']} items (max |score| "
-            f"{check['max_abs_score']:.3g}): max |allRank - ctxrank| = {check['allrank_layer_norm']:.2e} "
-            f"with allRank's layer norm (unbiased std + 1e-6), {check['torch_layer_norm']:.2e} with "
-            "torch.nn.LayerNorm's"
-        )
+    results = combine(runs, args.batch)
     blob = {
         "benchmark": "bench_attn_step",
         "quick": args.quick,
-        "batch": B,
-        "items": L,
-        "features": F,
+        "code": _code(),
+        "batch": args.batch,
+        "items": args.items,
+        "features": args.features,
         "lengths": list(kinds),
         "threads": args.threads,
         "device": args.device,
@@ -396,9 +454,15 @@ def main(argv=None) -> int:
         "allrank": allrank,
         "configuration": ALLRANK_CONFIG,
         "results": results,
-        "ratios": ratios,
-        "forward_check": check,
+        "ratios": ratios_of(results, kinds) if allrank["available"] else {},
+        "forward_check": (
+            forward_check(min(args.batch, 8), args.items, args.features, args.allrank)
+            if allrank["available"]
+            else None
+        ),
     }
+    print()
+    print(report_text(blob), end="")
     emit_json(blob, args.json)
     return 0
 
