@@ -3,6 +3,31 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+
+#: where a benchmark's stored runs live (a page's blocks are regenerated from them by the tests)
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
+
+
+def block_pattern(tag: str) -> re.Pattern:
+    """The regex of a page's ``<!-- TAG: FILE -->`` ... ``<!-- /TAG -->`` blocks (groups: opening line,
+    its argument, content, closing line), for :func:`publish_blocks`."""
+    return re.compile(rf"(<!-- {tag}: ([^>]*?) -->\n)(.*?)(<!-- /{tag} -->)", re.S)
+
+
+def stored_report(name: str, report_text) -> str:
+    """A block's content: ``report_text`` of the stored run ``name`` of evidence/bench/, in a code fence."""
+    blob = json.loads((EVIDENCE / name.strip()).read_text())
+    return "```text\n" + report_text(blob) + "```\n"
+
+
+def code_of_tree() -> str:
+    """The commit a run measured, with ``+changes`` when the working tree differed from it."""
+    from ctxrank.experiments.provenance import code_version
+
+    code = code_version()
+    return (code.get("git_sha") or "unknown")[:7] + ("+changes" if code.get("git_dirty") else "")
 
 
 def publish_blocks(page, block, text_of) -> bool:

@@ -52,13 +52,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 from _common import PeakCUDA, PeakRSS, add_common_args, child_main, cuda_info, run_case, summarize
-from _report import emit_json, machine_info, machine_line, markdown_table, publish_blocks
+from _report import (
+    EVIDENCE,
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    publish_blocks,
+    stored_report,
+)
 
 STUBS = Path(__file__).resolve().parent / "_allrank_stubs"
 #: the paper's WEB30K configuration, as allRank's reproducibility config writes it
@@ -352,14 +361,12 @@ def report_text(blob: dict) -> str:
 # A page states a stored run between ``<!-- bench-attn-step: FILE -->`` and ``<!-- /bench-attn-step -->``
 # (FILE: a ``--json`` file under evidence/bench/); ``--publish`` rewrites each block from its file, and
 # tests/test_bench_evidence.py fails when a block differs from what its file gives.
-BLOCK = re.compile(r"(<!-- bench-attn-step: ([^>]*?) -->\n)(.*?)(<!-- /bench-attn-step -->)", re.S)
-EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
+BLOCK = block_pattern("bench-attn-step")
 
 
 def block_text(name: str) -> str:
     """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
-    blob = json.loads((EVIDENCE / name.strip()).read_text())
-    return "```text\n" + report_text(blob) + "```\n"
+    return stored_report(name, report_text)
 
 
 def publish(page: Path) -> bool:
@@ -379,15 +386,6 @@ def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dic
                 "min": theirs["min_s"] / ours["min_s"],
             }
     return ratios
-
-
-def _code() -> str:
-    """The commit this run measured, with ``+changes`` when the tree differed from it."""
-    from ctxrank.experiments.provenance import code_version
-
-    code = code_version()
-    sha = (code.get("git_sha") or "unknown")[:7]
-    return sha + ("+changes" if code.get("git_dirty") else "")
 
 
 def main(argv=None) -> int:
@@ -439,7 +437,7 @@ def main(argv=None) -> int:
     blob = {
         "benchmark": "bench_attn_step",
         "quick": args.quick,
-        "code": _code(),
+        "code": code_of_tree(),
         "batch": args.batch,
         "items": args.items,
         "features": args.features,

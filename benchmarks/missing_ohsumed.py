@@ -15,11 +15,15 @@ of the paired t-test (n = 5), p corrected by Holm over each model's family (its 
 ``keep`` x 2 metrics).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv/bin/python benchmarks/missing_ohsumed.py [--data ../shared/data]
+        [--json FILE]      # the run's per-fold metrics (evidence/bench/ for a page's block)
+        [--from-json FILE] # the report of a stored run; runs nothing
+        [--publish]        # rewrite the bench-missing blocks of docs/*.md from evidence/bench/
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +32,14 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import (
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    publish_blocks,
+    stored_report,
+)
 from null_fill_ohsumed import null_cells, write_null_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,35 +94,72 @@ def run(root: Path) -> dict[str, dict[str, dict[str, list[float]]]]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def report_text(blob: dict) -> str:
+    """The table and the tests of a run, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
     from ctxrank.experiments.stats import holm
 
+    results = blob["results"]
+    cells, code = blob["cells"], blob["code"]
+    lines = [f"OHSUMED, 5 folds, {cells:,} NULL cells re-created; seed 0, 1 thread; code {code}"]
+    lines += ["", "| model | null_fill | " + " | ".join(METRICS) + " |", "|---|---|" + "---:|" * len(METRICS)]
+    for model, by_rule in results.items():
+        for rule, values in by_rule.items():
+            per_metric = (values[m] for m in METRICS)
+            cells_text = [f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f}" for v in per_metric]
+            lines.append(f"| {model} | `{rule}` | " + " | ".join(cells_text) + " |")
+    for model, by_rule in results.items():
+        pairs = [(other, m) for other in list(by_rule)[1:] for m in METRICS]
+        raw = [float(stats.ttest_rel(by_rule["keep"][m], by_rule[other][m]).pvalue) for other, m in pairs]
+        family = f"p Holm-corrected over {len(pairs)} (raw p)"
+        lines += ["", f"{model}, keep - filled, paired t over the 5 folds, {family}:"]
+        for (other, m), p, q in zip(pairs, raw, holm(raw), strict=True):
+            diff = np.mean(by_rule["keep"][m]) - np.mean(by_rule[other][m])
+            lines.append(f"  vs {other}, {m}: {diff:+.4f}, p {q:.2g} (raw {p:.2g})")
+    return "\n".join(lines) + "\n"
+
+
+# A page states a stored run between ``<!-- bench-missing: FILE -->`` and ``<!-- /bench-missing -->``
+# (FILE: a ``--json`` file under evidence/bench/); tests/test_bench_evidence.py checks each block.
+BLOCK = block_pattern("bench-missing")
+
+
+def block_text(name: str) -> str:
+    """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
+    return stored_report(name, report_text)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="holds ohsumed/")
+    ap.add_argument("--json", metavar="FILE", help="write the run's per-fold metrics here")
+    ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
+    ap.add_argument("--publish", action="store_true", help="rewrite the bench-missing blocks of docs/*.md")
     args = ap.parse_args(argv)
+    if args.publish:
+        for page in sorted((ROOT / "docs").glob("*.md")):
+            if publish_blocks(page, BLOCK, block_text):
+                print(f"rewrote: {page}")
+        return 0
+    if args.from_json:
+        print(report_text(json.loads(Path(args.from_json).read_text())), end="")
+        return 0
     if not (args.data / "ohsumed" / "Feature-min").is_dir():
         print(f"no OHSUMED Feature-min files under {args.data}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         cells = recreate_feature_null(args.data, Path(tmp))
         results = run(Path(tmp))
-    print(f"OHSUMED, 5 folds, {cells:,} NULL cells re-created; seed 0, 1 thread\n")
-    print("| model | null_fill | " + " | ".join(METRICS) + " |")
-    print("|---|---|" + "---:|" * len(METRICS))
-    for model, by_rule in results.items():
-        for rule, values in by_rule.items():
-            per_metric = (values[m] for m in METRICS)
-            cells_text = [f"{np.mean(v):.4f} ± {np.std(v, ddof=1):.4f}" for v in per_metric]
-            print(f"| {model} | `{rule}` | " + " | ".join(cells_text) + " |")
-    for model, by_rule in results.items():
-        pairs = [(other, m) for other in list(by_rule)[1:] for m in METRICS]
-        raw = [float(stats.ttest_rel(by_rule["keep"][m], by_rule[other][m]).pvalue) for other, m in pairs]
-        adjusted = holm(raw)
-        family = f"p Holm-corrected over {len(pairs)} (raw p)"
-        print(f"\n{model}, keep - filled, paired t over the 5 folds, {family}:")
-        for (other, m), p, q in zip(pairs, raw, adjusted, strict=True):
-            diff = np.mean(by_rule["keep"][m]) - np.mean(by_rule[other][m])
-            print(f"  vs {other}, {m}: {diff:+.4f}, p {q:.2g} (raw {p:.2g})")
+    blob = {
+        "benchmark": "missing_ohsumed",
+        "quick": False,
+        "code": code_of_tree(),
+        "cells": cells,
+        "machine": machine_info(1),
+        "results": results,
+    }
+    print(report_text(blob), end="")
+    if args.json:
+        emit_json(blob, args.json, echo=False)
     return 0
 
 
