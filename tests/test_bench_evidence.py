@@ -1,8 +1,9 @@
 """Benchmark figures a page states come from stored JSON (evidence/bench/): each ``<!-- bench-scale: FILE
 ... -->`` block of docs/*.md is what ``benchmarks/bench_scale.py --from-json FILE ...`` reports of those
 files, each ``<!-- bench-attn-step: FILE -->`` block what ``benchmarks/bench_attn_step.py --from-json
-FILE`` reports, and every stored file backs a block. Likewise the GPU runs of evidence/bench-gpu/ and the
-``<!-- bench-gpu: RUN ... -->`` blocks (``benchmarks/gpu_evidence.py``)."""
+FILE`` reports (``bench-missing``: ``benchmarks/missing_ohsumed.py``), and every stored file backs a
+block. Likewise the GPU runs of evidence/bench-gpu/ and the ``<!-- bench-gpu: RUN ... -->`` blocks
+(``benchmarks/gpu_evidence.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_attn_step
 import bench_scale
 import gpu_evidence
+import missing_ohsumed
 
 PAGES = sorted((REPO / "docs").glob("*.md"))
 
@@ -46,20 +48,30 @@ def test_every_bench_attn_step_block_is_what_its_stored_run_reports():
     _assert_blocks_are_current(bench_attn_step, "bench_attn_step.py")
 
 
+def test_every_bench_missing_block_is_what_its_stored_run_reports():
+    _assert_blocks_are_current(missing_ohsumed, "missing_ohsumed.py")
+
+
 def test_every_stored_benchmark_run_backs_a_block_and_is_complete():
     stored = {p.name: json.loads(p.read_text()) for p in (REPO / "evidence" / "bench").glob("*.json")}
-    for module in (bench_scale, bench_attn_step):
+    for module in (bench_scale, bench_attn_step, missing_ohsumed):
         named = {name for _, m in _blocks(module) for name in m.group(2).split()}
         mine = {name for name, blob in stored.items() if blob["benchmark"] == module.__name__}
         assert named <= mine, f"{module.__name__} blocks name files it did not store: {sorted(named - mine)}"
         assert mine <= named, f"stored files no block shows: {sorted(mine - named)}"
     for name, blob in stored.items():
-        assert blob["benchmark"] in ("bench_scale", "bench_attn_step") and not blob["quick"], name
+        assert not blob["quick"], name
         if blob["benchmark"] == "bench_scale":
             assert blob["complete"] and all(run["stages"] and run["settings"] for run in blob["runs"]), name
-        else:  # the comparison the page states: allRank's rows, the ratios and the same-weights check
+        elif blob["benchmark"] == "bench_attn_step":  # allRank's rows, the ratios, the same-weights check
             assert blob["allrank"]["available"] and blob["ratios"] and blob["forward_check"], name
             assert len(blob["results"]) == 3 * len(blob["lengths"]), name
+        else:  # missing_ohsumed: every rule of each model on the 5 folds
+            assert blob["benchmark"] == "missing_ohsumed", name
+            rules = {"lambdamart": missing_ohsumed.RULES, "listnet": missing_ohsumed.NEURAL_RULES}
+            for model, by_rule in blob["results"].items():
+                assert tuple(by_rule) == rules[model], name
+                assert all(len(v) == 5 for values in by_rule.values() for v in values.values()), name
 
 
 def test_publish_rewrites_a_stale_block(tmp_path):
