@@ -179,7 +179,7 @@ def run_experiment(
     total = len(keys) * len(names)
     log(
         f"{spec.name}: {len(names)} models x {len(keys)} runs"
-        + (f" (shard {shard[0]}/{shard[1]} of {len(spec.run_keys())})" if shard else "")
+        + (f" (shard {shard[0]}/{shard[1]} of the {len(spec.run_keys())} runs)" if shard else "")
         + f" on {spec.data.describe()}; {total - len(todo)} of {total} already stored in {store.root}"
     )
     code = code_version()
