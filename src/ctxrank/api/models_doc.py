@@ -145,8 +145,9 @@ def render_models_md() -> str:
         '`ctxrank.Ranker(model="NAME")`) with every hyperparameter (`[model_params]` of a run config, '
         "estimator parameters of the same name), then the training parameters and every loss.",
         "",
-        "Which context model to choose, what each one reads and costs, and how each compares with "
-        "tuned LightGBM LambdaMART at the same tuning budget: [context-models.md](context-models.md).",
+        "Which context model to choose, what each one reads and costs, and how each compares at the same "
+        "tuning budget with tuned LightGBM LambdaMART (MQ2008 and OHSUMED, both protocols) and with the "
+        "conditional logit (the four real choice datasets): [context-models.md](context-models.md).",
         "",
     ]
     for name in MODELS:
