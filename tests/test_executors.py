@@ -336,4 +336,49 @@ def test_stopped_workers_that_ignore_sigterm_are_killed_after_the_grace_period()
     assert ready.wait(120), "the worker did not start"
     start = time.monotonic()
     _stop_workers([worker], grace=0.5)
-    assert not worker.is_alive() and worker.exitcode == -9 and time.monotonic() - start < 5
+    assert worker.exitcode == -9 and time.monotonic() - start < 5
+
+
+class _InterruptAfter:
+    """A progress bar whose refresh raises KeyboardInterrupt once ``seconds`` have passed (Ctrl-C while
+    the workers train)."""
+
+    def __init__(self, seconds: float) -> None:
+        import time
+
+        self.n, self.deadline = 0, time.monotonic() + seconds
+
+    def refresh(self) -> None:
+        import time
+
+        if time.monotonic() > self.deadline:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_process_executor_stops_its_workers_and_no_other_child(tmp_path):
+    """Ctrl-C stops the pool's workers, not the other child processes of the caller (a notebook's)."""
+    import multiprocessing
+
+    from ctxrank.experiments.executors import ProcessExecutor
+
+    slow = 'train = { max_epochs = 100000, patience = 100000 }'
+    models = {"mlp": f'model = "mlp"\n{slow}', "listnet": f'model = "listnet"\n{slow}'}
+    spec = load_spec(_letor_spec(tmp_path, runs=2, models=models))
+    store = RunStore(tmp_path / "e")
+    store.claim(spec)
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    other = context.Process(target=_ignore_sigterm_and_sleep, args=(ready,))
+    other.start()
+    try:
+        assert ready.wait(120)
+        before = set(multiprocessing.active_children())
+        todo = [(s, f, m) for s, f in spec.run_keys() for m in models]
+        with pytest.raises(KeyboardInterrupt):
+            ProcessExecutor(2)(spec, store, keys=spec.run_keys(), todo=todo, need_units=set(),
+                               bar=_InterruptAfter(15))  # fmt: skip
+        assert other.is_alive()
+        assert not [c for c in multiprocessing.active_children() if c not in before]  # ended, reaped
+    finally:
+        other.kill()
+        other.join()

@@ -242,7 +242,7 @@ class ProcessExecutor:
             return
         names, errors = spec.run_names(), []
         context = multiprocessing.get_context("spawn")
-        workers = min(self.jobs, len(units))
+        workers, others = min(self.jobs, len(units)), set(multiprocessing.active_children())
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_on_sigterm) as pool:
             root, n = str(store.root), len(every)
             pending = {pool.submit(_run_unit, spec, root, every.index(u) + 1, n): u for u in units}
@@ -259,36 +259,45 @@ class ProcessExecutor:
                             errors.append(f"seed {seed} fold {fold}: {exc}")
             except BaseException:  # Ctrl-C, SIGTERM: the workers stop now, not after their units
                 pool.shutdown(wait=False, cancel_futures=True)
-                _stop_workers(multiprocessing.active_children())
+                # the pool's workers only: a notebook's other child processes are not ours to stop
+                _stop_workers([c for c in multiprocessing.active_children() if c not in others])
                 raise
         if errors:
             raise ValueError(f"{len(errors)} of {len(units)} units failed: " + "; ".join(errors))
 
 
 def _exit_on_sigterm() -> None:
-    """Worker initializer: SIGTERM raises ``SystemExit(143)``, so that a stopped worker unwinds its run
-    and leaves through Python's exit, whose finalizers release what it holds. Killed outright, its
-    semaphores (tqdm's lock) were left to the resource tracker, which warned of leaked semaphores
-    after ``ctxrank: terminated``."""
+    """Worker initializer: the first SIGTERM raises ``SystemExit(143)``, so that a stopped worker unwinds
+    its run and leaves through Python's exit, whose finalizers release what it holds; later ones are
+    ignored, so that they do not cut those finalizers short (the pool sends its own when it breaks).
+    Killed outright, a worker left its semaphores (tqdm's lock) to the resource tracker, which warned
+    of leaked semaphores after ``ctxrank: terminated``."""
 
     def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
 
 
 def _stop_workers(workers: list, grace: float = 10.0) -> None:
-    """SIGTERM to each of ``workers`` (see :func:`_exit_on_sigterm`), then SIGKILL to those still
-    running after ``grace`` seconds (a worker inside a long native call runs no Python handler)."""
+    """SIGTERM to each of ``workers`` (see :func:`_exit_on_sigterm`), SIGKILL to those still running
+    after ``grace`` seconds (a worker inside a long native call runs no Python handler); returns when
+    every one has ended.
+
+    It polls their exit codes rather than joining them: the pool's manager thread may be joining the
+    same processes, and once ``shutdown(wait=False)`` has been called nobody waits for that thread."""
+
+    def wait_until(deadline: float) -> list:
+        while (running := [w for w in workers if w.exitcode is None]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return running
+
     for worker in workers:
         worker.terminate()
-    deadline = time.monotonic() + grace
-    for worker in workers:
-        worker.join(max(0.0, deadline - time.monotonic()))
-    for worker in workers:
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
+    for worker in wait_until(time.monotonic() + grace):
+        worker.kill()
+    wait_until(time.monotonic() + 10.0)
 
 
 def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
