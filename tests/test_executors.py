@@ -341,29 +341,32 @@ def test_stopped_workers_that_ignore_sigterm_are_killed_after_the_grace_period()
 
 class _InterruptAfter:
     """A progress bar whose refresh raises KeyboardInterrupt once ``seconds`` have passed (Ctrl-C while
-    the workers train)."""
+    the workers train); ``children``: the caller's child processes at that moment."""
 
     def __init__(self, seconds: float) -> None:
         import time
 
-        self.n, self.deadline = 0, time.monotonic() + seconds
+        self.n, self.deadline, self.children = 0, time.monotonic() + seconds, []
 
     def refresh(self) -> None:
+        import multiprocessing
         import time
 
         if time.monotonic() > self.deadline:
+            self.children = multiprocessing.active_children()
             raise KeyboardInterrupt
 
 
 def test_an_interrupted_process_executor_stops_its_workers_and_no_other_child(tmp_path):
-    """Ctrl-C stops the pool's workers, not the other child processes of the caller (a notebook's)."""
+    """Ctrl-C stops the pool's workers, not the other child processes of the caller (a notebook's), and
+    a stopped worker starts none of the units still queued (it used to train one, SIGKILLed 10 s later)."""
     import multiprocessing
 
     from ctxrank.experiments.executors import ProcessExecutor
 
     slow = 'train = { max_epochs = 100000, patience = 100000 }'
     models = {"mlp": f'model = "mlp"\n{slow}', "listnet": f'model = "listnet"\n{slow}'}
-    spec = load_spec(_letor_spec(tmp_path, runs=2, models=models))
+    spec = load_spec(_letor_spec(tmp_path, runs=3, models=models))  # 3 units, 2 workers: 1 queued
     store = RunStore(tmp_path / "e")
     store.claim(spec)
     context = multiprocessing.get_context("spawn")
@@ -372,13 +375,14 @@ def test_an_interrupted_process_executor_stops_its_workers_and_no_other_child(tm
     other.start()
     try:
         assert ready.wait(120)
-        before = set(multiprocessing.active_children())
+        bar = _InterruptAfter(15)
         todo = [(s, f, m) for s, f in spec.run_keys() for m in models]
         with pytest.raises(KeyboardInterrupt):
-            ProcessExecutor(2)(spec, store, keys=spec.run_keys(), todo=todo, need_units=set(),
-                               bar=_InterruptAfter(15))  # fmt: skip
+            ProcessExecutor(2)(spec, store, keys=spec.run_keys(), todo=todo, need_units=set(), bar=bar)
         assert other.is_alive()
-        assert not [c for c in multiprocessing.active_children() if c not in before]  # ended, reaped
+        workers = [c for c in bar.children if c is not other]
+        assert len(workers) == 2 and all(w.exitcode in (0, 143) for w in workers), workers  # none killed
+        assert multiprocessing.active_children() == [other]  # every worker ended and reaped
     finally:
         other.kill()
         other.join()

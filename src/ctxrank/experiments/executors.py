@@ -44,6 +44,7 @@ import functools
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -266,14 +267,21 @@ class ProcessExecutor:
             raise ValueError(f"{len(errors)} of {len(units)} units failed: " + "; ".join(errors))
 
 
+#: set in a worker by its first SIGTERM: it starts no other unit (:func:`_run_unit`)
+_STOPPING = threading.Event()
+
+
 def _exit_on_sigterm() -> None:
     """Worker initializer: the first SIGTERM raises ``SystemExit(143)``, so that a stopped worker unwinds
     its run and leaves through Python's exit, whose finalizers release what it holds; later ones are
     ignored, so that they do not cut those finalizers short (the pool sends its own when it breaks).
-    Killed outright, a worker left its semaphores (tqdm's lock) to the resource tracker, which warned
-    of leaked semaphores after ``ctxrank: terminated``."""
+    The pool catches an exception of a task and hands the worker its next one: after SIGTERM a worker
+    refuses every unit at once, and leaves when the pool tells it to. Killed outright, a worker left its
+    semaphores (tqdm's lock) to the resource tracker, which warned of leaked semaphores after
+    ``ctxrank: terminated``."""
 
     def stop(signum: int, frame: object) -> None:
+        _STOPPING.set()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
@@ -303,6 +311,8 @@ def _stop_workers(workers: list, grace: float = 10.0) -> None:
 def _run_unit(spec: ExperimentSpec, root: str, index: int, count: int) -> None:
     """Worker: the pending runs of the ``index``-th of ``count`` units (the shard ``index/count``), with
     the allocator setting of the ``ctxrank`` command (:func:`ctxrank._allocator.limit_heap_growth`)."""
+    if _STOPPING.is_set():  # stopped while its previous unit unwound (e.g. Ctrl-C, then SIGTERM)
+        raise SystemExit(143)
     limit_heap_growth()
     run_experiment(spec, root, progress=False, log=lambda _: None, shard=(index, count))
 
