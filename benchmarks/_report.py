@@ -6,8 +6,9 @@ import json
 import re
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 #: where a benchmark's stored runs live (a page's blocks are regenerated from them by the tests)
-EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
+EVIDENCE = ROOT / "evidence" / "bench"
 
 
 def block_pattern(tag: str) -> re.Pattern:
@@ -38,6 +39,14 @@ def publish_blocks(page, block, text_of) -> bool:
     if new != text:
         page.write_text(new)
     return new != text
+
+
+def publish_docs(block, text_of) -> None:
+    """:func:`publish_blocks` on every page of docs/, naming each page it rewrote (a script's
+    ``--publish``)."""
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if publish_blocks(page, block, text_of):
+            print(f"rewrote {page.relative_to(ROOT)}")
 
 
 def emit_json(blob: dict, path: str | None = None, *, echo: bool = True) -> None:

@@ -58,14 +58,13 @@ from pathlib import Path
 
 from _common import PeakCUDA, PeakRSS, add_common_args, child_main, cuda_info, run_case, summarize
 from _report import (
-    EVIDENCE,
     block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    publish_blocks,
+    publish_docs,
     stored_report,
 )
 
@@ -369,11 +368,6 @@ def block_text(name: str) -> str:
     return stored_report(name, report_text)
 
 
-def publish(page: Path) -> bool:
-    """Rewrite ``page``'s bench-attn-step blocks from their files; whether anything changed."""
-    return publish_blocks(page, BLOCK, block_text)
-
-
 def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
     """ctxrank's queries/s over each allRank row's, at the median steps and at the fastest steps."""
     ratios = {}
@@ -414,9 +408,7 @@ def main(argv=None) -> int:
     if args.child:
         return child_main(args.child, step_case)
     if args.publish:
-        for page in sorted((EVIDENCE.parents[1] / "docs").glob("*.md")):
-            if publish(page):
-                print(f"rewrote: {page}")
+        publish_docs(BLOCK, block_text)
         return 0
     if args.from_json:
         print(report_text(json.loads(Path(args.from_json).read_text())), end="")

@@ -55,7 +55,15 @@ import time
 from pathlib import Path
 
 from _common import _proc_status_mib, _reset_peak_rss, add_common_args, maxrss_mib, run_case
-from _report import emit_json, machine_info, machine_line, markdown_table, publish_blocks
+from _report import (
+    EVIDENCE,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    publish_blocks,
+    publish_docs,
+)
 
 WEB30K_QUERIES = 31_531  # MSLR-WEB30K: queries of the five folds (each fold: 3/5 train, 1/5 valid, 1/5 test)
 N_FEATURES = 136
@@ -282,7 +290,6 @@ def report_text(runs: list[dict]) -> str:
 # (FILE: a ``--json`` file under evidence/bench/); ``--publish`` rewrites each block from its files, and
 # tests/test_bench_evidence.py fails when a block differs from what its files give.
 BLOCK = re.compile(r"(<!-- bench-scale: ([^>]*?) -->\n)(.*?)(<!-- /bench-scale -->)", re.S)
-EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "bench"
 
 
 def block_text(names: str) -> str:
@@ -433,9 +440,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return child_main(a.child, protocol)
     if a.publish:
-        for page in sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md")):
-            if publish(page):
-                print(f"rewrote {page}")
+        publish_docs(BLOCK, block_text)
         return 0
     factors = sorted(a.factor or ([] if a.from_json else [QUICK_FACTOR] if a.quick else [0.02]))
     if factors and min(factors) <= 0:

@@ -20,7 +20,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from _report import publish_blocks
+from _report import publish_blocks, publish_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "evidence" / "bench-gpu"
@@ -160,9 +160,7 @@ def main(argv=None) -> int:
             ap.error("--store needs --commit")
         print(store(Path(args.store[0]), args.store[1], args.commit, args.tree_note, args.command))
     if args.publish:
-        for page in sorted((ROOT / "docs").glob("*.md")):
-            if publish(page):
-                print(f"rewrote {page.relative_to(ROOT)}")
+        publish_docs(BLOCK, block_text)
     if not (args.store or args.publish):
         ap.error("give --store OUTDIR NAME or --publish")
     return 0

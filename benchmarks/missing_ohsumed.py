@@ -37,7 +37,7 @@ from _report import (
     code_of_tree,
     emit_json,
     machine_info,
-    publish_blocks,
+    publish_docs,
     stored_report,
 )
 from null_fill_ohsumed import null_cells, write_null_file
@@ -136,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--publish", action="store_true", help="rewrite the bench-missing blocks of docs/*.md")
     args = ap.parse_args(argv)
     if args.publish:
-        for page in sorted((ROOT / "docs").glob("*.md")):
-            if publish_blocks(page, BLOCK, block_text):
-                print(f"rewrote: {page}")
+        publish_docs(BLOCK, block_text)
         return 0
     if args.from_json:
         print(report_text(json.loads(Path(args.from_json).read_text())), end="")
