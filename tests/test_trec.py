@@ -80,8 +80,9 @@ def test_the_run_does_not_depend_on_the_row_order(model, tmp_path, capsys):
 
 
 def test_evaluate_run_agrees_with_ctxranks_own_metrics_and_names(smooth, tmp_path, capsys):
-    """ir-measures (trec_eval's linear-gain nDCG) on the run = ctxrank's NDCG with --gain linear on the
-    same scores (no ties: tie rules differ); trec_eval's and ir-measures' names give one value."""
+    """ir-measures (trec_eval's linear-gain nDCG: --gain linear) on the run = ctxrank's NDCG with --gain
+    linear on the same scores (no ties: tie rules differ); trec_eval's and ir-measures' names give one
+    value."""
     data = _letor(tmp_path / "test.txt", seed=3, docids=False)  # item ids: the rows' numbers
     run, scores = tmp_path / "run.txt", tmp_path / "scores.txt"
     argv = ["predict", "--model", str(smooth), "--data", str(data)]
@@ -89,8 +90,8 @@ def test_evaluate_run_agrees_with_ctxranks_own_metrics_and_names(smooth, tmp_pat
     assert main([*argv, "-o", str(scores)]) == 0
     assert len(set(np.loadtxt(scores).tolist())) == 96  # no tie
     capsys.readouterr()
-    rc, out, err = _run(capsys, "evaluate", "--run", str(run), "--data", str(data), "--json",
-                        "--metrics", "ndcg_cut_10,nDCG@10,map,AP,recip_rank")  # fmt: skip
+    rc, out, err = _run(capsys, "evaluate", "--run", str(run), "--data", str(data), "--json", "--gain",
+                        "linear", "--metrics", "ndcg_cut_10,nDCG@10,map,AP,recip_rank")  # fmt: skip
     assert rc == 0, err
     values = json.loads(out)["runs"][str(run)]
     assert values["ndcg_cut_10"] == values["nDCG@10"] and values["map"] == values["AP"]  # one measure each
@@ -129,7 +130,7 @@ def test_a_qrels_file_judges_as_the_labels_do(model, tmp_path, capsys):
         (["--qrels", "QRELS", "--scores", "x", "--data", "DATA"], "--qrels judges TREC run files"),
         (["--run", "RUN"], "needs the judgments: --qrels FILE, or the labelled data"),
         (["--run", "RUN", "--qrels", "QRELS", "--metrics", "bogus"], "unknown measure 'bogus'"),
-        (["--run", "DATA", "--qrels", "QRELS"], "not a TREC run file"),
+        (["--run", "DATA", "--qrels", "QRELS"], "not a TREC run line"),
     ],
 )
 def test_evaluate_run_errors_are_one_line(model, tmp_path, capsys, argv, message):
@@ -147,3 +148,101 @@ def test_a_run_name_must_be_one_word(model, tmp_path, capsys):
     rc, _, err = _run(capsys, "predict", "--model", str(model), "--data", str(data), "--format", "trec",
                       "--run-name", "two words", "-o", "-")  # fmt: skip
     assert rc == 2 and "the run name must be one word" in err
+
+
+def _ranking(queries, docids, labels=None):
+    """RankingData of ``queries`` (ids), each with its list of ``docids``."""
+    from ctxrank.data.ranking_data import RankingData
+
+    n = sum(len(d) for d in docids)
+    offsets = np.cumsum([0, *(len(d) for d in docids)])
+    y = np.zeros(n, np.float32) if labels is None else np.asarray(labels, np.float32)
+    return RankingData(np.zeros((n, 1), np.float32), y, np.asarray(queries), offsets,
+                       docids=np.asarray([d for ds in docids for d in ds]))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("queries", "docids", "message"),
+    [
+        (["q 1"], [["a", "b"]], "query id 'q 1' (query 1 of the data) contains whitespace"),
+        (["q1"], [["a", "b c"]], "query 'q1', row 2: item id 'b c' contains whitespace"),
+        (["q1"], [["a\nb", "c"]], "query 'q1', row 1: item id 'a\\nb' contains whitespace"),
+        (["q1", "q2"], [["a"], ["b\tc"]], "query 'q2', row 2: item id 'b\\tc' contains whitespace"),
+        (["q1"], [["a", "b\u00a0c"]], "item id 'b\\xa0c' contains whitespace"),
+        ([""], [["a"]], "query id '' (query 1 of the data) is empty"),
+        (["q1"], [["a", ""]], "item id '' is empty"),
+        (["q1"], [["a", "b\x07"]], "item id 'b\\x07' contains a character that is not printable"),
+        (["q1"], [["a", "b", "a"]], "query 'q1': item id 'a' appears twice (rows 1 and 3)"),
+    ],
+)
+def test_ids_a_trec_line_cannot_hold_are_refused_before_writing(tmp_path, queries, docids, message):
+    """A space or newline in an id gives a line of other columns; an item twice in a query is scored
+    once by a reader: the writers refuse both, naming the query and the id, and write nothing."""
+    from ctxrank.data.trec import item_ids, judgments, run_lines
+
+    data = _ranking(queries, docids)
+    for write in (lambda: run_lines(data, np.arange(data.n_items, dtype=float), item_ids(data), "r"),
+                  lambda: judgments(data, item_ids(data))):  # fmt: skip
+        with pytest.raises(ValueError, match=r"ids without spaces|own id") as err:
+            write()
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_run_has_no_negative_zero_and_no_nan_score():
+    from ctxrank.data.trec import run_lines
+
+    data = _ranking(["q1"], [["a", "b", "c"]])
+    lines = run_lines(data, np.array([-0.0, 1.0, -2.0]), data.docids, "r")
+    assert [line.split()[4] for line in lines] == ["1.0", "0.0", "-2.0"]
+    with pytest.raises(ValueError, match="row 2: a TREC run needs finite scores"):
+        run_lines(data, np.array([0.0, np.nan, 1.0]), data.docids, "r")
+
+
+def test_a_duplicate_or_malformed_run_line_is_refused_not_scored(tmp_path, capsys):
+    """A run with an item twice in a query (ir-measures would keep one score) or a line of other
+    columns (an id with a space) is refused with its file:line."""
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 a 2\nq1 0 b 0\nq1 0 c 1\n")
+    cases = {
+        "q1 Q0 a 1 3 r\nq1 Q0 b 2 2 r\nq1 Q0 a 3 1 r\n": "run.txt:3: item 'a' of query 'q1' again",
+        "q1 Q0 a b 1 3 r\n": "run.txt:1: not a TREC run line (7 columns; expected 6",
+        "q1 Q0 a 1 nan r\n": "run.txt:1: column 5 'nan' is not a finite score",
+    }
+    for text, message in cases.items():
+        (tmp_path / "run.txt").write_text(text)
+        rc, _, err = _run(capsys, "evaluate", "--run", str(tmp_path / "run.txt"), "--qrels", str(qrels))
+        assert rc == 2 and message in err and err.count("\n") == 1, err
+    qrels.write_text("q1 0 a 2\nq1 0 a 0\n")
+    rc, _, err = _run(capsys, "evaluate", "--run", str(tmp_path / "run.txt"), "--qrels", str(qrels))
+    assert rc == 2 and "qrels.txt:2: item 'a' of query 'q1' again" in err, err
+
+
+def test_one_ranking_gives_one_ndcg_through_evaluate_and_evaluate_run(tmp_path, capsys):
+    """Both default to the gain 2^y - 1 and name it; --gain linear gives trec_eval's own in both."""
+    data = _letor(tmp_path / "test.txt", seed=7)
+    scores = tmp_path / "scores.txt"
+    rng = np.random.default_rng(0)
+    scores.write_text("\n".join(str(v) for v in rng.permutation(96) / 7.0) + "\n")  # no ties
+    from ctxrank.data.letor import read_letor
+    from ctxrank.data.trec import item_ids, run_lines, write_lines
+
+    ranking = read_letor(data)
+    run = tmp_path / "run.txt"
+    write_lines(run_lines(ranking, np.loadtxt(scores), item_ids(ranking), "r"), run)
+    for gain in ([], ["--gain", "linear"]):
+        rc, own, err = _run(capsys, "evaluate", "--scores", str(scores), "--data", str(data), "--json",
+                            "--metrics", "ndcg@3,ndcg@10", *gain)  # fmt: skip
+        assert rc == 0, err
+        rc, out, err = _run(capsys, "evaluate", "--run", str(run), "--data", str(data), "--json",
+                            "--metrics", "nDCG@3,ndcg_cut_10", *gain)  # fmt: skip
+        assert rc == 0, err
+        values = json.loads(out)["runs"][str(run)]
+        assert json.loads(out)["ndcg_gain"] == (gain[1] if gain else "exp2")
+        assert values["nDCG@3"] == pytest.approx(json.loads(own)["metrics"]["ndcg@3"], abs=1e-9)
+        assert values["ndcg_cut_10"] == pytest.approx(json.loads(own)["metrics"]["ndcg@10"], abs=1e-9)
+    rc, out, _ = _run(capsys, "evaluate", "--run", str(run), "--data", str(data))
+    assert rc == 0 and "nDCG gain exp2 (2^y - 1), discount log2(rank + 1)" in out
+    rc, out, _ = _run(capsys, "evaluate", "--scores", str(scores), "--data", str(data))
+    assert rc == 0 and "gain" in out and "exp2 (2^y - 1)" in out
+    rc, _, err = _run(capsys, "evaluate", "--run", str(run), "--data", str(data), "--convention", "letor4")
+    assert rc == 2 and "--convention: not for --run" in err

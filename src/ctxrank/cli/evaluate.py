@@ -26,7 +26,7 @@ from ctxrank.data.registry import get_spec
 from ctxrank.data.scores import read_scores
 from ctxrank.data.sources import DataSource
 from ctxrank.data.table_io import from_file_order
-from ctxrank.data.trec import item_ids, judgments
+from ctxrank.data.trec import item_ids, judgments, read_qrels, read_run
 from ctxrank.evaluation import evaluate_scores, unevaluated_message
 from ctxrank.experiments.compare import compare_runs, load_runs
 from ctxrank.metrics import CHOICE_METRICS, format_metric, is_choice_data, metric_convention, parse_metric
@@ -61,45 +61,67 @@ def _no_relevant(text: str) -> float | str:
 DEFAULT_RUN_METRICS = "nDCG@1,nDCG@3,nDCG@5,nDCG@10,AP"
 
 
+#: ``--gain`` -> how it reads in a table's conventions line
+GAINS = {"exp2": "exp2 (2^y - 1)", "linear": "linear (y)"}
+
+
 def evaluate_runs(
     runs: Sequence[str],
     *,
     qrels: str | None = None,
     source: DataSource | None = None,
     metrics: str | None = None,
+    gain: str = "exp2",
     json: bool = False,
 ) -> int:
     """Evaluate TREC run files against qrels (the file ``qrels``, or the labels of ``source`` with the
-    item ids of :func:`ctxrank.data.trec.item_ids`) with ir-measures (pytrec_eval: trec_eval's own
-    conventions, e.g. linear gain in nDCG). ``metrics``: comma-separated names of trec_eval
-    (``ndcg_cut_10``, ``recip_rank``, ``map``) or ir-measures (``nDCG@10``, ``RR``, ``AP``)."""
+    item ids of :func:`ctxrank.data.trec.item_ids`) with ir-measures (pytrec_eval). ``metrics``:
+    comma-separated names of trec_eval (``ndcg_cut_10``, ``recip_rank``, ``map``) or ir-measures
+    (``nDCG@10``, ``RR``, ``AP``). nDCG's gain is ``gain`` as in ``ctxrank evaluate``: ``exp2``
+    (2^y - 1, the default of both, so one ranking gives one nDCG) or ``linear`` (y: trec_eval's own);
+    the discount is log2(rank + 1) in both; an nDCG that names its own ``gains`` keeps them."""
+    if gain not in GAINS:
+        raise ValueError(f"--gain must be one of {', '.join(GAINS)}, got {gain!r}")
     try:
         import ir_measures
     except ImportError:
         raise ValueError("evaluate --run needs ir-measures: pip install 'ctxrank[trec]'") from None
     measures = _measures(ir_measures, metrics if metrics is not None else DEFAULT_RUN_METRICS)
     judged = _qrels(ir_measures, qrels, source)
+    measures = [(label, _with_gain(m, gain, judged)) for label, m in measures]
     results: dict[str, dict[str, float]] = {}
     for run in runs:
+        scored = [ir_measures.ScoredDoc(q, d, s) for q, d, s in read_run(run)]
         try:
-            scored = list(ir_measures.read_trec_run(run))
             values = ir_measures.calc_aggregate([m for _, m in measures], judged, scored)
-        except (OSError, ValueError, IndexError) as exc:
-            raise ValueError(f"{run}: not a TREC run file ({exc})") from None
-        if not scored:
-            raise ValueError(f"{run}: no run line (QUERY Q0 DOCID RANK SCORE RUN)")
+        except (ValueError, IndexError, KeyError) as exc:
+            raise ValueError(f"{run}: cannot be measured ({exc})") from None
         results[run] = {label: float(values[m]) for label, m in measures}
     names = list(dict.fromkeys(label for label, _ in measures))
     if json:
         measured = {label: str(m) for label, m in measures}  # the name as given -> ir-measures' name
-        print_json({"qrels": qrels, "metrics": names, "measures": measured, "runs": results})
+        print_json(
+            {"qrels": qrels, "metrics": names, "measures": measured, "ndcg_gain": gain, "runs": results}
+        )
         return 0
     judged_by = qrels if qrels is not None else "the labels of the data"
     out(f"qrels   {judged_by} (ir-measures {ir_measures.__version__})")
     out()
     rows = [(n, *(f"{results[r][n]:.4f}" for r in runs)) for n in names]
     out(table(("metric", *runs), rows, right=tuple(range(1, len(runs) + 1))))
+    out()
+    out(f"conventions: nDCG gain {GAINS[gain]}, discount log2(rank + 1); the other measures as trec_eval's")
     return 0
+
+
+def _with_gain(measure: Any, gain: str, judged: list[Any]) -> Any:
+    """``measure`` with nDCG's gain ``gain``: ``exp2`` maps each grade y of ``judged`` to 2^y - 1 (a
+    grade below 1 to 0); ``linear`` is trec_eval's own (y). Another measure, or an nDCG given its own
+    ``gains``, as it is."""
+    if measure.NAME != "nDCG" or gain == "linear" or "gains" in measure.params:
+        return measure
+    grades = {int(j.relevance) for j in judged}
+    return measure(gains={y: 2**y - 1 if y > 0 else 0 for y in sorted(grades)})
 
 
 def _measures(ir_measures: Any, text: str) -> list[tuple[str, Any]]:
@@ -131,13 +153,7 @@ def _qrels(ir_measures: Any, path: str | None, source: DataSource | None) -> lis
     if path is not None:
         if source is not None and (source.data_file is not None or source.dataset is not None):
             raise ValueError("give either --qrels FILE or the labelled data (--data / --dataset), not both")
-        try:
-            judged = list(ir_measures.read_trec_qrels(path))
-        except (OSError, ValueError, IndexError) as exc:
-            raise ValueError(f"{path}: not a qrels file ({exc})") from None
-        if not judged:
-            raise ValueError(f"{path}: no qrels line (QUERY 0 DOCID RELEVANCE)")
-        return judged
+        return [ir_measures.Qrel(q, d, y) for q, d, y in read_qrels(path)]
     if source is None or (source.data_file is None and source.dataset is None):
         raise ValueError(
             "evaluate --run needs the judgments: --qrels FILE, or the labelled data (--data / --dataset)"
@@ -212,7 +228,7 @@ def _scored_data(
 def conventions_text(conv: Any) -> str:
     """The metric convention, one choice a line."""
     d = conv.to_dict()
-    gain = {"exp2": "exp2 (2^y - 1)", "linear": "linear (y)"}.get(d["gain"], d["gain"])
+    gain = GAINS.get(d["gain"], d["gain"])
     rows = [
         ("convention", d["name"]),
         ("gain", gain),
@@ -316,7 +332,11 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="value of a query without relevant items; skip = leave it out of the means (default 0)",
     )
     p.add_argument(
-        "--gain", choices=("exp2", "linear"), default="exp2", help="NDCG gain (default exp2: 2^y-1)"
+        "--gain",
+        choices=tuple(GAINS),
+        default="exp2",
+        help="NDCG gain, for --scores / --model and --run alike (default exp2: 2^y-1; linear: y, "
+        "trec_eval's)",
     )
     p.add_argument(
         "--threshold",
@@ -350,7 +370,24 @@ def _run_evaluate(a: argparse.Namespace) -> int:
         given = [f for f, v in (("--scores", a.scores), ("--model", a.model)) if v is not None]
         if given:
             raise ValueError(f"give either --run FILE or {' / '.join(given)}, not both")
-        return evaluate_runs(a.runs, qrels=a.qrels, source=source, metrics=a.metrics, json=a.json)
+        ignored = [
+            flag
+            for flag, value, default in (
+                ("--convention", a.convention, "standard"),
+                ("--no-relevant", a.no_relevant, 0.0),
+                ("--threshold", a.threshold, 1.0),
+                ("--max-label", a.max_label, None),
+            )
+            if value != default
+        ]
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)}: not for --run (ir-measures measures runs with trec_eval's rules; "
+                "only --gain applies); give them with --scores or --model"
+            )
+        return evaluate_runs(
+            a.runs, qrels=a.qrels, source=source, metrics=a.metrics, gain=a.gain, json=a.json
+        )
     if a.qrels is not None:
         raise ValueError("--qrels judges TREC run files: give --run FILE")
     return evaluate(
