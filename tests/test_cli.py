@@ -436,6 +436,23 @@ def test_every_json_output_is_strict(capsys, tiny, tmp_path):
         strict_json(out)
 
 
+def test_compare_orders_metrics_naturally(capsys, tmp_path):
+    """ndcg@3 before ndcg@10 (text order put ndcg@10 first), in the table and in --json."""
+    for name, shift in (("a", 0.0), ("b", 0.1)):
+        per_query = {m: [0.5 + shift, 0.25, 0.75] for m in ("ndcg@10", "map", "ndcg@3", "ndcg", "ndcg@1")}
+        run_file = {"model": name, "seed": 0, "fold": 1, "query_ids": ["1", "2", "3"], "metrics": per_query}
+        (tmp_path / f"{name}.json").write_text(json.dumps(run_file))
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    rc, out, err = run(capsys, "compare", a, b)
+    assert rc == 0, err
+    rows = [
+        line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    assert rows == ["metric", "map", "ndcg", "ndcg@1", "ndcg@3", "ndcg@10"]
+    rc, out, err = run(capsys, "compare", a, b, "--json")
+    assert list(json.loads(out)["metrics"]) == rows[1:]
+
+
 def test_version_and_help_import_no_heavy_library():
     code = (
         "import sys\n"

@@ -1106,6 +1106,14 @@ def format_metric(base: str, k: int | None) -> str:
     return base if k is None else f"{base}@{k}"
 
 
+def metric_sort_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """The key that orders metric names naturally, numbers by value: ``ndcg@3`` before ``ndcg@10``
+    (text order puts ``ndcg@10`` first), ``ndcg`` before ``ndcg@1``; any name (a run file's, an
+    ir-measures name) has one. The one order of every list or table of metric columns."""
+    parts = re.split(r"(\d+)", name)
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in parts if t)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Whole datasets
 # ----------------------------------------------------------------------------------------------------

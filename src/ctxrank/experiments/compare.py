@@ -11,6 +11,7 @@ import numpy as np
 from ctxrank.experiments.report import query_means, run_means
 from ctxrank.experiments.stats import DEFAULT_CORRECTION, adjust, paired_test
 from ctxrank.experiments.store import check_run
+from ctxrank.metrics import metric_sort_key
 
 __all__ = ["compare_runs", "load_runs"]
 
@@ -69,7 +70,7 @@ def compare_runs(
     if not keys:
         raise ValueError(f"A and B have no run in common (A: {sorted(a, key=str)}, B: {sorted(b, key=str)})")
     ra, rb = [a[k] for k in keys], [b[k] for k in keys]
-    common = sorted(set(ra[0]["metrics"]).intersection(*(r["metrics"] for r in ra + rb)))
+    common = sorted(set(ra[0]["metrics"]).intersection(*(r["metrics"] for r in ra + rb)), key=metric_sort_key)
     if metrics:
         missing = [m for m in metrics if m not in common]
         if missing:
