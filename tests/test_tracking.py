@@ -93,6 +93,55 @@ def test_an_unusable_place_is_a_clean_error_before_training(tmp_path, letor, cap
         assert not out.exists()  # refused before the directory was claimed or any data read
 
 
+def _tables(path: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+
+def _database(path: Path, *tables: str) -> Path:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        for t in tables:
+            db.execute(f"CREATE TABLE {t} (id INTEGER)")
+    db.close()
+    return path
+
+
+def test_a_database_of_other_tables_is_refused_before_mlflow_or_optuna_write_theirs(tmp_path, letor, capsys):
+    """``--track mlflow:sqlite:///FILE`` and ``tune --storage sqlite:///FILE`` on a user's own SQLite
+    database (tables not MLflow's / Optuna's) are refused before any table is added or data read; a file
+    that is no SQLite database too. A database of the tool's own tables is accepted."""
+    pytest.importorskip("mlflow")
+    mine = _database(tmp_path / "mine.db", "customers", "orders")
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_text("my notes")
+    out = tmp_path / "model"
+    train = ["train", "--model", "listnet", "--data", str(letor), "--out", str(out), *QUICK]
+    for db, message in [
+        (mine, "holds tables that are not MLflow's (customers, orders)"),
+        (not_sqlite, "is not an SQLite database"),
+    ]:
+        assert main([*train, "--track", f"mlflow:sqlite:///{db}"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert not out.exists()
+    tune = ["tune", "--model", "listnet", "--data", str(letor), "--trials", "1", "--out", str(tmp_path / "t")]
+    assert main([*tune, *QUICK[:2], "--no-progress", "--storage", f"sqlite:///{mine}"]) == 2
+    assert "holds tables that are not Optuna's (customers, orders)" in capsys.readouterr().err
+    assert _tables(mine) == ["customers", "orders"] and not_sqlite.read_text() == "my notes"
+    Tracking(
+        "mlflow", f"sqlite:///{_database(tmp_path / 'ml.db', 'experiments', 'runs', 'alembic_version')}"
+    ).check()
+    from ctxrank.tune import check_storage
+
+    check_storage(f"sqlite:///{_database(tmp_path / 'optuna.db', 'studies', 'trials')}")
+    with pytest.raises(ValueError, match=r"not Optuna's \(experiments, runs\)"):
+        check_storage(f"sqlite:///{tmp_path / 'ml.db'}")  # MLflow's database is not Optuna's
+
+
 def test_an_unreachable_server_is_refused_at_once():
     import socket
 
@@ -219,6 +268,7 @@ def test_train_with_mlflow_logs_params_epochs_test_metrics_and_the_model(tmp_pat
     assert run.data.metrics["test_ndcg_at_10"] == pytest.approx(test["ndcg@10"])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     assert {"model/ctxrank.json", "model/model.safetensors", "model/train_log.jsonl"} <= artifacts
+    assert not [a for a in artifacts if Path(a).name.startswith(".")]  # no .ctxrank.lock, no temporary file
     assert run.data.tags["ctxrank.command"].startswith("ctxrank train --model listnet")
 
 

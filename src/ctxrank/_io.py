@@ -451,3 +451,56 @@ def _busy_text(directory: Path, holders: dict[str, Any], key: str | None, what: 
         f"{directory} is locked: {how}; wait for it to finish, or choose another directory "
         f"(the lock is {directory / LOCK_FILE}, released when that process exits)"
     )
+
+
+# ------------------------------------------------------------------------------- SQLite databases
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite database URL (``sqlite:///FILE``, ``sqlite+pysqlite:////ABS/FILE``, as
+    SQLAlchemy reads them), None for another database or an in-memory one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+")[0].lower() != "sqlite" or not rest.startswith("/"):
+        return None
+    name = rest[1:].partition("?")[0]
+    return None if name in ("", ":memory:") else Path(name)
+
+
+def check_own_database(url: str, *, owner: str, tables: Iterable[str], where: str) -> None:
+    """Refuse, before anything is written, to let ``owner`` (MLflow, Optuna) add its tables to an SQLite
+    database that holds others: the file of ``url`` must be new, empty, or a database whose tables are
+    all ``owner``'s (``tables``, with ``alembic_version``, the migrations' record both keep): one that
+    ``owner`` created, through ctxrank or not. Other databases are not checked.
+
+    Raises:
+        ValueError: ``where`` (the option and its value), the file is no SQLite database or names its
+            foreign tables.
+    """
+    path = sqlite_file(url)
+    if path is None or not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return
+    if not path.is_file():
+        raise ValueError(f"{where}: {path} is not a file; give an SQLite database file")
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read {path} ({exc})") from None
+    if header != _SQLITE_HEADER:
+        raise ValueError(f"{where}: {path} is not an SQLite database; give a new file or {owner}'s database")
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as db:
+            found = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error as exc:
+        raise ValueError(f"{where}: cannot read the SQLite database {path} ({exc})") from None
+    known = {*tables, "alembic_version"}
+    foreign = sorted(n for n in found if n not in known and not n.startswith("sqlite_"))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValueError(
+            f"{where}: {path} holds tables that are not {owner}'s ({shown}); {owner} would add its own "
+            f"tables to that database: give a new file or a database {owner} created"
+        )

@@ -40,9 +40,11 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
+
+from ctxrank._io import LOCK_FILE, check_own_database, is_ctxrank_temp
 
 __all__ = [
     "DEFAULTS",
@@ -173,6 +175,8 @@ class Tracking:
                     "(pip install mlflow, or pip install sqlalchemy alembic)"
                 )
         where = f"--track {self}"
+        if self.kind == "mlflow" and _scheme(self.location) == "sqlite":
+            check_own_database(self.location, owner="MLflow", tables=_mlflow_tables(), where=where)
         if _scheme(self.location) in ("http", "https"):
             _check_reachable(self.location, where)
         directory = self.directory
@@ -220,6 +224,17 @@ def _scheme(uri: str) -> str:
         return ""
     scheme = urlparse(uri).scheme.lower()
     return "" if len(scheme) == 1 else scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
+
+
+def _mlflow_tables() -> set[str]:
+    """The names of the tables of an MLflow database (its SQLAlchemy models' tables)."""
+    try:
+        import mlflow.store.model_registry.dbmodels.models
+        import mlflow.store.tracking.dbmodels.models  # noqa: F401 (registers the tables)
+        from mlflow.store.db.base_sql_model import Base
+    except ImportError as exc:
+        raise ValueError(f"an MLflow database store needs mlflow (pip install mlflow) ({exc})") from None
+    return set(Base.metadata.tables)
 
 
 def _check_reachable(uri: str, where: str, timeout: float = 10.0) -> None:
@@ -358,10 +373,14 @@ class _MLflowRun(TrackedRun):
 
     def log_artifact(self, path: str | Path, name: str | None = None) -> None:
         path = Path(path)
-        if path.is_dir():
-            self.client.log_artifacts(self.run_id, str(path), artifact_path=name)
-        else:
+        if not path.is_dir():
             self.client.log_artifact(self.run_id, str(path), artifact_path=name)
+            return
+        for file in _output_files(path):  # not ctxrank's lock and temporary files
+            folder = PurePosixPath(*((name,) if name else ()), *file.relative_to(path).parent.parts)
+            self.client.log_artifact(
+                self.run_id, str(file), artifact_path=str(folder) if folder.parts else None
+            )
 
     def child(self, name: str) -> _MLflowRun:
         return _MLflowRun.open("", name, {}, parent=self)
@@ -370,6 +389,14 @@ class _MLflowRun(TrackedRun):
         if not self.ended:
             self.ended = True
             self.client.set_terminated(self.run_id, status)
+
+
+def _output_files(directory: Path) -> list[Path]:
+    """The files of an output directory, in name order, less ctxrank's own bookkeeping: its lock file
+    (:data:`ctxrank._io.LOCK_FILE`) and the temporary files of writes in progress."""
+    return sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.name != LOCK_FILE and not is_ctxrank_temp(p.name)
+    )
 
 
 def _create(client: Any, name: str) -> str:

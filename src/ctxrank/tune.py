@@ -71,7 +71,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ctxrank._io import atomic_write, claim_output_dir, dumps, to_toml, write_json
+from ctxrank._io import atomic_write, check_own_database, claim_output_dir, dumps, to_toml, write_json
 from ctxrank._overrides import set_path
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
@@ -90,6 +90,7 @@ __all__ = [
     "SearchSpace",
     "StudyBase",
     "TuneResult",
+    "check_storage",
     "claim_study_dir",
     "finished_trials",
     "make_pruner",
@@ -358,13 +359,25 @@ def make_pruner(prune: bool) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
+def check_storage(url: str) -> None:
+    """Refuse an SQLite file at ``url`` that holds tables Optuna did not create, before Optuna adds its
+    own (:func:`ctxrank._io.check_own_database`); other databases are Optuna's to check."""
+    from optuna.storages._rdb.models import BaseModel
+
+    check_own_database(
+        url, owner="Optuna", tables=BaseModel.metadata.tables, where=f"storage {mask_url(url)}"
+    )
+
+
 def rdb_storage(url: str) -> optuna.storages.RDBStorage:
     """The storage at ``url``: SQLite waits up to 2 minutes for a lock held by another process; a trial
     whose process was killed is failed after 2 minutes without a heartbeat, and run again once.
 
     Raises:
-        ValueError: a bad URL, a missing database driver, an unreachable server.
+        ValueError: a bad URL, a missing database driver, an unreachable server, an SQLite database
+            that holds tables not Optuna's (:func:`ctxrank._io.check_own_database`).
     """
+    check_storage(url)
     engine: dict[str, Any] = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat

@@ -99,6 +99,7 @@ def tune(
         tracking.check()  # the package and the place, before any data is read
     where = Path(out_dir)
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
+    tuning.check_storage(tuning.storage_url(where, search.storage))  # before any data is read
     if options.data.train_shards is not None:
         raise ValueError(
             "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
