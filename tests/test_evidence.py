@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctxrank.cli import main
-from ctxrank.experiments.evidence import read_evidence, spec_from_record
+from ctxrank.experiments.evidence import read_evidence, record_digests, spec_from_record
 
 from .test_experiments import _letor_spec
 
@@ -64,6 +64,9 @@ def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
     meta = json.loads(gzip.decompress((ev / "runs.json.gz").read_bytes()))
     meta[0]["evidence_metrics"].append("ndcg@7")
     (bad / "runs.json.gz").write_bytes(gzip.compress(json.dumps(meta).encode()))
+    with pytest.raises(ValueError, match=r"runs\.json\.gz: its SHA-256 differs from the one"):
+        read_evidence(bad)
+    record_digests(bad)  # a forger recomputes the digests: the contents are still checked
     with pytest.raises(ValueError, match=r"no column of the metric\(s\) \['ndcg@7'\]"):
         read_evidence(bad)
     with pytest.raises(ValueError, match="not an evidence directory"):
@@ -86,6 +89,62 @@ def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     assert main(["report", str(ev), "--out", str(tmp_path / "mine")]) == 2
     assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+
+
+def _copy(ev, to):
+    to.mkdir()
+    for file in ev.iterdir():
+        (to / file.name).write_bytes(file.read_bytes())
+    return to
+
+
+def test_a_changed_added_or_removed_evidence_file_is_refused_naming_it(evidence, tmp_path, capsys):
+    """spec.json records the SHA-256 of every other file as the evidence is written; a hand-edited
+    runs.parquet (which would change the report's tables), a file added or one removed is refused by
+    `ctxrank report` in one line naming the file. Evidence without digests is read with a warning."""
+    import hashlib
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    _, ev = evidence
+    record = json.loads((ev / "spec.json").read_text())
+    files = ("runs.parquet", "runs.json.gz")
+    assert record["digests"] == {name: hashlib.sha256((ev / name).read_bytes()).hexdigest() for name in files}
+    edited = _copy(ev, tmp_path / "edited")
+    table = pq.read_table(edited / "runs.parquet")
+    column = table.column_names.index("ndcg@10")
+    table = table.set_column(column, "ndcg@10", pc.add(table.column("ndcg@10"), 0.01))
+    pq.write_table(table, edited / "runs.parquet", compression="zstd")
+    added = _copy(ev, tmp_path / "added")
+    (added / "units.json.gz").write_bytes(gzip.compress(b"[]"))
+    for where, message in [
+        (edited, "runs.parquet: its SHA-256 differs from the one spec.json records"),
+        (added, "units.json.gz: not a file of this evidence"),
+    ]:
+        capsys.readouterr()
+        assert main(["report", str(where)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    (added / "units.json.gz").unlink()
+    legacy = json.loads((added / "spec.json").read_text())
+    del legacy["digests"]
+    (added / "spec.json").write_text(json.dumps(legacy, indent=1) + "\n")
+    with pytest.warns(UserWarning, match="records no digests of its files"):
+        read_evidence(added)
+    assert record_digests(added) == record["digests"]
+    assert json.loads((added / "spec.json").read_text()) == record
+
+
+def test_every_evidence_directory_of_the_repository_records_its_digests():
+    from ctxrank.experiments.evidence import check_digests
+
+    specs = sorted((REPO / "evidence").glob("*/spec.json"))
+    assert specs
+    for path in specs:
+        record = json.loads(path.read_text())
+        assert "digests" in record, f"{path}: no digests (record them: evidence.record_digests)"
+        check_digests(path.parent, record)
 
 
 # ------------------------------------------------------------------------------- published tables
@@ -214,10 +273,13 @@ def test_a_run_store_restored_from_published_evidence_writes_the_same_evidence(n
     restored, kept = resume_from_evidence(spec, store, ev)
     assert restored > 0 and kept == 0
     write_evidence(spec, store, tmp_path / "again")
-    for file in EVIDENCE_FILES:
+    for file in EVIDENCE_FILES[1:]:
         assert (ev / file).exists() == (tmp_path / "again" / file).exists(), file
         if (ev / file).exists():
             assert _contents(tmp_path / "again" / file) == _contents(ev / file), file
+    records = [json.loads((d / "spec.json").read_text()) for d in (ev, tmp_path / "again")]
+    digests = [r.pop("digests") for r in records]  # of the bytes, which another zlib may compress otherwise
+    assert records[0] == records[1] and digests[0].keys() == digests[1].keys()
     assert resume_from_evidence(spec, store, ev) == (0, restored)
     _, again = restore_runs(ev, tmp_path / "report", studies=True)  # `ctxrank report EVIDENCE --out DIR`
     roots = (store.root, again.root)
@@ -328,6 +390,7 @@ def test_resuming_refuses_evidence_whose_study_lies_outside_its_experiment(tmp_p
     meta = json.loads(gzip.decompress((ev / "runs.json.gz").read_bytes()))
     meta[-1]["tune"]["dir"] = "../../escaped"
     (ev / "runs.json.gz").write_bytes(gzip.compress(json.dumps(meta).encode()))
+    record_digests(ev)  # a forged evidence with its digests recomputed
     spec = spec_from_record(json.loads((ev / "spec.json").read_text()))
     store = RunStore(tmp_path / "out")
     store.claim(spec)

@@ -3,7 +3,8 @@
 An evidence directory (``ctxrank experiment SPEC --evidence DIR`` writes it from the run store;
 ``ctxrank report DIR`` regenerates every table, p-value and figure from it, training nothing)::
 
-    spec.json       the experiment's specification (``ExperimentSpec.to_dict``) and its fingerprint
+    spec.json       the experiment's specification (``ExperimentSpec.to_dict``), its fingerprint and
+                    the SHA-256 digest of every other file of the directory (``digests``)
     runs.parquet    one row per (model, seed, fold, test query): the query's value of every metric
     runs.json.gz    per run, the rest of its run file: resolved config, split, training summary, grid,
                     seconds, code (git commit) and context (threads, device, package versions)
@@ -12,6 +13,12 @@ An evidence directory (``ctxrank experiment SPEC --evidence DIR`` writes it from
                     trial, chosen (1 for the trial the run trained and tested), state, validation value,
                     epochs, seconds and the trial's hyperparameters (data: ``ctxrank report`` does not
                     read it)
+
+Every read checks the files against their digests (:func:`check_digests`): a file changed, added or
+removed after the evidence was written (a hand-edited ``runs.parquet`` would change the report's
+tables) is refused, naming it; ``trials.csv.gz``, which the report does not read, may be left out. An
+evidence directory written before digests were recorded is read with a warning (its files cannot be
+checked); :func:`record_digests` records them.
 
 Restoring writes the run files back, so the report of :mod:`ctxrank.experiments.report` runs unchanged
 on them: a regenerated table equals the one built from the original run store. Parquet (pyarrow,
@@ -23,7 +30,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import re
 import threading
+import warnings
 from collections.abc import Sequence
 from itertools import product
 from pathlib import Path
@@ -34,7 +43,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxrank._io import atomic_write, claim_output_dir, dumps, floats_or_nan, one_writer_at_a_time
+from ctxrank._io import (
+    atomic_write,
+    claim_output_dir,
+    dumps,
+    floats_or_nan,
+    one_writer_at_a_time,
+    sha256_file,
+)
 from ctxrank._overrides import Override
 from ctxrank.config import apply_overrides
 from ctxrank.experiments.report import build_report
@@ -52,9 +68,11 @@ from ctxrank.experiments.store import RunStore, check_run
 __all__ = [
     "EVIDENCE_FILES",
     "KeptEvidence",
+    "check_digests",
     "check_evidence",
     "read_evidence",
     "rebuild_report",
+    "record_digests",
     "refuse_evidence_as_output",
     "restore_runs",
     "resume_from_evidence",
@@ -71,6 +89,11 @@ TRIALS = "trials.csv.gz"
 #: the files of an evidence directory (``units.json.gz`` only with anomaly records, ``trials.csv.gz``
 #: only for a tuned experiment)
 EVIDENCE_FILES = (SPEC, RUNS, RUN_META, UNITS, TRIALS)
+#: the files ``spec.json`` records the digests of; of them, the one a reader may find left out (data
+#: that ``ctxrank report`` does not read)
+DIGESTED = EVIDENCE_FILES[1:]
+_OPTIONAL = (TRIALS,)
+DIGESTS = "digests"  #: the key of ``spec.json`` that maps each file to its SHA-256 (hex)
 _KEY_COLUMNS = ("model", "seed", "fold", "query_id")
 #: the columns of every row of ``trials.csv.gz`` (the rest: the studies' hyperparameters)
 _TRIAL_COLUMNS = ("model", "seed", "fold", "trial", "chosen", "state", "value", "epochs", "seconds")
@@ -134,11 +157,75 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
         atomic_write(to / TRIALS, lambda tmp: _write_csv_gz(tmp, trials))
     elif (to / TRIALS).exists():
         (to / TRIALS).unlink()
-    record = {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
-    atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
+    _write_record(to, {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()})
     size = sum((to / name).stat().st_size for name in EVIDENCE_FILES if (to / name).exists())
     counts = {"runs": len(runs), "kept": len(kept), "stored": len(stored)}
     return {**counts, "rows": table.num_rows, "bytes": size}
+
+
+def _write_record(to: Path, record: dict[str, Any]) -> None:
+    """``spec.json``: ``record`` with the digests of the files of ``to`` (written last, after them)."""
+    record = {**record, DIGESTS: {name: sha256_file(to / name) for name in DIGESTED if (to / name).is_file()}}
+    atomic_write(to / SPEC, lambda tmp: tmp.write_text(dumps(record, indent=1) + "\n"))
+
+
+def record_digests(path: str | Path) -> dict[str, str]:
+    """Record in ``spec.json`` the digests of the files of the evidence at ``path`` as they are now
+    (evidence written before digests were kept); the spec record is checked first and kept as it is.
+    Returns the digests.
+
+    Raises:
+        ValueError: no evidence directory, or a spec record that does not match its fingerprint.
+    """
+    path = Path(path)
+    record = _read_json(path / SPEC)
+    spec_from_record(record, path / SPEC)
+    _write_record(path, {k: v for k, v in record.items() if k != DIGESTS})
+    return _read_json(path / SPEC)[DIGESTS]
+
+
+def check_digests(path: str | Path, record: Any) -> None:
+    """Refuse the evidence at ``path`` when one of its files is not the one ``spec.json`` (``record``)
+    recorded: its SHA-256 differs, it is missing (``trials.csv.gz`` may be) or it was added. A record
+    without digests (evidence written by an older ctxrank) gives a warning: its files are read unchecked.
+
+    Raises:
+        ValueError: naming the file and what differs, in one line.
+    """
+    path = Path(path)
+    recorded = record.get(DIGESTS) if isinstance(record, dict) else None
+    if recorded is None:
+        warnings.warn(
+            f"{path}: {SPEC} records no digests of its files (evidence written before they were kept): "
+            "its files are read unchecked; record them with "
+            "ctxrank.experiments.evidence.record_digests(PATH) once the files are known to be right",
+            stacklevel=3,
+        )
+        return
+    hexdigest = re.compile(r"[0-9a-f]{64}")
+    if not isinstance(recorded, dict) or any(
+        k not in DIGESTED or not isinstance(v, str) or not hexdigest.fullmatch(v) for k, v in recorded.items()
+    ):
+        raise ValueError(
+            f"{path / SPEC}: malformed {DIGESTS!r} (expected SHA-256 hex digests of {', '.join(DIGESTED)})"
+        )
+    for name in DIGESTED:
+        file, digest = path / name, recorded.get(name)
+        if digest is None:
+            if file.exists():
+                raise ValueError(
+                    f"{file}: not a file of this evidence ({SPEC} records no digest of it: it was added "
+                    "after the evidence was written); remove it, or write the evidence again"
+                )
+        elif not file.is_file():
+            if name not in _OPTIONAL:
+                raise ValueError(f"{file}: missing; {SPEC} records its digest: restore the file")
+        elif sha256_file(file) != digest:
+            raise ValueError(
+                f"{file}: its SHA-256 differs from the one {SPEC} records (the file was changed after the "
+                "evidence was written); restore it, or write the evidence again with "
+                "`ctxrank experiment --evidence`"
+            )
 
 
 def runs_said(counts: dict[str, int]) -> str:
@@ -257,6 +344,7 @@ def read_evidence(
             raise ValueError(f"{path}: not an evidence directory (no {name}; see docs/experiments.md)")
     record = _read_json(path / SPEC)
     spec = spec_from_record(record, path / SPEC, overrides)
+    check_digests(path, record)
     table = pq.read_table(path / RUNS)
     cols = table.column_names
     if any(c not in cols for c in _KEY_COLUMNS):
