@@ -241,7 +241,7 @@ def test_one_ranking_gives_one_ndcg_through_evaluate_and_evaluate_run(tmp_path, 
         assert values["nDCG@3"] == pytest.approx(json.loads(own)["metrics"]["ndcg@3"], abs=1e-9)
         assert values["ndcg_cut_10"] == pytest.approx(json.loads(own)["metrics"]["ndcg@10"], abs=1e-9)
     rc, out, _ = _run(capsys, "evaluate", "--run", str(run), "--data", str(data))
-    assert rc == 0 and "nDCG gain exp2 (2^y - 1), discount log2(rank + 1)" in out
+    assert rc == 0 and "nDCG gain exp2 (2^y - 1), discount 1/log2(1+r)" in out
     rc, out, _ = _run(capsys, "evaluate", "--scores", str(scores), "--data", str(data))
     assert rc == 0 and "gain" in out and "exp2 (2^y - 1)" in out
     rc, _, err = _run(capsys, "evaluate", "--run", str(run), "--data", str(data), "--convention", "letor4")

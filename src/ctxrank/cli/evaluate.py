@@ -79,7 +79,7 @@ def evaluate_runs(
     comma-separated names of trec_eval (``ndcg_cut_10``, ``recip_rank``, ``map``) or ir-measures
     (``nDCG@10``, ``RR``, ``AP``). nDCG's gain is ``gain`` as in ``ctxrank evaluate``: ``exp2``
     (2^y - 1, the default of both, so one ranking gives one nDCG) or ``linear`` (y: trec_eval's own);
-    the discount is log2(rank + 1) in both; an nDCG that names its own ``gains`` keeps them."""
+    the discount 1/log2(1+r) in both; an nDCG that names its own ``gains`` keeps them."""
     if gain not in GAINS:
         raise ValueError(f"--gain must be one of {', '.join(GAINS)}, got {gain!r}")
     try:
@@ -110,7 +110,7 @@ def evaluate_runs(
     rows = [(n, *(f"{results[r][n]:.4f}" for r in runs)) for n in names]
     out(table(("metric", *runs), rows, right=tuple(range(1, len(runs) + 1))))
     out()
-    out(f"conventions: nDCG gain {GAINS[gain]}, discount log2(rank + 1); the other measures as trec_eval's")
+    out(f"conventions: nDCG gain {GAINS[gain]}, discount 1/log2(1+r); the other measures as trec_eval's")
     return 0
 
 
