@@ -132,6 +132,9 @@ def test_a_changed_added_or_removed_evidence_file_is_refused_naming_it(evidence,
     (added / "spec.json").write_text(json.dumps(legacy, indent=1) + "\n")
     with pytest.warns(UserWarning, match="records no digests of its files"):
         read_evidence(added)
+    capsys.readouterr()
+    assert main(["report", str(added)]) == 0
+    assert "ctxrank: warning: " in capsys.readouterr().err
     assert record_digests(added) == record["digests"]
     assert json.loads((added / "spec.json").read_text()) == record
 

@@ -67,6 +67,7 @@ from ctxrank.experiments.store import RunStore, check_run
 
 __all__ = [
     "EVIDENCE_FILES",
+    "EvidenceWarning",
     "KeptEvidence",
     "check_digests",
     "check_evidence",
@@ -163,6 +164,10 @@ def write_evidence(spec: ExperimentSpec, store: RunStore, to: str | Path) -> dic
     return {**counts, "rows": table.num_rows, "bytes": size}
 
 
+class EvidenceWarning(UserWarning):
+    """Evidence written before its files' digests were recorded: read unchecked."""
+
+
 def _write_record(to: Path, record: dict[str, Any]) -> None:
     """``spec.json``: ``record`` with the digests of the files of ``to`` (written last, after them)."""
     record = {**record, DIGESTS: {name: sha256_file(to / name) for name in DIGESTED if (to / name).is_file()}}
@@ -199,6 +204,7 @@ def check_digests(path: str | Path, record: Any) -> None:
             f"{path}: {SPEC} records no digests of its files (evidence written before they were kept): "
             "its files are read unchecked; record them with "
             "ctxrank.experiments.evidence.record_digests(PATH) once the files are known to be right",
+            EvidenceWarning,
             stacklevel=3,
         )
         return
