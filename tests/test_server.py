@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -179,6 +180,12 @@ def test_options_are_checked_before_anything_starts(tmp_path, capsys):
         ServeOptions(max_rows=10, max_list=11)
     with pytest.raises(ValueError, match="batch_wait_ms must be a number"):
         ServeOptions(batch_wait_ms=float("nan"))
+    with pytest.raises(ValueError, match=r"read_timeout must be a number in \[0.001, 3600000\], got 0"):
+        ServeOptions(read_timeout=0)
+    with pytest.raises(ValueError, match="max_header_bytes must be an integer >= 1024, got 10"):
+        ServeOptions(max_header_bytes=10)
+    with pytest.raises(ValueError, match="max_connections must be a positive integer, got 0"):
+        ServeOptions(max_connections=0)
     assert main(["serve", "--model", str(tmp_path / "nothing.onnx")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
     (tmp_path / "bad.onnx").write_bytes(b"not a graph")
@@ -440,6 +447,137 @@ def test_shutdown_finishes_the_requests_in_flight(models):
         server.should_exit = True  # what SIGTERM / SIGINT do (uvicorn's handler)
         t.join(10)
     assert result["a"].status_code == 200 and len(result["a"].json()["scores"]) == 1
+
+
+# ------------------------------------------------------------------- hostile or slow clients
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.settimeout(10)  # a server that never answers fails the test instead of hanging it
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (a reset ends it too)."""
+    out = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+RANK_HEAD = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+
+
+def test_an_oversized_header_is_refused_without_being_read_whole(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker, max_header_bytes=4096) as (url, _), httpx.Client(base_url=url) as client:
+        sock, sent, total = _connect(url), 0, 64 * 2**20
+        try:  # a 64 MiB header line: the server stops reading it and closes the connection
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ")
+            while sent < total:
+                sock.sendall(b"a" * 2**16)
+                sent += 2**16
+        except OSError:  # reset or broken pipe: the server closed the connection
+            pass
+        answer = _answer(sock)
+        sock.close()
+        assert sent < total and (answer == b"" or answer.startswith(b"HTTP/1.1 400 ")), (sent, answer[:80])
+        assert client.get("/health", headers={"x-ok": "a" * 3000}).status_code == 200
+
+
+def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker, read_timeout=0.3) as (url, _), httpx.Client(base_url=url) as client:
+        body, head, idle = _connect(url), _connect(url), _connect(url)
+        start = time.monotonic()
+        body.sendall(RANK_HEAD + b'{"qid": 1, ')  # 11 of the 100 bytes it declares, then nothing
+        head.sendall(b"POST /rank HTTP/1.1\r\nhost: x\r\n")  # headers never finished
+        answer, closed_head, closed_idle = _answer(body), _answer(head), _answer(idle)
+        assert time.monotonic() - start < 8
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 408 Request Timeout" and b"connection: close" in rest
+        assert json.loads(rest.partition(b"\r\n\r\n")[2]) == {
+            "error": "body: not received within 0.3 s (the server's --read-timeout); 11 bytes came",
+            "field": "body",
+        }
+        assert closed_head == b"" and closed_idle == b""  # closed, nothing sent
+        for sock in (body, head, idle):
+            sock.close()
+        ok = client.post("/rank", json={"qid": 1, "rows": [[0.1] * 5]})  # keep-alive after it: fine
+        time.sleep(0.5)
+        assert ok.status_code == 200 and client.get("/health").status_code == 200
+        metrics = client.get("/metrics").text
+    assert re.search(r'ctxrank_requests_total\{endpoint="/rank",status="408"\} 1\.0', metrics)
+
+
+def test_connections_beyond_the_cap_get_503(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    with running(ranker, max_connections=2) as (url, _):
+        first, second = _connect(url), _connect(url)
+        for sock in (first, second):
+            sock.sendall(request)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        third = _connect(url)
+        third.sendall(request)
+        assert _answer(third).startswith(b"HTTP/1.1 503 ")  # and closed
+        third.close()
+        second.close()
+        time.sleep(0.2)
+        again = _connect(url)
+        again.sendall(request)
+        assert again.recv(4096).startswith(b"HTTP/1.1 200 ")
+        first.close()
+        again.close()
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, capfd):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+        capfd.readouterr()
+        sock = _connect(url)
+        sock.sendall(RANK_HEAD + b'{"qid": 1, ')
+        time.sleep(0.2)
+        sock.close()
+        deadline = time.monotonic() + 10
+        while "499" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the disconnect was not seen"
+            time.sleep(0.05)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "client disconnected before sending the whole body (11 bytes came)" in lines[0]
+    assert lines[0].startswith("WARNING:")
+
+
+@pytest.mark.parametrize(
+    "host, exposed",
+    [("127.0.0.1", None), ("::1", None), ("0.0.0.0", "every network interface"),
+     ("::", "every network interface"), ("192.168.1.5", "a network address")],
+)  # fmt: skip
+def test_listening_beyond_loopback_says_what_it_exposes(monkeypatch, capsys, host, exposed):
+    from ctxrank.serving import server
+
+    class Listening:
+        def getsockname(self):
+            return (host, 8000)
+
+    monkeypatch.setattr(
+        server, "make_server", lambda ranker, options: SimpleNamespace(run=lambda sockets: None)
+    )
+    ranker = SimpleNamespace(kind="onnx", path="m.onnx")
+    assert server.serve(ranker, ServeOptions(), Listening()) == 0
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if "warning" in line]
+    if exposed is None:
+        assert warnings == []
+    else:
+        assert warnings == [
+            f"ctxrank serve: warning: {host} is {exposed}: other machines can reach this server, which "
+            "has no authentication and no TLS; put a reverse proxy in front "
+            "(docs/serving.md#authentication-and-tls)"
+        ]
+    assert "\n## Authentication and TLS\n" in (REPO / "docs" / "serving.md").read_text()
 
 
 def test_ctxrank_serve_in_a_process_answers_and_stops_cleanly_on_sigterm(models):
