@@ -449,6 +449,172 @@ def test_shutdown_finishes_the_requests_in_flight(models):
     assert result["a"].status_code == 200 and len(result["a"].json()["scores"]) == 1
 
 
+# ------------------------------------------------------------------------- ONNX metadata
+def _set(key, value):
+    return lambda meta: {**meta, key: value}
+
+
+def _without(key):
+    return lambda meta: {k: v for k, v in meta.items() if k != key}
+
+
+_RERANK = {"top_k": 4, "rank_feature": False, "score_feature": False, "trees": 3}
+TAMPERED = {  # how the file's ctxrank.json is changed -> the words of the one-line ValueError
+    "missing_values 'false'": (
+        _set("missing_values", "false"),
+        "'missing_values' must be true or false, got 'false'",
+    ),
+    "missing_values 1": (_set("missing_values", 1), "'missing_values' must be true or false, got 1"),
+    "missing_values null": (_set("missing_values", None), "'missing_values' must be true or false"),
+    "feature_names a string": (_set("feature_names", "f1"), "'feature_names' must be a list of strings"),
+    "feature_names numbers": (
+        _set("feature_names", [1, 2, 3, 4, 5]),
+        "'feature_names' must be a list of strings",
+    ),
+    "feature_names null": (_set("feature_names", None), "'feature_names' must be a list of strings"),
+    "feature_names twice": (_set("feature_names", ["f1"] * 5), "'feature_names' names a column twice"),
+    "feature_names 4 of 5": (
+        _set("feature_names", ["a", "b", "c", "d"]),
+        "takes 5 features but its metadata names 4",
+    ),
+    "categorical_names an object": (
+        _set("categorical_names", {"a": 1}),
+        "'categorical_names' must be a list",
+    ),
+    "categorical_cardinalities short": (
+        lambda m: {**m, "categorical_names": ["c"], "categorical_cardinalities": []},
+        "'categorical_cardinalities' must be a list of 1 integers",
+    ),
+    "categorical_cardinalities huge": (
+        lambda m: {**m, "categorical_names": ["c"], "categorical_cardinalities": [2**200]},
+        "'categorical_cardinalities' must be an integer in [1, 2147483647], got an integer of 201 bits",
+    ),
+    "categorical_vocab a list": (_set("categorical_vocab", []), "'categorical_vocab' must be a JSON object"),
+    "categorical_vocab of no column": (
+        _set("categorical_vocab", {"zz": ["a"]}),
+        "'categorical_vocab' has columns ['zz']",
+    ),
+    "categorical_vocab too long": (
+        lambda m: {
+            **m,
+            "categorical_names": ["c"],
+            "categorical_cardinalities": [2],
+            "categorical_vocab": {"c": ["a", "b"]},
+        },
+        "'categorical_vocab.c' must hold at most 1 distinct categories",
+    ),
+    "model a number": (_set("model", 5), "'model' must be a non-empty string, got 5"),
+    "model empty": (_set("model", ""), "'model' must be a non-empty string"),
+    "transform a list": (_set("transform", ["minmax"]), "'transform' must be a non-empty string"),
+    "inputs a string": (_set("inputs", "features"), "'inputs' must be a list of [name, shape, dtype"),
+    "output empty": (_set("output", []), "'output' must be [name, shape, dtype, description]"),
+    "ensemble a string": (_set("ensemble", "2"), "'ensemble' must be an integer in [1, 10000], got '2'"),
+    "ensemble huge": (
+        _set("ensemble", 10**400),
+        "'ensemble' must be an integer in [1, 10000], got an integer",
+    ),
+    "ensemble 1e999": (
+        lambda m: json.dumps({**m, "ensemble": 1}).replace('"ensemble": 1', '"ensemble": 1e999'),
+        "'ensemble' must be an integer in [1, 10000], got inf",
+    ),
+    "rerank a list": (_set("rerank", [4]), "'rerank' must be a JSON object, got [4]"),
+    "rerank.top_k a string": (_set("rerank", {**_RERANK, "top_k": "4"}), "'rerank.top_k' must be an integer"),
+    "rerank.rank_feature 'false'": (
+        _set("rerank", {**_RERANK, "rank_feature": "false"}),
+        "'rerank.rank_feature' must be true or false",
+    ),
+    "rerank.trees missing": (
+        _set("rerank", {k: v for k, v in _RERANK.items() if k != "trees"}),
+        "'rerank.trees' is missing",
+    ),
+    "rerank unknown key": (
+        _set("rerank", {**_RERANK, "dir": "x"}),
+        "unknown key 'rerank.dir'; valid: rerank.top_k",
+    ),
+    "unknown key": (_set("evil", 1), "unknown key 'evil'; valid: model, ctxrank_version, transform"),
+    "feature_names missing": (
+        _without("feature_names"),
+        "'feature_names' is missing (every exported file has",
+    ),
+    "model missing": (_without("model"), "'model' is missing"),
+    "not an object": (lambda m: "[1, 2]", "expected a JSON object, got [1, 2]"),
+    "not JSON": (lambda m: "{'model': 1}", "unreadable ONNX metadata (Expecting property name"),
+    "NaN": (lambda m: json.dumps({**m, "ensemble": float("nan")}), "non-standard JSON constant NaN"),
+    "deep JSON (recursion)": (
+        lambda m: "[" * 200_000 + "]" * 200_000,
+        "unreadable ONNX metadata (nested too deeply)",
+    ),
+    "deep JSON (bounded)": (
+        _set("rerank", json.loads("[" * 40 + "]" * 40)),
+        "ONNX metadata nested deeper than 32",
+    ),
+    "huge integer text": (
+        lambda m: '{"model": ' + "9" * 5000 + "}",
+        "unreadable ONNX metadata (Exceeds the limit",
+    ),
+}
+
+
+def _with_meta(source: Path, target: Path, text: str) -> Path:
+    """A copy of the ONNX file ``source`` whose ctxrank.json metadata is ``text``."""
+    import onnx
+
+    proto = onnx.load(str(source))
+    (entry,) = [e for e in proto.metadata_props if e.key == "ctxrank.json"]
+    entry.value = text
+    onnx.save(proto, str(target))
+    return target
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_tampered_onnx_metadata_is_one_value_error_naming_the_key(models, tmp_path, case):
+    change, words = TAMPERED[case]
+    original = json.loads(
+        OnnxRanker(models.root / "qilcm.onnx").session.get_modelmeta().custom_metadata_map["ctxrank.json"]
+    )
+    changed = change(original)
+    text = changed if isinstance(changed, str) else json.dumps(changed)
+    path = _with_meta(models.root / "qilcm.onnx", tmp_path / "tampered.onnx", text)
+    with pytest.raises(ValueError) as info:
+        OnnxRanker(path)
+    message = str(info.value)
+    assert type(info.value) is ValueError and "\n" not in message and len(message) < 400, message
+    assert message.startswith(f"{path}") and words in message, message
+
+
+def test_a_tampered_onnx_file_is_a_one_line_error_of_ctxrank_serve(models, tmp_path, capsys, monkeypatch):
+    import ctxrank.cli.serve
+
+    def started(*args, **kwargs):  # the file loaded: a server would start (and block) here
+        raise AssertionError("the tampered file was served")
+
+    monkeypatch.setattr(ctxrank.cli.serve, "serve", started)
+    original = (
+        OnnxRanker(models.root / "qilcm.onnx").session.get_modelmeta().custom_metadata_map["ctxrank.json"]
+    )
+    for text in (original.replace('"missing_values": false', '"missing_values": "false"'), "[" * 200_000):
+        path = _with_meta(models.root / "qilcm.onnx", tmp_path / "tampered.onnx", text)
+        assert main(["serve", "--model", str(path), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ctxrank: error: {path} (metadata ctxrank.json): ") and err.count("\n") == 1, (
+            err
+        )
+
+
+def test_the_untampered_onnx_file_and_one_without_missing_values_load(models, tmp_path):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    meta = json.loads(ranker.session.get_modelmeta().custom_metadata_map["ctxrank.json"])
+    assert ranker.allow_missing is False and ranker.feature_names == ("f1", "f2", "f3", "f4", "f5")
+    # files exported before the key was recorded have no missing_values: they read no NaN
+    older = _with_meta(
+        models.root / "qilcm.onnx", tmp_path / "older.onnx", json.dumps(_without("missing_values")(meta))
+    )
+    assert OnnxRanker(older).allow_missing is False
+    ensemble = {**meta, "ensemble": 3, "rerank": _RERANK, "missing_values": True}
+    both = OnnxRanker(_with_meta(models.root / "qilcm.onnx", tmp_path / "both.onnx", json.dumps(ensemble)))
+    assert both.allow_missing is True and both.describe()["rerank"] == _RERANK
+
+
 # ------------------------------------------------------------------- hostile or slow clients
 def _connect(url: str) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
