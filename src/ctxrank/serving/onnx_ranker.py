@@ -11,7 +11,8 @@ The file is one of ``ctxrank export --format onnx`` (a neural ranker, its normal
 (B, L). The file's metadata entry ``ctxrank.json`` (docs/export.md) gives the feature names (the
 order of ``X``'s columns), the categorical columns and their vocabulary, and whether missing values
 (NaN) may be given (``missing_values``; absent: no). A file without that entry is served by position
-only, its feature count read from the graph's input shape.
+only, its feature count read from the graph's input shape. The entry is untrusted input, checked by
+:func:`check_file_meta` with the model directory's validators (``ctxrank._modeldir``).
 
 :meth:`OnnxRanker.predict` checks its inputs before running the graph: ``X`` numeric (N, F) with the
 file's F, finite (NaN only where the file says the model reads missing values), values within float32;
