@@ -129,6 +129,48 @@ def test_fuzz_model_metadata(models, target):
     run()
 
 
+@pytest.fixture(scope="module")
+def onnx_file(models, tmp_path_factory):
+    """The mlp model exported to ONNX, and its ctxrank.json metadata."""
+    onnx = pytest.importorskip("onnx")
+    from ctxrank.export import export_model
+
+    path = tmp_path_factory.mktemp("onnx") / "mlp.onnx"
+    export_model(models["mlp"], "onnx", path)
+    (entry,) = [e for e in onnx.load(str(path)).metadata_props if e.key == "ctxrank.json"]
+    return path, json.loads(entry.value)
+
+
+def test_fuzz_onnx_metadata(onnx_file):
+    """The ``ctxrank.json`` metadata of an exported ONNX file, mutated: ``OnnxRanker`` loads it or
+    refuses it with one ValueError (a TypeError, an AttributeError or a string read as a boolean is a
+    failure)."""
+    import onnx
+
+    from ctxrank.serving.onnx_ranker import OnnxRanker
+
+    path, original = onnx_file
+    proto = onnx.load(str(path))
+    (entry,) = [e for e in proto.metadata_props if e.key == "ctxrank.json"]
+
+    @settings(FUZZ, max_examples=max(10, EXAMPLES // 4))
+    @given(data=st.data())
+    def run(data):
+        meta = mutate(data, original)
+        key = data.draw(st.sampled_from([*sorted(original), "ensemble", "rerank", "unknown"]), label="key")
+        meta[key] = data.draw(HOSTILE, label="top-level value")  # most leaves are deep: aim at the keys too
+        note(json.dumps(meta)[:2000])
+        entry.value = json.dumps(meta)
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx.save(proto, str(Path(tmp) / "m.onnx"))
+            ranker = _outcome(lambda: OnnxRanker(Path(tmp) / "m.onnx"))
+        if not isinstance(ranker, ValueError):  # loaded: what it read is what the file says, typed
+            assert ranker.allow_missing is meta.get("missing_values", False)
+            assert list(ranker.feature_names) == meta["feature_names"]
+
+    run()
+
+
 GOOD_RUN = {
     "model": "mlp",
     "seed": 0,

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -179,6 +180,12 @@ def test_options_are_checked_before_anything_starts(tmp_path, capsys):
         ServeOptions(max_rows=10, max_list=11)
     with pytest.raises(ValueError, match="batch_wait_ms must be a number"):
         ServeOptions(batch_wait_ms=float("nan"))
+    with pytest.raises(ValueError, match=r"read_timeout must be a number in \[0.001, 3600000\], got 0"):
+        ServeOptions(read_timeout=0)
+    with pytest.raises(ValueError, match="max_header_bytes must be an integer >= 1024, got 10"):
+        ServeOptions(max_header_bytes=10)
+    with pytest.raises(ValueError, match="max_connections must be a positive integer, got 0"):
+        ServeOptions(max_connections=0)
     assert main(["serve", "--model", str(tmp_path / "nothing.onnx")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
     (tmp_path / "bad.onnx").write_bytes(b"not a graph")
@@ -440,6 +447,303 @@ def test_shutdown_finishes_the_requests_in_flight(models):
         server.should_exit = True  # what SIGTERM / SIGINT do (uvicorn's handler)
         t.join(10)
     assert result["a"].status_code == 200 and len(result["a"].json()["scores"]) == 1
+
+
+# ------------------------------------------------------------------------- ONNX metadata
+def _set(key, value):
+    return lambda meta: {**meta, key: value}
+
+
+def _without(key):
+    return lambda meta: {k: v for k, v in meta.items() if k != key}
+
+
+_RERANK = {"top_k": 4, "rank_feature": False, "score_feature": False, "trees": 3}
+TAMPERED = {  # how the file's ctxrank.json is changed -> the words of the one-line ValueError
+    "missing_values 'false'": (
+        _set("missing_values", "false"),
+        "'missing_values' must be true or false, got 'false'",
+    ),
+    "missing_values 1": (_set("missing_values", 1), "'missing_values' must be true or false, got 1"),
+    "missing_values null": (_set("missing_values", None), "'missing_values' must be true or false"),
+    "feature_names a string": (_set("feature_names", "f1"), "'feature_names' must be a list of strings"),
+    "feature_names numbers": (
+        _set("feature_names", [1, 2, 3, 4, 5]),
+        "'feature_names' must be a list of strings",
+    ),
+    "feature_names null": (_set("feature_names", None), "'feature_names' must be a list of strings"),
+    "feature_names twice": (_set("feature_names", ["f1"] * 5), "'feature_names' names a column twice"),
+    "feature_names 4 of 5": (
+        _set("feature_names", ["a", "b", "c", "d"]),
+        "takes 5 features but its metadata names 4",
+    ),
+    "categorical_names an object": (
+        _set("categorical_names", {"a": 1}),
+        "'categorical_names' must be a list",
+    ),
+    "categorical_cardinalities short": (
+        lambda m: {**m, "categorical_names": ["c"], "categorical_cardinalities": []},
+        "'categorical_cardinalities' must be a list of 1 integers",
+    ),
+    "categorical_cardinalities huge": (
+        lambda m: {**m, "categorical_names": ["c"], "categorical_cardinalities": [2**200]},
+        "'categorical_cardinalities' must be an integer in [1, 2147483647], got an integer of 201 bits",
+    ),
+    "categorical_vocab a list": (_set("categorical_vocab", []), "'categorical_vocab' must be a JSON object"),
+    "categorical_vocab of no column": (
+        _set("categorical_vocab", {"zz": ["a"]}),
+        "'categorical_vocab' has columns ['zz']",
+    ),
+    "categorical_vocab too long": (
+        lambda m: {
+            **m,
+            "categorical_names": ["c"],
+            "categorical_cardinalities": [2],
+            "categorical_vocab": {"c": ["a", "b"]},
+        },
+        "'categorical_vocab.c' must hold at most 1 distinct categories",
+    ),
+    "model a number": (_set("model", 5), "'model' must be a non-empty string, got 5"),
+    "model empty": (_set("model", ""), "'model' must be a non-empty string"),
+    "transform a list": (_set("transform", ["minmax"]), "'transform' must be a non-empty string"),
+    "inputs a string": (_set("inputs", "features"), "'inputs' must be a list of [name, shape, dtype"),
+    "output empty": (_set("output", []), "'output' must be [name, shape, dtype, description]"),
+    "ensemble a string": (_set("ensemble", "2"), "'ensemble' must be an integer in [1, 10000], got '2'"),
+    "ensemble huge": (
+        _set("ensemble", 10**400),
+        "'ensemble' must be an integer in [1, 10000], got an integer",
+    ),
+    "ensemble 1e999": (
+        lambda m: json.dumps({**m, "ensemble": 1}).replace('"ensemble": 1', '"ensemble": 1e999'),
+        "'ensemble' must be an integer in [1, 10000], got inf",
+    ),
+    "rerank a list": (_set("rerank", [4]), "'rerank' must be a JSON object, got [4]"),
+    "rerank.top_k a string": (_set("rerank", {**_RERANK, "top_k": "4"}), "'rerank.top_k' must be an integer"),
+    "rerank.rank_feature 'false'": (
+        _set("rerank", {**_RERANK, "rank_feature": "false"}),
+        "'rerank.rank_feature' must be true or false",
+    ),
+    "rerank.trees missing": (
+        _set("rerank", {k: v for k, v in _RERANK.items() if k != "trees"}),
+        "'rerank.trees' is missing",
+    ),
+    "rerank unknown key": (
+        _set("rerank", {**_RERANK, "dir": "x"}),
+        "unknown key 'rerank.dir'; valid: rerank.top_k",
+    ),
+    "unknown key": (_set("evil", 1), "unknown key 'evil'; valid: model, ctxrank_version, transform"),
+    "feature_names missing": (
+        _without("feature_names"),
+        "'feature_names' is missing (every exported file has",
+    ),
+    "model missing": (_without("model"), "'model' is missing"),
+    "not an object": (lambda m: "[1, 2]", "expected a JSON object, got [1, 2]"),
+    "not JSON": (lambda m: "{'model': 1}", "unreadable ONNX metadata (Expecting property name"),
+    "NaN": (lambda m: json.dumps({**m, "ensemble": float("nan")}), "non-standard JSON constant NaN"),
+    "deep JSON (recursion)": (
+        lambda m: "[" * 200_000 + "]" * 200_000,
+        "unreadable ONNX metadata (nested too deeply)",
+    ),
+    "deep JSON (bounded)": (
+        _set("rerank", json.loads("[" * 40 + "]" * 40)),
+        "ONNX metadata nested deeper than 32",
+    ),
+    "huge integer text": (
+        lambda m: '{"model": ' + "9" * 5000 + "}",
+        "unreadable ONNX metadata (Exceeds the limit",
+    ),
+}
+
+
+def _with_meta(source: Path, target: Path, text: str) -> Path:
+    """A copy of the ONNX file ``source`` whose ctxrank.json metadata is ``text``."""
+    import onnx
+
+    proto = onnx.load(str(source))
+    (entry,) = [e for e in proto.metadata_props if e.key == "ctxrank.json"]
+    entry.value = text
+    onnx.save(proto, str(target))
+    return target
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_tampered_onnx_metadata_is_one_value_error_naming_the_key(models, tmp_path, case):
+    change, words = TAMPERED[case]
+    original = json.loads(
+        OnnxRanker(models.root / "qilcm.onnx").session.get_modelmeta().custom_metadata_map["ctxrank.json"]
+    )
+    changed = change(original)
+    text = changed if isinstance(changed, str) else json.dumps(changed)
+    path = _with_meta(models.root / "qilcm.onnx", tmp_path / "tampered.onnx", text)
+    with pytest.raises(ValueError) as info:
+        OnnxRanker(path)
+    message = str(info.value)
+    assert type(info.value) is ValueError and "\n" not in message and len(message) < 400, message
+    assert message.startswith(f"{path}") and words in message, message
+
+
+def test_a_tampered_onnx_file_is_a_one_line_error_of_ctxrank_serve(models, tmp_path, capsys, monkeypatch):
+    import ctxrank.cli.serve
+
+    def started(*args, **kwargs):  # the file loaded: a server would start (and block) here
+        raise AssertionError("the tampered file was served")
+
+    monkeypatch.setattr(ctxrank.cli.serve, "serve", started)
+    original = (
+        OnnxRanker(models.root / "qilcm.onnx").session.get_modelmeta().custom_metadata_map["ctxrank.json"]
+    )
+    for text in (original.replace('"missing_values": false', '"missing_values": "false"'), "[" * 200_000):
+        path = _with_meta(models.root / "qilcm.onnx", tmp_path / "tampered.onnx", text)
+        assert main(["serve", "--model", str(path), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ctxrank: error: {path} (metadata ctxrank.json): ") and err.count("\n") == 1, (
+            err
+        )
+
+
+def test_the_untampered_onnx_file_and_one_without_missing_values_load(models, tmp_path):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    meta = json.loads(ranker.session.get_modelmeta().custom_metadata_map["ctxrank.json"])
+    assert ranker.allow_missing is False and ranker.feature_names == ("f1", "f2", "f3", "f4", "f5")
+    # files exported before the key was recorded have no missing_values: they read no NaN
+    older = _with_meta(
+        models.root / "qilcm.onnx", tmp_path / "older.onnx", json.dumps(_without("missing_values")(meta))
+    )
+    assert OnnxRanker(older).allow_missing is False
+    ensemble = {**meta, "ensemble": 3, "rerank": _RERANK, "missing_values": True}
+    both = OnnxRanker(_with_meta(models.root / "qilcm.onnx", tmp_path / "both.onnx", json.dumps(ensemble)))
+    assert both.allow_missing is True and both.describe()["rerank"] == _RERANK
+
+
+# ------------------------------------------------------------------- hostile or slow clients
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.settimeout(10)  # a server that never answers fails the test instead of hanging it
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (a reset ends it too)."""
+    out = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+RANK_HEAD = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+
+
+def test_an_oversized_header_is_refused_without_being_read_whole(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker, max_header_bytes=4096) as (url, _), httpx.Client(base_url=url) as client:
+        sock, sent, total = _connect(url), 0, 64 * 2**20
+        try:  # a 64 MiB header line: the server stops reading it and closes the connection
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ")
+            while sent < total:
+                sock.sendall(b"a" * 2**16)
+                sent += 2**16
+        except OSError:  # reset or broken pipe: the server closed the connection
+            pass
+        answer = _answer(sock)
+        sock.close()
+        assert sent < total and (answer == b"" or answer.startswith(b"HTTP/1.1 400 ")), (sent, answer[:80])
+        assert client.get("/health", headers={"x-ok": "a" * 3000}).status_code == 200
+
+
+def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker, read_timeout=0.3) as (url, _), httpx.Client(base_url=url) as client:
+        body, head, idle = _connect(url), _connect(url), _connect(url)
+        start = time.monotonic()
+        body.sendall(RANK_HEAD + b'{"qid": 1, ')  # 11 of the 100 bytes it declares, then nothing
+        head.sendall(b"POST /rank HTTP/1.1\r\nhost: x\r\n")  # headers never finished
+        answer, closed_head, closed_idle = _answer(body), _answer(head), _answer(idle)
+        assert time.monotonic() - start < 8
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 408 Request Timeout" and b"connection: close" in rest
+        assert json.loads(rest.partition(b"\r\n\r\n")[2]) == {
+            "error": "body: not received within 0.3 s (the server's --read-timeout); 11 bytes came",
+            "field": "body",
+        }
+        assert closed_head == b"" and closed_idle == b""  # closed, nothing sent
+        for sock in (body, head, idle):
+            sock.close()
+        ok = client.post("/rank", json={"qid": 1, "rows": [[0.1] * 5]})  # keep-alive after it: fine
+        time.sleep(0.5)
+        assert ok.status_code == 200 and client.get("/health").status_code == 200
+        metrics = client.get("/metrics").text
+    assert re.search(r'ctxrank_requests_total\{endpoint="/rank",status="408"\} 1\.0', metrics)
+
+
+def test_connections_beyond_the_cap_get_503(models):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+    with running(ranker, max_connections=2) as (url, _):
+        first, second = _connect(url), _connect(url)
+        for sock in (first, second):
+            sock.sendall(request)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        third = _connect(url)
+        third.sendall(request)
+        assert _answer(third).startswith(b"HTTP/1.1 503 ")  # and closed
+        third.close()
+        second.close()
+        time.sleep(0.2)
+        again = _connect(url)
+        again.sendall(request)
+        assert again.recv(4096).startswith(b"HTTP/1.1 200 ")
+        first.close()
+        again.close()
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, capfd):
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+        capfd.readouterr()
+        sock = _connect(url)
+        sock.sendall(RANK_HEAD + b'{"qid": 1, ')
+        time.sleep(0.2)
+        sock.close()
+        deadline = time.monotonic() + 10
+        while "499" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the disconnect was not seen"
+            time.sleep(0.05)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "client disconnected before sending the whole body (11 bytes came)" in lines[0]
+    assert lines[0].startswith("WARNING:")
+
+
+@pytest.mark.parametrize(
+    "host, exposed",
+    [("127.0.0.1", None), ("::1", None), ("0.0.0.0", "every network interface"),
+     ("::", "every network interface"), ("192.168.1.5", "a network address")],
+)  # fmt: skip
+def test_listening_beyond_loopback_says_what_it_exposes(monkeypatch, capsys, host, exposed):
+    from ctxrank.serving import server
+
+    class Listening:
+        def getsockname(self):
+            return (host, 8000)
+
+    monkeypatch.setattr(
+        server, "make_server", lambda ranker, options: SimpleNamespace(run=lambda sockets: None)
+    )
+    ranker = SimpleNamespace(kind="onnx", path="m.onnx")
+    assert server.serve(ranker, ServeOptions(), Listening()) == 0
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if "warning" in line]
+    if exposed is None:
+        assert warnings == []
+    else:
+        assert warnings == [
+            f"ctxrank serve: warning: {host} is {exposed}: other machines can reach this server, which "
+            "has no authentication and no TLS; put a reverse proxy in front "
+            "(docs/serving.md#authentication-and-tls)"
+        ]
+    assert "\n## Authentication and TLS\n" in (REPO / "docs" / "serving.md").read_text()
 
 
 def test_ctxrank_serve_in_a_process_answers_and_stops_cleanly_on_sigterm(models):

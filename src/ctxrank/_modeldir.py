@@ -95,18 +95,33 @@ def read_meta(directory: str | Path, *, sha256: str | None = None) -> dict[str, 
     if not os.path.lexists(path):
         raise ValueError(f"{directory}: not a ctxrank model directory (no {META_FILE})")
     raw = read_regular(path, MAX_META_BYTES, "model metadata", sha256=sha256)
-    try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError(f"{path}: unreadable model metadata (nested too deeply)") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers, NaN
-        raise ValueError(f"{path}: unreadable model metadata ({_first_line(exc)})") from None
-    if _depth(meta) > MAX_META_DEPTH:
-        raise ValueError(f"{path}: model metadata nested deeper than {MAX_META_DEPTH} levels")
+    meta = parse_meta_json(raw, path)
     if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
         found = meta.get("format_version") if isinstance(meta, dict) else type(meta).__name__
         raise ValueError(f"{path}: unsupported model format {_short(found)} (expected {FORMAT_VERSION})")
     return meta
+
+
+def parse_meta_json(raw: bytes | str, where: Any, what: str = "model metadata") -> Any:
+    """Model metadata text parsed as strict JSON: UTF-8, at most ``MAX_META_BYTES``, no ``NaN`` /
+    ``Infinity``, nested at most ``MAX_META_DEPTH`` levels (``where`` and ``what`` name it in errors).
+
+    Raises:
+        ValueError: too large, not JSON, or nested too deeply.
+    """
+    if len(raw) > MAX_META_BYTES:
+        raise ValueError(f"{where}: the {what} is {len(raw):,} bytes, above the limit of {MAX_META_BYTES:,}")
+    try:
+        value = json.loads(
+            raw.decode("utf-8") if isinstance(raw, bytes) else raw, parse_constant=_reject_constant
+        )
+    except RecursionError:
+        raise ValueError(f"{where}: unreadable {what} (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers, NaN
+        raise ValueError(f"{where}: unreadable {what} ({_first_line(exc)})") from None
+    if _depth(value) > MAX_META_DEPTH:
+        raise ValueError(f"{where}: {what} nested deeper than {MAX_META_DEPTH} levels")
+    return value
 
 
 def read_regular(path: str | Path, max_bytes: int, what: str, *, sha256: str | None = None) -> bytes:

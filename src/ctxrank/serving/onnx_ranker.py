@@ -11,7 +11,8 @@ The file is one of ``ctxrank export --format onnx`` (a neural ranker, its normal
 (B, L). The file's metadata entry ``ctxrank.json`` (docs/export.md) gives the feature names (the
 order of ``X``'s columns), the categorical columns and their vocabulary, and whether missing values
 (NaN) may be given (``missing_values``; absent: no). A file without that entry is served by position
-only, its feature count read from the graph's input shape.
+only, its feature count read from the graph's input shape. The entry is untrusted input, checked by
+:func:`check_file_meta` with the model directory's validators (``ctxrank._modeldir``).
 
 :meth:`OnnxRanker.predict` checks its inputs before running the graph: ``X`` numeric (N, F) with the
 file's F, finite (NaN only where the file says the model reads missing values), values within float32;
@@ -24,7 +25,6 @@ optimizations, sequential execution, ``threads`` intra-op threads (default 1).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,112 @@ import numpy as np
 import onnxruntime as ort
 
 from ctxrank._checks import FLOAT32_MAX, check_int
+from ctxrank._modeldir import (
+    MAX_FEATURES,
+    meta_bool,
+    meta_dict,
+    meta_int,
+    meta_str,
+    meta_strings,
+    parse_meta_json,
+    short,
+)
 from ctxrank.serving.padding import pad_rows, unpad_scores
 
-__all__ = ["META_KEY", "OnnxRanker"]
+__all__ = ["META_KEY", "OnnxRanker", "check_file_meta"]
 
 META_KEY = "ctxrank.json"  # the metadata entry ctxrank.export writes (ctxrank.export.META_NAME)
 _INPUTS = ("features", "mask", "categorical")
+
+
+#: the keys of ``ctxrank.json`` every exported file has (``ctxrank.export``), and those it may have
+#: (``missing_values`` is absent from files exported before 2026-11-27: no missing values)
+REQUIRED_KEYS = (
+    "model", "ctxrank_version", "transform", "feature_names", "categorical_names",
+    "categorical_cardinalities", "categorical_vocab", "inputs", "output",
+)  # fmt: skip
+OPTIONAL_KEYS = ("missing_values", "ensemble", "rerank")
+RERANK_KEYS = ("top_k", "rank_feature", "score_feature", "trees")
+
+
+def check_file_meta(meta: Any, where: str) -> dict[str, Any]:
+    """The ``ctxrank.json`` metadata of an exported file, every key checked with the model directory's
+    validators (:mod:`ctxrank._modeldir`): strict types (booleans are JSON ``true`` / ``false`` only),
+    integers in range, no unknown key, categorical columns, cardinalities and vocabularies that agree.
+
+    Raises:
+        ValueError: one line naming ``where`` and the key at fault.
+    """
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {short(meta)}")
+    _known_keys(meta, REQUIRED_KEYS, OPTIONAL_KEYS, where)
+    meta_str(meta, "model", where, max_len=256)
+    for key in ("ctxrank_version", "transform"):  # null when the model directory recorded none
+        if meta[key] is not None:
+            meta_str(meta, key, where, max_len=256)
+    names = meta_strings(meta, "feature_names", where)
+    if len(names) > MAX_FEATURES:
+        raise ValueError(f"{where}: 'feature_names' names {len(names):,} features; at most {MAX_FEATURES:,}")
+    cats = meta_strings(meta, "categorical_names", where)
+    for key, values in (("feature_names", names), ("categorical_names", cats)):
+        if len(set(values)) != len(values):
+            raise ValueError(f"{where}: {key!r} names a column twice: {short(values)}")
+    cards = meta["categorical_cardinalities"]
+    if not isinstance(cards, list) or len(cards) != len(cats):
+        raise ValueError(
+            f"{where}: 'categorical_cardinalities' must be a list of {len(cats)} integers (one per "
+            f"categorical column), got {short(cards)}"
+        )
+    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    vocab = meta_dict(meta, "categorical_vocab", where)
+    unknown = sorted(set(vocab) - set(cats))
+    if unknown:
+        raise ValueError(
+            f"{where}: 'categorical_vocab' has columns {short(unknown)} that are not categorical_names "
+            f"{short(cats)}"
+        )
+    for column, card in zip(cats, cards, strict=True):
+        words = meta_strings(vocab, column, where, name=f"categorical_vocab.{column}")
+        if len(words) >= card or len(set(words)) != len(words):
+            raise ValueError(
+                f"{where}: 'categorical_vocab.{column}' must hold at most {card - 1} distinct categories "
+                f"(its cardinality {card} less the unknown code 0), got {len(words)}"
+            )
+    for key, shape in (("inputs", "a list of [name, shape, dtype, description]"), ("output", None)):
+        rows = meta[key] if key == "inputs" else [meta[key]]
+        if (
+            not isinstance(rows, list)
+            or not 0 < len(rows) <= 8
+            or not all(
+                isinstance(r, list) and len(r) == 4 and all(isinstance(v, str) for v in r) for r in rows
+            )
+        ):
+            raise ValueError(
+                f"{where}: {key!r} must be {shape or '[name, shape, dtype, description]'} (strings), "
+                f"got {short(meta[key])}"
+            )
+    meta_bool(meta, "missing_values", where, default=False)
+    if "ensemble" in meta:
+        meta_int(meta, "ensemble", where, 1, 10_000)
+    if "rerank" in meta:
+        rerank = meta_dict(meta, "rerank", where)
+        _known_keys(rerank, RERANK_KEYS, (), where, "rerank.")
+        meta_int(rerank, "top_k", where, 1, 10**6, name="rerank.top_k")
+        meta_bool(rerank, "rank_feature", where, name="rerank.rank_feature")
+        meta_bool(rerank, "score_feature", where, name="rerank.score_feature")
+        meta_int(rerank, "trees", where, 0, 10**7, name="rerank.trees")
+    return meta
+
+
+def _known_keys(meta: dict, required: tuple, optional: tuple, where: str, prefix: str = "") -> None:
+    unknown = sorted(set(meta) - set(required) - set(optional))
+    if unknown:
+        valid = ", ".join(f"{prefix}{k}" for k in (*required, *optional))
+        raise ValueError(f"{where}: unknown key {short(prefix + unknown[0])}; valid: {valid}")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        every = ", ".join(f"{prefix}{k}" for k in required)
+        raise ValueError(f"{where}: {prefix + missing[0]!r} is missing (every exported file has {every})")
 
 
 class OnnxRanker:
@@ -86,13 +186,8 @@ class OnnxRanker:
         text = self.session.get_modelmeta().custom_metadata_map.get(META_KEY)
         if text is None:
             return {}
-        try:
-            meta = json.loads(text)
-        except ValueError:
-            raise ValueError(f"{self.path}: its {META_KEY} metadata is not JSON") from None
-        if not isinstance(meta, dict):
-            raise ValueError(f"{self.path}: its {META_KEY} metadata is not a JSON object")
-        return meta
+        where = f"{self.path} (metadata {META_KEY})"
+        return check_file_meta(parse_meta_json(text, where, "ONNX metadata"), where)
 
     def _check_graph(self) -> None:
         inputs = {i.name: i for i in self.session.get_inputs()}
@@ -103,11 +198,9 @@ class OnnxRanker:
                 f"{self.path}: not a ranking graph of ctxrank: expected inputs features, mask[, categorical] "
                 f"and output scores, got inputs {sorted(inputs)} and outputs {outputs}"
             )
-        meta = self.meta
-        names = meta.get("feature_names") or []
+        meta = self.meta  # checked: check_file_meta
+        names = meta.get("feature_names", [])
         width = inputs["features"].shape[-1] if len(inputs["features"].shape) == 3 else None
-        if names and not all(isinstance(n, str) for n in names):
-            raise ValueError(f"{self.path}: feature_names of its metadata are not strings")
         if names and isinstance(width, int) and width != len(names):
             raise ValueError(
                 f"{self.path}: the graph takes {width} features but its metadata names {len(names)}"
@@ -118,16 +211,17 @@ class OnnxRanker:
             )
         self.feature_names: tuple[str, ...] = tuple(names)
         self.n_features = len(names) if names else int(width)  # type: ignore[arg-type]
-        cats = tuple(str(c) for c in meta.get("categorical_names") or ())
+        cats = tuple(meta.get("categorical_names", ()))
         if bool(cats) != ("categorical" in inputs):
             raise ValueError(
                 f"{self.path}: its metadata names categorical columns {list(cats)} but the graph "
                 f"{'takes' if 'categorical' in inputs else 'does not take'} a categorical input"
             )
         self.categorical_names = cats
-        vocab = meta.get("categorical_vocab") or {}
-        self.categorical_vocab = {c: [str(v) for v in vocab.get(c, [])] for c in cats}
-        self.allow_missing = bool(meta.get("missing_values", False))
+        vocab = meta.get("categorical_vocab", {})
+        self.categorical_vocab = {c: list(vocab.get(c, [])) for c in cats}
+        self.categorical_cardinalities = tuple(meta.get("categorical_cardinalities", ()))
+        self.allow_missing = meta.get("missing_values", False)
 
     def describe(self) -> dict[str, Any]:
         """What a client needs to call the model (served at ``/ready``)."""
@@ -187,7 +281,7 @@ class OnnxRanker:
             )
         if categorical is not None:
             codes = np.asarray(categorical)
-            cards = [int(c) for c in self.meta.get("categorical_cardinalities") or ()]
+            cards = list(self.categorical_cardinalities)
             if codes.dtype.kind not in "iu" or (
                 len(cards) == codes.shape[1] and codes.size and ((codes < 0) | (codes >= cards)).any()
             ):

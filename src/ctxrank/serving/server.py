@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
+import logging
 import socket
 import sys
 import time
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h11
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
@@ -58,6 +61,8 @@ from fastapi.exceptions import HTTPException
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ctxrank._checks import check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
@@ -67,6 +72,7 @@ from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_re
 __all__ = ["Batcher", "ServeOptions", "bind", "create_app", "load_ranker", "serve"]
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+_log = logging.getLogger("uvicorn.error")  # uvicorn's log: its handler, its --log-level
 
 
 def _host(text: str) -> str:
@@ -129,6 +135,28 @@ class ServeOptions:
         parse=POSITIVE_INT,
         metavar="BYTES",
     )
+    max_header_bytes: int = option(
+        16 * 2**10,
+        "--max-header-bytes",
+        "largest request line and headers (default 16 KiB; more: 400 and the connection closed)",
+        parse=POSITIVE_INT,
+        metavar="BYTES",
+    )
+    read_timeout: float = option(
+        30.0,
+        "--read-timeout",
+        "seconds a client has to send a request's headers (from connecting or from its previous "
+        "answer), and again its body (slower: 408 or the connection closed; default 30)",
+        parse=float,
+        metavar="S",
+    )
+    max_connections: int = option(
+        512,
+        "--max-connections",
+        "most open connections served at once (default 512; beyond: 503 until some close)",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
     shutdown_timeout: float = option(
         30.0,
         "--shutdown-timeout",
@@ -144,12 +172,15 @@ class ServeOptions:
         check_int("port", self.port, 0, maximum=65535)
         for name in ("max_batch", "max_rows", "max_list", "max_body_bytes"):
             check_int(name, getattr(self, name))
-        for name, value in (
-            ("batch_wait_ms", self.batch_wait_ms),
-            ("shutdown_timeout", self.shutdown_timeout),
+        check_int("max_header_bytes", self.max_header_bytes, 1024, maximum=2**24)
+        check_int("max_connections", self.max_connections, maximum=2**20)
+        for name, value, low in (
+            ("batch_wait_ms", self.batch_wait_ms, 0),
+            ("shutdown_timeout", self.shutdown_timeout, 0),
+            ("read_timeout", self.read_timeout, 0.001),
         ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3600_000:
-                raise ValueError(f"{name} must be a number in [0, 3600000], got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= 3600_000:
+                raise ValueError(f"{name} must be a number in [{low:g}, 3600000], got {value!r}")
         if self.max_list > self.max_rows:
             raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
         if self.log_level not in LOG_LEVELS:
@@ -388,7 +419,12 @@ _RANK_SCHEMA = {
 }
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+class _Disconnected(Exception):
+    """The client closed its connection before it sent the whole body (nobody to answer)."""
+
+
+async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request's JSON body: at most ``limit`` bytes, all of it within ``timeout`` seconds."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/json":
         raise RequestError(
@@ -402,14 +438,36 @@ async def _read_body(request: Request, limit: int) -> bytes:
             status=413,
         )
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(
-                f"body: more than {limit:,} bytes (the server's --max-body-bytes)", field="body", status=413
-            )
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(
+                        f"body: more than {limit:,} bytes (the server's --max-body-bytes)",
+                        field="body",
+                        status=413,
+                    )
+                chunks.append(chunk)
+    except TimeoutError:
+        _log.warning(
+            "%s: no whole body within %g s (--read-timeout): answered 408", _client(request), timeout
+        )
+        raise RequestError(
+            f"body: not received within {timeout:g} s (the server's --read-timeout); {size:,} bytes came",
+            field="body",
+            status=408,
+        ) from None
+    except ClientDisconnect:
+        _log.warning("%s: client disconnected before sending the whole body (%s bytes came)",
+                     _client(request), f"{size:,}")  # fmt: skip
+        raise _Disconnected from None
     return b"".join(chunks)
+
+
+def _client(request: Request) -> str:
+    host, port = request.client if request.client is not None else ("?", 0)
+    return f"{host}:{port}"
 
 
 def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
@@ -433,7 +491,12 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        close = {"connection": "close"} if exc.status == 408 else None  # a stalled client: let it go
+        return JSONResponse(exc.body(), status_code=exc.status, headers=close)
+
+    @app.exception_handler(_Disconnected)
+    async def disconnected(request: Request, exc: _Disconnected) -> Response:
+        return Response(status_code=499)  # never sent (nobody listens); counted in /metrics as nginx does
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -453,7 +516,8 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     async def rank(request: Request) -> Response:
         batcher.arriving += 1
         try:
-            parsed = parse_request(await _read_body(request, options.max_body_bytes), ranker, limits)
+            body = await _read_body(request, options.max_body_bytes, options.read_timeout)
+            parsed = parse_request(body, ranker, limits)
         finally:
             batcher.arriving -= 1
         scores = await batcher.score(parsed)
@@ -479,6 +543,62 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     return app
 
 
+class _H11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on what the client owes outside a body read.
+
+    h11 bounds the request line and headers (``h11_max_incomplete_event_size``: more is a 400 and the
+    connection closed, the rest never read); uvicorn has no timeout on them (its keep-alive timeout
+    runs only while a connection is idle after an answer and stops at the first byte), so a client that
+    opens connections and never finishes a request would hold them, and the connection cap with them,
+    for ever. Here a connection is closed when, ``read_timeout`` seconds after it opened or after its
+    previous answer, no whole request head has come (or the rest of a body the app did not read: a 413
+    or a 404 answered before it). The body a route reads has its own deadline there (a 408:
+    :func:`_read_body`).
+    """
+
+    read_timeout = 30.0  # set per server by make_server
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        super().connection_lost(exc)
+
+    def _watch(self) -> None:
+        """Arm the deadline while the client owes a request head or an unread body, else cancel it."""
+        answered = self.cycle is None or self.cycle.response_complete
+        owes = answered and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+        if owes and not self.transport.is_closing():
+            if self._deadline is None:
+                self._deadline = self.loop.call_later(self.read_timeout, self._expired)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            where = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+            _log.info("%s sent no whole request within %g s (--read-timeout): connection closed",
+                      where, self.read_timeout)  # fmt: skip
+            self.transport.close()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, but a SIGTERM / SIGINT that shut it down gracefully is not raised again after
     (uvicorn re-raises it, which would end the process with the signal's status instead of 0)."""
@@ -494,16 +614,38 @@ class _Server(uvicorn.Server):
 def make_server(ranker: Any, options: ServeOptions) -> _Server:
     """The uvicorn server of ``ranker`` (not started: ``.run(sockets=[bind(...)])``)."""
     app = create_app(ranker, options)
+    protocol = type("_H11Protocol", (_H11Protocol,), {"read_timeout": options.read_timeout})
     config = uvicorn.Config(
         app,
         log_level=options.log_level,
         access_log=False,
         timeout_graceful_shutdown=options.shutdown_timeout,
         lifespan="on",
+        http=protocol,
+        h11_max_incomplete_event_size=options.max_header_bytes,
+        # uvicorn answers 503 once it counts this many connections, the one asking included
+        limit_concurrency=options.max_connections + 1,
     )
     server = _Server(config)
     app.state.server = server  # /ready answers 503 once it should exit
     return server
+
+
+def exposure(host: str) -> str | None:
+    """What listening on ``host`` (an address) exposes, or None for a loopback address."""
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        address = None
+    if address is not None and address.is_loopback:
+        return None
+    where = (
+        "every network interface" if address is not None and address.is_unspecified else "a network address"
+    )
+    return (
+        f"{host} is {where}: other machines can reach this server, which has no authentication and no "
+        "TLS; put a reverse proxy in front (docs/serving.md#authentication-and-tls)"
+    )
 
 
 def serve(ranker: Any, options: ServeOptions, sock: socket.socket | None = None) -> int:
@@ -513,6 +655,9 @@ def serve(ranker: Any, options: ServeOptions, sock: socket.socket | None = None)
     server = make_server(ranker, options)
     where = f"[{host}]" if ":" in host else host
     print(f"ctxrank serve: {ranker.kind} {ranker.path} on http://{where}:{port} (POST /rank)", flush=True)
+    exposed = exposure(host)
+    if exposed:
+        print(f"ctxrank serve: warning: {exposed}", file=sys.stderr, flush=True)
     server.run(sockets=[sock])
     signals = getattr(server, "signalled", [])
     print(
