@@ -59,11 +59,13 @@ def test_shuffling_a_lists_rows_moves_each_rows_score_by_rounding_only(name, dat
             perm = torch.from_numpy(np.random.default_rng(seed).permutation(x.shape[1]))
             shuffled = None if codes is None else codes[:, perm]
             with torch.no_grad():
-                for score in (
-                    lambda f, c: model(f, mask, categorical=c),
-                    lambda f, c: model.serving_scores(f, mask, c),
-                ):
-                    before, after = score(x, codes)[0], score(x[:, perm], shuffled)[0]
+                for form in ("forward", "serving_scores"):  # the library's, the exported form
+                    if form == "forward":
+                        before = model(x, mask, categorical=codes)[0]
+                        after = model(x[:, perm], mask, categorical=shuffled)[0]
+                    else:
+                        before = model.serving_scores(x, mask, codes)[0]
+                        after = model.serving_scores(x[:, perm], mask, shuffled)[0]
                     scale = 1.0 + float(before.abs().max())
                     worst = max(worst, float((after - before[perm]).abs().max()) / scale)
     assert worst <= ORDER_RTOL, (name, dataset, worst)
