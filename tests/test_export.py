@@ -290,8 +290,8 @@ def test_a_normalizer_without_a_torch_form_is_refused(data):
 # ------------------------------------------------------------------ categorical, re-ranking
 @pytest.fixture(scope="module")
 def table_splits(tmp_path_factory):
-    """Choice sessions with two categorical columns. No column is constant within a session: QILCM's
-    query normalization would amplify float32 rounding there (docs/export.md, "Precision")."""
+    """Choice sessions with two categorical columns (constant columns within a list: tests/test_row_order.py
+    and tests/test_export_pipeline.py's ModeCanada trips)."""
     path = tmp_path_factory.mktemp("table") / "sessions.csv"
     make_choice_sessions(30, min_items=5, max_items=9, seed=5).table.to_csv(path, index=False)
     cols = {"categorical": ["airline", "dep_hour"], "numeric": ["price", "duration"], "docid": "item"}
