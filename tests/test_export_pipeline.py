@@ -405,10 +405,16 @@ def _session_of(proto):
     return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def test_pipeline_of_the_apis_rerank_pipeline(tmp_path):
+@pytest.mark.parametrize("named", [False, True], ids=["array", "dataframe"])
+def test_pipeline_of_the_apis_rerank_pipeline(named, tmp_path):
     """``RerankPipeline.fit(...).save(dir)`` then ``export_model(dir)``: each query's rows, in the
-    caller's order, give ``pipe.predict``'s scores (rows of X not grouped by query)."""
+    caller's order, give ``pipe.predict``'s scores (rows of X not grouped by query). A DataFrame with
+    named numeric columns and a text (categorical) column: the names are the model's, and the export's
+    check builds its batch with them (with the initial rank feature the re-ranker checks them)."""
+    import pandas as pd
+
     from ctxrank.api import LambdaMARTRanker, MLPRanker, RerankPipeline
+    from ctxrank.serving.onnx_ranker import OnnxRanker
 
     rng = np.random.default_rng(0)
     qid = np.repeat(np.arange(20), rng.integers(2, 9, 20))
@@ -417,15 +423,24 @@ def test_pipeline_of_the_apis_rerank_pipeline(tmp_path):
     X[1::4] = X[::4][: X[1::4].shape[0]]  # copies across and within queries: tied initial scores
     y = np.digitize(X @ np.linspace(1, -0.5, 4), [0.5, 1.5])
     small = {"max_epochs": 1, "threads": 1, "batch_size": 8, "hidden": [8]}
-    pipe = RerankPipeline(LambdaMARTRanker(n_estimators=5, min_data_in_leaf=1), MLPRanker(**small), top_k=3)
-    scores = pipe.fit(X, y, qid=qid).predict(X, qid=qid)
+    initial = LambdaMARTRanker(n_estimators=5, min_data_in_leaf=1)
+    pipe = RerankPipeline(initial, MLPRanker(**small), top_k=3, rank_feature=True)  # names + initial_rank
+    names = ["bm25", "tf", "idf", "length"]
+    site = np.array(["news", "wiki", "shop"])[qid % 3]  # constant within a query
+    inputs = pd.DataFrame(X, columns=names).assign(site=site) if named else X
+    scores = pipe.fit(inputs, y, qid=qid).predict(inputs, qid=qid)
     pipe.save(tmp_path / "r")
-    export_model(tmp_path / "r", "onnx", tmp_path / "r.onnx")
-    session = _session(tmp_path / "r.onnx")
+    result = export_model(tmp_path / "r", "onnx", tmp_path / "r.onnx")
+    assert result.meta["feature_names"] == (names if named else [f"f{j}" for j in range(1, 5)])
+    ranker = OnnxRanker(tmp_path / "r.onnx")
+    codes = None
+    if named:
+        assert ranker.categorical_names == ("site",)
+        codes = np.array([[ranker.categorical_vocab["site"].index(v) + 1] for v in site])
     for q in np.unique(qid):
         rows = np.flatnonzero(qid == q)
-        got = session.run(["scores"], {"features": X[rows][None], "mask": np.ones((1, rows.size), bool)})[0]
-        np.testing.assert_allclose(got[0], scores[rows], rtol=0, atol=TOL)
+        got = ranker.predict(X[rows], qid[rows], None if codes is None else codes[rows])
+        np.testing.assert_allclose(got, scores[rows], rtol=0, atol=TOL)
 
 
 def _order_differs_only_at_near_ties(got: np.ndarray, ref: np.ndarray, basis: np.ndarray, tol: float) -> int:
