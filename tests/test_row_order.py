@@ -9,11 +9,12 @@ import torch
 
 from ctxrank.data.registry import load_fold
 from ctxrank.data.transforms import GlobalMinMax
+from ctxrank.export import CHECK_ATOL, CHECK_RTOL
 from ctxrank.registry import MODELS, is_baseline, make_model
 
-#: a row's score after its list's rows are shuffled is within ORDER_RTOL * (1 + max |score| of the
-#: list) of its score before (docs/context-models.md): float32 rounding of sums in another order
-ORDER_RTOL = 1e-5
+#: a row's score after its list's rows are shuffled is within CHECK_ATOL + CHECK_RTOL * max |score|
+#: of the list (1e-4 * (1 + max |score|): docs/context-models.md, the tolerance of docs/export.md) of
+#: its score before: float32 rounding of sums in another order, amplified by a model's conditioning
 ORDER_FREE = sorted(n for n in MODELS if not is_baseline(n) and not MODELS[n].reads_row_order({}))
 
 
@@ -40,9 +41,9 @@ def real_lists():
         rows = x[0]
         assert (rows[:, None, :] == rows[None, :, :]).all(-1).logical_not().any()  # not all identical
         assert any(len(torch.unique(rows[:, j])) < rows.shape[0] for j in range(rows.shape[1]))
-    mc, mc_f, mc_cards = _lists("modecanada", list(range(8)))
+    mc, mc_f, mc_cards = _lists("modecanada", list(range(30)))
     constant = [bool((x[0] == x[0, :1]).all(0).logical_and(x[0, 0] != 0).any()) for x, _ in mc]
-    assert sum(constant) >= 6  # a per-traveller feature, the same for every alternative
+    assert sum(constant) >= 20  # a per-traveller feature, the same for every alternative
     return {"mq2008": (mq, mq_f, ()), "modecanada": (mc, mc_f, mc_cards)}
 
 
@@ -66,6 +67,6 @@ def test_shuffling_a_lists_rows_moves_each_rows_score_by_rounding_only(name, dat
                     else:
                         before = model.serving_scores(x, mask, codes)[0]
                         after = model.serving_scores(x[:, perm], mask, shuffled)[0]
-                    scale = 1.0 + float(before.abs().max())
-                    worst = max(worst, float((after - before[perm]).abs().max()) / scale)
-    assert worst <= ORDER_RTOL, (name, dataset, worst)
+                    tol = CHECK_ATOL + CHECK_RTOL * float(before.abs().max())
+                    worst = max(worst, float((after - before[perm]).abs().max()) / tol)
+    assert worst <= 1.0, (name, dataset, worst)  # the largest difference, in tolerances
