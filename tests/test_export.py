@@ -290,8 +290,8 @@ def test_a_normalizer_without_a_torch_form_is_refused(data):
 # ------------------------------------------------------------------ categorical, re-ranking
 @pytest.fixture(scope="module")
 def table_splits(tmp_path_factory):
-    """Choice sessions with two categorical columns. No column is constant within a session: QILCM's
-    query normalization would amplify float32 rounding there (docs/export.md, "Precision")."""
+    """Choice sessions with two categorical columns (constant columns within a list: tests/test_row_order.py
+    and tests/test_export_pipeline.py's ModeCanada trips)."""
     path = tmp_path_factory.mktemp("table") / "sessions.csv"
     make_choice_sessions(30, min_items=5, max_items=9, seed=5).table.to_csv(path, index=False)
     cols = {"categorical": ["airline", "dep_hour"], "numeric": ["price", "duration"], "docid": "item"}
@@ -452,3 +452,25 @@ def test_export_of_a_model_with_missing_indicators_reads_nan(name, fmt, saved, d
     train, valid, test = (_with_holes(d, seed) for seed, d in enumerate(data, start=7))
     model_dir = saved(name, "train.missing=indicator", "transform=zscore", train_data=train, valid_data=valid)
     _check_parity(model_dir, fmt, test, tmp_path)
+
+
+def test_the_check_shuffles_the_rows_of_an_order_free_model(saved, tmp_path, monkeypatch):
+    """A model that claims not to read the row order but whose scores follow the position: the file
+    reproduces predict on the check batch as it is, and the check refuses it on the same batch with each
+    list's rows shuffled (the message says so and what to do); nothing is written."""
+    from ctxrank.models.mlp import MLPScorer
+
+    model_dir = saved("mlp")
+    assert export_model(model_dir, "onnx", tmp_path / "ok.onnx").checked_shuffled
+    forward = MLPScorer.forward
+
+    def by_position(self, features, mask, **kwargs):
+        position = torch.cumsum(mask.to(features.dtype), dim=1)  # (B, L): 1, 2, ... over real items
+        return forward(self, features, mask, **kwargs) + 0.1 * position
+
+    monkeypatch.setattr(MLPScorer, "forward", by_position)
+    for fmt in EXPORT_FORMATS:
+        with pytest.raises(ValueError, match=r"with each list's rows shuffled .* depend on the order") as err:
+            export_model(model_dir, fmt, tmp_path / f"m.{fmt}")
+        assert "not written" in str(err.value) and "report it" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.onnx"]

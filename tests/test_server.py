@@ -778,32 +778,73 @@ def test_ctxrank_serve_in_a_process_answers_and_stops_cleanly_on_sigterm(models)
             proc.wait()
 
 
+# every model trainable on a table: exported where it can be (not LambdaMART: its model.txt is its format)
+TABLE_MODELS = {
+    "mlp": ["--model", "mlp", "--set", "model_params.hidden=[8]"],
+    "qilcm": ["--model", "qilcm", "--set", "model_params.encoder_width=8"],
+    "qilcm-over-lambdamart": [
+        "--model", "qilcm", "--initial", "lambdamart", "--top-k", "5",
+        "--set", "rerank.initial_params.n_estimators=5", "--set", "model_params.encoder_width=8",
+    ],
+    "lambdamart": ["--model", "lambdamart", "--set", "model_params.n_estimators=5"],
+}  # fmt: skip
+
+
 @pytest.mark.slow
-def test_categorical_columns_by_name_score_as_ctxrank_predict(tmp_path, capsys):
-    """A model trained on a table with categorical columns (unseen categories included), served as
-    its ONNX file and as its directory, rows by name: the scores of `ctxrank predict` on the table."""
+@pytest.mark.parametrize("name", sorted(TABLE_MODELS))
+def test_categorical_columns_by_name_score_as_ctxrank_predict(name, tmp_path, capsys):
+    """A model trained on a table with named numeric and categorical columns (unseen categories
+    included) is exported, served as its ONNX file and as its directory (``/ready`` names its real
+    inputs) and scores through ``DirectoryRanker.predict``, rows by name: the scores of `ctxrank
+    predict` on the table, within the documented tolerance (``check_tolerance``, docs/export.md)."""
     import pandas as pd
+    import torch
+
+    from ctxrank.data.categorical import CategoricalEncoder
+    from ctxrank.export import check_tolerance
+    from ctxrank.serving.directory import DirectoryRanker
 
     table, model, onnx_file = tmp_path / "s.csv", tmp_path / "m", tmp_path / "m.onnx"
     columns = ["--query-col", "session", "--label-col", "chosen", "--categorical", "airline,cabin"]
     numeric = ["price", "duration", "stops", "dep_hour"]
     assert main(["synth", "choice", "--sessions", "40", "--seed", "0", "--out", str(table)]) == 0
-    train = [*columns, "--numeric", ",".join(numeric), "--no-progress", "--set", "train.max_epochs=1"]
-    assert main(["train", "--model", "mlp", "--data", str(table), *train, "--out", str(model)]) == 0
-    assert main(["export", "--model", str(model), "--format", "onnx", "--out", str(onnx_file)]) == 0
+    train = [*columns, "--numeric", ",".join(numeric), "--no-progress"]
+    if name != "lambdamart":
+        train += ["--set", "train.max_epochs=1"]
+    assert main(["train", *TABLE_MODELS[name], "--data", str(table), *train, "--out", str(model)]) == 0
+    paths = [model]
+    if name != "lambdamart":
+        assert main(["export", "--model", str(model), "--format", "onnx", "--out", str(onnx_file)]) == 0
+        paths.append(onnx_file)
     frame = pd.read_csv(table)
     frame.loc[::7, "airline"] = "never seen"  # code 0 (unknown), in the file and in the request alike
     frame.to_csv(table, index=False)
     reference = _predicted(model, table, capsys)
     rows = frame[[*numeric, "airline", "cabin"]].to_dict(orient="records")
     body = {"qid": frame["session"].tolist(), "rows": rows}
-    for path in (onnx_file, model):
+    # the documented tolerance, per list (session), around predict's scores
+    sessions = frame["session"].to_numpy()
+    tol = np.empty(len(frame))
+    for s in np.unique(sessions):
+        rows_of = sessions == s
+        tol[rows_of] = float(
+            check_tolerance(
+                torch.tensor(reference[rows_of])[None], torch.ones(1, rows_of.sum(), dtype=torch.bool)
+            )
+        )
+    for path in paths:
         ranker = load_ranker(path)
         assert ranker.categorical_names == ("airline", "cabin")
         with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+            ready = client.get("/ready").json()["model"]
             answer = client.post("/rank", json=body)
+        assert ready["feature_names"] == numeric and ready["categorical_names"] == ["airline", "cabin"]
         assert answer.status_code == 200, answer.text
-        np.testing.assert_allclose(answer.json()["scores"], reference, rtol=1e-5, atol=1e-5)
+        assert (np.abs(np.array(answer.json()["scores"]) - reference) <= tol).all(), path
+    ranker = DirectoryRanker(model)
+    codes = CategoricalEncoder.from_dict({"columns": ["airline", "cabin"], "vocab": ranker.categorical_vocab})
+    scores = ranker.predict(frame[numeric].to_numpy(), sessions, codes.transform(frame[["airline", "cabin"]]))
+    np.testing.assert_allclose(scores, reference, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -257,6 +257,8 @@ class LambdaMART:
     Categorical columns (``RankingData.categorical``, e.g. from ``read_table``) are passed to LightGBM
     as native categorical features after the numeric ones (``categorical_feature``: splits on sets of
     codes; code 0 = unknown). ``n_categorical_in_`` records how many; prediction needs the same count.
+    ``categorical_names_in_`` and ``categorical_cardinalities_in_`` (tuples, empty without them) name the
+    columns and their code counts (saved in ``ctxrank.json``, so a server advertises the real inputs).
     """
 
     def __init__(
@@ -436,6 +438,10 @@ class LambdaMART:
         self.lgb_params_, self.label_gain_ = params, label_gain
         self.n_features_in_, self.n_categorical_in_ = train.n_features, n_cat
         self.feature_names_in_ = tuple(train.feature_names)
+        self.categorical_names_in_ = tuple(train.categorical_names) if n_cat else ()
+        self.categorical_cardinalities_in_ = (
+            tuple(int(c) for c in train.categorical_cardinalities) if n_cat else ()
+        )
         self._select_iteration(booster, monitor)
         # the trees alone: a Booster read back from its model text holds none of the training state
         # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
@@ -555,6 +561,8 @@ class LambdaMART:
             "n_features": int(self.n_features_in_),
             "n_categorical": int(self.n_categorical_in_),
             "feature_names": list(self.feature_names_in_),
+            "categorical_names": list(self.categorical_names_in_),
+            "categorical_cardinalities": list(self.categorical_cardinalities_in_),
             "label_gain": list(self.label_gain_),
             "best_iteration": int(self.best_iteration_),
             "best_score": self.best_score_,
@@ -630,6 +638,9 @@ class LambdaMART:
         model.n_features_in_ = n_features
         model.n_categorical_in_ = n_categorical
         model.feature_names_in_ = tuple(meta_strings(meta, "feature_names", where, n_features))
+        model.categorical_names_in_, model.categorical_cardinalities_in_ = _categorical_meta(
+            meta, where, n_categorical
+        )
         model.label_gain_ = meta_floats(meta, "label_gain", where, max_len=MAX_LABEL + 1)
         model.lgb_params_ = meta_dict(meta, "lightgbm_params", where, optional=True)
         return model
@@ -652,6 +663,31 @@ def _checked_meta(where: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], in
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: 'params': {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     return params, n_features, n_categorical, best_iteration
+
+
+def _categorical_meta(
+    meta: dict[str, Any], where: Path, n_categorical: int
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """``(categorical_names, categorical_cardinalities)`` of the metadata, ``n_categorical`` each (or
+    both empty). A directory saved before they were recorded has only its table encoder
+    (``"table"``, ``ctxrank train`` on a table): the encoder's columns, ``len(vocab) + 1`` codes each."""
+    if "categorical_names" not in meta:
+        encoder = (meta.get("table") or {}).get("encoder") or {}
+        names = [str(c) for c in encoder.get("columns") or []]
+        if len(names) != n_categorical:
+            return (), ()
+        return tuple(names), tuple(len(encoder.get("vocab", {}).get(c) or []) + 1 for c in names)
+    names = meta_strings(meta, "categorical_names", where)
+    cards = meta.get("categorical_cardinalities")
+    if not isinstance(cards, list):
+        raise ValueError(f"{where}: 'categorical_cardinalities' must be a list, got {short(cards)}")
+    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    if names and not (len(names) == len(cards) == n_categorical):
+        raise ValueError(
+            f"{where}: {len(names)} categorical_names and {len(cards)} categorical_cardinalities for "
+            f"n_categorical = {n_categorical}"
+        )
+    return tuple(names), tuple(cards)
 
 
 def _n_categorical(data: RankingData) -> int:

@@ -50,8 +50,9 @@ def export(
     if meta["categorical_names"]:
         cats = zip(meta["categorical_names"], meta["categorical_cardinalities"], strict=True)
         out("categorical columns: " + ", ".join(f"{c} ({k} codes, 0 = unknown)" for c, k in cats))
+    shuffled = ", and with each list's rows shuffled" if result.checked_shuffled else ""
     out(
-        f"checked: the file reproduces the model on a batch of another shape than the traced one "
+        f"checked: the file reproduces predict on a batch of another shape than the traced one{shuffled} "
         f"(max abs score difference {result.max_abs_diff:.2g})"
     )
     for text in result.notes:

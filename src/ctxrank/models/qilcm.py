@@ -174,6 +174,28 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return weights * mask
 
 
+def context_and_deviations(
+    h: torch.Tensor, a: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(c, d)``: the context ``c = sum_i a_i h_i`` of eq. 4 (B, 1, D) and the deviations ``d_i = h_i
+    - c`` (B, L, D) of the items ``h`` (B, L, D) under the weights ``a`` (B, L) (summing to 1 over the
+    real items; 0 at padding).
+
+    Both are taken around the list's smallest real value ``m`` of each dimension: ``c = m + sum_i a_i
+    (h_i - m)``, ``d_i = (h_i - m) - sum_j a_j (h_j - m)``. A dimension constant within the list (a
+    categorical column or a per-query feature with one value, a one-item list) then has ``d = 0`` and
+    ``c = h`` exactly; summed directly, ``c`` misses ``h`` by a rounding error that depends on the row
+    order, and eq. 8 divides ``d`` by ``sigma-bar + eps`` (about 1e-5 there): every score of the list
+    moved by up to 1e-3 when its rows were shuffled. The error of ``d`` is now relative to the
+    dimension's spread within the list, not to its value. An all-padded list gives ``c = 0``."""
+    real = mask.unsqueeze(-1)  # (B, L, 1)
+    low = torch.where(real, h, torch.full_like(h, float("inf"))).amin(dim=1, keepdim=True)  # (B, 1, D)
+    low = torch.where(real.any(dim=1, keepdim=True), low, torch.zeros_like(low))
+    shifted = h - low  # exact where h_i = m (Sterbenz), in particular for constant dimensions
+    mean = torch.bmm(a.unsqueeze(1), shifted)  # (B, 1, D)
+    return low + mean, shifted - mean
+
+
 class _RealItems:
     """Applies a per-item module to the real items of a ``(B, L, K)`` tensor only, packed as
     ``(N, K)``; padded rows come back 0. The MLPs of eq. 1-3 and 9 act item by item, so this changes no
@@ -247,16 +269,15 @@ class QILCM(RankingModule):
         else:  # variant 1: average pooling
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
-        c = torch.einsum("bl,bld->bd", a, h)  # eq. 4: (B, D)
-        refined = torch.cat([c.unsqueeze(1) * h, h], dim=-1)  # eq. 5: (B, L, 2D)
-        if cfg.query_norm:
-            mean = torch.einsum("bl,bld->bd", a, refined)  # eq. 6
-            centered = refined - mean.unsqueeze(1)
-            var = torch.einsum("bl,bld->bd", a, centered.square())  # eq. 7
-            sigma = torch.sqrt(var + cfg.var_floor)
-            normalized = centered / (sigma.unsqueeze(1) + cfg.eps)  # eq. 8
+        c, d_ = context_and_deviations(h, a, mask)  # eq. 4: c (B, 1, D), d_i = h_i - c (B, L, D)
+        if cfg.query_norm:  # eq. 6-7 of h~ = [c (.) h ; h]: mean [c (.) c ; c], centered [c (.) d ; d]
+            v = torch.bmm(a.unsqueeze(1), d_.square())  # (B, 1, D)
+            centered = torch.cat([c * d_, d_], dim=-1)  # (B, L, 2D)
+            sigma = torch.sqrt(torch.cat([c * c * v, v], dim=-1) + cfg.var_floor)  # (B, 1, 2D)
+            normalized = centered / (sigma + cfg.eps)  # eq. 8
         else:
-            normalized = refined
+            normalized = torch.cat([c * h, h], dim=-1)  # eq. 5: (B, L, 2D)
+        c = c.squeeze(1)
         normalized = normalized * mask.unsqueeze(-1)  # padded rows exactly 0 (never used, kept clean)
         scores = per_item(self.mlp_rank, normalized).squeeze(-1)  # eq. 9 logits
         return QILCMOutput(scores=scores, attention=a, context=c, normalized=normalized)
@@ -287,13 +308,11 @@ class QILCM(RankingModule):
             m = mask.to(h.dtype)
             a = m / m.sum(-1, keepdim=True).clamp_min(1.0)
         h = h.reshape(b, n, d)
-        a = a.unsqueeze(1)  # (B, 1, L)
-        c = torch.bmm(a, h)  # eq. 4: (B, 1, D)
+        c, centered = context_and_deviations(h, a, mask)  # eq. 4: c (B, 1, D), d_i (B, L, D)
         first = self.mlp_rank[0]
         w1, w2 = first.weight[:, :d], first.weight[:, d:]  # (H, D) each
         if cfg.query_norm:
-            centered = h - c  # d_i: (B, L, D)
-            v = torch.bmm(a, centered * centered)  # (B, 1, D)
+            v = torch.bmm(a.unsqueeze(1), centered * centered)  # (B, 1, D)
             g1 = c / (torch.sqrt(c * c * v + cfg.var_floor) + cfg.eps)  # eq. 7-8, first half
             g2 = 1.0 / (torch.sqrt(v + cfg.var_floor) + cfg.eps)  # second half
             folded = w1 * g1 + w2 * g2  # (B, H, D)

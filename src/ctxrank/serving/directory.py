@@ -63,8 +63,16 @@ class DirectoryRanker:
         self.feature_names: tuple[str, ...] = (
             tuple(names[: self.n_features]) if len(names) >= self.n_features else ()
         )
-        self.categorical_names = tuple(str(c) for c in layout.get("categorical_names") or ())
-        self.categorical_cardinalities = tuple(int(c) for c in layout.get("categorical_cardinalities") or ())
+        # LambdaMART's loader reads them from its metadata (or, saved before they were, its table encoder)
+        lgbm = getattr(self.predictor, "categorical_names_in_", None)
+        cats = lgbm if lgbm is not None else layout.get("categorical_names") or ()
+        cards = (
+            self.predictor.categorical_cardinalities_in_
+            if lgbm is not None
+            else layout.get("categorical_cardinalities") or ()
+        )
+        self.categorical_names = tuple(str(c) for c in cats)
+        self.categorical_cardinalities = tuple(int(c) for c in cards)
         vocab = ((layout.get("table") or {}).get("encoder") or {}).get("vocab") or {}
         self.categorical_vocab = {c: [str(v) for v in vocab.get(c, [])] for c in self.categorical_names}
         config = RunConfig.from_saved(meta["run_config"])
