@@ -625,6 +625,8 @@ def _baseline_summary(s: dict[str, Any]) -> str:
             state += "; no finite maximum: separation"
         grid = len(s["tried"])
         l2 = f"l2 {s['l2']:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
+        if s.get("l2_grid_edge"):
+            l2 += f", the {s['l2_grid_edge']} of them"
         return (
             f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, {l2}): "
             f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
