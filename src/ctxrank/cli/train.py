@@ -523,9 +523,11 @@ class _Run:
 
     def _summary_line(self, s: dict[str, Any], seconds: float) -> None:
         if "best_epoch" in s:
+            initial = s.get("initial_valid_metric")
+            against = f"; initial ranker {initial:.4f} on the same lists" if initial is not None else ""
             self.say(
                 f"best epoch {s['best_epoch']} of {s['epochs_run']} "
-                f"(valid {s['metric']} {s['best_valid_metric']:.4f}), "
+                f"(valid {s['metric']} {s['best_valid_metric']:.4f}{against}), "
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:

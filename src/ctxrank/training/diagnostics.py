@@ -9,9 +9,9 @@ and :func:`ctxrank.training.run.run_training` raise it through :mod:`warnings`).
 
 * :func:`epoch_cap`: the run reached ``train.max_epochs`` with its last epoch its best (early stopping
   never triggered: more epochs would probably have helped);
-* :func:`stalled`: the training loss stayed constant (to :data:`STALL_RTOL` relative) over the last
-  :data:`STALL_EPOCHS` or more epochs while the kept weights are of an epoch before them (a collapsed
-  model, or zero gradients);
+* :func:`stalled`: the training loss or the weights' norm stayed constant (to :data:`STALL_RTOL`
+  relative) over the last :data:`STALL_EPOCHS` or more epochs while the kept weights are of an epoch
+  before them (a collapsed model, zero gradients, a learning rate too small to move the weights);
 * :func:`worse_than_initial`: a re-ranker whose validation metric is below its initial ranker's on the
   same validation lists (the saved pipeline ranks worse than the initial ranker alone);
 * :func:`grid_edge`: a penalty chosen on validation at the largest or smallest value of its grid (the
@@ -61,27 +61,42 @@ def epoch_cap(history: Sequence[dict[str, Any]], max_epochs: int, metric: str) -
     )
 
 
-def stalled(history: Sequence[dict[str, Any]], best_epoch: int) -> str | None:
-    """The last :data:`STALL_EPOCHS` or more epochs have the same training loss (to :data:`STALL_RTOL`)
-    and the kept weights are of an epoch no later than the first of them."""
-    if len(history) < STALL_EPOCHS:
-        return None
-    losses = [float(r["train_loss"]) for r in history]
-    run = 1  # how many trailing epochs share the last loss
-    while run < len(losses):
-        window = losses[-(run + 1) :]
+def _flat_tail(values: Sequence[float]) -> int:
+    """How many trailing ``values`` lie within :data:`STALL_RTOL` of their largest magnitude."""
+    run = 1
+    while run < len(values):
+        window = values[-(run + 1) :]
         if max(window) - min(window) > STALL_RTOL * max(abs(v) for v in window):
             break
         run += 1
+    return run
+
+
+def stalled(history: Sequence[dict[str, Any]], best_epoch: int) -> str | None:
+    """Over the last :data:`STALL_EPOCHS` or more epochs the training loss, or the weights' norm
+    (``weight_norm``: the weights stopped moving), stayed constant (to :data:`STALL_RTOL`), and the kept
+    weights are of an epoch no later than the first of them."""
+    if len(history) < STALL_EPOCHS:
+        return None
+    losses = [float(r["train_loss"]) for r in history]
+    norms = [float(r["weight_norm"]) for r in history] if all("weight_norm" in r for r in history) else []
+    by_loss, by_weights = _flat_tail(losses), _flat_tail(norms) if norms else 0
+    run = max(by_loss, by_weights)
     first = history[-run]["epoch"]
     if run < STALL_EPOCHS or best_epoch > first:
         return None
+    what = (
+        f"the training loss stayed at {losses[-1]:.7g}"
+        if by_loss >= by_weights
+        else f"the weights stopped moving (their norm stayed at {norms[-1]:.7g})"
+    )
     return (
-        f"training stalled: the training loss stayed at {losses[-1]:.7g} for the last {run} epochs "
-        f"({first}-{history[-1]['epoch']}; constant to {STALL_RTOL:g} relative) and the model kept epoch "
-        f"{best_epoch}'s weights: the model collapsed (e.g. constant scores) or its gradients are zero. "
-        "Try a lower learning rate (train.lr), gradient clipping (train.clip_grad_norm), another seed "
-        "(train.seed) or another model"
+        f"training stalled: {what} for the last {run} epochs ({first}-{history[-1]['epoch']}; constant to "
+        f"{STALL_RTOL:g} relative) and the model kept epoch {best_epoch}'s weights: it stopped learning "
+        "(gradients zero, e.g. a model collapsed to constant scores, or a learning rate too small to move "
+        "the weights). Try another learning rate (train.lr: lower after a collapse, higher when the "
+        "weights barely move), gradient clipping (train.clip_grad_norm), another seed (train.seed) or "
+        "another model"
     )
 
 
@@ -92,7 +107,7 @@ def worse_than_initial(
     if not reranker < initial:  # NaN (no query with a relevant item) is no evidence either way
         return None
     return (
-        f"the {model} re-ranker is worse than its initial ranker ({initial_name}) on the validation "
+        f"{model}: the re-ranker is worse than its initial ranker ({initial_name}) on the validation "
         f"queries: valid {metric} {reranker:.4f} against {initial:.4f} on the same top-{top_k} lists "
         f"({reranker - initial:+.4f}); the saved model ranks worse than {initial_name} alone. Train it "
         "longer (train.max_epochs; max_epochs= in the Python API), change its learning rate (train.lr), "

@@ -67,6 +67,7 @@ from ctxrank.registry import Baseline, get_model
 from ctxrank.training.build import build_model, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
+from ctxrank.training.diagnostics import report, worse_than_initial
 from ctxrank.training.distributed import resolve_device, world
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
@@ -514,8 +515,15 @@ def _fit_neural(
         on_epoch=on_epoch,
     )
     summary = fitted.to_dict()
-    if isinstance(model, Residual):
-        summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
+    if rerank is not None:
+        initial = _initial_valid_metric(fit_valid, valid_init, tc)
+        summary["initial_valid_metric"] = initial
+        if isinstance(model, Residual):
+            summary["residual"] = _keep_initial_if_better(model, initial, tc, summary)
+        worse = worse_than_initial(
+            summary["best_valid_metric"], initial, tc.metric, top_k=config.rerank.top_k, model=config.model
+        )
+        report(summary, [worse], stacklevel=3)
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
     summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
@@ -532,12 +540,9 @@ def _all_gather(device: torch.device) -> Callable[[np.ndarray], list[np.ndarray]
     return lambda v: [t.numpy() for t in ctx.all_gather(torch.from_numpy(np.ascontiguousarray(v)), device)]
 
 
-def _keep_initial_if_better(
-    model: Residual, valid: RankingData, valid_init: np.ndarray, tc: Any, summary: dict[str, Any]
-) -> dict[str, Any]:
-    """Residual re-ranking departs from the initial order only where validation gains: when the best
-    trained epoch does not beat the initial scores' validation metric by more than ``train.min_delta``,
-    ``gate`` is set to 0 (the re-ranker then returns the initial scores) and ``summary`` says epoch 0."""
+def _initial_valid_metric(valid: RankingData, valid_init: np.ndarray, tc: Any) -> float:
+    """Mean ``train.metric`` of the initial scores on the validation top-k lists: the lists, queries
+    and conventions of the re-ranker's own validation metric (NaN when no query counts)."""
     per = evaluate_queries(
         np.asarray(valid_init, dtype=np.float64),
         valid.labels,
@@ -546,7 +551,16 @@ def _keep_initial_if_better(
         no_relevant=tc.no_relevant,
     )[tc.metric]
     ok = np.isfinite(per)
-    initial = float(per[ok].mean()) if ok.any() else float("nan")
+    return float(per[ok].mean()) if ok.any() else float("nan")
+
+
+def _keep_initial_if_better(
+    model: Residual, initial: float, tc: Any, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Residual re-ranking departs from the initial order only where validation gains: when the best
+    trained epoch does not beat the initial scores' validation metric (``initial``) by more than
+    ``train.min_delta``, ``gate`` is set to 0 (the re-ranker then returns the initial scores) and
+    ``summary`` says epoch 0."""
     keep = not summary["best_valid_metric"] > initial + tc.min_delta
     if keep:
         with torch.no_grad():

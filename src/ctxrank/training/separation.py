@@ -211,7 +211,7 @@ def _overlap(d_scaled, e_scaled, found: np.ndarray) -> tuple[bool | None, str]:
             method=method,
         )
         if res.status == 2:
-            return False, "is infeasible: the rows are separated"
+            return False, "is infeasible (some further row is separated, but not which)"
         if res.status == 0 and res.x is not None:
             residual = float(np.abs(a_eq @ res.x).max(initial=0.0))
             size = float(np.abs(res.x).max(initial=1.0))
