@@ -170,6 +170,11 @@ def test_mnl_re_ranking_an_initial_ranker_is_fitted_to_its_maximum_likelihood_on
     config = resolve_config(None, ["model=mnl", *rerank])
     result = run_training(config, train, valid, test, progress=False)
     assert result.summary["solver"] == "scipy L-BFGS-B" and result.history == []
+    # compared with the initial ranker on the same validation lists, in train.metric
+    s = result.summary
+    assert s["train_metric"]["name"] == "ndcg@10" and 0 < s["initial_valid_metric"] <= 1
+    worse = s["train_metric"]["valid"] < s["initial_valid_metric"]
+    assert worse == any("the re-ranker is worse than its initial ranker" in w for w in s.get("warnings", []))
     # the same fit made by hand on the top-3 lists of the run's own initial ranker
     predictor = result.predictor
     reranker = predictor.reranker
