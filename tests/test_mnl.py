@@ -297,6 +297,8 @@ def test_mnl_fits_on_when_the_separation_check_cannot_decide(monkeypatch):
     assert "status 4: Numerical difficulties" in s["separation"]["undetermined"]
     assert len([c for c in caught if "could not decide" in c]) == 1
     assert "l2 = 0 was fitted like the other penalties" in caught[0] and caught == s["warnings"][:1]
+    chosen = f"(the penalty chosen on validation is {s['l2']:g})" if s["l2"] else ", and chosen on validation"
+    assert chosen in caught[0]
 
 
 def test_mnl_says_when_the_penalty_chosen_is_the_smallest_of_its_grid():

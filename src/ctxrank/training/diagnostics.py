@@ -30,6 +30,7 @@ __all__ = [
     "TrainingWarning",
     "epoch_cap",
     "grid_edge",
+    "grid_edge_of",
     "report",
     "stalled",
     "worse_than_initial",
@@ -116,16 +117,26 @@ def worse_than_initial(
     )
 
 
-def grid_edge(name: str, grid: Sequence[float], chosen: float, *, model: str) -> str | None:
-    """``chosen`` is the largest of the fitted ``grid`` (at least 2 values), or its smallest when that is
-    not 0 (no penalty: nothing lies below it)."""
+def grid_edge_of(grid: Sequence[float], chosen: float) -> str | None:
+    """``"largest"`` when ``chosen`` is the largest of ``grid`` (at least 2 values), ``"smallest"`` when
+    it is the smallest and not 0 (no penalty: nothing lies below it), else None."""
     values = sorted(set(grid))
-    if len(values) < 2 or values[0] < chosen < values[-1] or chosen == 0:
+    if len(values) < 2 or chosen == 0 or values[0] < chosen < values[-1]:
         return None
-    edge, change = (
-        ("largest", f"add larger values (e.g. {values[-1] * 10:g}, {values[-1] * 100:g})")
-        if chosen == values[-1]
-        else ("smallest", f"add smaller values (e.g. {values[0] / 10:g}, {values[0] / 100:g})")
+    return "largest" if chosen == values[-1] else "smallest"
+
+
+def grid_edge(name: str, grid: Sequence[float], chosen: float, *, model: str) -> str | None:
+    """The value of ``name`` chosen on validation lies at an edge of the ``grid`` fitted
+    (:func:`grid_edge_of`): the best value may lie beyond it."""
+    edge = grid_edge_of(grid, chosen)
+    if edge is None:
+        return None
+    values = sorted(set(grid))
+    change = (
+        f"add larger values (e.g. {values[-1] * 10:g}, {values[-1] * 100:g})"
+        if edge == "largest"
+        else f"add smaller values (e.g. {values[0] / 10:g}, {values[0] / 100:g})"
     )
     shown = ", ".join(f"{v:g}" for v in values)
     return (

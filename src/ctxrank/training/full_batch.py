@@ -42,7 +42,7 @@ from scipy.optimize import minimize
 from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.models.base import RankingModule
-from ctxrank.training.diagnostics import TrainingWarning, grid_edge, report
+from ctxrank.training.diagnostics import TrainingWarning, grid_edge, grid_edge_of, report
 from ctxrank.training.separation import Undetermined, find_separation
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
@@ -269,6 +269,7 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
     x = torch.nn.utils.parameters_to_vector(params).detach().numpy().astype(np.float64)
     sep = _separation(_Objective(model, lists, 0.0), train) if 0.0 in penalties else None
     separated = sep is not None and "undetermined" not in sep
+    undetermined = sep is not None and not separated
     tried, best = [], None
     for l2 in penalties:
         if l2 == 0.0 and separated and len(penalties) > 1:
@@ -295,35 +296,27 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
         "metric": "loglik",
         "best_valid_metric": best[1],
         "separation": sep,
-        "mle_exists": None if 0.0 not in penalties or (sep is not None and not separated) else not separated,
+        "mle_exists": None if 0.0 not in penalties or undetermined else not separated,
         "tried": tried,
         **{k: v for k, v in best[3].items() if k != "message"},
     }
     fitted = [t["l2"] for t in tried if "skipped" not in t]
-    summary["l2_grid_edge"] = _edge(fitted, best[2])
+    summary["l2_grid_edge"] = grid_edge_of(fitted, best[2])
     report(summary, _problems(model, sep, best[2], best[3], fitted), category=FitWarning, stacklevel=3)
     return {**summary, "fit_seconds": time.perf_counter() - t0}
-
-
-def _edge(fitted: list[float], l2: float) -> str | None:
-    """``"largest"`` / ``"smallest"`` when ``l2`` was chosen at that edge of the penalties fitted (at
-    least 2; the smallest only when it is not 0), else None."""
-    if grid_edge("l2", fitted, l2, model="") is None:
-        return None
-    return "largest" if l2 == max(fitted) else "smallest"
 
 
 def _problems(
     model: RankingModule, sep: dict[str, Any] | None, l2: float, info: dict[str, Any], fitted: list[float]
 ) -> list[str | None]:
-    """The messages of the fit's :class:`FitWarning` warnings: separation (or a check that could not decide),
+    """The messages of the fit's :class:`FitWarning` warnings: separation (or a check that cannot decide),
     a chosen fit that did not converge, a penalty chosen at the edge of the grid."""
     problems: list[str | None] = []
     if sep is not None and "undetermined" in sep:
         problems.append(
             f"{model.name}: the separation check could not decide whether the unpenalized maximum "
             f"likelihood exists ({sep['undetermined']}); l2 = 0 was fitted like the other penalties"
-            + ("" if l2 else f" (the penalty chosen on validation is {l2:g})")
+            + (f" (the penalty chosen on validation is {l2:g})" if l2 else ", and chosen on validation")
             + ": an unpenalized estimate that exists converges, one that does not runs off (see "
             "'converged' and the coefficients); a positive penalty always has a finite estimate"
         )
