@@ -314,6 +314,24 @@ def test_rerank_pipeline(tmp_path):
     assert clone(pipe).get_params()["reranker__max_epochs"] == 2
 
 
+def test_rerank_pipeline_worse_than_its_initial_ranker_warns_and_records_it():
+    """A re-ranker that barely trains (lr 1e-6, one epoch) ranks LambdaMART's top 6 worse than
+    LambdaMART does: a TrainingWarning saying by how much and what to change, kept in the summary."""
+    from ctxrank.training.diagnostics import TrainingWarning
+
+    X, y, qid = _data(n_queries=40)
+    reranker = ListNetRanker(max_epochs=1, lr=1e-6, threads=1, batch_size=8)
+    pipe = RerankPipeline(LambdaMARTRanker(n_estimators=20, min_data_in_leaf=1), reranker, top_k=6)
+    worse = r"listnet: the re-ranker is worse than its initial ranker"
+    with pytest.warns(TrainingWarning, match=worse) as caught:
+        pipe.fit(X, y, qid=qid)
+    summary = pipe.run_.summary
+    assert summary["best_valid_metric"] < summary["initial_valid_metric"]
+    assert summary["warnings"] == [str(w.message) for w in caught if w.category is TrainingWarning]
+    numbers = f"{summary['best_valid_metric']:.4f} against {summary['initial_valid_metric']:.4f}"
+    assert f"valid ndcg@10 {numbers}" in summary["warnings"][0]
+
+
 def test_save_refuses_a_directory_of_the_users_files_unless_overwrite(tmp_path):
     """``save(dir)`` of an estimator or a pipeline: the user's config.toml and train_log.jsonl are
     refused, byte for byte unchanged; ``overwrite=True`` writes the model and keeps other files; an

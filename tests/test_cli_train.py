@@ -608,3 +608,33 @@ def test_threads_reaches_the_computation_of_train_predict_and_evaluate(trained, 
     set_threads(pipeline, 3)  # LightGBM-like parts of a re-ranking pipeline and of an ensemble
     assert pipeline.initial.num_threads == 3 and pipeline.reranker.members[0].num_threads == 3
     torch.set_num_threads(before)
+
+
+def test_a_reranker_worse_than_its_initial_ranker_and_a_run_cut_while_improving_are_said(tmp_path, capsys):
+    """ListNet re-ranking LambdaMART's top 10, 2 epochs: its validation NDCG@10 is far below
+    LambdaMART's on the same lists, and its last epoch is its best. Each is one ``ctxrank: warning:``
+    line saying by how much and what to change, and both are in ``ctxrank.json["training"]``."""
+    import pandas as pd
+
+    from .conftest import make_ranking_data
+
+    data = make_ranking_data(100, max_len=20, seed=1)
+    frame = pd.DataFrame(data.features, columns=[f"f{i}" for i in range(data.n_features)])
+    frame["q"], frame["y"] = np.repeat(data.query_ids, data.query_lengths), data.labels.astype(int)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    argv = ["train", "--model", "listnet", "--initial", "lambdamart", "--top-k", "10", "--data"]
+    argv += [str(tmp_path / "t.csv"), "--query-col", "q", "--label-col", "y", "--out", str(tmp_path / "m")]
+    assert main([*argv, "--set", "rerank.initial_params.n_estimators=20", *QUICK]) == 0
+    said = capsys.readouterr()
+    lines = [line for line in said.err.splitlines() if line.startswith("ctxrank: warning:")]
+    worse = [line for line in lines if "the re-ranker is worse than its initial ranker" in line]
+    cut = [line for line in lines if "training stopped at train.max_epochs = 2 while" in line]
+    assert len(worse) == 1 and len(cut) == 1, lines
+    assert "listnet: the re-ranker is worse than its initial ranker (lambdamart)" in worse[0]
+    assert "on the same top-10 lists" in worse[0] and "rerank.top_k" in worse[0] and "train.lr" in worse[0]
+    assert "raise train.max_epochs" in cut[0]
+    training = json.loads((tmp_path / "m" / "ctxrank.json").read_text())["training"]
+    assert training["best_valid_metric"] < training["initial_valid_metric"]
+    assert [w in " ".join(lines) for w in training["warnings"]] == [True, True]
+    initial = f"initial ranker {training['initial_valid_metric']:.4f} on the same lists"
+    assert f"(valid ndcg@10 {training['best_valid_metric']:.4f}; {initial})" in said.out

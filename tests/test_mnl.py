@@ -170,6 +170,11 @@ def test_mnl_re_ranking_an_initial_ranker_is_fitted_to_its_maximum_likelihood_on
     config = resolve_config(None, ["model=mnl", *rerank])
     result = run_training(config, train, valid, test, progress=False)
     assert result.summary["solver"] == "scipy L-BFGS-B" and result.history == []
+    # compared with the initial ranker on the same validation lists, in train.metric
+    s = result.summary
+    assert s["train_metric"]["name"] == "ndcg@10" and 0 < s["initial_valid_metric"] <= 1
+    worse = s["train_metric"]["valid"] < s["initial_valid_metric"]
+    assert worse == any("the re-ranker is worse than its initial ranker" in w for w in s.get("warnings", []))
     # the same fit made by hand on the top-3 lists of the run's own initial ranker
     predictor = result.predictor
     reranker = predictor.reranker
@@ -263,12 +268,48 @@ def test_mnl_separation_is_detected_and_named_and_the_penalty_is_chosen_on_valid
     assert s["tried"][-1] == {"l2": 0.0, "skipped": "no finite maximum likelihood (separation)"}
     fitted = [t for t in s["tried"] if "skipped" not in t]
     assert s["l2"] > 0 and s["valid_log_likelihood"] == max(t["valid_log_likelihood"] for t in fitted)
-    assert len(caught) == 1 and "the maximum likelihood does not exist" in caught[0]
+    assert len(caught) == 2 and "the maximum likelihood does not exist" in caught[0]
     assert "model=m" in caught[0] and "l2 = 0 was not fitted" in caught[0]
+    # the penalty chosen is the largest of the grid: said, with how to extend it
+    assert s["l2"] == 0.01 and s["l2_grid_edge"] == "largest" and s["warnings"] == caught
+    assert "is the largest of the values fitted (0.0001, 0.001, 0.01)" in caught[1]
     # asked for explicitly, l2 = 0 is fitted, and the summary and the warning say it has no estimate
     s, caught = _fit(train, valid, "transform=zscore", "model_params.l2=[0.0]")
     assert s["l2"] == 0.0 and s["mle_exists"] is False and s["separation"]["coefficients"]
     assert any("has no finite estimate" in c for c in caught)
+
+
+def test_mnl_fits_on_when_the_separation_check_cannot_decide(monkeypatch):
+    """Every linear program of the check reporting numerical trouble (HiGHS status 4): the fit goes on
+    (l2 = 0 fitted with the others), the summary says the existence is undetermined and why, and one
+    FitWarning names the program that failed."""
+    from scipy.optimize import OptimizeResult
+
+    from ctxrank.training import separation
+
+    def trouble(c, **kw):
+        return OptimizeResult(status=4, x=None, message="Numerical difficulties encountered")
+
+    monkeypatch.setattr(separation, "linprog", trouble)
+    s, caught = _fit(choice_data(120, seed=0), choice_data(60, seed=1), "transform=zscore")
+    assert [t["l2"] for t in s["tried"]] == [0.01, 0.001, 0.0001, 0.0] and s["mle_exists"] is None
+    assert "round 1's program" in s["separation"]["undetermined"]
+    assert "status 4: Numerical difficulties" in s["separation"]["undetermined"]
+    assert len([c for c in caught if "could not decide" in c]) == 1
+    assert "l2 = 0 was fitted like the other penalties" in caught[0] and caught == s["warnings"][:1]
+    chosen = f"(the penalty chosen on validation is {s['l2']:g})" if s["l2"] else ", and chosen on validation"
+    assert chosen in caught[0]
+
+
+def test_mnl_says_when_the_penalty_chosen_is_the_smallest_of_its_grid():
+    train, valid = choice_data(300, seed=0), choice_data(100, seed=1)
+    s, caught = _fit(train, valid, "transform=zscore", "model_params.l2=[0.1, 1.0, 10.0]")
+    assert s["l2"] == 0.1 and s["l2_grid_edge"] == "smallest"
+    assert caught == [
+        "mnl: the model_params.l2 chosen on validation (0.1) is the smallest of the values fitted (0.1, 1, "
+        "10): the best one may lie beyond them; add smaller values (e.g. 0.01, 0.001) to model_params.l2 "
+        "(--set model_params.l2=[...])"
+    ]
 
 
 def test_mnl_where_the_maximum_exists_is_not_flagged_and_an_explicit_penalty_is_respected():
@@ -344,3 +385,7 @@ def test_cli_mnl_says_what_it_fits_and_warns_of_separation(tmp_path):
     warning = [line for line in err.getvalue().splitlines() if "does not exist" in line]
     assert len(warning) == 1 and warning[0].startswith("ctxrank: warning: mnl: the maximum likelihood")
     assert "model=m" in warning[0]
+    # the penalty chosen is the largest of the grid: the summary line and a warning line say so
+    edge = [line for line in err.getvalue().splitlines() if "is the largest of the values fitted" in line]
+    assert "chosen on validation from 4 values, the largest of them" in text and len(edge) == 1
+    assert "add larger values (e.g. 0.1, 1) to model_params.l2" in edge[0]

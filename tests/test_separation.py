@@ -86,3 +86,76 @@ def test_separation_agrees_with_stiemkes_theorem_of_the_alternative(seed):
         moved = d @ found.direction
         assert moved.min() > -1e-7 and moved.max() > 1e-7
         assert np.abs(e @ found.direction).max(initial=0.0) < 1e-7
+
+
+def _failing(real, fail_when):
+    """``linprog`` that reports HiGHS's numerical trouble (status 4) on the calls ``fail_when(kw)``
+    picks and solves the others."""
+    from scipy.optimize import OptimizeResult
+
+    def solve(c, **kw):
+        if fail_when(kw):
+            return OptimizeResult(status=4, x=None, message="Numerical difficulties encountered")
+        return real(c, **kw)
+
+    return solve
+
+
+def test_a_failed_program_is_solved_again_else_the_answer_is_undetermined_and_says_which(monkeypatch):
+    """HiGHS's numerical trouble on one method: the other HiGHS method gives the answer. On every
+    method: no exception, :class:`Undetermined` naming the round's program, the status, and the dual
+    program's verdict."""
+    from ctxrank.training import separation
+    from ctxrank.training.separation import Undetermined
+
+    d = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, -1.0], [-1.0, 1.0]])
+    monkeypatch.setattr(separation, "linprog", _failing(linprog, lambda kw: kw["method"] == "highs"))
+    found = find_separation(d)
+    assert list(found.rows) == [0, 1] and found.note is None
+    rounds = lambda kw: kw.get("bounds") == (-1.0, 1.0)  # noqa: E731 - a round's program, not the dual's
+    monkeypatch.setattr(separation, "linprog", _failing(linprog, rounds))
+    found = find_separation(d)
+    assert isinstance(found, Undetermined)
+    assert "round 1's program (maximize the rows not yet separated) failed" in found.reason
+    assert "HiGHS (highs) status 4: Numerical difficulties" in found.reason
+    assert "the dual program (Stiemke's alternative) is infeasible" in found.reason
+    # every program failing, the dual's too: still an answer, not an exception
+    monkeypatch.setattr(separation, "linprog", _failing(linprog, lambda kw: True))
+    found = find_separation(d)
+    assert isinstance(found, Undetermined)
+    assert "the dual program (Stiemke's alternative) failed" in found.reason
+    # the sparsest direction's program failing: the sum of the rounds' directions, and a note saying so
+    sparsest = lambda kw: kw.get("bounds") == (0.0, None)  # noqa: E731
+    monkeypatch.setattr(separation, "linprog", _failing(linprog, sparsest))
+    found = find_separation(d)
+    assert list(found.rows) == [0, 1] and "sum of the rounds' directions" in found.note
+    assert (d @ found.direction)[:2].min() > 0 and (d @ found.direction).min() > -1e-7
+
+
+def test_a_tiny_move_of_a_round_is_checked_by_the_dual_program(monkeypatch):
+    """A round whose rows move by 4e-5 (a solution within the solver's tolerances of a problem where
+    only d = 0 is feasible, replayed here) is no separation: the dual program holds, the check says the
+    maximum exists (it took the rows as separated, and the next round's program failed). A true
+    separation by a small margin is confirmed by the same dual program."""
+    from scipy.optimize import OptimizeResult
+
+    from ctxrank.training import separation
+
+    d = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])  # overlap: only d = 0
+    first = None
+
+    def noisy(c, **kw):
+        nonlocal first
+        if kw.get("bounds") != (-1.0, 1.0):
+            return linprog(c, **kw)
+        first = c if first is None else first
+        if np.array_equal(c, first):  # the first round: a solution off by 4e-5
+            return OptimizeResult(status=0, x=np.array([4e-5, 0.0]), message="Optimization terminated")
+        return OptimizeResult(status=2, x=None, message="The problem is infeasible")
+
+    monkeypatch.setattr(separation, "linprog", noisy)
+    assert find_separation(d) is None
+    monkeypatch.undo()
+    tiny = np.array([[1.0, 1.0], [-1.0, -(1.0 - 1e-4)]])  # d = (-1 + 5e-5, 1) moves both rows by 5e-5
+    found = find_separation(tiny)
+    assert found is not None and list(found.rows) == [0, 1]

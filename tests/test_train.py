@@ -274,3 +274,70 @@ def test_eval_batch_size_sizes_the_test_and_predict_batches(splits, monkeypatch)
     monkeypatch.setattr(predict_module, "iterate_batches", real)
     whole = predict(result.predictor.model, result.predictor.transform.transform(te))  # 512 lists at once
     np.testing.assert_allclose(whole, again, rtol=1e-6)
+
+
+def test_a_stalled_run_is_warned_about_and_recorded(splits):
+    """Every training feature 0: a linear scorer's scores are constant, its gradients zero, its training
+    loss the same every epoch and the weights of epoch 1 are kept. Said, with what to change."""
+    import dataclasses
+
+    from ctxrank.training.diagnostics import TrainingWarning
+
+    tr, va, _ = splits
+    flat = dataclasses.replace(tr, features=np.zeros_like(tr.features))
+    cfg = TrainConfig(batch_size=16, max_epochs=4, patience=10, threads=1)
+    with pytest.warns(TrainingWarning, match="listnet: training stalled") as caught:
+        result = fit(make_model("listnet", tr.n_features), get_loss("listnet"), flat, va, cfg, progress=False)
+    assert result.best_epoch == 1 and result.epochs_run == 4
+    assert [str(w.message) for w in caught if w.category is TrainingWarning] == result.warnings
+    assert "for the last 4 epochs (1-4" in result.warnings[0] and "train.lr" in result.warnings[0]
+    assert result.to_dict()["warnings"] == result.warnings
+    # a learning rate too small to move the weights: the loss wanders with the batches, the weights stay
+    cfg = TrainConfig(batch_size=16, max_epochs=3, patience=5, lr=1e-12, threads=1)
+    with pytest.warns(TrainingWarning, match=r"the weights stopped moving \(their norm stayed at"):
+        result = fit(make_model("listnet", tr.n_features), get_loss("listnet"), tr, va, cfg, progress=False)
+    assert result.best_epoch == 1 and "for the last 3 epochs (1-3" in result.warnings[0]
+
+
+def test_a_run_cut_by_max_epochs_while_improving_is_warned_about_and_an_early_stopped_one_is_not(splits):
+    import warnings
+
+    from ctxrank.training.diagnostics import TrainingWarning
+
+    with pytest.warns(TrainingWarning, match=r"listnet: training stopped at train.max_epochs = 3 while"):
+        _, result = _train(splits, max_epochs=3, patience=3)
+    assert result.best_epoch == result.epochs_run == 3 and "raise train.max_epochs" in result.warnings[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        _, result = _train(splits, max_epochs=1)  # one epoch: no sign of improving
+        assert result.warnings == [] and "warnings" not in result.to_dict()
+        _, result = _train(splits, max_epochs=40, patience=2)  # stopped early: the best epoch is kept
+        assert result.stopped_early and result.warnings == []
+
+
+def test_stalled_and_epoch_cap_read_the_history():
+    """A SetRank-like collapse: the loss constant to 7 digits over epochs 2-4, epoch 1 kept; a loss that
+    still moves, or a best epoch inside the flat stretch, is no stall."""
+    from ctxrank.training.diagnostics import epoch_cap, stalled
+
+    def history(losses, metrics):
+        best = [int(np.argmax(metrics[: i + 1])) + 1 for i in range(len(metrics))]
+        return [
+            {"epoch": i + 1, "train_loss": loss, "valid_ndcg@10": m, "best_epoch": b}
+            for i, (loss, m, b) in enumerate(zip(losses, metrics, best, strict=True))
+        ]
+
+    collapsed = history([0.9, 0.52341234, 0.52341236, 0.52341235], [0.6, 0.2, 0.2, 0.2])
+    assert "the last 3 epochs (2-4" in stalled(collapsed, best_epoch=1)
+    assert stalled(history([0.9, 0.8, 0.7, 0.6], [0.1, 0.2, 0.3, 0.4]), best_epoch=4) is None
+    assert stalled(history([0.9, 0.5, 0.5, 0.5], [0.1, 0.2, 0.3, 0.4]), best_epoch=4) is None
+    assert stalled(history([0.5, 0.5], [0.1, 0.1]), best_epoch=1) is None  # too short to say
+    frozen = history([0.9, 0.7, 0.8, 0.75], [0.3, 0.3, 0.3, 0.3])
+    for record, norm in zip(frozen, [1.0, 2.0, 2.0, 2.0], strict=True):
+        record["weight_norm"] = norm
+    said = stalled(frozen, best_epoch=1)
+    assert "the weights stopped moving (their norm stayed at 2) for the last 3 epochs (2-4" in said
+    assert stalled(frozen, best_epoch=3) is None  # a best epoch inside the flat stretch: no stall
+    assert epoch_cap(history([0.9, 0.8], [0.1, 0.2]), 2, "ndcg@10") is not None
+    assert epoch_cap(history([0.9, 0.8], [0.2, 0.1]), 2, "ndcg@10") is None
+    assert epoch_cap(history([0.9, 0.8], [0.1, 0.2]), 5, "ndcg@10") is None  # stopped early

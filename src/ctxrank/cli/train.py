@@ -523,9 +523,11 @@ class _Run:
 
     def _summary_line(self, s: dict[str, Any], seconds: float) -> None:
         if "best_epoch" in s:
+            initial = s.get("initial_valid_metric")
+            against = f"; initial ranker {initial:.4f} on the same lists" if initial is not None else ""
             self.say(
                 f"best epoch {s['best_epoch']} of {s['epochs_run']} "
-                f"(valid {s['metric']} {s['best_valid_metric']:.4f}), "
+                f"(valid {s['metric']} {s['best_valid_metric']:.4f}{against}), "
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:
@@ -625,6 +627,8 @@ def _baseline_summary(s: dict[str, Any]) -> str:
             state += "; no finite maximum: separation"
         grid = len(s["tried"])
         l2 = f"l2 {s['l2']:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
+        if s.get("l2_grid_edge"):
+            l2 += f", the {s['l2_grid_edge']} of them"
         return (
             f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, {l2}): "
             f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "

@@ -31,7 +31,6 @@ What is reported is what happened, never a solver's word alone:
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,8 @@ from scipy.optimize import minimize
 from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.models.base import RankingModule
-from ctxrank.training.separation import find_separation
+from ctxrank.training.diagnostics import TrainingWarning, grid_edge, grid_edge_of, report
+from ctxrank.training.separation import Undetermined, find_separation
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 
@@ -51,8 +51,9 @@ __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 SHOWN = 8
 
 
-class FitWarning(UserWarning):
-    """A maximum-likelihood fit whose estimate does not exist or that stopped before converging."""
+class FitWarning(TrainingWarning):
+    """A maximum-likelihood fit whose estimate does not exist (or whose existence could not be checked),
+    that stopped before converging, or whose penalty was chosen at the edge of its grid."""
 
 
 @dataclass
@@ -199,15 +200,12 @@ def _design_rows(objective: _Objective) -> tuple[Any, Any, np.ndarray]:
 
 def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | None:
     """None when the unpenalized maximum likelihood exists on ``data`` (the lists of ``objective``);
-    else the situations separated and the coefficients that run off (named, with the way they go)."""
+    else the situations separated and the coefficients that run off (named, with the way they go), or
+    ``{"undetermined": why}`` when the check could not decide (the fit goes on)."""
     d_rows, e_rows, situation = _design_rows(objective)
-    try:
-        found = find_separation(d_rows, e_rows)
-    except ValueError as exc:
-        raise ValueError(
-            f"{objective.model.name}: {exc}; the check runs when model_params.l2 lists 0 (leave 0 out to "
-            "fit penalized estimates only, which always exist)"
-        ) from None
+    found = find_separation(d_rows, e_rows)
+    if isinstance(found, Undetermined):
+        return {"undetermined": found.reason}
     if found is None:
         return None
     labels = getattr(objective.model, "coefficient_labels", lambda _: {})(data)
@@ -223,6 +221,7 @@ def _separation(objective: _Objective, data: RankingData) -> dict[str, Any] | No
         "complete": found.complete,  # false: at least these (the LP rounds ran out)
         "n_coefficients": int(moving.size),
         "coefficients": [f"{names[i]} -> {'+' if found.direction[i] > 0 else '-'}inf" for i in moving],
+        **({"note": found.note} if found.note else {}),
     }
 
 
@@ -269,9 +268,11 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
     params = [p for p in model.parameters() if p.requires_grad]
     x = torch.nn.utils.parameters_to_vector(params).detach().numpy().astype(np.float64)
     sep = _separation(_Objective(model, lists, 0.0), train) if 0.0 in penalties else None
+    separated = sep is not None and "undetermined" not in sep
+    undetermined = sep is not None and not separated
     tried, best = [], None
     for l2 in penalties:
-        if l2 == 0.0 and sep is not None and len(penalties) > 1:
+        if l2 == 0.0 and separated and len(penalties) > 1:
             tried.append({"l2": 0.0, "skipped": "no finite maximum likelihood (separation)"})
             continue
         x, info = _minimize(_Objective(model, lists, l2), x, config)
@@ -286,8 +287,7 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
         torch.nn.utils.vector_to_parameters(torch.from_numpy(best[0]), params)
         train_ll = -float(_nll(model, lists))
     model.to(dtype)
-    _warn(model, sep, best[2], best[3])
-    return {
+    summary = {
         "fit": "full-batch maximum likelihood",
         "solver": {"lbfgs": "scipy L-BFGS-B", "newton": "scipy trust-exact"}[config.solver],
         "l2": best[2],
@@ -296,23 +296,38 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
         "metric": "loglik",
         "best_valid_metric": best[1],
         "separation": sep,
-        "mle_exists": sep is None if 0.0 in penalties else None,
+        "mle_exists": None if 0.0 not in penalties or undetermined else not separated,
         "tried": tried,
         **{k: v for k, v in best[3].items() if k != "message"},
-        "fit_seconds": time.perf_counter() - t0,
     }
+    fitted = [t["l2"] for t in tried if "skipped" not in t]
+    summary["l2_grid_edge"] = grid_edge_of(fitted, best[2])
+    report(summary, _problems(model, sep, best[2], best[3], fitted), category=FitWarning, stacklevel=3)
+    return {**summary, "fit_seconds": time.perf_counter() - t0}
 
 
-def _warn(model: RankingModule, sep: dict[str, Any] | None, l2: float, info: dict[str, Any]) -> None:
-    """A :class:`FitWarning` for separation and for a chosen fit that did not converge."""
-    if sep is not None:
-        warnings.warn(_separation_text(model, sep, l2 == 0.0, l2), FitWarning, stacklevel=3)
+def _problems(
+    model: RankingModule, sep: dict[str, Any] | None, l2: float, info: dict[str, Any], fitted: list[float]
+) -> list[str | None]:
+    """The messages of the fit's :class:`FitWarning` warnings: separation (or a check that cannot decide),
+    a chosen fit that did not converge, a penalty chosen at the edge of the grid."""
+    problems: list[str | None] = []
+    if sep is not None and "undetermined" in sep:
+        problems.append(
+            f"{model.name}: the separation check could not decide whether the unpenalized maximum "
+            f"likelihood exists ({sep['undetermined']}); l2 = 0 was fitted like the other penalties"
+            + (f" (the penalty chosen on validation is {l2:g})" if l2 else ", and chosen on validation")
+            + ": an unpenalized estimate that exists converges, one that does not runs off (see "
+            "'converged' and the coefficients); a positive penalty always has a finite estimate"
+        )
+    elif sep is not None:
+        problems.append(_separation_text(model, sep, l2 == 0.0, l2))
     if not info["converged"]:
-        warnings.warn(
+        problems.append(
             f"{model.name}: the fit with l2 = {l2:g} did not converge ({info['stop']}; largest gradient "
             f"component {info['max_abs_gradient']:.3g} > model_params.gtol after {info['iterations']} "
             "iterations): its estimate is where the solver stopped. Raise model_params.max_iter, try "
-            'model_params.solver = "newton", or standardize the features (transform = "zscore")',
-            FitWarning,
-            stacklevel=3,
+            'model_params.solver = "newton", or standardize the features (transform = "zscore")'
         )
+    problems.append(grid_edge("model_params.l2", fitted, l2, model=model.name))
+    return problems

@@ -50,6 +50,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
+from ctxrank.training.diagnostics import epoch_cap, report, stalled
 from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
@@ -77,6 +78,7 @@ class FitResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_from_epoch: int | None = None
     batching: str = "buckets"
+    warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +90,7 @@ class FitResult:
             "seconds": self.seconds,
             "resumed_from_epoch": self.resumed_from_epoch,
             "batching": self.batching,
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 
@@ -230,7 +233,7 @@ def fit(
             release_free_memory()  # the steps' freed activations go back to the system
             value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
             _select(trainer, state, epoch, value, on_improve)
-            record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch)
+            record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch, trainer.model)
             bar.set_postfix(loss=f"{record['train_loss']:.4f}", **{config.metric: f"{value:.4f}"})
             stop = state.bad_epochs >= config.patience
             if store is not None:
@@ -516,13 +519,19 @@ def _log_epoch(
     value: float,
     metric: str,
     t_epoch: float,
+    model: RankingModule,
 ) -> dict[str, Any]:
-    """Append the epoch's record to the history and the JSON-lines log."""
+    """Append the epoch's record to the history and the JSON-lines log; ``weight_norm`` (the L2 norm of
+    the trainable parameters after the epoch) tells a run whose weights stopped moving."""
+    with torch.no_grad():
+        norms = [p.detach().double().norm() for p in model.parameters() if p.requires_grad]
+        weight_norm = float(torch.stack(norms).norm()) if norms else 0.0
     record = {
         "epoch": epoch,
         "train_loss": train_loss,
         f"valid_{metric}": value,
         "best_epoch": state.best_epoch,
+        "weight_norm": weight_norm,
         "seconds": time.perf_counter() - t_epoch,
     }
     state.history.append(record)
@@ -564,12 +573,19 @@ def _save_state(
 
 
 def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
-    """Restore the best weights, move the model back to the CPU in eval mode, summarize."""
+    """Restore the best weights, move the model back to the CPU in eval mode, summarize; a stalled run
+    and one cut by ``train.max_epochs`` while improving are warned about
+    (:mod:`ctxrank.training.diagnostics`; rank 0 warns)."""
     model, config = trainer.model, trainer.config
     assert state.best_state is not None
     model.load_state_dict(state.best_state)
     model.to("cpu")  # checkpoints and predictions are device-independent
     model.eval()
+    history = state.history
+    found = (stalled(history, state.best_epoch), epoch_cap(history, config.max_epochs, config.metric))
+    problems = [f"{model.name}: {m}" for m in found if m]
+    if trainer.ctx.is_main:
+        report(None, problems, stacklevel=3)
     return FitResult(
         best_epoch=state.best_epoch,
         best_metric=state.best_metric,
@@ -580,4 +596,5 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
         history=state.history,
         resumed_from_epoch=state.resumed_from,
         batching=batching(model, config),
+        warnings=problems,
     )

@@ -67,6 +67,7 @@ from ctxrank.registry import Baseline, get_model
 from ctxrank.training.build import build_model, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
+from ctxrank.training.diagnostics import report, worse_than_initial
 from ctxrank.training.distributed import resolve_device, world
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
@@ -131,12 +132,7 @@ def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> 
     """Mean ``train.metric`` of ``predictor``'s scores on ``valid`` (queries whose metric is NaN under
     ``no_relevant = "skip"`` left out; NaN when none is left): what ``ctxrank tune`` maximizes, and
     what a baseline's summary reports as ``train_metric``."""
-    tc = config.train
-    scores = predictor.predict(valid)
-    per = evaluate_queries(scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant)
-    values = np.asarray(per[tc.metric], dtype=np.float64)
-    ok = np.isfinite(values)
-    return float(values[ok].mean()) if ok.any() else float("nan")
+    return _mean_metric(predictor.predict(valid), valid, config.train)
 
 
 def rerank_features(config: RunConfig) -> tuple[bool, bool]:
@@ -487,7 +483,19 @@ def _fit_neural(
     normalize = functools.partial(transform.transform, in_place=rerank is not None)
     if config.fits_by_maximum_likelihood:
         check_training(model, loss_fn, fit_train, tc, torch.device("cpu"), full_batch=True)
-        fitted_mle = fit_full_batch(model, normalize(fit_train), normalize(fit_valid))
+        valid_normalized = normalize(fit_valid)
+        fitted_mle = fit_full_batch(model, normalize(fit_train), valid_normalized)
+        if rerank is not None:  # its train.metric on the validation lists, as a baseline's summary has it
+            scores = predict(
+                model,
+                valid_normalized,
+                init_scores=valid_init,
+                batch_size=tc.eval_batch_size,
+                max_memory_bytes=tc.max_memory_bytes,
+            )
+            reranker = _mean_metric(scores, valid_normalized, tc)
+            fitted_mle["train_metric"] = {"name": tc.metric, "valid": reranker}
+            _against_initial(fitted_mle, config, model, fit_valid, valid_init, reranker)
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
     log_path = None
     if out is not None:
@@ -514,8 +522,8 @@ def _fit_neural(
         on_epoch=on_epoch,
     )
     summary = fitted.to_dict()
-    if isinstance(model, Residual):
-        summary["residual"] = _keep_initial_if_better(model, fit_valid, valid_init, tc, summary)
+    if rerank is not None:
+        _against_initial(summary, config, model, fit_valid, valid_init, summary["best_valid_metric"])
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
     summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
@@ -532,21 +540,48 @@ def _all_gather(device: torch.device) -> Callable[[np.ndarray], list[np.ndarray]
     return lambda v: [t.numpy() for t in ctx.all_gather(torch.from_numpy(np.ascontiguousarray(v)), device)]
 
 
-def _keep_initial_if_better(
-    model: Residual, valid: RankingData, valid_init: np.ndarray, tc: Any, summary: dict[str, Any]
-) -> dict[str, Any]:
-    """Residual re-ranking departs from the initial order only where validation gains: when the best
-    trained epoch does not beat the initial scores' validation metric by more than ``train.min_delta``,
-    ``gate`` is set to 0 (the re-ranker then returns the initial scores) and ``summary`` says epoch 0."""
+def _mean_metric(scores: np.ndarray, data: RankingData, tc: Any) -> float:
+    """Mean ``train.metric`` of ``scores`` on ``data`` (queries whose metric is NaN under
+    ``no_relevant = "skip"`` left out; NaN when none is left): the re-ranker's own validation metric."""
     per = evaluate_queries(
-        np.asarray(valid_init, dtype=np.float64),
-        valid.labels,
-        valid.query_offsets,
+        np.asarray(scores, dtype=np.float64),
+        data.labels,
+        data.query_offsets,
         [tc.metric],
         no_relevant=tc.no_relevant,
     )[tc.metric]
     ok = np.isfinite(per)
-    initial = float(per[ok].mean()) if ok.any() else float("nan")
+    return float(per[ok].mean()) if ok.any() else float("nan")
+
+
+def _against_initial(
+    summary: dict[str, Any],
+    config: RunConfig,
+    model: RankingModule,
+    valid: RankingData,
+    valid_init: np.ndarray,
+    reranker: float,
+) -> None:
+    """The re-ranker's validation ``train.metric`` (``reranker``) against the initial scores' on the
+    same top-k lists (``summary["initial_valid_metric"]``): a residual re-ranker that does not gain keeps
+    the initial order; any other one that is worse is a :class:`TrainingWarning` in ``summary``."""
+    tc = config.train
+    initial = _mean_metric(valid_init, valid, tc)
+    summary["initial_valid_metric"] = initial
+    if isinstance(model, Residual):
+        summary["residual"] = _keep_initial_if_better(model, initial, tc, summary)
+        reranker = summary["best_valid_metric"]
+    worse = worse_than_initial(reranker, initial, tc.metric, top_k=config.rerank.top_k, model=config.model)
+    report(summary, [worse], stacklevel=4)
+
+
+def _keep_initial_if_better(
+    model: Residual, initial: float, tc: Any, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """Residual re-ranking departs from the initial order only where validation gains: when the best
+    trained epoch does not beat the initial scores' validation metric (``initial``) by more than
+    ``train.min_delta``, ``gate`` is set to 0 (the re-ranker then returns the initial scores) and
+    ``summary`` says epoch 0."""
     keep = not summary["best_valid_metric"] > initial + tc.min_delta
     if keep:
         with torch.no_grad():
