@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 from ctxrank import _checks
@@ -19,6 +20,7 @@ from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment
 from ctxrank.experiments import runner as runner_mod
 from ctxrank.experiments.anomaly import anomaly_scores, bucket_gaps, query_vectors
+from ctxrank.experiments.provenance import cpu_model
 from ctxrank.experiments.report import query_means, run_means
 from ctxrank.experiments.spec import ExperimentSpec
 from ctxrank.experiments.store import RunStore
@@ -191,7 +193,13 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert set(code) == {"git_sha", "git_dirty", "ctxrank"} and saved["run_code"] == [code]
     context = store.load_run("mnl", 0, 0)["context"]  # and what it was computed with
     assert context["threads"] == spec.threads == 1 and context["device"] == "cpu"
-    assert context["versions"]["torch"] and saved["compute"] == {"threads": ["1"], "device": ["cpu"]}
+    assert context["versions"]["torch"] and context["versions"]["lightgbm"] and context["versions"]["numpy"]
+    # the CPU model and the instruction set PyTorch's kernels ran with (they change the last bits)
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert context["cpu"] == cpu_model() != "" and context["cpu_capability"] == isa
+    expected = {"threads": ["1"], "device": ["cpu"], "cpu": [context["cpu"]], "cpu_capability": [isa]}
+    assert saved["compute"] == expected
+    assert saved["cpu_capability"] == context["cpu_capability"] and saved["git_dirty"] in (True, False)
     assert "computed with 1 CPU thread(s) a run on cpu" in (tmp_path / "out" / "table.md").read_text()
     recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}
     by_hand = np.mean([np.mean(r["metrics"]["map"]) for r in recs["lambdamart"]])

@@ -152,13 +152,15 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
     return info
 
 
+#: what :func:`_compute` collects from the runs' contexts
+COMPUTE_KEYS = ("threads", "device", "cpu", "cpu_capability")
+
+
 def _compute(records: dict[str, list[dict]]) -> dict[str, list]:
-    """The thread counts and devices the stored runs were computed with (``"unrecorded"`` for runs
-    stored before runs recorded them)."""
+    """The thread counts, devices, CPU models and PyTorch CPU instruction sets the stored runs were
+    computed with (``"unrecorded"`` for runs stored before runs recorded them)."""
     contexts = [r.get("context") or {} for recs in records.values() for r in recs]
-    return {
-        key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in ("threads", "device")
-    }
+    return {key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in COMPUTE_KEYS}
 
 
 def _family_text(spec: ExperimentSpec, n: int) -> str:
@@ -345,7 +347,8 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         + (" ..." if len(res["runs"]) > 12 else "")
         + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}; "
         + f"computed with {'/'.join(res['compute']['threads'])} CPU thread(s) a run on "
-        + f"{'/'.join(res['compute']['device'])}."
+        + f"{'/'.join(res['compute']['device'])} (CPU: {'/'.join(res['compute']['cpu'])}, PyTorch's "
+        + f"instruction set {'/'.join(res['compute']['cpu_capability'])})."
     )
     lines += ["", f"Mean ± std over runs. * = best model on the metric. Test: {test_text}.", ""]
     lines.append("| model | " + " | ".join(metrics) + " |")
