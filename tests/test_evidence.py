@@ -5,7 +5,9 @@ import json
 
 import pytest
 
+from ctxrank.cli import experiment as cli_experiment
 from ctxrank.cli import main
+from ctxrank.cli.experiment import against_stored_evidence
 from ctxrank.experiments.evidence import read_evidence, spec_from_record
 
 from .test_experiments import _letor_spec
@@ -435,3 +437,48 @@ def test_tuned_evidence_without_its_trials_still_reports_but_does_not_resume(tmp
     capsys.readouterr()
     assert main(argv) == 2
     assert "no trials.csv.gz, but its runs were tuned" in capsys.readouterr().err
+
+
+def test_a_recomputed_table_is_compared_with_the_stored_evidence_cell_by_cell(evidence, tmp_path):
+    """`ctxrank demo` after its table: identical to the stored evidence, or the cells that differ (by how
+    much) and what the runs were computed with differently (the CPU instruction set named both ways)."""
+    out, ev = evidence
+    assert against_stored_evidence(out / "results.json", ev).startswith("identical to the stored evidence")
+    fresh = json.loads((out / "results.json").read_text())
+    model, metric = next(iter(fresh["table"])), "ndcg@10"
+    fresh["table"][model][metric]["mean"] += 0.0012
+    fresh["comparisons"][0]["p_adjusted"] = 0.46
+    stored_isa = fresh["compute"]["cpu_capability"][0]
+    fresh["compute"]["cpu_capability"] = ["AVX2" if stored_isa != "AVX2" else "DEFAULT"]
+    (tmp_path / "results.json").write_text(json.dumps(fresh))
+    text = against_stored_evidence(tmp_path / "results.json", ev)
+    assert text.startswith(f"differs from the stored evidence {ev} in 2 cell(s):")
+    assert f"{model} {metric} mean: " in text and "(+0.0012)" in text
+    c = fresh["comparisons"][0]
+    assert f"{c['target']} vs {c['baseline']} {c['metric']} corrected p: " in text and ", 0.46 now" in text
+    isa = fresh["compute"]["cpu_capability"][0]
+    assert f"PyTorch's CPU instruction set: {stored_isa} (stored runs), {isa} (these runs)" in text
+    assert f"ATEN_CPU_CAPABILITY={stored_isa.lower()}" in text
+    fresh["fingerprint"] = "0" * 16  # another spec (e.g. `ctxrank demo --set ...`): not compared
+    (tmp_path / "results.json").write_text(json.dumps(fresh))
+    assert against_stored_evidence(tmp_path / "results.json", ev).startswith("not compared")
+    assert against_stored_evidence(tmp_path / "results.json", tmp_path / "none").startswith("not compared")
+
+
+def test_the_demo_prints_its_comparison_with_the_stored_evidence(monkeypatch, tmp_path, capsys):
+    """`ctxrank demo` ends with the comparison of its report with evidence/demo."""
+    seen = {}
+
+    def experiment(name, **kwargs):
+        seen["name"], seen["out"] = name, kwargs["out_dir"]
+        return 0
+
+    def compared(results_json, stored):
+        seen["compared"] = (results_json, stored)
+        return "identical to the stored evidence evidence/demo"
+
+    monkeypatch.setattr(cli_experiment, "experiment", experiment)
+    monkeypatch.setattr(cli_experiment, "against_stored_evidence", compared)
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 0
+    assert seen["compared"] == (tmp_path / "d" / "results.json", cli_experiment.STORED_DEMO)
+    assert capsys.readouterr().out.endswith("identical to the stored evidence evidence/demo\n")

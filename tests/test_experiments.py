@@ -198,7 +198,8 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     isa = torch.backends.cpu.get_cpu_capability()
     assert context["cpu"] == cpu_model() != "" and context["cpu_capability"] == isa
     expected = {"threads": ["1"], "device": ["cpu"], "cpu": [context["cpu"]], "cpu_capability": [isa]}
-    assert saved["compute"] == expected
+    assert {k: saved["compute"][k] for k in expected} == expected
+    assert f"torch {torch.__version__}" in saved["compute"]["packages"]
     assert saved["cpu_capability"] == context["cpu_capability"] and saved["git_dirty"] in (True, False)
     assert "computed with 1 CPU thread(s) a run on cpu" in (tmp_path / "out" / "table.md").read_text()
     recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}

@@ -154,13 +154,19 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
 
 #: what :func:`_compute` collects from the runs' contexts
 COMPUTE_KEYS = ("threads", "device", "cpu", "cpu_capability")
+#: the packages whose versions the runs were computed with that :func:`_compute` collects
+PACKAGES = ("torch", "numpy", "scipy", "lightgbm")
 
 
 def _compute(records: dict[str, list[dict]]) -> dict[str, list]:
-    """The thread counts, devices, CPU models and PyTorch CPU instruction sets the stored runs were
-    computed with (``"unrecorded"`` for runs stored before runs recorded them)."""
+    """The thread counts, devices, CPU models, PyTorch CPU instruction sets and package versions
+    (``packages``: ``"torch 2.13.0"``, ...) the stored runs were computed with (``"unrecorded"`` for runs
+    stored before runs recorded them)."""
     contexts = [r.get("context") or {} for recs in records.values() for r in recs]
-    return {key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in COMPUTE_KEYS}
+    compute = {key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in COMPUTE_KEYS}
+    versions = [c.get("versions") or {} for c in contexts]
+    compute["packages"] = sorted({f"{pkg} {v.get(pkg, 'unrecorded')}" for v in versions for pkg in PACKAGES})
+    return compute
 
 
 def _family_text(spec: ExperimentSpec, n: int) -> str:
