@@ -215,7 +215,7 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert c["ci"][0] < c["diff"] < c["ci"][1]
     assert saved["test"]["name"] == "corrected-resampled" and saved["test"]["n"] == 3
     assert saved["test"]["protocol"] == "random-splits" and saved["test"]["default"]
-    assert c["improvement_pct"] == pytest.approx((a.mean() / b.mean() - 1) * 100)
+    assert c["improvement_pct"] == pytest.approx((a.mean() - b.mean()) / abs(b.mean()) * 100)
     md = (tmp_path / "out" / "table.md").read_text()
     assert "corrected resampled t-test over runs" in md and "unit: runs, n = 3" in md
     assert "mnl vs best baseline" in md and "95% CI of the difference" in md
@@ -314,6 +314,13 @@ def test_the_correction_is_an_option_of_the_spec_and_of_the_command(tmp_path, ca
     assert res["test"]["correction"] == correction
     md = (out / "table.md").read_text()
     assert ("p not corrected for the 6 comparisons" in md) == (correction == "none")
+    # a CI is one comparison's: beside corrected p-values it is labelled as not adjusted to the family
+    assert ("| 95% CI of the difference (unadjusted) |" in md) == (correction != "none")
+    assert ("CI of the mean difference: BCa" in md) and ("unadjusted (each comparison's" in md) == (
+        correction != "none"
+    )
+    # the improvement's one definition, in the legend
+    assert "Improvement = (target - baseline) / |baseline| of the two means, in %" in md
     assert "p_adjusted,correction" in (out / "table.csv").read_text()
     with pytest.raises(ValueError, match=r"correction must be one of \[.none., .holm., .bh.\], got .bonf"):
         load_spec(path, ['report.correction="bonferroni"'])

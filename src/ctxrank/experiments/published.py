@@ -105,8 +105,9 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
     joined = " / ".join(metrics)
     lines = [
         f"Each row is the report of the evidence directory it names, regenerated: {target} against "
-        f"{baseline}, improvement in % and the report's default test, p corrected over that report's "
-        "family (its table says which), the raw p beside it.",
+        f"{baseline}, improvement in % ((mean of {target} - mean of {baseline}) / |mean of {baseline}|) and "
+        "the report's default test, p corrected over that report's family (its table says which), the raw "
+        "p beside it.",
         "",
         f"| evidence | data | runs | {baseline} {joined} | {target} {joined} | {target} - {baseline} | "
         "p | test, correction |",

@@ -142,6 +142,8 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         )
     if ci_methods:
         caption += f"; {stats.CONFIDENCE:.0%} CI of the mean difference: {', '.join(ci_methods)}"
+        if rep.correction != "none":  # a CI per comparison, at the level of one comparison
+            caption += f", unadjusted (each comparison's own {stats.CONFIDENCE:.0%}, not the family's)"
     if rep.correction != "none":
         caption += f"; p corrected over the family ({info['family']}): {CORRECTIONS[rep.correction]}"
     else:
@@ -183,6 +185,12 @@ def _p_text(c: dict[str, Any], correction: str) -> str:
     if correction == "none":
         return _fmt_p(c["p"])
     return f"{_fmt_p(c['p_adjusted'])} (raw {_fmt_p(c['p'])})" if c["p"] is not None else _fmt_p(None)
+
+
+#: the definition of the improvement, stated in every table's legend (and docs/metrics.md)
+IMPROVEMENT_TEXT = (
+    "Improvement = (target - baseline) / |baseline| of the two means, in % (positive: the target is higher)."
+)
 
 
 def improvement_pct(target: float, base: float) -> float:
@@ -356,7 +364,8 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         + f"{'/'.join(res['compute']['device'])} (CPU: {'/'.join(res['compute']['cpu'])}, PyTorch's "
         + f"instruction set {'/'.join(res['compute']['cpu_capability'])})."
     )
-    lines += ["", f"Mean ± std over runs. * = best model on the metric. Test: {test_text}.", ""]
+    legend = f"Mean ± std over runs. * = best model on the metric. {IMPROVEMENT_TEXT} Test: {test_text}."
+    lines += ["", legend, ""]
     lines.append("| model | " + " | ".join(metrics) + " |")
     lines.append("|---|" + "---:|" * len(metrics))
     ranked = [m for m in t if m != REFERENCE or m in spec.models]
@@ -385,8 +394,9 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         + " |"
     )
     cis = [comp[res["best_baseline"][k], k]["ci"] for k in metrics]
+    unadjusted = "" if corr == "none" else " (unadjusted)"
     lines.append(
-        f"| {res['test']['confidence']:.0%} CI of the difference | "
+        f"| {res['test']['confidence']:.0%} CI of the difference{unadjusted} | "
         + " | ".join("" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" for ci in cis)
         + " |"
     )
