@@ -171,6 +171,47 @@ def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evid
         regenerate(root, "summary: mnl vs lambdamart on p@1: tiny")
 
 
+def test_an_inline_value_in_prose_is_regenerated_from_its_evidence(evidence, tmp_path):
+    """``<!-- evidence value: NAME KIND ARGS -->TEXT<!-- /evidence -->`` in a sentence: TEXT is the
+    number NAME's regenerated report gives, printed as its table prints it; another report (changed
+    evidence) gives another text, and an unknown kind or a missing model is an error."""
+    out, ev = evidence
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "evidence").mkdir()
+    for name in ("tiny", "tiny2"):
+        (root / "evidence" / name).symlink_to(ev)
+    res = json.loads((out / "results.json").read_text())
+    c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
+    expected = {
+        "value: tiny mean mnl ndcg@10": f"{res['table']['mnl']['ndcg@10']['mean']:.4f}",
+        "value: tiny p mnl lambdamart ndcg@10": f"{c['p']:.2g}",
+        "value: tiny p-corrected mnl lambdamart ndcg@10": f"{c['p_adjusted']:.2g}",
+        "value: tiny improvement mnl lambdamart ndcg@10": f"{c['improvement_pct']:+.2f}%",
+        "value: tiny change mnl ndcg@10 tiny2": "+0.0000",
+    }
+    page = "".join(f"A figure (<!-- evidence {n} -->{v}<!-- /evidence -->).\n" for n, v in expected.items())
+    (root / "docs" / "page.md").write_text(page)
+    blocks = published_blocks(root)
+    assert [b.name for b in blocks] == list(expected) and [b.text for b in blocks] == list(expected.values())
+    assert blocks[-1].directories == ["tiny", "tiny2"]
+    for block in blocks:
+        assert regenerate(root, block.name) == block.text
+    # the figure follows the evidence: a report with another mean gives another text
+    changed = json.loads(json.dumps(res))
+    changed["table"]["mnl"]["ndcg@10"]["mean"] += 0.0123
+    reports = {"tiny": ("", changed), "tiny2": ("", res)}
+    assert regenerate(root, "value: tiny change mnl ndcg@10 tiny2", reports) == "+0.0123"
+    mean = "value: tiny mean mnl ndcg@10"
+    assert regenerate(root, mean, reports) != expected[mean]
+    with pytest.raises(ValueError, match="unknown kind 'median'; valid: mean, p, p-corrected, improvement"):
+        regenerate(root, "value: tiny median mnl ndcg@10")
+    with pytest.raises(ValueError, match="no mean of qilcm on ndcg@10"):
+        regenerate(root, "value: tiny mean qilcm ndcg@10")
+    with pytest.raises(ValueError, match="p takes TARGET BASELINE METRIC, got 'mnl ndcg@10'"):
+        regenerate(root, "value: tiny p mnl ndcg@10")
+
+
 def test_report_correction_is_the_same_override_on_the_stored_spec(evidence, tmp_path):
     """``ctxrank report EVIDENCE --correction C`` sets ``report.correction`` as ``ctxrank experiment
     --correction`` does: a typed override of the spec's dict before the spec is built (the restored
