@@ -91,11 +91,12 @@ def test_tampered_or_foreign_evidence_is_refused(evidence, tmp_path):
 
 
 # ------------------------------------------------------------------------------- published tables
-from ctxrank.experiments.published import headline, published_blocks, regenerate  # noqa: E402
+from ctxrank.experiments.published import headline, published_blocks, regenerate, rewrite  # noqa: E402
 
 from .conftest import REPO  # noqa: E402
 
 BLOCKS = published_blocks(REPO)
+REPORTS: dict = {}  #: evidence directory -> its regenerated report, once for all the blocks that use it
 EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 
 
@@ -103,7 +104,7 @@ EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 def test_every_published_table_is_regenerated_from_its_evidence(block):
     for directory in block.directories:
         assert (REPO / "evidence" / directory / "spec.json").is_file(), f"no evidence/{directory}"
-    assert regenerate(REPO, block.name) == block.text, (
+    assert regenerate(REPO, block.name, REPORTS) == block.text, (
         f"{block.page.name}: the table of evidence/{block.name} is stale: "
         "run `python -m ctxrank.experiments.published`"
     )
@@ -188,11 +189,17 @@ def test_an_inline_value_in_prose_is_regenerated_from_its_evidence(evidence, tmp
         "value: tiny p mnl lambdamart ndcg@10": f"{c['p']:.2g}",
         "value: tiny p-corrected mnl lambdamart ndcg@10": f"{c['p_adjusted']:.2g}",
         "value: tiny improvement mnl lambdamart ndcg@10": f"{c['improvement_pct']:+.2f}%",
+        "value: tiny ci mnl lambdamart ndcg@10": f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}]",
         "value: tiny change mnl ndcg@10 tiny2": "+0.0000",
     }
     page = "".join(f"A figure (<!-- evidence {n} -->{v}<!-- /evidence -->).\n" for n, v in expected.items())
     (root / "docs" / "page.md").write_text(page)
-    blocks = published_blocks(root)
+    page += page.splitlines(keepends=True)[0]  # one figure stated twice
+    stale = page.replace("-->+0.0000<", "-->?<").replace(expected[next(iter(expected))], "0.1")
+    (root / "docs" / "page.md").write_text(stale)
+    assert len(rewrite(root)) == 3 and (root / "docs" / "page.md").read_text() == page  # rewritten in place
+    assert rewrite(root, check=True) == []
+    blocks = published_blocks(root)[:-1]
     assert [b.name for b in blocks] == list(expected) and [b.text for b in blocks] == list(expected.values())
     assert blocks[-1].directories == ["tiny", "tiny2"]
     for block in blocks:

@@ -21,7 +21,8 @@ A number in prose is an inline value of one report, printed as its table prints 
 
 ``KIND ARGS`` (:data:`VALUES`): ``mean MODEL METRIC`` (4 decimals), ``p TARGET BASELINE METRIC`` (the raw
 p), ``p-corrected TARGET BASELINE METRIC`` (corrected over the report's family), ``improvement TARGET
-BASELINE METRIC`` (``+1.23%``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
+BASELINE METRIC`` (``+1.23%``), ``ci TARGET BASELINE METRIC`` (the CI of the difference,
+``[-0.0026, +0.0028]``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
 mean in ``evidence/OTHER``, ``+0.0012``).
 
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
@@ -50,6 +51,7 @@ __all__ = [
     "published_blocks",
     "regenerate",
     "regenerated_report",
+    "rewrite",
     "summary_table",
 ]
 
@@ -190,6 +192,10 @@ VALUES = {
         ("TARGET", "BASELINE", "METRIC"),
         lambda res, *a: f"{_comparison(res, *a)['improvement_pct']:+.2f}%",
     ),
+    "ci": (
+        ("TARGET", "BASELINE", "METRIC"),
+        lambda res, *a: "[{:+.4f}, {:+.4f}]".format(*_comparison(res, *a)["ci"]),
+    ),
     "change": (
         ("MODEL", "METRIC", "OTHER"),
         lambda res, model, metric, other: (
@@ -238,26 +244,39 @@ def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, An
 
 
 def _marked(name: str, text: str) -> str:
-    kind = "evidence " if name.startswith((_SUMMARY_HEAD, _VALUE_HEAD)) else "evidence: "
+    """The block ``name`` with ``text`` between its markers, as a page holds it (an inline value on its
+    line, a table on the lines below its marker)."""
+    if name.startswith(_VALUE_HEAD):
+        return f"<!-- evidence {name} -->{text}<!-- /evidence -->"
+    kind = "evidence " if name.startswith(_SUMMARY_HEAD) else "evidence: "
     return f"<!-- {kind}{name} -->\n{text}<!-- /evidence -->"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Rewrite every evidence block of the repository (``--check``: exit 1 if any is stale)."""
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(__file__).resolve().parents[3]
+def rewrite(root: Path, *, check: bool = False) -> list[str]:
+    """Rewrite every stale evidence block of ``root``'s README.md and docs/*.md (``check``: rewrite
+    none); returns ``PAGE: evidence NAME`` for each stale block."""
     stale = []
     reports: dict[str, tuple[str, dict[str, Any]]] = {}  # one report a directory, however many blocks use it
     for block in published_blocks(root):
         fresh = regenerate(root, block.name, reports)
         if fresh != block.text:
             stale.append(f"{block.page.relative_to(root)}: evidence {block.name}")
-            if "--check" not in argv:
+            if not check:
                 old, new = _marked(block.name, block.text), _marked(block.name, fresh)
-                block.page.write_text(block.page.read_text().replace(old, new))
+                text = block.page.read_text()  # a block stated twice: both rewritten at its first
+                assert old in text or new in text, old
+                block.page.write_text(text.replace(old, new))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite every evidence block of the repository (``--check``: exit 1 if any is stale)."""
+    argv = sys.argv[1:] if argv is None else argv
+    check = "--check" in argv
+    stale = rewrite(Path(__file__).resolve().parents[3], check=check)
     for line in stale:
-        print(("stale: " if "--check" in argv else "rewrote: ") + line)
-    return 1 if stale and "--check" in argv else 0
+        print(("stale: " if check else "rewrote: ") + line)
+    return 1 if stale and check else 0
 
 
 if __name__ == "__main__":
