@@ -159,7 +159,7 @@ def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evid
     assert cell[4] == " / ".join(f"{res['table']['mnl'][m]['mean']:.4f}" for m in metrics)
     c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
     assert cell[6].startswith(f"{c['p_adjusted']:.2g} (raw {c['p']:.2g})")
-    assert cell[7] == f"{res['test']['name']}, holm |"
+    assert cell[7] == f"{res['test']['name']}, holm" and cell[8] == f"{res['compute']['cpu_capability'][0]} |"
     page = f"<!-- evidence {name} -->\n{table}<!-- /evidence -->\n"
     (root / "docs" / "page.md").write_text(page)
     (block,) = published_blocks(root)

@@ -135,11 +135,12 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
         f"Each row is the report of the evidence directory it names, regenerated: {target} against "
         f"{baseline}, improvement in % ((mean of {target} - mean of {baseline}) / |mean of {baseline}|) and "
         "the report's default test, p corrected over that report's family (its table says which), the raw "
-        "p beside it.",
+        "p beside it; the instruction set PyTorch's CPU kernels used in its runs (unrecorded before runs "
+        "recorded it).",
         "",
         f"| evidence | data | runs | {baseline} {joined} | {target} {joined} | {target} - {baseline} | "
-        "p | test, correction |",
-        "|---|---|---:|---|---|---|---|---|",
+        "p | test, correction | CPU instructions |",
+        "|---|---|---:|---|---|---|---|---|---|",
     ]
     for name, res in reports.items():
         table, data = res["table"], res["spec"]["data"]
@@ -155,9 +156,10 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
         gain = " / ".join(f"{found[k]['improvement_pct']:+.2f}%" for k in metrics)
         correction = res["test"]["correction"]
         p = " / ".join(_p_text(found[k], correction) for k in metrics)
+        isa = "/".join(res["compute"].get("cpu_capability", ["unrecorded"]))
         lines.append(
             f"| `{name}` | {data['dataset']}, {data['protocol']} | {len(res['runs'])} | {mean[baseline]} | "
-            f"{mean[target]} | {gain} | {p} | {res['test']['name']}, {correction} |"
+            f"{mean[target]} | {gain} | {p} | {res['test']['name']}, {correction} | {isa} |"
         )
     return "\n".join(lines) + "\n"
 
