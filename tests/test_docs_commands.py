@@ -236,6 +236,10 @@ def _write_mq2008_fold1(ws: Path) -> None:
 
 
 def _write_tiny(ws: Path) -> None:
+    """tiny.txt and scores.txt: the two files printed in docs/cli.md (``ctxrank evaluate``)."""
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    shown = ["\n".join(b) + "\n" for lang, _, b in _fences(text) if lang == "text"]
+    assert TINY in shown and SCORES in shown, "docs/cli.md: its tiny.txt or scores.txt changed"
     (ws / "tiny.txt").write_text(TINY)
     (ws / "scores.txt").write_text(SCORES)
 
@@ -625,8 +629,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/reranking.md
     "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
     "--out runs/dlcm-f1": Run(EPOCH1),
-    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
-    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(files=FOLD1),
+    "ctxrank synth letor --queries 50 --items 20 --features 46 --max-label 2 --out test.txt": Run(),
+    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(),
+    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(),
     "ctxrank train --model lambdamart --dataset mq2008 --fold 1 --out runs/lm-f1": Run(),
     # docs/training.md
     "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-f1": Run(EPOCH1),
