@@ -646,9 +646,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         ws="resume",
         check=contains("resuming runs/q: epoch 1 was the last one saved", " of 2 (valid ndcg@10 "),
     ),
-    "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.csv": Run(("--sessions", "300")),
+    "ctxrank synth choice --sessions 300 --seed 0 --out sessions.csv": Run(),
     "ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen --docid-col item "
-    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --out runs/q": Run(EPOCH1),
+    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.max_epochs=3 "
+    "--out runs/q": Run(EPOCH1),
     "ctxrank train --model dcm --train tr.parquet --valid va.parquet --test te.parquet --query-col session "
     "--label-col chosen --categorical airline,cabin --out runs/d": Run(
         EPOCH1, files=("tr.parquet", "va.parquet", "te.parquet")

@@ -229,6 +229,13 @@ def test_improvement_is_positive_when_the_target_is_better_also_for_negative_met
     assert improvement_pct(0.5, 0.4) == pytest.approx(25.0)
     assert improvement_pct(-1.1, -1.3) == pytest.approx(100 * 0.2 / 1.3)  # a higher log-likelihood
     assert improvement_pct(-1.3, -1.1) < 0 and math.isnan(improvement_pct(0.3, 0.0))
+    # one definition in the docs too: metrics.md states it, no page gives the improvement as a ratio
+    repo = Path(__file__).resolve().parents[1]
+    formula = "(mean of the target - mean of the baseline) / |mean of the baseline|"
+    assert formula in (repo / "docs" / "metrics.md").read_text()
+    assert formula in (repo / "docs" / "experiments.md").read_text()
+    for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        assert "mean of the baseline - 1" not in page.read_text(), page.name
 
 
 def test_a_killed_experiment_resumes_without_repeating_or_losing_a_run(tmp_path, monkeypatch):
