@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -530,3 +531,71 @@ def test_the_demo_prints_its_comparison_with_the_stored_evidence(monkeypatch, tm
     assert main(["demo", "--out", str(tmp_path / "d")]) == 0
     assert seen["compared"] == (tmp_path / "d" / "results.json", cli_experiment.STORED_DEMO)
     assert capsys.readouterr().out.endswith("identical to the stored evidence evidence/demo\n")
+
+
+#: the results prose checked for figures outside generated blocks: (page, its sections by heading; None:
+#: the whole page). The other sections of the results pages still state figures of their own (tables of
+#: runs not stored, history, the papers' numbers) and are not covered yet.
+RESULTS_PROSE = {
+    "README.md": None,
+    "docs/index.md": None,
+    "docs/reproduction.md": ("At a glance", "How to regenerate", "Which lever moved", "Status and evidence"),
+    "docs/context-models.md": ("The models", "The comparison: every context model", "Real choice data"),
+    "docs/choice.md": ("Real data", "Models", "Results on real data", "ModeCanada", "SwissMetro", "Car"),
+    "docs/benchmarks.md": ("GPU",),
+}
+#: figures in that prose that are no result: Python's version, MQ2008's arXiv id, the significance level
+NOT_RESULTS = {"3.11", "1306.2597", "0.05"}
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d{2,}(?=x?(?![\w.]))")  # 0.037, 0.6714, 1.55x: two decimals or more
+_GENERATED = re.compile(
+    r"<!-- evidence[^>]*-->.*?<!-- /evidence -->|<!-- (bench-[a-z-]+)[^>]*-->.*?<!-- /\1 -->", re.S
+)
+
+
+def _prose(text: str) -> str:
+    """``text`` without code (fenced blocks, inline spans), link targets and generated blocks (tables and
+    inline values regenerated from the evidence); line breaks kept."""
+    lines, fenced = [], False
+    for line in text.split("\n"):
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            line = ""
+        lines.append("" if fenced else line)
+    text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`\n]*`", "", "\n".join(lines)))
+    return _GENERATED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def _sections(text: str, headings: tuple[str, ...] | None) -> list[str]:
+    """The sections of ``text`` whose heading starts with one of ``headings`` (a section's own text, up to
+    the next heading of any level); all of ``text`` for None."""
+    if headings is None:
+        return [text]
+    found = []
+    for heading in headings:
+        m = re.search(rf"^(#+) {re.escape(heading)}", text, flags=re.M)
+        assert m, f"no section {heading!r}"
+        end = re.search(r"^#+ ", text[m.end() :], flags=re.M)
+        found.append(text[m.start() : m.end() + (end.start() if end else len(text))])
+    return found
+
+
+def test_results_prose_states_no_figure_the_evidence_does_not_give():
+    """A figure in the prose of the results pages sits in a block regenerated from the evidence (a table
+    or an inline value): a decimal with two or more decimals outside one fails, unless it is no result
+    (:data:`NOT_RESULTS`)."""
+    stray = []
+    for page, headings in RESULTS_PROSE.items():
+        for section in _sections(_prose((REPO / page).read_text()), headings):
+            for line in section.splitlines():
+                stray += [f"{page}: {m.group(0)} in {line.strip()[:80]!r}" for m in _FIGURE.finditer(line)]
+    stray = [s for s in stray if s.split(": ")[1].split(" in ")[0] not in NOT_RESULTS]
+    assert not stray, "figures outside the generated blocks:\n" + "\n".join(stray)
+
+
+def test_the_prose_check_finds_a_figure_outside_the_blocks():
+    page = (
+        "## Results\n\nQILCM leads (raw p 0.041, <!-- evidence value: x p a b m -->0.037<!-- /evidence -->"
+        ", 1.55x); `0.123` is code.\n\n<!-- evidence: x -->\n| 0.4844 |\n<!-- /evidence -->\n### Sub\n0.99\n"
+    )
+    (section,) = _sections(_prose(page), ("Results",))
+    assert [m.group(0) for m in _FIGURE.finditer(section)] == ["0.041", "1.55"]
