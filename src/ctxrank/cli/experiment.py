@@ -310,6 +310,9 @@ def against_stored_evidence(results_json: Path, evidence: Path) -> str:
     if not (evidence / "spec.json").is_file():
         return f"not compared with stored evidence: no {evidence} in {Path.cwd()} (the repository has it)"
     fresh = json.loads(results_json.read_text())
+    stored_spec = json.loads((evidence / "spec.json").read_text())
+    if stored_spec.get("fingerprint") != fresh.get("fingerprint"):  # another experiment: nothing to rebuild
+        return recomputed_text(stored_spec, fresh, str(evidence))
     with tempfile.TemporaryDirectory(prefix="ctxrank-demo-") as tmp:
         stored = rebuild_report(evidence, tmp)
     return recomputed_text(stored, fresh, str(evidence))
