@@ -488,10 +488,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--set transform=zscore --out runs/mnl": Run(),
     "ctxrank train --model qilcm --dataset electricity --fold 1 --set train.metric=loglik "
     "--out runs/q-elec": Run(EPOCH1),
-    "ctxrank synth choice --sessions 20000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
+    "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
     "ctxrank train --model qilcm --data sessions.parquet --query-col session --label-col chosen "
     "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.metric=mrr "
-    "--out runs/q": Run(EPOCH1),
+    "--set train.max_epochs=3 --out runs/q": Run(EPOCH1),
     "ctxrank evaluate --model runs/q --data new_sessions.parquet --metrics p@1,p@5,mrr,ndcg@10": Run(
         files=("new_sessions.parquet",)
     ),
