@@ -961,6 +961,9 @@ def test_set_up_is_the_two_make_commands():
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"^\t\$\(BIN\)/ctxrank demo\s*$", recipe, re.M), "`make demo` must run `ctxrank demo`"
+    # make changes no shell's PATH: the README names the command it installs and how to get a bare one
+    assert re.search(r"^VENV := \.venv$", makefile, re.M) and "BIN := $(VENV)/bin" in makefile
+    assert "`.venv/bin/ctxrank`" in section and "`source .venv/bin/activate`" in section
 
 
 @pytest.mark.slow
