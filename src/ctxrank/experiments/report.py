@@ -350,20 +350,26 @@ def _model_label(spec: ExperimentSpec, name: str) -> str:
     return name if model == name else f"{name} ({model})"
 
 
-def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
-    rep = spec.report
-    metrics = list(rep.metrics)
-    t = res["table"]
-    lines = [f"# {spec.name}" + (f": {spec.title}" if spec.title else ""), ""]
-    lines.append(
+def _what_ran(spec: ExperimentSpec, res: dict[str, Any]) -> str:
+    """The report's first line: the data, the runs, the metric convention and what the runs were
+    computed with (threads, device, CPU, PyTorch's CPU instruction set)."""
+    rep, compute = spec.report, res["compute"]
+    return (
         f"{spec.data.describe()}; {len(res['runs'])} runs (seed, fold: "
         + ", ".join(f"{r['seed']},{r['fold']}" for r in res["runs"][:12])
         + (" ..." if len(res["runs"]) > 12 else "")
         + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}; "
-        + f"computed with {'/'.join(res['compute']['threads'])} CPU thread(s) a run on "
-        + f"{'/'.join(res['compute']['device'])} (CPU: {'/'.join(res['compute']['cpu'])}, PyTorch's "
-        + f"instruction set {'/'.join(res['compute']['cpu_capability'])})."
+        + f"computed with {'/'.join(compute['threads'])} CPU thread(s) a run on "
+        + f"{'/'.join(compute['device'])} (CPU: {'/'.join(compute['cpu'])}, PyTorch's "
+        + f"instruction set {'/'.join(compute['cpu_capability'])})."
     )
+
+
+def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
+    rep = spec.report
+    metrics = list(rep.metrics)
+    t = res["table"]
+    lines = [f"# {spec.name}" + (f": {spec.title}" if spec.title else ""), "", _what_ran(spec, res)]
     legend = f"Mean ± std over runs. * = best model on the metric. {IMPROVEMENT_TEXT} Test: {test_text}."
     lines += ["", legend, ""]
     lines.append("| model | " + " | ".join(metrics) + " |")
