@@ -392,6 +392,8 @@ def test_demo_experiment_end_to_end(capsys, tmp_path):
     results = strict_json((tmp_path / "demo" / "results.json").read_text())
     assert results["spec"]["name"] == "demo"
     assert (tmp_path / "demo" / "table.md").read_text() in out
+    # last, the comparison with the stored evidence/demo: this tiny demo is another experiment
+    assert out.splitlines()[-1].startswith("not compared with")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ README's Python quick start."""
 import re
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "api.md"
 
@@ -13,8 +15,14 @@ def test_api_walkthrough_runs(monkeypatch, tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) >= 5
     namespace: dict = {}
+    one_list = 0
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/api.md block {i + 1}", "exec"), namespace)
+        if "model.predict(X[one]" in block:  # the DataFrame example scores one session's rows as one list
+            ns, one_list = namespace, one_list + 1
+            scores = ns["model"].predict(ns["X"][ns["one"]], qid=ns["sessions"].session[ns["one"]])
+            assert len(set(np.round(scores, 6))) == int(ns["one"].sum()) > 1  # a score per row, not one
+    assert one_list == 1
     assert namespace["search"].best_score_ > 0
     assert (namespace["out"] / "training_curves.png").is_file()
 

@@ -236,6 +236,10 @@ def _write_mq2008_fold1(ws: Path) -> None:
 
 
 def _write_tiny(ws: Path) -> None:
+    """tiny.txt and scores.txt: the two files printed in docs/cli.md (``ctxrank evaluate``)."""
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    shown = ["\n".join(b) + "\n" for lang, _, b in _fences(text) if lang == "text"]
+    assert TINY in shown and SCORES in shown, "docs/cli.md: its tiny.txt or scores.txt changed"
     (ws / "tiny.txt").write_text(TINY)
     (ws / "scores.txt").write_text(SCORES)
 
@@ -484,10 +488,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--set transform=zscore --out runs/mnl": Run(),
     "ctxrank train --model qilcm --dataset electricity --fold 1 --set train.metric=loglik "
     "--out runs/q-elec": Run(EPOCH1),
-    "ctxrank synth choice --sessions 20000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
+    "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.parquet": Run(("--sessions", "300")),
     "ctxrank train --model qilcm --data sessions.parquet --query-col session --label-col chosen "
     "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.metric=mrr "
-    "--out runs/q": Run(EPOCH1),
+    "--set train.max_epochs=3 --out runs/q": Run(EPOCH1),
     "ctxrank evaluate --model runs/q --data new_sessions.parquet --metrics p@1,p@5,mrr,ndcg@10": Run(
         files=("new_sessions.parquet",)
     ),
@@ -625,8 +629,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     # docs/reranking.md
     "ctxrank train --model dlcm --initial lambdamart --top-k 100 --crossfit 5 --dataset mq2008 --fold 1 "
     "--out runs/dlcm-f1": Run(EPOCH1),
-    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(files=FOLD1),
-    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(files=FOLD1),
+    "ctxrank synth letor --queries 50 --items 20 --features 46 --max-label 2 --out test.txt": Run(),
+    "ctxrank predict --model runs/dlcm-f1 --data test.txt --output scores.txt": Run(),
+    "ctxrank evaluate --model runs/dlcm-f1 --data test.txt": Run(),
     "ctxrank train --model lambdamart --dataset mq2008 --fold 1 --out runs/lm-f1": Run(),
     # docs/training.md
     "ctxrank train --model listnet --dataset mq2008 --fold 1 --out runs/listnet-f1": Run(EPOCH1),
@@ -641,9 +646,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
         ws="resume",
         check=contains("resuming runs/q: epoch 1 was the last one saved", " of 2 (valid ndcg@10 "),
     ),
-    "ctxrank synth choice --sessions 2000 --seed 0 --out sessions.csv": Run(("--sessions", "300")),
+    "ctxrank synth choice --sessions 300 --seed 0 --out sessions.csv": Run(),
     "ctxrank train --model qilcm --data sessions.csv --query-col session --label-col chosen --docid-col item "
-    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --out runs/q": Run(EPOCH1),
+    "--categorical airline,cabin --numeric price,duration,stops,dep_hour --set train.max_epochs=3 "
+    "--out runs/q": Run(EPOCH1),
     "ctxrank train --model dcm --train tr.parquet --valid va.parquet --test te.parquet --query-col session "
     "--label-col chosen --categorical airline,cabin --out runs/d": Run(
         EPOCH1, files=("tr.parquet", "va.parquet", "te.parquet")
@@ -955,6 +961,9 @@ def test_set_up_is_the_two_make_commands():
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"^\t\$\(BIN\)/ctxrank demo\s*$", recipe, re.M), "`make demo` must run `ctxrank demo`"
+    # make changes no shell's PATH: the README names the command it installs and how to get a bare one
+    assert re.search(r"^VENV := \.venv$", makefile, re.M) and "BIN := $(VENV)/bin" in makefile
+    assert "`.venv/bin/ctxrank`" in section and "`source .venv/bin/activate`" in section
 
 
 @pytest.mark.slow

@@ -2,10 +2,13 @@
 
 import gzip
 import json
+import re
 
 import pytest
 
+from ctxrank.cli import experiment as cli_experiment
 from ctxrank.cli import main
+from ctxrank.cli.experiment import against_stored_evidence
 from ctxrank.experiments.evidence import read_evidence, record_digests, spec_from_record
 
 from .test_experiments import _letor_spec
@@ -151,11 +154,12 @@ def test_every_evidence_directory_of_the_repository_records_its_digests():
 
 
 # ------------------------------------------------------------------------------- published tables
-from ctxrank.experiments.published import headline, published_blocks, regenerate  # noqa: E402
+from ctxrank.experiments.published import headline, published_blocks, regenerate, rewrite  # noqa: E402
 
 from .conftest import REPO  # noqa: E402
 
 BLOCKS = published_blocks(REPO)
+REPORTS: dict = {}  #: evidence directory -> its regenerated report, once for all the blocks that use it
 EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 
 
@@ -163,7 +167,7 @@ EVIDENCE_BUDGET = 50 * 2**20  #: evidence/README.md states it
 def test_every_published_table_is_regenerated_from_its_evidence(block):
     for directory in block.directories:
         assert (REPO / "evidence" / directory / "spec.json").is_file(), f"no evidence/{directory}"
-    assert regenerate(REPO, block.name) == block.text, (
+    assert regenerate(REPO, block.name, REPORTS) == block.text, (
         f"{block.page.name}: the table of evidence/{block.name} is stale: "
         "run `python -m ctxrank.experiments.published`"
     )
@@ -218,7 +222,7 @@ def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evid
     assert cell[4] == " / ".join(f"{res['table']['mnl'][m]['mean']:.4f}" for m in metrics)
     c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
     assert cell[6].startswith(f"{c['p_adjusted']:.2g} (raw {c['p']:.2g})")
-    assert cell[7] == f"{res['test']['name']}, holm |"
+    assert cell[7] == f"{res['test']['name']}, holm" and cell[8] == f"{res['compute']['cpu_capability'][0]} |"
     page = f"<!-- evidence {name} -->\n{table}<!-- /evidence -->\n"
     (root / "docs" / "page.md").write_text(page)
     (block,) = published_blocks(root)
@@ -229,6 +233,53 @@ def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evid
         regenerate(root, "summary: qilcm vs lambdamart on ndcg@10: tiny")
     with pytest.raises(ValueError, match="no comparison of mnl with lambdamart on \\['p@1'\\]"):
         regenerate(root, "summary: mnl vs lambdamart on p@1: tiny")
+
+
+def test_an_inline_value_in_prose_is_regenerated_from_its_evidence(evidence, tmp_path):
+    """``<!-- evidence value: NAME KIND ARGS -->TEXT<!-- /evidence -->`` in a sentence: TEXT is the
+    number NAME's regenerated report gives, printed as its table prints it; another report (changed
+    evidence) gives another text, and an unknown kind or a missing model is an error."""
+    out, ev = evidence
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "evidence").mkdir()
+    for name in ("tiny", "tiny2"):
+        (root / "evidence" / name).symlink_to(ev)
+    res = json.loads((out / "results.json").read_text())
+    c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
+    expected = {
+        "value: tiny mean mnl ndcg@10": f"{res['table']['mnl']['ndcg@10']['mean']:.4f}",
+        "value: tiny p mnl lambdamart ndcg@10": f"{c['p']:.2g}",
+        "value: tiny p-corrected mnl lambdamart ndcg@10": f"{c['p_adjusted']:.2g}",
+        "value: tiny improvement mnl lambdamart ndcg@10": f"{c['improvement_pct']:+.2f}%",
+        "value: tiny ci mnl lambdamart ndcg@10": f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}]",
+        "value: tiny change mnl ndcg@10 tiny2": "+0.0000",
+    }
+    page = "".join(f"A figure (<!-- evidence {n} -->{v}<!-- /evidence -->).\n" for n, v in expected.items())
+    (root / "docs" / "page.md").write_text(page)
+    page += page.splitlines(keepends=True)[0]  # one figure stated twice
+    stale = page.replace("-->+0.0000<", "-->?<").replace(expected[next(iter(expected))], "0.1")
+    (root / "docs" / "page.md").write_text(stale)
+    assert len(rewrite(root)) == 3 and (root / "docs" / "page.md").read_text() == page  # rewritten in place
+    assert rewrite(root, check=True) == []
+    blocks = published_blocks(root)[:-1]
+    assert [b.name for b in blocks] == list(expected) and [b.text for b in blocks] == list(expected.values())
+    assert blocks[-1].directories == ["tiny", "tiny2"]
+    for block in blocks:
+        assert regenerate(root, block.name) == block.text
+    # the figure follows the evidence: a report with another mean gives another text
+    changed = json.loads(json.dumps(res))
+    changed["table"]["mnl"]["ndcg@10"]["mean"] += 0.0123
+    reports = {"tiny": ("", changed), "tiny2": ("", res)}
+    assert regenerate(root, "value: tiny change mnl ndcg@10 tiny2", reports) == "+0.0123"
+    mean = "value: tiny mean mnl ndcg@10"
+    assert regenerate(root, mean, reports) != expected[mean]
+    with pytest.raises(ValueError, match="unknown kind 'median'; valid: mean, p, p-corrected, improvement"):
+        regenerate(root, "value: tiny median mnl ndcg@10")
+    with pytest.raises(ValueError, match="no mean of qilcm on ndcg@10"):
+        regenerate(root, "value: tiny mean qilcm ndcg@10")
+    with pytest.raises(ValueError, match="p takes TARGET BASELINE METRIC, got 'mnl ndcg@10'"):
+        regenerate(root, "value: tiny p mnl ndcg@10")
 
 
 def test_report_correction_is_the_same_override_on_the_stored_spec(evidence, tmp_path):
@@ -504,3 +555,116 @@ def test_tuned_evidence_without_its_trials_still_reports_but_does_not_resume(tmp
     capsys.readouterr()
     assert main(argv) == 2
     assert "no trials.csv.gz, but its runs were tuned" in capsys.readouterr().err
+
+
+def test_a_recomputed_table_is_compared_with_the_stored_evidence_cell_by_cell(evidence, tmp_path):
+    """`ctxrank demo` after its table: identical to the stored evidence, or the cells that differ (by how
+    much) and what the runs were computed with differently (the CPU instruction set named both ways)."""
+    out, ev = evidence
+    assert against_stored_evidence(out / "results.json", ev).startswith("identical to the stored evidence")
+    fresh = json.loads((out / "results.json").read_text())
+    model, metric = next(iter(fresh["table"])), "ndcg@10"
+    fresh["table"][model][metric]["mean"] += 0.0012
+    fresh["comparisons"][0]["p_adjusted"] = 0.46
+    stored_isa = fresh["compute"]["cpu_capability"][0]
+    fresh["compute"]["cpu_capability"] = ["AVX2" if stored_isa != "AVX2" else "DEFAULT"]
+    (tmp_path / "results.json").write_text(json.dumps(fresh))
+    text = against_stored_evidence(tmp_path / "results.json", ev)
+    assert text.startswith(f"differs from the stored evidence {ev} in 2 cell(s):")
+    assert f"{model} {metric} mean: " in text and "(+0.0012)" in text
+    c = fresh["comparisons"][0]
+    assert f"{c['target']} vs {c['baseline']} {c['metric']} corrected p: " in text and ", 0.46 now" in text
+    isa = fresh["compute"]["cpu_capability"][0]
+    assert f"PyTorch's CPU instruction set: {stored_isa} (stored runs), {isa} (these runs)" in text
+    assert f"ATEN_CPU_CAPABILITY={stored_isa.lower()}" in text
+    fresh["fingerprint"] = "0" * 16  # another spec (e.g. `ctxrank demo --set ...`): not compared
+    (tmp_path / "results.json").write_text(json.dumps(fresh))
+    assert against_stored_evidence(tmp_path / "results.json", ev).startswith("not compared")
+    assert against_stored_evidence(tmp_path / "results.json", tmp_path / "none").startswith("not compared")
+
+
+def test_the_demo_prints_its_comparison_with_the_stored_evidence(monkeypatch, tmp_path, capsys):
+    """`ctxrank demo` ends with the comparison of its report with evidence/demo."""
+    seen = {}
+
+    def experiment(name, **kwargs):
+        seen["name"], seen["out"] = name, kwargs["out_dir"]
+        return 0
+
+    def compared(results_json, stored):
+        seen["compared"] = (results_json, stored)
+        return "identical to the stored evidence evidence/demo"
+
+    monkeypatch.setattr(cli_experiment, "experiment", experiment)
+    monkeypatch.setattr(cli_experiment, "against_stored_evidence", compared)
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 0
+    assert seen["compared"] == (tmp_path / "d" / "results.json", cli_experiment.STORED_DEMO)
+    assert capsys.readouterr().out.endswith("identical to the stored evidence evidence/demo\n")
+
+
+#: the results prose checked for figures outside generated blocks: (page, its sections by heading; None:
+#: the whole page). The other sections of the results pages still state figures of their own (tables of
+#: runs not stored, history, the papers' numbers) and are not covered yet.
+RESULTS_PROSE = {
+    "README.md": None,
+    "docs/index.md": None,
+    "docs/reproduction.md": ("At a glance", "How to regenerate", "Which lever moved", "Status and evidence"),
+    "docs/context-models.md": ("The models", "The comparison: every context model", "Real choice data"),
+    "docs/choice.md": ("Real data", "Models", "Results on real data", "ModeCanada", "SwissMetro", "Car"),
+    "docs/benchmarks.md": ("GPU",),
+}
+#: figures in that prose that are no result: Python's version, MQ2008's arXiv id, the significance level
+NOT_RESULTS = {"3.11", "1306.2597", "0.05"}
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d{2,}(?=x?(?![\w.]))")  # 0.037, 0.6714, 1.55x: two decimals or more
+_GENERATED = re.compile(
+    r"<!-- evidence[^>]*-->.*?<!-- /evidence -->|<!-- (bench-[a-z-]+)[^>]*-->.*?<!-- /\1 -->", re.S
+)
+
+
+def _prose(text: str) -> str:
+    """``text`` without code (fenced blocks, inline spans), link targets and generated blocks (tables and
+    inline values regenerated from the evidence); line breaks kept."""
+    lines, fenced = [], False
+    for line in text.split("\n"):
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            line = ""
+        lines.append("" if fenced else line)
+    text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`\n]*`", "", "\n".join(lines)))
+    return _GENERATED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def _sections(text: str, headings: tuple[str, ...] | None) -> list[str]:
+    """The sections of ``text`` whose heading starts with one of ``headings`` (a section's own text, up to
+    the next heading of any level); all of ``text`` for None."""
+    if headings is None:
+        return [text]
+    found = []
+    for heading in headings:
+        m = re.search(rf"^(#+) {re.escape(heading)}", text, flags=re.M)
+        assert m, f"no section {heading!r}"
+        end = re.search(r"^#+ ", text[m.end() :], flags=re.M)
+        found.append(text[m.start() : m.end() + (end.start() if end else len(text))])
+    return found
+
+
+def test_results_prose_states_no_figure_the_evidence_does_not_give():
+    """A figure in the prose of the results pages sits in a block regenerated from the evidence (a table
+    or an inline value): a decimal with two or more decimals outside one fails, unless it is no result
+    (:data:`NOT_RESULTS`)."""
+    stray = []
+    for page, headings in RESULTS_PROSE.items():
+        for section in _sections(_prose((REPO / page).read_text()), headings):
+            for line in section.splitlines():
+                stray += [f"{page}: {m.group(0)} in {line.strip()[:80]!r}" for m in _FIGURE.finditer(line)]
+    stray = [s for s in stray if s.split(": ")[1].split(" in ")[0] not in NOT_RESULTS]
+    assert not stray, "figures outside the generated blocks:\n" + "\n".join(stray)
+
+
+def test_the_prose_check_finds_a_figure_outside_the_blocks():
+    page = (
+        "## Results\n\nQILCM leads (raw p 0.041, <!-- evidence value: x p a b m -->0.037<!-- /evidence -->"
+        ", 1.55x); `0.123` is code.\n\n<!-- evidence: x -->\n| 0.4844 |\n<!-- /evidence -->\n### Sub\n0.99\n"
+    )
+    (section,) = _sections(_prose(page), ("Results",))
+    assert [m.group(0) for m in _FIGURE.finditer(section)] == ["0.041", "1.55"]

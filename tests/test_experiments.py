@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 from ctxrank import _checks
@@ -19,6 +20,7 @@ from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, builtin_names, holm, load_spec, paired_test, run_experiment
 from ctxrank.experiments import runner as runner_mod
 from ctxrank.experiments.anomaly import anomaly_scores, bucket_gaps, query_vectors
+from ctxrank.experiments.provenance import cpu_model
 from ctxrank.experiments.report import query_means, run_means
 from ctxrank.experiments.spec import ExperimentSpec
 from ctxrank.experiments.store import RunStore
@@ -191,7 +193,14 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert set(code) == {"git_sha", "git_dirty", "ctxrank"} and saved["run_code"] == [code]
     context = store.load_run("mnl", 0, 0)["context"]  # and what it was computed with
     assert context["threads"] == spec.threads == 1 and context["device"] == "cpu"
-    assert context["versions"]["torch"] and saved["compute"] == {"threads": ["1"], "device": ["cpu"]}
+    assert context["versions"]["torch"] and context["versions"]["lightgbm"] and context["versions"]["numpy"]
+    # the CPU model and the instruction set PyTorch's kernels ran with (they change the last bits)
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert context["cpu"] == cpu_model() != "" and context["cpu_capability"] == isa
+    expected = {"threads": ["1"], "device": ["cpu"], "cpu": [context["cpu"]], "cpu_capability": [isa]}
+    assert {k: saved["compute"][k] for k in expected} == expected
+    assert f"torch {torch.__version__}" in saved["compute"]["packages"]
+    assert saved["cpu_capability"] == context["cpu_capability"] and saved["git_dirty"] in (True, False)
     assert "computed with 1 CPU thread(s) a run on cpu" in (tmp_path / "out" / "table.md").read_text()
     recs = {m: [store.load_run(m, s, 0) for s in range(3)] for m in spec.models}
     by_hand = np.mean([np.mean(r["metrics"]["map"]) for r in recs["lambdamart"]])
@@ -206,7 +215,7 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     assert c["ci"][0] < c["diff"] < c["ci"][1]
     assert saved["test"]["name"] == "corrected-resampled" and saved["test"]["n"] == 3
     assert saved["test"]["protocol"] == "random-splits" and saved["test"]["default"]
-    assert c["improvement_pct"] == pytest.approx((a.mean() / b.mean() - 1) * 100)
+    assert c["improvement_pct"] == pytest.approx((a.mean() - b.mean()) / abs(b.mean()) * 100)
     md = (tmp_path / "out" / "table.md").read_text()
     assert "corrected resampled t-test over runs" in md and "unit: runs, n = 3" in md
     assert "mnl vs best baseline" in md and "95% CI of the difference" in md
@@ -220,6 +229,13 @@ def test_improvement_is_positive_when_the_target_is_better_also_for_negative_met
     assert improvement_pct(0.5, 0.4) == pytest.approx(25.0)
     assert improvement_pct(-1.1, -1.3) == pytest.approx(100 * 0.2 / 1.3)  # a higher log-likelihood
     assert improvement_pct(-1.3, -1.1) < 0 and math.isnan(improvement_pct(0.3, 0.0))
+    # one definition in the docs too: metrics.md states it, no page gives the improvement as a ratio
+    repo = Path(__file__).resolve().parents[1]
+    formula = "(mean of the target - mean of the baseline) / |mean of the baseline|"
+    assert formula in (repo / "docs" / "metrics.md").read_text()
+    assert formula in (repo / "docs" / "experiments.md").read_text()
+    for page in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        assert "mean of the baseline - 1" not in page.read_text(), page.name
 
 
 def test_a_killed_experiment_resumes_without_repeating_or_losing_a_run(tmp_path, monkeypatch):
@@ -305,6 +321,13 @@ def test_the_correction_is_an_option_of_the_spec_and_of_the_command(tmp_path, ca
     assert res["test"]["correction"] == correction
     md = (out / "table.md").read_text()
     assert ("p not corrected for the 6 comparisons" in md) == (correction == "none")
+    # a CI is one comparison's: beside corrected p-values it is labelled as not adjusted to the family
+    assert ("| 95% CI of the difference (unadjusted) |" in md) == (correction != "none")
+    assert ("CI of the mean difference: BCa" in md) and ("unadjusted (each comparison's" in md) == (
+        correction != "none"
+    )
+    # the improvement's one definition, in the legend
+    assert "Improvement = (target - baseline) / |baseline| of the two means, in %" in md
     assert "p_adjusted,correction" in (out / "table.csv").read_text()
     with pytest.raises(ValueError, match=r"correction must be one of \[.none., .holm., .bh.\], got .bonf"):
         load_spec(path, ['report.correction="bonferroni"'])

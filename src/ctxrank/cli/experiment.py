@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import tempfile
 import time
@@ -48,6 +49,7 @@ from ctxrank.experiments.evidence import (
     runs_said,
 )
 from ctxrank.experiments.executors import make_executor, refuse_data_parallel, slurm_shard
+from ctxrank.experiments.recompute import recomputed_text
 from ctxrank.experiments.spec import ExperimentSpec, correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import mean_metrics, metric_convention
@@ -282,7 +284,7 @@ def demo(
             "run it again to see the report at once."
         )
 
-    return experiment(
+    code = experiment(
         "demo",
         out_dir=out_dir,
         runs=runs,
@@ -292,6 +294,28 @@ def demo(
         jobs=jobs,
         intro=intro,
     )
+    where = Path(out_dir) if out_dir is not None else default_out("demo")
+    _say("\n" + against_stored_evidence(where / "results.json", STORED_DEMO))
+    return code
+
+
+#: the stored evidence of the demo (relative to the working directory: `make demo` runs in the
+#: repository root), which `ctxrank demo` compares its table with
+STORED_DEMO = Path("evidence") / "demo"
+
+
+def against_stored_evidence(results_json: Path, evidence: Path) -> str:
+    """The report ``results_json`` against the one regenerated from ``evidence``
+    (:func:`ctxrank.experiments.recompute.recomputed_text`), or why it is not compared."""
+    if not (evidence / "spec.json").is_file():
+        return f"not compared with stored evidence: no {evidence} in {Path.cwd()} (the repository has it)"
+    fresh = json.loads(results_json.read_text())
+    stored_spec = json.loads((evidence / "spec.json").read_text())
+    if stored_spec.get("fingerprint") != fresh.get("fingerprint"):  # another experiment: nothing to rebuild
+        return recomputed_text(stored_spec, fresh, str(evidence))
+    with tempfile.TemporaryDirectory(prefix="ctxrank-demo-") as tmp:
+        stored = rebuild_report(evidence, tmp)
+    return recomputed_text(stored, fresh, str(evidence))
 
 
 def quick_demo(
@@ -558,7 +582,7 @@ def add_demo_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     add_threads(
-        p, "default 1 a run, so that the numbers do not depend on the machine; the count is recorded"
+        p, "default 1 a run, so that the numbers do not depend on the core count; the count is recorded"
     )
     e = p.add_argument_group("the demo experiment")
     add_jobs(e, DEMO_JOBS)

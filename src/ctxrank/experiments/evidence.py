@@ -7,7 +7,9 @@ An evidence directory (``ctxrank experiment SPEC --evidence DIR`` writes it from
                     the SHA-256 digest of every other file of the directory (``digests``)
     runs.parquet    one row per (model, seed, fold, test query): the query's value of every metric
     runs.json.gz    per run, the rest of its run file: resolved config, split, training summary, grid,
-                    seconds, code (git commit) and context (threads, device, package versions)
+                    seconds, code (git commit, uncommitted changes) and context (threads, device,
+                    package versions, machine; CPU model and PyTorch's CPU instruction set since
+                    2026-12-06)
     units.json.gz   the per-run records shared by the models (anomaly scores), when there are any
     trials.csv.gz   the experiment's tuning studies (``[tune]``), one row a trial: model, seed, fold,
                     trial, chosen (1 for the trial the run trained and tested), state, validation value,

@@ -15,6 +15,16 @@ as each report tests and corrects it)::
 
     <!-- evidence summary: qilcm vs lambdamart on ndcg@10,map: NAME1 NAME2 ... -->
 
+A number in prose is an inline value of one report, printed as its table prints it::
+
+    ... (raw p <!-- evidence value: qilcm-table3 p qilcm variant2 ndcg@1 -->0.037<!-- /evidence -->) ...
+
+``KIND ARGS`` (:data:`VALUES`): ``mean MODEL METRIC`` (4 decimals), ``p TARGET BASELINE METRIC`` (the raw
+p), ``p-corrected TARGET BASELINE METRIC`` (corrected over the report's family), ``improvement TARGET
+BASELINE METRIC`` (``+1.23%``), ``ci TARGET BASELINE METRIC`` (the CI of the difference,
+``[-0.0026, +0.0028]``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
+mean in ``evidence/OTHER``, ``+0.0012``).
+
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
 means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``,
 :func:`summary_table` builds a summary from regenerated ``results.json`` dicts, and
@@ -31,15 +41,29 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank.experiments.evidence import rebuild_report
-from ctxrank.experiments.report import _p_text
+from ctxrank.experiments.report import _fmt_p, _p_text
 
-__all__ = ["Block", "headline", "published_blocks", "regenerate", "regenerated_report", "summary_table"]
+__all__ = [
+    "VALUES",
+    "Block",
+    "headline",
+    "inline_value",
+    "published_blocks",
+    "regenerate",
+    "regenerated_report",
+    "rewrite",
+    "summary_table",
+]
 
 #: the first line of each kind of table a block can publish (``NAME`` or ``NAME#KIND``)
 TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baseline |"}
 _KINDS = "|".join(f"#{kind}" for kind in TABLE_HEADS if kind)
 _BLOCK = re.compile(rf"<!-- evidence: ([A-Za-z0-9_.+-]+(?:{_KINDS})?) -->\n(.*?)<!-- /evidence -->", re.S)
 _SUMMARY_HEAD = "summary: "
+_VALUE_HEAD = "value: "
+_VALUE = re.compile(
+    r"<!-- evidence (value: [A-Za-z0-9_.+-]+ [a-z-]+(?: [A-Za-z0-9_.@-]+)+) -->([^<\n]*)<!-- /evidence -->"
+)
 _WORD = r"[A-Za-z0-9_.@-]+"
 _SUMMARY = re.compile(
     rf"<!-- evidence (summary: {_WORD} vs {_WORD} on [A-Za-z0-9_.@,-]+: [A-Za-z0-9_.+ -]+?) -->"
@@ -61,6 +85,9 @@ class Block:
         listed ones of a summary."""
         if self.name.startswith(_SUMMARY_HEAD):
             return _summary_parts(self.name)[3]
+        if self.name.startswith(_VALUE_HEAD):
+            name, kind, *args = self.name[len(_VALUE_HEAD) :].split()
+            return [name, args[-1]] if kind == "change" and args else [name]
         return [self.name.partition("#")[0]]
 
 
@@ -70,7 +97,8 @@ def published_blocks(root: Path) -> list[Block]:
     found = []
     for page in filter(Path.is_file, pages):
         text = page.read_text()
-        matches = sorted([*_BLOCK.finditer(text), *_SUMMARY.finditer(text)], key=lambda m: m.start())
+        blocks = [*_BLOCK.finditer(text), *_SUMMARY.finditer(text), *_VALUE.finditer(text)]
+        matches = sorted(blocks, key=lambda m: m.start())
         found += [(page, m) for m in matches]
     return [Block(p, m.group(1), m.group(2)) for p, m in found]
 
@@ -105,12 +133,14 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
     joined = " / ".join(metrics)
     lines = [
         f"Each row is the report of the evidence directory it names, regenerated: {target} against "
-        f"{baseline}, improvement in % and the report's default test, p corrected over that report's "
-        "family (its table says which), the raw p beside it.",
+        f"{baseline}, improvement in % ((mean of {target} - mean of {baseline}) / |mean of {baseline}|) and "
+        "the report's default test, p corrected over that report's family (its table says which), the raw "
+        "p beside it; the instruction set PyTorch's CPU kernels used in its runs (unrecorded before runs "
+        "recorded it).",
         "",
         f"| evidence | data | runs | {baseline} {joined} | {target} {joined} | {target} - {baseline} | "
-        "p | test, correction |",
-        "|---|---|---:|---|---|---|---|---|",
+        "p | test, correction | CPU instructions |",
+        "|---|---|---:|---|---|---|---|---|---|",
     ]
     for name, res in reports.items():
         table, data = res["table"], res["spec"]["data"]
@@ -126,11 +156,69 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
         gain = " / ".join(f"{found[k]['improvement_pct']:+.2f}%" for k in metrics)
         correction = res["test"]["correction"]
         p = " / ".join(_p_text(found[k], correction) for k in metrics)
+        isa = "/".join(res["compute"].get("cpu_capability", ["unrecorded"]))
         lines.append(
             f"| `{name}` | {data['dataset']}, {data['protocol']} | {len(res['runs'])} | {mean[baseline]} | "
-            f"{mean[target]} | {gain} | {p} | {res['test']['name']}, {correction} |"
+            f"{mean[target]} | {gain} | {p} | {res['test']['name']}, {correction} | {isa} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _comparison(res: dict[str, Any], target: str, baseline: str, metric: str) -> dict[str, Any]:
+    found = [
+        c
+        for c in res["comparisons"]
+        if (c["target"], c["baseline"], c["metric"]) == (target, baseline, metric)
+    ]
+    if not found:
+        raise ValueError(f"{res['name']}: no comparison of {target} with {baseline} on {metric}")
+    return found[0]
+
+
+def _mean(res: dict[str, Any], model: str, metric: str) -> str:
+    if metric not in res["table"].get(model, {}):
+        raise ValueError(f"{res['name']}: no mean of {model} on {metric} (models: {sorted(res['table'])})")
+    return f"{res['table'][model][metric]['mean']:.4f}"
+
+
+#: the kinds of inline value (``<!-- evidence value: NAME KIND ARGS -->``): KIND -> (its arguments, the
+#: value of a report's ``results.json`` as its table prints it)
+VALUES = {
+    "mean": (("MODEL", "METRIC"), _mean),
+    "p": (("TARGET", "BASELINE", "METRIC"), lambda res, *a: _fmt_p(_comparison(res, *a)["p"])),
+    "p-corrected": (
+        ("TARGET", "BASELINE", "METRIC"),
+        lambda res, *a: _fmt_p(_comparison(res, *a)["p_adjusted"]),
+    ),
+    "improvement": (
+        ("TARGET", "BASELINE", "METRIC"),
+        lambda res, *a: f"{_comparison(res, *a)['improvement_pct']:+.2f}%",
+    ),
+    "ci": (
+        ("TARGET", "BASELINE", "METRIC"),
+        lambda res, *a: "[{:+.4f}, {:+.4f}]".format(*_comparison(res, *a)["ci"]),
+    ),
+    "change": (
+        ("MODEL", "METRIC", "OTHER"),
+        lambda res, model, metric, other: (
+            f"{float(_mean(res, model, metric)) - float(_mean(other, model, metric)):+.4f}"
+        ),
+    ),
+}
+
+
+def inline_value(name: str, reports: dict[str, dict[str, Any]]) -> str:
+    """The text of the inline value ``value: NAME KIND ARGS`` (:data:`VALUES`) from ``reports``
+    (evidence directory -> its regenerated ``results.json``; ``NAME``'s, and ``OTHER``'s for a change)."""
+    directory, kind, *args = name[len(_VALUE_HEAD) :].split()
+    if kind not in VALUES:
+        raise ValueError(f"evidence value {name!r}: unknown kind {kind!r}; valid: {', '.join(VALUES)}")
+    wanted, value = VALUES[kind]
+    if len(args) != len(wanted):
+        raise ValueError(f"evidence value {name!r}: {kind} takes {' '.join(wanted)}, got {' '.join(args)!r}")
+    if kind == "change":
+        args[-1] = reports[args[-1]]  # type: ignore[call-overload]
+    return value(reports[directory], *args)
 
 
 def _summary_parts(name: str) -> tuple[str, str, list[str], list[str]]:
@@ -149,6 +237,8 @@ def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, An
     for directory in directories:
         if directory not in reports:
             reports[directory] = regenerated_report(root, directory)
+    if name.startswith(_VALUE_HEAD):
+        return inline_value(name, {d: reports[d][1] for d in directories})
     if name.startswith(_SUMMARY_HEAD):
         target, baseline, metrics, _ = _summary_parts(name)
         return summary_table(target, baseline, metrics, {d: reports[d][1] for d in directories})
@@ -156,26 +246,39 @@ def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, An
 
 
 def _marked(name: str, text: str) -> str:
+    """The block ``name`` with ``text`` between its markers, as a page holds it (an inline value on its
+    line, a table on the lines below its marker)."""
+    if name.startswith(_VALUE_HEAD):
+        return f"<!-- evidence {name} -->{text}<!-- /evidence -->"
     kind = "evidence " if name.startswith(_SUMMARY_HEAD) else "evidence: "
     return f"<!-- {kind}{name} -->\n{text}<!-- /evidence -->"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Rewrite every evidence block of the repository (``--check``: exit 1 if any is stale)."""
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(__file__).resolve().parents[3]
+def rewrite(root: Path, *, check: bool = False) -> list[str]:
+    """Rewrite every stale evidence block of ``root``'s README.md and docs/*.md (``check``: rewrite
+    none); returns ``PAGE: evidence NAME`` for each stale block."""
     stale = []
     reports: dict[str, tuple[str, dict[str, Any]]] = {}  # one report a directory, however many blocks use it
     for block in published_blocks(root):
         fresh = regenerate(root, block.name, reports)
         if fresh != block.text:
             stale.append(f"{block.page.relative_to(root)}: evidence {block.name}")
-            if "--check" not in argv:
+            if not check:
                 old, new = _marked(block.name, block.text), _marked(block.name, fresh)
-                block.page.write_text(block.page.read_text().replace(old, new))
+                text = block.page.read_text()  # a block stated twice: both rewritten at its first
+                assert old in text or new in text, old
+                block.page.write_text(text.replace(old, new))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite every evidence block of the repository (``--check``: exit 1 if any is stale)."""
+    argv = sys.argv[1:] if argv is None else argv
+    check = "--check" in argv
+    stale = rewrite(Path(__file__).resolve().parents[3], check=check)
     for line in stale:
-        print(("stale: " if "--check" in argv else "rewrote: ") + line)
-    return 1 if stale and "--check" in argv else 0
+        print(("stale: " if check else "rewrote: ") + line)
+    return 1 if stale and check else 0
 
 
 if __name__ == "__main__":

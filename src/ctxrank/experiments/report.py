@@ -142,6 +142,8 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         )
     if ci_methods:
         caption += f"; {stats.CONFIDENCE:.0%} CI of the mean difference: {', '.join(ci_methods)}"
+        if rep.correction != "none":  # a CI per comparison, at the level of one comparison
+            caption += f", unadjusted (each comparison's own {stats.CONFIDENCE:.0%}, not the family's)"
     if rep.correction != "none":
         caption += f"; p corrected over the family ({info['family']}): {CORRECTIONS[rep.correction]}"
     else:
@@ -152,13 +154,21 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
     return info
 
 
+#: what :func:`_compute` collects from the runs' contexts
+COMPUTE_KEYS = ("threads", "device", "cpu", "cpu_capability")
+#: the packages whose versions the runs were computed with that :func:`_compute` collects
+PACKAGES = ("torch", "numpy", "scipy", "lightgbm")
+
+
 def _compute(records: dict[str, list[dict]]) -> dict[str, list]:
-    """The thread counts and devices the stored runs were computed with (``"unrecorded"`` for runs
+    """The thread counts, devices, CPU models, PyTorch CPU instruction sets and package versions
+    (``packages``: ``"torch 2.13.0"``, ...) the stored runs were computed with (``"unrecorded"`` for runs
     stored before runs recorded them)."""
     contexts = [r.get("context") or {} for recs in records.values() for r in recs]
-    return {
-        key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in ("threads", "device")
-    }
+    compute = {key: sorted({str(c.get(key, "unrecorded")) for c in contexts}) for key in COMPUTE_KEYS}
+    versions = [c.get("versions") or {} for c in contexts]
+    compute["packages"] = sorted({f"{pkg} {v.get(pkg, 'unrecorded')}" for v in versions for pkg in PACKAGES})
+    return compute
 
 
 def _family_text(spec: ExperimentSpec, n: int) -> str:
@@ -175,6 +185,12 @@ def _p_text(c: dict[str, Any], correction: str) -> str:
     if correction == "none":
         return _fmt_p(c["p"])
     return f"{_fmt_p(c['p_adjusted'])} (raw {_fmt_p(c['p'])})" if c["p"] is not None else _fmt_p(None)
+
+
+#: the definition of the improvement, stated in every table's legend (and docs/metrics.md)
+IMPROVEMENT_TEXT = (
+    "Improvement = (target - baseline) / |baseline| of the two means, in % (positive: the target is higher)."
+)
 
 
 def improvement_pct(target: float, base: float) -> float:
@@ -334,20 +350,28 @@ def _model_label(spec: ExperimentSpec, name: str) -> str:
     return name if model == name else f"{name} ({model})"
 
 
-def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
-    rep = spec.report
-    metrics = list(rep.metrics)
-    t = res["table"]
-    lines = [f"# {spec.name}" + (f": {spec.title}" if spec.title else ""), ""]
-    lines.append(
+def _what_ran(spec: ExperimentSpec, res: dict[str, Any]) -> str:
+    """The report's first line: the data, the runs, the metric convention and what the runs were
+    computed with (threads, device, CPU, PyTorch's CPU instruction set)."""
+    rep, compute = spec.report, res["compute"]
+    return (
         f"{spec.data.describe()}; {len(res['runs'])} runs (seed, fold: "
         + ", ".join(f"{r['seed']},{r['fold']}" for r in res["runs"][:12])
         + (" ..." if len(res["runs"]) > 12 else "")
         + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}; "
-        + f"computed with {'/'.join(res['compute']['threads'])} CPU thread(s) a run on "
-        + f"{'/'.join(res['compute']['device'])}."
+        + f"computed with {'/'.join(compute['threads'])} CPU thread(s) a run on "
+        + f"{'/'.join(compute['device'])} (CPU: {'/'.join(compute['cpu'])}, PyTorch's "
+        + f"instruction set {'/'.join(compute['cpu_capability'])})."
     )
-    lines += ["", f"Mean ± std over runs. * = best model on the metric. Test: {test_text}.", ""]
+
+
+def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
+    rep = spec.report
+    metrics = list(rep.metrics)
+    t = res["table"]
+    lines = [f"# {spec.name}" + (f": {spec.title}" if spec.title else ""), "", _what_ran(spec, res)]
+    legend = f"Mean ± std over runs. * = best model on the metric. {IMPROVEMENT_TEXT} Test: {test_text}."
+    lines += ["", legend, ""]
     lines.append("| model | " + " | ".join(metrics) + " |")
     lines.append("|---|" + "---:|" * len(metrics))
     ranked = [m for m in t if m != REFERENCE or m in spec.models]
@@ -376,8 +400,9 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
         + " |"
     )
     cis = [comp[res["best_baseline"][k], k]["ci"] for k in metrics]
+    unadjusted = "" if corr == "none" else " (unadjusted)"
     lines.append(
-        f"| {res['test']['confidence']:.0%} CI of the difference | "
+        f"| {res['test']['confidence']:.0%} CI of the difference{unadjusted} | "
         + " | ".join("" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" for ci in cis)
         + " |"
     )
