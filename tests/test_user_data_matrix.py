@@ -340,11 +340,6 @@ KNOWN_BROKEN: list[tuple[tuple, str]] = [
     (("*", "duplicate-docids", "*", "trec"), TREC_IDS),
     # new defects found by this matrix
     (
-        ("frame", TABLES, "*", "trec"),
-        "a model saved by an estimator fitted on a DataFrame refuses predict --docid-col (its table spec "
-        "has no docid column), and without it the TREC run names the items by row number",
-    ),
-    (
         ("*", "categorical", "qilcm", "onnx"),
         "export refuses a QILCM with categorical columns: its own check (1e-4 (1 + max |score|)) is "
         "tighter than QILCM's documented batch-shape sensitivity when an embedding is constant in a list",
