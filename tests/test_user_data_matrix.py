@@ -939,3 +939,25 @@ def test_an_orderless_model_gives_an_item_the_same_score_wherever_it_is_in_its_l
     reversed_rows = t.frame.iloc[order].reset_index(drop=True)
     path = _write(DATA_KINDS[kind], reversed_rows, t.workdir / f"reversed{DATA_KINDS[kind].suffix}")
     _close(_scores(t, reversed_rows, path), _reference_scores(t)[order], "scores of the reversed lists")
+
+
+@pytest.mark.parametrize(
+    ("kind", "trainee"), [_marked(("two-entrances", BASE_KIND, t, "same-split")) for t in ANCHORS]
+)
+def test_an_experiment_and_train_data_split_and_train_alike(workspace, kind, trainee):
+    """An experiment's run (seed 0, one random split of the file) and ``ctxrank train --data FILE --seed
+    0``: the same test queries and the same per-query metrics."""
+    spec = _trained(workspace, "spec", kind, trainee)
+    assert spec.refused is None, spec.refused
+    tr, data_kind = TRAINEES[trainee], DATA_KINDS[kind]
+    out = spec.workdir / "train-data"
+    rerank = ["--initial", tr.initial, "--top-k", str(tr.top_k)] if tr.initial else []
+    _cli_ok(
+        "train", "--model", tr.model, *rerank, "--data", spec.path, *_table_options(data_kind), "--out", out,
+        "--seed", "0", "--threads", "1", "--no-progress", *_cli_sets(tr, data_kind),
+    )  # fmt: skip
+    cli = json.loads((out / "test_metrics.json").read_text())
+    run = json.loads((spec.experiment / "runs" / trainee / "seed0-fold0.json").read_text())
+    assert [str(q) for q in run["query_ids"]] == [str(q) for q in cli["query_ids"]]
+    for metric in ("ndcg@10", "map"):
+        assert run["metrics"][metric] == pytest.approx(cli["per_query"][metric], abs=1e-6), metric
