@@ -300,12 +300,16 @@ FILE_WAYS = frozenset({"trec", "onnx", "torchscript", "serve"})
 
 #: (entrance, data kind, trainee, way) -> fragment of the one-line refusal; "*" = any, a frozenset = one
 #: of; way "train" is training itself. The first matching row wins.
+#: the baselines that read NaN / categorical columns themselves (LightGBM's LambdaMART), from the registry
+READ_NAN = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].reads_missing)
+READ_CATEGORICAL = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].reads_categorical)
+
 REFUSALS: list[tuple[tuple, str]] = [
     # NaN is read by LambdaMART (LightGBM) and by a neural model with train.missing = "indicator" only
     (("*", frozenset({"missing"}), NEURAL | {"rerank"}, "train"), r"NaN|missing"),
-    (("*", frozenset({"missing", "missing-indicator"}), BASELINES - {"lambdamart"}, "train"), r"NaN|missing"),
+    (("*", frozenset({"missing", "missing-indicator"}), BASELINES - READ_NAN, "train"), r"NaN|missing"),
     # RankSVM and AdaRank read no categorical columns (LambdaMART does, natively); they say so
-    (("*", "categorical", BASELINES - {"lambdamart"}, "train"), r"categorical"),
+    (("*", "categorical", BASELINES - READ_CATEGORICAL, "train"), r"categorical"),
     # baselines are not torch models: LambdaMART's model.txt is LightGBM's own serving format
     (("*", "*", BASELINES, frozenset({"onnx", "torchscript"})), r"baseline"),
     # TorchScript cannot hold LightGBM's trees: the re-ranking pipeline exports to ONNX only
@@ -316,7 +320,6 @@ REFUSALS: list[tuple[tuple, str]] = [
 ]
 
 MISSING = frozenset({"missing", "missing-indicator"})
-READ_NAN = frozenset({"lambdamart"})  # reads NaN with the model's default options
 FILLED = (
     "a table's missing cells are filled with 0 by ctxrank train / experiment / predict: NaN never "
     "reaches the model"
