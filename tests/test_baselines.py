@@ -174,3 +174,28 @@ def test_the_baselines_no_relevant_is_the_one_no_relevant_check(value):
         with pytest.raises(ValueError) as got:
             make()
         assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_a_baseline_that_reads_no_categorical_columns_refuses_data_that_has_them(name):
+    """Whatever the entrance (``ctxrank train``, the estimators, an experiment), a baseline that uses
+    the numeric columns only refuses categorical columns instead of training without them."""
+    data = make_ranking_data(n_queries=12, n_features=3)
+    codes = np.random.default_rng(0).integers(1, 3, size=(data.n_items, 1))
+    with_codes = type(data)(
+        **{
+            **data.__dict__,
+            "categorical": codes,
+            "categorical_names": ("airline",),
+            "categorical_cardinalities": (3,),
+        }
+    )
+    config = resolve_config(None, _overrides(name))
+    if BASELINES[name].reads_categorical:
+        run_training(config, with_codes, with_codes, progress=False)
+        return
+    with pytest.raises(
+        ValueError,
+        match=rf"^{name} uses numeric features only and would ignore the categorical columns airline",
+    ):
+        run_training(config, with_codes, with_codes, progress=False)

@@ -293,6 +293,23 @@ def test_baseline_on_a_table_saves_the_spec(tmp_path, csv_file, table, capsys):
         assert got[k] == pytest.approx(saved[k], abs=1e-9), k
 
 
+def test_a_model_fitted_on_a_dataframe_names_the_items_of_a_trec_run_by_docid_col(table, csv_file, tmp_path):
+    """A DataFrame estimator's saved table spec has no item id column: ``predict --docid-col`` adds it
+    (item ids are never features), so the TREC run names the file's items; a feature column is refused."""
+    from ctxrank.api import MLPRanker
+
+    numeric = ["price", "duration", "stops", "dep_hour"]
+    model = MLPRanker(max_epochs=1, hidden=(8,), random_state=0, threads=1)
+    model.fit(table[numeric], table["chosen"], qid=table["session"]).save(tmp_path / "m")
+    run = tmp_path / "run.trec"
+    base = ["predict", "--model", str(tmp_path / "m"), "--data", str(csv_file), "--format", "trec"]
+    assert main([*base, "--docid-col", "item", "--output", str(run)]) == 0
+    pairs = {tuple(line.split()[0:3:2]) for line in run.read_text().splitlines()}
+    assert pairs == set(zip(table["session"].astype(str), table["item"].astype(str), strict=True))
+    assert main([*base, "--docid-col", "price", "--output", str(tmp_path / "bad.trec")]) == 2
+    assert not (tmp_path / "bad.trec").exists()
+
+
 # ------------------------------------------------------------------------------------------ errors
 def test_spec_mismatch_is_an_error(qilcm_run, csv_file, tmp_path, capsys):
     base = ["predict", "--model", str(qilcm_run), "--data", str(csv_file), "--output", str(tmp_path / "s")]

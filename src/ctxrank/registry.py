@@ -57,6 +57,9 @@ class Baseline:
             ``ctxrank.tune``), as ``SEARCH_SPACE`` on a neural model's config class.
         reads_missing: the model reads missing feature values (NaN) itself (LightGBM); every other
             model refuses them (:func:`ctxrank.data.ranking_data.missing_message`).
+        reads_categorical: the model reads categorical columns itself (LightGBM's categorical
+            features); every other baseline uses the numeric columns only and refuses data with
+            categorical columns rather than ignore them.
         scores_alone: an item's score depends on that item alone (every baseline here), as
             ``RankingModule.scores_alone``.
     """
@@ -70,6 +73,7 @@ class Baseline:
     threads: str = ""
     search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     reads_missing: bool = False
+    reads_categorical: bool = False
     scores_alone: bool = True
 
     def params(self, model_params: Mapping[str, Any], train: Any = None) -> dict[str, Any]:
@@ -161,6 +165,7 @@ _BASELINES: dict[str, Baseline] = {
             "model_params.max_position": ("log-int", 5, 100),
         },
         reads_missing=True,  # LightGBM's own missing-value handling (use_missing, the default)
+        reads_categorical=True,  # LightGBM's categorical features
     ),
     "ranksvm": Baseline(
         cls=RankSVM,

@@ -60,7 +60,7 @@ from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
-from ctxrank.registry import MODELS, is_baseline
+from ctxrank.registry import MODELS, Baseline, get_model, is_baseline
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
@@ -418,7 +418,8 @@ class _Run:
 
     def _check_categorical(self) -> None:
         model, categorical = self.config.model, self.options.data.columns.categorical
-        if is_baseline(model) and model != "lambdamart" and categorical:
+        entry = get_model(model)
+        if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
             raise ValueError(
                 f"{model} uses numeric features only and would ignore the categorical columns "
                 f"{','.join(categorical)}; drop --categorical and name the numeric columns with --numeric, "

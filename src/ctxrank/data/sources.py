@@ -210,7 +210,9 @@ class Columns:
 
     def _completed(self, spec: TableSpec, path: str) -> TableSpec:
         """A saved spec with the query / label column names it lacks (a model fitted through the API
-        with unnamed ``qid`` / ``y``) taken from ``--query-col`` / ``--label-col``."""
+        with unnamed ``qid`` / ``y``) taken from ``--query-col`` / ``--label-col``, and the item id column
+        of a spec without one (a model trained without ``--docid-col``, or fitted on a DataFrame) from
+        ``--docid-col``."""
         if spec.query is None:
             if self.query_col is None:
                 raise ValueError(
@@ -220,6 +222,13 @@ class Columns:
             spec = replace(spec, query=self.query_col)
         if spec.label is None and self.label_col is not None:
             spec = replace(spec, label=self.label_col)
+        if spec.docid is None and self.docid_col is not None:  # item ids are never a feature: any column
+            if self.docid_col in (*(spec.numeric or ()), *spec.categorical):
+                raise ValueError(
+                    f"{path}: --docid-col {self.docid_col}: the model reads column {self.docid_col!r} as a "
+                    "feature, so it cannot be the item id column"
+                )
+            spec = replace(spec, docid=self.docid_col)
         return spec
 
     def _check_saved(self, spec: TableSpec) -> None:

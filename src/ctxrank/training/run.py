@@ -190,6 +190,14 @@ def run_training(
         problem = missing_problem(config, split)
         if problem is not None:
             raise ValueError(problem)
+    entry = get_model(config.model)
+    categorical = tuple(getattr(train, "categorical_names", ()) or ())
+    if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
+        raise ValueError(
+            f"{config.model} uses numeric features only and would ignore the categorical columns "
+            f"{','.join(categorical)}: leave them out (or one-hot encode them into numeric columns), or "
+            "train a model that reads them (lambdamart, or a neural model: mlp, qilcm, dcm, ...)"
+        )
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
@@ -209,7 +217,6 @@ def run_training(
             resume=resume,
         )
         return _ensemble_result(config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
-    entry = get_model(config.model)
     if isinstance(entry, Baseline):
         return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
     train = _order_of_items(config, entry, train)
