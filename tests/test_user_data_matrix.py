@@ -325,7 +325,6 @@ FILLED = (
     "reaches the model"
 )
 PIPELINE_NAMES = "named-column pipeline export failing (GlobalMinMax was fitted on other features)"
-TREC_IDS = "predict --format trec writes ids with whitespace and duplicate docids unchecked"
 
 #: cells that fail today because of known defects (strict: each must fail). Delete an entry with its
 #: fix; the first matching row gives the reason.
@@ -349,13 +348,8 @@ KNOWN_BROKEN: list[tuple[tuple, str]] = [
         ("numpy", "missing-indicator", "rerank", "*"),
         "RerankPipeline refuses NaN arrays with missing='indicator'",
     ),
-    # LambdaMART trained with categorical columns: its directory refuses them in a request
-    (("*", "categorical", "lambdamart", "serve"), "categorical LambdaMART not servable"),
-    (("*", "ids-with-spaces", "*", "trec"), TREC_IDS),
-    (("*", "duplicate-docids", "*", "trec"), TREC_IDS),
     # the re-ranking pipeline's normalizer checks the feature names: a pipeline trained on named
     # columns does not export, and one fitted on NumPy arrays does not read a table
-    ((frozenset({"cli", "frame"}), TABLES, "rerank", "onnx"), PIPELINE_NAMES),
     (("numpy", TABLES, "rerank", "trec"), PIPELINE_NAMES),
 ]
 
