@@ -1094,3 +1094,15 @@ def test_context_tuned_choice_shares_choice_tuned_runs_so_they_can_be_copied():
     for m in narrow.models:
         for seed in (0, 3):
             assert wide.run_config(m, seed=seed) == narrow.run_config(m, seed=seed), m
+
+
+@pytest.mark.parametrize("model", ["ranksvm", "adarank-map"])
+def test_a_spec_training_a_numeric_only_baseline_on_categorical_columns_is_refused_when_read(tmp_path, model):
+    """The spec is refused when it is read, naming the model's table, not after the runs before it."""
+    path = tmp_path / "t.csv"
+    path.write_text("q,y,price,airline\nq1,1,1.0,a\nq1,0,2.0,b\n")
+    data = {"file": str(path), "query_col": "q", "label_col": "y", "categorical": ["airline"]}
+    d = {"name": "x", "data": data, "models": {"m": {"model": model}, "n": {"model": "lambdamart"}}}
+    with pytest.raises(ValueError, match=rf"\[models\.m\].*{model} uses numeric features only.*airline"):
+        ExperimentSpec.from_dict(d)
+    ExperimentSpec.from_dict({**d, "models": {"n": {"model": "lambdamart"}, "o": {"model": "mlp"}}})

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePath
@@ -489,8 +490,6 @@ def check_own_database(url: str, *, owner: str, tables: Iterable[str], where: st
         raise ValueError(f"{where}: cannot read {path} ({exc})") from None
     if header != _SQLITE_HEADER:
         raise ValueError(f"{where}: {path} is not an SQLite database; give a new file or {owner}'s database")
-    import sqlite3
-
     try:
         with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as db:
             found = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]

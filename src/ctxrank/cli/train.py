@@ -60,13 +60,13 @@ from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
-from ctxrank.registry import MODELS, Baseline, get_model, is_baseline
+from ctxrank.registry import MODELS, is_baseline
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
-from ctxrank.training.run import check_streaming, run_training
+from ctxrank.training.run import check_reads_categorical, check_streaming, run_training
 
 RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
@@ -417,14 +417,7 @@ class _Run:
         claim_model_dir(out_dir, overwrite=self.overwrite)
 
     def _check_categorical(self) -> None:
-        model, categorical = self.config.model, self.options.data.columns.categorical
-        entry = get_model(model)
-        if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
-            raise ValueError(
-                f"{model} uses numeric features only and would ignore the categorical columns "
-                f"{','.join(categorical)}; drop --categorical and name the numeric columns with --numeric, "
-                "or train a neural model (mlp, qilcm, dcm, ...) that embeds them"
-            )
+        check_reads_categorical(self.config.model, self.options.data.columns.categorical or ())
 
     def _describe(self, td: Any) -> None:
         """What is trained on what: the split, the table's columns, the model."""

@@ -107,6 +107,7 @@ from ctxrank.data.sources import tabular
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
 from ctxrank.registry import MODELS, is_baseline
+from ctxrank.training.run import check_reads_categorical
 
 __all__ = [
     "AnomalySpec",
@@ -564,6 +565,11 @@ class ExperimentSpec:
         if "model" in defaults:
             raise _fail("defaults", "model: each [models.NAME] table names its own model (model = NAME)")
         models, grids = _model_tables(models, defaults, base, initial, tune)
+        for m, table in models.items():  # a baseline would drop the categorical columns at run time
+            try:
+                check_reads_categorical(table["model"], data.categorical)
+            except ValueError as exc:
+                raise _fail(f"models.{m}", str(exc)) from None
         report = _report(_table(d, "report"), list(models), split_protocol(data), data.is_choice)
         analysis = _table(d, "analysis")
         _known("analysis", analysis, ["anomaly"])

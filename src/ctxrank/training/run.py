@@ -45,7 +45,7 @@ import functools
 import json
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,18 @@ def rerank_features(config: RunConfig) -> tuple[bool, bool]:
     return rank, score
 
 
+def check_reads_categorical(model: str, categorical: Sequence[str]) -> None:
+    """ValueError when ``model`` is a baseline that reads no categorical columns and ``categorical``
+    names some: trained without them, it would ignore them silently."""
+    entry = get_model(model)
+    if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
+        raise ValueError(
+            f"{model} uses numeric features only and would ignore the categorical columns "
+            f"{','.join(categorical)}: leave them out (or one-hot encode them into numeric columns), or "
+            "train a model that reads them (lambdamart, or a neural model: mlp, qilcm, dcm, ...)"
+        )
+
+
 def run_training(
     config: RunConfig,
     train: RankingData | ShardStream,
@@ -190,14 +202,8 @@ def run_training(
         problem = missing_problem(config, split)
         if problem is not None:
             raise ValueError(problem)
+    check_reads_categorical(config.model, tuple(getattr(train, "categorical_names", ()) or ()))
     entry = get_model(config.model)
-    categorical = tuple(getattr(train, "categorical_names", ()) or ())
-    if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
-        raise ValueError(
-            f"{config.model} uses numeric features only and would ignore the categorical columns "
-            f"{','.join(categorical)}: leave them out (or one-hot encode them into numeric columns), or "
-            "train a model that reads them (lambdamart, or a neural model: mlp, qilcm, dcm, ...)"
-        )
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
@@ -490,26 +496,17 @@ def _fit_neural(
     normalize = functools.partial(transform.transform, in_place=rerank is not None)
     if config.fits_by_maximum_likelihood:
         check_training(model, loss_fn, fit_train, tc, torch.device("cpu"), full_batch=True)
-        valid_normalized = normalize(fit_valid)
-        fitted_mle = fit_full_batch(model, normalize(fit_train), valid_normalized)
-        if rerank is not None:  # its train.metric on the validation lists, as a baseline's summary has it
-            scores = predict(
-                model,
-                valid_normalized,
-                init_scores=valid_init,
-                batch_size=tc.eval_batch_size,
-                max_memory_bytes=tc.max_memory_bytes,
-            )
-            reranker = _mean_metric(scores, valid_normalized, tc)
-            fitted_mle["train_metric"] = {"name": tc.metric, "valid": reranker}
-            _against_initial(fitted_mle, config, model, fit_valid, valid_init, reranker)
+        fitted_mle = _fit_by_maximum_likelihood(
+            config,
+            model,
+            normalize(fit_train),
+            normalize(fit_valid),
+            fit_valid,
+            valid_init,
+            reranks=rerank is not None,
+        )
         return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
-    log_path = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        log_path = out / "train_log.jsonl"
-        if not resume:  # a resumed fit rewrites it from the saved history
-            log_path.unlink(missing_ok=True)
+    log_path = None if out is None else _train_log(out, resume)
     if isinstance(fit_train, ShardStream):
         normalized = fit_train.with_transform(transform)  # each read normalized as it comes
     else:
@@ -535,6 +532,45 @@ def _fit_neural(
     # batching are recorded with the summary, so every result file names them
     summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
     return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
+
+
+def _train_log(out: Path, resume: bool) -> Path:
+    """``out/train_log.jsonl``, removed unless the fit resumes (a resumed fit rewrites it from the saved
+    history)."""
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "train_log.jsonl"
+    if not resume:
+        log_path.unlink(missing_ok=True)
+    return log_path
+
+
+def _fit_by_maximum_likelihood(
+    config: RunConfig,
+    model: RankingModule,
+    train: RankingData,
+    valid: RankingData,
+    raw_valid: RankingData,
+    valid_init: np.ndarray | None,
+    *,
+    reranks: bool,
+) -> dict[str, Any]:
+    """Fit ``model`` to its maximum likelihood on the normalized ``train`` (full batch) and return its
+    summary; a re-ranker's also holds its ``train.metric`` on the ``valid`` lists and its comparison with
+    the initial ranker's on the same lists."""
+    tc = config.train
+    fitted = fit_full_batch(model, train, valid)
+    if reranks:  # its train.metric on the validation lists, as a baseline's summary has it
+        scores = predict(
+            model,
+            valid,
+            init_scores=valid_init,
+            batch_size=tc.eval_batch_size,
+            max_memory_bytes=tc.max_memory_bytes,
+        )
+        reranker = _mean_metric(scores, valid, tc)
+        fitted["train_metric"] = {"name": tc.metric, "valid": reranker}
+        _against_initial(fitted, config, model, raw_valid, valid_init, reranker)
+    return fitted
 
 
 def _all_gather(device: torch.device) -> Callable[[np.ndarray], list[np.ndarray]] | None:
