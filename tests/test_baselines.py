@@ -199,3 +199,14 @@ def test_a_baseline_that_reads_no_categorical_columns_refuses_data_that_has_them
         match=rf"^{name} uses numeric features only and would ignore the categorical columns airline",
     ):
         run_training(config, with_codes, with_codes, progress=False)
+
+
+def test_the_estimators_tags_say_which_models_take_categorical_input():
+    """scikit-learn's ``input_tags.categorical`` follows the registry: RankSVM and AdaRank read numeric
+    columns only; LambdaMART and the neural models read (embed) categorical ones."""
+    from ctxrank import LambdaMARTRanker, QILCMRanker, Ranker
+
+    assert not Ranker(model="ranksvm").__sklearn_tags__().input_tags.categorical
+    assert not Ranker(model="adarank-map").__sklearn_tags__().input_tags.categorical
+    assert LambdaMARTRanker().__sklearn_tags__().input_tags.categorical
+    assert QILCMRanker().__sklearn_tags__().input_tags.categorical

@@ -31,7 +31,7 @@ from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
 from ctxrank.api._params import param_spec, run_config
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
-from ctxrank.registry import MODELS, get_model
+from ctxrank.registry import MODELS, Baseline, get_model
 from ctxrank.tracking import RunLog, Tracking, flat_params
 from ctxrank.training.run import run_training, save_result
 
@@ -111,7 +111,9 @@ class Ranker(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True
-        tags.input_tags.categorical = True
+        name = self.model_name()
+        entry = MODELS.get(name) if isinstance(name, str) else None  # fit refuses an unknown one
+        tags.input_tags.categorical = not isinstance(entry, Baseline) or entry.reads_categorical
         tags.input_tags.allow_nan = reads_missing_values(self)  # LambdaMART, or missing="indicator"
         tags.input_tags.string = True
         return tags
