@@ -370,6 +370,18 @@ def test_clone_params_and_grid_search_with_a_query_column():
     assert set(search.cv_results_["param_lr"]) == {1e-3, 1e-2} and 0 < search.best_score_ <= 1
 
 
+def test_set_params_refuses_a_name_that_is_no_parameter_listing_the_valid_ones():
+    est = ListNetRanker(lr=0.01)
+    with pytest.raises(ValueError, match=r"Invalid parameter 'lrr' for estimator ListNetRanker .*'lr'"):
+        est.set_params(lr=0.5, lrr=0.1)
+    assert est.lr == 0.01  # nothing set
+    with pytest.raises(ValueError, match=r"Invalid parameter 'n_estimators' .* \(model 'qilcm'\)"):
+        Ranker("qilcm").set_params(n_estimators=5)
+    assert Ranker("qilcm").set_params(model="lambdamart", n_estimators=5).n_estimators == 5
+    with pytest.raises(ValueError, match="LambdaMARTRanker trains lambdamart; model cannot be set"):
+        LambdaMARTRanker().set_params(model="qilcm")
+
+
 def test_metadata_routing_carries_qid_to_fit_and_scorer():
     X, y, qid = _data()
     with sklearn.config_context(enable_metadata_routing=True):
