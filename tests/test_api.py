@@ -382,6 +382,28 @@ def test_set_params_refuses_a_name_that_is_no_parameter_listing_the_valid_ones()
         LambdaMARTRanker().set_params(model="qilcm")
 
 
+def test_a_fit_shows_its_progress_where_a_person_watches_by_default(monkeypatch):
+    """``verbose="auto"`` (the default): the epochs' bar of ``ctxrank train`` on a terminal (or in a
+    notebook), none where standard error is a file or a pipe; True / False force it."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    X, y, qid = _data()
+    assert ListNetRanker().get_params()["verbose"] == "auto"
+    for verbose, terminal, shown in (("auto", True, True), ("auto", False, False), (False, True, False),
+                                     (True, False, True)):  # fmt: skip
+        stream = Terminal() if terminal else io.StringIO()
+        monkeypatch.setattr(sys, "stderr", stream)
+        ListNetRanker(**TINY, verbose=verbose).fit(X, y, qid=qid)
+        assert ("train listnet: 100%" in stream.getvalue()) == shown, (verbose, terminal)
+    with pytest.raises(ValueError, match="verbose must be True, False or 'auto', got 'yes'"):
+        ListNetRanker(**TINY, verbose="yes").fit(X, y, qid=qid)
+
+
 def test_metadata_routing_carries_qid_to_fit_and_scorer():
     X, y, qid = _data()
     with sklearn.config_context(enable_metadata_routing=True):

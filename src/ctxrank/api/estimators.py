@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
-from ctxrank.api._params import param_spec, run_config
+from ctxrank.api._params import AUTO_VERBOSE, param_spec, run_config, shows_progress
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import MODELS, get_model
@@ -177,7 +177,7 @@ class Ranker(BaseEstimator):
         valid = self._eval_data(eval_set, eval_qid, eval_group, config)
         if valid is None:  # selection on the training data (see the module docstring)
             valid = train.data
-        verbose = bool(self.get_params(deep=False).get("verbose", False))
+        verbose = shows_progress(self.get_params(deep=False).get("verbose", AUTO_VERBOSE))
         tags = {"ctxrank.api": f"{type(self).__name__}.fit"}
         log = RunLog.of(tracking, config.model, tags=tags, params=flat_params(config.to_dict()))
         with log.run if log is not None else contextlib.nullcontext():
