@@ -1,5 +1,6 @@
 """Tables (CSV / Parquet) end to end in `ctxrank train`, `predict`, `evaluate`; `ctxrank synth`."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -531,6 +532,16 @@ def test_a_tables_missing_cells_reach_the_model_and_train_says_what_was_done(
     assert np.array_equal(scores["own"][~missing], scores["zero"][~missing])  # complete rows: the same
     assert not np.allclose(scores["own"][missing], scores["zero"][missing])  # a missing cell is not a 0
     assert scores["own"][missing].mean() > scores["own"][~missing].mean()  # missingness was learned
+    if model == "listnet" and importlib.util.find_spec("onnxruntime") is not None:  # the graph reads NaN
+        import onnxruntime
+
+        onnx = tmp_path / "m.onnx"
+        assert main(["export", "--model", str(out), "--format", "onnx", "--out", str(onnx)]) == 0
+        session = onnxruntime.InferenceSession(str(onnx))
+        rows = frame["qid"].to_numpy() == 0
+        features = frame.loc[rows, ["a", "b", "c"]].to_numpy(np.float32)[None]
+        got = session.run(None, {"features": features, "mask": np.ones(features.shape[:2], bool)})[0][0]
+        np.testing.assert_allclose(got, scores["own"][rows], rtol=1e-5, atol=1e-6)
 
 
 def test_a_neural_model_refuses_a_tables_missing_cells_naming_the_options(holes, tmp_path, capsys):
