@@ -245,6 +245,13 @@ class DataSpec:
             kw["docid_col"] = _docid_col(kw)
         return cls(**kw)
 
+    @property
+    def can_miss_values(self) -> bool:
+        """The data may hold missing feature values (a LETOR dataset, a file); synthetic sessions and
+        registered choice datasets hold none (their records before ``null_fill`` applied to tables
+        say ``"query_min"``, which had no effect)."""
+        return not self.synth and (not self.dataset or tabular(None, self.dataset) is None)
+
     def default_null_fill(self) -> str | float:
         """What a missing feature value becomes when ``null_fill`` is not given: the reader's default."""
         table = self.synth or tabular(self.file or None, self.dataset or None) is not None
@@ -526,8 +533,8 @@ class ExperimentSpec:
         data = dataclasses.asdict(self.data)
         if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
-        if data["null_fill"] in (None, self.data.default_null_fill()):
-            del data["null_fill"]  # the reader's default: fingerprints of earlier experiments are unchanged
+        if data["null_fill"] in (None, self.data.default_null_fill()) or not self.data.can_miss_values:
+            del data["null_fill"]  # the reader's default, or no effect: earlier fingerprints are unchanged
         if data["docid_col"] is None:
             del data["docid_col"]  # not an input of the runs' numbers when absent: fingerprints unchanged
         key = {
@@ -561,7 +568,14 @@ class ExperimentSpec:
         return dataclasses.replace(self, models=stored).fingerprint() == record.get("fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        data = d["data"]  # the data's rule written out, as records written before it could be None
+        if data["null_fill"] is None:
+            own = self.data.default_null_fill() if self.data.can_miss_values else DEFAULT_NULL_FILL
+            data["null_fill"] = own
+        if data["docid_col"] is None:
+            del data["docid_col"]  # absent from records written before the key: they stay byte-identical
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, base: Path | None = None, source: str = "") -> ExperimentSpec:
