@@ -1022,6 +1022,13 @@ def test_a_table_experiment_keeps_missing_cells_reads_docids_and_records_what_wa
     )
     unit = runner_mod.load_unit(filled, 0, 0)
     assert not np.isnan(unit.train.features).any() and "missing cells filled by 0.0" in filled.data.describe()
+    from ctxrank.experiments.evidence import spec_from_record
+
+    for one in (spec, filled):  # the record keeps the rule and the item id column, under its fingerprint
+        record = {"spec": one.to_dict(), "fingerprint": one.fingerprint()}
+        assert record["spec"]["data"]["null_fill"] == ("keep" if one is spec else 0.0)
+        again = spec_from_record(record)  # checks the fingerprint
+        assert again.data.docid_col == "item" and again.data.null_fill == record["spec"]["data"]["null_fill"]
 
 
 @pytest.mark.parametrize(
