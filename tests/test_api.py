@@ -388,6 +388,40 @@ def test_clone_params_and_grid_search_with_a_query_column():
     assert set(search.cv_results_["param_lr"]) == {1e-3, 1e-2} and 0 < search.best_score_ <= 1
 
 
+def test_set_params_refuses_a_name_that_is_no_parameter_listing_the_valid_ones():
+    est = ListNetRanker(lr=0.01)
+    with pytest.raises(ValueError, match=r"Invalid parameter 'lrr' for estimator ListNetRanker .*'lr'"):
+        est.set_params(lr=0.5, lrr=0.1)
+    assert est.lr == 0.01  # nothing set
+    with pytest.raises(ValueError, match=r"Invalid parameter 'n_estimators' .* \(model 'qilcm'\)"):
+        Ranker("qilcm").set_params(n_estimators=5)
+    assert Ranker("qilcm").set_params(model="lambdamart", n_estimators=5).n_estimators == 5
+    with pytest.raises(ValueError, match="LambdaMARTRanker trains lambdamart; model cannot be set"):
+        LambdaMARTRanker().set_params(model="qilcm")
+
+
+def test_a_fit_shows_its_progress_where_a_person_watches_by_default(monkeypatch):
+    """``verbose="auto"`` (the default): the epochs' bar of ``ctxrank train`` on a terminal (or in a
+    notebook), none where standard error is a file or a pipe; True / False force it."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    X, y, qid = _data()
+    assert ListNetRanker().get_params()["verbose"] == "auto"
+    for verbose, terminal, shown in (("auto", True, True), ("auto", False, False), (False, True, False),
+                                     (True, False, True)):  # fmt: skip
+        stream = Terminal() if terminal else io.StringIO()
+        monkeypatch.setattr(sys, "stderr", stream)
+        ListNetRanker(**TINY, verbose=verbose).fit(X, y, qid=qid)
+        assert ("train listnet: 100%" in stream.getvalue()) == shown, (verbose, terminal)
+    with pytest.raises(ValueError, match="verbose must be True, False or 'auto', got 'yes'"):
+        ListNetRanker(**TINY, verbose="yes").fit(X, y, qid=qid)
+
+
 def test_metadata_routing_carries_qid_to_fit_and_scorer():
     X, y, qid = _data()
     with sklearn.config_context(enable_metadata_routing=True):

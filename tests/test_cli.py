@@ -536,22 +536,24 @@ def test_a_bad_null_fill_is_refused_naming_the_valid_values(capsys, tiny, bad):
     assert f"got {bad!r}" in err
 
 
-def test_null_fill_on_a_table_or_a_choice_dataset_is_refused(capsys, tmp_path, monkeypatch):
+def test_null_fill_fills_a_table_and_is_refused_for_a_choice_dataset(capsys, tmp_path, monkeypatch):
+    """One option for every format: a table's empty cell is kept missing by default and filled by the
+    rule given; a registered choice dataset has no missing value to fill."""
     monkeypatch.chdir(tmp_path)
     table = tmp_path / "t.csv"
     table.write_text("q,y,x\n1,1,0.5\n1,0,\n")
     cols = ["--query-col", "q", "--label-col", "y"]
-    assert run(capsys, "data-info", str(table), *cols, "--json")[0] == 0  # without it: read
+    rc, out, _ = run(capsys, "data-info", str(table), *cols, "--json")
+    assert rc == 0 and json.loads(out)["missing"] == 1 and json.loads(out)["null_filled"] == 0
+    rc, out, _ = run(capsys, "data-info", str(table), *cols, "--null-fill", "query_min", "--json")
+    assert rc == 0 and json.loads(out)["null_filled"] == 1 and json.loads(out)["missing"] == 0
     for argv in (
-        ["data-info", str(table), *cols, "--null-fill", "letor_min"],
-        ["train", "--data", str(table), *cols, "--null-fill", "0", "--out", "m"],
-        ["train", "--train", str(table), "--valid", str(table), *cols, "--null-fill", "0", "--out", "m"],
         ["data-info", "--dataset", "electricity", "--null-fill", "query_min"],
         ["train", "--dataset", "swissmetro", "--null-fill", "0", "--out", "m"],
     ):
         rc, _, err = run(capsys, *argv)
         assert rc == 2, argv
-        assert "--null-fill applies to LETOR / SVMlight files" in err and "is a table" in err, err
+        assert "--null-fill: --dataset" in err and "has no missing feature value to fill" in err, err
     assert not (tmp_path / "m").exists()
 
 

@@ -1,5 +1,6 @@
 """Tables (CSV / Parquet) end to end in `ctxrank train`, `predict`, `evaluate`; `ctxrank synth`."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -207,7 +208,7 @@ def test_train_valid_test_tables(tmp_path, table, capsys):
 
 
 # ----------------------------------------------------------------------------------------- predict
-def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path):
+def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path, capsys):
     train_q = query_split_indices(150, (0.6, 0.2, 0.2), seed=QILCM_SEED)[0]
     two = {f"s{q}" for q in train_q[:2]}  # training sessions: every category known
     new = table[table["session"].isin(two)].drop(columns=["chosen"]).copy()  # no labels
@@ -219,17 +220,21 @@ def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path):
     path = tmp_path / "new.csv"
     new.to_csv(path, index=False)
     scores = tmp_path / "s.txt"
-    assert main(["predict", "--model", str(qilcm_run), "--data", str(path), "--output", str(scores)]) == 0
+    argv = ["predict", "--model", str(qilcm_run), "--data", str(path), "--output", str(scores)]
+    assert main(argv) == 2  # the missing number stays missing; qilcm was trained without a strategy
+    err = capsys.readouterr().err
+    assert "1 missing feature value(s) (NaN; first: feature price" in err and "--null-fill RULE" in err
+    assert main([*argv, "--null-fill", "0"]) == 0
     values = np.loadtxt(scores)
     assert values.shape == (len(new),) and np.isfinite(values).all()
     # through the library: the saved spec maps unseen and missing categories to the reserved code 0
     spec = TableSpec.from_dict(read_meta(qilcm_run)["table"])
-    data, rows = spec.read(path, scoring=True)
+    data, rows = spec.read(path, scoring=True, null_fill=0.0)
     assert data.categorical_names == ("airline", "cabin")
     codes = data.categorical[np.argsort(rows)]  # file order
     assert codes[0, 0] == 0 and codes[1, 1] == 0 and codes[2, 0] == 0
     assert (codes[3:] > 0).all() and codes[0, 1] > 0 and codes[1, 0] > 0
-    assert data.features[np.argsort(rows)][3, 0] == 0.0 and data.info["missing_filled"] == 1
+    assert data.features[np.argsort(rows)][3, 0] == 0.0 and data.info["null_filled"] == 1
     assert data.info["categorical_unknown"] == 2 and data.info["categorical_missing"] == 1
     predictor = load_model(qilcm_run)
     np.testing.assert_allclose(predictor.predict(data)[np.argsort(rows)], values, rtol=1e-6, atol=1e-7)
@@ -237,7 +242,7 @@ def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path):
     new.insert(2, "chosen", "")
     new.to_csv(path, index=False)
     argv = ["predict", "--model", str(qilcm_run), "--data", str(path), "--output", str(scores)]
-    assert main([*argv, "--overwrite"]) == 0  # scores exists: replacing it is asked for
+    assert main([*argv, "--null-fill", "0", "--overwrite"]) == 0  # scores exists: replacing it is asked for
     np.testing.assert_allclose(np.loadtxt(scores), values, rtol=1e-6, atol=1e-7)
 
 
@@ -476,3 +481,94 @@ def test_a_text_label_column_is_explained_as_a_label_not_a_feature(table, tmp_pa
     err = capsys.readouterr().err.removeprefix(f"ctxrank: error: {path}: ")
     assert err.startswith("data row 1: label column 'chosen' holds text ('no', 'yes')"), err
     assert "{'yes': 1, 'no': 0}" in err and "--categorical" not in err and "--numeric" not in err
+
+
+# ------------------------------------------------------------------------- missing cells of a table
+@pytest.fixture(scope="module")
+def holes(tmp_path_factory):
+    """A CSV of 30 queries x 8 items whose feature b is an empty cell on about 30% of the rows, where
+    the item is relevant: missingness itself carries the signal, which a fill with 0 hides."""
+    rng = np.random.default_rng(0)
+    rows = ["qid,label,a,b,c"]
+    for q in range(30):
+        for _ in range(8):
+            a, b, c = rng.normal(size=3)
+            missing = rng.random() < 0.3
+            label = int(missing or a > 0.8)
+            rows.append(f"{q},{label},{a:.3f},{'' if missing else f'{b:.3f}'},{c:.3f}")
+    path = tmp_path_factory.mktemp("holes") / "holes.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _scores_by_rule(capsys, model_dir, path, tmp_path):
+    """Scores of ``predict`` on ``path`` with the model's own handling, and with the cells filled by 0."""
+    out = {}
+    for name, extra in (("own", []), ("zero", ["--null-fill", "0"])):
+        argv = [
+            "predict",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(path),
+            "-o",
+            str(tmp_path / f"{name}.txt"),
+        ]
+        assert main([*argv, *extra]) == 0
+        out[name] = np.loadtxt(tmp_path / f"{name}.txt")
+    capsys.readouterr()
+    return out
+
+
+LEARNED = ["--set", "train.missing=indicator", "--set", "train.lr=0.05", "--set", "train.max_epochs=20"]
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "how"),
+    [
+        ("lambdamart", ["--set", "model_params.n_estimators=20"],
+         "kept missing (NaN) for lambdamart, which reads them (LightGBM)"),
+        ("listnet", LEARNED,
+         "kept missing (NaN): the model learns a fill and a missing indicator per feature"),
+    ],
+)  # fmt: skip
+def test_a_tables_missing_cells_reach_the_model_and_train_says_what_was_done(
+    holes, tmp_path, capsys, model, extra, how
+):
+    out = tmp_path / model
+    argv = ["train", "--model", model, "--data", str(holes), "--query-col", "qid", "--label-col", "label"]
+    assert main([*argv, *extra, "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    frame = pd.read_csv(holes)
+    missing = frame["b"].isna().to_numpy()
+    assert (
+        f"{int(missing.sum())} missing cell(s) in 1 column(s): {how}" in printed
+    )  # the whole file: 3 splits
+    assert json.loads((out / "ctxrank.json").read_text())["missing"]["kept"] == int(missing.sum())
+    scores = _scores_by_rule(capsys, out, holes, tmp_path)
+    assert np.array_equal(scores["own"][~missing], scores["zero"][~missing])  # complete rows: the same
+    assert not np.allclose(scores["own"][missing], scores["zero"][missing])  # a missing cell is not a 0
+    assert scores["own"][missing].mean() > scores["own"][~missing].mean()  # missingness was learned
+    if model == "listnet" and importlib.util.find_spec("onnxruntime") is not None:  # the graph reads NaN
+        import onnxruntime
+
+        onnx = tmp_path / "m.onnx"
+        assert main(["export", "--model", str(out), "--format", "onnx", "--out", str(onnx)]) == 0
+        session = onnxruntime.InferenceSession(str(onnx))
+        rows = frame["qid"].to_numpy() == 0
+        features = frame.loc[rows, ["a", "b", "c"]].to_numpy(np.float32)[None]
+        got = session.run(None, {"features": features, "mask": np.ones(features.shape[:2], bool)})[0][0]
+        np.testing.assert_allclose(got, scores["own"][rows], rtol=1e-5, atol=1e-6)
+
+
+def test_a_neural_model_refuses_a_tables_missing_cells_naming_the_options(holes, tmp_path, capsys):
+    argv = ["train", "--model", "listnet", "--data", str(holes), "--query-col", "qid", "--label-col", "label"]
+    assert main([*argv, *QUICK, "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing feature value(s) (NaN; first: feature b of row" in err[0]
+    assert "--set train.missing=indicator" in err[0] and "--null-fill RULE" in err[0]
+    assert main([*argv, *QUICK, "--null-fill", "query_min", "--out", str(tmp_path / "f")]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "missing cell(s) in 1 column(s): filled with the feature's minimum over the query's other" in printed
+    )

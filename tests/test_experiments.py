@@ -770,7 +770,7 @@ def test_a_store_written_when_mnl_took_every_defaults_key_is_still_this_experime
     by no other."""
     import dataclasses
 
-    over = ["defaults.train.max_epochs=3", "defaults.train.metric=\"map\""]
+    over = ["defaults.train.max_epochs=3", 'defaults.train.metric="map"']
     spec = load_spec(_letor_spec(tmp_path), over)
     assert spec.models["mnl"]["train"] == {"metric": "map"}
     legacy = {**spec.models, "mnl": {**spec.models["mnl"], "train": {"max_epochs": 3, "metric": "map"}}}
@@ -915,7 +915,7 @@ def test_data_null_fill_fills_the_null_cells_of_a_letor_file_by_its_rule(tmp_pat
         "\n".join(re.sub(r" 2:\S+", " 2:NULL", x) if i % 3 else x for i, x in enumerate(lines)) + "\n"
     )
     default = load_spec(path)
-    assert default.data.null_fill == "query_min" and "NULL" not in default.data.describe()
+    assert default.data.null_fill is None and "missing" not in default.data.describe()
     # the default, given or not, is not in the fingerprint: experiments stored before the key resume
     assert load_spec(path, ["data.null_fill=query_min"]).fingerprint() == default.fingerprint()
     assert (
@@ -933,7 +933,9 @@ def test_data_null_fill_fills_the_null_cells_of_a_letor_file_by_its_rule(tmp_pat
             assert np.array_equal(got.features, expected.features)
     assert (units[-1.0].train.features[:, 1] == -1).sum() > 10
     assert not np.array_equal(units[-1.0].train.features, units["query_min"].train.features)
-    assert "NULL cells filled by letor_min" in load_spec(path, ["data.null_fill=letor_min"]).data.describe()
+    assert (
+        "missing cells filled by letor_min" in load_spec(path, ["data.null_fill=letor_min"]).data.describe()
+    )
 
 
 def test_data_null_fill_reaches_the_fold_and_pooled_loaders_of_a_registered_dataset(tmp_path):
@@ -974,7 +976,7 @@ NULL_FILL_VALUES = (
         (
             "choice",
             "data.null_fill=letor_min",
-            "null_fill applies to LETOR data; synthetic sessions are a table",
+            "null_fill: synthetic sessions have no missing feature value to fill",
         ),
     ],
 )
@@ -983,12 +985,87 @@ def test_a_bad_data_null_fill_is_refused(spec, override, message):
         load_spec(spec, [override])
 
 
-def test_data_null_fill_is_refused_for_a_table_file_or_a_choice_dataset(tmp_path):
-    path = _letor_spec(tmp_path, runs=1)
-    with pytest.raises(ValueError, match=r"null_fill applies to LETOR data; .*s\.csv is a table"):
-        load_spec(path, ["data.file=s.csv", "data.null_fill=0"])
-    with pytest.raises(ValueError, match=r"electricity \(a choice dataset\) is a table"):
+def test_data_null_fill_is_refused_for_a_choice_dataset(tmp_path):
+    with pytest.raises(ValueError, match=r"electricity \(a choice dataset\) has no missing feature value"):
         load_spec("qilcm-table2", ["data.dataset=electricity", "data.null_fill=letor_min"])
+
+
+def _missing_table_spec(tmp_path, extra=""):
+    """A table with an item id column and a feature missing on about a third of the rows."""
+    rng = np.random.default_rng(5)
+    rows = ["qid,item,label,a,b"]
+    for q in range(30):
+        for i in range(6):
+            b = "" if rng.random() < 0.35 else f"{rng.normal():.3f}"
+            rows.append(f"{q},d{q}-{i},{int(rng.random() < 0.4)},{rng.normal():.3f},{b}")
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "table.toml"
+    path.write_text(
+        f"""name = "table"
+[data]
+file = "t.csv"
+docid_col = "item"
+{extra}
+[runs]
+count = 1
+[report]
+metrics = ["ndcg@10"]
+target = "lambdamart"
+[models.lambdamart]
+model = "lambdamart"
+{FAST_LM}
+[models.mlp]
+model = "mlp"
+train = {{ max_epochs = 2, patience = 1, batch_size = 16, missing = "indicator" }}
+"""
+    )
+    return path
+
+
+def test_a_table_experiment_keeps_missing_cells_reads_docids_and_records_what_was_done(tmp_path):
+    spec = load_spec(_missing_table_spec(tmp_path))
+    assert spec.data.docid_col == "item" and spec.data.null_fill is None
+    unit = runner_mod.load_unit(spec, 0, 0)
+    assert unit.train.docids is not None and unit.train.docids[0].startswith("d")
+    assert "item" not in unit.train.feature_names
+    nan = sum(int(np.isnan(u.features).sum()) for u in (unit.train, unit.valid, unit.test))
+    assert nan > 20  # kept missing (a table's default): LambdaMART reads them
+    store = run_experiment(spec, tmp_path / "out", progress=False, log=lambda *_: None)
+    texts = {m: store.load_run(m, 0, 0)["missing"]["text"] for m in ("lambdamart", "mlp")}
+    assert texts == {
+        "lambdamart": f"{nan} missing cell(s) in 1 column(s): kept missing (NaN) for lambdamart, which "
+        "reads them (LightGBM)",
+        "mlp": f"{nan} missing cell(s) in 1 column(s): kept missing (NaN): the model learns a fill and a "
+        "missing indicator per feature",
+    }
+    filled = load_spec(_missing_table_spec(tmp_path), ["data.null_fill=0"])
+    assert filled.fingerprint() != spec.fingerprint()
+    assert (
+        load_spec(_missing_table_spec(tmp_path), ["data.null_fill=keep"]).fingerprint() == spec.fingerprint()
+    )
+    unit = runner_mod.load_unit(filled, 0, 0)
+    assert not np.isnan(unit.train.features).any() and "missing cells filled by 0.0" in filled.data.describe()
+    from ctxrank.experiments.evidence import spec_from_record
+
+    for one in (spec, filled):  # the record keeps the rule and the item id column, under its fingerprint
+        record = {"spec": one.to_dict(), "fingerprint": one.fingerprint()}
+        assert record["spec"]["data"]["null_fill"] == ("keep" if one is spec else 0.0)
+        again = spec_from_record(record)  # checks the fingerprint
+        assert again.data.docid_col == "item" and again.data.null_fill == record["spec"]["data"]["null_fill"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.docid_col=3", "docid_col must be a column name (a non-empty string), got 3"),
+        ("data.docid_col=''", "docid_col must be a column name (a non-empty string), got ''"),
+        ("data.docid_col=qid", "docid_col 'qid' is also the query_col"),
+        ("data.file=d.txt", "docid_col applies to a table file"),
+    ],
+)
+def test_a_bad_docid_col_is_refused(tmp_path, override, message):
+    with pytest.raises(ValueError, match=re.escape(f"[data] {message}")):
+        load_spec(_missing_table_spec(tmp_path), [override])
 
 
 # ------------------------------------------------------------------ spec checks: the _checks validators

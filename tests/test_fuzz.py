@@ -1142,8 +1142,9 @@ def test_table_row_shifted_by_pandas_after_a_cr_blank_line(tmp_path, text):
 def test_table_empty_cells_are_still_missing_values(tmp_path):
     """The short-row check must not reject empty cells, in the last column or elsewhere."""
     d = _table(tmp_path, b"q,y,x,z\n1,0,,\n1,1,2,\n2,0,3,NA\n")
-    np.testing.assert_array_equal(d.features, [[0, 0], [2, 0], [3, 0]])
-    assert d.info["missing_filled"] == 4
+    nan = np.nan
+    np.testing.assert_array_equal(d.features, [[nan, nan], [2, nan], [3, nan]])
+    assert d.info["missing"] == 4 and d.info["missing_columns"] == 2
 
 
 def test_table_messages_stay_short(tmp_path):
@@ -1179,14 +1180,14 @@ def test_letor_null_is_the_one_missing_value(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_table_nan_is_missing_and_inf_is_an_error(tmp_path, fmt):
-    """Tables: NaN (the CSV NA spellings, a Parquet NaN or null) is a missing value, filled with
-    fill_value and counted; inf and values beyond float32 are errors naming the row and the column."""
+    """Tables: NaN (the CSV NA spellings, a Parquet NaN or null) is a missing value, filled by
+    null_fill and counted; inf and values beyond float32 are errors naming the row and the column."""
     frame = pd.DataFrame({"q": ["a", "a", "b"], "y": [1.0, 0.0, 2.0], "x": [1.5, np.nan, 2.0]})
     path = tmp_path / f"t.{fmt}"
     (frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path))
-    d, _ = read_table_with_rows(path, query="q", label="y", fill_value=-1.0)
+    d, _ = read_table_with_rows(path, query="q", label="y", null_fill=-1.0)
     np.testing.assert_array_equal(d.features[:, 0], [1.5, -1.0, 2.0])
-    assert d.info["missing_filled"] == 1
+    assert d.info["null_filled"] == 1
     for bad in (np.inf, -np.inf, 1e39):
         frame["x"] = [1.5, bad, 2.0]
         (frame.to_csv(path, index=False) if fmt == "csv" else frame.to_parquet(path))

@@ -230,14 +230,15 @@ def test_a_bad_shard_is_refused_naming_it(tmp_path, shards, message):
         ShardStream.open(tmp_path)
 
 
-def test_missing_features_read_as_zero_and_inf_or_missing_labels_are_errors(tmp_path):
-    pq.write_table(
-        _table({"qid": [1, 1, 2], "label": [0, 1, 2], "f1": [0.5, None, float("nan")]}),
-        tmp_path / "a.parquet",
-    )
+def test_missing_features_inf_or_missing_labels_are_errors(tmp_path):
+    """A missing feature was read as 0, silently: a stream has no missing-value handling."""
+    for cells in ([0.5, None, 1.0], [0.5, 1.0, float("nan")]):
+        pq.write_table(_table({"qid": [1, 1, 2], "label": [0, 1, 2], "f1": cells}), tmp_path / "a.parquet")
+        with pytest.raises(ValueError, match=r"feature 'f1' is missing .*data-shards --null-fill RULE"):
+            list(ShardStream.open(tmp_path).chunks())
+    pq.write_table(_table({"qid": [1, 1, 2], "label": [0, 1, 2], "f1": [0.5, 1, 2]}), tmp_path / "a.parquet")
     chunk = RankingData.concat(list(ShardStream.open(tmp_path).chunks()))
-    np.testing.assert_array_equal(chunk.features[:, 0], [0.5, 0.0, 0.0])
-    assert list(chunk.query_ids) == ["1", "2"]
+    assert list(chunk.query_ids) == ["1", "2"] and chunk.features[:, 0].tolist() == [0.5, 1, 2]
     pq.write_table(
         _table({"qid": [1, 2], "label": [0, 1], "f1": [0.5, float("inf")]}), tmp_path / "a.parquet"
     )
@@ -333,6 +334,18 @@ def test_train_from_shards_end_to_end(letor, capsys):
         main(["data-shards", str(t / "tr.txt"), "--shards", "2", "--out", str(t / "sh"), "--overwrite"]) == 0
     )
     assert len(shard_paths(t / "sh")) == 2
+
+
+def test_data_shards_refuses_missing_cells_and_fills_them_by_the_rule_given(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    table.write_text("q,y,a,b\n1,1,0.5,\n1,0,0.25,3\n2,1,1,2\n2,0,,4\n")
+    argv = ["data-shards", str(table), "--query-col", "q", "--label-col", "y", "--shards", "1"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "2 missing feature value(s) (NaN): shards hold no missing value" in err and "--null-fill" in err
+    assert main([*argv, "--null-fill", "query_min", "--out", str(tmp_path / "b")]) == 0
+    chunk = RankingData.concat(list(ShardStream.open(tmp_path / "b").chunks()))
+    assert chunk.features.tolist() == [[0.5, 3], [0.25, 3], [1, 2], [1, 4]]
 
 
 @pytest.mark.parametrize(

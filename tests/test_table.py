@@ -38,7 +38,10 @@ def test_csv_values_regrouping_and_encoding(tmp_path):
     assert d.query_ids.tolist() == ["007", "8"]  # strings kept as written, order of first appearance
     assert d.query_offsets.tolist() == [0, 3, 4]
     assert d.feature_names == ("price", "rating")
-    np.testing.assert_array_equal(d.features, np.array([[10.5, 4], [3, 0], [100, 5], [7.25, 0]], np.float32))
+    nan = np.nan  # a missing cell stays missing (null_fill = "keep", the tables' default)
+    np.testing.assert_array_equal(
+        d.features, np.array([[10.5, 4], [3, nan], [100, 5], [7.25, nan]], np.float32)
+    )
     np.testing.assert_array_equal(d.labels, [1, 0, 1, 2])
     assert d.features.dtype == np.float32 and d.labels.dtype == np.float32
     assert d.categorical_names == ("brand", "color")
@@ -46,7 +49,8 @@ def test_csv_values_regrouping_and_encoding(tmp_path):
     assert d.categorical_cardinalities == (4, 3)
     np.testing.assert_array_equal(d.categorical, [[2, 2], [3, 0], [1, 2], [2, 1]])
     assert d.categorical.dtype == np.int64
-    assert d.info["missing_filled"] == 2 and d.info["regrouped"] == 1
+    assert d.info["missing"] == 2 and d.info["null_filled"] == 0 and d.info["missing_columns"] == 1
+    assert d.info["regrouped"] == 1
     assert d.info["categorical_missing"] == 1 and d.info["categorical_unknown"] == 0
     assert d.source.endswith("t.csv")
 
@@ -86,7 +90,7 @@ def test_tsv_gzip_and_parquet_give_the_same_data(tmp_path):
         d = read_table(p, **kw)
         for field in ("features", "labels", "query_ids", "query_offsets", "docids", "categorical"):
             np.testing.assert_array_equal(getattr(d, field), getattr(ref, field), err_msg=f"{p.name} {field}")
-        assert d.feature_names == ref.feature_names and d.info["missing_filled"] == 2
+        assert d.feature_names == ref.feature_names and d.info["missing"] == 2
 
 
 def test_train_encoder_applied_to_test_unseen_maps_to_zero(tmp_path):
@@ -133,13 +137,18 @@ def test_encoder_columns_must_match(tmp_path):
         )
 
 
-def test_numeric_selection_and_fill_value(tmp_path):
-    d = read_table(
-        write(tmp_path, CSV), query="qid", label="label", numeric=["rating", "price"], fill_value=-1.0
-    )
+def test_numeric_selection_and_null_fill(tmp_path):
+    """``null_fill`` fills a table's missing cells by LETOR's rules: a number, the query's minimum of
+    the feature (0 where the whole query lacks it), min(that, 0)."""
+    kw = dict(query="qid", label="label", numeric=["rating", "price"])
+    d = read_table(write(tmp_path, CSV), **kw, null_fill=-1.0)
     assert d.feature_names == ("rating", "price") and d.categorical is None
-    np.testing.assert_array_equal(d.features[:, 0], [4, -1, 5, -1])
-    assert d.info["missing_filled"] == 2
+    np.testing.assert_array_equal(d.features[:, 0], [4, -1, 5, -1])  # regrouped: 007 x 3, then 8
+    assert d.info["null_filled"] == 2 and d.info["null_fill"] == -1.0 and "missing" not in d.info
+    d = read_table(write(tmp_path, CSV), **kw, null_fill="query_min")
+    np.testing.assert_array_equal(d.features[:, 0], [4, 4, 5, 0])
+    with pytest.raises(ValueError, match="null_fill must be one of query_min, letor_min, keep"):
+        read_table(write(tmp_path, CSV), **kw, null_fill="zero")
 
 
 @pytest.mark.parametrize(

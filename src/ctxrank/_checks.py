@@ -131,6 +131,9 @@ def resolve_threads(value: Any, name: str = "threads") -> int:
 #: ``"keep"`` leaves it a missing value (NaN), for a model that reads missing values (LambdaMART)
 NULL_FILL_RULES: tuple[str, ...] = ("query_min", "letor_min", "keep")
 DEFAULT_NULL_FILL = "query_min"
+#: a table's (and a DataFrame's) missing cell stays missing by default: the model reads it under
+#: ``train.missing``; LETOR's ``NULL`` token is filled by :data:`DEFAULT_NULL_FILL` (its files' convention)
+DEFAULT_TABLE_NULL_FILL = "keep"
 FLOAT32_MAX = 3.4028234663852886e38  #: a value beyond it becomes inf in the float32 features
 
 

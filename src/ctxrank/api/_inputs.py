@@ -22,7 +22,7 @@ from ctxrank.data.ranking_data import (
     query_ids_of,
     text_label_error,
 )
-from ctxrank.registry import reads_missing
+from ctxrank.registry import is_baseline, reads_missing
 
 __all__ = ["Inputs", "reads_missing_values", "to_ranking_data"]
 
@@ -84,26 +84,53 @@ def to_ranking_data(
         est.categorical_features_ = _categorical_names(X, categorical_features, frame)
         est.table_columns_ = names if frame else None
     cats = est.categorical_features_
-    missing_ok = reads_missing_values(est)
     if not cats and not frame:
-        return Inputs(RankingData.from_arrays(X, y, ids, allow_missing=missing_ok), order)
-    df = _as_frame(X, frame)
-    if fit:
-        est.encoder_ = CategoricalEncoder() if cats else None
-    numeric = tuple(c for c in df.columns if c not in set(cats))
-    df = df.assign(**{_QID: np.asarray(ids).astype(str)})
-    if y is not None:
-        df[_LABEL] = y
-    data = RankingData.from_frame(
-        df,
-        query=_QID,
-        label=None if y is None else _LABEL,
-        categorical=cats,
-        numeric=numeric,
-        encoder=est.encoder_,
-        allow_missing=missing_ok,
-    )
+        data = RankingData.from_arrays(X, y, ids, allow_missing=True)
+    else:
+        df = _as_frame(X, frame)
+        if fit:
+            est.encoder_ = CategoricalEncoder() if cats else None
+        numeric = tuple(c for c in df.columns if c not in set(cats))
+        df = df.assign(**{_QID: np.asarray(ids).astype(str)})
+        if y is not None:
+            df[_LABEL] = y
+        data = RankingData.from_frame(
+            df,
+            query=_QID,
+            label=None if y is None else _LABEL,
+            categorical=cats,
+            numeric=numeric,
+            encoder=est.encoder_,
+            allow_missing=True,
+        )
+    if not reads_missing_values(est):
+        _refuse_missing(est, data, order)
     return Inputs(data, order)
+
+
+def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> None:
+    """ValueError for an estimator that does not read missing values (NaN) in ``data``'s features:
+    the first one (the caller's row and column), how many, and the fix for this estimator."""
+    if data.features.size == 0 or not np.isnan(data.features.min()):  # NaN propagates
+        return
+    nan = np.isnan(data.features)
+    rows, cols = np.nonzero(nan)
+    caller = rows if order is None else order[rows]
+    first = int(np.argmin(caller))
+    column = repr(data.feature_names[cols[first]]) if data.feature_names else int(cols[first])
+    name = type(est).__name__
+    if is_baseline(est.model_name()):
+        fix = "impute X first, or use LambdaMARTRanker (LightGBM reads missing values)"
+    else:
+        fix = (
+            f'fit {name}(missing="indicator") (a learned fill and a missing indicator per feature), '
+            "impute X first, or use LambdaMARTRanker"
+        )
+    raise ValueError(
+        f"X: row {int(caller[first])}, column {column} is missing (NaN / None / NA; "
+        f"{int(nan.sum()):,} missing value(s) in {np.unique(rows).size} row(s)); "
+        f"{name} (model {est.model_name()}) does not read missing values: {fix}"
+    )
 
 
 def reads_missing_values(est: Any) -> bool:

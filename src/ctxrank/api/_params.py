@@ -1,7 +1,7 @@
 """The parameters of an estimator, derived from the registry (so they cannot drift from the CLI's run
 config): a neural model's config dataclass fields, its loss, normalizer and ``TrainConfig`` fields
-(``seed`` is ``random_state``, the progress bar ``verbose``); a baseline's own constructor
-parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``).
+(``seed`` is ``random_state``, the progress bar ``verbose``: ``"auto"`` (default), True or False); a
+baseline's own constructor parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``).
 
 The run config's ``transform`` (the feature normalizer) is the estimator parameter ``normalizer``:
 scikit-learn takes an estimator with a ``transform`` attribute for a transformer."""
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
 from ctxrank.registry import Baseline, get_model
 
-__all__ = ["ParamSpec", "param_spec", "run_config"]
+__all__ = ["ParamSpec", "param_spec", "run_config", "shows_progress"]
+
+#: ``verbose``'s default: a progress bar where a person watches (a terminal or a notebook)
+AUTO_VERBOSE = "auto"
 
 #: run-level parameters of a neural estimator (besides the model's and TrainConfig's)
 _RUN_DEFAULTS: dict[str, Any] = {"loss": "", "loss_params": None, "normalizer": "minmax"}
@@ -49,7 +53,7 @@ class ParamSpec:
 
     @property
     def defaults(self) -> dict[str, Any]:
-        return {**self.model, **self.run, **self.train, "verbose": False}
+        return {**self.model, **self.run, **self.train, "verbose": AUTO_VERBOSE}
 
 
 def param_spec(name: str) -> ParamSpec:
@@ -102,11 +106,13 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
     values = {**spec.defaults, **params}
     model_params = {k: values[k] for k in spec.model}
     if isinstance(get_model(name), Baseline):
+        verbose = _check_verbose(values["verbose"])
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
-            model_params["verbose"] = bool(values["verbose"])
+            model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only
         train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}
         d: dict[str, Any] = {"model": name, "model_params": model_params, "train": train}
     else:
+        _check_verbose(values["verbose"])
         train = {
             k: values[_TRAIN_RENAMES.get(k, k)] for k in (f.name for f in dataclasses.fields(TrainConfig))
         }
@@ -129,3 +135,30 @@ def _estimator_names(message: str) -> str:
     for key, name in _TRAIN_RENAMES.items():
         message = message.replace(f"train.{key}", name)
     return message.replace("model_params.", "").replace("train.", "")
+
+
+def _check_verbose(value: Any) -> bool | str:
+    """``verbose``: True, False or ``"auto"``."""
+    if value is True or value is False or value == AUTO_VERBOSE:
+        return value
+    raise ValueError(f"verbose must be True, False or {AUTO_VERBOSE!r}, got {value!r}")
+
+
+def shows_progress(verbose: Any) -> bool:
+    """Whether a fit with ``verbose`` shows its progress bar (tqdm's, over the epochs, as ``ctxrank
+    train``): ``True`` / ``False`` as given; ``"auto"`` where a person watches: standard error is a
+    terminal, or the fit runs in a Jupyter notebook (a widget, through ``tqdm.auto``); not in a script
+    whose output goes to a file or a pipe, nor under pytest, which captures it."""
+    if _check_verbose(verbose) != AUTO_VERBOSE:
+        return bool(verbose)
+    if _in_notebook():
+        return True
+    stderr = sys.stderr
+    return stderr is not None and hasattr(stderr, "isatty") and stderr.isatty()
+
+
+def _in_notebook() -> bool:
+    """A Jupyter kernel's shell (IPython's ZMQInteractiveShell) runs this process."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return type(shell).__name__ == "ZMQInteractiveShell"

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
-from ctxrank.api._params import param_spec, run_config
+from ctxrank.api._params import AUTO_VERBOSE, param_spec, run_config, shows_progress
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
 from ctxrank.registry import MODELS, Baseline, get_model
@@ -92,11 +92,27 @@ class Ranker(BaseEstimator):
         return {"model": self.model, **own} if self._fixed_model is None else own
 
     def set_params(self, **params: Any) -> Ranker:
-        """Set parameters (``model`` first); they are checked by ``fit``."""
-        if "model" in params:
-            if self._fixed_model is not None:
-                raise ValueError(f"{type(self).__name__} trains {self._fixed_model}; model cannot be set")
-            self.model = params.pop("model")
+        """Set parameters (``model`` first); their values are checked by ``fit``.
+
+        Raises:
+            ValueError: a name that is no parameter of the model (``Invalid parameter ...``, as
+                scikit-learn says, listing the valid ones), or ``model`` on a per-model subclass.
+        """
+        if "model" in params and self._fixed_model is not None:
+            raise ValueError(f"{type(self).__name__} trains {self._fixed_model}; model cannot be set")
+        model = params.get("model", self.model_name())
+        if self._fixed_model is not None:
+            valid = list(self.get_params(deep=False))
+        elif isinstance(model, str) and model in MODELS:
+            valid = ["model", *param_spec(model).defaults, "query_column"]
+        else:  # no parameter names to check against: fit refuses the model, listing the valid ones
+            valid = list(params)
+        unknown = [key for key in params if key not in valid]
+        if unknown:
+            raise ValueError(
+                f"Invalid parameter {unknown[0]!r} for estimator {type(self).__name__} (model {model!r}). "
+                f"Valid parameters are: {valid!r}."
+            )
         for key, value in params.items():
             setattr(self, key, value)
         return self
@@ -163,7 +179,7 @@ class Ranker(BaseEstimator):
         valid = self._eval_data(eval_set, eval_qid, eval_group, config)
         if valid is None:  # selection on the training data (see the module docstring)
             valid = train.data
-        verbose = bool(self.get_params(deep=False).get("verbose", False))
+        verbose = shows_progress(self.get_params(deep=False).get("verbose", AUTO_VERBOSE))
         tags = {"ctxrank.api": f"{type(self).__name__}.fit"}
         log = RunLog.of(tracking, config.model, tags=tags, params=flat_params(config.to_dict()))
         with log.run if log is not None else contextlib.nullcontext():

@@ -56,14 +56,21 @@ from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_tex
 from ctxrank.data.paths import STREAM, input_kind
 from ctxrank.data.ranking_data import RankingData
 
-__all__ = ["NULL_FILL_RULES", "DataWarning", "read_group_sizes", "read_letor"]
+__all__ = [
+    "NULL_FILL_RULES",
+    "DataWarning",
+    "fill_missing",
+    "missing_cells",
+    "read_group_sizes",
+    "read_letor",
+]
 
 DEFAULT_CHUNK_BYTES = 4 << 20
 MAX_FEATURE_INDEX = 10_000_000  # a guard against "99999999999:1" allocating terabytes
 # 1 MiB: about 100x the longest line of any registered dataset (Yahoo! set 1, 700 features, ~10 KB); it
 # bounds the careful parser's per-line working set (~25x the line) and what is buffered to find a line end
 DEFAULT_MAX_LINE_BYTES = 1 << 20
-# NULL fills (``_fill_nulls``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
+# NULL fills (``fill_missing``): the query minimum, or LETOR 3.0's Feature-min rule min(query minimum, 0)
 _GROUP_LINE_BYTES = 4096  # a group file's line: a size of at most 18 digits, and spaces
 _FAST_MAX_COLUMNS = 4096  # pandas' C tokenizer costs ~30 us per column: wider chunks go the careful way
 _DOCID = re.compile(rb"docid[^\S\n]*=[^\S\n]*(\S+)")  # within one line
@@ -229,7 +236,6 @@ class _Limits:
             f"read_letor(..., max_dense_bytes={need}) or, on the command line, --max-dense-bytes {need}"
         )
 
-
     def memory_error(self, name: str, exc: MemoryError) -> MemoryError:
         matrix = "the dense feature matrix is lines x largest feature index x 4 bytes"
         return out_of_memory(name, exc, matrix, self.dense_bytes, "read_letor")
@@ -299,8 +305,7 @@ def _rows_to_data(
         query_ids = np.asarray(keys[offsets[:-1]]).astype(str)
     else:
         offsets, query_ids = _groups_from_file(name, group_path, lines, labels.size)
-    null_filled = _fill_nulls(features, offsets, null_fill)
-    missing = int(np.count_nonzero(np.isnan(features))) if null_fill == "keep" else 0
+    missing = missing_cells(features, offsets, null_fill)
     return RankingData(
         features=features,
         labels=labels,
@@ -311,8 +316,7 @@ def _rows_to_data(
         source=name,
         # rows listing every feature 1..F: predict / evaluate --model tell a dense file from a sparse one
         info={
-            "null_filled": null_filled,
-            **({"missing": missing} if missing else {}),
+            **missing,
             "rows_listing_all": int(np.count_nonzero(counts >= width)),
             **({"warnings": notes} if notes else {}),
             **regrouped,
@@ -1050,7 +1054,7 @@ def _group_rows(keys: np.ndarray, lines: np.ndarray, name: str, regroup: bool):
     return order, offsets
 
 
-def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | float) -> int:
+def fill_missing(features: np.ndarray, offsets: np.ndarray, null_fill: str | float) -> int:
     """Replace NaN (from NULL tokens) in place; returns the number of cells filled.
 
     ``"query_min"``: the minimum of the feature over the query's non-NULL cells; ``"letor_min"``: the
@@ -1080,6 +1084,22 @@ def _fill_nulls(features: np.ndarray, offsets: np.ndarray, null_fill: str | floa
     sub[r, c] = fill
     features[missing_rows] = sub
     return int(r.size)
+
+
+def missing_cells(features: np.ndarray, offsets: np.ndarray, null_fill: str | float) -> dict[str, Any]:
+    """Apply ``null_fill`` to the NaN cells of ``features`` (N, F) in place (``fill_missing``); the
+    entries of ``RankingData.info``: ``null_filled`` (cells filled), and when there are some,
+    ``null_fill`` (the rule that filled them), ``missing`` (cells kept NaN) and ``missing_columns``
+    (columns that had a missing cell)."""
+    columns = int(np.isnan(features).any(axis=0).sum()) if features.size else 0
+    filled = fill_missing(features, offsets, null_fill)
+    kept = int(np.count_nonzero(np.isnan(features))) if null_fill == "keep" else 0
+    return {
+        "null_filled": filled,
+        **({"null_fill": null_fill} if filled else {}),
+        **({"missing": kept} if kept else {}),
+        **({"missing_columns": columns} if columns else {}),
+    }
 
 
 # -------------------------------------------------------------------------------- group files

@@ -240,6 +240,7 @@ class RankingData:
             categorical_names=categorical,
             categorical_cardinalities=cards,
             source="DataFrame",
+            allow_missing=allow_missing,
         )
         if categorical:
             data.info["categorical_encoder"] = enc.to_dict()

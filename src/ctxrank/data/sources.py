@@ -88,10 +88,11 @@ class ReadOptions:
     )  # fmt: skip
     null_fill: str | float | None = option(
         None, "--null-fill",
-        "what a LETOR NULL cell (a missing value) becomes: query_min (the feature's minimum over the "
-        "query's other items), letor_min (min(that minimum, 0): closest to LETOR 3.0's Feature-min files), "
-        "keep (left missing, NaN: for lambdamart, which reads missing values) or a number (docs/data.md). "
-        "Default query_min{saved}. Not for tables",
+        "what a missing feature value (a LETOR NULL cell, an empty or NA cell of a table) becomes: "
+        "query_min (the feature's minimum over the query's other items), letor_min (min(that minimum, 0): "
+        "closest to LETOR 3.0's Feature-min files), keep (left missing, NaN: lambdamart reads it, a neural "
+        "model with --set train.missing=indicator learns a fill and an indicator) or a number "
+        "(docs/data.md). Default: query_min for LETOR files, keep for tables{saved}",
         parse=null_fill_text, metavar="RULE", group=READING,
     )  # fmt: skip
 
@@ -106,22 +107,17 @@ class ReadOptions:
         return kwargs
 
     def table_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``read_table_file`` (``--max-dense-bytes``, when given)."""
-        return {} if self.max_dense_bytes is None else {"max_dense_bytes": self.max_dense_bytes}
-
-    def reject_null_fill(self, what: str) -> None:
-        """``--null-fill`` given for a table: a clear error (tables have no NULL token)."""
-        if self.null_fill is not None:
-            raise ValueError(
-                f"--null-fill applies to LETOR / SVMlight files (their NULL token); {what} is a table, "
-                "where a missing feature is an empty cell or NA and is read as 0"
-            )
+        """Keyword arguments of ``read_table_file`` (``--max-dense-bytes``, ``--null-fill``, when given)."""
+        return {
+            name: getattr(self, name)
+            for name in ("max_dense_bytes", "null_fill")
+            if getattr(self, name) is not None  # None: the reader's default
+        }
 
     def reject_for_table(self, what: str) -> None:
         """The LETOR reader's options given for the table ``what``: a clear error, not ignored."""
         if self.query_file is not None:
             raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
-        self.reject_null_fill(what)
         given = [
             flag
             for flag, value in (("--regroup", self.regroup), ("--max-line-bytes", self.max_line_bytes))
@@ -386,7 +382,7 @@ class DataSource:
         if self.read.null_fill is not None:
             table = tabular(None, self.dataset)
             if table is not None:
-                self.read.reject_null_fill(table)
+                raise ValueError(f"--null-fill: {table} has no missing feature value to fill")
             kwargs["null_fill"] = self.read.null_fill
         return kwargs
 
@@ -572,7 +568,7 @@ class DataSource:
         LETOR file with ``read_letor`` (``file_rows`` None unless ``--regroup`` moved rows).
         ``purpose`` says how a table's columns are read (:meth:`Columns.table_spec`); ``model`` (the
         saved model the rows are for) widens a sparse LETOR file to its feature count, reads a table
-        with its saved spec, and makes its ``null_fill`` the default of LETOR data. ``note`` receives
+        with its saved spec, and makes its ``null_fill`` the default of the data read. ``note`` receives
         what the reader decided for the user (a warning by default).
         """
         training_only = [
@@ -615,14 +611,15 @@ class DataSource:
         return data, None if file_rows is None else np.asarray(file_rows, dtype=np.int64)
 
     def _with_model_null_fill(self, saved: str | float | None, note: Callable[[str], None]) -> DataSource:
-        """This source with the model's ``null_fill`` when none is given and the data are LETOR (a
-        table has no NULL token); a rule given that differs from the model's is used, with a note."""
+        """This source with the model's ``null_fill`` when none is given (LETOR files and tables alike:
+        the missing cells of the rows to score are handled as in training); a rule given that differs
+        from the model's is used, with a note."""
         if saved is None or self.read.null_fill == saved:
             return self
         if self.read.null_fill is not None:
             note(f"--null-fill {self.read.null_fill}: the model was trained with --null-fill {saved}")
             return self
-        if tabular(self.data_file, self.dataset) is not None:  # no NULL token to fill
+        if self.data_file is None and tabular(None, self.dataset) is not None:  # no missing cell to fill
             return self
         return replace(self, read=replace(self.read, null_fill=saved))
 

@@ -129,7 +129,9 @@ def split_queries(
     parts = []
     for name, q in zip(SPLIT_NAMES, idx, strict=True):
         part = data.subset(q)
-        parts.append(replace(part, source=f"{data.source} [{name} split]"))
+        # split_of: the reader's counts in ``info`` (null_filled, missing) are the whole data's
+        info = {**part.info, "split_of": data.info.get("split_of", data.source)}
+        parts.append(replace(part, source=f"{data.source} [{name} split]", info=info))
     what = "group" if by_group else "query"
     record = {
         "method": f"random {what}-level split: numpy.random.default_rng(seed).permutation({what}s)",

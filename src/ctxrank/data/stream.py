@@ -5,9 +5,9 @@ directory of ``*.parquet`` files (shards, read in name order), each holding WHOL
 query contiguous. Columns, as the table reader (:mod:`ctxrank.data.table`) reads a Parquet file: ``qid``
 (the query id, any type, read as text), ``label`` (numeric), optionally ``docid`` (text, not a feature),
 and one numeric column per feature, every other column in file order (the same names and order in every
-shard). A missing feature value (null or NaN) is read as 0, as the table reader fills it; an inf, a text
-feature column, a missing label or a query split across shards (or not contiguous in its shard) is an
-error naming the shard.
+shard). A missing feature value (null or NaN), an inf, a text feature column, a missing label or a
+query split across shards (or not contiguous in its shard) is an error naming the shard: a stream has no
+missing-value handling, so shards are written with their missing cells filled (``--null-fill``).
 
 **Reading**: :class:`ShardStream` scans the shards' query-id columns once (how many queries, the longest
 list, the checks above), then reads ``read_rows`` rows at a time (``pyarrow.parquet.ParquetFile.
@@ -231,19 +231,25 @@ def _reads(shard: pq.ParquetFile, read_rows: int, columns: list[str]) -> Iterato
 
 
 def _features(batch: pa.RecordBatch, names: Sequence[str], where: str) -> np.ndarray:
-    """float32 (n, F): missing (null, NaN) -> 0; a value that is not a finite float32 (an inf, or beyond
-    float32 in a float64 column) is an error. Each column is cast straight into the block (no float64
-    copy), then the block is checked at once."""
-    import pyarrow as pa
-
+    """float32 (n, F); a missing value (null, NaN) or one that is not a finite float32 (an inf, or beyond
+    float32 in a float64 column) is an error: a stream has no missing-value handling, so the shards are
+    written with their missing cells filled (``data-shards --null-fill``). Each column is cast straight
+    into the block (no float64 copy), then the block is checked at once."""
     out = np.empty((batch.num_rows, len(names)), dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):  # beyond float32 -> inf, refused below
         for j, name in enumerate(names):
             column = batch.column(name)
-            if column.null_count:
-                column = column.fill_null(False if pa.types.is_boolean(column.type) else 0)
+            if column.null_count:  # a null reads as NaN (booleans as floats), refused below
+                column = column.cast("float64")
             out[:, j] = column.to_numpy(zero_copy_only=False)
-    out[np.isnan(out)] = 0.0
+    missing = np.isnan(out)
+    if missing.any():
+        i, j = (int(v) for v in np.argwhere(missing)[0])
+        raise ValueError(
+            f"{where}: row {i + 1} of this read: feature {names[j]!r} is missing (null or NaN; "
+            f"{int(missing.sum()):,} in this read); a stream of shards reads no missing value: write the "
+            "shards with their missing cells filled (ctxrank data-shards --null-fill RULE)"
+        )
     bad = np.isinf(out)
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
@@ -548,6 +554,12 @@ def write_shards(
     queries = held = 0  # queries written so far; rows of the open shard (shard_rows)
     try:
         for part in parts:
+            if part.features.size and np.isnan(part.features.min()):  # NaN propagates
+                raise ValueError(
+                    f"{part.source}: {int(np.isnan(part.features).sum()):,} missing feature value(s) (NaN): "
+                    "shards hold no missing value (a stream has no missing-value handling); fill them when "
+                    "reading (--null-fill RULE: query_min, letor_min or a number)"
+                )
             if part.categorical is not None:
                 raise ValueError(
                     f"{part.source}: categorical columns are not written to shards (the streaming path "

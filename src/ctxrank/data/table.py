@@ -15,11 +15,14 @@ Conventions:
   ``info["regrouped"]`` is 1 when rows were moved, else 0.
 * **Missing values**: in CSV the usual NA spellings (empty cell, ``NA``, ``NaN``, ``null``, ``None``,
   ``N/A``, ...) mark a missing value in numeric and label columns; in query, docid and categorical
-  columns only an empty cell is missing (so a category literally called ``"NA"`` survives). Missing
-  numeric features are filled with ``fill_value`` (default 0, the SVMlight convention for an absent
-  feature; the same constant on every split, so no statistic leaks from one split to another) and
-  counted in ``info["missing_filled"]``. A missing label or query id is an error. A missing
-  categorical value gets code 0, as does a category not in the encoder's vocabulary.
+  columns only an empty cell is missing (so a category literally called ``"NA"`` survives). A missing
+  numeric feature follows ``null_fill``, the rule of LETOR's ``NULL`` cells (``ctxrank.data.letor``):
+  ``"keep"`` (the default for tables) leaves it missing (NaN) for the model to read under
+  ``train.missing`` (LambdaMART reads it, a neural model with ``"indicator"`` learns a fill and an
+  indicator, others refuse it naming the fix); ``"query_min"``, ``"letor_min"`` or a number fill it.
+  ``info["missing"]`` counts the kept cells, ``info["null_filled"]`` the filled ones,
+  ``info["missing_columns"]`` the columns with a missing cell. A missing label or query id is an
+  error. A missing categorical value gets code 0, as does a category not in the encoder's vocabulary.
 * **Categorical encoding** (:class:`CategoricalEncoder`): fitted on the training file only; code 0 is
   reserved for unknown / missing, known categories get 1..K in sorted (string) order. Pass the training
   encoder when reading validation / test files so their codes match and unseen categories map to 0.
@@ -46,8 +49,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ctxrank._checks import check_bytes
+from ctxrank._checks import DEFAULT_TABLE_NULL_FILL, check_bytes, check_null_fill
 from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.letor import missing_cells
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import input_kind
 from ctxrank.data.ranking_data import RankingData, text_label_error
@@ -146,6 +150,7 @@ class TableSpec:
         scoring: bool = False,
         encoder: CategoricalEncoder | None = None,
         max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
+        null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
     ) -> tuple[RankingData, np.ndarray]:
         """:func:`read_table_with_rows` with this spec: ``(data, file_rows)``.
 
@@ -154,6 +159,7 @@ class TableSpec:
                 or empty; labels are 0) and the docid column may be absent (docids None).
             encoder: overrides ``self.encoder`` (e.g. a fresh one to fit on a training file).
             max_dense_bytes: the reader's bound (:func:`read_table`).
+            null_fill: what a missing numeric feature becomes (:func:`read_table`).
         """
         if self.query is None:
             raise ValueError(
@@ -177,6 +183,7 @@ class TableSpec:
             docid=docid,
             group=group,
             max_dense_bytes=max_dense_bytes,
+            null_fill=null_fill,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +225,7 @@ def read_table(
     encoder: CategoricalEncoder | None = None,
     docid: str | None = None,
     regroup: bool = True,
-    fill_value: float = 0.0,
+    null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
     group: str | None = None,
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
 ) -> RankingData:
@@ -239,7 +246,10 @@ def read_table(
         docid: optional name of a document-id column (missing ids become ``""``).
         regroup: gather each query's rows when the file is not sorted by query (default True);
             False makes a reappearing query id an error.
-        fill_value: value for missing numeric features (default 0.0).
+        null_fill: what a missing numeric feature becomes: ``"keep"`` (default: NaN, a missing value
+            for the model, see ``train.missing``), ``"query_min"`` (the feature's minimum over the
+            query's other items), ``"letor_min"`` (min(that minimum, 0)) or a number; as LETOR's
+            ``NULL`` cells (``read_letor``).
         group: optional name of a group-id column (the decision maker of each query, e.g. a
             respondent), read as text into ``group_ids``; every row of a query must hold the same id.
         max_dense_bytes: the largest table, rows x columns (of the file, all of them) x 4 bytes, the
@@ -252,7 +262,8 @@ def read_table(
     Returns:
         RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
         (N,), query ids (str) in order of first appearance, docids, categorical int64 (N, C) codes with
-        names and cardinalities (when ``categorical`` is given), and ``info`` with ``missing_filled``,
+        names and cardinalities (when ``categorical`` is given), and ``info`` with ``null_filled``,
+        ``null_fill``, ``missing`` (kept missing cells) and ``missing_columns`` (when there are some),
         ``regrouped`` and, with categorical columns, ``categorical_unknown`` (non-missing values outside
         the vocabulary), ``categorical_missing`` and ``categorical_encoder`` (the encoder's JSON form).
 
@@ -275,7 +286,7 @@ def read_table(
         encoder=encoder,
         docid=docid,
         regroup=regroup,
-        fill_value=fill_value,
+        null_fill=null_fill,
         group=group,
         max_dense_bytes=max_dense_bytes,
     )[0]
@@ -291,7 +302,7 @@ def read_table_with_rows(
     encoder: CategoricalEncoder | None = None,
     docid: str | None = None,
     regroup: bool = True,
-    fill_value: float = 0.0,
+    null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
     group: str | None = None,
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
 ) -> tuple[RankingData, np.ndarray]:
@@ -309,8 +320,7 @@ def read_table_with_rows(
     categorical = _names(categorical, "categorical")
     if numeric is not None:
         numeric = _names(numeric, "numeric")
-    if not np.isfinite(fill_value):
-        raise ValueError(f"fill_value must be finite, got {fill_value}")
+    null_fill = check_null_fill("null_fill", null_fill)
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
     check_bytes("max_dense_bytes", max_dense_bytes)
@@ -322,8 +332,8 @@ def read_table_with_rows(
         numeric = _feature_columns(df, name, special, numeric)
         q_str = _query_ids(df, query, name)
         labels = _labels(df, label, name)
-        features, missing_filled = _numeric_features(df, numeric, name, fill_value)
-        info: dict[str, Any] = {"missing_filled": missing_filled}
+        features = _numeric_features(df, numeric, name)
+        info: dict[str, Any] = {}
         codes, cat_names, cards = _categorical_codes(df, categorical, encoder, info)
         docids = None
         if docid is not None:
@@ -336,6 +346,7 @@ def read_table_with_rows(
             features, labels = features[order], labels[order]
             codes = None if codes is None else codes[order]
             docids = None if docids is None else docids[order]
+        info.update(missing_cells(features, offsets, null_fill))
         file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
         group_ids = None if group is None else _group_ids(df[group], file_rows, offsets, name, group)
         data = RankingData(
@@ -471,19 +482,12 @@ def _labels(df: pd.DataFrame, label: str | None, name: str) -> np.ndarray:
     return labels
 
 
-def _numeric_features(
-    df: pd.DataFrame, numeric: Sequence[str], name: str, fill_value: float
-) -> tuple[np.ndarray, int]:
-    """float32 (N, F) features with missing values filled, and how many were filled."""
+def _numeric_features(df: pd.DataFrame, numeric: Sequence[str], name: str) -> np.ndarray:
+    """float32 (N, F) features, NaN where a value is missing."""
     features = np.empty((len(df), len(numeric)), dtype=np.float32)
-    missing_filled = 0
     for j, col in enumerate(numeric):
-        values, miss = _numeric(df[col], col, name)
-        if miss.any():
-            values[miss] = fill_value
-            missing_filled += int(miss.sum())
-        features[:, j] = values
-    return features, missing_filled
+        features[:, j] = _numeric(df[col], col, name)[0]
+    return features
 
 
 def _categorical_codes(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import DEFAULT_TABLE_NULL_FILL
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES
 from ctxrank.data.table import TableSpec
 
@@ -26,10 +27,13 @@ def read_table_file(
     scoring: bool = False,
     encoder: Any = None,
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
+    null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
 ) -> tuple[Any, np.ndarray]:
     """``spec.read(path)`` with a hint when a text column was taken as numeric: ``(data, file_rows)``."""
     try:
-        return spec.read(path, scoring=scoring, encoder=encoder, max_dense_bytes=max_dense_bytes)
+        return spec.read(
+            path, scoring=scoring, encoder=encoder, max_dense_bytes=max_dense_bytes, null_fill=null_fill
+        )
     except ValueError as exc:
         msg = str(exc)
         if "expected a number" in msg and spec.numeric is None:

@@ -37,6 +37,7 @@ from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
 from ctxrank.experiments.store import RunStore
 from ctxrank.metrics import evaluate_queries
+from ctxrank.training.build import missing_handling
 from ctxrank.training.rerank import InitialRanker, InitialRankers
 from ctxrank.training.run import run_training
 
@@ -63,12 +64,17 @@ def data_source(spec: ExperimentSpec, fold: int | None = None) -> DataSource:
         if fold is None:
             return DataSource(dataset=d.dataset, split="all", variant=d.variant, data_root=d.root, read=read)
         return DataSource(dataset=d.dataset, fold=fold, variant=d.variant, data_root=d.root, read=read)
+    read = ReadOptions(null_fill=d.null_fill)  # None: the reader's default (query_min; a table's: keep)
     if is_table_path(d.file):
         columns = Columns(
-            query_col=d.query_col, label_col=d.label_col, categorical=d.categorical, numeric=d.numeric
+            query_col=d.query_col,
+            label_col=d.label_col,
+            categorical=d.categorical,
+            numeric=d.numeric,
+            docid_col=d.docid_col,
         )
-        return DataSource(data_file=d.file, group_col=d.group_col or None, columns=columns)
-    return DataSource(data_file=d.file, read=ReadOptions(null_fill=d.null_fill))
+        return DataSource(data_file=d.file, group_col=d.group_col or None, columns=columns, read=read)
+    return DataSource(data_file=d.file, read=read)
 
 
 class _Source:
@@ -303,12 +309,14 @@ def _run_one(
         r = run_training(config, unit.train, unit.valid, unit.test, progress=False, **kw)
     if r.test_scores is None:
         raise ValueError("rerank.ideal = 'top-k' runs cannot be stored by an experiment (no full scores)")
+    missing = missing_handling(config, (unit.train, unit.valid, unit.test))
     return {
         **base,
         "metrics": _evaluate(spec, r.test_scores, unit.test),
         "summary": r.summary,
         "config": config.to_dict(),
         "split": unit.split,
+        **({"missing": missing} if missing is not None else {}),  # what was done with the missing cells
         **tuned,
     }
 

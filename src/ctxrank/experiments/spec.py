@@ -12,9 +12,10 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     # run from its seed: the QILCM paper's protocol; default "folds" for a dataset)
     # file = "sessions.csv"  (a table or LETOR file without folds: random 60/20/20 split per run,
     # query_col = "session", label_col = "chosen", categorical = ["airline"], numeric = [...],
+    # docid_col = "item": an item id column, not a feature,
     # group_col = "person": split by this column's groups (decision makers) instead of by query)
-    # null_fill = "letor_min"  (LETOR data: what a NULL cell becomes, "query_min" (default), "letor_min"
-    # or a number; see ctxrank.data.letor.read_letor)
+    # null_fill = "letor_min"  (what a missing feature value becomes: "query_min" (LETOR's default),
+    # "letor_min", "keep" (NaN: tables' default) or a number; see ctxrank.data.letor.read_letor)
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
 
     [runs]
@@ -83,6 +84,7 @@ from typing import Any, TypeVar
 
 from ctxrank._checks import (
     DEFAULT_NULL_FILL,
+    DEFAULT_TABLE_NULL_FILL,
     DEFAULT_THREADS,
     check_bool,
     check_choice,
@@ -103,7 +105,7 @@ from ctxrank.config import (
 )
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
-from ctxrank.data.sources import tabular
+from ctxrank.data.sources import is_table_path, tabular
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
 from ctxrank.registry import MODELS, is_baseline
@@ -204,9 +206,12 @@ class DataSpec:
     #: query pooled, one random query-level ``split`` per run drawn from the run's seed; the only
     #: protocol of files and synthetic data). Set by :meth:`from_dict`; ``""`` = that default.
     protocol: str = ""
-    #: what a LETOR ``NULL`` cell becomes (``ctxrank.data.letor.read_letor``): ``"query_min"`` (the
-    #: reader's default), ``"letor_min"`` or a number; LETOR data only
-    null_fill: str | float = DEFAULT_NULL_FILL
+    #: what a missing feature value (a LETOR ``NULL`` cell, an empty cell of a table) becomes
+    #: (``ctxrank.data.letor.read_letor``, ``ctxrank.data.table.read_table``): ``"query_min"``,
+    #: ``"letor_min"``, ``"keep"`` or a number; None: the reader's default (``"query_min"`` for LETOR
+    #: data, ``"keep"`` for a table)
+    null_fill: str | float | None = None
+    docid_col: str | None = None  # a table file's item id column (not a feature)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
@@ -237,7 +242,21 @@ class DataSpec:
         _check("data", check_seed, "synth_seed", kw.get("synth_seed", 0))
         if "null_fill" in kw:
             kw["null_fill"] = _null_fill(kw)
+        if "docid_col" in kw:
+            kw["docid_col"] = _docid_col(kw)
         return cls(**kw)
+
+    @property
+    def can_miss_values(self) -> bool:
+        """The data may hold missing feature values (a LETOR dataset, a file); synthetic sessions and
+        registered choice datasets hold none (their records before ``null_fill`` applied to tables
+        say ``"query_min"``, which had no effect)."""
+        return not self.synth and (not self.dataset or tabular(None, self.dataset) is None)
+
+    def default_null_fill(self) -> str | float:
+        """What a missing feature value becomes when ``null_fill`` is not given: the reader's default."""
+        table = self.synth or tabular(self.file or None, self.dataset or None) is not None
+        return DEFAULT_TABLE_NULL_FILL if table else DEFAULT_NULL_FILL
 
     @property
     def registry_folds(self) -> bool:
@@ -278,7 +297,10 @@ class DataSpec:
         return folds
 
     def describe(self) -> str:
-        nulls = "" if self.null_fill == DEFAULT_NULL_FILL else f", NULL cells filled by {self.null_fill}"
+        nulls = ""
+        if self.null_fill not in (None, self.default_null_fill()):
+            kept = self.null_fill == "keep"
+            nulls = ", missing cells kept (NaN)" if kept else f", missing cells filled by {self.null_fill}"
         if self.dataset:
             pooled = (
                 ""
@@ -293,13 +315,31 @@ class DataSpec:
 
 def _null_fill(d: Mapping[str, Any]) -> str | float:
     """``[data] null_fill``: a rule of ``ctxrank.data.letor.NULL_FILL_RULES`` or a finite number (a
-    float, so ``0`` and ``0.0`` are one experiment), for LETOR data only (tables have no NULL token)."""
+    float, so ``0`` and ``0.0`` are one experiment), for a LETOR dataset or a file (a synthetic or
+    registered choice dataset has no missing feature value)."""
     value = _check("data", check_null_fill, "null_fill", d["null_fill"])
     if d.get("synth"):
-        raise _fail("data", "null_fill applies to LETOR data; synthetic sessions are a table")
-    table = tabular(d.get("file"), d.get("dataset"))
-    if table is not None:
-        raise _fail("data", f"null_fill applies to LETOR data; {table} is a table (no NULL token)")
+        raise _fail("data", "null_fill: synthetic sessions have no missing feature value to fill")
+    if not d.get("file"):
+        table = tabular(None, d.get("dataset"))
+        if table is not None:
+            raise _fail("data", f"null_fill: {table} has no missing feature value to fill")
+    return value
+
+
+def _docid_col(d: Mapping[str, Any]) -> str | None:
+    """``[data] docid_col``: a column name of a table ``file``, not its query or label column."""
+    value = d["docid_col"]
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail("data", f"docid_col must be a column name (a non-empty string), got {value!r}")
+    if not d.get("file") or not is_table_path(d["file"]):
+        raise _fail("data", 'docid_col applies to a table file (file = "....csv" or .parquet)')
+    roles = {"query_col": d.get("query_col", "qid"), "label_col": d.get("label_col", "label")}
+    clash = [name for name, column in roles.items() if column == value]
+    if clash:
+        raise _fail("data", f"docid_col {value!r} is also the {clash[0]}; give the item id column")
     return value
 
 
@@ -494,8 +534,10 @@ class ExperimentSpec:
         data = dataclasses.asdict(self.data)
         if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
-        if data["null_fill"] == DEFAULT_NULL_FILL:
-            del data["null_fill"]  # the reader's default: fingerprints of earlier experiments are unchanged
+        if data["null_fill"] in (None, self.data.default_null_fill()) or not self.data.can_miss_values:
+            del data["null_fill"]  # the reader's default, or no effect: earlier fingerprints are unchanged
+        if data["docid_col"] is None:
+            del data["docid_col"]  # not an input of the runs' numbers when absent: fingerprints unchanged
         key = {
             "data": data,
             "models": self.models,
@@ -527,7 +569,14 @@ class ExperimentSpec:
         return dataclasses.replace(self, models=stored).fingerprint() == record.get("fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        data = d["data"]  # the data's rule written out, as records written before it could be None
+        if data["null_fill"] is None:
+            own = self.data.default_null_fill() if self.data.can_miss_values else DEFAULT_NULL_FILL
+            data["null_fill"] = own
+        if data["docid_col"] is None:
+            del data["docid_col"]  # absent from records written before the key: they stay byte-identical
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, base: Path | None = None, source: str = "") -> ExperimentSpec:
@@ -723,7 +772,7 @@ def _report(d: dict[str, Any], models: list[str], protocol: str, choice: bool = 
         raise _fail(
             "report",
             f"the report compares the target {target!r} with at least one other model, and the spec has "
-            f"only {models}: add a model (e.g. [models.lambdamart] model = \"lambdamart\"), or train one "
+            f'only {models}: add a model (e.g. [models.lambdamart] model = "lambdamart"), or train one '
             "model with `ctxrank train`",
         )
     test = d.get("test", DEFAULT_TEST[protocol])

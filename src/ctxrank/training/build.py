@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData, missing_message
 from ctxrank.models.base import RankingModule
@@ -15,9 +17,15 @@ from ctxrank.models.missing import MissingIndicator
 from ctxrank.models.residual import Residual
 from ctxrank.registry import is_baseline, make_model, reads_missing
 
-__all__ = ["build_model", "missing_problem"]
+__all__ = ["build_model", "missing_handling", "missing_problem"]
 
-_FILL = "fill them when reading (null_fill = query_min, letor_min or a number)"
+_FILL = "fill them when reading (null_fill = query_min, letor_min or a number: --null-fill RULE)"
+
+#: how ``null_fill`` filled a missing value, for :func:`missing_handling`'s line
+_FILLED = {
+    "query_min": "filled with the feature's minimum over the query's other items (null_fill = query_min)",
+    "letor_min": "filled with min(the query's minimum, 0) (null_fill = letor_min)",
+}
 
 
 def missing_problem(config: RunConfig, data: RankingData | None) -> str | None:
@@ -36,8 +44,53 @@ def missing_problem(config: RunConfig, data: RankingData | None) -> str | None:
     return missing_message(
         data,
         f"{model} does not read missing values by itself",
-        f"set train.missing = 'indicator' (a learned fill and a missing indicator per feature), or {_FILL}",
+        "set train.missing = 'indicator' (--set train.missing=indicator: a learned fill and a missing "
+        f"indicator per feature), or {_FILL}",
     )
+
+
+def missing_handling(config: RunConfig, splits: Sequence[Any]) -> dict[str, Any] | None:
+    """What a run does with the missing feature values of its ``splits`` (RankingData; None and
+    streams skipped): ``{"cells", "columns", "kept", "filled", "how", "text"}``, ``text`` the line
+    ``ctxrank train`` prints (``"12 missing cells in 2 columns: kept missing (NaN) for lambdamart, which
+    reads them"``); None when there is none. Call it after :func:`missing_problem` found none."""
+    kept = filled = columns = 0
+    nan_columns: Any = None
+    null_fill = None
+    read = set()  # the splits of one file (--data split at random) share its reader's counts
+    for data in splits:
+        if not isinstance(data, RankingData):
+            continue
+        info = data.info
+        whole = info.get("split_of", data.source)
+        if info.get("null_filled") and whole not in read:
+            read.add(whole)
+            filled += int(info["null_filled"])
+            null_fill = info.get("null_fill", null_fill)
+            columns = max(columns, int(info.get("missing_columns", 0)))
+        nan = np.isnan(data.features)
+        if nan.any():
+            kept += int(nan.sum())
+            found = nan.any(axis=0)
+            nan_columns = (
+                found if nan_columns is None or nan_columns.shape != found.shape else nan_columns | found
+            )
+    if kept + filled == 0:
+        return None
+    parts = []
+    if kept:
+        if config.train.missing == "indicator":
+            how = "kept missing (NaN): the model learns a fill and a missing indicator per feature"
+        else:
+            how = f"kept missing (NaN) for {config.model}, which reads them (LightGBM)"
+        parts.append(how if not filled else f"{kept:,} {how}")
+        columns = max(columns, int(nan_columns.sum()))
+    if filled:
+        how = _FILLED.get(null_fill, f"filled with {null_fill}" if null_fill is not None else "filled")
+        parts.append(how if not kept else f"{filled:,} {how}")
+    cells = kept + filled
+    text = f"{cells:,} missing cell(s) in {columns} column(s): " + "; ".join(parts)
+    return {"cells": cells, "columns": columns, "kept": kept, "filled": filled, "text": text}
 
 
 def build_model(

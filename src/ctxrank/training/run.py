@@ -64,7 +64,7 @@ from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, me
 from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Baseline, get_model
-from ctxrank.training.build import build_model, missing_problem
+from ctxrank.training.build import build_model, missing_handling, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.diagnostics import report, worse_than_initial
@@ -204,6 +204,11 @@ def run_training(
             raise ValueError(problem)
     check_reads_categorical(config.model, tuple(getattr(train, "categorical_names", ()) or ()))
     entry = get_model(config.model)
+    handling = missing_handling(config, (train, valid, test))
+    if handling is not None:  # said and recorded: what was done with how many missing cells
+        if log is not None:
+            log(handling["text"])
+        meta = {**(meta or {}), "missing": handling}
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
