@@ -319,39 +319,9 @@ REFUSALS: list[tuple[tuple, str]] = [
     (("*", "duplicate-docids", "*", "trec"), r"duplicate|twice|more than once"),
 ]
 
-MISSING = frozenset({"missing", "missing-indicator"})
-FILLED = (
-    "a table's missing cells are filled with 0 by ctxrank train / experiment / predict: NaN never "
-    "reaches the model"
-)
-PIPELINE_NAMES = "named-column pipeline export failing (GlobalMinMax was fitted on other features)"
-
 #: cells that fail today because of known defects (strict: each must fail). Delete an entry with its
 #: fix; the first matching row gives the reason.
-KNOWN_BROKEN: list[tuple[tuple, str]] = [
-    # ctxrank train / experiment fill a table's missing cells with 0: the models that must refuse NaN
-    # train, and the graphs / server that read NaN disagree with predict
-    ((frozenset({"cli", "spec"}), "missing", frozenset(TRAINEES) - READ_NAN, "*"), FILLED),
-    ((frozenset({"cli", "spec"}), "missing-indicator", BASELINES - READ_NAN, "*"), FILLED),
-    (("cli", "missing-indicator", NEURAL, frozenset({"onnx", "torchscript", "serve"})), FILLED),
-    (("cli", "missing-indicator", "rerank", frozenset({"onnx", "serve"})), FILLED),
-    (("numpy", MISSING, "*", "trec"), FILLED),  # the estimator read NaN, ctxrank predict 0
-    (("two-entrances", MISSING, "*", "same-model"), FILLED),
-    # the estimators refuse a DataFrame with NaN (LambdaMART, train.missing = "indicator"), and the
-    # re-ranking pipeline refuses NaN in arrays too
-    (("frame", "missing", READ_NAN, "*"), "estimators refuse a DataFrame with NaN"),
-    (
-        ("frame", "missing-indicator", READ_NAN | NEURAL | {"rerank"}, "*"),
-        "estimators refuse a DataFrame with NaN",
-    ),
-    (
-        ("numpy", "missing-indicator", "rerank", "*"),
-        "RerankPipeline refuses NaN arrays with missing='indicator'",
-    ),
-    # the re-ranking pipeline's normalizer checks the feature names: a pipeline trained on named
-    # columns does not export, and one fitted on NumPy arrays does not read a table
-    (("numpy", TABLES, "rerank", "trec"), PIPELINE_NAMES),
-]
+KNOWN_BROKEN: list[tuple[tuple, str]] = []  # none today
 
 
 def _refusal(cell: Cell) -> str | None:

@@ -122,8 +122,14 @@ def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> No
     if is_baseline(est.model_name()):
         fix = "impute X first, or use LambdaMARTRanker (LightGBM reads missing values)"
     else:
+        reranker = est.reranker_estimator() if hasattr(est, "reranker_estimator") else None
+        option = (
+            f'{name}(missing="indicator")'
+            if reranker is None
+            else f'{name}(reranker={type(reranker).__name__}(missing="indicator"))'
+        )
         fix = (
-            f'fit {name}(missing="indicator") (a learned fill and a missing indicator per feature), '
+            f"fit {option} (a learned fill and a missing indicator per feature), "
             "impute X first, or use LambdaMARTRanker"
         )
     raise ValueError(

@@ -72,6 +72,16 @@ class RerankPipeline(Ranker):
     def model_name(self) -> str:
         return self._parts()[1].model_name()
 
+    def reranker_estimator(self) -> Any:
+        """The re-ranker's estimator (``reranker``, or the default ``QILCMRanker()``)."""
+        return self._parts()[1]
+
+    @property
+    def missing(self) -> str:
+        """The re-ranker's ``missing``: how the pipeline's neural model reads NaN (its initial ranker,
+        LambdaMART, reads NaN itself)."""
+        return getattr(self.reranker_estimator(), "missing", "native")
+
     def run_config(self) -> RunConfig:
         check_int("top_k", self.top_k)  # the pipeline's own parameters, named as the caller knows them
         check_crossfit("crossfit", self.crossfit)

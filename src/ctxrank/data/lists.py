@@ -454,9 +454,8 @@ def truncate_top_k(
             features[a : a + step, :f] = data.features[rows[a : a + step]]
         for j, column in enumerate(extra):
             features[:, f + j] = column
-    if extra:
-        base = names or tuple(f"f{i}" for i in range(1, data.n_features + 1))
-        names = (*base, *extra_names)
+    if extra:  # unnamed features (arrays) get "" (no invented name for a fitted normalizer to bind)
+        names = (*(names or ("",) * data.n_features), *extra_names)
     info = dict(data.info)
     info["truncated_items"] = info.get("truncated_items", 0) + int(n - rows.size)
     truncated = RankingData(

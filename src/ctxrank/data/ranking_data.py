@@ -496,7 +496,7 @@ def missing_message(data: RankingData, reader: str, fix: str) -> str | None:
         return None
     nan = np.isnan(data.features)
     r, c = np.argwhere(nan)[0]
-    name = data.feature_names[c] if data.feature_names else f"column {c}"
+    name = (data.feature_names[c] if data.feature_names else "") or f"column {c}"
     return (
         f"{data.source or 'data'}: {int(nan.sum()):,} missing feature value(s) (NaN; first: feature {name} "
         f"of row {int(r)}); {reader}: {fix}"

@@ -170,12 +170,13 @@ class Transform:
                     f"{type(self).__name__} was fitted on {self.n_features_in_} features, "
                     f"got data with {data.n_features}"
                 )
-            if self.feature_names_in_ and data.feature_names and data.feature_names != self.feature_names_in_:
-                diff = next(
-                    i
-                    for i, (a, b) in enumerate(zip(self.feature_names_in_, data.feature_names, strict=True))
-                    if a != b
-                )
+            differ = [  # "" = an unnamed feature (fitted on arrays): its position is its name
+                i
+                for i, (a, b) in enumerate(zip(self.feature_names_in_ or (), data.feature_names or (), strict=False))
+                if a and b and a != b
+            ]
+            if differ:
+                diff = differ[0]
                 raise ValueError(
                     f"{type(self).__name__} was fitted on other features: feature {diff} is "
                     f"{data.feature_names[diff]!r}, expected {self.feature_names_in_[diff]!r}"
