@@ -1183,3 +1183,24 @@ def test_a_spec_training_a_numeric_only_baseline_on_categorical_columns_is_refus
     with pytest.raises(ValueError, match=rf"\[models\.m\].*{model} uses numeric features only.*airline"):
         ExperimentSpec.from_dict(d)
     ExperimentSpec.from_dict({**d, "models": {"n": {"model": "lambdamart"}, "o": {"model": "mlp"}}})
+
+
+def test_an_experiment_prints_every_training_warning_its_runs_recorded():
+    """A warning recorded in a run's summary (a re-ranker worse than its initial ranker, ...) is printed
+    with the run it belongs to, in run order, instead of staying in the run files."""
+    from types import SimpleNamespace
+
+    from ctxrank.cli.experiment import training_warnings
+
+    summaries = {("qilcm", 0, 1): {"warnings": ["qilcm: the re-ranker is worse than its initial ranker"]},
+                 ("qilcm", 1, 1): {}, ("mlp", 1, 1): {"warnings": ["a stalled run", "cut while improving"]}}
+    spec = SimpleNamespace(run_keys=lambda: [(0, 1), (1, 1)], run_names=lambda: ["mlp", "qilcm"])
+    store = SimpleNamespace(
+        has_run=lambda m, s, f: (m, s, f) in summaries,
+        load_run=lambda m, s, f: {"summary": summaries[m, s, f]},
+    )
+    assert training_warnings(spec, store) == [
+        "qilcm seed 0 fold 1: the re-ranker is worse than its initial ranker",
+        "mlp seed 1 fold 1: a stalled run",
+        "mlp seed 1 fold 1: cut while improving",
+    ]

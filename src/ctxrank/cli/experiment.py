@@ -253,10 +253,29 @@ def _run_and_report(
         store = run_experiment(loaded, where, progress=progress, log=_say, shard=shard, executor=runner)
     build_report(loaded, store, where)
     sys.stdout.write("\n" + (where / "table.md").read_text())
+    warned = training_warnings(loaded, store)
+    if warned:
+        _say(f"\ntraining warnings ({len(warned)}; recorded in each run's summary):")
+        for line in warned:
+            _say(f"  {line}")
     figures = sorted(p.name for p in where.glob("*.png"))
     shown = "".join(f", {name}" for name in figures)
     _say(f"\nreport: {where}/results.json, table.md, table.csv{shown}")
     return store
+
+
+def training_warnings(spec: Any, store: RunStore) -> list[str]:
+    """``"MODEL seed S fold F: MESSAGE"`` for every warning a stored run's training recorded (a re-ranker
+    worse than its initial ranker, a run cut while improving, a stalled run, ...), in run order."""
+    found = []
+    for seed, fold in spec.run_keys():
+        for model in spec.run_names():
+            if store.has_run(model, seed, fold):
+                summary = store.load_run(model, seed, fold).get("summary") or {}
+                for warning in summary.get("warnings") or ():
+                    text = warning.removeprefix(f"{model}: ")  # the message names its model first
+                    found.append(f"{model} seed {seed} fold {fold}: {text}")
+    return found
 
 
 # ------------------------------------------------------------------------------------------- demo

@@ -170,10 +170,9 @@ class Transform:
                     f"{type(self).__name__} was fitted on {self.n_features_in_} features, "
                     f"got data with {data.n_features}"
                 )
+            fitted, given = self.feature_names_in_ or (), data.feature_names or ()
             differ = [  # "" = an unnamed feature (fitted on arrays): its position is its name
-                i
-                for i, (a, b) in enumerate(zip(self.feature_names_in_ or (), data.feature_names or (), strict=False))
-                if a and b and a != b
+                i for i, (a, b) in enumerate(zip(fitted, given, strict=False)) if a and b and a != b
             ]
             if differ:
                 diff = differ[0]
