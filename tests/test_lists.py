@@ -205,7 +205,7 @@ def test_truncate_top_k_larger_than_lists_and_score_feature():
     h = feature_hash(d.features)
     assert rows.tolist() == [1, 0, 4, *sorted([2, 3], key=lambda r: h[r])]  # whole lists, by score
     assert t.n_items == d.n_items and t.query_offsets.tolist() == d.query_offsets.tolist()
-    assert t.feature_names == ("f1", "f2", "f3", "initial_rank", "initial_score")
+    assert t.feature_names == ("", "", "", "initial_rank", "initial_score")  # unnamed stay unnamed
     assert t.features[:, 3].tolist() == [1, 2, 1, 2.5, 2.5]
     assert t.features[:, 4].tolist() == [3, 1, 5, 2, 2]
     t0, _ = truncate_top_k(d, scores, k=1)

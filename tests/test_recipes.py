@@ -22,7 +22,7 @@ from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor, prepare_split
-from ctxrank.training.run import _keep_initial_if_better, run_training
+from ctxrank.training.run import _keep_initial_if_better, _mean_metric, run_training
 
 from .conftest import make_ranking_data
 
@@ -150,14 +150,15 @@ def test_residual_keeps_the_initial_order_unless_validation_gains(splits):
         model.gate.fill_(0.7)
     perfect = valid.labels.astype(np.float32)  # initial scores that rank perfectly: NDCG 1
     summary = {"best_valid_metric": 0.8, "best_epoch": 3}
-    info = _keep_initial_if_better(model, valid, perfect, TrainConfig(), summary)
+    tc = TrainConfig()
+    info = _keep_initial_if_better(model, _mean_metric(perfect, valid, tc), tc, summary)
     assert info == {"initial_valid_metric": 1.0, "kept_initial": True}
     assert model.gate.item() == 0.0 and summary["best_epoch"] == 0 and summary["best_valid_metric"] == 1.0
     with torch.no_grad():
         model.gate.fill_(0.7)
     worse = -perfect  # initial scores that rank worst
     summary = {"best_valid_metric": 0.8, "best_epoch": 3}
-    assert not _keep_initial_if_better(model, valid, worse, TrainConfig(), summary)["kept_initial"]
+    assert not _keep_initial_if_better(model, _mean_metric(worse, valid, tc), tc, summary)["kept_initial"]
     assert model.gate.item() == pytest.approx(0.7) and summary["best_epoch"] == 3
 
 

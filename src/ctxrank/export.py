@@ -573,8 +573,6 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         rr = predictor.meta
         n = int(predictor.initial.n_features)
         file_meta["feature_names"] = file_meta["feature_names"][:n]  # the initial ranker's: raw features
-    if not all(file_meta["feature_names"]):  # "" = fitted on unnamed arrays: the columns go by position
-        file_meta["feature_names"] = []
         file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
         file_meta["rerank"]["trees"] = int(predictor.initial.best_iteration_)
         file_meta["output"] = [
@@ -586,6 +584,8 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
             f"trees, the top {rr['top_k']} cut with ctxrank's tie rule, the re-ranker, the merge); the "
             "scores are -rank, equal to ctxrank predict's."
         )
+    if not all(file_meta["feature_names"]):  # "" = fitted on unnamed arrays: the columns go by position
+        file_meta["feature_names"] = []
     return file_meta, notes
 
 

@@ -157,6 +157,30 @@ def check_reads_categorical(model: str, categorical: Sequence[str]) -> None:
         )
 
 
+
+def _check_data(
+    config: RunConfig,
+    train: RankingData | ShardStream,
+    valid: RankingData,
+    test: RankingData | None,
+    meta: dict[str, Any] | None,
+    log: Any,
+) -> dict[str, Any] | None:
+    """The splits against what ``config``'s model reads, before any work: missing values (NaN) under
+    ``train.missing`` (a stream reads a missing value as 0) and categorical columns; what is done with
+    the missing cells is said (``log``) and returned in ``meta["missing"]``."""
+    for split in (valid, test) if isinstance(train, ShardStream) else (train, valid, test):
+        problem = missing_problem(config, split)
+        if problem is not None:
+            raise ValueError(problem)
+    check_reads_categorical(config.model, tuple(getattr(train, "categorical_names", ()) or ()))
+    handling = missing_handling(config, (train, valid, test))
+    if handling is None:
+        return meta
+    if log is not None:
+        log(handling["text"])
+    return {**(meta or {}), "missing": handling}
+
 def run_training(
     config: RunConfig,
     train: RankingData | ShardStream,
@@ -197,18 +221,8 @@ def run_training(
     t0 = time.perf_counter()
     if isinstance(train, ShardStream):
         check_streaming(config, train)
-    # missing values (NaN) under train.missing, before any work (a stream reads a missing value as 0)
-    for split in (valid, test) if isinstance(train, ShardStream) else (train, valid, test):
-        problem = missing_problem(config, split)
-        if problem is not None:
-            raise ValueError(problem)
-    check_reads_categorical(config.model, tuple(getattr(train, "categorical_names", ()) or ()))
+    meta = _check_data(config, train, valid, test, meta, log)
     entry = get_model(config.model)
-    handling = missing_handling(config, (train, valid, test))
-    if handling is not None:  # said and recorded: what was done with how many missing cells
-        if log is not None:
-            log(handling["text"])
-        meta = {**(meta or {}), "missing": handling}
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
         metrics = CHOICE_METRICS if choice else EVAL_METRICS
