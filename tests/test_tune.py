@@ -816,3 +816,28 @@ def test_a_trial_configuration_is_a_typed_deep_copy_of_the_base():
     assert d["model_params"]["hidden"] == (8, 4) and isinstance(d["model_params"]["hidden"], tuple)
     d["train"]["max_epochs"] = 9
     assert base["train"]["max_epochs"] == 2 and d["model_params"] is not base["model_params"]
+
+
+def test_a_trials_training_warnings_are_shown_on_its_own_lines():
+    """A trial's training warnings (recorded in its summary, not issued loose between trials' lines,
+    where they read as the previous trial's) follow its line, named by its number."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from ctxrank.tune import _progress
+
+    said = []
+    trial = SimpleNamespace(
+        number=4,
+        state=optuna.trial.TrialState.COMPLETE,
+        value=0.5,
+        params={"train.lr": 0.001},
+        intermediate_values={},
+        user_attrs={"summary": {"warnings": ["mlp: training stopped at train.max_epochs = 2 ..."]}},
+    )
+    _progress(said.append, "ndcg@10", None)(None, trial)
+    assert said == [
+        "trial 4: valid ndcg@10 0.5000; train.lr=0.001",
+        "  trial 4 warning: mlp: training stopped at train.max_epochs = 2 ...",
+    ]

@@ -77,6 +77,7 @@ from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
 from ctxrank.registry import Baseline, get_model
+from ctxrank.training.diagnostics import TrainingWarning
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
@@ -126,7 +127,7 @@ LOSS_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     "neuralndcg": {"loss_params.tau": ("log", 0.1, 10.0)},
 }
 #: a trial's summary entries kept in the study (neural: epochs; baselines: their selection)
-SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds")
+SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds", "warnings")
 
 
 def _stored(value: Any) -> Any:
@@ -492,6 +493,8 @@ class _Job:
         with warnings.catch_warnings():
             if self.order_warned:  # shown by the first trial, not repeated by each of the others
                 warnings.filterwarnings("ignore", message=ROW_ORDER_WARNING, category=UserWarning)
+            # recorded in the summary's "warnings" and shown on the trial's line, not as loose lines
+            warnings.simplefilter("ignore", TrainingWarning)
             result = run_training(
                 config,
                 self.train,
@@ -615,6 +618,8 @@ def _progress(
             value = f"pruned at epoch {step} (valid {metric} {trial.intermediate_values[step]:.4f})"
         params = ", ".join(f"{k}={_shown(v)}" for k, v in trial.params.items())
         say(f"trial {trial.number}: {value}; {params}")
+        for warning in trial.user_attrs.get("summary", {}).get("warnings") or ():
+            say(f"  trial {trial.number} warning: {warning}")
         if on_trial is not None:
             on_trial(trial)
 
