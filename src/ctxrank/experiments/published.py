@@ -201,7 +201,9 @@ VALUES = {
     ),
     "difference": (
         ("MODEL", "OTHER", "METRIC"),
-        lambda res, model, other, metric: f"{float(_mean(res, model, metric)) - float(_mean(res, other, metric)):+.4f}",
+        lambda res, model, other, metric: (
+            f"{float(_mean(res, model, metric)) - float(_mean(res, other, metric)):+.4f}"
+        ),
     ),
     "change": (
         ("MODEL", "METRIC", "OTHER"),
