@@ -253,6 +253,10 @@ def test_an_inline_value_in_prose_is_regenerated_from_its_evidence(evidence, tmp
         "value: tiny p-corrected mnl lambdamart ndcg@10": f"{c['p_adjusted']:.2g}",
         "value: tiny improvement mnl lambdamart ndcg@10": f"{c['improvement_pct']:+.2f}%",
         "value: tiny ci mnl lambdamart ndcg@10": f"[{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}]",
+        "value: tiny difference mnl lambdamart ndcg@10": "{:+.4f}".format(
+            float(f"{res['table']['mnl']['ndcg@10']['mean']:.4f}")
+            - float(f"{res['table']['lambdamart']['ndcg@10']['mean']:.4f}")
+        ),
         "value: tiny change mnl ndcg@10 tiny2": "+0.0000",
     }
     page = "".join(f"A figure (<!-- evidence {n} -->{v}<!-- /evidence -->).\n" for n, v in expected.items())
@@ -602,23 +606,26 @@ def test_the_demo_prints_its_comparison_with_the_stored_evidence(monkeypatch, tm
     assert capsys.readouterr().out.endswith("identical to the stored evidence evidence/demo\n")
 
 
-#: the results prose checked for figures outside generated blocks: (page, its sections by heading; None:
-#: the whole page). The other sections of the results pages still state figures of their own (tables of
-#: runs not stored, history, the papers' numbers) and are not covered yet.
-RESULTS_PROSE = {
-    "README.md": None,
-    "docs/index.md": None,
-    "docs/reproduction.md": ("At a glance", "How to regenerate", "Which lever moved", "Status and evidence"),
-    "docs/context-models.md": ("The models", "The comparison: every context model", "Real choice data"),
-    "docs/choice.md": ("Real data", "Models", "Results on real data", "ModeCanada", "SwissMetro", "Car"),
-    "docs/benchmarks.md": ("GPU",),
+#: every page whose figures are checked: the README and every page of docs/, every section
+def _pages() -> list:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+#: figures that are no result of ctxrank, each with why: a page states them as configuration or identity
+NOT_RESULTS = {
+    "3.11": "the Python version ctxrank needs",
+    "1306.2597": "MQ2008's arXiv id (LETOR 4.0)",
+    "0.05": "the significance level the reports test at",
 }
-#: figures in that prose that are no result: Python's version, MQ2008's arXiv id, the significance level
-NOT_RESULTS = {"3.11", "1306.2597", "0.05"}
-_FIGURE = re.compile(r"(?<![\w.])\d+\.\d{2,}(?=x?(?![\w.]))")  # 0.037, 0.6714, 1.55x: two decimals or more
+#: a figure: two decimals or more (0.037, 0.6714, 1.55x), a sentence's full stop after it included
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d{2,}(?=x?(?!\w|\.\d))")
 _GENERATED = re.compile(
     r"<!-- evidence[^>]*-->.*?<!-- /evidence -->|<!-- (bench-[a-z-]+)[^>]*-->.*?<!-- /\1 -->", re.S
 )
+#: an inline code span: within a paragraph, over line breaks too
+_CODE_SPAN = re.compile(r"`(?:[^`\n]|\n(?!\s*\n))*`")
+#: a span (a figure, a sentence or a table) quoting another work's numbers, naming its source
+QUOTED = re.compile(r"<!-- quoted: (?P<source>[^>]*?) -->.*?<!-- /quoted -->", re.S)
 
 
 def _prose(text: str) -> str:
@@ -630,41 +637,37 @@ def _prose(text: str) -> str:
             fenced = not fenced
             line = ""
         lines.append("" if fenced else line)
-    text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`\n]*`", "", "\n".join(lines)))
+    text = re.sub(_CODE_SPAN, lambda m: "\n" * m.group(0).count("\n"), "\n".join(lines))
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    for span in QUOTED.finditer(text):
+        assert span.group("source").strip(), f"a quoted span names no source: {span.group(0)[:80]!r}"
+    text = QUOTED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     return _GENERATED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
 
 
-def _sections(text: str, headings: tuple[str, ...] | None) -> list[str]:
-    """The sections of ``text`` whose heading starts with one of ``headings`` (a section's own text, up to
-    the next heading of any level); all of ``text`` for None."""
-    if headings is None:
-        return [text]
-    found = []
-    for heading in headings:
-        m = re.search(rf"^(#+) {re.escape(heading)}", text, flags=re.M)
-        assert m, f"no section {heading!r}"
-        end = re.search(r"^#+ ", text[m.end() :], flags=re.M)
-        found.append(text[m.start() : m.end() + (end.start() if end else len(text))])
-    return found
-
-
-def test_results_prose_states_no_figure_the_evidence_does_not_give():
-    """A figure in the prose of the results pages sits in a block regenerated from the evidence (a table
-    or an inline value): a decimal with two or more decimals outside one fails, unless it is no result
-    (:data:`NOT_RESULTS`)."""
+def test_no_page_states_a_figure_the_evidence_does_not_give():
+    """A figure on any page (the README, every page of docs/, every section, tables included) sits in a
+    block regenerated from the evidence (a table or an inline value), in code, or in a span quoting
+    another work's numbers with its source (:data:`QUOTED`): a decimal with two or more decimals anywhere
+    else fails, unless it is no result (:data:`NOT_RESULTS`)."""
     stray = []
-    for page, headings in RESULTS_PROSE.items():
-        for section in _sections(_prose((REPO / page).read_text()), headings):
-            for line in section.splitlines():
-                stray += [f"{page}: {m.group(0)} in {line.strip()[:80]!r}" for m in _FIGURE.finditer(line)]
-    stray = [s for s in stray if s.split(": ")[1].split(" in ")[0] not in NOT_RESULTS]
-    assert not stray, "figures outside the generated blocks:\n" + "\n".join(stray)
+    for page in _pages():
+        for number, line in enumerate(_prose(page.read_text()).splitlines(), 1):
+            stray += [
+                f"{page.relative_to(REPO)}:{number}: {m.group(0)} in {line.strip()[:80]!r}"
+                for m in _FIGURE.finditer(line)
+                if m.group(0) not in NOT_RESULTS
+            ]
+    assert not stray, f"{len(stray)} figure(s) outside the generated blocks:\n" + "\n".join(stray)
 
 
 def test_the_prose_check_finds_a_figure_outside_the_blocks():
     page = (
         "## Results\n\nQILCM leads (raw p 0.041, <!-- evidence value: x p a b m -->0.037<!-- /evidence -->"
         ", 1.55x); `0.123` is code.\n\n<!-- evidence: x -->\n| 0.4844 |\n<!-- /evidence -->\n### Sub\n0.99\n"
+        "The paper: <!-- quoted: Liu et al. 2022, Table 2 -->0.4845\n| 0.5012 |<!-- /quoted -->, "
+        "here 0.4790.\n"
     )
-    (section,) = _sections(_prose(page), ("Results",))
-    assert [m.group(0) for m in _FIGURE.finditer(section)] == ["0.041", "1.55"]
+    assert [m.group(0) for m in _FIGURE.finditer(_prose(page))] == ["0.041", "1.55", "0.99", "0.4790"]
+    with pytest.raises(AssertionError, match="names no source"):
+        _prose("<!-- quoted:  -->0.4845<!-- /quoted -->")

@@ -22,7 +22,8 @@ A number in prose is an inline value of one report, printed as its table prints 
 ``KIND ARGS`` (:data:`VALUES`): ``mean MODEL METRIC`` (4 decimals), ``p TARGET BASELINE METRIC`` (the raw
 p), ``p-corrected TARGET BASELINE METRIC`` (corrected over the report's family), ``improvement TARGET
 BASELINE METRIC`` (``+1.23%``), ``ci TARGET BASELINE METRIC`` (the CI of the difference,
-``[-0.0026, +0.0028]``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
+``[-0.0026, +0.0028]``), ``difference MODEL OTHER METRIC`` (``MODEL``'s mean minus ``OTHER``'s in the
+same report, ``-0.0222``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
 mean in ``evidence/OTHER``, ``+0.0012``).
 
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
@@ -197,6 +198,12 @@ VALUES = {
     "ci": (
         ("TARGET", "BASELINE", "METRIC"),
         lambda res, *a: "[{:+.4f}, {:+.4f}]".format(*_comparison(res, *a)["ci"]),
+    ),
+    "difference": (
+        ("MODEL", "OTHER", "METRIC"),
+        lambda res, model, other, metric: (
+            f"{float(_mean(res, model, metric)) - float(_mean(res, other, metric)):+.4f}"
+        ),
     ),
     "change": (
         ("MODEL", "METRIC", "OTHER"),
