@@ -677,19 +677,12 @@ def _figures(line: str) -> list:
 #: left; the check fails on such a page once it passes (strict), so that the entry goes with its figures
 FIGURES_LEFT = {
     "docs/choice.md": "fit times and list statistics of the real-data runs",
-    "docs/cli.md": "the demo's run time",
     "docs/context-models.md": "step times, memory and ratios of earlier runs",
     "docs/data.md": "parser and cache times and memory of earlier runs",
-    "docs/experiments.md": "run times of earlier runs",
-    "docs/export.md": "export latency ratios and tolerances",
-    "docs/losses.md": "the Chamfer term's memory and speed-up",
     "docs/metrics.md": "worked examples and timings",
     "docs/models.md": "step times and memory of earlier runs",
     "docs/reproduction.md": "run times and history figures",
-    "docs/reranking.md": "a run's time and a worked example",
-    "docs/serving.md": "limits and latency targets",
     "docs/training.md": "memory and time figures of earlier runs",
-    "docs/tuning.md": "the search spaces and trial times",
 }
 
 
