@@ -676,7 +676,6 @@ def _figures(line: str) -> list:
 #: pages whose result figures without evidence are not all removed or converted yet, each with what is
 #: left; the check fails on such a page once it passes (strict), so that the entry goes with its figures
 FIGURES_LEFT = {
-    "docs/choice.md": "fit times and list statistics of the real-data runs",
     "docs/context-models.md": "step times, memory and ratios of earlier runs",
     "docs/data.md": "parser and cache times and memory of earlier runs",
     "docs/reproduction.md": "run times and history figures",
