@@ -677,7 +677,6 @@ def _figures(line: str) -> list:
 #: left; the check fails on such a page once it passes (strict), so that the entry goes with its figures
 FIGURES_LEFT = {
     "docs/context-models.md": "step times, memory and ratios of earlier runs",
-    "docs/data.md": "parser and cache times and memory of earlier runs",
     "docs/reproduction.md": "run times and history figures",
 }
 
