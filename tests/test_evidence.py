@@ -676,23 +676,7 @@ def _figures(line: str) -> list:
     ]
 
 
-#: pages whose result figures without evidence are not all removed or converted yet, each with what is
-#: left; the check fails on such a page once it passes (strict), so that the entry goes with its figures
-FIGURES_LEFT = {
-    "docs/reproduction.md": "run times and history figures",
-}
-
-
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(
-            page,
-            marks=[pytest.mark.xfail(reason=FIGURES_LEFT[page], strict=True)] if page in FIGURES_LEFT else [],
-        )
-        for page in [str(page.relative_to(REPO)) for page in _pages()]
-    ],
-)
+@pytest.mark.parametrize("page", [str(page.relative_to(REPO)) for page in _pages()])
 def test_no_page_states_a_figure_the_evidence_does_not_give(page):
     """A figure on any page (the README, every page of docs/, every section, tables included) sits in a
     block regenerated from the evidence (a table or an inline value), in code, or in a span quoting
