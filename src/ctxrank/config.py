@@ -83,13 +83,14 @@ class TrainConfig:
         patience: epochs without an improvement of at least ``min_delta`` before stopping.
         min_delta: smallest validation improvement that counts.
         metric: validation metric for early stopping and model selection (``ndcg@10``, ``map``, ...).
-        no_relevant: value of the metric for a validation query with no relevant item (0.0, 1.0, "skip").
+        no_relevant: value of the metric for a validation query with no relevant item (``0.0``, ``1.0``,
+            ``"skip"``).
         clip_grad_norm: clip the global gradient norm to this value (None = no clipping).
         seed: seeds torch and the batch shuffling generator.
         threads: torch CPU threads (None = leave torch's default).
         eval_batch_size: queries per batch when scoring (no gradients): validation, the test split and
             a trained model's ``predict``; on the CPU a batch also holds at most 16,384 padded items and
-            512 MiB of estimated memory.
+            ``512 MiB`` of estimated memory.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         precision: ``"fp32"``; ``"bf16"`` (autocast to bfloat16, CPU or CUDA) or ``"fp16"`` (CUDA only,
             autocast with a gradient scaler). Losses and metrics stay float32 (autocast keeps softmax,
@@ -120,10 +121,10 @@ class TrainConfig:
             ``malloc_trim``; nothing on other C libraries): ``"epoch"`` (default) after each epoch,
             ``"step"`` after every optimizer step too. A step frees its activations, but glibc keeps
             the pages of the freed blocks it cannot return, and the next step's tensors rarely fit
-            those holes exactly: ``"step"`` lowers a training stage's peak resident set (the full-size
-            WEB30K-shaped run, one thread: 80 MiB lower for DCM to 255 for DLCM) and costs the pages
-            faulted in again (QILCM's, DCM's and ``attn``'s epochs 13-21% longer, DLCM's no longer;
-            docs/benchmarks.md). It changes no number: a run may resume under the other value.
+            those holes exactly: ``"step"`` lowers a training stage's peak resident set and costs the
+            pages faulted in again, which slows the models of short steps (the two stored full-size
+            WEB30K-shaped runs of docs/benchmarks.md). It changes no number: a run may resume under the
+            other value.
     """
 
     lr: float = 1e-3

@@ -203,7 +203,7 @@ def listnet(
     """ListNet: cross entropy between top-one probabilities of labels and scores (Cao et al. 2007).
 
     With the top-one probability ``P_s(j) = phi(s_j) / sum_k phi(s_k)`` and ``phi = exp`` (ListNet
-    paper, section 3.1-3.2), the loss of a list is
+    paper, sections 3.1 and 3.2), the loss of a list is
 
         ``L = - sum_j P_y(j) log P_s(j)``,  ``log P_s = log_softmax(s / temperature)``
 
@@ -468,7 +468,7 @@ def softrank(
 
     Cost and memory (``R = min(k, L)``): ``L`` sequential steps of O(B L R) each (no Python loop over
     lists or pairs), the ``(B, L, L)`` pairwise table, and about ``2 sqrt(L)`` checkpointed states of
-    ``(B, L, R)`` for backward. E.g. B = 80, L = 100, float32: 3.2 MB per state. A cutoff ``k`` makes it
+    ``(B, L, R)`` for backward, ``B * L * R * 4`` bytes each in float32. A cutoff ``k`` makes it
     cheaper and is exact for NDCG@k.
 
     Args:

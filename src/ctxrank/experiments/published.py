@@ -23,7 +23,8 @@ A number in prose is an inline value of one report, printed as its table prints 
 p), ``p-corrected TARGET BASELINE METRIC`` (corrected over the report's family), ``improvement TARGET
 BASELINE METRIC`` (``+1.23%``), ``ci TARGET BASELINE METRIC`` (the CI of the difference,
 ``[-0.0026, +0.0028]``), ``difference MODEL OTHER METRIC`` (``MODEL``'s mean minus ``OTHER``'s in the
-same report, ``-0.0222``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
+same report, ``-0.0222``), ``relative MODEL OTHER METRIC`` (``MODEL``'s mean relative to ``OTHER``'s
+in the same report, ``+4.94%``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
 mean in ``evidence/OTHER``, ``+0.0012``).
 
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
@@ -176,6 +177,15 @@ def _comparison(res: dict[str, Any], target: str, baseline: str, metric: str) ->
     return found[0]
 
 
+def _relative(res: dict[str, Any], model: str, other: str, metric: str) -> float:
+    """``MODEL``'s mean relative to ``OTHER``'s in the same report, in percent (``+4.94`` = 4.94% above)."""
+    _mean(res, model, metric), _mean(res, other, metric)  # both present, or a clear error
+    mean, reference = res["table"][model][metric]["mean"], res["table"][other][metric]["mean"]
+    if reference == 0:
+        raise ValueError(f"{res['name']}: the mean of {other} on {metric} is 0, no relative difference")
+    return 100 * (mean / reference - 1)
+
+
 def _mean(res: dict[str, Any], model: str, metric: str) -> str:
     if metric not in res["table"].get(model, {}):
         raise ValueError(f"{res['name']}: no mean of {model} on {metric} (models: {sorted(res['table'])})")
@@ -204,6 +214,10 @@ VALUES = {
         lambda res, model, other, metric: (
             f"{float(_mean(res, model, metric)) - float(_mean(res, other, metric)):+.4f}"
         ),
+    ),
+    "relative": (
+        ("MODEL", "OTHER", "METRIC"),
+        lambda res, model, other, metric: f"{_relative(res, model, other, metric):+.2f}%",
     ),
     "change": (
         ("MODEL", "METRIC", "OTHER"),

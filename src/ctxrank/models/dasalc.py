@@ -117,7 +117,7 @@ class DASALCConfig:
     head_size: width of one head; the attention tower is ``heads * head_size`` wide.
     dropout: dropout probability after every hidden layer, every attention block and the latent cross.
     batch_norm_momentum: weight of the current batch in the running statistics of the batch norms
-        (torch's convention: TensorFlow's decay 0.9 is 0.1).
+        (torch's convention: TensorFlow's decay ``0.9`` is ``0.1``).
     """
 
     #: the search space of ``ctxrank tune``: run-config key -> distribution (format: ``ctxrank.tune``);
