@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxrank.experiments.evidence import rebuild_report
-from ctxrank.experiments.report import _fmt_p, _p_text
+from ctxrank.experiments.report import _fmt_p, _p_text, fmt_ci, fmt_improvement
 
 __all__ = [
     "VALUES",
@@ -155,7 +155,7 @@ def summary_table(target: str, baseline: str, metrics: list[str], reports: dict[
         if missing:
             raise ValueError(f"evidence/{name}: no comparison of {target} with {baseline} on {missing}")
         mean = {m: " / ".join(f"{table[m][k]['mean']:.4f}" for k in metrics) for m in (baseline, target)}
-        gain = " / ".join(f"{found[k]['improvement_pct']:+.2f}%" for k in metrics)
+        gain = " / ".join(fmt_improvement(found[k]["improvement_pct"]) for k in metrics)
         correction = res["test"]["correction"]
         p = " / ".join(_p_text(found[k], correction) for k in metrics)
         isa = "/".join(res["compute"].get("cpu_capability", ["unrecorded"]))
@@ -186,6 +186,13 @@ def _relative(res: dict[str, Any], model: str, other: str, metric: str) -> float
     return 100 * (mean / reference - 1)
 
 
+def _ci(res: dict[str, Any], target: str, baseline: str, metric: str) -> str:
+    ci = _comparison(res, target, baseline, metric)["ci"]
+    if ci is None:
+        raise ValueError(f"{res['name']}: no confidence interval of {target} against {baseline} on {metric}")
+    return fmt_ci(ci)
+
+
 def _mean(res: dict[str, Any], model: str, metric: str) -> str:
     if metric not in res["table"].get(model, {}):
         raise ValueError(f"{res['name']}: no mean of {model} on {metric} (models: {sorted(res['table'])})")
@@ -203,12 +210,9 @@ VALUES = {
     ),
     "improvement": (
         ("TARGET", "BASELINE", "METRIC"),
-        lambda res, *a: f"{_comparison(res, *a)['improvement_pct']:+.2f}%",
+        lambda res, *a: fmt_improvement(_comparison(res, *a)["improvement_pct"]),
     ),
-    "ci": (
-        ("TARGET", "BASELINE", "METRIC"),
-        lambda res, *a: "[{:+.4f}, {:+.4f}]".format(*_comparison(res, *a)["ci"]),
-    ),
+    "ci": (("TARGET", "BASELINE", "METRIC"), lambda res, *a: _ci(res, *a)),
     "difference": (
         ("MODEL", "OTHER", "METRIC"),
         lambda res, model, other, metric: (

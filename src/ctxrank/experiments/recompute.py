@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxrank.experiments.report import _fmt_p
+from ctxrank.experiments.report import _fmt_p, fmt_ci, fmt_improvement
 
 __all__ = ["context_differences", "recomputed_text", "table_differences"]
 
@@ -54,12 +54,10 @@ def table_differences(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str
             lines.append(f"{name}: in the stored table only")
             continue
         shown = {
-            "improvement": (f"{c['improvement_pct']:+.2f}%", f"{new['improvement_pct']:+.2f}%"),
+            "improvement": (fmt_improvement(c["improvement_pct"]), fmt_improvement(new["improvement_pct"])),
             "raw p": (_fmt_p(c["p"]), _fmt_p(new["p"])),
             "corrected p": (_fmt_p(c.get("p_adjusted")), _fmt_p(new.get("p_adjusted"))),
-            "CI": tuple(
-                "-" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" for ci in (c.get("ci"), new.get("ci"))
-            ),
+            "CI": tuple(fmt_ci(ci) or "-" for ci in (c.get("ci"), new.get("ci"))),
         }
         lines += [f"{name} {what}: {a} stored, {b} now" for what, (a, b) in shown.items() if a != b]
     return lines

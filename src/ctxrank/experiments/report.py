@@ -30,7 +30,15 @@ from ctxrank.experiments.stats import CORRECTIONS, adjust, mean_std
 from ctxrank.experiments.store import RunStore
 from ctxrank.metrics import metric_convention
 
-__all__ = ["build_report", "collect", "improvement_pct", "query_means", "run_means"]
+__all__ = [
+    "build_report",
+    "collect",
+    "fmt_ci",
+    "fmt_improvement",
+    "improvement_pct",
+    "query_means",
+    "run_means",
+]
 
 
 def collect(spec: ExperimentSpec, store: RunStore) -> tuple[list[tuple[int, int]], dict[str, list[dict]]]:
@@ -89,6 +97,17 @@ def _fmt_p(p: float | None) -> str:
 
 def _fmt_num(x: float | None, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
+
+
+def fmt_improvement(pct: float) -> str:
+    """An improvement (:func:`improvement_pct`) as every table prints it: ``+1.23%``."""
+    return f"{pct:+.2f}%"
+
+
+def fmt_ci(ci: Any) -> str:
+    """A confidence interval of a difference as every table prints it: ``[-0.0026, +0.0028]``; ``""``
+    without one."""
+    return "" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
 
 _ZERO_WIDTH = {
@@ -389,7 +408,8 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     lines.append(
         f"| {target} vs best baseline, improvement | "
         + " | ".join(
-            f"{comp[res['best_baseline'][k], k]['improvement_pct']:+.2f}% ({res['best_baseline'][k]})"
+            f"{fmt_improvement(comp[res['best_baseline'][k], k]['improvement_pct'])} "
+            f"({res['best_baseline'][k]})"
             for k in metrics
         )
         + " |"
@@ -403,7 +423,7 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     unadjusted = "" if corr == "none" else " (unadjusted)"
     lines.append(
         f"| {res['test']['confidence']:.0%} CI of the difference{unadjusted} | "
-        + " | ".join("" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" for ci in cis)
+        + " | ".join(fmt_ci(ci) for ci in cis)
         + " |"
     )
     lines += [
@@ -415,7 +435,9 @@ def _markdown(spec: ExperimentSpec, res: dict[str, Any], test_text: str) -> str:
     lines.append("| baseline | " + " | ".join(metrics) + " |")
     lines.append("|---|" + "---:|" * len(metrics))
     for b in rep.baselines:
-        cells = [f"{comp[b, k]['improvement_pct']:+.2f}% ({_p_text(comp[b, k], corr)})" for k in metrics]
+        cells = [
+            f"{fmt_improvement(comp[b, k]['improvement_pct'])} ({_p_text(comp[b, k], corr)})" for k in metrics
+        ]
         lines.append(f"| {b} | " + " | ".join(cells) + " |")
     if "anomaly" in res:
         an = res["anomaly"]
