@@ -38,9 +38,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 # the bounds of a model config are those of a run config (``_checks``): a trained model is one a model
-# directory may hold; MAX_CONFIG_LIST is re-exported for the loaders
-from ctxrank._checks import MAX_CONFIG_LIST as MAX_CONFIG_LIST
-from ctxrank._checks import model_param_problem
+# directory may hold
+from ctxrank._checks import MAX_CONFIG_LIST, model_param_problem
 from ctxrank._io import claim_output_dir
 
 FORMAT_VERSION = 1
@@ -295,6 +294,19 @@ def meta_strings(
     if n is not None and value and len(value) != n:
         raise ValueError(f"{where}: {name or key!r} must name {n} items, got {len(value)}")
     return value
+
+
+def meta_cardinalities(meta: dict[str, Any], where: Any, *, default: Any = ...) -> list[int]:
+    """``meta["categorical_cardinalities"]``: a list of at most ``MAX_CONFIG_LIST * 64`` code counts (one
+    per categorical column, the unknown code 0 included), each an integer in [1, 2^31 - 1]; ``default``
+    when absent (if given)."""
+    key = "categorical_cardinalities"
+    value = meta.get(key, default)
+    if value is ...:
+        raise ValueError(f"{where}: {key!r} is missing from the model metadata")
+    if not isinstance(value, list) or len(value) > MAX_CONFIG_LIST * 64:
+        raise ValueError(f"{where}: {key!r} must be a list, got {_short(value)}")
+    return [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name=key) for c in value]
 
 
 def meta_floats(meta: dict[str, Any], key: str, where: Any, *, max_len: int, name: str = "") -> list[float]:

@@ -52,6 +52,7 @@ from ctxrank._modeldir import (
     MAX_FEATURES,
     META_FILE,
     claim_model_dir,
+    meta_cardinalities,
     meta_dict,
     meta_floats,
     meta_int,
@@ -678,10 +679,7 @@ def _categorical_meta(
             return (), ()
         return tuple(names), tuple(len(encoder.get("vocab", {}).get(c) or []) + 1 for c in names)
     names = meta_strings(meta, "categorical_names", where)
-    cards = meta.get("categorical_cardinalities")
-    if not isinstance(cards, list):
-        raise ValueError(f"{where}: 'categorical_cardinalities' must be a list, got {short(cards)}")
-    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    cards = meta_cardinalities(meta, where)
     if names and not (len(names) == len(cards) == n_categorical):
         raise ValueError(
             f"{where}: {len(names)} categorical_names and {len(cards)} categorical_cardinalities for "

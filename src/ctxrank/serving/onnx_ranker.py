@@ -36,6 +36,7 @@ from ctxrank._checks import FLOAT32_MAX, check_int
 from ctxrank._modeldir import (
     MAX_FEATURES,
     meta_bool,
+    meta_cardinalities,
     meta_dict,
     meta_int,
     meta_str,
@@ -89,7 +90,7 @@ def check_file_meta(meta: Any, where: str) -> dict[str, Any]:
             f"{where}: 'categorical_cardinalities' must be a list of {len(cats)} integers (one per "
             f"categorical column), got {short(cards)}"
         )
-    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    cards = meta_cardinalities(meta, where)
     vocab = meta_dict(meta, "categorical_vocab", where)
     unknown = sorted(set(vocab) - set(cats))
     if unknown:

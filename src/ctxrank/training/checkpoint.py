@@ -35,12 +35,12 @@ from ctxrank._io import atomic_write, sha256_file, to_toml, write_json
 from ctxrank._modeldir import (
     DIGESTS,
     FORMAT_VERSION,
-    MAX_CONFIG_LIST,
     MAX_FEATURES,
     MAX_WEIGHTS_BYTES,
     META_FILE,
     check_config_values,
     meta_bool,
+    meta_cardinalities,
     meta_dict,
     meta_int,
     meta_str,
@@ -261,10 +261,7 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
     n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
     meta_strings(meta, "feature_names", where, n_features)
     params = check_config_values(meta.get("model_config"), where, "model_config")
-    cards = meta.get("categorical_cardinalities", [])
-    if not isinstance(cards, list) or len(cards) > MAX_CONFIG_LIST * 64:
-        raise ValueError(f"{where}: 'categorical_cardinalities' must be a list, got {short(cards)}")
-    cards = [meta_int({"c": c}, "c", where, 1, 2**31 - 1, name="categorical_cardinalities") for c in cards]
+    cards = meta_cardinalities(meta, where, default=[])
     try:
         config = RunConfig.from_saved(meta_dict(meta, "run_config", where))
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
