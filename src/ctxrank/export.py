@@ -473,7 +473,7 @@ def _batch_data(
         labels=np.zeros(int(lengths.sum()), dtype=np.float32),
         query_ids=np.array([f"q{i}" for i in range(len(lengths))]),
         query_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        feature_names=names if len(names) == features.shape[-1] else None,
+        feature_names=names if len(names) == features.shape[-1] else (),
         **categorical,
     )
 

@@ -51,7 +51,7 @@ def missing_problem(config: RunConfig, data: RankingData | None) -> str | None:
 
 def missing_handling(config: RunConfig, splits: Sequence[Any]) -> dict[str, Any] | None:
     """What a run does with the missing feature values of its ``splits`` (RankingData; None and
-    streams skipped): ``{"cells", "columns", "kept", "filled", "how", "text"}``, ``text`` the line
+    streams skipped): ``{"cells", "columns", "kept", "filled", "text"}``, ``text`` the line
     ``ctxrank train`` prints (``"12 missing cells in 2 columns: kept missing (NaN) for lambdamart, which
     reads them"``); None when there is none. Call it after :func:`missing_problem` found none."""
     kept = filled = columns = 0
