@@ -188,12 +188,19 @@ def test_published_evidence_names_its_spec_without_a_machines_path():
         assert source.startswith("ctxrank/experiments/configs/") and source.endswith(".toml"), (name, source)
 
 
-def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
-    out, ev = evidence
+def _repo_of(tmp_path, ev, *names):
+    """A repository with an empty ``docs/`` whose ``evidence/NAME`` are each the evidence ``ev``."""
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
     (root / "evidence").mkdir()
-    (root / "evidence" / "tiny").symlink_to(ev)
+    for name in names:
+        (root / "evidence" / name).symlink_to(ev)
+    return root
+
+
+def test_a_block_is_the_headline_of_the_regenerated_report(evidence, tmp_path):
+    out, ev = evidence
+    root = _repo_of(tmp_path, ev, "tiny")
     table = headline((out / "table.md").read_text())
     assert table.splitlines()[2].startswith("| model |") and "Test:" in table.splitlines()[0]
     page = f"text\n<!-- evidence: tiny -->\n{table}<!-- /evidence -->\nmore\n"
@@ -207,11 +214,7 @@ def test_a_summary_block_has_one_row_per_evidence_directory_from_its_report(evid
     p of T against B that D's regenerated report gives; a model or comparison a report lacks is an
     error, and a changed number makes the block stale."""
     out, ev = evidence
-    root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
-    (root / "evidence").mkdir()
-    for name in ("tiny", "tiny2"):
-        (root / "evidence" / name).symlink_to(ev)
+    root = _repo_of(tmp_path, ev, "tiny", "tiny2")
     res = json.loads((out / "results.json").read_text())
     name = "summary: mnl vs lambdamart on ndcg@10,ndcg@1: tiny tiny2"
     table = regenerate(root, name)
@@ -240,11 +243,7 @@ def test_an_inline_value_in_prose_is_regenerated_from_its_evidence(evidence, tmp
     number NAME's regenerated report gives, printed as its table prints it; another report (changed
     evidence) gives another text, and an unknown kind or a missing model is an error."""
     out, ev = evidence
-    root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
-    (root / "evidence").mkdir()
-    for name in ("tiny", "tiny2"):
-        (root / "evidence" / name).symlink_to(ev)
+    root = _repo_of(tmp_path, ev, "tiny", "tiny2")
     res = json.loads((out / "results.json").read_text())
     c = next(c for c in res["comparisons"] if (c["baseline"], c["metric"]) == ("lambdamart", "ndcg@10"))
     expected = {
