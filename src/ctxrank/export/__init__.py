@@ -20,13 +20,13 @@ No registered model reads ``init_scores`` (their forward ignores them; DLCM drop
 residual), so they are never an input (``tests/test_export.py`` checks this for every model).
 
 **Re-ranking models** (``rerank.initial = "lambdamart"``): ONNX only, ONE graph of the whole pipeline
-(:mod:`ctxrank.serving.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top
+(:mod:`ctxrank.export.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top
 ``top_k`` cut with the project's order-free tie rule, the ``initial_rank`` / ``initial_score``
 features, the normalizer and re-ranker, and the merge, on the same inputs as above (the F raw features
 of the initial ranker); ``scores`` are ``-rank`` per row (re-ranked top k first, then the cut items
 in initial order), the values of ``load_model(dir).predict`` (:func:`ctxrank.training.rerank.
 merge_scores`). The re-ranker is exported with the initial scores as an input, which
-:func:`ctxrank.serving.pipeline.splice_trees` replaces by the tree nodes. TorchScript cannot hold the
+:func:`ctxrank.export.pipeline.splice_trees` replaces by the tree nodes. TorchScript cannot hold the
 trees: refused, pointing to ONNX. The check compares the file with ``predict`` on lists of ``top_k +
 3`` items (up to ``top_k`` = :data:`CHECK_MAX_TOP_K`) with tied initial scores.
 
@@ -68,12 +68,13 @@ from ctxrank._io import atomic_write
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import TRANSFORMS, Transform
+from ctxrank.export.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.registry import MODELS
-from ctxrank.serving.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
+from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -342,31 +343,14 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
     meta = read_meta(model_dir)
     predictor = load_model(model_dir)
     initial = _initial_ranker(predictor)
-    if initial is not None and fmt != "onnx":
-        raise ValueError(
-            "a re-ranking model exports as one ONNX graph of the whole pipeline (LightGBM's trees, the "
-            f"top-k cut, the re-ranker, the merge): use --format onnx; {fmt} cannot hold LightGBM's trees"
-        )
-    serving = serving_model(predictor).eval()
-    if initial is not None:
-        rr = initial[1]
-        serving = RerankServing(
-            serving, initial[0].n_features, rr["top_k"], rr["rank_feature"], rr["score_feature"]
-        ).eval()
+    serving = _serving_graph(predictor, initial, fmt)
     file_meta, notes = _file_meta(serving, meta, predictor, model_dir)
     model_name = str(file_meta.get("model"))
     if fmt == "onnx":  # before any work: both are needed (export, check)
         _need("onnx")
         _need("onnxruntime")
-    if initial is None:
-        traced_inputs = example_inputs(serving, 3, 5, seed=0)
-        check_inputs = example_inputs(serving, 4, 7, seed=1)
-        run_inputs = check_inputs
-    else:  # the trees' scores are an input of the traced module, the written file computes them
-        traced_inputs = _pipeline_inputs(serving, predictor, file_meta, 3, 5, seed=0)
-        length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3  # the cut is exercised
-        check_inputs = _pipeline_inputs(serving, predictor, file_meta, 4, length, seed=1)
-        run_inputs = _without_initial_scores(check_inputs)
+    pipeline = initial is not None
+    traced_inputs, check_inputs, run_inputs = _check_batches(serving, predictor, file_meta, pipeline)
     # the reference is predict's, on the batch built as a caller of predict builds it (names included)
     ref = _predict_batch(predictor, run_inputs, file_meta)
     # an order-free model's file must give each row its score wherever the row is in its list
@@ -410,8 +394,36 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
     )
 
 
-def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
-    """(LambdaMART, ``ctxrank.json["rerank"]``) of a re-ranking model or ensemble; None otherwise."""
+def _serving_graph(predictor: Any, initial: tuple[LambdaMART, RerankSpec] | None, fmt: str) -> nn.Module:
+    """The module the file holds: the model's :func:`serving_model`, inside a :class:`RerankServing`
+    for a re-ranking model (``initial``: :func:`_initial_ranker`'s), which only ONNX can hold."""
+    if initial is not None and fmt != "onnx":
+        raise ValueError(
+            "a re-ranking model exports as one ONNX graph of the whole pipeline (LightGBM's trees, the "
+            f"top-k cut, the re-ranker, the merge): use --format onnx; {fmt} cannot hold LightGBM's trees"
+        )
+    serving = serving_model(predictor).eval()
+    return serving if initial is None else RerankServing(serving, initial[0].n_features, initial[1]).eval()
+
+
+def _check_batches(
+    serving: nn.Module, predictor: Any, file_meta: dict[str, Any], pipeline: bool
+) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """(the traced batch (3, 5), the check batch (4, 7), the check batch as the written file takes it).
+    A re-ranking ``pipeline``'s batches hold the trees' scores, an input of the traced module that the
+    written file computes itself; its check lists have ``top_k + 3`` items (the cut is exercised) up to
+    ``top_k`` = :data:`CHECK_MAX_TOP_K`."""
+    if not pipeline:
+        traced, check = example_inputs(serving, 3, 5, seed=0), example_inputs(serving, 4, 7, seed=1)
+        return traced, check, check
+    traced = _pipeline_inputs(serving, predictor, file_meta, 3, 5, seed=0)
+    length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3
+    check = _pipeline_inputs(serving, predictor, file_meta, 4, length, seed=1)
+    return traced, check, check[:2] + check[3:]  # without initial_scores
+
+
+def _initial_ranker(predictor: Any) -> tuple[LambdaMART, RerankSpec] | None:
+    """(LambdaMART, re-rank settings) of a re-ranking model or ensemble; None otherwise."""
     first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
     if not isinstance(first, RerankPredictor):
         return None
@@ -419,7 +431,7 @@ def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
         raise ValueError(
             f"the initial ranker is a {type(first.initial).__name__}; only LambdaMART's trees are exported"
         )
-    return first.initial, first.meta
+    return first.initial, first.spec
 
 
 def _pipeline_inputs(
@@ -447,10 +459,6 @@ def _pipeline_inputs(
     scores = torch.zeros(batch, length, dtype=torch.float64)
     scores[mask] = torch.from_numpy(initial.predict(data))
     return (features, mask, scores) + ((codes,) if codes is not None else ())
-
-
-def _without_initial_scores(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return inputs[:2] + inputs[3:]
 
 
 def _batch_data(
@@ -570,18 +578,17 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         file_meta["ensemble"] = ensemble  # the scores are the mean of this many members' scores
     notes = []
     if isinstance(predictor, RerankPredictor):
-        rr = predictor.meta
+        spec = predictor.spec.exported(trees=int(predictor.initial.best_iteration_))
         n = int(predictor.initial.n_features)
         file_meta["feature_names"] = file_meta["feature_names"][:n]  # the initial ranker's: raw features
-        file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
-        file_meta["rerank"]["trees"] = int(predictor.initial.best_iteration_)
+        file_meta["rerank"] = spec.to_json()
         file_meta["output"] = [
             "scores", "[B, L]", "float32",
             "-rank per item, the re-ranked top k first, then the rest in initial order (0 at padding)",
         ]  # fmt: skip
         notes.append(
-            f"re-ranking model: the whole pipeline is one graph (LightGBM's {file_meta['rerank']['trees']} "
-            f"trees, the top {rr['top_k']} cut with ctxrank's tie rule, the re-ranker, the merge); the "
+            f"re-ranking model: the whole pipeline is one graph (LightGBM's {spec.trees} "
+            f"trees, the top {spec.top_k} cut with ctxrank's tie rule, the re-ranker, the merge); the "
             "scores are -rank, equal to ctxrank predict's."
         )
     if not all(file_meta["feature_names"]):  # "" = fitted on unnamed arrays: the columns go by position
@@ -615,8 +622,8 @@ def _need(module: str) -> Any:
 
 
 def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta, initial=None) -> None:
-    """``torch.onnx.export``; a re-ranking pipeline (``initial``: LambdaMART and its ``rerank`` meta)
-    is exported with ``initial_scores`` as an input, which :func:`ctxrank.serving.pipeline.splice_trees`
+    """``torch.onnx.export``; a re-ranking pipeline (``initial``: LambdaMART and its re-rank settings)
+    is exported with ``initial_scores`` as an input, which :func:`ctxrank.export.pipeline.splice_trees`
     then replaces by LightGBM's trees."""
     onnx = _need("onnx")
     names = [r[0] for r in _describe_inputs(serving)]
