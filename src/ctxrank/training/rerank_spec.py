@@ -48,7 +48,7 @@ class RerankSpec:
         return int(self.rank_feature) + int(self.score_feature)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``rerank`` entry: the fields that are set, in the order the files have always held them."""
+        """The ``rerank`` entry: the fields that are set, in the key order of the saved files."""
         order = ("dir", "top_k", "rank_feature", "score_feature", "crossfit", "ideal", "trees")
         values = dataclasses.asdict(self)
         return {key: values[key] for key in order if values[key] is not None}
