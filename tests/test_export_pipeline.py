@@ -20,9 +20,10 @@ from ctxrank.data.lists import initial_order, iterate_batches, scatter_scores
 from ctxrank.data.ranking_data import RankingData, feature_hash_multipliers
 from ctxrank.data.ranking_data import feature_hash as numpy_feature_hash
 from ctxrank.export import export_model
-from ctxrank.serving.pipeline import INITIAL_SCORES, ML_OPSET, feature_hash, float32_bits, tree_nodes
-from ctxrank.serving.pipeline import _limbs as hash_limbs
+from ctxrank.export.pipeline import INITIAL_SCORES, ML_OPSET, tree_nodes
 from ctxrank.training.checkpoint import load_model
+from ctxrank.training.rerank import float32_bits, hash_limbs
+from ctxrank.training.rerank import graph_feature_hash as feature_hash
 from ctxrank.training.run import run_training
 
 from .conftest import make_ranking_data
@@ -360,7 +361,8 @@ def test_torchscript_of_a_pipeline_is_refused_and_the_cli_writes_onnx(saved, tmp
     session = _session(onnx_file)
     meta = json.loads(session.get_modelmeta().custom_metadata_map["ctxrank.json"])
     predictor = load_model(model_dir)
-    rerank = {k: predictor.meta[k] for k in ("top_k", "rank_feature", "score_feature")}
+    saved_rerank = json.loads((model_dir / "ctxrank.json").read_text())["rerank"]
+    rerank = {k: saved_rerank[k] for k in ("top_k", "rank_feature", "score_feature")}
     assert meta["rerank"] == rerank | {"trees": predictor.initial.best_iteration_}
     assert meta["feature_names"] == ["f1", "f2", "f3", "f4", "f5"]
     ops = {n.op_type for n in onnx.load(str(onnx_file)).graph.node}

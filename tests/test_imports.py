@@ -300,7 +300,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("experiments/executors.py", "optuna"): OPTIONAL,
     ("experiments/executors.py", "ray"): OPTIONAL,
     ("experiments/runner.py", "ctxrank.tune"): OPTIONAL,
-    ("serving/pipeline.py", "onnx"): OPTIONAL,  # the export extra
+    ("export/pipeline.py", "onnx"): OPTIONAL,  # the export extra
     ("experiments/report.py", "matplotlib"): FIGURES,
     ("serving/server.py", "ctxrank.serving.directory"): TORCH_FREE,
     ("data/stream.py", "ctxrank.data.lists"): TORCH_FREE,  # data/sources.py (every CLI's options) imports it

@@ -22,6 +22,7 @@ from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor, prepare_split
+from ctxrank.training.rerank_spec import RerankSpec
 from ctxrank.training.run import _keep_initial_if_better, _mean_metric, run_training
 
 from .conftest import make_ranking_data
@@ -110,8 +111,8 @@ def test_untrained_residual_reranker_reproduces_the_initial_order_exactly(name, 
     assert model.gate.item() == 0.0
     config = RunConfig(model=name, rerank=RerankConfig(initial="lambdamart", residual=True))
     reranker = TorchPredictor(model, make_transform("minmax").fit(split.top), config, {"n_features": 6})
-    meta = {"top_k": 6, "rank_feature": True, "score_feature": False}
-    final = RerankPredictor(_FixedInitial(init, data.n_features), reranker, meta).predict(data)
+    spec = RerankSpec(top_k=6, rank_feature=True, score_feature=False)
+    final = RerankPredictor(_FixedInitial(init, data.n_features), reranker, spec).predict(data)
     # the re-ranked order of every query is the initial order, ties included
     order = np.lexsort((-final, data.query_index))
     np.testing.assert_array_equal(order, initial_order(data, init))

@@ -6,9 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, feature_hash_multipliers
 from ctxrank.metrics import evaluate_queries
-from ctxrank.training.rerank import evaluation_target, merge_scores, prepare_split
+from ctxrank.training.rerank import (
+    evaluation_target,
+    graph_cut,
+    graph_merge,
+    graph_top_features,
+    hash_limbs,
+    merge_scores,
+    prepare_split,
+)
+from ctxrank.training.rerank_spec import RerankSpec
 
 from .conftest import make_ranking_data
 
@@ -210,3 +219,85 @@ def test_gathered_rows_read_like_the_copy():
     for bad in (30, np.array([-31]), np.array([0.5]), (1, 2, 3), np.ones(29, dtype=bool)):
         with pytest.raises(IndexError):
             lazy[bad]
+
+
+# ------------------------------------------------------------------ the graph form against NumPy's
+def _tied_lists(seed: int) -> tuple[RankingData, np.ndarray]:
+    """Lists of 1 to 8 items (a single-item list and a 7-item one always), features from a tiny set of
+    values (identical rows, -0.0 beside 0.0) and initial scores with many ties."""
+    rng = np.random.default_rng(seed)
+    lengths = np.concatenate([[1, 7], rng.integers(1, 9, size=6)])
+    n = int(lengths.sum())
+    x = rng.choice(np.array([0.0, -0.0, 0.5, 1.0], dtype=np.float32), size=(n, 3))
+    data = RankingData(
+        features=x,
+        labels=np.zeros(n, dtype=np.float32),
+        query_ids=np.array([f"q{i}" for i in range(lengths.size)]),
+        query_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+    )
+    return data, rng.integers(0, 3, size=n).astype(np.float64)
+
+
+def _padded(data: RankingData, values: np.ndarray) -> torch.Tensor:
+    """(N, ...) rows -> (B, L, ...) lists padded with 0."""
+    lengths = data.query_lengths
+    mask = np.arange(lengths.max())[None, :] < lengths[:, None]
+    out = np.zeros(mask.shape + values.shape[1:], dtype=values.dtype)
+    out[mask] = values
+    return torch.from_numpy(out)
+
+
+@pytest.mark.parametrize("k", [1, 3, 50])  # 50: more than any list holds
+@pytest.mark.parametrize("seed", range(4))
+def test_the_graph_form_cuts_and_merges_as_numpy(seed, k):
+    """graph_cut / graph_top_features / graph_merge (the exported pipeline's) keep the same items in the
+    same order with the same initial rank and score, and give merge_scores' scores exactly, on lists
+    with tied initial scores, identical rows, tied re-ranker scores, k above a list's length and
+    single-item lists."""
+    data, initial = _tied_lists(seed)
+    split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
+    features, scores = _padded(data, data.features), _padded(data, initial)
+    mask = _padded(data, np.ones(data.n_items, dtype=bool))
+    cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
+    top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
+    np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
+    # a re-ranker's scores: a function of an item's columns, with ties
+    rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
+    padded_rerank = torch.zeros(cut.kept.shape, dtype=torch.float64)
+    padded_rerank[cut.kept_mask] = torch.from_numpy(rerank_scores)
+    merged = graph_merge(padded_rerank, cut, features, mask, scores)
+    np.testing.assert_array_equal(merged[mask].numpy(), merge_scores(split, rerank_scores))
+
+
+def test_rerank_spec_round_trips_the_saved_entries():
+    """A model directory's and an exported file's ``rerank`` entries read back to the same JSON, key order
+    included (the files stay byte-identical)."""
+    saved = {"dir": "initial", "top_k": 5, "rank_feature": True, "score_feature": False, "crossfit": 0,
+             "ideal": "full"}  # fmt: skip
+    spec = RerankSpec.from_json(saved, "ctxrank.json")
+    assert list(spec.to_json().items()) == list(saved.items())
+    exported = spec.exported(trees=7).to_json()
+    assert list(exported.items()) == [("top_k", 5), ("rank_feature", True), ("score_feature", False),
+                                      ("trees", 7)]  # fmt: skip
+    assert RerankSpec.from_json(exported, "f.onnx", exported=True) == spec.exported(trees=7)
+    old = {k: saved[k] for k in ("dir", "top_k", "rank_feature", "score_feature")}  # before crossfit, ideal
+    assert RerankSpec.from_json(old, "ctxrank.json").to_json() == old
+
+
+@pytest.mark.parametrize(
+    ("entry", "exported", "message"),
+    [
+        ([], False, "'rerank' must be a JSON object or null"),
+        ({"dir": "i", "top_k": 0, "rank_feature": True, "score_feature": True}, False, "'rerank.top_k'"),
+        ({"dir": "i", "top_k": 3, "rank_feature": 1, "score_feature": True}, False, "'rerank.rank_feature'"),
+        ({"top_k": 3, "rank_feature": True, "score_feature": True}, False, "'rerank.dir'"),
+        ({"dir": "i", "top_k": 3, "rank_feature": True, "score_feature": True, "crossfit": "5"}, False,
+         "'rerank.crossfit'"),
+        ({"top_k": 3, "rank_feature": True, "score_feature": True}, True, "'rerank.trees' is missing"),
+        ({"top_k": 3, "rank_feature": True, "score_feature": True, "trees": 2, "dir": "i"}, True,
+         "unknown key 'rerank.dir'"),
+    ],
+)  # fmt: skip
+def test_rerank_spec_refuses_a_malformed_entry(entry, exported, message):
+    with pytest.raises(ValueError, match=message):
+        RerankSpec.from_json(entry, "ctxrank.json", exported=exported)

@@ -13,7 +13,8 @@ import torch
 from ctxrank.cli import main
 from ctxrank.config import resolve_config
 from ctxrank.data.transforms import make_transform
-from ctxrank.export import _elu_as_exp, export_model
+from ctxrank.export import export_model
+from ctxrank.export.write import _elu_as_exp
 from ctxrank.registry import MODELS, make_model
 from ctxrank.training.checkpoint import save_checkpoint
 

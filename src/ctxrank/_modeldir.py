@@ -284,6 +284,19 @@ def meta_dict(meta: dict[str, Any], key: str, where: Any, *, name: str = "", opt
     return value
 
 
+def meta_keys(meta: dict, required: tuple, optional: tuple, where: Any, prefix: str = "") -> None:
+    """ValueError naming the first key of ``meta`` that is neither ``required`` nor ``optional``, or the
+    first ``required`` one missing (``prefix``: the entry's dotted name, e.g. ``"rerank."``)."""
+    unknown = sorted(set(meta) - set(required) - set(optional))
+    if unknown:
+        valid = ", ".join(f"{prefix}{k}" for k in (*required, *optional))
+        raise ValueError(f"{where}: unknown key {short(prefix + unknown[0])}; valid: {valid}")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        every = ", ".join(f"{prefix}{k}" for k in required)
+        raise ValueError(f"{where}: {prefix + missing[0]!r} is missing (every exported file has {every})")
+
+
 def meta_strings(
     meta: dict[str, Any], key: str, where: Any, n: int | None = None, *, name: str = ""
 ) -> list[str]:

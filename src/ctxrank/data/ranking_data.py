@@ -376,7 +376,7 @@ _TIE_SEED = 0x6374787261  # fixed: the tie rule is part of the data's meaning, n
 
 def feature_hash_multipliers(n_features: int) -> np.ndarray:
     """uint64 (F,) the odd constants of the tie rule's hash (:func:`feature_hash`), drawn once from a
-    fixed seed; the exported re-ranking pipeline (``ctxrank.serving.pipeline``) stores them."""
+    fixed seed; the exported re-ranking pipeline (``ctxrank.export.pipeline``) stores them."""
     draws = np.random.default_rng(_TIE_SEED).integers(1, 2**63, size=n_features, dtype=np.uint64)
     return draws | np.uint64(1)
 

@@ -6,9 +6,9 @@
   ctxrank's own predict (re-ranking pipelines included); needs torch.
 * :func:`pad_rows`, :func:`unpad_scores` (:mod:`.padding`): rows of queries <-> the padded
   ``features (B, L, F)``, ``mask (B, L)`` (, ``categorical (B, L, C)``) of an exported graph.
-* :mod:`.pipeline`: a re-ranking model (LambdaMART's trees, the top-k cut, the re-ranker, the
-  merge) as one ONNX graph, written by ``ctxrank export``; :class:`OnnxRanker` serves it like any
-  exported graph.
+* A re-ranking model's one ONNX graph (LambdaMART's trees, the top-k cut, the re-ranker, the merge;
+  written by ``ctxrank export``, :mod:`ctxrank.export.pipeline`) is served by :class:`OnnxRanker`
+  like any exported graph: serving only loads and serves.
 * :mod:`.requests`: the JSON of ``POST /rank``; :mod:`.server`: ``ctxrank serve`` (FastAPI + uvicorn,
   dynamic batching, health, readiness, Prometheus metrics). docs/serving.md walks through them.
 

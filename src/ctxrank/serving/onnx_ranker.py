@@ -6,7 +6,7 @@
     scores = ranker.predict(X, qid)                  # X (N, F) raw features, qid (N,) -> scores (N,)
 
 The file is one of ``ctxrank export --format onnx`` (a neural ranker, its normalizer inside) or of
-:mod:`ctxrank.serving.pipeline` (trees, cut and re-ranker in one graph): inputs ``features`` float32
+:mod:`ctxrank.export.pipeline` (trees, cut and re-ranker in one graph): inputs ``features`` float32
 (B, L, F), ``mask`` bool (B, L), optionally ``categorical`` int64 (B, L, C); output ``scores``
 (B, L). The file's metadata entry ``ctxrank.json`` (docs/export.md) gives the feature names (the
 order of ``X``'s columns), the categorical columns and their vocabulary, and whether missing values
@@ -39,12 +39,14 @@ from ctxrank._modeldir import (
     meta_cardinalities,
     meta_dict,
     meta_int,
+    meta_keys,
     meta_str,
     meta_strings,
     parse_meta_json,
     short,
 )
 from ctxrank.serving.padding import pad_rows, unpad_scores
+from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = ["META_KEY", "OnnxRanker", "check_file_meta"]
 
@@ -59,7 +61,6 @@ REQUIRED_KEYS = (
     "categorical_cardinalities", "categorical_vocab", "inputs", "output",
 )  # fmt: skip
 OPTIONAL_KEYS = ("missing_values", "ensemble", "rerank")
-RERANK_KEYS = ("top_k", "rank_feature", "score_feature", "trees")
 
 
 def check_file_meta(meta: Any, where: str) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def check_file_meta(meta: Any, where: str) -> dict[str, Any]:
     """
     if not isinstance(meta, dict):
         raise ValueError(f"{where}: expected a JSON object, got {short(meta)}")
-    _known_keys(meta, REQUIRED_KEYS, OPTIONAL_KEYS, where)
+    meta_keys(meta, REQUIRED_KEYS, OPTIONAL_KEYS, where)
     meta_str(meta, "model", where, max_len=256)
     for key in ("ctxrank_version", "transform"):  # null when the model directory recorded none
         if meta[key] is not None:
@@ -122,24 +123,8 @@ def check_file_meta(meta: Any, where: str) -> dict[str, Any]:
     if "ensemble" in meta:
         meta_int(meta, "ensemble", where, 1, 10_000)
     if "rerank" in meta:
-        rerank = meta_dict(meta, "rerank", where)
-        _known_keys(rerank, RERANK_KEYS, (), where, "rerank.")
-        meta_int(rerank, "top_k", where, 1, 10**6, name="rerank.top_k")
-        meta_bool(rerank, "rank_feature", where, name="rerank.rank_feature")
-        meta_bool(rerank, "score_feature", where, name="rerank.score_feature")
-        meta_int(rerank, "trees", where, 0, 10**7, name="rerank.trees")
+        RerankSpec.from_json(meta["rerank"], where, exported=True)
     return meta
-
-
-def _known_keys(meta: dict, required: tuple, optional: tuple, where: str, prefix: str = "") -> None:
-    unknown = sorted(set(meta) - set(required) - set(optional))
-    if unknown:
-        valid = ", ".join(f"{prefix}{k}" for k in (*required, *optional))
-        raise ValueError(f"{where}: unknown key {short(prefix + unknown[0])}; valid: {valid}")
-    missing = [k for k in required if k not in meta]
-    if missing:
-        every = ", ".join(f"{prefix}{k}" for k in required)
-        raise ValueError(f"{where}: {prefix + missing[0]!r} is missing (every exported file has {every})")
 
 
 class OnnxRanker:

@@ -1,7 +1,7 @@
 """Rows of queries -> the padded lists an exported graph takes, and its scores back to the rows.
 
 A served request holds ``X`` (N, F) feature rows and ``qid`` (N,) their query ids, rows of a query in
-any place; an exported graph (``ctxrank export``, :mod:`ctxrank.serving.pipeline`) takes
+any place; an exported graph (``ctxrank export``, :mod:`ctxrank.export.pipeline`) takes
 ``features`` (B, L, F) float32, ``mask`` (B, L) bool (True = real item, real items first) and, for a
 model with categorical columns, ``categorical`` (B, L, C) int64, and gives ``scores`` (B, L)::
 

@@ -39,7 +39,6 @@ from ctxrank._modeldir import (
     MAX_WEIGHTS_BYTES,
     META_FILE,
     check_config_values,
-    meta_bool,
     meta_cardinalities,
     meta_dict,
     meta_int,
@@ -59,6 +58,7 @@ from ctxrank.training.build import build_model
 from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
+from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
     "FORMAT_VERSION",
@@ -83,7 +83,7 @@ def save_checkpoint(
     train_data: RankingData,
     summary: dict[str, Any] | None = None,
     conventions: dict[str, Any] | None = None,
-    rerank: dict[str, Any] | None = None,
+    rerank: RerankSpec | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write weights, metadata and the resolved config into ``directory``; returns the directory.
@@ -95,7 +95,7 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     atomic_write(directory / WEIGHTS_FILE, lambda tmp: safetensors.torch.save_file(state, str(tmp)))
-    inner = [] if rerank is None else [f"{rerank['dir']}/{META_FILE}"]  # saved before this model
+    inner = [] if rerank is None else [f"{rerank.dir}/{META_FILE}"]  # saved before this model
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": "torch",
@@ -112,7 +112,7 @@ def save_checkpoint(
         "run_config": config.to_dict(),
         "metric_conventions": conventions or {},
         "training": summary or {},
-        "rerank": rerank,
+        "rerank": None if rerank is None else rerank.to_json(),
         DIGESTS: _digests(directory, [WEIGHTS_FILE, *inner]),
     }
     _write_meta(directory, meta, config, extra)
@@ -240,16 +240,16 @@ def _load_neural(directory: Path, meta: dict[str, Any], nested: bool) -> TorchPr
             f"{where}: 'rerank': the initial ranker of a re-ranking model may not re-rank itself "
             "(rerank.dir nests at most one level)"
         )
-    rerank = _rerank_meta(where, rerank)
-    inside = _inside(directory, rerank["dir"])
-    initial = _load(inside, nested=True, sha256=recorded_digest(meta, f"{rerank['dir']}/{META_FILE}", where))
-    extra = int(rerank["rank_feature"]) + int(rerank["score_feature"])
+    spec = RerankSpec.from_json(rerank, where)
+    inside = _inside(directory, spec.dir)
+    initial = _load(inside, nested=True, sha256=recorded_digest(meta, f"{spec.dir}/{META_FILE}", where))
+    extra = spec.n_extra_features
     if int(initial.n_features) + extra != predictor.n_features:
         raise ValueError(
             f"{where}: 'n_features' is {predictor.n_features} but the initial ranker in 'rerank.dir' reads "
             f"{initial.n_features} features (+ {extra} rank/score feature(s))"
         )
-    return RerankPredictor(initial, predictor, rerank)
+    return RerankPredictor(initial, predictor, spec)
 
 
 def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
@@ -312,17 +312,6 @@ def _check_table(where: Path, table: Any) -> None:
         TableSpec.from_dict(table)
     except (TypeError, KeyError, AttributeError, ValueError, OverflowError) as exc:
         raise ValueError(f"{where}: 'table': {_one_line(exc)}") from None
-
-
-def _rerank_meta(where: Path, rerank: Any) -> dict[str, Any]:
-    """``ctxrank.json["rerank"]`` checked: ``dir``, ``top_k``, ``rank_feature``, ``score_feature``."""
-    if not isinstance(rerank, dict):
-        raise ValueError(f"{where}: 'rerank' must be a JSON object or null, got {short(rerank)}")
-    meta_str(rerank, "dir", where, name="rerank.dir")
-    meta_int(rerank, "top_k", where, 1, 10**6, name="rerank.top_k")
-    meta_bool(rerank, "rank_feature", where, name="rerank.rank_feature")
-    meta_bool(rerank, "score_feature", where, name="rerank.score_feature")
-    return rerank
 
 
 def _inside(directory: Path, rel: str) -> Path:

@@ -11,6 +11,12 @@
    costs recall. ``ideal="top-k"`` instead evaluates the truncated lists alone (ideal DCG over the
    kept items only), which is what some re-ranking papers report; the choice is recorded.
 
+Steps 2 and 4 have two forms, owned here: NumPy on flat rows (:func:`prepare_split`,
+:func:`merge_scores`, what training, evaluation and ``predict`` run) and torch operations on padded
+lists (:func:`graph_cut`, :func:`graph_top_features`, :func:`graph_merge`), which the exported
+re-ranking pipeline writes as ONNX nodes (``ctxrank.export.pipeline``); a test runs both on random
+lists with ties. The saved settings are a :class:`~ctxrank.training.rerank_spec.RerankSpec`.
+
 Leakage: initial scores on the training split from a model trained on that same split are
 over-confident (the re-ranker learns to trust them more than it should). ``crossfit=K`` replaces them
 by out-of-fold scores (K folds over queries); validation and test always use the model fitted on the
@@ -22,15 +28,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from ctxrank._checks import DEFAULT_THREADS, check_choice, resolve_threads
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict
 from ctxrank.config import IDEAL_SCOPES
 from ctxrank.data.lists import DEFAULT_TOP_K, initial_order, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.training.rerank_spec import RerankSpec
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,223 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
     return np.asarray(rerank_scores, dtype=np.float64), split.top
 
 
+# ---------------------------------------------------------------------------------- the graph form
+# The cut and the merge as torch operations on padded lists (B, L), which ``torch.onnx.export`` writes
+# as ONNX nodes (the exported re-ranking pipeline, ``ctxrank.export.pipeline``): the same selection,
+# order and tie rule as :func:`prepare_split` and :func:`merge_scores` (tests/test_rerank.py runs both
+# on random lists with ties). Sorting is done by pairwise comparisons ((B, L, L) booleans): exact for
+# any key, no stable sort needed, and the list length stays dynamic.
+#
+# The tie rule's hash has a second form here: :func:`ctxrank.data.ranking_data.feature_hash` (the
+# reference) views the float32 bits and multiplies in wrapping uint64; ONNX has neither a bit cast nor
+# a wrapping uint64 product, so the graph computes the bits by exact float64 arithmetic
+# (:func:`float32_bits`) and the products on 16-bit limbs (:func:`graph_feature_hash`).
+_POW2 = torch.tensor([2.0**k for k in range(-150, 129)], dtype=torch.float64)  # 2^-150 .. 2^128
+_LIMB = 65536  # 2^16
+_NEVER = 2**62  # above every rank
+
+
+def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The IEEE-754 bits of float32 ``x`` (any shape) as two int64 halves ``(bits >> 16, bits & 0xFFFF)``,
+    by exact float64 arithmetic (ONNX has no bit cast): ``|x| = (1 + M / 2^23) 2^(E - 127)`` (normal)
+    or ``M 2^-149`` (subnormal), ``bits = sign 2^31 + E 2^23 + M``. The exponent is ``floor(log2 |x|)``
+    corrected by one comparison with exact powers of two either way. ``-0.0`` keeps its sign bit; every
+    NaN gives the canonical quiet NaN ``0x7FC00000`` (the NaN of ctxrank's readers; ONNX cannot read a
+    NaN's sign or payload)."""
+    x = x.double()
+    a = x.abs()
+    nan, inf, zero = torch.isnan(a), torch.isinf(a), a == 0
+    negative = (x < 0) | (zero & (1.0 / x < 0))  # 1 / -0.0 = -inf
+    safe = torch.where(nan | inf | zero, torch.ones_like(a), a)
+    pow2 = _POW2.to(x.device)
+    e0 = torch.floor(torch.log(safe) / float(np.log(2.0))).clamp(-149.0, 127.0)
+    idx = (e0 + 150.0).long()
+    e = e0 - (safe < pow2[idx]).double() + (safe >= pow2[idx + 1]).double()
+    normal = safe >= 2.0**-126
+    scale = pow2[(e.clamp(-149.0, 127.0) + 150.0).long()]
+    mantissa = torch.where(normal, (safe / scale - 1.0) * 2.0**23, safe * 2.0**149)
+    exponent = torch.where(normal, e + 127.0, torch.zeros_like(e))
+    special = nan | inf | zero
+    mantissa = torch.where(
+        special, torch.where(nan, torch.full_like(a, 2.0**22), torch.zeros_like(a)), mantissa
+    )
+    exponent = torch.where(
+        special, torch.where(zero, torch.zeros_like(a), torch.full_like(a, 255.0)), exponent
+    )
+    high_m = torch.floor(mantissa / _LIMB)
+    low = mantissa - high_m * _LIMB
+    high = negative.double() * 2.0**15 + exponent * 2.0**7 + high_m
+    return high.long(), low.long()
+
+
+def hash_limbs(mult: np.ndarray) -> torch.Tensor:
+    """int64 (4, F): the 16-bit limbs of uint64 (F,) constants, least significant first."""
+    return torch.from_numpy(
+        np.stack([(mult >> np.uint64(16 * j)) & np.uint64(0xFFFF) for j in range(4)]).astype(np.int64)
+    )
+
+
+def _floor_div(x: torch.Tensor, d: int) -> torch.Tensor:
+    return torch.div(x, d, rounding_mode="floor")
+
+
+def graph_feature_hash(features: torch.Tensor, limbs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ctxrank.data.ranking_data.feature_hash` of float32 rows (..., F) as ``(hash >> 32, hash &
+    0xFFFFFFFF)`` int64 (...,): ``sum_f bits_f * m_f mod 2^64`` on 16-bit limbs (every partial product
+    < 2^32, every column sum < 2^33 F: exact in int64 for F < 2^30), then the carries."""
+    b1, b0 = float32_bits(features)  # (..., F)
+    m0, m1, m2, m3 = limbs[0], limbs[1], limbs[2], limbs[3]
+    c = [
+        (b0 * m0).sum(-1),
+        (b0 * m1 + b1 * m0).sum(-1),
+        (b0 * m2 + b1 * m1).sum(-1),
+        (b0 * m3 + b1 * m2).sum(-1),  # b1 * m3 is a multiple of 2^64
+    ]
+    h, carry = [], torch.zeros_like(c[0])
+    for part in c:
+        total = part + carry
+        carry = _floor_div(total, _LIMB)
+        h.append(total - carry * _LIMB)
+    return h[3] * _LIMB + h[2], h[1] * _LIMB + h[0]
+
+
+def initial_places(
+    scores: torch.Tensor, mask: torch.Tensor, key_high: torch.Tensor, key_low: torch.Tensor
+) -> torch.Tensor:
+    """int64 (B, L): each item's 0-based place in :func:`ctxrank.data.lists.initial_order` within its
+    row: descending ``scores`` (float64 (B, L)), ties by the hash ``(key_high, key_low)`` ascending,
+    then by position; padded items after every real one. A permutation of 0..L-1 per row.
+
+    ``place_i = #{j : j precedes i}`` over all pairs ((B, L, L) comparisons)."""
+    s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
+    hi = torch.where(mask, key_high, torch.zeros_like(key_high))
+    lo = torch.where(mask, key_low, torch.zeros_like(key_low))
+    pos = torch.cumsum(torch.ones_like(hi), dim=1)
+
+    def pair(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # (B, L_j, 1), (B, 1, L_i)
+        return v.unsqueeze(2), v.unsqueeze(1)
+
+    (sj, si), (hj, hi_), (lj, li), (pj, pi) = pair(s), pair(hi), pair(lo), pair(pos)
+    tied_key = (lj < li) | ((lj == li) & (pj < pi))
+    precedes = (sj > si) | ((sj == si) & ((hj < hi_) | ((hj == hi_) & tied_key)))
+    return precedes.long().sum(dim=1)
+
+
+def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """float64 (B, L) 1-based rank of each real item by descending ``scores`` within its row, tied
+    scores sharing their average rank (:func:`ctxrank.data.lists.truncate_top_k`'s ``initial_rank``):
+    ``#{j: s_j > s_i} + (#{j: s_j = s_i} + 1) / 2`` over real ``j``."""
+    s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
+    sj, si = s.unsqueeze(2), s.unsqueeze(1)
+    above = (sj > si).double().sum(dim=1)
+    equal = ((sj == si) & mask.unsqueeze(2)).double().sum(dim=1)
+    return above + (equal + 1.0) / 2.0
+
+
+def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x`` (B, L[, D]) at the positions ``index`` (B, M) of each row -> (B, M[, D])."""
+    if x.dim() == 2:
+        return torch.gather(x, 1, index)
+    return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+class GraphCut(NamedTuple):
+    """The cut of padded lists (:func:`graph_cut`).
+
+    Attributes:
+        place: int64 (B, L) each item's 0-based place in the initial order (a permutation per row).
+        order: int64 (B, L) the item at each place.
+        kept: int64 (B, L') the kept items in initial order, L' = min(L, top_k).
+        kept_mask: bool (B, L') the kept places that hold a real item.
+        top_k: the items kept per list.
+    """
+
+    place: torch.Tensor
+    order: torch.Tensor
+    kept: torch.Tensor
+    kept_mask: torch.Tensor
+    top_k: int
+
+
+def graph_cut(
+    features: torch.Tensor, mask: torch.Tensor, initial_scores: torch.Tensor, limbs: torch.Tensor, top_k: int
+) -> GraphCut:
+    """:func:`prepare_split`'s cut of padded lists: raw float32 features (B, L, F), mask bool (B, L),
+    float64 initial scores (B, L) -> each row ordered by :func:`initial_places` (the tie rule's hash
+    from ``limbs`` = :func:`hash_limbs` of ``feature_hash_multipliers(F)``), its first ``top_k`` kept."""
+    high, low = graph_feature_hash(features, limbs)
+    place = initial_places(initial_scores, mask, high, low)  # (B, L) item -> place
+    row = torch.cumsum(torch.ones_like(place), dim=1) - 1  # (B, L) 0..L-1
+    order = torch.zeros_like(place).scatter(1, place, row)  # (B, L) place -> item
+    kept = order[:, :top_k]  # (B, L') with L' = min(L, k)
+    return GraphCut(place, order, kept, take(mask, kept), top_k)
+
+
+def graph_top_features(
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    initial_scores: torch.Tensor,
+    cut: GraphCut,
+    rank_feature: bool,
+    score_feature: bool,
+) -> torch.Tensor:
+    """float32 (B, L', F + extra): the kept items' raw features in initial order, then the initial rank
+    (:func:`average_ranks`) and / or score, as :func:`prepare_split` appends them."""
+    columns = [take(features, cut.kept)]
+    if rank_feature:
+        columns.append(take(average_ranks(initial_scores, mask), cut.kept).float().unsqueeze(-1))
+    if score_feature:
+        columns.append(take(initial_scores, cut.kept).float().unsqueeze(-1))
+    return torch.cat(columns, dim=-1) if len(columns) > 1 else columns[0]
+
+
+def graph_merge(
+    top_scores: torch.Tensor,
+    cut: GraphCut,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    initial_scores: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`merge_scores` of padded lists: the re-ranker's scores (B, L') of ``cut.kept`` -> float32
+    (B, L) ``-rank`` per input row (0 at padding): the kept items by score (ties by initial place),
+    then the rest in initial order; interchangeable rows share their group's best rank."""
+    top_k = cut.top_k
+    yq, yp = top_scores.unsqueeze(2), top_scores.unsqueeze(1)
+    kq = torch.cumsum(torch.ones_like(cut.kept), dim=1).unsqueeze(2)
+    kp = kq.transpose(1, 2)
+    before = cut.kept_mask.unsqueeze(2) & ((yq > yp) | ((yq == yp) & (kq < kp)))
+    kept_rank = before.long().sum(dim=1)  # (B, L')
+    row = torch.cumsum(torch.ones_like(cut.place), dim=1) - 1  # (B, L) 0..L-1
+    by_place = torch.where(row < top_k, torch.gather(kept_rank, 1, row.clamp(max=top_k - 1)), row)
+    best = _best_over_interchangeable_graph(by_place, cut.order, features, mask, initial_scores)
+    rank = torch.gather(best, 1, cut.place)  # back to the input's rows
+    return torch.where(mask, -rank.float(), torch.zeros_like(features[..., 0]))
+
+
+def _best_over_interchangeable_graph(
+    by_place: torch.Tensor,
+    order: torch.Tensor,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    scores: torch.Tensor,
+) -> torch.Tensor:
+    """int64 (B, L) ``by_place`` (a rank per place) with each run of interchangeable rows (adjacent in
+    the initial order, same score, identical features) given the run's best rank."""
+    row = torch.cumsum(torch.ones_like(order), dim=1) - 1
+    previous = torch.cat([order[:, :1], order[:, :-1]], dim=1)
+    same = (
+        (row > 0)
+        & take(mask, order)
+        & take(mask, previous)
+        & (take(scores, order) == take(scores, previous))
+        & (take(features, order) == take(features, previous)).all(dim=-1)
+    )
+    group = torch.cumsum((~same).long(), dim=1)  # (B, L) run of interchangeable rows
+    shared = group.unsqueeze(2) == group.unsqueeze(1)
+    never = torch.full_like(by_place, _NEVER).unsqueeze(2)
+    return torch.where(shared, by_place.unsqueeze(2), never).min(dim=1).values  # (B, L) by place
+
+
 class InitialRanker:
     """The initial ranker of the protocol: LambdaMART fitted on a run's training split (early stopping
     on its validation split) and the training split's initial scores, in-sample or out-of-fold with
@@ -217,11 +442,11 @@ class RerankPredictor:
     Args:
         initial: an object with ``predict(data)`` and ``n_features`` (e.g. LambdaMART).
         reranker: a ``TorchPredictor`` trained on the prepared top-k lists.
-        meta: ``{"top_k", "rank_feature", "score_feature", ...}`` as saved in ``ctxrank.json``.
+        spec: the re-rank settings (saved as ``ctxrank.json["rerank"]``).
     """
 
-    def __init__(self, initial, reranker, meta: dict) -> None:
-        self.initial, self.reranker, self.meta = initial, reranker, dict(meta)
+    def __init__(self, initial, reranker, spec: RerankSpec) -> None:
+        self.initial, self.reranker, self.spec = initial, reranker, spec
 
     @property
     def n_features(self) -> int:
@@ -232,9 +457,9 @@ class RerankPredictor:
         return prepare_split(
             data,
             self.initial.predict(data),
-            k=int(self.meta["top_k"]),
-            rank_feature=bool(self.meta["rank_feature"]),
-            score_feature=bool(self.meta["score_feature"]),
+            k=self.spec.top_k,
+            rank_feature=self.spec.rank_feature,
+            score_feature=self.spec.score_feature,
         )
 
     def predict(self, data: RankingData) -> np.ndarray:

@@ -81,6 +81,7 @@ from ctxrank.training.rerank import (
     evaluation_target,
     prepare_split,
 )
+from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
     "EVAL_METRICS",
@@ -125,7 +126,7 @@ class _Rerank:
     initial: Any  # a fitted LambdaMART
     train: RerankSplit | None
     valid: RerankSplit | None
-    meta: dict[str, Any]  # saved as ctxrank.json's "rerank"
+    spec: RerankSpec  # saved as ctxrank.json's "rerank"
 
 
 def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> float:
@@ -268,7 +269,7 @@ def run_training(
     )
     if rerank is not None:
         rerank.train = rerank.valid = None  # the top-k lists are not needed any more: free them
-        predictor = RerankPredictor(rerank.initial, predictor, rerank.meta)
+        predictor = RerankPredictor(rerank.initial, predictor, rerank.spec)
     result = RunResult(config=config, summary=summary, predictor=predictor, history=history, layout=layout)
     if out is not None:
         save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
@@ -462,15 +463,8 @@ def _prepare_rerank(
     model = ranker.fit(train, valid)
     train_scores = ranker.train_scores(train, rr.crossfit)
     prep = functools.partial(prepare_split, k=rr.top_k, rank_feature=rank_f, score_feature=score_f)
-    meta = {
-        "dir": INITIAL_DIR,
-        "top_k": rr.top_k,
-        "rank_feature": rank_f,
-        "score_feature": score_f,
-        "crossfit": rr.crossfit,
-        "ideal": rr.ideal,
-    }
-    return _Rerank(model, prep(train, train_scores), prep(valid, model.predict(valid)), meta)
+    spec = RerankSpec(rr.top_k, rank_f, score_f, dir=INITIAL_DIR, crossfit=rr.crossfit, ideal=rr.ideal)
+    return _Rerank(model, prep(train, train_scores), prep(valid, model.predict(valid)), spec)
 
 
 def _fit_neural(
@@ -678,7 +672,7 @@ def save_result(
             train_data=result.layout,
             summary=result.summary,
             conventions=conv.to_dict(),
-            rerank=predictor.meta if isinstance(predictor, RerankPredictor) else None,
+            rerank=predictor.spec if isinstance(predictor, RerankPredictor) else None,
             extra=meta,
         )
     else:
@@ -730,8 +724,8 @@ def _evaluate_test(
         test,
         init_scores,
         k=rr.top_k,
-        rank_feature=rerank.meta["rank_feature"],
-        score_feature=rerank.meta["score_feature"],
+        rank_feature=rerank.spec.rank_feature,
+        score_feature=rerank.spec.score_feature,
     )
     top = transform.transform(split.top, in_place=True)  # gathered when read (per-query: one copy)
     top_scores = predict(

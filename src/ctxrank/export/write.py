@@ -1,53 +1,6 @@
-"""Export a saved neural ranker for serving: a TorchScript or ONNX file that scores RAW features.
-
-:func:`export_model` turns a model directory of ``ctxrank train`` into one file that needs neither
-ctxrank nor its normalizer at serving time. The file holds a :class:`ServingModel`::
-
-    forward(features float32 (B, L, F), mask bool (B, L)[, categorical int64 (B, L, C)])
-        -> scores float32 (B, L)
-
-* ``features``: the RAW (un-normalized) features, in the model's feature order (``ctxrank.json``
-  ``feature_names``); the saved normalizer (``transform``) is applied inside the graph, in float64 as
-  :mod:`ctxrank.data.transforms` does, so the scores equal ``load_model(dir).predict(data)``.
-* ``mask``: True = real item; real items come first in each row (the ``ListBatch`` convention; DLCM
-  and DCM read the row order). Padded positions never change a real item's score or a normalization
-  statistic: padded features and codes are replaced by 0 after normalization, as ``ListBatch`` pads.
-* ``categorical``: only when the model was trained with categorical columns: the codes of the model's
-  saved encoder (``ctxrank.json`` ``"table"``), 0 = unknown; codes outside the vocabulary count as 0.
-* ``scores``: one per item; values at padded positions are arbitrary.
-
-No registered model reads ``init_scores`` (their forward ignores them; DLCM dropped the authors'
-residual), so they are never an input (``tests/test_export.py`` checks this for every model).
-
-**Re-ranking models** (``rerank.initial = "lambdamart"``): ONNX only, ONE graph of the whole pipeline
-(:mod:`ctxrank.serving.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top
-``top_k`` cut with the project's order-free tie rule, the ``initial_rank`` / ``initial_score``
-features, the normalizer and re-ranker, and the merge, on the same inputs as above (the F raw features
-of the initial ranker); ``scores`` are ``-rank`` per row (re-ranked top k first, then the cut items
-in initial order), the values of ``load_model(dir).predict`` (:func:`ctxrank.training.rerank.
-merge_scores`). The re-ranker is exported with the initial scores as an input, which
-:func:`ctxrank.serving.pipeline.splice_trees` replaces by the tree nodes. TorchScript cannot hold the
-trees: refused, pointing to ONNX. The check compares the file with ``predict`` on lists of ``top_k +
-3`` items (up to ``top_k`` = :data:`CHECK_MAX_TOP_K`) with tied initial scores.
-
-**Seed ensembles** (``ensemble = k``): one graph, :class:`EnsembleServing`, the mean of the k members'
-serving models on the same inputs (a re-ranking ensemble's members share one initial ranker: one
-pipeline graph whose re-ranker is the ensemble).
-
-**Baselines** (LambdaMART, RankSVM, AdaRank) are not torch models and are refused; LightGBM's own
-``model.txt`` in a LambdaMART directory is its serving format.
-
-How: this module only wraps. The normalizer is the transform's own list form
-(:meth:`ctxrank.data.transforms.Transform.normalize_lists`, the same equations as ``transform()``,
-its statistics as buffers) and the ranker is the model's own forward, traced (``torch.jit.trace``).
-A model whose forward loops over the list (DLCM's eq. 4 GRU, DCM's encoder) owns a traceable form of
-that loop: while traced it runs the loop compiled by :func:`torch.jit.script`, so the length stays
-dynamic (:mod:`ctxrank.models._jit`). ONNX goes through ``torch.onnx.export(dynamo=False)`` (the
-TorchScript-based exporter, which turns those loops into ONNX ``Loop``), opset :data:`ONNX_OPSET`,
-with dynamic batch and list axes. Every export is checked: the written file is
-loaded back and run on a batch of another shape than the traced one, and must match ``predict`` (and,
-for a model that does not read the row order, match it with each list's rows shuffled).
-"""
+"""Writing and checking an exported file: :func:`export_model` traces the module a model serves with
+(:mod:`ctxrank.export.wrappers`, :mod:`ctxrank.export.pipeline`), writes it as TorchScript or ONNX
+and accepts it only when the written file reproduces ``predict`` (see :mod:`ctxrank.export`)."""
 
 from __future__ import annotations
 
@@ -67,22 +20,26 @@ from torch import nn
 from ctxrank._io import atomic_write
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.data.transforms import TRANSFORMS, Transform
+from ctxrank.export.pipeline import INITIAL_SCORES, RerankServing, splice_trees
+from ctxrank.export.wrappers import ServingModel, serving_model
 from ctxrank.registry import MODELS
-from ctxrank.serving.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor
+from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
+    "CHECK_ATOL",
+    "CHECK_MAX_TOP_K",
+    "CHECK_RTOL",
     "EXPORT_FORMATS",
+    "META_NAME",
     "ONNX_OPSET",
-    "EnsembleServing",
     "ExportResult",
-    "ServingModel",
+    "check_tolerance",
+    "example_inputs",
     "export_model",
-    "serving_model",
 ]
 
 EXPORT_FORMATS = ("torchscript", "onnx")
@@ -95,132 +52,6 @@ CHECK_ATOL, CHECK_RTOL = 1e-4, 1e-4
 #: a re-ranking pipeline is checked on lists of top_k + 3 items (the cut exercised) up to this top_k
 CHECK_MAX_TOP_K = 200
 META_NAME = "ctxrank.json"  # TorchScript extra file / ONNX metadata key with the input description
-
-
-# ---------------------------------------------------------------------------------- normalizers
-class FeatureNormalizer(nn.Module):
-    """A fitted :class:`Transform` in the graph: raw float (B, L, F) (+ mask (B, L)) -> float32 (B, L, F).
-
-    Only a wrapper: the equations are the transform's own list form
-    (:meth:`~ctxrank.data.transforms.Transform.normalize_lists`, written once for numpy and torch),
-    run on float64 as :mod:`ctxrank.data.transforms` does, so the result equals ``transform()``; its
-    fitted statistics (:meth:`~ctxrank.data.transforms.Transform.list_params`) are float64 buffers.
-    """
-
-    def __init__(self, transform: Transform, n_features: int) -> None:
-        super().__init__()
-        if not transform.has_list_form():
-            exportable = ", ".join(name for name, cls in TRANSFORMS.items() if cls.has_list_form())
-            raise ValueError(
-                f"the normalizer {transform.name!r} ({type(transform).__name__}) cannot be exported: "
-                f"only {exportable} are written into the graph"
-            )
-        if not (transform.stateless or transform.is_fitted):
-            raise ValueError(f"the saved normalizer {transform.name!r} is not fitted; cannot export it")
-        self.transform = transform
-        self.param_names = tuple(transform.list_params())
-        for name, value in transform.list_params().items():
-            self.register_buffer(name, torch.as_tensor(value, dtype=torch.float64))  # (F,)
-
-    def params(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in self.param_names}
-
-    def raw_like(self, u: torch.Tensor) -> torch.Tensor:
-        """Raw float32 features whose normalized values are ``0.1 + 0.8 u`` (``u`` (..., F) in [0, 1]):
-        inside the training range and never clipped (for the export check)."""
-        return self.transform.raw_lists(0.1 + 0.8 * u.double(), self.params(), torch).float()
-
-    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.transform.normalize_lists(features.double(), mask, self.params(), torch).float()
-
-
-# ------------------------------------------------------------------------------ serving module
-class ServingModel(nn.Module):
-    """Normalizer + ranker: ``(features (B, L, F) raw float32, mask (B, L) bool[, categorical int64
-    (B, L, C)]) -> scores float32 (B, L)`` (see the module docstring for the contract).
-
-    The model's own forward is called: models whose forward loops over the list keep the loop's
-    length dynamic while traced (:mod:`ctxrank.models._jit`)."""
-
-    def __init__(self, model: nn.Module, transform: Transform) -> None:
-        super().__init__()
-        self.model = model.eval()
-        self.normalizer = FeatureNormalizer(transform, model.n_features)
-        self.n_features = int(model.n_features)
-        self.n_categorical = len(model.categorical_cardinalities)
-
-    def forward(
-        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        real = mask.unsqueeze(-1)  # (B, L, 1)
-        x = self.normalizer(features, mask)
-        x = torch.where(real, x, torch.zeros_like(x))  # padded features are 0, as in ListBatch
-        if self.n_categorical:
-            if categorical is None:
-                raise ValueError(f"this model needs categorical codes (B, L, {self.n_categorical})")
-            categorical = torch.where(real, categorical.clamp_min(0), torch.zeros_like(categorical))
-        else:
-            categorical = None
-        return self.model.serving_scores(x, mask, categorical)
-
-
-class EnsembleServing(nn.Module):
-    """A seed ensemble (``ensemble = k``) as one graph: k :class:`ServingModel` (each with its own
-    normalizer) on the same inputs, ``scores = mean_i scores_i`` (B, L), as
-    ``ctxrank.training.ensemble.EnsemblePredictor`` averages them (here in float32)."""
-
-    def __init__(self, members: list[ServingModel]) -> None:
-        super().__init__()
-        shapes = {(m.n_features, m.n_categorical) for m in members}
-        if len(shapes) != 1:
-            raise ValueError(f"the ensemble's members take different inputs (features, categorical) {shapes}")
-        self.members = nn.ModuleList(members)
-        self.n_features, self.n_categorical = members[0].n_features, members[0].n_categorical
-
-    # the first member's, for the example inputs and the messages (properties: not registered twice)
-    @property
-    def model(self) -> nn.Module:
-        return self.members[0].model
-
-    @property
-    def normalizer(self) -> nn.Module:
-        return self.members[0].normalizer
-
-    def forward(
-        self, features: torch.Tensor, mask: torch.Tensor, categorical: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return torch.stack([m(features, mask, categorical) for m in self.members]).mean(dim=0)
-
-
-def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
-    """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``).
-
-    A ``RerankPredictor`` gives its neural re-ranker (see the module docstring); an
-    ``EnsemblePredictor`` an :class:`EnsembleServing` of its members' serving models.
-
-    Raises:
-        ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
-    """
-    if isinstance(predictor, EnsemblePredictor):
-        return EnsembleServing([serving_model(m) for m in predictor.members])
-    if isinstance(predictor, RerankPredictor):
-        predictor = predictor.reranker
-        if predictor.config.rerank.residual:
-            raise ValueError(
-                "a residual re-ranker (rerank.residual = true) adds the initial ranker's scores, which the "
-                "exported graph does not take as an input: it cannot be exported"
-            )
-    if not isinstance(predictor, TorchPredictor):
-        kind = type(predictor).__name__
-        hint = (
-            "; LightGBM's own model.txt in the model directory is its serving format"
-            if kind == "LambdaMART"
-            else ""
-        )
-        raise ValueError(
-            f"{kind} is a baseline, not a torch model: export applies to the neural models{hint}"
-        )
-    return ServingModel(predictor.model, predictor.transform)
 
 
 # ------------------------------------------------------------------------------------- export
@@ -342,31 +173,14 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
     meta = read_meta(model_dir)
     predictor = load_model(model_dir)
     initial = _initial_ranker(predictor)
-    if initial is not None and fmt != "onnx":
-        raise ValueError(
-            "a re-ranking model exports as one ONNX graph of the whole pipeline (LightGBM's trees, the "
-            f"top-k cut, the re-ranker, the merge): use --format onnx; {fmt} cannot hold LightGBM's trees"
-        )
-    serving = serving_model(predictor).eval()
-    if initial is not None:
-        rr = initial[1]
-        serving = RerankServing(
-            serving, initial[0].n_features, rr["top_k"], rr["rank_feature"], rr["score_feature"]
-        ).eval()
+    serving = _serving_graph(predictor, initial, fmt)
     file_meta, notes = _file_meta(serving, meta, predictor, model_dir)
     model_name = str(file_meta.get("model"))
     if fmt == "onnx":  # before any work: both are needed (export, check)
         _need("onnx")
         _need("onnxruntime")
-    if initial is None:
-        traced_inputs = example_inputs(serving, 3, 5, seed=0)
-        check_inputs = example_inputs(serving, 4, 7, seed=1)
-        run_inputs = check_inputs
-    else:  # the trees' scores are an input of the traced module, the written file computes them
-        traced_inputs = _pipeline_inputs(serving, predictor, file_meta, 3, 5, seed=0)
-        length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3  # the cut is exercised
-        check_inputs = _pipeline_inputs(serving, predictor, file_meta, 4, length, seed=1)
-        run_inputs = _without_initial_scores(check_inputs)
+    pipeline = initial is not None
+    traced_inputs, check_inputs, run_inputs = _check_batches(serving, predictor, file_meta, pipeline)
     # the reference is predict's, on the batch built as a caller of predict builds it (names included)
     ref = _predict_batch(predictor, run_inputs, file_meta)
     # an order-free model's file must give each row its score wherever the row is in its list
@@ -410,8 +224,36 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
     )
 
 
-def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
-    """(LambdaMART, ``ctxrank.json["rerank"]``) of a re-ranking model or ensemble; None otherwise."""
+def _serving_graph(predictor: Any, initial: tuple[LambdaMART, RerankSpec] | None, fmt: str) -> nn.Module:
+    """The module the file holds: the model's :func:`serving_model`, inside a :class:`RerankServing`
+    for a re-ranking model (``initial``: :func:`_initial_ranker`'s), which only ONNX can hold."""
+    if initial is not None and fmt != "onnx":
+        raise ValueError(
+            "a re-ranking model exports as one ONNX graph of the whole pipeline (LightGBM's trees, the "
+            f"top-k cut, the re-ranker, the merge): use --format onnx; {fmt} cannot hold LightGBM's trees"
+        )
+    serving = serving_model(predictor).eval()
+    return serving if initial is None else RerankServing(serving, initial[0].n_features, initial[1]).eval()
+
+
+def _check_batches(
+    serving: nn.Module, predictor: Any, file_meta: dict[str, Any], pipeline: bool
+) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """(the traced batch (3, 5), the check batch (4, 7), the check batch as the written file takes it).
+    A re-ranking ``pipeline``'s batches hold the trees' scores, an input of the traced module that the
+    written file computes itself; its check lists have ``top_k + 3`` items (the cut is exercised) up to
+    ``top_k`` = :data:`CHECK_MAX_TOP_K`."""
+    if not pipeline:
+        traced, check = example_inputs(serving, 3, 5, seed=0), example_inputs(serving, 4, 7, seed=1)
+        return traced, check, check
+    traced = _pipeline_inputs(serving, predictor, file_meta, 3, 5, seed=0)
+    length = 7 if serving.top_k > CHECK_MAX_TOP_K else serving.top_k + 3
+    check = _pipeline_inputs(serving, predictor, file_meta, 4, length, seed=1)
+    return traced, check, check[:2] + check[3:]  # without initial_scores
+
+
+def _initial_ranker(predictor: Any) -> tuple[LambdaMART, RerankSpec] | None:
+    """(LambdaMART, re-rank settings) of a re-ranking model or ensemble; None otherwise."""
     first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
     if not isinstance(first, RerankPredictor):
         return None
@@ -419,7 +261,7 @@ def _initial_ranker(predictor: Any) -> tuple[LambdaMART, dict[str, Any]] | None:
         raise ValueError(
             f"the initial ranker is a {type(first.initial).__name__}; only LambdaMART's trees are exported"
         )
-    return first.initial, first.meta
+    return first.initial, first.spec
 
 
 def _pipeline_inputs(
@@ -447,10 +289,6 @@ def _pipeline_inputs(
     scores = torch.zeros(batch, length, dtype=torch.float64)
     scores[mask] = torch.from_numpy(initial.predict(data))
     return (features, mask, scores) + ((codes,) if codes is not None else ())
-
-
-def _without_initial_scores(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return inputs[:2] + inputs[3:]
 
 
 def _batch_data(
@@ -570,18 +408,17 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         file_meta["ensemble"] = ensemble  # the scores are the mean of this many members' scores
     notes = []
     if isinstance(predictor, RerankPredictor):
-        rr = predictor.meta
+        spec = predictor.spec.exported(trees=int(predictor.initial.best_iteration_))
         n = int(predictor.initial.n_features)
         file_meta["feature_names"] = file_meta["feature_names"][:n]  # the initial ranker's: raw features
-        file_meta["rerank"] = {k: rr.get(k) for k in ("top_k", "rank_feature", "score_feature")}
-        file_meta["rerank"]["trees"] = int(predictor.initial.best_iteration_)
+        file_meta["rerank"] = spec.to_json()
         file_meta["output"] = [
             "scores", "[B, L]", "float32",
             "-rank per item, the re-ranked top k first, then the rest in initial order (0 at padding)",
         ]  # fmt: skip
         notes.append(
-            f"re-ranking model: the whole pipeline is one graph (LightGBM's {file_meta['rerank']['trees']} "
-            f"trees, the top {rr['top_k']} cut with ctxrank's tie rule, the re-ranker, the merge); the "
+            f"re-ranking model: the whole pipeline is one graph (LightGBM's {spec.trees} "
+            f"trees, the top {spec.top_k} cut with ctxrank's tie rule, the re-ranker, the merge); the "
             "scores are -rank, equal to ctxrank predict's."
         )
     if not all(file_meta["feature_names"]):  # "" = fitted on unnamed arrays: the columns go by position
@@ -615,8 +452,8 @@ def _need(module: str) -> Any:
 
 
 def _write_onnx(serving: ServingModel, inputs, path: Path, file_meta, initial=None) -> None:
-    """``torch.onnx.export``; a re-ranking pipeline (``initial``: LambdaMART and its ``rerank`` meta)
-    is exported with ``initial_scores`` as an input, which :func:`ctxrank.serving.pipeline.splice_trees`
+    """``torch.onnx.export``; a re-ranking pipeline (``initial``: LambdaMART and its re-rank settings)
+    is exported with ``initial_scores`` as an input, which :func:`ctxrank.export.pipeline.splice_trees`
     then replaces by LightGBM's trees."""
     onnx = _need("onnx")
     names = [r[0] for r in _describe_inputs(serving)]
