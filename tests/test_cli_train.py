@@ -296,7 +296,8 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
         *("--set", "train.lr=0.1", "--set", "model_params.hidden=[8]", "--out", "run"),
     ]
     options = TrainOptions.from_args(build_parser().parse_args(argv))
-    assert options.seed == 0 and options.data.columns.categorical == ("a", "b") and options.data.read.no_cache
+    assert dict(options.given)["seed"] == 0 and options.data.columns.categorical == ("a", "b")
+    assert options.data.read.no_cache
     record = json.loads(json.dumps(options.to_record()))
     assert record["data_file"] == str(tmp_path / "s.csv") and record["split_fractions"] == [0.5, 0.25, 0.25]
     assert TrainOptions.from_record(record).to_record() == record

@@ -2,8 +2,8 @@
 (:mod:`ctxrank.tune`), then write the best configuration, the table of trials and plots of the search.
 
 The training run of every trial is described as ``ctxrank train`` describes one (:class:`TrainOptions`:
-model, config file, ``--set``, seed, re-ranking, data), without a test split; what the search does is
-:class:`SearchOptions`.
+the data source, a config file, ``--set`` and the run-config flags), without a test split; what the
+search does is :class:`SearchOptions`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 from ctxrank._checks import check_int
 from ctxrank._declare import flag_of, flatten
 from ctxrank.cli._options import (
-    add_declared,
     add_executor_options,
     add_progress,
     add_track,
@@ -26,7 +25,7 @@ from ctxrank.cli._options import (
     out,
     positive_int,
 )
-from ctxrank.cli.train import TrainOptions
+from ctxrank.cli.train import TrainOptions, add_training_request
 from ctxrank.config import apply_overrides, load_toml
 from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
@@ -246,18 +245,7 @@ def _train_command(options: TrainOptions, where: Path) -> list[str]:
     """The ``ctxrank train`` command that trains the best configuration on the same data: the data
     options as given (files, split, columns, reading options; paths absolute), ``best.toml`` for every
     run-config key (model, seed, ``--set`` values)."""
-    config_free = replace(
-        options,
-        model=None,
-        loss=None,
-        overrides=(),
-        seed=None,
-        threads=None,
-        initial=None,
-        top_k=None,
-        crossfit=None,
-        config=str(where / "best.toml"),
-    )
+    config_free = replace(options, given=(), overrides=(), config=str(where / "best.toml"))
     argv = config_free.command_line("DIR")[:-2]  # without its --out
     if options.data.dataset is None and options.data.data_file is None:
         argv += [flag_of(DataSource, "test_file"), "TEST_FILE"]
@@ -287,9 +275,8 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="search a model's hyperparameters (Optuna)",
         description=TUNE_DESCRIPTION,
     )
-    add_declared(
+    add_training_request(
         p,
-        TrainOptions,
         skip=("test_file",),  # tune never reads a test split
         help={
             "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
