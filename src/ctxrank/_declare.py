@@ -18,8 +18,8 @@ from typing import Any
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
 
 __all__ = [
-    "THREADS", "Option", "declared", "declared_as", "declared_keys", "flag_of", "flatten", "from_namespace",
-    "option", "unflatten",
+    "THREADS", "Option", "declared", "declared_as", "declared_keys", "field_default", "flag_of", "flatten",
+    "from_namespace", "option", "unflatten",
 ]  # fmt: skip
 
 
@@ -62,6 +62,14 @@ def option(default: Any, flag: str, help: str, **how: Any) -> Any:
 def declared_as(default: Any, opt: Option) -> Any:
     """A dataclass field declared as ``opt``, an option that several requests share (e.g. ``--threads``)."""
     return field(default=default, metadata={"option": opt})
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value for a mutable one)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    assert f.default_factory is not dataclasses.MISSING, f"field {f.name} has no default"
+    return f.default_factory()
 
 
 def _group_type(f: dataclasses.Field) -> type | None:

@@ -46,7 +46,7 @@ from ctxrank._checks import (
     check_seed,
     is_int,
 )
-from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, option
+from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, field_default, option
 from ctxrank._memory import AUTO
 from ctxrank._overrides import Override, parse_override, set_path
 from ctxrank.data.lists import DEFAULT_TOP_K
@@ -191,11 +191,6 @@ class TrainConfig:
             raise ValueError(f"train.metric: {exc}") from None
 
 
-def _default(f: dataclasses.Field) -> Any:
-    """A dataclass field's default (its factory's value for a mutable one)."""
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
-
-
 @dataclass(frozen=True)
 class RerankConfig:
     """The re-ranking protocol (see ``ctxrank.training.rerank``).
@@ -253,7 +248,7 @@ class RerankConfig:
             unused = [
                 f"rerank.{f.name}"
                 for f in fields(self)
-                if f.name not in ("initial", "residual") and getattr(self, f.name) != _default(f)
+                if f.name not in ("initial", "residual") and getattr(self, f.name) != field_default(f)
             ]
             if unused:
                 raise ValueError(

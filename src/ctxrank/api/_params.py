@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxrank._checks import build_dataclass
+from ctxrank._declare import field_default
 from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
 from ctxrank.registry import Baseline, get_model
 
@@ -31,14 +32,6 @@ _RUN = ("loss", "loss_params", "transform")
 _TRAIN_RENAMES = {"seed": "random_state"}
 #: a baseline constructor parameter -> the estimator parameter that carries it
 _BASELINE_RENAMES = {"seed": "random_state", "num_threads": "threads"}
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    raise AssertionError(f"config field {f.name} has no default")
 
 
 @dataclass(frozen=True)
@@ -77,13 +70,13 @@ def param_spec(name: str) -> ParamSpec:
         if "threads" in train:
             train["threads"] = None  # None = one thread, as in ``ctxrank train``
         return ParamSpec(name, own, {}, train)
-    model = {f.name: _default(f) for f in dataclasses.fields(entry.config_class)}
-    defaults = {f.name: _default(f) for f in dataclasses.fields(RunConfig)}
+    model = {f.name: field_default(f) for f in dataclasses.fields(entry.config_class)}
+    defaults = {f.name: field_default(f) for f in dataclasses.fields(RunConfig)}
     run = {_RUN_RENAMES.get(k, k): defaults[k] for k in _RUN}
     run["loss_params"] = None  # an estimator parameter is not a mutable default
     if entry.own_objective:  # no loss to choose
         run = {"normalizer": run["normalizer"]}
-    train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
+    train = {_TRAIN_RENAMES.get(f.name, f.name): field_default(f) for f in dataclasses.fields(TrainConfig)}
     for key, value in model_run_defaults(name).items():  # e.g. DASALC's transform and input noise
         if key == "transform":
             run["normalizer"] = value
