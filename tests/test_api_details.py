@@ -73,3 +73,27 @@ def test_a_context_model_or_a_per_query_normalizer_needs_the_query_ids():
         assert not ranker.scores_rows_alone()
         with pytest.raises(ValueError, match=r"qid: give the query id of every row"):
             ranker.predict(X)
+
+
+def test_the_pipeline_and_the_estimators_take_the_run_configs_fields_checks_and_defaults():
+    """``RerankPipeline``'s top_k / crossfit / rank_feature are ``RerankConfig``'s fields: the same
+    defaults, refused by the same checks (named as the caller knows them); a neural estimator's run
+    parameters are ``RunConfig``'s (``transform`` under the name ``normalizer``)."""
+    import inspect
+
+    from ctxrank.api import RerankPipeline
+    from ctxrank.api._params import param_spec
+    from ctxrank.config import RerankConfig, RunConfig
+
+    signature = inspect.signature(RerankPipeline).parameters
+    for name, bad in (("top_k", 0), ("top_k", True), ("crossfit", 1), ("rank_feature", 1)):
+        assert signature[name].default == getattr(RerankConfig(), name)
+        with pytest.raises(ValueError) as got:
+            RerankPipeline(**{name: bad}).run_config()
+        with pytest.raises(ValueError) as want:
+            RerankConfig(initial="lambdamart", **{name: bad})
+        assert str(got.value) == str(want.value).replace("rerank.", "") and name in str(got.value)
+    config = RerankPipeline(top_k=4, crossfit=2).run_config()
+    assert (config.rerank.initial, config.rerank.top_k, config.rerank.crossfit) == ("lambdamart", 4, 2)
+    run = param_spec("mlp").run
+    assert run == {"loss": RunConfig().loss, "loss_params": None, "normalizer": RunConfig().transform}

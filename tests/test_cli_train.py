@@ -296,7 +296,8 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
         *("--set", "train.lr=0.1", "--set", "model_params.hidden=[8]", "--out", "run"),
     ]
     options = TrainOptions.from_args(build_parser().parse_args(argv))
-    assert options.seed == 0 and options.data.columns.categorical == ("a", "b") and options.data.read.no_cache
+    assert dict(options.given)["seed"] == 0 and options.data.columns.categorical == ("a", "b")
+    assert options.data.read.no_cache
     record = json.loads(json.dumps(options.to_record()))
     assert record["data_file"] == str(tmp_path / "s.csv") and record["split_fractions"] == [0.5, 0.25, 0.25]
     assert TrainOptions.from_record(record).to_record() == record
@@ -638,3 +639,14 @@ def test_a_reranker_worse_than_its_initial_ranker_and_a_run_cut_while_improving_
     assert [w in " ".join(lines) for w in training["warnings"]] == [True, True]
     initial = f"initial ranker {training['initial_valid_metric']:.4f} on the same lists"
     assert f"(valid ndcg@10 {training['best_valid_metric']:.4f}; {initial})" in said.out
+
+
+def test_an_older_run_record_still_reads():
+    """A record written before the run-config flags moved to the config's fields: the old key order,
+    ``--set`` as ``KEY=VALUE`` text, an ``out`` key and no newer data options."""
+    old = {"model": "mlp", "loss": None, "config": None, "overrides": ["train.lr=0.1"], "seed": 3}
+    old.update({"threads": None, "initial": None, "top_k": None, "crossfit": None, "out": "/runs/x"})
+    options = TrainOptions.from_record({**old, "train_file": "/d/tr.txt", "valid_file": "/d/va.txt"})
+    assert options.config_overrides() == [("train.lr", 0.1), ("model", "mlp"), ("train.seed", 3)]
+    assert options.data.train_file == "/d/tr.txt" and options.data.read.null_fill is None
+    assert TrainOptions.from_record(options.to_record()) == options

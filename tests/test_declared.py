@@ -1,5 +1,5 @@
 """Options declared once (``ctxrank._declare``): each flag of a request (``DataSource``, its
-``Columns`` and ``ReadOptions``, ``TrainOptions``) has one declaration, on its field; every command
+``Columns`` and ``ReadOptions``, ``RunConfig``) has one declaration, on its field; every command
 builds the flag from it and parses it back into the same typed field; the experiment runner and the
 command line build equal sources for the same data."""
 
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from ctxrank._declare import declared, flag_of, flatten, from_namespace, unflatten
+from ctxrank._declare import declared, flag_of, from_namespace
 from ctxrank.cli import COMMANDS, build_parser
 from ctxrank.cli.train import FLAGS, TrainOptions
+from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.sources import Columns, DataSource, ReadOptions
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ctxrank"
-REQUESTS = (DataSource, TrainOptions)
+REQUESTS = (DataSource, RunConfig)
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -55,22 +56,37 @@ def test_every_data_option_is_written_once_in_the_source():
 
 
 def test_train_and_tune_declare_no_training_flag_of_their_own():
-    """``--model``, ``--seed``, ``--top-k``, ... of a training run: declared on ``TrainOptions`` only
-    (other commands' ``--model DIR`` is another option: a saved model)."""
-    for name, opt in declared(TrainOptions):
+    """``--model``, ``--seed``, ``--top-k``, ... of a training run: declared on the run config's own
+    fields only (``--threads`` in ctxrank._declare, shared; other commands' ``--model DIR`` is another
+    option: a saved model)."""
+    names = [name for name, _ in declared(RunConfig)]
+    assert names == ["model", "loss", "seed", "threads", "initial", "top_k", "crossfit"]
+    for name, opt in declared(RunConfig):
         files = _declaring_files(opt.flag)
-        assert "cli/tune.py" not in files, (name, opt.flag)
-        if name in {n for n, _ in declared(DataSource)}:
-            continue
-        declaring = [f for f in files if f in ("cli/train.py", "cli/_options.py")]  # --threads: shared
-        assert len(declaring) == 1, (name, opt.flag, files)
+        assert "cli/tune.py" not in files and "cli/train.py" not in files, (name, opt.flag)
+        assert [f for f in files if f in ("config.py", "_declare.py")] in (["config.py"], ["_declare.py"])
+    assert not [f for f in dataclasses.fields(TrainOptions) if f.metadata], "TrainOptions declares no option"
+
+
+def test_model_is_a_registry_name_in_train_and_tune_and_one_directory_option_elsewhere():
+    from ctxrank.cli._options import MODEL_DIR
+
+    # the run config's field, the directory option, and an example in _overrides.py's documentation
+    assert _declaring_files("--model") == ["_overrides.py", "cli/_options.py", "config.py"]
+    for command, parser in _subparsers().items():
+        action = next((a for a in parser._actions if "--model" in a.option_strings), None)
+        if command in ("train", "tune"):
+            assert action.metavar == "NAME" and "model name" in action.help, command
+        elif action is not None:
+            assert action.metavar in ("DIR", "PATH") and action.help.startswith(MODEL_DIR.help.split("{")[0])
+            assert action.dest == "model", command
 
 
 def test_threads_is_one_declaration_shared_by_every_command():
     from ctxrank.cli._options import THREADS
 
-    assert dict(declared(TrainOptions))["threads"] is THREADS
-    assert _declaring_files("--threads") == ["cli/_options.py"]
+    assert dict(declared(TrainConfig))["threads"] is THREADS
+    assert _declaring_files("--threads") == ["_declare.py"]
     for command, parser in _subparsers().items():
         for action in parser._actions:
             if "--threads" in action.option_strings:
@@ -130,12 +146,13 @@ def test_train_options_compose_the_data_source_and_record_flat():
         columns=Columns(query_col="q", label_col="y", categorical=("a", "b")),
         read=ReadOptions(max_dense_bytes=1000),
     )
-    assert options.top_k == 20 and options.model == "mlp"
-    flat = flatten(options)
+    assert options.given == (("model", "mlp"), ("top_k", 20))
+    assert options.config_overrides() == [("model", "mlp"), ("rerank.top_k", 20)]  # the fields' keys
+    flat = options.to_record()
     assert list(flat) == list(FLAGS)  # one flat level: the recorded names are the option names
-    assert unflatten(TrainOptions, flat) == options
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['nope'\]; valid: \['model'"):
-        unflatten(TrainOptions, {**flat, "nope": 1})
+    assert TrainOptions.from_record(flat).to_record() == flat
+    with pytest.raises(ValueError, match=r"unknown recorded option\(s\) \['nope'\]; valid: \['model'"):
+        TrainOptions.from_record({**flat, "nope": 1})
 
 
 def test_a_bad_value_is_refused_by_the_declared_reader_with_the_flag_named(capsys):

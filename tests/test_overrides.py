@@ -96,3 +96,27 @@ def test_a_flag_and_a_set_of_the_same_key_are_refused_rather_than_one_dropped(tm
     # without the flag, a table where the model's name belongs says where its parameters go
     assert main(["train", "--set", "model.width=8", *data, "--out", str(tmp_path / "m")]) == 2
     assert "its parameters are model_params (model_params.width)" in capsys.readouterr().err
+
+
+def test_with_overrides_sets_typed_pairs_on_a_config_and_validates_once():
+    """``RunConfig.with_overrides``: the typed setter of every entrance, with no dict round trip; it
+    agrees with the overrides set on the config's own dict."""
+    from ctxrank.config import RunConfig
+
+    base = RunConfig(model="mlp", model_params={"hidden": (8,)})
+    rerank = {"initial": "lambdamart", "top_k": 5}
+    pairs = [("train.lr", 0.5), ("model_params.dropout", 0.1), ("rerank", rerank)]
+    new = base.with_overrides(pairs)
+    assert new.train.lr == 0.5 and new.model_params == {"hidden": (8,), "dropout": 0.1}
+    assert new.rerank.initial == "lambdamart" and new.rerank.top_k == 5 and new.rerank.crossfit == 0
+    assert base.train.lr == 1e-3 and base.model_params == {"hidden": (8,)}  # a new config
+    assert new.to_dict() == RunConfig.from_dict(apply_overrides(base.to_dict(), pairs)).to_dict()
+    # several keys of one table are validated together: top_k alone would need an initial ranker
+    both = base.with_overrides([("rerank.initial", "lambdamart"), ("rerank.top_k", 7)])
+    assert both.rerank.top_k == 7
+    with pytest.raises(ValueError, match=r"rerank\.top_k must be a positive integer, got 0"):
+        both.with_overrides([("rerank.top_k", 0)])
+    with pytest.raises(ValueError, match=r"unknown config key 'nope' \(in 'nope\.x'\); valid keys: \['ens"):
+        base.with_overrides([("nope.x", 1)])
+    with pytest.raises(ValueError, match=r"train: unknown option\(s\) \['nope'\]"):
+        base.with_overrides([("train.nope", 1)])

@@ -17,7 +17,10 @@ from typing import Any
 
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
 
-__all__ = ["Option", "declared", "declared_as", "flag_of", "flatten", "from_namespace", "option", "unflatten"]
+__all__ = [
+    "THREADS", "Option", "declared", "declared_as", "declared_keys", "field_default", "flag_of", "flatten",
+    "from_namespace", "option", "unflatten",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,14 @@ def declared_as(default: Any, opt: Option) -> Any:
     return field(default=default, metadata={"option": opt})
 
 
+def field_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory's value for a mutable one)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    assert f.default_factory is not dataclasses.MISSING, f"field {f.name} has no default"
+    return f.default_factory()
+
+
 def _group_type(f: dataclasses.Field) -> type | None:
     """The declared dataclass of a group field (its default is an instance of it), else None."""
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -69,11 +80,22 @@ def _group_type(f: dataclasses.Field) -> type | None:
 
 def declared(cls: type) -> Iterator[tuple[str, Option]]:
     """``(field name, Option)`` of every option of ``cls`` and of its groups, in declaration order."""
+    for key, opt in _declared_at(cls, ""):
+        yield key.rpartition(".")[2], opt
+
+
+def declared_keys(cls: type) -> dict[str, str]:
+    """``{option name: dotted key}`` of the options of ``cls`` and its groups (the key of an override:
+    ``seed`` -> ``train.seed`` on a :class:`~ctxrank.config.RunConfig`)."""
+    return {key.rpartition(".")[2]: key for key, _ in _declared_at(cls, "")}
+
+
+def _declared_at(cls: type, prefix: str) -> Iterator[tuple[str, Option]]:
     for f in dataclasses.fields(cls):
         if "option" in f.metadata:
-            yield f.name, f.metadata["option"]
+            yield prefix + f.name, f.metadata["option"]
         elif (group := _group_type(f)) is not None:
-            yield from declared(group)
+            yield from _declared_at(group, f"{prefix}{f.name}.")
 
 
 def flag_of(cls: type, name: str) -> str:
@@ -149,6 +171,20 @@ NON_NEGATIVE_INT = _bounded(0, MAX_INT, "an integer")
 SEED = _bounded(0, MAX_SEED, "a seed")
 BYTE_COUNT = _bounded(1, MAX_BYTES, "a number of bytes")
 INT_READERS = (POSITIVE_INT, NON_NEGATIVE_INT, SEED, BYTE_COUNT)
+
+#: ``--threads N``, the one declaration of the CPU threads of every command that computes (the field
+#: ``TrainConfig.threads`` of a training run; ``ctxrank.cli._options.add_threads`` elsewhere). Not given
+#: (None): ctxrank sets no count where the library has its own default (PyTorch's intra-op threads, a
+#: saved LambdaMART's training count); where ctxrank must pass a count itself (a baseline's
+#: ``num_threads``, the initial ranker's, a Ray task's CPUs, a served model) it passes
+#: ``ctxrank._checks.resolve_threads(None)``, 1. ``{threads}`` in the help says which setting it fills.
+THREADS = Option(
+    "--threads",
+    "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({threads}). "
+    "Results can differ in the last digits between thread counts",
+    parse=POSITIVE_INT,
+    metavar="N",
+)
 
 
 def null_fill_text(text: str) -> str | float:

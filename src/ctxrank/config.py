@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +46,14 @@ from ctxrank._checks import (
     check_seed,
     is_int,
 )
+from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, field_default, option
 from ctxrank._memory import AUTO
 from ctxrank._overrides import Override, parse_override, set_path
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import parse_metric
-from ctxrank.registry import MODELS, Baseline, get_model
+from ctxrank.registry import MODELS, Baseline, get_model, is_baseline
 
 DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
@@ -68,6 +69,10 @@ IDEAL_SCOPES: tuple[str, ...] = ("full", "top-k")
 MISSING_POLICIES: tuple[str, ...] = ("native", "indicator", "error")
 #: ``train.release_memory`` values: when training hands the C heap's freed pages back to the system
 RELEASE_MEMORY: tuple[str, ...] = ("epoch", "step")
+
+#: what ``--model`` lists in ``ctxrank train --help``
+_NEURAL = ", ".join(name for name in MODELS if not is_baseline(name))
+_BASELINES = ", ".join(name for name in MODELS if is_baseline(name))
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,9 @@ class TrainConfig:
             ``"skip"``).
         clip_grad_norm: clip the global gradient norm to this value (None = no clipping).
         seed: seeds torch and the batch shuffling generator.
-        threads: torch CPU threads (None = leave torch's default).
+        threads: CPU threads (:data:`ctxrank._declare.THREADS`): PyTorch's intra-op threads and a
+            baseline's ``num_threads``. None (not given): PyTorch keeps its own count; a baseline and
+            the initial ranker get 1 (``ctxrank._checks.resolve_threads``).
         eval_batch_size: queries per batch when scoring (no gradients): validation, the test split and
             a trained model's ``predict``; on the CPU a batch also holds at most 16,384 padded items and
             ``512 MiB`` of estimated memory.
@@ -136,8 +143,8 @@ class TrainConfig:
     metric: str = "ndcg@10"
     no_relevant: float | str = 0.0
     clip_grad_norm: float | None = None
-    seed: int = 0
-    threads: int | None = None
+    seed: int = option(0, "--seed", "random seed (train.seed)", parse=SEED)
+    threads: int | None = declared_as(None, THREADS)
     eval_batch_size: int = 512
     device: str = "cpu"
     precision: str = "fp32"
@@ -184,11 +191,6 @@ class TrainConfig:
             raise ValueError(f"train.metric: {exc}") from None
 
 
-def _default(f: dataclasses.Field) -> Any:
-    """A dataclass field's default (its factory's value for a mutable one)."""
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
-
-
 @dataclass(frozen=True)
 class RerankConfig:
     """The re-ranking protocol (see ``ctxrank.training.rerank``).
@@ -206,9 +208,20 @@ class RerankConfig:
             after training, the initial order is kept when it scores better on validation.
     """
 
-    initial: str = ""
-    top_k: int = DEFAULT_TOP_K
-    crossfit: int = DEFAULT_CROSSFIT
+    initial: str = option(
+        "", "--initial",
+        "re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
+        choices=("lambdamart",),
+    )  # fmt: skip
+    top_k: int = option(
+        DEFAULT_TOP_K, "--top-k", f"items re-ranked per query (rerank.top_k, default {DEFAULT_TOP_K})",
+        parse=POSITIVE_INT,
+    )  # fmt: skip
+    crossfit: int = option(
+        DEFAULT_CROSSFIT, "--crossfit",
+        "out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
+        parse=NON_NEGATIVE_INT, metavar="K",
+    )  # fmt: skip
     rank_feature: bool | None = None
     score_feature: bool | None = None
     ideal: str = "full"
@@ -235,7 +248,7 @@ class RerankConfig:
             unused = [
                 f"rerank.{f.name}"
                 for f in fields(self)
-                if f.name not in ("initial", "residual") and getattr(self, f.name) != _default(f)
+                if f.name not in ("initial", "residual") and getattr(self, f.name) != field_default(f)
             ]
             if unused:
                 raise ValueError(
@@ -252,8 +265,17 @@ class RunConfig:
     mean of their scores (``ctxrank.training.ensemble``).
     """
 
-    model: str = "listnet"
-    loss: str = ""
+    model: str = option(
+        "listnet", "--model", metavar="NAME", help=
+        f"model name: a neural model ({_NEURAL}) or a baseline ({_BASELINES}; see docs/models.md and "
+        "docs/baselines.md); default: the config file's, else listnet. (predict, evaluate, export and serve "
+        "take --model DIR: a saved model's directory)",
+    )  # fmt: skip
+    loss: str = option(
+        "", "--loss",
+        f"ranking loss of a neural model: {', '.join(sorted(LOSSES))} (default: the model's own; baselines "
+        "train their own)",
+    )  # fmt: skip
     transform: str = "minmax"
     model_params: Mapping[str, Any] = field(default_factory=dict)
     loss_params: Mapping[str, Any] = field(default_factory=dict)
@@ -462,6 +484,49 @@ class RunConfig:
         trial): the options that run did not read are dropped first, so that a model trained before
         such options were refused (they were silently ignored, changing nothing) still loads."""
         return cls.from_dict(without_unread(d))
+
+    def with_overrides(self, overrides: Iterable[Override]) -> RunConfig:
+        """A new, validated config with the typed ``(dotted key, value)`` overrides set in order (as
+        ``--set`` sets them: ``("train.lr", 3e-4)``, ``("rerank", {...})`` a whole table,
+        ``("model_params.hidden", [64])`` a key of a table); the values not overridden are kept as
+        they are (a new ``model`` does not bring its own run defaults: :meth:`from_dict` does that for a
+        config read from a file).
+
+        Raises:
+            ValueError: an unknown key (listing the valid ones) or a bad value (naming its key).
+        """
+        tables: dict[str, Any] = {
+            f.name: _as_table(getattr(self, f.name)) if f.name in _TABLES else getattr(self, f.name)
+            for f in fields(self)
+        }
+        for key, value in overrides:
+            head = key.partition(".")[0]
+            if head not in tables:
+                raise ValueError(f"unknown config key {head!r} (in {key!r}); valid keys: {sorted(tables)}")
+            set_path(tables, key, value)
+        train, rerank = tables["train"], tables["rerank"]
+        if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
+            raise ValueError("[train] and [rerank] must be tables")
+        return replace(
+            self,
+            **{k: v for k, v in tables.items() if k not in ("train", "rerank")},
+            train=build_dataclass(TrainConfig, train, "train"),
+            rerank=build_dataclass(RerankConfig, rerank, "rerank"),
+        )
+
+
+#: the run config's fields that are tables (``--set model_params.hidden=[64]`` sets a key inside)
+_TABLES = ("model_params", "loss_params", "train", "rerank")
+
+
+def _as_table(value: Any) -> dict[str, Any]:
+    """A table field as a nested dict (a dataclass by its fields, not recursively converted)."""
+    items = (
+        [(f.name, getattr(value, f.name)) for f in fields(value)]
+        if dataclasses.is_dataclass(value)
+        else value.items()
+    )
+    return {k: _as_table(v) if isinstance(v, Mapping) else v for k, v in items}
 
 
 def without_unread(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ctxrank._checks import build_dataclass
+from ctxrank._declare import field_default
 from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
 from ctxrank.registry import Baseline, get_model
 
@@ -22,20 +24,14 @@ __all__ = ["ParamSpec", "param_spec", "run_config", "shows_progress"]
 #: ``verbose``'s default: a progress bar where a person watches (a terminal or a notebook)
 AUTO_VERBOSE = "auto"
 
-#: run-level parameters of a neural estimator (besides the model's and TrainConfig's)
-_RUN_DEFAULTS: dict[str, Any] = {"loss": "", "loss_params": None, "normalizer": "minmax"}
+#: RunConfig field -> estimator parameter, where the names differ
+_RUN_RENAMES = {"transform": "normalizer"}
+#: the RunConfig fields that are parameters of a neural estimator (besides the model's and TrainConfig's)
+_RUN = ("loss", "loss_params", "transform")
 #: TrainConfig field -> estimator parameter, where the names differ
 _TRAIN_RENAMES = {"seed": "random_state"}
 #: a baseline constructor parameter -> the estimator parameter that carries it
 _BASELINE_RENAMES = {"seed": "random_state", "num_threads": "threads"}
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    raise AssertionError(f"config field {f.name} has no default")
 
 
 @dataclass(frozen=True)
@@ -74,11 +70,13 @@ def param_spec(name: str) -> ParamSpec:
         if "threads" in train:
             train["threads"] = None  # None = one thread, as in ``ctxrank train``
         return ParamSpec(name, own, {}, train)
-    model = {f.name: _default(f) for f in dataclasses.fields(entry.config_class)}
-    run = {} if entry.own_objective else dict(_RUN_DEFAULTS)
-    if entry.own_objective:
-        run["normalizer"] = _RUN_DEFAULTS["normalizer"]
-    train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
+    model = {f.name: field_default(f) for f in dataclasses.fields(entry.config_class)}
+    defaults = {f.name: field_default(f) for f in dataclasses.fields(RunConfig)}
+    run = {_RUN_RENAMES.get(k, k): defaults[k] for k in _RUN}
+    run["loss_params"] = None  # an estimator parameter is not a mutable default
+    if entry.own_objective:  # no loss to choose
+        run = {"normalizer": run["normalizer"]}
+    train = {_TRAIN_RENAMES.get(f.name, f.name): field_default(f) for f in dataclasses.fields(TrainConfig)}
     for key, value in model_run_defaults(name).items():  # e.g. DASALC's transform and input noise
         if key == "transform":
             run["normalizer"] = value
@@ -105,27 +103,20 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
         )
     values = {**spec.defaults, **params}
     model_params = {k: values[k] for k in spec.model}
+    verbose = _check_verbose(values["verbose"])
+    run: dict[str, Any] = {}
     if isinstance(get_model(name), Baseline):
-        verbose = _check_verbose(values["verbose"])
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
             model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only
         train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}
-        d: dict[str, Any] = {"model": name, "model_params": model_params, "train": train}
     else:
-        _check_verbose(values["verbose"])
-        train = {
-            k: values[_TRAIN_RENAMES.get(k, k)] for k in (f.name for f in dataclasses.fields(TrainConfig))
-        }
-        d = {
-            "model": name,
-            "loss": values["loss"] if "loss" in spec.run else "",  # ARSM's ``loss`` is its own parameter
-            "transform": values["normalizer"],
-            "model_params": model_params,
-            "loss_params": dict(values["loss_params"] or {}) if "loss_params" in spec.run else {},
-            "train": train,
-        }
+        train = {f.name: values[_TRAIN_RENAMES.get(f.name, f.name)] for f in dataclasses.fields(TrainConfig)}
+        run = {k: values[_RUN_RENAMES.get(k, k)] for k in _RUN if _RUN_RENAMES.get(k, k) in spec.run}
+        run["loss_params"] = dict(run.get("loss_params") or {})  # ARSM's ``loss`` is its own parameter
     try:
-        return RunConfig.from_dict(d)
+        return RunConfig(
+            model=name, model_params=model_params, train=build_dataclass(TrainConfig, train, "train"), **run
+        )
     except (TypeError, ValueError) as exc:
         raise ValueError(_estimator_names(str(exc))) from None
 

@@ -76,7 +76,7 @@ class Ranker(BaseEstimator):
     __metadata_request__predict = {"qid": True, "group": True}  # noqa: RUF012
     __metadata_request__score = {"qid": True, "group": True}  # noqa: RUF012
 
-    def __init__(self, model: str = "listnet", **params: Any) -> None:
+    def __init__(self, model: str = RunConfig.model, **params: Any) -> None:
         self.model = model
         for key, value in params.items():
             setattr(self, key, value)

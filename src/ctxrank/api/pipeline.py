@@ -8,10 +8,8 @@ from typing import Any
 
 from sklearn.base import BaseEstimator
 
-from ctxrank._checks import check_bool, check_crossfit, check_int
 from ctxrank.api.estimators import LambdaMARTRanker, QILCMRanker, Ranker
-from ctxrank.config import DEFAULT_CROSSFIT, RunConfig
-from ctxrank.data.lists import DEFAULT_TOP_K
+from ctxrank.config import RerankConfig, RunConfig
 
 __all__ = ["RerankPipeline"]
 
@@ -40,8 +38,8 @@ class RerankPipeline(Ranker):
         initial: Any = None,
         reranker: Any = None,
         *,
-        top_k: int = DEFAULT_TOP_K,
-        crossfit: int = DEFAULT_CROSSFIT,
+        top_k: int = RerankConfig.top_k,
+        crossfit: int = RerankConfig.crossfit,
         rank_feature: bool | None = None,
         score_feature: bool | None = None,
         query_column: str | None = None,
@@ -83,25 +81,24 @@ class RerankPipeline(Ranker):
         return getattr(self.reranker_estimator(), "missing", "native")
 
     def run_config(self) -> RunConfig:
-        check_int("top_k", self.top_k)  # the pipeline's own parameters, named as the caller knows them
-        check_crossfit("crossfit", self.crossfit)
-        for name in ("rank_feature", "score_feature"):
-            if getattr(self, name) is not None:
-                check_bool(name, getattr(self, name))
+        """The re-ranker's run config with ``[rerank]`` set from the pipeline's parameters (checked by
+        ``RerankConfig``; an error names them as the caller knows them: ``top_k``, not ``rerank.top_k``)."""
         initial, reranker = self._parts()
         base = reranker.run_config()
         first = initial.run_config()
         initial_params = {**first.model_params, "seed": first.train.seed}
         if first.train.threads is not None:
             initial_params["num_threads"] = first.train.threads
-        d = base.to_dict()
-        d["rerank"] = {
+        rerank = {
             "initial": "lambdamart",
-            "top_k": self.top_k,
-            "crossfit": self.crossfit,
-            "rank_feature": self.rank_feature,
-            "score_feature": self.score_feature,
+            **{name: getattr(self, name) for name in _OWN if getattr(self, name) is not None},
             "initial_params": initial_params,
         }
-        d["rerank"] = {k: v for k, v in d["rerank"].items() if v is not None}
-        return RunConfig.from_dict(d)
+        try:
+            return base.with_overrides([("rerank", rerank)])
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("rerank.", "")) from None
+
+
+#: the pipeline's parameters that are ``RerankConfig`` fields of the same name
+_OWN = ("top_k", "crossfit", "rank_feature", "score_feature")

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxrank._declare import INT_READERS, POSITIVE_INT, Option, declared
+from ctxrank._declare import INT_READERS, THREADS, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
@@ -97,6 +97,8 @@ def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable out
 #: ``--set KEY=VALUE`` (repeatable): typed ``(dotted key, value)`` pairs of a run config
 #: (``TrainOptions.overrides``) or of an experiment spec; ``{set}`` in its help says which
 SET = Option("--set", "{set}", parse=read_override, metavar="KEY=VALUE", many=True)
+#: ``--config FILE``: the TOML run config a training command starts from (``TrainOptions.config``)
+CONFIG = Option("--config", "TOML run config (see docs/training.md)", metavar="FILE", path=True)
 
 
 def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
@@ -146,22 +148,25 @@ def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, thre
     )
 
 
-#: ``--threads N`` (>= 1), the one declaration of every command that computes (``TrainOptions.threads``
-#: is declared as it); ``{threads}`` in its help says which setting it fills
-THREADS = Option(
-    "--threads",
-    "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({threads}). "
-    "Results can differ in the last digits between thread counts",
-    parse=POSITIVE_INT,
-    metavar="N",
-)
-
-
 def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
-    """:data:`THREADS` on a command that has no declared request; ``what`` says which setting it fills
-    (e.g. ``runs.threads``, or "default: the libraries' own")."""
+    """:data:`~ctxrank._declare.THREADS` (``TrainConfig.threads``' declaration) on a command that does
+    not train; ``what`` says which setting it fills (e.g. ``runs.threads``, or "default: the
+    libraries' own")."""
     help = THREADS.help.format(threads=what)
     p.add_argument(THREADS.flag, type=argparse_type(THREADS.parse), metavar=THREADS.metavar, help=help)
+
+
+#: ``--model DIR``: a model directory saved by ``ctxrank train``, the one declaration of every command
+#: that reads a saved model (predict, evaluate, export, serve). ``ctxrank train`` / ``tune``'s
+#: ``--model NAME`` is another option: ``RunConfig.model``, a registry name.
+MODEL_DIR = Option("--model", "a model directory saved by `ctxrank train`{what}", metavar="DIR", path=True)
+
+
+def add_model_dir(p: argparse.ArgumentParser | Any, what: str = "", *, required: bool = True,
+                  metavar: str = "DIR") -> None:  # fmt: skip
+    """:data:`MODEL_DIR` (parsed into ``model``); ``what`` ends its help (e.g. " (instead of --scores)")."""
+    help = MODEL_DIR.help.format(what=what)
+    p.add_argument(MODEL_DIR.flag, dest="model", required=required, metavar=metavar, help=help)
 
 
 #: ``--track KIND[:URI]``, the one declaration of every command that logs to an experiment tracker

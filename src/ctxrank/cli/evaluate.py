@@ -10,10 +10,12 @@ from typing import Any
 
 from ctxrank._declare import from_namespace
 from ctxrank.cli._options import (
+    MODEL_DIR,
     SCORING_SKIP,
     add_correction,
     add_data_source,
     add_json,
+    add_model_dir,
     add_threads,
     key_value_lines,
     note,
@@ -301,7 +303,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--scores", metavar="FILE", help="one score per line, in row order")
-    p.add_argument("--model", metavar="DIR", help="a model saved by `ctxrank train` (instead of --scores)")
+    add_model_dir(p, " (instead of --scores)", required=False)
     p.add_argument(
         "--run",
         dest="runs",  # not "run": the parsed command's function (set_defaults)
@@ -367,7 +369,7 @@ def add_evaluate_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _run_evaluate(a: argparse.Namespace) -> int:
     source = from_namespace(DataSource, a)
     if a.runs:
-        given = [f for f, v in (("--scores", a.scores), ("--model", a.model)) if v is not None]
+        given = [f for f, v in (("--scores", a.scores), (MODEL_DIR.flag, a.model)) if v is not None]
         if given:
             raise ValueError(f"give either --run FILE or {' / '.join(given)}, not both")
         ignored = [

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ctxrank.cli._options import add_threads, out, table
+from ctxrank.cli._options import add_model_dir, add_threads, out, table
 from ctxrank.cli._outputs import check_output_file
 from ctxrank.export import EXPORT_FORMATS, export_model
 
@@ -76,7 +76,7 @@ def add_export_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "model.txt) are refused. See docs/export.md."
         ),
     )
-    p.add_argument("--model", required=True, metavar="DIR", help="a model directory saved by `ctxrank train`")
+    add_model_dir(p)
     p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="torchscript or onnx")
     p.add_argument("--out", required=True, metavar="FILE", help="file to write (e.g. model.pt, model.onnx)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out FILE if it exists")

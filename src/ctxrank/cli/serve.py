@@ -10,7 +10,7 @@ from typing import Any
 
 from ctxrank._checks import resolve_threads
 from ctxrank._declare import from_namespace
-from ctxrank.cli._options import add_declared, add_threads
+from ctxrank.cli._options import add_declared, add_model_dir, add_threads
 from ctxrank.serving.server import ServeOptions, bind, load_ranker, serve
 
 
@@ -39,12 +39,7 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "docs/serving.md."
         ),
     )
-    p.add_argument(
-        "--model",
-        required=True,
-        metavar="PATH",
-        help="an .onnx file of `ctxrank export`, or a model directory",
-    )
+    add_model_dir(p, ", or an .onnx file of `ctxrank export`", metavar="PATH")
     add_threads(
         p,
         "of one model call: onnxruntime's intra-op threads, or torch's and LightGBM's for a model "

@@ -1,6 +1,7 @@
 """``ctxrank train`` (train a ranker, save it; ``--resume`` a killed run) and ``ctxrank predict``.
 
-The options of a training run are one frozen :class:`TrainOptions`. A run records it as JSON (with
+A training run is ``(DataSource, RunConfig)``; :class:`TrainOptions` is what the command was given
+(the source, a ``--config`` file, ``--set`` and the run-config flags). A run records it as JSON (with
 absolute paths) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, together with the
 ``ctxrank train`` command line that repeats it; ``--resume`` reads it back from there.
 """
@@ -20,27 +21,20 @@ from typing import Any
 
 import torch.distributed
 
-from ctxrank._declare import (
-    NON_NEGATIVE_INT,
-    POSITIVE_INT,
-    SEED,
-    declared,
-    declared_as,
-    flatten,
-    from_namespace,
-    option,
-    unflatten,
-)
+from ctxrank._declare import declared, declared_keys, flatten, from_namespace, unflatten
 from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
 from ctxrank._memory import format_bytes
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank._overrides import parse_override, with_flags
+from ctxrank._overrides import Override, parse_override, with_flags
 from ctxrank.cli._options import (
+    CONFIG,
+    HELP_FILL,
     SCORING_SKIP,
     SET,
-    THREADS,
     add_data_source,
     add_declared,
+    add_model_dir,
+    add_overrides,
     add_progress,
     add_threads,
     add_track,
@@ -52,15 +46,13 @@ from ctxrank.cli._options import (
 from ctxrank.cli._outputs import check_output_file
 from ctxrank.cli._scoring import load_for_scoring
 from ctxrank.config import RunConfig, resolve_config
-from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.sources import DataSource
 from ctxrank.data.stream import ShardStream
 from ctxrank.data.table_io import to_file_order
 from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
-from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
-from ctxrank.registry import MODELS, is_baseline
+from ctxrank.registry import is_baseline
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
@@ -72,96 +64,68 @@ RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ct
 RUN_KIND = "ctxrank-train-run"
 
 
-#: what ``--model`` lists in ``--help``
-_NEURAL = ", ".join(name for name in MODELS if not is_baseline(name))
-_BASELINES = ", ".join(name for name in MODELS if is_baseline(name))
-
-
 @dataclass(frozen=True)
 class TrainOptions:
-    """Everything that decides a training run, as given (None = not given): the run-config options
-    and the :class:`~ctxrank.data.sources.DataSource`, each declared once on its field.
+    """What ``ctxrank train`` (or ``tune``) was given: the data source, and the run config as given: a
+    ``--config`` file, ``--set``'s typed overrides and the run-config options given by their own flags
+    (``given``: ``(option name, value)``; the options are declared on the config's fields:
+    ``RunConfig.model``, ``TrainConfig.seed``, ``RerankConfig.top_k``, ...). The training request is
+    ``(data, run_config())``.
 
-    A run records them flat (option name -> value, :meth:`to_record`), so records stay readable and
-    older ones load.
+    A run records it flat (option name -> value, None where not given: :meth:`to_record`), so records
+    stay readable and older ones load.
     """
 
-    model: str | None = option(
-        None, "--model",
-        f"model name: a neural model ({_NEURAL}) or a baseline ({_BASELINES}; see docs/models.md and "
-        "docs/baselines.md); default: the config file's, else listnet",
-    )  # fmt: skip
-    loss: str | None = option(
-        None, "--loss",
-        f"ranking loss of a neural model: {', '.join(sorted(LOSSES))} (default: the model's own; baselines "
-        "train their own)",
-    )  # fmt: skip
-    config: str | None = option(None, "--config", "TOML run config (see docs/training.md)", metavar="FILE",
-                                path=True)  # fmt: skip
-    overrides: tuple[tuple[str, Any], ...] = declared_as((), SET)  #: typed ``(dotted key, value)`` pairs
-    seed: int | None = option(None, "--seed", "random seed (train.seed)", parse=SEED)
-    threads: int | None = declared_as(None, THREADS)
-    initial: str | None = option(
-        None, "--initial",
-        "re-rank the top-k lists of this initial ranker (trained first, saved in DIR/initial)",
-        choices=("lambdamart",),
-    )  # fmt: skip
-    top_k: int | None = option(
-        None,
-        "--top-k",
-        f"items re-ranked per query (rerank.top_k, default {DEFAULT_TOP_K})",
-        parse=POSITIVE_INT,
-    )
-    crossfit: int | None = option(
-        None, "--crossfit",
-        "out-of-fold initial scores on the training split with K folds (rerank.crossfit; default off)",
-        parse=NON_NEGATIVE_INT, metavar="K",
-    )  # fmt: skip
     data: DataSource = field(default_factory=DataSource)
+    config: str | None = None
+    overrides: tuple[Override, ...] = ()
+    given: tuple[Override, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainOptions:
         """The options parsed by the ``train`` (or ``tune``) parser."""
-        return from_namespace(cls, {**vars(args), "overrides": tuple(args.overrides)})
+        given = tuple((name, getattr(args, name)) for name in RUN_KEYS if getattr(args, name) is not None)
+        return cls(from_namespace(DataSource, args), args.config, tuple(args.overrides), given)
+
+    def run_config(self) -> RunConfig:
+        """The validated run config: defaults, the ``--config`` file, ``--set``, the flags."""
+        return resolve_config(self.config, self.config_overrides())
 
     def to_record(self) -> dict[str, Any]:
         """JSON-ready flat dict (option name -> value), paths made absolute (so ``--resume`` works
         from any directory)."""
-        d = flatten(self)
-        for key in PATH_FIELDS:
-            if d[key] is not None:
-                d[key] = str(Path(d[key]).absolute())
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        given = dict(self.given)
+        d = {name: given.get(name) for name in RUN_KEYS}
+        d["config"] = _absolute(self.config)
         d["overrides"] = [[key, value] for key, value in self.overrides]
-        return d
+        data = flatten(self.data)
+        data.update({name: _absolute(data[name]) for name in DATA_PATHS})
+        return {**d, **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrainOptions:
         """The options of :meth:`to_record` (``out``, which older records hold, is ignored; their
         ``overrides`` were ``KEY=VALUE`` text)."""
         flat = {k: v for k, v in record.items() if k != "out"}
-        flat["overrides"] = tuple(
+        unknown = sorted(set(flat) - set(FLAGS))
+        if unknown:
+            raise ValueError(f"unknown recorded option(s) {unknown}; valid: {list(FLAGS)}")
+        run = {name: flat.pop(name, None) for name in RUN_KEYS}
+        overrides = tuple(
             parse_override(item) if isinstance(item, str) else (item[0], item[1])
-            for item in record.get("overrides", ())
+            for item in flat.pop("overrides", ())
         )
+        config = flat.pop("config", None)
         as_tuple = lambda _, v: tuple(v) if isinstance(v, list) else v  # noqa: E731
-        return unflatten(cls, flat, as_tuple, what="recorded option")
+        data = unflatten(DataSource, flat, as_tuple, what="recorded option")
+        return cls(data, config, overrides, tuple((k, v) for k, v in run.items() if v is not None))
 
-    def config_overrides(self) -> list[tuple[str, Any]]:
+    def config_overrides(self) -> list[Override]:
         """The typed overrides of the run config: ``--set``, then the flags that set run-config keys
-        (``--model``, ``--seed``, ...; a flag and a ``--set`` of the same key are refused:
-        :func:`~ctxrank._overrides.with_flags`)."""
-        flags = (
-            ("model", "model"),
-            ("loss", "loss"),
-            ("seed", "train.seed"),
-            ("threads", "train.threads"),
-            ("initial", "rerank.initial"),
-            ("top_k", "rerank.top_k"),
-            ("crossfit", "rerank.crossfit"),
+        (a flag and a ``--set`` of the same key are refused: :func:`~ctxrank._overrides.with_flags`)."""
+        return with_flags(
+            self.overrides, [(FLAGS[name], RUN_KEYS[name], value) for name, value in self.given]
         )
-        given = [(FLAGS[name], key, getattr(self, name)) for name, key in flags]
-        return with_flags(self.overrides, [flag for flag in given if flag[2] is not None])
 
     def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
         """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
@@ -184,9 +148,39 @@ class TrainOptions:
         return [*argv, "--out", str(Path(out_dir).absolute())]
 
 
-#: each option's flag (:class:`TrainOptions` and its data source), in declaration order
-FLAGS = {name: opt.flag for name, opt in declared(TrainOptions)}
-PATH_FIELDS = tuple(name for name, opt in declared(TrainOptions) if opt.path)
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).absolute())
+
+
+#: the run-config options a flag of ``train`` / ``tune`` sets (declared on the config's fields):
+#: option name -> dotted key (``seed`` -> ``train.seed``)
+RUN_KEYS = declared_keys(RunConfig)
+#: each recorded option's flag, in the record's order: the run config's, ``--config``, ``--set``, the
+#: data source's
+FLAGS = {
+    **{name: opt.flag for name, opt in declared(RunConfig)},
+    "config": CONFIG.flag,
+    "overrides": SET.flag,
+    **{name: opt.flag for name, opt in declared(DataSource)},
+}
+DATA_PATHS = tuple(name for name, opt in declared(DataSource) if opt.path)
+
+
+def add_training_request(
+    p: argparse.ArgumentParser,
+    *,
+    fill: dict[str, str],
+    help: dict[str, str] | None = None,
+    skip: Sequence[str] = (),
+) -> None:
+    """The flags of a training request (``train``, ``tune``): the run-config options declared on the
+    config's fields, ``--config``, ``--set`` and the data source's options but ``skip``; ``help`` and
+    ``fill`` as :func:`~ctxrank.cli._options.add_declared`'s."""
+    add_declared(p, RunConfig, help=help, fill=fill)
+    config_help = (help or {}).get("config", CONFIG.help)
+    p.add_argument(CONFIG.flag, dest="config", metavar=CONFIG.metavar, help=config_help)
+    add_overrides(p, {**HELP_FILL, **fill}["set"])
+    add_declared(p, DataSource, skip=skip, fill=fill)
 
 
 # ------------------------------------------------------------------------------------------- train
@@ -215,7 +209,7 @@ def train(
     else:
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
-        config = _resolved_config(options)
+        config = options.run_config()
     if tracking is not None:
         tracking.check()  # the package and the place, before any data is read
 
@@ -246,10 +240,6 @@ def train(
         return result
     finally:
         torch.distributed.destroy_process_group()
-
-
-def _resolved_config(options: TrainOptions) -> Any:
-    return resolve_config(options.config, options.config_overrides())
 
 
 def _read_run_record(directory: Path) -> dict[str, Any]:
@@ -300,10 +290,6 @@ def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple
 
 def _shown(value: Any) -> str:
     return repr(tuple(value)) if isinstance(value, list) else repr(value)
-
-
-def _quiet(*_: Any) -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -710,7 +696,7 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "recorded in the model directory"
     )
     fill = {"defaults": "not used by train", "threads": threads}
-    add_declared(p, TrainOptions, fill=fill)
+    add_training_request(p, fill=fill)
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -764,7 +750,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "missing numbers 0); its label column is not read (it may be absent)."
         ),
     )
-    p.add_argument("--model", required=True, metavar="DIR", help="directory written by `ctxrank train`")
+    add_model_dir(p)
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
     )

@@ -2,8 +2,8 @@
 (:mod:`ctxrank.tune`), then write the best configuration, the table of trials and plots of the search.
 
 The training run of every trial is described as ``ctxrank train`` describes one (:class:`TrainOptions`:
-model, config file, ``--set``, seed, re-ranking, data), without a test split; what the search does is
-:class:`SearchOptions`.
+the data source, a config file, ``--set`` and the run-config flags), without a test split; what the
+search does is :class:`SearchOptions`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 from ctxrank._checks import check_int
 from ctxrank._declare import flag_of, flatten
 from ctxrank.cli._options import (
-    add_declared,
     add_executor_options,
     add_progress,
     add_track,
@@ -26,7 +25,7 @@ from ctxrank.cli._options import (
     out,
     positive_int,
 )
-from ctxrank.cli.train import TrainOptions
+from ctxrank.cli.train import TrainOptions, add_training_request
 from ctxrank.config import apply_overrides, load_toml
 from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
@@ -88,35 +87,14 @@ def tune(
     except ImportError as exc:
         raise ValueError(str(exc)) from None
 
-    if options.data.test_file is not None:
-        raise ValueError("tune reads the training and validation splits only; --test does not apply")
-    base, block = _base_config(options)
-    search = _with_file_search(search, block, options.config)
-    study_base = tuning.StudyBase.of(base)  # every option checked, once, before any data is read
-    config = study_base.config
-    check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
-    if tracking is not None:
-        tracking.check()  # the package and the place, before any data is read
     where = Path(out_dir)
-    tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
-    tuning.check_storage(tuning.storage_url(where, search.storage))  # before any data is read
-    if options.data.train_shards is not None:
-        raise ValueError(
-            "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
-            "the queries that fits in memory (--train FILE)"
-        )
+    study_base, search = _checked_study(tuning, options, search, where, overwrite, tracking)
+    config = study_base.config
     td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
     train, valid, what = td.train, td.valid, td.what
     space = tuning.search_space(study_base)
     fixed = sorted(k for k in tuning.flat_keys(study_base.values) if k != "model")
-    out(
-        f"tune {config.model} on {what}: train {train.n_queries} queries, valid {valid.n_queries} "
-        f"(the test split is not read); valid {config.train.metric}, {search.trials} trials"
-        + (f" or {search.timeout:g} s" if search.timeout else "")
-    )
-    out(f"searching {', '.join(space.keys()) or 'nothing (every key is fixed)'}")
-    if fixed:
-        out(f"fixed by the configuration: {', '.join(fixed)}")
+    _announce(config, space, search, td, fixed)
     executor = make_executor(search.executor, address=search.address, max_retries=search.max_retries)
     tracked = _tracked_study(tracking, options, search, study_base.values, space, where, config)
     log = RunLog(tracked) if tracked is not None else None
@@ -145,6 +123,49 @@ def tune(
                 log.artifact(where / name, "study")
     _report(result, where, options, config.train.metric)
     return 0
+
+
+def _checked_study(
+    tuning: Any,
+    options: TrainOptions,
+    search: SearchOptions,
+    where: Path,
+    overwrite: bool,
+    tracking: Tracking | None,
+) -> tuple[Any, SearchOptions]:
+    """Every check before any data is read: the options, the base configuration (validated once: the
+    study's base), the search with the file's ``[tune]``, the model's size, the tracker, the output
+    directory and the storage."""
+    if options.data.test_file is not None:
+        raise ValueError("tune reads the training and validation splits only; --test does not apply")
+    base, block = _base_config(options)
+    search = _with_file_search(search, block, options.config)
+    study_base = tuning.StudyBase.of(base)
+    config = study_base.config
+    check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
+    if tracking is not None:
+        tracking.check()  # the package and the place
+    tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
+    tuning.check_storage(tuning.storage_url(where, search.storage))
+    if options.data.train_shards is not None:
+        raise ValueError(
+            "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
+            "the queries that fits in memory (--train FILE)"
+        )
+    return study_base, search
+
+
+def _announce(config: Any, space: Any, search: SearchOptions, td: Any, fixed: list[str]) -> None:
+    """What the study searches, on which data (``td``: its training data), and the keys the
+    configuration ``fixed``."""
+    out(
+        f"tune {config.model} on {td.what}: train {td.train.n_queries} queries, valid {td.valid.n_queries} "
+        f"(the test split is not read); valid {config.train.metric}, {search.trials} trials"
+        + (f" or {search.timeout:g} s" if search.timeout else "")
+    )
+    out(f"searching {', '.join(space.keys()) or 'nothing (every key is fixed)'}")
+    if fixed:
+        out(f"fixed by the configuration: {', '.join(fixed)}")
 
 
 def _tracked_study(
@@ -246,18 +267,7 @@ def _train_command(options: TrainOptions, where: Path) -> list[str]:
     """The ``ctxrank train`` command that trains the best configuration on the same data: the data
     options as given (files, split, columns, reading options; paths absolute), ``best.toml`` for every
     run-config key (model, seed, ``--set`` values)."""
-    config_free = replace(
-        options,
-        model=None,
-        loss=None,
-        overrides=(),
-        seed=None,
-        threads=None,
-        initial=None,
-        top_k=None,
-        crossfit=None,
-        config=str(where / "best.toml"),
-    )
+    config_free = replace(options, given=(), overrides=(), config=str(where / "best.toml"))
     argv = config_free.command_line("DIR")[:-2]  # without its --out
     if options.data.dataset is None and options.data.data_file is None:
         argv += [flag_of(DataSource, "test_file"), "TEST_FILE"]
@@ -287,9 +297,8 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="search a model's hyperparameters (Optuna)",
         description=TUNE_DESCRIPTION,
     )
-    add_declared(
+    add_training_request(
         p,
-        TrainOptions,
         skip=("test_file",),  # tune never reads a test split
         help={
             "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
