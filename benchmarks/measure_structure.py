@@ -34,7 +34,9 @@ KIND_CLASSES = re.compile(
     r"^(Baseline|RankingModule|\w*Predictor|Residual|MissingIndicator|LambdaMART|RankSVM|AdaRank|"
     r"\w*Entry|LambdaMARTRanker|RerankPipeline)$"
 )
-CONTRACT_NAMES = re.compile(r"^(s|summary|fit_summary|\w+_summary|training|rerank|rr|meta_rerank|rerank_meta)$")
+CONTRACT_NAMES = re.compile(
+    r"^(s|summary|fit_summary|\w+_summary|training|rerank|rr|meta_rerank|rerank_meta)$"
+)
 SERIALIZERS = {"to_json", "from_json", "to_dict", "from_dict", "to_record", "from_record"}
 
 
@@ -65,8 +67,9 @@ class _Counter(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = node.args
-        with_defaults = [*args.args[len(args.args) - len(args.defaults):],
-                         *(a for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)]  # fmt: skip
+        positional = args.args[len(args.args) - len(args.defaults) :]
+        keyword = [a for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+        with_defaults = [*positional, *keyword]
         for a in with_defaults:
             if a.arg in OPTIONS and a.arg != "model":
                 self.declared[a.arg] += 1
@@ -78,7 +81,8 @@ class _Counter(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for stmt in node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            field = isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+            if field and stmt.value is not None:
                 name = stmt.target.id
                 if name in OPTIONS and (name != "model" or "str" in ast.unparse(stmt.annotation)):
                     self.declared[name] += 1
