@@ -112,8 +112,10 @@ class _Counter(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) and isinstance(
-            node.ctx, ast.Load
+        if (
+            isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and isinstance(node.ctx, ast.Load)
         ):
             self._key_read(node.value, node)
         self.generic_visit(node)
