@@ -18,6 +18,7 @@ from typing import Any
 from ctxrank._declare import INT_READERS, POSITIVE_INT, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
+from ctxrank.cli import flag_text
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
 from ctxrank.tracking import Tracking
 
@@ -28,9 +29,9 @@ def out(text: str = "") -> None:
     print(text, file=sys.stdout)
 
 
-def note(text: str) -> None:
-    """``ctxrank: note: ...`` to stderr."""
-    print(f"ctxrank: note: {text}", file=sys.stderr)
+def note(text: Any) -> None:
+    """``ctxrank: note: ...`` to stderr (the options a library note names written as their flags)."""
+    print(f"ctxrank: note: {flag_text(text)}", file=sys.stderr)
 
 
 def warn(text: str) -> None:

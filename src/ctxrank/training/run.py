@@ -498,19 +498,7 @@ def _fit_neural(
         fit_train, fit_valid = rerank.train.top, rerank.valid.top
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
-    cards = fit_train.categorical_cardinalities
-    device = resolve_device(tc.device)
-    check_model_size(config, fit_train.n_features, cards, device)  # before building it
-    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
-        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
-    else:
-        transform = make_transform(config.transform).fit(fit_train)
-    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
-    loss_fn = (
-        None  # the model trains its own objective (e.g. ARSM-L2R)
-        if model.own_objective
-        else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
-    )
+    transform, model, loss_fn = _build(config, fit_train)
     # the top-k lists of a re-ranking run are gathered from the splits when read: a row-wise normalizer
     # goes with each read (nothing copied), a per-query one normalizes one copy of them in place; whole
     # lists are the caller's data: normalized into new arrays
@@ -557,6 +545,24 @@ def _fit_neural(
         seconds=time.perf_counter() - t0,
     )
     return model, transform, summary, fitted.history
+
+
+def _build(
+    config: RunConfig, fit_train: RankingData | ShardStream
+) -> tuple[Transform, RankingModule, functools.partial[Any] | None]:
+    """The normalizer fitted on ``fit_train``, the model (checked to fit in memory before it is built)
+    and its loss (None for a model that trains its own objective, e.g. ARSM-L2R)."""
+    cards = fit_train.categorical_cardinalities
+    device = resolve_device(config.train.device)
+    check_model_size(config, fit_train.n_features, cards, device)  # before building it
+    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
+        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
+    else:
+        transform = make_transform(config.transform).fit(fit_train)
+    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
+    if model.own_objective:
+        return transform, model, None
+    return transform, model, functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
 
 
 def _train_log(out: Path, resume: bool) -> Path:
