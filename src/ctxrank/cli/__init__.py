@@ -50,10 +50,12 @@ import threading
 import traceback
 import warnings
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ctxrank import __version__
 from ctxrank._allocator import limit_heap_growth
+from ctxrank._checks import Field, OptionError, OptionText
+from ctxrank._declare import flag_of
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -180,24 +182,19 @@ def _memory_message(exc: BaseException, command: str | None) -> str:
 def _error_text(exc: BaseException) -> str:
     """The message of a library error; the options an :class:`~ctxrank._checks.OptionError` names by
     their field names are written as their flags."""
-    from ctxrank._checks import OptionError
-
     return flag_text(exc.text) if isinstance(exc, OptionError) else str(exc)
 
 
-def flag_text(text: Any) -> str:
+def flag_text(text: str | OptionText) -> str:
     """A library message (``str`` or :class:`~ctxrank._checks.OptionText`) as the command line says it:
     each option it names written as its declared flag (``data_file`` -> ``--data FILE``)."""
-    from ctxrank._checks import OptionText
-
     return text.render(_flag) if isinstance(text, OptionText) else str(text)
 
 
-def _flag(field: Any) -> str:
+def _flag(field: Field) -> str:
     """The flag of a :class:`~ctxrank._checks.Field` from the declarations of the data options (the
     options library messages name), with its value's name when the message gives one."""
-    from ctxrank._declare import flag_of
-    from ctxrank.data.sources import DataSource
+    from ctxrank.data.sources import DataSource  # NumPy: not for `ctxrank --help` / `--version`
 
     flag = flag_of(DataSource, field.name)
     return f"{flag} {field.metavar}" if field.metavar else flag

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxrank._checks import OptionText
 from ctxrank._declare import INT_READERS, POSITIVE_INT, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
@@ -29,7 +30,7 @@ def out(text: str = "") -> None:
     print(text, file=sys.stdout)
 
 
-def note(text: Any) -> None:
+def note(text: str | OptionText) -> None:
     """``ctxrank: note: ...`` to stderr (the options a library note names written as their flags)."""
     print(f"ctxrank: note: {flag_text(text)}", file=sys.stderr)
 
