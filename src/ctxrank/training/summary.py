@@ -176,61 +176,44 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-_EPOCHS = (
-    "best_epoch", "best_valid_metric", "metric", "epochs_run", "stopped_early", "seconds",
-    "resumed_from_epoch", "batching", "warnings", "initial_valid_metric", "residual", "model_config",
-)  # fmt: skip
-_MAXIMUM_LIKELIHOOD = (
-    "fit", "solver", "l2", "log_likelihood", "valid_log_likelihood", "metric", "best_valid_metric",
-    "separation", "mle_exists", "tried", "converged", "stop", "iterations", "max_abs_gradient",
-    "l2_grid_edge", "warnings", "fit_seconds", "train_metric", "initial_valid_metric", "best_epoch",
-    "residual", "seconds",
-)  # fmt: skip
-_BASELINE_TAIL = ("warnings", "train_metric", "seconds")
 #: the field that marks a kind of fit -> (its keys in JSON order, its keys written even when null)
-_KINDS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
-    "ensemble": (
-        ("ensemble", "seeds", "metric", "best_valid_metric", "members", "warnings", "seconds"),
-        frozenset({"best_valid_metric"}),
-    ),
+_KINDS = {
+    "ensemble": ("ensemble seeds metric best_valid_metric members warnings seconds", "best_valid_metric"),
     "fit": (
-        _MAXIMUM_LIKELIHOOD,
-        frozenset({"valid_log_likelihood", "best_valid_metric", "separation", "mle_exists", "l2_grid_edge"}),
+        "fit solver l2 log_likelihood valid_log_likelihood metric best_valid_metric separation mle_exists "
+        "tried converged stop iterations max_abs_gradient l2_grid_edge warnings fit_seconds train_metric "
+        "initial_valid_metric best_epoch residual seconds",
+        "valid_log_likelihood best_valid_metric separation mle_exists l2_grid_edge",
     ),
-    "best_epoch": (_EPOCHS, frozenset({"resumed_from_epoch"})),
+    "best_epoch": (
+        "best_epoch best_valid_metric metric epochs_run stopped_early seconds resumed_from_epoch batching "
+        "warnings initial_valid_metric residual model_config",
+        "resumed_from_epoch",
+    ),
     "best_iteration": (
-        ("best_iteration", "metric", "best_valid_metric", *_BASELINE_TAIL),
-        frozenset({"best_valid_metric"}),
+        "best_iteration metric best_valid_metric warnings train_metric seconds",
+        "best_valid_metric",
     ),
     "C": (
-        ("C", "metric", "best_valid_metric", "grid", "n_pairs", "converged", *_BASELINE_TAIL),
-        frozenset({"best_valid_metric"}),
+        "C metric best_valid_metric grid n_pairs converged warnings train_metric seconds",
+        "best_valid_metric",
     ),
     "best_round": (
-        (
-            "best_round",
-            "rounds_run",
-            "metric",
-            "selected_on",
-            "best_valid_metric",
-            "best_train_metric",
-            "features_used",
-            "stop_reason",
-            *_BASELINE_TAIL,
-        ),
-        frozenset(),
+        "best_round rounds_run metric selected_on best_valid_metric best_train_metric features_used "
+        "stop_reason warnings train_metric seconds",
+        "",
     ),
 }
 
 
-def _layout(summary: FitSummary) -> tuple[tuple[str, ...], frozenset[str]]:
+def _layout(summary: FitSummary) -> tuple[list[str], set[str]]:
     """The keys of ``summary``'s kind in their JSON order and those written when null. A neural
     re-ranker's warnings follow its comparison with the initial ranker (which is what warns there)."""
     for marker, (order, nullable) in _KINDS.items():
         if getattr(summary, marker) is not None:
-            if order is _EPOCHS and summary.initial_valid_metric is not None:
-                order = tuple(k for k in order if k != "warnings")
-                order = (*order[: order.index("model_config")], "warnings", "model_config")
-            return order, nullable
-    fields = tuple(f.name for f in dataclasses.fields(FitSummary) if f.name != "extra")
-    return fields, frozenset()
+            keys = order.split()
+            if marker == "best_epoch" and summary.initial_valid_metric is not None:
+                keys.remove("warnings")
+                keys.insert(keys.index("model_config"), "warnings")
+            return keys, set(nullable.split())
+    return [f.name for f in dataclasses.fields(FitSummary) if f.name != "extra"], set()
