@@ -294,6 +294,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("_memory.py", "torch"): "torch (seconds to import) only for a CUDA device's free memory: the CPU's "
     "figure is read from the system, and `ctxrank synth`, which checks it, imports no torch",
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
+    ("cli/__init__.py", "ctxrank.data.sources"): "the data options' flags, read only to write a library "
+    "error that names them: `ctxrank --help` and `--version` import no command module (NumPy)",
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,
     ("cli/evaluate.py", "ir_measures"): OPTIONAL,
     ("experiments/executors.py", "ctxrank.tune"): OPTIONAL,

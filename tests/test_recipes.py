@@ -24,6 +24,7 @@ from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor, prepare_split
 from ctxrank.training.rerank_spec import RerankSpec
 from ctxrank.training.run import _keep_initial_if_better, _mean_metric, run_training
+from ctxrank.training.summary import FitSummary
 
 from .conftest import make_ranking_data
 
@@ -150,17 +151,17 @@ def test_residual_keeps_the_initial_order_unless_validation_gains(splits):
     with torch.no_grad():
         model.gate.fill_(0.7)
     perfect = valid.labels.astype(np.float32)  # initial scores that rank perfectly: NDCG 1
-    summary = {"best_valid_metric": 0.8, "best_epoch": 3}
+    summary = FitSummary(best_valid_metric=0.8, best_epoch=3)
     tc = TrainConfig()
-    info = _keep_initial_if_better(model, _mean_metric(perfect, valid, tc), tc, summary)
-    assert info == {"initial_valid_metric": 1.0, "kept_initial": True}
-    assert model.gate.item() == 0.0 and summary["best_epoch"] == 0 and summary["best_valid_metric"] == 1.0
+    kept = _keep_initial_if_better(model, _mean_metric(perfect, valid, tc), tc, summary)
+    assert kept.residual == {"initial_valid_metric": 1.0, "kept_initial": True}
+    assert model.gate.item() == 0.0 and kept.best_epoch == 0 and kept.best_valid_metric == 1.0
     with torch.no_grad():
         model.gate.fill_(0.7)
     worse = -perfect  # initial scores that rank worst
-    summary = {"best_valid_metric": 0.8, "best_epoch": 3}
-    assert not _keep_initial_if_better(model, _mean_metric(worse, valid, tc), tc, summary)["kept_initial"]
-    assert model.gate.item() == pytest.approx(0.7) and summary["best_epoch"] == 3
+    trained = _keep_initial_if_better(model, _mean_metric(worse, valid, tc), tc, summary)
+    assert not trained.residual["kept_initial"]
+    assert model.gate.item() == pytest.approx(0.7) and trained.best_epoch == 3
 
 
 def test_residual_option_errors():

@@ -228,7 +228,7 @@ def test_batching_is_the_models_unless_configured(splits, monkeypatch):
         seen.clear()
         _, result = _train(splits, model=model, batching=batching, max_epochs=2, patience=5)
         assert seen == [bucket, bucket]
-        assert result.batching == recorded and result.to_dict()["batching"] == recorded
+        assert result.batching == recorded and result.summary().batching == recorded
     assert MODELS["qilcm"].batching == "random" and MODELS["qilcm-variant2"].batching == "random"
     assert all(MODELS[n].batching == "buckets" for n in NEURAL if not n.startswith("qilcm"))
     with pytest.raises(ValueError, match=r"train.batching must be one of \['model', 'random', 'buckets'\]"):
@@ -291,7 +291,7 @@ def test_a_stalled_run_is_warned_about_and_recorded(splits):
     assert result.best_epoch == 1 and result.epochs_run == 4
     assert [str(w.message) for w in caught if w.category is TrainingWarning] == result.warnings
     assert "for the last 4 epochs (1-4" in result.warnings[0] and "train.lr" in result.warnings[0]
-    assert result.to_dict()["warnings"] == result.warnings
+    assert result.summary().to_json()["warnings"] == result.warnings
     # a learning rate too small to move the weights: the loss wanders with the batches, the weights stay
     cfg = TrainConfig(batch_size=16, max_epochs=3, patience=5, lr=1e-12, threads=1)
     with pytest.warns(TrainingWarning, match=r"the weights stopped moving \(their norm stayed at"):
@@ -310,7 +310,7 @@ def test_a_run_cut_by_max_epochs_while_improving_is_warned_about_and_an_early_st
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrainingWarning)
         _, result = _train(splits, max_epochs=1)  # one epoch: no sign of improving
-        assert result.warnings == [] and "warnings" not in result.to_dict()
+        assert result.warnings == [] and "warnings" not in result.summary().to_json()
         _, result = _train(splits, max_epochs=40, patience=2)  # stopped early: the best epoch is kept
         assert result.stopped_early and result.warnings == []
 

@@ -4,6 +4,10 @@ Each check takes the option's full name as the user wrote it (``"train.lr"``, ``
 ``"temperature"``), raises ``ValueError`` saying what was expected and what came, and returns the value
 in its canonical Python type. NumPy scalars are accepted where Python numbers are; ``bool`` is never a
 number. Nothing here imports anything of ctxrank: it sits at the bottom of the layering.
+
+A message about options names them by their field names (``null_fill``, ``data_file``), as the API
+knows them: :class:`OptionError` keeps them apart from the text (:class:`Field`), so the command line
+writes each as its flag (``--null-fill``, ``--data FILE``) from the options' declarations.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import fields
+import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
@@ -22,6 +27,9 @@ __all__ = [
     "MAX_CONFIG_LIST",
     "MAX_INT",
     "MAX_SEED",
+    "Field",
+    "OptionError",
+    "OptionText",
     "build_dataclass",
     "check_bool",
     "check_bytes",
@@ -38,6 +46,7 @@ __all__ = [
     "check_seed",
     "is_int",
     "is_number",
+    "listed",
     "parse_int",
     "resolve_threads",
 ]
@@ -55,6 +64,84 @@ MAX_BYTES = 2**62
 MAX_CONFIG_INT = 2**24
 #: the longest list of a neural model's config (hidden widths, ...), in a run config and a saved model
 MAX_CONFIG_LIST = 64
+
+
+@dataclass(frozen=True)
+class Field:
+    """An option named in a message: its field name (``data_file``) and, for the command line, the
+    value's name written after the flag (``FILE``: ``--data FILE``)."""
+
+    name: str
+    metavar: str = ""
+
+
+@dataclass(frozen=True)
+class OptionText:
+    """A message naming options: text and :class:`Field` parts, in order. ``str()`` names each field by
+    its name (the API's words); :meth:`render` by ``name_of`` (the command line: its flag)."""
+
+    parts: tuple[str | Field, ...]
+
+    @classmethod
+    def of(cls, template: str, **values: Any) -> OptionText:
+        """The message of ``template``: ``{name}`` is ``values[name]`` when given (an
+        :class:`OptionText` spliced in, anything else as ``format`` writes it: ``{name!r}`` too), else
+        the option ``name`` (``{data_file:FILE}``: a :class:`Field` with the metavar ``FILE``)."""
+        parts: list[str | Field] = []
+        for literal, name, spec, conversion in string.Formatter().parse(template):
+            if literal:
+                parts.append(literal)
+            if name is None:
+                continue
+            if name not in values:
+                parts.append(Field(name, spec or ""))
+            elif isinstance(values[name], OptionText):
+                parts.extend(values[name].parts)
+            else:
+                value = values[name]
+                value = {"r": repr, "s": str, "a": ascii}[conversion](value) if conversion else value
+                parts.append(format(value, spec or ""))
+        return cls(tuple(parts))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The field names the message names, in order."""
+        return tuple(p.name for p in self.parts if isinstance(p, Field))
+
+    def render(self, name_of: Callable[[Field], str] | None = None) -> str:
+        """The text, each field written by ``name_of`` (None: its field name)."""
+        return "".join(
+            p if isinstance(p, str) else p.name if name_of is None else name_of(p) for p in self.parts
+        )
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def listed(names: Sequence[str], sep: str = ", ") -> OptionText:
+    """The fields ``names`` one after the other, ``sep`` between them (``null_fill, regroup``)."""
+    parts: list[str | Field] = []
+    for i, name in enumerate(names):
+        parts.extend((sep, Field(name)) if i else (Field(name),))
+    return OptionText(tuple(parts))
+
+
+class OptionError(ValueError):
+    """A caller's mistake in options, its message an :class:`OptionText` (:meth:`OptionText.of`'s
+    ``template`` and ``values``): ``str()`` names the fields (``split_fractions applies to
+    data_file``), ``ctxrank``'s command line their flags (``--split-fractions applies to --data
+    FILE``). ``fields``: the names, for a caller to act on."""
+
+    def __init__(self, template: str | OptionText, **values: Any) -> None:
+        self.text = template if isinstance(template, OptionText) else OptionText.of(template, **values)
+        super().__init__(str(self.text))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.text.fields
+
+    def __reduce__(self) -> tuple[Any, ...]:  # across processes with its fields, not only its text
+        return (type(self), (self.text,))
 
 
 def is_int(x: Any) -> bool:

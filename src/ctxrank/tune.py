@@ -82,6 +82,7 @@ from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
 from ctxrank.training.run import ROW_ORDER_WARNING, run_training, validation_metric
+from ctxrank.training.summary import FitSummary
 
 __all__ = [
     "KINDS",
@@ -505,7 +506,8 @@ class _Job:
                 **self.initial_kw(config),
             )
         self.order_warned = True
-        summary = {k: result.summary[k] for k in SUMMARY_KEYS if k in result.summary}
+        stored = result.summary.to_json()
+        summary = {k: stored[k] for k in SUMMARY_KEYS if k in stored}
         return validation_metric(result.predictor, self.valid, config), summary
 
     def objective(self, trial: optuna.Trial) -> float:
@@ -618,7 +620,7 @@ def _progress(
             value = f"pruned at epoch {step} (valid {metric} {trial.intermediate_values[step]:.4f})"
         params = ", ".join(f"{k}={_shown(v)}" for k, v in trial.params.items())
         say(f"trial {trial.number}: {value}; {params}")
-        for warning in trial.user_attrs.get("summary", {}).get("warnings") or ():
+        for warning in FitSummary.from_json(trial.user_attrs.get("summary", {})).warnings:
             say(f"  trial {trial.number} warning: {warning}")
         if on_trial is not None:
             on_trial(trial)
@@ -637,8 +639,8 @@ def _rows(study: optuna.Study) -> tuple[list[str], list[list[Any]]]:
     headers = ["trial", "state", "value", "epochs", "seconds", *params]
     rows = []
     for t in trials:
-        summary = t.user_attrs.get("summary", {})
-        epochs = summary.get("epochs_run", max(t.intermediate_values, default=""))
+        epochs_run = FitSummary.from_json(t.user_attrs.get("summary", {})).epochs_run
+        epochs = max(t.intermediate_values, default="") if epochs_run is None else epochs_run
         seconds = t.duration.total_seconds() if t.duration is not None else ""
         rows.append(
             [t.number, t.state.name.lower(), t.value if t.value is not None else "", epochs, seconds]

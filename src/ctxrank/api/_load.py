@@ -19,6 +19,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.registry import Baseline, get_model
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.run import RunResult
+from ctxrank.training.summary import FitSummary
 
 __all__ = ["load"]
 
@@ -41,7 +42,7 @@ def load(path: str | Path) -> Any:
     api = meta.get("api") or {}
     est = _estimator(config, api)
     history = _history(path)
-    summary = meta.get("training") or {}
+    summary = FitSummary.from_json(meta.get("training") or {})
     layout = _layout(meta, predictor)
     est._set_fitted(
         RunResult(config=config, summary=summary, predictor=predictor, history=history, layout=layout)

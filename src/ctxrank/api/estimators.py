@@ -67,7 +67,8 @@ class Ranker(BaseEstimator):
     (best epoch; LambdaMART's best iteration, AdaRank's best round; None for RankSVM),
     ``evals_result_`` (``{"train": {"loss": [...]}, "valid": {metric: [...]}}`` per epoch),
     ``categorical_features_``, ``encoder_`` (the fitted ``CategoricalEncoder`` or None),
-    ``run_`` (the ``RunResult``: ``config``, ``summary``, ``predictor``, ``history``).
+    ``run_`` (the ``RunResult``: ``config``, ``summary`` (a ``FitSummary``, which also reads as the
+    mapping ``ctxrank.json["training"]`` records), ``predictor``, ``history``).
     """
 
     _fixed_model: ClassVar[str | None] = None  # set by the per-model subclasses
@@ -220,7 +221,7 @@ class Ranker(BaseEstimator):
     def _set_fitted(self, result: Any) -> None:
         """Learned attributes from a ``RunResult``."""
         self.run_ = result
-        self.best_epoch_ = _best_epoch(result.summary)
+        self.best_epoch_ = result.summary.best_step
         self.evals_result_ = _evals_result(result.history)
 
     # -------------------------------------------------------------- inference
@@ -341,13 +342,6 @@ def _check_labels(labels: np.ndarray, config: RunConfig, what: str) -> None:
         raise ValueError(
             f"{what}: {config.model} needs integer relevance grades (0, 1, 2, ...), got fractions"
         )
-
-
-def _best_epoch(summary: dict[str, Any]) -> int | None:
-    for key in ("best_epoch", "best_iteration", "best_round"):
-        if summary.get(key) is not None:
-            return int(summary[key])
-    return None
 
 
 def _evals_result(history: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:

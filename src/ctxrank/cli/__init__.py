@@ -21,12 +21,13 @@ argparse only maps the parsed options onto that call)::
 Shared option groups and the output helpers are in :mod:`ctxrank.cli._options`. A data FILE ending in
 .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq is a table; any other file is LETOR / SVMlight.
 
-Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` and exit
-with status 2, as does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``:
-``ctxrank: error: out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback
-instead. :func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it
-in-process. Ctrl-C exits with status 130 (``ctxrank: interrupted``) and SIGTERM (``kill``, ``timeout``,
-a scheduler's preemption) with 143 (``ctxrank: terminated``), both after the command's cleanup: its
+Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error: <message>`` (the
+options an ``OptionError`` names by their field names written as their flags) and exit with status 2, as
+does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``: ``ctxrank: error:
+out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback instead.
+:func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it in-process.
+Ctrl-C exits with status 130 (``ctxrank: interrupted``) and SIGTERM (``kill``, ``timeout``, a
+scheduler's preemption) with 143 (``ctxrank: terminated``), both after the command's cleanup: its
 temporary files removed, its locks released, a running experiment's evidence written
 (:func:`_sigterm_as_interrupt`).
 
@@ -53,6 +54,8 @@ from typing import NamedTuple
 
 from ctxrank import __version__
 from ctxrank._allocator import limit_heap_growth
+from ctxrank._checks import Field, OptionError, OptionText
+from ctxrank._declare import flag_of
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -176,6 +179,27 @@ def _memory_message(exc: BaseException, command: str | None) -> str:
     )
 
 
+def _error_text(exc: BaseException) -> str:
+    """The message of a library error; the options an :class:`~ctxrank._checks.OptionError` names by
+    their field names are written as their flags."""
+    return flag_text(exc.text) if isinstance(exc, OptionError) else str(exc)
+
+
+def flag_text(text: str | OptionText) -> str:
+    """A library message (``str`` or :class:`~ctxrank._checks.OptionText`) as the command line says it:
+    each option it names written as its declared flag (``data_file`` -> ``--data FILE``)."""
+    return text.render(_flag) if isinstance(text, OptionText) else str(text)
+
+
+def _flag(field: Field) -> str:
+    """The flag of a :class:`~ctxrank._checks.Field` from the declarations of the data options (the
+    options library messages name), with its value's name when the message gives one."""
+    from ctxrank.data.sources import DataSource  # NumPy: not for `ctxrank --help` / `--version`
+
+    flag = flag_of(DataSource, field.name)
+    return f"{flag} {field.metavar}" if field.metavar else flag
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread as Ctrl-C's ``KeyboardInterrupt`` is, so that the command's
     ``finally`` blocks run (:func:`_sigterm_as_interrupt`)."""
@@ -242,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or not (memory or isinstance(exc, ValueError | OSError)):
             raise
         traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
-        print(f"ctxrank: error: {_memory_message(exc, command) if memory else exc}", file=sys.stderr)
+        text = _memory_message(exc, command) if memory else _error_text(exc)
+        print(f"ctxrank: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         if args.debug:

@@ -15,9 +15,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxrank._checks import OptionText
 from ctxrank._declare import INT_READERS, THREADS, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
+from ctxrank.cli import flag_text
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
 from ctxrank.tracking import Tracking
 
@@ -28,9 +30,9 @@ def out(text: str = "") -> None:
     print(text, file=sys.stdout)
 
 
-def note(text: str) -> None:
-    """``ctxrank: note: ...`` to stderr."""
-    print(f"ctxrank: note: {text}", file=sys.stderr)
+def note(text: str | OptionText) -> None:
+    """``ctxrank: note: ...`` to stderr (the options a library note names written as their flags)."""
+    print(f"ctxrank: note: {flag_text(text)}", file=sys.stderr)
 
 
 def warn(text: str) -> None:

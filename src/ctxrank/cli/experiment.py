@@ -54,6 +54,7 @@ from ctxrank.experiments.spec import ExperimentSpec, correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
 from ctxrank.metrics import mean_metrics, metric_convention
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
+from ctxrank.training.summary import FitSummary
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)
@@ -271,8 +272,8 @@ def training_warnings(spec: Any, store: RunStore) -> list[str]:
     for seed, fold in spec.run_keys():
         for model in spec.run_names():
             if store.has_run(model, seed, fold):
-                summary = store.load_run(model, seed, fold).get("summary") or {}
-                for warning in summary.get("warnings") or ():
+                summary = FitSummary.from_json(store.load_run(model, seed, fold).get("summary") or {})
+                for warning in summary.warnings:
                     text = warning.removeprefix(f"{model}: ")  # the message names its model first
                     found.append(f"{model} seed {seed} fold {fold}: {text}")
     return found

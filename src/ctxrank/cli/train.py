@@ -59,6 +59,7 @@ from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
 from ctxrank.training.run import check_reads_categorical, check_streaming, run_training
+from ctxrank.training.summary import FitSummary
 
 RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
@@ -501,13 +502,13 @@ class _Run:
             print(f"ctxrank: error: {exc}{where}", file=sys.stderr)
         return 1
 
-    def _summary_line(self, s: dict[str, Any], seconds: float) -> None:
-        if "best_epoch" in s:
-            initial = s.get("initial_valid_metric")
+    def _summary_line(self, s: FitSummary, seconds: float) -> None:
+        if s.epochs_run is not None:
+            initial = s.initial_valid_metric
             against = f"; initial ranker {initial:.4f} on the same lists" if initial is not None else ""
             self.say(
-                f"best epoch {s['best_epoch']} of {s['epochs_run']} "
-                f"(valid {s['metric']} {s['best_valid_metric']:.4f}{against}), "
+                f"best epoch {s.best_epoch} of {s.epochs_run} "
+                f"(valid {s.metric} {s.best_valid_metric:.4f}{against}), "
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:
@@ -587,42 +588,47 @@ def _split_text(record: dict[str, Any]) -> str:
     return text
 
 
-def _train_metric(s: dict[str, Any]) -> str:
+def _train_metric(s: FitSummary) -> str:
     """A baseline's ``train.metric`` on validation, when it is not the metric it selected on."""
-    tm = s.get("train_metric")
-    if tm is None or tm["name"] == s.get("metric"):
+    tm = s.train_metric
+    if tm is None or tm.name == s.metric:
         return ""
-    return f"; valid {tm['name']} {tm['valid']:.4f} (train.metric)"
+    return f"; valid {tm.name} {tm.valid:.4f} (train.metric)"
 
 
-def _baseline_summary(s: dict[str, Any]) -> str:
-    """One line from a baseline's ``training_summary()`` (LambdaMART, RankSVM, AdaRank)."""
-    valid = s.get("best_valid_metric")
-    on_valid = f" (valid {s['metric']} {valid:.4f})" if valid is not None else ""
-    if "best_iteration" in s:
-        return f"best iteration {s['best_iteration']}{on_valid}"
-    if "log_likelihood" in s:  # the conditional logit's full-batch maximum likelihood
-        state = "converged" if s["converged"] else f"NOT converged: {s['stop']}"
-        if s["mle_exists"] is False and s["l2"] == 0:
-            state += "; no finite maximum: separation"
-        grid = len(s["tried"])
-        l2 = f"l2 {s['l2']:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
-        if s.get("l2_grid_edge"):
-            l2 += f", the {s['l2_grid_edge']} of them"
-        return (
-            f"maximum likelihood ({s['solver']}, {s['iterations']} iterations, {state}, {l2}): "
-            f"train log-likelihood {s['log_likelihood']:.4f} per situation{on_valid}, "
-            f"fit {s['fit_seconds']:.2f} s"
-        )
-    if "C" in s:
-        return f"C = {s['C']:g}{on_valid}, {s['n_pairs']:,} training pairs"
-    if "ensemble" in s:
-        return f"seed ensemble of {s['ensemble']} models{on_valid}"
-    if "best_round" in s:
+def _baseline_summary(s: FitSummary) -> str:
+    """One line from the summary of a fit without epochs (LambdaMART, RankSVM, AdaRank, the full-batch
+    fit, a seed ensemble)."""
+    valid = s.best_valid_metric
+    on_valid = f" (valid {s.metric} {valid:.4f})" if valid is not None else ""
+    if s.best_iteration is not None:
+        return f"best iteration {s.best_iteration}{on_valid}"
+    if s.log_likelihood is not None:  # the conditional logit's full-batch maximum likelihood
+        return _maximum_likelihood_line(s, on_valid)
+    if s.C is not None:
+        return f"C = {s.C:g}{on_valid}, {s.n_pairs:,} training pairs"
+    if s.ensemble is not None:
+        return f"seed ensemble of {s.ensemble} models{on_valid}"
+    if s.best_round is not None:
         if valid is None:
-            on_valid = f" (train {s['metric']} {s['best_train_metric']:.4f})"
-        return f"best round {s['best_round']} of {s['rounds_run']}{on_valid}"
+            on_valid = f" (train {s.metric} {s.best_train_metric:.4f})"
+        return f"best round {s.best_round} of {s.rounds_run}{on_valid}"
     return "trained"
+
+
+def _maximum_likelihood_line(s: FitSummary, on_valid: str) -> str:
+    state = "converged" if s.converged else f"NOT converged: {s.stop}"
+    if s.mle_exists is False and s.l2 == 0:
+        state += "; no finite maximum: separation"
+    grid = len(s.tried or ())
+    l2 = f"l2 {s.l2:g}" + (f" chosen on validation from {grid} values" if grid > 1 else "")
+    if s.l2_grid_edge:
+        l2 += f", the {s.l2_grid_edge} of them"
+    return (
+        f"maximum likelihood ({s.solver}, {s.iterations} iterations, {state}, {l2}): "
+        f"train log-likelihood {s.log_likelihood:.4f} per situation{on_valid}, "
+        f"fit {s.fit_seconds:.2f} s"
+    )
 
 
 # ----------------------------------------------------------------------------------------- predict

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ctxrank._checks import DEFAULT_NULL_FILL, NULL_FILL_RULES, check_bytes, check_null_fill
+from ctxrank._checks import DEFAULT_NULL_FILL, NULL_FILL_RULES, OptionError, check_bytes, check_null_fill
 from ctxrank.data import cache as _cache
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import STREAM, input_kind
@@ -460,9 +460,12 @@ def _groups_from_file(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64 (Q+1,), query ids "0", "1", ...) of a file without ``qid:``, from its group file."""
     if group_path is None:
-        raise ValueError(
-            f"{name}:{lines[0]}: expected 'qid:<id>' as the second token; a file without query ids "
-            f"needs a group file ({_group_file_names(name)}, one group size per line, or --query-file)"
+        raise OptionError(
+            "{name}:{line}: expected 'qid:<id>' as the second token; a file without query ids needs a "
+            "group file ({names}, one group size per line, or {query_file})",
+            name=name,
+            line=lines[0],
+            names=_group_file_names(name),
         )
     sizes = read_group_sizes(group_path, max_total=n_rows, data_name=name)
     total = sum(sizes.tolist())  # Python ints: no int64 overflow

@@ -1,14 +1,15 @@
 """Where a request's data come from: one typed :class:`DataSource` for every entrance.
 
-A source is a registered dataset (and fold or split), training files (``--train/--valid[/--test]``),
-or one file (``--data``: split at random by query for training, read whole for scoring), or a directory
-of Parquet shards streamed for training (``--train-shards``, :mod:`ctxrank.data.stream`); each file
-is LETOR / SVMlight or a table (by its extension) with its :class:`Columns`; :class:`ReadOptions`
-say how files are read and bounded. Every option is declared once, on its field
-(:func:`ctxrank._declare.option`): the command line builds its flags from these declarations, the
-experiment runner and the API build the dataclasses directly, and all of them load through
-:meth:`DataSource.load_training` (the train / valid / test splits of a training run) or
-:meth:`DataSource.load` (one set of rows to score, evaluate or describe).
+A source is a registered dataset (and fold or split), training files (``train_file``, ``valid_file``,
+``test_file``), or one file (``data_file``: split at random by query for training, read whole for
+scoring), or a directory of Parquet shards streamed for training (``train_shards``,
+:mod:`ctxrank.data.stream`); each file is LETOR / SVMlight or a table (by its extension) with its
+:class:`Columns`; :class:`ReadOptions` say how files are read and bounded. Errors name the options by
+these field names (:class:`~ctxrank._checks.OptionError`; the command line writes their flags). Every
+option is declared once, on its field (:func:`ctxrank._declare.option`): the command line builds its
+flags from these declarations, the experiment runner and the API build the dataclasses directly, and all
+of them load through :meth:`DataSource.load_training` (the train / valid / test splits of a training
+run) or :meth:`DataSource.load` (one set of rows to score, evaluate or describe).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from ctxrank._checks import OptionError, OptionText, listed
 from ctxrank._declare import (
     BYTE_COUNT,
     NON_NEGATIVE_INT,
     POSITIVE_INT,
     columns_text,
-    flag_of,
     fractions_text,
     null_fill_text,
     option,
@@ -56,8 +57,8 @@ PURPOSES = ("train", "predict", "evaluate", "scores", "info")
 EXTENSIONS_TEXT = ", ".join(TABLE_EXTENSIONS)
 
 
-def _warn(text: str) -> None:
-    warnings.warn(text, stacklevel=3)
+def _warn(text: str | OptionText) -> None:
+    warnings.warn(str(text), stacklevel=3)
 
 
 # ------------------------------------------------------------------------------------ read options
@@ -97,7 +98,7 @@ class ReadOptions:
     )  # fmt: skip
 
     def letor_kwargs(self, *, group_file: bool = True) -> dict[str, Any]:
-        """Keyword arguments of ``read_letor`` (``group_file``: pass ``--query-file``)."""
+        """Keyword arguments of ``read_letor`` (``group_file``: pass ``query_file``)."""
         kwargs: dict[str, Any] = {"cache": not self.no_cache, "regroup": self.regroup}
         for name in ("max_dense_bytes", "max_line_bytes", "null_fill"):  # None: the reader's default
             if getattr(self, name) is not None:
@@ -107,7 +108,7 @@ class ReadOptions:
         return kwargs
 
     def table_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``read_table_file`` (``--max-dense-bytes``, ``--null-fill``, when given)."""
+        """Keyword arguments of ``read_table_file`` (``max_dense_bytes``, ``null_fill``, when given)."""
         return {
             name: getattr(self, name)
             for name in ("max_dense_bytes", "null_fill")
@@ -117,16 +118,18 @@ class ReadOptions:
     def reject_for_table(self, what: str) -> None:
         """The LETOR reader's options given for the table ``what``: a clear error, not ignored."""
         if self.query_file is not None:
-            raise ValueError("--query-file applies to LETOR files; a table names its --query-col")
+            raise OptionError("{query_file} applies to LETOR files; a table names its {query_col}")
         given = [
-            flag
-            for flag, value in (("--regroup", self.regroup), ("--max-line-bytes", self.max_line_bytes))
+            name
+            for name, value in (("regroup", self.regroup), ("max_line_bytes", self.max_line_bytes))
             if value not in (None, False)
         ]
         if given:
-            raise ValueError(
-                f"{', '.join(given)} applies to LETOR / SVMlight files; {what} is a table (its rows are "
-                "gathered by query whatever their order, and it has no text lines to bound)"
+            raise OptionError(
+                "{given} applies to LETOR / SVMlight files; {what} is a table (its rows are gathered by "
+                "query whatever their order, and it has no text lines to bound)",
+                given=listed(given),
+                what=what,
             )
 
 
@@ -156,18 +159,19 @@ class Columns:
     )
 
     def given(self) -> list[str]:
-        """The flags given (not None)."""
-        return [
-            flag_of(Columns, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None
-        ]
+        """The names of the options given (not None)."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
 
-    def reject(self, what: str) -> None:
+    def reject(self, what: str | OptionText) -> None:
         """Table options given for LETOR data / a registered dataset: a clear error."""
-        flags = self.given()
-        if flags:
-            raise ValueError(
-                f"{', '.join(flags)} apply to table files ({EXTENSIONS_TEXT}); {what} is not one "
-                "(LETOR / SVMlight data carry their own query ids and labels)"
+        names = self.given()
+        if names:
+            raise OptionError(
+                "{names} apply to table files ({extensions}); {what} is not one (LETOR / SVMlight data carry "
+                "their own query ids and labels)",
+                names=listed(names),
+                extensions=EXTENSIONS_TEXT,
+                what=what,
             )
 
     def table_spec(self, path: str, *, purpose: str, saved: dict[str, Any] | None = None) -> TableSpec:
@@ -189,15 +193,18 @@ class Columns:
                 raise ValueError(f"{path}: the model's table spec has no label column; cannot evaluate")
             return spec
         if self.query_col is None:
-            raise ValueError(
-                f"{path} is a table: give --query-col COL (the query / session id column)"
-                + (" and --label-col COL (the label column)" if purpose != "predict" else "")
+            raise OptionError(
+                "{path} is a table: give {query_col:COL} (the query / session id column)"
+                + (" and {label_col:COL} (the label column)" if purpose != "predict" else ""),
+                path=path,
             )
         if self.label_col is None and purpose != "predict":
-            raise ValueError(f"{path} is a table: give --label-col COL (the relevance / choice label column)")
+            raise OptionError(
+                "{path} is a table: give {label_col:COL} (the relevance / choice label column)", path=path
+            )
         if purpose == "predict" and self.categorical:
-            raise ValueError(
-                "--categorical needs the encoder fitted at training time, but this model was not trained "
+            raise OptionError(
+                "{categorical} needs the encoder fitted at training time, but this model was not trained "
                 "on a table (its ctxrank.json has no table spec)"
             )
         numeric = () if self.numeric is None and purpose == "scores" else self.numeric
@@ -206,23 +213,26 @@ class Columns:
 
     def _completed(self, spec: TableSpec, path: str) -> TableSpec:
         """A saved spec with the query / label column names it lacks (a model fitted through the API
-        with unnamed ``qid`` / ``y``) taken from ``--query-col`` / ``--label-col``, and the item id column
-        of a spec without one (a model trained without ``--docid-col``, or fitted on a DataFrame) from
-        ``--docid-col``."""
+        with unnamed ``qid`` / ``y``) taken from ``query_col`` / ``label_col``, and the item id column
+        of a spec without one (a model trained without ``docid_col``, or fitted on a DataFrame) from
+        ``docid_col``."""
         if spec.query is None:
             if self.query_col is None:
-                raise ValueError(
-                    f"{path}: the model was fitted through the API with query ids that had no column name, "
-                    "so its saved table spec names no query column: give --query-col COL"
+                raise OptionError(
+                    "{path}: the model was fitted through the API with query ids that had no column name, "
+                    "so its saved table spec names no query column: give {query_col:COL}",
+                    path=path,
                 )
             spec = replace(spec, query=self.query_col)
         if spec.label is None and self.label_col is not None:
             spec = replace(spec, label=self.label_col)
         if spec.docid is None and self.docid_col is not None:  # item ids are never a feature: any column
             if self.docid_col in (*(spec.numeric or ()), *spec.categorical):
-                raise ValueError(
-                    f"{path}: --docid-col {self.docid_col}: the model reads column {self.docid_col!r} as a "
-                    "feature, so it cannot be the item id column"
+                raise OptionError(
+                    "{path}: {docid_col} {column}: the model reads column {column!r} as a feature, so it "
+                    "cannot be the item id column",
+                    path=path,
+                    column=self.docid_col,
                 )
             spec = replace(spec, docid=self.docid_col)
         return spec
@@ -239,9 +249,13 @@ class Columns:
             else:
                 same = value == want
             if not same:
-                raise ValueError(
-                    f"{flag_of(Columns, f.name)} {_shown(value)} does not match the model's saved table "
-                    f"spec ({key} column(s): {_shown(want)}); leave the option out to use the saved spec"
+                raise OptionError(
+                    "{option} {value} does not match the model's saved table spec ({key} column(s): "
+                    "{want}); leave the option out to use the saved spec",
+                    option=listed([f.name]),
+                    value=_shown(value),
+                    key=key,
+                    want=_shown(want),
                 )
 
 
@@ -263,7 +277,7 @@ class TrainingData:
     test: Any
     what: str
     meta: dict[str, Any] = field(default_factory=dict)  # extra ctxrank.json entries: table, split
-    split: dict[str, Any] | None = None  # the --data split record
+    split: dict[str, Any] | None = None  # the data_file split record
     fold: Any = None  # the registry's Fold (dataset name, fold, variant) of a registered dataset
 
 
@@ -365,14 +379,14 @@ class DataSource:
 
     # ----------------------------------------------------------------------------------- checks
     def resolved_split(self, default: str) -> str:
-        """The split of a registered dataset to read, one rule for every command: ``--split`` if
-        given, else the test split of ``--fold`` if given, else the command's ``default``."""
+        """The split of a registered dataset to read, one rule for every command: ``split`` if
+        given, else the test split of ``fold`` if given, else the command's ``default``."""
         if self.split is not None:
             return self.split
         return "test" if self.fold is not None else default
 
     def _registry_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``load_fold`` / ``load_split`` (``--null-fill`` is refused for a
+        """Keyword arguments of ``load_fold`` / ``load_split`` (``null_fill`` is refused for a
         choice dataset: its data are a table)."""
         kwargs: dict[str, Any] = {
             "root": self.data_root,
@@ -382,79 +396,88 @@ class DataSource:
         if self.read.null_fill is not None:
             table = tabular(None, self.dataset)
             if table is not None:
-                raise ValueError(f"--null-fill: {table} has no missing feature value to fill")
+                raise OptionError("{null_fill}: {table} has no missing feature value to fill", table=table)
             kwargs["null_fill"] = self.read.null_fill
         return kwargs
 
-    def _refuse_registry_options(self, what: str) -> None:
+    def _refuse_registry_options(self, what: str | OptionText) -> None:
         for name in ("fold", "variant", "split"):
             if getattr(self, name) is not None:
-                raise ValueError(f"--{name} applies to --dataset, not to {what}")
+                raise OptionError(
+                    "{option} applies to {dataset}, not to {what}", option=listed([name]), what=what
+                )
 
     # ------------------------------------------------------------------------ training splits
     def load_training(self, seed: int, *, test: bool = True, rank: int = 0, world: int = 1) -> TrainingData:
-        """The train / valid / test splits of a training run: a registered fold (``--fold``, default
-        1), ``--train/--valid[/--test]`` files, ``--data`` split at random by query from ``seed``, or
-        ``--train-shards`` (the training split a :class:`~ctxrank.data.stream.ShardStream` of process
-        ``rank`` of ``world``'s shards). ``test`` False: the test split is not read (a registered fold's
-        test file) or dropped (the test part of a ``--data`` split)."""
+        """The train / valid / test splits of a training run: a registered fold (``fold``, default
+        1), ``train_file``/``valid_file``[/``test_file``], ``data_file`` split at random by query from
+        ``seed``, or ``train_shards`` (the training split a :class:`~ctxrank.data.stream.ShardStream` of
+        process ``rank`` of ``world``'s shards). ``test`` False: the test split is not read (a
+        registered fold's test file) or dropped (the test part of a ``data_file`` split)."""
         streaming = {"shuffle_buffer": self.shuffle_buffer, "read_rows": self.read_rows}
         if self.train_shards is not None:
             return self._shards(test, rank, world)
-        given_streaming = [flag_of(DataSource, k) for k, v in streaming.items() if v is not None]
+        given_streaming = [k for k, v in streaming.items() if v is not None]
         if given_streaming:
-            raise ValueError(f"{', '.join(given_streaming)} applies to --train-shards DIR")
+            raise OptionError("{given} applies to {train_shards:DIR}", given=listed(given_streaming))
         given = (self.train_file, self.valid_file, self.test_file)
         if self.split_fractions is not None and self.data_file is None:
-            raise ValueError(
-                "--split-fractions applies to --data FILE (one file split into train/valid/test)"
+            raise OptionError(
+                "{split_fractions} applies to {data_file:FILE} (one file split into train/valid/test)"
             )
         if self.group_col is not None and self.data_file is None:
-            raise ValueError(
-                "--group-col applies to --data TABLE (one table split by group into train/valid/test); "
-                "a registered choice dataset (--dataset) is split by decision maker already"
+            raise OptionError(
+                "{group_col} applies to {data_file:TABLE} (one table split by group into "
+                "train/valid/test); a registered choice dataset ({dataset}) is split by decision maker "
+                "already"
             )
         if self.dataset is not None:
             if any(f is not None for f in given) or self.data_file is not None:
-                raise ValueError(
-                    "give either --dataset or data files (--train/--valid/--test or --data), not both"
+                raise OptionError(
+                    "give either {dataset} or data files ({train_file}/{valid_file}/{test_file} or "
+                    "{data_file}), not both"
                 )
             return self._registered_fold(test)
         self._refuse_registry_options("data files")
         if self.data_file is not None:
             if any(f is not None for f in given):
-                raise ValueError(
-                    "give either --data FILE (split at random) or --train/--valid/--test, not both"
+                raise OptionError(
+                    "give either {data_file:FILE} (split at random) or "
+                    "{train_file}/{valid_file}/{test_file}, not both"
                 )
             td = self._split_one_file(seed)
             return td if test else replace(td, test=None)
         if self.train_file is None or self.valid_file is None:
-            raise ValueError(
-                "give --dataset NAME [--fold K], --train FILE --valid FILE [--test FILE], or --data FILE"
+            raise OptionError(
+                "give {dataset:NAME} [{fold:K}], {train_file:FILE} {valid_file:FILE} [{test_file:FILE}], or "
+                "{data_file:FILE}"
             )
         named = [f for f in given if f is not None]
         tables = [is_table_path(f) for f in named]
         if any(tables) and not all(tables):
-            raise ValueError(
-                f"--train/--valid/--test must all be tables or all LETOR files, got {', '.join(named)}"
+            raise OptionError(
+                "{train_file}/{valid_file}/{test_file} must all be tables or all LETOR files, got {named}",
+                named=", ".join(named),
             )
         return self._table_files() if all(tables) else self._letor_files()
 
     def _shards(self, test: bool, rank: int, world: int) -> TrainingData:
-        """--train-shards DIR streamed; --valid / --test files read in memory (LETOR, or tables with the
+        """``train_shards`` streamed; ``valid_file`` / ``test_file`` read in memory (LETOR, or tables with the
         shards' feature columns)."""
         others = [
-            flag_of(DataSource, k)
+            k
             for k in ("dataset", "data_file", "train_file", "split_fractions", "group_col")
             if getattr(self, k) is not None
         ]
         if others:
-            raise ValueError(f"--train-shards is the training split: give it without {', '.join(others)}")
-        self._refuse_registry_options("--train-shards")
+            raise OptionError(
+                "{train_shards} is the training split: give it without {others}", others=listed(others)
+            )
+        self._refuse_registry_options(listed(["train_shards"]))
         if self.valid_file is None:
-            raise ValueError("--train-shards DIR needs --valid FILE (validation is read in memory)")
+            raise OptionError("{train_shards:DIR} needs {valid_file:FILE} (validation is read in memory)")
         if self.columns.categorical:
-            raise ValueError("--categorical: shards hold numeric features only (docs/data.md)")
+            raise OptionError("{categorical}: shards hold numeric features only (docs/data.md)")
         kwargs = {
             k: v
             for k, v in (("shuffle_buffer", self.shuffle_buffer), ("read_rows", self.read_rows))
@@ -465,8 +488,9 @@ class DataSource:
         named = [f for f in (self.valid_file, test_file) if f is not None]
         tables = [is_table_path(f) for f in named]
         if any(tables) and not all(tables):
-            raise ValueError(
-                f"--valid/--test must both be tables or both LETOR files, got {', '.join(named)}"
+            raise OptionError(
+                "{valid_file}/{test_file} must both be tables or both LETOR files, got {named}",
+                named=", ".join(named),
             )
         meta: dict[str, Any] = {}
         if all(tables):
@@ -480,18 +504,21 @@ class DataSource:
             other = {"n_features": stream.n_features, **self.read.letor_kwargs(group_file=False)}
             valid = read_letor(self.valid_file, **other)
             test_data = read_letor(test_file, **other) if test_file is not None else None
-        for name, split in (("--valid", valid), ("--test", test_data)):
+        for name, split in (("valid_file", valid), ("test_file", test_data)):
             if split is not None and split.n_features != stream.n_features:
-                raise ValueError(
-                    f"{name} {split.source}: {split.n_features} features, but the shards have "
-                    f"{stream.n_features}"
+                raise OptionError(
+                    "{option} {source}: {n} features, but the shards have {shards}",
+                    option=listed([name]),
+                    source=split.source,
+                    n=split.n_features,
+                    shards=stream.n_features,
                 )
         return TrainingData(stream, valid, test_data, f"shards {self.train_shards}", meta=meta)
 
     def _registered_fold(self, test: bool) -> TrainingData:
         if self.split is not None:
-            raise ValueError("--split does not apply to training (it uses the fold's train/valid/test)")
-        self.columns.reject(f"--dataset {self.dataset}")
+            raise OptionError("{split} does not apply to training (it uses the fold's train/valid/test)")
+        self.columns.reject(OptionText.of("{dataset} {name}", name=self.dataset))
         fold = 1 if self.fold is None else self.fold
         kwargs = self._registry_kwargs()
         what = f"{self.dataset} fold {fold}"
@@ -514,7 +541,8 @@ class DataSource:
         return self.columns.table_spec(path, purpose="train")
 
     def _table_files(self) -> TrainingData:
-        """--train/--valid/--test tables: the encoder and the numeric columns come from the training file."""
+        """Training, validation and test tables: the encoder and the numeric columns come from the training
+        file."""
         spec = self._training_spec(self.train_file)
         encoder = CategoricalEncoder()
         limits = self.read.table_kwargs()
@@ -526,7 +554,7 @@ class DataSource:
         return TrainingData(train, valid, test, f"train {self.train_file}", meta=meta)
 
     def _split_one_file(self, seed: int) -> TrainingData:
-        """--data FILE: read it, split its queries at random (``seed``), re-fit the encoder on train."""
+        """``data_file``: read it, split its queries at random (``seed``), re-fit the encoder on train."""
         path = self.data_file
         fractions = DEFAULT_FRACTIONS if self.split_fractions is None else self.split_fractions
         meta: dict[str, Any] = {}
@@ -535,7 +563,7 @@ class DataSource:
             spec = replace(spec, group=group_column(self.group_col, spec.query))
             encoder = CategoricalEncoder()
             full, _ = read_table_file(path, spec, encoder=encoder, **self.read.table_kwargs())
-            by_group, name = spec.group is not None, f"--group-col {self.group_col}"
+            by_group, name = spec.group is not None, OptionText.of("{group_col} {name}", name=self.group_col)
             train, valid, test, record = split_queries(
                 full, fractions, seed, by_group=by_group, group_name=name
             )
@@ -545,7 +573,9 @@ class DataSource:
         else:
             self.columns.reject(path)
             if self.group_col is not None:
-                raise ValueError(f"--group-col applies to tables; {path} is a LETOR / SVMlight file")
+                raise OptionError(
+                    "{group_col} applies to tables; {path} is a LETOR / SVMlight file", path=path
+                )
             full = read_letor(path, **self.read.letor_kwargs())
             train, valid, test, record = split_queries(full, fractions, seed)
         meta["split"] = record
@@ -565,14 +595,14 @@ class DataSource:
         (:meth:`resolved_split` with ``default_split``).
 
         A table is read with ``read_table_file`` (``file_rows``: each row's data row in the file), a
-        LETOR file with ``read_letor`` (``file_rows`` None unless ``--regroup`` moved rows).
+        LETOR file with ``read_letor`` (``file_rows`` None unless ``regroup`` moved rows).
         ``purpose`` says how a table's columns are read (:meth:`Columns.table_spec`); ``model`` (the
         saved model the rows are for) widens a sparse LETOR file to its feature count, reads a table
         with its saved spec, and makes its ``null_fill`` the default of the data read. ``note`` receives
         what the reader decided for the user (a warning by default).
         """
         training_only = [
-            flag_of(DataSource, name)
+            name
             for name in (
                 "train_file", "valid_file", "test_file", "split_fractions", "train_shards", "shuffle_buffer",
                 "read_rows",
@@ -580,16 +610,16 @@ class DataSource:
             if getattr(self, name) is not None
         ]  # fmt: skip
         if training_only:
-            raise ValueError(f"{', '.join(training_only)}: training files, not rows to read here")
+            raise OptionError("{given}: training files, not rows to read here", given=listed(training_only))
         file = self.data_file
         if file is not None and self.dataset is not None:
-            raise ValueError("give either a data file or --dataset, not both")
+            raise OptionError("give either a data file or {dataset}, not both")
         if file is None and self.dataset is None:
-            raise ValueError("give a data file or --dataset NAME (see `ctxrank datasets`)")
+            raise OptionError("give a data file or {dataset:NAME} (see `ctxrank datasets`)")
         model = ModelInputs() if model is None else model
         source = self._with_model_null_fill(model.null_fill, note)
         if file is None:
-            source.columns.reject(f"--dataset {source.dataset}")
+            source.columns.reject(OptionText.of("{dataset} {name}", name=source.dataset))
             split, fold = source.resolved_split(default_split), 1 if source.fold is None else source.fold
             return load_split(source.dataset, split, fold, **source._registry_kwargs()), None
         source._refuse_registry_options("a data file")
@@ -603,11 +633,11 @@ class DataSource:
             return read_table_file(file, spec, scoring=purpose == "predict", **source.read.table_kwargs())
         source.columns.reject(file)
         if self.group_col is not None:
-            raise ValueError(f"--group-col applies to tables; {file} is a LETOR / SVMlight file")
+            raise OptionError("{group_col} applies to tables; {file} is a LETOR / SVMlight file", file=file)
         data = read_letor(file, **source.read.letor_kwargs())
         if model.n_features is not None:
             data = _model_width(data, model.n_features, note)
-        file_rows = data.info.get("file_rows")  # --regroup moved rows: map scores back to the file's order
+        file_rows = data.info.get("file_rows")  # regroup moved rows: map scores back to the file's order
         return data, None if file_rows is None else np.asarray(file_rows, dtype=np.int64)
 
     def _with_model_null_fill(self, saved: str | float | None, note: Callable[[str], None]) -> DataSource:
@@ -617,21 +647,28 @@ class DataSource:
         if saved is None or self.read.null_fill == saved:
             return self
         if self.read.null_fill is not None:
-            note(f"--null-fill {self.read.null_fill}: the model was trained with --null-fill {saved}")
+            given = self.read.null_fill
+            note(
+                OptionText.of(
+                    "{null_fill} {given}: the model was trained with {null_fill} {saved}",
+                    given=given,
+                    saved=saved,
+                )
+            )
             return self
         if self.data_file is None and tabular(None, self.dataset) is not None:  # no missing cell to fill
             return self
         return replace(self, read=replace(self.read, null_fill=saved))
 
 
-def tabular(file: str | None, dataset: str | None) -> str | None:
+def tabular(file: str | None, dataset: str | None) -> str | OptionText | None:
     """What the data are when they are a table (so without LETOR's ``NULL`` token, and ``null_fill``
     does not apply): the table ``file``, or the choice ``dataset``; None for LETOR data. The one rule
     of the readers, the command line and experiment specs."""
     if file:
         return file if is_table_path(file) else None
     if dataset and get_spec(dataset).layout == "choice":
-        return f"--dataset {dataset} (a choice dataset)"
+        return OptionText.of("{dataset} {name} (a choice dataset)", name=dataset)
     return None
 
 
@@ -643,10 +680,14 @@ def _reject_extra_columns(file: str, spec: TableSpec) -> None:
     known = {spec.query, spec.label, spec.docid, *spec.categorical, *spec.numeric}
     extra = [c for c in table_columns(file) if c not in known]
     if extra:
-        raise ValueError(
-            f"{file}: column(s) {extra[:10]} are not in the model's saved table spec (numeric: "
-            f"{_shown(spec.numeric)}; categorical: {_shown(spec.categorical)}); the model would ignore them: "
-            "drop them, or train with --numeric naming the feature columns"
+        raise OptionError(
+            "{file}: column(s) {extra} are not in the model's saved table spec (numeric: {numeric_cols}; "
+            "categorical: {categorical_cols}); the model would ignore them: drop them, or train with "
+            "{numeric} naming the feature columns",
+            file=file,
+            extra=extra[:10],
+            numeric_cols=_shown(spec.numeric),
+            categorical_cols=_shown(spec.categorical),
         )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import check_fractions
+from ctxrank._checks import OptionError, OptionText, check_fractions
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["DEFAULT_FRACTIONS", "group_column", "group_split_indices", "query_split_indices", "split_queries"]
@@ -81,18 +81,21 @@ def group_split_indices(
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     seed: int = 0,
     *,
-    name: str = "group_ids",
+    name: str | OptionText = "group_ids",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Query positions (int64, ascending) of train, validation and test when whole groups are split:
     :func:`query_split_indices` over the distinct groups (in order of first appearance), then each
     query follows its group. ``group_ids``: ``(Q,)`` one id per query; ``name``: what messages call
-    them (e.g. ``"--group-col person"``)."""
+    them (e.g. ``OptionText.of("{group_col} person")``)."""
     fr = check_fractions("split fractions", fractions)
     _, first, inverse = np.unique(np.asarray(group_ids), return_index=True, return_inverse=True)
     if first.size < 3:
-        raise ValueError(
-            f"{name} has only {first.size} distinct value{'' if first.size == 1 else 's'}: a "
-            "train/valid/test split by group needs at least 3 groups, one for each split"
+        raise OptionError(
+            "{name} has only {n} distinct value{s}: a train/valid/test split by group needs at least 3 "
+            "groups, one for each split",
+            name=name,
+            n=first.size,
+            s="" if first.size == 1 else "s",
         )
     appearance = np.empty(first.size, dtype=np.int64)
     appearance[np.argsort(first, kind="stable")] = np.arange(first.size)
@@ -107,11 +110,11 @@ def split_queries(
     seed: int = 0,
     *,
     by_group: bool = False,
-    group_name: str | None = None,
+    group_name: str | OptionText | None = None,
 ) -> tuple[RankingData, RankingData, RankingData, dict[str, Any]]:
     """Split ``data`` at random by query (or, ``by_group``, by ``data.group_ids``) into train /
     validation / test (see the module docstring). ``group_name``: what messages call the group ids
-    (e.g. ``"--group-col person"``; default ``"group_ids of <data.source>"``).
+    (e.g. ``OptionText.of("{group_col} person")``; default ``"group_ids of <data.source>"``).
 
     Returns:
         ``(train, valid, test, record)``; ``record`` is JSON-ready: ``method``, ``seed``,
@@ -121,7 +124,9 @@ def split_queries(
     fr = check_fractions("split fractions", fractions)
     if by_group:
         if data.group_ids is None:
-            raise ValueError(f"{data.source or 'the data'} has no group ids to split by (--group-col)")
+            raise OptionError(
+                "{data} has no group ids to split by ({group_col})", data=data.source or "the data"
+            )
         name = group_name if group_name is not None else f"group_ids of {data.source or 'the data'}"
         idx = group_split_indices(data.group_ids, fr, seed, name=name)
     else:

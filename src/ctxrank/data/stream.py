@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ctxrank._checks import OptionError
 from ctxrank.data.ranking_data import RankingData
 
 if TYPE_CHECKING:
@@ -447,9 +448,11 @@ class ShardStream:
         """One epoch of padded batches (module docstring); ``steps``: exactly that many, going on into
         further reshuffled passes when this process's shards give fewer (data-parallel ranks)."""
         if batch_size > self.shuffle_buffer:
-            raise ValueError(
-                f"the shuffle buffer ({self.shuffle_buffer} queries) must hold at least one batch "
-                f"(train.batch_size = {batch_size}): raise --shuffle-buffer"
+            raise OptionError(
+                "the shuffle buffer ({held} queries) must hold at least one batch (train.batch_size = "
+                "{batch_size}): raise {shuffle_buffer}",
+                held=self.shuffle_buffer,
+                batch_size=batch_size,
             )
         done = 0
         while True:
@@ -555,10 +558,12 @@ def write_shards(
     try:
         for part in parts:
             if part.features.size and np.isnan(part.features.min()):  # NaN propagates
-                raise ValueError(
-                    f"{part.source}: {int(np.isnan(part.features).sum()):,} missing feature value(s) (NaN): "
-                    "shards hold no missing value (a stream has no missing-value handling); fill them when "
-                    "reading (--null-fill RULE: query_min, letor_min or a number)"
+                raise OptionError(
+                    "{source}: {n:,} missing feature value(s) (NaN): shards hold no missing value (a stream "
+                    "has no missing-value handling); fill them when reading ({null_fill:RULE}: query_min, "
+                    "letor_min or a number)",
+                    source=part.source,
+                    n=int(np.isnan(part.features).sum()),
                 )
             if part.categorical is not None:
                 raise ValueError(

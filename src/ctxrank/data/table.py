@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ctxrank._checks import DEFAULT_TABLE_NULL_FILL, check_bytes, check_null_fill
+from ctxrank._checks import DEFAULT_TABLE_NULL_FILL, OptionError, check_bytes, check_null_fill
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.letor import missing_cells
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
@@ -162,9 +162,10 @@ class TableSpec:
             null_fill: what a missing numeric feature becomes (:func:`read_table`).
         """
         if self.query is None:
-            raise ValueError(
-                f"{path}: the model's table spec names no query column (it was fitted through the API "
-                "with unnamed query ids): give --query-col COL"
+            raise OptionError(
+                "{path}: the model's table spec names no query column (it was fitted through the API "
+                "with unnamed query ids): give {query_col:COL}",
+                path=path,
             )
         label, docid, group = self.label, self.docid, self.group
         if scoring:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import DEFAULT_TABLE_NULL_FILL
+from ctxrank._checks import DEFAULT_TABLE_NULL_FILL, OptionError
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES
 from ctxrank.data.table import TableSpec
 
@@ -35,11 +35,11 @@ def read_table_file(
             path, scoring=scoring, encoder=encoder, max_dense_bytes=max_dense_bytes, null_fill=null_fill
         )
     except ValueError as exc:
-        msg = str(exc)
-        if "expected a number" in msg and spec.numeric is None:
-            raise ValueError(
-                f"{msg} (every column that is not the query, label, docid or a --categorical column is "
-                "read as numeric: list text columns with --categorical, or the features with --numeric)"
+        if "expected a number" in str(exc) and spec.numeric is None:
+            raise OptionError(
+                "{msg} (every column that is not the query, label, docid or a {categorical} column is "
+                "read as numeric: list text columns with {categorical}, or the features with {numeric})",
+                msg=exc.text if isinstance(exc, OptionError) else str(exc),
             ) from None
         raise
 

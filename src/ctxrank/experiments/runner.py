@@ -273,7 +273,7 @@ def _select_on_validation(
         config = spec.run_config(model, seed, point)
         r = run_training(config, train, valid, None, progress=False, **_initial_kw(config, shared))
         score = _validation_score(config, r.predictor, valid)
-        points.append({"values": point, "valid": score, "best_epoch": r.summary.get("best_epoch")})
+        points.append({"values": point, "valid": score, "best_epoch": r.summary.best_epoch})
         if best is None or (np.isfinite(score) and not score <= best[0]):  # NaN never wins; ties: first
             best = (score if np.isfinite(score) else -np.inf, i, config, r)
     _, chosen, config, r = best
@@ -313,7 +313,7 @@ def _run_one(
     return {
         **base,
         "metrics": _evaluate(spec, r.test_scores, unit.test),
-        "summary": r.summary,
+        "summary": r.summary.to_json(),
         "config": config.to_dict(),
         "split": unit.split,
         **({"missing": missing} if missing is not None else {}),  # what was done with the missing cells

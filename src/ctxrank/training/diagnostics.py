@@ -2,10 +2,10 @@
 warning, in one place.
 
 Each check returns a message (None when all is well) that names what happened, with the numbers, and
-what to change. :func:`report` records the messages in the run's summary (``summary["warnings"]``:
-``ctxrank.json["training"]``, an experiment's result records) and issues each one as a
+what to change. :func:`report` issues each one as a
 :class:`TrainingWarning` (``ctxrank train`` prints it as one ``ctxrank: warning:`` line; the estimators
-and :func:`ctxrank.training.run.run_training` raise it through :mod:`warnings`).
+and :func:`ctxrank.training.run.run_training` raise it through :mod:`warnings`); the fit records them in
+its summary (``FitSummary.warnings``: ``ctxrank.json["training"]``, an experiment's result records).
 
 * :func:`epoch_cap`: the run reached ``train.max_epochs`` with its last epoch its best (early stopping
   never triggered: more epochs would probably have helped);
@@ -146,17 +146,11 @@ def grid_edge(name: str, grid: Sequence[float], chosen: float, *, model: str) ->
 
 
 def report(
-    summary: dict[str, Any] | None,
-    messages: Sequence[str | None],
-    *,
-    category: type[Warning] = TrainingWarning,
-    stacklevel: int = 2,
+    messages: Sequence[str | None], *, category: type[Warning] = TrainingWarning, stacklevel: int = 2
 ) -> list[str]:
-    """Record the messages (Nones dropped) in ``summary["warnings"]`` (when a summary is given) and
-    issue each one as a ``category`` warning; the messages."""
+    """Issue each message (Nones dropped) as a ``category`` warning; the messages, which the caller
+    records in its summary (:meth:`FitSummary.with_warnings <ctxrank.training.summary.FitSummary>`)."""
     found = [m for m in messages if m]
-    if summary is not None and found:
-        summary.setdefault("warnings", []).extend(found)
     for message in found:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
     return found

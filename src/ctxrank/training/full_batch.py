@@ -44,6 +44,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.models.base import RankingModule
 from ctxrank.training.diagnostics import TrainingWarning, grid_edge, grid_edge_of, report
 from ctxrank.training.separation import Undetermined, find_separation
+from ctxrank.training.summary import FitSummary
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 
@@ -244,11 +245,11 @@ def _separation_text(model: RankingModule, sep: dict[str, Any], fitted_zero: boo
     )
 
 
-def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData | None) -> dict[str, Any]:
+def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData | None) -> FitSummary:
     """Fit ``model`` (in place) to its penalized maximum likelihood on ``train``; choose ``l2`` on
-    ``valid`` when the config lists several. Returns a JSON-ready summary (``log_likelihood`` = mean per
-    training situation at the optimum, ``valid_log_likelihood``, ``l2``, ``separation`` (None when the
-    unpenalized maximum exists or was not asked for), ``mle_exists``, solver diagnostics, seconds).
+    ``valid`` when the config lists several. Returns its :class:`FitSummary` (``log_likelihood`` = mean
+    per training situation at the optimum, ``valid_log_likelihood``, ``l2``, ``separation`` (None when
+    the unpenalized maximum exists or was not asked for), ``mle_exists``, solver diagnostics, seconds).
 
     Raises:
         ValueError: several penalties and no validation split to choose among them.
@@ -287,23 +288,27 @@ def fit_full_batch(model: RankingModule, train: RankingData, valid: RankingData 
         torch.nn.utils.vector_to_parameters(torch.from_numpy(best[0]), params)
         train_ll = -float(_nll(model, lists))
     model.to(dtype)
-    summary = {
-        "fit": "full-batch maximum likelihood",
-        "solver": {"lbfgs": "scipy L-BFGS-B", "newton": "scipy trust-exact"}[config.solver],
-        "l2": best[2],
-        "log_likelihood": train_ll,
-        "valid_log_likelihood": best[1],
-        "metric": "loglik",
-        "best_valid_metric": best[1],
-        "separation": sep,
-        "mle_exists": None if 0.0 not in penalties or undetermined else not separated,
-        "tried": tried,
-        **{k: v for k, v in best[3].items() if k != "message"},
-    }
     fitted = [t["l2"] for t in tried if "skipped" not in t]
-    summary["l2_grid_edge"] = grid_edge_of(fitted, best[2])
-    report(summary, _problems(model, sep, best[2], best[3], fitted), category=FitWarning, stacklevel=3)
-    return {**summary, "fit_seconds": time.perf_counter() - t0}
+    found = report(_problems(model, sep, best[2], best[3], fitted), category=FitWarning, stacklevel=3)
+    return FitSummary(
+        fit="full-batch maximum likelihood",
+        solver={"lbfgs": "scipy L-BFGS-B", "newton": "scipy trust-exact"}[config.solver],
+        l2=best[2],
+        log_likelihood=train_ll,
+        valid_log_likelihood=best[1],
+        metric="loglik",
+        best_valid_metric=best[1],
+        separation=sep,
+        mle_exists=None if 0.0 not in penalties or undetermined else not separated,
+        tried=tuple(tried),
+        converged=best[3]["converged"],
+        stop=best[3]["stop"],
+        iterations=best[3]["iterations"],
+        max_abs_gradient=best[3]["max_abs_gradient"],
+        l2_grid_edge=grid_edge_of(fitted, best[2]),
+        warnings=tuple(found),
+        fit_seconds=time.perf_counter() - t0,
+    )
 
 
 def _problems(

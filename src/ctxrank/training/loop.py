@@ -55,6 +55,7 @@ from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
+from ctxrank.training.summary import FitSummary
 
 __all__ = ["FitResult", "LossFn", "NonFiniteLossError", "batching", "fit", "seed_everything"]
 
@@ -80,18 +81,19 @@ class FitResult:
     batching: str = "buckets"
     warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "best_epoch": self.best_epoch,
-            "best_valid_metric": self.best_metric,
-            "metric": self.metric,
-            "epochs_run": self.epochs_run,
-            "stopped_early": self.stopped_early,
-            "seconds": self.seconds,
-            "resumed_from_epoch": self.resumed_from_epoch,
-            "batching": self.batching,
-            **({"warnings": list(self.warnings)} if self.warnings else {}),
-        }
+    def summary(self) -> FitSummary:
+        """The fit's :class:`FitSummary` (its ``seconds`` the loop's; a run sets the whole run's)."""
+        return FitSummary(
+            best_epoch=self.best_epoch,
+            best_valid_metric=self.best_metric,
+            metric=self.metric,
+            epochs_run=self.epochs_run,
+            stopped_early=self.stopped_early,
+            seconds=self.seconds,
+            resumed_from_epoch=self.resumed_from_epoch,
+            batching=self.batching,
+            warnings=tuple(self.warnings),
+        )
 
 
 def batching(model: RankingModule, config: TrainConfig) -> str:
@@ -160,7 +162,6 @@ def fit(
     valid_init_scores: np.ndarray | None = None,
     log_path: str | Path | None = None,
     progress: bool = True,
-    on_improve: Callable[[int, float], None] | None = None,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
     state_dir: str | Path | None = None,
     resume: bool = False,
@@ -179,7 +180,6 @@ def fit(
         train_init_scores, valid_init_scores: flat (N,) initial scores for re-ranking models.
         log_path: a JSON-lines file receiving one record per epoch.
         progress: show a tqdm progress bar (loss and validation metric).
-        on_improve: called with (epoch, metric) after each new best epoch (e.g. to save a checkpoint).
         on_epoch: called with the epoch's record (``{"epoch", "train_loss", "valid_<metric>",
             "best_epoch", "seconds"}``, as ``log_path`` gets it) after every epoch's validation, model
             selection, log and saved state; an exception it raises ends the fit and propagates
@@ -232,7 +232,7 @@ def fit(
             train_loss = _train_epoch(trainer, state, train, train_init_scores, epoch, store)
             release_free_memory()  # the steps' freed activations go back to the system
             value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
-            _select(trainer, state, epoch, value, on_improve)
+            _select(trainer, state, epoch, value)
             record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch, trainer.model)
             bar.set_postfix(loss=f"{record['train_loss']:.4f}", **{config.metric: f"{value:.4f}"})
             stop = state.bad_epochs >= config.patience
@@ -493,20 +493,12 @@ def _validation_metric(
     return float(total / count) if count else float("nan")
 
 
-def _select(
-    trainer: _Trainer,
-    state: _Progress,
-    epoch: int,
-    value: float,
-    on_improve: Callable[[int, float], None] | None,
-) -> None:
+def _select(trainer: _Trainer, state: _Progress, epoch: int, value: float) -> None:
     """Model selection: keep the weights of a new best epoch, else count an epoch without improvement."""
     improved = value > state.best_metric + trainer.config.min_delta or state.best_state is None
     if improved:
         state.best_metric, state.best_epoch, state.bad_epochs = value, epoch, 0
         state.best_state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
-        if on_improve is not None and trainer.ctx.is_main:
-            on_improve(epoch, value)
     else:
         state.bad_epochs += 1
 
@@ -585,7 +577,7 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
     found = (stalled(history, state.best_epoch), epoch_cap(history, config.max_epochs, config.metric))
     problems = [f"{model.name}: {m}" for m in found if m]
     if trainer.ctx.is_main:
-        report(None, problems, stacklevel=3)
+        report(problems, stacklevel=3)
     return FitResult(
         best_epoch=state.best_epoch,
         best_metric=state.best_metric,

@@ -82,6 +82,7 @@ from ctxrank.training.rerank import (
     prepare_split,
 )
 from ctxrank.training.rerank_spec import RerankSpec
+from ctxrank.training.summary import FitSummary, TrainMetric
 
 __all__ = [
     "EVAL_METRICS",
@@ -108,7 +109,7 @@ class RunResult:
     """
 
     config: RunConfig
-    summary: dict[str, Any]
+    summary: FitSummary
     test_scores: np.ndarray | None = None
     test_metrics: dict[str, np.ndarray] | None = None
     initial_test_metrics: dict[str, np.ndarray] | None = None
@@ -352,16 +353,17 @@ def _ensemble_result(
     per = evaluate_queries(
         predictor.predict(valid), valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
     )[tc.metric]
-    summary = {
-        "ensemble": config.ensemble,
-        "seeds": [tc.seed + i for i in range(config.ensemble)],
-        "metric": tc.metric,
-        "best_valid_metric": float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
-        "members": [m.summary for m in members],
-        "seconds": time.perf_counter() - t0,
-    }
+    summary = FitSummary(
+        ensemble=config.ensemble,
+        seeds=tuple(tc.seed + i for i in range(config.ensemble)),
+        metric=tc.metric,
+        best_valid_metric=float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
+        members=tuple(m.summary for m in members),
+        seconds=time.perf_counter() - t0,
+    )
     if out is not None:
-        save_ensemble(out, config, [member_dir(i) for i in range(len(members))], predictor, summary, meta)
+        members_dirs = [member_dir(i) for i in range(len(members))]
+        save_ensemble(out, config, members_dirs, predictor, summary.to_json(), meta)
     result = RunResult(config=config, summary=summary, predictor=predictor)
     if test is None:
         return result
@@ -424,11 +426,11 @@ def _run_baseline(
     ``train.metric`` of the fitted model on ``valid`` (its own selection, e.g. LambdaMART's early
     stopping, follows its ``model_params``)."""
     model = baseline.build(config.model_params, config.train).fit(train, valid)
-    summary = {
-        **model.training_summary(),
-        "train_metric": {"name": config.train.metric, "valid": validation_metric(model, valid, config)},
-        "seconds": time.perf_counter() - t0,
-    }
+    summary = dataclasses.replace(
+        FitSummary.from_json(model.training_summary()),  # the baseline's public record of its fit
+        train_metric=TrainMetric(config.train.metric, validation_metric(model, valid, config)),
+        seconds=time.perf_counter() - t0,
+    )
     result = RunResult(
         config=config,
         summary=summary,
@@ -479,7 +481,7 @@ def _fit_neural(
     resume: bool,
     t0: float,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[RankingModule, Transform, dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[RankingModule, Transform, FitSummary, list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
     Returns the model, the normalizer, the summary and the per-epoch records."""
     tc = config.train
@@ -490,19 +492,7 @@ def _fit_neural(
         fit_train, fit_valid = rerank.train.top, rerank.valid.top
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
-    cards = fit_train.categorical_cardinalities
-    device = resolve_device(tc.device)
-    check_model_size(config, fit_train.n_features, cards, device)  # before building it
-    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
-        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
-    else:
-        transform = make_transform(config.transform).fit(fit_train)
-    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
-    loss_fn = (
-        None  # the model trains its own objective (e.g. ARSM-L2R)
-        if model.own_objective
-        else functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
-    )
+    transform, model, loss_fn = _build(config, fit_train)
     # the top-k lists of a re-ranking run are gathered from the splits when read: a row-wise normalizer
     # goes with each read (nothing copied), a per-query one normalizes one copy of them in place; whole
     # lists are the caller's data: normalized into new arrays
@@ -518,7 +508,7 @@ def _fit_neural(
             valid_init,
             reranks=rerank is not None,
         )
-        return model, transform, {**fitted_mle, "seconds": time.perf_counter() - t0}, []  # no epochs
+        return model, transform, dataclasses.replace(fitted_mle, seconds=time.perf_counter() - t0), []
     log_path = None if out is None else _train_log(out, resume)
     if isinstance(fit_train, ShardStream):
         normalized = fit_train.with_transform(transform)  # each read normalized as it comes
@@ -538,13 +528,35 @@ def _fit_neural(
         resume=resume,
         on_epoch=on_epoch,
     )
-    summary = fitted.to_dict()
+    summary = fitted.summary()
     if rerank is not None:
-        _against_initial(summary, config, model, fit_valid, valid_init, summary["best_valid_metric"])
+        summary = _against_initial(summary, config, model, fit_valid, valid_init, summary.best_valid_metric)
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
-    summary["model_config"] = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
-    return model, transform, {**summary, "seconds": time.perf_counter() - t0}, fitted.history
+    summary = dataclasses.replace(
+        summary,
+        model_config=json.loads(json.dumps(dataclasses.asdict(model.config), default=str)),
+        seconds=time.perf_counter() - t0,
+    )
+    return model, transform, summary, fitted.history
+
+
+def _build(
+    config: RunConfig, fit_train: RankingData | ShardStream
+) -> tuple[Transform, RankingModule, functools.partial[Any] | None]:
+    """The normalizer fitted on ``fit_train``, the model (checked to fit in memory before it is built)
+    and its loss (None for a model that trains its own objective, e.g. ARSM-L2R)."""
+    cards = fit_train.categorical_cardinalities
+    device = resolve_device(config.train.device)
+    check_model_size(config, fit_train.n_features, cards, device)  # before building it
+    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
+        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
+    else:
+        transform = make_transform(config.transform).fit(fit_train)
+    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
+    if model.own_objective:
+        return transform, model, None
+    return transform, model, functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
 
 
 def _train_log(out: Path, resume: bool) -> Path:
@@ -566,7 +578,7 @@ def _fit_by_maximum_likelihood(
     valid_init: np.ndarray | None,
     *,
     reranks: bool,
-) -> dict[str, Any]:
+) -> FitSummary:
     """Fit ``model`` to its maximum likelihood on the normalized ``train`` (full batch) and return its
     summary; a re-ranker's also holds its ``train.metric`` on the ``valid`` lists and its comparison with
     the initial ranker's on the same lists."""
@@ -581,8 +593,8 @@ def _fit_by_maximum_likelihood(
             max_memory_bytes=tc.max_memory_bytes,
         )
         reranker = _mean_metric(scores, valid, tc)
-        fitted["train_metric"] = {"name": tc.metric, "valid": reranker}
-        _against_initial(fitted, config, model, raw_valid, valid_init, reranker)
+        fitted = dataclasses.replace(fitted, train_metric=TrainMetric(tc.metric, reranker))
+        fitted = _against_initial(fitted, config, model, raw_valid, valid_init, reranker)
     return fitted
 
 
@@ -611,39 +623,37 @@ def _mean_metric(scores: np.ndarray, data: RankingData, tc: Any) -> float:
 
 
 def _against_initial(
-    summary: dict[str, Any],
+    summary: FitSummary,
     config: RunConfig,
     model: RankingModule,
     valid: RankingData,
     valid_init: np.ndarray,
     reranker: float,
-) -> None:
-    """The re-ranker's validation ``train.metric`` (``reranker``) against the initial scores' on the
-    same top-k lists (``summary["initial_valid_metric"]``): a residual re-ranker that does not gain keeps
-    the initial order; any other one that is worse is a :class:`TrainingWarning` in ``summary``."""
+) -> FitSummary:
+    """``summary`` with the initial scores' validation ``train.metric`` on the same top-k lists
+    (``initial_valid_metric``), against the re-ranker's (``reranker``): a residual re-ranker that does
+    not gain keeps the initial order; any other one that is worse is a :class:`TrainingWarning`."""
     tc = config.train
     initial = _mean_metric(valid_init, valid, tc)
-    summary["initial_valid_metric"] = initial
+    summary = dataclasses.replace(summary, initial_valid_metric=initial)
     if isinstance(model, Residual):
-        summary["residual"] = _keep_initial_if_better(model, initial, tc, summary)
-        reranker = summary["best_valid_metric"]
+        summary = _keep_initial_if_better(model, initial, tc, summary)
+        reranker = summary.best_valid_metric
     worse = worse_than_initial(reranker, initial, tc.metric, top_k=config.rerank.top_k, model=config.model)
-    report(summary, [worse], stacklevel=4)
+    return summary.with_warnings(report([worse], stacklevel=4))
 
 
-def _keep_initial_if_better(
-    model: Residual, initial: float, tc: Any, summary: dict[str, Any]
-) -> dict[str, Any]:
+def _keep_initial_if_better(model: Residual, initial: float, tc: Any, summary: FitSummary) -> FitSummary:
     """Residual re-ranking departs from the initial order only where validation gains: when the best
     trained epoch does not beat the initial scores' validation metric (``initial``) by more than
-    ``train.min_delta``, ``gate`` is set to 0 (the re-ranker then returns the initial scores) and
-    ``summary`` says epoch 0."""
-    keep = not summary["best_valid_metric"] > initial + tc.min_delta
+    ``train.min_delta``, ``gate`` is set to 0 (the re-ranker then returns the initial scores) and the
+    summary says epoch 0. The summary's ``residual`` records the choice."""
+    keep = not summary.best_valid_metric > initial + tc.min_delta
     if keep:
         with torch.no_grad():
             model.gate.zero_()
-        summary.update(best_epoch=0, best_valid_metric=initial)
-    return {"initial_valid_metric": initial, "kept_initial": keep}
+        summary = dataclasses.replace(summary, best_epoch=0, best_valid_metric=initial)
+    return dataclasses.replace(summary, residual={"initial_valid_metric": initial, "kept_initial": keep})
 
 
 def save_result(
@@ -670,14 +680,14 @@ def save_result(
             config,
             torch_predictor.transform,
             train_data=result.layout,
-            summary=result.summary,
+            summary=result.summary.to_json(),
             conventions=conv.to_dict(),
             rerank=predictor.spec if isinstance(predictor, RerankPredictor) else None,
             extra=meta,
         )
     else:
         predictor.save(out, run_config=config.to_dict(), overwrite=True)
-        update_meta(out, {**(meta or {}), "training": result.summary})  # as a checkpoint records it
+        update_meta(out, {**(meta or {}), "training": result.summary.to_json()})  # as a checkpoint records it
     if write_log and result.history and "train_loss" in result.history[0]:
         text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
         atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
