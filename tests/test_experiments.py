@@ -1206,3 +1206,75 @@ def test_an_experiment_prints_every_training_warning_its_runs_recorded():
         "mlp seed 1 fold 1: a stalled run",
         "mlp seed 1 fold 1: cut while improving",
     ]
+
+
+# ----------------------------------------------------------------- [data] is the training request's source
+def test_a_spec_data_table_is_the_data_source_that_ctxrank_train_loads(tmp_path):
+    """``[data]`` is parsed into a ``DataSource`` (``file`` -> ``data_file``, ``split`` ->
+    ``split_fractions``, the table's columns, ``null_fill`` -> ``read.null_fill``), and a run's splits
+    are that source's ``load_training`` (the loader of ``ctxrank train``)."""
+    from ctxrank.data.sources import Columns, DataSource, ReadOptions
+
+    spec = load_spec(_missing_table_spec(tmp_path, "split = [0.5, 0.25, 0.25]\nnull_fill = 0"))
+    source = DataSource(
+        data_file=str(tmp_path / "t.csv"),
+        split_fractions=(0.5, 0.25, 0.25),
+        columns=Columns(query_col="qid", label_col="label", docid_col="item"),
+        read=ReadOptions(null_fill=0.0),
+    )
+    assert spec.data == source
+    unit, want = runner_mod.load_unit(spec, 3, 0), source.load_training(3)
+    parts = zip((unit.train, unit.valid, unit.test), (want.train, want.valid, want.test), strict=True)
+    for got, expected in parts:
+        assert np.array_equal(got.features, expected.features)
+        assert got.query_ids.tolist() == expected.query_ids.tolist()
+    assert unit.split == want.split and spec.to_dict()["data"]["split"] == [0.5, 0.25, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "message"),
+    [
+        ("tiny", "data.query_col=session", "query_col applies to a table file"),
+        ("tiny", "data.group_col=person", "group_col applies to a table file"),
+        ("tiny", "data.sessions=500", "sessions applies to synthetic data"),
+        ("tiny", "data.root=/data", "root applies to a registered dataset"),
+        ("qilcm-table2", "data.split=[0.5, 0.25, 0.25]", "split applies to random splits"),
+    ],
+)
+def test_a_data_key_its_source_does_not_read_is_an_error(tmp_path, name, override, message):
+    spec = _letor_spec(tmp_path) if name == "tiny" else name
+    with pytest.raises(ValueError, match=re.escape(f"[data] {message}")):
+        load_spec(spec, [override])
+
+
+def test_a_data_error_of_a_run_names_the_spec_keys_not_the_command_line_flags(tmp_path):
+    rows = ["qid,person,label,colour,a"] + [
+        f"{q},{q % 2},{int(i == 0)},red,{i}" for q in range(9) for i in range(3)
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    path = _letor_spec(tmp_path, runs=1)
+    for extra, key in (
+        ([], "data.categorical"),
+        (["data.numeric=['a']", "data.group_col=person"], "data.group_col"),
+    ):
+        spec = load_spec(path, [f"data.file={tmp_path / 't.csv'}", *extra])
+        with pytest.raises(ValueError) as err:
+            runner_mod.load_unit(spec, 0, 0)
+        assert key in str(err.value) and "--" not in str(err.value), str(err.value)
+
+
+def test_the_protocol_and_threads_have_the_run_configs_defaults_and_no_default_of_their_own(tmp_path):
+    import dataclasses
+
+    from ctxrank._checks import resolve_threads
+    from ctxrank.config import RerankConfig
+    from ctxrank.experiments.spec import ExperimentSpec
+
+    spec = load_spec(_letor_spec(tmp_path))  # no [protocol], no runs.threads
+    rerank = RerankConfig()
+    assert (spec.initial, spec.top_k, spec.threads) == (rerank.initial, rerank.top_k, resolve_threads(None))
+    fields = {f.name: f for f in dataclasses.fields(ExperimentSpec)}
+    assert all(fields[k].default is dataclasses.MISSING for k in ("initial", "top_k", "threads"))
+    for override, message in (("protocol.top_k=0", "[protocol] top_k"), ("runs.threads=0", "[runs] threads")):
+        with pytest.raises(ValueError, match=re.escape(f"{message} must be a positive integer, got 0")):
+            load_spec(_letor_spec(tmp_path), [override])

@@ -31,7 +31,7 @@ from ctxrank.data.sources import Columns, DataSource
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
 from ctxrank.experiments.anomaly import anomaly_scores, method_text
 from ctxrank.experiments.provenance import code_version, run_context
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label, in_spec_terms
 from ctxrank.experiments.store import RunStore
 from ctxrank.metrics import evaluate_queries
 from ctxrank.training.build import missing_handling
@@ -87,20 +87,27 @@ class _Source:
 def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
     """Train / valid / test of run ``(seed, fold)``, loaded by the spec's :class:`DataSource`: a
     registry fold, every query of a dataset pooled, or a file (or the synthetic sessions) split at
-    random from ``seed``, as ``ctxrank train`` loads them."""
-    if spec.registry_folds:
-        f = dataclasses.replace(spec.data, fold=fold).load_training(seed).fold
-        method = "published fold" if spec.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
-        split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
-        split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
-        return Unit(f.train, f.valid, f.test, split)
-
-    source = source or _Source(spec)
-    data = spec.data.load_pooled_split(seed) if spec.data.dataset else source.data().load_training(seed)
+    random from ``seed``, as ``ctxrank train`` loads them. Errors name the spec's ``[data]`` keys."""
+    try:
+        if spec.registry_folds:
+            return _fold_unit(spec, seed, fold)
+        source = source or _Source(spec)
+        data = spec.data.load_pooled_split(seed) if spec.data.dataset else source.data().load_training(seed)
+    except ValueError as exc:
+        raise in_spec_terms(exc) from exc
     record = dict(data.split)
     if data.train.categorical is not None:
         record["categorical"] = "vocabulary re-fitted on the training split"
     return Unit(data.train, data.valid, data.test, record, source.reference_scores(data.test))
+
+
+def _fold_unit(spec: ExperimentSpec, seed: int, fold: int) -> Unit:
+    """Run ``(seed, fold)`` of a registry dataset's folds."""
+    f = dataclasses.replace(spec.data, fold=fold).load_training(seed).fold
+    method = "published fold" if spec.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
+    split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
+    split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
+    return Unit(f.train, f.valid, f.test, split)
 
 
 def pending_runs(

@@ -95,6 +95,7 @@ from ctxrank._checks import (
     check_seed,
     resolve_threads,
 )
+from ctxrank._declare import flag_of
 from ctxrank._overrides import Override, parse_override
 from ctxrank.config import (
     INITIAL_RANKERS,
@@ -121,6 +122,7 @@ __all__ = [
     "builtin_names",
     "correction_override",
     "data_from_record",
+    "in_spec_terms",
     "load_spec",
     "split_protocol",
 ]
@@ -241,27 +243,34 @@ def _source(kw: Mapping[str, Any]) -> DataSource:
     """The :class:`DataSource` of checked ``[data]`` keys (:data:`SOURCE_KEYS`). A key this source does
     not read is an error unless it has its default (a record writes every key)."""
     table = bool(kw["file"]) and is_table_path(kw["file"])
-    applies = {
-        "a table file": ("query_col", "label_col", "categorical", "numeric") if not table else (),
-        "a registered dataset": ("variant", "root") if not kw["dataset"] else (),
-        "random splits (a file, synthetic data, protocol 'random-splits')": (
-            ("split",) if kw["protocol"] == "folds" else ()
-        ),
-        "synthetic data": ("sessions", "synth_seed") if not kw["synth"] else (),
-    }
-    for what, keys in applies.items():
-        given = [k for k in keys if kw[k] != DATA_DEFAULTS[k]]
+    random = kw["protocol"] == "random-splits"
+    applies = (  # keys, what they apply to, whether this source is one
+        (("query_col", "label_col", "categorical", "numeric", "group_col"), "a table file", table),
+        (("variant", "root"), "a registered dataset", bool(kw["dataset"])),
+        (("split",), "random splits (a file, synthetic data, protocol 'random-splits')", random),
+        (("sessions", "synth_seed"), "synthetic data", bool(kw["synth"])),
+    )
+    for keys, what, read in applies:
+        given = [k for k in keys if not read and kw[k] != DATA_DEFAULTS[k]]
         if given:
             raise _fail("data", f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to {what}")
-    always = (("query_col", "label_col") if table else ()) + (
-        ("split",) if kw["protocol"] == "random-splits" else ()
-    )
+    always = (("query_col", "label_col") if table else ()) + (("split",) if random else ())
     fields: dict[str, dict[str, Any]] = {"": {}, "columns": {}, "read": {}}
     for key, target in SOURCE_KEYS.items():
         part, _, name = target.rpartition(".")
         if key in always or kw[key] != DATA_DEFAULTS[key]:
             fields[part][name] = kw[key]
     return DataSource(**fields[""], columns=Columns(**fields["columns"]), read=ReadOptions(**fields["read"]))
+
+
+def in_spec_terms(exc: ValueError) -> ValueError:
+    """An error of the spec's :class:`DataSource` (which names the command line's flags) in the spec's
+    words: the flag of each :data:`SOURCE_KEYS` field as its key (``--group-col`` -> ``data.group_col``)."""
+    text = str(exc)
+    for key, target in SOURCE_KEYS.items():
+        flag = flag_of(DataSource, target.rpartition(".")[2])
+        text = re.sub(re.escape(flag) + r"(?![\w-])", f"data.{key}", text)
+    return ValueError(text)
 
 
 def data_from_record(d: Any) -> dict[str, Any]:
