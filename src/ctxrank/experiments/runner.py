@@ -1,8 +1,9 @@
 """Run an experiment: every model on every ``(seed, fold)`` run, stored as it finishes.
 
-For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split drawn
-from the seed, as in the QILCM paper, of one file, of synthetic data, or of every query of a registry
-dataset pooled under ``[data] protocol = "random-splits"``), the initial LambdaMART is fitted once when the
+For each run the data are loaded once by the spec's ``DataSource``, as ``ctxrank train`` loads them
+(the fold's files, or a random 60/20/20 query-level split drawn from the seed, as in the QILCM paper,
+of one file, of synthetic data, or of every query of a registry dataset pooled under ``[data] protocol
+= "random-splits"``), the initial LambdaMART is fitted once when the
 protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
 each model that has no stored result is trained with ``ctxrank.training.run.run_training`` and evaluated
 once on the test split. A model with a grid (``[models.NAME.grid]``, ``ExperimentSpec.grids``) is

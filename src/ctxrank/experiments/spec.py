@@ -276,16 +276,17 @@ def in_spec_terms(exc: ValueError) -> ValueError:
 def data_from_record(d: Any) -> dict[str, Any]:
     """``[data]`` of a stored record (``ExperimentSpec.to_dict``) as :class:`ExperimentSpec` fields: a
     record writes the default ``null_fill`` also where it has no effect (synthetic sessions, a choice
-    dataset), where a spec file may not set it."""
-    if isinstance(d, Mapping) and "null_fill" in d and not _can_miss_values(d.get("synth"), d.get("dataset")):
-        d = {k: v for k, v in d.items() if k != "null_fill"}
+    dataset), where a spec file may not set it, and an old record may hold ``protocol = ""`` (its
+    source's default)."""
+    if isinstance(d, Mapping):
+        unset = ("null_fill",) if not _can_miss_values(d.get("synth"), d.get("dataset")) else ()
+        d = {k: v for k, v in d.items() if k not in unset and (k, v) != ("protocol", "")}
     return _data(d, None)
 
 
 def _can_miss_values(synth: Any, dataset: Any) -> bool:
     """The data may hold missing feature values (a LETOR dataset, a file); synthetic sessions and
-    registered choice datasets hold none (their records before ``null_fill`` applied to tables say
-    ``"query_min"``, which had no effect)."""
+    registered choice datasets hold none."""
     return not synth and (not dataset or tabular(None, dataset) is None)
 
 
@@ -509,7 +510,7 @@ class ExperimentSpec:
     def registry_folds(self) -> bool:
         """The runs use the registry's folds of ``dataset`` (``protocol = "random-splits"`` instead pools
         every query and draws one split per run)."""
-        return bool(self.data.dataset) and self.protocol in ("", "folds")
+        return self.protocol == "folds"  # a registry dataset's (checked by the parse)
 
     @property
     def has_folds(self) -> bool:
@@ -555,7 +556,8 @@ class ExperimentSpec:
         """``[data]`` as a record holds it: every key of :data:`DATA_DEFAULTS`, in its order."""
         record = {}
         for key, default in DATA_DEFAULTS.items():
-            value = getattr(self, key) if key in RUN_DATA_KEYS else _field(self.data, SOURCE_KEYS[key])
+            path = () if key in RUN_DATA_KEYS else SOURCE_KEYS[key].split(".")
+            value = functools.reduce(getattr, path, self.data) if path else getattr(self, key)
             record[key] = default if value is None else value
         return record
 
@@ -671,11 +673,6 @@ class ExperimentSpec:
         spec.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         report = _report(_table(d, "report"), list(models), split_protocol(spec), spec.is_choice)
         return dataclasses.replace(spec, report=report)
-
-
-def _field(source: DataSource, path: str) -> Any:
-    """The field ``path`` of ``source`` (a :data:`SOURCE_KEYS` value: ``columns.query_col``, ...)."""
-    return functools.reduce(getattr, path.split("."), source)
 
 
 def _protocol_settings(d: Mapping[str, Any]) -> dict[str, Any]:
