@@ -700,7 +700,7 @@ def _models(
         raise _fail(
             "tune",
             "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
-            f"grid: {gridded} (drop one: --set models.NAME.grid={{}})",
+            f"grid: {gridded} (drop one: models.NAME.grid = {{}})",
         )
     if data["synth"] and "chooser" in models:
         raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
