@@ -170,7 +170,6 @@ def test_a_bad_value_is_refused_by_the_declared_reader_with_the_flag_named(capsy
 def test_the_experiment_runner_builds_the_source_the_cli_builds(tmp_path):
     """The same OHSUMED fold through `ctxrank train --dataset ...` and through an experiment's
     ``[data]``: one DataSource."""
-    from ctxrank.experiments.runner import data_source
     from ctxrank.experiments.spec import load_spec
 
     data = [("data.dataset", "ohsumed"), ("data.folds", []), ("data.root", str(tmp_path))]
@@ -178,7 +177,7 @@ def test_the_experiment_runner_builds_the_source_the_cli_builds(tmp_path):
     argv = ["train", "--dataset", "ohsumed", "--fold", "3", "--data-root", str(tmp_path)]
     argv += ["--null-fill", "letor_min", "--out", "x"]
     from_cli = TrainOptions.from_args(build_parser().parse_args(argv)).data
-    assert data_source(spec, 3) == dataclasses.replace(from_cli, data_root=str(tmp_path))
+    assert dataclasses.replace(spec.data, fold=3) == dataclasses.replace(from_cli, data_root=str(tmp_path))
 
 
 def test_flag_of_names_the_declared_flag():

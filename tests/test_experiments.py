@@ -655,12 +655,12 @@ def test_random_splits_protocol_pools_every_query_of_a_dataset():
     from ctxrank.experiments.spec import split_protocol
 
     spec = load_spec("qilcm-table2", ["data.protocol=random-splits", "runs.count=3"])
-    assert split_protocol(spec.data) == "random-splits" and spec.report.test == "corrected-resampled"
+    assert split_protocol(spec) == "random-splits" and spec.report.test == "corrected-resampled"
     assert spec.run_keys() == [(0, 0), (1, 0), (2, 0)]
     assert load_spec("qilcm-table2-splits").run_keys() == [(s, 0) for s in range(20)]
     assert load_spec("qilcm-table2-splits").report.test == "corrected-resampled"
     folds = load_spec("qilcm-table2")
-    assert split_protocol(folds.data) == "folds" and folds.data.protocol == "folds"
+    assert split_protocol(folds) == "folds" and folds.protocol == "folds"
     # the default protocol is not in the fingerprint: experiments stored before it existed resume
     assert load_spec("qilcm-table2", ["data.protocol=folds"]).fingerprint() == folds.fingerprint()
     assert spec.fingerprint() != folds.fingerprint()
@@ -684,7 +684,7 @@ def test_random_splits_protocol_pools_every_query_of_a_dataset():
 def test_files_have_only_the_random_splits_protocol(tmp_path):
     with pytest.raises(ValueError, match="protocol 'folds' needs a registry dataset"):
         load_spec(_letor_spec(tmp_path), ["data.protocol=folds"])
-    assert load_spec(tmp_path / "tiny.toml").data.protocol == "random-splits"
+    assert load_spec(tmp_path / "tiny.toml").protocol == "random-splits"
 
 
 # ------------------------------------------------------------------ outputs the user owns (issue 18)
@@ -839,11 +839,11 @@ def test_a_data_file_given_on_the_command_line_is_relative_to_the_current_direct
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert load_spec(path).data.file == str(tmp_path / "d.txt")  # written in the TOML: beside it
-    given = load_spec(path, ["data.file=mine.csv"]).data.file  # on the command line: the cwd
+    assert load_spec(path).data.data_file == str(tmp_path / "d.txt")  # written in the TOML: beside it
+    given = load_spec(path, ["data.file=mine.csv"]).data.data_file  # on the command line: the cwd
     assert given == str(elsewhere / "mine.csv")
     builtin = load_spec("choice", ["data.synth=''", "data.file=sessions.csv", "data.group_col=person"])
-    assert builtin.data.file == str(elsewhere / "sessions.csv") and builtin.data.group_col == "person"
+    assert builtin.data.data_file == str(elsewhere / "sessions.csv") and builtin.data.group_col == "person"
 
 
 def test_data_group_col_may_name_the_query_column_one_group_a_situation(tmp_path):
@@ -915,7 +915,7 @@ def test_data_null_fill_fills_the_null_cells_of_a_letor_file_by_its_rule(tmp_pat
         "\n".join(re.sub(r" 2:\S+", " 2:NULL", x) if i % 3 else x for i, x in enumerate(lines)) + "\n"
     )
     default = load_spec(path)
-    assert default.data.null_fill is None and "missing" not in default.data.describe()
+    assert default.data.read.null_fill is None and "missing" not in default.describe_data()
     # the default, given or not, is not in the fingerprint: experiments stored before the key resume
     assert load_spec(path, ["data.null_fill=query_min"]).fingerprint() == default.fingerprint()
     assert (
@@ -925,16 +925,16 @@ def test_data_null_fill_fills_the_null_cells_of_a_letor_file_by_its_rule(tmp_pat
     units = {}
     for rule in ("query_min", "letor_min", -1.0):
         spec = load_spec(path, [f"data.null_fill={rule}"])
-        assert spec.data.null_fill == rule
+        assert spec.data.read.null_fill == rule
         assert (spec.fingerprint() == default.fingerprint()) == (rule == "query_min")
         units[rule] = unit = runner_mod.load_unit(spec, 0, 0)
-        want = split_queries(read_letor(data, null_fill=rule, cache=False), spec.data.split, seed=0)
+        want = split_queries(read_letor(data, null_fill=rule, cache=False), spec.data.split_fractions, seed=0)
         for got, expected in zip((unit.train, unit.valid, unit.test), want[:3], strict=True):
             assert np.array_equal(got.features, expected.features)
     assert (units[-1.0].train.features[:, 1] == -1).sum() > 10
     assert not np.array_equal(units[-1.0].train.features, units["query_min"].train.features)
     assert (
-        "missing cells filled by letor_min" in load_spec(path, ["data.null_fill=letor_min"]).data.describe()
+        "missing cells filled by letor_min" in load_spec(path, ["data.null_fill=letor_min"]).describe_data()
     )
 
 
@@ -954,8 +954,9 @@ def test_data_null_fill_reaches_the_fold_and_pooled_loaders_of_a_registered_data
     fold = load_fold("ohsumed", 1, root=tmp_path, variant="Feature-null", null_fill="letor_min")
     assert np.array_equal(unit.train.features, fold.train.features) and unit.test.features[0, 0] == 0
     pooled = load_spec("qilcm-table2", [*where, "data.protocol=random-splits", "data.null_fill=-1"])
-    whole = runner_mod._Source(pooled).whole()
-    assert whole.features[:, 0].tolist() == [-1, 2, 5] * 5
+    whole = pooled.data.load_pooled_split(0)
+    first = np.concatenate([part.features[:, 0] for part in (whole.train, whole.valid, whole.test)])
+    assert sorted(first.tolist()) == sorted([-1, 2, 5] * 5)
 
 
 NULL_FILL_VALUES = (
@@ -1024,7 +1025,7 @@ train = {{ max_epochs = 2, patience = 1, batch_size = 16, missing = "indicator" 
 
 def test_a_table_experiment_keeps_missing_cells_reads_docids_and_records_what_was_done(tmp_path):
     spec = load_spec(_missing_table_spec(tmp_path))
-    assert spec.data.docid_col == "item" and spec.data.null_fill is None
+    assert spec.data.columns.docid_col == "item" and spec.data.read.null_fill is None
     unit = runner_mod.load_unit(spec, 0, 0)
     assert unit.train.docids is not None and unit.train.docids[0].startswith("d")
     assert "item" not in unit.train.feature_names
@@ -1044,14 +1045,15 @@ def test_a_table_experiment_keeps_missing_cells_reads_docids_and_records_what_wa
         load_spec(_missing_table_spec(tmp_path), ["data.null_fill=keep"]).fingerprint() == spec.fingerprint()
     )
     unit = runner_mod.load_unit(filled, 0, 0)
-    assert not np.isnan(unit.train.features).any() and "missing cells filled by 0.0" in filled.data.describe()
+    assert not np.isnan(unit.train.features).any() and "missing cells filled by 0.0" in filled.describe_data()
     from ctxrank.experiments.evidence import spec_from_record
 
     for one in (spec, filled):  # the record keeps the rule and the item id column, under its fingerprint
         record = {"spec": one.to_dict(), "fingerprint": one.fingerprint()}
         assert record["spec"]["data"]["null_fill"] == ("keep" if one is spec else 0.0)
         again = spec_from_record(record)  # checks the fingerprint
-        assert again.data.docid_col == "item" and again.data.null_fill == record["spec"]["data"]["null_fill"]
+        assert again.data.columns.docid_col == "item"
+        assert again.data.read.null_fill == record["spec"]["data"]["null_fill"]
 
 
 @pytest.mark.parametrize(
@@ -1204,3 +1206,75 @@ def test_an_experiment_prints_every_training_warning_its_runs_recorded():
         "mlp seed 1 fold 1: a stalled run",
         "mlp seed 1 fold 1: cut while improving",
     ]
+
+
+# ----------------------------------------------------------------- [data] is the training request's source
+def test_a_spec_data_table_is_the_data_source_that_ctxrank_train_loads(tmp_path):
+    """``[data]`` is parsed into a ``DataSource`` (``file`` -> ``data_file``, ``split`` ->
+    ``split_fractions``, the table's columns, ``null_fill`` -> ``read.null_fill``), and a run's splits
+    are that source's ``load_training`` (the loader of ``ctxrank train``)."""
+    from ctxrank.data.sources import Columns, DataSource, ReadOptions
+
+    spec = load_spec(_missing_table_spec(tmp_path, "split = [0.5, 0.25, 0.25]\nnull_fill = 0"))
+    source = DataSource(
+        data_file=str(tmp_path / "t.csv"),
+        split_fractions=(0.5, 0.25, 0.25),
+        columns=Columns(query_col="qid", label_col="label", docid_col="item"),
+        read=ReadOptions(null_fill=0.0),
+    )
+    assert spec.data == source
+    unit, want = runner_mod.load_unit(spec, 3, 0), source.load_training(3)
+    parts = zip((unit.train, unit.valid, unit.test), (want.train, want.valid, want.test), strict=True)
+    for got, expected in parts:
+        assert np.array_equal(got.features, expected.features)
+        assert got.query_ids.tolist() == expected.query_ids.tolist()
+    assert unit.split == want.split and spec.to_dict()["data"]["split"] == [0.5, 0.25, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "message"),
+    [
+        ("tiny", "data.query_col=session", "query_col applies to a table file"),
+        ("tiny", "data.group_col=person", "group_col applies to a table file"),
+        ("tiny", "data.sessions=500", "sessions applies to synthetic data"),
+        ("tiny", "data.root=/data", "root applies to a registered dataset"),
+        ("qilcm-table2", "data.split=[0.5, 0.25, 0.25]", "split applies to random splits"),
+    ],
+)
+def test_a_data_key_its_source_does_not_read_is_an_error(tmp_path, name, override, message):
+    spec = _letor_spec(tmp_path) if name == "tiny" else name
+    with pytest.raises(ValueError, match=re.escape(f"[data] {message}")):
+        load_spec(spec, [override])
+
+
+def test_a_data_error_of_a_run_names_the_spec_keys_not_the_command_line_flags(tmp_path):
+    rows = ["qid,person,label,colour,a"] + [
+        f"{q},{q % 2},{int(i == 0)},red,{i}" for q in range(9) for i in range(3)
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    path = _letor_spec(tmp_path, runs=1)
+    for extra, key in (
+        ([], "data.categorical"),
+        (["data.numeric=['a']", "data.group_col=person"], "data.group_col"),
+    ):
+        spec = load_spec(path, [f"data.file={tmp_path / 't.csv'}", *extra])
+        with pytest.raises(ValueError) as err:
+            runner_mod.load_unit(spec, 0, 0)
+        assert key in str(err.value) and "--" not in str(err.value), str(err.value)
+
+
+def test_the_protocol_and_threads_have_the_run_configs_defaults_and_no_default_of_their_own(tmp_path):
+    import dataclasses
+
+    from ctxrank._checks import resolve_threads
+    from ctxrank.config import RerankConfig
+    from ctxrank.experiments.spec import ExperimentSpec
+
+    spec = load_spec(_letor_spec(tmp_path))  # no [protocol], no runs.threads
+    rerank = RerankConfig()
+    assert (spec.initial, spec.top_k, spec.threads) == (rerank.initial, rerank.top_k, resolve_threads(None))
+    fields = {f.name: f for f in dataclasses.fields(ExperimentSpec)}
+    assert all(fields[k].default is dataclasses.MISSING for k in ("initial", "top_k", "threads"))
+    for override, message in (("protocol.top_k=0", "[protocol] top_k"), ("runs.threads=0", "[runs] threads")):
+        with pytest.raises(ValueError, match=re.escape(f"{message} must be a positive integer, got 0")):
+            load_spec(_letor_spec(tmp_path), [override])

@@ -102,3 +102,20 @@ def test_cli_table_model_trained_on_every_column_refuses_an_extra_column(tmp_pat
     assert main(["predict", "--model", str(out), "--data", str(extra), "--output", str(tmp_path / "s")]) == 2
     assert "['dep_hour'] are not in the model's saved table spec" in capsys.readouterr().err
     assert main(["predict", "--model", str(out), "--data", str(train), "--output", str(tmp_path / "s")]) == 0
+
+
+def test_a_pooled_split_draws_one_random_split_of_every_query_of_a_dataset_from_its_seed():
+    """``load_pooled_split``: every query of a registered dataset once, split at random from the seed
+    (a choice dataset by decision maker), as an experiment's ``protocol = "random-splits"``."""
+    source = DataSource(dataset="mq2008", split_fractions=(0.5, 0.25, 0.25))
+    first, again = source.load_pooled_split(0), source.load_pooled_split(0)
+    ids = [set(map(str, d.query_ids)) for d in (first.train, first.valid, first.test)]
+    assert sum(map(len, ids)) == len(set().union(*ids)) == 784  # MQ2008's queries, each once
+    assert first.split["fractions"] == [0.5, 0.25, 0.25] and "pooled" in first.split
+    assert first.test.query_ids.tolist() == again.test.query_ids.tolist()
+    assert first.test.query_ids.tolist() != source.load_pooled_split(1).test.query_ids.tolist()
+    choice = DataSource(dataset="electricity").load_pooled_split(0)
+    people = [set(d.group_ids.tolist()) for d in (choice.train, choice.valid, choice.test)]
+    assert not (people[0] & people[1] or people[0] & people[2] or people[1] & people[2])
+    with pytest.raises(ValueError, match="a pooled split is of a registered dataset"):
+        DataSource(data_file="d.txt").load_pooled_split(0)

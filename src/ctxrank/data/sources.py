@@ -582,6 +582,23 @@ class DataSource:
         how = "random query split" if self.group_col is None else f"random split by {self.group_col}"
         return TrainingData(train, valid, test, f"{path} ({how})", meta=meta, split=record)
 
+    def load_pooled_split(self, seed: int) -> TrainingData:
+        """Every query of the registered ``dataset`` (its split ``all``: a fold's train + valid + test,
+        each query once) split at random from ``seed`` into ``split_fractions``: by query, or by decision
+        maker for a choice dataset (its group ids); the categorical vocabulary re-fitted on the training
+        split. (A data file is split by :meth:`load_training`.)"""
+        if self.dataset is None:
+            raise ValueError("a pooled split is of a registered dataset (dataset = NAME)")
+        fractions = DEFAULT_FRACTIONS if self.split_fractions is None else self.split_fractions
+        full, _ = replace(self, split="all", fold=None, split_fractions=None).load(purpose="train")
+        by_group = full.group_ids is not None
+        train, valid, test, record = split_queries(full, fractions, seed, by_group=by_group)
+        record["pooled"] = f"every query of {full.source}"
+        if full.categorical is not None:
+            encoder = CategoricalEncoder.from_dict(full.info["categorical_encoder"])
+            _, (train, valid, test) = refit_categorical(encoder, train, valid, test)
+        return TrainingData(train, valid, test, f"{self.dataset} (every query pooled)", split=record)
+
     # ------------------------------------------------------------------------------- one set of rows
     def load(
         self,

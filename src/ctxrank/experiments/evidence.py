@@ -58,12 +58,12 @@ from ctxrank.config import apply_overrides
 from ctxrank.experiments.report import build_report
 from ctxrank.experiments.spec import (
     AnomalySpec,
-    DataSpec,
     ExperimentSpec,
     GridSpec,
     ReportSpec,
     TuneSpec,
     correction_override,
+    data_from_record,
 )
 from ctxrank.experiments.store import RunStore, check_run
 
@@ -510,7 +510,7 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
         spec = ExperimentSpec(
             name=d["name"],
             title=d["title"],
-            data=_dataclass(DataSpec, d["data"]),
+            **data_from_record(d["data"]),
             models=d["models"],
             runs=d["runs"],
             threads=d["threads"],

@@ -203,7 +203,7 @@ def _unit_record(spec: ExperimentSpec, unit: Unit, seed: int, initial: Any) -> d
 
 def _needs_initial(spec: ExperimentSpec, model: str, seed: int) -> bool:
     """Whether ``runner._run_one`` takes the shared initial ranker for this model."""
-    if model == REFERENCE and spec.data.synth and model not in spec.models:
+    if model == REFERENCE and spec.synth and model not in spec.models:
         return False
     rerank = spec.run_config(model, seed).rerank
     return bool(rerank.initial and not rerank.initial_params)
@@ -212,7 +212,7 @@ def _needs_initial(spec: ExperimentSpec, model: str, seed: int) -> bool:
 def _gpus(spec: ExperimentSpec, model: str, seed: int, cluster_gpus: float) -> int:
     """GPUs a run's task asks for: 1 for ``train.device = "cuda"`` (or ``"cuda:N"``), and for
     ``"auto"`` when the cluster has GPUs (Ray hides the GPUs from a task that asks for none); else 0."""
-    if model == REFERENCE and spec.data.synth and model not in spec.models:
+    if model == REFERENCE and spec.synth and model not in spec.models:
         return 0
     return _device_gpus(spec.run_config(model, seed), cluster_gpus)
 

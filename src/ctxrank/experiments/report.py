@@ -132,8 +132,8 @@ def _test_info(spec: ExperimentSpec, comparisons: list[dict], n_runs: int) -> di
         "name": name,
         "unit": unit,
         "description": stats.TESTS[name],
-        "protocol": split_protocol(spec.data),
-        "default": stats.DEFAULT_TEST[split_protocol(spec.data)] == name,
+        "protocol": split_protocol(spec),
+        "default": stats.DEFAULT_TEST[split_protocol(spec)] == name,
         "n": ns[0] if len(ns) == 1 else ns,
         "runs": n_runs,
         "alternative": "two-sided",
@@ -374,7 +374,7 @@ def _what_ran(spec: ExperimentSpec, res: dict[str, Any]) -> str:
     computed with (threads, device, CPU, PyTorch's CPU instruction set)."""
     rep, compute = spec.report, res["compute"]
     return (
-        f"{spec.data.describe()}; {len(res['runs'])} runs (seed, fold: "
+        f"{spec.describe_data()}; {len(res['runs'])} runs (seed, fold: "
         + ", ".join(f"{r['seed']},{r['fold']}" for r in res["runs"][:12])
         + (" ..." if len(res["runs"]) > 12 else "")
         + f"); metrics under the `{rep.convention}` convention, no-relevant = {rep.no_relevant}; "

@@ -1,8 +1,9 @@
 """Run an experiment: every model on every ``(seed, fold)`` run, stored as it finishes.
 
-For each run the data are loaded once (the fold's files, or a random 60/20/20 query-level split drawn
-from the seed, as in the QILCM paper, of one file, of synthetic data, or of every query of a registry
-dataset pooled under ``[data] protocol = "random-splits"``), the initial LambdaMART is fitted once when the
+For each run the data are loaded once by the spec's ``DataSource``, as ``ctxrank train`` loads them
+(the fold's files, or a random 60/20/20 query-level split drawn from the seed, as in the QILCM paper,
+of one file, of synthetic data, or of every query of a registry dataset pooled under ``[data] protocol
+= "random-splits"``), the initial LambdaMART is fitted once when the
 protocol re-ranks (shared by every re-ranker of that run with default ``rerank.initial_params``), and
 each model that has no stored result is trained with ``ctxrank.training.run.run_training`` and evaluated
 once on the test split. A model with a grid (``[models.NAME.grid]``, ``ExperimentSpec.grids``) is
@@ -27,14 +28,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.data.registry import get_spec
-from ctxrank.data.sources import Columns, DataSource, ReadOptions
-from ctxrank.data.split import query_split_indices, split_queries
+from ctxrank.data.sources import Columns, DataSource
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
-from ctxrank.data.table import CategoricalEncoder, is_table_path, read_table, refit_categorical
 from ctxrank.experiments.anomaly import anomaly_scores, method_text
 from ctxrank.experiments.provenance import code_version, run_context
-from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label
+from ctxrank.experiments.spec import REFERENCE, ExperimentSpec, err_max_label, in_spec_terms
 from ctxrank.experiments.store import RunStore
 from ctxrank.metrics import evaluate_queries
 from ctxrank.training.build import missing_handling
@@ -55,83 +53,62 @@ class Unit:
     reference_scores: np.ndarray | None = None
 
 
-def data_source(spec: ExperimentSpec, fold: int | None = None) -> DataSource:
-    """The :class:`~ctxrank.data.sources.DataSource` of a spec's ``[data]`` (not synthetic): fold
-    ``fold`` of its registry dataset, every query of it (``fold`` None), or its file."""
-    d = spec.data
-    if d.dataset:  # a choice dataset is a table: no NULL token to fill
-        read = ReadOptions(null_fill=None if get_spec(d.dataset).layout == "choice" else d.null_fill)
-        if fold is None:
-            return DataSource(dataset=d.dataset, split="all", variant=d.variant, data_root=d.root, read=read)
-        return DataSource(dataset=d.dataset, fold=fold, variant=d.variant, data_root=d.root, read=read)
-    read = ReadOptions(null_fill=d.null_fill)  # None: the reader's default (query_min; a table's: keep)
-    if is_table_path(d.file):
-        columns = Columns(
-            query_col=d.query_col,
-            label_col=d.label_col,
-            categorical=d.categorical,
-            numeric=d.numeric,
-            docid_col=d.docid_col,
-        )
-        return DataSource(data_file=d.file, group_col=d.group_col or None, columns=columns, read=read)
-    return DataSource(data_file=d.file, read=read)
-
-
 class _Source:
-    """Loads (and for files and synthetic data, caches) what the runs of one experiment read."""
+    """What the runs of one experiment read: the spec's :class:`DataSource`; for synthetic data, the
+    sessions generated once (a temporary table read as a data file) and the chooser's reference scores."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
         self.spec = spec
-        self._data: RankingData | None = None
-        self._reference: np.ndarray | None = None
+        self._synthetic: tuple[DataSource, np.ndarray, dict[str, np.ndarray]] | None = None
 
-    def whole(self) -> RankingData:
-        """The one dataset of a spec without folds (read or generated once): a file, synthetic data, or
-        every query of a registry dataset (a fold's train + valid + test: each query once)."""
-        if self._data is None:
-            d = self.spec.data
-            if d.synth:
-                sessions = make_choice_sessions(d.sessions, seed=d.synth_seed)
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / "sessions.parquet"
-                    sessions.table.to_parquet(path)
-                    data = read_table(
-                        path, query="session", label="chosen", categorical=CATEGORICAL, numeric=FEATURES
-                    )
-                self._reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
-                self._data = data
-            else:
-                self._data = data_source(self.spec).load(purpose="train")[0]
-        return self._data
+    def data(self) -> DataSource:
+        """The source split at random per run: the spec's file, or the synthetic sessions' table."""
+        if not self.spec.synth:
+            return self.spec.data
+        if self._synthetic is None:
+            sessions = make_choice_sessions(self.spec.sessions, seed=self.spec.synth_seed)
+            self._tmp = tempfile.TemporaryDirectory()  # removed with this object
+            path = str(Path(self._tmp.name) / "sessions.parquet")
+            sessions.table.to_parquet(path)
+            columns = Columns("session", "chosen", categorical=CATEGORICAL, numeric=FEATURES)
+            source = dataclasses.replace(self.spec.data, data_file=path, columns=columns)
+            reference = np.log(np.maximum(sessions.chooser_prob, 1e-300))
+            rows = sessions.table.groupby(sessions.table["session"].astype(str), sort=False).indices
+            self._synthetic = source, reference, rows
+        return self._synthetic[0]
+
+    def reference_scores(self, test: RankingData) -> np.ndarray | None:
+        """The synthetic chooser's log-probabilities of the rows of ``test`` (None for other data)."""
+        if self._synthetic is None:
+            return None
+        _, reference, rows = self._synthetic
+        return np.concatenate([reference[rows[str(q)]] for q in test.query_ids])
 
 
 def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
-    """Train / valid / test of run ``(seed, fold)``."""
-    d = spec.data
-    if d.registry_folds:
-        td = data_source(spec, fold).load_training(seed)
-        f = td.fold
-        method = "published fold" if d.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
-        split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
-        split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
-        return Unit(f.train, f.valid, f.test, split)
-
-    source = source or _Source(spec)
-    data = source.whole()
-    by_group = data.group_ids is not None and (bool(d.group_col) or bool(d.dataset))  # choice data: by person
-    train, valid, test, record = split_queries(data, d.split, seed=seed, by_group=by_group)
-    if d.dataset:
-        record["pooled"] = f"every query of {data.source}"
-    if data.categorical is not None:
-        encoder = CategoricalEncoder.from_dict(data.info["categorical_encoder"])
-        _, (train, valid, test) = refit_categorical(encoder, train, valid, test)
+    """Train / valid / test of run ``(seed, fold)``, loaded by the spec's :class:`DataSource`: a
+    registry fold, every query of a dataset pooled, or a file (or the synthetic sessions) split at
+    random from ``seed``, as ``ctxrank train`` loads them. Errors name the spec's ``[data]`` keys."""
+    try:
+        if spec.registry_folds:
+            return _fold_unit(spec, seed, fold)
+        source = source or _Source(spec)
+        data = spec.data.load_pooled_split(seed) if spec.data.dataset else source.data().load_training(seed)
+    except ValueError as exc:
+        raise in_spec_terms(exc) from exc
+    record = dict(data.split)
+    if data.train.categorical is not None:
         record["categorical"] = "vocabulary re-fitted on the training split"
-    ref = None
-    if source._reference is not None:
-        test_q = query_split_indices(data.n_queries, d.split, seed)[2]
-        rows = np.concatenate([np.arange(data.query_offsets[q], data.query_offsets[q + 1]) for q in test_q])
-        ref = source._reference[rows]
-    return Unit(train, valid, test, record, ref)
+    return Unit(data.train, data.valid, data.test, record, source.reference_scores(data.test))
+
+
+def _fold_unit(spec: ExperimentSpec, seed: int, fold: int) -> Unit:
+    """Run ``(seed, fold)`` of a registry dataset's folds."""
+    f = dataclasses.replace(spec.data, fold=fold).load_training(seed).fold
+    method = "published fold" if spec.has_folds else f"random 60/20/20 split by person, seed {fold - 1}"
+    split = {"method": method, "dataset": f.dataset, "fold": fold, "variant": f.variant}
+    split["queries"] = {s: getattr(f, s).n_queries for s in ("train", "valid", "test")}
+    return Unit(f.train, f.valid, f.test, split)
 
 
 def pending_runs(
@@ -186,7 +163,7 @@ def run_experiment(
     log(
         f"{spec.name}: {len(names)} models x {len(keys)} runs"
         + (f" (shard {shard[0]}/{shard[1]} of the {len(spec.run_keys())} runs)" if shard else "")
-        + f" on {spec.data.describe()}; {total - len(todo)} of {total} already stored in {store.root}"
+        + f" on {spec.describe_data()}; {total - len(todo)} of {total} already stored in {store.root}"
     )
     code = code_version()
     source = _Source(spec)
@@ -292,7 +269,7 @@ def _run_one(
     spec: ExperimentSpec, model: str, seed: int, fold: int, unit: Unit, shared: InitialRankers, root: Path
 ) -> dict[str, Any]:
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
-    if model == REFERENCE and spec.data.synth and model not in spec.models:
+    if model == REFERENCE and spec.synth and model not in spec.models:
         return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
     tuned: dict[str, Any] = {}
     if model in spec.grids:

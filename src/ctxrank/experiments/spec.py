@@ -85,7 +85,6 @@ from typing import Any, TypeVar
 from ctxrank._checks import (
     DEFAULT_NULL_FILL,
     DEFAULT_TABLE_NULL_FILL,
-    DEFAULT_THREADS,
     check_bool,
     check_choice,
     check_fractions,
@@ -94,18 +93,21 @@ from ctxrank._checks import (
     check_no_relevant,
     check_null_fill,
     check_seed,
+    resolve_threads,
 )
+from ctxrank._declare import flag_of
 from ctxrank._overrides import Override, parse_override
 from ctxrank.config import (
     INITIAL_RANKERS,
+    RerankConfig,
     RunConfig,
     apply_overrides,
     load_toml,
     with_read_train_keys,
 )
-from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.registry import get_spec
-from ctxrank.data.sources import is_table_path, tabular
+from ctxrank.data.sources import Columns, DataSource, ReadOptions, is_table_path, tabular
+from ctxrank.data.split import DEFAULT_FRACTIONS
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
 from ctxrank.registry import MODELS, is_baseline
@@ -113,18 +115,19 @@ from ctxrank.training.run import check_reads_categorical
 
 __all__ = [
     "AnomalySpec",
-    "DataSpec",
     "ExperimentSpec",
     "GridSpec",
     "ReportSpec",
     "TuneSpec",
     "builtin_names",
     "correction_override",
+    "data_from_record",
+    "in_spec_terms",
     "load_spec",
     "split_protocol",
 ]
 
-#: ``[data] protocol`` values (:class:`DataSpec`)
+#: ``[data] protocol`` values (:attr:`ExperimentSpec.protocol`)
 PROTOCOLS = ("folds", "random-splits")
 DEFAULT_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 #: experiment and model names become directory names under the output directory: no separators, no
@@ -184,133 +187,107 @@ SYNTHETIC = ("choice",)
 REFERENCE = "chooser"
 
 
-@dataclass(frozen=True)
-class DataSpec:
-    """Where the queries come from (exactly one of ``dataset``, ``file``, ``synth``)."""
+#: ``[data]`` keys, in the order a record writes them (:meth:`ExperimentSpec.to_dict`), with their
+#: defaults. The keys of :data:`SOURCE_KEYS` make the experiment's :class:`DataSource`; the others,
+#: :data:`RUN_DATA_KEYS`, are fields of :class:`ExperimentSpec`.
+DATA_DEFAULTS: dict[str, Any] = {
+    "dataset": "", "folds": (), "variant": None, "root": None, "file": "", "query_col": "qid",
+    "label_col": "label", "categorical": (), "numeric": None, "synth": "", "sessions": 2000,
+    "synth_seed": 0, "split": DEFAULT_FRACTIONS, "group_col": "", "protocol": None, "null_fill": None,
+    "docid_col": None,
+}  # fmt: skip
+#: a ``[data]`` key -> the :class:`DataSource` field it sets (``columns.X`` / ``read.X``: a field of its
+#: ``Columns`` / ``ReadOptions``): the one map between a spec's names (docs/experiments.md) and the source's
+SOURCE_KEYS = {
+    "dataset": "dataset", "variant": "variant", "root": "data_root", "file": "data_file",
+    "split": "split_fractions", "group_col": "group_col", "query_col": "columns.query_col",
+    "label_col": "columns.label_col", "categorical": "columns.categorical", "numeric": "columns.numeric",
+    "docid_col": "columns.docid_col", "null_fill": "read.null_fill",
+}  # fmt: skip
+#: the ``[data]`` keys of the runs rather than of one source (:class:`ExperimentSpec` fields): the
+#: registry folds, the protocol (``"folds"`` or ``"random-splits"``), the synthetic sessions
+RUN_DATA_KEYS = ("folds", "protocol", "synth", "sessions", "synth_seed")
 
-    dataset: str = ""
-    folds: tuple[int, ...] = ()
-    variant: str | None = None
-    root: str | None = None
-    file: str = ""
-    query_col: str = "qid"
-    label_col: str = "label"
-    categorical: tuple[str, ...] = ()
-    numeric: tuple[str, ...] | None = None
-    synth: str = ""
-    sessions: int = 2000
-    synth_seed: int = 0
-    split: tuple[float, float, float] = (0.6, 0.2, 0.2)
-    group_col: str = ""  # split a file by this column's groups (decision makers), not by query
-    #: ``"folds"`` (a registry dataset's published folds, its default) or ``"random-splits"`` (every
-    #: query pooled, one random query-level ``split`` per run drawn from the run's seed; the only
-    #: protocol of files and synthetic data). Set by :meth:`from_dict`; ``""`` = that default.
-    protocol: str = ""
-    #: what a missing feature value (a LETOR ``NULL`` cell, an empty cell of a table) becomes
-    #: (``ctxrank.data.letor.read_letor``, ``ctxrank.data.table.read_table``): ``"query_min"``,
-    #: ``"letor_min"``, ``"keep"`` or a number; None: the reader's default (``"query_min"`` for LETOR
-    #: data, ``"keep"`` for a table)
-    null_fill: str | float | None = None
-    docid_col: str | None = None  # a table file's item id column (not a feature)
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base: Path | None) -> DataSpec:
-        _known("data", d, [f.name for f in dataclasses.fields(cls)])
-        sources = [k for k in ("dataset", "file", "synth") if d.get(k)]
-        if len(sources) != 1:
-            raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
-        kw = dict(d)
-        if kw.get("dataset"):  # the registry's name for an alias or any case: one fingerprint per dataset
-            kw["dataset"] = get_spec(kw["dataset"]).name
-        if kw.get("file") and base is not None and not Path(kw["file"]).is_absolute():
-            kw["file"] = str((base / kw["file"]).resolve())
-        if "folds" in kw:
-            kw["folds"] = tuple(_check("data", check_int, "folds", f) for f in kw["folds"])
-        kw["protocol"] = _protocol(d)
-        for name in ("categorical", "numeric"):
-            if kw.get(name) is not None:
-                kw[name] = _check("data", check_names, name, kw[name])
-        if "split" in kw:
-            kw["split"] = _check("data", check_fractions, "split", kw["split"])
-        if kw.get("group_col") and not kw.get("file"):
-            raise _fail(
-                "data", "group_col applies to a file (a registered choice dataset's folds are by person)"
-            )
-        if kw.get("synth"):
-            _check("data", check_choice, "synth", kw["synth"], SYNTHETIC)
-        _check("data", check_int, "sessions", kw.get("sessions", 2000), 10)
-        _check("data", check_seed, "synth_seed", kw.get("synth_seed", 0))
-        if "null_fill" in kw:
-            kw["null_fill"] = _null_fill(kw)
-        if "docid_col" in kw:
-            kw["docid_col"] = _docid_col(kw)
-        return cls(**kw)
+def _data(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
+    """``[data]`` checked, as :class:`ExperimentSpec` fields: ``data`` (the :class:`DataSource`) and
+    :data:`RUN_DATA_KEYS`. A relative ``file`` is relative to ``base``."""
+    _known("data", d, list(DATA_DEFAULTS))
+    sources = [k for k in ("dataset", "file", "synth") if d.get(k)]
+    if len(sources) != 1:
+        raise _fail("data", f"give exactly one of dataset, file, synth (got {sources or 'none'})")
+    kw = {**DATA_DEFAULTS, **d}
+    if kw["dataset"]:  # the registry's name for an alias or any case: one fingerprint per dataset
+        kw["dataset"] = get_spec(kw["dataset"]).name
+    if kw["file"] and base is not None and not Path(kw["file"]).is_absolute():
+        kw["file"] = str((base / kw["file"]).resolve())
+    kw["folds"] = tuple(_check("data", check_int, "folds", f) for f in kw["folds"])
+    kw["protocol"] = _protocol(kw)
+    for name in ("categorical", "numeric"):
+        if kw[name] is not None:
+            kw[name] = _check("data", check_names, name, kw[name])
+    kw["split"] = _check("data", check_fractions, "split", kw["split"])
+    if kw["group_col"] and not kw["file"]:
+        raise _fail("data", "group_col applies to a file (a registered choice dataset's folds are by person)")
+    if kw["synth"]:
+        _check("data", check_choice, "synth", kw["synth"], SYNTHETIC)
+    _check("data", check_int, "sessions", kw["sessions"], 10)
+    _check("data", check_seed, "synth_seed", kw["synth_seed"])
+    if kw["null_fill"] is not None:
+        kw["null_fill"] = _null_fill(kw)
+    kw["docid_col"] = _docid_col(kw)
+    return {"data": _source(kw), **{k: kw[k] for k in RUN_DATA_KEYS}}
 
-    @property
-    def can_miss_values(self) -> bool:
-        """The data may hold missing feature values (a LETOR dataset, a file); synthetic sessions and
-        registered choice datasets hold none (their records before ``null_fill`` applied to tables
-        say ``"query_min"``, which had no effect)."""
-        return not self.synth and (not self.dataset or tabular(None, self.dataset) is None)
 
-    def default_null_fill(self) -> str | float:
-        """What a missing feature value becomes when ``null_fill`` is not given: the reader's default."""
-        table = self.synth or tabular(self.file or None, self.dataset or None) is not None
-        return DEFAULT_TABLE_NULL_FILL if table else DEFAULT_NULL_FILL
+def _source(kw: Mapping[str, Any]) -> DataSource:
+    """The :class:`DataSource` of checked ``[data]`` keys (:data:`SOURCE_KEYS`). A key this source does
+    not read is an error unless it has its default (a record writes every key)."""
+    table = bool(kw["file"]) and is_table_path(kw["file"])
+    random = kw["protocol"] == "random-splits"
+    applies = (  # keys, what they apply to, whether this source is one
+        (("query_col", "label_col", "categorical", "numeric", "group_col"), "a table file", table),
+        (("variant", "root"), "a registered dataset", bool(kw["dataset"])),
+        (("split",), "random splits (a file, synthetic data, protocol 'random-splits')", random),
+        (("sessions", "synth_seed"), "synthetic data", bool(kw["synth"])),
+    )
+    for keys, what, read in applies:
+        given = [k for k in keys if not read and kw[k] != DATA_DEFAULTS[k]]
+        if given:
+            raise _fail("data", f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to {what}")
+    always = (("query_col", "label_col") if table else ()) + (("split",) if random else ())
+    fields: dict[str, dict[str, Any]] = {"": {}, "columns": {}, "read": {}}
+    for key, target in SOURCE_KEYS.items():
+        part, _, name = target.rpartition(".")
+        if key in always or kw[key] != DATA_DEFAULTS[key]:
+            fields[part][name] = kw[key]
+    return DataSource(**fields[""], columns=Columns(**fields["columns"]), read=ReadOptions(**fields["read"]))
 
-    @property
-    def registry_folds(self) -> bool:
-        """The runs use the registry's folds of ``dataset`` (``protocol = "random-splits"`` instead pools
-        every query and draws one split per run)."""
-        return bool(self.dataset) and self.protocol in ("", "folds")
 
-    @property
-    def has_folds(self) -> bool:
-        """The runs use a registry dataset's published folds (a choice dataset's registry folds are
-        random splits by person, so they do not count)."""
-        if not self.registry_folds:
-            return False
+def in_spec_terms(exc: ValueError) -> ValueError:
+    """An error of the spec's :class:`DataSource` (which names the command line's flags) in the spec's
+    words: the flag of each :data:`SOURCE_KEYS` field as its key (``--group-col`` -> ``data.group_col``)."""
+    text = str(exc)
+    for key, target in SOURCE_KEYS.items():
+        flag = flag_of(DataSource, target.rpartition(".")[2])
+        text = re.sub(re.escape(flag) + r"(?![\w-])", f"data.{key}", text)
+    return ValueError(text)
 
-        return get_spec(self.dataset).layout != "choice"
 
-    @property
-    def is_choice(self) -> bool:
-        """Choice data (one chosen alternative per situation): synthetic sessions or a choice dataset;
-        the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
-        if self.synth:
-            return True
+def data_from_record(d: Any) -> dict[str, Any]:
+    """``[data]`` of a stored record (``ExperimentSpec.to_dict``) as :class:`ExperimentSpec` fields: a
+    record writes the default ``null_fill`` also where it has no effect (synthetic sessions, a choice
+    dataset), where a spec file may not set it, and an old record may hold ``protocol = ""`` (its
+    source's default)."""
+    if isinstance(d, Mapping):
+        unset = ("null_fill",) if not _can_miss_values(d.get("synth"), d.get("dataset")) else ()
+        d = {k: v for k, v in d.items() if k not in unset and (k, v) != ("protocol", "")}
+    return _data(d, None)
 
-        return bool(self.dataset) and get_spec(self.dataset).layout == "choice"
 
-    def resolved_folds(self) -> tuple[int, ...]:
-        """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
-        if not self.registry_folds:
-            if self.dataset:
-                get_spec(self.dataset)  # an unknown dataset fails now
-            return (0,)
-
-        n = get_spec(self.dataset).n_folds
-        folds = self.folds or tuple(range(1, n + 1))
-        bad = [f for f in folds if f > n]
-        if bad:
-            raise _fail("data", f"{self.dataset} has folds 1..{n}, got {bad}")
-        return folds
-
-    def describe(self) -> str:
-        nulls = ""
-        if self.null_fill not in (None, self.default_null_fill()):
-            kept = self.null_fill == "keep"
-            nulls = ", missing cells kept (NaN)" if kept else f", missing cells filled by {self.null_fill}"
-        if self.dataset:
-            pooled = (
-                ""
-                if self.registry_folds
-                else f", every query pooled, random {_split_text(self.split)} splits"
-            )
-            return f"{self.dataset}" + (f" ({self.variant})" if self.variant else "") + pooled + nulls
-        if self.synth:
-            return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
-        return self.file + nulls
+def _can_miss_values(synth: Any, dataset: Any) -> bool:
+    """The data may hold missing feature values (a LETOR dataset, a file); synthetic sessions and
+    registered choice datasets hold none."""
+    return not synth and (not dataset or tabular(None, dataset) is None)
 
 
 def _null_fill(d: Mapping[str, Any]) -> str | float:
@@ -346,7 +323,9 @@ def _docid_col(d: Mapping[str, Any]) -> str | None:
 def _protocol(d: Mapping[str, Any]) -> str:
     """``[data] protocol``: given, else ``"folds"`` for a registry dataset and ``"random-splits"``
     otherwise; checked against the source and ``folds``."""
-    protocol = d["protocol"] if "protocol" in d else ("folds" if d.get("dataset") else "random-splits")
+    protocol = d["protocol"]
+    if protocol is None:  # not given
+        protocol = "folds" if d["dataset"] else "random-splits"
     _check("data", check_choice, "protocol", protocol, PROTOCOLS)
     if protocol == "folds" and not d.get("dataset"):
         raise _fail("data", "protocol 'folds' needs a registry dataset; files and synthetic data are split")
@@ -359,11 +338,11 @@ def _split_text(split: Sequence[float]) -> str:
     return "/".join(f"{x * 100:g}" for x in split)
 
 
-def split_protocol(data: DataSpec) -> str:
+def split_protocol(spec: ExperimentSpec) -> str:
     """``"folds"`` (a registry dataset's published folds) or ``"random-splits"`` (one random query split
     per run: files, synthetic data, or a dataset with ``[data] protocol = "random-splits"``); it decides
     the report's default test (``ctxrank.experiments.stats.DEFAULT_TEST``)."""
-    return "folds" if data.has_folds else "random-splits"
+    return "folds" if spec.has_folds else "random-splits"
 
 
 #: at most this many grid points per model (each is a full training per run)
@@ -483,18 +462,30 @@ class ExperimentSpec:
     """A validated experiment (see the module docstring for the TOML form)."""
 
     name: str
-    data: DataSpec
+    #: the ``[data]`` source (each run sets its fold, or splits it: :mod:`ctxrank.experiments.runner`)
+    data: DataSource
     models: Mapping[str, Mapping[str, Any]]
     runs: int = 5
-    threads: int = DEFAULT_THREADS
-    initial: str = ""
-    top_k: int = DEFAULT_TOP_K
+    #: the protocol's CPU threads, initial ranker and top k: the run config's ``train.threads`` (unset:
+    #: ``resolve_threads``), ``rerank.initial`` and ``rerank.top_k`` (their defaults and checks)
+    threads: int = field(kw_only=True)
+    initial: str = field(kw_only=True)
+    top_k: int = field(kw_only=True)
     title: str = ""
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
     source: str = ""
     grids: Mapping[str, GridSpec] = field(default_factory=dict)
     tune: TuneSpec | None = None
+    #: the ``[data]`` keys of the runs (:data:`RUN_DATA_KEYS`)
+    folds: tuple[int, ...] = field(kw_only=True)
+    #: ``"folds"`` (a registry dataset's published folds, its default) or ``"random-splits"`` (every
+    #: query pooled, one random query-level split per run drawn from the run's seed; the only protocol
+    #: of files and synthetic data)
+    protocol: str = field(kw_only=True)
+    synth: str = field(kw_only=True)
+    sessions: int = field(kw_only=True)
+    synth_seed: int = field(kw_only=True)
 
     def __post_init__(self) -> None:
         # the names become directories under --out: checked however the spec was made (a TOML file, or a
@@ -504,17 +495,83 @@ class ExperimentSpec:
             _safe_name(f"models.{m}", "model name", m)
         _check("runs", functools.partial(check_int, maximum=MAX_RUNS), "count", self.runs)
 
+    # ------------------------------------------------------------------ data
+    @property
+    def can_miss_values(self) -> bool:
+        """The data may hold missing feature values (a LETOR dataset, a file)."""
+        return _can_miss_values(self.synth, self.data.dataset)
+
+    def default_null_fill(self) -> str | float:
+        """What a missing feature value becomes when ``null_fill`` is not given: the reader's default."""
+        table = self.synth or tabular(self.data.data_file, self.data.dataset) is not None
+        return DEFAULT_TABLE_NULL_FILL if table else DEFAULT_NULL_FILL
+
+    @property
+    def registry_folds(self) -> bool:
+        """The runs use the registry's folds of ``dataset`` (``protocol = "random-splits"`` instead pools
+        every query and draws one split per run)."""
+        return self.protocol == "folds"  # a registry dataset's (checked by the parse)
+
+    @property
+    def has_folds(self) -> bool:
+        """The runs use a registry dataset's published folds (a choice dataset's registry folds are
+        random splits by person, so they do not count)."""
+        return self.registry_folds and get_spec(self.data.dataset).layout != "choice"
+
+    @property
+    def is_choice(self) -> bool:
+        """Choice data (one chosen alternative per situation): synthetic sessions or a choice dataset;
+        the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
+        dataset = self.data.dataset
+        return bool(self.synth) or (dataset is not None and get_spec(dataset).layout == "choice")
+
+    def resolved_folds(self) -> tuple[int, ...]:
+        """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
+        if not self.registry_folds:
+            if self.data.dataset:
+                get_spec(self.data.dataset)  # an unknown dataset fails now
+            return (0,)
+
+        n = get_spec(self.data.dataset).n_folds
+        folds = self.folds or tuple(range(1, n + 1))
+        bad = [f for f in folds if f > n]
+        if bad:
+            raise _fail("data", f"{self.data.dataset} has folds 1..{n}, got {bad}")
+        return folds
+
+    def describe_data(self) -> str:
+        d, nulls = self.data, ""
+        if d.read.null_fill not in (None, self.default_null_fill()):
+            kept = d.read.null_fill == "keep"
+            nulls = ", missing cells kept (NaN)" if kept else f", missing cells filled by {d.read.null_fill}"
+        if d.dataset:
+            split = "" if self.registry_folds else _split_text(d.split_fractions)
+            pooled = f", every query pooled, random {split} splits" if split else ""
+            return f"{d.dataset}" + (f" ({d.variant})" if d.variant else "") + pooled + nulls
+        if self.synth:
+            return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
+        return f"{d.data_file}{nulls}"
+
+    def data_record(self) -> dict[str, Any]:
+        """``[data]`` as a record holds it: every key of :data:`DATA_DEFAULTS`, in its order."""
+        record = {}
+        for key, default in DATA_DEFAULTS.items():
+            path = () if key in RUN_DATA_KEYS else SOURCE_KEYS[key].split(".")
+            value = functools.reduce(getattr, path, self.data) if path else getattr(self, key)
+            record[key] = default if value is None else value
+        return record
+
     # ------------------------------------------------------------------ runs
     def run_keys(self) -> list[tuple[int, int]]:
         """``(seed, fold)`` of every run in order: seed-major (seed 0 on every fold, then seed 1, ...)."""
-        folds = self.data.resolved_folds()
+        folds = self.resolved_folds()
         n_seeds = -(-self.runs // len(folds))
         return [(s, f) for s in range(n_seeds) for f in folds][: self.runs]
 
     def run_names(self) -> list[str]:
         """The names whose runs are stored: the models, plus the :data:`REFERENCE` chooser (the
         generator's own choice probabilities) on synthetic choice data."""
-        return [*self.models, *([REFERENCE] if self.data.synth else [])]
+        return [*self.models, *([REFERENCE] if self.synth else [])]
 
     def run_config(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> RunConfig:
         """The model's run config for one seed: its table, a grid ``point`` (dotted overrides, see
@@ -531,10 +588,10 @@ class ExperimentSpec:
 
     def fingerprint(self) -> str:
         """Hash of what determines each run's result (not ``runs``, threads or the report)."""
-        data = dataclasses.asdict(self.data)
+        data = self.data_record()
         if data["protocol"] in ("", "folds" if self.data.dataset else "random-splits"):
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
-        if data["null_fill"] in (None, self.data.default_null_fill()) or not self.data.can_miss_values:
+        if data["null_fill"] in (None, self.default_null_fill()) or not self.can_miss_values:
             del data["null_fill"]  # the reader's default, or no effect: earlier fingerprints are unchanged
         if data["docid_col"] is None:
             del data["docid_col"]  # not an input of the runs' numbers when absent: fingerprints unchanged
@@ -569,14 +626,15 @@ class ExperimentSpec:
         return dataclasses.replace(self, models=stored).fingerprint() == record.get("fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
-        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
-        data = d["data"]  # the data's rule written out, as records written before it could be None
+        rest = dataclasses.asdict(self)
+        for key in ("name", "data", *RUN_DATA_KEYS):
+            del rest[key]
+        data = self.data_record()  # the data's rule written out, as records written before it could be None
         if data["null_fill"] is None:
-            own = self.data.default_null_fill() if self.data.can_miss_values else DEFAULT_NULL_FILL
-            data["null_fill"] = own
+            data["null_fill"] = self.default_null_fill() if self.can_miss_values else DEFAULT_NULL_FILL
         if data["docid_col"] is None:
             del data["docid_col"]  # absent from records written before the key: they stay byte-identical
-        return d
+        return json.loads(json.dumps({"name": self.name, "data": data, **rest}, default=str))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, base: Path | None = None, source: str = "") -> ExperimentSpec:
@@ -590,56 +648,74 @@ class ExperimentSpec:
         if not isinstance(name, str) or not name:
             raise _fail("top", "name is required")
         _safe_name("top", "name", name)
-        data = DataSpec.from_dict(_table(d, "data"), base)
+        data = _data(_table(d, "data"), base)
         runs = _table(d, "runs")
         _known("runs", runs, ["count", "threads"])
-        protocol = _table(d, "protocol")
-        _known("protocol", protocol, ["initial", "top_k"])
-        initial = _check("protocol", check_choice, "initial", protocol.get("initial", ""), INITIAL_RANKERS)
-        models = _table(d, "models")
-        if not models:
-            raise _fail("models", "at least one [models.NAME] table is required")
-        defaults = _table(d, "defaults", "run-config keys shared by every model")
-        gridded = [m for m, t in models.items() if isinstance(t, Mapping) and t.get("grid")]
-        if tune is not None and gridded:
-            raise _fail(
-                "tune",
-                "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
-                f"grid: {gridded} (drop one: --set models.NAME.grid={{}})",
-            )
-        if data.synth and "chooser" in models:
-            raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
-        if "grid" in defaults:
-            raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
-        if "model" in defaults:
-            raise _fail("defaults", "model: each [models.NAME] table names its own model (model = NAME)")
-        models, grids = _model_tables(models, defaults, base, initial, tune)
-        for m, table in models.items():  # a baseline would drop the categorical columns at run time
-            try:
-                check_reads_categorical(table["model"], data.categorical)
-            except ValueError as exc:
-                raise _fail(f"models.{m}", str(exc)) from None
-        report = _report(_table(d, "report"), list(models), split_protocol(data), data.is_choice)
+        threads = _check("runs", lambda k, v: resolve_threads(v, k), "threads", runs.get("threads"))
+        protocol = _protocol_settings(_table(d, "protocol"))
+        models, grids = _models(d, data, protocol["initial"], tune, base)
         analysis = _table(d, "analysis")
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
         spec = cls(
             name=name,
             title=str(d.get("title", "")),
-            data=data,
-            models={m: dict(t) for m, t in models.items()},
+            **data,
+            models=models,
             runs=_check("runs", check_int, "count", runs.get("count", 5)),
-            threads=_check("runs", check_int, "threads", runs.get("threads", DEFAULT_THREADS)),
-            initial=initial,
-            top_k=_check("protocol", check_int, "top_k", protocol.get("top_k", DEFAULT_TOP_K)),
-            report=report,
+            threads=threads,
+            **protocol,
             anomaly=anomaly,
             source=source,
             grids=grids,
             tune=tune,
         )
-        spec.data.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
-        return spec
+        spec.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
+        report = _report(_table(d, "report"), list(models), split_protocol(spec), spec.is_choice)
+        return dataclasses.replace(spec, report=report)
+
+
+def _protocol_settings(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``[protocol]``: the re-rankers' ``initial`` and ``top_k``, set as ``rerank.initial`` and
+    ``rerank.top_k`` of their run configs: the defaults of :class:`RerankConfig`, its checks."""
+    _known("protocol", d, ["initial", "top_k"])
+    initial = d.get("initial", RerankConfig.initial)
+    return {
+        "initial": _check("protocol", check_choice, "initial", initial, INITIAL_RANKERS),
+        "top_k": _check("protocol", check_int, "top_k", d.get("top_k", RerankConfig.top_k)),
+    }
+
+
+def _models(
+    d: Mapping[str, Any], data: Mapping[str, Any], initial: str, tune: TuneSpec | None, base: Path | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, GridSpec]]:
+    """``[models.NAME]`` with ``[defaults]``, checked against the data (``data``: :func:`_data`'s
+    fields) and ``[tune]``: the run-config tables and the grids (:func:`_model_tables`)."""
+    models = _table(d, "models")
+    if not models:
+        raise _fail("models", "at least one [models.NAME] table is required")
+    defaults = _table(d, "defaults", "run-config keys shared by every model")
+    gridded = [m for m, t in models.items() if isinstance(t, Mapping) and t.get("grid")]
+    if tune is not None and gridded:
+        raise _fail(
+            "tune",
+            "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
+            f"grid: {gridded} (drop one: models.NAME.grid = {{}})",
+        )
+    if data["synth"] and "chooser" in models:
+        raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
+    if "grid" in defaults:
+        raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
+    if "model" in defaults:
+        raise _fail("defaults", "model: each [models.NAME] table names its own model (model = NAME)")
+    tables, grids = _model_tables(models, defaults, base, initial, tune)
+    categorical = data["data"].columns.categorical or ()
+    for m, table in tables.items():  # a baseline would drop the categorical columns at run time
+        try:
+            check_reads_categorical(table["model"], categorical)
+        except ValueError as exc:
+            raise _fail(f"models.{m}", str(exc)) from None
+    return {m: dict(t) for m, t in tables.items()}, grids
 
 
 def _model_tables(
