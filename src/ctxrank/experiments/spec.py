@@ -85,6 +85,7 @@ from typing import Any, TypeVar
 from ctxrank._checks import (
     DEFAULT_NULL_FILL,
     DEFAULT_TABLE_NULL_FILL,
+    OptionError,
     check_bool,
     check_choice,
     check_fractions,
@@ -95,7 +96,6 @@ from ctxrank._checks import (
     check_seed,
     resolve_threads,
 )
-from ctxrank._declare import flag_of
 from ctxrank._overrides import Override, parse_override
 from ctxrank.config import (
     INITIAL_RANKERS,
@@ -264,13 +264,13 @@ def _source(kw: Mapping[str, Any]) -> DataSource:
 
 
 def in_spec_terms(exc: ValueError) -> ValueError:
-    """An error of the spec's :class:`DataSource` (which names the command line's flags) in the spec's
-    words: the flag of each :data:`SOURCE_KEYS` field as its key (``--group-col`` -> ``data.group_col``)."""
-    text = str(exc)
-    for key, target in SOURCE_KEYS.items():
-        flag = flag_of(DataSource, target.rpartition(".")[2])
-        text = re.sub(re.escape(flag) + r"(?![\w-])", f"data.{key}", text)
-    return ValueError(text)
+    """An error of the spec's :class:`DataSource` in the spec's words: each option an
+    :class:`~ctxrank._checks.OptionError` names written as its ``[data]`` key (``group_col`` ->
+    ``data.group_col``, ``columns.categorical`` -> ``data.categorical``); other errors as they are."""
+    if not isinstance(exc, OptionError):
+        return exc
+    keys = {target.rpartition(".")[2]: key for key, target in SOURCE_KEYS.items()}
+    return ValueError(exc.text.render(lambda field: f"data.{keys.get(field.name, field.name)}"))
 
 
 def data_from_record(d: Any) -> dict[str, Any]:
