@@ -16,7 +16,7 @@ from ctxrank.data.lists import ListBatch, initial_order
 from ctxrank.data.transforms import make_transform
 from ctxrank.losses import LOSSES
 from ctxrank.models.residual import Residual
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
@@ -95,7 +95,7 @@ class _FixedInitial:
 
 
 def _residual_models():
-    return [n for n, c in sorted(MODELS.items()) if not is_baseline(n) and not c.own_objective]
+    return [n for n, c in sorted(MODELS.items()) if c.traits.torch_module and not c.traits.own_objective]
 
 
 @pytest.mark.parametrize("name", _residual_models())

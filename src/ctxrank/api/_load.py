@@ -16,7 +16,7 @@ from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import get_model
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.run import RunResult
 
@@ -82,7 +82,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
     """Estimator parameters from a run config (``train.seed`` -> ``random_state``)."""
     spec = param_spec(config.model)
     params = {k: v for k, v in config.model_params.items() if k in spec.model}
-    if isinstance(get_model(config.model), Baseline):
+    if not get_model(config.model).traits.torch_module:
         params.update(
             {
                 k: v

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import get_model
 
 __all__ = ["ParamSpec", "param_spec", "run_config", "shows_progress"]
 
@@ -59,7 +59,7 @@ class ParamSpec:
 def param_spec(name: str) -> ParamSpec:
     """The :class:`ParamSpec` of the registered model ``name`` (ValueError for an unknown one)."""
     entry = get_model(name)
-    if isinstance(entry, Baseline):
+    if not entry.traits.torch_module:  # a baseline: its constructor's parameters
         sig = inspect.signature(entry.cls.__init__).parameters
         own = {
             k: p.default
@@ -75,8 +75,8 @@ def param_spec(name: str) -> ParamSpec:
             train["threads"] = None  # None = one thread, as in ``ctxrank train``
         return ParamSpec(name, own, {}, train)
     model = {f.name: _default(f) for f in dataclasses.fields(entry.config_class)}
-    run = {} if entry.own_objective else dict(_RUN_DEFAULTS)
-    if entry.own_objective:
+    run = {} if entry.traits.own_objective else dict(_RUN_DEFAULTS)
+    if entry.traits.own_objective:
         run["normalizer"] = _RUN_DEFAULTS["normalizer"]
     train = {_TRAIN_RENAMES.get(f.name, f.name): _default(f) for f in dataclasses.fields(TrainConfig)}
     for key, value in model_run_defaults(name).items():  # e.g. DASALC's transform and input noise
@@ -105,7 +105,7 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
         )
     values = {**spec.defaults, **params}
     model_params = {k: values[k] for k in spec.model}
-    if isinstance(get_model(name), Baseline):
+    if not get_model(name).traits.torch_module:
         verbose = _check_verbose(values["verbose"])
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
             model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only

@@ -60,7 +60,7 @@ from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_metrics, metric_convention
-from ctxrank.registry import MODELS, is_baseline
+from ctxrank.registry import MODELS
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
@@ -73,8 +73,8 @@ RUN_KIND = "ctxrank-train-run"
 
 
 #: what ``--model`` lists in ``--help``
-_NEURAL = ", ".join(name for name in MODELS if not is_baseline(name))
-_BASELINES = ", ".join(name for name in MODELS if is_baseline(name))
+_NEURAL = ", ".join(name for name, entry in MODELS.items() if entry.traits.torch_module)
+_BASELINES = ", ".join(name for name, entry in MODELS.items() if not entry.traits.torch_module)
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def train(
     if not ctx.enabled:
         return run.execute()
     try:
-        if is_baseline(config.model):
+        if not MODELS[config.model].traits.torch_module:
             raise ValueError(
                 f"torchrun data-parallel training applies to the neural models, not {config.model} "
                 "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "
