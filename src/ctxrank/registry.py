@@ -50,7 +50,6 @@ __all__ = [
     "get_model",
     "loss_options",
     "make_model",
-    "model_class",
 ]
 
 #: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
@@ -533,14 +532,6 @@ def get_model(name: str) -> NeuralEntry | Baseline:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}") from None
 
 
-def model_class(name: str) -> type[RankingModule]:
-    """The neural model class registered as ``name`` (ValueError for a baseline or an unknown name)."""
-    entry = get_model(name)
-    if isinstance(entry, Baseline):
-        raise ValueError(f"{name!r} is a baseline ({entry.trains}), not a neural model")
-    return entry.cls
-
-
 def baseline_of_kind(kind: Any) -> Baseline | None:
     """The baseline whose saved ``ctxrank.json`` records ``kind`` (None for none)."""
     return next((b for b in _BASELINES.values() if b.kind == kind), None)
@@ -553,6 +544,11 @@ def make_model(
     *,
     categorical_cardinalities: Sequence[int] = (),
 ) -> RankingModule:
-    """An untrained neural model ``name`` for ``n_features`` features; ``params`` build its config."""
-    cls = model_class(name)
-    return cls(n_features, cls.make_config(params), categorical_cardinalities=categorical_cardinalities)
+    """An untrained neural model ``name`` for ``n_features`` features; ``params`` build its config
+    (ValueError for a baseline or an unknown name)."""
+    entry = get_model(name)
+    if isinstance(entry, Baseline):
+        raise ValueError(f"{name!r} is a baseline ({entry.trains}), not a neural model")
+    return entry.cls(
+        n_features, entry.make_config(params), categorical_cardinalities=categorical_cardinalities
+    )

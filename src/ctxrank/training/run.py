@@ -641,23 +641,24 @@ def save_result(
     out, config, predictor = Path(out), result.config, result.predictor
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
-    if isinstance(predictor, (TorchPredictor, RerankPredictor)):
-        torch_predictor = predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
-        if isinstance(predictor, RerankPredictor):
-            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
+    rerank = None
+    if isinstance(predictor, RerankPredictor):  # the initial ranker's directory, then the re-ranker's
+        predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
+        rerank, predictor = predictor.meta, predictor.reranker
+    if isinstance(predictor, TorchPredictor):
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         save_checkpoint(
             out,
-            torch_predictor.model,
+            predictor.model,
             config,
-            torch_predictor.transform,
+            predictor.transform,
             train_data=result.layout,
             summary=result.summary,
             conventions=conv.to_dict(),
-            rerank=predictor.meta if isinstance(predictor, RerankPredictor) else None,
+            rerank=rerank,
             extra=meta,
         )
-    else:
+    else:  # a baseline saves its own files
         predictor.save(out, run_config=config.to_dict(), overwrite=True)
         update_meta(out, {**(meta or {}), "training": result.summary})  # as a checkpoint records it
     if write_log and result.history and "train_loss" in result.history[0]:
