@@ -101,7 +101,8 @@ def point_case(spec: dict, measure_memory: bool) -> dict:
     if spec["axis"] == "queries":
         B, L = spec["batch"], spec["items"]
         gen = np.random.default_rng(0)
-        batches = iterate_batches(data, B, shuffle=True, generator=gen, bucket=model.batching == "buckets")
+        bucket = model.traits.batching == "buckets"
+        batches = iterate_batches(data, B, shuffle=True, generator=gen, bucket=bucket)
     else:
         B, L = spec["batch"], spec["length"]
         lengths = torch.full((B,), L) if spec["mode"] == "unpadded" else torch.full((B,), spec["short"])
