@@ -287,7 +287,7 @@ class RunConfig:
     @property
     def fits_by_maximum_likelihood(self) -> bool:
         """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no
-        loss): the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run
+        loss): the conditional logit (``traits.full_batch``), also on the top-k lists of a re-ranking run
         (its utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
         return get_model(self.model).traits.full_batch and not self.rerank.residual
 

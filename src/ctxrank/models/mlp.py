@@ -171,7 +171,7 @@ class MultinomialLogit(RankingModule):
     with ``a_c`` one constant per category of categorical column c (alternative-specific constants;
     code 0, unknown, is a category like the others) and ``P(choose j) = softmax(v)_j`` over the
     situation's alternatives. ``ctxrank train`` / ``run_training`` fit it to its **maximum likelihood**
-    with a full-batch SciPy solver (``full_batch = True``: :mod:`ctxrank.training.full_batch`), not by
+    with a full-batch SciPy solver (``traits.full_batch``: :mod:`ctxrank.training.full_batch`), not by
     SGD epochs; ``fit`` (SGD) still works on it, with ListNet's cross entropy with
     ``label_transform="identity"`` = ``-log softmax(v)_chosen``. The bias ``b`` cancels in the softmax.
     """

@@ -1,6 +1,6 @@
 """Full-batch maximum-likelihood fitting of a model whose utilities are linear in its parameters, so
 that its log-likelihood is concave (the conditional logit, ``models.mlp.MultinomialLogit``:
-``full_batch = True``).
+``traits.full_batch``).
 
 The objective is the exact mean negative log-likelihood of the chosen alternatives over the training
 situations, plus an optional L2 penalty on every parameter but the (cancelling) bias::

@@ -9,7 +9,7 @@
 * when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
   on train with ``rerank.crossfit = K``), keeps each query's top ``rerank.top_k`` and trains the
   neural re-ranker on those lists (``ctxrank.training.rerank``);
-* otherwise trains the neural model on whole lists; a model with ``full_batch = True`` (the
+* otherwise trains the neural model on whole lists; a model with ``traits.full_batch`` (the
   conditional logit ``mnl``) is fitted to its maximum likelihood by ``ctxrank.training.full_batch``
   (SciPy, all situations at once) instead of SGD epochs.
 
