@@ -75,8 +75,8 @@ def _estimate_bytes(model, B: int, L: int, F: int) -> int:
 
     need = model.state_memory(training=True) + input_bytes(B, L, F, 0, training=True)
     need += model.batch_memory(B, L, training=True)
-    options = dict(model.default_loss_params)
-    return need + (0 if model.own_objective else loss_memory(model.default_loss, B, L, options))
+    options = dict(model.traits.default_loss_params)
+    return need + (0 if model.traits.own_objective else loss_memory(model.traits.default_loss, B, L, options))
 
 
 def point_case(spec: dict, measure_memory: bool) -> dict:
@@ -96,12 +96,13 @@ def point_case(spec: dict, measure_memory: bool) -> dict:
         data_mib = data.features.nbytes / 2**20
     model = make_model(spec["model"], F)
     model.train()
-    loss_fn = get_loss(model.default_loss)
+    loss_fn = get_loss(model.traits.default_loss)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     if spec["axis"] == "queries":
         B, L = spec["batch"], spec["items"]
         gen = np.random.default_rng(0)
-        batches = iterate_batches(data, B, shuffle=True, generator=gen, bucket=model.batching == "buckets")
+        bucket = model.traits.batching == "buckets"
+        batches = iterate_batches(data, B, shuffle=True, generator=gen, bucket=bucket)
     else:
         B, L = spec["batch"], spec["length"]
         lengths = torch.full((B,), L) if spec["mode"] == "unpadded" else torch.full((B,), spec["short"])

@@ -41,7 +41,7 @@ REFERENCE = "linear (reference)"
 
 def model_configs() -> dict[str, tuple[str, dict]]:
     """label -> (registry name, model params): the issue's list, then any other registry entry."""
-    from ctxrank.registry import MODELS, is_baseline
+    from ctxrank.registry import MODELS
 
     configs: dict[str, tuple[str, dict]] = {
         "qilcm": ("qilcm", {}),
@@ -53,7 +53,7 @@ def model_configs() -> dict[str, tuple[str, dict]]:
         "mnl": ("mnl", {}),
     }
     covered = {name for name, _ in configs.values()}
-    for name in sorted(n for n in MODELS if not is_baseline(n)):
+    for name in sorted(n for n in MODELS if MODELS[n].traits.torch_module):
         if name not in covered:
             configs[name] = (name, {})
     return configs

@@ -90,7 +90,7 @@ WITHIN = 2.0  # issue 9: DLCM and DCM within 2x of QILCM's queries/s
 
 def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
     """label -> (registry name, model params): the issue's list, then any other registry entry."""
-    from ctxrank.registry import MODELS, is_baseline
+    from ctxrank.registry import MODELS
 
     configs: dict[str, tuple[str, dict]] = {
         "qilcm": ("qilcm", {}),  # exact Chamfer term over all ordered pairs (the default)
@@ -104,7 +104,7 @@ def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:
     }
     covered = {name for name, _ in configs.values()}
     # every other neural model of the registry (mlp, the QILCM ablations, new models)
-    for name in sorted(n for n in MODELS if not is_baseline(n)):
+    for name in sorted(n for n in MODELS if MODELS[n].traits.torch_module):
         if name not in covered:
             configs[name] = (name, {})
     return configs
@@ -125,7 +125,7 @@ def train_case(spec: dict, measure_memory: bool) -> dict:
     device = spec.get("device", "cpu")
     model = make_model(spec["name"], spec["features"], spec["params"]).to(device)
     model.train()
-    loss_fn = get_loss(model.default_loss) if model.default_loss else None
+    loss_fn = get_loss(model.traits.default_loss) if model.traits.default_loss else None
     opt = torch.optim.Adam(model.parameters(), lr=spec["lr"])
     gen = np.random.default_rng(spec["seed"])
     batches = iterate_batches(data, B, shuffle=True, generator=gen)

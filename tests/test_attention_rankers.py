@@ -162,11 +162,11 @@ def test_defaults_are_the_papers_settings():
     assert cfg.fc_activation == "identity" and cfg.norm_first and not cfg.rank_embedding
     m = make_model("attn", 136)
     assert isinstance(m, ContextAwareAttention) and len(m.blocks) == 4 and m.fc.out_features == 128
-    assert MODELS["attn"].default_loss == "lambdaloss"  # NDCGLoss2++ (mu = 10, sigma = 1 by default)
+    assert MODELS["attn"].traits.default_loss == "lambdaloss"  # NDCGLoss2++ (mu = 10, sigma = 1 by default)
     s = SetRankConfig()
     assert (s.d_model, s.heads, s.blocks, s.d_ff, s.block, s.inducing_points) == (256, 8, 6, 1024, "msab", 20)
     assert isinstance(make_model("setrank", 10), SetRank)
-    assert MODELS["setrank"].default_loss == "attrank"
+    assert MODELS["setrank"].traits.default_loss == "attrank"
 
 
 @pytest.mark.parametrize(
@@ -415,7 +415,7 @@ def test_the_rank_embedding_on_rows_sorted_by_a_feature_is_warned_about():
         warnings.simplefilter("error")
         run_training(resolve_config(None, base), data, data, progress=False)  # orderless: no warning
     assert MODELS["setrank"].reads_row_order({"rank_embedding": True})
-    assert not MODELS["setrank"].reads_row_order({}) and not MODELS["attn"].reads_order
+    assert not MODELS["setrank"].reads_row_order({}) and not MODELS["attn"].traits.reads_order
 
 
 # --------------------------------------------------------------------------- re-ranking, export

@@ -191,7 +191,7 @@ def test_a_baseline_that_reads_no_categorical_columns_refuses_data_that_has_them
         }
     )
     config = resolve_config(None, _overrides(name))
-    if BASELINES[name].reads_categorical:
+    if BASELINES[name].traits.reads_categorical:
         run_training(config, with_codes, with_codes, progress=False)
         return
     with pytest.raises(

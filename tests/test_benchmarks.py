@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import ctxrank
-from ctxrank.registry import MODELS, is_baseline
+from ctxrank.registry import MODELS
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def test_parser(tmp_path):
 def test_train_throughput_every_model(tmp_path):
     blob = run_bench("bench_train_throughput.py", tmp_path, "--isolate", "none", "--threads", "1")
     results = blob["models"]["results"]
-    neural = {name for name in MODELS if not is_baseline(name)}
+    neural = {name for name in MODELS if MODELS[name].traits.torch_module}
     assert {r["model"] for r in results.values()} == neural  # every neural model of the registry
     assert {"qilcm", "qilcm-pairs80", "dlcm-paper", "dlcm-torch", "dcm", "arsm", "listnet", "mnl"} <= set(
         results

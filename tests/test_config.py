@@ -1,5 +1,6 @@
 """Run configs: defaults, TOML, --set overrides, validation messages naming the option."""
 
+import dataclasses
 import re
 
 import pytest
@@ -151,15 +152,15 @@ def test_every_registry_entry_states_what_it_optimizes(name):
     config = resolve_config(None, [f"model={name}"])
     if isinstance(entry, Baseline):
         assert config.objective.startswith(entry.trains) and config.loss_name in config.objective
-    elif getattr(entry, "full_batch", False):
+    elif entry.traits.full_batch:
         assert config.fits_by_maximum_likelihood and "maximum likelihood" in config.objective
         assert config.loss_name not in config.objective
         residual = resolve_config(
             None, [f"model={name}", "rerank.initial=lambdamart", "rerank.residual=true"]
         )  # trained by SGD then: its loss
         assert residual.objective == f"the {residual.loss_name} loss"
-    elif entry.own_objective:
-        assert config.objective == f"its own {entry.own_objective} objective"
+    elif entry.traits.own_objective:
+        assert config.objective == f"its own {entry.traits.own_objective} objective"
     else:
         assert config.objective == f"the {config.loss_name} loss"
 
@@ -373,21 +374,24 @@ def test_no_module_decides_a_default_for_threads_by_itself():
 
 
 def test_a_models_run_defaults_fill_only_the_keys_a_run_leaves_unset(monkeypatch, tmp_path):
-    """``RankingModule.run_defaults`` (DASALC's transform and input noise): applied where a run config is
+    """``ModelTraits.run_defaults`` (DASALC's transform and input noise): applied where a run config is
     resolved (CLI, TOML, spec, tune, saved configs all go through ``RunConfig.from_dict``) and as the
     estimator's defaults; a run that sets a key keeps its value; a saved config records the values."""
     from ctxrank.api._params import param_spec
     from ctxrank.models.mlp import MLPScorer
+    from ctxrank.models.qilcm import QILCM
 
-    monkeypatch.setattr(MLPScorer, "run_defaults", {"transform": "zscore", "train.input_noise": 0.3})
+    implied = {"transform": "zscore", "train.input_noise": 0.3}
+    for cls in (MLPScorer, QILCM):  # QILCM's ablations (its subclasses) have its traits
+        monkeypatch.setattr(cls, "traits", dataclasses.replace(cls.traits, run_defaults=implied))
     config = resolve_config(None, ["model=mlp"])
     assert (config.transform, config.train.input_noise, config.train.lr) == ("zscore", 0.3, 1e-3)
     assert config.to_dict()["transform"] == "zscore" and config.to_dict()["train"]["input_noise"] == 0.3
     (tmp_path / "run.toml").write_text('model = "mlp"\ntransform = "none"\n[train]\ninput_noise = 0.0\n')
     own = resolve_config(tmp_path / "run.toml")
     assert (own.transform, own.train.input_noise) == ("none", 0.0)
-    assert resolve_config(None, ["model=listnet"]).transform == "zscore"  # a subclass inherits them
-    assert resolve_config(None, ["model=qilcm"]).transform == "minmax"  # other models: the shared defaults
+    assert resolve_config(None, ["model=qilcm-variant1"]).transform == "zscore"  # a subclass inherits them
+    assert resolve_config(None, ["model=dlcm"]).transform == "minmax"  # other models: the shared defaults
     spec = param_spec("mlp")
     assert spec.run["normalizer"] == "zscore" and spec.train["input_noise"] == 0.3
     assert RunConfig().transform == "minmax"  # the dataclass's own default is unchanged

@@ -228,7 +228,7 @@ def test_config_validation():
         DASALCConfig(dropout=1.0)
     with pytest.raises(ValueError, match="head_size"):  # an unknown key lists the valid ones
         resolve_config(None, ["model=dasalc", "model_params.width=3"])
-    assert MODELS["dasalc"] is DASALC and not DASALC.reads_order
+    assert MODELS["dasalc"].cls is DASALC and not DASALC.traits.reads_order
 
 
 # ------------------------------------------------------------------------------------- training

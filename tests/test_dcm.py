@@ -97,7 +97,7 @@ def test_empty_lists_give_finite_scores_and_gradients():
 
 
 def test_defaults_and_registry():
-    assert MODELS["dcm"].default_loss == "attrank"
+    assert MODELS["dcm"].traits.default_loss == "attrank"
     cfg = RunConfig(model="dcm", loss="listnet", loss_params={"label_transform": "identity"})
     assert cfg.loss_name == "listnet"
     with pytest.raises(ValueError, match=r"model_params\.cell"):

@@ -311,7 +311,7 @@ def test_training_loss_defaults_to_the_dlcm_attrank_form():
     scores = m.score_batch(batch)
     expect = {f: attrank(scores, batch.labels, batch.mask, form=f) for f in ("dlcm", "qilcm")}
     assert not torch.allclose(expect["dlcm"], expect["qilcm"])
-    assert MODELS["dlcm"].default_loss == "attrank"
+    assert MODELS["dlcm"].traits.default_loss == "attrank"
     for fn, want in [
         (get_loss("attrank"), expect["dlcm"]),  # the bare registered function
         (functools.partial(get_loss("attrank")), expect["dlcm"]),  # as cli/pipeline build it
@@ -323,7 +323,7 @@ def test_training_loss_defaults_to_the_dlcm_attrank_form():
 
 # ---------------------------------------------------------------------------------------- registry
 def test_registry_config_and_validation():
-    assert MODELS["dlcm"] is DLCM
+    assert MODELS["dlcm"].cls is DLCM
     cfg = resolve_config(
         None,
         [

@@ -90,7 +90,7 @@ def test_a_training_step_with_the_bool_mask_dropout_equals_torchs_bitwise(name, 
     def step():
         torch.manual_seed(0)
         model = make_model(name, n_features, params).train()
-        loss = model.training_loss(batch, LOSSES[model.default_loss or "listnet"])
+        loss = model.training_loss(batch, LOSSES[model.traits.default_loss or "listnet"])
         weights = [p for p in model.parameters() if p.requires_grad]
         return loss, torch.autograd.grad(loss, weights, allow_unused=True)
 

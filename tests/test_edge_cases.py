@@ -16,7 +16,7 @@ from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.loop import fit
 
 F = 4
@@ -31,9 +31,9 @@ SMALL = {
 
 def _models_and_losses():
     for name, cls in sorted(MODELS.items()):
-        if is_baseline(name):  # whole-list baselines have no padded batches
+        if not cls.traits.torch_module:  # whole-list baselines have no padded batches
             continue
-        if cls.own_objective:
+        if cls.traits.own_objective:
             yield name, None
         else:
             for loss in sorted(LOSSES):
@@ -111,8 +111,9 @@ def test_training_on_degenerate_data_runs_to_a_finite_result(model_name):
         query_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
     )
     model = make_model(model_name, F, SMALL.get(model_name, {}))
+    loss = LOSSES[model.traits.default_loss]
     res = fit(
-        model, LOSSES[model.default_loss], data, data, TrainConfig(max_epochs=2, batch_size=3), progress=False
+        model, loss, data, data, TrainConfig(max_epochs=2, batch_size=3), progress=False
     )
     assert all(np.isfinite(h["train_loss"]) for h in res.history)
     assert np.isfinite(res.best_metric)

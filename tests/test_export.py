@@ -19,7 +19,7 @@ from ctxrank.data.synth_choice import make_choice_sessions
 from ctxrank.data.table import read_table
 from ctxrank.data.transforms import TRANSFORMS, GlobalMinMax, Transform, make_transform
 from ctxrank.export import EXPORT_FORMATS, ONNX_OPSET, FeatureNormalizer, export_model
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.run import run_training
 
@@ -33,7 +33,7 @@ TOL = 1e-5  # exported vs library scores: max abs difference <= TOL * max(1, max
 # scores by more than TOL (docs/export.md, "Precision")
 QN_TOL = 1e-4
 # every neural model of the registry (baselines are not exported)
-NEURAL = sorted(name for name in MODELS if not is_baseline(name))
+NEURAL = sorted(name for name in MODELS if MODELS[name].traits.torch_module)
 SMALL = {
     "dlcm": ["model_params.encoder_widths=[8,8]", "model_params.gru_hidden=8"],
     "arsm": ["model_params.hidden=[8]", "model_params.n_levels=5"],

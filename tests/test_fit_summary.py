@@ -11,8 +11,8 @@ import pytest
 
 from ctxrank._io import dumps
 from ctxrank.config import resolve_config
+from ctxrank.fit_summary import FitSummary, TrainMetric
 from ctxrank.training.run import run_training
-from ctxrank.training.summary import FitSummary, TrainMetric
 
 from .conftest import make_ranking_data
 from .test_mnl import choice_data

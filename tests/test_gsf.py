@@ -159,7 +159,7 @@ def test_evaluation_windows_are_deterministic_and_read_the_row_order():
     with torch.no_grad():
         assert torch.equal(m(x, mask), m(x, mask))
         assert not torch.allclose(m(x[:, perm], mask), m(x, mask)[:, perm])  # other neighbours
-    assert GSF.reads_order and MODELS["gsf"] is GSF
+    assert GSF.traits.reads_order and MODELS["gsf"].cls is GSF
     assert GSF.reads_row_order({}) and not GSF.reads_row_order({"groups": "all"})  # no order warning
 
 

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "ctxrank._memory",
             "ctxrank._modeldir",
             "ctxrank._overrides",
+            "ctxrank.fit_summary",
             "ctxrank.tracking",
         ),
     ),

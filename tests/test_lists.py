@@ -288,7 +288,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
     """MQ2008 Fold1 test with LambdaMART's real ties: the rank feature of tied items and the order of
     the re-ranking lists must not depend on file position (issue 18: 697 of 2,874 rows tied, 581
     QILCM scores changed when the items were shuffled)."""
-    from ctxrank.registry import MODELS, is_baseline, make_model
+    from ctxrank.registry import MODELS, make_model
     from ctxrank.training.rerank import merge_scores, prepare_split
 
     data, init = mq2008_test_with_lambdamart_ties
@@ -332,7 +332,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
         qq = q[split.rows]
         eq = (qq[1:] == qq[:-1]) & (s[1:] == s[:-1])
         assert eq.any() and np.array_equal(r[1:][eq], r[:-1][eq])
-        for name in sorted(n for n in MODELS if not is_baseline(n)):
+        for name in sorted(n for n in MODELS if MODELS[n].traits.torch_module):
             torch.manual_seed(0)
             model = make_model(name, split.top.n_features).eval()
             s1 = _model_scores(model, split.top, split.top_initial_scores)
@@ -342,7 +342,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
             per_item1[split.rows] = s1
             per_item2 = np.full(data.n_items, np.nan)
             per_item2[perm[split2.rows]] = s2
-            if not MODELS[name].reads_order:  # orderless: every item keeps its score exactly
+            if not MODELS[name].traits.reads_order:  # orderless: every item keeps its score exactly
                 np.testing.assert_array_equal(per_item2, per_item1, err_msg=name)
             # the merged full-query scores of every row, sequence models included, are the same
             # whatever the file order: interchangeable items (identical features and initial score,

@@ -21,7 +21,7 @@ from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES, loss_memory
 from ctxrank.models.residual import Residual
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.memory import MemoryBudgetError, scoring_fits
 from ctxrank.training.predict import predict
 from tests.conftest import REPO
@@ -89,7 +89,7 @@ def _measured(model, loss_fn, batch: ListBatch, training: bool) -> int:
     return tracker.peak
 
 
-NEURAL = [name for name in MODELS if not is_baseline(name)]
+NEURAL = [name for name in MODELS if MODELS[name].traits.torch_module]
 VARIANTS = [
     *((name, {}, 0, False) for name in NEURAL),
     ("mlp", {"dropout": 0.3, "hidden": [32]}, 2, True),
@@ -118,14 +118,14 @@ def test_estimates_bound_the_tensors_allocated(name, params, n_cat, residual, tr
     model = make_model(name, F, params, categorical_cardinalities=[5, 7][:n_cat])
     if residual:
         model = Residual(model)
-    loss_fn = None if model.own_objective else LOSSES[model.default_loss]
+    loss_fn = None if model.traits.own_objective else LOSSES[model.traits.default_loss]
     weights = model.state_memory(training=False)
     for B, L in SHAPES:
         got = _measured(model, loss_fn, _batch(B, L, n_cat), training)
         bound = model.batch_memory(B, L, training=training)
         if training:
             bound += model.state_memory(training=True) - weights  # gradients (Adam's moments unused here)
-            bound += 0 if model.own_objective else loss_memory(model.default_loss, B, L)
+            bound += 0 if model.traits.own_objective else loss_memory(model.traits.default_loss, B, L)
         assert got <= bound, f"{name} {params} B={B} L={L}: {got:,} bytes allocated, estimate {bound:,}"
         assert bound <= 12 * got + 2**20, f"{name} B={B} L={L}: estimate {bound:,} for {got:,} bytes"
 

@@ -217,12 +217,12 @@ def test_every_estimator_takes_a_frame_with_missing_cells_as_the_same_array(mode
     """A DataFrame with missing cells (NaN, pd.NA in Int64 / Float64 / boolean, a missing category) is
     read as the same values in a NumPy array: the same model, the same scores; or, where the model
     reads no missing value, the same refusal naming the fix."""
-    from ctxrank.registry import is_baseline, reads_missing
+    from ctxrank.registry import MODELS
 
     df, values, cats, y, qid = _frame_with_missing_cells()
-    neural = not is_baseline(model)
+    neural = MODELS[model].traits.torch_module
     params = {"missing": "indicator"} if neural else {}
-    if neural or reads_missing(model):
+    if neural or MODELS[model].traits.reads_missing:
         a = _tiny(model, **params).fit(df, y, qid=qid)
         b = _tiny(model, **params).fit(values, y, qid=qid, categorical_features=cats)
         scores = a.predict(df, qid=qid)

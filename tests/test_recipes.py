@@ -14,9 +14,10 @@ from ctxrank.cli import main
 from ctxrank.config import RerankConfig, RunConfig, TrainConfig, resolve_config
 from ctxrank.data.lists import ListBatch, initial_order
 from ctxrank.data.transforms import make_transform
+from ctxrank.fit_summary import FitSummary
 from ctxrank.losses import LOSSES
 from ctxrank.models.residual import Residual
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
@@ -24,7 +25,6 @@ from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor, prepare_split
 from ctxrank.training.rerank_spec import RerankSpec
 from ctxrank.training.run import _keep_initial_if_better, _mean_metric, run_training
-from ctxrank.training.summary import FitSummary
 
 from .conftest import make_ranking_data
 
@@ -97,7 +97,7 @@ class _FixedInitial:
 
 
 def _residual_models():
-    return [n for n, c in sorted(MODELS.items()) if not is_baseline(n) and not c.own_objective]
+    return [n for n, c in sorted(MODELS.items()) if c.traits.torch_module and not c.traits.own_objective]
 
 
 @pytest.mark.parametrize("name", _residual_models())

@@ -10,12 +10,12 @@ import torch
 from ctxrank.data.registry import load_fold
 from ctxrank.data.transforms import GlobalMinMax
 from ctxrank.export import CHECK_ATOL, CHECK_RTOL
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 
 #: a row's score after its list's rows are shuffled is within CHECK_ATOL + CHECK_RTOL * max |score|
 #: of the list (1e-4 * (1 + max |score|): docs/context-models.md, the tolerance of docs/export.md) of
 #: its score before: float32 rounding of sums in another order, amplified by a model's conditioning
-ORDER_FREE = sorted(n for n in MODELS if not is_baseline(n) and not MODELS[n].reads_row_order({}))
+ORDER_FREE = sorted(n for n in MODELS if MODELS[n].traits.torch_module and not MODELS[n].reads_row_order({}))
 
 
 def _lists(name: str, queries: list[int]):

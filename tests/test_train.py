@@ -12,7 +12,7 @@ from ctxrank.config import RunConfig, TrainConfig, resolve_config
 from ctxrank.data.transforms import make_transform
 from ctxrank.losses import get_loss
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.registry import MODELS, is_baseline, make_model
+from ctxrank.registry import MODELS, make_model
 from ctxrank.training.checkpoint import load_model, save_checkpoint
 from ctxrank.training.loop import NonFiniteLossError, fit, seed_everything
 from ctxrank.training.predict import predict
@@ -21,7 +21,7 @@ from . import saved_models as sm
 from .conftest import make_ranking_data
 
 # every neural model of the registry (the baselines are trained in test_baselines)
-NEURAL = sorted(name for name in MODELS if not is_baseline(name))
+NEURAL = sorted(name for name in MODELS if MODELS[name].traits.torch_module)
 FAST = {"batch_size": 16, "max_epochs": 8, "patience": 3, "lr": 0.01, "threads": 1}
 # small widths so that every registered model trains in a second or two
 SMALL_PARAMS = {
@@ -55,7 +55,7 @@ def _train(splits, seed=0, model="listnet", **train):
     seed_everything(seed)
     m = make_model(model, tr.n_features, SMALL_PARAMS.get(model))
     cfg = TrainConfig(**{**FAST, "seed": seed, **train})
-    loss_fn = None if MODELS[model].own_objective else get_loss(MODELS[model].default_loss)
+    loss_fn = None if MODELS[model].traits.own_objective else get_loss(MODELS[model].traits.default_loss)
     result = fit(m, loss_fn, tr, va, cfg, progress=False)
     return m, result
 
@@ -229,8 +229,8 @@ def test_batching_is_the_models_unless_configured(splits, monkeypatch):
         _, result = _train(splits, model=model, batching=batching, max_epochs=2, patience=5)
         assert seen == [bucket, bucket]
         assert result.batching == recorded and result.summary().batching == recorded
-    assert MODELS["qilcm"].batching == "random" and MODELS["qilcm-variant2"].batching == "random"
-    assert all(MODELS[n].batching == "buckets" for n in NEURAL if not n.startswith("qilcm"))
+    assert MODELS["qilcm"].traits.batching == MODELS["qilcm-variant2"].traits.batching == "random"
+    assert all(MODELS[n].traits.batching == "buckets" for n in NEURAL if not n.startswith("qilcm"))
     with pytest.raises(ValueError, match=r"train.batching must be one of \['model', 'random', 'buckets'\]"):
         TrainConfig(batching="length")
 

@@ -68,7 +68,7 @@ def test_every_registry_entry_declares_a_space_whose_samples_are_valid_configs(n
     assert space.params, f"{name} declares no search space"
     if isinstance(entry, Baseline):
         assert not space.losses and "train.lr" not in space.params  # LightGBM etc. have no epochs
-    elif getattr(entry, "full_batch", False):  # maximum likelihood: no epochs, no loss
+    elif entry.traits.full_batch:  # maximum likelihood: no epochs, no loss
         assert not space.losses and set(space.params) == {"transform", *entry.config_class.SEARCH_SPACE}
     else:
         assert set(NEURAL_SPACE) <= set(space.params)

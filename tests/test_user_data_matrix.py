@@ -60,8 +60,8 @@ def _family(name: str) -> str:
     entry = MODELS[name]
     if isinstance(entry, Baseline):
         return next(n for n, e in MODELS.items() if isinstance(e, Baseline) and e.cls is entry.cls)
-    registered = {cls: n for n, cls in MODELS.items() if not isinstance(cls, Baseline)}
-    return next(registered[cls] for cls in reversed(entry.__mro__) if cls in registered)
+    registered = {e.cls: n for n, e in MODELS.items() if not isinstance(e, Baseline)}
+    return next(registered[cls] for cls in reversed(entry.cls.__mro__) if cls in registered)
 
 
 FAMILIES: dict[str, list[str]] = {}
@@ -301,8 +301,8 @@ FILE_WAYS = frozenset({"trec", "onnx", "torchscript", "serve"})
 #: (entrance, data kind, trainee, way) -> fragment of the one-line refusal; "*" = any, a frozenset = one
 #: of; way "train" is training itself. The first matching row wins.
 #: the baselines that read NaN / categorical columns themselves (LightGBM's LambdaMART), from the registry
-READ_NAN = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].reads_missing)
-READ_CATEGORICAL = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].reads_categorical)
+READ_NAN = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].traits.reads_missing)
+READ_CATEGORICAL = frozenset(t for t in BASELINES if MODELS[TRAINEES[t].model].traits.reads_categorical)
 
 REFUSALS: list[tuple[tuple, str]] = [
     # NaN is read by LambdaMART (LightGBM) and by a neural model with train.missing = "indicator" only
@@ -891,7 +891,7 @@ def test_the_same_data_through_two_entrances_gives_the_same_model(workspace, kin
 
 def _orderless(trainee: str) -> bool:
     entry = MODELS[TRAINEES[trainee].model]
-    return isinstance(entry, Baseline) or not entry.reads_order
+    return isinstance(entry, Baseline) or not entry.traits.reads_order
 
 
 @pytest.mark.parametrize(

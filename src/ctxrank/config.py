@@ -24,7 +24,6 @@ Every value is validated when the dataclasses are built; errors name the option.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -33,7 +32,6 @@ from typing import Any
 
 from ctxrank._checks import (
     MAX_BYTES,
-    MAX_INT,
     MAX_SEED,
     build_dataclass,
     check_bool,
@@ -53,7 +51,7 @@ from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import parse_metric
-from ctxrank.registry import MODELS, Baseline, get_model, is_baseline
+from ctxrank.registry import FULL_BATCH_TRAIN_KEYS, MODELS, get_model
 
 DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
@@ -71,8 +69,8 @@ MISSING_POLICIES: tuple[str, ...] = ("native", "indicator", "error")
 RELEASE_MEMORY: tuple[str, ...] = ("epoch", "step")
 
 #: what ``--model`` lists in ``ctxrank train --help``
-_NEURAL = ", ".join(name for name in MODELS if not is_baseline(name))
-_BASELINES = ", ".join(name for name in MODELS if is_baseline(name))
+_NEURAL = ", ".join(name for name, entry in MODELS.items() if entry.traits.torch_module)
+_BASELINES = ", ".join(name for name, entry in MODELS.items() if not entry.traits.torch_module)
 
 
 @dataclass(frozen=True)
@@ -302,122 +300,33 @@ class RunConfig:
                 f"{self.train.seed + self.ensemble - 1:,}, above the largest seed {MAX_SEED:,}: "
                 "lower train.seed"
             )
-        if isinstance(entry, Baseline):
-            self._check_baseline(entry)
-            return
-        own = entry.own_objective
-        if own and self.rerank.residual:
-            raise ValueError(
-                f"rerank.residual: {self.model} trains its own {own} objective; a residual correction "
-                "applies to models trained with a ranking loss"
-            )
-        if self.loss and self.loss not in LOSSES and self.loss != own:
-            raise ValueError(f"loss: unknown loss {self.loss!r}; valid losses: {', '.join(sorted(LOSSES))}")
-        # a model's params must build its config dataclass (unknown keys and bad values raise here)
-        entry.make_config(self.model_params)
-        if self.fits_by_maximum_likelihood:
-            self._check_maximum_likelihood(entry)
-        if self.rerank.initial:  # the initial ranker's parameters fail before data is read, too
-            try:
-                get_model(self.rerank.initial).build(self.rerank.initial_params, self.train)
-            except ValueError as exc:
-                why = str(exc).removeprefix("model_params: ")
-                raise ValueError(f"rerank.initial_params: {why}") from None
-        if own:
-            if self.loss not in ("", own) or self.loss_params:
-                raise ValueError(
-                    f"loss: {self.model} trains its own {own} objective (see model_params); "
-                    "loss and loss_params do not apply"
-                )
-            return
-        options = loss_options(LOSSES[self.loss_name])
-        for key, value in self.loss_params.items():
-            if key not in options:
-                raise ValueError(
-                    f"loss_params.{key}: not an option of loss {self.loss_name!r} "
-                    f"(options: {', '.join(options) or 'none'})"
-                )
-            if is_int(value):  # the loss checks its own ranges when called; no integer overflows first
-                check_int(f"loss_params.{key}", value, -MAX_INT - 1)
-
-    def _check_baseline(self, baseline: Baseline) -> None:
-        """A baseline's run: no loss (but the one a saved config records), no initial ranker, only the
-        ``[train]`` keys it reads, and ``model_params`` it builds with (before data is read)."""
-        if self.loss and self.loss != baseline.objective(self.model_params):
-            raise ValueError(f"loss: {self.model} trains {baseline.trains}; --loss does not apply")
-        if self.loss_params:
-            raise ValueError(f"loss_params: {self.model} trains {baseline.trains}; loss_params do not apply")
-        if self.rerank.initial:
-            raise ValueError(
-                f"rerank.initial: {self.model} is a baseline that ranks whole lists"
-                + (" (it is itself the initial ranker)" if self.model == "lambdamart" else "")
-                + "; re-ranking an initial ranker's top k applies to the neural models"
-            )
-        _check_baseline_train(self.model, self.train)
-        baseline.build(self.model_params, self.train)
-
-    def _check_maximum_likelihood(self, entry: Any) -> None:
-        """A maximum-likelihood fit (``mnl``): only the ``[train]`` keys it reads, no loss but the
-        default one a saved config records, and no seed ensemble (the fit does not depend on the seed)."""
-        if self.ensemble > 1:
-            raise ValueError(
-                f"ensemble = {self.ensemble}: {self.model} is fitted to its maximum likelihood, which does "
-                "not depend on the seed: every member would be the same model; ensemble applies when SGD "
-                "trains it (rerank.residual = true)"
-            )
-        _check_unread_train(
-            self.train,
-            FULL_BATCH_TRAIN_KEYS,
-            f"{self.model} is fitted to its maximum likelihood (full batch, SciPy)",
-            "its own settings are model_params: l2, solver, max_iter, gtol",
-        )
-        implied = getattr(entry, "default_loss_params", {})
-        if self.loss not in ("", entry.default_loss) or any(
-            k not in implied or implied[k] != v for k, v in self.loss_params.items()
-        ):
-            raise ValueError(
-                f"loss: {self.model} is fitted to its maximum likelihood (no loss); loss and loss_params "
-                "apply only when SGD trains it (rerank.residual = true)"
-            )
+        entry.check_run(self)
 
     @property
     def loss_name(self) -> str:
         """The loss actually used: ``loss`` or the model's default loss."""
-        entry = get_model(self.model)
-        if isinstance(entry, Baseline):
-            return entry.objective(self.model_params)
-        return self.loss or entry.own_objective or entry.default_loss
+        return get_model(self.model).loss_name(self.loss, self.model_params)
 
     @property
     def fits_by_maximum_likelihood(self) -> bool:
         """Whether the run fits its model to the exact maximum likelihood (full batch, no epochs, no
-        loss): the conditional logit (``full_batch = True``), also on the top-k lists of a re-ranking run
+        loss): the conditional logit (``traits.full_batch``), also on the top-k lists of a re-ranking run
         (its utilities ignore the initial scores), unless ``rerank.residual`` wraps it (trained by SGD)."""
-        return bool(getattr(get_model(self.model), "full_batch", False)) and not self.rerank.residual
+        return get_model(self.model).traits.full_batch and not self.rerank.residual
 
     @property
     def objective(self) -> str:
         """What the run optimizes, as its registry entry states it (for messages: "MODEL trains ..."):
         a baseline's ``trains`` (with its objective's name, e.g. ``pairwise-hinge``), the maximum
         likelihood of a full-batch model, a model's own objective, else the loss (:attr:`loss_name`)."""
-        entry = get_model(self.model)
-        if isinstance(entry, Baseline):  # with the objective's name unless it says it already
-            name = self.loss_name
-            return entry.trains if name.lower() in entry.trains.lower() else f"{entry.trains}: {name}"
-        if self.fits_by_maximum_likelihood:
-            return "its maximum likelihood (full batch, SciPy; no loss, no epochs)"
-        if entry.own_objective:
-            return f"its own {entry.own_objective} objective"
-        return f"the {self.loss_name} loss"
+        return get_model(self.model).objective_text(self)
 
     @property
     def effective_loss_params(self) -> dict[str, Any]:
         """``loss_params`` over the model's implied options for its default loss (e.g. DLCM's AttRank
         form), so that saved configs record what was actually used."""
-        cls = get_model(self.model)
-        if isinstance(cls, Baseline) or cls.own_objective:
-            return {}
-        implied = dict(cls.default_loss_params) if self.loss_name == cls.default_loss else {}
+        traits = get_model(self.model).traits  # a baseline's and an own objective's: none
+        implied = dict(traits.default_loss_params) if self.loss_name == traits.default_loss else {}
         return {**implied, **self.loss_params}
 
     @property
@@ -425,13 +334,7 @@ class RunConfig:
         """Every parameter of the model with its value: ``model_params`` over the model's defaults (a
         neural model's config dataclass; a baseline's constructor, leaving out the parameters that
         ``[train]`` fills, ``seed`` / ``threads``, unless ``model_params`` sets them)."""
-        entry = get_model(self.model)
-        if not isinstance(entry, Baseline):
-            resolved = dataclasses.asdict(entry.make_config(self.model_params))
-            return {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
-        from_train = {entry.seed, entry.threads} - {""} - set(self.model_params)
-        params = entry.build(self.model_params).get_params()
-        return {k: v for k, v in params.items() if k not in from_train}
+        return get_model(self.model).resolved_params(self.model_params)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved run config (``config.toml`` / ``ctxrank.json``): ``model_params`` holds every
@@ -558,68 +461,17 @@ def with_read_train_keys(d: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[st
 
 def model_run_defaults(model: Any) -> dict[str, Any]:
     """The run-config values the neural model ``model`` implies where a run leaves them unset
-    (``RankingModule.run_defaults``: ``"transform"``, ``"train.<field>"``); ``{}`` for a baseline or a name
+    (``ModelTraits.run_defaults``: ``"transform"``, ``"train.<field>"``); ``{}`` for a baseline or a name
     that is not a model (the config's own check reports it)."""
     entry = MODELS.get(model) if isinstance(model, str) else None
-    return {} if entry is None or isinstance(entry, Baseline) else dict(entry.run_defaults)
-
-
-#: the ``[train]`` keys a baseline reads (seed and threads go to its own parameters where it has them;
-#: no_relevant is the convention of its test metrics; metric is the validation metric its run reports
-#: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
-#: its ``model_params``); the others configure the neural training loop
-BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric", "missing")
-#: the ``[train]`` keys a maximum-likelihood fit (``mnl``) reads: a baseline's, the memory cap of its
-#: full batch and the scoring batch; it has no epochs, optimizer, device or precision to set
-FULL_BATCH_TRAIN_KEYS = (*BASELINE_TRAIN_KEYS, "max_memory_bytes", "eval_batch_size")
+    return {} if entry is None else dict(entry.traits.run_defaults)
 
 
 def train_keys_read(model: str, residual: bool = False) -> tuple[str, ...] | None:
     """The ``[train]`` keys the fit of ``model`` reads (``residual``: ``rerank.residual``, which trains a
     maximum-likelihood model by SGD); None: every key (the neural training loop) or an unknown model."""
     entry = MODELS.get(model)
-    if isinstance(entry, Baseline):
-        return BASELINE_TRAIN_KEYS
-    if getattr(entry, "full_batch", False) and not residual:
-        return FULL_BATCH_TRAIN_KEYS
-    return None
-
-
-def _check_unread_train(train: TrainConfig, reads: tuple[str, ...], who: str, see: str) -> None:
-    """A ``[train]`` key set for a model whose fit does not read it is an error, not silently ignored."""
-    unused = [
-        f"train.{f.name}"
-        for f in fields(TrainConfig)
-        if f.name not in reads and getattr(train, f.name) != f.default
-    ]
-    if unused:
-        raise ValueError(
-            f"{', '.join(unused)}: {who} and does not use {'it' if len(unused) == 1 else 'them'}; "
-            f"of [train] it reads {', '.join(f'train.{k}' for k in reads)} only ({see})"
-        )
-
-
-def _check_baseline_train(model: str, train: TrainConfig) -> None:
-    _check_unread_train(
-        train,
-        BASELINE_TRAIN_KEYS,
-        f"{model} is a baseline",
-        "its own settings are model_params, see docs/baselines.md",
-    )
-    if train.missing == "indicator":
-        raise ValueError(
-            f"train.missing = 'indicator' applies to the neural models; {model} is a baseline "
-            "(lambdamart reads missing values itself: train.missing = 'native')"
-        )
-
-
-def loss_options(fn: Any) -> list[str]:
-    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``)."""
-    return [
-        name
-        for name, p in inspect.signature(fn).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator")
-    ]
+    return None if entry is None else entry.train_keys(residual=residual)
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -114,6 +114,7 @@ __all__ = [
     "is_choice_data",
     "mean_metrics",
     "mean_ndcg",
+    "mean_over_queries",
     "metric_convention",
     "ndcg",
     "parse_metric",
@@ -1303,3 +1304,18 @@ def mean_metrics(per_query: Mapping[str, np.ndarray]) -> dict[str, float]:
         kept = v[~np.isnan(v)]
         result[name] = float(kept.mean()) if kept.size else float("nan")
     return result
+
+
+def mean_over_queries(scores: np.ndarray, data: Any, metric: str, no_relevant: float | str) -> float:
+    """Mean ``metric`` of ``scores`` (N,) over the queries of ``data`` (a ``RankingData``), leaving out
+    the queries where it is not finite (NaN under ``no_relevant = "skip"``); NaN when none is left: a
+    fit's validation metric (``train_metric`` of its summary, what ``ctxrank tune`` maximizes)."""
+    per = evaluate_queries(
+        np.asarray(scores, dtype=np.float64),
+        data.labels,
+        data.query_offsets,
+        [metric],
+        no_relevant=no_relevant,
+    )[metric]
+    ok = np.isfinite(per)
+    return float(per[ok].mean()) if ok.any() else float("nan")

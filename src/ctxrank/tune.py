@@ -75,14 +75,14 @@ from ctxrank._io import atomic_write, check_own_database, claim_output_dir, dump
 from ctxrank._overrides import set_path
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.fit_summary import FitSummary
 from ctxrank.losses import LOSSES
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import get_model
 from ctxrank.training.diagnostics import TrainingWarning
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
 from ctxrank.training.run import ROW_ORDER_WARNING, run_training, validation_metric
-from ctxrank.training.summary import FitSummary
 
 __all__ = [
     "KINDS",
@@ -196,13 +196,7 @@ def search_space(base: Mapping[str, Any] | StudyBase) -> SearchSpace:
     fixed = set(flat_keys(base.values))
     if any(k.startswith("loss_params.") for k in fixed):
         fixed.add("loss")
-    if isinstance(entry, Baseline):
-        declared, own = dict(entry.search_space), "baseline"
-    elif config.fits_by_maximum_likelihood:  # no epochs, learning rate or loss to search
-        declared = {"transform": NEURAL_SPACE["transform"], **entry.config_class.SEARCH_SPACE}
-        own = "maximum likelihood"
-    else:
-        declared, own = {**NEURAL_SPACE, **entry.config_class.SEARCH_SPACE}, entry.own_objective
+    declared, own = entry.tune_space(config, NEURAL_SPACE)  # own: the objective with no loss to search
     params = {k: v for k, v in declared.items() if k not in fixed}
     losses: dict[str, dict[str, tuple[Any, ...]]] = {}
     if not own:

@@ -22,7 +22,7 @@ from ctxrank.data.ranking_data import (
     query_ids_of,
     text_label_error,
 )
-from ctxrank.registry import is_baseline, reads_missing
+from ctxrank.registry import get_model
 
 __all__ = ["Inputs", "reads_missing_values", "to_ranking_data"]
 
@@ -119,7 +119,7 @@ def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> No
     first = int(np.argmin(caller))
     column = repr(data.feature_names[cols[first]]) if data.feature_names else int(cols[first])
     name = type(est).__name__
-    if is_baseline(est.model_name()):
+    if not get_model(est.model_name()).traits.torch_module:  # no missing indicator to wrap it
         fix = "impute X first, or use LambdaMARTRanker (LightGBM reads missing values)"
     else:
         reranker = est.reranker_estimator() if hasattr(est, "reranker_estimator") else None
@@ -142,7 +142,8 @@ def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> No
 def reads_missing_values(est: Any) -> bool:
     """The estimator reads NaN (a missing value) in ``X``: LambdaMART (LightGBM), or a neural model
     with ``missing="indicator"`` (a learned fill and a missing indicator); the others refuse it."""
-    return reads_missing(est.model_name()) or getattr(est, "missing", "native") == "indicator"
+    indicator = getattr(est, "missing", "native") == "indicator"
+    return get_model(est.model_name()).traits.reads_missing or indicator
 
 
 def _name(values: Any) -> str | None:

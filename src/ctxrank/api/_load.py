@@ -16,10 +16,10 @@ from ctxrank.api.pipeline import RerankPipeline
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.registry import Baseline, get_model
+from ctxrank.fit_summary import FitSummary
+from ctxrank.registry import get_model
 from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.run import RunResult
-from ctxrank.training.summary import FitSummary
 
 __all__ = ["load"]
 
@@ -83,7 +83,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
     """Estimator parameters from a run config (``train.seed`` -> ``random_state``)."""
     spec = param_spec(config.model)
     params = {k: v for k, v in config.model_params.items() if k in spec.model}
-    if isinstance(get_model(config.model), Baseline):
+    if not get_model(config.model).traits.torch_module:
         params.update(
             {
                 k: v

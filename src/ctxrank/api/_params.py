@@ -17,7 +17,7 @@ from typing import Any
 from ctxrank._checks import build_dataclass
 from ctxrank._declare import field_default
 from ctxrank.config import RunConfig, TrainConfig, model_run_defaults
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import get_model
 
 __all__ = ["ParamSpec", "param_spec", "run_config", "shows_progress"]
 
@@ -55,7 +55,7 @@ class ParamSpec:
 def param_spec(name: str) -> ParamSpec:
     """The :class:`ParamSpec` of the registered model ``name`` (ValueError for an unknown one)."""
     entry = get_model(name)
-    if isinstance(entry, Baseline):
+    if not entry.traits.torch_module:  # a baseline: its constructor's parameters
         sig = inspect.signature(entry.cls.__init__).parameters
         own = {
             k: p.default
@@ -74,7 +74,7 @@ def param_spec(name: str) -> ParamSpec:
     defaults = {f.name: field_default(f) for f in dataclasses.fields(RunConfig)}
     run = {_RUN_RENAMES.get(k, k): defaults[k] for k in _RUN}
     run["loss_params"] = None  # an estimator parameter is not a mutable default
-    if entry.own_objective:  # no loss to choose
+    if entry.traits.own_objective:  # no loss to choose
         run = {"normalizer": run["normalizer"]}
     train = {_TRAIN_RENAMES.get(f.name, f.name): field_default(f) for f in dataclasses.fields(TrainConfig)}
     for key, value in model_run_defaults(name).items():  # e.g. DASALC's transform and input noise
@@ -105,7 +105,7 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
     model_params = {k: values[k] for k in spec.model}
     verbose = _check_verbose(values["verbose"])
     run: dict[str, Any] = {}
-    if isinstance(get_model(name), Baseline):
+    if not get_model(name).traits.torch_module:
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
             model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only
         train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}

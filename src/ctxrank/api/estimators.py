@@ -31,7 +31,7 @@ from ctxrank.api._inputs import Inputs, reads_missing_values, to_ranking_data
 from ctxrank.api._params import AUTO_VERBOSE, param_spec, run_config, shows_progress
 from ctxrank.config import RunConfig
 from ctxrank.metrics import evaluate_queries
-from ctxrank.registry import MODELS, Baseline, get_model
+from ctxrank.registry import MODELS, get_model
 from ctxrank.tracking import RunLog, Tracking, flat_params
 from ctxrank.training.run import run_training, save_result
 
@@ -130,7 +130,7 @@ class Ranker(BaseEstimator):
         tags.target_tags.required = True
         name = self.model_name()
         entry = MODELS.get(name) if isinstance(name, str) else None  # fit refuses an unknown one
-        tags.input_tags.categorical = not isinstance(entry, Baseline) or entry.reads_categorical
+        tags.input_tags.categorical = entry is None or entry.traits.reads_categorical
         tags.input_tags.allow_nan = reads_missing_values(self)  # LambdaMART, or missing="indicator"
         tags.input_tags.string = True
         return tags
@@ -324,8 +324,8 @@ def _n_rows(X: Any) -> int:
 
 
 def model_class_scores_alone(name: str) -> bool:
-    """Model ``name`` scores each item alone (``scores_alone`` of its class or baseline entry)."""
-    return bool(getattr(get_model(name), "scores_alone", False))
+    """Model ``name`` scores each item alone (``traits.scores_alone`` of its registry entry)."""
+    return get_model(name).traits.scores_alone
 
 
 def _check_labels(labels: np.ndarray, config: RunConfig, what: str) -> None:

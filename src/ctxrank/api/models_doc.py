@@ -20,9 +20,9 @@ from typing import Any
 
 from ctxrank.api._params import param_spec
 from ctxrank.api.estimators import ESTIMATOR_OF_MODEL
-from ctxrank.config import RunConfig, TrainConfig, loss_options
+from ctxrank.config import TrainConfig
 from ctxrank.losses import LOSSES
-from ctxrank.registry import MODELS, Baseline
+from ctxrank.registry import MODELS, loss_options
 
 __all__ = ["DOC_PATH", "describe", "render_models_md"]
 
@@ -69,33 +69,17 @@ def _cell(text: str) -> str:
 
 
 def _model_section(name: str) -> list[str]:
-    entry = MODELS[name]
+    about = MODELS[name].describe()
     spec = param_spec(name)
     est = ESTIMATOR_OF_MODEL.get(name)
     est_text = f"`ctxrank.{est.__name__}`" if est is not None else f'`ctxrank.Ranker(model="{name}")`'
-    if isinstance(entry, Baseline):
-        cls, meanings = entry.cls, describe(entry.cls.__doc__)
-        reference = inspect.getdoc(cls).splitlines()[0]
-        objective = f"objective: {entry.trains}"
-    else:
-        cls, meanings = entry, _meanings(entry.config_class)
-        reference = entry.summary or (inspect.getdoc(sys.modules[entry.__module__]) or "").splitlines()[0]
-        loss = entry.own_objective or entry.default_loss
-        objective = f"default loss: `{loss}`" + (" (its own objective)" if entry.own_objective else "")
-        config = RunConfig(model=name)
-        if config.fits_by_maximum_likelihood:  # no loss: its loss is for SGD (rerank.residual) only
-            objective = (
-                f"objective: {config.objective}; loss `{loss}` only when SGD trains it (rerank.residual)"
-            )
-        if entry.run_defaults:  # run-config values the model implies (e.g. DASALC's transform, noise)
-            implied = ", ".join(f"`{k} = {v!r}`" for k, v in entry.run_defaults.items())
-            objective += f"; unless the run sets them: {implied}"
+    meanings = _meanings(about.documented)
     lines = [
         f"## `{name}`",
         "",
-        reference,
+        about.reference,
         "",
-        f"Estimator: {est_text}; {objective}; class `{cls.__name__}`.",
+        f"Estimator: {est_text}; {about.objective}; class `{about.cls.__name__}`.",
         "",
     ]
     lines += ["| parameter | default | meaning |", "|---|---|---|"]

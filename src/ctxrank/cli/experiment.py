@@ -52,9 +52,9 @@ from ctxrank.experiments.executors import make_executor, refuse_data_parallel, s
 from ctxrank.experiments.recompute import recomputed_text
 from ctxrank.experiments.spec import ExperimentSpec, correction_override
 from ctxrank.experiments.store import SPEC_FILE, RunStore
+from ctxrank.fit_summary import FitSummary
 from ctxrank.metrics import mean_metrics, metric_convention
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
-from ctxrank.training.summary import FitSummary
 
 DEMO_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 DEMO_JOBS = 2  #: worker processes of `ctxrank demo` (each run: 1 thread, so its numbers are the machine's)

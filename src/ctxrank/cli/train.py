@@ -51,15 +51,15 @@ from ctxrank.data.stream import ShardStream
 from ctxrank.data.table_io import to_file_order
 from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
+from ctxrank.fit_summary import FitSummary
 from ctxrank.metrics import mean_metrics, metric_convention
-from ctxrank.registry import is_baseline
+from ctxrank.registry import MODELS
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
 from ctxrank.training.run import check_reads_categorical, check_streaming, run_training
-from ctxrank.training.summary import FitSummary
 
 RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ctxrank.training.resume)
 RUN_KIND = "ctxrank-train-run"
@@ -230,7 +230,7 @@ def train(
     if not ctx.enabled:
         return run.execute()
     try:
-        if is_baseline(config.model):
+        if not MODELS[config.model].traits.torch_module:
             raise ValueError(
                 f"torchrun data-parallel training applies to the neural models, not {config.model} "
                 "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "

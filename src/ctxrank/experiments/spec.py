@@ -110,7 +110,7 @@ from ctxrank.data.sources import Columns, DataSource, ReadOptions, is_table_path
 from ctxrank.data.split import DEFAULT_FRACTIONS
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
-from ctxrank.registry import MODELS, is_baseline
+from ctxrank.registry import MODELS
 from ctxrank.training.run import check_reads_categorical
 
 __all__ = [
@@ -582,7 +582,8 @@ class ExperimentSpec:
         """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
         settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.threads)]
 
-        if self.initial and not is_baseline(self.models[model]["model"]):
+        entry = MODELS.get(self.models[model]["model"])  # an unknown name: RunConfig's own error
+        if self.initial and (entry is None or entry.traits.torch_module):
             settings += [("rerank.initial", self.initial), ("rerank.top_k", self.top_k)]
         return apply_overrides(self.models[model], settings)
 

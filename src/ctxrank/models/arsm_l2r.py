@@ -33,7 +33,7 @@ from torch import nn
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_int_list
 from ctxrank.arsm import ARSM_LOSSES, ARSM_TIES, arsm_surrogate, get_arsm_loss
 from ctxrank.data.lists import ListBatch
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, ModelTraits, RankingModule, make_mlp, mlp_floats
 
 SCORES = ("expected", "argmax", "expected_gain")
 
@@ -90,8 +90,7 @@ class ArsmL2R(RankingModule):
 
     name = "arsm"
     config_class = ArsmL2RConfig
-    default_loss = ""
-    own_objective = "arsm"
+    traits = ModelTraits(default_loss="", own_objective="arsm")
 
     def __init__(
         self, n_features: int, config: ArsmL2RConfig, *, categorical_cardinalities: Sequence[int] = ()

@@ -74,7 +74,7 @@ from ctxrank.models._attention import (
     attention_mask,
     attention_weight_bytes,
 )
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_activation
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, ModelTraits, RankingModule, make_activation
 
 __all__ = ["FC_ACTIVATIONS", "ContextAwareAttention", "ContextAwareAttentionConfig"]
 
@@ -149,7 +149,7 @@ class ContextAwareAttention(RankingModule):
 
     name = "attn"
     config_class = ContextAwareAttentionConfig
-    default_loss = "lambdaloss"
+    traits = ModelTraits(default_loss="lambdaloss")
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -103,35 +104,69 @@ class CategoricalEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+@dataclass(frozen=True)
+class ModelTraits:
+    """What the code around a model needs to know of it, as one value: a neural model class's
+    ``traits``, a baseline registry entry's ``traits``; a wrapper (missing indicator, residual
+    correction) has its inner model's.
+
+    Attributes:
+        default_loss: the loss a run uses when it names none ("" for a model without one).
+        default_loss_params: options of ``default_loss`` the model implies.
+        own_objective: non-empty: the model trains its own objective (e.g. ``"arsm"``),
+            ``training_loss`` ignores ``loss_fn`` and a run's ``loss`` option does not apply.
+        rerank_features: the ``"rank"`` / ``"score"`` features added when re-ranking.
+        reads_order: the scores depend on the row order of a list (a recurrent encoder reads it: DCM,
+            DLCM); ``reads_row_order(model_params)`` of the registry entry adds the options that make it.
+        scores_alone: an item's score depends on that item alone (no list context): the model can score
+            rows without their query ids (``predict(X)`` of the estimators, with a normalizer that is not
+            per query).
+        batching: training batches under ``train.batching = "model"``: ``"buckets"`` (queries of
+            similar length: the loss is a mean of per-list terms, so batch composition changes only
+            padding cost and SGD noise) or ``"random"`` (a loss that couples the lists of a batch, e.g.
+            QILCM eq. 13).
+        run_defaults: run-config values the model implies where a run does not set them
+            (``RunConfig.from_dict``, hence every entrance, and the estimators' defaults):
+            ``"transform"`` and ``"train.<field>"`` keys, e.g. DASALC's
+            ``{"transform": "log1p-zscore", "train.input_noise": 1.5}``.
+        full_batch: a run fits it to its maximum likelihood, all queries at once (the conditional logit
+            ``mnl``; ``ctxrank.training.full_batch``), unless ``rerank.residual`` trains it by SGD.
+        torch_module: a torch module trained by ``ctxrank.training``: its weights are counted before
+            training, training shards and torchrun apply, the missing indicator and the residual
+            correction wrap it and it can re-rank an initial ranker's top k (False: a baseline fitted
+            by its own library on whole lists in memory).
+        reads_missing: the model reads missing feature values (NaN) itself (LightGBM); every other
+            model refuses them (:func:`ctxrank.data.ranking_data.missing_message`).
+        reads_categorical: the model reads categorical columns itself (a neural model's embeddings,
+            LightGBM's categorical features); the other baselines refuse data with categorical columns
+            rather than ignore them.
+        summary: one line for docs/models.md where the model's module docstring describes another model
+            too (empty: that docstring's first line).
+    """
+
+    default_loss: str = "listnet"
+    default_loss_params: Mapping[str, Any] = field(default_factory=dict)
+    own_objective: str = ""
+    rerank_features: tuple[str, ...] = ()
+    reads_order: bool = False
+    scores_alone: bool = False
+    batching: str = "buckets"
+    run_defaults: Mapping[str, Any] = field(default_factory=dict)
+    full_batch: bool = False
+    torch_module: bool = True
+    reads_missing: bool = False
+    reads_categorical: bool = True
+    summary: str = ""
+
+
 class RankingModule(nn.Module):
     """Base class of the neural models (an ``nn.Module``; the scikit-learn estimators are
-    ``ctxrank.Ranker``): subclasses set ``name``, ``config_class``, ``default_loss`` and implement
+    ``ctxrank.Ranker``): subclasses set ``name``, ``config_class``, their ``traits`` and implement
     forward."""
 
     name: ClassVar[str] = ""
     config_class: ClassVar[type] = object
-    default_loss: ClassVar[str] = "listnet"
-    default_loss_params: ClassVar[Mapping[str, Any]] = {}  # options of default_loss this model implies
-    #: non-empty: the model trains its own objective (e.g. ``"arsm"``), ``training_loss`` ignores
-    #: ``loss_fn`` and a run's ``loss`` option does not apply
-    own_objective: ClassVar[str] = ""
-    rerank_features: ClassVar[tuple[str, ...]] = ()  # "rank"/"score" features added when re-ranking
-    #: the scores depend on the row order of a list (a recurrent encoder reads it: DCM, DLCM)
-    reads_order: ClassVar[bool] = False
-    #: an item's score depends on that item alone (no list context): the model can score rows without
-    #: their query ids (``predict(X)`` of the estimators, with a normalizer that is not per query)
-    scores_alone: ClassVar[bool] = False
-    #: training batches under ``train.batching = "model"``: ``"buckets"`` (queries of similar length:
-    #: the loss is a mean of per-list terms, so batch composition changes only padding cost and SGD
-    #: noise) or ``"random"`` (a loss that couples the lists of a batch, e.g. QILCM eq. 13)
-    batching: ClassVar[str] = "buckets"
-    #: run-config values the model implies where a run does not set them (``RunConfig.from_dict``, hence
-    #: every entrance, and the estimators' defaults): ``"transform"`` and ``"train.<field>"`` keys, e.g.
-    #: DASALC's ``{"transform": "log1p-zscore", "train.input_noise": 1.5}``
-    run_defaults: ClassVar[Mapping[str, Any]] = {}
-    #: one line for docs/models.md where the model's module docstring describes another model too
-    #: (empty: that docstring's first line)
-    summary: ClassVar[str] = ""
+    traits: ClassVar[ModelTraits] = ModelTraits()
 
     def __init__(
         self, n_features: int, config: Any, *, categorical_cardinalities: Sequence[int] = ()
@@ -153,8 +188,9 @@ class RankingModule(nn.Module):
     @classmethod
     def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
         """Whether the model built from ``params`` (``model_params``) reads the row order of a list:
-        :attr:`reads_order`, or an option that makes it (the rank embedding of ``attn`` and ``setrank``)."""
-        return cls.reads_order
+        ``traits.reads_order``, or an option that makes it (the rank embedding of ``attn`` and
+        ``setrank``)."""
+        return cls.traits.reads_order
 
     @classmethod
     def make_config(cls, params: Mapping[str, Any] | None = None) -> Any:
@@ -180,21 +216,16 @@ class RankingModule(nn.Module):
 
     def adopt(self, inner: RankingModule) -> None:
         """Become a wrapper of ``inner`` (a missing-value indicator, a residual correction): its weights
-        under ``inner.``, its name, config, categorical columns, loss defaults and re-ranking and batching
-        needs. Call after ``nn.Module.__init__`` (not ``RankingModule.__init__``: the inner model owns the
-        config and the embeddings)."""
+        under ``inner.``, its name, config, categorical columns and traits (loss defaults, re-ranking and
+        batching needs: e.g. QILCM's random batches). Call after ``nn.Module.__init__`` (not
+        ``RankingModule.__init__``: the inner model owns the config and the embeddings)."""
         self.inner = inner
         self.name = inner.name
         self.n_features = inner.n_features
         self.config = inner.config
         self.categorical_cardinalities = inner.categorical_cardinalities
         self.embedding = None
-        self.default_loss = inner.default_loss
-        self.default_loss_params = inner.default_loss_params
-        self.rerank_features = inner.rerank_features
-        self.batching = inner.batching  # e.g. QILCM's random batches (its eq. 13 pairs the batch's queries)
-        self.own_objective = inner.own_objective
-        self.reads_order = inner.reads_order
+        self.traits = inner.traits
 
     def item_inputs(
         self, features: torch.Tensor, categorical: torch.Tensor | None, *, clip: float | None = None
@@ -243,7 +274,7 @@ class RankingModule(nn.Module):
     def training_loss(self, batch: ListBatch, loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
         """The scalar the trainer minimizes (default: the ranking loss averaged over lists); when
         ``loss_fn`` is the model's ``default_loss``, its ``default_loss_params`` apply unless bound."""
-        loss_fn = with_default_options(loss_fn, self.default_loss, self.default_loss_params)
+        loss_fn = with_default_options(loss_fn, self.traits.default_loss, self.traits.default_loss_params)
         return loss_fn(self.score_batch(batch), batch.labels, batch.mask)
 
 

@@ -12,7 +12,7 @@ and normalization layers this file follows except where listed below.
 
 **1. Input transformation** (the paper's log1p, ``x~ = log_e(1 + |x|) (.) sign(x)``). Not a layer of
 this model: it is the run config's ``transform``, shared by every neural model. DASALC implies
-``transform = "log1p-zscore"`` (:attr:`DASALC.run_defaults`): ``sign(x) * log1p(|x|)`` of the raw
+``transform = "log1p-zscore"`` (``DASALC.traits.run_defaults``): ``sign(x) * log1p(|x|)`` of the raw
 features, then standardized with the training split's mean and std. The standardization is what the
 authors' code does next with a batch normalization of the log1p features (at inference a batch norm
 is exactly such a fixed affine map; its learned scale and shift are absorbed by the first linear layer);
@@ -99,7 +99,7 @@ from torch import nn
 from ctxrank._checks import check_dropout, check_int, check_int_list, check_positive
 from ctxrank.models._attention import attend, attention_mask
 from ctxrank.models._dropout import Dropout
-from ctxrank.models.base import FLOAT_BYTES, RankingModule
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
 
 __all__ = ["DASALC", "DASALCConfig", "LatentCrossAttention", "MaskedBatchNorm"]
 
@@ -226,10 +226,10 @@ class DASALC(RankingModule):
 
     name = "dasalc"
     config_class = DASALCConfig
-    default_loss = "listnet"
     #: TF-Ranking's softmax cross entropy: the label distribution ``y / sum y`` (module docstring)
-    default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
-    run_defaults: ClassVar[Mapping[str, Any]] = DASALC_RUN_DEFAULTS
+    traits = ModelTraits(
+        default_loss_params={"label_transform": "identity"}, run_defaults=DASALC_RUN_DEFAULTS
+    )
 
     def __init__(
         self, n_features: int, config: DASALCConfig, *, categorical_cardinalities: Sequence[int] = ()

@@ -40,7 +40,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ctxrank._checks import check_dropout, check_int
 from ctxrank.models._dropout import Dropout
 from ctxrank.models._jit import traceable_loop, tracing
-from ctxrank.models.base import FLOAT_BYTES, RankingModule
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
 
 CELLS = ("lstm", "gru")
 
@@ -80,9 +80,8 @@ class DCM(RankingModule):
     """Pointer-network choice model: ``(B, L, F)`` alternatives (real items first) -> ``(B, L)`` logits."""
 
     name = "dcm"
-    reads_order = True
     config_class = DCMConfig
-    default_loss = "attrank"
+    traits = ModelTraits(default_loss="attrank", reads_order=True)
 
     def __init__(self, n_features: int, config: DCMConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)

@@ -58,8 +58,8 @@ all, which the tests check.)
 
     L = - sum_i [ a^y_i log a^S_i + (1 - a^y_i) log(1 - a^S_i) ]
 
-(:attr:`DLCM.default_loss_params`, applied in :meth:`RankingModule.training_loss` when the trainer's loss is
-``attrank`` with no ``form`` bound). Other choices, as run-config overrides::
+(``DLCM.traits.default_loss_params``, applied in :meth:`RankingModule.training_loss` when the trainer's
+loss is ``attrank`` with no ``form`` bound). Other choices, as run-config overrides::
 
     --set loss_params.form=dlcm_code   # the authors' released code: softmax cross entropy only
     --set loss_params.form=qilcm       # QILCM's eq. 12
@@ -88,7 +88,7 @@ from torch.utils.checkpoint import checkpoint
 from ctxrank._checks import check_bool, check_dropout, check_int
 from ctxrank.models._dropout import Dropout
 from ctxrank.models._jit import records_backward, traceable_loop, tracing
-from ctxrank.models.base import FLOAT_BYTES, RankingModule
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
 
 __all__ = ["AUTHORS_EMBED_SIZE", "DIRECTIONS", "DLCM", "GRU_CELLS", "DLCMConfig", "PaperGRU"]
 
@@ -362,13 +362,10 @@ class DLCM(RankingModule):
     """
 
     name = "dlcm"
-    reads_order = True
     config_class = DLCMConfig
-    default_loss = "attrank"
-    #: loss options applied when the loss is ``default_loss`` and the run does not set them
-    default_loss_params: ClassVar[Mapping[str, Any]] = {"form": "dlcm"}
-    #: DLCM reads the raw feature vectors only (paper sec. 4.1: no extra features)
-    rerank_features: ClassVar[tuple[str, ...]] = ()
+    #: the loss options apply when the loss is ``default_loss`` and the run does not set them; no
+    #: rerank_features: DLCM reads the raw feature vectors only (paper sec. 4.1: no extra features)
+    traits = ModelTraits(default_loss="attrank", default_loss_params={"form": "dlcm"}, reads_order=True)
 
     def __init__(self, n_features: int, config: DLCMConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)

@@ -78,7 +78,14 @@ from torch import nn
 
 from ctxrank._checks import check_choice, check_dropout, check_int, check_int_list
 from ctxrank.models._dropout import Dropout
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_activation, mlp_floats
+from ctxrank.models.base import (
+    ACTIVATIONS,
+    FLOAT_BYTES,
+    ModelTraits,
+    RankingModule,
+    make_activation,
+    mlp_floats,
+)
 
 __all__ = ["GROUPS", "GSF", "REDUCTIONS", "GSFConfig"]
 
@@ -140,10 +147,8 @@ class GSF(RankingModule):
 
     name = "gsf"
     config_class = GSFConfig
-    default_loss = "listnet"
-    default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
     #: with ``groups = "window"`` the evaluation groups follow the row order of the list
-    reads_order = True
+    traits = ModelTraits(default_loss_params={"label_transform": "identity"}, reads_order=True)
 
     @classmethod
     def reads_row_order(cls, params: Mapping[str, Any]) -> bool:

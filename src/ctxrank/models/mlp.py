@@ -25,7 +25,7 @@ from ctxrank._checks import (
     check_non_negative,
     check_positive,
 )
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, ModelTraits, RankingModule, make_mlp, mlp_floats
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,11 @@ class MLPScorer(RankingModule):
     """s_i = MLP(x_i): (B, L, F) -> (B, L)."""
 
     name = "mlp"
-    summary = "MLP: a feed-forward network scoring each item independently (no list context)."
     config_class = MLPConfig
-    default_loss = "listnet"
-    scores_alone = True  # s_i = MLP(x_i)
+    traits = ModelTraits(
+        scores_alone=True,  # s_i = MLP(x_i)
+        summary="MLP: a feed-forward network scoring each item independently (no list context).",
+    )
 
     def __init__(self, n_features: int, config: MLPConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)
@@ -104,12 +105,14 @@ class ListNet(MLPScorer):
     """ListNet (Cao et al. 2007): a linear scorer trained with the top-one probability cross entropy."""
 
     name = "listnet"
-    summary = (
-        "ListNet (Cao, Qin, Liu, Tsai, Li; ICML 2007): a linear scorer trained with the top-one "
-        "probability cross entropy."
-    )
     config_class = ListNetConfig
-    default_loss = "listnet"
+    traits = ModelTraits(
+        scores_alone=True,
+        summary=(
+            "ListNet (Cao, Qin, Liu, Tsai, Li; ICML 2007): a linear scorer trained with the top-one "
+            "probability cross entropy."
+        ),
+    )
 
 
 #: the default ``model_params.l2`` of ``mnl``: chosen on validation
@@ -168,20 +171,19 @@ class MultinomialLogit(RankingModule):
     with ``a_c`` one constant per category of categorical column c (alternative-specific constants;
     code 0, unknown, is a category like the others) and ``P(choose j) = softmax(v)_j`` over the
     situation's alternatives. ``ctxrank train`` / ``run_training`` fit it to its **maximum likelihood**
-    with a full-batch SciPy solver (``full_batch = True``: :mod:`ctxrank.training.full_batch`), not by
+    with a full-batch SciPy solver (``traits.full_batch``: :mod:`ctxrank.training.full_batch`), not by
     SGD epochs; ``fit`` (SGD) still works on it, with ListNet's cross entropy with
     ``label_transform="identity"`` = ``-log softmax(v)_chosen``. The bias ``b`` cancels in the softmax.
     """
 
     name = "mnl"
-    summary = (
-        "MNL: the multinomial (conditional) logit (McFadden 1974), fitted to its maximum likelihood."
-    )
     config_class = MNLConfig
-    default_loss = "listnet"
-    scores_alone = True  # the utility v_j of an alternative is its own
-    default_loss_params: ClassVar[Mapping[str, Any]] = {"label_transform": "identity"}
-    full_batch: ClassVar[bool] = True
+    traits = ModelTraits(
+        default_loss_params={"label_transform": "identity"},
+        scores_alone=True,  # the utility v_j of an alternative is its own
+        full_batch=True,
+        summary="MNL: the multinomial (conditional) logit (McFadden 1974), fitted to its maximum likelihood.",
+    )
 
     def __init__(self, n_features: int, config: MNLConfig, *, categorical_cardinalities: Sequence[int] = ()):
         super().__init__(n_features, config, categorical_cardinalities=categorical_cardinalities)

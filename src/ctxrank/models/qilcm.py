@@ -37,7 +37,7 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
   term); ``confusion_form="mean"`` averages each sum over its list's items and the dimensions
   (scale-free). ``confusion_pairs`` samples that many ordered query pairs (an unbiased estimate).
 * Batches: eq. 13 averages over the queries of a training batch, so which queries share a batch
-  changes the objective. ``QILCM.batching = "random"``: unless ``train.batching`` says otherwise,
+  changes the objective. ``QILCM.traits.batching = "random"``: unless ``train.batching`` says otherwise,
   ``fit`` draws batches uniformly at random instead of grouping queries of similar length
   (docs/training.md).
 * Serving (:meth:`QILCM.serving_scores`, what ``ctxrank export`` writes): the same scores by fewer
@@ -78,7 +78,7 @@ from ctxrank._checks import (
 from ctxrank.data.lists import ListBatch
 from ctxrank.losses import CHAMFER_DIRECTIONS, chamfer_confusion, chamfer_memory
 from ctxrank.models._dropout import Dropout
-from ctxrank.models.base import FLOAT_BYTES, RankingModule, make_mlp, mlp_floats
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule, make_mlp, mlp_floats
 
 VARIANTS = {
     "full": {},
@@ -217,9 +217,11 @@ class QILCM(RankingModule):
 
     name = "qilcm"
     config_class = QILCMConfig
-    default_loss = "attrank"
-    rerank_features = ("rank",)
-    batching = "random"  # eq. 13 pairs the queries of a batch: batches of any lengths (docs/training.md)
+    traits = ModelTraits(
+        default_loss="attrank",
+        rerank_features=("rank",),
+        batching="random",  # eq. 13 pairs the queries of a batch: batches of any lengths (docs/training.md)
+    )
 
     def __init__(
         self, n_features: int, config: QILCMConfig, *, categorical_cardinalities: Sequence[int] = ()

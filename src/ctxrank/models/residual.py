@@ -36,9 +36,10 @@ class Residual(RankingModule):
         nn.Module.__init__(self)  # not RankingModule.__init__: the inner model owns config and embeddings
         if not isinstance(inner, RankingModule):
             raise TypeError(f"Residual wraps a neural RankingModule, got {type(inner).__name__}")
-        if inner.own_objective:
+        own = inner.traits.own_objective
+        if own:
             raise ValueError(
-                f"rerank.residual: {inner.name} trains its own {inner.own_objective} objective; a residual "
+                f"rerank.residual: {inner.name} trains its own {own} objective; a residual "
                 "correction applies to models trained with a ranking loss"
             )
         self.adopt(inner)
@@ -69,7 +70,8 @@ class Residual(RankingModule):
         """The inner model's training loss, with the ranking loss applied to the residual scores."""
         if batch.init_scores is None:
             raise ValueError("a residual re-ranker trains on init_scores + a correction: the batch has none")
-        loss_fn = with_default_options(loss_fn, self.inner.default_loss, self.inner.default_loss_params)
+        traits = self.inner.traits
+        loss_fn = with_default_options(loss_fn, traits.default_loss, traits.default_loss_params)
         init = batch.init_scores
 
         def residual_loss(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, **kw):

@@ -35,7 +35,7 @@ input features, ``d = d_model``, ``m`` inducing points, ``mask`` (B, L) True = r
 **Loss**: the attention rank loss, the cross entropy between the normalized label gains
 ``psi(y_i) / sum_j psi(y_j)`` (``psi(y) = exp(y)`` for ``y > 0``, else 0) and ``softmax(s)``; the
 authors' code computes it as ``softmax_cross_entropy_with_logits`` without any other term, which is
-``ctxrank.losses.attrank`` with ``form = "dlcm_code"``: :attr:`SetRank.default_loss_params` bind it
+``ctxrank.losses.attrank`` with ``form = "dlcm_code"``: ``SetRank.traits.default_loss_params`` bind it
 unless the run sets a form (``--set loss_params.form=qilcm`` etc.; any registered loss works).
 
 **Ordinal embedding** (``rank_embedding = True``: SetRank^init): when re-ranking an initial ranker's
@@ -81,7 +81,7 @@ from ctxrank.models._attention import (
     attention_weight_bytes,
 )
 from ctxrank.models._dropout import Dropout, dropout
-from ctxrank.models.base import FLOAT_BYTES, RankingModule
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
 
 __all__ = ["SETRANK_BLOCKS", "SetRank", "SetRankConfig"]
 
@@ -180,9 +180,8 @@ class SetRank(RankingModule):
 
     name = "setrank"
     config_class = SetRankConfig
-    default_loss = "attrank"
     #: SetRank's attention rank loss is the authors' softmax cross entropy (module docstring)
-    default_loss_params: ClassVar[Mapping[str, Any]] = {"form": "dlcm_code"}
+    traits = ModelTraits(default_loss="attrank", default_loss_params={"form": "dlcm_code"})
 
     def __init__(
         self, n_features: int, config: SetRankConfig, *, categorical_cardinalities: Sequence[int] = ()

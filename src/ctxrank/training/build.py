@@ -15,7 +15,7 @@ from ctxrank.data.ranking_data import RankingData, missing_message
 from ctxrank.models.base import RankingModule
 from ctxrank.models.missing import MissingIndicator
 from ctxrank.models.residual import Residual
-from ctxrank.registry import is_baseline, make_model, reads_missing
+from ctxrank.registry import get_model, make_model
 
 __all__ = ["build_model", "missing_handling", "missing_problem"]
 
@@ -34,12 +34,12 @@ def missing_problem(config: RunConfig, data: RankingData | None) -> str | None:
     neural model's learned fill and indicators; ``"error"``: nobody)."""
     if data is None:
         return None
-    policy, model = config.train.missing, config.model
-    if policy == "indicator" or (policy == "native" and reads_missing(model)):
+    policy, model, traits = config.train.missing, config.model, get_model(config.model).traits
+    if policy == "indicator" or (policy == "native" and traits.reads_missing):
         return None
     if policy == "error":
         return missing_message(data, "train.missing = 'error' refuses them", _FILL)
-    if is_baseline(model):
+    if not traits.torch_module:  # no missing indicator to wrap it
         return missing_message(data, f"{model} does not read missing values", f"{_FILL}, or train lambdamart")
     return missing_message(
         data,

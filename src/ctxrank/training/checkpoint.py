@@ -53,7 +53,7 @@ from ctxrank._modeldir import (
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
-from ctxrank.registry import MODELS, baseline_of_kind, is_baseline
+from ctxrank.registry import MODELS, baseline_of_kind
 from ctxrank.training.build import build_model
 from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
 from ctxrank.training.predict import TorchPredictor
@@ -256,7 +256,7 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
     """A neural model: metadata checked, weights header matched on the meta device, then built."""
     where = directory / META_FILE
     name = meta_str(meta, "model", where)
-    if name not in MODELS or is_baseline(name):
+    if name not in MODELS or not MODELS[name].traits.torch_module:
         raise ValueError(f"{where}: 'model' {short(name)} is not a neural model; valid: {', '.join(MODELS)}")
     n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
     meta_strings(meta, "feature_names", where, n_features)

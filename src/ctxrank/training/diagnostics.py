@@ -149,7 +149,7 @@ def report(
     messages: Sequence[str | None], *, category: type[Warning] = TrainingWarning, stacklevel: int = 2
 ) -> list[str]:
     """Issue each message (Nones dropped) as a ``category`` warning; the messages, which the caller
-    records in its summary (:meth:`FitSummary.with_warnings <ctxrank.training.summary.FitSummary>`)."""
+    records in its summary (:meth:`FitSummary.with_warnings <ctxrank.fit_summary.FitSummary>`)."""
     found = [m for m in messages if m]
     for message in found:
         warnings.warn(message, category, stacklevel=stacklevel + 1)

@@ -56,6 +56,10 @@ class EnsemblePredictor:
     def reranks(self) -> bool:
         return isinstance(self.members[0], RerankPredictor)
 
+    def prepare(self, data: RankingData) -> RerankSplit:
+        """Re-ranking members: ``data`` cut to the top k of their shared initial ranker."""
+        return self.members[0].prepare(data)
+
     def top_scores(self, split: RerankSplit) -> np.ndarray:
         """Re-ranking members: the mean of the re-rankers' scores of ``split.top`` (float64 (N',))."""
         return np.mean(
@@ -65,6 +69,6 @@ class EnsemblePredictor:
 
     def predict(self, data: RankingData) -> np.ndarray:
         if self.reranks:
-            split = self.members[0].prepare(data)
+            split = self.prepare(data)
             return merge_scores(split, self.top_scores(split))
         return np.mean([np.asarray(m.predict(data), dtype=np.float64) for m in self.members], axis=0)

@@ -1,6 +1,6 @@
 """Full-batch maximum-likelihood fitting of a model whose utilities are linear in its parameters, so
 that its log-likelihood is concave (the conditional logit, ``models.mlp.MultinomialLogit``:
-``full_batch = True``).
+``traits.full_batch``).
 
 The objective is the exact mean negative log-likelihood of the chosen alternatives over the training
 situations, plus an optional L2 penalty on every parameter but the (cancelling) bias::
@@ -41,10 +41,10 @@ from scipy.optimize import minimize
 
 from ctxrank.data.lists import pad_queries
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.fit_summary import FitSummary
 from ctxrank.models.base import RankingModule
 from ctxrank.training.diagnostics import TrainingWarning, grid_edge, grid_edge_of, report
 from ctxrank.training.separation import Undetermined, find_separation
-from ctxrank.training.summary import FitSummary
 
 __all__ = ["FitWarning", "fit_full_batch", "mean_log_likelihood"]
 

@@ -48,6 +48,7 @@ from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
+from ctxrank.fit_summary import FitSummary
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
 from ctxrank.training.diagnostics import epoch_cap, report, stalled
@@ -55,7 +56,6 @@ from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
-from ctxrank.training.summary import FitSummary
 
 __all__ = ["FitResult", "LossFn", "NonFiniteLossError", "batching", "fit", "seed_everything"]
 
@@ -97,9 +97,9 @@ class FitResult:
 
 
 def batching(model: RankingModule, config: TrainConfig) -> str:
-    """The batching of a fit: ``train.batching``, or the model class's ``batching`` when it is
+    """The batching of a fit: ``train.batching``, or the model's ``traits.batching`` when it is
     ``"model"`` (``"random"`` for QILCM, ``"buckets"`` for the others)."""
-    return model.batching if config.batching == "model" else config.batching
+    return model.traits.batching if config.batching == "model" else config.batching
 
 
 def seed_everything(seed: int, threads: int | None = None) -> None:
@@ -171,7 +171,7 @@ def fit(
     Args:
         model: a :class:`RankingModule` (already built for ``train.n_features`` features).
         loss_fn: ``(scores, labels, mask) -> scalar`` ranking loss (e.g. ``ctxrank.losses.listnet``),
-            or None for a model with its own objective (``model.own_objective``, e.g. ARSM-L2R);
+            or None for a model with its own objective (``model.traits.own_objective``, e.g. ARSM-L2R);
             the model's ``training_loss`` decides how it is used.
         train, valid: normalized data; valid drives early stopping and model selection only. ``train``
             may be a :class:`~ctxrank.data.stream.ShardStream` (normalizing its reads), streamed from
@@ -202,7 +202,7 @@ def fit(
         ValueError: ``resume`` with a state of another run, or a damaged state; a state in
             ``state_dir`` without ``resume``.
     """
-    if loss_fn is None and not model.own_objective:
+    if loss_fn is None and not model.traits.own_objective:
         raise ValueError(f"{model.name} needs a loss function (it has no objective of its own)")
     if isinstance(train, ShardStream) and train_init_scores is not None:
         raise ValueError(

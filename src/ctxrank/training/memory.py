@@ -37,7 +37,7 @@ from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
 from ctxrank.losses import LOSSES, loss_memory
 from ctxrank.models.base import RankingModule
-from ctxrank.registry import is_baseline
+from ctxrank.registry import get_model
 from ctxrank.training.build import build_model
 
 __all__ = [
@@ -92,7 +92,7 @@ def _step_bytes(
     n_cat = 0 if data.categorical is None else data.categorical.shape[1]
     need = input_bytes(B, L, data.n_features, n_cat, training=loss is not None)
     need += model.batch_memory(B, L, training=loss is not None)
-    if loss is not None and not model.own_objective:
+    if loss is not None and not model.traits.own_objective:
         need += loss_memory(loss[0], B, L, loss[1])
     return need
 
@@ -133,7 +133,7 @@ def check_model_size(
     """Refuse the neural model of ``config`` when its weights, gradients and Adam state exceed
     ``train.max_memory_bytes``: counted on a copy built on PyTorch's ``meta`` device (shapes only, so
     ``model_params.hidden = [10**7]`` allocates nothing here). A baseline passes."""
-    if is_baseline(config.model):
+    if not get_model(config.model).traits.torch_module:
         return
     with torch.device("meta"):
         model = build_model(config, n_features, categorical_cardinalities)

@@ -462,7 +462,10 @@ class RerankPredictor:
             score_feature=self.spec.score_feature,
         )
 
+    def top_scores(self, split: RerankSplit) -> np.ndarray:
+        """The re-ranker's scores of ``split.top`` (N',)."""
+        return self.reranker.predict(split.top, init_scores=split.top_initial_scores)
+
     def predict(self, data: RankingData) -> np.ndarray:
         split = self.prepare(data)
-        top_scores = self.reranker.predict(split.top, init_scores=split.top_initial_scores)
-        return merge_scores(split, top_scores)
+        return merge_scores(split, self.top_scores(split))

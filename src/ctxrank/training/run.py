@@ -2,13 +2,14 @@
 
 :func:`run_training` takes a resolved :class:`RunConfig` and the train/valid(/test) splits and:
 
-* ``model`` a baseline (a ``registry.Baseline``: ``lambdamart``, ``ranksvm``, ``adarank-map``,
-  ``adarank-ndcg``): fits it alone on whole lists (it has its own feature handling; ``transform`` does
-  not apply) and records its ``training_summary()`` (best iteration, chosen ``C``, kept rounds, ...);
-* otherwise, when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
+* fits the model its registry entry names (``entry.fit``): a baseline (``lambdamart``, ``ranksvm``,
+  ``adarank-map``, ``adarank-ndcg``) fits itself alone on whole lists (it has its own feature handling;
+  ``transform`` does not apply) and records its ``training_summary()`` (best iteration, chosen ``C``,
+  kept rounds, ...); a neural model is handed :func:`_train_neural`, which
+* when ``rerank.initial = "lambdamart"``: fits LambdaMART, scores every split (out-of-fold
   on train with ``rerank.crossfit = K``), keeps each query's top ``rerank.top_k`` and trains the
   neural re-ranker on those lists (``ctxrank.training.rerank``);
-* otherwise: trains the neural model on whole lists; a model with ``full_batch = True`` (the
+* otherwise trains the neural model on whole lists; a model with ``traits.full_batch`` (the
   conditional logit ``mnl``) is fitted to its maximum likelihood by ``ctxrank.training.full_batch``
   (SciPy, all situations at once) instead of SGD epochs.
 
@@ -33,9 +34,10 @@ run's seed and thread count: the same model and scores again). ``fit`` checks a 
 it trains on, so a resume whose recomputed inputs differ is refused instead of continuing silently. A
 baseline has no epochs: resuming it trains it again.
 
-:func:`run_training` reads as its steps: :func:`_run_baseline` for a baseline; else
-:func:`_prepare_rerank` (initial ranker and top-k lists, when re-ranking), :func:`_fit_neural`
-(normalizer, model, loss, ``fit``), :func:`save_result` and :func:`_evaluate_test`.
+:func:`run_training` reads as its steps, for every kind of model: the entry's ``fit`` (for a neural model
+:func:`_train_neural`: :func:`_prepare_rerank`, the initial ranker and top-k lists when re-ranking, then
+:func:`_fit_neural`, the normalizer, model, loss and ``fit``), :func:`save_result` and
+:func:`_evaluate_test`.
 """
 
 from __future__ import annotations
@@ -59,11 +61,18 @@ from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
 from ctxrank.data.transforms import Transform, make_transform
+from ctxrank.fit_summary import FitSummary, TrainMetric
 from ctxrank.losses import get_loss
-from ctxrank.metrics import CHOICE_METRICS, evaluate_queries, is_choice_data, metric_convention
+from ctxrank.metrics import (
+    CHOICE_METRICS,
+    evaluate_queries,
+    is_choice_data,
+    mean_over_queries,
+    metric_convention,
+)
 from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
-from ctxrank.registry import Baseline, get_model
+from ctxrank.registry import Fitted, ModelEntry, get_model
 from ctxrank.training.build import build_model, missing_handling, missing_problem
 from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
@@ -82,7 +91,6 @@ from ctxrank.training.rerank import (
     prepare_split,
 )
 from ctxrank.training.rerank_spec import RerankSpec
-from ctxrank.training.summary import FitSummary, TrainMetric
 
 __all__ = [
     "EVAL_METRICS",
@@ -139,8 +147,7 @@ def validation_metric(predictor: Any, valid: RankingData, config: RunConfig) -> 
 
 def rerank_features(config: RunConfig) -> tuple[bool, bool]:
     """(rank_feature, score_feature): the config's choice, else the model's default."""
-    entry = get_model(config.model)
-    wanted = () if isinstance(entry, Baseline) else entry.rerank_features
+    wanted = get_model(config.model).traits.rerank_features
     rr = config.rerank
     rank = rr.rank_feature if rr.rank_feature is not None else "rank" in wanted
     score = rr.score_feature if rr.score_feature is not None else "score" in wanted
@@ -150,8 +157,7 @@ def rerank_features(config: RunConfig) -> tuple[bool, bool]:
 def check_reads_categorical(model: str, categorical: Sequence[str]) -> None:
     """ValueError when ``model`` is a baseline that reads no categorical columns and ``categorical``
     names some: trained without them, it would ignore them silently."""
-    entry = get_model(model)
-    if isinstance(entry, Baseline) and not entry.reads_categorical and categorical:
+    if categorical and not get_model(model).traits.reads_categorical:
         raise ValueError(
             f"{model} uses numeric features only and would ignore the categorical columns "
             f"{','.join(categorical)}: leave them out (or one-hot encode them into numeric columns), or "
@@ -244,47 +250,62 @@ def run_training(
             resume=resume,
         )
         return _ensemble_result(config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
-    if isinstance(entry, Baseline):
-        return _run_baseline(entry, config, train, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
-    train = _order_of_items(config, entry, train)
-    rerank = None
-    if config.rerank.initial:
-        rerank = _prepare_rerank(config, train, valid, initial, log or (lambda *_: None))
-    model, transform, summary, history = _fit_neural(
-        config,
-        train,
-        valid,
-        rerank,
+    train_neural = functools.partial(
+        _train_neural,
+        initial=initial,
+        say=log or (lambda *_: None),
         out=out,
         progress=progress,
         state_dir=state_dir,
         resume=resume,
-        t0=t0,
         on_epoch=on_epoch,
     )
+    fitted = entry.fit(config, train, valid, train_neural=train_neural)
+    result = RunResult(
+        config=config,
+        summary=dataclasses.replace(fitted.summary, seconds=time.perf_counter() - t0),
+        predictor=fitted.predictor,
+        history=fitted.history,
+        layout=fitted.layout,
+    )
+    if out is not None:
+        save_result(result, out, meta=meta, write_log=False)  # a neural fit wrote train_log.jsonl as it went
+    if test is not None:
+        _evaluate_test(result, test, evaluate)
+    return result
+
+
+def _train_neural(
+    entry: ModelEntry,
+    config: RunConfig,
+    train: RankingData | ShardStream,
+    valid: RankingData,
+    *,
+    initial: InitialRanker | None,
+    say: Callable[[str], None],
+    **fit_options: Any,
+) -> Fitted:
+    """A neural entry's ``fit``: the order of the training items, the initial ranker's top-k lists when
+    re-ranking, then the normalizer, model and training (:func:`_fit_neural`); the predictor applies the
+    normalizer (and the initial ranker) to raw data."""
+    train = _order_of_items(config, entry, train)
+    rerank = _prepare_rerank(config, train, valid, initial, say) if config.rerank.initial else None
+    model, transform, summary, history = _fit_neural(config, train, valid, rerank, **fit_options)
     fit_train = rerank.train.top if rerank is not None and rerank.train is not None else train
     layout = fit_train.first_query() if isinstance(fit_train, ShardStream) else fit_train.subset([0])
-    del fit_train
     predictor: Any = TorchPredictor(
         model=model, transform=transform, config=config, meta={"n_features": layout.n_features}
     )
-    if rerank is not None:
-        rerank.train = rerank.valid = None  # the top-k lists are not needed any more: free them
+    if rerank is not None:  # its top-k lists are freed on return
         predictor = RerankPredictor(rerank.initial, predictor, rerank.spec)
-    result = RunResult(config=config, summary=summary, predictor=predictor, history=history, layout=layout)
-    if out is not None:
-        save_result(result, out, meta=meta, write_log=False)  # fit wrote train_log.jsonl as it went
-    if test is not None:
-        _evaluate_test(result, model, transform, test, rerank, evaluate)
-    return result
+    return Fitted(predictor, summary, history, layout)
 
 
 def check_streaming(config: RunConfig, stream: ShardStream) -> None:
     """What cannot train from a stream of shards (module docstring), or a shuffle buffer smaller than a
     batch: a ValueError saying why."""
-    entry = get_model(config.model)
     needs = None
-    if isinstance(entry, Baseline):
+    if not get_model(config.model).traits.torch_module:
         needs = (
             f"{config.model} is a baseline fitted on the whole training split at once (LightGBM and the "
             "others read it in memory)"
@@ -365,17 +386,8 @@ def _ensemble_result(
         members_dirs = [member_dir(i) for i in range(len(members))]
         save_ensemble(out, config, members_dirs, predictor, summary.to_json(), meta)
     result = RunResult(config=config, summary=summary, predictor=predictor)
-    if test is None:
-        return result
-    if not predictor.reranks:
-        result.test_scores = predictor.predict(test)
-        result.test_metrics = evaluate(result.test_scores, test)
-        return result
-    split = predictor.members[0].prepare(test)
-    scores, data = evaluation_target(split, predictor.top_scores(split), config.rerank.ideal)
-    result.test_scores = scores if config.rerank.ideal == "full" else None
-    result.test_metrics = evaluate(scores, data)
-    result.initial_test_metrics = evaluate(split.initial_scores, test)
+    if test is not None:
+        _evaluate_test(result, test, evaluate)
     return result
 
 
@@ -383,7 +395,7 @@ def _ensemble_result(
 ROW_ORDER_WARNING = "the items of every training query are sorted by"
 
 
-def _order_of_items(config: RunConfig, entry: type[RankingModule], train: Any) -> Any:
+def _order_of_items(config: RunConfig, entry: ModelEntry, train: Any) -> Any:
     """``train.shuffle_items``: the training rows of every query in a random order (seed
     ``train.seed``). Otherwise, for a model that reads the row order, a warning when the rows of every
     query are sorted by a feature (the order then tells the model that feature's rank)."""
@@ -408,42 +420,6 @@ def _evaluate(
     scores: np.ndarray, data: RankingData, *, metrics: tuple[str, ...], no_relevant: float | str
 ) -> dict[str, np.ndarray]:
     return evaluate_queries(scores, data.labels, data.query_offsets, metrics, no_relevant=no_relevant)
-
-
-def _run_baseline(
-    baseline: Baseline,
-    config: RunConfig,
-    train: RankingData,
-    valid: RankingData,
-    test: RankingData | None,
-    *,
-    out: Path | None,
-    meta: dict[str, Any] | None,
-    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
-    t0: float,
-) -> RunResult:
-    """Fit a baseline on whole lists, save it, evaluate it on ``test``. Its summary adds ``train_metric``:
-    ``train.metric`` of the fitted model on ``valid`` (its own selection, e.g. LambdaMART's early
-    stopping, follows its ``model_params``)."""
-    model = baseline.build(config.model_params, config.train).fit(train, valid)
-    summary = dataclasses.replace(
-        FitSummary.from_json(model.training_summary()),  # the baseline's public record of its fit
-        train_metric=TrainMetric(config.train.metric, validation_metric(model, valid, config)),
-        seconds=time.perf_counter() - t0,
-    )
-    result = RunResult(
-        config=config,
-        summary=summary,
-        predictor=model,
-        history=_baseline_history(model),
-        layout=train.subset([0]),
-    )
-    if out is not None:
-        save_result(result, out, meta=meta)
-    if test is not None:
-        result.test_scores = model.predict(test)
-        result.test_metrics = evaluate(result.test_scores, test)
-    return result
 
 
 def _prepare_rerank(
@@ -479,7 +455,6 @@ def _fit_neural(
     progress: bool,
     state_dir: str | Path | None,
     resume: bool,
-    t0: float,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[RankingModule, Transform, FitSummary, list[dict[str, Any]]]:
     """Fit the normalizer on the (prepared) training split, build the model and its loss, train it.
@@ -492,7 +467,12 @@ def _fit_neural(
         fit_train, fit_valid = rerank.train.top, rerank.valid.top
         train_init, valid_init = rerank.train.top_initial_scores, rerank.valid.top_initial_scores
     seed_everything(tc.seed, tc.threads)
-    transform, model, loss_fn = _build(config, fit_train)
+    cards = fit_train.categorical_cardinalities
+    device = resolve_device(tc.device)
+    check_model_size(config, fit_train.n_features, cards, device)  # before building it
+    transform = _fit_transform(config, fit_train, device)
+    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
+    loss_fn = _loss_of(config, model)
     # the top-k lists of a re-ranking run are gathered from the splits when read: a row-wise normalizer
     # goes with each read (nothing copied), a per-query one normalizes one copy of them in place; whole
     # lists are the caller's data: normalized into new arrays
@@ -508,7 +488,7 @@ def _fit_neural(
             valid_init,
             reranks=rerank is not None,
         )
-        return model, transform, dataclasses.replace(fitted_mle, seconds=time.perf_counter() - t0), []
+        return model, transform, fitted_mle, []  # no epochs
     log_path = None if out is None else _train_log(out, resume)
     if isinstance(fit_train, ShardStream):
         normalized = fit_train.with_transform(transform)  # each read normalized as it comes
@@ -533,30 +513,26 @@ def _fit_neural(
         summary = _against_initial(summary, config, model, fit_valid, valid_init, summary.best_valid_metric)
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
-    summary = dataclasses.replace(
-        summary,
-        model_config=json.loads(json.dumps(dataclasses.asdict(model.config), default=str)),
-        seconds=time.perf_counter() - t0,
-    )
+    model_config = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
+    summary = dataclasses.replace(summary, model_config=model_config)
     return model, transform, summary, fitted.history
 
 
-def _build(
-    config: RunConfig, fit_train: RankingData | ShardStream
-) -> tuple[Transform, RankingModule, functools.partial[Any] | None]:
-    """The normalizer fitted on ``fit_train``, the model (checked to fit in memory before it is built)
-    and its loss (None for a model that trains its own objective, e.g. ARSM-L2R)."""
-    cards = fit_train.categorical_cardinalities
-    device = resolve_device(config.train.device)
-    check_model_size(config, fit_train.n_features, cards, device)  # before building it
-    if isinstance(fit_train, ShardStream):  # one pass over this rank's shards; ranks merge their statistics
-        transform = make_transform(config.transform).fit_stream(fit_train.chunks(), merge=_all_gather(device))
-    else:
-        transform = make_transform(config.transform).fit(fit_train)
-    model = build_model(config, fit_train.n_features, cards)  # residual: a correction starting at 0
-    if model.own_objective:
-        return transform, model, None
-    return transform, model, functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
+def _fit_transform(config: RunConfig, train: RankingData | ShardStream, device: torch.device) -> Transform:
+    """The run's normalizer fitted on the (prepared) training split; a stream's in one pass over this
+    rank's shards (under torchrun the ranks merge their statistics)."""
+    transform = make_transform(config.transform)
+    if isinstance(train, ShardStream):
+        return transform.fit_stream(train.chunks(), merge=_all_gather(device))
+    return transform.fit(train)
+
+
+def _loss_of(config: RunConfig, model: RankingModule) -> Callable[..., torch.Tensor] | None:
+    """The ranking loss the trainer minimizes, with its options; None for a model that trains its own
+    objective (e.g. ARSM-L2R)."""
+    if model.traits.own_objective:
+        return None
+    return functools.partial(get_loss(config.loss_name), **config.effective_loss_params)
 
 
 def _train_log(out: Path, resume: bool) -> Path:
@@ -609,17 +585,8 @@ def _all_gather(device: torch.device) -> Callable[[np.ndarray], list[np.ndarray]
 
 
 def _mean_metric(scores: np.ndarray, data: RankingData, tc: Any) -> float:
-    """Mean ``train.metric`` of ``scores`` on ``data`` (queries whose metric is NaN under
-    ``no_relevant = "skip"`` left out; NaN when none is left): the re-ranker's own validation metric."""
-    per = evaluate_queries(
-        np.asarray(scores, dtype=np.float64),
-        data.labels,
-        data.query_offsets,
-        [tc.metric],
-        no_relevant=tc.no_relevant,
-    )[tc.metric]
-    ok = np.isfinite(per)
-    return float(per[ok].mean()) if ok.any() else float("nan")
+    """Mean ``train.metric`` of ``scores`` on ``data`` (:func:`ctxrank.metrics.mean_over_queries`)."""
+    return mean_over_queries(scores, data, tc.metric, tc.no_relevant)
 
 
 def _against_initial(
@@ -636,7 +603,7 @@ def _against_initial(
     tc = config.train
     initial = _mean_metric(valid_init, valid, tc)
     summary = dataclasses.replace(summary, initial_valid_metric=initial)
-    if isinstance(model, Residual):
+    if config.rerank.residual:  # the model is a Residual correction of the initial scores
         summary = _keep_initial_if_better(model, initial, tc, summary)
         reranker = summary.best_valid_metric
     worse = worse_than_initial(reranker, initial, tc.metric, top_k=config.rerank.top_k, model=config.model)
@@ -669,23 +636,24 @@ def save_result(
     out, config, predictor = Path(out), result.config, result.predictor
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
-    if isinstance(predictor, (TorchPredictor, RerankPredictor)):
-        torch_predictor = predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
-        if isinstance(predictor, RerankPredictor):
-            predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
+    rerank = None
+    if isinstance(predictor, RerankPredictor):  # the initial ranker's directory, then the re-ranker's
+        predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
+        rerank, predictor = predictor.spec, predictor.reranker
+    if isinstance(predictor, TorchPredictor):
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         save_checkpoint(
             out,
-            torch_predictor.model,
+            predictor.model,
             config,
-            torch_predictor.transform,
+            predictor.transform,
             train_data=result.layout,
             summary=result.summary.to_json(),
             conventions=conv.to_dict(),
-            rerank=predictor.spec if isinstance(predictor, RerankPredictor) else None,
+            rerank=rerank,
             extra=meta,
         )
-    else:
+    else:  # a baseline saves its own files
         predictor.save(out, run_config=config.to_dict(), overwrite=True)
         update_meta(out, {**(meta or {}), "training": result.summary.to_json()})  # as a checkpoint records it
     if write_log and result.history and "train_loss" in result.history[0]:
@@ -698,50 +666,18 @@ def save_result(
     return out
 
 
-def _baseline_history(model: Any) -> list[dict[str, Any]]:
-    """Per-iteration validation metrics of a fitted baseline (LambdaMART's ``evals_result_``, AdaRank's
-    ``history_``) as curve records; [] for one without (RankSVM)."""
-    valid = (getattr(model, "evals_result_", None) or {}).get("valid", {})
-    metric = getattr(model, "metric", "")
-    if metric in valid:
-        return [{"epoch": i + 1, f"valid_{metric}": v} for i, v in enumerate(valid[metric])]
-    rounds = getattr(model, "history_", None) or []
-    if rounds and rounds[0].get("valid") is not None:
-        return [{"epoch": i + 1, f"valid_{metric}": r["valid"]} for i, r in enumerate(rounds)]
-    return []
-
-
 def _evaluate_test(
-    result: RunResult,
-    model: RankingModule,
-    transform: Transform,
-    test: RankingData,
-    rerank: _Rerank | None,
-    evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
+    result: RunResult, test: RankingData, evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]]
 ) -> None:
-    """Score ``test`` once (through the initial ranker's top k when re-ranking) into ``result``."""
-    tc = result.config.train
-    budget, batch = tc.max_memory_bytes, tc.eval_batch_size
-    if rerank is None:
-        result.test_scores = predict(
-            model, transform.transform(test), batch_size=batch, max_memory_bytes=budget
-        )
+    """Score ``test`` once with ``result.predictor`` into ``result``: a re-ranking run's top-k lists of the
+    initial ranker, scored by the re-ranker, evaluated as ``rerank.ideal`` says, and the initial scores."""
+    predictor, rr = result.predictor, result.config.rerank
+    if not rr.initial:
+        result.test_scores = predictor.predict(test)
         result.test_metrics = evaluate(result.test_scores, test)
         return
-    rr = result.config.rerank
-    init_scores = rerank.initial.predict(test)
-    split = prepare_split(
-        test,
-        init_scores,
-        k=rr.top_k,
-        rank_feature=rerank.spec.rank_feature,
-        score_feature=rerank.spec.score_feature,
-    )
-    top = transform.transform(split.top, in_place=True)  # gathered when read (per-query: one copy)
-    top_scores = predict(
-        model, top, init_scores=split.top_initial_scores, batch_size=batch, max_memory_bytes=budget
-    )
-    scores, data = evaluation_target(split, top_scores, rr.ideal)
+    split = predictor.prepare(test)
+    scores, data = evaluation_target(split, predictor.top_scores(split), rr.ideal)
     result.test_scores = scores if rr.ideal == "full" else None
     result.test_metrics = evaluate(scores, data)
-    result.initial_test_metrics = evaluate(init_scores, test)
+    result.initial_test_metrics = evaluate(split.initial_scores, test)
