@@ -51,8 +51,8 @@ import warnings
 from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
-from ctxrank import __version__
 from ctxrank._allocator import limit_heap_growth
+from ctxrank._version import __version__
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
