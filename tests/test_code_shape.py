@@ -1,4 +1,4 @@
-"""The shape of the code (issue 17): no function in src/ctxrank longer than 80 code lines.
+"""The shape of the code: no function in src/ctxrank longer than 80 code lines.
 
 A function's length counts every line from its ``def`` to its last line (signature, body, blank and
 comment lines, nested functions), minus the lines of its docstring. Methods and nested functions are
@@ -14,6 +14,7 @@ Why not ruff's PLR0915 (too-many-statements): statement counts do not follow len
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from .conftest import REPO
@@ -95,3 +96,40 @@ def test_counting_rule(tmp_path):
     # short: def, comment, blank, return (the 4-line docstring is not counted); decorators are not
     # counted either (the count starts at ``def``); a nested function counts in its parent too
     assert lengths == {"m.py:2 short": 4, "m.py:14 K.method": 5, "m.py:15 K.method.inner": 2}
+
+
+# ------------------------------------------------------------------------ comments explain the code
+#: where the code, the tests and the docs live (CHANGELOG.md keeps the project's history, SECURITY.md
+#: its guarantees: neither is checked)
+PROSE = ["src", "tests", "docs", "benchmarks", "README.md", "Makefile"]
+#: a tracker reference: "issue" and a number (either case, plural too), or a number after "(#"
+TRACKER_REFERENCE = re.compile(r"\b[Ii]ssues? \d+|\(#\d+\)")
+
+
+def tracker_references(paths: list[Path], base: Path = REPO) -> list[str]:
+    """``path:line text`` (path relative to ``base``) for every line of the text files under ``paths``
+    that names an issue."""
+    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()]
+    found = []
+    for file in files:
+        if file.suffix not in {".py", ".md", ".toml", ".sh", ".txt", ""} or "__pycache__" in file.parts:
+            continue
+        for n, line in enumerate(file.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if TRACKER_REFERENCE.search(line):
+                found.append(f"{file.relative_to(base).as_posix()}:{n} {line.strip()}")
+    return found
+
+
+def test_no_issue_numbers_in_code_tests_or_docs():
+    """A comment says what the code does and why; the tracker's history lives in CHANGELOG.md."""
+    found = tracker_references([REPO / p for p in PROSE])
+    assert not found, "issue numbers (say what the code does instead):\n" + "\n".join(found)
+
+
+def test_a_tracker_reference_is_found(tmp_path):
+    issue, number = "Issue", "30"  # written apart, so that this file holds no reference itself
+    (tmp_path / "a.py").write_text(f"x = 1  # see {issue.lower()} {number}\n")
+    (tmp_path / "b.md").write_text(f"Fixed (#{number}).\n{issue} numbers are not an {issue} text.\n")
+    (tmp_path / "c.toml").write_text(f"# {issue}s {number} and 31\n")
+    found = tracker_references([tmp_path], base=tmp_path)
+    assert [f.split(" ", 1)[0] for f in found] == ["a.py:1", "b.md:1", "c.toml:1"]

@@ -992,7 +992,7 @@ def err(
 
 
 # ----------------------------------------------------------------------------------------------------
-# Choice metrics (one chosen alternative per situation; issue 21)
+# Choice metrics (one chosen alternative per situation)
 # ----------------------------------------------------------------------------------------------------
 
 #: what ``ctxrank train`` and ``ctxrank experiment`` report on choice data (:func:`is_choice_data`):
