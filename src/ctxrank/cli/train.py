@@ -302,10 +302,6 @@ def _shown(value: Any) -> str:
     return repr(tuple(value)) if isinstance(value, list) else repr(value)
 
 
-def _quiet(*_: Any) -> None:
-    pass
-
-
 @dataclass(frozen=True)
 class _Run:
     """One training run of ``ctxrank train``, in named steps. ``record``: the run record of
