@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev demo test test-fast fuzz lint bench published clean
+.PHONY: install dev demo test test-fast fuzz lint bench published dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,5 +76,11 @@ published: install
 	$(BIN)/python -m ctxrank.experiments.published
 	$(BIN)/python benchmarks/bench_scale.py --publish
 
+# The release files (docs/development.md, "Releasing"): dist/ctxrank-VERSION.tar.gz and the wheel built
+# from it (python -m build), VERSION from src/ctxrank/_version.py.
+dist: dev
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
