@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev demo test test-fast fuzz lint bench published clean
+.PHONY: install dev demo test test-fast fuzz lint bench published dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ fuzz: dev
 	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_fuzz_untrusted.py -k fuzz_ \
 		--hypothesis-show-statistics
 
-# Speed benchmarks (issue 9; docs/benchmarks.md), each at the issue's sizes, one after the other, each
+# Speed benchmarks (docs/benchmarks.md), each at its target sizes, one after the other, each
 # printing its Markdown tables and writing its JSON to bench-results/. Take the timings on an otherwise
 # idle machine. The quality benchmarks (bench_rerank_mq2008.py, bench_choice.py, bench_arsm_letor.py,
 # bench_listnet_mq2008.py) are deliberately NOT run here: they train many models over folds and seeds
@@ -76,5 +76,11 @@ published: install
 	$(BIN)/python -m ctxrank.experiments.published
 	$(BIN)/python benchmarks/bench_scale.py --publish
 
+# The release files (docs/development.md, "Releasing"): dist/ctxrank-VERSION.tar.gz and the wheel built
+# from it (python -m build), VERSION from src/ctxrank/_version.py.
+dist: dev
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -9,7 +9,7 @@ and a synthetic batch of ``--batch`` lists of ``--items`` items (the MSLR/QILCM 
 features, default MQ2008's 46).
 
 Reported: median step time of ListNet (the reference), ARSM without and with ``dedupe`` (distinct
-pseudo-actions evaluated once), the ratio ARSM / ListNet (target, issue 6: at most 5x), and the peak
+pseudo-actions evaluated once), the ratio ARSM / ListNet (target: at most 5x), and the peak
 memory of each. Each (batches, model) configuration runs in a fresh subprocess (``--isolate none``: all
 in this process, no peak memory); peak memory is the growth of the peak resident set during the steps
 over what the process held with the batches and the model built (``benchmarks/_common.py``).

@@ -1,4 +1,4 @@
-"""Cost curves (not a test; issue 35): training-step time and peak memory of each model against the number
+"""Cost curves (not a test): training-step time and peak memory of each model against the number
 of queries and against the list length, MSLR-shaped inputs (136 features), CPU.
 
 One training step is the inner loop of ``ctxrank.training.loop.fit``: a batch -> ``model.training_loss``

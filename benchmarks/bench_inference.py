@@ -33,9 +33,9 @@ from pathlib import Path
 from _common import add_common_args, summarize, synthetic_ranking_data
 from _report import emit_json, machine_info, machine_line, markdown_table
 
-TARGET_QILCM_ONE_LIST_P50_S = 1e-3  # issue 9
-TARGET_SERVING_OVER_MATMUL = 1.3  # issue 23: QILCM's serving p50 <= 1.3x the same-size matrix product
-ALLRANK_ONE_LIST_S = 2.7e-3  # allRank's context-aware Transformer, one list (issue 9)
+TARGET_QILCM_ONE_LIST_P50_S = 1e-3  # QILCM scoring one list, p50 target
+TARGET_SERVING_OVER_MATMUL = 1.3  # QILCM's serving p50 <= 1.3x the same-size matrix product
+ALLRANK_ONE_LIST_S = 2.7e-3  # allRank's context-aware Transformer, one list
 REFERENCE = "linear (reference)"
 
 

@@ -9,11 +9,11 @@ default widths (encoder 100, MLP_att and MLP_rank 256-128, so the normalized rep
 * **exact**: the step with the exact term over all 80 x 80 ordered query pairs (``confusion_pairs``
   unset, the paper's eq. 13), ``form = "sum"`` and ``"mean"`` (same cost, different scale), with the
   paper's two-sided Chamfer distance (QILCM eq. 14, the default) and the one-sided form
-  (``confusion_direction = "one-sided"``, ctxrank's form before issue 19);
+  (``confusion_direction = "one-sided"``);
 * **sampled**: the unbiased estimate over P sampled ordered pairs (``confusion_pairs = P``), both
   directions.
 
-The ratio two-sided / one-sided of each pair of configurations is printed as well (issue 19: the second
+The ratio two-sided / one-sided of each pair of configurations is printed as well (the second
 direction should cost little: ``m + m^T`` for the exact matrix, the column minima of the same distance
 blocks for sampled pairs).
 

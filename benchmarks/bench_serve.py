@@ -15,7 +15,7 @@ Reference, in this process, one thread, on the same list: ``session.run`` of the
 (``OnnxRanker.score_lists`` on the padded list: the graph alone) and ``OnnxRanker.predict`` (grouping
 and padding included); and, to show where the time goes, the server's parsing and checking of the
 request body alone (``ctxrank.serving.requests.parse_request``: ``json.loads``, then NumPy).
-Printed: p50 at one client / in-process ``session.run`` p50; the target is at most 1.5 (issue 34).
+Printed: p50 at one client / in-process ``session.run`` p50; the target is at most 1.5.
 The load generator shares the machine with the server: on a machine with few cores, many clients
 measure the machine as much as the server.
 
@@ -42,7 +42,7 @@ import numpy as np
 from _common import summarize, synthetic_ranking_data
 from _report import emit_json, machine_info, machine_line, markdown_table
 
-TARGET_ONE_CLIENT_OVER_IN_PROCESS = 1.5  # issue 34: p50 at one client within 1.5x of in-process
+TARGET_ONE_CLIENT_OVER_IN_PROCESS = 1.5  # p50 at one client within 1.5x of in-process
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

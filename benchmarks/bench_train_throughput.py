@@ -2,7 +2,7 @@
 
 Two parts (``--parts``, default both):
 
-**models** (issue 9): for EVERY neural model of the registry (``ctxrank.registry.MODELS``; QILCM twice, with
+**models**: for EVERY neural model of the registry (``ctxrank.registry.MODELS``; QILCM twice, with
 the exact Chamfer term over all ordered query pairs of the batch, its default, and with
 ``confusion_pairs=80`` sampled pairs; DLCM twice, ``gru="paper"`` (eq. 4, a Python loop over steps) and
 ``gru="torch"`` (the fused ``nn.GRU``); every other model with its defaults), one training step is
@@ -39,7 +39,7 @@ same linear model and loss written as a plain per-query Python loop:
   ``torch.inference_mode``) on the Fold1 test split (156 queries) and on all 784 queries, against a
   naive per-query scoring loop.
 
-**batching** (issue 19): the per-epoch cost of drawing QILCM's training batches at random (its default,
+**batching**: the per-epoch cost of drawing QILCM's training batches at random (its default,
 ``train.batching = "model"`` -> ``QILCM.batching = "random"``: eq. 13 pairs the queries of a batch)
 instead of from length buckets (``"buckets"``, every other model's default). QILCM with its defaults
 (exact two-sided Chamfer term) trains whole epochs over MQ2008 Fold1's 471 training queries (whole
@@ -84,8 +84,8 @@ from _common import (
 )
 from _report import emit_json, machine_info, machine_line, markdown_table
 
-TARGET_QILCM_QPS = 240.0  # issue 9: QILCM training throughput target, queries/s
-WITHIN = 2.0  # issue 9: DLCM and DCM within 2x of QILCM's queries/s
+TARGET_QILCM_QPS = 240.0  # QILCM training throughput target, queries/s
+WITHIN = 2.0  # DLCM and DCM within 2x of QILCM's queries/s
 
 
 def model_configs(pairs: int) -> dict[str, tuple[str, dict]]:

@@ -1,4 +1,4 @@
-"""The Chamfer estimate of QILCM (issue 22): how many sampled query pairs are enough?
+"""The Chamfer estimate of QILCM: how many sampled query pairs are enough?
 
 QILCM's confusion term (eq. 13-14) sums a Chamfer distance over every ordered pair of a batch's queries
 (80 x 79 with batch 80); ``model_params.confusion_pairs = P`` replaces the sum by an unbiased estimate

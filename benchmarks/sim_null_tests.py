@@ -1,4 +1,4 @@
-"""Rejection rates of the report's paired tests where the null holds by construction (issue 19).
+"""Rejection rates of the report's paired tests where the null holds by construction.
 
 Simulates many experiments in which two models have the same expected metric, built like the two
 protocols of the reproduction specs, and counts how often each test of ``ctxrank.experiments.stats``

@@ -96,7 +96,8 @@ def test_rows_in_any_order_and_any_float_dtype():
 
 
 def test_a_negative_label_is_refused_naming_what_the_model_trains():
-    """The message names the objective the registry entry states (issue 30: the logit's was 'listnet')."""
+    """The message names the objective the registry entry states (the logit's is its maximum likelihood,
+    not 'listnet')."""
     X, y, qid = _data()
     y = y.copy()
     y[0] = -1
@@ -176,7 +177,7 @@ def test_bad_input_at_predict_and_in_parameters():
 
 
 def test_text_labels_say_labels_must_be_numbers():
-    # issue 30: labels "yes" / "no" (a choice) were an "Unknown label type" with no way out
+    # labels "yes" / "no" (a choice) get a hint on how to encode them, not "Unknown label type"
     X, y, qid = _data()
     with pytest.raises(ValueError) as info:
         ListNetRanker(**TINY).fit(X, np.where(y > 0, "yes", "no"), qid=qid)

@@ -1,4 +1,4 @@
-"""Smoke tests of the speed benchmarks (issue 9): each script runs with ``--quick`` in a subprocess and
+"""Smoke tests of the speed benchmarks: each script runs with ``--quick`` in a subprocess and
 writes valid JSON with the fields it promises. Benchmarks are not tests: nothing here checks a timing.
 
 ``--threads 1`` and ``--isolate none`` keep them fast (on a loaded machine two torch threads can be many
@@ -79,7 +79,7 @@ def test_train_throughput_every_model(tmp_path):
         blob["models"]["verdicts"]
     )
     assert blob["naive"]["ratio_vs_naive_step_per_query"] > 0
-    batching = blob["batching"]  # issue 19: QILCM's random batches against length buckets
+    batching = blob["batching"]  # QILCM's random batches against length buckets
     assert batching["random"]["epochs"] == 1 and batching["random_over_buckets_epoch_s"] > 0
     assert batching["random"]["padded_cells"] >= batching["buckets"]["padded_cells"] >= batching["real_items"]
 

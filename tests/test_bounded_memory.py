@@ -1,4 +1,4 @@
-"""Bounded memory on long lists (issue 35): the attention of ``attn`` and ``setrank`` is computed in
+"""Bounded memory on long lists: the attention of ``attn`` and ``setrank`` is computed in
 checkpointed query chunks where PyTorch would build the ``(B, h, L, L)`` weights (attention dropout in
 training), with the values of one call; DASALC's attention is PyTorch's fused kernel; the training memory
 of the models whose memory could grow with the square of the list length grows linearly, and the

@@ -1,4 +1,5 @@
-"""CLI options of issue 18: reader limits, --regroup, ERR's --max-label, archive caps, warnings."""
+"""CLI options that bound untrusted input: reader limits, --regroup, ERR's --max-label, archive caps,
+warnings."""
 
 from __future__ import annotations
 
@@ -126,7 +127,7 @@ def test_missing_group_file_error_names_every_accepted_name(tmp_path, capsys):
     assert main(["data-info", str(data), "--json"]) == 0
 
 
-# ------------------------------------------------------------------------------ out of memory (issue 30)
+# ----------------------------------------------------------------------------------------- out of memory
 _CLI_CAPPED = """
 import resource, sys
 import numpy, pandas
@@ -174,7 +175,7 @@ def test_any_memory_error_is_one_error_line(tmp_path, capsys, monkeypatch):
         main(["data-info", str(data), "--debug"])
 
 
-# ------------------------------------------------------------------------- integer ranges (issue 30)
+# ------------------------------------------------------------------------------------ integer ranges
 def _integer_options():
     """(argv before the option, option string) of every integer option of every command."""
     import argparse

@@ -449,7 +449,7 @@ def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file
 
 
 def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):
-    # issue 30: the table reader had no bound (a small .csv.gz expanding to gigabytes: MemoryError)
+    # the table reader is bounded (a small .csv.gz can expand to gigabytes)
     argv = ["data-info", str(csv_file), *COLS, *CAT, "--json"]
     assert main([*argv, "--max-dense-bytes", "1000"]) == 2
     err = capsys.readouterr().err
@@ -462,7 +462,7 @@ def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):
 
 
 def test_group_col_with_one_distinct_value_says_so(table, tmp_path, capsys):
-    # issue 30: "1 queries are too few ... (got -1/1/1)"
+    # one group is too few queries, said in words, not "(got -1/1/1)"
     path = tmp_path / "one_region.csv"
     table.assign(region="eu").to_csv(path, index=False)
     argv = ["train", "--model", "mlp", "--data", str(path), *COLS, *CAT, "--group-col", "region"]
@@ -474,7 +474,7 @@ def test_group_col_with_one_distinct_value_says_so(table, tmp_path, capsys):
 
 
 def test_a_text_label_column_is_explained_as_a_label_not_a_feature(table, tmp_path, capsys):
-    # issue 30: the hint spoke of --categorical (features) for a label column of "yes" / "no"
+    # the hint for a label column of "yes" / "no" speaks of labels, not of --categorical (features)
     path = tmp_path / "yes_no.csv"
     table.assign(chosen=np.where(table["chosen"] > 0, "yes", "no")).to_csv(path, index=False)
     assert main(["data-info", str(path), *COLS, *CAT]) == 2

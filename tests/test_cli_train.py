@@ -309,7 +309,7 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
         TrainOptions.from_record({**record, "nope": 1})
 
 
-# ------------------------------------------------------------------ outputs the user owns (issue 18)
+# ----------------------------------------------------------------------------- outputs the user owns
 ONE_EPOCH = ["--set", "train.max_epochs=1", "--set", "train.threads=1"]
 
 

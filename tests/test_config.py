@@ -104,7 +104,7 @@ def test_bad_rerank_values(override, message):
         resolve_config(None, [override])
 
 
-# ------------------------------------------------------------------- typos are errors (issue 18)
+# ------------------------------------------------------------------------------ typos are errors
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -133,7 +133,7 @@ def test_settings_a_baseline_would_ignore_are_errors(overrides, message):
 def test_settings_a_baseline_reads_are_accepted():
     c = resolve_config(None, ["model=lambdamart", "train.seed=3", "train.threads=2", "train.no_relevant=1"])
     assert (c.train.seed, c.train.threads) == (3, 2)
-    # train.metric: the validation metric the run reports and `ctxrank tune` maximizes (issue 30)
+    # train.metric: the validation metric the run reports and `ctxrank tune` maximizes
     assert resolve_config(None, ["model=lambdamart", "train.metric=loglik"]).train.metric == "loglik"
     c = resolve_config(
         None, ["model=lambdamart", "model_params.max_bin=63", "model_params.lambdarank_norm=false"]
@@ -142,7 +142,7 @@ def test_settings_a_baseline_reads_are_accepted():
     assert resolve_config(None, ["model=lambdamart", "model_params.max_bins=63"]).model == "lambdamart"
 
 
-# ------------------------------------------------- what every model optimizes, as messages say (issue 30)
+# ------------------------------------------------------------ what every model optimizes, as messages say
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_registry_entry_states_what_it_optimizes(name):
     """``RunConfig.objective`` (what ``ctxrank train`` prints as "MODEL (trains ...)") comes from the
@@ -165,7 +165,7 @@ def test_every_registry_entry_states_what_it_optimizes(name):
         assert config.objective == f"the {config.loss_name} loss"
 
 
-# ------------------------------------------------------------------------- integer ranges (issue 30)
+# ------------------------------------------------------------------------------------ integer ranges
 def _integer_keys():
     """(model, dotted key, value) for every integer option of a run config: [train], [rerank], ensemble,
     every model's model_params (neural configs and baselines' parameters), every loss option."""

@@ -1,4 +1,4 @@
-"""Every ``ctxrank`` command shown in README.md and docs/*.md is executed (issue 17).
+"""Every ``ctxrank`` command shown in README.md and docs/*.md is executed.
 
 Which commands count (``documented_steps`` below implements exactly this):
 

@@ -284,7 +284,7 @@ def test_cli_download(server, tmp_path, capsys):
     assert rc == 2 and "HTTP 404" in err
 
 
-# ------------------------------------------------------------------ hostile archives (issue 18)
+# ----------------------------------------------------------------------------- hostile archives
 def _tar_with(tmp_path, name: str, add) -> object:
     """A .tar at ``tmp_path/name`` whose members are written by ``add(tarfile)``."""
     path = tmp_path / name
@@ -393,7 +393,7 @@ def test_extract_does_not_follow_links_already_in_the_target(tmp_path):
 
 
 def test_an_empty_sha256_is_refused_not_replaced_by_the_registrys(tmp_path, monkeypatch):
-    """``sha256=""`` is a mistake, not "the registry's digest" (issue 18: no ``x or default``)."""
+    """``sha256=""`` is a mistake, not "the registry's digest" (no ``x or default``)."""
     import ctxrank.data.download as dl
 
     def no_network(*args, **kwargs):

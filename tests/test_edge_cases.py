@@ -1,4 +1,4 @@
-"""Numerical edge cases across every model and loss of the registries (issue 10).
+"""Numerical edge cases across every model and loss of the registries.
 
 Every (model, loss) pair must give a finite loss and finite gradients on: lists of length 1, all-equal
 labels, all-zero labels, all-equal features, features of 1e30 (as normalized data could never hold,

@@ -548,7 +548,7 @@ def test_a_run_record_with_a_nan_metric_round_trips(tmp_path):
     assert math.isnan(store.load_unit(0, 1)["anomaly_score"][0])
 
 
-# ----------------------------------------------------------------------------- grids (issue 19)
+# ---------------------------------------------------------------------------------------- grids
 GRID_MODELS = {
     "lambdamart": f'model = "lambdamart"\n{FAST_LM}',
     "mlp": f"""model = "mlp"
@@ -650,7 +650,7 @@ def test_grid_picks_the_validation_best_point_and_reads_the_test_split_once(tmp_
     assert "| train.lr = 1e-07, model_params.hidden = [4] |" in md
 
 
-# --------------------------------------------------------------- random splits of a dataset (issue 19)
+# -------------------------------------------------------------------------- random splits of a dataset
 def test_random_splits_protocol_pools_every_query_of_a_dataset():
     from ctxrank.experiments.spec import split_protocol
 
@@ -687,7 +687,7 @@ def test_files_have_only_the_random_splits_protocol(tmp_path):
     assert load_spec(tmp_path / "tiny.toml").protocol == "random-splits"
 
 
-# ------------------------------------------------------------------ outputs the user owns (issue 18)
+# ----------------------------------------------------------------------------- outputs the user owns
 TWO_MODELS = {"lambdamart": f'model = "lambdamart"\n{FAST_LM}', "mnl": 'model = "mnl"'}
 
 
@@ -726,7 +726,7 @@ def test_one_out_directory_is_refused_to_another_experiment_while_one_runs(tmp_p
 
 @pytest.mark.parametrize("name", ["tiny\n", "mnl\n"])
 def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
-    """``$`` matches before a final newline: names are checked with a full match (issue 18)."""
+    """``$`` matches before a final newline: names are checked with a full match."""
     models = {"lambdamart": 'model = "lambdamart"', name: 'model = "mnl"'}
     with pytest.raises(ValueError, match="names a directory in the output"):
         load_spec(_letor_spec(tmp_path, models=dict(reversed(models.items()))))
@@ -833,7 +833,7 @@ def test_folds_out_of_range_are_errors_in_the_experiment_command(folds, capsys):
     assert "folds" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------- choice data (issue 21)
+# ------------------------------------------------------------------------------------------ choice data
 def test_a_data_file_given_on_the_command_line_is_relative_to_the_current_directory(tmp_path, monkeypatch):
     path = _letor_spec(tmp_path, runs=1)
     elsewhere = tmp_path / "cwd"

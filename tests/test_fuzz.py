@@ -1,4 +1,4 @@
-"""Input fuzzing of the readers (issue 10): ``read_letor``, the ``.query`` / ``.group`` reader and
+"""Input fuzzing of the readers: ``read_letor``, the ``.query`` / ``.group`` reader and
 ``read_table``, on mutated real lines.
 
 Every example is a real file (MQ2008 lines, a CSV/TSV of synthetic choice sessions, Parquet bytes)

@@ -1,4 +1,4 @@
-"""Fuzzing of untrusted metadata (issue 18): ``ctxrank.json`` of real tiny saved models of several kinds
+"""Fuzzing of untrusted metadata: ``ctxrank.json`` of real tiny saved models of several kinds
 (a neural model, a re-ranking model and its initial ranker, LambdaMART, RankSVM) and experiment run
 files, each mutated at a few random places (values replaced by hostile ones: huge or negative
 integers, wrong types, path tricks, nested containers; keys deleted). Loading must give a result or a

@@ -3,8 +3,8 @@ import goes down the layering; imports inside functions only for a listed reason
 
 Every import statement is read with ``ast`` (module level, inside functions, under ``TYPE_CHECKING``,
 relative ones too), so a deferred import cannot hide a cycle. Layering, top to bottom (see
-docs/architecture.md): cli -> api / experiments / tune / export / serving -> training -> config -> registry ->
-models, losses, arsm, baselines -> data, metrics -> _io, _checks.
+docs/architecture.md): cli -> api / experiments / tune / tracking / export / serving -> training ->
+config -> registry -> models, losses, arsm, baselines -> data, metrics -> _io, _checks, _version.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("ctxrank.cli", "ctxrank.__main__")),
     (
         "applications",
-        ("ctxrank.api", "ctxrank.experiments", "ctxrank.tune", "ctxrank.export", "ctxrank.serving"),
+        (
+            "ctxrank.api",
+            "ctxrank.experiments",
+            "ctxrank.tune",
+            "ctxrank.tracking",
+            "ctxrank.export",
+            "ctxrank.serving",
+        ),
     ),
     ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
@@ -42,12 +49,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "ctxrank._memory",
             "ctxrank._modeldir",
             "ctxrank._overrides",
+            "ctxrank._version",
             "ctxrank.fit_summary",
-            "ctxrank.tracking",
         ),
     ),
 ]
-PACKAGE_ROOT = "ctxrank"  # the lazy facade: imports only _lazy; its __version__ may be read anywhere
+PACKAGE_ROOT = "ctxrank"  # the lazy facade for users: imports only _lazy and _version, imported by no module
 
 
 def _modules() -> dict[str, Path]:
@@ -258,8 +265,15 @@ def test_the_library_never_imports_the_cli():
     assert not offenders, "library modules import the CLI:\n" + "\n".join(offenders)
 
 
-def test_the_package_root_imports_only_the_lazy_loader():
-    assert set(GRAPH[PACKAGE_ROOT]) <= {"ctxrank._lazy"}
+def test_the_package_root_imports_only_the_lazy_loader_and_the_version():
+    assert set(GRAPH[PACKAGE_ROOT]) <= {"ctxrank._lazy", "ctxrank._version"}
+
+
+def test_no_module_imports_the_package_root():
+    """The root is the users' facade: a module reads the version from ``_version.py`` and a name from
+    the module that defines it, so its imports stay in the layer graph."""
+    offenders = sorted(_edge(m, PACKAGE_ROOT) for m in GRAPH if PACKAGE_ROOT in GRAPH[m])
+    assert not offenders, "modules import the package root:\n" + "\n".join(offenders)
 
 
 # ------------------------------------------------------------------------ imports inside functions

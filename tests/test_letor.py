@@ -393,7 +393,7 @@ def _edit_keeping_size_and_mtime(path, offset, new_byte):
 
 
 def test_cache_keys_on_the_whole_content_not_size_mtime_or_head(tmp_path):
-    # issue 30: a label past the first MiB changed, size and mtime kept; the old parse was served
+    # a label past the first MiB changed, size and mtime kept: the cache must not serve the stale parse
     p = write(tmp_path, "".join(f"{i % 3} qid:{i // 10} 1:{i}.5 2:0.25\n" for i in range(60_000)))
     assert p.stat().st_size > 1 << 20
     before = read_letor(p, cache_dir=tmp_path / "c")
@@ -564,7 +564,7 @@ def test_wide_index_refused_before_allocating_under_memory_cap(tmp_path, rows):
 
 
 def test_allocation_failure_below_the_limit_names_the_file_the_array_and_the_option(tmp_path):
-    # issue 30: a 546-byte file, 21 rows with feature index 9,999,999: 801 MiB, under the 2 GiB limit, above
+    # a 546-byte file, 21 rows with feature index 9,999,999: 801 MiB, under the 2 GiB limit, above
     # what the capped process has left: MemoryError with a message, not NumPy's bare one
     p = write(tmp_path, "".join(f"1 qid:{i // 4} 3:1 9999999:1\n" for i in range(21)))
     assert p.stat().st_size < 600

@@ -286,8 +286,7 @@ def _model_scores(model, top: RankingData, init: np.ndarray) -> np.ndarray:
 
 def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with_lambdamart_ties):
     """MQ2008 Fold1 test with LambdaMART's real ties: the rank feature of tied items and the order of
-    the re-ranking lists must not depend on file position (issue 18: 697 of 2,874 rows tied, 581
-    QILCM scores changed when the items were shuffled)."""
+    the re-ranking lists must not depend on file position."""
     from ctxrank.registry import MODELS, make_model
     from ctxrank.training.rerank import merge_scores, prepare_split
 
@@ -347,7 +346,7 @@ def test_shuffling_items_permutes_every_models_scores_on_mq2008(mq2008_test_with
             # the merged full-query scores of every row, sequence models included, are the same
             # whatever the file order: interchangeable items (identical features and initial score,
             # which the cut at k and the list order can only tell apart by position) share the best
-            # of their ranks (issue 30: 6 of 2,874 QILCM scores changed)
+            # of their ranks
             full1 = merge_scores(split, s1)[perm]
             full2 = merge_scores(split2, s2)
             np.testing.assert_array_equal(full2, full1, err_msg=name)

@@ -1,4 +1,4 @@
-"""Memory estimates and budgets (issue 30, ``ctxrank.training.memory``): the estimates bound the tensors
+"""Memory estimates and budgets (``ctxrank.training.memory``): the estimates bound the tensors
 every model and loss allocates; a long list or a huge model is refused before anything is allocated,
 naming the query and the option; out of memory is one line, never a traceback."""
 

@@ -222,7 +222,7 @@ def test_mnl_options_are_validated():
             make_model("mnl", 3, bad)
 
 
-# ------------------------------------------------------------------ existence and convergence (issue 30)
+# ----------------------------------------------------------------------------- existence and convergence
 def with_levels(data: RankingData, n_levels: int, seed: int) -> RankingData:
     """``data`` with a second categorical column ``model`` of ``n_levels`` levels drawn at random for
     every alternative (most seen a few times: many never chosen), named ``m001``.. in the encoder."""

@@ -1,4 +1,4 @@
-"""Untrusted model directories (issue 18): every value of ``ctxrank.json`` is checked before anything
+"""Untrusted model directories: every value of ``ctxrank.json`` is checked before anything
 is allocated or recursed into, ``rerank.dir`` stays inside the directory, only regular files are read,
 and LightGBM's ``model.txt`` is validated before LightGBM parses it. Every failure is a one-line
 ``ValueError`` naming the file, never another exception, a crash, a hang or a huge allocation."""
@@ -354,7 +354,7 @@ def test_lightgbm_categorical_and_one_leaf_models_load(tmp_path):
     np.testing.assert_array_equal(load_model(tmp_path / "one").predict(d), one.predict(d))
 
 
-# ------------------------------------------------------------------------------ digests (issue 30)
+# ----------------------------------------------------------------------------------------- digests
 #: files of a model directory that its loader does not read (records for people)
 RECORDS = ("config.toml", "train_log.jsonl", "training_curves.png", "test_metrics.json")
 

@@ -1,16 +1,24 @@
 """The public API: every re-exported name resolves, no two public classes share a name, and importing
-ctxrank stays light."""
+ctxrank stays light; the built distribution (``make dist``) holds every file of the package and runs
+from a fresh environment."""
 
 import importlib
+import math
+import os
 import pkgutil
+import shutil
 import subprocess
 import sys
+import sysconfig
+import zipfile
+from pathlib import Path
 
 import pytest
 
 import ctxrank
 import ctxrank.data
 import ctxrank.serving
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize("module", [ctxrank, ctxrank.data, ctxrank.serving])
@@ -68,3 +76,89 @@ def test_no_two_public_classes_share_a_name():
     assert "QILCMRanker" in classes  # the estimators made with type() are seen too
     shared = {name: sorted(where) for name, where in classes.items() if len(where) > 1}
     assert not shared, f"public classes sharing a name: {shared}"
+
+
+# ------------------------------------------------------------------------------ the distribution
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> Path:
+    """The sdist and the wheel ``make dist`` builds (``python -m build``: the wheel is built from the
+    sdist), from a copy of the source tree, with the installed setuptools (offline)."""
+    tree = tmp_path_factory.mktemp("tree")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, tree / name)
+    shutil.copytree(REPO / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    out = tree / "dist"
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(tree)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out
+
+
+def _wheel(dist: Path) -> Path:
+    (wheel,) = dist.glob("ctxrank-*-py3-none-any.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_every_file_of_the_package(dist):
+    """Package data included: the embedded datasets, the shipped experiment specs, their READMEs."""
+    src = REPO / "src"
+    files = {
+        p.relative_to(src).as_posix()
+        for p in (src / "ctxrank").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    with zipfile.ZipFile(_wheel(dist)) as zf:
+        shipped = {n for n in zf.namelist() if n.startswith("ctxrank/")}
+    assert {"ctxrank/datasets/mq2008/S1.txt.gz", "ctxrank/experiments/configs/demo.toml"} <= files
+    assert files - shipped == set(), f"files of src/ctxrank missing from the wheel: {sorted(files - shipped)}"
+    assert shipped - files == set(), f"files in the wheel that src/ctxrank lacks: {sorted(shipped - files)}"
+    from ctxrank._version import __version__
+
+    assert _wheel(dist).name == f"ctxrank-{__version__}-py3-none-any.whl"
+    assert (dist / f"ctxrank-{__version__}.tar.gz").is_file()
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_in_a_fresh_environment_trains_and_predicts(dist, tmp_path):
+    """The wheel alone (no source tree on the path) in a new virtual environment whose site-packages
+    sees this environment's packages (torch, LightGBM, ...: a ``.pth`` line, so nothing is downloaded
+    and this environment's own ctxrank is not seen): ``ctxrank --version``, then ``train`` and
+    ``predict`` on the embedded MQ2008 (package data read from the installed package)."""
+    from ctxrank import load_fold
+    from ctxrank._version import __version__
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    outer = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+    Path(site, "outer_packages.pth").write_text("".join(f"{p}\n" for p in outer))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+         "--no-index", str(_wheel(dist))],
+        check=True,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    where = run(str(python), "-c", "import ctxrank; print(ctxrank.__file__)")
+    assert Path(where.strip()).is_relative_to(site), where
+    cli = str(venv / "bin" / "ctxrank")
+    assert run(cli, "--version").strip() == f"ctxrank {__version__}"
+    common = ["--dataset", "mq2008", "--threads", "1"]
+    trees = ["--set", "model_params.n_estimators=2"]
+    run(cli, "train", "--model", "lambdamart", *common, *trees, "--out", "model")
+    run(cli, "predict", "--model", "model", *common, "--output", "scores.txt")
+    scores = [float(line) for line in (tmp_path / "scores.txt").read_text().split()]
+    assert len(scores) == load_fold("mq2008", 1).test.n_items  # fold 1's test split, every row
+    assert all(math.isfinite(s) for s in scores) and len(set(scores)) > 1

@@ -1,5 +1,5 @@
 """RankingData.from_frame / from_arrays: missing query ids, labels and features, and text labels, are
-errors naming the column and the row (issue 30)."""
+errors naming the column and the row."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def _frame(**columns) -> pd.DataFrame:
     ids=["float-nan", "object-none", "Int64-NA", "string-NA", "category-NaN"],
 )
 def test_a_missing_query_id_names_the_column_and_row(q):
-    # issue 30: "'list' argument must have no negative elements"
+    # a missing query id is named by its column and row, not NumPy's "'list' argument must have no negative
+    # elements"
     with pytest.raises(ValueError, match=r"^query column 'q': row 2 \(index 12\) has no query id"):
         RankingData.from_frame(_frame(q=q), query="q", label="y")
 
@@ -56,7 +57,7 @@ def test_a_missing_feature_names_the_column_and_row():
 
 
 def test_text_labels_say_labels_must_be_numbers_and_how_to_map_them():
-    # issue 30: the hint spoke of --categorical (features), not of labels
+    # the hint for a text label speaks of labels, not of --categorical (features)
     with pytest.raises(ValueError) as info:
         RankingData.from_frame(_frame(y=["yes", "no", "no", "yes"]), query="q", label="y")
     message = str(info.value)

@@ -1,4 +1,4 @@
-"""Issue 22's recipes: input transforms (tests/test_transforms.py has their formulas), input noise,
+"""The training recipes: input transforms (tests/test_transforms.py has their formulas), input noise,
 residual re-ranking, seed ensembles; and one tiny `ctxrank train` on MQ2008 per new loss and option."""
 
 from __future__ import annotations

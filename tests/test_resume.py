@@ -424,7 +424,7 @@ def test_a_kill_before_the_first_state_is_committed_logs_each_epoch_once(
     data, uninterrupted, tmp_path, monkeypatch
 ):
     """Epoch 1 is logged, then the process dies writing its state: the resumed run starts again from
-    epoch 1 and the log holds every epoch once (issue 18)."""
+    epoch 1 and the log holds every epoch once."""
     ref_model, ref_result, _ = uninterrupted
     state_dir, log = tmp_path / "resume", tmp_path / "train_log.jsonl"
     replace = os.replace

@@ -1,6 +1,6 @@
 """The data ``predict`` / ``evaluate --model`` read for a saved model (``DataSource.load``): a
-LETOR file's feature count against the model's (issue 18: a 46-feature MQ2008 model on a 45-feature
-OHSUMED file wrote 3,383 scores with exit 0), a table's columns against the model's table spec."""
+LETOR file's feature count against the model's (a 46-feature MQ2008 model on a 45-feature
+OHSUMED file must not write scores), a table's columns against the model's table spec."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def test_split_errors():
 
 
 def test_too_few_queries_or_groups_say_so_without_negative_counts():
-    # issue 30: "--group-col" naming a column with one group gave "1 queries are too few ... (got -1/1/1)"
+    # a column with one group (e.g. "--group-col") is too few queries, said in words, not "(got -1/1/1)"
     for n in (0, 1, 2):
         with pytest.raises(ValueError, match=rf"^{n} quer(y is|ies are) too few to split .* least 3 queries"):
             query_split_indices(n)

@@ -1,4 +1,4 @@
-"""Run and unit files of an experiment directory are validated when read back (issue 18): schema,
+"""Run and unit files of an experiment directory are validated when read back: schema,
 keys, equal lengths, finite values or null; a bad file is a ValueError naming it and the fault."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training data larger than memory (issue 35, ``ctxrank.data.stream``): Parquet shards of whole queries,
+"""Training data larger than memory (``ctxrank.data.stream``): Parquet shards of whole queries,
 read a piece at a time with a shuffle buffer; normalizers fitted in one streaming pass equal the in-memory
 fit; torchrun ranks read disjoint shards; the streaming path trains under a memory cap below the data
 size, where the in-memory path fails."""

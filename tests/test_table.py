@@ -284,7 +284,7 @@ def test_table_spec_round_trip_and_scoring(tmp_path):
         TableSpec.from_dict({"label": "y"})
 
 
-# ------------------------------------------------------------------------- size bound (issue 30)
+# ------------------------------------------------------------------------------------ size bound
 _CAPPED = """
 import resource, sys
 from ctxrank.data.table import read_table
@@ -359,7 +359,7 @@ def test_a_table_that_fits_the_bound_but_not_the_memory_is_a_memory_error_with_a
 
 
 def test_a_text_label_column_says_labels_must_be_numbers_not_categorical(tmp_path):
-    # issue 30: the hint for a text label spoke of --categorical (features)
+    # the hint for a text label speaks of labels, not of --categorical (features)
     p = write(tmp_path, "q,chosen,x\n1,no,1\n1,yes,2\n2,Yes,3\n2,no,4\n")
     with pytest.raises(ValueError) as info:
         read_table(p, query="q", label="chosen")

@@ -141,7 +141,7 @@ def test_qilcm_ablation_variants_do_not_search_what_they_fix():
     full = search_space({"model": "qilcm"}).params
     no_confusion = search_space({"model": "qilcm-variant2"}).params
     assert "model_params.confusion_weight" in full and "model_params.confusion_form" in full
-    assert full["model_params.dropout"] == ("float", 0.0, 0.5)  # issue 22: QILCM's space has dropout
+    assert full["model_params.dropout"] == ("float", 0.0, 0.5)  # QILCM's space has dropout
     assert "model_params.dropout" in no_confusion  # the variants fix the confusion term, not dropout
     assert not any(k.startswith("model_params.confusion") for k in no_confusion)
     assert set(search_space({"model": "qilcm-variant1"}).params) == set(full)
@@ -737,7 +737,7 @@ def _write(path, text):
     return path
 
 
-# ------------------------------------------------------ one split rule, one metric option (issue 30)
+# ----------------------------------------------------------------- one split rule, one metric option
 def test_cli_tune_splits_by_group_col_and_tunes_lambdamart_on_loglik(tmp_path, monkeypatch):
     """``tune --data TABLE --group-col person`` splits as ``train`` does (no person in two splits; it
     was an unknown option); ``train.metric=loglik`` is valid for LambdaMART (it was refused) and a

@@ -4,8 +4,7 @@ The public API is re-exported here lazily (see ``ctxrank._lazy``): ``from ctxran
 """
 
 from ctxrank._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from ctxrank._version import __version__
 
 _EXPORTS = {
     "DataSource": "ctxrank.data.sources",

@@ -1233,9 +1233,9 @@ def chamfer_confusion(
         ``d_CH(q1, q2) = sum_{i in q1} min_{j in q2} ||h_{q1,i} - h_{q2,j}||^2
         + sum_{j in q2} min_{i in q1} ||h_{q1,i} - h_{q2,j}||^2``.
 
-    ``direction="one-sided"`` keeps only the first sum (ctxrank's only form before issue 19; over all
-    ordered pairs its mean is exactly half of eq. 13, and its ``(B, B)`` matrix is not symmetric).
-    ``form="mean"`` is a scale-free variant: each sum over the items of a list is divided by that list's
+    ``direction="one-sided"`` keeps only the first sum (over all ordered pairs its mean is exactly half of eq.
+    13, and its ``(B, B)`` matrix is not symmetric). ``form="mean"`` is a scale-free variant: each sum over
+    the items of a list is divided by that list's
     length and by ``D``. The paper's sum form grows with the list length and ``D``: with ~300-dimensional
     unit-variance representations it is typically 10^4-10^5 times a ranking loss, so its weight
     ``lambda`` (QILCM eq. 10) must be tiny.

@@ -125,7 +125,6 @@ __all__ = [
 CONVENTIONS: tuple[str, ...] = ("standard", "letor4", "letor3")
 GAINS: tuple[str, ...] = ("exp2", "linear")
 REDUCTIONS: tuple[str, ...] = ("none", "mean")
-LETOR_LABELS: tuple[float, ...] = (0.0, 1.0, 2.0)
 
 _DISCOUNT_TEXT = {
     "standard": "1/log2(1+r)",
@@ -993,7 +992,7 @@ def err(
 
 
 # ----------------------------------------------------------------------------------------------------
-# Choice metrics (one chosen alternative per situation; issue 21)
+# Choice metrics (one chosen alternative per situation)
 # ----------------------------------------------------------------------------------------------------
 
 #: what ``ctxrank train`` and ``ctxrank experiment`` report on choice data (:func:`is_choice_data`):

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank import __version__
 from ctxrank._checks import is_int
 from ctxrank._io import atomic_write, to_toml, write_json
 from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
+from ctxrank._version import __version__
 from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import GlobalMinMax, Transform

@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank import __version__
 from ctxrank._checks import MAX_INT, check_int, check_no_relevant, check_seed, parse_int
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
@@ -62,6 +61,7 @@ from ctxrank._modeldir import (
     read_regular,
     short,
 )
+from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 

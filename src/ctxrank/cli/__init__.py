@@ -52,10 +52,10 @@ import warnings
 from collections.abc import Collection, Iterator, Sequence
 from typing import NamedTuple
 
-from ctxrank import __version__
 from ctxrank._allocator import limit_heap_growth
 from ctxrank._checks import Field, OptionError, OptionText
 from ctxrank._declare import flag_of
+from ctxrank._version import __version__
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 

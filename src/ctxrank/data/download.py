@@ -23,6 +23,7 @@ import urllib.request
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
@@ -90,45 +91,14 @@ def download(
         dest = dest / _filename_from_url(url)
     dest.parent.mkdir(parents=True, exist_ok=True)
 
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
         with writing(dest, tmp), os.fdopen(fd, "wb") as out:  # a full disk names dest
-            try:
-                response = urllib.request.urlopen(request, timeout=timeout)
-            except urllib.error.HTTPError as exc:
-                raise DownloadError(f"download of {url} failed: HTTP {exc.code} {exc.reason}") from exc
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise DownloadError(f"download of {url} failed: {reason}") from exc
-            with response:
+            with _open(url, timeout) as response:
                 length = response.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
-                h = hashlib.sha256()
-                received = 0
-                with tqdm(
-                    total=total,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=dest.name,
-                    disable=not progress,
-                    leave=False,
-                ) as bar:
-                    while True:
-                        try:
-                            block = response.read(CHUNK_BYTES)
-                        except Exception as exc:  # IncompleteRead, reset connection, timeout
-                            raise DownloadError(
-                                f"download of {url} was interrupted after {received} bytes: {exc!r}"
-                            ) from exc
-                        if not block:
-                            break
-                        out.write(block)
-                        h.update(block)
-                        received += len(block)
-                        bar.update(len(block))
+                received, digest = _copy(response, out, url, total=total, desc=dest.name, progress=progress)
             out.flush()
             os.fsync(out.fileno())
         if total is not None and received != total:
@@ -136,7 +106,6 @@ def download(
                 f"download of {url} is incomplete: received {received} of {total} bytes "
                 "(connection closed early); nothing was saved, please retry"
             )
-        digest = h.hexdigest()
         if expected is not None and digest != expected:
             raise DownloadError(
                 f"sha256 mismatch for {url}: expected {expected}, got {digest}; the partial file was "
@@ -147,6 +116,41 @@ def download(
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def _open(url: str, timeout: float) -> Any:
+    """The HTTP response of ``url`` (a context manager); a failure is a :class:`DownloadError`."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        raise DownloadError(f"download of {url} failed: HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise DownloadError(f"download of {url} failed: {reason}") from exc
+
+
+def _copy(
+    response: Any, out: BinaryIO, url: str, *, total: int | None, desc: str, progress: bool
+) -> tuple[int, str]:
+    """Copy ``response`` to ``out`` in blocks; returns (bytes copied, their SHA-256 hex digest)."""
+    h = hashlib.sha256()
+    received = 0
+    bytes_bar = {"unit": "B", "unit_scale": True, "unit_divisor": 1024, "leave": False}
+    with tqdm(total=total, desc=desc, disable=not progress, **bytes_bar) as bar:
+        while True:
+            try:
+                block = response.read(CHUNK_BYTES)
+            except Exception as exc:  # IncompleteRead, reset connection, timeout
+                raise DownloadError(
+                    f"download of {url} was interrupted after {received} bytes: {exc!r}"
+                ) from exc
+            if not block:
+                return received, h.hexdigest()
+            out.write(block)
+            h.update(block)
+            received += len(block)
+            bar.update(len(block))
 
 
 def archive_format(path: str | os.PathLike) -> str | None:

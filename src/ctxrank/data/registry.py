@@ -400,7 +400,7 @@ DATASETS: dict[str, DatasetSpec] = {
 
 
 # ----------------------------------------------------------------- real discrete-choice datasets
-# (issue 21) one situation = one query, its alternatives = the items, the chosen one = label 1; the
+# One situation = one query, its alternatives = the items, the chosen one = label 1; the
 # files ship inside the package (datasets/choice, README.md there) and are read by ctxrank.data.choice.
 _CHOICE_NOTE = (
     "Embedded in the package (src/ctxrank/datasets/choice, citations and sha256 in its README.md; the "

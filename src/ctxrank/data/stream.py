@@ -540,7 +540,6 @@ def write_shards(
         The paths written, in order.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if (shard_rows is None) == (shards is None):
         raise ValueError("give either shard_rows or shards")
@@ -551,10 +550,8 @@ def write_shards(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    writers: dict[int, pq.ParquetWriter] = {}
-    temporary: dict[int, Path] = {}
-    n_out = shards if shards is not None else 0
-    queries = held = 0  # queries written so far; rows of the open shard (shard_rows)
+    cut = _ShardCut(shards=shards, shard_rows=shard_rows)
+    files = _ShardFiles(d)
     try:
         for part in parts:
             if part.features.size and np.isnan(part.features.min()):  # NaN propagates
@@ -570,43 +567,82 @@ def write_shards(
                     f"{part.source}: categorical columns are not written to shards (the streaming path "
                     "reads numeric features only)"
                 )
-            if shards is not None:
-                target = (queries + np.arange(part.n_queries)) % shards
-                pieces = [(s, np.flatnonzero(target == s)) for s in range(shards)]
-            else:
-                pieces = []
-                for q in range(part.n_queries):  # a loop over queries: the writer is not the hot path
-                    if held >= shard_rows:
-                        n_out, held = n_out + 1, 0
-                    if not pieces or pieces[-1][0] != n_out:
-                        pieces.append((n_out, []))
-                    pieces[-1][1].append(q)
-                    held += int(part.query_lengths[q])
-            queries += part.n_queries
-            for s, qs in pieces:
-                if len(qs) == 0:
-                    continue
-                frame = part.subset(np.asarray(qs)).to_frame(query=QUERY, label=LABEL, docid=DOCID)
-                table = pa.Table.from_pandas(frame, preserve_index=False)
-                if s not in writers:
-                    temporary[s] = d / f".{SHARD_NAME.format(s)}.tmp"
-                    writers[s] = pq.ParquetWriter(temporary[s], table.schema, compression="zstd")
-                elif not table.schema.equals(writers[s].schema):
-                    raise ValueError(f"{part.source}: its columns differ from those of the parts before it")
-                writers[s].write_table(table, row_group_size=ROW_GROUP_ROWS)
+            target = cut.assign(part.query_lengths)
+            for s in np.unique(target).tolist():
+                rows = part.subset(np.flatnonzero(target == s))
+                frame = rows.to_frame(query=QUERY, label=LABEL, docid=DOCID)
+                files.write(s, pa.Table.from_pandas(frame, preserve_index=False), part.source)
                 if shards is None:  # consecutive shards: the earlier ones are complete
-                    for done in [k for k in writers if k < s]:
-                        writers.pop(done).close()
-        for w in writers.values():
-            w.close()
+                    files.close_before(s)
+        return files.commit()
+    finally:
+        files.discard()
+
+
+@dataclass
+class _ShardCut:
+    """Which shard each query goes to, over the parts in order: ``shards`` round robin over the queries
+    counted so far, or consecutive shards each closed at the first query boundary at or after
+    ``shard_rows`` rows."""
+
+    shards: int | None
+    shard_rows: int | None
+    queries: int = 0  # queries assigned so far
+    shard: int = 0  # the open shard (shard_rows)
+    held: int = 0  # its rows
+
+    def assign(self, lengths: np.ndarray) -> np.ndarray:
+        """(Q,) the shard of each of a part's ``Q`` queries, of ``lengths`` (Q,) rows."""
+        if self.shards is not None:
+            target = (self.queries + np.arange(lengths.size)) % self.shards
+        else:
+            target = np.empty(lengths.size, dtype=np.int64)
+            for q, rows in enumerate(lengths.tolist()):  # a loop over queries: the writer is not the hot path
+                if self.held >= self.shard_rows:
+                    self.shard, self.held = self.shard + 1, 0
+                target[q] = self.shard
+                self.held += rows
+        self.queries += lengths.size
+        return target
+
+
+class _ShardFiles:
+    """The shard files of one :func:`write_shards` call: each written under a temporary name and
+    renamed by :meth:`commit` once all are complete; :meth:`discard` removes what is left."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.writers: dict[int, Any] = {}  # shard -> its open pyarrow.parquet.ParquetWriter
+        self.temporary: dict[int, Path] = {}  # shard -> its file until renamed
+
+    def write(self, shard: int, table: Any, source: str) -> None:
+        """Append the pyarrow ``table`` to ``shard``, whose columns it must have."""
+        import pyarrow.parquet as pq
+
+        if shard not in self.writers:
+            self.temporary[shard] = self.directory / f".{SHARD_NAME.format(shard)}.tmp"
+            self.writers[shard] = pq.ParquetWriter(self.temporary[shard], table.schema, compression="zstd")
+        elif not table.schema.equals(self.writers[shard].schema):
+            raise ValueError(f"{source}: its columns differ from those of the parts before it")
+        self.writers[shard].write_table(table, row_group_size=ROW_GROUP_ROWS)
+
+    def close_before(self, shard: int) -> None:
+        for done in [k for k in self.writers if k < shard]:
+            self.writers.pop(done).close()
+
+    def commit(self) -> list[Path]:
+        """Close every shard and rename it; the paths in shard order."""
+        while self.writers:
+            self.writers.popitem()[1].close()
         written = []
-        for s in sorted(temporary):
-            path = d / SHARD_NAME.format(s)
-            temporary.pop(s).replace(path)
+        for s in sorted(self.temporary):
+            path = self.directory / SHARD_NAME.format(s)
+            self.temporary.pop(s).replace(path)
             written.append(path)
         return written
-    finally:
-        for w in writers.values():
-            w.close()
-        for tmp in temporary.values():
+
+    def discard(self) -> None:
+        while self.writers:
+            self.writers.popitem()[1].close()
+        for tmp in self.temporary.values():
             tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ Shapes: ``B`` lists padded to ``L`` items, ``d`` the model width, ``h`` heads of
 * :func:`attention_mask`: the ``(B, 1, 1, L)`` key mask the kernel takes, from ``mask`` (B, L).
 * :func:`attend`: the product itself, in query chunks where it would build the ``(B, h, L, L)`` weights.
 
-**Memory** (issue 35). PyTorch 2.13's CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``) never
+**Memory.** PyTorch 2.13's CPU kernel (``_scaled_dot_product_flash_attention_for_cpu``) never
 builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training and in scoring: it keeps
 ``(B, h, Lq)`` log-sum-exps for backward. With attention dropout in training (``dropout_p > 0``) PyTorch
 falls back to its math kernel, which builds the weights, their softmax, a float dropout mask and the

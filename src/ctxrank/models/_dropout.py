@@ -1,4 +1,4 @@
-"""Dropout that keeps a bool mask for backward instead of a float one (issue 35: training memory).
+"""Dropout that keeps a bool mask for backward instead of a float one (training memory).
 
 On the CPU, ``torch.nn.functional.dropout`` (PyTorch 2.13, ``at::native::dropout``) draws a float32
 noise tensor (``bernoulli_(1 - p)``, then divided by ``1 - p``) and multiplies the input by it; autograd

@@ -1,9 +1,9 @@
 """Context-aware self-attention ranker (Pobrotyn, Bartczak, Synowiec, Bialobrzeski, Bojar, 2020; allRank).
 
-"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. **Sources.** The paper's body
-text was not available when this was checked (issue 33: only its abstract could be read), so no section
-or equation number of it is cited; the architecture and defaults below are checked against the
-authors' released code, ``allegro/allRank`` (``allrank/models/model.py``, ``transformer.py``,
+"Context-Aware Learning to Rank with Self-Attention", arXiv:2005.10084. **Sources.** Only the paper's
+abstract could be read when this was checked, so no section or equation number of it is cited; the
+architecture and defaults below are checked against the authors' released code, ``allegro/allRank``
+(``allrank/models/model.py``, ``transformer.py``,
 ``positional.py``, ``reproducibility/configs/contextaware_web30k/``), every formula written out.
 
 Every item is scored in the context of every other item of its list, in training and in inference.

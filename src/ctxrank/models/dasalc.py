@@ -3,9 +3,9 @@
 Qin, Yan, Zhuang, Tay, Pasumarthi, Wang, Bendersky, Najork, "Are Neural Rankers still Outperformed by
 Gradient Boosted Decision Trees?" (ICLR 2021) proposes three counter strategies, an input
 transformation, data augmentation and listwise context, and one network combining them, DASALC.
-**Sources.** The paper's body text was not available when this was checked (issue 33: only its first
-page could be read), so no section or equation number of it is cited; the formulas below are named by
-what they are and checked against the authors' released TF-Ranking example
+**Sources.** Only the paper's first page could be read when this was checked, so no section or equation number
+of it is cited; the formulas below are named by what they are and checked against the authors' released
+TF-Ranking example
 (``tensorflow_ranking/research/dasalc.py`` and the ``DocumentInteractionAttention`` of
 ``tensorflow_ranking/python/keras/layers.py`` at commit 672841f, which added the example), whose widths
 and normalization layers this file follows except where listed below.

@@ -1,9 +1,9 @@
 """GSF: Groupwise Scoring Functions (Ai, Wang, Bendersky, Golbandi, Najork; ICTIR 2019).
 
 "Learning Groupwise Multivariate Scoring Functions Using Deep Neural Networks", arXiv:1811.04415.
-**Sources.** The paper's body text was not available when this was checked (issue 33: only its
-abstract could be read), so no section or equation number of it is cited; the group sampling and the
-aggregation are checked against the authors' implementation in TF-Ranking
+**Sources.** Only the paper's abstract could be read when this was checked, so no section or equation number
+of it is cited; the group sampling and the aggregation are checked against the authors' implementation in
+TF-Ranking
 (``tensorflow_ranking/python/model.py``, ``_GroupwiseRankingModel``, ``_form_group_indices_nd``,
 ``_rolling_window_indices``).
 

@@ -33,9 +33,9 @@ Choices where the paper is silent (all options of :class:`QILCMConfig`):
 * Chamfer term: ``confusion_form="sum"`` with ``confusion_direction="two-sided"`` (the defaults) is the
   paper's eq. 13-14: eq. 14 sums the nearest-neighbour squared distances from q1 to q2 *and* from q2 to
   q1, between 2D-dimensional vectors (10^4-10^5 times the ranking loss on MQ2008).
-  ``confusion_direction="one-sided"`` keeps only the first sum (ctxrank's form before issue 19: half the
-  term); ``confusion_form="mean"`` averages each sum over its list's items and the dimensions
-  (scale-free). ``confusion_pairs`` samples that many ordered query pairs (an unbiased estimate).
+  ``confusion_direction="one-sided"`` keeps only the first sum (half the term); ``confusion_form="mean"``
+  averages each sum over its list's items and the dimensions (scale-free). ``confusion_pairs`` samples that
+  many ordered query pairs (an unbiased estimate).
 * Batches: eq. 13 averages over the queries of a training batch, so which queries share a batch
   changes the objective. ``QILCM.traits.batching = "random"``: unless ``train.batching`` says otherwise,
   ``fit`` draws batches uniformly at random instead of grouping queries of similar length

@@ -1,9 +1,9 @@
 """SetRank: a permutation-invariant ranking model (Pang, Xu, Ai, Lan, Cheng, Wen, SIGIR 2020).
 
 "SetRank: Learning a Permutation-Invariant Ranking Model for Information Retrieval", arXiv:1912.05891.
-**Sources.** The paper's body text was not available when this was checked (issue 33: only its abstract
-could be read), so no section or equation number of it is cited. The blocks are those of the Set
-Transformer (Lee et al., ICML 2019, arXiv:1810.00825: MAB, SAB, ISAB), which SetRank names MSAB and
+**Sources.** Only the paper's abstract could be read when this was checked, so no section or equation number
+of it is cited. The blocks are those of the Set Transformer (Lee et al., ICML 2019, arXiv:1810.00825: MAB,
+SAB, ISAB), which SetRank names MSAB and
 IMSAB; the layers, loss and defaults are checked against the authors' released code, ``pl8787/SetRank``
 (``src/RankTransformer_model.py``, ``src/modules.py``, ``scripts/train_transformer_istella.sh``).
 

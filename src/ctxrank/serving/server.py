@@ -470,24 +470,9 @@ def _client(request: Request) -> str:
     return f"{host}:{port}"
 
 
-def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
-    """The ASGI app serving ``ranker`` (an ``OnnxRanker`` or a ``DirectoryRanker``)."""
-    metrics = Metrics()
-    limits = Limits(max_rows=options.max_rows, max_list=options.max_list)
-    batcher = Batcher(
-        ranker, max_batch=options.max_batch, batch_wait_ms=options.batch_wait_ms, metrics=metrics
-    )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        batcher.start()
-        try:
-            yield
-        finally:
-            await batcher.stop()
-
-    app = FastAPI(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
-    app.state.batcher, app.state.metrics, app.state.server = batcher, metrics, None
+def _add_error_handlers(app: FastAPI) -> None:
+    """The app's error answers: a bad request, an HTTP error of the framework (404, 405, ...) and any
+    other exception (500) as ``{"error", "field"}`` JSON; a client gone: 499, counted only."""
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -511,6 +496,28 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
             },
             status_code=500,
         )
+
+
+def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
+    """The ASGI app serving ``ranker`` (an ``OnnxRanker`` or a ``DirectoryRanker``)."""
+    metrics = Metrics()
+    limits = Limits(max_rows=options.max_rows, max_list=options.max_list)
+    batcher = Batcher(
+        ranker, max_batch=options.max_batch, batch_wait_ms=options.batch_wait_ms, metrics=metrics
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
+    app.state.batcher, app.state.metrics, app.state.server = batcher, metrics, None
+
+    _add_error_handlers(app)
 
     @app.post("/rank", openapi_extra=_RANK_SCHEMA)
     async def rank(request: Request) -> Response:

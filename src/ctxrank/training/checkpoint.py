@@ -30,7 +30,6 @@ import safetensors
 import safetensors.torch
 import torch
 
-from ctxrank import __version__
 from ctxrank._io import atomic_write, sha256_file, to_toml, write_json
 from ctxrank._modeldir import (
     DIGESTS,
@@ -50,6 +49,7 @@ from ctxrank._modeldir import (
     short,
     warn_unchecked,
 )
+from ctxrank._version import __version__
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import Transform
