@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -22,12 +22,10 @@ from ctxrank._checks import is_int
 from ctxrank._io import atomic_write, to_toml, write_json
 from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
 from ctxrank._version import __version__
-from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
-from ctxrank.data.ranking_data import RankingData, check_feature_count
+from ctxrank.baselines.lambdamart import FittedBaseline, _normalize_no_relevant
+from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import GlobalMinMax, Transform
 from ctxrank.metrics import evaluate_queries, format_metric, parse_metric
-
-__all__ = ["NotFittedError"]
 
 
 # -------------------------------------------------------------------------------- parameter checks
@@ -80,28 +78,28 @@ def scaled(scaler: Transform, data: RankingData) -> np.ndarray:
     return scaler.transform(data).features.astype(np.float64)
 
 
-def check_predict_data(model: Any, data: Any) -> RankingData:
-    model._check_fitted()
-    if not isinstance(data, RankingData):
-        raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-    check_feature_count(data, model.n_features_in_)
-    return data
+class LinearScorer(FittedBaseline):
+    """What RankSVM and AdaRank share: their parameters (``_PARAMS``) and, once fitted,
+    ``score = w · m(x)`` over the stored min-max scaling ``scaler_`` and weights ``coef_``, and the
+    metadata both save."""
 
+    _FITTED = "coef_"
+    _PARAMS: tuple[str, ...] = ()
 
-class LinearScorer:
-    """What RankSVM and AdaRank share once fitted: ``score = w · m(x)`` over the stored min-max scaling
-    ``scaler_`` and weights ``coef_``, and the metadata both save."""
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters (RankSVM's ``C`` as a float or a tuple of floats)."""
+        return {name: getattr(self, name) for name in self._PARAMS}
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            name = type(self).__name__
-            raise NotFittedError(f"this {name} is not fitted; call fit(train, valid) or {name}.load()")
+    def set_params(self, **params: Any) -> Self:
+        """Set parameters (validated as in the constructor). Returns self."""
+        check_params(type(self), params)
+        self.__init__(**{**self.get_params(), **params})
+        return self
 
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     def predict(self, data: RankingData) -> np.ndarray:
         """float64 ``(N,)`` scores ``w · m(x)`` of every row of ``data``.
@@ -109,7 +107,7 @@ class LinearScorer:
         Raises:
             ValueError: not fitted, or a feature count other than the training one.
         """
-        check_predict_data(self, data)
+        self._predict_data(data)
         return np.ascontiguousarray(scaled(self.scaler_, data) @ self.coef_, dtype=np.float64)
 
     def _linear_meta(self) -> dict[str, Any]:

@@ -63,7 +63,7 @@ import torch
 from ctxrank._checks import check_int
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines._linear import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["MIN_DENOMINATOR", "AdaRank", "NotFittedError", "alpha"]
@@ -127,21 +127,6 @@ class AdaRank(lin.LinearScorer):
         self.patience = check_int("patience", patience, 1, allow_none=True)
         self.no_relevant = lin.check_no_relevant(no_relevant)
         self.num_threads = check_int("num_threads", num_threads, 1, allow_none=True)
-
-    # ------------------------------------------------------------------ params
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> AdaRank:
-        """Set parameters (validated as in the constructor). Returns self."""
-        lin.check_params(type(self), params)
-        self.__init__(**{**self.get_params(), **params})
-        return self
-
-    def __repr__(self) -> str:
-        defaults = AdaRank().get_params()
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"AdaRank({', '.join(shown)})"
 
     @property
     def objective(self) -> str:

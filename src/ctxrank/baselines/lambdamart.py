@@ -103,6 +103,31 @@ class NotFittedError(ValueError, AttributeError):
     """The model is used before ``fit`` (or ``load``)."""
 
 
+class FittedBaseline:
+    """What every baseline checks once fitted: ``fit`` / ``load`` set the attribute ``_FITTED``."""
+
+    _FITTED = "booster_"
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, self._FITTED):
+            name = type(self).__name__
+            raise NotFittedError(f"this {name} is not fitted; call fit(train, valid) or {name}.load()")
+
+    @property
+    def n_features(self) -> int:
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
+        self._check_fitted()
+        return int(self.n_features_in_)
+
+    def _predict_data(self, data: Any) -> RankingData:
+        """``data`` checked for :meth:`predict`: fitted, a RankingData, the training feature count."""
+        self._check_fitted()
+        if not isinstance(data, RankingData):
+            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+        check_feature_count(data, self.n_features_in_)
+        return data
+
+
 def _aliases(name: str) -> set[str]:
     """LightGBM's aliases of a parameter, the name included (private LightGBM API, with a fallback)."""
     try:
@@ -217,7 +242,7 @@ class _EarlyStopping:
             raise EarlyStopException(self.best_iter, self.best_results)
 
 
-class LambdaMART:
+class LambdaMART(FittedBaseline):
     """LightGBM lambdarank with ctxrank's gain, metric conventions, data type and saved-model format.
 
     Parameters are stored as given; they are checked in :meth:`fit`. scikit-learn style:
@@ -484,26 +509,13 @@ class LambdaMART:
         }
 
     # -------------------------------------------------------------- inference
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "booster_"):
-            raise NotFittedError("this LambdaMART is not fitted; call fit(train, valid) or LambdaMART.load()")
-
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
-
     def predict(self, data: RankingData) -> np.ndarray:
         """float64 ``(N,)`` scores of every row of ``data`` with the first ``best_iteration_`` trees.
 
         Raises:
             ValueError: not fitted, or a feature count other than the training one.
         """
-        self._check_fitted()
-        if not isinstance(data, RankingData):
-            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-        check_feature_count(data, self.n_features_in_)
+        self._predict_data(data)
         if _n_categorical(data) != self.n_categorical_in_:
             raise ValueError(
                 f"the model was trained with {self.n_categorical_in_} categorical columns but "

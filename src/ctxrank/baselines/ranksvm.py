@@ -46,7 +46,7 @@ import numpy as np
 from ctxrank._checks import check_int, check_positive, check_seed
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines._linear import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LOSSES", "NotFittedError", "RankSVM", "pair_indices"]
@@ -208,22 +208,6 @@ class RankSVM(lin.LinearScorer):
         self.tol = check_positive("tol", tol)
         self.max_iter = check_int("max_iter", max_iter, 1)
         self.seed = check_seed("seed", seed)
-
-    # ------------------------------------------------------------------ params
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters (``C`` as a float or a tuple of floats)."""
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> RankSVM:
-        """Set parameters (validated as in the constructor). Returns self."""
-        lin.check_params(type(self), params)
-        self.__init__(**{**self.get_params(), **params})
-        return self
-
-    def __repr__(self) -> str:
-        defaults = RankSVM().get_params()
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"RankSVM({', '.join(shown)})"
 
     @property
     def grid(self) -> tuple[float, ...]:
