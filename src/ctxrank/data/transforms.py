@@ -618,7 +618,19 @@ class ZScoreLog1p(ZScore):
     _post_log = True
 
 
-class QueryMinMax(Transform):
+class _PerQuery(Transform):
+    """A per-query normalizer: nothing learned, and features without inf or NaN (a query's statistics
+    read every value); subclasses implement ``_apply_checked``."""
+
+    stateless = True
+
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+        for _ in _blocks(data, missing=False):
+            pass
+        return self._apply_checked(data, out)
+
+
+class QueryMinMax(_PerQuery):
     """Per-query min-max scaling to [0, 1] (LETOR "QueryLevelNorm").
 
     Within each query q and feature j: ``y = (x - min_q,j) / (max_q,j - min_q,j)``; a feature constant
@@ -628,11 +640,8 @@ class QueryMinMax(Transform):
     """
 
     name = "query-minmax"
-    stateless = True
 
-    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
-        for _ in _blocks(data, missing=False):  # no inf, and no NaN: a query's statistics read every value
-            pass
+    def _apply_checked(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
         step = _row_step(x.shape[1])
         starts = data.query_offsets[:-1]
@@ -652,7 +661,7 @@ class QueryMinMax(Transform):
         return _minmax_map(x, lo, _inverse(hi - lo, xp), xp)
 
 
-class QueryZScore(Transform):
+class QueryZScore(_PerQuery):
     """Per-query standardization: within each query q and feature j, ``y = (x - mean_q,j) / std_q,j``
     with the mean and population std (ddof = 0) over the query's items.
 
@@ -663,11 +672,8 @@ class QueryZScore(Transform):
     """
 
     name = "query-zscore"
-    stateless = True
 
-    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
-        for _ in _blocks(data, missing=False):  # no inf, and no NaN: a query's statistics read every value
-            pass
+    def _apply_checked(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
         step = _row_step(x.shape[1])
         offsets = data.query_offsets
