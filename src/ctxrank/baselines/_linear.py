@@ -11,7 +11,6 @@ round-trip exactly), so loading reads JSON and nothing else: it cannot execute c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
@@ -19,9 +18,7 @@ from typing import Any, Self
 import numpy as np
 
 from ctxrank._checks import is_int
-from ctxrank._io import atomic_write, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
-from ctxrank._version import __version__
+from ctxrank._modeldir import META_FILE, read_meta
 from ctxrank.baselines.lambdamart import FittedBaseline, _normalize_no_relevant
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import GlobalMinMax, Transform
@@ -147,37 +144,6 @@ def mean_metric(scores: np.ndarray, data: RankingData, metric: str, no_relevant:
 
 
 # ------------------------------------------------------------------------------------ persistence
-def save_meta(
-    directory: str | Path,
-    kind: str,
-    meta: dict[str, Any],
-    run_config: Mapping[str, Any] | None,
-    overwrite: bool,
-) -> Path:
-    """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically, into
-    a new or empty ``directory`` (``overwrite``: any; :func:`ctxrank._modeldir.claim_model_dir`)."""
-    for name, value in meta.get("params", {}).items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
-    directory = Path(directory)
-    claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
-    directory.mkdir(parents=True, exist_ok=True)
-    if run_config is not None:
-        text = to_toml(dict(run_config))
-        atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
-    full = {
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "ctxrank_version": __version__,
-        **meta,
-        "run_config": dict(run_config) if run_config is not None else None,
-    }
-    write_json(directory / META_FILE, full)
-    return directory
-
-
 def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
     """``(path of ctxrank.json, its content)`` of ``directory`` (JSON only), checked to be a ``kind``
     model; the loaders name that path in their messages."""

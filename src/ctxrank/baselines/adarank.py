@@ -63,7 +63,7 @@ import torch
 from ctxrank._checks import check_int
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines.lambdamart import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError, save_meta
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["MIN_DENOMINATOR", "AdaRank", "NotFittedError", "alpha"]
@@ -263,7 +263,7 @@ class AdaRank(lin.LinearScorer):
             "min_denominator": MIN_DENOMINATOR,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
+        return save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> AdaRank:

@@ -103,6 +103,42 @@ class NotFittedError(ValueError, AttributeError):
     """The model is used before ``fit`` (or ``load``)."""
 
 
+def save_meta(
+    directory: str | Path,
+    kind: str,
+    meta: dict[str, Any],
+    run_config: Mapping[str, Any] | None,
+    overwrite: bool,
+    *,
+    files: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write a baseline's model directory: ``files`` (name -> content), ``config.toml`` (when
+    ``run_config`` is given), then ``ctxrank.json`` (the format header, ``meta``, ``run_config``), each
+    atomically, into a new or empty ``directory`` (``overwrite``: any;
+    :func:`ctxrank._modeldir.claim_model_dir`). Returns the directory.
+
+    Raises:
+        ValueError: a parameter in ``meta["params"]`` that JSON cannot represent (nothing written).
+    """
+    for name, value in meta.get("params", {}).items():
+        try:
+            dumps(value)
+        except TypeError:
+            raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
+    directory = Path(directory)
+    claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in (files or {}).items():
+        atomic_write(directory / name, lambda tmp, content=content: tmp.write_bytes(content))
+    if run_config is not None:
+        text = to_toml(dict(run_config))
+        atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
+    header = {"format_version": FORMAT_VERSION, "kind": kind, "ctxrank_version": __version__}
+    run = {"run_config": dict(run_config) if run_config is not None else None}
+    write_json(directory / META_FILE, {**header, **meta, **run})
+    return directory
+
+
 class FittedBaseline:
     """What every baseline checks once fitted: ``fit`` / ``load`` set the attribute ``_FITTED``."""
 
@@ -546,30 +582,12 @@ class LambdaMART(FittedBaseline):
         import lightgbm as lgb
 
         self._check_fitted()
-        params = self.get_params()
-        for name, value in params.items():
-            try:
-                dumps(value)
-            except TypeError:
-                raise ValueError(
-                    f"cannot save parameter {name}={value!r}: not representable in JSON"
-                ) from None
-        directory = Path(directory)
-        claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
-        directory.mkdir(parents=True, exist_ok=True)
         data = self.booster_.model_to_string(num_iteration=self.best_iteration_).encode("utf-8")
-        atomic_write(directory / MODEL_FILE, lambda tmp: tmp.write_bytes(data))
-        if run_config is not None:
-            text = to_toml(dict(run_config))
-            atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
         meta = {
-            "format_version": FORMAT_VERSION,
-            "kind": KIND,
-            "ctxrank_version": __version__,
             "lightgbm_version": lgb.__version__,
             "model_file": MODEL_FILE,
             "model_sha256": hashlib.sha256(data).hexdigest(),
-            "params": params,
+            "params": self.get_params(),
             "lightgbm_params": _jsonable(self.lgb_params_),
             "n_features": int(self.n_features_in_),
             "n_categorical": int(self.n_categorical_in_),
@@ -588,10 +606,8 @@ class LambdaMART(FittedBaseline):
                 "evals_result_no_relevant": 1.0,
             },
             "evals_result": self.evals_result_,
-            "run_config": dict(run_config) if run_config is not None else None,
         }
-        write_json(directory / META_FILE, meta)
-        return directory
+        return save_meta(directory, KIND, meta, run_config, overwrite, files={MODEL_FILE: data})
 
     @classmethod
     def load(cls, directory: str | Path) -> LambdaMART:

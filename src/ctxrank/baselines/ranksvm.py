@@ -46,7 +46,7 @@ import numpy as np
 from ctxrank._checks import check_int, check_positive, check_seed
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines.lambdamart import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError, save_meta
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LOSSES", "NotFittedError", "RankSVM", "pair_indices"]
@@ -336,7 +336,7 @@ class RankSVM(lin.LinearScorer):
             "objective": self.objective,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
+        return save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> RankSVM:
