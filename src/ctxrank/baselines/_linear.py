@@ -144,16 +144,25 @@ def mean_metric(scores: np.ndarray, data: RankingData, metric: str, no_relevant:
 
 
 # ------------------------------------------------------------------------------------ persistence
-def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
-    """``(path of ctxrank.json, its content)`` of ``directory`` (JSON only), checked to be a ``kind``
-    model; the loaders name that path in their messages."""
+def read_kind(
+    directory: str | Path, kind: str, what: str
+) -> tuple[Path, dict[str, Any], dict[str, Any], int]:
+    """``(path of ctxrank.json, its content, the saved params, the feature count)`` of ``directory``
+    (JSON only), checked to be a ``kind`` model; the loaders name that path in their messages."""
     directory = Path(directory)
     meta = read_meta(directory)
     if meta.get("kind") != kind:
         raise ValueError(
             f"{directory}: a {meta.get('kind')!r} model, not {what} one (ctxrank.load_model loads any kind)"
         )
-    return directory / META_FILE, meta
+    path = directory / META_FILE
+    params = meta.get("params")
+    if not isinstance(params, dict):
+        raise ValueError(f"{path}: 'params' missing from the model metadata")
+    n = meta.get("n_features")
+    if not is_int(n) or n < 1:
+        raise ValueError(f"{path}: 'n_features' must be an integer >= 1, got {n!r}")
+    return path, meta, params, int(n)
 
 
 def float_vector(directory: Path, meta: Mapping[str, Any], key: str, n: int) -> np.ndarray:
@@ -179,17 +188,3 @@ def load_scaler(directory: Path, meta: Mapping[str, Any], n_features: int) -> Tr
             f"{directory}: 'scaler' must be an unclipped min-max scaling fitted on {n_features} features"
         )
     return scaler
-
-
-def load_params(directory: Path, meta: Mapping[str, Any]) -> dict[str, Any]:
-    params = meta.get("params")
-    if not isinstance(params, dict):
-        raise ValueError(f"{directory}: 'params' missing from the model metadata")
-    return params
-
-
-def n_features_of(directory: Path, meta: Mapping[str, Any]) -> int:
-    n = meta.get("n_features")
-    if not is_int(n) or n < 1:
-        raise ValueError(f"{directory}: 'n_features' must be an integer >= 1, got {n!r}")
-    return int(n)

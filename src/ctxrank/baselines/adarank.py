@@ -273,9 +273,7 @@ class AdaRank(lin.LinearScorer):
             ValueError: not a ctxrank model directory, another kind of model, or metadata that is
                 incomplete or inconsistent (the weights must be the sum of the rounds' alphas).
         """
-        directory, meta = lin.read_kind(directory, KIND, "an AdaRank")
-        params = lin.load_params(directory, meta)
-        n = lin.n_features_of(directory, meta)
+        directory, meta, params, n = lin.read_kind(directory, KIND, "an AdaRank")
         try:
             lin.check_params(cls, params)
             model = cls(**params)

@@ -346,9 +346,7 @@ class RankSVM(lin.LinearScorer):
             ValueError: not a ctxrank model directory, another kind of model, or metadata that is
                 incomplete or inconsistent.
         """
-        directory, meta = lin.read_kind(directory, KIND, "a RankSVM")
-        params = lin.load_params(directory, meta)
-        n = lin.n_features_of(directory, meta)
+        directory, meta, params, n = lin.read_kind(directory, KIND, "a RankSVM")
         try:
             lin.check_params(cls, params)
             model = cls(**params)
