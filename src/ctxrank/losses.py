@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ctxrank._checks import check_bool, check_choice, check_int, check_non_negative, check_positive
+from ctxrank.metrics import check_score_inputs
 
 __all__ = [
     "ATTRANK_FORMS",
@@ -119,20 +120,7 @@ class _Lists:
     """
 
     def __init__(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
-        for name, t in (("scores", scores), ("labels", labels), ("mask", mask)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = real item), got dtype {mask.dtype}")
-        if not scores.dtype.is_floating_point:
-            raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
-        if scores.dim() != 2:
-            raise ValueError(f"scores must have shape (B, L), got {tuple(scores.shape)}")
-        if labels.shape != scores.shape or mask.shape != scores.shape:
-            raise ValueError(
-                f"scores, labels, mask must have the same shape (B, L); got {tuple(scores.shape)}, "
-                f"{tuple(labels.shape)}, {tuple(mask.shape)}"
-            )
+        check_score_inputs(scores, labels, mask, floating=True)
         self.dtype = torch.promote_types(scores.dtype, torch.float32)
         zero = torch.zeros((), dtype=self.dtype, device=scores.device)
         self.mask = mask

@@ -356,12 +356,18 @@ def check_labels(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _check_inputs(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> None:
+def check_score_inputs(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, *, floating: bool = False
+) -> None:
+    """``scores``, ``labels``, ``mask`` tensors of one shape ``(B, L)``, ``mask`` bool (and with
+    ``floating``, ``scores`` floating point); else TypeError / ValueError."""
     for name, t in (("scores", scores), ("labels", labels), ("mask", mask)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor (True = real item), got dtype {mask.dtype}")
+    if floating and not scores.dtype.is_floating_point:
+        raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
     if scores.dim() != 2:
         raise ValueError(f"scores must have shape (B, L), got {tuple(scores.shape)}")
     if labels.shape != scores.shape or mask.shape != scores.shape:
@@ -551,7 +557,7 @@ def dcg(
     Returns:
         ``(B,)`` DCG per list (0 for an all-masked list), or its mean.
     """
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     k = _check_k(k)
     conv = metric_convention(convention, gain=gain)
     _check_letor_labels(conv, (labels, mask))
@@ -600,7 +606,7 @@ def ndcg(
     Returns:
         ``(B,)`` NDCG per list, or its mean.
     """
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     k = _check_k(k)
     conv = metric_convention(convention, gain=gain, no_relevant=no_relevant)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
@@ -675,7 +681,7 @@ def mean_ndcg(
     Returns:
         ``(B,)`` mean NDCG per list, or its mean.
     """
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     k = _check_k(k)
     conv = metric_convention(convention, gain=gain, no_relevant=no_relevant)
     _check_letor_labels(conv, (labels, mask))
@@ -705,7 +711,7 @@ def _binary_context(
     ideal_mask: torch.Tensor | None,
 ) -> tuple[_Ranked, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Shared by P, AP, RR: ranked lists, relevance and the query's relevant count."""
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
     _check_letor_labels(conv, (labels, mask), (il, im))
     check_labels(labels, mask, gain=None)
@@ -962,7 +968,7 @@ def err(
     Returns:
         ``(B,)`` ERR per list, or its mean.
     """
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     k = _check_k(k)
     conv = metric_convention(convention, no_relevant=no_relevant)
     il, im = _ideal(labels, mask, ideal_labels, ideal_mask)
@@ -1026,7 +1032,7 @@ def choice_log_likelihood(
     if _check_k(k) is not None:
         raise ValueError("loglik takes no cutoff (it uses the whole list)")
     conv = metric_convention(convention, no_relevant=no_relevant, threshold=threshold)
-    _check_inputs(scores, labels, mask)
+    check_score_inputs(scores, labels, mask)
     check_labels(labels, mask, gain=None)
     dtype = _work_dtype(labels)
     v = scores.to(dtype).masked_fill(~mask, -torch.inf)

@@ -11,23 +11,18 @@ round-trip exactly), so loading reads JSON and nothing else: it cannot execute c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from ctxrank._checks import is_int
-from ctxrank._io import atomic_write, to_toml, write_json
-from ctxrank._modeldir import FORMAT_VERSION, META_FILE, claim_model_dir, read_meta
-from ctxrank._version import __version__
-from ctxrank.baselines.lambdamart import NotFittedError, _normalize_no_relevant
-from ctxrank.data.ranking_data import RankingData, check_feature_count
+from ctxrank._modeldir import META_FILE, read_meta
+from ctxrank.baselines.lambdamart import FittedBaseline, _normalize_no_relevant
+from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.transforms import GlobalMinMax, Transform
 from ctxrank.metrics import evaluate_queries, format_metric, parse_metric
-
-__all__ = ["NotFittedError"]
 
 
 # -------------------------------------------------------------------------------- parameter checks
@@ -80,28 +75,28 @@ def scaled(scaler: Transform, data: RankingData) -> np.ndarray:
     return scaler.transform(data).features.astype(np.float64)
 
 
-def check_predict_data(model: Any, data: Any) -> RankingData:
-    model._check_fitted()
-    if not isinstance(data, RankingData):
-        raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-    check_feature_count(data, model.n_features_in_)
-    return data
+class LinearScorer(FittedBaseline):
+    """What RankSVM and AdaRank share: their parameters (``_PARAMS``) and, once fitted,
+    ``score = w · m(x)`` over the stored min-max scaling ``scaler_`` and weights ``coef_``, and the
+    metadata both save."""
 
+    _FITTED = "coef_"
+    _PARAMS: tuple[str, ...] = ()
 
-class LinearScorer:
-    """What RankSVM and AdaRank share once fitted: ``score = w · m(x)`` over the stored min-max scaling
-    ``scaler_`` and weights ``coef_``, and the metadata both save."""
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters (RankSVM's ``C`` as a float or a tuple of floats)."""
+        return {name: getattr(self, name) for name in self._PARAMS}
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            name = type(self).__name__
-            raise NotFittedError(f"this {name} is not fitted; call fit(train, valid) or {name}.load()")
+    def set_params(self, **params: Any) -> Self:
+        """Set parameters (validated as in the constructor). Returns self."""
+        check_params(type(self), params)
+        self.__init__(**{**self.get_params(), **params})
+        return self
 
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     def predict(self, data: RankingData) -> np.ndarray:
         """float64 ``(N,)`` scores ``w · m(x)`` of every row of ``data``.
@@ -109,7 +104,7 @@ class LinearScorer:
         Raises:
             ValueError: not fitted, or a feature count other than the training one.
         """
-        check_predict_data(self, data)
+        self._predict_data(data)
         return np.ascontiguousarray(scaled(self.scaler_, data) @ self.coef_, dtype=np.float64)
 
     def _linear_meta(self) -> dict[str, Any]:
@@ -149,47 +144,25 @@ def mean_metric(scores: np.ndarray, data: RankingData, metric: str, no_relevant:
 
 
 # ------------------------------------------------------------------------------------ persistence
-def save_meta(
-    directory: str | Path,
-    kind: str,
-    meta: dict[str, Any],
-    run_config: Mapping[str, Any] | None,
-    overwrite: bool,
-) -> Path:
-    """Write ``config.toml`` (when ``run_config`` is given) and then ``ctxrank.json``, atomically, into
-    a new or empty ``directory`` (``overwrite``: any; :func:`ctxrank._modeldir.claim_model_dir`)."""
-    for name, value in meta.get("params", {}).items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
-    directory = Path(directory)
-    claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
-    directory.mkdir(parents=True, exist_ok=True)
-    if run_config is not None:
-        text = to_toml(dict(run_config))
-        atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
-    full = {
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "ctxrank_version": __version__,
-        **meta,
-        "run_config": dict(run_config) if run_config is not None else None,
-    }
-    write_json(directory / META_FILE, full)
-    return directory
-
-
-def read_kind(directory: str | Path, kind: str, what: str) -> tuple[Path, dict[str, Any]]:
-    """``(path of ctxrank.json, its content)`` of ``directory`` (JSON only), checked to be a ``kind``
-    model; the loaders name that path in their messages."""
+def read_kind(
+    directory: str | Path, kind: str, what: str
+) -> tuple[Path, dict[str, Any], dict[str, Any], int]:
+    """``(path of ctxrank.json, its content, the saved params, the feature count)`` of ``directory``
+    (JSON only), checked to be a ``kind`` model; the loaders name that path in their messages."""
     directory = Path(directory)
     meta = read_meta(directory)
     if meta.get("kind") != kind:
         raise ValueError(
             f"{directory}: a {meta.get('kind')!r} model, not {what} one (ctxrank.load_model loads any kind)"
         )
-    return directory / META_FILE, meta
+    path = directory / META_FILE
+    params = meta.get("params")
+    if not isinstance(params, dict):
+        raise ValueError(f"{path}: 'params' missing from the model metadata")
+    n = meta.get("n_features")
+    if not is_int(n) or n < 1:
+        raise ValueError(f"{path}: 'n_features' must be an integer >= 1, got {n!r}")
+    return path, meta, params, int(n)
 
 
 def float_vector(directory: Path, meta: Mapping[str, Any], key: str, n: int) -> np.ndarray:
@@ -215,17 +188,3 @@ def load_scaler(directory: Path, meta: Mapping[str, Any], n_features: int) -> Tr
             f"{directory}: 'scaler' must be an unclipped min-max scaling fitted on {n_features} features"
         )
     return scaler
-
-
-def load_params(directory: Path, meta: Mapping[str, Any]) -> dict[str, Any]:
-    params = meta.get("params")
-    if not isinstance(params, dict):
-        raise ValueError(f"{directory}: 'params' missing from the model metadata")
-    return params
-
-
-def n_features_of(directory: Path, meta: Mapping[str, Any]) -> int:
-    n = meta.get("n_features")
-    if not is_int(n) or n < 1:
-        raise ValueError(f"{directory}: 'n_features' must be an integer >= 1, got {n!r}")
-    return int(n)

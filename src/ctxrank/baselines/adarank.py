@@ -63,7 +63,7 @@ import torch
 from ctxrank._checks import check_int
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines._linear import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError, save_meta
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["MIN_DENOMINATOR", "AdaRank", "NotFittedError", "alpha"]
@@ -127,21 +127,6 @@ class AdaRank(lin.LinearScorer):
         self.patience = check_int("patience", patience, 1, allow_none=True)
         self.no_relevant = lin.check_no_relevant(no_relevant)
         self.num_threads = check_int("num_threads", num_threads, 1, allow_none=True)
-
-    # ------------------------------------------------------------------ params
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> AdaRank:
-        """Set parameters (validated as in the constructor). Returns self."""
-        lin.check_params(type(self), params)
-        self.__init__(**{**self.get_params(), **params})
-        return self
-
-    def __repr__(self) -> str:
-        defaults = AdaRank().get_params()
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"AdaRank({', '.join(shown)})"
 
     @property
     def objective(self) -> str:
@@ -278,7 +263,7 @@ class AdaRank(lin.LinearScorer):
             "min_denominator": MIN_DENOMINATOR,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
+        return save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> AdaRank:
@@ -288,9 +273,7 @@ class AdaRank(lin.LinearScorer):
             ValueError: not a ctxrank model directory, another kind of model, or metadata that is
                 incomplete or inconsistent (the weights must be the sum of the rounds' alphas).
         """
-        directory, meta = lin.read_kind(directory, KIND, "an AdaRank")
-        params = lin.load_params(directory, meta)
-        n = lin.n_features_of(directory, meta)
+        directory, meta, params, n = lin.read_kind(directory, KIND, "an AdaRank")
         try:
             lin.check_params(cls, params)
             model = cls(**params)

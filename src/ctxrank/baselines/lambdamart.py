@@ -103,6 +103,67 @@ class NotFittedError(ValueError, AttributeError):
     """The model is used before ``fit`` (or ``load``)."""
 
 
+def save_meta(
+    directory: str | Path,
+    kind: str,
+    meta: dict[str, Any],
+    run_config: Mapping[str, Any] | None,
+    overwrite: bool,
+    *,
+    files: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write a baseline's model directory: ``files`` (name -> content), ``config.toml`` (when
+    ``run_config`` is given), then ``ctxrank.json`` (the format header, ``meta``, ``run_config``), each
+    atomically, into a new or empty ``directory`` (``overwrite``: any;
+    :func:`ctxrank._modeldir.claim_model_dir`). Returns the directory.
+
+    Raises:
+        ValueError: a parameter in ``meta["params"]`` that JSON cannot represent (nothing written).
+    """
+    for name, value in meta.get("params", {}).items():
+        try:
+            dumps(value)
+        except TypeError:
+            raise ValueError(f"cannot save parameter {name}={value!r}: not representable in JSON") from None
+    directory = Path(directory)
+    claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in (files or {}).items():
+        atomic_write(directory / name, lambda tmp, content=content: tmp.write_bytes(content))
+    if run_config is not None:
+        text = to_toml(dict(run_config))
+        atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
+    header = {"format_version": FORMAT_VERSION, "kind": kind, "ctxrank_version": __version__}
+    run = {"run_config": dict(run_config) if run_config is not None else None}
+    write_json(directory / META_FILE, {**header, **meta, **run})
+    return directory
+
+
+class FittedBaseline:
+    """What every baseline checks once fitted: ``fit`` / ``load`` set the attribute ``_FITTED``."""
+
+    _FITTED = "booster_"
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, self._FITTED):
+            name = type(self).__name__
+            raise NotFittedError(f"this {name} is not fitted; call fit(train, valid) or {name}.load()")
+
+    @property
+    def n_features(self) -> int:
+        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
+        self._check_fitted()
+        return int(self.n_features_in_)
+
+    def _predict_data(self, data: Any) -> RankingData:
+        """``data`` checked for :meth:`predict`: fitted, a RankingData, the training feature count."""
+        self._check_fitted()
+        if not isinstance(data, RankingData):
+            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+        check_feature_count(data, self.n_features_in_)
+        return data
+
+
 def _aliases(name: str) -> set[str]:
     """LightGBM's aliases of a parameter, the name included (private LightGBM API, with a fallback)."""
     try:
@@ -217,7 +278,7 @@ class _EarlyStopping:
             raise EarlyStopException(self.best_iter, self.best_results)
 
 
-class LambdaMART:
+class LambdaMART(FittedBaseline):
     """LightGBM lambdarank with ctxrank's gain, metric conventions, data type and saved-model format.
 
     Parameters are stored as given; they are checked in :meth:`fit`. scikit-learn style:
@@ -484,26 +545,13 @@ class LambdaMART:
         }
 
     # -------------------------------------------------------------- inference
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "booster_"):
-            raise NotFittedError("this LambdaMART is not fitted; call fit(train, valid) or LambdaMART.load()")
-
-    @property
-    def n_features(self) -> int:
-        """Feature count the model expects (``ctxrank.load_model``'s predictor protocol)."""
-        self._check_fitted()
-        return int(self.n_features_in_)
-
     def predict(self, data: RankingData) -> np.ndarray:
         """float64 ``(N,)`` scores of every row of ``data`` with the first ``best_iteration_`` trees.
 
         Raises:
             ValueError: not fitted, or a feature count other than the training one.
         """
-        self._check_fitted()
-        if not isinstance(data, RankingData):
-            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
-        check_feature_count(data, self.n_features_in_)
+        self._predict_data(data)
         if _n_categorical(data) != self.n_categorical_in_:
             raise ValueError(
                 f"the model was trained with {self.n_categorical_in_} categorical columns but "
@@ -534,30 +582,12 @@ class LambdaMART:
         import lightgbm as lgb
 
         self._check_fitted()
-        params = self.get_params()
-        for name, value in params.items():
-            try:
-                dumps(value)
-            except TypeError:
-                raise ValueError(
-                    f"cannot save parameter {name}={value!r}: not representable in JSON"
-                ) from None
-        directory = Path(directory)
-        claim_model_dir(directory, overwrite=overwrite, how="pass overwrite=True")
-        directory.mkdir(parents=True, exist_ok=True)
         data = self.booster_.model_to_string(num_iteration=self.best_iteration_).encode("utf-8")
-        atomic_write(directory / MODEL_FILE, lambda tmp: tmp.write_bytes(data))
-        if run_config is not None:
-            text = to_toml(dict(run_config))
-            atomic_write(directory / "config.toml", lambda tmp: tmp.write_text(text))
         meta = {
-            "format_version": FORMAT_VERSION,
-            "kind": KIND,
-            "ctxrank_version": __version__,
             "lightgbm_version": lgb.__version__,
             "model_file": MODEL_FILE,
             "model_sha256": hashlib.sha256(data).hexdigest(),
-            "params": params,
+            "params": self.get_params(),
             "lightgbm_params": _jsonable(self.lgb_params_),
             "n_features": int(self.n_features_in_),
             "n_categorical": int(self.n_categorical_in_),
@@ -576,10 +606,8 @@ class LambdaMART:
                 "evals_result_no_relevant": 1.0,
             },
             "evals_result": self.evals_result_,
-            "run_config": dict(run_config) if run_config is not None else None,
         }
-        write_json(directory / META_FILE, meta)
-        return directory
+        return save_meta(directory, KIND, meta, run_config, overwrite, files={MODEL_FILE: data})
 
     @classmethod
     def load(cls, directory: str | Path) -> LambdaMART:

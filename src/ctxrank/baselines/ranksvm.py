@@ -46,7 +46,7 @@ import numpy as np
 from ctxrank._checks import check_int, check_positive, check_seed
 from ctxrank._io import float_or_nan
 from ctxrank.baselines import _linear as lin
-from ctxrank.baselines._linear import NotFittedError
+from ctxrank.baselines.lambdamart import NotFittedError, save_meta
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = ["LOSSES", "NotFittedError", "RankSVM", "pair_indices"]
@@ -209,22 +209,6 @@ class RankSVM(lin.LinearScorer):
         self.max_iter = check_int("max_iter", max_iter, 1)
         self.seed = check_seed("seed", seed)
 
-    # ------------------------------------------------------------------ params
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters (``C`` as a float or a tuple of floats)."""
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> RankSVM:
-        """Set parameters (validated as in the constructor). Returns self."""
-        lin.check_params(type(self), params)
-        self.__init__(**{**self.get_params(), **params})
-        return self
-
-    def __repr__(self) -> str:
-        defaults = RankSVM().get_params()
-        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"RankSVM({', '.join(shown)})"
-
     @property
     def grid(self) -> tuple[float, ...]:
         return self.C if isinstance(self.C, tuple) else (self.C,)
@@ -352,7 +336,7 @@ class RankSVM(lin.LinearScorer):
             "objective": self.objective,
             **self._linear_meta(),
         }
-        return lin.save_meta(directory, KIND, meta, run_config, overwrite)
+        return save_meta(directory, KIND, meta, run_config, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path) -> RankSVM:
@@ -362,9 +346,7 @@ class RankSVM(lin.LinearScorer):
             ValueError: not a ctxrank model directory, another kind of model, or metadata that is
                 incomplete or inconsistent.
         """
-        directory, meta = lin.read_kind(directory, KIND, "a RankSVM")
-        params = lin.load_params(directory, meta)
-        n = lin.n_features_of(directory, meta)
+        directory, meta, params, n = lin.read_kind(directory, KIND, "a RankSVM")
         try:
             lin.check_params(cls, params)
             model = cls(**params)

@@ -179,12 +179,6 @@ def _memory_message(exc: BaseException, command: str | None) -> str:
     )
 
 
-def _error_text(exc: BaseException) -> str:
-    """The message of a library error; the options an :class:`~ctxrank._checks.OptionError` names by
-    their field names are written as their flags."""
-    return flag_text(exc.text) if isinstance(exc, OptionError) else str(exc)
-
-
 def flag_text(text: str | OptionText) -> str:
     """A library message (``str`` or :class:`~ctxrank._checks.OptionText`) as the command line says it:
     each option it names written as its declared flag (``data_file`` -> ``--data FILE``)."""
@@ -266,8 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or not (memory or isinstance(exc, ValueError | OSError)):
             raise
         traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
-        text = _memory_message(exc, command) if memory else _error_text(exc)
-        print(f"ctxrank: error: {text}", file=sys.stderr)
+        # an OptionError's options named by their flags
+        text = flag_text(exc.text if isinstance(exc, OptionError) else str(exc))
+        print(f"ctxrank: error: {_memory_message(exc, command) if memory else text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         if args.debug:

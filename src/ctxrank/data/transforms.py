@@ -46,7 +46,7 @@ Guards shared by all of them:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import reduce
 from typing import Any, ClassVar
@@ -117,6 +117,16 @@ def _check_finite(block: np.ndarray, start: int | None, data: RankingData, *, mi
         row = "a row" if start is None else f"row {start + r}"
         where = f"{data.source or 'data'}: feature {name} of {row}"
         raise ValueError(f"{where} is {block[r, c]}; {what}")
+
+
+def _blocks(data: RankingData, *, missing: bool = True) -> Iterator[np.ndarray]:
+    """The feature rows of ``data`` in blocks of :func:`_row_step` rows, each checked by
+    :func:`_check_finite` before it is yielded."""
+    x = data.features
+    step = _row_step(x.shape[1])
+    for a in range(0, x.shape[0], step):
+        _check_finite(x[a : a + step], a, data, missing=missing)
+        yield x[a : a + step]
 
 
 class Transform:
@@ -463,13 +473,9 @@ class GlobalMinMax(_Affine):
         return {"clip": self.clip}
 
     def _fit_state(self, data: RankingData) -> None:
-        x = data.features
-        lo = np.full(x.shape[1], np.inf)
-        hi = np.full(x.shape[1], -np.inf)
-        step = _row_step(x.shape[1])
-        for a in range(0, x.shape[0], step):
-            block = x[a : a + step]
-            _check_finite(block, a, data)
+        lo = np.full(data.n_features, np.inf)
+        hi = np.full(data.n_features, -np.inf)
+        for block in _blocks(data):
             np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)  # fmin / fmax: a NaN (missing) is skipped
             np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
         self._stream_finish(np.concatenate([lo, hi]))
@@ -478,11 +484,8 @@ class GlobalMinMax(_Affine):
         return np.concatenate([np.full(n_features, np.inf), np.full(n_features, -np.inf)])  # [lo, hi]
 
     def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
-        x, (lo, hi) = chunk.features, np.split(acc.copy(), 2)
-        step = _row_step(x.shape[1])
-        for a in range(0, x.shape[0], step):
-            block = x[a : a + step]
-            _check_finite(block, a, chunk)
+        lo, hi = np.split(acc.copy(), 2)
+        for block in _blocks(chunk):
             np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)
             np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
         return np.concatenate([lo, hi])
@@ -528,9 +531,7 @@ class ZScore(_Affine):
         count = np.zeros(f)  # values present per feature (a NaN is missing and skipped)
         lo = np.full(f, np.inf)
         hi = np.full(f, -np.inf)
-        for a in range(0, n, step):
-            block = x[a : a + step]
-            _check_finite(block, a, data)
+        for block in _blocks(data):
             g = self._g(block)
             total += np.nansum(g, axis=0)
             count += np.count_nonzero(~np.isnan(g), axis=0)
@@ -549,11 +550,7 @@ class ZScore(_Affine):
         return np.concatenate([np.zeros(3 * f), np.full(f, np.inf), np.full(f, -np.inf)])
 
     def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
-        x = chunk.features
-        step = _row_step(x.shape[1])
-        for a in range(0, x.shape[0], step):
-            block = x[a : a + step]
-            _check_finite(block, a, chunk)
+        for block in _blocks(chunk):
             g = self._g(block)
             count = np.count_nonzero(~np.isnan(g), axis=0).astype(np.float64)
             mean = np.nansum(g, axis=0) / np.maximum(count, 1.0)
@@ -621,7 +618,19 @@ class ZScoreLog1p(ZScore):
     _post_log = True
 
 
-class QueryMinMax(Transform):
+class _PerQuery(Transform):
+    """A per-query normalizer: nothing learned, and features without inf or NaN (a query's statistics
+    read every value); subclasses implement ``_apply_checked``."""
+
+    stateless = True
+
+    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+        for _ in _blocks(data, missing=False):
+            pass
+        return self._apply_checked(data, out)
+
+
+class QueryMinMax(_PerQuery):
     """Per-query min-max scaling to [0, 1] (LETOR "QueryLevelNorm").
 
     Within each query q and feature j: ``y = (x - min_q,j) / (max_q,j - min_q,j)``; a feature constant
@@ -631,13 +640,10 @@ class QueryMinMax(Transform):
     """
 
     name = "query-minmax"
-    stateless = True
 
-    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+    def _apply_checked(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
         step = _row_step(x.shape[1])
-        for a in range(0, x.shape[0], step):
-            _check_finite(x[a : a + step], a, data, missing=False)
         starts = data.query_offsets[:-1]
         lo = np.minimum.reduceat(x, starts, axis=0).astype(np.float64)  # (Q, F)
         scale = _inverse(np.maximum.reduceat(x, starts, axis=0).astype(np.float64) - lo, np)  # (Q, F)
@@ -655,7 +661,7 @@ class QueryMinMax(Transform):
         return _minmax_map(x, lo, _inverse(hi - lo, xp), xp)
 
 
-class QueryZScore(Transform):
+class QueryZScore(_PerQuery):
     """Per-query standardization: within each query q and feature j, ``y = (x - mean_q,j) / std_q,j``
     with the mean and population std (ddof = 0) over the query's items.
 
@@ -666,13 +672,10 @@ class QueryZScore(Transform):
     """
 
     name = "query-zscore"
-    stateless = True
 
-    def _apply(self, data: RankingData, out: np.ndarray) -> np.ndarray:
+    def _apply_checked(self, data: RankingData, out: np.ndarray) -> np.ndarray:
         x = data.features
         step = _row_step(x.shape[1])
-        for a in range(0, x.shape[0], step):
-            _check_finite(x[a : a + step], a, data, missing=False)
         offsets = data.query_offsets
         q = 0
         while q < data.n_queries:  # blocks of whole queries, about ``step`` rows each (at least one query)

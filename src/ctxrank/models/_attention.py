@@ -50,6 +50,7 @@ producing NaN, so its (meaningless) outputs stay finite.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -59,6 +60,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ctxrank.models._dropout import Dropout, apply_mask, draw_noise, dropout
 from ctxrank.models._jit import records_backward, tracing
+from ctxrank.models.base import RankingModule
 
 __all__ = [
     "ATTENTION_BLOCK_BYTES",
@@ -317,3 +319,22 @@ class RankEmbedding(nn.Module):
         are never attended to)."""
         rank = torch.ones_like(mask, dtype=torch.long).cumsum(dim=1) - 1  # (B, L): 0, 1, 2, ...
         return self.table(rank.clamp(max=self.table.num_embeddings - 1))
+
+
+class EncodingRanker(RankingModule):
+    """An attention ranker: ``forward`` scores ``encode``'s ``(B, L, d)`` output with ``score`` (``d -> 1``);
+    with ``rank_embedding`` an item's row is its initial rank, so the scores read the row order."""
+
+    @classmethod
+    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
+        return params.get("rank_embedding") is True
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        init_scores: torch.Tensor | None = None,
+        categorical: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.score(self.encode(features, mask, categorical)).squeeze(-1)  # (B, L)

@@ -70,11 +70,12 @@ from torch import nn
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
 from ctxrank.models._attention import (
     AttentionBlock,
+    EncodingRanker,
     RankEmbedding,
     attention_mask,
     attention_weight_bytes,
 )
-from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, ModelTraits, RankingModule, make_activation
+from ctxrank.models.base import ACTIVATIONS, FLOAT_BYTES, ModelTraits, make_activation
 
 __all__ = ["FC_ACTIVATIONS", "ContextAwareAttention", "ContextAwareAttentionConfig"]
 
@@ -141,7 +142,7 @@ class ContextAwareAttentionConfig:
             check_positive("model_params.input_clip", self.input_clip)
 
 
-class ContextAwareAttention(RankingModule):
+class ContextAwareAttention(EncodingRanker):
     """Self-attention ranker: ``(B, L, F)`` features -> ``(B, L)`` scores, each in the context of its list.
 
     See the module docstring for the equations, padding and the rank embedding.
@@ -171,11 +172,6 @@ class ContextAwareAttention(RankingModule):
         )
         self.final_norm = nn.LayerNorm(d) if config.norm_first else None
         self.score = nn.Linear(d, 1)
-
-    @classmethod
-    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
-        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
-        return params.get("rank_embedding") is True
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """When training, per item: the clamped input and the input layer, and per block what backward
@@ -209,13 +205,3 @@ class ContextAwareAttention(RankingModule):
         for block in self.blocks:
             h = block(h, None, key_mask)  # self-attention over the list
         return h if self.final_norm is None else self.final_norm(h)
-
-    def forward(
-        self,
-        features: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        init_scores: torch.Tensor | None = None,
-        categorical: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.score(self.encode(features, mask, categorical)).squeeze(-1)  # (B, L)

@@ -76,12 +76,13 @@ from torch import nn
 from ctxrank._checks import check_bool, check_choice, check_dropout, check_int, check_positive
 from ctxrank.models._attention import (
     AttentionBlock,
+    EncodingRanker,
     RankEmbedding,
     attention_mask,
     attention_weight_bytes,
 )
 from ctxrank.models._dropout import Dropout, dropout
-from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
+from ctxrank.models.base import FLOAT_BYTES, ModelTraits
 
 __all__ = ["SETRANK_BLOCKS", "SetRank", "SetRankConfig"]
 
@@ -175,7 +176,7 @@ class SetBlock(nn.Module):
         return self.mab(x, None, key_mask)
 
 
-class SetRank(RankingModule):
+class SetRank(EncodingRanker):
     """SetRank: ``(B, L, F)`` features -> ``(B, L)`` permutation-equivariant scores (module docstring)."""
 
     name = "setrank"
@@ -197,11 +198,6 @@ class SetRank(RankingModule):
             for _ in range(config.blocks)
         )
         self.score = nn.Linear(d, 1)  # rFF_1 of the ranking layer
-
-    @classmethod
-    def reads_row_order(cls, params: Mapping[str, Any]) -> bool:
-        """With ``rank_embedding`` the row of an item is its initial rank: the scores read the order."""
-        return params.get("rank_embedding") is True
 
     def batch_memory(self, batch_size: int, list_len: int, *, training: bool) -> int:
         """When training, per item: the clamped input and the representation layer, and per MAB what
@@ -245,13 +241,3 @@ class SetRank(RankingModule):
         for block in self.blocks:
             z = block(z, key_mask)
         return z
-
-    def forward(
-        self,
-        features: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        init_scores: torch.Tensor | None = None,
-        categorical: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return self.score(self.encode(features, mask, categorical)).squeeze(-1)  # (B, L)
