@@ -295,10 +295,10 @@ def demo(
     ``--set`` make it."""
 
     def intro(spec: ExperimentSpec) -> str:
-        seeds, threads = spec.runs, spec.threads
+        seeds, threads = spec.runs, spec.train.threads
         return (
             "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
-            f"LambdaMART, and ListNet, DLCM and QILCM re-ranking its top {spec.top_k}, {seeds} "
+            f"LambdaMART, and ListNet, DLCM and QILCM re-ranking its top {spec.rerank.top_k}, {seeds} "
             f"seed{'s' if seeds != 1 else ''}, paired t-tests over test queries; {threads} "
             f"thread{'s' if threads != 1 else ''} a run, {jobs} run(s) at a time. Stored runs are reused: "
             "run it again to see the report at once."
