@@ -1136,7 +1136,7 @@ def test_the_correction_flag_is_an_override_of_the_spec_built_once(tmp_path, mon
         cli_experiment.experiment("demo", correction="bh", threads=2)
     assert seen == [[("runs.threads", 2), ("report.correction", "bh")]]
     with pytest.raises(RuntimeError, match="stop"):
-        cli_experiment.experiment("demo")
+        cli_experiment.experiment("demo", threads=None)
     assert seen[-1] == []
 
 
