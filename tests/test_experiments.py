@@ -1263,7 +1263,7 @@ def test_a_data_error_of_a_run_names_the_spec_keys_not_the_command_line_flags(tm
         assert key in str(err.value) and "--" not in str(err.value), str(err.value)
 
 
-def test_the_protocol_and_threads_are_the_run_configs_own_settings_declared_once(tmp_path):
+def test_the_protocol_and_threads_have_the_run_configs_defaults_and_no_default_of_their_own(tmp_path):
     """``[protocol]`` is a :class:`RerankConfig` and ``[runs] threads`` the ``train.threads`` of a
     :class:`TrainConfig`: their defaults and checks, no field of the spec's own, errors in the spec's keys."""
     import dataclasses
