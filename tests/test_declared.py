@@ -93,6 +93,38 @@ def test_threads_is_one_declaration_shared_by_every_command():
                 assert action.metavar == "N" and action.dest == "threads", command
 
 
+def test_the_commands_take_threads_from_the_parser_with_no_default_of_their_own(monkeypatch):
+    """``--threads`` not given is the parser's None, passed through to each command's function, which
+    gives ``threads`` no default of its own (there were three: None, 1 and the spec's); where ctxrank
+    must pass a count itself, ``resolve_threads`` decides what None is (``demo --quick``: 1)."""
+    import inspect
+
+    from ctxrank.cli import _scoring, evaluate, experiment, export, serve, train
+
+    functions = (
+        evaluate.evaluate, experiment.experiment, experiment.demo, experiment.quick_demo, export.export,
+        serve.serve_model, train.predict, _scoring.load_for_scoring,
+    )  # fmt: skip
+    for function in functions:
+        default = inspect.signature(function).parameters["threads"].default
+        assert default is inspect.Parameter.empty, function.__qualname__
+
+    class Stop(Exception):
+        pass
+
+    def lambdamart(**params):
+        seen.update(params)
+        raise Stop
+
+    seen: dict = {}
+    monkeypatch.setattr(experiment, "LambdaMART", lambdamart)
+    for argv, threads in ((["demo", "--quick"], 1), (["demo", "--quick", "--threads", "3"], 3)):
+        args = build_parser().parse_args(argv)
+        with pytest.raises(Stop):
+            args.run(args)
+        assert seen["num_threads"] == threads
+
+
 def test_track_is_one_declaration_shared_by_train_tune_and_experiment():
     from ctxrank.cli._options import TRACK
     from ctxrank.tracking import Tracking

@@ -192,7 +192,7 @@ def test_experiment_stores_every_run_and_the_report_matches_the_run_files(tmp_pa
     code = store.load_run("mnl", 0, 0)["code"]  # every run records the code that produced it
     assert set(code) == {"git_sha", "git_dirty", "ctxrank"} and saved["run_code"] == [code]
     context = store.load_run("mnl", 0, 0)["context"]  # and what it was computed with
-    assert context["threads"] == spec.threads == 1 and context["device"] == "cpu"
+    assert context["threads"] == spec.train.threads == 1 and context["device"] == "cpu"
     assert context["versions"]["torch"] and context["versions"]["lightgbm"] and context["versions"]["numpy"]
     # the CPU model and the instruction set PyTorch's kernels ran with (they change the last bits)
     isa = torch.backends.cpu.get_cpu_capability()
@@ -1136,7 +1136,7 @@ def test_the_correction_flag_is_an_override_of_the_spec_built_once(tmp_path, mon
         cli_experiment.experiment("demo", correction="bh", threads=2)
     assert seen == [[("runs.threads", 2), ("report.correction", "bh")]]
     with pytest.raises(RuntimeError, match="stop"):
-        cli_experiment.experiment("demo")
+        cli_experiment.experiment("demo", threads=None)
     assert seen[-1] == []
 
 
@@ -1264,17 +1264,40 @@ def test_a_data_error_of_a_run_names_the_spec_keys_not_the_command_line_flags(tm
 
 
 def test_the_protocol_and_threads_have_the_run_configs_defaults_and_no_default_of_their_own(tmp_path):
+    """``[protocol]`` is a :class:`RerankConfig` and ``[runs] threads`` the ``train.threads`` of a
+    :class:`TrainConfig`: their defaults and checks, no field of the spec's own, errors in the spec's keys."""
     import dataclasses
 
     from ctxrank._checks import resolve_threads
     from ctxrank.config import RerankConfig
-    from ctxrank.experiments.spec import ExperimentSpec
 
     spec = load_spec(_letor_spec(tmp_path))  # no [protocol], no runs.threads
-    rerank = RerankConfig()
-    assert (spec.initial, spec.top_k, spec.threads) == (rerank.initial, rerank.top_k, resolve_threads(None))
-    fields = {f.name: f for f in dataclasses.fields(ExperimentSpec)}
-    assert all(fields[k].default is dataclasses.MISSING for k in ("initial", "top_k", "threads"))
+    assert spec.rerank == RerankConfig() and spec.train == TrainConfig(threads=resolve_threads(None))
+    assert not {f.name for f in dataclasses.fields(ExperimentSpec)} & {"initial", "top_k", "threads"}
     for override, message in (("protocol.top_k=0", "[protocol] top_k"), ("runs.threads=0", "[runs] threads")):
         with pytest.raises(ValueError, match=re.escape(f"{message} must be a positive integer, got 0")):
             load_spec(_letor_spec(tmp_path), [override])
+
+
+def test_a_protocol_top_k_without_an_initial_ranker_is_refused_not_ignored(tmp_path):
+    """``[protocol] top_k`` re-ranks the initial ranker's lists: without ``initial`` nothing reads it (the
+    models rank whole lists), so it is refused by :class:`RerankConfig`'s own rule, in the spec's keys."""
+    refused = "[protocol] top_k: applies to a re-ranking run (initial = 'lambdamart')"
+    with pytest.raises(ValueError, match=re.escape(refused)):
+        load_spec(_letor_spec(tmp_path), ["protocol.top_k=50"])
+    spec = load_spec(_letor_spec(tmp_path), ["protocol.top_k=50", "protocol.initial=lambdamart"])
+    assert spec.run_config("listnet", 0).rerank.top_k == 50
+
+
+def test_a_stored_records_threads_and_protocol_are_checked_as_a_spec_files(tmp_path):
+    """A record's ``threads``, ``initial`` and ``top_k`` build the spec's ``train`` / ``rerank`` as a spec
+    file's do: a record asking for 0 threads (a Ray task of 0 CPUs) is refused, naming the key."""
+    from ctxrank.experiments.evidence import spec_from_record
+
+    spec = load_spec(_letor_spec(tmp_path))
+    record = {"fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
+    assert spec_from_record(record).to_dict() == spec.to_dict()
+    for key, value, message in (("threads", 0, "[runs] threads"), ("top_k", True, "[protocol] top_k")):
+        bad = {**record, "spec": {**record["spec"], key: value}}
+        with pytest.raises(ValueError, match=re.escape(f"{message} must be a positive integer, got {value}")):
+            spec_from_record(bad)

@@ -24,12 +24,13 @@ from ctxrank.registry import MODELS, Baseline, make_model
 from ctxrank.tune import (
     LOSS_SPACES,
     NEURAL_SPACE,
+    StudyBase,
     TrialSeededTPE,
     _label,
     finished_trials,
     mask_url,
     search_space,
-    trial_config,
+    trial_overrides,
     tune,
 )
 from tests.conftest import REPO, make_ranking_data, rows_sorted_by
@@ -72,10 +73,11 @@ def test_every_registry_entry_declares_a_space_whose_samples_are_valid_configs(n
         assert not space.losses and set(space.params) == {"transform", *entry.config_class.SEARCH_SPACE}
     else:
         assert set(NEURAL_SPACE) <= set(space.params)
+    base = StudyBase.of({"model": name}).config
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
     for _ in range(6):
         trial = study.ask()
-        config = RunConfig.from_dict(trial_config(trial, {"model": name}, space))  # validates every value
+        config = base.with_overrides(trial_overrides(trial, space))  # validates every value
         if not isinstance(entry, Baseline):
             make_model(name, 5, config.model_params)
         study.tell(trial, 0.0)
@@ -88,9 +90,11 @@ def test_declared_losses_exist_and_the_loss_options_follow_the_trial_loss():
     assert space.losses["lambdaloss"] == {"loss_params.sigma": ("log", 0.25, 4.0)}
     first = {k: v[1] if v[0] != "choice" else _label(v[1][0]) for k, v in space.params.items()}
     trial = optuna.trial.FixedTrial({**first, "loss": "listmle"})
-    d = trial_config(trial, {"model": "qilcm"}, space)
-    assert d["loss"] == "listmle" and "loss_params" not in d
-    assert d["model_params"]["att_hidden"] == [128]  # a tuple choice comes back as a TOML list
+    overrides = trial_overrides(trial, space)
+    keys = [key for key, _ in overrides]
+    assert dict(overrides)["loss"] == "listmle" and not [k for k in keys if k.startswith("loss_params")]
+    config = StudyBase.of({"model": "qilcm"}).config.with_overrides(overrides)
+    assert config.model_params["att_hidden"] == [128]  # a tuple choice comes back as a TOML list
 
 
 def test_keys_the_base_config_sets_are_fixed_not_searched():
@@ -796,7 +800,8 @@ def test_the_base_configuration_is_validated_once_before_the_first_trial(monkeyp
     monkeypatch.setattr(RunConfig, "from_dict", classmethod(counting))
     train, valid = make_ranking_data(20, seed=0), make_ranking_data(10, seed=1)
     result = tune(base, train, valid, out=tmp_path / "a", trials=2)
-    assert [d for d in calls if d == base] == [base] and len(calls) == 1 + 2 + 1  # base, 2 trials, best
+    # the base and the best trial's saved config; a trial is the base with its typed overrides
+    assert [d for d in calls if d == base] == [base] and len(calls) == 1 + 1
     assert result.best is not None and result.best.train.seed == 3
     study_base = tuning.StudyBase.of(base)
     calls.clear()
@@ -806,16 +811,19 @@ def test_the_base_configuration_is_validated_once_before_the_first_trial(monkeyp
     assert base["train"]["seed"] == 3  # the base is copied, not shared
 
 
-def test_a_trial_configuration_is_a_typed_deep_copy_of_the_base():
-    """No ``json.loads(json.dumps(base))`` inside the process: a tuple stays a tuple, the base is untouched;
-    JSON is only what the study's storage keeps (the trial's ``config`` attribute)."""
-    base = {"model": "mlp", "model_params": {"hidden": (8, 4)}, "train": {"max_epochs": 2}}
+def test_a_trial_configuration_is_the_typed_base_with_the_trials_overrides():
+    """No ``json.loads(json.dumps(base))`` inside the process, no run config rebuilt from a dict: a trial
+    is ``base.config.with_overrides(...)``, a tuple stays a tuple, the base is untouched; JSON is only
+    what the study's storage keeps (the trial's ``config`` attribute)."""
+    base = StudyBase.of({"model": "mlp", "model_params": {"hidden": (8, 4)}, "train": {"max_epochs": 2}})
     space = search_space(base)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), direction="maximize")
-    d = trial_config(study.ask(), base, space)
-    assert d["model_params"]["hidden"] == (8, 4) and isinstance(d["model_params"]["hidden"], tuple)
-    d["train"]["max_epochs"] = 9
-    assert base["train"]["max_epochs"] == 2 and d["model_params"] is not base["model_params"]
+    overrides = trial_overrides(study.ask(), space)
+    config = base.config.with_overrides(overrides)
+    assert config.model_params["hidden"] == (8, 4) and isinstance(config.model_params["hidden"], tuple)
+    assert config.train.max_epochs == 2 and dict(overrides)["train.lr"] == config.train.lr
+    assert base.config.model_params == {"hidden": (8, 4)}
+    assert config.model_params is not base.config.model_params
 
 
 def test_a_trials_training_warnings_are_shown_on_its_own_lines():

@@ -72,7 +72,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 from ctxrank._io import atomic_write, check_own_database, claim_output_dir, dumps, to_toml, write_json
-from ctxrank._overrides import set_path
+from ctxrank._overrides import Override
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.fit_summary import FitSummary
@@ -142,8 +142,9 @@ def _stored(value: Any) -> Any:
 @dataclass(frozen=True)
 class StudyBase:
     """The base configuration of a study, validated once, before its first trial: ``values``, the run
-    config as written (a dict as TOML gives it: the keys it sets are fixed, not searched; every trial is
-    ``values`` with the trial's suggestions set), and ``config``, the same as a :class:`RunConfig`."""
+    config as written (a dict as TOML gives it: the keys it sets are fixed, not searched), and
+    ``config``, the same as a :class:`RunConfig`; every trial is ``config`` with the trial's suggestions
+    set (:func:`trial_overrides`)."""
 
     values: dict[str, Any]
     config: RunConfig
@@ -243,15 +244,14 @@ def _suggest(trial: optuna.Trial, key: str, dist: tuple[Any, ...]) -> Any:
     return labels[trial.suggest_categorical(key, list(labels))]
 
 
-def trial_config(trial: optuna.Trial, base: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
-    """``base`` with the values ``trial`` suggests (the loss first, then its options)."""
-    d = copy.deepcopy(dict(base))
-    for key, dist in space.params.items():
-        set_path(d, key, _suggest(trial, key, dist))
-    loss = d.get("loss", "") if "loss" in space.params else next(iter(space.losses), "")
-    for key, dist in space.losses.get(loss, {}).items():
-        set_path(d, key, _suggest(trial, key, dist))
-    return d
+def trial_overrides(trial: optuna.Trial, space: SearchSpace) -> list[Override]:
+    """The values ``trial`` suggests, as typed ``(dotted key, value)`` overrides of the study's base
+    (:meth:`RunConfig.with_overrides`): the space's keys in order (the loss among them), then the options
+    of the trial's loss."""
+    suggested = {key: _suggest(trial, key, dist) for key, dist in space.params.items()}
+    loss = suggested["loss"] if "loss" in space.params else next(iter(space.losses), "")
+    suggested.update({key: _suggest(trial, key, dist) for key, dist in space.losses.get(loss, {}).items()})
+    return list(suggested.items())
 
 
 # ------------------------------------------------------------------------------------------ sampler
@@ -465,7 +465,7 @@ class _Job:
 
     def config_for(self, trial: optuna.Trial) -> RunConfig:
         """The run config ``trial`` suggests (recorded in the trial's ``config`` attribute)."""
-        config = RunConfig.from_dict(trial_config(trial, self.base.values, self.space))
+        config = self.base.config.with_overrides(trial_overrides(trial, self.space))
         trial.set_user_attr("config", _stored(config.to_dict()))
         return config
 

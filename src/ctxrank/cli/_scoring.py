@@ -10,7 +10,7 @@ from ctxrank.training.checkpoint import load_model, read_meta
 from ctxrank.training.predict import set_threads
 
 
-def load_for_scoring(path: str | Path, threads: int | None = None) -> tuple[Any, ModelInputs]:
+def load_for_scoring(path: str | Path, threads: int | None) -> tuple[Any, ModelInputs]:
     """The model saved in ``path``, set to ``threads`` CPU threads (None: the libraries' defaults),
     and what it says about the data it reads (:class:`~ctxrank.data.sources.ModelInputs`)."""
     meta = read_meta(path)

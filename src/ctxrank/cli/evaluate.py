@@ -177,10 +177,10 @@ def evaluate(
     threshold: float = 1.0,
     max_label: float | None = None,
     json: bool = False,
-    threads: int | None = None,
+    threads: int | None,
 ) -> int:
     """Evaluate a scores file (``scores``) or a saved model (``model``, scoring with ``threads`` CPU
-    threads) on the labelled data of ``source``. ``metrics``
+    threads; None: the libraries' defaults) on the labelled data of ``source``. ``metrics``
     None: ``ctxrank.metrics.CHOICE_METRICS`` on choice data (one item labelled 1 per query, the rest 0),
     else :data:`DEFAULT_METRICS`."""
     names = parse_metrics(metrics) if metrics is not None else None

@@ -15,7 +15,7 @@ from typing import Any
 
 import lightgbm
 
-from ctxrank._checks import DEFAULT_THREADS, resolve_threads
+from ctxrank._checks import resolve_threads
 from ctxrank._io import claim_output_dir, lock_directory
 from ctxrank._overrides import with_flags
 from ctxrank.baselines.lambdamart import LambdaMART
@@ -91,7 +91,7 @@ def experiment(
     runs: int | None = None,
     dataset: str | None = None,
     shard: str | None = None,
-    threads: int | None = None,
+    threads: int | None,
     overrides: Sequence[tuple[str, Any] | str] = (),
     correction: str | None = None,
     evidence: str | None = None,
@@ -107,7 +107,8 @@ def experiment(
     intro: Callable[[ExperimentSpec], str] | None = None,
 ) -> int:
     """Run (or resume) the experiment ``spec`` (a TOML file or a built-in name) and write its report;
-    ``executor`` ``"ray"`` runs each run as a task on the Ray cluster at ``address``; ``correction``
+    ``threads``: the ``runs.threads`` of every run (None: the spec's); ``executor`` ``"ray"`` runs each
+    run as a task on the Ray cluster at ``address``; ``correction``
     (None: the spec's ``report.correction``) corrects the p-values of the report's family; ``evidence``:
     a directory to write the stored runs' evidence to (:mod:`ctxrank.experiments.evidence`);
     ``resume_from``: an evidence directory of this experiment whose runs (and their tuning trials) are
@@ -284,7 +285,7 @@ def demo(
     *,
     out_dir: str | None = None,
     runs: int | None = None,
-    threads: int | None = None,
+    threads: int | None,
     overrides: Sequence[tuple[str, Any] | str] = (),
     progress: bool = True,
     jobs: int = 2,
@@ -295,10 +296,10 @@ def demo(
     ``--set`` make it."""
 
     def intro(spec: ExperimentSpec) -> str:
-        seeds, threads = spec.runs, spec.threads
+        seeds, threads = spec.runs, spec.train.threads
         return (
             "ctxrank demo: the `demo` experiment (a small QILCM Table 2) on the embedded MQ2008 Fold1: "
-            f"LambdaMART, and ListNet, DLCM and QILCM re-ranking its top {spec.top_k}, {seeds} "
+            f"LambdaMART, and ListNet, DLCM and QILCM re-ranking its top {spec.rerank.top_k}, {seeds} "
             f"seed{'s' if seeds != 1 else ''}, paired t-tests over test queries; {threads} "
             f"thread{'s' if threads != 1 else ''} a run, {jobs} run(s) at a time. Stored runs are reused: "
             "run it again to see the report at once."
@@ -345,11 +346,11 @@ def quick_demo(
     rounds: int = 500,
     early_stopping: int = 50,
     learning_rate: float = 0.05,
-    threads: int = DEFAULT_THREADS,
+    threads: int | None,
     json: bool = False,
 ) -> int:
-    """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold``; test metrics under
-    the standard and LETOR 4.0 conventions."""
+    """``demo --quick``: the LambdaMART baseline on embedded MQ2008 fold ``fold`` with ``threads`` CPU
+    threads (None: ``resolve_threads``'s 1); test metrics under the standard and LETOR 4.0 conventions."""
     t0 = time.perf_counter()
     data = load_fold("mq2008", fold)
     summaries = {s: data_summary(getattr(data, s)) for s in ("train", "valid", "test")}
@@ -362,7 +363,7 @@ def quick_demo(
         learning_rate=learning_rate,
         early_stopping_rounds=early_stopping,
         seed=seed,
-        num_threads=threads,
+        num_threads=resolve_threads(threads),
     )
     t1 = time.perf_counter()
     model.fit(data.train, data.valid)
@@ -636,8 +637,7 @@ def _run_demo(a: argparse.Namespace) -> int:
     if a.quick:
         if experiment_only:
             raise ValueError(f"{', '.join(experiment_only)} apply to the demo experiment, not to --quick")
-        threads = resolve_threads(a.threads, "--threads")
-        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, threads=threads)
+        return quick_demo(**{QUICK_FLAGS[f]: v for f, v in quick.items()}, threads=a.threads)
     if quick:
         raise ValueError(
             f"{', '.join(quick)} apply to `ctxrank demo --quick` only; the demo experiment takes "

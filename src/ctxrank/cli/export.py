@@ -22,10 +22,11 @@ def _size_text(n: float) -> str:
 
 
 def export(
-    model: str, *, format: str, out_file: str, overwrite: bool = False, threads: int | None = None
+    model: str, *, format: str, out_file: str, overwrite: bool = False, threads: int | None
 ) -> int:
     """Write the model saved in ``model`` as one ``format`` file at ``out_file`` (an existing file only
-    with ``overwrite``), checked; tracing and the check run with ``threads`` CPU threads."""
+    with ``overwrite``), checked; tracing and the check run with ``threads`` CPU threads (None:
+    PyTorch's own count)."""
     check_output_file(out_file, overwrite=overwrite, flag="--out")
     if threads is not None:
         torch.set_num_threads(threads)

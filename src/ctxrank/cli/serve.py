@@ -14,7 +14,7 @@ from ctxrank.cli._options import add_declared, add_model_dir, add_threads
 from ctxrank.serving.server import ServeOptions, bind, load_ranker, serve
 
 
-def serve_model(model: str, options: ServeOptions, *, threads: int | None = None) -> int:
+def serve_model(model: str, options: ServeOptions, *, threads: int | None) -> int:
     """Load ``model`` (an ``.onnx`` file or a model directory) to score with ``threads`` CPU threads
     (None: 1), bind ``options.host:port`` and serve until SIGTERM / SIGINT (exit status 0 after a
     graceful shutdown)."""

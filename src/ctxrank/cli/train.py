@@ -638,7 +638,7 @@ def predict(
     output: str,
     source: DataSource,
     overwrite: bool = False,
-    threads: int | None = None,
+    threads: int | None,
     format: str = "scores",
     run_name: str = "ctxrank",
 ) -> int:

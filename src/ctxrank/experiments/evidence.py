@@ -64,6 +64,7 @@ from ctxrank.experiments.spec import (
     TuneSpec,
     correction_override,
     data_from_record,
+    settings_from_record,
 )
 from ctxrank.experiments.store import RunStore, check_run
 
@@ -513,9 +514,7 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
             **data_from_record(d["data"]),
             models=d["models"],
             runs=d["runs"],
-            threads=d["threads"],
-            initial=d["initial"],
-            top_k=d["top_k"],
+            **settings_from_record(d),
             report=_dataclass(ReportSpec, d["report"]),
             anomaly=None if d["anomaly"] is None else _dataclass(AnomalySpec, d["anomaly"]),
             source=d["source"],

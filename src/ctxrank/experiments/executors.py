@@ -177,7 +177,7 @@ def _code() -> dict[str, Any]:
 def _fit_initial(spec: ExperimentSpec, unit: Unit, seed: int) -> InitialRanker:
     """Task: the run's LambdaMART initial ranker with the protocol's default parameters (as the local
     loop fits it), with its in-sample training scores."""
-    initial = InitialRankers(unit.train, unit.valid).get(InitialRanker(seed, spec.threads))
+    initial = InitialRankers(unit.train, unit.valid).get(InitialRanker(seed, spec.train.threads))
     initial.train_scores(unit.train, 0)
     return initial
 
@@ -192,7 +192,7 @@ def _train_run(
     record = _run_one(spec, model, seed, fold, unit, _fitted(unit, initial), Path(root))
     record["seconds"] = time.perf_counter() - t0
     record["code"] = _code()
-    record["context"] = run_context(spec.threads, run_device(spec, model, seed))
+    record["context"] = run_context(spec.train.threads, run_device(spec, model, seed))
     return record
 
 
@@ -385,18 +385,18 @@ class _RayRun:
         import ray
 
         self.ray, self.spec, self.store, self.bar = ray, spec, store, bar
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        if cpus < spec.threads:
+        cpus, threads = int(ray.cluster_resources().get("CPU", 1)), spec.train.threads
+        if cpus < threads:
             raise ValueError(
-                f"runs.threads = {spec.threads} but the Ray cluster has {cpus} CPUs: no run could start"
+                f"runs.threads = {threads} but the Ray cluster has {cpus} CPUs: no run could start"
             )
         self.gpus = float(ray.cluster_resources().get("GPU", 0))
-        self.limit = 2 * max(1, cpus // spec.threads) if ex.in_flight is None else ex.in_flight
+        self.limit = 2 * max(1, cpus // threads) if ex.in_flight is None else ex.in_flight
         bar.write(
-            f"ray: {cpus} CPUs, {spec.threads} per run ({cpus // spec.threads} runs at a time), "
+            f"ray: {cpus} CPUs, {threads} per run ({cpus // threads} runs at a time), "
             f"up to {self.limit} tasks in flight"
         )
-        opts = {"num_cpus": spec.threads, "max_retries": ex.max_retries, "retry_exceptions": False}
+        opts = {"num_cpus": threads, "max_retries": ex.max_retries, "retry_exceptions": False}
         self.initial = ray.remote(_fit_initial).options(**opts)
         self.train, self.opts = ray.remote(ex.task), opts
         self.unit = ray.remote(_unit_record).options(**opts)

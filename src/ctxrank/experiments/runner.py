@@ -187,7 +187,7 @@ def run_experiment(
                     raise ValueError(f"run {m} seed {seed} fold {fold} failed: {exc}") from exc
                 record["seconds"] = time.perf_counter() - t0
                 record["code"] = code
-                record["context"] = run_context(spec.threads, run_device(spec, m, seed))
+                record["context"] = run_context(spec.train.threads, run_device(spec, m, seed))
                 store.save_run(record)
                 bar.update(1)
                 shown = ", ".join(f"{k} {np.nanmean(v):.4f}" for k, v in list(record["metrics"].items())[:3])
@@ -340,7 +340,7 @@ def _tuned(
 
 def _anomaly_unit(spec: ExperimentSpec, unit: Unit, shared: InitialRankers, seed: int) -> dict[str, Any]:
     a = spec.anomaly
-    initial = shared.get(InitialRanker(seed, spec.threads))  # the protocol's default LambdaMART
+    initial = shared.get(InitialRanker(seed, spec.train.threads))  # the protocol's default LambdaMART
     scores = anomaly_scores(
         unit.train,
         initial.train_scores(unit.train, 0),

@@ -98,9 +98,9 @@ from ctxrank._checks import (
 )
 from ctxrank._overrides import Override, parse_override
 from ctxrank.config import (
-    INITIAL_RANKERS,
     RerankConfig,
     RunConfig,
+    TrainConfig,
     apply_overrides,
     load_toml,
     with_read_train_keys,
@@ -124,6 +124,7 @@ __all__ = [
     "data_from_record",
     "in_spec_terms",
     "load_spec",
+    "settings_from_record",
     "split_protocol",
 ]
 
@@ -466,11 +467,11 @@ class ExperimentSpec:
     data: DataSource
     models: Mapping[str, Mapping[str, Any]]
     runs: int = 5
-    #: the protocol's CPU threads, initial ranker and top k: the run config's ``train.threads`` (unset:
-    #: ``resolve_threads``), ``rerank.initial`` and ``rerank.top_k`` (their defaults and checks)
-    threads: int = field(kw_only=True)
-    initial: str = field(kw_only=True)
-    top_k: int = field(kw_only=True)
+    #: what every run config of the spec takes from it (:func:`_run_settings`): ``[runs] threads`` as
+    #: ``train.threads`` (resolved: never None), ``[protocol]`` as the re-rankers' ``rerank.initial`` and
+    #: ``rerank.top_k``
+    train: TrainConfig = field(kw_only=True)
+    rerank: RerankConfig = field(kw_only=True)
     title: str = ""
     report: ReportSpec = field(default_factory=ReportSpec)
     anomaly: AnomalySpec | None = None
@@ -580,11 +581,11 @@ class ExperimentSpec:
 
     def run_dict(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """:meth:`run_config` as the dict it is built from (the base of a ``[tune]`` search)."""
-        settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.threads)]
+        settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.train.threads)]
 
         entry = MODELS.get(self.models[model]["model"])  # an unknown name: RunConfig's own error
-        if self.initial and (entry is None or entry.traits.torch_module):
-            settings += [("rerank.initial", self.initial), ("rerank.top_k", self.top_k)]
+        if self.rerank.initial and (entry is None or entry.traits.torch_module):
+            settings += [("rerank.initial", self.rerank.initial), ("rerank.top_k", self.rerank.top_k)]
         return apply_overrides(self.models[model], settings)
 
     def fingerprint(self) -> str:
@@ -599,8 +600,8 @@ class ExperimentSpec:
         key = {
             "data": data,
             "models": self.models,
-            "initial": self.initial,
-            "top_k": self.top_k,
+            "initial": self.rerank.initial,
+            "top_k": self.rerank.top_k,
         }
         if self.grids:  # only when there are grids: fingerprints of experiments without one are unchanged
             key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
@@ -628,8 +629,10 @@ class ExperimentSpec:
 
     def to_dict(self) -> dict[str, Any]:
         rest = dataclasses.asdict(self)
-        for key in ("name", "data", *RUN_DATA_KEYS):
+        for key in ("name", "data", "train", "rerank", *RUN_DATA_KEYS):
             del rest[key]
+        settings = {"threads": self.train.threads, "initial": self.rerank.initial, "top_k": self.rerank.top_k}
+        rest = {"models": rest.pop("models"), "runs": rest.pop("runs"), **settings, **rest}  # records' order
         data = self.data_record()  # the data's rule written out, as records written before it could be None
         if data["null_fill"] is None:
             data["null_fill"] = self.default_null_fill() if self.can_miss_values else DEFAULT_NULL_FILL
@@ -652,9 +655,8 @@ class ExperimentSpec:
         data = _data(_table(d, "data"), base)
         runs = _table(d, "runs")
         _known("runs", runs, ["count", "threads"])
-        threads = _check("runs", lambda k, v: resolve_threads(v, k), "threads", runs.get("threads"))
-        protocol = _protocol_settings(_table(d, "protocol"))
-        models, grids = _models(d, data, protocol["initial"], tune, base)
+        settings = _run_settings(runs.get("threads"), _table(d, "protocol"))
+        models, grids = _models(d, data, settings["rerank"].initial, tune, base)
         analysis = _table(d, "analysis")
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
@@ -664,8 +666,7 @@ class ExperimentSpec:
             **data,
             models=models,
             runs=_check("runs", check_int, "count", runs.get("count", 5)),
-            threads=threads,
-            **protocol,
+            **settings,
             anomaly=anomaly,
             source=source,
             grids=grids,
@@ -676,15 +677,24 @@ class ExperimentSpec:
         return dataclasses.replace(spec, report=report)
 
 
-def _protocol_settings(d: Mapping[str, Any]) -> dict[str, Any]:
-    """``[protocol]``: the re-rankers' ``initial`` and ``top_k``, set as ``rerank.initial`` and
-    ``rerank.top_k`` of their run configs: the defaults of :class:`RerankConfig`, its checks."""
-    _known("protocol", d, ["initial", "top_k"])
-    initial = d.get("initial", RerankConfig.initial)
-    return {
-        "initial": _check("protocol", check_choice, "initial", initial, INITIAL_RANKERS),
-        "top_k": _check("protocol", check_int, "top_k", d.get("top_k", RerankConfig.top_k)),
-    }
+def _run_settings(threads: Any, protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """``[runs] threads`` and the ``[protocol]`` table as the :class:`ExperimentSpec` fields ``train``
+    and ``rerank``: the ``train.threads`` of every run (``resolve_threads``: unset is 1) and the
+    re-rankers' ``rerank.initial`` and ``rerank.top_k`` (a :class:`RerankConfig`: its defaults, its
+    checks), errors named by the spec's keys (``[protocol] top_k``, not ``rerank.top_k``)."""
+    threads = _check("runs", lambda name, value: resolve_threads(value, name), "threads", threads)
+    _known("protocol", protocol, ["initial", "top_k"])
+    try:
+        rerank = RerankConfig(**protocol)
+    except ValueError as exc:
+        raise _fail("protocol", str(exc).replace("rerank.", "")) from None
+    return {"train": TrainConfig(threads=threads), "rerank": rerank}
+
+
+def settings_from_record(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``threads``, ``initial`` and ``top_k`` of a stored record (:meth:`ExperimentSpec.to_dict`) as the
+    :class:`ExperimentSpec` fields ``train`` and ``rerank``, checked as a spec file's."""
+    return _run_settings(d["threads"], {"initial": d["initial"], "top_k": d["top_k"]})
 
 
 def _models(
