@@ -92,6 +92,9 @@ class LinearScorer:
     """What RankSVM and AdaRank share once fitted: ``score = w · m(x)`` over the stored min-max scaling
     ``scaler_`` and weights ``coef_``, and the metadata both save."""
 
+    # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
+    members, initial, spec, scorer = (), None, None, None
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):
             name = type(self).__name__

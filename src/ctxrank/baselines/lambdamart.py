@@ -262,6 +262,9 @@ class LambdaMART:
     columns and their code counts (saved in ``ctxrank.json``, so a server advertises the real inputs).
     """
 
+    # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
+    members, initial, spec, scorer = (), None, None, None
+
     def __init__(
         self,
         *,

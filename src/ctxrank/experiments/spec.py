@@ -583,7 +583,7 @@ class ExperimentSpec:
         settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.threads)]
 
         entry = MODELS.get(self.models[model]["model"])  # an unknown name: RunConfig's own error
-        if self.initial and (entry is None or entry.traits.torch_module):
+        if self.initial and (entry is None or entry.reranks):
             settings += [("rerank.initial", self.initial), ("rerank.top_k", self.top_k)]
         return apply_overrides(self.models[model], settings)
 

@@ -443,7 +443,13 @@ class RerankPredictor:
         initial: an object with ``predict(data)`` and ``n_features`` (e.g. LambdaMART).
         reranker: a ``TorchPredictor`` trained on the prepared top-k lists.
         spec: the re-rank settings (saved as ``ctxrank.json["rerank"]``).
+
+    The predictor protocol of ``TorchPredictor``: no ``members``; its ``scorer`` is the re-ranker; it
+    does not read the row order (the cut orders the items by the order-free tie rule).
     """
+
+    members = ()
+    reads_row_order = False
 
     def __init__(self, initial, reranker, spec: RerankSpec) -> None:
         self.initial, self.reranker, self.spec = initial, reranker, spec
@@ -451,6 +457,10 @@ class RerankPredictor:
     @property
     def n_features(self) -> int:
         return int(self.initial.n_features)
+
+    @property
+    def scorer(self):
+        return self.reranker
 
     def prepare(self, data: RankingData) -> RerankSplit:
         """``data`` scored by the initial ranker and cut to each query's top k (:func:`prepare_split`)."""
