@@ -63,9 +63,10 @@ def test_a_wrapper_has_its_inner_models_traits(name):
 
 def test_no_code_outside_the_registry_asks_which_kind_of_model_an_entry_is():
     """A caller asks the entry (``entry.fit``, ``entry.check_run``, ``entry.streams``, ...) or the
-    predictor (``members``, ``initial``, ``spec``, ``scorer``, ``reads_row_order``): no ``isinstance`` on
-    the entry or predictor classes, no ``is_baseline`` and no read of ``traits.torch_module`` outside
-    ``ctxrank/registry.py``, except the checks of an input's type listed here."""
+    predictor (``ensemble_size``, ``initial``, ``spec``, ``scorer``, ``reads_row_order``): no
+    ``isinstance`` on the entry or predictor classes, no ``is_baseline`` and no read of
+    ``traits.torch_module`` outside ``ctxrank/registry.py``, except the checks of an input's type
+    listed here."""
     kind = re.compile(
         r"\bis_baseline\b|\btraits\.torch_module\b"
         r"|isinstance\([^)]*\b(Baseline|NeuralEntry|\w*Predictor|LambdaMART|RankingModule)\b"

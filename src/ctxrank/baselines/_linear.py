@@ -93,7 +93,7 @@ class LinearScorer:
     ``scaler_`` and weights ``coef_``, and the metadata both save."""
 
     # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
-    members, initial, spec, scorer = (), None, None, None
+    ensemble_size, initial, spec, scorer = 0, None, None, None
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):

@@ -263,7 +263,7 @@ class LambdaMART:
     """
 
     # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
-    members, initial, spec, scorer = (), None, None, None
+    ensemble_size, initial, spec, scorer = 0, None, None, None
 
     def __init__(
         self,

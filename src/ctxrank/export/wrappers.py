@@ -112,12 +112,12 @@ class EnsembleServing(nn.Module):
 def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
     """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``): its
     ``scorer``'s module and normalizer (a re-ranking model's neural re-ranker, see the module
-    docstring); an ensemble's (its ``members``) an :class:`EnsembleServing` of its members'.
+    docstring); an ensemble's an :class:`EnsembleServing` of its members'.
 
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
-    if predictor.members:
+    if predictor.ensemble_size:
         return EnsembleServing([serving_model(m) for m in predictor.members])
     scorer = predictor.scorer
     if scorer is None:

@@ -373,7 +373,7 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    ensemble = len(predictor.members)
+    ensemble = predictor.ensemble_size
     if ensemble:  # the inputs are every member's: the first member's directory describes them
         model_dir = model_dir / member_dir(0)
         meta, predictor = read_meta(model_dir), predictor.members[0]

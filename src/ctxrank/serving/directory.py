@@ -55,7 +55,7 @@ class DirectoryRanker:
         set_threads(self.predictor, threads)
         self.meta = meta
         self.n_features = int(self.predictor.n_features)
-        layout = read_meta(self.path / member_dir(0)) if self.predictor.members else meta
+        layout = read_meta(self.path / member_dir(0)) if self.predictor.ensemble_size else meta
         names = [str(n) for n in layout.get("feature_names") or []]
         # a re-ranker's names end with the columns it appends (initial_rank, ...): the raw ones come first
         self.feature_names: tuple[str, ...] = (

@@ -55,6 +55,10 @@ class EnsemblePredictor:
     # the predictor protocol of ``TorchPredictor``: the first member's (re-ranking members share one
     # initial ranker and its settings)
     @property
+    def ensemble_size(self) -> int:
+        return len(self.members)
+
+    @property
     def initial(self) -> Any:
         return self.members[0].initial
 

@@ -74,17 +74,17 @@ def evaluate_model(
 class TorchPredictor:
     """A trained neural ranker with its normalizer: raw RankingData in, flat scores out.
 
-    The predictor protocol that callers ask instead of testing the type (:class:`RerankPredictor`,
-    :class:`EnsemblePredictor` and the fitted baselines answer it too): ``members`` (an ensemble's;
-    ``()``), ``initial`` and ``spec`` (a re-ranking model's initial ranker and settings; None),
-    ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a baseline) and
-    ``reads_row_order``."""
+    The predictor protocol that callers ask instead of testing the type (``RerankPredictor``,
+    ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
+    number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
+    settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
+    baseline) and ``reads_row_order``."""
 
     model: RankingModule
     transform: Transform
     config: RunConfig
     meta: dict[str, Any]
-    members = ()
+    ensemble_size = 0
     initial = None
     spec = None
 

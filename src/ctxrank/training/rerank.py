@@ -444,11 +444,11 @@ class RerankPredictor:
         reranker: a ``TorchPredictor`` trained on the prepared top-k lists.
         spec: the re-rank settings (saved as ``ctxrank.json["rerank"]``).
 
-    The predictor protocol of ``TorchPredictor``: no ``members``; its ``scorer`` is the re-ranker; it
+    The predictor protocol of ``TorchPredictor``: not an ensemble; its ``scorer`` is the re-ranker; it
     does not read the row order (the cut orders the items by the order-free tie rule).
     """
 
-    members = ()
+    ensemble_size = 0
     reads_row_order = False
 
     def __init__(self, initial, reranker, spec: RerankSpec) -> None:
