@@ -97,12 +97,11 @@ class ModelEntry(Protocol):
     cls: type
     kind: str  # what its saved ctxrank.json records ("torch" for every neural model)
     traits: ModelTraits
-    #: what the code around a model may do with it (True for the torch modules ``ctxrank.training``
-    #: trains): count its weights, gradients and Adam state against ``train.max_memory_bytes`` before
-    #: training; train it from a stream of shards (``--train-shards``); train it data-parallel under
-    #: torchrun; wrap it in the missing indicator (``train.missing = "indicator"``); re-rank an initial
-    #: ranker's top k with it (``rerank.initial``); and its estimator's parameters are its config
-    #: dataclass's and the training loop's (False: its class's own constructor's)
+    # what the code around a model may do with it (True for the torch modules ``ctxrank.training``
+    # trains): count its weights, gradients and Adam state against ``train.max_memory_bytes`` before
+    # training; train it from a stream of shards; train it data-parallel under torchrun; wrap it in the
+    # missing indicator; re-rank an initial ranker's top k with it; its estimator's parameters are its
+    # config dataclass's and the training loop's (False: its class's own constructor's)
     sized_before_training: bool
     streams: bool
     distributed: bool

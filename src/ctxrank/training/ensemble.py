@@ -54,21 +54,10 @@ class EnsemblePredictor:
 
     # the predictor protocol of ``TorchPredictor``: the first member's (re-ranking members share one
     # initial ranker and its settings)
-    @property
-    def ensemble_size(self) -> int:
-        return len(self.members)
-
-    @property
-    def initial(self) -> Any:
-        return self.members[0].initial
-
-    @property
-    def spec(self) -> Any:
-        return self.members[0].spec
-
-    @property
-    def reads_row_order(self) -> bool:
-        return self.members[0].reads_row_order
+    ensemble_size = property(lambda self: len(self.members))
+    initial = property(lambda self: self.members[0].initial)
+    spec = property(lambda self: self.members[0].spec)
+    reads_row_order = property(lambda self: self.members[0].reads_row_order)
 
     def prepare(self, data: RankingData) -> RerankSplit:
         """Re-ranking members: ``data`` cut to the top k of their shared initial ranker."""

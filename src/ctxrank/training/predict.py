@@ -85,16 +85,12 @@ class TorchPredictor:
     config: RunConfig
     meta: dict[str, Any]
     ensemble_size = 0
-    initial = None
-    spec = None
+    initial = spec = None
+    scorer = property(lambda self: self)
 
     @property
     def n_features(self) -> int:
         return int(self.meta["n_features"])
-
-    @property
-    def scorer(self) -> TorchPredictor:
-        return self
 
     @property
     def reads_row_order(self) -> bool:

@@ -450,6 +450,7 @@ class RerankPredictor:
 
     ensemble_size = 0
     reads_row_order = False
+    scorer = property(lambda self: self.reranker)
 
     def __init__(self, initial, reranker, spec: RerankSpec) -> None:
         self.initial, self.reranker, self.spec = initial, reranker, spec
@@ -457,10 +458,6 @@ class RerankPredictor:
     @property
     def n_features(self) -> int:
         return int(self.initial.n_features)
-
-    @property
-    def scorer(self):
-        return self.reranker
 
     def prepare(self, data: RankingData) -> RerankSplit:
         """``data`` scored by the initial ranker and cut to each query's top k (:func:`prepare_split`)."""
