@@ -69,11 +69,15 @@ def test_no_code_outside_the_registry_asks_which_kind_of_model_an_entry_is():
     listed here."""
     kind = re.compile(
         r"\bis_baseline\b|\btraits\.torch_module\b"
-        r"|isinstance\([^)]*\b(Baseline|NeuralEntry|\w*Predictor|LambdaMART|RankingModule)\b"
+        r"|isinstance\([^)]*\b(Baseline|\w*Entry|\w*Predictor|RankingModule|Residual|MissingIndicator"
+        r"|LambdaMART|RankSVM|AdaRank|LambdaMARTRanker|RerankPipeline)\b"
     )
     validates_input = {
         # the initial ranker of a saved re-ranking directory: only LambdaMART's trees go into the graph
         ("export/write.py", "isinstance(initial, LambdaMART)"),
+        # a RerankPipeline's parts, given by the user: a LambdaMARTRanker, then a neural estimator
+        ("api/pipeline.py", "isinstance(initial, LambdaMARTRanker)"),
+        ("api/pipeline.py", "isinstance(reranker, RerankPipeline)"),
         # a wrapper's inner module must be a neural model
         ("models/missing.py", "isinstance(inner, RankingModule)"),
         ("models/residual.py", "isinstance(inner, RankingModule)"),
