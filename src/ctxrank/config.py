@@ -69,8 +69,8 @@ MISSING_POLICIES: tuple[str, ...] = ("native", "indicator", "error")
 RELEASE_MEMORY: tuple[str, ...] = ("epoch", "step")
 
 #: what ``--model`` lists in ``ctxrank train --help``
-_NEURAL = ", ".join(name for name, entry in MODELS.items() if entry.traits.torch_module)
-_BASELINES = ", ".join(name for name, entry in MODELS.items() if not entry.traits.torch_module)
+_NEURAL = ", ".join(name for name, entry in MODELS.items() if entry.kind == "torch")
+_BASELINES = ", ".join(name for name, entry in MODELS.items() if entry.kind != "torch")
 
 
 @dataclass(frozen=True)

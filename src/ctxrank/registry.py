@@ -97,6 +97,17 @@ class ModelEntry(Protocol):
     cls: type
     kind: str  # what its saved ctxrank.json records ("torch" for every neural model)
     traits: ModelTraits
+    # what the code around a model may do with it (True for the torch modules ``ctxrank.training``
+    # trains): count its weights, gradients and Adam state against ``train.max_memory_bytes`` before
+    # training; train it from a stream of shards; train it data-parallel under torchrun; wrap it in the
+    # missing indicator; re-rank an initial ranker's top k with it; its estimator's parameters are its
+    # config dataclass's and the training loop's (False: its class's own constructor's)
+    sized_before_training: bool
+    streams: bool
+    distributed: bool
+    missing_indicator: bool
+    reranks: bool
+    config_params: bool
 
     def reads_row_order(self, model_params: Mapping[str, Any]) -> bool: ...
     def train_keys(self, *, residual: bool = False) -> tuple[str, ...] | None: ...
@@ -139,6 +150,7 @@ class NeuralEntry:
 
     cls: type[RankingModule]
     kind = "torch"
+    sized_before_training = streams = distributed = missing_indicator = reranks = config_params = True
 
     @property
     def name(self) -> str:
@@ -305,6 +317,7 @@ class Baseline:
     threads: str = ""
     search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     traits: ModelTraits = _BASELINE_TRAITS
+    sized_before_training = streams = distributed = missing_indicator = reranks = config_params = False
 
     def reads_row_order(self, model_params: Mapping[str, Any]) -> bool:
         return False

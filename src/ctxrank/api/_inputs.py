@@ -119,7 +119,7 @@ def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> No
     first = int(np.argmin(caller))
     column = repr(data.feature_names[cols[first]]) if data.feature_names else int(cols[first])
     name = type(est).__name__
-    if not get_model(est.model_name()).traits.torch_module:  # no missing indicator to wrap it
+    if not get_model(est.model_name()).missing_indicator:
         fix = "impute X first, or use LambdaMARTRanker (LightGBM reads missing values)"
     else:
         reranker = est.reranker_estimator() if hasattr(est, "reranker_estimator") else None

@@ -83,7 +83,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
     """Estimator parameters from a run config (``train.seed`` -> ``random_state``)."""
     spec = param_spec(config.model)
     params = {k: v for k, v in config.model_params.items() if k in spec.model}
-    if not get_model(config.model).traits.torch_module:
+    if not get_model(config.model).config_params:
         params.update(
             {
                 k: v

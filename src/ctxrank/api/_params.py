@@ -55,7 +55,7 @@ class ParamSpec:
 def param_spec(name: str) -> ParamSpec:
     """The :class:`ParamSpec` of the registered model ``name`` (ValueError for an unknown one)."""
     entry = get_model(name)
-    if not entry.traits.torch_module:  # a baseline: its constructor's parameters
+    if not entry.config_params:  # its class's constructor's parameters
         sig = inspect.signature(entry.cls.__init__).parameters
         own = {
             k: p.default
@@ -105,7 +105,7 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
     model_params = {k: values[k] for k in spec.model}
     verbose = _check_verbose(values["verbose"])
     run: dict[str, Any] = {}
-    if not get_model(name).traits.torch_module:
+    if not get_model(name).config_params:
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
             model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only
         train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}

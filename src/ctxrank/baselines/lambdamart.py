@@ -143,6 +143,8 @@ class FittedBaseline:
     """What every baseline checks once fitted: ``fit`` / ``load`` set the attribute ``_FITTED``."""
 
     _FITTED = "booster_"
+    # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
+    ensemble_size, initial, spec, scorer = 0, None, None, None
 
     def _check_fitted(self) -> None:
         if not hasattr(self, self._FITTED):

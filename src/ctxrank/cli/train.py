@@ -230,7 +230,7 @@ def train(
     if not ctx.enabled:
         return run.execute()
     try:
-        if not MODELS[config.model].traits.torch_module:
+        if not MODELS[config.model].distributed:
             raise ValueError(
                 f"torchrun data-parallel training applies to the neural models, not {config.model} "
                 "(for LambdaMART beyond one machine use LightGBM's own distributed training, e.g. "

@@ -584,7 +584,7 @@ class ExperimentSpec:
         settings = [*(point or {}).items(), ("train.seed", seed), ("train.threads", self.train.threads)]
 
         entry = MODELS.get(self.models[model]["model"])  # an unknown name: RunConfig's own error
-        if self.rerank.initial and (entry is None or entry.traits.torch_module):
+        if self.rerank.initial and (entry is None or entry.reranks):
             settings += [("rerank.initial", self.rerank.initial), ("rerank.top_k", self.rerank.top_k)]
         return apply_overrides(self.models[model], settings)
 

@@ -10,9 +10,6 @@ import torch
 from torch import nn
 
 from ctxrank.data.transforms import TRANSFORMS, Transform
-from ctxrank.training.ensemble import EnsemblePredictor
-from ctxrank.training.predict import TorchPredictor
-from ctxrank.training.rerank import RerankPredictor
 
 __all__ = ["EnsembleServing", "FeatureNormalizer", "ServingModel", "serving_model"]
 
@@ -113,24 +110,17 @@ class EnsembleServing(nn.Module):
 
 
 def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
-    """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``).
-
-    A ``RerankPredictor`` gives its neural re-ranker (see the module docstring); an
-    ``EnsemblePredictor`` an :class:`EnsembleServing` of its members' serving models.
+    """The :class:`ServingModel` of a loaded model (``ctxrank.training.checkpoint.load_model``): its
+    ``scorer``'s module and normalizer (a re-ranking model's neural re-ranker, see the module
+    docstring); an ensemble's an :class:`EnsembleServing` of its members'.
 
     Raises:
         ValueError: a baseline (not a torch model), or a normalizer that cannot be exported.
     """
-    if isinstance(predictor, EnsemblePredictor):
+    if predictor.ensemble_size:
         return EnsembleServing([serving_model(m) for m in predictor.members])
-    if isinstance(predictor, RerankPredictor):
-        predictor = predictor.reranker
-        if predictor.config.rerank.residual:
-            raise ValueError(
-                "a residual re-ranker (rerank.residual = true) adds the initial ranker's scores, which the "
-                "exported graph does not take as an input: it cannot be exported"
-            )
-    if not isinstance(predictor, TorchPredictor):
+    scorer = predictor.scorer
+    if scorer is None:
         kind = type(predictor).__name__
         hint = (
             "; LightGBM's own model.txt in the model directory is its serving format"
@@ -140,4 +130,9 @@ def serving_model(predictor: Any) -> ServingModel | EnsembleServing:
         raise ValueError(
             f"{kind} is a baseline, not a torch model: export applies to the neural models{hint}"
         )
-    return ServingModel(predictor.model, predictor.transform)
+    if scorer.config.rerank.residual:
+        raise ValueError(
+            "a residual re-ranker (rerank.residual = true) adds the initial ranker's scores, which the "
+            "exported graph does not take as an input: it cannot be exported"
+        )
+    return ServingModel(scorer.model, scorer.transform)

@@ -22,11 +22,8 @@ from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.export.pipeline import INITIAL_SCORES, RerankServing, splice_trees
 from ctxrank.export.wrappers import ServingModel, serving_model
-from ctxrank.registry import MODELS
 from ctxrank.training.checkpoint import load_model, read_meta
-from ctxrank.training.ensemble import EnsemblePredictor, member_dir
-from ctxrank.training.predict import TorchPredictor
-from ctxrank.training.rerank import RerankPredictor
+from ctxrank.training.ensemble import member_dir
 from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
@@ -184,7 +181,8 @@ def export_model(model_dir: str | os.PathLike, fmt: str, out: str | os.PathLike)
     # the reference is predict's, on the batch built as a caller of predict builds it (names included)
     ref = _predict_batch(predictor, run_inputs, file_meta)
     # an order-free model's file must give each row its score wherever the row is in its list
-    shuffled = _shuffle_rows(run_inputs, seed=2) if _order_free(predictor) else None
+    # (a re-ranking pipeline's cut orders the items by the order-free tie rule)
+    shuffled = None if predictor.reads_row_order else _shuffle_rows(run_inputs, seed=2)
     diff = math.nan
 
     def write(tmp: Path) -> None:
@@ -254,14 +252,14 @@ def _check_batches(
 
 def _initial_ranker(predictor: Any) -> tuple[LambdaMART, RerankSpec] | None:
     """(LambdaMART, re-rank settings) of a re-ranking model or ensemble; None otherwise."""
-    first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
-    if not isinstance(first, RerankPredictor):
+    initial = predictor.initial
+    if initial is None:
         return None
-    if not isinstance(first.initial, LambdaMART):
+    if not isinstance(initial, LambdaMART):  # validates the saved directory's initial ranker
         raise ValueError(
-            f"the initial ranker is a {type(first.initial).__name__}; only LambdaMART's trees are exported"
+            f"the initial ranker is a {type(initial).__name__}; only LambdaMART's trees are exported"
         )
-    return first.initial, first.spec
+    return initial, predictor.spec
 
 
 def _pipeline_inputs(
@@ -328,16 +326,6 @@ def _predict_batch(
     return out
 
 
-def _order_free(predictor: Any) -> bool:
-    """Whether the scores must not depend on the row order of a list: a re-ranking pipeline (its cut
-    orders the items by the order-free tie rule), or a model that does not read the order."""
-    first = predictor.members[0] if isinstance(predictor, EnsemblePredictor) else predictor
-    if isinstance(first, RerankPredictor):
-        return True
-    config = first.config
-    return not MODELS[config.model].reads_row_order(config.model_params)
-
-
 def _shuffle_rows(
     inputs: tuple[torch.Tensor, ...], seed: int
 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
@@ -385,7 +373,7 @@ def _run_written(path: Path, fmt: str, inputs: tuple[torch.Tensor, ...]) -> torc
 
 def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, model_dir: Path):
     """(JSON stored in the file, notes for the caller)."""
-    ensemble = len(predictor.members) if isinstance(predictor, EnsemblePredictor) else 0
+    ensemble = predictor.ensemble_size
     if ensemble:  # the inputs are every member's: the first member's directory describes them
         model_dir = model_dir / member_dir(0)
         meta, predictor = read_meta(model_dir), predictor.members[0]
@@ -400,14 +388,14 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
         # column -> categories; the code of vocab[col][i] is i + 1, anything else is 0 (unknown)
         "categorical_vocab": ((meta.get("table") or {}).get("encoder") or {}).get("vocab", {}),
         # NaN in features is a missing value the graph reads (train.missing = "indicator"); else refused
-        "missing_values": _scorer(predictor).config.train.missing == "indicator",
+        "missing_values": predictor.scorer.config.train.missing == "indicator",
         "inputs": [list(r) for r in _describe_inputs(serving)],
         "output": ["scores", "[B, L]", "float32", "one score per item (padded positions arbitrary)"],
     }
     if ensemble:
         file_meta["ensemble"] = ensemble  # the scores are the mean of this many members' scores
     notes = []
-    if isinstance(predictor, RerankPredictor):
+    if predictor.initial is not None:
         spec = predictor.spec.exported(trees=int(predictor.initial.best_iteration_))
         n = int(predictor.initial.n_features)
         file_meta["feature_names"] = file_meta["feature_names"][:n]  # the initial ranker's: raw features
@@ -424,11 +412,6 @@ def _file_meta(serving: ServingModel, meta: dict[str, Any], predictor: Any, mode
     if not all(file_meta["feature_names"]):  # "" = fitted on unnamed arrays: the columns go by position
         file_meta["feature_names"] = []
     return file_meta, notes
-
-
-def _scorer(predictor: Any) -> TorchPredictor:
-    """The neural model the file holds: a re-ranking model's re-ranker, else the predictor itself."""
-    return predictor.reranker if isinstance(predictor, RerankPredictor) else predictor
 
 
 def _write_torchscript(serving: ServingModel, inputs, check_inputs, path: Path, file_meta) -> None:

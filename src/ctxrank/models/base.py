@@ -131,10 +131,9 @@ class ModelTraits:
             ``{"transform": "log1p-zscore", "train.input_noise": 1.5}``.
         full_batch: a run fits it to its maximum likelihood, all queries at once (the conditional logit
             ``mnl``; ``ctxrank.training.full_batch``), unless ``rerank.residual`` trains it by SGD.
-        torch_module: a torch module trained by ``ctxrank.training``: its weights are counted before
-            training, training shards and torchrun apply, the missing indicator and the residual
-            correction wrap it and it can re-rank an initial ranker's top k (False: a baseline fitted
-            by its own library on whole lists in memory).
+        torch_module: a torch module trained by ``ctxrank.training`` (False: a baseline fitted by its own
+            library on whole lists in memory); the code around a model asks its registry entry for the
+            capabilities this implies (``streams``, ``distributed``, ...), not this.
         reads_missing: the model reads missing feature values (NaN) itself (LightGBM); every other
             model refuses them (:func:`ctxrank.data.ranking_data.missing_message`).
         reads_categorical: the model reads categorical columns itself (a neural model's embeddings,

@@ -28,7 +28,7 @@ from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData, group_by_query
 from ctxrank.training.build import missing_problem
 from ctxrank.training.checkpoint import load_model
-from ctxrank.training.ensemble import EnsemblePredictor, member_dir
+from ctxrank.training.ensemble import member_dir
 from ctxrank.training.predict import set_threads
 
 __all__ = ["DirectoryRanker"]
@@ -55,9 +55,7 @@ class DirectoryRanker:
         set_threads(self.predictor, threads)
         self.meta = meta
         self.n_features = int(self.predictor.n_features)
-        layout = (
-            read_meta(self.path / member_dir(0)) if isinstance(self.predictor, EnsemblePredictor) else meta
-        )
+        layout = read_meta(self.path / member_dir(0)) if self.predictor.ensemble_size else meta
         names = [str(n) for n in layout.get("feature_names") or []]
         # a re-ranker's names end with the columns it appends (initial_rank, ...): the raw ones come first
         self.feature_names: tuple[str, ...] = (

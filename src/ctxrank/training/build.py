@@ -34,12 +34,12 @@ def missing_problem(config: RunConfig, data: RankingData | None) -> str | None:
     neural model's learned fill and indicators; ``"error"``: nobody)."""
     if data is None:
         return None
-    policy, model, traits = config.train.missing, config.model, get_model(config.model).traits
-    if policy == "indicator" or (policy == "native" and traits.reads_missing):
+    policy, model, entry = config.train.missing, config.model, get_model(config.model)
+    if policy == "indicator" or (policy == "native" and entry.traits.reads_missing):
         return None
     if policy == "error":
         return missing_message(data, "train.missing = 'error' refuses them", _FILL)
-    if not traits.torch_module:  # no missing indicator to wrap it
+    if not entry.missing_indicator:
         return missing_message(data, f"{model} does not read missing values", f"{_FILL}, or train lambdamart")
     return missing_message(
         data,

@@ -256,7 +256,7 @@ def _load_torch(directory: Path, meta: dict[str, Any]) -> TorchPredictor:
     """A neural model: metadata checked, weights header matched on the meta device, then built."""
     where = directory / META_FILE
     name = meta_str(meta, "model", where)
-    if name not in MODELS or not MODELS[name].traits.torch_module:
+    if name not in MODELS or MODELS[name].kind != "torch":  # a model saved as a torch checkpoint
         raise ValueError(f"{where}: 'model' {short(name)} is not a neural model; valid: {', '.join(MODELS)}")
     n_features = meta_int(meta, "n_features", where, 1, MAX_FEATURES)
     meta_strings(meta, "feature_names", where, n_features)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ctxrank._modeldir import MEMBER_PATTERN
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.training.rerank import RerankPredictor, RerankSplit, merge_scores
+from ctxrank.training.rerank import RerankSplit, merge_scores
 
 __all__ = ["MEMBER_PATTERN", "EnsemblePredictor", "member_dir"]
 
@@ -43,7 +43,7 @@ class EnsemblePredictor:
         n = {int(m.n_features) for m in members}
         if len(n) != 1:
             raise ValueError(f"ensemble members expect different feature counts {sorted(n)}")
-        rerank = [isinstance(m, RerankPredictor) for m in members]
+        rerank = [m.initial is not None for m in members]
         if any(rerank) and not all(rerank):
             raise ValueError("ensemble members must all re-rank or all rank whole lists")
         self.members = list(members)
@@ -52,9 +52,12 @@ class EnsemblePredictor:
     def n_features(self) -> int:
         return int(self.members[0].n_features)
 
-    @property
-    def reranks(self) -> bool:
-        return isinstance(self.members[0], RerankPredictor)
+    # the predictor protocol of ``TorchPredictor``: the first member's (re-ranking members share one
+    # initial ranker and its settings)
+    ensemble_size = property(lambda self: len(self.members))
+    initial = property(lambda self: self.members[0].initial)
+    spec = property(lambda self: self.members[0].spec)
+    reads_row_order = property(lambda self: self.members[0].reads_row_order)
 
     def prepare(self, data: RankingData) -> RerankSplit:
         """Re-ranking members: ``data`` cut to the top k of their shared initial ranker."""
@@ -68,7 +71,7 @@ class EnsemblePredictor:
         )
 
     def predict(self, data: RankingData) -> np.ndarray:
-        if self.reranks:
+        if self.initial is not None:  # re-ranking members
             split = self.prepare(data)
             return merge_scores(split, self.top_scores(split))
         return np.mean([np.asarray(m.predict(data), dtype=np.float64) for m in self.members], axis=0)

@@ -133,7 +133,7 @@ def check_model_size(
     """Refuse the neural model of ``config`` when its weights, gradients and Adam state exceed
     ``train.max_memory_bytes``: counted on a copy built on PyTorch's ``meta`` device (shapes only, so
     ``model_params.hidden = [10**7]`` allocates nothing here). A baseline passes."""
-    if not get_model(config.model).traits.torch_module:
+    if not get_model(config.model).sized_before_training:
         return
     with torch.device("meta"):
         model = build_model(config, n_features, categorical_cardinalities)

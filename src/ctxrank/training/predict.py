@@ -18,6 +18,7 @@ from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
+from ctxrank.registry import get_model
 from ctxrank.training.build import missing_problem
 from ctxrank.training.memory import scoring_fits
 
@@ -71,16 +72,30 @@ def evaluate_model(
 
 @dataclass
 class TorchPredictor:
-    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out."""
+    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out.
+
+    The predictor protocol that callers ask instead of testing the type (``RerankPredictor``,
+    ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
+    number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
+    settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
+    baseline) and ``reads_row_order``."""
 
     model: RankingModule
     transform: Transform
     config: RunConfig
     meta: dict[str, Any]
+    ensemble_size = 0
+    initial = spec = None
+    scorer = property(lambda self: self)
 
     @property
     def n_features(self) -> int:
         return int(self.meta["n_features"])
+
+    @property
+    def reads_row_order(self) -> bool:
+        """Whether its scores depend on the row order of a list (the registry entry's answer)."""
+        return get_model(self.config.model).reads_row_order(self.config.model_params)
 
     def check_data(self, data: RankingData) -> None:
         check_feature_count(data, self.n_features)

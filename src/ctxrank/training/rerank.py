@@ -443,7 +443,14 @@ class RerankPredictor:
         initial: an object with ``predict(data)`` and ``n_features`` (e.g. LambdaMART).
         reranker: a ``TorchPredictor`` trained on the prepared top-k lists.
         spec: the re-rank settings (saved as ``ctxrank.json["rerank"]``).
+
+    The predictor protocol of ``TorchPredictor``: not an ensemble; its ``scorer`` is the re-ranker; it
+    does not read the row order (the cut orders the items by the order-free tie rule).
     """
+
+    ensemble_size = 0
+    reads_row_order = False
+    scorer = property(lambda self: self.reranker)
 
     def __init__(self, initial, reranker, spec: RerankSpec) -> None:
         self.initial, self.reranker, self.spec = initial, reranker, spec

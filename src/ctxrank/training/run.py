@@ -305,7 +305,7 @@ def check_streaming(config: RunConfig, stream: ShardStream) -> None:
     """What cannot train from a stream of shards (module docstring), or a shuffle buffer smaller than a
     batch: a ValueError saying why."""
     needs = None
-    if not get_model(config.model).traits.torch_module:
+    if not get_model(config.model).streams:
         needs = (
             f"{config.model} is a baseline fitted on the whole training split at once (LightGBM and the "
             "others read it in memory)"
@@ -636,24 +636,23 @@ def save_result(
     out, config, predictor = Path(out), result.config, result.predictor
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
-    rerank = None
-    if isinstance(predictor, RerankPredictor):  # the initial ranker's directory, then the re-ranker's
+    if predictor.initial is not None:  # the initial ranker's directory, then the re-ranker's
         predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
-        rerank, predictor = predictor.spec, predictor.reranker
-    if isinstance(predictor, TorchPredictor):
+    scorer = predictor.scorer  # the torch module that scores: its checkpoint
+    if scorer is not None:
         conv = metric_convention("standard", no_relevant=config.train.no_relevant)
         save_checkpoint(
             out,
-            predictor.model,
+            scorer.model,
             config,
-            predictor.transform,
+            scorer.transform,
             train_data=result.layout,
             summary=result.summary.to_json(),
             conventions=conv.to_dict(),
-            rerank=rerank,
+            rerank=predictor.spec,
             extra=meta,
         )
-    else:  # a baseline saves its own files
+    else:  # a model fitted by its own library (a baseline) saves its own files
         predictor.save(out, run_config=config.to_dict(), overwrite=True)
         update_meta(out, {**(meta or {}), "training": result.summary.to_json()})  # as a checkpoint records it
     if write_log and result.history and "train_loss" in result.history[0]:
