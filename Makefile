@@ -35,21 +35,22 @@ test: dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
-# The daily loop (under 2 minutes on 2 cores): the unit and integration tests without the slow ones
-# (marked `slow`), the end-to-end files (every documented command, fuzzing, benchmarks, worker processes,
-# torchrun, memory caps, kill-and-resume) and with the first failure stopping the run. CI runs `make test`.
-FAST_SKIP := test_docs_commands test_fuzz test_fuzz_untrusted test_benchmarks test_executors test_distributed \
-	test_memory test_resume test_docs_api test_recipes test_evidence test_tune test_export
+# The daily loop: the unit and integration tests in TEST_JOBS worker processes, without the slow ones
+# (marked `slow`), without the end-to-end files of tests/e2e/ (every documented command, fuzzing, the
+# benchmarks' smoke runs, the matrix of entrances and data) and the files that start worker processes,
+# torchrun, memory caps or kill-and-resume, the first failure stopping the run. CI runs `make test`.
+FAST_SKIP := e2e experiments/test_executors.py experiments/test_evidence.py training/test_distributed.py \
+	training/test_memory.py training/test_resume.py training/test_recipes.py test_tune.py export/test_export.py
 test-fast: dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -x -m "not slow" $(foreach t,$(FAST_SKIP),--ignore=tests/$(t).py)
+	$(BIN)/python -m pytest -q -x -n $(TEST_JOBS) --dist loadgroup -m "not slow" $(foreach t,$(FAST_SKIP),--ignore=tests/$(t))
 
-# Input fuzzing of the readers (tests/test_fuzz.py, docs/data.md "Malformed input"): `make test` runs a
+# Input fuzzing of the readers (tests/e2e/test_fuzz.py, docs/data.md "Malformed input"): `make test` runs a
 # bounded, derandomized number of examples; this runs FUZZ_EXAMPLES random ones per test (about 10
 # minutes at 5000 on one core).
 FUZZ_EXAMPLES ?= 5000
 fuzz: dev
-	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/test_fuzz.py tests/test_fuzz_untrusted.py -k fuzz_ \
+	CTXRANK_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/e2e/test_fuzz.py tests/e2e/test_fuzz_untrusted.py -k fuzz_ \
 		--hypothesis-show-statistics
 
 # Speed benchmarks (docs/benchmarks.md), each at its target sizes, one after the other, each
@@ -71,7 +72,7 @@ bench: install
 
 # Every published table, p-value and figure of the README and docs/*.md rewritten from the stored evidence
 # (evidence/README.md): the experiments' blocks, then the benchmark blocks. Trains nothing (under a
-# minute); tests/test_evidence.py and tests/test_bench_evidence.py fail when a page differs from this.
+# minute); tests/experiments/test_evidence.py and tests/test_bench_evidence.py fail when a page differs from this.
 published: install
 	$(BIN)/python -m ctxrank.experiments.published
 	$(BIN)/python benchmarks/bench_scale.py --publish

@@ -5,7 +5,7 @@ environment. Each command runs ``--repeats`` times in a fresh subprocess (interl
 --help, pass, ...), after one unrecorded warm-up round that fills the file-system cache; the median
 wall time of each is reported, with the difference to the bare interpreter and the ratio to it.
 Target: under 0.3 s above the bare interpreter on 2 cores; neither command imports
-torch, pandas, SciPy, LightGBM or scikit-learn (``tests/test_cli.py`` checks that).
+torch, pandas, SciPy, LightGBM or scikit-learn (``tests/cli/test_main.py`` checks that).
 
     .venv/bin/python benchmarks/bench_startup.py [--repeats 20] [--json FILE]
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks and timings in one call, for a machine with a CUDA GPU (docs/benchmarks.md, "GPU"):
-#   1. the tests marked `gpu` (tests/test_gpu.py): every neural model trains, predicts and exports on
+#   1. the tests marked `gpu` (tests/e2e/test_gpu.py): every neural model trains, predicts and exports on
 #      CUDA; bf16 autocast; fp16 with the gradient scaler; a run killed on CUDA resumes with CUDA's RNG;
 #      the CLI trains on CUDA and the model predicts on the CPU;
 #   2. bench_attn_step.py --device cuda: `attn`'s training step against allRank's own model (needs
@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
 "$py" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name(0))" \
   | tee "$out/torch.txt"
 
-timeout 120 "$py" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$out/gpu-tests.xml" \
+timeout 120 "$py" -m pytest -q -m gpu tests/e2e/test_gpu.py -p no:cacheprovider --junitxml "$out/gpu-tests.xml" \
   >"$out/gpu-tests.log" 2>&1
 tests=$?
 

@@ -67,7 +67,7 @@ def rows_sorted_by(data, column):
 
 
 #: test files that start a local Ray instance: run by one worker of ``pytest -n`` (one instance at a time)
-RAY_FILES = ("test_executors.py", "test_docs_commands.py")
+RAY_FILES = ("experiments/test_executors.py", "e2e/test_docs_commands.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
     loadgroup`` (the documented commands share workspaces; the Ray files share a group); tests marked
     ``gpu`` need CUDA: skipped (with the reason) on a machine without it."""
     for item in items:
-        name = item.path.name
+        name = item.path.relative_to(Path(__file__).parent).as_posix()
         item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else name))
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:

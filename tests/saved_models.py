@@ -1,6 +1,6 @@
 """Tiny saved model directories of several kinds (a neural model, a re-ranking model, LambdaMART,
 RankSVM, and a seed ensemble of two re-ranking models), built once per test module, for the tests that
-tamper with model directories (``test_modeldir.py``, ``test_fuzz_untrusted.py``)."""
+tamper with model directories (``test_modeldir.py``, ``e2e/test_fuzz_untrusted.py``)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ def build(root: Path) -> dict[str, Path]:
     """``{kind: directory}`` of freshly trained tiny models under ``root``."""
     from ctxrank.config import RerankConfig, RunConfig, TrainConfig
     from ctxrank.training.run import run_training
-
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     data = make_ranking_data(n_queries=12, n_features=3)
     tc = TrainConfig(max_epochs=1, batch_size=8)

@@ -21,8 +21,7 @@ from ctxrank.config import RunConfig
 from ctxrank.data.lists import ListBatch
 from ctxrank.metrics import average_precision, ndcg
 from ctxrank.registry import make_model
-
-from .test_cli_train import MQ
+from tests.cli.test_train import MQ
 
 
 def _dirichlet(shape, seed=0, dtype=torch.float64):

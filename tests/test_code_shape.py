@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 # ------------------------------------------------------------------------ comments explain the code
 #: where the code, the tests and the docs live (CHANGELOG.md keeps the project's history, SECURITY.md

@@ -435,8 +435,7 @@ def test_a_model_saved_with_options_now_refused_still_loads_and_predicts_the_sam
 
     from ctxrank.training.checkpoint import load_model
     from ctxrank.training.run import run_training
-
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     train, valid = make_ranking_data(20, seed=1), make_ranking_data(8, seed=2)
     for name, recorded in (

@@ -13,9 +13,8 @@ from ctxrank._io import dumps
 from ctxrank.config import resolve_config
 from ctxrank.fit_summary import FitSummary, TrainMetric
 from ctxrank.training.run import run_training
-
-from .conftest import make_ranking_data
-from .test_mnl import choice_data
+from tests.conftest import make_ranking_data
+from tests.models.test_mnl import choice_data
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "evidence"
 

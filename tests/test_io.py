@@ -191,8 +191,7 @@ def test_a_lock_in_another_process_is_seen(tmp_path):
 
 def test_claim_output_dir_is_the_one_rule_of_what_an_output_directory_may_hold(tmp_path):
     from ctxrank._io import LOCK_FILE, claim_output_dir
-
-    from .conftest import REPO
+    from tests.conftest import REPO
 
     kw = {"what": "thing", "ours": ("mark.json",), "keep": ("runs",)}
     assert claim_output_dir(tmp_path / "new", overwrite=False, **kw) is False

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 from ctxrank.training.checkpoint import load_model
-
-from . import saved_models as sm
-from .conftest import REPO
-from .test_fuzz import time_limit
+from tests import saved_models as sm
+from tests.conftest import REPO
+from tests.e2e.test_fuzz import time_limit
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def _refused(directory, *patterns):
 
 
 def test_every_kind_loads_and_predicts(models):
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     data = make_ranking_data(n_queries=12, n_features=3)
     for kind, directory in models.items():
@@ -337,8 +336,7 @@ def test_lightgbm_categorical_and_one_leaf_models_load(tmp_path):
     import numpy as np
 
     from ctxrank.baselines.lambdamart import LambdaMART
-
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     d = make_ranking_data(n_queries=30, n_features=2)
     cat = np.random.default_rng(0).integers(0, 8, size=(d.n_items, 1))
@@ -372,7 +370,7 @@ def test_every_file_the_loader_reads_is_checked_against_its_recorded_digest(mode
     """Two bytes flipped in any file of any kind of model directory (weights, model.txt, the initial
     ranker's and the members' files, nested): a one-line error naming that file; the records that the
     loader does not read may change."""
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     data = make_ranking_data(n_queries=12, n_features=3)
     files = sorted(p.relative_to(models[kind]) for p in models[kind].rglob("*") if p.is_file())
@@ -421,8 +419,7 @@ def test_a_directory_saved_before_digests_loads_with_a_warning(models, tmp_path,
     with one warning that its integrity cannot be checked; on the command line, one line."""
     from ctxrank._modeldir import IntegrityWarning
     from ctxrank.cli import main
-
-    from .conftest import make_ranking_data
+    from tests.conftest import make_ranking_data
 
     data = make_ranking_data(n_queries=12, n_features=3)
     for kind in ("mlp", "ensemble"):

@@ -17,8 +17,7 @@ from ctxrank._declare import flag_of
 from ctxrank.cli import flag_text, main
 from ctxrank.data.sources import DataSource, ReadOptions
 from ctxrank.data.split import split_queries
-
-from .conftest import make_ranking_data
+from tests.conftest import make_ranking_data
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ctxrank"
 

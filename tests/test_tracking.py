@@ -13,8 +13,7 @@ import pytest
 from ctxrank.cli import main
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.tracking import KINDS, RunLog, TrackedRun, Tracking, flat_params, metric_name
-
-from .conftest import REPO
+from tests.conftest import REPO
 
 EPOCHS = 3
 QUICK = (

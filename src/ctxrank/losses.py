@@ -790,7 +790,7 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
 
 
 #: float32 values a loss keeps per item and per pair of items of a list (forward, what backward keeps, the
-#: gradients): an upper bound of the tensors each one allocates (``tests/test_memory.py`` checks it)
+#: gradients): an upper bound of the tensors each one allocates (``tests/training/test_memory.py`` checks it)
 _PER_ITEM = 64
 _PER_PAIR = {"ranknet": 6, "lambdaloss": 12, "approxndcg": 6}
 

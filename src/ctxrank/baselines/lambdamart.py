@@ -5,7 +5,7 @@ regression trees on the LambdaRank gradients of NDCG. LightGBM (Ke et al., NeurI
 as ``objective="lambdarank"``; this module only prepares the data, the gains, the early stopping and the
 saved-model format.
 
-Conventions (checked against LightGBM 4.x, see ``tests/test_lambdamart.py``):
+Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart.py``):
 
 * **Gain.** ``label_gain = [2^y - 1 for y in 0..max_label]`` (``max_label`` over the training and
   validation labels), so LightGBM's NDCG gain is ctxrank's ``gain="exp2"``. Labels must be

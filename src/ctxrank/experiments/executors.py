@@ -34,7 +34,7 @@ one-process loops of the runner and of ``study.optimize``.
   every run. torchrun's data parallelism is for one training run (``torchrun ... -m ctxrank train``).
 
 The stored runs (metrics, query ids, summaries, configs) are the same whichever executor ran them;
-only ``seconds`` differ (tests/test_executors.py compares the stores and reports).
+only ``seconds`` differ (tests/experiments/test_executors.py compares the stores and reports).
 """
 
 from __future__ import annotations

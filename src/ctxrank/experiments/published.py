@@ -31,7 +31,7 @@ mean in ``evidence/OTHER``, ``+0.0012``).
 means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``,
 :func:`summary_table` builds a summary from regenerated ``results.json`` dicts, and
 ``python -m ctxrank.experiments.published [--check]`` rewrites (or checks) every block;
-``tests/test_evidence.py`` fails on any difference.
+``tests/experiments/test_evidence.py`` fails on any difference.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ ctxrank nor its normalizer at serving time. The file holds a :class:`ServingMode
 * ``scores``: one per item; values at padded positions are arbitrary.
 
 No registered model reads ``init_scores`` (their forward ignores them; DLCM dropped the authors'
-residual), so they are never an input (``tests/test_export.py`` checks this for every model).
+residual), so they are never an input (``tests/export/test_export.py`` checks this for every model).
 
 **Re-ranking models** (``rerank.initial = "lambdamart"``): ONNX only, ONE graph of the whole pipeline
 (:mod:`ctxrank.export.pipeline`): LightGBM's trees (``DIR/initial/model.txt``) in float64, the top

@@ -34,7 +34,7 @@ checkpointing (``torch.utils.checkpoint``, non-reentrant): forward keeps no chun
 recomputes one chunk at a time with the same dropout mask (the RNG state is replayed), so the weights of
 at most one chunk exist at once (at most :data:`CHUNK_COPIES` copies of 16 MiB, whatever the list
 length). Each query's softmax runs over all its keys in every chunk, so chunking changes no value
-(``tests/test_bounded_memory.py``); only the draws of the dropout mask differ from an unchunked call.
+(``tests/models/test_attention.py``); only the draws of the dropout mask differ from an unchunked call.
 The cost is one more forward of the attention product in backward, only for lists whose weights exceed
 the budget (measured on a loaded machine, a batch of 8 lists of 1,251 items: ``attn``'s step was no
 slower chunked, 15.6 s against 16.9 s, docs/benchmarks.md). On CUDA, PyTorch's memory-efficient kernel
@@ -141,7 +141,7 @@ def attend_with_dropout(
     """PyTorch's math kernel of ``scaled_dot_product_attention`` with dropout (the CPU's path in
     training), op for op: ``q`` and ``k^T`` each scaled by ``d_k^(-1/4)``, the key mask added as
     ``-inf``, ``_safe_softmax``, dropout, the product with ``v`` -- the same values and gradients, bit
-    for bit, and the same generator draws (tests/test_dropout.py). What differs is what backward keeps:
+    for bit, and the same generator draws (tests/models/test_dropout.py). What differs is what backward keeps:
     the softmax and a bool dropout mask, not also the float dropout mask and the dropped weights (two
     ``(B, h, Lq, Lk)`` float32 tensors fewer a layer; the dropped weights are rebuilt in backward)."""
     s = math.sqrt(1.0 / math.sqrt(q.shape[-1]))  # sdp::calculate_scale(q).sqrt(), in double as PyTorch

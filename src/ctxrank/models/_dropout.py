@@ -7,7 +7,7 @@ output too. :func:`dropout` draws the same noise with the same generator calls a
 product, so its outputs are bitwise those of ``F.dropout`` (``F.dropout(F.relu(x))`` with ``relu=True``),
 and keeps one bool an element; its gradient is ``grad * s`` on kept elements (``s`` = the noise's
 kept value, ``1 / (1 - p)`` as PyTorch rounds it), 0 elsewhere: the same numbers as autograd's through
-``F.dropout`` (only the sign of exact zeros may differ; tests/test_dropout.py).
+``F.dropout`` (only the sign of exact zeros may differ; tests/models/test_dropout.py).
 
 On other devices PyTorch's fused kernel already keeps a bool mask, with its own generator draws:
 :func:`dropout` calls it there. Eval mode (and ``p = 0``) is the identity, as ``nn.Dropout``.

@@ -29,7 +29,7 @@ Shapes: ``B`` lists padded to ``L`` items, ``F`` input features, ``d = d_fc``, `
 
 **Padding.** Padded items are keys no query attends to (the softmax runs over the real items of the
 list) and every other operation is per item, so a real item's score never depends on the padding
-(``tests/test_attention_rankers.py`` pads lists with garbage and checks it).
+(``tests/models/test_attention_rankers.py`` pads lists with garbage and checks it).
 
 **Re-ranking** (``rank_embedding = True``; allRank's learned positional encoding): when the lists are
 an initial ranker's top k (``rerank.initial = "lambdamart"``: ``ctxrank.training.rerank`` orders each

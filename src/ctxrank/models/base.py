@@ -18,7 +18,7 @@ lists padded to ``L`` items allocates in the model (its activations, and with ``
 autograd keeps for backward and the gradients of activations), counted as float32 values per item
 (and per pair of items where a model compares items); ``state_memory`` the bytes of its weights (and of
 gradients, Adam's moments and a transient copy when training). ``ctxrank.training.memory`` checks both
-against ``train.max_memory_bytes`` before a batch is built; ``tests/test_memory.py`` checks that they
+against ``train.max_memory_bytes`` before a batch is built; ``tests/training/test_memory.py`` checks that they
 bound the tensors actually allocated, for every model of the registry.
 """
 

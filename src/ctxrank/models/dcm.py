@@ -113,7 +113,7 @@ class DCM(RankingModule):
 
         Eagerly the encoder runs packed (:meth:`encode_packed`: cuDNN / fused kernels); while a trace
         records (export), as the length-masked loop :meth:`encode_steps`, whose length stays dynamic.
-        The two give the same numbers (``tests/test_dcm.py``).
+        The two give the same numbers (``tests/models/test_dcm.py``).
         """
         self.check_mask(features, mask)
         L = mask.shape[1]

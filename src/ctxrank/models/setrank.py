@@ -61,7 +61,7 @@ features (options of their script) is applied. ``input_clip`` (1e6, as QILCM's) 
 before the representation layer (overflow guard).
 
 **Padding.** A real item's score never depends on the padding: padded items are no key of any query,
-every other operation is per item (``tests/test_attention_rankers.py``).
+every other operation is per item (``tests/models/test_attention_rankers.py``).
 """
 
 from __future__ import annotations

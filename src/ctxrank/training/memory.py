@@ -55,7 +55,8 @@ __all__ = [
 #: self-attention ranker and SetRank; DLCM took 15% longer at 32 lists, 4% at 64, the same at 128, while
 #: the batch's activations grow with its items (DLCM: 826 MiB for 512 lists of 100), so a larger batch
 #: costs memory and buys nothing. Each list is scored on its own, so its scores change only by float32
-#: rounding when a smaller batch pads it to another length (tests/test_memory.py). GPUs keep the whole
+#: rounding when a smaller batch pads it to another length (tests/training/test_memory.py). GPUs keep the
+#: whole
 #: batch (the budget only).
 CPU_SCORING_ITEMS = 1 << 14
 #: estimated bytes (:func:`input_bytes` plus ``RankingModule.batch_memory``) of one scoring batch on the CPU.

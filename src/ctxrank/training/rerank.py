@@ -157,7 +157,8 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
 # ---------------------------------------------------------------------------------- the graph form
 # The cut and the merge as torch operations on padded lists (B, L), which ``torch.onnx.export`` writes
 # as ONNX nodes (the exported re-ranking pipeline, ``ctxrank.export.pipeline``): the same selection,
-# order and tie rule as :func:`prepare_split` and :func:`merge_scores` (tests/test_rerank.py runs both
+# order and tie rule as :func:`prepare_split` and :func:`merge_scores` (tests/training/test_rerank.py runs
+# both
 # on random lists with ties). Sorting is done by pairwise comparisons ((B, L, L) booleans): exact for
 # any key, no stable sort needed, and the list length stays dynamic.
 #
