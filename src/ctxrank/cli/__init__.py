@@ -185,28 +185,27 @@ def flag_text(text: str | OptionText) -> str:
     return text.render(_flag) if isinstance(text, OptionText) else str(text)
 
 
-#: the classes whose declared options (:mod:`ctxrank._declare`) the commands take and library errors
-#: name, as (module, class): a field's flag is looked up in this order, each module imported only when
-#: the classes before it do not declare the name (NumPy, uvicorn: not for `ctxrank --help`). A name
-#: stands for one flag among them all (a test checks it).
-OPTION_CLASSES = (
-    ("ctxrank.data.sources", "DataSource"),
-    ("ctxrank.config", "RunConfig"),
-    ("ctxrank.serving.server", "ServeOptions"),
-)
-
-
 def option_classes() -> Iterator[type]:
-    """The classes of :data:`OPTION_CLASSES`, imported one by one as the caller goes on."""
-    for module, name in OPTION_CLASSES:
-        yield getattr(importlib.import_module(module), name)
+    """The classes whose declared options (:mod:`ctxrank._declare`) the commands take and library errors
+    name, in the order a field's flag is looked up; each imported only when the classes before it do not
+    declare the name (NumPy, the serve extra: not for `ctxrank --help`). A name stands for one flag among
+    them all (a test checks it)."""
+    from ctxrank.data.sources import DataSource
+
+    yield DataSource
+    from ctxrank.config import RunConfig
+
+    yield RunConfig
+    from ctxrank.serving.server import ServeOptions
+
+    yield ServeOptions
 
 
 def option_flag(name: str) -> str:
     """The command-line flag of the declared option ``name`` (``data_file`` -> ``--data``).
 
     Raises:
-        KeyError: no class of :data:`OPTION_CLASSES` declares ``name``.
+        KeyError: no class of :func:`option_classes` declares ``name``.
     """
     for cls in option_classes():
         if name in declared_keys(cls):
