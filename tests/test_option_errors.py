@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from ctxrank._checks import OptionError, OptionText
-from ctxrank._declare import flag_of
-from ctxrank.cli import flag_text, main
+from ctxrank._declare import declared, flag_of
+from ctxrank.cli import flag_text, main, option_classes, option_flag
 from ctxrank.data.sources import DataSource, ReadOptions
 from ctxrank.data.split import split_queries
 from tests.conftest import make_ranking_data
@@ -86,5 +86,44 @@ def test_every_field_a_library_error_names_is_a_declared_option():
     for path in SRC.rglob("*.py"):
         named |= _named_fields(ast.parse(path.read_text()))
     assert {"split_fractions", "data_file", "null_fill", "query_col", "group_col"} <= named
+    assert {"train_shards", "shuffle_buffer", "loss", "host"} <= named
     for field in sorted(named):
-        assert flag_of(DataSource, field).startswith("--"), field
+        assert option_flag(field).startswith("--"), field
+
+
+def test_a_field_name_stands_for_one_flag_among_the_option_classes():
+    flags: dict[str, set[str]] = {}
+    for cls in option_classes():
+        for name, opt in declared(cls):
+            flags.setdefault(name, set()).add(opt.flag)
+    assert {"data_file", "top_k", "max_rows"} <= set(flags)
+    assert {name: f for name, f in flags.items() if len(f) > 1} == {}
+    assert option_flag("train_file") == flag_of(DataSource, "train_file") == "--train"
+    assert option_flag("top_k") == "--top-k" and option_flag("max_body_bytes") == "--max-body-bytes"
+    with pytest.raises(KeyError, match="no command declares an option 'nope'"):
+        option_flag("nope")
+
+
+def test_training_and_serving_errors_name_fields_that_the_cli_writes_as_flags():
+    from types import SimpleNamespace
+
+    from ctxrank.config import RunConfig
+    from ctxrank.training.run import check_streaming
+
+    with pytest.raises(OptionError) as info:
+        check_streaming(RunConfig(model="lambdamart"), SimpleNamespace(shuffle_buffer=1024))
+    assert str(info.value).startswith("train_shards streams the training queries from disk, but lambdamart ")
+    assert info.value.fields == ("train_shards", "train_file")
+    assert flag_text(info.value.text).endswith(": give --train FILE instead, or train a neural model (mlp, "
+                                               "qilcm, dlcm, dcm, attn, ...) on the shards")  # fmt: skip
+    with pytest.raises(OptionError) as info:
+        check_streaming(RunConfig(model="mlp"), SimpleNamespace(shuffle_buffer=4))
+    assert str(info.value).endswith("(train.batch_size = 80): raise shuffle_buffer")
+    assert flag_text(info.value.text).endswith("(train.batch_size = 80): raise --shuffle-buffer")
+    pytest.importorskip("uvicorn")
+    from ctxrank.serving.server import bind
+
+    with pytest.raises(OptionError) as info:
+        bind("x..y", 0)
+    assert str(info.value).startswith("host x..y: not an address of this machine (")
+    assert flag_text(info.value.text).startswith("--host x..y: not an address of this machine (")

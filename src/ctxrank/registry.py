@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ctxrank._checks import MAX_INT, check_int, is_int, resolve_threads
+from ctxrank._checks import MAX_INT, OptionError, check_int, is_int, resolve_threads
 from ctxrank.baselines.adarank import AdaRank
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
@@ -337,7 +337,8 @@ class Baseline:
         """A baseline's run: no loss (but the one a saved config records), no initial ranker, only the
         ``[train]`` keys it reads, and ``model_params`` it builds with (before data is read)."""
         if config.loss and config.loss != self.objective(config.model_params):
-            raise ValueError(f"loss: {config.model} trains {self.trains}; --loss does not apply")
+            raise OptionError("loss: {name} trains {trains}; {loss} does not apply", name=config.model,
+                              trains=self.trains)  # fmt: skip
         if config.loss_params:
             raise ValueError(f"loss_params: {config.model} trains {self.trains}; loss_params do not apply")
         if config.rerank.initial:

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from ctxrank._checks import OptionError
 from ctxrank.config import resolve_config
 from ctxrank.registry import MODELS, Baseline
 from ctxrank.training.checkpoint import META_FILE, load_model
@@ -101,9 +102,9 @@ def test_save_refuses_a_directory_of_the_users_files_unless_overwrite(name, spli
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_loss_and_rerank_do_not_apply(name):
     trains = BASELINES[name].trains
-    with pytest.raises(ValueError, match=rf"loss: {name} trains .*; --loss does not apply") as info:
+    with pytest.raises(OptionError, match=rf"^loss: {name} trains .*; loss does not apply$") as info:
         resolve_config(None, [f"model={name}", "loss=listnet"])
-    assert trains in str(info.value)
+    assert trains in str(info.value) and info.value.fields == ("loss",)
     with pytest.raises(ValueError, match="loss_params"):
         resolve_config(None, [f"model={name}", "loss_params.temperature=2"])
     with pytest.raises(ValueError, match=rf"rerank.initial: {name} is a baseline that ranks whole lists"):

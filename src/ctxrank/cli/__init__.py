@@ -54,7 +54,7 @@ from typing import NamedTuple
 
 from ctxrank._allocator import limit_heap_growth
 from ctxrank._checks import Field, OptionError, OptionText
-from ctxrank._declare import flag_of
+from ctxrank._declare import declared_keys, flag_of
 from ctxrank._version import __version__
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -185,12 +185,37 @@ def flag_text(text: str | OptionText) -> str:
     return text.render(_flag) if isinstance(text, OptionText) else str(text)
 
 
-def _flag(field: Field) -> str:
-    """The flag of a :class:`~ctxrank._checks.Field` from the declarations of the data options (the
-    options library messages name), with its value's name when the message gives one."""
-    from ctxrank.data.sources import DataSource  # NumPy: not for `ctxrank --help` / `--version`
+def option_classes() -> Iterator[type]:
+    """The classes whose declared options (:mod:`ctxrank._declare`) the commands take and library errors
+    name, in the order a field's flag is looked up; each imported only when the classes before it do not
+    declare the name (NumPy, the serve extra: not for `ctxrank --help`). A name stands for one flag among
+    them all (a test checks it)."""
+    from ctxrank.data.sources import DataSource
 
-    flag = flag_of(DataSource, field.name)
+    yield DataSource
+    from ctxrank.config import RunConfig
+
+    yield RunConfig
+    from ctxrank.serving.server import ServeOptions
+
+    yield ServeOptions
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of the declared option ``name`` (``data_file`` -> ``--data``).
+
+    Raises:
+        KeyError: no class of :func:`option_classes` declares ``name``.
+    """
+    for cls in option_classes():
+        if name in declared_keys(cls):
+            return flag_of(cls, name)
+    raise KeyError(f"no command declares an option {name!r}")
+
+
+def _flag(field: Field) -> str:
+    """The flag of a :class:`~ctxrank._checks.Field`, with its value's name when the message gives one."""
+    flag = option_flag(field.name)
     return f"{flag} {field.metavar}" if field.metavar else flag
 
 

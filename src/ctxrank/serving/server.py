@@ -64,7 +64,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ctxrank._checks import check_int
+from ctxrank._checks import OptionError, check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_request, rank_answer
@@ -212,7 +212,9 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (OSError, UnicodeError) as exc:
-        raise ValueError(f"--host {host}: not an address of this machine ({exc})") from None
+        raise OptionError(
+            "{host} {name}: not an address of this machine ({exc})", name=host, exc=exc
+        ) from None
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

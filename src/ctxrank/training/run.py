@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctxrank._checks import OptionError
 from ctxrank._io import atomic_write, dumps
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
@@ -323,14 +324,17 @@ def check_streaming(config: RunConfig, stream: ShardStream) -> None:
             "writing the shards)"
         )
     if needs is not None:
-        raise ValueError(
-            f"--train-shards streams the training queries from disk, but {needs}: give --train FILE instead, "
-            "or train a neural model (mlp, qilcm, dlcm, dcm, attn, ...) on the shards"
+        raise OptionError(
+            "{train_shards} streams the training queries from disk, but {needs}: give {train_file:FILE} "
+            "instead, or train a neural model (mlp, qilcm, dlcm, dcm, attn, ...) on the shards",
+            needs=needs,
         )
     if config.train.batch_size > stream.shuffle_buffer:
-        raise ValueError(
-            f"the shuffle buffer ({stream.shuffle_buffer} queries) must hold at least one batch "
-            f"(train.batch_size = {config.train.batch_size}): raise --shuffle-buffer"
+        raise OptionError(
+            "the shuffle buffer ({size} queries) must hold at least one batch "
+            "(train.batch_size = {batch_size}): raise {shuffle_buffer}",
+            size=stream.shuffle_buffer,
+            batch_size=config.train.batch_size,
         )
 
 
