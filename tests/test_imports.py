@@ -311,6 +311,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
     ("cli/__init__.py", "ctxrank.data.sources"): "the data options' flags, read only to write a library "
     "error that names them: `ctxrank --help` and `--version` import no command module (NumPy)",
+    ("cli/__init__.py", "ctxrank.tracking"): "the tracker option's flag, read only to write a library error "
+    "that names it",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
     ("cli/__init__.py", "ctxrank.serving.server"): "the serve options' flags (the serve extra), read only "

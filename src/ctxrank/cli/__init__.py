@@ -191,8 +191,10 @@ def option_classes() -> Iterator[type]:
     declare the name (NumPy, the serve extra: not for `ctxrank --help`). A name stands for one flag among
     them all (a test checks it)."""
     from ctxrank.data.sources import DataSource
+    from ctxrank.tracking import TrackOptions
 
     yield DataSource
+    yield TrackOptions
     from ctxrank.config import RunConfig
 
     yield RunConfig

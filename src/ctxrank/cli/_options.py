@@ -15,13 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxrank._checks import OptionText
+from ctxrank._checks import OptionError, OptionText
 from ctxrank._declare import INT_READERS, THREADS, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
 from ctxrank.cli import flag_text
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
-from ctxrank.tracking import Tracking
+from ctxrank.tracking import TRACK
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -77,8 +77,10 @@ def argparse_type(read: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             return read(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        except ValueError as exc:  # an OptionError's options named by their flags
+            raise argparse.ArgumentTypeError(
+                flag_text(exc.text if isinstance(exc, OptionError) else str(exc))
+            ) from None
 
     parse.__name__ = read.__name__  # argparse names the type in its own messages
     return parse
@@ -169,19 +171,6 @@ def add_model_dir(p: argparse.ArgumentParser | Any, what: str = "", *, required:
     """:data:`MODEL_DIR` (parsed into ``model``); ``what`` ends its help (e.g. " (instead of --scores)")."""
     help = MODEL_DIR.help.format(what=what)
     p.add_argument(MODEL_DIR.flag, dest="model", required=required, metavar=metavar, help=help)
-
-
-#: ``--track KIND[:URI]``, the one declaration of every command that logs to an experiment tracker
-#: (``train``, ``tune``, ``experiment``): parsed and checked into a :class:`ctxrank.tracking.Tracking`;
-#: ``{track}`` in its help says what the command logs
-TRACK = Option(
-    "--track",
-    "log to an experiment tracker: mlflow[:URI] (a local MLflow file store, default ./mlruns; URI: a "
-    "directory, file:///DIR, http(s)://HOST:PORT or a database URL) or tensorboard[:DIR] (event files, "
-    "default ./tensorboard). Logs {track}. Needs ctxrank[track] (docs/training.md, Tracking)",
-    parse=Tracking.parse,
-    metavar="KIND[:URI]",
-)
 
 
 def add_track(p: argparse.ArgumentParser | Any, what: str) -> None:
