@@ -315,6 +315,10 @@ DEFERRED: dict[tuple[str, str], str] = {
     "that names it",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
+    ("cli/__init__.py", "ctxrank.experiments.executors"): "the executor options' flags (torch), read only "
+    "to write a library error that names one",
+    ("cli/_options.py", "ctxrank.experiments.executors"): "the executor options' declarations (torch), read "
+    "by the commands that run experiments or studies only",
     ("cli/__init__.py", "ctxrank.serving.server"): "the serve options' flags (the serve extra), read only "
     "to write a library error that names one no other declared class has",
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,

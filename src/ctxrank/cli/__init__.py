@@ -198,6 +198,9 @@ def option_classes() -> Iterator[type]:
     from ctxrank.config import RunConfig
 
     yield RunConfig
+    from ctxrank.experiments.executors import ExecutorOptions
+
+    yield ExecutorOptions
     from ctxrank.serving.server import ServeOptions
 
     yield ServeOptions

@@ -10,6 +10,7 @@ here. Only the command modules import it (``ctxrank --help`` does not).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable, Sequence
@@ -126,30 +127,34 @@ def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bo
     p.add_argument(*flags, dest="data_root", metavar=opt.metavar, help=help)
 
 
-def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, threads: str) -> None:
-    """``--executor``, ``--address``, ``--max-retries`` (:mod:`ctxrank.experiments.executors`): where
-    each ``unit`` (a run, a trial) executes; ``local`` says what the default does, ``threads`` which
-    key sets the CPUs of a Ray task."""
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help=f"local (default): {local}; ray: each {unit} is a Ray task with {threads} CPUs, its result "
-        "recorded by this process (needs ctxrank[ray])",
-    )
-    p.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster "
-        "started on this machine, else a new local one)",
-    )
-    p.add_argument(
-        "--max-retries",
-        type=non_negative_int,
-        default=2,
-        metavar="N",
-        help=f"Ray: retries of a {unit} whose worker process or node died (default 2)",
-    )
+def add_executor_options(
+    p: argparse.ArgumentParser | Any,
+    unit: str = "",
+    local: str = "",
+    threads: str = "",
+    *,
+    names: Sequence[str] = ("executor", "address", "max_retries"),
+    jobs: int | None = None,
+) -> None:
+    """The options ``names`` of :class:`~ctxrank.experiments.executors.ExecutorOptions`: where each
+    ``unit`` (a run, a trial) executes; ``local`` says what the default does, ``threads`` which key sets
+    the CPUs of a Ray task, ``jobs`` the default of ``--jobs`` (it parses to None when not given). Each
+    parses to its field's name."""
+    from ctxrank.experiments.executors import ExecutorOptions
+
+    words = {"unit": unit, "local": local, "threads": threads, "jobs": jobs}
+    for f in dataclasses.fields(ExecutorOptions):
+        if f.name not in names:
+            continue
+        opt = f.metadata["option"]
+        kwargs: dict[str, Any] = {"dest": f.name, "help": opt.help.format(**words), "metavar": opt.metavar}
+        if opt.parse is not None:  # the integer types every integer flag uses
+            kwargs["type"] = INT_TYPES[INT_READERS.index(opt.parse)]
+        if opt.choices is not None:
+            kwargs["choices"] = opt.choices
+        if f.name != "jobs":
+            kwargs["default"] = f.default
+        p.add_argument(opt.flag, **kwargs)
 
 
 def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:

@@ -473,13 +473,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
     add_threads(p, "runs.threads of every run; the count is recorded")
     add_overrides(p, "override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)")
-    p.add_argument(
-        "--shard",
-        metavar="K/N",
-        help="run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes "
-        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only). "
-        "auto: this Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
-    )
+    add_executor_options(p, names=("shard",))
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     add_jobs(p, 1)
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
@@ -556,13 +550,7 @@ def add_evidence_options(p: Any) -> None:
 
 def add_jobs(p: Any, default: int) -> None:
     """``--jobs N``: local worker processes of an experiment (``ProcessExecutor``; None: ``default``)."""
-    p.add_argument(
-        "--jobs",
-        type=positive_int,
-        metavar="N",
-        help=f"run the (seed, fold) units in N local worker processes (default {default}); unlike "
-        "--threads, the numbers are the same for every N",
-    )
+    add_executor_options(p, names=("jobs",), jobs=default)
 
 
 def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:
