@@ -313,6 +313,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     "error that names them: `ctxrank --help` and `--version` import no command module (NumPy)",
     ("cli/__init__.py", "ctxrank.tracking"): "the tracker option's flag, read only to write a library error "
     "that names it",
+    ("cli/__init__.py", "ctxrank.data.download"): "the download options' flags, read only to write a "
+    "library error that names one",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
     ("cli/__init__.py", "ctxrank.experiments.executors"): "the executor options' flags (torch), read only "

@@ -195,6 +195,9 @@ def option_classes() -> Iterator[type]:
 
     yield DataSource
     yield TrackOptions
+    from ctxrank.data.download import DownloadOptions
+
+    yield DownloadOptions
     from ctxrank.config import RunConfig
 
     yield RunConfig

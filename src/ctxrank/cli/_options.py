@@ -143,16 +143,34 @@ def add_executor_options(
     from ctxrank.experiments.executors import ExecutorOptions
 
     words = {"unit": unit, "local": local, "threads": threads, "jobs": jobs}
-    for f in dataclasses.fields(ExecutorOptions):
+    add_fields(p, ExecutorOptions, names, words, defaults=("shard", "executor", "address", "max_retries"))
+
+
+def add_fields(
+    p: argparse.ArgumentParser | Any,
+    cls: type,
+    names: Sequence[str],
+    words: dict[str, Any] | None = None,
+    *,
+    defaults: Sequence[str] = (),
+) -> None:
+    """The flags of the options ``names`` declared on ``cls`` (not a group's), in declaration order, each
+    parsed to its field's name; ``words`` fill the placeholders of their help. An option in ``defaults``
+    defaults to its field's default, any other to None (the callee's default)."""
+    for f in dataclasses.fields(cls):
         if f.name not in names:
             continue
         opt = f.metadata["option"]
-        kwargs: dict[str, Any] = {"dest": f.name, "help": opt.help.format(**words), "metavar": opt.metavar}
-        if opt.parse is not None:  # the integer types every integer flag uses
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "help": opt.help.format(**(words or {})),
+            "metavar": opt.metavar,
+        }
+        if opt.parse is not None:  # an integer option: the argparse types every integer flag uses
             kwargs["type"] = INT_TYPES[INT_READERS.index(opt.parse)]
         if opt.choices is not None:
             kwargs["choices"] = opt.choices
-        if f.name != "jobs":
+        if f.name in defaults:
             kwargs["default"] = f.default
         p.add_argument(opt.flag, **kwargs)
 
