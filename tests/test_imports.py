@@ -321,6 +321,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     "to write a library error that names one",
     ("cli/_options.py", "ctxrank.experiments.executors"): "the executor options' declarations (torch), read "
     "by the commands that run experiments or studies only",
+    ("cli/__init__.py", "ctxrank.experiments.evidence"): "the experiment's paths' flags (pandas, pyarrow), "
+    "read only to write a library error that names one",
     ("cli/__init__.py", "ctxrank.serving.server"): "the serve options' flags (the serve extra), read only "
     "to write a library error that names one no other declared class has",
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,

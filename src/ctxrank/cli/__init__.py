@@ -204,6 +204,9 @@ def option_classes() -> Iterator[type]:
     from ctxrank.experiments.executors import ExecutorOptions
 
     yield ExecutorOptions
+    from ctxrank.experiments.evidence import ExperimentPaths
+
+    yield ExperimentPaths
     from ctxrank.serving.server import ServeOptions
 
     yield ServeOptions
