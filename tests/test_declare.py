@@ -129,7 +129,7 @@ def test_track_is_one_declaration_shared_by_train_tune_and_experiment():
     from ctxrank.cli._options import TRACK
     from ctxrank.tracking import Tracking
 
-    assert _declaring_files("--track") == ["cli/_options.py"]
+    assert _declaring_files("--track") == ["tracking.py"]
     having = {}
     for command, parser in _subparsers().items():
         for action in parser._actions:

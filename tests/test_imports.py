@@ -311,8 +311,18 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
     ("cli/__init__.py", "ctxrank.data.sources"): "the data options' flags, read only to write a library "
     "error that names them: `ctxrank --help` and `--version` import no command module (NumPy)",
+    ("cli/__init__.py", "ctxrank.tracking"): "the tracker option's flag, read only to write a library error "
+    "that names it",
+    ("cli/__init__.py", "ctxrank.data.download"): "the download options' flags, read only to write a "
+    "library error that names one",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
+    ("cli/__init__.py", "ctxrank.experiments.executors"): "the executor options' flags (torch), read only "
+    "to write a library error that names one",
+    ("cli/_options.py", "ctxrank.experiments.executors"): "the executor options' declarations (torch), read "
+    "by the commands that run experiments or studies only",
+    ("cli/__init__.py", "ctxrank.experiments.evidence"): "the experiment's paths' flags (pandas, pyarrow), "
+    "read only to write a library error that names one",
     ("cli/__init__.py", "ctxrank.serving.server"): "the serve options' flags (the serve extra), read only "
     "to write a library error that names one no other declared class has",
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,

@@ -66,6 +66,24 @@ def test_a_bad_kind_or_uri_is_refused_when_parsed(text, message):
         Tracking.parse(text)
 
 
+def test_an_api_user_reads_the_field_tracking_and_the_cli_the_flag_track(tmp_path, capsys):
+    from ctxrank._checks import OptionError
+    from ctxrank.cli import flag_text
+
+    with pytest.raises(OptionError) as info:
+        Tracking.parse("mlflow:http://")
+    assert str(info.value) == "tracking mlflow:URI: 'http://' names no host (e.g. http://localhost:5000)"
+    assert info.value.fields == ("tracking",)
+    assert flag_text(info.value.text).startswith("--track mlflow:URI: 'http://' names no host")
+    (tmp_path / "notes.db").write_text("my notes")
+    with pytest.raises(OptionError, match=r"^tracking mlflow:sqlite:///\S+: \S+ is not an SQLite database"):
+        Tracking.parse(f"mlflow:sqlite:///{tmp_path / 'notes.db'}").check()
+    assert main(["train", "--model", "listnet", "--dataset", "mq2008", "--track", "mlflow:http://"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "error: argument --track: --track mlflow:URI: 'http://' names no host (e.g. http://localhost:5000)\n"
+    )
+
+
 def test_the_cli_refuses_a_bad_kind_as_a_usage_error(capsys):
     assert main(["train", "--model", "listnet", "--dataset", "mq2008", "--out", "x", "--track", "wandb"]) == 2
     assert "unknown tracker 'wandb'; valid: mlflow, tensorboard" in capsys.readouterr().err

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
+from ctxrank._checks import OptionError, OptionText
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no locks
@@ -468,38 +470,51 @@ def sqlite_file(url: str) -> Path | None:
     return None if name in ("", ":memory:") else Path(name)
 
 
-def check_own_database(url: str, *, owner: str, tables: Iterable[str], where: str) -> None:
+def check_own_database(url: str, *, owner: str, tables: Iterable[str], where: str | OptionText) -> None:
     """Refuse, before anything is written, to let ``owner`` (MLflow, Optuna) add its tables to an SQLite
     database that holds others: the file of ``url`` must be new, empty, or a database whose tables are
     all ``owner``'s (``tables``, with ``alembic_version``, the migrations' record both keep): one that
     ``owner`` created, through ctxrank or not. Other databases are not checked.
 
     Raises:
-        ValueError: ``where`` (the option and its value), the file is no SQLite database or names its
+        OptionError: ``where`` (the option and its value), the file is no SQLite database or names its
             foreign tables.
     """
     path = sqlite_file(url)
     if path is None or not path.exists() or (path.is_file() and path.stat().st_size == 0):
         return
     if not path.is_file():
-        raise ValueError(f"{where}: {path} is not a file; give an SQLite database file")
+        raise OptionError(
+            "{where}: {path} is not a file; give an SQLite database file", where=where, path=path
+        )
     try:
         with path.open("rb") as fh:
             header = fh.read(len(_SQLITE_HEADER))
     except OSError as exc:
-        raise ValueError(f"{where}: cannot read {path} ({exc})") from None
+        raise OptionError("{where}: cannot read {path} ({exc})", where=where, path=path, exc=exc) from None
     if header != _SQLITE_HEADER:
-        raise ValueError(f"{where}: {path} is not an SQLite database; give a new file or {owner}'s database")
+        raise OptionError(
+            "{where}: {path} is not an SQLite database; give a new file or {owner}'s database",
+            where=where,
+            path=path,
+            owner=owner,
+        )
     try:
         with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as db:
             found = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     except sqlite3.Error as exc:
-        raise ValueError(f"{where}: cannot read the SQLite database {path} ({exc})") from None
+        raise OptionError(
+            "{where}: cannot read the SQLite database {path} ({exc})", where=where, path=path, exc=exc
+        ) from None
     known = {*tables, "alembic_version"}
     foreign = sorted(n for n in found if n not in known and not n.startswith("sqlite_"))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ValueError(
-            f"{where}: {path} holds tables that are not {owner}'s ({shown}); {owner} would add its own "
-            f"tables to that database: give a new file or a database {owner} created"
+        raise OptionError(
+            "{where}: {path} holds tables that are not {owner}'s ({shown}); {owner} would add its own "
+            "tables to that database: give a new file or a database {owner} created",
+            where=where,
+            path=path,
+            owner=owner,
+            shown=shown,
         )

@@ -44,12 +44,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+from ctxrank._checks import OptionError, OptionText
+from ctxrank._declare import Option, declared_as
 from ctxrank._io import LOCK_FILE, check_own_database, is_ctxrank_temp
 
 __all__ = [
     "DEFAULTS",
     "KINDS",
+    "TRACK",
     "RunLog",
+    "TrackOptions",
     "TrackedRun",
     "Tracking",
     "flat_params",
@@ -118,17 +122,24 @@ class Tracking:
         if self.uri is None:
             return
         if not isinstance(self.uri, str) or not self.uri.strip():
-            raise ValueError(f"--track {self.kind}:URI needs a non-empty URI or directory, got {self.uri!r}")
+            raise OptionError(
+                "{tracking} {kind}:URI needs a non-empty URI or directory, got {uri!r}",
+                kind=self.kind,
+                uri=self.uri,
+            )
         scheme = _scheme(self.uri)
         if self.kind == "tensorboard" and scheme not in ("", "file"):
-            raise ValueError(f"--track tensorboard:DIR takes a local directory, got {self.uri!r}")
+            raise OptionError("{tracking} tensorboard:DIR takes a local directory, got {uri!r}", uri=self.uri)
         if self.kind == "mlflow" and scheme not in ("", *MLFLOW_SCHEMES):
-            raise ValueError(
-                f"--track mlflow:URI: unsupported URI {self.uri!r}; expected a directory or a URI of "
-                f"{', '.join(s + ':' for s in MLFLOW_SCHEMES)}"
+            raise OptionError(
+                "{tracking} mlflow:URI: unsupported URI {uri!r}; expected a directory or a URI of {schemes}",
+                uri=self.uri,
+                schemes=", ".join(s + ":" for s in MLFLOW_SCHEMES),
             )
         if scheme in ("http", "https") and not urlparse(self.uri).netloc:
-            raise ValueError(f"--track mlflow:URI: {self.uri!r} names no host (e.g. http://localhost:5000)")
+            raise OptionError(
+                "{tracking} mlflow:URI: {uri!r} names no host (e.g. http://localhost:5000)", uri=self.uri
+            )
 
     @classmethod
     def parse(cls, text: str) -> Tracking:
@@ -166,7 +177,12 @@ class Tracking:
         """
         package = PACKAGES[self.kind]
         if importlib.util.find_spec(package) is None:
-            raise ValueError(f"--track {self.kind} needs the {package} package: {INSTALL}")
+            raise OptionError(
+                "{tracking} {kind} needs the {package} package: {install}",
+                kind=self.kind,
+                package=package,
+                install=INSTALL,
+            )
         if self.kind == "mlflow" and _scheme(self.location) in ("sqlite", "postgresql", "mysql", "mssql"):
             missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
             if missing:
@@ -174,7 +190,7 @@ class Tracking:
                     f"an MLflow database store ({self.location}) needs {' and '.join(missing)} "
                     "(pip install mlflow, or pip install sqlalchemy alembic)"
                 )
-        where = f"--track {self}"
+        where = OptionText.of("{tracking} {value}", value=self)
         if self.kind == "mlflow" and _scheme(self.location) == "sqlite":
             check_own_database(self.location, owner="MLflow", tables=_mlflow_tables(), where=where)
         if _scheme(self.location) in ("http", "https"):
@@ -218,6 +234,27 @@ class Tracking:
         return run
 
 
+#: ``--track KIND[:URI]``, the one declaration of every command that logs to an experiment tracker
+#: (``train``, ``tune``, ``experiment``): parsed and checked into a :class:`ctxrank.tracking.Tracking`;
+#: ``{track}`` in its help says what the command logs
+TRACK = Option(
+    "--track",
+    "log to an experiment tracker: mlflow[:URI] (a local MLflow file store, default ./mlruns; URI: a "
+    "directory, file:///DIR, http(s)://HOST:PORT or a database URL) or tensorboard[:DIR] (event files, "
+    "default ./tensorboard). Logs {track}. Needs ctxrank[track] (docs/training.md, Tracking)",
+    parse=Tracking.parse,
+    metavar="KIND[:URI]",
+)
+
+
+@dataclass(frozen=True)
+class TrackOptions:
+    """The experiment tracker of a command (:data:`TRACK`): ``tracking`` is its name in the API (the
+    ``tracking=`` of ``run_training``, ``run_experiment``, ``tune``) and in the library's errors."""
+
+    tracking: Tracking | None = declared_as(None, TRACK)  # noqa: RUF009 (a field() with its metadata)
+
+
 def _scheme(uri: str) -> str:
     """The URI scheme of ``uri`` ("" for a plain path; a one-letter scheme is a Windows drive)."""
     if not uri.startswith("file:") and "://" not in uri:
@@ -237,7 +274,7 @@ def _mlflow_tables() -> set[str]:
     return set(Base.metadata.tables)
 
 
-def _check_reachable(uri: str, where: str, timeout: float = 10.0) -> None:
+def _check_reachable(uri: str, where: OptionText, timeout: float = 10.0) -> None:
     """A TCP connection to the server of ``uri`` opens within ``timeout`` seconds (MLflow's own client
     retries an unreachable server for minutes before it fails)."""
     url = urlparse(uri)
@@ -246,7 +283,7 @@ def _check_reachable(uri: str, where: str, timeout: float = 10.0) -> None:
         with socket.create_connection((url.hostname, port), timeout=timeout):
             pass
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{where}: cannot reach the tracking server ({exc})") from None
+        raise OptionError("{where}: cannot reach the tracking server ({exc})", where=where, exc=exc) from None
 
 
 def _is_file_store(directory: Path) -> bool:
@@ -315,7 +352,9 @@ def _mlflow_client(uri: str) -> Any:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as exc:
-        raise ValueError(f"--track mlflow needs mlflow-skinny (or mlflow): {INSTALL} ({exc})") from None
+        raise OptionError(
+            "{tracking} mlflow needs mlflow-skinny (or mlflow): {install} ({exc})", install=INSTALL, exc=exc
+        ) from None
     if _scheme(uri) == "":
         uri = Path(uri).absolute().as_uri()
     with _file_store_allowed():
@@ -350,7 +389,12 @@ class _MLflowRun(TrackedRun):
         except ValueError:
             raise
         except Exception as exc:  # MlflowException, a connection error: no traceback for the user
-            raise ValueError(f"--track mlflow:{uri}: {type(exc).__name__}: {_first_line(exc)}") from None
+            raise OptionError(
+                "{tracking} mlflow:{uri}: {kind}: {why}",
+                uri=uri,
+                kind=type(exc).__name__,
+                why=_first_line(exc),
+            ) from None
         return cls(client, run.info.run_id, experiment_id, name)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -443,13 +487,17 @@ class _TensorBoardRun(TrackedRun):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            raise ValueError(
-                f"--track tensorboard needs the tensorboard package: {INSTALL} ({exc})"
+            raise OptionError(
+                "{tracking} tensorboard needs the tensorboard package: {install} ({exc})",
+                install=INSTALL,
+                exc=exc,
             ) from None
         try:
             return cls(SummaryWriter(log_dir=str(directory)), directory, name)
         except OSError as exc:
-            raise ValueError(f"--track tensorboard: cannot write {directory}: {exc}") from None
+            raise OptionError(
+                "{tracking} tensorboard: cannot write {directory}: {exc}", directory=directory, exc=exc
+            ) from None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         self.params.update(params)

@@ -12,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ctxrank.cli import main
+from ctxrank._checks import OptionError
+from ctxrank.cli import flag_text, main
 from ctxrank.data.download import DownloadError, download, download_dataset, extract, sha256_file
 from ctxrank.data.registry import load_fold
 
@@ -117,6 +118,8 @@ def test_bad_checksum_removes_partial_and_keeps_old_file(server, tmp_path):
         download(f"{server}/good.bin", dest, sha256="0" * 64, progress=False)
     assert isinstance(exc.value, ValueError)
     assert hashlib.sha256(PAYLOAD).hexdigest() in str(exc.value)
+    assert exc.value.fields == ("sha256",) and str(exc.value).endswith("pass the new sha256)")
+    assert flag_text(exc.value.text).endswith("pass the new --sha256)")
     assert dest.read_bytes() == b"previous"
     assert _leftovers(tmp_path) == ["good.bin"]
 
@@ -228,8 +231,11 @@ def test_download_dataset_errors(server, tmp_path):
 def test_download_dataset_without_a_loader(server, tmp_path):
     """Airline Itinerary: no recorded address; with --url the archive is fetched and unpacked, then the
     error says ctxrank cannot load it (its layout is unknown), not that files are missing."""
-    with pytest.raises(ValueError, match=r"no direct download address is recorded for Airline Itinerary"):
+    with pytest.raises(
+        OptionError, match=r"no direct download address is recorded for Airline Itinerary"
+    ) as info:
         download_dataset("airline", root=tmp_path, progress=False)
+    assert str(info.value).endswith("pass url.") and flag_text(info.value.text).endswith("pass --url URL.")
     with pytest.raises(ValueError, match=r"into .*, but ctxrank cannot load it: .*no loader") as exc:
         download_dataset("airline", root=tmp_path / "a", url=f"{server}/data.tar.gz", progress=False)
     assert "expected files are missing" not in str(exc.value)
@@ -363,8 +369,9 @@ def test_zip_symlink_member_is_refused(tmp_path):
 
 def test_extract_caps_members_and_decompressed_bytes(tmp_path):
     many = _tar_with(tmp_path, "many.tar", lambda tf: [_file_member(tf, f"f{i}", b"x") for i in range(5)])
-    with pytest.raises(ValueError, match=r"more than 4 members.*--max-members"):
+    with pytest.raises(OptionError, match=r"more than 4 members.*with max_members\)") as info:
         extract(many, tmp_path / "out", max_members=4)
+    assert flag_text(info.value.text).endswith("(raise the limit with --max-members N)")
     assert len(extract(many, tmp_path / "ok", max_members=5)) == 5
     # a zip bomb in miniature: 1 MB of zeros deflates to about 1 KB; the cap counts decompressed bytes
     buf = io.BytesIO()
@@ -373,8 +380,9 @@ def test_extract_caps_members_and_decompressed_bytes(tmp_path):
     bomb = tmp_path / "bomb.zip"
     bomb.write_bytes(buf.getvalue())
     assert bomb.stat().st_size < 5_000
-    with pytest.raises(ValueError, match=r"more than 100,000 bytes.*--max-extract-bytes"):
+    with pytest.raises(OptionError, match=r"more than 100,000 bytes.*with max_extract_bytes\)") as info:
         extract(bomb, tmp_path / "out2", max_bytes=100_000)
+    assert flag_text(info.value.text).endswith("(raise the limit with --max-extract-bytes N)")
     assert _leftovers(tmp_path / "out2") == []
     with pytest.raises(ValueError, match="positive integer"):
         extract(bomb, tmp_path / "out3", max_bytes=0)

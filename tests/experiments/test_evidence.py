@@ -6,10 +6,12 @@ import re
 
 import pytest
 
+from ctxrank._checks import OptionError
 from ctxrank.cli import experiment as cli_experiment
-from ctxrank.cli import main
+from ctxrank.cli import flag_text, main
 from ctxrank.cli.experiment import against_stored_evidence
-from ctxrank.experiments.evidence import read_evidence, record_digests, spec_from_record
+from ctxrank.experiments import RunStore, load_spec
+from ctxrank.experiments.evidence import read_evidence, record_digests, resume_from_evidence, spec_from_record
 from tests.experiments.test_experiments import _letor_spec
 
 
@@ -703,3 +705,17 @@ def test_the_prose_check_finds_a_figure_outside_the_blocks():
     ]
     with pytest.raises(AssertionError, match="names no source"):
         _prose("<!-- quoted:  -->0.4845<!-- /quoted -->")
+
+
+def test_an_api_user_reads_the_fields_and_the_cli_the_flags_of_an_evidence_error(tmp_path, capsys):
+    spec = _letor_spec(tmp_path, runs=3)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OptionError) as info:
+        resume_from_evidence(load_spec(spec), RunStore(tmp_path / "store"), empty)
+    assert str(info.value) == f"resume_from {empty}: not an evidence directory (no spec.json)"
+    assert info.value.fields == ("resume_from",)
+    argv = ["experiment", str(spec), "--out", str(tmp_path / "o"), "--resume-from", str(empty)]
+    assert main([*argv, "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"ctxrank: error: {flag_text(info.value.text)}\n"
+    assert flag_text(info.value.text).startswith(f"--resume-from {empty}: not an evidence directory")

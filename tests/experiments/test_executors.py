@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxrank.cli import main
+from ctxrank._checks import OptionError
+from ctxrank.cli import flag_text, main
 from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import build_report, load_spec, run_experiment
 from ctxrank.experiments.executors import RayExecutor, _gpus, _train_run, make_executor, slurm_shard
@@ -46,8 +47,12 @@ def test_shard_auto_reads_the_slurm_job_array():
     whole = {**env, "SLURM_ARRAY_TASK_MAX": "3"}
     shards = [slurm_shard({**whole, "SLURM_ARRAY_TASK_ID": str(i)}) for i in range(4)]
     assert shards == [(1, 4), (2, 4), (3, 4), (4, 4)]  # every task a different shard, all of them
-    with pytest.raises(ValueError, match=r"not a job array task \(outside Slurm"):
+    with pytest.raises(OptionError, match=r"not a job array task \(outside Slurm") as info:
         slurm_shard({})
+    assert info.value.fields == ("shard", "shard") and str(info.value).endswith("or give shard")
+    assert flag_text(info.value.text).startswith("--shard auto reads") and "give --shard K/N" in flag_text(
+        info.value.text
+    )
     with pytest.raises(ValueError, match="outside a Slurm job"):
         slurm_shard({"SLURM_JOB_ID": "7"})
     listed = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "3"}  # --array=1,5,9
@@ -105,15 +110,18 @@ def test_executor_names_and_options_are_checked():
     assert make_executor("ray", address="head:6379", max_retries=0) == RayExecutor("head:6379", 0)
     with pytest.raises(ValueError, match="valid executors: local, ray"):
         make_executor("dask")
-    with pytest.raises(ValueError, match="applies to --executor ray"):
+    with pytest.raises(OptionError) as info:
         make_executor("local", address="head:6379")
-    with pytest.raises(ValueError, match="max-retries"):
+    assert str(info.value) == "address names a Ray cluster: it applies to executor ray only"
+    assert flag_text(info.value.text) == "--address names a Ray cluster: it applies to --executor ray only"
+    with pytest.raises(OptionError, match=r"^max_retries must be an integer in \[0, 2147483647\], got -1"):
         make_executor("ray", max_retries=-1)
     assert make_executor("local", jobs=1) is None and make_executor("local", jobs=3).jobs == 3
-    with pytest.raises(ValueError, match="--jobs is for the local executor"):
+    with pytest.raises(OptionError, match=r"^jobs is for the local executor"):
         make_executor("ray", jobs=2)
-    with pytest.raises(ValueError, match="--jobs must be an integer >= 1"):
+    with pytest.raises(OptionError, match=r"^jobs must be an integer >= 1") as info:
         make_executor("local", jobs=0)
+    assert info.value.fields == ("jobs",) and flag_text(info.value.text).startswith("--jobs must be")
 
 
 def test_worker_processes_store_the_same_runs_and_report_as_one_process(tmp_path, capsys):
@@ -296,7 +304,7 @@ def test_tune_executor_options_are_checked(tmp_path):
 
     with pytest.raises(ValueError, match="valid executors: local, ray"):
         SearchOptions(executor="dask")
-    with pytest.raises(ValueError, match="applies to --executor ray"):
+    with pytest.raises(ValueError, match="applies to executor ray"):
         SearchOptions(address="head:6379")
     rc = main(
         ["tune", "--model", "listnet", "--dataset", "mq2008", "--executor", "dask", "--out", str(tmp_path)]

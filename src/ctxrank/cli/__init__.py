@@ -191,11 +191,22 @@ def option_classes() -> Iterator[type]:
     declare the name (NumPy, the serve extra: not for `ctxrank --help`). A name stands for one flag among
     them all (a test checks it)."""
     from ctxrank.data.sources import DataSource
+    from ctxrank.tracking import TrackOptions
 
     yield DataSource
+    yield TrackOptions
+    from ctxrank.data.download import DownloadOptions
+
+    yield DownloadOptions
     from ctxrank.config import RunConfig
 
     yield RunConfig
+    from ctxrank.experiments.executors import ExecutorOptions
+
+    yield ExecutorOptions
+    from ctxrank.experiments.evidence import ExperimentPaths
+
+    yield ExperimentPaths
     from ctxrank.serving.server import ServeOptions
 
     yield ServeOptions

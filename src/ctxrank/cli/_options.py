@@ -10,18 +10,19 @@ here. Only the command modules import it (``ctxrank --help`` does not).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxrank._checks import OptionText
+from ctxrank._checks import OptionError, OptionText
 from ctxrank._declare import INT_READERS, THREADS, Option, declared
 from ctxrank._io import dumps
 from ctxrank._overrides import read_override
 from ctxrank.cli import flag_text
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
-from ctxrank.tracking import Tracking
+from ctxrank.tracking import TRACK
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -77,8 +78,10 @@ def argparse_type(read: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             return read(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        except ValueError as exc:  # an OptionError's options named by their flags
+            raise argparse.ArgumentTypeError(
+                flag_text(exc.text if isinstance(exc, OptionError) else str(exc))
+            ) from None
 
     parse.__name__ = read.__name__  # argparse names the type in its own messages
     return parse
@@ -124,30 +127,52 @@ def add_data_root(p: argparse.ArgumentParser | Any, help: str, *, root_first: bo
     p.add_argument(*flags, dest="data_root", metavar=opt.metavar, help=help)
 
 
-def add_executor_options(p: argparse.ArgumentParser, unit: str, local: str, threads: str) -> None:
-    """``--executor``, ``--address``, ``--max-retries`` (:mod:`ctxrank.experiments.executors`): where
-    each ``unit`` (a run, a trial) executes; ``local`` says what the default does, ``threads`` which
-    key sets the CPUs of a Ray task."""
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help=f"local (default): {local}; ray: each {unit} is a Ray task with {threads} CPUs, its result "
-        "recorded by this process (needs ctxrank[ray])",
-    )
-    p.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster "
-        "started on this machine, else a new local one)",
-    )
-    p.add_argument(
-        "--max-retries",
-        type=non_negative_int,
-        default=2,
-        metavar="N",
-        help=f"Ray: retries of a {unit} whose worker process or node died (default 2)",
-    )
+def add_executor_options(
+    p: argparse.ArgumentParser | Any,
+    unit: str = "",
+    local: str = "",
+    threads: str = "",
+    *,
+    names: Sequence[str] = ("executor", "address", "max_retries"),
+    jobs: int | None = None,
+) -> None:
+    """The options ``names`` of :class:`~ctxrank.experiments.executors.ExecutorOptions`: where each
+    ``unit`` (a run, a trial) executes; ``local`` says what the default does, ``threads`` which key sets
+    the CPUs of a Ray task, ``jobs`` the default of ``--jobs`` (it parses to None when not given). Each
+    parses to its field's name."""
+    from ctxrank.experiments.executors import ExecutorOptions
+
+    words = {"unit": unit, "local": local, "threads": threads, "jobs": jobs}
+    add_fields(p, ExecutorOptions, names, words, defaults=("shard", "executor", "address", "max_retries"))
+
+
+def add_fields(
+    p: argparse.ArgumentParser | Any,
+    cls: type,
+    names: Sequence[str],
+    words: dict[str, Any] | None = None,
+    *,
+    defaults: Sequence[str] = (),
+) -> None:
+    """The flags of the options ``names`` declared on ``cls`` (not a group's), in declaration order, each
+    parsed to its field's name; ``words`` fill the placeholders of their help. An option in ``defaults``
+    defaults to its field's default, any other to None (the callee's default)."""
+    for f in dataclasses.fields(cls):
+        if f.name not in names:
+            continue
+        opt = f.metadata["option"]
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "help": opt.help.format(**(words or {})),
+            "metavar": opt.metavar,
+        }
+        if opt.parse is not None:  # an integer option: the argparse types every integer flag uses
+            kwargs["type"] = INT_TYPES[INT_READERS.index(opt.parse)]
+        if opt.choices is not None:
+            kwargs["choices"] = opt.choices
+        if f.name in defaults:
+            kwargs["default"] = f.default
+        p.add_argument(opt.flag, **kwargs)
 
 
 def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
@@ -169,19 +194,6 @@ def add_model_dir(p: argparse.ArgumentParser | Any, what: str = "", *, required:
     """:data:`MODEL_DIR` (parsed into ``model``); ``what`` ends its help (e.g. " (instead of --scores)")."""
     help = MODEL_DIR.help.format(what=what)
     p.add_argument(MODEL_DIR.flag, dest="model", required=required, metavar=metavar, help=help)
-
-
-#: ``--track KIND[:URI]``, the one declaration of every command that logs to an experiment tracker
-#: (``train``, ``tune``, ``experiment``): parsed and checked into a :class:`ctxrank.tracking.Tracking`;
-#: ``{track}`` in its help says what the command logs
-TRACK = Option(
-    "--track",
-    "log to an experiment tracker: mlflow[:URI] (a local MLflow file store, default ./mlruns; URI: a "
-    "directory, file:///DIR, http(s)://HOST:PORT or a database URL) or tensorboard[:DIR] (event files, "
-    "default ./tensorboard). Logs {track}. Needs ctxrank[track] (docs/training.md, Tracking)",
-    parse=Tracking.parse,
-    metavar="KIND[:URI]",
-)
 
 
 def add_track(p: argparse.ArgumentParser | Any, what: str) -> None:

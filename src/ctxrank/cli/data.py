@@ -26,9 +26,9 @@ from ctxrank.cli._options import (
     SCORING_SKIP,
     add_data_root,
     add_data_source,
+    add_fields,
     add_json,
     add_progress,
-    byte_count,
     key_value_lines,
     note,
     out,
@@ -38,7 +38,7 @@ from ctxrank.cli._options import (
     table,
 )
 from ctxrank.data import registry
-from ctxrank.data.download import download_dataset
+from ctxrank.data.download import DownloadOptions, download_dataset
 from ctxrank.data.sources import DataSource, ModelInputs
 from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
@@ -434,21 +434,9 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
         "target directory (default $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name>)",
         root_first=True,
     )
-    pd.add_argument("--sha256", metavar="HEX", help="expected sha256 of the archive (overrides the registry)")
-    pd.add_argument("--url", metavar="URL", help="download address (overrides the registry's)")
+    add_fields(pd, DownloadOptions, ("sha256", "url"))
     pd.add_argument("--keep-archive", action="store_true", help="keep the archive after unpacking")
-    pd.add_argument(
-        "--max-extract-bytes",
-        type=byte_count,
-        metavar="N",
-        help="refuse an archive that decompresses to more than N bytes (default 64 GiB)",
-    )
-    pd.add_argument(
-        "--max-members",
-        type=positive_int,
-        metavar="N",
-        help="refuse an archive of more than N members (default 100,000)",
-    )
+    add_fields(pd, DownloadOptions, ("max_extract_bytes", "max_members"))
     add_progress(pd)
     pd.set_defaults(
         run=lambda a: datasets_download(

@@ -15,14 +15,16 @@ from typing import Any
 
 import lightgbm
 
-from ctxrank._checks import resolve_threads
+from ctxrank._checks import OptionText, resolve_threads
 from ctxrank._io import claim_output_dir, lock_directory
 from ctxrank._overrides import with_flags
 from ctxrank.baselines.lambdamart import LambdaMART
+from ctxrank.cli import flag_text
 from ctxrank.cli._options import (
     THREADS,
     add_correction,
     add_executor_options,
+    add_fields,
     add_json,
     add_overrides,
     add_progress,
@@ -40,7 +42,7 @@ from ctxrank.data.summary import data_summary
 from ctxrank.evaluation import evaluate_scores
 from ctxrank.experiments import build_report, load_spec, run_experiment
 from ctxrank.experiments.evidence import (
-    REFRESH_SECONDS,
+    ExperimentPaths,
     KeptEvidence,
     check_evidence,
     rebuild_report,
@@ -79,8 +81,8 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return int(k), int(n)
 
 
-def _say(text: str) -> None:
-    print(text, flush=True)
+def _say(text: str | OptionText) -> None:
+    print(flag_text(text), flush=True)
 
 
 # ------------------------------------------------------------------------------------- experiment
@@ -462,24 +464,14 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("spec", metavar="CONFIG", help="TOML file or built-in experiment name")
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        help="experiment directory (default: results/<name>, or results/<name>-<dataset> with --dataset)",
-    )
+    add_fields(p, ExperimentPaths, ("out",))
     p.add_argument(
         "--runs", type=positive_int, metavar="N", help="override runs.count (e.g. 3 for a quick look)"
     )
     p.add_argument("--dataset", metavar="NAME", help="override data.dataset (a registered dataset)")
     add_threads(p, "runs.threads of every run; the count is recorded")
     add_overrides(p, "override any spec key, e.g. models.qilcm.model_params.confusion_weight=0 (repeatable)")
-    p.add_argument(
-        "--shard",
-        metavar="K/N",
-        help="run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes "
-        "with the same --out; the report covers the runs stored so far (rebuild it with --report-only). "
-        "auto: this Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
-    )
+    add_executor_options(p, names=("shard",))
     add_executor_options(p, "run", "the runs here, one after the other", "runs.threads")
     add_jobs(p, 1)
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the stored runs")
@@ -537,32 +529,12 @@ EXPERIMENT_FLAGS = {
 
 def add_evidence_options(p: Any) -> None:
     """``--evidence DIR`` (write it) and ``--resume-from EVIDENCE`` (continue from it)."""
-    p.add_argument(
-        "--evidence",
-        metavar="DIR",
-        help="also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
-        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it; kept up "
-        f"to date every {REFRESH_SECONDS / 60:g} minutes while runs are stored, and written when the runs "
-        "end in an error",
-    )
-    p.add_argument(
-        "--resume-from",
-        metavar="EVIDENCE",
-        help="first restore into --out the runs stored in this experiment's evidence directory (with their "
-        "tuning trials) that --out does not hold, then run the others: an experiment whose evidence was "
-        "kept part-way (--report-only --evidence DIR) continues in a new directory or on another machine",
-    )
+    add_fields(p, ExperimentPaths, ("evidence", "resume_from"))
 
 
 def add_jobs(p: Any, default: int) -> None:
     """``--jobs N``: local worker processes of an experiment (``ProcessExecutor``; None: ``default``)."""
-    p.add_argument(
-        "--jobs",
-        type=positive_int,
-        metavar="N",
-        help=f"run the (seed, fold) units in N local worker processes (default {default}); unlike "
-        "--threads, the numbers are the same for every N",
-    )
+    add_executor_options(p, names=("jobs",), jobs=default)
 
 
 def add_report_parser(sub: Any, common: argparse.ArgumentParser) -> None:

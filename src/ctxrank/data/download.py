@@ -22,18 +22,35 @@ import urllib.parse
 import urllib.request
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
+from ctxrank._checks import OptionError
+from ctxrank._declare import BYTE_COUNT, POSITIVE_INT, option
 from ctxrank._io import sha256_file, writing
 from ctxrank.data import registry
 
-__all__ = ["DownloadError", "archive_format", "download", "download_dataset", "extract", "sha256_file"]
+__all__ = [
+    "DownloadError",
+    "DownloadOptions",
+    "archive_format",
+    "download",
+    "download_dataset",
+    "extract",
+    "sha256_file",
+]
 
 CHUNK_BYTES = 1 << 20
 USER_AGENT = "ctxrank-downloader (Python urllib)"
+
+
+# Bounds of an archive's content (``extract``'s defaults; ``ctxrank datasets download`` options). The
+# largest registered dataset (MSLR-WEB30K) unpacks to about 13 GB in 15 files.
+MAX_EXTRACT_BYTES = 64 * 2**30
+MAX_MEMBERS = 100_000
 
 
 class DownloadError(ValueError):
@@ -41,6 +58,31 @@ class DownloadError(ValueError):
 
     A subclass of ``ValueError`` so that the CLI reports it as a plain error message.
     """
+
+
+class _ChecksumError(DownloadError, OptionError):
+    """A checksum mismatch: its message names the ``sha256`` option, which overrides the registry's."""
+
+
+@dataclass(frozen=True)
+class DownloadOptions:
+    """The options of :func:`download_dataset` that ``ctxrank datasets download`` takes as flags."""
+
+    sha256: str | None = option(
+        None, "--sha256", "expected sha256 of the archive (overrides the registry)", metavar="HEX"
+    )
+    url: str | None = option(None, "--url", "download address (overrides the registry's)", metavar="URL")
+    max_extract_bytes: int = option(
+        MAX_EXTRACT_BYTES,
+        "--max-extract-bytes",
+        "refuse an archive that decompresses to more than N bytes (default 64 GiB)",
+        parse=BYTE_COUNT,
+        metavar="N",
+    )
+    max_members: int = option(
+        MAX_MEMBERS, "--max-members", "refuse an archive of more than N members (default 100,000)",
+        parse=POSITIVE_INT, metavar="N",
+    )  # fmt: skip
 
 
 def _normalize_sha256(sha256: str | None) -> str | None:
@@ -107,9 +149,12 @@ def download(
                 "(connection closed early); nothing was saved, please retry"
             )
         if expected is not None and digest != expected:
-            raise DownloadError(
-                f"sha256 mismatch for {url}: expected {expected}, got {digest}; the partial file was "
-                "removed (if the publisher changed the archive, check it and pass the new --sha256)"
+            raise _ChecksumError(
+                "sha256 mismatch for {url}: expected {expected}, got {digest}; the partial file was removed "
+                "(if the publisher changed the archive, check it and pass the new {sha256})",
+                url=url,
+                expected=expected,
+                digest=digest,
             )
         os.replace(tmp, dest)
     except BaseException:
@@ -165,12 +210,6 @@ def archive_format(path: str | os.PathLike) -> str | None:
     return None
 
 
-# Bounds of an archive's content (``extract``'s defaults; ``ctxrank datasets download`` options). The
-# largest registered dataset (MSLR-WEB30K) unpacks to about 13 GB in 15 files.
-MAX_EXTRACT_BYTES = 64 * 2**30
-MAX_MEMBERS = 100_000
-
-
 def _member_path(root: Path, name: str, archive: Path) -> Path:
     """``root / name`` after checking that it stays inside ``root`` (``root`` holds no links)."""
     parts = PurePosixPath(name.replace("\\", "/")).parts
@@ -202,9 +241,11 @@ class _Budget:
     def member(self) -> None:
         self.members += 1
         if self.members > self.max_members:
-            raise ValueError(
-                f"{self.archive}: more than {self.max_members:,} members; refusing to extract "
-                "(raise the limit with --max-members N)"
+            raise OptionError(
+                "{archive}: more than {most:,} members; refusing to extract (raise the limit with "
+                "{max_members:N})",
+                archive=self.archive,
+                most=self.max_members,
             )
 
     def copy(self, src, target: Path) -> None:
@@ -218,9 +259,11 @@ class _Budget:
             while chunk := src.read(CHUNK_BYTES):
                 self.bytes += len(chunk)
                 if self.bytes > self.max_bytes:
-                    raise ValueError(
-                        f"{self.archive}: decompresses to more than {self.max_bytes:,} bytes; refusing to "
-                        "extract (raise the limit with --max-extract-bytes N)"
+                    raise OptionError(
+                        "{archive}: decompresses to more than {most:,} bytes; refusing to extract (raise "
+                        "the limit with {max_extract_bytes:N})",
+                        archive=self.archive,
+                        most=self.max_bytes,
                     )
                 dst.write(chunk)
 
@@ -254,8 +297,14 @@ def _extract_tar(archive: Path, root: Path, budget: _Budget) -> None:
                 with src:
                     budget.copy(src, target)
             else:
-                kind = "symbolic link" if member.issym() else "hard link" if member.islnk() else (
-                    "device file" if member.isdev() else "FIFO" if member.isfifo() else "special member"
+                kind = (
+                    "symbolic link"
+                    if member.issym()
+                    else "hard link"
+                    if member.islnk()
+                    else (
+                        "device file" if member.isdev() else "FIFO" if member.isfifo() else "special member"
+                    )
                 )
                 _refuse_kind(archive, member.name, kind)
 
@@ -367,9 +416,12 @@ def download_dataset(
     if url is None:
         url = spec.url
         if url is None:
-            raise ValueError(
-                f"no direct download address is recorded for {spec.display_name}: {spec.notes} "
-                f"Homepage: {spec.homepage}. If you have an address of the archive, pass --url URL."
+            raise OptionError(
+                "no direct download address is recorded for {name}: {notes} Homepage: {homepage}. If you "
+                "have an address of the archive, pass {url:URL}.",
+                name=spec.display_name,
+                notes=spec.notes,
+                homepage=spec.homepage,
             )
         expected = spec.sha256 if sha256 is None else sha256  # "" is refused, not the registry's
         filename = spec.archive_name or _filename_from_url(url)
@@ -380,10 +432,12 @@ def download_dataset(
     archive = download(url, dest_dir / filename, sha256=expected, progress=progress)
     fmt = archive_format(archive)
     if fmt == "rar":
-        raise ValueError(
-            f"downloaded {archive}, but RAR archives are not supported by the Python standard library: "
-            f"run `unrar x {archive} {dest_dir}/` (or `7z x {archive} -o{dest_dir}`), then use "
-            f"--data-root {dest_dir}"
+        raise OptionError(
+            "downloaded {archive}, but RAR archives are not supported by the Python standard library: "
+            "run `unrar x {archive} {dest_dir}/` (or `7z x {archive} -o{dest_dir}`), then use "
+            "{data_root} {dest_dir}",
+            archive=archive,
+            dest_dir=dest_dir,
         )
     if fmt is not None:
         extract(archive, dest_dir, max_bytes=max_extract_bytes, max_members=max_members)

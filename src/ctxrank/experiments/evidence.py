@@ -36,6 +36,7 @@ import re
 import threading
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ctxrank._checks import OptionError, OptionText
+from ctxrank._declare import option
 from ctxrank._io import (
     atomic_write,
     claim_output_dir,
@@ -260,9 +263,11 @@ def _earlier_evidence(
         _, runs, units = read_evidence(to)
         trials = pd.read_csv(to / TRIALS) if (to / TRIALS).is_file() else None
     except (OSError, ValueError, EOFError) as exc:
-        raise ValueError(
-            f"--evidence {to}: its runs cannot be read to keep those this run store lacks ({exc}); "
-            "move it away to write a new evidence"
+        raise OptionError(
+            "{evidence} {to}: its runs cannot be read to keep those this run store lacks ({exc}); move it "
+            "away to write a new evidence",
+            to=to,
+            exc=exc,
         ) from None
     keys = set(spec.run_keys())
     wanted = {(m, s, f) for m in spec.run_names() for s, f in keys}
@@ -279,6 +284,36 @@ def _earlier_evidence(
 
 #: how often (seconds) ``ctxrank experiment --evidence`` rewrites the evidence while runs are stored
 REFRESH_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class ExperimentPaths:
+    """Where ``ctxrank experiment`` keeps its runs (``out``), writes their evidence (``evidence``) and
+    restores runs from (``resume_from``)."""
+
+    out: str | None = option(
+        None,
+        "--out",
+        "experiment directory (default: results/<name>, or results/<name>-<dataset> with --dataset)",
+        metavar="DIR",
+    )
+    evidence: str | None = option(
+        None,
+        "--evidence",
+        "also write the stored runs' evidence to DIR (per-query metrics in Parquet, each run's config, "
+        "split, threads, versions and commit): `ctxrank report DIR` regenerates the report from it; kept up "
+        f"to date every {REFRESH_SECONDS / 60:g} minutes while runs are stored, and written when the runs "
+        "end in an error",
+        metavar="DIR",
+    )
+    resume_from: str | None = option(
+        None,
+        "--resume-from",
+        "first restore into --out the runs stored in this experiment's evidence directory (with their tuning "
+        "trials) that --out does not hold, then run the others: an experiment whose evidence was kept "
+        "part-way (--report-only --evidence DIR) continues in a new directory or on another machine",
+        metavar="EVIDENCE",
+    )
 
 
 class KeptEvidence:
@@ -336,7 +371,12 @@ class KeptEvidence:
         try:
             counts = self.write()
         except Exception as exc:  # a refresh never ends the runs (the final write raises)
-            self.log(f"evidence: {self.to} not written ({type(exc).__name__}: {exc})")
+            why = exc.text if isinstance(exc, OptionError) else str(exc)
+            self.log(
+                OptionText.of(
+                    "evidence: {to} not written ({kind}: {why})", to=self.to, kind=type(exc).__name__, why=why
+                )
+            )
         else:
             self.log(f"evidence: {self.to} {what} ({runs_said(counts)})")
 
@@ -410,10 +450,11 @@ def resume_from_evidence(spec: ExperimentSpec, store: RunStore, path: str | Path
     """
     path = Path(path)
     if not (path / SPEC).is_file():
-        raise ValueError(f"--resume-from {path}: not an evidence directory (no {SPEC})")
+        raise OptionError("{resume_from} {path}: not an evidence directory (no {spec})", path=path, spec=SPEC)
     if not spec.matches_record(_read_json(path / SPEC)):
-        raise ValueError(
-            f"--resume-from {path}: the evidence of another experiment (other data, models or protocol)"
+        raise OptionError(
+            "{resume_from} {path}: the evidence of another experiment (other data, models or protocol)",
+            path=path,
         )
     _, runs, units = read_evidence(path)
     return _restore(spec, store, path, runs, units, trials="yes")
@@ -564,9 +605,13 @@ def _check_apart(to: Path, store: RunStore) -> None:
     inside = where.is_relative_to(root) and where != root
     if root.is_relative_to(where) or (inside and where.relative_to(root).parts[0] in _STORE_DIRS):
         what = "is" if where == root else "holds" if root.is_relative_to(where) else "is inside the runs of"
-        raise ValueError(
-            f"--evidence {to} {what} the experiment directory {store.root} (--out): the runs are written "
-            f"there; give the evidence a directory of its own (e.g. {store.root / 'evidence'})"
+        raise OptionError(
+            "{evidence} {to} {what} the experiment directory {root} ({out}): the runs are written there; "
+            "give the evidence a directory of its own (e.g. {own})",
+            to=to,
+            what=what,
+            root=store.root,
+            own=store.root / "evidence",
         )
 
 
@@ -641,7 +686,9 @@ def _check_target(to: Path, spec: ExperimentSpec) -> None:
     if claim_output_dir(to, overwrite=False, what="evidence", ours=(SPEC,)):
         old = _read_json(to / SPEC)
         if not spec.matches_record(old):
-            raise ValueError(f"--evidence {to} holds the evidence of another experiment; give another one")
+            raise OptionError(
+                "{evidence} {to} holds the evidence of another experiment; give another one", to=to
+            )
 
 
 def _write_gz(path: Path, obj: Any) -> None:

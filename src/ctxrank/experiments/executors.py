@@ -56,7 +56,8 @@ from typing import Any
 import numpy as np
 
 from ctxrank._allocator import limit_heap_growth
-from ctxrank._checks import check_int, resolve_threads
+from ctxrank._checks import MAX_INT, OptionError, check_int, is_int, resolve_threads
+from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
 from ctxrank.config import RunConfig
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.runner import (
@@ -75,6 +76,7 @@ from ctxrank.training.rerank import InitialRanker, InitialRankers
 
 __all__ = [
     "EXECUTORS",
+    "ExecutorOptions",
     "ProcessExecutor",
     "RayExecutor",
     "make_executor",
@@ -83,6 +85,51 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Where the runs of an experiment (the trials of a study) execute: the options of
+    :func:`make_executor` and of the experiment's shards, as ``ctxrank experiment`` and ``tune`` take
+    them. ``{unit}``, ``{local}``, ``{threads}`` and ``{jobs}`` in a help are the command's words."""
+
+    shard: str | None = option(
+        None,
+        "--shard",
+        "run only shard K of N (every N-th run from the K-th), e.g. 1/2 and 2/2 in two processes with the "
+        "same --out; the report covers the runs stored so far (rebuild it with --report-only). auto: this "
+        "Slurm job array task's shard (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT)",
+        metavar="K/N",
+    )
+    executor: str = option(
+        "local",
+        "--executor",
+        "local (default): {local}; ray: each {unit} is a Ray task with {threads} CPUs, its result recorded "
+        "by this process (needs ctxrank[ray])",
+        choices=EXECUTORS,
+    )
+    address: str | None = option(
+        None,
+        "--address",
+        "Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster started "
+        "on this machine, else a new local one)",
+        metavar="ADDR",
+    )
+    max_retries: int = option(
+        2,
+        "--max-retries",
+        "Ray: retries of a {unit} whose worker process or node died (default 2)",
+        parse=NON_NEGATIVE_INT,
+        metavar="N",
+    )
+    jobs: int = option(
+        1,
+        "--jobs",
+        "run the (seed, fold) units in N local worker processes (default {jobs}); unlike --threads, the "
+        "numbers are the same for every N",
+        parse=POSITIVE_INT,
+        metavar="N",
+    )
 
 
 def make_executor(
@@ -97,14 +144,17 @@ def make_executor(
     if name not in EXECUTORS:
         raise ValueError(f"unknown executor {name!r}; valid executors: {', '.join(EXECUTORS)}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
+        raise OptionError("{jobs} must be an integer >= 1, got {value!r}", value=jobs)
     if name == "local":
         if address is not None:
-            raise ValueError("--address names a Ray cluster: it applies to --executor ray only")
+            raise OptionError("{address} names a Ray cluster: it applies to {executor} ray only")
         return ProcessExecutor(jobs) if jobs > 1 else None
     if jobs > 1:
-        raise ValueError("--jobs is for the local executor; on Ray every run is a task already")
-    check_int("--max-retries", max_retries, 0)
+        raise OptionError("{jobs} is for the local executor; on Ray every run is a task already")
+    if not is_int(max_retries) or not 0 <= max_retries <= MAX_INT:
+        raise OptionError(
+            "{max_retries} must be an integer in [0, {most}], got {value!r}", most=MAX_INT, value=max_retries
+        )
     return RayExecutor(address=address, max_retries=max_retries)
 
 
@@ -141,10 +191,11 @@ def slurm_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """
     if "SLURM_ARRAY_TASK_ID" not in environ:
         where = "a Slurm job" if "SLURM_JOB_ID" in environ else "Slurm"
-        raise ValueError(
-            f"--shard auto reads a Slurm job array's SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT, which "
-            f"are not set: this is not a job array task (outside {where}). Submit the command with "
-            "`sbatch --array=1-N` (see docs/experiments.md), or give --shard K/N"
+        raise OptionError(
+            "{shard} auto reads a Slurm job array's SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT, which "
+            "are not set: this is not a job array task (outside {where}). Submit the command with "
+            "`sbatch --array=1-N` (see docs/experiments.md), or give {shard:K/N}",
+            where=where,
         )
     try:
         task = int(environ["SLURM_ARRAY_TASK_ID"])
@@ -153,12 +204,19 @@ def slurm_shard(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
         step = int(environ.get("SLURM_ARRAY_TASK_STEP", 1))
         count = int(environ.get("SLURM_ARRAY_TASK_COUNT", (high - low) // step + 1))
     except ValueError as exc:
-        raise ValueError(f"--shard auto: a SLURM_ARRAY_TASK_* variable is not an integer ({exc})") from None
+        raise OptionError(
+            "{shard} auto: a SLURM_ARRAY_TASK_* variable is not an integer ({exc})", exc=exc
+        ) from None
     if step < 1 or (high - low) % step or (high - low) // step + 1 != count or (task - low) % step:
-        raise ValueError(
-            f"--shard auto needs a job array whose task ids are one range (--array=MIN-MAX[:STEP]); this "
-            f"one has {count} tasks between {low} and {high} (step {step}) and task id {task}: give "
-            "--shard K/N yourself"
+        raise OptionError(
+            "{shard} auto needs a job array whose task ids are one range (--array=MIN-MAX[:STEP]); this "
+            "one has {count} tasks between {low} and {high} (step {step}) and task id {task}: give "
+            "{shard:K/N} yourself",
+            count=count,
+            low=low,
+            high=high,
+            step=step,
+            task=task,
         )
     return (task - low) // step + 1, count
 
@@ -364,8 +422,8 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ValueError(
-                "--executor ray needs Ray: pip install 'ctxrank[ray]' (or ray[default]) on the driver "
+            raise OptionError(
+                "{executor} ray needs Ray: pip install 'ctxrank[ray]' (or ray[default]) on the driver "
                 "and on every node of the cluster"
             ) from None
         started = not ray.is_initialized()
