@@ -143,36 +143,8 @@ def add_executor_options(
     from ctxrank.experiments.executors import ExecutorOptions
 
     words = {"unit": unit, "local": local, "threads": threads, "jobs": jobs}
-    add_fields(p, ExecutorOptions, names, words, defaults=("shard", "executor", "address", "max_retries"))
-
-
-def add_fields(
-    p: argparse.ArgumentParser | Any,
-    cls: type,
-    names: Sequence[str],
-    words: dict[str, Any] | None = None,
-    *,
-    defaults: Sequence[str] = (),
-) -> None:
-    """The flags of the options ``names`` declared on ``cls`` (not a group's), in declaration order, each
-    parsed to its field's name; ``words`` fill the placeholders of their help. An option in ``defaults``
-    defaults to its field's default, any other to None (the callee's default)."""
-    for f in dataclasses.fields(cls):
-        if f.name not in names:
-            continue
-        opt = f.metadata["option"]
-        kwargs: dict[str, Any] = {
-            "dest": f.name,
-            "help": opt.help.format(**(words or {})),
-            "metavar": opt.metavar,
-        }
-        if opt.parse is not None:  # an integer option: the argparse types every integer flag uses
-            kwargs["type"] = INT_TYPES[INT_READERS.index(opt.parse)]
-        if opt.choices is not None:
-            kwargs["choices"] = opt.choices
-        if f.name in defaults:
-            kwargs["default"] = f.default
-        p.add_argument(opt.flag, **kwargs)
+    defaults = ("shard", "executor", "address", "max_retries")
+    add_declared(p, ExecutorOptions, only=names, fill=words, defaults=defaults)
 
 
 def add_threads(p: argparse.ArgumentParser | Any, what: str) -> None:
@@ -247,18 +219,23 @@ def add_declared(
     cls: type,
     *,
     skip: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+    defaults: Sequence[str] = (),
     help: dict[str, str] | None = None,
-    fill: dict[str, str] | None = None,
+    fill: dict[str, Any] | None = None,
     sections: dict[str, str] | None = None,
 ) -> None:
     """The flags of the options declared on ``cls`` and its groups (:mod:`ctxrank._declare`), but
-    ``skip``; each parses to its field's name and type. ``help`` replaces an option's help text for
-    this command, ``fill`` fills the placeholders of the declared texts (:data:`HELP_FILL`),
-    ``sections`` describes a ``--help`` section (by the options' ``group``)."""
+    ``skip`` (or ``only`` those named); each parses to its field's name and type, an integer through
+    the shared :data:`INT_TYPES`. An option in ``defaults`` defaults to its field's default, any other
+    to None (the callee's default). ``help`` replaces an option's help text for this command, ``fill``
+    fills the placeholders of the declared texts (:data:`HELP_FILL`), ``sections`` describes a
+    ``--help`` section (by the options' ``group``)."""
     groups: dict[str, Any] = {}
     words = {**HELP_FILL, **(fill or {})}
+    field_defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     for name, opt in declared(cls):
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
         target: Any = p
         if opt.group:
@@ -273,12 +250,20 @@ def add_declared(
             if opt.many:
                 kwargs.update(action="append", default=[])
             if opt.parse is not None:
-                kwargs["type"] = argparse_type(opt.parse)
+                kwargs["type"] = _argparse_type_of(opt.parse)
             if opt.choices is not None:
                 kwargs["choices"] = opt.choices
             if opt.metavar is not None:
                 kwargs["metavar"] = opt.metavar
+            if name in defaults:
+                kwargs["default"] = field_defaults[name]
         target.add_argument(opt.flag, *opt.aliases, **kwargs)
+
+
+def _argparse_type_of(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The argparse type of a declared reader: an integer reader's shared one of :data:`INT_TYPES`
+    (so every integer flag is one a test range-checks), any other wrapped by :func:`argparse_type`."""
+    return INT_TYPES[INT_READERS.index(parse)] if parse in INT_READERS else argparse_type(parse)
 
 
 #: the options of data read for a saved model or described (predict, evaluate, data-info): no

@@ -26,7 +26,7 @@ from ctxrank.cli._options import (
     SCORING_SKIP,
     add_data_root,
     add_data_source,
-    add_fields,
+    add_declared,
     add_json,
     add_progress,
     key_value_lines,
@@ -434,9 +434,9 @@ def _add_download_parser(dsub: Any, common: argparse.ArgumentParser) -> None:
         "target directory (default $CTXRANK_DATA/<name>, else ~/.local/share/ctxrank/<name>)",
         root_first=True,
     )
-    add_fields(pd, DownloadOptions, ("sha256", "url"))
+    add_declared(pd, DownloadOptions, only=("sha256", "url"))
     pd.add_argument("--keep-archive", action="store_true", help="keep the archive after unpacking")
-    add_fields(pd, DownloadOptions, ("max_extract_bytes", "max_members"))
+    add_declared(pd, DownloadOptions, only=("max_extract_bytes", "max_members"))
     add_progress(pd)
     pd.set_defaults(
         run=lambda a: datasets_download(

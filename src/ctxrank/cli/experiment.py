@@ -23,8 +23,8 @@ from ctxrank.cli import flag_text
 from ctxrank.cli._options import (
     THREADS,
     add_correction,
+    add_declared,
     add_executor_options,
-    add_fields,
     add_json,
     add_overrides,
     add_progress,
@@ -464,7 +464,7 @@ def add_experiment_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("spec", metavar="CONFIG", help="TOML file or built-in experiment name")
-    add_fields(p, ExperimentPaths, ("out",))
+    add_declared(p, ExperimentPaths, only=("out",))
     p.add_argument(
         "--runs", type=positive_int, metavar="N", help="override runs.count (e.g. 3 for a quick look)"
     )
@@ -529,7 +529,7 @@ EXPERIMENT_FLAGS = {
 
 def add_evidence_options(p: Any) -> None:
     """``--evidence DIR`` (write it) and ``--resume-from EVIDENCE`` (continue from it)."""
-    add_fields(p, ExperimentPaths, ("evidence", "resume_from"))
+    add_declared(p, ExperimentPaths, only=("evidence", "resume_from"))
 
 
 def add_jobs(p: Any, default: int) -> None:
