@@ -67,3 +67,28 @@ def test_text_labels_say_labels_must_be_numbers_and_how_to_map_them():
         RankingData.from_frame(_frame(y=pd.Categorical(["good", "bad", "ok", "good"])), query="q", label="y")
     numeric_text = RankingData.from_frame(_frame(y=["1", "0", "2", "0"]), query="q", label="y")
     assert numeric_text.labels.tolist() == [1, 0, 2, 0]
+
+
+def test_positions_follow_rows_through_regrouping_subset_and_concat():
+    X = np.arange(10, dtype=np.float32).reshape(5, 2)
+    data = RankingData.from_arrays(X, [1, 0, 0, 1, 0], ["b", "a", "b", "a", "a"], position=[1, 1, 2, 2, 3])
+    assert data.query_ids.tolist() == ["b", "a"]
+    assert data.positions.tolist() == [1, 2, 1, 2, 3]
+    assert data.positions.dtype == np.int32
+    assert data.subset([1]).positions.tolist() == [1, 2, 3]
+    assert RankingData.concat([data, data.subset([0])]).positions.tolist() == [1, 2, 1, 2, 3, 1, 2]
+    assert data.with_features(X[:, :1]).positions is data.positions
+
+
+@pytest.mark.parametrize("bad", [[1, 0, 2, 3, 1], [1, 1.5, 2, 3, 1], [1, 2, 3], [1, 2, float("nan"), 1, 1]])
+def test_positions_refuse_what_is_not_a_one_based_whole_number(bad):
+    X = np.zeros((5, 2), np.float32)
+    with pytest.raises(ValueError, match="position"):
+        RankingData.from_arrays(X, None, [0, 0, 0, 1, 1], position=bad)
+
+
+def test_log_and_labelled_data_do_not_concatenate():
+    X = np.zeros((2, 1), np.float32)
+    log = RankingData.from_arrays(X, [1, 0], [0, 0], position=[1, 2])
+    with pytest.raises(ValueError, match="interaction log"):
+        RankingData.concat([log, RankingData.from_arrays(X, [1, 0], [0, 0])])

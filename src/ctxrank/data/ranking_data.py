@@ -55,6 +55,10 @@ class RankingData:
         group_ids: str (Q,) the group (decision maker, user) each query belongs to, or None. Several
             queries of one person share a group id; ``ctxrank.data.split`` can split by group so that
             no person is both in the training and the test split.
+        positions: int32 (N,) the 1-based position at which each item was shown, for an interaction
+            log (one query = one logged session, its label = the interaction); None for labelled data.
+            The learners from clicks (``ctxrank.clicks``) turn positions into propensity weights or a
+            position tower; no model reads them as a feature and the served model takes none.
     """
 
     features: np.ndarray
@@ -69,6 +73,7 @@ class RankingData:
     source: str = ""
     info: dict = field(default_factory=dict)
     group_ids: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.labels.shape[0]
@@ -90,6 +95,14 @@ class RankingData:
                 f"group_ids must have one entry per query ({self.query_ids.shape[0]}), "
                 f"got {self.group_ids.shape}"
             )
+        if self.positions is not None:
+            if self.positions.shape != (n,) or self.positions.dtype != np.int32:
+                raise ValueError(
+                    f"positions must be int32 with N = {n} entries, got {self.positions.dtype} "
+                    f"{self.positions.shape}"
+                )
+            if n and int(self.positions.min()) < 1:
+                raise ValueError(f"positions are 1-based, got {int(self.positions.min())}")
         if self.docids is not None and self.docids.shape != (n,):
             raise ValueError(f"docids must have N = {n} entries, got {self.docids.shape}")
         if self.categorical is not None:
@@ -145,6 +158,7 @@ class RankingData:
         categorical_cardinalities: Sequence[int] = (),
         source: str = "arrays",
         allow_missing: bool = False,
+        position: Any = None,
     ) -> RankingData:
         """A RankingData from NumPy arrays; rows need not be grouped by query (they are, stably).
 
@@ -156,6 +170,8 @@ class RankingData:
                 queries (LightGBM's ``group``), summing to N. Exactly one of the two.
             categorical: (N, C) int codes (0 = unknown) with ``categorical_names`` and
                 ``categorical_cardinalities`` (see ``CategoricalEncoder``), or None.
+            position: (N,) the 1-based position each item was shown at (an interaction log, where
+                ``y`` holds the interactions and ``qid`` the sessions), or None.
 
         Raises:
             ValueError: naming the argument: shapes or lengths that differ, non-finite values, both or
@@ -171,9 +187,11 @@ class RankingData:
             codes = np.asarray(categorical, dtype=np.int64)
             if codes.ndim != 2 or codes.shape[0] != n:
                 raise ValueError(f"categorical: expected ({n}, C) codes, got shape {codes.shape}")
+        positions = None if position is None else _as_positions(position, n)
         if order is not None:
             features, labels = features[order], labels[order]
             codes = None if codes is None else codes[order]
+            positions = None if positions is None else positions[order]
         return cls(
             features=np.ascontiguousarray(features),
             labels=labels,
@@ -185,6 +203,7 @@ class RankingData:
             categorical_cardinalities=tuple(int(c) for c in categorical_cardinalities),
             source=source,
             info={"regrouped": int(order is not None)},
+            positions=positions,
         )
 
     @classmethod
@@ -275,6 +294,7 @@ class RankingData:
             categorical=None if self.categorical is None else self.categorical[rows],
             info=dict(self.info),
             group_ids=None if self.group_ids is None else self.group_ids[queries],
+            positions=None if self.positions is None else self.positions[rows],
         )
 
     def query_rows(self, queries: np.ndarray) -> np.ndarray:
@@ -302,6 +322,9 @@ class RankingData:
         has_docids = all(p.docids is not None for p in parts)
         has_cat = all(p.categorical is not None for p in parts)
         has_groups = all(p.group_ids is not None for p in parts)
+        has_positions = {p.positions is not None for p in parts}
+        if len(has_positions) > 1:
+            raise ValueError("cannot concatenate an interaction log (with positions) and labelled data")
         first = parts[0]
         info: dict = {}
         for p in parts:
@@ -325,6 +348,7 @@ class RankingData:
             source=source or "+".join(p.source for p in parts),
             info=info,
             group_ids=np.concatenate([p.group_ids for p in parts]) if has_groups else None,
+            positions=np.concatenate([p.positions for p in parts]) if True in has_positions else None,
         )
 
     def to_frame(self, *, query: str = "qid", label: str = "label", docid: str = "docid") -> Any:
@@ -530,6 +554,21 @@ def _as_matrix(X: Any, name: str, allow_missing: bool = False) -> np.ndarray:
         out = np.ascontiguousarray(arr, dtype=np.float32)
     check_finite_rows(np.where(np.isnan(out), np.float32(0), out) if allow_missing else out, name)
     return out
+
+
+def _as_positions(position: Any, n: int) -> np.ndarray:
+    """int32 (N,) 1-based shown positions: whole numbers >= 1, one per row."""
+    values = np.asarray(position)
+    if values.shape != (n,):
+        raise ValueError(f"position: expected {n} values (one per row), got shape {values.shape}")
+    if values.dtype.kind not in "iuf" or (values.dtype.kind == "f" and not np.all(np.isfinite(values))):
+        raise ValueError(f"position: expected whole numbers >= 1, got dtype {values.dtype}")
+    whole = values.astype(np.int64)
+    bad = np.flatnonzero((whole != values) | (whole < 1) | (whole > np.iinfo(np.int32).max))
+    if bad.size:
+        row = int(bad[0])
+        raise ValueError(f"position: expected whole numbers >= 1, got {values[row]!r} at row {row}")
+    return whole.astype(np.int32)
 
 
 def _as_vector(y: Any, n: int, name: str) -> np.ndarray:
