@@ -73,11 +73,11 @@ def test_positions_follow_rows_through_regrouping_subset_and_concat():
     X = np.arange(10, dtype=np.float32).reshape(5, 2)
     data = RankingData.from_arrays(X, [1, 0, 0, 1, 0], ["b", "a", "b", "a", "a"], position=[1, 1, 2, 2, 3])
     assert data.query_ids.tolist() == ["b", "a"]
-    assert data.positions.tolist() == [1, 2, 1, 2, 3]
-    assert data.positions.dtype == np.int32
-    assert data.subset([1]).positions.tolist() == [1, 2, 3]
-    assert RankingData.concat([data, data.subset([0])]).positions.tolist() == [1, 2, 1, 2, 3, 1, 2]
-    assert data.with_features(X[:, :1]).positions is data.positions
+    assert data.shown_positions.tolist() == [1, 2, 1, 2, 3]
+    assert data.shown_positions.dtype == np.int32
+    assert data.subset([1]).shown_positions.tolist() == [1, 2, 3]
+    assert RankingData.concat([data, data.subset([0])]).shown_positions.tolist() == [1, 2, 1, 2, 3, 1, 2]
+    assert data.with_features(X[:, :1]).shown_positions is data.shown_positions
 
 
 @pytest.mark.parametrize("bad", [[1, 0, 2, 3, 1], [1, 1.5, 2, 3, 1], [1, 2, 3], [1, 2, float("nan"), 1, 1]])

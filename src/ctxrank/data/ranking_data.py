@@ -55,7 +55,7 @@ class RankingData:
         group_ids: str (Q,) the group (decision maker, user) each query belongs to, or None. Several
             queries of one person share a group id; ``ctxrank.data.split`` can split by group so that
             no person is both in the training and the test split.
-        positions: int32 (N,) the 1-based position at which each item was shown, for an interaction
+        shown_positions: int32 (N,) the 1-based position at which each item was shown, for an interaction
             log (one query = one logged session, its label = the interaction); None for labelled data.
             The learners from clicks (``ctxrank.clicks``) turn positions into propensity weights or a
             position tower; no model reads them as a feature and the served model takes none.
@@ -73,7 +73,7 @@ class RankingData:
     source: str = ""
     info: dict = field(default_factory=dict)
     group_ids: np.ndarray | None = None
-    positions: np.ndarray | None = None
+    shown_positions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = self.labels.shape[0]
@@ -95,14 +95,14 @@ class RankingData:
                 f"group_ids must have one entry per query ({self.query_ids.shape[0]}), "
                 f"got {self.group_ids.shape}"
             )
-        if self.positions is not None:
-            if self.positions.shape != (n,) or self.positions.dtype != np.int32:
+        if self.shown_positions is not None:
+            if self.shown_positions.shape != (n,) or self.shown_positions.dtype != np.int32:
                 raise ValueError(
-                    f"positions must be int32 with N = {n} entries, got {self.positions.dtype} "
-                    f"{self.positions.shape}"
+                    f"shown_positions must be int32 with N = {n} entries, got {self.shown_positions.dtype} "
+                    f"{self.shown_positions.shape}"
                 )
-            if n and int(self.positions.min()) < 1:
-                raise ValueError(f"positions are 1-based, got {int(self.positions.min())}")
+            if n and int(self.shown_positions.min()) < 1:
+                raise ValueError(f"shown_positions are 1-based, got {int(self.shown_positions.min())}")
         if self.docids is not None and self.docids.shape != (n,):
             raise ValueError(f"docids must have N = {n} entries, got {self.docids.shape}")
         if self.categorical is not None:
@@ -203,7 +203,7 @@ class RankingData:
             categorical_cardinalities=tuple(int(c) for c in categorical_cardinalities),
             source=source,
             info={"regrouped": int(order is not None)},
-            positions=positions,
+            shown_positions=positions,
         )
 
     @classmethod
@@ -294,7 +294,7 @@ class RankingData:
             categorical=None if self.categorical is None else self.categorical[rows],
             info=dict(self.info),
             group_ids=None if self.group_ids is None else self.group_ids[queries],
-            positions=None if self.positions is None else self.positions[rows],
+            shown_positions=None if self.shown_positions is None else self.shown_positions[rows],
         )
 
     def query_rows(self, queries: np.ndarray) -> np.ndarray:
@@ -322,7 +322,7 @@ class RankingData:
         has_docids = all(p.docids is not None for p in parts)
         has_cat = all(p.categorical is not None for p in parts)
         has_groups = all(p.group_ids is not None for p in parts)
-        has_positions = {p.positions is not None for p in parts}
+        has_positions = {p.shown_positions is not None for p in parts}
         if len(has_positions) > 1:
             raise ValueError("cannot concatenate an interaction log (with positions) and labelled data")
         first = parts[0]
@@ -348,7 +348,7 @@ class RankingData:
             source=source or "+".join(p.source for p in parts),
             info=info,
             group_ids=np.concatenate([p.group_ids for p in parts]) if has_groups else None,
-            positions=np.concatenate([p.positions for p in parts]) if True in has_positions else None,
+            shown_positions=np.concatenate([p.shown_positions for p in parts]) if True in has_positions else None,
         )
 
     def to_frame(self, *, query: str = "qid", label: str = "label", docid: str = "docid") -> Any:
