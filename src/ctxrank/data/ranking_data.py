@@ -348,7 +348,9 @@ class RankingData:
             source=source or "+".join(p.source for p in parts),
             info=info,
             group_ids=np.concatenate([p.group_ids for p in parts]) if has_groups else None,
-            shown_positions=np.concatenate([p.shown_positions for p in parts]) if True in has_positions else None,
+            shown_positions=(
+                np.concatenate([p.shown_positions for p in parts]) if True in has_positions else None
+            ),
         )
 
     def to_frame(self, *, query: str = "qid", label: str = "label", docid: str = "docid") -> Any:
