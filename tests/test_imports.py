@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("training", ("ctxrank.training",)),
     ("config", ("ctxrank.config",)),
     ("registry", ("ctxrank.registry",)),
-    ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines")),
+    ("models", ("ctxrank.models", "ctxrank.losses", "ctxrank.arsm", "ctxrank.baselines", "ctxrank.clicks")),
     ("data", ("ctxrank.data", "ctxrank.metrics", "ctxrank.evaluation")),
     (
         "base",
