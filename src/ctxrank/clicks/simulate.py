@@ -1,0 +1,407 @@
+"""Simulating an interaction log from labelled data: the standard semi-synthetic protocol.
+
+Joachims, Swaminathan & Schnabel (2017), "Unbiased learning-to-rank with biased feedback", sec. 6, and
+Ai, Bi, Luo, Guo & Croft (2018), "Unbiased learning to rank with unbiased propensity estimation",
+sec. 5.1: a logging ranker trained on a small fraction of the training queries with their true labels
+(:func:`logging_scores`: LambdaMART on 1% of the queries) ranks every query; each session draws a query
+(with replacement), shows its top ``k`` by the logging score, optionally randomised, and a click model
+(:mod:`ctxrank.clicks.click_models`) draws the clicks from the true labels.
+
+:func:`simulate_clicks` returns a :class:`ClickLog`: ``log``, a RankingData read like any logged table
+(one query = one session, labels = clicks, ``shown_positions`` 1..k, ``group_ids`` = the original query
+id, ``docids`` = the original docids or ``"<query>:<row in query>"``, the items' features), and beside it
+``true_labels`` (aligned with the log's rows) for the full-information skyline
+(:meth:`ClickLog.skyline`): never inside the log, so no reader can take them for a feature.
+
+Randomness: session chunk ``c`` (``chunk_sessions`` sessions each) draws from
+``np.random.default_rng([seed, c])``, so a log written in parts (:func:`write_log_parts`, resumable)
+is the same, part for part, as the one made in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxrank.clicks.click_models import RELEVANCE_RULES, _ClickModel, label_relevance
+from ctxrank.data.ranking_data import RankingData
+
+__all__ = [
+    "LOG_COLUMNS",
+    "RANDOMIZATIONS",
+    "ClickLog",
+    "log_frames",
+    "logging_scores",
+    "simulate_clicks",
+    "write_log_parts",
+]
+
+#: none; swap: the item at position 1 with one at a uniform position of the shown list (Joachims et al.
+#: 2017, sec. 5, swap intervention; position 1 drawn = no swap); swap_pair: two distinct uniform
+#: positions (RandPair, Radlinski & Joachims 2006, "Minimally invasive randomization for collecting
+#: unbiased preferences from clickthrough logs"); shuffle_top: a uniform permutation of the top n
+RANDOMIZATIONS = ("none", "swap", "swap_pair", "shuffle_top")
+#: the key columns of a written log, before the features
+LOG_COLUMNS = ("session", "query", "item", "position", "click")
+SORT_CELLS = 1 << 22  # sessions x list length sorted at once (bounds the memory of long lists)
+
+
+@dataclass(frozen=True)
+class ClickLog:
+    """A simulated log and its truth.
+
+    Attributes:
+        log: the interaction log (see the module docstring); ``info`` holds the simulation's settings.
+        true_labels: float32 (N,) the true label of each logged row (simulation only).
+        source_rows: int64 (N,) each logged row's row in the labelled data.
+    """
+
+    log: RankingData
+    true_labels: np.ndarray
+    source_rows: np.ndarray
+
+    def skyline(self) -> RankingData:
+        """The log with its true labels: the full-information run on the same sessions."""
+        return replace(self.log, labels=self.true_labels, info=dict(self.log.info))
+
+
+def logging_scores(
+    data: RankingData, *, fraction: float = 0.01, seed: int = 0, train: RankingData | None = None
+) -> np.ndarray:
+    """float64 (N,) scores of ``data`` by the standard logging ranker: LambdaMART (100 trees, no early
+    stopping) trained on ``fraction`` of the queries of ``train`` (default ``data``), at least one,
+    drawn without replacement from ``seed``.
+
+    Raises:
+        ValueError: ``fraction`` outside (0, 1].
+    """
+    from ctxrank.baselines.lambdamart import LambdaMART
+
+    if not (isinstance(fraction, float | int) and 0.0 < fraction <= 1.0):
+        raise ValueError(
+            f"the logging ranker's fraction of training queries must be in (0, 1], got {fraction!r}"
+        )
+    train = data if train is None else train
+    n = max(1, round(fraction * train.n_queries))
+    picked = np.sort(np.random.default_rng([seed, 7]).choice(train.n_queries, n, replace=False))
+    ranker = LambdaMART(n_estimators=100, early_stopping_rounds=None, min_data_in_leaf=1, seed=seed)
+    return ranker.fit(train.subset(picked)).predict(data).astype(np.float64)
+
+
+def _check(data: RankingData, scores: Any, top_k: int, randomize: str, shuffle_n: int | None) -> np.ndarray:
+    if not isinstance(data, RankingData):
+        raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+    if data.shown_positions is not None:
+        raise ValueError(
+            f"{data.source}: is a log already (it has shown positions); simulate from labelled data"
+        )
+    s = np.asarray(scores, dtype=np.float64)
+    if s.shape != (data.n_items,):
+        raise ValueError(f"scores: expected one per row ({data.n_items},), got shape {s.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError(f"scores: row {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    if randomize not in RANDOMIZATIONS:
+        raise ValueError(f"randomize must be one of {list(RANDOMIZATIONS)}, got {randomize!r}")
+    if (randomize == "shuffle_top") != (shuffle_n is not None):
+        raise ValueError(
+            "shuffle_n (the n of the top n shuffled) goes with randomize='shuffle_top', and only with it"
+        )
+    if shuffle_n is not None and (
+        isinstance(shuffle_n, bool) or not isinstance(shuffle_n, int) or shuffle_n < 2
+    ):
+        raise ValueError(f"shuffle_n must be an integer >= 2, got {shuffle_n!r}")
+    return s
+
+
+def _max_label(data: RankingData, max_label: float | None) -> float:
+    top = float(data.labels.max())
+    if max_label is None:
+        if top <= 0:
+            raise ValueError(f"{data.source}: no item has a label above 0; nothing to click")
+        return top
+    if not max_label >= top:
+        raise ValueError(f"max_label {max_label} is below the data's largest label {top}")
+    return float(max_label)
+
+
+def _shown(
+    data: RankingData, scores: np.ndarray, queries: np.ndarray, k: int, tie_rng: np.random.Generator
+) -> np.ndarray:
+    """int64 (S, k) the row within its query shown at each position (top k by score, ties broken by
+    uniform random keys drawn per session); -1 where the query has fewer rows."""
+    lengths = data.query_lengths[queries]
+    width = int(lengths.max())
+    block = max(1, SORT_CELLS // width)
+    shown = np.full((queries.size, k), -1, dtype=np.int64)
+    col = np.arange(width)
+    for lo in range(0, queries.size, block):
+        q, n = queries[lo : lo + block], lengths[lo : lo + block]
+        valid = col < n[:, None]
+        rows = np.where(valid, data.query_offsets[q][:, None] + col, 0)
+        neg = np.where(valid, -scores[rows], np.inf)  # padding sorts last
+        order = np.lexsort((tie_rng.random(neg.shape), neg), axis=1)[:, :k]
+        shown[lo : lo + block, : order.shape[1]] = np.where(order < n[:, None], order, -1)
+    return shown
+
+
+def _permutation(
+    mask: np.ndarray, randomize: str, shuffle_n: int | None, rng: np.random.Generator
+) -> np.ndarray:
+    """int64 (S, K) the positions' new order (a permutation of the shown prefix of each row)."""
+    s, k = mask.shape
+    perm = np.broadcast_to(np.arange(k), (s, k)).copy()
+    n_shown = mask.sum(axis=1)
+    rows = np.arange(s)
+    if randomize == "swap":
+        other = (rng.random(s) * n_shown).astype(np.int64)
+        perm[rows, 0], perm[rows, other] = other, 0
+    elif randomize == "swap_pair":
+        first = (rng.random(s) * n_shown).astype(np.int64)
+        second = (rng.random(s) * np.maximum(n_shown - 1, 1)).astype(np.int64)
+        second = np.where(n_shown > 1, second + (second >= first), first)
+        perm[rows, first], perm[rows, second] = second, first
+    elif randomize == "shuffle_top":
+        top = np.minimum(n_shown, shuffle_n)[:, None]
+        keys = np.where(np.arange(k) < top, rng.random((s, k)), np.arange(k) + 1.0)
+        perm = np.argsort(keys, axis=1, kind="stable")
+    return perm
+
+
+def _chunk(
+    data: RankingData,
+    scores: np.ndarray,
+    model: _ClickModel,
+    sessions: int,
+    first: int,
+    rng: np.random.Generator,
+    tie_rng: np.random.Generator,
+    *,
+    top_k: int,
+    randomize: str,
+    shuffle_n: int | None,
+    relevance: str,
+    max_label: float,
+) -> ClickLog:
+    queries = rng.integers(0, data.n_queries, sessions)
+    shown = _shown(data, scores, queries, min(top_k, int(data.query_lengths.max())), tie_rng)
+    mask = shown >= 0
+    shown = np.take_along_axis(shown, _permutation(mask, randomize, shuffle_n, rng), axis=1)
+    source = np.where(mask, data.query_offsets[queries][:, None] + shown, 0)
+    rel = np.where(mask, label_relevance(data.labels[source], max_label, relevance), 0.0)
+    clicks = model.sample(rel, mask, rng)
+    rows = source[mask]
+    n_per = mask.sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(n_per)]).astype(np.int64)
+    if data.docids is not None:
+        docids = data.docids[rows]
+    else:
+        docids = np.char.add(
+            np.char.add(data.query_ids[queries].astype(str)[:, None], ":"), shown.astype(str)
+        )[mask]
+    log = RankingData(
+        features=data.features[rows],
+        labels=clicks[mask].astype(np.float32),
+        query_ids=np.arange(first, first + sessions).astype(str),
+        query_offsets=offsets,
+        docids=docids,
+        categorical=None if data.categorical is None else data.categorical[rows],
+        feature_names=data.feature_names,
+        categorical_names=data.categorical_names,
+        categorical_cardinalities=data.categorical_cardinalities,
+        source=f"clicks simulated from {data.source}",
+        group_ids=data.query_ids[queries],
+        shown_positions=np.broadcast_to(np.arange(1, mask.shape[1] + 1, dtype=np.int32), mask.shape)[mask],
+    )
+    return ClickLog(log, data.labels[rows], rows.astype(np.int64))
+
+
+def simulate_clicks(
+    data: RankingData,
+    scores: Any,
+    model: _ClickModel,
+    *,
+    sessions: int,
+    top_k: int = 10,
+    randomize: str = "none",
+    shuffle_n: int | None = None,
+    relevance: str = "exponential",
+    max_label: float | None = None,
+    seed: int = 0,
+    chunk_sessions: int = 100_000,
+    chunks: range | None = None,
+) -> ClickLog:
+    """A simulated log of ``sessions`` sessions over the labelled ``data``.
+
+    Args:
+        scores: (N,) the logging ranker's score of every row (e.g. :func:`logging_scores`); a query
+            shows its rows by decreasing score, ties in a uniform random order drawn per session.
+        model: a click model (:func:`ctxrank.clicks.click_models.click_model`).
+        top_k: items shown per session (fewer when the query has fewer).
+        randomize: one of :data:`RANDOMIZATIONS`, applied to every session's shown list;
+            ``shuffle_n``: the n of ``shuffle_top``.
+        relevance: the rule mapping labels to ``[0, 1]`` (:func:`label_relevance`), with ``max_label``
+            (default: the data's largest label).
+        chunks: the session chunks to make (default all); chunk c holds sessions
+            ``c * chunk_sessions ..`` and draws from ``default_rng([seed, c])``.
+
+    Raises:
+        TypeError / ValueError: bad arguments, naming them and what was expected.
+    """
+    s = _check(data, scores, top_k, randomize, shuffle_n)
+    if relevance not in RELEVANCE_RULES:
+        raise ValueError(f"relevance must be one of {list(RELEVANCE_RULES)}, got {relevance!r}")
+    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
+        raise ValueError(f"sessions must be an integer >= 1, got {sessions!r}")
+    if isinstance(chunk_sessions, bool) or not isinstance(chunk_sessions, int) or chunk_sessions < 1:
+        raise ValueError(f"chunk_sessions must be an integer >= 1, got {chunk_sessions!r}")
+    top = _max_label(data, max_label)
+    n_chunks = -(-sessions // chunk_sessions)
+    options = dict(top_k=top_k, randomize=randomize, shuffle_n=shuffle_n, relevance=relevance, max_label=top)
+    parts = []
+    for c in range(n_chunks) if chunks is None else chunks:
+        first = c * chunk_sessions
+        rng, tie_rng = (np.random.default_rng(child) for child in np.random.SeedSequence([seed, c]).spawn(2))
+        size = min(chunk_sessions, sessions - first)
+        parts.append(_chunk(data, s, model, size, first, rng, tie_rng, **options))
+    log = (
+        parts[0].log
+        if len(parts) == 1
+        else RankingData.concat([p.log for p in parts], source=parts[0].log.source)
+    )
+    settings = {
+        "click_model": {"name": model.name, **model.__dict__},
+        "sessions": sessions,
+        "top_k": top_k,
+        "randomize": randomize,
+        "shuffle_n": shuffle_n,
+        "relevance": relevance,
+        "max_label": top,
+        "seed": seed,
+        "chunk_sessions": chunk_sessions,
+    }
+    log = replace(log, info={"simulation": settings})
+    return ClickLog(
+        log,
+        np.concatenate([p.true_labels for p in parts]),
+        np.concatenate([p.source_rows for p in parts]),
+    )
+
+
+def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
+    """``(log, truth)`` DataFrames: the log's columns :data:`LOG_COLUMNS` then the features (by name)
+    and categorical codes; the truth's ``session, item, position, true_label``.
+
+    Raises:
+        ValueError: a feature named like a key column.
+    """
+    import pandas as pd
+
+    log = clicks.log
+    frame = log.to_frame(query="session", label="click", docid="item")
+    clash = sorted({"query", "position"} & set(frame.columns))
+    if clash:
+        raise ValueError(f"features {clash} are named like columns of the log; rename them")
+    session = frame.pop("session")
+    item = frame.pop("item")
+    click = frame.pop("click").astype(np.int8)
+    keys = {
+        "session": session,
+        "query": np.repeat(log.group_ids, log.query_lengths),
+        "item": item,
+        "position": log.shown_positions,
+        "click": click,
+    }
+    out = pd.concat([pd.DataFrame(keys), frame], axis=1)
+    truth = pd.DataFrame(
+        {"session": session, "item": item, "position": log.shown_positions, "true_label": clicks.true_labels}
+    )
+    return out, truth
+
+
+def _fingerprint(data: RankingData, scores: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in (data.features, data.labels, data.query_offsets, scores):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def write_log_parts(
+    data: RankingData,
+    scores: Any,
+    model: _ClickModel,
+    out_dir: str | Path,
+    *,
+    sessions: int,
+    chunk_sessions: int = 100_000,
+    progress: bool = False,
+    **options: Any,
+) -> list[Path]:
+    """The log of :func:`simulate_clicks` as Parquet parts in ``out_dir``: ``part-NNNNN.parquet`` (the
+    log, ``chunk_sessions`` sessions each) and ``truth-NNNNN.parquet`` beside each, with
+    ``manifest.json`` (the configuration, the data's fingerprint and the parts written). A rerun skips
+    the parts written and refuses another configuration or other data. Returns the log parts.
+
+    Raises:
+        ValueError: a manifest of another configuration (the differing keys named).
+    """
+    from tqdm.auto import tqdm
+
+    from ctxrank._io import atomic_write
+
+    s = np.asarray(scores, dtype=np.float64)
+    probe = simulate_clicks(data, s, model, sessions=1, chunk_sessions=1, **options)  # checks every option
+    config = {
+        **probe.log.info["simulation"],
+        "sessions": sessions,
+        "chunk_sessions": chunk_sessions,
+        "data": _fingerprint(data, s),
+    }
+    config = json.loads(json.dumps(config))  # as a manifest reads back (tuples as lists)
+    target = Path(out_dir)
+    manifest = target / "manifest.json"
+    done: list[str] = []
+    if manifest.exists():
+        old = json.loads(manifest.read_text())
+        differ = sorted(k for k in {*old["config"], *config} if old["config"].get(k) != config.get(k))
+        if differ:
+            raise ValueError(
+                f"{target} holds a log of another configuration (differing: {', '.join(differ)}); give "
+                "another directory, or the same options to resume it"
+            )
+        done = list(old["parts"])
+    n_chunks = -(-sessions // chunk_sessions)
+    paths = [target / f"part-{c:05d}.parquet" for c in range(n_chunks)]
+
+    def save() -> None:
+        text = json.dumps({"config": config, "parts": done}, indent=1)
+        atomic_write(manifest, lambda tmp: tmp.write_text(text))
+
+    save()
+    bar = tqdm(total=n_chunks, initial=len(done), unit="part", disable=not progress, dynamic_ncols=True)
+    for c, path in enumerate(paths):
+        if path.name in done and path.exists():
+            continue
+        made = simulate_clicks(
+            data,
+            s,
+            model,
+            sessions=sessions,
+            chunk_sessions=chunk_sessions,
+            chunks=range(c, c + 1),
+            **options,
+        )
+        frame, truth = log_frames(made)
+        atomic_write(target / f"truth-{c:05d}.parquet", lambda tmp, t=truth: t.to_parquet(tmp, index=False))
+        atomic_write(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
+        done.append(path.name)
+        save()
+        bar.update(1)
+    bar.close()
+    return paths
