@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
 
+from ctxrank._io import atomic_write
+from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.clicks.click_models import RELEVANCE_RULES, _ClickModel, label_relevance
 from ctxrank.data.ranking_data import RankingData
 
@@ -80,8 +84,6 @@ def logging_scores(
     Raises:
         ValueError: ``fraction`` outside (0, 1].
     """
-    from ctxrank.baselines.lambdamart import LambdaMART
-
     if not (isinstance(fraction, float | int) and 0.0 < fraction <= 1.0):
         raise ValueError(
             f"the logging ranker's fraction of training queries must be in (0, 1], got {fraction!r}"
@@ -301,8 +303,6 @@ def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
     Raises:
         ValueError: a feature named like a key column.
     """
-    import pandas as pd
-
     log = clicks.log
     frame = log.to_frame(query="session", label="click", docid="item")
     clash = sorted({"query", "position"} & set(frame.columns))
@@ -351,10 +351,6 @@ def write_log_parts(
     Raises:
         ValueError: a manifest of another configuration (the differing keys named).
     """
-    from tqdm.auto import tqdm
-
-    from ctxrank._io import atomic_write
-
     s = np.asarray(scores, dtype=np.float64)
     probe = simulate_clicks(data, s, model, sessions=1, chunk_sessions=1, **options)  # checks every option
     config = {
