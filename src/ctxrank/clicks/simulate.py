@@ -238,6 +238,7 @@ def simulate_clicks(
     seed: int = 0,
     chunk_sessions: int = 100_000,
     chunks: range | None = None,
+    progress: bool = False,
 ) -> ClickLog:
     """A simulated log of ``sessions`` sessions over the labelled ``data``.
 
@@ -252,6 +253,7 @@ def simulate_clicks(
             (default: the data's largest label).
         chunks: the session chunks to make (default all); chunk c holds sessions
             ``c * chunk_sessions ..`` and draws from ``default_rng([seed, c])``.
+        progress: a progress bar of the chunks made (tqdm, on stderr).
 
     Raises:
         TypeError / ValueError: bad arguments, naming them and what was expected.
@@ -267,7 +269,7 @@ def simulate_clicks(
     n_chunks = -(-sessions // chunk_sessions)
     options = dict(top_k=top_k, randomize=randomize, shuffle_n=shuffle_n, relevance=relevance, max_label=top)
     parts = []
-    for c in range(n_chunks) if chunks is None else chunks:
+    for c in tqdm(range(n_chunks) if chunks is None else chunks, unit="chunk", disable=not progress):
         first = c * chunk_sessions
         rng, tie_rng = (np.random.default_rng(child) for child in np.random.SeedSequence([seed, c]).spawn(2))
         size = min(chunk_sessions, sessions - first)
