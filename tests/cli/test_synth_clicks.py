@@ -96,4 +96,8 @@ def test_refusals(capsys, letor, tmp_path):
     assert rc == 2 and "eps_minus must be a probability in [0, 1], got 1.5" in err
     rc, _, err = run(capsys, *BASE, letor, "--randomize", "shuffle_top", "--out", tmp_path / "c.csv")
     assert rc == 2 and "goes with randomize='shuffle_top'" in err
+    assert "training the logging ranker" not in err  # refused before any work
+    rc, _, err = run(capsys, *BASE, letor, "--logging-fraction", "2", "--out", tmp_path / "c.csv")
+    assert rc == 2 and "fraction of training queries must be in (0, 1], got 2.0" in err
+    assert "training the logging ranker" not in err
     assert not (tmp_path / "c.csv").exists()

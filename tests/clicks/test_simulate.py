@@ -192,7 +192,7 @@ def test_parts_are_resumable_and_refuse_another_configuration(tmp_path, monkeypa
     real = sim.simulate_clicks
     monkeypatch.setattr(sim, "simulate_clicks", lambda *a, **k: made.append(k.get("chunks")) or real(*a, **k))
     write_log_parts(data, SCORES, model, tmp_path, sessions=250, chunk_sessions=100, top_k=4, seed=1)
-    assert made == [None, range(2, 3)]  # the options' check, then part 2 only
+    assert made == [range(2, 3)]  # part 2 only
     parts = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
     pd.testing.assert_frame_equal(parts, whole[0])
     with pytest.raises(ValueError, match=r"another configuration \(differing: seed, top_k\)"):

@@ -441,6 +441,11 @@ def synth_clicks(
             f"{', '.join(CLICK_FLAGS[k] for k in valid)}"
         )
     model = cm.click_model(click_model, **params)
+    sim.check_options(
+        sessions=sessions, top_k=top_k, randomize=randomize, shuffle_n=shuffle_n, relevance=relevance,
+        chunk_sessions=part_sessions,
+    )  # fmt: skip
+    sim.check_fraction(logging_fraction)
     options = {
         "top_k": top_k,
         "randomize": randomize,

@@ -1,8 +1,8 @@
 """Simulating an interaction log from labelled data: the standard semi-synthetic protocol.
 
-Joachims, Swaminathan & Schnabel (2017), "Unbiased learning-to-rank with biased feedback", sec. 6, and
-Ai, Bi, Luo, Guo & Croft (2018), "Unbiased learning to rank with unbiased propensity estimation",
-sec. 5.1: a logging ranker trained on a small fraction of the training queries with their true labels
+Joachims, Swaminathan & Schnabel (2017), "Unbiased learning-to-rank with biased feedback", and
+Ai, Bi, Luo, Guo & Croft (2018), "Unbiased learning to rank with unbiased propensity estimation": a
+logging ranker trained on a small fraction of the training queries with their true labels
 (:func:`logging_scores`: LambdaMART on 1% of the queries) ranks every query; each session draws a query
 (with replacement), shows its top ``k`` by the logging score, optionally randomised, and a click model
 (:mod:`ctxrank.clicks.click_models`) draws the clicks from the true labels.
@@ -20,6 +20,7 @@ is the same, part for part, as the one made in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, replace
@@ -39,14 +40,16 @@ __all__ = [
     "LOG_COLUMNS",
     "RANDOMIZATIONS",
     "ClickLog",
+    "check_fraction",
+    "check_options",
     "log_frames",
     "logging_scores",
     "simulate_clicks",
     "write_log_parts",
 ]
 
-#: none; swap: the item at position 1 with one at a uniform position of the shown list (Joachims et al.
-#: 2017, sec. 5, swap intervention; position 1 drawn = no swap); swap_pair: two distinct uniform
+#: none; swap: the item at position 1 with one at a uniform position of the shown list (the swap
+#: intervention of Joachims et al. 2017; position 1 drawn = no swap); swap_pair: two distinct uniform
 #: positions (RandPair, Radlinski & Joachims 2006, "Minimally invasive randomization for collecting
 #: unbiased preferences from clickthrough logs"); shuffle_top: a uniform permutation of the top n
 RANDOMIZATIONS = ("none", "swap", "swap_pair", "shuffle_top")
@@ -74,6 +77,14 @@ class ClickLog:
         return replace(self.log, labels=self.true_labels, info=dict(self.log.info))
 
 
+def check_fraction(fraction: float) -> None:
+    """Refuse a share of training queries for :func:`logging_scores` outside (0, 1]."""
+    if isinstance(fraction, bool) or not (isinstance(fraction, float | int) and 0.0 < fraction <= 1.0):
+        raise ValueError(
+            f"the logging ranker's fraction of training queries must be in (0, 1], got {fraction!r}"
+        )
+
+
 def logging_scores(
     data: RankingData, *, fraction: float = 0.01, seed: int = 0, train: RankingData | None = None
 ) -> np.ndarray:
@@ -84,10 +95,7 @@ def logging_scores(
     Raises:
         ValueError: ``fraction`` outside (0, 1].
     """
-    if not (isinstance(fraction, float | int) and 0.0 < fraction <= 1.0):
-        raise ValueError(
-            f"the logging ranker's fraction of training queries must be in (0, 1], got {fraction!r}"
-        )
+    check_fraction(fraction)
     train = data if train is None else train
     n = max(1, round(fraction * train.n_queries))
     picked = np.sort(np.random.default_rng([seed, 7]).choice(train.n_queries, n, replace=False))
@@ -95,9 +103,46 @@ def logging_scores(
     return ranker.fit(train.subset(picked)).predict(data).astype(np.float64)
 
 
-def _check(data: RankingData, scores: Any, top_k: int, randomize: str, shuffle_n: int | None) -> np.ndarray:
+def _int(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def check_options(
+    *,
+    sessions: int,
+    top_k: int = 10,
+    randomize: str = "none",
+    shuffle_n: int | None = None,
+    relevance: str = "exponential",
+    chunk_sessions: int = 100_000,
+) -> None:
+    """Refuse bad options of :func:`simulate_clicks` before any work (the CLI calls it before reading).
+
+    Raises:
+        ValueError: naming the option, what was expected and what came.
+    """
+    _int("sessions", sessions, 1)
+    _int("top_k", top_k, 1)
+    _int("chunk_sessions", chunk_sessions, 1)
+    if randomize not in RANDOMIZATIONS:
+        raise ValueError(f"randomize must be one of {list(RANDOMIZATIONS)}, got {randomize!r}")
+    if (randomize == "shuffle_top") != (shuffle_n is not None):
+        raise ValueError(
+            "shuffle_n (the n of the top n shuffled) goes with randomize='shuffle_top', and only with it"
+        )
+    if shuffle_n is not None:
+        _int("shuffle_n", shuffle_n, 2)
+    if relevance not in RELEVANCE_RULES:
+        raise ValueError(f"relevance must be one of {list(RELEVANCE_RULES)}, got {relevance!r}")
+
+
+def _checked_scores(data: RankingData, scores: Any, model: Any) -> np.ndarray:
+    """float64 (N,) scores, after checking the data, the scores and the model."""
     if not isinstance(data, RankingData):
         raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+    if not isinstance(model, _ClickModel):
+        raise TypeError(f"model must be a click model (click_model(name, ...)), got {type(model).__name__}")
     if data.shown_positions is not None:
         raise ValueError(
             f"{data.source}: is a log already (it has shown positions); simulate from labelled data"
@@ -107,18 +152,6 @@ def _check(data: RankingData, scores: Any, top_k: int, randomize: str, shuffle_n
         raise ValueError(f"scores: expected one per row ({data.n_items},), got shape {s.shape}")
     if not np.isfinite(s).all():
         raise ValueError(f"scores: row {int(np.flatnonzero(~np.isfinite(s))[0])} is not finite")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
-    if randomize not in RANDOMIZATIONS:
-        raise ValueError(f"randomize must be one of {list(RANDOMIZATIONS)}, got {randomize!r}")
-    if (randomize == "shuffle_top") != (shuffle_n is not None):
-        raise ValueError(
-            "shuffle_n (the n of the top n shuffled) goes with randomize='shuffle_top', and only with it"
-        )
-    if shuffle_n is not None and (
-        isinstance(shuffle_n, bool) or not isinstance(shuffle_n, int) or shuffle_n < 2
-    ):
-        raise ValueError(f"shuffle_n must be an integer >= 2, got {shuffle_n!r}")
     return s
 
 
@@ -258,43 +291,41 @@ def simulate_clicks(
     Raises:
         TypeError / ValueError: bad arguments, naming them and what was expected.
     """
-    s = _check(data, scores, top_k, randomize, shuffle_n)
-    if relevance not in RELEVANCE_RULES:
-        raise ValueError(f"relevance must be one of {list(RELEVANCE_RULES)}, got {relevance!r}")
-    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-        raise ValueError(f"sessions must be an integer >= 1, got {sessions!r}")
-    if isinstance(chunk_sessions, bool) or not isinstance(chunk_sessions, int) or chunk_sessions < 1:
-        raise ValueError(f"chunk_sessions must be an integer >= 1, got {chunk_sessions!r}")
+    opts = {"top_k": top_k, "randomize": randomize, "shuffle_n": shuffle_n, "relevance": relevance}
+    check_options(sessions=sessions, chunk_sessions=chunk_sessions, **opts)
+    s = _checked_scores(data, scores, model)
     top = _max_label(data, max_label)
     n_chunks = -(-sessions // chunk_sessions)
-    options = dict(top_k=top_k, randomize=randomize, shuffle_n=shuffle_n, relevance=relevance, max_label=top)
+    if chunks is not None and (
+        not isinstance(chunks, range) or not chunks or chunks[0] < 0 or chunks[-1] >= n_chunks
+    ):
+        raise ValueError(f"chunks must be a non-empty range within range(0, {n_chunks}), got {chunks!r}")
     parts = []
     for c in tqdm(range(n_chunks) if chunks is None else chunks, unit="chunk", disable=not progress):
         first = c * chunk_sessions
         rng, tie_rng = (np.random.default_rng(child) for child in np.random.SeedSequence([seed, c]).spawn(2))
         size = min(chunk_sessions, sessions - first)
-        parts.append(_chunk(data, s, model, size, first, rng, tie_rng, **options))
+        parts.append(_chunk(data, s, model, size, first, rng, tie_rng, **opts, max_label=top))
     log = (
         parts[0].log
         if len(parts) == 1
         else RankingData.concat([p.log for p in parts], source=parts[0].log.source)
     )
-    settings = {
-        "click_model": {"name": model.name, **model.__dict__},
-        "sessions": sessions,
-        "top_k": top_k,
-        "randomize": randomize,
-        "shuffle_n": shuffle_n,
-        "relevance": relevance,
-        "max_label": top,
-        "seed": seed,
-        "chunk_sessions": chunk_sessions,
-    }
+    settings = _settings(
+        model, sessions=sessions, chunk_sessions=chunk_sessions, max_label=top, seed=seed, **opts
+    )
     log = replace(log, info={"simulation": settings})
     return ClickLog(
         log,
         np.concatenate([p.true_labels for p in parts]),
         np.concatenate([p.source_rows for p in parts]),
+    )
+
+
+def _settings(model: _ClickModel, **options: Any) -> dict[str, Any]:
+    """The simulation's settings, as JSON reads them back (tuples as lists)."""
+    return json.loads(
+        json.dumps({"click_model": {"name": model.name, **dataclasses.asdict(model)}, **options})
     )
 
 
@@ -341,9 +372,14 @@ def write_log_parts(
     out_dir: str | Path,
     *,
     sessions: int,
+    top_k: int = 10,
+    randomize: str = "none",
+    shuffle_n: int | None = None,
+    relevance: str = "exponential",
+    max_label: float | None = None,
+    seed: int = 0,
     chunk_sessions: int = 100_000,
     progress: bool = False,
-    **options: Any,
 ) -> list[Path]:
     """The log of :func:`simulate_clicks` as Parquet parts in ``out_dir``: ``part-NNNNN.parquet`` (the
     log, ``chunk_sessions`` sessions each) and ``truth-NNNNN.parquet`` beside each, with
@@ -351,17 +387,15 @@ def write_log_parts(
     the parts written and refuses another configuration or other data. Returns the log parts.
 
     Raises:
-        ValueError: a manifest of another configuration (the differing keys named).
+        ValueError: bad options (as :func:`simulate_clicks`), or a manifest of another configuration
+            (the differing keys named).
     """
-    s = np.asarray(scores, dtype=np.float64)
-    probe = simulate_clicks(data, s, model, sessions=1, chunk_sessions=1, **options)  # checks every option
-    config = {
-        **probe.log.info["simulation"],
-        "sessions": sessions,
-        "chunk_sessions": chunk_sessions,
-        "data": _fingerprint(data, s),
-    }
-    config = json.loads(json.dumps(config))  # as a manifest reads back (tuples as lists)
+    options = {"top_k": top_k, "randomize": randomize, "shuffle_n": shuffle_n, "relevance": relevance}
+    check_options(sessions=sessions, chunk_sessions=chunk_sessions, **options)
+    s = _checked_scores(data, scores, model)
+    options.update(max_label=_max_label(data, max_label), seed=seed)
+    config = _settings(model, sessions=sessions, chunk_sessions=chunk_sessions, **options)
+    config["data"] = _fingerprint(data, s)
     target = Path(out_dir)
     manifest = target / "manifest.json"
     done: list[str] = []
