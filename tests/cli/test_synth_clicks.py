@@ -77,6 +77,10 @@ def test_parts_resume_and_refuse_another_configuration(capsys, letor, tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(out / "part-00001.parquet"), first)
     rc, _, err = run(capsys, *argv[:-2], "--eta", "2", "--out", out)
     assert rc == 2 and "another configuration (differing: click_model)" in err and "Traceback" not in err
+    assert (out / "part-00001.parquet").exists()  # nothing touched
+    rc, text, err = run(capsys, *argv[:-2], "--eta", "2", "--overwrite", "--out", out)
+    assert rc == 0, err
+    assert not pd.read_parquet(out / "part-00001.parquet").equals(first)  # started over
 
 
 def test_refusals(capsys, letor, tmp_path):

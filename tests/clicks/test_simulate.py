@@ -147,6 +147,12 @@ def test_refusals_name_the_argument_and_what_came():
         simulate_clicks(data, SCORES[:8], PositionBasedModel(), sessions=5)
     with pytest.raises(ValueError, match="scores: row 2 is not finite"):
         simulate_clicks(data, np.where(np.arange(9) == 2, np.nan, SCORES), PositionBasedModel(), sessions=5)
+    with pytest.raises(
+        ValueError, match=r"chunks must be a non-empty range within range\(0, 1\), got range\(1, 2\)"
+    ):
+        simulate_clicks(data, SCORES, PositionBasedModel(), sessions=5, chunks=range(1, 2))
+    with pytest.raises(TypeError, match="model must be a click model"):
+        simulate_clicks(data, SCORES, "pbm", sessions=5)
     log = simulate().log
     with pytest.raises(ValueError, match="is a log already"):
         simulate_clicks(log, np.zeros(log.n_items), PositionBasedModel(), sessions=5)
