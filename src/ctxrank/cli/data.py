@@ -432,7 +432,7 @@ def synth_clicks(
     name, a directory of resumable Parquet parts of ``part_sessions`` sessions each. ``params``: the
     click model's parameters given (the others default)."""
     check_choice("click model", click_model, tuple(cm.CLICK_MODELS))
-    params = dict(params or {})
+    params = {} if params is None else dict(params)
     valid = [f.name for f in fields(cm.CLICK_MODELS[click_model])]
     wrong = [CLICK_FLAGS[k] for k in params if k not in valid]
     if wrong:
@@ -465,9 +465,8 @@ def synth_clicks(
             if p.name == "manifest.json" or re.fullmatch(r"(part|truth)-\d{5}\.parquet", p.name):
                 p.unlink()
     data, _ = source.load(purpose="train", default_split="train", note=note)
-    note(
-        f"training the logging ranker (LambdaMART) on {logging_fraction:g} of the {data.n_queries:,} queries"
-    )
+    n_logger = max(1, round(logging_fraction * data.n_queries))
+    note(f"training the logging ranker (LambdaMART) on {n_logger:,} of the {data.n_queries:,} queries")
     scores = sim.logging_scores(data, fraction=logging_fraction, seed=seed)
     if one_file:
         made = sim.simulate_clicks(

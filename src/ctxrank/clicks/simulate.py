@@ -97,7 +97,7 @@ def logging_scores(
     """
     check_fraction(fraction)
     train = data if train is None else train
-    n = max(1, round(fraction * train.n_queries))
+    n = max(1, round(fraction * train.n_queries))  # the CLI's note says the same count
     picked = np.sort(np.random.default_rng([seed, 7]).choice(train.n_queries, n, replace=False))
     ranker = LambdaMART(n_estimators=100, early_stopping_rounds=None, min_data_in_leaf=1, seed=seed)
     return ranker.fit(train.subset(picked)).predict(data).astype(np.float64)
