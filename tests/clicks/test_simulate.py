@@ -112,6 +112,8 @@ def test_per_position_click_rates_follow_the_click_model_on_the_true_labels():
     p = model.click_probability(rel, np.ones((1, 4), bool))[0]
     tol = 5 * np.sqrt(p * (1 - p) / len(clicks))
     np.testing.assert_array_less(np.abs(clicks.mean(axis=0) - p), tol)
+    exact = made.click_probability[a[made.log.query_index]].reshape(-1, 4)  # kept beside the log
+    np.testing.assert_allclose(exact, np.broadcast_to(p, exact.shape))
     cascade = simulate(model=CascadeModel(), sessions=500).log
     assert max(cascade.labels[cascade.query_slice(q)].sum() for q in range(cascade.n_queries)) == 1
 

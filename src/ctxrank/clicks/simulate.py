@@ -66,11 +66,15 @@ class ClickLog:
         log: the interaction log (see the module docstring); ``info`` holds the simulation's settings.
         true_labels: float32 (N,) the true label of each logged row (simulation only).
         source_rows: int64 (N,) each logged row's row in the labelled data.
+        click_probability: float64 (N,) the click model's exact probability of the click on each logged
+            row, given its session's shown list (``model.click_probability``): the truth the offline
+            estimators are checked against.
     """
 
     log: RankingData
     true_labels: np.ndarray
     source_rows: np.ndarray
+    click_probability: np.ndarray
 
     def skyline(self) -> RankingData:
         """The log with its true labels: the full-information run on the same sessions."""
@@ -231,6 +235,7 @@ def _chunk(
     source = np.where(mask, data.query_offsets[queries][:, None] + shown, 0)
     rel = np.where(mask, label_relevance(data.labels[source], max_label, relevance), 0.0)
     clicks = model.sample(rel, mask, rng)
+    probability = model.click_probability(rel, mask)[mask]
     rows = source[mask]
     n_per = mask.sum(axis=1)
     offsets = np.concatenate([[0], np.cumsum(n_per)]).astype(np.int64)
@@ -254,7 +259,7 @@ def _chunk(
         group_ids=data.query_ids[queries],
         shown_positions=np.broadcast_to(np.arange(1, mask.shape[1] + 1, dtype=np.int32), mask.shape)[mask],
     )
-    return ClickLog(log, data.labels[rows], rows.astype(np.int64))
+    return ClickLog(log, data.labels[rows], rows.astype(np.int64), probability)
 
 
 def simulate_clicks(
@@ -319,6 +324,7 @@ def simulate_clicks(
         log,
         np.concatenate([p.true_labels for p in parts]),
         np.concatenate([p.source_rows for p in parts]),
+        np.concatenate([p.click_probability for p in parts]),
     )
 
 
@@ -331,7 +337,7 @@ def _settings(model: _ClickModel, **options: Any) -> dict[str, Any]:
 
 def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
     """``(log, truth)`` DataFrames: the log's columns :data:`LOG_COLUMNS` then the features (by name)
-    and categorical codes; the truth's ``session, item, position, true_label``.
+    and categorical codes; the truth's ``session, item, position, true_label, click_probability``.
 
     Raises:
         ValueError: a feature named like a key column.
@@ -353,7 +359,13 @@ def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
     }
     out = pd.concat([pd.DataFrame(keys), frame], axis=1)
     truth = pd.DataFrame(
-        {"session": session, "item": item, "position": log.shown_positions, "true_label": clicks.true_labels}
+        {
+            "session": session,
+            "item": item,
+            "position": log.shown_positions,
+            "true_label": clicks.true_labels,
+            "click_probability": clicks.click_probability,
+        }
     )
     return out, truth
 
