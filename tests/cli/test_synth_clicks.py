@@ -65,7 +65,7 @@ def test_parts_resume_and_refuse_another_configuration(capsys, letor, tmp_path):
     argv = (*BASE, letor, "--randomize", "swap", "--part-sessions", "100", "--out", out)
     rc, text, err = run(capsys, *argv)
     assert rc == 0, err
-    assert "3 Parquet part(s)" in text
+    assert "3 Parquet part(s)" in text and "(3 written now" in text
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
         *[f"part-0000{i}.parquet" for i in range(3)],
@@ -73,10 +73,12 @@ def test_parts_resume_and_refuse_another_configuration(capsys, letor, tmp_path):
     ]
     first = pd.read_parquet(out / "part-00001.parquet")
     (out / "part-00001.parquet").unlink()
-    assert run(capsys, *argv)[0] == 0
+    rc, text, err = run(capsys, *argv)
+    assert rc == 0 and "(1 written now, the others by an earlier run" in text, err
     pd.testing.assert_frame_equal(pd.read_parquet(out / "part-00001.parquet"), first)
     rc, _, err = run(capsys, *argv[:-2], "--eta", "2", "--out", out)
     assert rc == 2 and "another configuration (differing: click_model)" in err and "Traceback" not in err
+    assert "training the logging ranker" not in err  # refused before any work
     assert (out / "part-00001.parquet").exists()  # nothing touched
     rc, text, err = run(capsys, *argv[:-2], "--eta", "2", "--overwrite", "--out", out)
     assert rc == 0, err

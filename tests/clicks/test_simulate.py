@@ -199,11 +199,15 @@ def test_parts_are_resumable_and_refuse_another_configuration(tmp_path, monkeypa
     made = []
     real = sim.simulate_clicks
     monkeypatch.setattr(sim, "simulate_clicks", lambda *a, **k: made.append(k.get("chunks")) or real(*a, **k))
-    write_log_parts(data, SCORES, model, tmp_path, sessions=250, chunk_sessions=100, top_k=4, seed=1)
-    assert made == [range(2, 3)]  # part 2 only
+    again = write_log_parts(data, SCORES, model, tmp_path, sessions=250, chunk_sessions=100, top_k=4, seed=1)
+    assert made == [range(2, 3)] and again == [paths[2]]  # part 2 only
     parts = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
     pd.testing.assert_frame_equal(parts, whole[0])
     with pytest.raises(ValueError, match=r"another configuration \(differing: seed, top_k\)"):
         write_log_parts(data, SCORES, model, tmp_path, sessions=250, chunk_sessions=100, top_k=5, seed=2)
     with pytest.raises(ValueError, match=r"differing: data\)"):
         write_log_parts(data, SCORES + 1, model, tmp_path, sessions=250, chunk_sessions=100, top_k=4, seed=1)
+    assert json.loads(manifest.read_text())["parts"] == [p.name for p in paths]
+    manifest.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"manifest\.json is not a click log's manifest"):
+        write_log_parts(data, SCORES, model, tmp_path, sessions=250, chunk_sessions=100, top_k=4, seed=1)

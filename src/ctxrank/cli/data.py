@@ -458,12 +458,13 @@ def synth_clicks(
     if one_file:
         for path in (target, truth_path(target)):
             check_output_file(path, overwrite=overwrite, flag="--out")
-    elif (
-        claim_output_dir(target, overwrite=overwrite, what="click log", ours=("manifest.json",)) and overwrite
-    ):
-        for p in target.glob("*"):
-            if p.name == "manifest.json" or re.fullmatch(r"(part|truth)-\d{5}\.parquet", p.name):
-                p.unlink()
+    elif claim_output_dir(target, overwrite=overwrite, what="click log", ours=(sim.MANIFEST,)):
+        if overwrite:  # start over
+            for p in target.glob("*"):
+                if p.name == sim.MANIFEST or re.fullmatch(r"(part|truth)-\d{5}\.parquet", p.name):
+                    p.unlink()
+        else:
+            sim.check_resumable(target, model, sessions=sessions, chunk_sessions=part_sessions, **options)
     data, _ = source.load(purpose="train", default_split="train", note=note)
     n_logger = max(1, round(logging_fraction * data.n_queries))
     note(f"training the logging ranker (LambdaMART) on {n_logger:,} of the {data.n_queries:,} queries")
@@ -493,8 +494,10 @@ def synth_clicks(
             **options,
         )
         rows = clicks = None
+        n_parts = -(-sessions // part_sessions)
         where = (
-            f"{len(parts)} Parquet part(s) part-NNNNN.parquet in {target} (true labels: truth-NNNNN.parquet)"
+            f"{n_parts} Parquet part(s) part-NNNNN.parquet in {target} ({len(parts)} written now, the others "
+            "by an earlier run; true labels: truth-NNNNN.parquet)"
         )
     counts = "" if rows is None else f", {rows:,} rows, {clicks:,} clicks"
     how = f"{model.name}, top {top_k}, randomize {randomize}, seed {seed}"

@@ -42,6 +42,7 @@ __all__ = [
     "ClickLog",
     "check_fraction",
     "check_options",
+    "check_resumable",
     "log_frames",
     "logging_scores",
     "simulate_clicks",
@@ -56,6 +57,7 @@ RANDOMIZATIONS = ("none", "swap", "swap_pair", "shuffle_top")
 #: the key columns of a written log, before the features
 LOG_COLUMNS = ("session", "query", "item", "position", "click")
 SORT_CELLS = 1 << 22  # sessions x list length sorted at once (bounds the memory of long lists)
+MANIFEST = "manifest.json"  #: a directory of parts: its configuration and the parts written
 
 
 @dataclass(frozen=True)
@@ -377,6 +379,52 @@ def _fingerprint(data: RankingData, scores: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _written_parts(target: Path, config: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
+    """The parts the manifest in ``target`` lists (none without one), after checking that it was
+    written with ``config`` (the keys in ``skip`` not compared)."""
+    manifest = target / MANIFEST
+    if not manifest.exists():
+        return []
+    try:
+        old = json.loads(manifest.read_text())
+        old_config, parts = dict(old["config"]), [str(p) for p in old["parts"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{manifest} is not a click log's manifest ({exc}); give another directory"
+        ) from None
+    keys = {*old_config, *config} - set(skip)
+    differ = sorted(k for k in keys if old_config.get(k) != config.get(k))
+    if differ:
+        raise ValueError(
+            f"{target} holds a log of another configuration (differing: {', '.join(differ)}); give "
+            "another directory, or the same options to resume it"
+        )
+    return parts
+
+
+def check_resumable(
+    out_dir: str | Path,
+    model: _ClickModel,
+    *,
+    sessions: int,
+    top_k: int = 10,
+    randomize: str = "none",
+    shuffle_n: int | None = None,
+    relevance: str = "exponential",
+    seed: int = 0,
+    chunk_sessions: int = 100_000,
+) -> None:
+    """Refuse, before any work, a directory of parts (:func:`write_log_parts`) written with other
+    options (the data and their largest label are compared when the data are read).
+
+    Raises:
+        ValueError: the differing options named, or a manifest ctxrank did not write.
+    """
+    options = {"top_k": top_k, "randomize": randomize, "shuffle_n": shuffle_n, "relevance": relevance}
+    config = _settings(model, sessions=sessions, chunk_sessions=chunk_sessions, seed=seed, **options)
+    _written_parts(Path(out_dir), config, skip=("data", "max_label"))
+
+
 def write_log_parts(
     data: RankingData,
     scores: Any,
@@ -396,7 +444,8 @@ def write_log_parts(
     """The log of :func:`simulate_clicks` as Parquet parts in ``out_dir``: ``part-NNNNN.parquet`` (the
     log, ``chunk_sessions`` sessions each) and ``truth-NNNNN.parquet`` beside each, with
     ``manifest.json`` (the configuration, the data's fingerprint and the parts written). A rerun skips
-    the parts written and refuses another configuration or other data. Returns the log parts.
+    the parts written and refuses another configuration or other data. Returns the parts written by
+    this call (all of them: ``part-*.parquet`` in ``out_dir``).
 
     Raises:
         ValueError: bad options (as :func:`simulate_clicks`), or a manifest of another configuration
@@ -409,17 +458,8 @@ def write_log_parts(
     config = _settings(model, sessions=sessions, chunk_sessions=chunk_sessions, **options)
     config["data"] = _fingerprint(data, s)
     target = Path(out_dir)
-    manifest = target / "manifest.json"
-    done: list[str] = []
-    if manifest.exists():
-        old = json.loads(manifest.read_text())
-        differ = sorted(k for k in {*old["config"], *config} if old["config"].get(k) != config.get(k))
-        if differ:
-            raise ValueError(
-                f"{target} holds a log of another configuration (differing: {', '.join(differ)}); give "
-                "another directory, or the same options to resume it"
-            )
-        done = list(old["parts"])
+    manifest = target / MANIFEST
+    done = _written_parts(target, config)
     n_chunks = -(-sessions // chunk_sessions)
     paths = [target / f"part-{c:05d}.parquet" for c in range(n_chunks)]
 
@@ -429,6 +469,7 @@ def write_log_parts(
 
     save()
     bar = tqdm(total=n_chunks, initial=len(done), unit="part", disable=not progress, dynamic_ncols=True)
+    written = []
     for c, path in enumerate(paths):
         if path.name in done and path.exists():
             continue
@@ -444,8 +485,9 @@ def write_log_parts(
         frame, truth = log_frames(made)
         atomic_write(target / f"truth-{c:05d}.parquet", lambda tmp, t=truth: t.to_parquet(tmp, index=False))
         atomic_write(path, lambda tmp, f=frame: f.to_parquet(tmp, index=False))
-        done.append(path.name)
+        done += [] if path.name in done else [path.name]
+        written.append(path)
         save()
         bar.update(1)
     bar.close()
-    return paths
+    return written
