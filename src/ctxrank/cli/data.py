@@ -13,7 +13,8 @@ them says anything about real data; every run says so.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import re
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 from ctxrank._checks import check_choice
 from ctxrank._declare import from_namespace
-from ctxrank._io import atomic_write, writing
+from ctxrank._io import atomic_write, claim_output_dir, writing
 from ctxrank.cli._options import (
     SCORING_SKIP,
     add_data_root,
@@ -37,6 +38,9 @@ from ctxrank.cli._options import (
     seed_int,
     table,
 )
+from ctxrank.cli._outputs import check_output_file
+from ctxrank.clicks import click_models as cm
+from ctxrank.clicks import simulate as sim
 from ctxrank.data import registry
 from ctxrank.data.download import DownloadOptions, download_dataset
 from ctxrank.data.sources import DataSource, ModelInputs
@@ -387,6 +391,125 @@ def synth_letor(
     return 0
 
 
+#: ``synth clicks`` flag -> click-model parameter
+CLICK_FLAGS = {
+    "eta": "--eta",
+    "eps_minus": "--eps-minus",
+    "eps_plus": "--eps-plus",
+    "continuation": "--continuation",
+    "gamma": "--gamma",
+    "sat_minus": "--sat-minus",
+    "sat_plus": "--sat-plus",
+}
+
+
+def truth_path(path: str | Path) -> Path:
+    """``log.csv`` -> ``log.truth.csv``, ``log.parquet`` -> ``log.truth.parquet``."""
+    path = Path(path)
+    ext = _format_of(path) or ""
+    return path.with_name(f"{path.name[: len(path.name) - len(ext)]}.truth{ext}")
+
+
+def synth_clicks(
+    source: DataSource,
+    *,
+    out_path: str,
+    click_model: str = "pbm",
+    params: dict[str, Any] | None = None,
+    sessions: int = 10_000,
+    top_k: int = 10,
+    randomize: str = "none",
+    shuffle_n: int | None = None,
+    relevance: str = "exponential",
+    logging_fraction: float = 0.01,
+    part_sessions: int = 100_000,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> int:
+    """A simulated click log of the labelled ``source`` (see :mod:`ctxrank.clicks.simulate`): one table
+    ``out_path`` (.csv, .parquet, ...) with the true labels in ``<stem>.truth<ext>``, or, for any other
+    name, a directory of resumable Parquet parts of ``part_sessions`` sessions each. ``params``: the
+    click model's parameters given (the others default)."""
+    check_choice("click model", click_model, tuple(cm.CLICK_MODELS))
+    params = {} if params is None else dict(params)
+    valid = [f.name for f in fields(cm.CLICK_MODELS[click_model])]
+    wrong = [CLICK_FLAGS[k] for k in params if k not in valid]
+    if wrong:
+        raise ValueError(
+            f"{', '.join(wrong)} does not apply to --click-model {click_model}; its parameters: "
+            f"{', '.join(CLICK_FLAGS[k] for k in valid)}"
+        )
+    model = cm.click_model(click_model, **params)
+    sim.check_options(
+        sessions=sessions, top_k=top_k, randomize=randomize, shuffle_n=shuffle_n, relevance=relevance,
+        chunk_sessions=part_sessions,
+    )  # fmt: skip
+    sim.check_fraction(logging_fraction)
+    options = {
+        "top_k": top_k,
+        "randomize": randomize,
+        "shuffle_n": shuffle_n,
+        "relevance": relevance,
+        "seed": seed,
+    }
+    target = Path(out_path)
+    one_file = _format_of(target) is not None
+    if one_file:
+        for path in (target, truth_path(target)):
+            check_output_file(path, overwrite=overwrite, flag="--out")
+    elif claim_output_dir(target, overwrite=overwrite, what="click log", ours=(sim.MANIFEST,)):
+        if overwrite:  # start over
+            for p in target.glob("*"):
+                if p.name == sim.MANIFEST or re.fullmatch(r"(part|truth)-\d{5}\.parquet", p.name):
+                    p.unlink()
+        else:
+            sim.check_resumable(target, model, sessions=sessions, chunk_sessions=part_sessions, **options)
+    data, _ = source.load(purpose="train", default_split="train", note=note)
+    n_logger = max(1, round(logging_fraction * data.n_queries))
+    note(f"training the logging ranker (LambdaMART) on {n_logger:,} of the {data.n_queries:,} queries")
+    scores = sim.logging_scores(data, fraction=logging_fraction, seed=seed)
+    if one_file:
+        made = sim.simulate_clicks(
+            data, scores, model, sessions=sessions, chunk_sessions=part_sessions, progress=progress, **options
+        )
+        frame, truth = sim.log_frames(made)
+        fmt = _format_of(target)
+        _write_table(frame, target, fmt)
+        _write_table(truth, truth_path(target), fmt)
+        rows, clicks, where = (
+            made.log.n_items,
+            int(made.log.labels.sum()),
+            f"{target} (true labels: {truth_path(target)})",
+        )
+    else:
+        parts = sim.write_log_parts(
+            data,
+            scores,
+            model,
+            target,
+            sessions=sessions,
+            chunk_sessions=part_sessions,
+            progress=progress,
+            **options,
+        )
+        rows = clicks = None
+        n_parts = -(-sessions // part_sessions)
+        where = (
+            f"{n_parts} Parquet part(s) part-NNNNN.parquet in {target} ({len(parts)} written now, the others "
+            "by an earlier run; true labels: truth-NNNNN.parquet)"
+        )
+    counts = "" if rows is None else f", {rows:,} rows, {clicks:,} clicks"
+    how = f"{model.name}, top {top_k}, randomize {randomize}, seed {seed}"
+    out(f"wrote {sessions:,} sessions{counts} ({how}) to {where}")
+    out(
+        "read it as a log with --query-col session --label-col click --group-col query --docid-col item "
+        "--position-col position; the true labels are for the full-information skyline only"
+    )
+    out(SYNTHETIC_NOTE)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- parsers
 def add_datasets_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -527,13 +650,15 @@ def add_synth_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Write synthetic data files. `choice`: airline-itinerary choice sessions as a table "
             "(one row per itinerary, `chosen` 0/1), with the chooser's probabilities in a separate "
-            "<stem>.chooser.csv. `letor`: an MSLR-shaped LETOR text file. The data are generated, "
+            "<stem>.chooser.csv. `letor`: an MSLR-shaped LETOR text file. `clicks`: a click log "
+            "simulated from labelled data by a click model. The data are generated, "
             "not measured: results on them say nothing about real data."
         ),
     )
-    ssub = p.add_subparsers(dest="synth_command", metavar="{choice,letor}", required=True)
+    ssub = p.add_subparsers(dest="synth_command", metavar="{choice,letor,clicks}", required=True)
     _add_synth_choice_parser(ssub, common)
     _add_synth_letor_parser(ssub, common)
+    _add_synth_clicks_parser(ssub, common)
 
 
 def _add_synth_choice_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
@@ -622,6 +747,89 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
             lengths=a.lengths,
             labels=a.labels,
             docids=not a.no_docids,
+            progress=not a.no_progress,
+        )
+    )
+
+
+def _probabilities(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers such as 0.6,0.5,0.4, got {text!r}"
+        ) from None
+
+
+def _add_synth_clicks_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
+    pk = ssub.add_parser(
+        "clicks",
+        parents=[common],
+        help="a click log simulated from labelled data (a click model over a logging ranker's top k)",
+        description=(
+            "Simulate an interaction log from labelled data (FILE, a table or --dataset): a logging ranker "
+            "(LambdaMART trained on --logging-fraction of the queries) ranks each query; each session draws "
+            "a query at random, shows its top k (optionally randomised) and a click model draws the clicks "
+            "from the true labels (docs/clicks.md). Writes OUT (.csv, .parquet, ...: columns session, query, "
+            "item, position, click and the features) and the true labels beside it in <stem>.truth<ext> "
+            "(never a feature); OUT without a table extension: a directory of Parquet parts, resumable."
+        ),
+    )
+    pk.add_argument("file", nargs="?", metavar="FILE", help="labelled LETOR / SVMlight file or table")
+    add_data_source(pk, defaults="default: train", skip=(*SCORING_SKIP, "data_file"))
+    pk.add_argument("--click-model", choices=sorted(cm.CLICK_MODELS), default="pbm", help="default pbm")
+    pk.add_argument("--eta", type=float, help="pbm: examination (1/r)^ETA (default 1)")
+    pk.add_argument(
+        "--eps-minus", type=float, help="click probability of an examined non-relevant item (0.1)"
+    )
+    pk.add_argument("--eps-plus", type=float, help="click probability of an examined most relevant item (1)")
+    pk.add_argument(
+        "--continuation", type=_probabilities, metavar="L1,L2,...",
+        help="dcm: probability of going on after a click at position 1, 2, ... (last repeats; 0.6,0.5,0.4)",
+    )  # fmt: skip
+    pk.add_argument("--gamma", type=float, help="dbn: perseverance (0.9)")
+    pk.add_argument("--sat-minus", type=float, help="dbn: satisfaction of a clicked non-relevant item (0)")
+    pk.add_argument("--sat-plus", type=float, help="dbn: satisfaction of a clicked most relevant item (0.7)")
+    pk.add_argument("--sessions", type=positive_int, default=10_000, metavar="N", help="default 10000")
+    pk.add_argument(
+        "--top-k", type=positive_int, default=10, metavar="K", help="items shown per session (10)"
+    )
+    pk.add_argument(
+        "--randomize", choices=sim.RANDOMIZATIONS, default="none", help="of the shown list (default none)"
+    )
+    pk.add_argument("--shuffle-n", type=positive_int, metavar="N", help="the N of --randomize shuffle_top")
+    pk.add_argument(
+        "--relevance", choices=cm.RELEVANCE_RULES, default="exponential",
+        help="labels to [0, 1]: exponential (2^y-1)/(2^max-1) (default), linear y/max, binary y >= 1",
+    )  # fmt: skip
+    pk.add_argument(
+        "--logging-fraction", type=float, default=0.01, metavar="X",
+        help="share of the queries the logging LambdaMART is trained on (default 0.01, at least one query)",
+    )  # fmt: skip
+    pk.add_argument(
+        "--part-sessions", type=positive_int, default=100_000, metavar="N", help="sessions per part (100000)"
+    )
+    pk.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    pk.add_argument(
+        "--out", required=True, metavar="OUT", help="the table, or the directory of parts, to write"
+    )
+    pk.add_argument("--overwrite", action="store_true", help="replace OUT (and its truth file)")
+    add_progress(pk)
+    pk.set_defaults(
+        run=lambda a: synth_clicks(
+            from_namespace(DataSource, {**vars(a), "data_file": a.file}),
+            out_path=a.out,
+            click_model=a.click_model,
+            params={k: getattr(a, k) for k in CLICK_FLAGS if getattr(a, k) is not None},
+            sessions=a.sessions,
+            top_k=a.top_k,
+            randomize=a.randomize,
+            shuffle_n=a.shuffle_n,
+            relevance=a.relevance,
+            logging_fraction=a.logging_fraction,
+            part_sessions=a.part_sessions,
+            seed=a.seed,
+            overwrite=a.overwrite,
             progress=not a.no_progress,
         )
     )
