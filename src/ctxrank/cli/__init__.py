@@ -5,7 +5,7 @@ argparse only maps the parsed options onto that call)::
 
     ctxrank datasets [show NAME | download NAME]     cli/data.py: datasets, datasets_show, datasets_download
     ctxrank data-info FILE | --dataset NAME          cli/data.py: data_info
-    ctxrank synth choice|letor ... --out FILE        cli/data.py: synth_choice, synth_letor (SYNTHETIC data)
+    ctxrank synth choice|letor|clicks ... --out FILE cli/data.py: synth_choice, synth_letor, synth_clicks
     ctxrank data-shards FILE... --out DIR            cli/data.py: data_shards (Parquet shards, --train-shards)
     ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
     ctxrank compare A B                              cli/evaluate.py: compare
@@ -80,7 +80,7 @@ COMMANDS: dict[str, Command] = {
     "train": Command("train", "train a ranker and save it"),
     "predict": Command("train", "score a LETOR file or a table with a saved model"),
     "tune": Command("tune", "search a model's hyperparameters (Optuna)"),
-    "synth": Command("data", "write SYNTHETIC data (choice sessions table, LETOR file) for tests and demos"),
+    "synth": Command("data", "write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos"),
     "data-shards": Command("data", "write data files as Parquet shards to train from with --train-shards"),
     "experiment": Command(
         "experiment", "run models x folds x seeds from a TOML spec; report tables, t-tests and figures"

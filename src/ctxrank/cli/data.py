@@ -646,7 +646,7 @@ def add_synth_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "synth",
         parents=[common],
-        help="write SYNTHETIC data (choice sessions table, LETOR file) for tests and demos",
+        help="write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos",
         description=(
             "Write synthetic data files. `choice`: airline-itinerary choice sessions as a table "
             "(one row per itinerary, `chosen` 0/1), with the chooser's probabilities in a separate "
