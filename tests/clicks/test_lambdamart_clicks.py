@@ -147,8 +147,8 @@ def test_parameters_survive_get_params_and_saving(tmp_path):
 
 def test_cross_fitting_a_log_keeps_each_rows_position():
     log, _ = _pbm_log(7, n_sessions=40)
-    for debias in ("none", "lightgbm"):
-        scores = cross_fit_predict(log, n_folds=2, valid_fraction=0.0, debias=debias, **TREES)
+    for debias in ({}, {"debias": "lightgbm"}):
+        scores = cross_fit_predict(log, n_folds=2, valid_fraction=0.0, **debias, **TREES)
         assert scores.shape == (log.n_items,) and np.isfinite(scores).all()
 
 
