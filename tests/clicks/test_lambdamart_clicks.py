@@ -6,11 +6,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ctxrank.api._params import run_config
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict, ips_weights
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
 from ctxrank.registry import get_model
+from ctxrank.serving.directory import DirectoryRanker
 from ctxrank.training.checkpoint import load_model
+from ctxrank.training.run import run_training, save_result
 
 LENGTH = 10
 TREES = {"n_estimators": 50, "learning_rate": 0.1, "num_leaves": 7, "min_data_in_leaf": 5}
@@ -114,6 +117,16 @@ def test_positions_are_never_an_input_of_the_model(debias, tmp_path, test_querie
     loaded = load_model(tmp_path / "m")
     assert loaded.booster_.num_feature() == 5 and loaded.debias == debias
     np.testing.assert_array_equal(loaded.predict(test_queries), model.predict(test_queries))
+
+
+def test_the_served_directory_of_a_debiased_run_takes_the_features_only(tmp_path):
+    log, _ = _pbm_log(4, n_sessions=100)
+    result = run_training(run_config("lambdamart", {**TREES, "debias": "lightgbm"}), log, log)
+    save_result(result, tmp_path / "run", write_log=False)
+    served = DirectoryRanker(tmp_path / "run")
+    assert served.n_features == 5
+    scores = served.predict(log.features, np.repeat(log.query_ids, log.query_lengths))
+    np.testing.assert_array_equal(scores, result.predictor.predict(log))
 
 
 @pytest.mark.parametrize("debias", ["lightgbm", "ips"])
