@@ -592,10 +592,10 @@ class LambdaMART(FittedBaseline):
             return {}
         if train.shown_positions is None:
             raise ValueError(
-                f"debias={self.debias!r} needs the position each training item was shown at "
-                f"(RankingData.shown_positions: from_arrays(..., position=...)); "
-                f"{train.source or 'the training split'} has none (debias='none' trains on its labels "
-                "as given)"
+                f"debias={self.debias!r} needs the position each training item was shown at (an "
+                "interaction log's position column; RankingData.shown_positions, from_arrays(..., "
+                f"position=...)); {train.source or 'the training split'} has none (debias='none' trains "
+                "on its labels as given)"
             )
         if self.debias == "lightgbm":
             return {"position": train.shown_positions}
