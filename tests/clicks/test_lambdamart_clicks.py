@@ -179,6 +179,9 @@ def test_cross_fitting_a_log_keeps_each_rows_position():
             r"propensity must be a non-empty list of numbers in \(0, 1\]",
         ),
         ({"debias": "ips", "propensity": []}, r"non-empty list"),
+        ({"debias": "ips", "propensity": [1.0, float("nan")]}, r"non-empty list of numbers in \(0, 1\]"),
+        ({"debias": "ips", "propensity": float("inf")}, r"propensity eta must be a finite number > 0"),
+        ({"debias": "ips", "propensity": 1.0, "propensity_clip": float("nan")}, r"propensity_clip must be"),
         ({"debias": "ips", "propensity": "1"}, r"propensity must be a list p_1..p_K"),
         (
             {"debias": "ips", "propensity": 1.0, "propensity_clip": 0.5},

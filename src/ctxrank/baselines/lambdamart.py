@@ -476,7 +476,7 @@ class LambdaMART(FittedBaseline):
             _propensity_curve(self.propensity)
             if self.propensity_clip is not None:
                 clip = self.propensity_clip
-                if isinstance(clip, bool) or not isinstance(clip, int | float) or not 1 <= clip < math.inf:
+                if not _is_number(clip) or not 1 <= clip < math.inf:
                     raise ValueError(
                         f"propensity_clip must be a number >= 1 (a cap on 1/p) or None, got {clip!r}"
                     )
