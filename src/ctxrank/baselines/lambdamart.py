@@ -27,6 +27,12 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   which is ctxrank's rule. Tree ensembles produce many exact ties, so this matters; the tests check it
   on deliberately tied scores.
 
+* **Click logs.** With ``debias`` the training split is an interaction log (``RankingData.shown_positions``
+  set; labels = the interactions) and the trees learn relevance without the log's position bias, either
+  by LightGBM's own position debiasing (``debias="lightgbm"``: its ``Dataset(position=...)``, LightGBM
+  >= 4.1) or by inverse-propensity weights (``debias="ips"``: its per-item ``Dataset(weight=...)``,
+  :func:`ips_weights`). The positions enter training only: the model's inputs are the features alone.
+
 Nothing here imports LightGBM at module import time.
 """
 
@@ -65,7 +71,7 @@ from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 
-__all__ = ["LambdaMART", "NotFittedError", "cross_fit_predict"]
+__all__ = ["DEBIAS", "LambdaMART", "NotFittedError", "cross_fit_predict", "ips_weights"]
 
 MODEL_FILE = "model.txt"
 KIND = "lightgbm"
@@ -95,6 +101,10 @@ _LGB_NAME = {
     "deterministic": "deterministic",
     "verbose": "verbosity",
 }
+# ctxrank's own parameters (not LightGBM's): how validation NDCG is read, how a click log is debiased.
+_OWN = ("no_relevant", "debias", "propensity", "propensity_clip")
+#: ``debias`` values: naive training on the labels as given, LightGBM's position debiasing, IPS weights.
+DEBIAS = ("none", "lightgbm", "ips")
 # LightGBM parameters set here that no named parameter exposes.
 _FIXED = {"objective": "always 'lambdarank'", "label_gain": "always 2^y - 1 (ctxrank's NDCG gain)"}
 
@@ -201,12 +211,12 @@ def _check_lgb_name(name: str) -> None:
     if known is None or name in known:
         return
     close = difflib.get_close_matches(
-        name, list(dict.fromkeys([*_LGB_NAME, *sorted(known)])), n=3, cutoff=0.75
+        name, list(dict.fromkeys([*_LGB_NAME, *_OWN, *sorted(known)])), n=3, cutoff=0.75
     )
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise ValueError(
         f"unknown LightGBM parameter {name!r}; {hint}valid: LambdaMART's parameters "
-        f"{', '.join(_LGB_NAME)}, no_relevant, or one of LightGBM's {len(known)} parameter names and "
+        f"{', '.join([*_LGB_NAME, *_OWN])}, or one of LightGBM's {len(known)} parameter names and "
         "aliases (https://lightgbm.readthedocs.io/en/latest/Parameters.html)"
     )
 
@@ -308,6 +318,20 @@ class LambdaMART(FittedBaseline):
             ``force_row_wise`` / ``force_col_wise`` is given): same data, seed and threads ->
             same model.
         verbose: LightGBM's log and an evaluation line every 10 rounds.
+        debias: how a training split that is an interaction log (``shown_positions`` set; labels = the
+            clicks, or graded interactions) is learned from: ``"none"`` (naive: the interactions as
+            labels, the log's position bias included), ``"lightgbm"`` (LightGBM's position debiasing:
+            the positions go to ``lgb.Dataset(position=...)``; LightGBM fits a bias factor per position
+            added to the score in training only, the "GAM" decomposition ``s(x, pos) = f(x) + g(pos)``
+            of its Advanced Topics page, regularised by ``lambdarank_position_bias_regularization``) or
+            ``"ips"`` (inverse-propensity weights, :func:`ips_weights`). ``"lightgbm"`` and ``"ips"``
+            need ``shown_positions`` on the training split. The validation split (early stopping) is
+            read as given.
+        propensity: for ``debias="ips"`` (and only then): the examination probability of each shown
+            position, a sequence ``p_1..p_K`` in (0, 1] (every training position must be <= K), or a
+            number ``eta > 0`` for the position-based model's ``p_r = (1/r)^eta``.
+        propensity_clip: for ``debias="ips"``: the largest inverse propensity ``1/p`` used (weights
+            above it are cut to it; >= 1), or None for no cut.
         **extra_lgb_params: any other LightGBM parameter (e.g. ``max_bin``, ``lambdarank_norm``). The
             parameters above, their LightGBM aliases, ``objective`` and ``label_gain`` are rejected.
 
@@ -344,6 +368,9 @@ class LambdaMART(FittedBaseline):
         num_threads: int = 1,
         deterministic: bool = True,
         verbose: bool = False,
+        debias: str = "none",
+        propensity: float | Sequence[float] | None = None,
+        propensity_clip: float | None = None,
         **extra_lgb_params: Any,
     ) -> None:
         self.n_estimators = n_estimators
@@ -362,17 +389,21 @@ class LambdaMART(FittedBaseline):
         self.num_threads = num_threads
         self.deterministic = deterministic
         self.verbose = verbose
+        self.debias = debias
+        self.propensity = propensity
+        self.propensity_clip = propensity_clip
         self.extra_lgb_params = extra_lgb_params
 
     # ------------------------------------------------------------------ params
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The named parameters and the extra LightGBM parameters, in one flat dict."""
-        return {**{name: getattr(self, name) for name in _LGB_NAME}, **self.extra_lgb_params}
+        named = {name: getattr(self, name) for name in (*_LGB_NAME, *_OWN)}
+        return {**named, **self.extra_lgb_params}
 
     def set_params(self, **params: Any) -> LambdaMART:
         """Set named parameters; any other name becomes an extra LightGBM parameter. Returns self."""
         for name, value in params.items():
-            if name in _LGB_NAME:
+            if name in _LGB_NAME or name in _OWN:
                 setattr(self, name, value)
             else:
                 self.extra_lgb_params[name] = value
@@ -414,6 +445,7 @@ class LambdaMART(FittedBaseline):
             )
         cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
         no_relevant = _normalize_no_relevant(self.no_relevant)
+        self._check_debias()
         for name, value in self.get_params().items():  # LightGBM reads its integers as C ints
             if _is_int(value) and not -MAX_INT - 1 <= value <= MAX_INT:
                 raise ValueError(f"{name} must lie in [{-MAX_INT - 1:,}, {MAX_INT:,}], got {value}")
@@ -429,6 +461,39 @@ class LambdaMART(FittedBaseline):
                 if name in _aliases(lgb_name):
                     raise ValueError(f"LightGBM parameter {name!r} cannot be set: {lgb_name} is {why}")
         return k, cutoffs, no_relevant
+
+    def _check_debias(self) -> None:
+        """``debias`` one of :data:`DEBIAS`; ``propensity`` / ``propensity_clip`` given exactly when they
+        are read (with ``"ips"``); LightGBM's position-bias regularisation only with ``"lightgbm"``."""
+        if not isinstance(self.debias, str) or self.debias not in DEBIAS:
+            raise ValueError(f"debias must be one of {list(DEBIAS)}, got {self.debias!r}")
+        if self.debias == "ips":
+            if self.propensity is None:
+                raise ValueError(
+                    "debias='ips' needs propensity: the examination probability of each position "
+                    "(a list p_1..p_K in (0, 1]) or eta > 0 for p_r = (1/r)^eta"
+                )
+            _propensity_curve(self.propensity)
+            if self.propensity_clip is not None:
+                clip = self.propensity_clip
+                if not _is_number(clip) or not 1 <= clip < math.inf:
+                    raise ValueError(
+                        f"propensity_clip must be a number >= 1 (a cap on 1/p) or None, got {clip!r}"
+                    )
+        else:
+            for name in ("propensity", "propensity_clip"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} is read with debias='ips' only; debias is {self.debias!r} (set "
+                        f"debias='ips' or leave {name} out)"
+                    )
+        if self.debias != "lightgbm":
+            given = set(self.extra_lgb_params) & _aliases("lambdarank_position_bias_regularization")
+            if given:
+                raise ValueError(
+                    f"LightGBM parameter {sorted(given)[0]!r} applies to LightGBM's position debiasing "
+                    f"only; debias is {self.debias!r} (set debias='lightgbm')"
+                )
 
     def _lgb_params(self, label_gain: list[float], cutoffs: list[int]) -> dict[str, Any]:
         extra = dict(self.extra_lgb_params)
@@ -481,7 +546,11 @@ class LambdaMART(FittedBaseline):
         params = self._lgb_params(label_gain, cutoffs)
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
-            train_x, label=train.labels, group=train.query_lengths, categorical_feature=cat_idx
+            train_x,
+            label=train.labels,
+            group=train.query_lengths,
+            categorical_feature=cat_idx,
+            **self._debias_inputs(train),
         )
         monitor = None
         if valid is not None:
@@ -514,6 +583,23 @@ class LambdaMART(FittedBaseline):
         self.booster_ = lgb.Booster(model_str=booster.model_to_string(num_iteration=-1))  # every tree
         self.booster_.best_iteration = booster.best_iteration
         return self
+
+    def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
+        """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
+        reads as position ids, any distinct integers) or per-item ``weight`` (``"ips"``); none for
+        ``"none"``. Raises ValueError when ``train`` has no shown positions."""
+        if self.debias == "none":
+            return {}
+        if train.shown_positions is None:
+            raise ValueError(
+                f"debias={self.debias!r} needs the position each training item was shown at (an "
+                "interaction log's position column; RankingData.shown_positions, from_arrays(..., "
+                f"position=...)); {train.source or 'the training split'} has none (debias='none' trains "
+                "on its labels as given)"
+            )
+        if self.debias == "lightgbm":
+            return {"position": train.shown_positions}
+        return {"weight": ips_weights(train, self.propensity, self.propensity_clip)}
 
     def _select_iteration(self, booster: Any, monitor: _ValidationMonitor | None) -> None:
         """``evals_result_``, ``best_iteration_`` and ``best_score_`` (in ``no_relevant``'s convention)."""
@@ -755,10 +841,88 @@ def _query_rows(data: RankingData, queries: np.ndarray) -> tuple[RankingData, An
         docids=None,
         info=dict(data.info),
         group_ids=None if data.group_ids is None else data.group_ids[queries],
+        shown_positions=None if data.shown_positions is None else data.shown_positions[rows],
     )
     runs = np.split(queries, np.flatnonzero(np.diff(queries) != 1) + 1)
     starts = data.query_offsets
     return part, [data.features[starts[run[0]] : starts[run[-1] + 1]] for run in runs]
+
+
+def _propensity_curve(propensity: Any) -> float | np.ndarray:
+    """``propensity`` checked: ``eta`` (a finite number > 0) or float64 ``(K,)`` values in (0, 1]."""
+    if _is_number(propensity):
+        if not (math.isfinite(propensity) and propensity > 0):
+            raise ValueError(
+                f"propensity eta must be a finite number > 0 (p_r = (1/r)^eta), got {propensity!r}"
+            )
+        return float(propensity)
+    if isinstance(propensity, (str, bytes)) or not isinstance(propensity, Sequence | np.ndarray):
+        raise ValueError(
+            f"propensity must be a list p_1..p_K in (0, 1] or a number eta > 0, got {short(propensity)}"
+        )
+    values = list(propensity)
+    if not values or not all(_is_number(p) and 0 < p <= 1 for p in values):
+        raise ValueError(f"propensity must be a non-empty list of numbers in (0, 1], got {short(values)}")
+    return np.asarray(values, dtype=np.float64)
+
+
+def _is_number(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int | float | np.integer | np.floating)
+
+
+def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -> np.ndarray:
+    """Per-item inverse-propensity weights of an interaction log for LightGBM's lambdarank: float64 ``(N,)``.
+
+    LightGBM multiplies each item's LambdaRank gradient and hessian by its weight
+    (``RankingObjective::GetGradientsWithSampledQueries``, ``src/objective/rank_objective.hpp``), so a
+    weight is per item, not per pair. The propensity-weighted pairwise estimator (Joachims, Swaminathan &
+    Schnabel 2017, WSDM, "Unbiased Learning-to-Rank with Biased Feedback", Eq. 5 and its pairwise form
+    of Propensity SVM-Rank; Wang, Bendersky, Metzler & Najork 2016, SIGIR, "Learning to Rank with
+    Selection Bias in Personal Search", per-query weights) weighs each pair (interacted item i, other
+    item j) by ``1 / p(pos_i)``. Here an item with an interaction (label > 0) weighs ``1 / p(pos_i)``
+    (its gradient sums its own pairs: exact), an item without one the mean ``1 / p`` of its session's
+    interacted items (exact when a session has one interaction, the usual case, or when its interactions
+    share a propensity; otherwise an approximation), and a session without interaction 1 (it has no
+    pairs). ``1/p`` is cut at ``clip`` when given; the weights are then scaled to mean 1 over ``data``
+    (the trees' Newton steps do not change under a common factor, ``min_sum_hessian_in_leaf`` and
+    ``lambda_l2`` do). Labels are left as given: lambdarank's labels index ``label_gain`` and must be
+    integers, so they cannot carry the weights.
+
+    Args:
+        data: the log, with ``shown_positions`` (1-based).
+        propensity: ``p_1..p_K`` in (0, 1] or ``eta`` for ``p_r = (1/r)^eta``.
+        clip: the largest ``1/p`` used, or None.
+
+    Raises:
+        ValueError: no shown positions, a position beyond the ``K`` propensities (naming its row and
+            session), or a bad ``propensity``.
+    """
+    if data.shown_positions is None:
+        raise ValueError(f"{data.source or 'the data'} has no shown positions (RankingData.shown_positions)")
+    curve = _propensity_curve(propensity)
+    positions = data.shown_positions.astype(np.int64)
+    if isinstance(curve, float):
+        inverse = positions.astype(np.float64) ** curve  # 1 / (1/r)^eta
+    else:
+        beyond = positions > curve.size
+        if beyond.any():
+            i = int(np.flatnonzero(beyond)[0])
+            q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+            raise ValueError(
+                f"propensity gives {curve.size} positions but row {i} (session {data.query_ids[q]!r}) of "
+                f"{data.source or 'the data'} was shown at position {int(positions[i])} "
+                f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
+            )
+        inverse = 1.0 / curve[positions - 1]
+    if clip is not None:
+        inverse = np.minimum(inverse, float(clip))
+    interacted = data.labels > 0
+    session = np.repeat(np.arange(data.n_queries), data.query_lengths)
+    n_interacted = np.bincount(session, weights=interacted, minlength=data.n_queries)
+    total = np.bincount(session, weights=np.where(interacted, inverse, 0.0), minlength=data.n_queries)
+    per_session = np.where(n_interacted > 0, total / np.maximum(n_interacted, 1), 1.0)
+    weights = np.where(interacted, inverse, per_session[session])
+    return weights / weights.mean() if weights.size else weights
 
 
 def _predict_rows(model: LambdaMART, data: RankingData, rows: np.ndarray) -> np.ndarray:
