@@ -47,7 +47,7 @@ def test_every_kind_loads_and_predicts(models):
 
 
 def test_every_kind_saves_a_run_in_one_call_as_training_saved_it(models, tmp_path):
-    """``save_run``, the one save of every kind of predictor (``training.run.save_result`` calls it): a
+    """``save_model_dir``, the one save of every kind of predictor (``training.run.save_result`` calls it): a
     loaded model saved again with its run config, summary and layout writes the same files (the
     re-ranking model its initial ranker too), byte for byte but for the digests of LightGBM's
     ``model.txt`` (a loaded booster writes it without its parameter block), and scores the same."""
@@ -65,7 +65,7 @@ def test_every_kind_saves_a_run_in_one_call_as_training_saved_it(models, tmp_pat
         layout = RankingData.from_arrays(np.zeros((1, meta["n_features"])), qid=[0], feature_names=names)
         config = RunConfig.from_saved(meta["run_config"])
         loaded = load_model(directory)
-        loaded.save_run(out, config, summary=meta["training"], layout=layout)
+        loaded.save_model_dir(out, config, summary=meta["training"], layout=layout)
         files = sorted(p.relative_to(out) for p in out.rglob("*.*"))
         assert files == sorted(p.relative_to(directory) for p in directory.rglob("*.*") if p.suffix not in (
             ".png", ".jsonl")), kind  # the curves and the log are save_result's

@@ -147,7 +147,7 @@ class FittedBaseline:
     # scorer
     ensemble_size, initial, spec, scorer = 0, None, None, None
 
-    def save_run(
+    def save_model_dir(
         self, directory: Path, config: Any, *, summary: dict[str, Any], layout: Any, extra: Any = None
     ) -> Path:
         """The predictor protocol's save of a training run: :meth:`save` with ``config``'s run config

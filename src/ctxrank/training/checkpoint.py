@@ -85,7 +85,7 @@ class TorchPredictor:
     ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
     number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
     settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
-    baseline), ``reads_row_order`` and ``save_run`` (a run's model directory: here the checkpoint,
+    baseline), ``reads_row_order`` and ``save_model_dir`` (a run's model directory: here the checkpoint,
     :func:`save_checkpoint`; ``rerank``: the settings of the re-ranking model it is the re-ranker of)."""
 
     model: RankingModule
@@ -122,7 +122,7 @@ class TorchPredictor:
             max_memory_bytes=tc.max_memory_bytes,
         )
 
-    def save_run(
+    def save_model_dir(
         self,
         directory: Path,
         config: RunConfig,

@@ -479,7 +479,7 @@ class RerankPredictor:
         split = self.prepare(data)
         return merge_scores(split, self.top_scores(split))
 
-    def save_run(self, directory: Path, config: Any, **saved: Any) -> Path:
+    def save_model_dir(self, directory: Path, config: Any, **saved: Any) -> Path:
         """The initial ranker's directory (``spec.dir``), then the re-ranker's checkpoint around it."""
         self.initial.save(directory / self.spec.dir, run_config=config.to_dict(), overwrite=True)
-        return self.reranker.save_run(directory, config, rerank=self.spec, **saved)
+        return self.reranker.save_model_dir(directory, config, rerank=self.spec, **saved)

@@ -630,7 +630,7 @@ def save_result(
     result: RunResult, out: str | Path, *, meta: dict[str, Any] | None = None, write_log: bool = True
 ) -> Path:
     """Save a run's model directory (the one format of ``ctxrank train --out`` and the estimator API):
-    the predictor's ``save_run`` (a baseline's own files, a neural model's checkpoint, a re-ranking
+    the predictor's ``save_model_dir`` (a baseline's own files, a neural model's checkpoint, a re-ranking
     model's initial ranker in ``out/initial`` and checkpoint; ``ctxrank.json["training"]`` the
     summary), then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from
     ``result.history``.
@@ -641,7 +641,7 @@ def save_result(
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
     summary = result.summary.to_json()
-    result.predictor.save_run(out, config, summary=summary, layout=result.layout, extra=meta)
+    result.predictor.save_model_dir(out, config, summary=summary, layout=result.layout, extra=meta)
     if write_log and result.history and "train_loss" in result.history[0]:
         text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
         atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
