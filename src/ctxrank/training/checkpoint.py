@@ -85,8 +85,10 @@ class TorchPredictor:
     ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
     number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
     settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
-    baseline), ``reads_row_order`` and ``save_model_dir`` (a run's model directory: here the checkpoint,
-    :func:`save_checkpoint`; ``rerank``: the settings of the re-ranking model it is the re-ranker of)."""
+    baseline), ``reads_row_order`` and ``save_model_dir`` (the model directory of a run, what
+    ``training.run.save_result`` calls: here the checkpoint, :func:`save_checkpoint`; ``rerank``: the
+    settings of the re-ranking model it is the re-ranker of; not an ensemble's, whose members are saved
+    as they are trained, then :func:`save_ensemble`)."""
 
     model: RankingModule
     transform: Transform
