@@ -85,10 +85,9 @@ class TorchPredictor:
     ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
     number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
     settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
-    baseline), ``reads_row_order`` and ``save_model_dir`` (the model directory of a run, what
-    ``training.run.save_result`` calls: here the checkpoint, :func:`save_checkpoint`; ``rerank``: the
-    settings of the re-ranking model it is the re-ranker of; not an ensemble's, whose members are saved
-    as they are trained, then :func:`save_ensemble`)."""
+    baseline), ``reads_row_order`` and ``save_model_dir`` (a run's model directory, what
+    ``training.run.save_result`` calls; an ensemble has none: its members are saved as they are
+    trained, then :func:`save_ensemble`)."""
 
     model: RankingModule
     transform: Transform
@@ -125,26 +124,13 @@ class TorchPredictor:
         )
 
     def save_model_dir(
-        self,
-        directory: Path,
-        config: RunConfig,
-        *,
-        summary: dict[str, Any],
-        layout: RankingData,
-        extra: dict[str, Any] | None = None,
-        rerank: RerankSpec | None = None,
+        self, directory: Path, config: RunConfig, *, layout: RankingData, **saved: Any
     ) -> Path:
-        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
+        """:func:`save_checkpoint` of the model, its normalizer and ``config``'s metric conventions
+        (``saved``: its ``summary``, ``extra`` and ``rerank``)."""
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant).to_dict()
         return save_checkpoint(
-            directory,
-            self.model,
-            config,
-            self.transform,
-            train_data=layout,
-            summary=summary,
-            conventions=conv.to_dict(),
-            rerank=rerank,
-            extra=extra,
+            directory, self.model, config, self.transform, train_data=layout, conventions=conv, **saved
         )
 
 
