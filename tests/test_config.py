@@ -72,6 +72,18 @@ def test_bad_toml_file(tmp_path):
         resolve_config(tmp_path / "missing.toml")
 
 
+@pytest.mark.parametrize("table", ["train", "rerank"])
+def test_train_and_rerank_must_be_tables_from_a_file_and_from_an_override(table):
+    with pytest.raises(ValueError, match=r"^\[train\] and \[rerank\] must be tables$"):
+        RunConfig.from_dict({"model": "dasalc", table: 5})
+    with pytest.raises(ValueError, match=r"^\[train\] and \[rerank\] must be tables$"):
+        RunConfig().with_overrides([(table, [1])])
+    # the model's implied [train] values sit under the file's; an override keeps the values it does not set
+    config = RunConfig.from_dict({"model": "dasalc", "train": {"lr": 0.5}})
+    assert (config.train.lr, config.train.input_noise) == (0.5, 1.5)
+    assert config.with_overrides([("train.seed", 7)]).train == dataclasses.replace(config.train, seed=7)
+
+
 def test_train_config_is_frozen():
     with pytest.raises(AttributeError):
         TrainConfig().lr = 1.0  # type: ignore[misc]

@@ -46,6 +46,34 @@ def test_every_kind_loads_and_predicts(models):
         assert load_model(directory).predict(data).shape == (data.n_items,), kind
 
 
+def test_every_kind_saves_a_run_in_one_call_as_training_saved_it(models, tmp_path):
+    """``save_model_dir``, the one save of every kind of predictor (``training.run.save_result`` calls it): a
+    loaded model saved again with its run config, summary and layout writes the same files (the
+    re-ranking model its initial ranker too), byte for byte but for the digests of LightGBM's
+    ``model.txt`` (a loaded booster writes it without its parameter block), and scores the same."""
+    from ctxrank.config import RunConfig
+    from ctxrank.data.ranking_data import RankingData
+    from tests.conftest import make_ranking_data
+
+    def unhashed(path):
+        return re.sub(rb'"(model_)?sha256": ("[0-9a-f]{64}"|\{[^}]*\})', b"", path.read_bytes())
+
+    data = make_ranking_data(n_queries=12, n_features=3)
+    for kind in sm.KINDS:
+        directory, meta, out = models[kind], sm.read(models[kind]), tmp_path / kind
+        names = meta["feature_names"] or None
+        layout = RankingData.from_arrays(np.zeros((1, meta["n_features"])), qid=[0], feature_names=names)
+        config = RunConfig.from_saved(meta["run_config"])
+        loaded = load_model(directory)
+        loaded.save_model_dir(out, config, summary=meta["training"], layout=layout)
+        files = sorted(p.relative_to(out) for p in out.rglob("*.*"))
+        assert files == sorted(p.relative_to(directory) for p in directory.rglob("*.*") if p.suffix not in (
+            ".png", ".jsonl")), kind  # the curves and the log are save_result's
+        for rel in (f for f in files if f.name != "model.txt"):
+            assert unhashed(out / rel) == unhashed(directory / rel), (kind, rel)
+        np.testing.assert_array_equal(load_model(out).predict(data), loaded.predict(data))
+
+
 # ------------------------------------------------------------------------------ sizes and types
 def test_huge_tensor_request_is_refused_before_allocating(models, tmp_path):
     d = sm.copy(models["mlp"], tmp_path / "m")

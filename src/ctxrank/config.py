@@ -364,20 +364,16 @@ class RunConfig:
             )
         if unknown:
             raise ValueError(f"unknown config key(s) {sorted(unknown)}; valid keys: {sorted(known)}")
-        train, rerank = d.get("train", {}), d.get("rerank", {})
-        if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
-            raise ValueError("[train] and [rerank] must be tables")
         implied = model_run_defaults(d.get("model", "listnet"))
         implied_train = {k.removeprefix("train."): v for k, v in implied.items() if k.startswith("train.")}
-        train = {**implied_train, **train}
+        tables = _train_and_rerank(d.get("train", {}), d.get("rerank", {}), implied_train)
         return cls(
             model=d.get("model", "listnet"),
             loss=d.get("loss", ""),
             transform=d.get("transform", implied.get("transform", "minmax")),
             model_params=dict(d.get("model_params", {})),
             loss_params=dict(d.get("loss_params", {})),
-            train=build_dataclass(TrainConfig, train, "train"),
-            rerank=build_dataclass(RerankConfig, rerank, "rerank"),
+            **tables,
             ensemble=d.get("ensemble", 1),
         )
 
@@ -407,15 +403,17 @@ class RunConfig:
             if head not in tables:
                 raise ValueError(f"unknown config key {head!r} (in {key!r}); valid keys: {sorted(tables)}")
             set_path(tables, key, value)
-        train, rerank = tables["train"], tables["rerank"]
-        if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
-            raise ValueError("[train] and [rerank] must be tables")
-        return replace(
-            self,
-            **{k: v for k, v in tables.items() if k not in ("train", "rerank")},
-            train=build_dataclass(TrainConfig, train, "train"),
-            rerank=build_dataclass(RerankConfig, rerank, "rerank"),
-        )
+        built = _train_and_rerank(tables.pop("train"), tables.pop("rerank"), {})
+        return replace(self, **tables, **built)
+
+
+def _train_and_rerank(train: Any, rerank: Any, train_defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"train": TrainConfig, "rerank": RerankConfig}`` of the two tables, ``train_defaults`` (the
+    model's implied values) under ``train``; a ValueError for a table that is not one or a bad value."""
+    if not isinstance(train, Mapping) or not isinstance(rerank, Mapping):
+        raise ValueError("[train] and [rerank] must be tables")
+    train = build_dataclass(TrainConfig, {**train_defaults, **train}, "train")
+    return {"train": train, "rerank": build_dataclass(RerankConfig, rerank, "rerank")}
 
 
 #: the run config's fields that are tables (``--set model_params.hidden=[64]`` sets a key inside)

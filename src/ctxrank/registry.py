@@ -5,9 +5,11 @@
 ``ctxrank.training``) or a :class:`Baseline` (a non-neural model trained by its own library: LambdaMART,
 RankSVM, AdaRank). Both answer the same questions (their :class:`~ctxrank.models.base.ModelTraits`, the
 ``[train]`` keys they read, their loss, the checks of a run config naming them, their resolved
-parameters, search space and description, ``fit`` -> a predictor, ``load``), so the code above asks the
-entry and never which kind of model it is. Tests that must hold "for every model" parametrize over this
-one dict, so a new model cannot be left out of them.
+parameters, search space and description, ``fit`` -> a predictor, which saves its own model directory:
+``save_model_dir``), so the code above asks the entry and never which kind of model it is; a saved
+directory records its ``kind``, from which ``ctxrank.training.checkpoint.load_model`` loads it. Tests
+that must hold "for every model" parametrize over this one dict, so a new model cannot be left out of
+them.
 
 Layering: the registry sits above ``models`` and ``baselines`` (it imports both) and below ``config``
 (which looks names up here, and hands its run configs to the entries' checks); models and baselines know

@@ -18,10 +18,9 @@ from ctxrank.fit_summary import FitSummary
 from ctxrank.losses import LOSSES
 from ctxrank.models.residual import Residual
 from ctxrank.registry import MODELS, make_model
-from ctxrank.training.checkpoint import load_model
+from ctxrank.training.checkpoint import TorchPredictor, load_model
 from ctxrank.training.ensemble import EnsemblePredictor
 from ctxrank.training.loop import _with_input_noise, fit
-from ctxrank.training.predict import TorchPredictor
 from ctxrank.training.rerank import RerankPredictor, prepare_split
 from ctxrank.training.rerank_spec import RerankSpec
 from ctxrank.training.run import _keep_initial_if_better, _mean_metric, run_training

@@ -111,7 +111,7 @@ def _history(path: Path) -> list[dict[str, Any]]:
 def _layout(meta: dict[str, Any], predictor: Any) -> RankingData:
     """A one-row RankingData with the training layout (feature and categorical names), what saving
     the model again needs."""
-    n = int(getattr(predictor, "n_features", None) or meta.get("n_features") or 0)
+    n = int(predictor.n_features)
     names = tuple(str(x) for x in meta.get("feature_names") or ())
     cat_names = tuple(str(x) for x in meta.get("categorical_names") or ())
     cards = tuple(int(c) for c in meta.get("categorical_cardinalities") or ())

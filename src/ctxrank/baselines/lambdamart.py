@@ -153,8 +153,19 @@ class FittedBaseline:
     """What every baseline checks once fitted: ``fit`` / ``load`` set the attribute ``_FITTED``."""
 
     _FITTED = "booster_"
-    # the predictor protocol of ``ctxrank.training.predict.TorchPredictor``: a whole model, no torch scorer
+    # the predictor protocol of ``ctxrank.training.checkpoint.TorchPredictor``: a whole model, no torch
+    # scorer
     ensemble_size, initial, spec, scorer = 0, None, None, None
+
+    def save_model_dir(
+        self, directory: Path, config: Any, *, summary: dict[str, Any], layout: Any, extra: Any = None
+    ) -> Path:
+        """The predictor protocol's save of a training run: :meth:`save` with ``config``'s run config
+        (into ``directory`` as its caller claimed it), then ``extra`` and the fit's ``summary``
+        (``"training"``, as a checkpoint records it) added to ``ctxrank.json``."""
+        directory = self.save(directory, run_config=config.to_dict(), overwrite=True)
+        write_json(directory / META_FILE, {**read_meta(directory), **(extra or {}), "training": summary})
+        return directory
 
     def _check_fitted(self) -> None:
         if not hasattr(self, self._FITTED):

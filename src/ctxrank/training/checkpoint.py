@@ -26,6 +26,7 @@ import math
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
 import safetensors
 import safetensors.torch
 import torch
@@ -51,12 +52,14 @@ from ctxrank._modeldir import (
 )
 from ctxrank._version import __version__
 from ctxrank.config import RunConfig
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import Transform
-from ctxrank.registry import MODELS, baseline_of_kind
-from ctxrank.training.build import build_model
+from ctxrank.metrics import metric_convention
+from ctxrank.models.base import RankingModule
+from ctxrank.registry import MODELS, baseline_of_kind, get_model
+from ctxrank.training.build import build_model, missing_problem
 from ctxrank.training.ensemble import MEMBER_PATTERN, EnsemblePredictor
-from ctxrank.training.predict import TorchPredictor
+from ctxrank.training.predict import predict
 from ctxrank.training.rerank import RerankPredictor
 from ctxrank.training.rerank_spec import RerankSpec
 
@@ -64,14 +67,71 @@ __all__ = [
     "FORMAT_VERSION",
     "META_FILE",
     "WEIGHTS_FILE",
+    "TorchPredictor",
     "load_model",
     "read_meta",
     "save_checkpoint",
     "save_ensemble",
-    "update_meta",
 ]
 
 WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclasses.dataclass
+class TorchPredictor:
+    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out.
+
+    The predictor protocol that callers ask instead of testing the type (``RerankPredictor``,
+    ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
+    number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
+    settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
+    baseline), ``reads_row_order`` and ``save_model_dir`` (a run's model directory, what
+    ``training.run.save_result`` calls; an ensemble has none: its members are saved as they are
+    trained, then :func:`save_ensemble`)."""
+
+    model: RankingModule
+    transform: Transform
+    config: RunConfig
+    meta: dict[str, Any]
+    ensemble_size = 0
+    initial = spec = None
+    scorer = property(lambda self: self)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.meta["n_features"])
+
+    @property
+    def reads_row_order(self) -> bool:
+        """Whether its scores depend on the row order of a list (the registry entry's answer)."""
+        return get_model(self.config.model).reads_row_order(self.config.model_params)
+
+    def check_data(self, data: RankingData) -> None:
+        check_feature_count(data, self.n_features)
+        problem = missing_problem(self.config, data)  # NaN only under train.missing = "indicator"
+        if problem is not None:
+            raise ValueError(problem)
+
+    def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
+        self.check_data(data)
+        data, tc = self.transform.transform(data), self.config.train
+        return predict(
+            self.model,
+            data,
+            init_scores=init_scores,
+            batch_size=tc.eval_batch_size,
+            max_memory_bytes=tc.max_memory_bytes,
+        )
+
+    def save_model_dir(
+        self, directory: Path, config: RunConfig, *, layout: RankingData, **saved: Any
+    ) -> Path:
+        """:func:`save_checkpoint` of the model, its normalizer and ``config``'s metric conventions
+        (``saved``: its ``summary``, ``extra`` and ``rerank``)."""
+        conv = metric_convention("standard", no_relevant=config.train.no_relevant).to_dict()
+        return save_checkpoint(
+            directory, self.model, config, self.transform, train_data=layout, conventions=conv, **saved
+        )
 
 
 def save_checkpoint(
@@ -179,15 +239,6 @@ def _load_ensemble(directory: Path, meta: dict[str, Any]) -> EnsemblePredictor:
             for name in members
         ]
     )
-
-
-def update_meta(directory: str | Path, entries: dict[str, Any]) -> None:
-    """Add JSON-ready ``entries`` to a saved model's ``ctxrank.json`` (atomically), e.g. after a
-    baseline wrote its own metadata."""
-    directory = Path(directory)
-    meta = read_meta(directory)
-    meta.update(entries)
-    write_json(directory / META_FILE, meta)
 
 
 def load_model(directory: str | Path):

@@ -1,28 +1,23 @@
 """Scoring trained neural rankers: :func:`predict` (flat scores in file order), :func:`evaluate_model`
-(per-query metric vectors) and :class:`TorchPredictor` (model + normalizer, what ``load_model`` returns
-for a neural model)."""
+(per-query metric vectors) and :func:`set_threads`; the model with its normalizer, what ``load_model``
+returns for a neural model, is ``ctxrank.training.checkpoint.TorchPredictor``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ctxrank._memory import AUTO
-from ctxrank.config import RunConfig
 from ctxrank.data.lists import iterate_batches, scatter_scores
-from ctxrank.data.ranking_data import RankingData, check_feature_count
-from ctxrank.data.transforms import Transform
+from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries
 from ctxrank.models.base import RankingModule
-from ctxrank.registry import get_model
-from ctxrank.training.build import missing_problem
 from ctxrank.training.memory import scoring_fits
 
-__all__ = ["TorchPredictor", "evaluate_model", "predict", "set_threads"]
+__all__ = ["evaluate_model", "predict", "set_threads"]
 
 
 def predict(
@@ -68,51 +63,6 @@ def evaluate_model(
     """Per-query metric vectors of the model's scores on ``data``."""
     scores = predict(model, data, init_scores=init_scores, batch_size=batch_size)
     return evaluate_queries(scores, data.labels, data.query_offsets, metrics, **metric_options)
-
-
-@dataclass
-class TorchPredictor:
-    """A trained neural ranker with its normalizer: raw RankingData in, flat scores out.
-
-    The predictor protocol that callers ask instead of testing the type (``RerankPredictor``,
-    ``EnsemblePredictor`` and the fitted baselines answer it too): ``ensemble_size`` (an ensemble's
-    number of ``members``; 0), ``initial`` and ``spec`` (a re-ranking model's initial ranker and
-    settings; None), ``scorer`` (the TorchPredictor whose module scores the lists: itself; None for a
-    baseline) and ``reads_row_order``."""
-
-    model: RankingModule
-    transform: Transform
-    config: RunConfig
-    meta: dict[str, Any]
-    ensemble_size = 0
-    initial = spec = None
-    scorer = property(lambda self: self)
-
-    @property
-    def n_features(self) -> int:
-        return int(self.meta["n_features"])
-
-    @property
-    def reads_row_order(self) -> bool:
-        """Whether its scores depend on the row order of a list (the registry entry's answer)."""
-        return get_model(self.config.model).reads_row_order(self.config.model_params)
-
-    def check_data(self, data: RankingData) -> None:
-        check_feature_count(data, self.n_features)
-        problem = missing_problem(self.config, data)  # NaN only under train.missing = "indicator"
-        if problem is not None:
-            raise ValueError(problem)
-
-    def predict(self, data: RankingData, *, init_scores: np.ndarray | None = None) -> np.ndarray:
-        self.check_data(data)
-        data, tc = self.transform.transform(data), self.config.train
-        return predict(
-            self.model,
-            data,
-            init_scores=init_scores,
-            batch_size=tc.eval_batch_size,
-            max_memory_bytes=tc.max_memory_bytes,
-        )
 
 
 def set_threads(predictor: Any, threads: int) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -477,3 +478,8 @@ class RerankPredictor:
     def predict(self, data: RankingData) -> np.ndarray:
         split = self.prepare(data)
         return merge_scores(split, self.top_scores(split))
+
+    def save_model_dir(self, directory: Path, config: Any, **saved: Any) -> Path:
+        """The initial ranker's directory (``spec.dir``), then the re-ranker's checkpoint around it."""
+        self.initial.save(directory / self.spec.dir, run_config=config.to_dict(), overwrite=True)
+        return self.reranker.save_model_dir(directory, config, rerank=self.spec, **saved)

@@ -69,13 +69,12 @@ from ctxrank.metrics import (
     evaluate_queries,
     is_choice_data,
     mean_over_queries,
-    metric_convention,
 )
 from ctxrank.models.base import RankingModule
 from ctxrank.models.residual import Residual
 from ctxrank.registry import Fitted, ModelEntry, get_model
 from ctxrank.training.build import build_model, missing_handling, missing_problem
-from ctxrank.training.checkpoint import save_checkpoint, save_ensemble, update_meta
+from ctxrank.training.checkpoint import TorchPredictor, save_ensemble
 from ctxrank.training.curves import CURVES_FILE, plot_training_curves
 from ctxrank.training.diagnostics import report, worse_than_initial
 from ctxrank.training.distributed import resolve_device, world
@@ -83,7 +82,7 @@ from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
 from ctxrank.training.loop import fit, seed_everything
 from ctxrank.training.memory import check_model_size, check_training
-from ctxrank.training.predict import TorchPredictor, predict
+from ctxrank.training.predict import predict
 from ctxrank.training.rerank import (
     InitialRanker,
     RerankPredictor,
@@ -631,34 +630,18 @@ def save_result(
     result: RunResult, out: str | Path, *, meta: dict[str, Any] | None = None, write_log: bool = True
 ) -> Path:
     """Save a run's model directory (the one format of ``ctxrank train --out`` and the estimator API):
-    a baseline's own files (plus its summary, ``ctxrank.json["training"]``, as a checkpoint records
-    it), or the checkpoint (the initial ranker in ``out/initial`` when re-ranking); then
-    ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from ``result.history``.
+    the predictor's ``save_model_dir`` (a baseline's own files, a neural model's checkpoint, a re-ranking
+    model's initial ranker in ``out/initial`` and checkpoint; ``ctxrank.json["training"]`` the
+    summary), then ``train_log.jsonl`` (with ``write_log``) and ``training_curves.png`` from
+    ``result.history``.
 
     ``meta``: extra JSON-ready entries for ``ctxrank.json`` (e.g. ``"table"``, ``"split"``). The caller
     has checked ``out`` (:func:`ctxrank._modeldir.claim_model_dir`: ``ctxrank train``, ``Ranker.save``)."""
-    out, config, predictor = Path(out), result.config, result.predictor
+    out, config = Path(out), result.config
     if result.layout is None:
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
-    if predictor.initial is not None:  # the initial ranker's directory, then the re-ranker's
-        predictor.initial.save(out / INITIAL_DIR, run_config=config.to_dict(), overwrite=True)
-    scorer = predictor.scorer  # the torch module that scores: its checkpoint
-    if scorer is not None:
-        conv = metric_convention("standard", no_relevant=config.train.no_relevant)
-        save_checkpoint(
-            out,
-            scorer.model,
-            config,
-            scorer.transform,
-            train_data=result.layout,
-            summary=result.summary.to_json(),
-            conventions=conv.to_dict(),
-            rerank=predictor.spec,
-            extra=meta,
-        )
-    else:  # a model fitted by its own library (a baseline) saves its own files
-        predictor.save(out, run_config=config.to_dict(), overwrite=True)
-        update_meta(out, {**(meta or {}), "training": result.summary.to_json()})  # as a checkpoint records it
+    summary = result.summary.to_json()
+    result.predictor.save_model_dir(out, config, summary=summary, layout=result.layout, extra=meta)
     if write_log and result.history and "train_loss" in result.history[0]:
         text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
         atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
