@@ -121,11 +121,12 @@ class ModelEntry(Protocol):
 
 
 def loss_options(fn: Any) -> list[str]:
-    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``)."""
+    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``,
+    ``weights``)."""
     return [
         name
         for name, p in inspect.signature(fn).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator")
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator", "weights")
     ]
 
 
