@@ -60,14 +60,14 @@ def _ndcg(model, truth):
     )
 
 
-def _train(log, valid, model="listnet", seed=0, params=None, loss=None, **train):
+def _train(log, valid, model="listnet", seed=0, params=None, loss=None, state_dir=None, **train):
     seed_everything(seed)
     m = make_model(model, log.n_features, params)
     cfg = TrainConfig(
         **{"batch_size": 32, "max_epochs": 4, "patience": 4, "lr": 0.05, "threads": 1, "seed": seed, **train}
     )
     loss_fn = get_loss(loss or MODELS[model].traits.default_loss)
-    fit(m, loss_fn, log, valid, cfg, progress=False)
+    fit(m, loss_fn, log, valid, cfg, progress=False, state_dir=state_dir)
     return m
 
 
@@ -229,3 +229,26 @@ def test_debias_checks_name_the_option():
         RunConfig(model="lambdamart", train=TrainConfig(debias="pal"))
     with pytest.raises(ValueError, match="applies to a neural model trained by SGD"):
         RunConfig(model="arsm", train=TrainConfig(debias="pal"))
+
+
+def test_the_towers_are_saved_with_the_resumable_state(tmp_path):
+    log, truth = simulate_pbm_log(20, 0, list_len=5)
+    first = _train(log, truth, debias="dla", max_epochs=2, state_dir=tmp_path)
+    seed_everything(0)
+    again = make_model("listnet", log.n_features)
+    cfg = TrainConfig(batch_size=32, max_epochs=2, patience=4, lr=0.05, threads=1, seed=0, debias="dla")
+    fit(again, get_loss("listnet"), log, truth, cfg, progress=False, state_dir=tmp_path, resume=True)
+    for a, b in zip(first.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    naive = TrainConfig(batch_size=32, max_epochs=2, patience=4, lr=0.05, threads=1, seed=0)
+    with pytest.raises(ValueError):
+        fit(
+            make_model("listnet", log.n_features),
+            get_loss("listnet"),
+            log,
+            truth,
+            naive,
+            progress=False,
+            state_dir=tmp_path,
+            resume=True,
+        )
