@@ -354,13 +354,6 @@ class RunConfig:
                 f"{self.train.seed + self.ensemble - 1:,}, above the largest seed {MAX_SEED:,}: "
                 "lower train.seed"
             )
-        if self.train.debias != "none" and (
-            not entry.traits.torch_module or entry.traits.own_objective or self.fits_by_maximum_likelihood
-        ):
-            raise ValueError(
-                f"train.debias = {self.train.debias!r} applies to a neural model trained by SGD on a ranking "
-                f"loss; {self.model} trains {self.objective}"
-            )
         entry.check_run(self)
 
     @property

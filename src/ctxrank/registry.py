@@ -213,6 +213,11 @@ class NeuralEntry:
                     f"loss: {config.model} trains its own {own} objective (see model_params); "
                     "loss and loss_params do not apply"
                 )
+            if config.train.debias != "none":
+                raise ValueError(
+                    f"train.debias: {config.model} trains its own {own} objective; debiasing applies to "
+                    "models trained with a ranking loss"
+                )
             return
         options = loss_options(LOSSES[config.loss_name])
         for key, value in config.loss_params.items():

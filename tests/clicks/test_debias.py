@@ -6,7 +6,7 @@ import torch
 
 from ctxrank.clicks.towers import Debias, PositionTower
 from ctxrank.clicks.weighting import ips_weights, propensity_table
-from ctxrank.config import RunConfig, TrainConfig
+from ctxrank.config import RerankConfig, RunConfig, TrainConfig
 from ctxrank.data.lists import iterate_batches, pad_queries, truncate_top_k
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import LOSSES, get_loss
@@ -225,10 +225,15 @@ def test_debias_checks_name_the_option():
         TrainConfig(propensity_clip=0.5)
     with pytest.raises(ValueError, match=r"train.debias must be one of \['none', 'ips', 'dla', 'pal'\]"):
         TrainConfig(debias="nope")
-    with pytest.raises(ValueError, match="applies to a neural model trained by SGD"):
+    with pytest.raises(ValueError, match=r"train\.debias: lambdamart is a baseline and does not use it"):
         RunConfig(model="lambdamart", train=TrainConfig(debias="pal"))
-    with pytest.raises(ValueError, match="applies to a neural model trained by SGD"):
+    with pytest.raises(ValueError, match=r"train\.debias: mnl is fitted to its maximum likelihood"):
+        RunConfig(model="mnl", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"train\.debias: arsm trains its own arsm objective"):
         RunConfig(model="arsm", train=TrainConfig(debias="pal"))
+    RunConfig(
+        model="mnl", train=TrainConfig(debias="pal"), rerank=RerankConfig(initial="lambdamart", residual=True)
+    )
 
 
 def test_the_towers_are_saved_with_the_resumable_state(tmp_path):
