@@ -154,10 +154,11 @@ def test_shown_positions_reach_the_batches_and_survive_top_k():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ips_dla_and_pal_rank_better_than_naive_training_on_a_pbm_log(seed):
     log, _ = simulate_pbm_log(400, seed)
-    _, truth = simulate_pbm_log(200, seed + 100)
-    naive = _ndcg(_train(log, truth), truth)
+    _, valid = simulate_pbm_log(100, seed + 100)  # model selection on labelled sessions (as a skyline's)
+    _, test = simulate_pbm_log(200, seed + 200)
+    naive = _ndcg(_train(log, valid), test)
     for debias, extra in (("ips", {"propensity_eta": 1.0}), ("dla", {}), ("pal", {})):
-        assert _ndcg(_train(log, truth, debias=debias, **extra), truth) > naive + 0.03, debias
+        assert _ndcg(_train(log, valid, debias=debias, **extra), test) > naive + 0.03, debias
 
 
 def test_dla_learns_decreasing_propensities():
