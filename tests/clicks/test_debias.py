@@ -232,6 +232,8 @@ def test_debias_checks_name_the_option():
         RunConfig(model="mnl", train=TrainConfig(debias="pal"))
     with pytest.raises(ValueError, match=r"train\.debias: arsm trains its own arsm objective"):
         RunConfig(model="arsm", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"loss_params\.weights: not an option"):  # they come from the log
+        RunConfig(model="listnet", loss_params={"weights": 1.0})
     RunConfig(
         model="mnl", train=TrainConfig(debias="pal"), rerank=RerankConfig(initial="lambdamart", residual=True)
     )
