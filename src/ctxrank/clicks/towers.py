@@ -78,7 +78,7 @@ def _relative_to_first(
     shown first in its list (the smallest shown position), computed in log space and capped at ``clip``
     (``log`` of it before ``exp``: no overflow); 0 on padding."""
     v = values.detach().float()
-    first = torch.where(mask, shown, torch.iinfo(shown.dtype).max).argmin(-1, keepdim=True)  # (B, 1)
+    first = torch.where(mask, shown.float(), math.inf).argmin(-1, keepdim=True)  # (B, 1); float: fast argmin
     log_ratio = v.gather(-1, first) - v  # (B, L)
     top = math.log(clip) if clip is not None else 80.0  # exp(80) is finite in float32
     log_ratio = torch.where(mask, log_ratio, torch.zeros((), device=v.device)).clamp(max=top)
