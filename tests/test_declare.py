@@ -60,7 +60,10 @@ def test_train_and_tune_declare_no_training_flag_of_their_own():
     fields only (``--threads`` in ctxrank._declare, shared; other commands' ``--model DIR`` is another
     option: a saved model)."""
     names = [name for name, _ in declared(RunConfig)]
-    assert names == ["model", "loss", "seed", "threads", "initial", "top_k", "crossfit"]
+    assert names == [
+        "model", "loss", "seed", "threads", "debias", "propensity", "propensity_eta", "propensity_clip",
+        "initial", "top_k", "crossfit",
+    ]  # fmt: skip
     for name, opt in declared(RunConfig):
         files = _declaring_files(opt.flag)
         assert "cli/tune.py" not in files and "cli/train.py" not in files, (name, opt.flag)

@@ -47,11 +47,25 @@ from ctxrank._checks import (
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, field_default, option
 from ctxrank._memory import AUTO
 from ctxrank._overrides import Override, parse_override, set_path
+from ctxrank.clicks.weighting import DEBIAS, check_propensity
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import parse_metric
 from ctxrank.registry import FULL_BATCH_TRAIN_KEYS, MODELS, get_model
+
+
+def _propensities(text: str) -> tuple[float, ...]:
+    """``--propensity 1,0.5,0.33``: the comma-separated examination probabilities of positions 1, 2, ..."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+        check_propensity(values, None, None)
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers in (0, 1], got {text[:40]!r}") from None
+    return values
+
+
+PROPENSITIES = _propensities
 
 DEFAULT_CROSSFIT = 0  #: the initial ranker's cross-fitting folds on the training split (0: off, the papers')
 
@@ -130,6 +144,17 @@ class TrainConfig:
             pages faulted in again, which slows the models of short steps (the two stored full-size
             WEB30K-shaped runs of docs/benchmarks.md). It changes no number: a run may resume under the
             other value.
+        debias: learning from a click log (training data with shown positions, ``ctxrank.clicks``):
+            ``"none"`` (naive training on the clicks), ``"ips"`` (labels weighted by clipped,
+            self-normalised inverse propensities, ``ctxrank.clicks.weighting``), ``"dla"`` (a propensity
+            tower learned jointly, dual learning) or ``"pal"`` (an additive position tower, dropped at
+            serving; ``ctxrank.clicks.towers``). The full-information skyline is training on the true
+            labels (no option). Neural models trained by SGD only.
+        propensity: ``"ips"``: the examination probability of each shown position ``1, 2, ...`` (values in
+            ``(0, 1]``; the log may show no item beyond them), or empty with ``propensity_eta``.
+        propensity_eta: ``"ips"``: the propensities ``(1 / k)^eta`` of the position-based model.
+        propensity_clip: the largest inverse-propensity weight (propensities below ``1 / clip`` count
+            as ``1 / clip``); None: no cap.
     """
 
     lr: float = 1e-3
@@ -152,8 +177,37 @@ class TrainConfig:
     max_memory_bytes: int | str = AUTO
     missing: str = "native"
     release_memory: str = "epoch"
+    debias: str = option(
+        "none", "--debias",
+        "learning from a click log: none (naive), ips (inverse propensities), dla (a propensity tower "
+        "learned jointly) or pal (an additive position tower) (train.debias)",
+        choices=DEBIAS,
+    )  # fmt: skip
+    propensity: tuple[float, ...] = option(
+        (), "--propensity", "ips: the examination probability of shown positions 1, 2, ... (comma-separated)",
+        parse=PROPENSITIES, metavar="P1,P2,...",
+    )  # fmt: skip
+    propensity_eta: float | None = option(
+        None, "--propensity-eta", "ips: propensities (1/k)^ETA of the position-based model",
+        parse=float, metavar="ETA",
+    )  # fmt: skip
+    propensity_clip: float | None = option(
+        100.0, "--propensity-clip", "the largest inverse-propensity weight (default 100)",
+        parse=float, metavar="W",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
+        check_choice("train.debias", self.debias, DEBIAS)
+        check_propensity(self.propensity, self.propensity_eta, self.propensity_clip)
+        if self.debias != "ips" and (self.propensity or self.propensity_eta is not None):
+            raise ValueError(
+                f"train.propensity / train.propensity_eta are the given propensities of train.debias = 'ips' "
+                f"(train.debias is {self.debias!r})"
+            )
+        if self.debias == "ips" and not self.propensity and self.propensity_eta is None:
+            raise ValueError(
+                "train.debias = 'ips' needs train.propensity (per-position values) or train.propensity_eta"
+            )
         check_bool("train.shuffle_items", self.shuffle_items)
         check_choice("train.release_memory", self.release_memory, RELEASE_MEMORY)
         check_choice("train.missing", self.missing, MISSING_POLICIES)

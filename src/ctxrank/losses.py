@@ -27,6 +27,29 @@ Conventions shared by all of them:
 * **NaN.** A NaN score or label on a real item makes that list's value NaN (also in means and sums), even
   for a list that would otherwise not contribute: a real NaN is never hidden.
 
+**Weights** (every loss of the registry, one mechanism): ``weights=w``, a float ``(B, L)`` tensor ``>= 0``
+(finite on real items; padding ignored), multiplies the labels before anything else, ``y' = w * y``
+(:class:`_Lists`). Its use is inverse-propensity scoring of a click log (``ctxrank.clicks.weighting``):
+with clicks ``c`` drawn by the position-based model, ``P(c_i = 1) = p(rank_i) r_i``, the weighted click
+``c_i / p(rank_i)`` has expectation ``r_i`` (Wang et al. 2016, SIGIR; Joachims, Swaminathan & Schnabel
+2017, WSDM). So a loss *linear in the labels* gets an unbiased estimate of its full-information value
+(true relevance ``r``). Per loss, what the weighted clicks give:
+
+* **unbiased, up to a per-list normaliser**: ListNet with ``label_transform="identity"`` (the target
+  ``w c / sum w c``: numerator unbiased, the list's sum of labels estimated by the same clicks, a
+  self-normalised ratio), SoftRank, LambdaLoss, ApproxNDCG and NeuralNDCG with ``gain="linear"``
+  (``DCG`` is linear in the labels; the ideal DCG normaliser is estimated by the same clicks). With one
+  click per list the normaliser cancels the weight of that list's click: the debiasing then acts across
+  lists through the batch-level self-normalisation of the weights (``ctxrank.clicks.weighting``).
+* **standard practice only** (no unbiasedness claim: the loss is not linear in the labels): ListNet
+  with ``"exp"`` / ``"exp2"`` targets, the ``exp2`` gains (``2^(w c) - 1``), AttRank (a softmax of the
+  labels), ListMLE (the label order: weights only reorder the clicked items), RankNet (the pair set
+  ``y_i > y_j``; weights change the order among clicked items, not the pair weights). For clicks use the
+  linear forms; ``exp2`` gains of heavily weighted clicks grow as ``2^(w c)`` (finite in float32 for
+  ``w c < 128``, which the weights' cap keeps for 0/1 clicks).
+
+Weights of all ones give exactly the unweighted loss (tested for every loss).
+
 Losses (``LOSSES`` registry; ``get_loss(name)``):
 
 * :func:`listnet`: top-one probability cross entropy (Cao et al. 2007, ICML).
@@ -119,13 +142,21 @@ class _Lists:
         nan: ``(B,)`` bool, NaN score or label on a real item.
     """
 
-    def __init__(self, scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
+    def __init__(
+        self,
+        scores: torch.Tensor,
+        labels: torch.Tensor,
+        mask: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ):
         check_score_inputs(scores, labels, mask, floating=True)
         self.dtype = torch.promote_types(scores.dtype, torch.float32)
         zero = torch.zeros((), dtype=self.dtype, device=scores.device)
         self.mask = mask
         self.s = torch.where(mask, scores.to(self.dtype), zero)  # (B, L)
         self.y = torch.where(mask, labels.to(self.dtype), zero)  # (B, L)
+        if weights is not None:
+            self.y = self.y * _item_weights(weights, mask, self.dtype)
         bad = torch.isnan(scores) | torch.isnan(labels)
         self.nan = (bad & mask).any(-1)  # (B,)
         if bool((self.y < 0).any()):
@@ -152,6 +183,21 @@ class _Lists:
         if reduction == "sum":
             return total
         return total / self.contrib.sum().clamp(min=1).to(total.dtype)
+
+
+def _item_weights(weights: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, L)`` checked label weights in ``dtype``, 0 on padding (module docstring, "Weights")."""
+    if not isinstance(weights, torch.Tensor) or not weights.dtype.is_floating_point:
+        raise TypeError(f"weights must be a float torch.Tensor (B, L) or None, got {type(weights).__name__}")
+    if weights.shape != mask.shape:
+        raise ValueError(
+            f"weights must have the shape of the labels {tuple(mask.shape)}, got {tuple(weights.shape)}"
+        )
+    w = torch.where(mask, weights.to(dtype), torch.zeros((), dtype=dtype, device=weights.device))
+    if not bool((torch.isfinite(w) & (w >= 0)).all()):
+        bad = w[~(torch.isfinite(w) & (w >= 0))][:5].tolist()
+        raise ValueError(f"weights must be finite and >= 0 on real items, got {bad}")
+    return w
 
 
 def _masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -186,6 +232,7 @@ def listnet(
     *,
     temperature: float = 1.0,
     label_transform: str = "exp",
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """ListNet: cross entropy between top-one probabilities of labels and scores (Cao et al. 2007).
@@ -204,6 +251,8 @@ def listnet(
         temperature: ``> 0``; divides the scores (not the labels).
         label_transform: how labels become ``P_y``: ``"exp"`` = ``softmax(y)`` (ListNet's ``phi = exp``,
             default), ``"identity"`` = ``y / sum y``, ``"exp2"`` = ``(2^y - 1) / sum (2^y - 1)``.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -212,7 +261,7 @@ def listnet(
     check_choice("reduction", reduction, REDUCTIONS)
     check_choice("label_transform", label_transform, LABEL_TRANSFORMS)
     temperature = check_positive("temperature", temperature)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     log_p = torch.log_softmax(lists.logits(lists.s / temperature), dim=-1)  # (B, L)
     target = _top_one_target(lists, label_transform)  # (B, L)
     per_list = -_masked_sum(target * log_p, lists.mask)  # (B,)
@@ -241,6 +290,7 @@ def listmle(
     mask: torch.Tensor,
     *,
     generator: torch.Generator | None = None,
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """ListMLE: Plackett-Luce negative log-likelihood of the label order (Xia et al. 2008).
@@ -264,6 +314,8 @@ def listmle(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         generator: random tie-breaking; ``None`` = by position.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -272,7 +324,7 @@ def listmle(
     check_choice("reduction", reduction, REDUCTIONS)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     order = _label_order(lists, generator)  # (B, L)
     valid = lists.mask.gather(-1, order)  # (B, L), a prefix of each row
     s_sorted = torch.where(valid, lists.s.gather(-1, order), lists.neg)  # (B, L)
@@ -305,6 +357,7 @@ def attrank(
     mask: torch.Tensor,
     *,
     form: str = "qilcm",
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """AttRank: cross entropy between a label attention and the score softmax (Ai et al. 2018).
@@ -333,6 +386,8 @@ def attrank(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         form: ``"qilcm"``, ``"dlcm"`` or ``"dlcm_code"``.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -340,7 +395,7 @@ def attrank(
     """
     check_choice("reduction", reduction, REDUCTIONS)
     check_choice("form", form, ATTRANK_FORMS)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     z = lists.logits()  # (B, L)
     lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (B, 1)
     log_s = z - lse  # (B, L) log softmax
@@ -441,6 +496,7 @@ def softrank(
     sigma: float = 0.1,
     k: int | None = None,
     gain: str = "exp2",
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """SoftRank: one minus the expected NDCG@k under Gaussian score noise (Taylor et al. 2008).
@@ -466,6 +522,8 @@ def softrank(
         sigma: noise standard deviation, ``> 0``.
         k: NDCG cutoff (``None`` = whole list; ``k > L`` = whole list).
         gain: ``"exp2"`` or ``"linear"``.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -475,7 +533,7 @@ def softrank(
     check_choice("gain", gain, SOFTRANK_GAINS)
     sigma = check_positive("sigma", sigma)
     k = check_int("k", k, allow_none=True)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     L = scores.shape[1]
     R = L if k is None else min(k, L)
     g = _gain(lists.y, gain)  # (B, L), 0 on padding
@@ -520,6 +578,7 @@ def ranknet(
     mask: torch.Tensor,
     *,
     sigma: float = 1.0,
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """RankNet: logistic loss on every pair of real items with different labels (Burges et al. 2005).
@@ -538,6 +597,8 @@ def ranknet(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         sigma: ``> 0``, the steepness of the sigmoid.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -546,7 +607,7 @@ def ranknet(
     """
     check_choice("reduction", reduction, REDUCTIONS)
     sigma = check_positive("sigma", sigma)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     diff = lists.s[:, :, None] - lists.s[:, None, :]  # (B, L, L): s_i - s_j
     pair_loss = F.softplus(-sigma * diff)  # (B, L, L)
     per_list = torch.where(_label_pairs(lists), pair_loss, 0.0).sum((1, 2))  # (B,)
@@ -569,6 +630,7 @@ def lambdaloss(
     sigma: float = 1.0,
     mu: float = 10.0,
     gain: str = "exp2",
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """LambdaLoss with the NDCG-Loss2++ weights (Wang, Li, Golbandi, Bendersky & Najork 2018, CIKM).
@@ -596,6 +658,8 @@ def lambdaloss(
         mu: ``>= 0``, the weight of NDCG-Loss2's ``delta_ij`` against LambdaRank's ``rho_ij``
             (default 10, allRank's).
         gain: ``"exp2"`` or ``"linear"``.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -605,7 +669,7 @@ def lambdaloss(
     check_choice("gain", gain, SOFTRANK_GAINS)
     sigma = check_positive("sigma", sigma)
     mu = check_non_negative("mu", mu)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     g = _gain(lists.y, gain)  # (B, L), 0 on padding
     G = _safe_div(g, _ideal_dcg(g)[:, None])  # (B, L)
     r = _current_ranks(lists)  # (B, L)
@@ -627,6 +691,7 @@ def approxndcg(
     *,
     alpha: float = 10.0,
     gain: str = "exp2",
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """ApproxNDCG: one minus NDCG with a smooth rank (Qin, Liu & Li 2010, Information Retrieval 13(4)).
@@ -646,6 +711,8 @@ def approxndcg(
         mask: ``(B, L)`` bool, True = real item.
         alpha: ``> 0``, the sigmoid's scale (larger = closer to the true rank, steeper gradients).
         gain: ``"exp2"`` or ``"linear"``.
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -654,7 +721,7 @@ def approxndcg(
     check_choice("reduction", reduction, REDUCTIONS)
     check_choice("gain", gain, SOFTRANK_GAINS)
     alpha = check_positive("alpha", alpha)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     L = scores.shape[1]
     others = lists.mask[:, None, :] & ~torch.eye(L, dtype=torch.bool, device=scores.device)  # (B, L, L)
     above = torch.sigmoid(alpha * (lists.s[:, None, :] - lists.s[:, :, None]))  # [b, x, y]: s_y > s_x
@@ -718,6 +785,7 @@ def neuralndcg(
     gain: str = "exp2",
     transposed: bool = False,
     sinkhorn_iters: int = 50,
+    weights: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """NeuralNDCG: one minus NDCG@k of the NeuralSort-relaxed sort (Pobrotyn & Białobrzeski 2021).
@@ -748,6 +816,8 @@ def neuralndcg(
         gain: ``"exp2"`` or ``"linear"``.
         transposed: the transposed variant.
         sinkhorn_iters: ``>= 0`` Sinkhorn iterations (0 = NeuralSort's row-stochastic matrix as is).
+        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
+            weights of a click log: module docstring, "Weights"), or None.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -759,7 +829,7 @@ def neuralndcg(
     k = check_int("k", k, allow_none=True)
     transposed = check_bool("transposed", transposed)
     sinkhorn_iters = check_int("sinkhorn_iters", sinkhorn_iters, 0)
-    lists = _Lists(scores, labels, mask)
+    lists = _Lists(scores, labels, mask, weights)
     L = scores.shape[1]
     g = _gain(lists.y, gain)  # (B, L), 0 on padding
     ranks = torch.arange(1, L + 1, dtype=lists.dtype, device=scores.device)

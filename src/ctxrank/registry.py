@@ -123,11 +123,12 @@ class ModelEntry(Protocol):
 
 
 def loss_options(fn: Any) -> list[str]:
-    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``)."""
+    """Keyword-only options of a loss function settable from a config (not ``reduction``, ``generator``,
+    ``weights``)."""
     return [
         name
         for name, p in inspect.signature(fn).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator")
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("reduction", "generator", "weights")
     ]
 
 
@@ -213,6 +214,11 @@ class NeuralEntry:
                 raise ValueError(
                     f"loss: {config.model} trains its own {own} objective (see model_params); "
                     "loss and loss_params do not apply"
+                )
+            if config.train.debias != "none":
+                raise ValueError(
+                    f"train.debias: {config.model} trains its own {own} objective; debiasing applies to "
+                    "models trained with a ranking loss"
                 )
             return
         options = loss_options(LOSSES[config.loss_name])

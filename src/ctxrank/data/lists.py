@@ -1,7 +1,8 @@
 """From a flat :class:`RankingData` to padded per-query tensors, and back.
 
 * :class:`ListBatch`: B queries padded to a common length L. ``mask`` is True on real items; padded
-  features, labels, initial scores and categorical codes are exactly 0 and padded ``positions`` are -1.
+  features, labels, initial scores, categorical codes and shown positions are exactly 0 and padded
+  ``positions`` are -1.
 * :func:`pad_queries`: one batch from chosen queries (a (B, L) row-index matrix, then one gather).
 * :func:`iterate_batches`: an epoch of batches, with length bucketing to limit padding and seeded
   shuffling through an explicit ``np.random.Generator``.
@@ -49,6 +50,8 @@ class ListBatch:
         init_scores: float32 (B, L) initial scores (0 at padding), or None.
         categorical: int64 (B, L, C) categorical codes (0 at padding), or None.
         positions: int64 (B, L) row of each item in the source RankingData (-1 at padding), or None.
+        shown_positions: int64 (B, L) 1-based position at which each item was shown, for an interaction
+            log (``RankingData.shown_positions``; 0 at padding), or None (labelled data).
     """
 
     features: torch.Tensor
@@ -58,6 +61,7 @@ class ListBatch:
     init_scores: torch.Tensor | None = None
     categorical: torch.Tensor | None = None
     positions: torch.Tensor | None = None
+    shown_positions: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -165,6 +169,11 @@ def pad_queries(
         cat_np = np.zeros((b, width, data.categorical.shape[1]), dtype=np.int64)
         cat_np[mask] = data.categorical[real]
         cat = torch.from_numpy(cat_np)
+    shown = None
+    if data.shown_positions is not None:
+        shown_np = np.zeros((b, width), dtype=np.int64)
+        shown_np[mask] = data.shown_positions[real]
+        shown = torch.from_numpy(shown_np)
     return ListBatch(
         features=torch.from_numpy(features),
         labels=torch.from_numpy(labels),
@@ -173,6 +182,7 @@ def pad_queries(
         init_scores=init,
         categorical=cat,
         positions=torch.from_numpy(rows),
+        shown_positions=shown,
     )
 
 
@@ -465,6 +475,7 @@ def truncate_top_k(
         query_offsets=new_offsets,
         docids=None if data.docids is None else data.docids[rows],
         categorical=None if data.categorical is None else data.categorical[rows],
+        shown_positions=None if data.shown_positions is None else data.shown_positions[rows],
         feature_names=names,
         categorical_names=data.categorical_names,
         categorical_cardinalities=data.categorical_cardinalities,

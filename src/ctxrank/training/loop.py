@@ -21,6 +21,10 @@ Memory: before its first batch :func:`fit` refuses a run whose largest batch, or
 validation list, would need more than ``train.max_memory_bytes`` (:mod:`ctxrank.training.memory`);
 validation scores in batches cut to fit.
 
+Click logs: ``train.debias`` (``"ips"``, ``"dla"``, ``"pal"``) trains on a log's clicks through
+:class:`ctxrank.clicks.towers.Debias`, which wraps the loss the model's ``training_loss`` receives; its
+position towers are optimized with the model (and saved with the resumable state), never part of it.
+
 Crash safety: with ``state_dir`` :func:`fit` writes a resumable training state atomically after every
 epoch (:mod:`ctxrank.training.resume`; rank 0 only) and, with ``resume=True``, continues from it: the
 final weights, history and metrics are bitwise those of an uninterrupted run (same seed and thread
@@ -44,13 +48,15 @@ from tqdm.auto import tqdm
 
 from ctxrank._allocator import release_free_memory
 from ctxrank._io import dumps
+from ctxrank.clicks.towers import Debias
+from ctxrank.clicks.weighting import propensity_table
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.stream import ShardStream
 from ctxrank.fit_summary import FitSummary
 from ctxrank.metrics import evaluate_queries
-from ctxrank.models.base import RankingModule
+from ctxrank.models.base import RankingModule, with_default_options
 from ctxrank.training.diagnostics import epoch_cap, report, stalled
 from ctxrank.training.distributed import DistContext, resolve_device, world
 from ctxrank.training.memory import check_training, scoring_fits
@@ -112,15 +118,22 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
 class _TrainingLoss(torch.nn.Module):
     """``forward(batch) -> model.training_loss(batch, loss_fn)``: the module DistributedDataParallel
     wraps, so that every parameter used by the loss (QILCM's confusion term, ARSM's surrogate) goes
-    through DDP's forward and its gradients are all-reduced."""
+    through DDP's forward and its gradients are all-reduced. With ``debias`` (``train.debias``) the loss
+    is debiased for each batch's shown positions, after the model's default loss options are bound."""
 
-    def __init__(self, model: RankingModule, loss_fn: LossFn | None) -> None:
+    def __init__(self, model: RankingModule, loss_fn: LossFn | None, debias: Debias | None = None) -> None:
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
+        self.debias = debias
 
     def forward(self, batch: Any) -> torch.Tensor:
-        return self.model.training_loss(batch, self.loss_fn)
+        if self.debias is None:
+            return self.model.training_loss(batch, self.loss_fn)
+        assert self.loss_fn is not None
+        traits = self.model.traits
+        loss_fn = with_default_options(self.loss_fn, traits.default_loss, traits.default_loss_params)
+        return self.model.training_loss(batch, self.debias.wrap(loss_fn, batch.shown_positions))
 
 
 @dataclass
@@ -136,6 +149,7 @@ class _Trainer:
     ctx: DistContext
     device: torch.device
     autocast_dtype: torch.dtype | None
+    debias: Debias | None = None  # train.debias: its towers train with the model and are saved with its state
 
 
 @dataclass
@@ -209,9 +223,10 @@ def fit(
             "a streamed training split has no initial scores (re-ranking reads the data in memory)"
         )
     device = resolve_device(config.device)
+    debias = _debias_of(model, loss_fn, train, config)
     check_training(model, loss_fn, train, config, device)  # before any batch
     scoring_fits(model, valid, config.max_memory_bytes, device)  # validation's longest list, scored alone
-    trainer = _make_trainer(model, loss_fn, config)
+    trainer = _make_trainer(model, loss_fn, config, debias)
     state = _Progress()
     store, run_info = None, {}
     if state_dir is not None:
@@ -250,7 +265,34 @@ def fit(
     return _finish(trainer, state, time.perf_counter() - t_start)
 
 
-def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainConfig) -> _Trainer:
+def _debias_of(
+    model: RankingModule, loss_fn: LossFn | None, train: RankingData | ShardStream, config: TrainConfig
+) -> Debias | None:
+    """``train.debias`` for this fit, checked before any work: the training log must carry shown
+    positions (within ``train.propensity`` for ``"ips"``) and the model train on a ranking loss."""
+    if config.debias == "none":
+        return None
+    what = f"train.debias = {config.debias!r}"
+    if loss_fn is None:
+        raise ValueError(f"{what} needs a ranking loss; {model.name} trains its own objective")
+    if isinstance(train, ShardStream):
+        raise ValueError(f"{what} reads the training log in memory (its shown positions), not streamed")
+    if train.shown_positions is None:
+        raise ValueError(
+            f"{what} learns from a click log: the training data need the shown position of every item "
+            "(RankingData.from_arrays(..., position=...), a log's position column); these have none"
+        )
+    deepest = int(train.shown_positions.max()) if train.n_items else 1
+    propensity = None
+    if config.debias == "ips":
+        table = propensity_table(config.propensity, config.propensity_eta, deepest)
+        propensity = torch.as_tensor(table, dtype=torch.float32)
+    return Debias(config.debias, deepest, propensity=propensity, clip=config.propensity_clip)
+
+
+def _make_trainer(
+    model: RankingModule, loss_fn: LossFn | None, config: TrainConfig, debias: Debias | None = None
+) -> _Trainer:
     """Device, seeds, the (DDP-wrapped) loss module, Adam and the fp16 gradient scaler, in the order
     that keeps runs bitwise reproducible."""
     ctx = world()
@@ -262,10 +304,13 @@ def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainCon
     seed_everything(config.seed, config.threads)
     generator = np.random.default_rng(config.seed)
     model.to(device)
-    step: torch.nn.Module = _TrainingLoss(model, loss_fn)
+    loss_module = _TrainingLoss(model, loss_fn, debias)
+    loss_module.to(device)
+    step: torch.nn.Module = loss_module
     if ctx.enabled:
         step = DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    # the model's parameters first, in their order, then the debiasing towers' (none without them)
+    optimizer = torch.optim.Adam(loss_module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Trainer(
         model=model,
         step=step,
@@ -276,6 +321,7 @@ def _make_trainer(model: RankingModule, loss_fn: LossFn | None, config: TrainCon
         ctx=ctx,
         device=device,
         autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision),
+        debias=debias,
     )
 
 
@@ -316,7 +362,7 @@ def _restore_state(
         return
     check_same_run(saved.run, run_info, store.manifest)
     try:
-        trainer.model.load_state_dict(saved.model)
+        _load_weights(trainer, saved.model)
     except RuntimeError as exc:
         raise ValueError(f"{store.directory}: saved weights do not fit the model ({exc})") from None
     opt_state = trainer.optimizer.state_dict()
@@ -547,7 +593,7 @@ def _save_state(
     store.save(
         TrainingState(
             epoch=epoch,
-            model=trainer.model.state_dict(),
+            model=_weights(trainer),
             best=state.best_state,
             best_epoch=state.best_epoch,
             best_metric=state.best_metric,
@@ -562,6 +608,28 @@ def _save_state(
             run=run_info,
         )
     )
+
+
+#: the prefix of the debiasing towers' weights in a saved training state (beside the model's)
+_DEBIAS_PREFIX = "debias."
+
+
+def _weights(trainer: _Trainer) -> dict[str, torch.Tensor]:
+    """The model's weights, and the debiasing towers' under :data:`_DEBIAS_PREFIX` (resumable state)."""
+    weights = dict(trainer.model.state_dict())
+    if trainer.debias is not None:
+        weights.update({_DEBIAS_PREFIX + k: v for k, v in trainer.debias.state_dict().items()})
+    return weights
+
+
+def _load_weights(trainer: _Trainer, weights: dict[str, torch.Tensor]) -> None:
+    """Load :func:`_weights`' dict into the model and the debiasing towers."""
+    towers = {k.removeprefix(_DEBIAS_PREFIX): v for k, v in weights.items() if k.startswith(_DEBIAS_PREFIX)}
+    trainer.model.load_state_dict({k: v for k, v in weights.items() if not k.startswith(_DEBIAS_PREFIX)})
+    if trainer.debias is not None:
+        trainer.debias.load_state_dict(towers)
+    elif towers:
+        raise RuntimeError("the saved state holds debiasing towers (train.debias) this run does not train")
 
 
 def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:

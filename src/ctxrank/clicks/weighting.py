@@ -1,0 +1,120 @@
+"""Inverse-propensity weights of the clicks of a log, and the checks of the given propensities.
+
+The position-based model (Craswell et al. 2008; Richardson et al. 2007) explains a click as examination
+times relevance, ``P(c_i = 1) = p(k_i) r_i`` with ``k_i`` the position item ``i`` was shown at and
+``p(k)`` the examination probability of position ``k`` (its *propensity*). Weighting each click by
+``1 / p(k_i)`` makes it an unbiased estimate of the relevance, ``E[c_i / p(k_i)] = r_i``: inverse
+propensity scoring (IPS) for learning to rank (Wang, Bendersky, Metzler & Najork 2016, SIGIR, "Learning
+to Rank with Selection Bias in Personal Search", eq. 4; Joachims, Swaminathan & Schnabel 2017, WSDM,
+"Unbiased Learning-to-Rank with Biased Feedback", eq. 5). :func:`ips_weights` computes, per batch:
+
+1. ``v_i = min(1 / p(k_i), clip)``: **clipping** caps a weight at ``clip`` (equivalently, every
+   propensity below ``1 / clip`` counts as ``1 / clip``), trading a small bias for bounded variance
+   (Joachims et al. 2017, section 5; Strehl et al. 2010).
+2. ``w_i = v_i * n / sum_{clicked j} v_j``, over the ``n`` clicked items (label ``> 0``) of the whole
+   **batch**: **self-normalisation** (SNIPS: Swaminathan & Joachims 2015, NeurIPS, "The
+   Self-Normalized Estimator for Counterfactual Learning"), dividing by the weights' sum instead of the
+   number of clicks. The mean weight of a click is 1, so the loss keeps the scale of naive training (the
+   same learning rate works); the batch, not the list, is the unit, because a list has typically one
+   click, and normalising within it would cancel its weight. With ``p(k) <= 1``, ``v >= 1`` and a
+   normalised weight is at most ``min(clip, n)``.
+
+Only the weights of clicked items matter (the losses multiply the labels by them:
+``ctxrank.losses``, "Weights"); the weights of the others are computed the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["DEBIAS", "check_propensity", "ips_weights", "normalise_weights", "propensity_table"]
+
+#: ``train.debias``: ``"none"`` (naive training on the clicks), ``"ips"`` (given propensities),
+#: ``"dla"`` (a propensity tower learned jointly), ``"pal"`` (an additive position tower)
+DEBIAS: tuple[str, ...] = ("none", "ips", "dla", "pal")
+
+
+def check_propensity(values: Sequence[float], eta: float | None, clip: float | None) -> None:
+    """Validate ``train.propensity`` (per-position values in ``(0, 1]``), ``train.propensity_eta``
+    (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them."""
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"train.propensity must be a list of numbers, got {type(values).__name__}")
+    for k, p in enumerate(values, 1):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+            raise ValueError(
+                f"train.propensity: the examination probability of position {k} must be a number in "
+                f"(0, 1], got {p!r}"
+            )
+    if eta is not None and (
+        isinstance(eta, bool) or not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta <= 0
+    ):
+        raise ValueError(f"train.propensity_eta must be a finite number > 0 or None, got {eta!r}")
+    if values and eta is not None:
+        raise ValueError("give train.propensity (per-position values) or train.propensity_eta, not both")
+    if clip is not None and (
+        isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 1
+    ):
+        raise ValueError(f"train.propensity_clip must be a finite number >= 1 or None, got {clip!r}")
+
+
+def propensity_table(values: Sequence[float], eta: float | None, max_position: int) -> np.ndarray:
+    """float64 ``(P,)`` examination probabilities of positions ``1..P`` (``P = max_position``): the given
+    ``values`` (an error when the log shows items beyond them), or ``(1 / k)^eta``.
+
+    The seam of propensities estimated from a log (``ctxrank.clicks.propensity``): such an estimate is
+    passed here as ``values``."""
+    if values:
+        if max_position > len(values):
+            raise ValueError(
+                f"train.propensity gives {len(values)} positions, but the log shows items at positions up "
+                f"to {max_position}: give one value per position"
+            )
+        return np.asarray(values, dtype=np.float64)
+    if eta is None:
+        raise ValueError("propensities need train.propensity (per-position values) or train.propensity_eta")
+    return (1.0 / np.arange(1, max_position + 1, dtype=np.float64)) ** eta
+
+
+def normalise_weights(
+    weights: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """``(B, L)``: ``weights`` capped at ``clip``, then self-normalised so the clicked items (label
+    ``> 0``) of the batch have mean weight 1 (module docstring, steps 1-2); 0 on padding. A batch
+    without a click keeps the capped weights (they multiply zero labels)."""
+    w = weights if clip is None else weights.clamp(max=clip)
+    w = torch.where(mask, w, torch.zeros((), dtype=w.dtype, device=w.device))
+    clicked = mask & (labels > 0)
+    total = torch.where(clicked, w, torch.zeros((), dtype=w.dtype, device=w.device)).sum()
+    n = clicked.sum().to(w.dtype)
+    scale = torch.where(total > 0, n / total.clamp(min=torch.finfo(w.dtype).tiny), torch.ones_like(total))
+    return w * scale
+
+
+def ips_weights(
+    shown_positions: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    propensity: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """float32 ``(B, L)`` clipped, self-normalised inverse-propensity weights (module docstring).
+
+    Args:
+        shown_positions: int64 ``(B, L)`` 1-based shown positions (0 at padding).
+        labels: ``(B, L)`` clicks (or graded interactions), ``>= 0``.
+        mask: bool ``(B, L)``, True = real item.
+        propensity: float ``(P,)`` examination probabilities of positions ``1..P``, in ``(0, 1]``.
+        clip: the largest weight ``1 / p`` (None: no cap).
+    """
+    if bool((shown_positions[mask] > propensity.numel()).any()):
+        raise ValueError(
+            f"a batch shows items at positions up to {int(shown_positions[mask].max())}, beyond the "
+            f"{propensity.numel()} propensities of train.propensity"
+        )
+    index = (shown_positions - 1).clamp(min=0)  # padding reads position 1; masked below
+    inverse = 1.0 / propensity.to(device=labels.device, dtype=torch.float32)[index]  # (B, L)
+    return normalise_weights(inverse, labels, mask, clip)

@@ -1,0 +1,262 @@
+"""train.debias: inverse-propensity weights in every loss, the DLA and PAL position towers, the checks."""
+
+import numpy as np
+import pytest
+import torch
+
+from ctxrank.clicks.towers import Debias, PositionTower
+from ctxrank.clicks.weighting import ips_weights, propensity_table
+from ctxrank.config import RerankConfig, RunConfig, TrainConfig
+from ctxrank.data.lists import iterate_batches, pad_queries, truncate_top_k
+from ctxrank.data.ranking_data import RankingData
+from ctxrank.losses import LOSSES, get_loss
+from ctxrank.metrics import evaluate_queries
+from ctxrank.registry import MODELS, make_model
+from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.predict import predict
+
+NEURAL = sorted(name for name in MODELS if MODELS[name].traits.torch_module)
+TRAINS_ON_A_LOSS = [n for n in NEURAL if not MODELS[n].traits.own_objective]
+SMALL_PARAMS = {
+    "dlcm": {"encoder_widths": [8, 8]},
+    "dcm": {"hidden": 8, "embed": 8},
+    "attn": {"d_fc": 8, "heads": 2, "d_ff": 8, "blocks": 1},
+    "setrank": {"d_model": 8, "heads": 2, "d_ff": 8, "blocks": 1},
+    **{
+        n: {"encoder_width": 8, "att_hidden": [8], "rank_hidden": [8]}
+        for n in NEURAL
+        if n.startswith("qilcm")
+    },
+}
+
+
+def simulate_pbm_log(n_sessions, seed, *, list_len=10, eta=1.0, noise=0.05):
+    """A position-based-model click log (Craswell et al. 2008) and the true labels of its items.
+
+    Feature 0 carries the relevance; feature 1 is what the logging ranker sorted by (unrelated to the
+    relevance), so position bias teaches a naive learner feature 1. Clicks: examination ``(1/k)^eta``
+    times a click probability of ``noise`` (irrelevant) or ``1`` (relevant)."""
+    rng = np.random.default_rng(seed)
+    n = n_sessions * list_len
+    X = rng.normal(size=(n, 4)).astype(np.float32)
+    relevance = (X[:, 0] > 0.8).astype(np.float32)
+    logger = X[:, 1] + 0.3 * rng.normal(size=n)
+    qid = np.repeat(np.arange(n_sessions), list_len)
+    order = np.lexsort((-logger, qid))  # each session by the logger's score
+    X, relevance, qid = X[order], relevance[order], qid[order]
+    position = np.tile(np.arange(1, list_len + 1), n_sessions)
+    p_click = (1.0 / position) ** eta * np.where(relevance > 0, 1.0, noise)
+    clicks = (rng.random(n) < p_click).astype(np.float32)
+    log = RankingData.from_arrays(X, clicks, qid, position=position)
+    truth = RankingData.from_arrays(X, relevance, qid)
+    return log, truth
+
+
+def _ndcg(model, truth):
+    return float(
+        np.nanmean(
+            evaluate_queries(predict(model, truth), truth.labels, truth.query_offsets, ["ndcg@5"])["ndcg@5"]
+        )
+    )
+
+
+def _train(log, valid, model="listnet", seed=0, params=None, loss=None, state_dir=None, **train):
+    seed_everything(seed)
+    m = make_model(model, log.n_features, params)
+    cfg = TrainConfig(
+        **{"batch_size": 32, "max_epochs": 4, "patience": 4, "lr": 0.05, "threads": 1, "seed": seed, **train}
+    )
+    loss_fn = get_loss(loss or MODELS[model].traits.default_loss)
+    fit(m, loss_fn, log, valid, cfg, progress=False, state_dir=state_dir)
+    return m
+
+
+def _random_lists(seed, B=5, L=7):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(B, L, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 3, (B, L), generator=g).double()
+    mask = torch.arange(L)[None, :] < torch.randint(1, L + 1, (B, 1), generator=g)
+    return scores, labels, mask
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_unit_weights_give_the_unweighted_loss_and_other_weights_change_it(name):
+    scores, labels, mask = _random_lists(0)
+    loss = get_loss(name)
+    plain = loss(scores, labels, mask)
+    (grad,) = torch.autograd.grad(plain, scores)
+    ones = loss(scores, labels, mask, weights=torch.ones_like(labels))
+    (grad_ones,) = torch.autograd.grad(ones, scores)
+    assert torch.equal(plain, ones) and torch.equal(grad, grad_ones)
+    uneven = torch.linspace(0.2, 3.0, labels.numel(), dtype=labels.dtype).view_as(labels)
+    assert not torch.allclose(loss(scores, labels, mask, weights=uneven), plain)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_ips_with_all_propensities_one_is_the_unweighted_loss(name):
+    scores, labels, mask = _random_lists(1)
+    shown = torch.where(mask, torch.arange(1, mask.shape[1] + 1), 0)
+    debias = Debias("ips", mask.shape[1], propensity=torch.ones(mask.shape[1]), clip=None)
+    loss = get_loss(name)
+    assert torch.allclose(
+        debias.wrap(loss, shown)(scores, labels, mask), loss(scores, labels, mask), atol=1e-6
+    )
+
+
+def test_weights_are_checked():
+    scores, labels, mask = _random_lists(2)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        LOSSES["listnet"](scores, labels, mask, weights=torch.full_like(labels, -1.0))
+    with pytest.raises(ValueError, match="shape of the labels"):
+        LOSSES["listnet"](scores, labels, mask, weights=torch.ones(2, 2, dtype=labels.dtype))
+
+
+def test_ips_weights_clip_then_self_normalise_over_the_batch_clicks():
+    shown = torch.tensor([[1, 2, 3, 0], [1, 2, 3, 4]])
+    mask = shown > 0
+    clicks = torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0]])
+    p = torch.tensor([1.0, 0.5, 0.25, 0.01])
+    w = ips_weights(shown, clicks, mask, p, clip=10.0)
+    raw = torch.tensor([2.0, 1.0, 10.0])  # 1/p of the clicks, position 4 capped at 10
+    expected = raw * 3 / raw.sum()
+    assert torch.allclose(w[clicks > 0], expected)
+    assert float(w[clicks > 0].mean()) == pytest.approx(1.0)
+    assert w[0, 3] == 0  # padding
+    with pytest.raises(ValueError, match="beyond the 4 propensities"):
+        ips_weights(shown + 1, clicks, mask, p, clip=None)
+
+
+def test_propensities_given_or_by_eta_and_positions_beyond_them_refused():
+    assert propensity_table((), 2.0, 3) == pytest.approx([1.0, 0.25, 1 / 9])
+    with pytest.raises(
+        ValueError,
+        match=r"train\.propensity gives 2 positions, but the log shows items at positions up to 10",
+    ):
+        propensity_table((1.0, 0.5), None, 10)
+
+
+def test_shown_positions_reach_the_batches_and_survive_top_k():
+    log, _ = simulate_pbm_log(4, 0, list_len=5)
+    batch = pad_queries(log, [0, 1])
+    assert torch.equal(batch.shown_positions[batch.mask], torch.from_numpy(log.shown_positions[:10]).long())
+    assert batch.shown_positions.dtype == torch.int64
+    scores = -log.shown_positions.astype(np.float64)  # keeps positions 1..3
+    top, rows = truncate_top_k(log, scores, 3)
+    assert np.array_equal(top.shown_positions, log.shown_positions[rows])
+    assert set(top.shown_positions.tolist()) == {1, 2, 3}
+    assert next(iterate_batches(top, 4)).shown_positions is not None
+    padded = pad_queries(RankingData.concat([log.subset([0]), top.subset([1])]), [0, 1])  # 5 and 3 items
+    assert padded.shown_positions.tolist() == [[1, 2, 3, 4, 5], [1, 2, 3, 0, 0]]
+    labelled = pad_queries(RankingData.from_arrays(log.features, log.labels, log.query_index), [0])
+    assert labelled.shown_positions is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ips_dla_and_pal_rank_better_than_naive_training_on_a_pbm_log(seed):
+    log, _ = simulate_pbm_log(400, seed)
+    _, valid = simulate_pbm_log(100, seed + 100)  # model selection on labelled sessions (as a skyline's)
+    _, test = simulate_pbm_log(200, seed + 200)
+    naive = _ndcg(_train(log, valid), test)
+    for debias, extra in (("ips", {"propensity_eta": 1.0}), ("dla", {}), ("pal", {})):
+        assert _ndcg(_train(log, valid, debias=debias, **extra), test) > naive + 0.03, debias
+
+
+def test_dla_learns_decreasing_propensities():
+    log, _ = simulate_pbm_log(400, 0, eta=1.0)
+    seed_everything(0)
+    tower = PositionTower(10)
+    assert torch.equal(tower.propensities(), torch.ones(10))
+    debias = Debias("dla", 10, clip=100.0)
+    model = make_model("listnet", log.n_features)
+    opt = torch.optim.Adam([*model.parameters(), *debias.parameters()], lr=0.05)
+    for _ in range(3):
+        for batch in iterate_batches(log, 32, shuffle=True, generator=np.random.default_rng(0)):
+            loss = model.training_loss(batch, debias.wrap(LOSSES["listnet"], batch.shown_positions))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    learned = debias.tower.propensities()
+    assert learned[0] == 1 and learned[1] < 0.8 and learned[4] < learned[1]
+
+
+@pytest.mark.parametrize("name", TRAINS_ON_A_LOSS)
+def test_every_neural_model_trains_a_step_with_each_debias_and_scores_without_positions(name):
+    log, truth = simulate_pbm_log(6, 0, list_len=5)
+    for debias, extra in (("ips", {"propensity_eta": 1.0}), ("dla", {}), ("pal", {})):
+        model = _train(
+            log,
+            truth,
+            model=name,
+            params=SMALL_PARAMS.get(name),
+            max_epochs=1,
+            batch_size=3,
+            debias=debias,
+            **extra,
+        )
+        assert all(torch.isfinite(p).all() for p in model.parameters()), (name, debias)
+        fresh = make_model(name, log.n_features, SMALL_PARAMS.get(name))
+        assert model.state_dict().keys() == fresh.state_dict().keys()  # no tower in the served model
+        assert np.isfinite(predict(model, truth)).all()  # labelled data without positions
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("debias", ["ips", "dla", "pal"])
+def test_every_loss_debiased_is_finite_with_gradients(name, debias):
+    log, _ = simulate_pbm_log(8, 3, list_len=6, eta=2.0)
+    batch = pad_queries(log, np.arange(8))
+    extra = {"propensity": propensity_table((), 2.0, 6)} if debias == "ips" else {}
+    module = Debias(debias, 6, clip=100.0, **{k: torch.as_tensor(v) for k, v in extra.items()})
+    scores = torch.randn(batch.mask.shape, requires_grad=True)
+    value = module.wrap(get_loss(name), batch.shown_positions)(scores, batch.labels, batch.mask)
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(scores.grad).all()
+
+
+def test_debias_checks_name_the_option():
+    log, truth = simulate_pbm_log(6, 0, list_len=5)
+    with pytest.raises(ValueError, match=r"train\.debias = 'ips' learns from a click log"):
+        _train(truth, truth, debias="ips", propensity_eta=1.0)
+    with pytest.raises(ValueError, match=r"train\.propensity gives 3 positions"):
+        _train(log, truth, debias="ips", propensity=(1.0, 0.5, 0.3))
+    with pytest.raises(ValueError, match=r"needs train\.propensity"):
+        TrainConfig(debias="ips")
+    with pytest.raises(ValueError, match=r"train\.propensity / train\.propensity_eta"):
+        TrainConfig(debias="dla", propensity_eta=1.0)
+    with pytest.raises(ValueError, match=r"train\.propensity_clip must be a finite number >= 1"):
+        TrainConfig(propensity_clip=0.5)
+    with pytest.raises(ValueError, match=r"train.debias must be one of \['none', 'ips', 'dla', 'pal'\]"):
+        TrainConfig(debias="nope")
+    with pytest.raises(ValueError, match=r"train\.debias: lambdamart is a baseline and does not use it"):
+        RunConfig(model="lambdamart", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"train\.debias: mnl is fitted to its maximum likelihood"):
+        RunConfig(model="mnl", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"train\.debias: arsm trains its own arsm objective"):
+        RunConfig(model="arsm", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"loss_params\.weights: not an option"):  # they come from the log
+        RunConfig(model="listnet", loss_params={"weights": 1.0})
+    RunConfig(
+        model="mnl", train=TrainConfig(debias="pal"), rerank=RerankConfig(initial="lambdamart", residual=True)
+    )
+
+
+def test_the_towers_are_saved_with_the_resumable_state(tmp_path):
+    log, truth = simulate_pbm_log(20, 0, list_len=5)
+    first = _train(log, truth, debias="dla", max_epochs=2, state_dir=tmp_path)
+    seed_everything(0)
+    again = make_model("listnet", log.n_features)
+    cfg = TrainConfig(batch_size=32, max_epochs=2, patience=4, lr=0.05, threads=1, seed=0, debias="dla")
+    fit(again, get_loss("listnet"), log, truth, cfg, progress=False, state_dir=tmp_path, resume=True)
+    for a, b in zip(first.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    naive = TrainConfig(batch_size=32, max_epochs=2, patience=4, lr=0.05, threads=1, seed=0)
+    with pytest.raises(ValueError):
+        fit(
+            make_model("listnet", log.n_features),
+            get_loss("listnet"),
+            log,
+            truth,
+            naive,
+            progress=False,
+            state_dir=tmp_path,
+            resume=True,
+        )
