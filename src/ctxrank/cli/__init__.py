@@ -80,7 +80,9 @@ COMMANDS: dict[str, Command] = {
     "train": Command("train", "train a ranker and save it"),
     "predict": Command("train", "score a LETOR file or a table with a saved model"),
     "tune": Command("tune", "search a model's hyperparameters (Optuna)"),
-    "synth": Command("data", "write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos"),
+    "synth": Command(
+        "data", "write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos"
+    ),
     "data-shards": Command("data", "write data files as Parquet shards to train from with --train-shards"),
     "experiment": Command(
         "experiment", "run models x folds x seeds from a TOML spec; report tables, t-tests and figures"
