@@ -96,7 +96,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank._checks import MAX_INT, check_no_relevant, parse_int
+from ctxrank._checks import MAX_INT, check_int, check_no_relevant, parse_int
 
 __all__ = [
     "CHOICE_METRICS",
@@ -1225,12 +1225,7 @@ def _check_flat_inputs(
             f"query_offsets must start at 0, end at N = {s.size} and be non-decreasing; "
             f"got first {off[0]}, last {off[-1]}"
         )
-    if (
-        isinstance(max_chunk_elements, bool)
-        or not isinstance(max_chunk_elements, int)
-        or max_chunk_elements < 1
-    ):
-        raise ValueError(f"max_chunk_elements must be an int >= 1, got {max_chunk_elements!r}")
+    check_int("max_chunk_elements", max_chunk_elements)
     return s, y, off
 
 
