@@ -276,12 +276,10 @@ class Transform:
         """
         if not isinstance(d, dict) or "name" not in d:
             raise ValueError(f"expected a dict from Transform.to_dict(), got {type(d).__name__}")
-        klass = TRANSFORMS.get(d["name"])
-        if klass is None:
-            raise ValueError(f"unknown transform {d['name']!r}; valid names: {sorted(TRANSFORMS)}")
+        obj = make_transform(d["name"], **d.get("params", {}))
+        klass = type(obj)
         if cls is not Transform and klass is not cls:
             raise ValueError(f"{cls.__name__}.from_dict got a dict for {klass.__name__} ({d['name']!r})")
-        obj = klass(**d.get("params", {}))
         if d.get("state") is not None:
             n = d.get("n_features_in")
             if not isinstance(n, int) or n < 0:
