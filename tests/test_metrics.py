@@ -804,6 +804,11 @@ def test_evaluate_queries_bad_input():
         evaluate_queries(scores[:-1], labels, offsets)
     out = evaluate_queries(np.zeros(0), np.zeros(0), np.array([0]), ("ndcg@10", "err"), max_label=4)
     assert out["ndcg@10"].shape == (0,)
+    chunked = evaluate_queries(scores, labels, offsets, max_chunk_elements=np.int64(4))  # a NumPy integer
+    assert np.array_equal(chunked["ndcg@10"], evaluate_queries(scores, labels, offsets)["ndcg@10"])
+    for bad in (True, 0, 2**70):
+        with pytest.raises(ValueError, match="max_chunk_elements must be"):
+            evaluate_queries(scores, labels, offsets, max_chunk_elements=bad)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxrank._checks import MAX_INT, check_no_relevant, parse_int
+from ctxrank._checks import MAX_INT, check_choice, check_int, check_no_relevant, parse_int
 
 __all__ = [
     "CHOICE_METRICS",
@@ -179,10 +179,8 @@ class MetricConvention:
     max_label: float | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in CONVENTIONS:
-            raise ValueError(f"convention must be one of {list(CONVENTIONS)}, got {self.name!r}")
-        if self.gain not in GAINS:
-            raise ValueError(f"gain must be one of {list(GAINS)}, got {self.gain!r}")
+        check_choice("convention", self.name, CONVENTIONS)
+        check_choice("gain", self.gain, GAINS)
         object.__setattr__(self, "no_relevant", check_no_relevant("no_relevant", self.no_relevant))
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float):
             raise TypeError(f"threshold must be a number, got {type(self.threshold).__name__}")
@@ -389,11 +387,6 @@ def _check_k(k: int | None, *, required: bool = False) -> int | None:
     return int(k)
 
 
-def _check_reduction(reduction: str) -> None:
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {list(REDUCTIONS)}, got {reduction!r}")
-
-
 def _work_dtype(labels: torch.Tensor) -> torch.dtype:
     if labels.dtype.is_floating_point:
         return torch.promote_types(labels.dtype, torch.float32)
@@ -500,7 +493,7 @@ def _finish(
         no_rel: ``(B,)`` bool, query has no relevant item.
         nan_rows: ``(B,)`` bool, NaN in the input.
     """
-    _check_reduction(reduction)
+    check_choice("reduction", reduction, REDUCTIONS)
     nan = torch.full((), float("nan"), dtype=values.dtype, device=values.device)
     fill = (
         nan
@@ -1225,12 +1218,7 @@ def _check_flat_inputs(
             f"query_offsets must start at 0, end at N = {s.size} and be non-decreasing; "
             f"got first {off[0]}, last {off[-1]}"
         )
-    if (
-        isinstance(max_chunk_elements, bool)
-        or not isinstance(max_chunk_elements, int)
-        or max_chunk_elements < 1
-    ):
-        raise ValueError(f"max_chunk_elements must be an int >= 1, got {max_chunk_elements!r}")
+    check_int("max_chunk_elements", max_chunk_elements)
     return s, y, off
 
 

@@ -63,8 +63,7 @@ __all__ = [
 #: tracker kind -> its default location (``--track KIND`` without ``:URI``)
 DEFAULTS = {"mlflow": "./mlruns", "tensorboard": "./tensorboard"}
 KINDS = tuple(DEFAULTS)
-#: the Python package each kind imports, and how to get it
-PACKAGES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}
+#: how to get the Python package of each kind (named as the kind)
 INSTALL = "pip install 'ctxrank[track]'"
 #: URI schemes ``--track mlflow:URI`` accepts (besides a plain directory path)
 MLFLOW_SCHEMES = ("file", "http", "https", "sqlite", "postgresql", "mysql", "mssql")
@@ -175,13 +174,9 @@ class Tracking:
         Raises:
             ValueError: what is wrong and how to fix it.
         """
-        package = PACKAGES[self.kind]
-        if importlib.util.find_spec(package) is None:
+        if importlib.util.find_spec(self.kind) is None:
             raise OptionError(
-                "{tracking} {kind} needs the {package} package: {install}",
-                kind=self.kind,
-                package=package,
-                install=INSTALL,
+                "{tracking} {kind} needs the {kind} package: {install}", kind=self.kind, install=INSTALL
             )
         if self.kind == "mlflow" and _scheme(self.location) in ("sqlite", "postgresql", "mysql", "mssql"):
             missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]

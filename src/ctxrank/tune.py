@@ -44,6 +44,7 @@ Markdown table of the trials, ``optimization_history.png`` and ``param_importanc
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import csv
@@ -648,14 +649,10 @@ def trials_markdown(study: optuna.Study, metric: str) -> str:
     headers, rows = _rows(study)
     best = _best(study)
     headers = [f"valid {metric}" if h == "value" else h for h in headers]
-
-    def cell(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in rows:
         mark = " *" if best is not None and r[0] == best.number else ""
-        lines.append("| " + " | ".join([f"{r[0]}{mark}", *(cell(v) for v in r[1:])]) + " |")
+        lines.append("| " + " | ".join([f"{r[0]}{mark}", *(_shown(v) for v in r[1:])]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -711,10 +708,7 @@ def write_report(
 
 
 def _counts(study: optuna.Study) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False):
-        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
-    return counts
+    return dict(collections.Counter(t.state.name.lower() for t in study.get_trials(deepcopy=False)))
 
 
 def _best_toml(study: optuna.Study, best: optuna.trial.FrozenTrial, metric: str, describe: str) -> str:

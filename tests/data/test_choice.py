@@ -16,6 +16,7 @@ from ctxrank.data.choice import (
 )
 from ctxrank.data.registry import get_spec, is_available, load_fold, load_split
 from ctxrank.data.split import group_split_indices, split_queries
+from ctxrank.data.synth_choice import make_choice_sessions
 from tests.conftest import make_ranking_data, rows_sorted_by
 
 # situations, items, decision makers, list lengths: the published counts (README of the data)
@@ -123,3 +124,14 @@ def test_an_order_reading_model_is_warned_about_sorted_rows_unless_shuffled():
         run_training(resolve_config(None, [*base, "train.shuffle_items=true"]), data, data, progress=False)
         listnet = resolve_config(None, ["model=listnet", "train.max_epochs=1"])
         run_training(listnet, data, data, progress=False)
+
+
+def test_synthetic_sessions_check_their_options():
+    assert make_choice_sessions(np.int64(3), min_items=2, max_items=3).table.shape[0] >= 6
+    for kwargs, message in (
+        ({"n_sessions": 2**70}, "n_sessions must be at most"),
+        ({"n_sessions": True}, "n_sessions must be a positive integer"),
+        ({"utility_scale": float("inf")}, "utility_scale must be a positive number"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            make_choice_sessions(**{"n_sessions": 3, **kwargs})

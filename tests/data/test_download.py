@@ -10,6 +10,7 @@ import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 
 from ctxrank._checks import OptionError
@@ -373,6 +374,10 @@ def test_extract_caps_members_and_decompressed_bytes(tmp_path):
         extract(many, tmp_path / "out", max_members=4)
     assert flag_text(info.value.text).endswith("(raise the limit with --max-members N)")
     assert len(extract(many, tmp_path / "ok", max_members=5)) == 5
+    assert len(extract(many, tmp_path / "np", max_members=np.int64(5))) == 5  # a NumPy integer too
+    for name, bad in (("max_members", True), ("max_bytes", 2**70), ("max_members", 0)):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            extract(many, tmp_path / "bad", **{name: bad})
     # a zip bomb in miniature: 1 MB of zeros deflates to about 1 KB; the cap counts decompressed bytes
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:

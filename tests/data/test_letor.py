@@ -675,3 +675,11 @@ def test_registry_dataset_with_a_cut_file_is_an_error(tmp_path):
         ValueError, match=rf"test\.txt:{len(lines)}: lists 45 of the 46 features that every row"
     ):
         load_split("mq2008", "test", 1, root=tmp_path, cache=False)
+
+
+def test_chunk_bytes_is_checked_as_every_integer_option(tmp_path):
+    p = write(tmp_path, "1 qid:1 1:0.5\n0 qid:1 1:0.25\n")
+    assert read_letor(p, cache=False, chunk_bytes=np.int64(8)).n_items == 2  # a NumPy integer is one
+    for bad in (True, 2**70):
+        with pytest.raises(ValueError, match="chunk_bytes must be"):
+            read_letor(p, cache=False, chunk_bytes=bad)

@@ -127,6 +127,13 @@ def test_encoder_min_count_and_direct_use():
         CategoricalEncoder(min_count=0)
 
 
+def test_encoder_min_count_is_checked_as_every_integer_option():
+    assert CategoricalEncoder(min_count=np.int64(2)).min_count == 2  # a NumPy integer is an integer
+    for bad in (True, 2.0, 2**70):
+        with pytest.raises(ValueError, match="min_count must be"):
+            CategoricalEncoder(min_count=bad)
+
+
 def test_encoder_columns_must_match(tmp_path):
     enc = CategoricalEncoder().fit({"color": ["red"]})
     with pytest.raises(

@@ -77,6 +77,9 @@ def test_unreadable_run_files(tmp_path, text):
     with pytest.raises(ValueError, match="unreadable run file") as info:
         store.load_run("mlp", 0, 1)
     assert str(path) in str(info.value)
+    with pytest.raises(ValueError, match="unreadable run file") as info:  # `ctxrank compare` reads it alike
+        load_runs(str(path))
+    assert str(path) in str(info.value)
 
 
 def test_short_metric_list_cannot_change_a_comparison(tmp_path):

@@ -205,3 +205,12 @@ def test_trains_on_letor_like_data():
         model, get_loss("attrank"), tr, va, TrainConfig(batch_size=8, max_epochs=3, threads=1), progress=False
     )
     assert np.isfinite(result.best_metric)
+
+
+def test_config_choices_are_checked_as_every_choice():
+    from ctxrank.models.qilcm import QILCMConfig
+
+    cases = (("pooling", "max", "'attention', 'mean'"), ("confusion_form", "all", "'sum', 'mean'"))
+    for key, bad, valid in cases:
+        with pytest.raises(ValueError, match=rf"model_params\.{key} must be one of \[{valid}\], got '{bad}'"):
+            QILCMConfig(**{key: bad})

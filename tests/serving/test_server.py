@@ -185,6 +185,8 @@ def test_options_are_checked_before_anything_starts(tmp_path, capsys):
         ServeOptions(max_header_bytes=10)
     with pytest.raises(ValueError, match="max_connections must be a positive integer, got 0"):
         ServeOptions(max_connections=0)
+    with pytest.raises(ValueError, match=r"log_level must be one of \['critical', .*\], got 'loud'"):
+        ServeOptions(log_level="loud")
     assert main(["serve", "--model", str(tmp_path / "nothing.onnx")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
     (tmp_path / "bad.onnx").write_bytes(b"not a graph")

@@ -10,15 +10,8 @@ import torch
 
 from ctxrank.cli._options import add_model_dir, add_threads, out, table
 from ctxrank.cli._outputs import check_output_file
+from ctxrank.data.limits import size_text
 from ctxrank.export import EXPORT_FORMATS, export_model
-
-
-def _size_text(n: float) -> str:
-    for unit in ("bytes", "KiB", "MiB"):
-        if n < 1024 or unit == "MiB":
-            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError  # unreachable
 
 
 def export(
@@ -34,7 +27,7 @@ def export(
     result = export_model(model, format, out_file)
     meta = result.meta
     out(
-        f"wrote {result.path} ({result.version}, {_size_text(result.size)}): {meta['model']} from "
+        f"wrote {result.path} ({result.version}, {size_text(result.size)}): {meta['model']} from "
         f"{model}, normalizer {meta['transform']!r} applied inside"
     )
     out()

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ctxrank._checks import check_int
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -36,9 +38,7 @@ class CategoricalEncoder:
     """
 
     def __init__(self, min_count: int = 1) -> None:
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive integer, got {min_count!r}")
-        self.min_count = min_count
+        self.min_count = check_int("min_count", min_count)
         self.columns_: tuple[str, ...] | None = None
         self.vocab_: dict[str, list[str]] = {}
 

@@ -35,7 +35,6 @@ are sorted by, and :func:`shuffle_within_queries` removes the order (``train.shu
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ctxrank._io import sha256_file
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.paths import missing_file_error
 from ctxrank.data.ranking_data import RankingData
@@ -132,7 +132,7 @@ def _layout(name: str) -> ChoiceLayout:
 
 def check_sha256(path: str | os.PathLike, expected: str) -> None:
     """Raise ValueError when the file's sha256 is not ``expected`` (a damaged or substituted copy)."""
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = sha256_file(path)
     if digest != expected:
         raise ValueError(
             f"{path}: sha256 {digest} does not match the registry's {expected}; the file is damaged or "

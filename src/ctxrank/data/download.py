@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
-from ctxrank._checks import OptionError
+from ctxrank._checks import OptionError, check_bytes, check_int
 from ctxrank._declare import BYTE_COUNT, POSITIVE_INT, option
 from ctxrank._io import sha256_file, writing
 from ctxrank.data import registry
@@ -363,9 +363,8 @@ def extract(
         )
     if fmt is None:
         raise ValueError(f"{archive}: not a supported archive (expected .zip, .tar, .tar.gz, .tgz, ...)")
-    for name, value in (("max_bytes", max_bytes), ("max_members", max_members)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_bytes("max_bytes", max_bytes)
+    check_int("max_members", max_members)
     dest_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest_dir))
     budget = _Budget(archive, max_bytes, max_members)

@@ -177,8 +177,7 @@ def read_letor(
     null_fill = check_null_fill("null_fill", null_fill)
     if n_features is not None and not 1 <= n_features <= MAX_FEATURE_INDEX:
         raise ValueError(f"n_features must lie in [1, {MAX_FEATURE_INDEX}], got {n_features}")
-    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    check_bytes("chunk_bytes", chunk_bytes)
     check_bytes("max_dense_bytes", max_dense_bytes)
     check_bytes("max_line_bytes", max_line_bytes)
     if dense not in (None, True, False):

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ctxrank._checks import check_int, check_positive
+
 AIRLINES = ("AA", "BA", "DL", "EK", "LH", "QR", "UA", "U2")
 #: fare level and perceived quality (utility) per carrier; U2 is a low-cost carrier
 _CARRIER_FARE = np.array([1.00, 1.05, 0.98, 1.15, 1.08, 1.12, 0.97, 0.62])
@@ -119,11 +121,9 @@ def make_choice_sessions(
 
 
 def _check_options(n_sessions: int, min_items: int, max_items: int, utility_scale: float) -> None:
-    if not (isinstance(utility_scale, (int, float)) and utility_scale > 0):
-        raise ValueError(f"utility_scale must be a positive number, got {utility_scale!r}")
+    check_positive("utility_scale", utility_scale)
     for name, v in (("n_sessions", n_sessions), ("min_items", min_items), ("max_items", max_items)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_int(name, v)
     if min_items < 2 or max_items < min_items:
         raise ValueError(f"need 2 <= min_items <= max_items, got {min_items}, {max_items}")
 

@@ -133,7 +133,8 @@ class Transform:
     """Base class of the feature normalizers (see the module docstring).
 
     Subclasses set ``name`` (the registry key), may set ``stateless = True`` (nothing learned: usable
-    without ``fit``), and implement ``_fit_state`` and ``_apply``.
+    without ``fit``), and implement ``_apply`` and the streaming statistics (``_stream_*``) that
+    ``_fit_state`` fits from.
 
     Attributes (after ``fit``):
         n_features_in_: F, the feature count seen by ``fit``; ``transform`` requires the same.
@@ -275,12 +276,10 @@ class Transform:
         """
         if not isinstance(d, dict) or "name" not in d:
             raise ValueError(f"expected a dict from Transform.to_dict(), got {type(d).__name__}")
-        klass = TRANSFORMS.get(d["name"])
-        if klass is None:
-            raise ValueError(f"unknown transform {d['name']!r}; valid names: {sorted(TRANSFORMS)}")
+        obj = make_transform(d["name"], **d.get("params", {}))
+        klass = type(obj)
         if cls is not Transform and klass is not cls:
             raise ValueError(f"{cls.__name__}.from_dict got a dict for {klass.__name__} ({d['name']!r})")
-        obj = klass(**d.get("params", {}))
         if d.get("state") is not None:
             n = d.get("n_features_in")
             if not isinstance(n, int) or n < 0:
@@ -329,7 +328,9 @@ class Transform:
 
     # -------------------------------------------------------------------------------- subclass
     def _fit_state(self, data: RankingData) -> None:
-        """Set the learned arrays from ``data``."""
+        """Set the learned arrays from ``data``: its streaming statistics, in one pass (a normalizer
+        whose statistics need a second pass over the rows overrides it)."""
+        self._stream_finish(self._stream_add(self._stream_start(data.n_features), data))
 
     # A streaming fit's statistics are one float64 vector (so ranks can all-gather them): a stateless
     # normalizer keeps none; the per-query ones still check their input, as ``transform`` will.
@@ -472,21 +473,13 @@ class GlobalMinMax(_Affine):
     def get_params(self) -> dict[str, Any]:
         return {"clip": self.clip}
 
-    def _fit_state(self, data: RankingData) -> None:
-        lo = np.full(data.n_features, np.inf)
-        hi = np.full(data.n_features, -np.inf)
-        for block in _blocks(data):
-            np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)  # fmin / fmax: a NaN (missing) is skipped
-            np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
-        self._stream_finish(np.concatenate([lo, hi]))
-
     def _stream_start(self, n_features: int) -> np.ndarray:
         return np.concatenate([np.full(n_features, np.inf), np.full(n_features, -np.inf)])  # [lo, hi]
 
     def _stream_add(self, acc: np.ndarray, chunk: RankingData) -> np.ndarray:
         lo, hi = np.split(acc.copy(), 2)
         for block in _blocks(chunk):
-            np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)
+            np.fmin(lo, np.fmin.reduce(block, axis=0), out=lo)  # fmin / fmax: a NaN (missing) is skipped
             np.fmax(hi, np.fmax.reduce(block, axis=0), out=hi)
         return np.concatenate([lo, hi])
 

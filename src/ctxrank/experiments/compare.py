@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from ctxrank.experiments.report import query_means, run_means
 from ctxrank.experiments.stats import DEFAULT_CORRECTION, adjust, paired_test
-from ctxrank.experiments.store import check_run
+from ctxrank.experiments.store import check_run, read_run_json
 from ctxrank.metrics import metric_sort_key
 
 __all__ = ["compare_runs", "load_runs"]
@@ -41,13 +40,7 @@ def load_runs(ref: str) -> dict[tuple, dict[str, Any]]:
         raise ValueError(f"{ref}: no such file or directory")
     runs = {}
     for f in files:
-        try:
-            d = json.loads(f.read_text())
-        except RecursionError:
-            raise ValueError(f"{f}: not a JSON run file (nested too deeply)") from None
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            text = str(exc).splitlines()[0] if str(exc) else repr(exc)
-            raise ValueError(f"{f}: not a JSON run file ({text})") from None
+        d = read_run_json(f)
         if isinstance(d, dict) and "per_query" in d and "query_ids" in d:  # ctxrank evaluate --json
             r = check_run(f, {"model": "evaluate", "seed": 0, "fold": 0, "query_ids": d["query_ids"],
                               "metrics": d["per_query"]})  # fmt: skip

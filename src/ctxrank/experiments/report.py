@@ -515,9 +515,7 @@ def _figures(spec: ExperimentSpec, res: dict[str, Any], out: Path) -> None:
     ax.legend(fontsize=8, ncol=min(len(models), 5), loc="upper left")
     lo = min(res["table"][m][k]["mean"] for m in models for k in metrics)
     ax.set_ylim(max(0.0, lo - 0.1), None)
-    fig.tight_layout()
-    _save(fig, out / "metrics.png")
-    plt.close(fig)
+    _save(plt, fig, out / "metrics.png")
     if "anomaly" in res:
         an = res["anomaly"]
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -537,10 +535,10 @@ def _figures(spec: ExperimentSpec, res: dict[str, Any], out: Path) -> None:
         ax.set_ylabel(f"{an['models'][0]} - {an['models'][1]}")
         ax.set_title(f"{spec.name}: gap by query anomaly (95% CI)", fontsize=10)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        _save(fig, out / "anomaly.png")
-        plt.close(fig)
+        _save(plt, fig, out / "anomaly.png")
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    plt.close(fig)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ctxrank._io import floats_or_nan, write_json
 
-__all__ = ["RunStore", "check_run"]
+__all__ = ["RunStore", "check_run", "read_run_json"]
 
 SPEC_FILE = "experiment.json"
 
@@ -59,7 +59,7 @@ class RunStore:
         """A stored run, validated (:func:`check_run`; ``metrics``: the metrics it must hold); its
         per-query ``metrics`` are float lists (``null`` -> NaN)."""
         path = self.run_path(model, seed, fold)
-        record = check_run(path, _read(path), metrics)
+        record = check_run(path, read_run_json(path), metrics)
         for key, want in (("model", model), ("seed", seed), ("fold", fold)):
             if record[key] != want:
                 raise ValueError(
@@ -77,7 +77,7 @@ class RunStore:
         """A stored unit, validated: ``query_ids`` and ``anomaly_score`` (a float list, ``null`` ->
         NaN) of equal length."""
         path = self.unit_path(seed, fold)
-        record = _read(path)
+        record = read_run_json(path)
         if not isinstance(record, dict):
             raise ValueError(f"{path}: malformed unit file: not a JSON object")
         ids = _query_ids(path, record)
@@ -101,7 +101,7 @@ class RunStore:
         """
         path = self.root / SPEC_FILE
         if path.exists() and self.has_results():  # a directory without a stored run is claimed anew
-            old = _read(path)
+            old = read_run_json(path)
             if not spec.matches_record(old):
                 raise ValueError(
                     f"{self.root} holds runs of a different experiment ({old.get('name')!r}, other data, "
@@ -110,7 +110,9 @@ class RunStore:
         write_json(path, {"name": spec.name, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()})
 
 
-def _read(path: Path) -> Any:
+def read_run_json(path: Path) -> Any:
+    """The JSON document of a stored record (run, unit or experiment file); a ValueError naming ``path``
+    when it cannot be read."""
     try:
         return json.loads(path.read_text())
     except RecursionError:

@@ -85,7 +85,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ctxrank._checks import check_bool, check_dropout, check_int
+from ctxrank._checks import check_bool, check_choice, check_dropout, check_int
 from ctxrank.models._dropout import Dropout
 from ctxrank.models._jit import records_backward, traceable_loop, tracing
 from ctxrank.models.base import FLOAT_BYTES, ModelTraits, RankingModule
@@ -145,13 +145,9 @@ class DLCMConfig:
             )
         check_int("model_params.gru_hidden", self.gru_hidden, allow_none=True)
         check_int("model_params.k", self.k)
-        if self.direction not in DIRECTIONS:
-            raise ValueError(
-                f"model_params.direction must be one of {list(DIRECTIONS)}, got {self.direction!r}"
-            )
+        check_choice("model_params.direction", self.direction, DIRECTIONS)
         check_bool("model_params.bidirectional", self.bidirectional)
-        if self.gru not in GRU_CELLS:
-            raise ValueError(f"model_params.gru must be one of {list(GRU_CELLS)}, got {self.gru!r}")
+        check_choice("model_params.gru", self.gru, GRU_CELLS)
         check_dropout("model_params.dropout", self.dropout)
 
     def resolved_encoder_widths(self, n_inputs: int) -> tuple[int, ...]:

@@ -136,14 +136,10 @@ class QILCMConfig:
         check_int("model_params.encoder_width", self.encoder_width)
         check_int_list("model_params.att_hidden", self.att_hidden)
         check_int_list("model_params.rank_hidden", self.rank_hidden)
-        if self.pooling not in ("attention", "mean"):
-            raise ValueError(f"model_params.pooling must be 'attention' or 'mean', got {self.pooling!r}")
+        check_choice("model_params.pooling", self.pooling, ("attention", "mean"))
         check_bool("model_params.query_norm", self.query_norm)
         check_non_negative("model_params.confusion_weight", self.confusion_weight)
-        if self.confusion_form not in ("sum", "mean"):
-            raise ValueError(
-                f"model_params.confusion_form must be 'sum' or 'mean', got {self.confusion_form!r}"
-            )
+        check_choice("model_params.confusion_form", self.confusion_form, ("sum", "mean"))
         check_choice("model_params.confusion_direction", self.confusion_direction, CHAMFER_DIRECTIONS)
         check_int("model_params.confusion_pairs", self.confusion_pairs, allow_none=True)
         check_positive("model_params.eps", self.eps)

@@ -155,14 +155,11 @@ def _numbers(values: list[list[Any]], allow_missing: bool, where: Any) -> np.nda
     for row in values:
         types.update(map(type, row))
     if not types <= allowed:
-        for i, row in enumerate(values):
-            for j, v in enumerate(row):
-                if type(v) not in allowed:
-                    if v is None:
-                        what = "null (a missing value), but this model reads no missing values"
-                    else:
-                        what = _shown(v)
-                    raise RequestError(f"{where(i, j)}: expected a number, got {what}", field=where(i, j))
+        bad = ((i, j) for i, row in enumerate(values) for j, v in enumerate(row) if type(v) not in allowed)
+        i, j = next(bad)
+        v = values[i][j]
+        what = "null (a missing value), but this model reads no missing values" if v is None else _shown(v)
+        raise RequestError(f"{where(i, j)}: expected a number, got {what}", field=where(i, j))
     n = len(values)
     x = np.array(values, dtype=np.float64) if n else np.zeros((0, 0))
     over = np.abs(x) > FLOAT32_MAX  # also inf (1e999 parses to inf); NaN is False here

@@ -64,7 +64,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ctxrank._checks import OptionError, check_int
+from ctxrank._checks import OptionError, check_choice, check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_request, rank_answer
@@ -183,8 +183,7 @@ class ServeOptions:
                 raise ValueError(f"{name} must be a number in [{low:g}, 3600000], got {value!r}")
         if self.max_list > self.max_rows:
             raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
-        if self.log_level not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        check_choice("log_level", self.log_level, LOG_LEVELS)
 
 
 def load_ranker(path: str | Path, *, threads: int = 1) -> Any:
