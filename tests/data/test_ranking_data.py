@@ -3,6 +3,8 @@ errors naming the column and the row."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -92,3 +94,41 @@ def test_log_and_labelled_data_do_not_concatenate():
     log = RankingData.from_arrays(X, [1, 0], [0, 0], position=[1, 2])
     with pytest.raises(ValueError, match="interaction log"):
         RankingData.concat([log, RankingData.from_arrays(X, [1, 0], [0, 0])])
+
+
+def _full_data() -> RankingData:
+    """A RankingData with every optional field set."""
+    X = np.arange(12, dtype=np.float32).reshape(6, 2)
+    data = RankingData.from_arrays(
+        X, [1, 0, 2, 0, 1, 0], [0, 0, 0, 1, 1, 1], position=[1, 2, 3, 1, 2, 3],
+        categorical=np.arange(6).reshape(6, 1) % 3, categorical_names=("c",), categorical_cardinalities=(3,),
+    )
+    return replace(
+        data, docids=np.array([f"d{i}" for i in range(6)]), group_ids=np.array(["g0", "g1"])
+    )
+
+
+def test_row_fields_name_every_per_row_field():
+    """What moves with a row (subset, shuffling, top-k truncation, LightGBM's subsets) is listed once:
+    a per-row field added to RankingData and not to ``row_fields`` fails here."""
+    data = _full_data()
+    values = {f.name: getattr(data, f.name) for f in fields(data)}
+    per_row = {k for k, v in values.items() if isinstance(v, np.ndarray) and v.shape[:1] == (data.n_items,)}
+    assert per_row - {"features"} == set(data.row_fields(np.arange(data.n_items)))
+
+
+def test_reordering_and_truncating_rows_keep_every_per_row_field_aligned():
+    from ctxrank.data.choice import shuffle_within_queries
+    from ctxrank.data.lists import truncate_top_k
+
+    data = _full_data()
+
+    def rows(d: RankingData) -> dict:
+        columns = (d.features[:, 0], d.labels, d.categorical[:, 0], d.shown_positions)
+        return {docid: values for docid, *values in zip(d.docids, *columns, strict=True)}
+
+    shuffled = shuffle_within_queries(data, seed=3)
+    cut, _ = truncate_top_k(data, -data.features[:, 0], 2)
+    assert rows(shuffled) == rows(data)
+    assert rows(cut) == {d: v for d, v in rows(data).items() if d in set(cut.docids)} and cut.n_items == 4
+    assert cut.group_ids.tolist() == ["g0", "g1"]

@@ -846,13 +846,11 @@ def _query_rows(data: RankingData, queries: np.ndarray) -> tuple[RankingData, An
     part = replace(
         data,
         features=placeholder,
-        labels=data.labels[rows],
         query_ids=data.query_ids[queries],
         query_offsets=offsets,
-        docids=None,
         info=dict(data.info),
         group_ids=None if data.group_ids is None else data.group_ids[queries],
-        shown_positions=None if data.shown_positions is None else data.shown_positions[rows],
+        **data.row_fields(rows),
     )
     runs = np.split(queries, np.flatnonzero(np.diff(queries) != 1) + 1)
     starts = data.query_offsets

@@ -308,10 +308,4 @@ def shuffle_within_queries(data: RankingData, seed: int) -> RankingData:
     rng = np.random.default_rng(seed)
     keys = rng.random(data.n_items) + data.query_index  # sorts within each query only
     rows = np.argsort(keys, kind="stable")
-    return replace(
-        data,
-        features=data.features[rows],
-        labels=data.labels[rows],
-        docids=None if data.docids is None else data.docids[rows],
-        categorical=None if data.categorical is None else data.categorical[rows],
-    )
+    return replace(data, features=data.features[rows], **data.row_fields(rows))

@@ -468,18 +468,8 @@ def truncate_top_k(
         names = (*(names or ("",) * data.n_features), *extra_names)
     info = dict(data.info)
     info["truncated_items"] = info.get("truncated_items", 0) + int(n - rows.size)
-    truncated = RankingData(
-        features=features,
-        labels=data.labels[rows],
-        query_ids=data.query_ids,
-        query_offsets=new_offsets,
-        docids=None if data.docids is None else data.docids[rows],
-        categorical=None if data.categorical is None else data.categorical[rows],
-        shown_positions=None if data.shown_positions is None else data.shown_positions[rows],
-        feature_names=names,
-        categorical_names=data.categorical_names,
-        categorical_cardinalities=data.categorical_cardinalities,
-        source=data.source,
-        info=info,
+    truncated = replace(
+        data, features=features, query_offsets=new_offsets, feature_names=names, info=info,
+        **data.row_fields(rows),
     )
     return truncated, rows

@@ -287,15 +287,23 @@ class RankingData:
         return replace(
             self,
             features=self.features[rows],
-            labels=self.labels[rows],
             query_ids=self.query_ids[queries],
             query_offsets=offsets.astype(np.int64),
-            docids=None if self.docids is None else self.docids[rows],
-            categorical=None if self.categorical is None else self.categorical[rows],
             info=dict(self.info),
             group_ids=None if self.group_ids is None else self.group_ids[queries],
-            shown_positions=None if self.shown_positions is None else self.shown_positions[rows],
+            **self.row_fields(rows),
         )
+
+    def row_fields(self, rows: np.ndarray) -> dict[str, np.ndarray | None]:
+        """Every per-row field but ``features`` (labels, docids, categorical codes, shown positions)
+        at ``rows``: the one list of what moves with a row, for ``replace`` by whoever reorders,
+        filters or truncates rows."""
+        return {
+            "labels": self.labels[rows],
+            "docids": None if self.docids is None else self.docids[rows],
+            "categorical": None if self.categorical is None else self.categorical[rows],
+            "shown_positions": None if self.shown_positions is None else self.shown_positions[rows],
+        }
 
     def query_rows(self, queries: np.ndarray) -> np.ndarray:
         """int64 row indices of the given query positions, query after query (what ``subset`` keeps)."""
