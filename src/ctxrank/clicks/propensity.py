@@ -219,7 +219,9 @@ def _n_positions(n_positions: int | None, shown: np.ndarray) -> int:
     return n_positions
 
 
-def _per_session(session: np.ndarray, column: np.ndarray, value: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+def _per_session(
+    session: np.ndarray, column: np.ndarray, value: np.ndarray, shape: tuple[int, int]
+) -> np.ndarray:
     """float64 ``shape`` = (S, C): the sum of ``value`` of the rows of each (session, column)."""
     flat = np.bincount(session * shape[1] + column, weights=value, minlength=shape[0] * shape[1])
     return flat.reshape(shape)
@@ -347,7 +349,9 @@ def from_randomized(
             f"need min_sessions={min_sessions} at each position 1..{k}"
         )
     if clicks[:, 0].sum() == 0:
-        raise ValueError("from_randomized: no click at position 1 among the compared items: nothing to compare with")
+        raise ValueError(
+            "from_randomized: no click at position 1 among the compared items: nothing to compare with"
+        )
     est, lo, hi = session_bootstrap(
         (clicks, counts), _relative_ctr, n_resamples=n_resamples, confidence=confidence, seed=seed
     )
@@ -370,12 +374,14 @@ def _pairwise_log_fit(c_pairs: np.ndarray, n_pairs: np.ndarray) -> np.ndarray:
     both = (c > 0) & (np.swapaxes(c, -1, -2) > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         w = np.where(both, 1.0 / (1.0 / np.where(both, n, 1) + 1.0 / np.where(both, nt, 1)), 0.0)
-        y = np.where(both, np.log(np.where(both, c, 1)) - np.log(np.where(both, np.swapaxes(c, -1, -2), 1)), 0.0)
+        y = np.where(
+            both, np.log(np.where(both, c, 1)) - np.log(np.where(both, np.swapaxes(c, -1, -2), 1)), 0.0
+        )
     lap = -w + np.eye(w.shape[-1]) * w.sum(-1)[..., None]
     rhs = (w * y).sum(-1)
     theta = np.linalg.pinv(lap[..., 1:, 1:]) @ rhs[..., 1:, None]
     logp = np.concatenate([np.zeros(theta.shape[:-2] + (1,)), theta[..., 0]], axis=-1)
-    clicked = (c.sum(-1) > 0)
+    clicked = c.sum(-1) > 0
     p = np.where(clicked, np.exp(logp), 0.0)
     p[..., 0] = 1.0
     return np.moveaxis(p, -1, 0)
@@ -421,7 +427,9 @@ def from_harvesting(
         )
     ranker = np.asarray(rankers)
     if ranker.shape != (log.n_queries,):
-        raise ValueError(f"rankers: expected one ranker id per session ({log.n_queries}), got shape {ranker.shape}")
+        raise ValueError(
+            f"rankers: expected one ranker id per session ({log.n_queries}), got shape {ranker.shape}"
+        )
     names, ranker_code = np.unique(ranker, return_inverse=True)
     if names.size < 2:
         raise ValueError(f"from_harvesting: needs two or more logging rankers, got {names.tolist()}")
@@ -525,7 +533,9 @@ def _em(x, c, col, k, row_weight, theta, model, max_iter, tol):
         denom = np.maximum(1.0 - th * gamma, 1e-12)
         seen_irrelevant = np.where(c > 0, 0.0, th * (1.0 - gamma) / denom)
         relevant = np.where(c > 0, 1.0, (1.0 - th) * gamma / denom)
-        new_theta = np.bincount(col, weights=row_weight * (c + seen_irrelevant), minlength=k) / np.maximum(weight_k, 1e-12)
+        new_theta = np.bincount(col, weights=row_weight * (c + seen_irrelevant), minlength=k) / np.maximum(
+            weight_k, 1e-12
+        )
         model.fit(xx, yy, sample_weight=np.concatenate([relevant, 1.0 - relevant]) * np.tile(row_weight, 2))
         gamma = np.clip(model.predict_proba(x)[:, 1], 1e-6, 1 - 1e-6)
         done = np.abs(new_theta - theta).max() < tol
@@ -588,7 +598,9 @@ def from_regression_em(
     model = clone(LogisticRegression() if estimator is None else estimator)
     theta, _, iterations = _em(x, c, col, k, np.ones(c.size), np.full(k, 0.5), model, max_iter, tol)
     if theta[0] <= 0:
-        raise ValueError("from_regression_em: the position-1 examination converged to 0: no curve relative to it")
+        raise ValueError(
+            "from_regression_em: the position-1 examination converged to 0: no curve relative to it"
+        )
     session = log.query_index[keep]
     n_sessions = log.n_queries
 
