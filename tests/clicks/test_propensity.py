@@ -120,7 +120,7 @@ def test_regression_em_recovers_the_pbm_curve_and_the_relevance():
 def test_given_pbm_and_json_round_trip():
     pbm = Propensities.pbm(1.0, 4)
     assert pbm.values == (1.0, 0.5, 1 / 3, 0.25) and pbm.lower == pbm.values and pbm.sessions == 0
-    log, truth = simulate_pbm(n_sessions=500, n_items=4, randomize="shuffle", seed=0)
+    log, _truth = simulate_pbm(n_sessions=500, n_items=4, randomize="shuffle", seed=0)
     estimated = from_randomized(log, n_resamples=50)
     for props in (pbm, Propensities.given([0.9, 0.5], relative=False), estimated):
         assert Propensities.from_json(props.to_json()) == props
@@ -155,7 +155,7 @@ def test_weights_clip_and_name_positions_outside_the_curve():
     np.testing.assert_allclose(props.weights(np.array([3, 2]), clip=1.5), [1.5, 1.5])
     with pytest.raises(ValueError, match="position 3 has propensity 0"):
         props.weights(np.array([1, 3]), clip=None)
-    with pytest.raises(ValueError, match="row 1 was shown at position 4, outside the 1..3"):
+    with pytest.raises(ValueError, match=r"row 1 was shown at position 4, outside the 1\.\.3"):
         props.weights(np.array([1, 4]), clip=10.0)
     with pytest.raises(ValueError, match="clip: expected None or a finite maximum weight >= 1"):
         props.weights(np.array([1]), clip=0.5)

@@ -166,7 +166,8 @@ class Propensities:
         missing = [k for k in _JSON_KEYS if k not in obj]
         if unknown or missing:
             raise ValueError(
-                f"propensities JSON: unknown keys {unknown}, missing keys {missing}; expected {list(_JSON_KEYS)}"
+                f"propensities JSON: unknown keys {unknown}, missing keys {missing}; "
+                f"expected {list(_JSON_KEYS)}"
             )
         for key in ("values", "lower", "upper"):
             seq = obj[key]
@@ -380,7 +381,7 @@ def _pairwise_log_fit(c_pairs: np.ndarray, n_pairs: np.ndarray) -> np.ndarray:
     lap = -w + np.eye(w.shape[-1]) * w.sum(-1)[..., None]
     rhs = (w * y).sum(-1)
     theta = np.linalg.pinv(lap[..., 1:, 1:]) @ rhs[..., 1:, None]
-    logp = np.concatenate([np.zeros(theta.shape[:-2] + (1,)), theta[..., 0]], axis=-1)
+    logp = np.concatenate([np.zeros((*theta.shape[:-2], 1)), theta[..., 0]], axis=-1)
     clicked = c.sum(-1) > 0
     p = np.where(clicked, np.exp(logp), 0.0)
     p[..., 0] = 1.0
@@ -481,7 +482,7 @@ def from_harvesting(
     used = np.bincount(session[rows], minlength=log.n_queries) > 0
 
     def statistic(c, n):
-        shape = (k, k) + c.shape[1:-1]
+        shape = (k, k, *c.shape[1:-1])
         return _pairwise_log_fit(c.sum(-1).reshape(shape), n.sum(-1).reshape(shape))
 
     est, lo, hi = session_bootstrap(
@@ -522,7 +523,8 @@ class RegressionEM:
 
 
 def _em(x, c, col, k, row_weight, theta, model, max_iter, tol):
-    """Regression-EM from ``theta`` (K,) on rows weighted by ``row_weight``: ``(theta, gamma, iterations)``."""
+    """Regression-EM from ``theta`` (K,) on rows weighted by ``row_weight``:
+    ``(theta, gamma, iterations)``."""
     weight_k = np.bincount(col, weights=row_weight, minlength=k)
     xx = np.concatenate([x, x])
     yy = np.concatenate([np.ones(c.size), np.zeros(c.size)])
