@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
 
 from ctxrank.data.ranking_data import RankingData
 
@@ -578,9 +580,6 @@ def from_regression_em(
         max_iter, tol: EM stops after ``max_iter`` iterations or when no theta moves by ``tol``.
         n_resamples: bootstrap resamples, each an EM run (the cost grows with it).
     """
-    from sklearn.base import clone
-    from sklearn.linear_model import LogisticRegression
-
     shown = _check_log(log, "from_regression_em")
     _check_options(n_resamples, confidence, seed)
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
