@@ -14,7 +14,7 @@ relative to position 1), and ``lambda(r)`` a rank weight cut at ``k``:
 * ``metric="dcg"``: ``lambda(r) = 1 / log2(r + 1)`` for ``r <= k``: DCG@k of the relevance.
 
 Estimators (Joachims, Swaminathan & Schnabel 2017, WSDM, "Unbiased Learning-to-Rank with Biased
-Feedback", Sec. 4, the IPS estimate of an additive ranking metric; Oosterhuis & de Rijke 2020, SIGIR,
+Feedback": the IPS estimate of an additive ranking metric; Oosterhuis & de Rijke 2020, SIGIR,
 "Policy-Aware Unbiased Learning to Rank for Top-k Rankings", for counterfactual evaluation from clicks):
 
 * IPS: ``(1 / S) sum_s sum_d lambda(rank_new(d)) c_d w_d`` with ``w_d`` the (clipped) inverse
@@ -27,8 +27,9 @@ Feedback", Sec. 4, the IPS estimate of an additive ranking metric; Oosterhuis & 
   it trades a small bias for a lower variance and is 0 for a log without interactions.
 * DR: ``(1 / S) sum_s sum_d lambda(rank_new(d)) [r_d + w_d (c_d - p_d r_d)]`` with a reward model
   ``r_d`` (an estimate of rel(d), e.g. ``RegressionEM.relevance``): the doubly robust estimator of
-  Dudík, Langford & Li (2011), ICML, "Doubly Robust Policy Evaluation and Learning", eq. (2), with the
-  position's propensity ``p_d`` as the treatment probability. Unclipped (``w_d = 1 / p_d``) it equals
+  Dudík, Langford & Li (2011), ICML, "Doubly Robust Policy Evaluation and Learning" (the direct
+  method's reward plus the importance-weighted residual), with the position's propensity ``p_d`` as
+  the treatment probability. Unclipped (``w_d = 1 / p_d``) it equals
   IPS exactly (each shown item's examination probability is known and positive); with clipped
   weights it corrects the clipped part by the reward model.
 

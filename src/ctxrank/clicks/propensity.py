@@ -132,7 +132,7 @@ class Propensities:
     @classmethod
     def pbm(cls, eta: float, n_positions: int) -> Propensities:
         """The position-based model's curve p_k = (1 / k) ** eta, k = 1..n_positions (Joachims,
-        Swaminathan & Schnabel 2017, "Unbiased Learning-to-Rank with Biased Feedback", WSDM, Sec. 6)."""
+        Swaminathan & Schnabel 2017, "Unbiased Learning-to-Rank with Biased Feedback", WSDM)."""
         if isinstance(eta, bool) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta: expected a finite number >= 0, got {eta!r}")
         if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 1:
