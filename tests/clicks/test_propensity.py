@@ -205,6 +205,8 @@ def test_estimators_name_what_is_missing():
     zero = dataclasses.replace(log, labels=np.zeros_like(log.labels))
     with pytest.raises(ValueError, match="no click at position 1"):
         from_randomized(zero, n_resamples=50)
+    with pytest.raises(ValueError, match="needs at least 2 sessions, got 1"):
+        from_regression_em(one, n_resamples=5)
     with pytest.raises(ValueError, match="the log has no click"):
         from_regression_em(zero)
     with pytest.raises(ValueError, match=r"needs two or more logging rankers, got \[0\]"):

@@ -14,7 +14,7 @@ import copy
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -247,6 +247,7 @@ def session_bootstrap(
             it returns one value or a vector (C,) leading the batch axis.
     """
     samples = [np.asarray(s, dtype=np.float64) for s in samples]
+    _check_two_sessions(samples[0].shape[0])
     moved = [np.moveaxis(s, 0, -1) for s in samples]
     estimate = np.asarray(statistic(*moved), dtype=np.float64)
     n = samples[0].shape[0]
@@ -264,6 +265,11 @@ def session_bootstrap(
         rng=np.random.default_rng(seed),
     )
     return estimate, np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
+
+
+def _check_two_sessions(n: int) -> None:
+    if n < 2:
+        raise ValueError(f"a bootstrap interval over sessions needs at least 2 sessions, got {n}")
 
 
 def _relative_ctr(clicks: np.ndarray, shown: np.ndarray) -> np.ndarray:
@@ -478,8 +484,8 @@ def from_harvesting(
     cut = np.flatnonzero(~reach & (n_s.sum(0).reshape(k, k).sum(1) > 0))
     if cut.size:
         raise ValueError(
-            f"from_harvesting: positions {(cut + 1).tolist()} share no interventional pair with clicks "
-            f"on both sides with position 1's positions: their propensity is not identified"
+            f"from_harvesting: positions {(cut + 1).tolist()} are linked to position 1 by no chain of "
+            f"interventional pairs with clicks on both sides: their propensity is not identified"
         )
     used = np.bincount(session[rows], minlength=log.n_queries) > 0
 
@@ -519,9 +525,9 @@ class RegressionEM:
     """
 
     propensities: Propensities
-    relevance: np.ndarray
-    model: Any
-    iterations: int
+    relevance: np.ndarray = field(repr=False)
+    model: Any = field(repr=False)
+    iterations: int = 0
 
 
 def _em(x, c, col, k, row_weight, theta, model, max_iter, tol):
@@ -604,6 +610,7 @@ def from_regression_em(
         )
     session = log.query_index[keep]
     n_sessions = log.n_queries
+    _check_two_sessions(np.unique(session).size)
 
     def refit(drawn: np.ndarray) -> np.ndarray:
         row_weight = np.bincount(drawn.astype(np.int64), minlength=n_sessions)[session].astype(np.float64)
