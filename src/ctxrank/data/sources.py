@@ -365,7 +365,8 @@ class DataSource:
         None, "--group-col",
         "split the --data table by this column's groups instead of by query (the decision maker: all the "
         "answers of one person go to the same split; the fractions then count groups). The query column "
-        "itself is allowed: one group a situation, the default split",
+        "itself is allowed: one group a situation, the default split. In an interaction log: the logged "
+        "query id of each session (a query's sessions stay in one split; data-info counts the queries)",
         metavar="COL", group=FILES,
     )  # fmt: skip
     train_shards: str | None = option(
