@@ -268,7 +268,8 @@ def data_shards(
             yield data
 
     old = [p for p in target.iterdir() if p.suffix == ".parquet"] if target.is_dir() else []
-    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows)  # renamed in at the end
+    position = source.columns.position_col  # an interaction log's positions: written, named in the metadata
+    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows, position=position)
     for p in set(old) - set(written):  # --overwrite: the earlier shards that the new ones did not replace
         p.unlink()
     out(

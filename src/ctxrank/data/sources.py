@@ -496,7 +496,9 @@ class DataSource:
             for k, v in (("shuffle_buffer", self.shuffle_buffer), ("read_rows", self.read_rows))
             if v is not None
         }
-        stream = ShardStream.open(self.train_shards, rank=rank, world=world, **kwargs)
+        stream = ShardStream.open(
+            self.train_shards, rank=rank, world=world, position=self.columns.position_col, **kwargs
+        )
         test_file = self.test_file if test else None
         named = [f for f in (self.valid_file, test_file) if f is not None]
         tables = [is_table_path(f) for f in named]
