@@ -573,9 +573,9 @@ def _check_disjoint(scans: Sequence[_ShardScan], hashes: Sequence[np.ndarray]) -
         repeated = every[order[twice[0]]]
         (qid, row_a), (_, row_b) = (_find_query(scans[s].path, repeated) for s in (a, b))
         raise ValueError(
-            f"{scans[b].path}: row {row_b + 1}: query / session {qid[:40]!r} is also in {scans[a].path.name} "
-            f"(row {row_a + 1}): a shard holds whole queries (an interaction log's whole sessions), every "
-            "query in one shard"
+            f"{scans[b].path}: row {row_b + 1}: query / session {qid[:40]!r} is in two shards (also in "
+            f"{scans[a].path.name}, row {row_a + 1}): a shard holds whole queries (an interaction log's "
+            "whole sessions), every query in one shard"
         )
 
 
