@@ -185,3 +185,39 @@ def pa_table(frame):
 def positions_of(data: RankingData, query: str) -> list[int]:
     q = data.query_ids.tolist().index(query)
     return data.shown_positions[data.query_offsets[q] : data.query_offsets[q + 1]].tolist()
+
+
+def test_an_experiment_spec_reads_a_log_by_its_position_col(tmp_path):
+    from ctxrank.experiments import load_spec
+    from ctxrank.experiments import runner as runner_mod
+    from ctxrank.experiments.evidence import spec_from_record
+
+    rows = ["session,pos,click,f1"] + [
+        f"s{s},{p},{int(p == 1)},{s * p}" for s in range(20) for p in (1, 2, 3)
+    ]
+    (tmp_path / "log.csv").write_text("\n".join(rows) + "\n")
+    text = """name = "log"
+[data]
+file = "log.csv"
+query_col = "session"
+label_col = "click"
+{extra}
+[runs]
+count = 1
+[models.lambdamart]
+model = "lambdamart"
+[models.mlp]
+model = "mlp"
+"""
+    (tmp_path / "log.toml").write_text(text.format(extra='position_col = "pos"'))
+    spec = load_spec(tmp_path / "log.toml")
+    assert spec.data.columns.position_col == "pos"
+    unit = runner_mod.load_unit(spec, 0, 0)
+    assert unit.train.feature_names == ("f1",) and unit.train.shown_positions is not None
+    again = spec_from_record({"spec": spec.to_dict(), "fingerprint": spec.fingerprint()})
+    assert again.data.columns.position_col == "pos"
+    (tmp_path / "plain.toml").write_text(text.format(extra='numeric = ["f1"]'))
+    plain = load_spec(tmp_path / "plain.toml")
+    assert "position_col" not in plain.to_dict()["data"] and plain.fingerprint() != spec.fingerprint()
+    with pytest.raises(ValueError, match=r"\[data\] position_col 'session' is also the query_col"):
+        load_spec(tmp_path / "log.toml", ["data.position_col=session"])
