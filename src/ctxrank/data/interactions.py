@@ -55,8 +55,12 @@ def log_positions(
             session_id = str(session_ids[session[i]])[:40]
             raise ValueError(f"{source}: {where(int(rows[i]))}: session {session_id!r}: {text(i)}")
 
-    fail(np.flatnonzero(np.isnan(values)), lambda i: f"missing position in column {column!r} (every row of "
-         "a log is a shown item, with its 1-based position)")  # fmt: skip
+    fail(
+        np.flatnonzero(np.isnan(values)),
+        lambda i: (
+            f"missing position in column {column!r} (every row of a log is a shown item, with its position)"
+        ),
+    )
     fail(
         np.flatnonzero((values != np.floor(values)) | (values < 1) | (values > np.iinfo(np.int32).max)),
         lambda i: f"position {values[i]:g} in column {column!r} is not a whole number >= 1",
