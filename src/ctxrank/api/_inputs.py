@@ -3,18 +3,22 @@ columns, and ``category`` / object / string / bool columns as categorical codes)
 ``qid`` (one per row, any order), ``group`` (consecutive sizes) or a DataFrame column
 (``query_column``). Rows are grouped by query here; :attr:`Inputs.order` maps scores back to the
 caller's row order. scikit-learn's own ``check_array`` / ``validate_data`` keep ``n_features_in_``
-and ``feature_names_in_`` and check them at predict time."""
+and ``feature_names_in_`` and check them at predict time. An interaction log's shown positions
+(``fit(..., position=...)``, or the DataFrame column ``position_column``) are checked session by
+session (:mod:`ctxrank.data.interactions`) and kept in ``RankingData.shown_positions``, never as a
+feature; prediction takes none (the column, when there, is dropped)."""
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from sklearn.utils.validation import check_array, validate_data
 
 from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.interactions import log_positions, sessions_without_interaction
 from ctxrank.data.ranking_data import (
     RankingData,
     frame_columns,
@@ -51,16 +55,31 @@ def _is_frame(X: Any) -> bool:
 
 
 def to_ranking_data(
-    est: Any, X: Any, y: Any, qid: Any, group: Any, *, fit: bool, categorical_features: Any = None
+    est: Any,
+    X: Any,
+    y: Any,
+    qid: Any,
+    group: Any,
+    *,
+    fit: bool,
+    categorical_features: Any = None,
+    position: Any = None,
 ) -> Inputs:
     """Check and convert the inputs of ``fit`` (``fit=True``: remember columns, fit the categorical
-    encoder) or ``predict`` / ``score`` (check them against what ``fit`` saw).
+    encoder) or ``predict`` / ``score`` (check them against what ``fit`` saw). ``position``: (N,) the
+    1-based shown position of each row of an interaction log (``fit`` only).
 
     Raises:
-        ValueError: naming the argument (``X``, ``y``, ``qid``, ``group``, ``categorical_features``).
+        ValueError: naming the argument (``X``, ``y``, ``qid``, ``group``, ``categorical_features``,
+            ``position``).
     """
+    position_column = getattr(est, "position_column", None)
+    if position_column is not None:
+        X, position = _split_position_column(X, position, position_column, fit)
     query_column = getattr(est, "query_column", None)
     names = {"query": query_column if query_column is not None else _name(qid), "label": _name(y)}
+    if position is not None:
+        names["position"] = position_column if position_column is not None else _name(position)
     if query_column is not None:
         X, qid = _split_query_column(X, qid, group, query_column)
     frame = _is_frame(X)
@@ -103,9 +122,57 @@ def to_ranking_data(
             encoder=est.encoder_,
             allow_missing=True,
         )
+    if position is not None:
+        data = _with_positions(data, position, order)
     if not reads_missing_values(est):
         _refuse_missing(est, data, order)
     return Inputs(data, order)
+
+
+def _with_positions(data: RankingData, position: Any, order: np.ndarray | None) -> RankingData:
+    """``data`` with the checked shown positions (``position`` (N,) in the caller's row order) and the
+    count of its sessions without interaction."""
+    n = data.n_items
+    try:
+        if hasattr(position, "to_numpy"):  # pandas: NA -> NaN
+            values = position.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            values = np.asarray(position, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"position: expected whole numbers >= 1 (the 1-based shown position of each row), "
+            f"got {np.asarray(position).dtype} values"
+        ) from None
+    if values.shape != (n,):
+        raise ValueError(f"position: expected {n} values (one per row of X), got shape {values.shape}")
+    rows = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+    shown = log_positions(
+        values[rows], data.query_offsets, data.query_ids, rows, "position", lambda r: f"row {r}", "position"
+    )
+    info = {
+        **data.info,
+        "sessions_without_interaction": sessions_without_interaction(data.labels, data.query_offsets),
+    }
+    return replace(data, shown_positions=shown, info=info)
+
+
+def _split_position_column(X: Any, position: Any, column: str, fit: bool) -> tuple[Any, Any]:
+    """(X without the shown-position column ``column``, its values: None unless ``fit``)."""
+    if not _is_frame(X):
+        if not fit:
+            return X, None
+        raise ValueError(
+            f"X: position_column={column!r} needs a pandas DataFrame with that column, got {type(X).__name__}"
+        )
+    if position is not None:
+        raise ValueError(f"position: the positions come from X[{column!r}] (position_column); do not pass it")
+    if column not in X.columns:
+        if fit:
+            raise ValueError(
+                f"X: no position column {column!r} (position_column); columns: {list(X.columns)[:40]}"
+            )
+        return X, None  # rows to score need no position
+    return X.drop(columns=[column]), (X[column] if fit else None)
 
 
 def _refuse_missing(est: Any, data: RankingData, order: np.ndarray | None) -> None:

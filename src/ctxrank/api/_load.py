@@ -62,7 +62,8 @@ def _estimator(config: RunConfig, api: dict[str, Any]) -> Any:
     query_column = api.get("query_column")
     rr = config.rerank
     if not rr.initial:
-        return cls(**params, **({"query_column": query_column} if query_column is not None else {}))
+        columns = {k: api[k] for k in ("query_column", "position_column") if api.get(k) is not None}
+        return cls(**params, **columns)
     initial = dict(rr.initial_params)
     first = {
         "random_state": initial.pop("seed", config.train.seed),

@@ -46,6 +46,10 @@ EVAL_SET_FORMS = (
 )
 
 
+#: the estimator parameters that name DataFrame columns (not the model's): the query ids, the shown positions
+_COLUMN_PARAMS = ("query_column", "position_column")
+
+
 def _only_one(value: Any, name: str) -> Any:
     """``value``, or the single element of a one-element list (LightGBM / XGBoost pass lists)."""
     if isinstance(value, list):
@@ -61,7 +65,9 @@ class Ranker(BaseEstimator):
     Parameters: ``model`` and the model's parameters (see ``docs/models.md`` or the per-model
     subclasses, e.g. ``QILCMRanker``, whose signatures list them with their defaults), plus
     ``query_column`` (a DataFrame column holding the query ids, for scikit-learn tools that pass only
-    ``X`` and ``y``: ``GridSearchCV`` / ``cross_val_score`` without metadata routing).
+    ``X`` and ``y``: ``GridSearchCV`` / ``cross_val_score`` without metadata routing) and
+    ``position_column`` (an interaction log's DataFrame column of shown positions: read by ``fit``,
+    never a feature, dropped by ``predict`` / ``score``).
 
     Learned attributes: ``n_features_in_``, ``feature_names_in_`` (DataFrame input), ``best_epoch_``
     (best epoch; LambdaMART's best iteration, AdaRank's best round; None for RankSVM),
@@ -73,7 +79,7 @@ class Ranker(BaseEstimator):
 
     _fixed_model: ClassVar[str | None] = None  # set by the per-model subclasses
     # metadata routing (sklearn.set_config(enable_metadata_routing=True)): query ids are requested
-    __metadata_request__fit = {"qid": True, "group": True}  # noqa: RUF012
+    __metadata_request__fit = {"qid": True, "group": True, "position": True}  # noqa: RUF012
     __metadata_request__predict = {"qid": True, "group": True}  # noqa: RUF012
     __metadata_request__score = {"qid": True, "group": True}  # noqa: RUF012
 
@@ -105,7 +111,7 @@ class Ranker(BaseEstimator):
         if self._fixed_model is not None:
             valid = list(self.get_params(deep=False))
         elif isinstance(model, str) and model in MODELS:
-            valid = ["model", *param_spec(model).defaults, "query_column"]
+            valid = ["model", *param_spec(model).defaults, *_COLUMN_PARAMS]
         else:  # no parameter names to check against: fit refuses the model, listing the valid ones
             valid = list(params)
         unknown = [key for key in params if key not in valid]
@@ -121,8 +127,8 @@ class Ranker(BaseEstimator):
     def run_config(self) -> RunConfig:
         """The resolved run config of these parameters (what ``ctxrank train`` would train)."""
         params = self.get_params(deep=False)
-        params.pop("model", None)
-        params.pop("query_column", None)
+        for name in ("model", *_COLUMN_PARAMS):
+            params.pop(name, None)
         return run_config(self.model_name(), params)
 
     def __sklearn_tags__(self):
@@ -149,6 +155,7 @@ class Ranker(BaseEstimator):
         categorical_features: Any = None,
         init_scores: Any = None,
         tracking: Tracking | str | None = None,
+        position: Any = None,
     ) -> Ranker:
         """Train on ``X`` (rows in any order) with labels ``y`` and query ids ``qid`` (or ``group``).
 
@@ -162,6 +169,10 @@ class Ranker(BaseEstimator):
                 DataFrame's ``category`` / object / string / bool columns.
             init_scores: not supported by a single ranker (ValueError); an initial ranker's scores are
                 :class:`RerankPipeline`'s job.
+            position: an interaction log's (N,) 1-based shown position of each row (``y`` holds the
+                interactions, ``qid`` the sessions), as LightGBM's ``Dataset(position=...)``: within a
+                session the positions are 1..n without gaps; never a feature (``predict`` takes
+                none). Or name a DataFrame column with ``position_column``.
             tracking: log the fit to an experiment tracker, as ``ctxrank train --track`` does (the run
                 config, each epoch's training loss and validation metric, the summary):
                 ``"mlflow"``, ``"mlflow:URI"``, ``"tensorboard:DIR"`` or a
@@ -175,7 +186,9 @@ class Ranker(BaseEstimator):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         config = self.run_config()
-        train = to_ranking_data(self, X, y, qid, group, fit=True, categorical_features=categorical_features)
+        train = to_ranking_data(
+            self, X, y, qid, group, fit=True, categorical_features=categorical_features, position=position
+        )
         _check_labels(train.data.labels, config, "y")
         valid = self._eval_data(eval_set, eval_qid, eval_group, config)
         if valid is None:  # selection on the training data (see the module docstring)
@@ -302,16 +315,24 @@ class Ranker(BaseEstimator):
 
         cats = tuple(self.categorical_features_)
         numeric = tuple(str(n) for n in self.feature_names_in_ if str(n) not in set(cats))
-        spec = TableSpec(query=columns["query"], label=columns["label"], categorical=cats, numeric=numeric)
+        spec = TableSpec(
+            query=columns["query"],
+            label=columns["label"],
+            categorical=cats,
+            numeric=numeric,
+            position=columns.get("position"),
+        )
         return {**spec.to_dict(), "encoder": self._api_meta()["encoder"], "numeric_default": False}
 
     def _api_meta(self) -> dict[str, Any]:
         """What the estimator adds to ``ctxrank.json``: its class, its input columns and encoder."""
         names = getattr(self, "feature_names_in_", None)
         enc = self.encoder_ if getattr(self, "encoder_", None) is not None else None
+        position_column = self.get_params().get("position_column")
         return {
             "estimator": type(self).__name__,
             "query_column": self.get_params().get("query_column"),
+            **({"position_column": position_column} if position_column is not None else {}),
             "feature_names_in": None if names is None else [str(n) for n in names],
             "categorical_features": list(self.categorical_features_),
             "encoder": None if enc is None else enc.to_dict(),
@@ -358,7 +379,7 @@ def _evals_result(history: list[dict[str, Any]]) -> dict[str, dict[str, list[flo
 # ------------------------------------------------------------------------- per-model subclasses
 def _subclass(class_name: str, model: str, doc: str) -> type[Ranker]:
     """A :class:`Ranker` with ``model`` fixed and every parameter in its signature."""
-    defaults = {**param_spec(model).defaults, "query_column": None}
+    defaults = {**param_spec(model).defaults, **dict.fromkeys(_COLUMN_PARAMS)}
 
     def __init__(self: Ranker, **params: Any) -> None:
         unknown = sorted(set(params) - set(defaults))

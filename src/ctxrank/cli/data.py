@@ -205,7 +205,28 @@ def summary_text(s: dict[str, Any]) -> str:
     ]
     if s["missing"]:  # kept missing (null_fill = keep): said only when there are some
         rows.append(("missing (NaN) cells", f"{s['missing']:,}"))
+    if "log" in s:  # an interaction log (--position-col)
+        rows.extend(_log_rows(s["log"]))
     return key_value_lines(rows)
+
+
+def _log_rows(log: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``data-info`` lines of an interaction log (:func:`ctxrank.data.summary.log_summary`)."""
+    per = log["interactions_per_session"]
+    no = log["sessions_without_interaction"]
+    rows = [("sessions", f"{log['sessions']:,}")]
+    if log["queries"] is not None:
+        rows.append(("distinct queries (--group-col)", f"{log['queries']:,}"))
+    histogram = "  ".join(f"{k}: {v:,}" for k, v in per["histogram"].items())
+    rows += [
+        ("interactions per session", f"mean {per['mean']:.3f}  (sessions by count: {histogram})"),
+        ("sessions without interaction", f"{no:,} ({100.0 * no / max(log['sessions'], 1):.1f}%)"),
+    ]
+    rows += [
+        (f"CTR at position {c['position']}", f"{c['ctr']:.4f} ({c['interactions']:,} / {c['impressions']:,})")
+        for c in log["ctr_by_position"]
+    ]
+    return rows
 
 
 # ------------------------------------------------------------------------------------ data-shards
@@ -251,7 +272,8 @@ def data_shards(
             yield data
 
     old = [p for p in target.iterdir() if p.suffix == ".parquet"] if target.is_dir() else []
-    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows)  # renamed in at the end
+    position = source.columns.position_col  # an interaction log's positions: written, named in the metadata
+    written = write_shards(parts(), target, shards=shards, shard_rows=shard_rows, position=position)
     for p in set(old) - set(written):  # --overwrite: the earlier shards that the new ones did not replace
         p.unlink()
     out(
@@ -584,13 +606,18 @@ def add_data_info_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             "Queries, items, features, label histogram, list-length statistics (min/median/mean/max), "
             "queries with no relevant item and NULL cells filled, for a LETOR/SVMlight FILE (.txt or .gz), "
             "a table (.csv/.tsv/.parquet, with --query-col and --label-col) or a registered --dataset "
-            "(default: the whole dataset, all splits). Example: `ctxrank data-info --dataset mq2008`."
+            "(default: the whole dataset, all splits). For an interaction log (--position-col; sessions as "
+            "--query-col, the interaction as --label-col, the logged query as --group-col) also: sessions, "
+            "distinct queries, interactions per session, sessions without interaction and the "
+            "click-through rate by position (interactions / impressions). "
+            "Example: `ctxrank data-info --dataset mq2008`."
         ),
     )
     p.add_argument(
         "file", nargs="?", metavar="FILE", help="LETOR / SVMlight file (.txt or .gz) or a table (.csv, ...)"
     )
-    add_data_source(p, defaults="neither: all, the whole dataset", skip=(*SCORING_SKIP, "data_file"))
+    skip = (*(k for k in SCORING_SKIP if k != "group_col"), "data_file")  # a log's queries: --group-col
+    add_data_source(p, defaults="neither: all, the whole dataset", skip=skip)
     p.add_argument(
         "--threshold", type=float, default=1.0, help="relevant means label >= THRESHOLD (default 1)"
     )

@@ -157,6 +157,12 @@ class Columns:
     docid_col: str | None = option(
         None, "--docid-col", "optional item id column (not a feature)", metavar="COL", group=TABLES
     )
+    position_col: str | None = option(
+        None, "--position-col",
+        "an interaction log's shown-position column (1-based; not a feature; a model takes no position): "
+        "each --query-col value is a session, each --label-col value its interaction (click 0/1 or graded)",
+        metavar="COL", group=TABLES,
+    )  # fmt: skip
 
     def given(self) -> list[str]:
         """The names of the options given (not None)."""
@@ -209,13 +215,16 @@ class Columns:
             )
         numeric = () if self.numeric is None and purpose == "scores" else self.numeric
         categorical = self.categorical if self.categorical is not None else ()
-        return TableSpec(self.query_col, self.label_col, categorical, numeric, docid=self.docid_col)
+        return TableSpec(
+            self.query_col, self.label_col, categorical, numeric, docid=self.docid_col,
+            position=self.position_col,
+        )  # fmt: skip
 
     def _completed(self, spec: TableSpec, path: str) -> TableSpec:
         """A saved spec with the query / label column names it lacks (a model fitted through the API
         with unnamed ``qid`` / ``y``) taken from ``query_col`` / ``label_col``, and the item id column
         of a spec without one (a model trained without ``docid_col``, or fitted on a DataFrame) from
-        ``docid_col``."""
+        ``docid_col``, its shown-position column likewise from ``position_col``."""
         if spec.query is None:
             if self.query_col is None:
                 raise OptionError(
@@ -226,15 +235,18 @@ class Columns:
             spec = replace(spec, query=self.query_col)
         if spec.label is None and self.label_col is not None:
             spec = replace(spec, label=self.label_col)
-        if spec.docid is None and self.docid_col is not None:  # item ids are never a feature: any column
-            if self.docid_col in (*(spec.numeric or ()), *spec.categorical):
-                raise OptionError(
-                    "{path}: {docid_col} {column}: the model reads column {column!r} as a feature, so it "
-                    "cannot be the item id column",
-                    path=path,
-                    column=self.docid_col,
-                )
-            spec = replace(spec, docid=self.docid_col)
+        for key, given in (("docid", self.docid_col), ("position", self.position_col)):
+            if getattr(spec, key) is None and given is not None:  # ids / positions are never a feature
+                if given in (*(spec.numeric or ()), *spec.categorical):
+                    raise OptionError(
+                        "{path}: {option} {column}: the model reads column {column!r} as a feature, so it "
+                        "cannot be the {what} column",
+                        path=path,
+                        option=listed([f"{key}_col"]),
+                        column=given,
+                        what="item id" if key == "docid" else "shown-position",
+                    )
+                spec = replace(spec, **{key: given})
         return spec
 
     def _check_saved(self, spec: TableSpec) -> None:
@@ -353,7 +365,8 @@ class DataSource:
         None, "--group-col",
         "split the --data table by this column's groups instead of by query (the decision maker: all the "
         "answers of one person go to the same split; the fractions then count groups). The query column "
-        "itself is allowed: one group a situation, the default split",
+        "itself is allowed: one group a situation, the default split. In an interaction log: the logged "
+        "query id of each session (a query's sessions stay in one split; data-info counts the queries)",
         metavar="COL", group=FILES,
     )  # fmt: skip
     train_shards: str | None = option(
@@ -483,7 +496,9 @@ class DataSource:
             for k, v in (("shuffle_buffer", self.shuffle_buffer), ("read_rows", self.read_rows))
             if v is not None
         }
-        stream = ShardStream.open(self.train_shards, rank=rank, world=world, **kwargs)
+        stream = ShardStream.open(
+            self.train_shards, rank=rank, world=world, position=self.columns.position_col, **kwargs
+        )
         test_file = self.test_file if test else None
         named = [f for f in (self.valid_file, test_file) if f is not None]
         tables = [is_table_path(f) for f in named]
@@ -647,6 +662,8 @@ class DataSource:
                 spec = replace(spec, group=group_column(self.group_col, spec.query))
             if model.table is not None and model.table.get("numeric_default") is True:
                 _reject_extra_columns(file, spec)
+            if model.table is not None:  # rows for a model, which takes no shown position
+                spec = replace(spec, position=None)
             return read_table_file(file, spec, scoring=purpose == "predict", **source.read.table_kwargs())
         source.columns.reject(file)
         if self.group_col is not None:
@@ -694,7 +711,7 @@ def _reject_extra_columns(file: str, spec: TableSpec) -> None:
     holds only the columns of the model's table spec (another column would have been a feature)."""
     if spec.numeric is None:
         return
-    known = {spec.query, spec.label, spec.docid, *spec.categorical, *spec.numeric}
+    known = {spec.query, spec.label, spec.docid, spec.group, spec.position, *spec.categorical, *spec.numeric}
     extra = [c for c in table_columns(file) if c not in known]
     if extra:
         raise OptionError(

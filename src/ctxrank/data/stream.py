@@ -9,6 +9,13 @@ shard). A missing feature value (null or NaN), an inf, a text feature column, a 
 query split across shards (or not contiguous in its shard) is an error naming the shard: a stream has no
 missing-value handling, so shards are written with their missing cells filled (``--null-fill``).
 
+**Interaction logs** (one session per query): the shards also hold the shown-position column, under the
+log's own name (``data-shards --position-col COL`` writes it and records the name in the Parquet schema
+metadata, key ``ctxrank.position``); it is never a feature. Training names it again (``--train-shards DIR
+--position-col COL``: shards that record a position column are refused without it). The scan checks each
+session's positions (:mod:`ctxrank.data.interactions`: whole numbers ``1..n``), holding one float64 per
+row of a shard while it does; a session split across shards is an error naming it and its rows.
+
 **Reading**: :class:`ShardStream` scans the shards' query-id columns once (how many queries, the longest
 list, the checks above), then reads ``read_rows`` rows at a time (``pyarrow.parquet.ParquetFile.
 iter_batches``, row group by row group, without pre-buffering: pyarrow's pre-buffer would hold a whole
@@ -58,6 +65,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ctxrank._checks import OptionError
+from ctxrank.data.interactions import log_positions
 from ctxrank.data.ranking_data import RankingData
 
 if TYPE_CHECKING:
@@ -76,6 +84,7 @@ __all__ = [
 ]
 
 QUERY, LABEL, DOCID = "qid", "label", "docid"  #: the key columns of a shard
+POSITION_KEY = b"ctxrank.position"  #: the schema metadata key naming an interaction log's position column
 DEFAULT_SHUFFLE_BUFFER = 1024  #: queries held for shuffling
 DEFAULT_READ_ROWS = 65_536  #: rows read from a shard at a time
 ROW_GROUP_ROWS = 16_384  #: the largest row group ``write_shards`` writes
@@ -113,8 +122,9 @@ class _Layout:
     docid: bool
 
 
-def _layout(paths: Sequence[Path]) -> _Layout:
-    """Every shard's schema read (metadata only) and checked against the first one's."""
+def _layout(paths: Sequence[Path], position: str | None = None) -> _Layout:
+    """Every shard's schema read (metadata only) and checked against the first one's; ``position``:
+    the shown-position column of an interaction log's shards (not a feature), or None."""
     import pyarrow.parquet as pq
 
     first = None
@@ -129,10 +139,12 @@ def _layout(paths: Sequence[Path]) -> _Layout:
                 raise ValueError(
                     f"{path}: no {key!r} column; a shard has columns qid, label[, docid], features"
                 )
-        features = tuple(n for n in names if n not in (QUERY, LABEL, DOCID))
+        _check_position_column(path, names, (schema.metadata or {}).get(POSITION_KEY), position)
+        features = tuple(n for n in names if n not in (QUERY, LABEL, DOCID, position))
         if not features:
             raise ValueError(f"{path}: no feature column (every column but qid, label, docid is a feature)")
-        bad = [n for n in (LABEL, *features) if not _numeric_type(schema.field(n).type)]
+        keys = (LABEL, *([position] if position is not None else []))
+        bad = [n for n in (*keys, *features) if not _numeric_type(schema.field(n).type)]
         if bad:
             raise ValueError(f"{path}: column(s) {bad[:5]} are not numeric ({schema.field(bad[0]).type})")
         layout = _Layout(features, DOCID in names)
@@ -145,6 +157,29 @@ def _layout(paths: Sequence[Path]) -> _Layout:
             )
     assert first is not None
     return first[1]
+
+
+def _check_position_column(
+    path: Path, names: Sequence[str], recorded: bytes | None, position: str | None
+) -> None:
+    """The shown-position column named for a stream (``position``) is the one the shard records (its
+    schema metadata, ``recorded``), and is in the shard."""
+    declared = None if recorded is None else recorded.decode()
+    if declared is not None and declared != position:
+        raise OptionError(
+            "{path}: the shards hold an interaction log whose shown positions are column {declared!r}"
+            + (" (not a feature): give {position_col} {declared}" if position is None else ", not {given!r}"),
+            path=path,
+            declared=declared,
+            given=position,
+        )
+    if position is not None and position not in names:
+        raise OptionError(
+            "{path}: no shown-position column {column!r} ({position_col}); the shard has columns {names}",
+            path=path,
+            column=position,
+            names=list(names)[:20],
+        )
 
 
 def _numeric_type(t: pa.DataType) -> bool:
@@ -179,21 +214,24 @@ def _qid_text(column: pa.Array | pa.ChunkedArray, where: str) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False)).astype(str)
 
 
-def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
-    """One pass over a shard's ``qid`` column: counts, the longest list and the uint64 hash of every
-    query id (for the check that no query is in two shards). A query id that comes back after other
-    queries is an error."""
+def _scan(path: Path, read_rows: int, position: str | None = None) -> tuple[_ShardScan, np.ndarray]:
+    """One pass over a shard's ``qid`` column (and ``position`` column, checked session by session):
+    counts, the longest list and the uint64 hash of every query id (for the check that no query is in
+    two shards). A query id that comes back after other queries is an error."""
     import pandas as pd
     import pyarrow.parquet as pq
 
     counts: list[np.ndarray] = []
     ids: list[np.ndarray] = []
+    positions: list[np.ndarray] = []
     rows = 0
     last: str | None = None
     shard = pq.ParquetFile(path, pre_buffer=False)
     meta = shard.metadata
     row_group = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
-    for batch in _reads(shard, read_rows, [QUERY]):
+    for batch in _reads(shard, read_rows, [QUERY, *([position] if position is not None else [])]):
+        if position is not None:  # a null reads as NaN
+            positions.append(np.asarray(batch.column(1).to_numpy(zero_copy_only=False), dtype=np.float64))
         qids = _qid_text(batch.column(0), f"{path}: rows {rows + 1}..{rows + batch.num_rows}")
         if qids.size == 0:
             continue
@@ -220,8 +258,16 @@ def _scan(path: Path, read_rows: int) -> tuple[_ShardScan, np.ndarray]:
             f"{path}: the rows of query {qid[:40]!s} are not contiguous (it comes back after other queries); "
             "a shard holds whole queries, each query's rows together"
         )
+    if position is not None:
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        rows_of = np.arange(rows, dtype=np.int64)
+        log_positions(np.concatenate(positions), offsets, run_ids, rows_of, str(path), _row_text, position)
     q = int(np.argmax(lengths))
     return _ShardScan(path, rows, int(lengths.size), int(lengths[q]), str(run_ids[q]), row_group), hashes
+
+
+def _row_text(row: int) -> str:
+    return f"row {row + 1}"
 
 
 def _reads(shard: pq.ParquetFile, read_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -286,6 +332,7 @@ class ShardStream:
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     read_rows: int = DEFAULT_READ_ROWS
     docids: bool = False
+    position: str | None = None  #: an interaction log's shown-position column (read, never a feature)
     transform: Any = field(default=None)
     rank: int = 0
     world: int = 1
@@ -299,15 +346,17 @@ class ShardStream:
         world: int = 1,
         shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
         read_rows: int = DEFAULT_READ_ROWS,
+        position: str | None = None,
     ) -> ShardStream:
-        """Rank ``rank``'s shards of ``directory``, their schemas (all shards') and query ids checked."""
+        """Rank ``rank``'s shards of ``directory``, their schemas (all shards') and query ids checked;
+        ``position``: an interaction log's shown-position column (module docstring)."""
         for name, value in (("shuffle_buffer", shuffle_buffer), ("read_rows", read_rows)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         paths = shard_paths(directory)
-        layout = _layout(paths)
+        layout = _layout(paths, position)
         mine = rank_shards(paths, rank, world)
-        scans, hashes = zip(*(_scan(p, read_rows) for p in mine), strict=True)
+        scans, hashes = zip(*(_scan(p, read_rows, position) for p in mine), strict=True)
         _check_disjoint(scans, hashes)
         return cls(
             directory=Path(directory),
@@ -318,6 +367,7 @@ class ShardStream:
             shuffle_buffer=int(shuffle_buffer),
             read_rows=int(read_rows),
             docids=layout.docid,
+            position=position,
             rank=rank,
             world=world,
         )
@@ -392,7 +442,8 @@ class ShardStream:
         import pandas as pd
         import pyarrow.parquet as pq
 
-        columns = [QUERY, LABEL, *([DOCID] if self.docids else []), *self.feature_names]
+        keys = [QUERY, LABEL, *([DOCID] if self.docids else []), *([self.position] if self.position else [])]
+        columns = [*keys, *self.feature_names]
         carry: RankingData | None = None
         rows = 0
         shard = pq.ParquetFile(path, pre_buffer=False)
@@ -415,6 +466,9 @@ class ShardStream:
                 docids=docids,
                 feature_names=self.feature_names,
                 source=str(path),
+                shown_positions=None
+                if self.position is None
+                else np.asarray(batch.column(self.position).to_numpy(zero_copy_only=False)).astype(np.int32),
             )
             if carry is not None:
                 if carry.query_ids[-1] == part.query_ids[0]:  # the cut query goes on here
@@ -500,6 +554,9 @@ def _join_first(carry: RankingData, part: RankingData) -> RankingData:
         docids=None if part.docids is None else np.concatenate([carry.docids, part.docids]),
         feature_names=part.feature_names,
         source=part.source,
+        shown_positions=None
+        if part.shown_positions is None
+        else np.concatenate([carry.shown_positions, part.shown_positions]),
     )
 
 
@@ -513,10 +570,24 @@ def _check_disjoint(scans: Sequence[_ShardScan], hashes: Sequence[np.ndarray]) -
     twice = np.flatnonzero(every[order][1:] == every[order][:-1])
     if twice.size:
         a, b = owner[order[twice[0]]], owner[order[twice[0] + 1]]
+        repeated = every[order[twice[0]]]
+        (qid, row_a), (_, row_b) = (_find_query(scans[s].path, repeated) for s in (a, b))
         raise ValueError(
-            f"a query is in two shards ({scans[a].path.name} and {scans[b].path.name}): a shard holds "
-            "whole queries, every query in one shard"
+            f"{scans[b].path}: row {row_b + 1}: query / session {qid[:40]!r} is in two shards (also in "
+            f"{scans[a].path.name}, row {row_a + 1}): a shard holds whole queries (an interaction log's "
+            "whole sessions), every query in one shard"
         )
+
+
+def _find_query(path: Path, hashed: np.uint64) -> tuple[str, int]:
+    """The query id whose hash is ``hashed`` and its first row (0-based) in the shard ``path`` (an error
+    message's second reading of the shard's ``qid`` column)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    qids = _qid_text(pq.read_table(path, columns=[QUERY]).column(0), str(path))
+    row = int(np.flatnonzero(pd.util.hash_array(qids.astype(object)) == hashed)[0])
+    return str(qids[row]), row
 
 
 # ----------------------------------------------------------------------------------------- writer
@@ -526,6 +597,7 @@ def write_shards(
     *,
     shard_rows: int | None = None,
     shards: int | None = None,
+    position: str | None = None,
 ) -> list[Path]:
     """Write the queries of ``parts`` (read one after another, so only one part is in memory) as Parquet
     shards ``part-NNNNN.parquet`` in ``directory`` (the module docstring's layout: qid, label, docid when
@@ -534,7 +606,9 @@ def write_shards(
     ``shard_rows``: queries in order, a shard closed at the first query boundary at or after that many
     rows. ``shards``: that many shards, query ``i`` (counted over all parts) to shard ``i mod shards``,
     so shards are of about equal size (what data-parallel ranks want). Each shard is written under a
-    temporary name and renamed when complete; nothing is left behind by a failure.
+    temporary name and renamed when complete; nothing is left behind by a failure. ``position``: the
+    column an interaction log's shown positions are written to (and recorded in the schema metadata);
+    given exactly when the parts hold positions.
 
     Returns:
         The paths written, in order.
@@ -567,11 +641,26 @@ def write_shards(
                     f"{part.source}: categorical columns are not written to shards (the streaming path "
                     "reads numeric features only)"
                 )
+            if (part.shown_positions is None) != (position is None):
+                raise ValueError(
+                    f"{part.source}: "
+                    + ("shown positions without a position column name to write them to"
+                       if position is None else f"no shown positions to write to column {position!r}")
+                )  # fmt: skip
             target = cut.assign(part.query_lengths)
             for s in np.unique(target).tolist():
                 rows = part.subset(np.flatnonzero(target == s))
                 frame = rows.to_frame(query=QUERY, label=LABEL, docid=DOCID)
-                files.write(s, pa.Table.from_pandas(frame, preserve_index=False), part.source)
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                if position is not None:
+                    if position in frame.columns:
+                        raise ValueError(f"{part.source}: the position column {position!r} is also a column")
+                    table = table.add_column(
+                        frame.shape[1] - part.n_features, position, pa.array(rows.shown_positions)
+                    )
+                    metadata = {**(table.schema.metadata or {}), POSITION_KEY: position.encode()}
+                    table = table.replace_schema_metadata(metadata)
+                files.write(s, table, part.source)
                 if shards is None:  # consecutive shards: the earlier ones are complete
                     files.close_before(s)
         return files.commit()

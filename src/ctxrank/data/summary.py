@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["data_summary", "label_text"]
+__all__ = ["data_summary", "label_text", "log_summary"]
 
 
 def label_text(v: float) -> str:
@@ -37,4 +37,31 @@ def data_summary(data: Any, threshold: float = 1.0) -> dict[str, Any]:
         "null_filled": int(data.info.get("null_filled", data.info.get("missing_filled", 0))),
         # cells kept missing (NaN: null_fill = "keep"), which only LambdaMART reads
         "missing": int(np.count_nonzero(np.isnan(data.features))),
+        **({"log": log_summary(data)} if getattr(data, "shown_positions", None) is not None else {}),
+    }
+
+
+def log_summary(data: Any) -> dict[str, Any]:
+    """An interaction log's summary (``data.shown_positions`` set; an interaction is a label > 0):
+    sessions, distinct queries (of ``group_ids``; None without), the raw position curve
+    (``ctr_by_position[p - 1]``: interactions / impressions at position p, for p = 1..max, with both
+    counts), interactions per session (mean and ``{count: sessions}``), sessions without interaction."""
+    positions = data.shown_positions.astype(np.int64)
+    hit = (data.labels > 0).astype(np.int64)
+    impressions = np.bincount(positions, minlength=int(positions.max()) + 1)[1:]
+    interactions = np.bincount(positions, weights=hit, minlength=impressions.size + 1)[1:].astype(np.int64)
+    per_session = np.add.reduceat(hit, data.query_offsets[:-1])
+    counts, sessions = np.unique(per_session, return_counts=True)
+    return {
+        "sessions": data.n_queries,
+        "queries": None if data.group_ids is None else int(np.unique(data.group_ids).size),
+        "ctr_by_position": [
+            {"position": p + 1, "impressions": n, "interactions": k, "ctr": k / n}  # every p <= max is shown
+            for p, (n, k) in enumerate(zip(impressions.tolist(), interactions.tolist(), strict=True))
+        ],
+        "interactions_per_session": {
+            "mean": float(per_session.mean()),
+            "histogram": {str(c): int(m) for c, m in zip(counts.tolist(), sessions.tolist(), strict=True)},
+        },
+        "sessions_without_interaction": int(np.count_nonzero(per_session == 0)),
     }

@@ -28,6 +28,10 @@ Conventions:
   encoder when reading validation / test files so their codes match and unseen categories map to 0.
   When one file is split into train / validation / test after reading, :func:`refit_categorical`
   re-fits the vocabulary on the training queries only and re-codes every split.
+* **Interaction logs**: a ``position`` column (the 1-based position each item was shown at) is read
+  into ``RankingData.shown_positions``, never as a feature; its rules (whole numbers ``1..n`` within
+  each session) are :mod:`ctxrank.data.interactions`'s, and ``info["sessions_without_interaction"]``
+  counts the sessions with no interaction (label > 0), which are kept.
 * **File row order**: :func:`read_table_with_rows` also returns each row's 0-based data row in the
   file, so scores computed on the regrouped data can be written back in the file's row order (and a
   scores file in file order can be matched to the regrouped rows).
@@ -51,6 +55,7 @@ import pyarrow.parquet as pq
 
 from ctxrank._checks import DEFAULT_TABLE_NULL_FILL, OptionError, check_bytes, check_null_fill
 from ctxrank.data.categorical import CategoricalEncoder
+from ctxrank.data.interactions import log_positions, sessions_without_interaction
 from ctxrank.data.letor import missing_cells
 from ctxrank.data.limits import DEFAULT_MAX_DENSE_BYTES, out_of_memory, size_text
 from ctxrank.data.paths import input_kind
@@ -128,6 +133,8 @@ class TableSpec:
             columns). Not compared by ``==``.
         group: the column of each query's group (decision maker, user; ``RankingData.group_ids``), an
             id and never a feature, or None. Read only for training (``--group-col``).
+        position: the shown-position column of an interaction log (``RankingData.shown_positions``),
+            never a feature, or None. Not read for scoring: a model takes no position.
     """
 
     query: str | None
@@ -137,6 +144,7 @@ class TableSpec:
     docid: str | None = None
     encoder: CategoricalEncoder | None = field(default=None, compare=False)
     group: str | None = None
+    position: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "categorical", _names(self.categorical, "categorical"))
@@ -167,9 +175,9 @@ class TableSpec:
                 "with unnamed query ids): give {query_col:COL}",
                 path=path,
             )
-        label, docid, group = self.label, self.docid, self.group
+        label, docid, group, position = self.label, self.docid, self.group, self.position
         if scoring:
-            label = None
+            label = position = None
             present = set(table_columns(path))
             docid = docid if docid in present else None
             group = group if group in present else None
@@ -183,6 +191,7 @@ class TableSpec:
             encoder=enc if self.categorical else None,
             docid=docid,
             group=group,
+            position=position,
             max_dense_bytes=max_dense_bytes,
             null_fill=null_fill,
         )
@@ -197,6 +206,7 @@ class TableSpec:
             "categorical": list(self.categorical),
             "encoder": None if self.encoder is None else self.encoder.to_dict(),
             **({"group": self.group} if self.group is not None else {}),
+            **({"position": self.position} if self.position is not None else {}),
         }
 
     @classmethod
@@ -212,6 +222,7 @@ class TableSpec:
             docid=d.get("docid"),
             encoder=None if enc is None else CategoricalEncoder.from_dict(enc),
             group=d.get("group"),
+            position=d.get("position"),
         )
 
 
@@ -229,6 +240,7 @@ def read_table(
     null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
     group: str | None = None,
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
+    position: str | None = None,
 ) -> RankingData:
     """Read a CSV / TSV / Parquet file with one row per (query, item) into a :class:`RankingData`.
 
@@ -259,6 +271,11 @@ def read_table(
             gigabytes is refused after reading that much). Default 2 GiB, as ``read_letor``'s; the
             reader's peak is several times that bound (pandas' float64 columns, Python strings for text
             cells). On the command line: ``--max-dense-bytes``.
+        position: optional name of the shown-position column of an interaction log (one session per
+            query, the interaction as the label), read into ``shown_positions``, never a feature:
+            within each session the positions are whole numbers ``1..n`` in any row order
+            (:mod:`ctxrank.data.interactions`); ``info["sessions_without_interaction"]`` counts the
+            sessions whose labels are all 0 (kept).
 
     Returns:
         RankingData with features float32 (N, F) (``feature_names`` = numeric columns), labels float32
@@ -290,6 +307,7 @@ def read_table(
         null_fill=null_fill,
         group=group,
         max_dense_bytes=max_dense_bytes,
+        position=position,
     )[0]
 
 
@@ -306,6 +324,7 @@ def read_table_with_rows(
     null_fill: str | float = DEFAULT_TABLE_NULL_FILL,
     group: str | None = None,
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES,
+    position: str | None = None,
 ) -> tuple[RankingData, np.ndarray]:
     """:func:`read_table`, plus where each row came from.
 
@@ -325,7 +344,7 @@ def read_table_with_rows(
     if encoder is not None and not isinstance(encoder, CategoricalEncoder):
         raise TypeError(f"encoder must be a CategoricalEncoder, got {type(encoder).__name__}")
     check_bytes("max_dense_bytes", max_dense_bytes)
-    special = _special_columns(query, label, categorical, docid, numeric, group)
+    special = _special_columns(query, label, categorical, docid, numeric, group, position)
     ids = [c for c in (docid, group) if c is not None]
     shape: dict[str, int] = {}  # rows and columns, once counted
     try:
@@ -350,6 +369,13 @@ def read_table_with_rows(
         info.update(missing_cells(features, offsets, null_fill))
         file_rows = order.astype(np.int64) if order is not None else np.arange(len(df), dtype=np.int64)
         group_ids = None if group is None else _group_ids(df[group], file_rows, offsets, name, group)
+        shown = None
+        if position is not None:
+            values = _numeric(df[position], position, name)[0][file_rows]
+            shown = log_positions(
+                values, offsets, uniques, file_rows, name, lambda row: f"data row {row + 1}", position
+            )
+            info["sessions_without_interaction"] = sessions_without_interaction(labels, offsets)
         data = RankingData(
             features=np.ascontiguousarray(features),
             labels=labels.astype(np.float32),
@@ -363,6 +389,7 @@ def read_table_with_rows(
             source=name,
             info=info,
             group_ids=group_ids,
+            shown_positions=shown,
         )
         return data, file_rows
     except MemoryError as exc:
@@ -416,20 +443,22 @@ def _special_columns(
     docid: str | None,
     numeric: Sequence[str] | None,
     group: str | None = None,
+    position: str | None = None,
 ) -> list[str]:
-    """The query, label, categorical, docid and group columns: distinct, and none of them numeric."""
+    """The query, label, categorical, docid, group and position columns: distinct, and none of them
+    numeric."""
     special = [query, *([label] if label is not None else []), *categorical] + [
-        c for c in (docid, group) if c is not None
+        c for c in (docid, group, position) if c is not None
     ]
     if len(set(special)) != len(special):
         raise ValueError(
-            f"query, label, docid, group and categorical columns must be distinct, got {special}"
+            f"query, label, docid, group, position and categorical columns must be distinct, got {special}"
         )
     if numeric is not None:
         clash = sorted(set(numeric) & set(special))
         if clash:
             raise ValueError(
-                f"numeric columns {clash} are also the query, label, docid or categorical column"
+                f"numeric columns {clash} are also the query, label, docid, position or categorical column"
             )
     return special
 

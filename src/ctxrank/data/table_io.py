@@ -37,8 +37,9 @@ def read_table_file(
     except ValueError as exc:
         if "expected a number" in str(exc) and spec.numeric is None:
             raise OptionError(
-                "{msg} (every column that is not the query, label, docid or a {categorical} column is "
-                "read as numeric: list text columns with {categorical}, or the features with {numeric})",
+                "{msg} (every column that is not the query, label, docid, group, position or a {categorical} "
+                "column is read as numeric: list text columns with {categorical}, or the features with "
+                "{numeric})",
                 msg=exc.text if isinstance(exc, OptionError) else str(exc),
             ) from None
         raise

@@ -195,7 +195,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "dataset": "", "folds": (), "variant": None, "root": None, "file": "", "query_col": "qid",
     "label_col": "label", "categorical": (), "numeric": None, "synth": "", "sessions": 2000,
     "synth_seed": 0, "split": DEFAULT_FRACTIONS, "group_col": "", "protocol": None, "null_fill": None,
-    "docid_col": None,
+    "docid_col": None, "position_col": None,
 }  # fmt: skip
 #: a ``[data]`` key -> the :class:`DataSource` field it sets (``columns.X`` / ``read.X``: a field of its
 #: ``Columns`` / ``ReadOptions``): the one map between a spec's names (docs/experiments.md) and the source's
@@ -203,7 +203,7 @@ SOURCE_KEYS = {
     "dataset": "dataset", "variant": "variant", "root": "data_root", "file": "data_file",
     "split": "split_fractions", "group_col": "group_col", "query_col": "columns.query_col",
     "label_col": "columns.label_col", "categorical": "columns.categorical", "numeric": "columns.numeric",
-    "docid_col": "columns.docid_col", "null_fill": "read.null_fill",
+    "docid_col": "columns.docid_col", "null_fill": "read.null_fill", "position_col": "columns.position_col",
 }  # fmt: skip
 #: the ``[data]`` keys of the runs rather than of one source (:class:`ExperimentSpec` fields): the
 #: registry folds, the protocol (``"folds"`` or ``"random-splits"``), the synthetic sessions
@@ -236,7 +236,8 @@ def _data(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
     _check("data", check_seed, "synth_seed", kw["synth_seed"])
     if kw["null_fill"] is not None:
         kw["null_fill"] = _null_fill(kw)
-    kw["docid_col"] = _docid_col(kw)
+    kw["docid_col"] = _id_col(kw, "docid_col", "item id")
+    kw["position_col"] = _id_col(kw, "position_col", "shown-position")
     return {"data": _source(kw), **{k: kw[k] for k in RUN_DATA_KEYS}}
 
 
@@ -305,19 +306,20 @@ def _null_fill(d: Mapping[str, Any]) -> str | float:
     return value
 
 
-def _docid_col(d: Mapping[str, Any]) -> str | None:
-    """``[data] docid_col``: a column name of a table ``file``, not its query or label column."""
-    value = d["docid_col"]
+def _id_col(d: Mapping[str, Any], key: str, what: str) -> str | None:
+    """``[data] docid_col`` / ``position_col``: a column name of a table ``file``, not its query or
+    label column (``what``: the column's role, for messages)."""
+    value = d[key]
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise _fail("data", f"docid_col must be a column name (a non-empty string), got {value!r}")
+        raise _fail("data", f"{key} must be a column name (a non-empty string), got {value!r}")
     if not d.get("file") or not is_table_path(d["file"]):
-        raise _fail("data", 'docid_col applies to a table file (file = "....csv" or .parquet)')
+        raise _fail("data", f'{key} applies to a table file (file = "....csv" or .parquet)')
     roles = {"query_col": d.get("query_col", "qid"), "label_col": d.get("label_col", "label")}
     clash = [name for name, column in roles.items() if column == value]
     if clash:
-        raise _fail("data", f"docid_col {value!r} is also the {clash[0]}; give the item id column")
+        raise _fail("data", f"{key} {value!r} is also the {clash[0]}; give the {what} column")
     return value
 
 
@@ -595,8 +597,9 @@ class ExperimentSpec:
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
         if data["null_fill"] in (None, self.default_null_fill()) or not self.can_miss_values:
             del data["null_fill"]  # the reader's default, or no effect: earlier fingerprints are unchanged
-        if data["docid_col"] is None:
-            del data["docid_col"]  # not an input of the runs' numbers when absent: fingerprints unchanged
+        for key in ("docid_col", "position_col"):
+            if data[key] is None:
+                del data[key]  # not an input of the runs' numbers when absent: fingerprints unchanged
         key = {
             "data": data,
             "models": self.models,
@@ -636,8 +639,9 @@ class ExperimentSpec:
         data = self.data_record()  # the data's rule written out, as records written before it could be None
         if data["null_fill"] is None:
             data["null_fill"] = self.default_null_fill() if self.can_miss_values else DEFAULT_NULL_FILL
-        if data["docid_col"] is None:
-            del data["docid_col"]  # absent from records written before the key: they stay byte-identical
+        for key in ("docid_col", "position_col"):
+            if data[key] is None:
+                del data[key]  # absent from records written before the key: they stay byte-identical
         return json.loads(json.dumps({"name": self.name, "data": data, **rest}, default=str))
 
     @classmethod
