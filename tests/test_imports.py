@@ -317,6 +317,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     "library error that names one",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
+    ("cli/__init__.py", "ctxrank.training.request"): "the training request's own flags (--config, --set), "
+    "read only to write a library error that names one",
     ("cli/__init__.py", "ctxrank.experiments.executors"): "the executor options' flags (torch), read only "
     "to write a library error that names one",
     ("cli/_options.py", "ctxrank.experiments.executors"): "the executor options' declarations (torch), read "

@@ -686,8 +686,8 @@ def _run_settings(threads: Any, protocol: Mapping[str, Any]) -> dict[str, Any]:
     _known("protocol", protocol, ["initial", "top_k"])
     try:
         rerank = RerankConfig(**protocol)
-    except ValueError as exc:
-        raise _fail("protocol", str(exc).replace("rerank.", "")) from None
+    except OptionError as exc:  # the keys it names are the table's: [protocol]'s own names
+        raise _fail("protocol", exc.text.render(key_of=lambda key: key.name)) from None
     return {"train": TrainConfig(threads=threads), "rerank": rerank}
 
 
