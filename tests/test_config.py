@@ -397,6 +397,22 @@ def test_a_models_run_defaults_fill_only_the_keys_a_run_leaves_unset(monkeypatch
     assert RunConfig().transform == "minmax"  # the dataclass's own default is unchanged
 
 
+def test_rerank_errors_name_their_keys_for_each_caller():
+    """A :class:`RerankConfig` error names its keys (``rerank.top_k``), as the API and the command line
+    (``--set``, a config file) write them; a caller with its own names writes them its way."""
+    from ctxrank._checks import OptionError
+    from ctxrank.cli import flag_text
+
+    with pytest.raises(OptionError) as info:
+        resolve_config(None, ["model=listnet", "rerank.top_k=5", "rerank.ideal=\"top-k\""])
+    text = "rerank.top_k, rerank.ideal: apply to a re-ranking run (rerank.initial = 'lambdamart'); without"
+    assert str(info.value).startswith(text) and flag_text(info.value.text).startswith(text)
+    own = info.value.text.render(key_of=lambda key: f"[{key.table}] {key.name}")
+    assert own.startswith("[rerank] top_k, [rerank] ideal: apply to a re-ranking run ([rerank] initial = ")
+    with pytest.raises(OptionError, match=r"^rerank\.top_k must be a positive integer, got 0$"):
+        resolve_config(None, ["rerank.initial=lambdamart", "rerank.top_k=0"])
+
+
 @pytest.mark.parametrize(
     "key", ["rerank.top_k=5", "rerank.crossfit=3", "rerank.ideal=\"top-k\"", "rerank.rank_feature=true",
             "rerank.initial_params={num_leaves=7}"],

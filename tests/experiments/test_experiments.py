@@ -1290,6 +1290,14 @@ def test_a_protocol_top_k_without_an_initial_ranker_is_refused_not_ignored(tmp_p
     assert spec.run_config("listnet", 0).rerank.top_k == 50
 
 
+def test_protocol_errors_name_the_spec_keys_and_leave_the_values_as_given(tmp_path):
+    """The spec writes the keys a :class:`RerankConfig` error names as its own (``[protocol] initial``)
+    from the error's parts: the message text, and a value in it, is not rewritten."""
+    message = "[protocol] initial must be one of ['', 'lambdamart'], got 'rerank.bm25'"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_spec(_letor_spec(tmp_path), ['protocol.initial="rerank.bm25"'])
+
+
 def test_a_stored_records_threads_and_protocol_are_checked_as_a_spec_files(tmp_path):
     """A record's ``threads``, ``initial`` and ``top_k`` build the spec's ``train`` / ``rerank`` as a spec
     file's do: a record asking for 0 threads (a Ray task of 0 CPUs) is refused, naming the key."""
