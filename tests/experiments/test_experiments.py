@@ -12,7 +12,8 @@ import torch
 from scipy import stats
 
 from ctxrank import _checks
-from ctxrank.cli import main
+from ctxrank._checks import OptionError
+from ctxrank.cli import flag_text, main
 from ctxrank.cli.experiment import default_out
 from ctxrank.config import TrainConfig
 from ctxrank.data.ranking_data import RankingData
@@ -737,12 +738,11 @@ def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
 
 def test_set_on_a_model_the_spec_does_not_have_is_an_error(tmp_path):
     path = _letor_spec(tmp_path)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(OptionError) as info:
         load_spec(path, ["models.mlpp.train.max_epochs=2"])
-    assert (
-        "--set models.mlpp.train.max_epochs: the spec has no model 'mlpp' "
-        "(its models: lambdamart, listnet, mnl)" in str(info.value)
-    )
+    said = "models.mlpp.train.max_epochs: the spec has no model 'mlpp' (its models: lambdamart, listnet, mnl)"
+    assert f"overrides {said}" in str(info.value)  # the API's name of what it was given
+    assert f"--set {said}" in flag_text(info.value.text)  # the command line's
     added = load_spec(path, ["models.mlp2.model=mlp", "models.mlp2.train.max_epochs=2"])  # explicit
     assert added.models["mlp2"]["model"] == "mlp" and "mlp2" in added.run_names()
     assert "mlp2" in load_spec(path, ['models.mlp2={model = "mlp"}']).models

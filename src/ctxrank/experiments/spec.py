@@ -809,10 +809,11 @@ def _check_new_models(d: Mapping[str, Any], overrides: Sequence[Override], path:
             added.setdefault(parts[1], []).append(".".join(parts[2:]))
     for name, keys in added.items():
         if "model" not in keys and "" not in keys:
-            raise ValueError(
-                f"{path}: --set models.{name}.{keys[0]}: the spec has no model {name!r} (its models: "
-                f"{', '.join(names)}); to add one, also set models.{name}.model=MODEL"
-            )
+            raise OptionError(
+                "{path}: {overrides} models.{name}.{key}: the spec has no model {name!r} (its models: "
+                "{names}); to add one, also set models.{name}.model=MODEL",
+                path=path, name=name, key=keys[0], names=", ".join(names),
+            )  # fmt: skip
 
 
 def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
