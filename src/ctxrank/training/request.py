@@ -1,12 +1,8 @@
-"""A training request as given, the record that repeats and resumes a run.
+"""The training request as given: ``(DataSource, RunConfig)`` before the config is resolved.
 
-A run trains ``(DataSource, RunConfig)``. :class:`TrainRequest` holds them as ``ctxrank train`` / ``tune``
-(or a caller) gave them: the data source, a config file, typed ``overrides`` and the run-config options
-given by name (``given``; declared on the config's fields: ``RunConfig.model``, ``TrainConfig.seed``,
-``RerankConfig.top_k``, ...). A run records it flat (option name -> value, None where not given:
-:meth:`TrainRequest.to_record`) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, with the
-``ctxrank train`` command line that repeats it; ``--resume`` reads it back (:meth:`TrainRequest.from_record`,
-older records too).
+A run records it flat (option name -> value, None where not given) in ``OUT/resume/run.json`` and the
+model's ``ctxrank.json``, with the ``ctxrank train`` command line that repeats it; ``--resume`` reads it
+back (older records too).
 """
 
 from __future__ import annotations
