@@ -95,7 +95,7 @@ class Key:
 class OptionText:
     """A message naming options: text, :class:`Field` and :class:`Key` parts, in order. ``str()`` names
     each field by its name (the API's words); :meth:`render` by ``name_of`` (the command line: its
-    flag), each key by ``key_of`` (None: ``table.name``)."""
+    flag), each key by ``key_of`` (default ``table.name``)."""
 
     parts: tuple[str | Field | Key, ...]
 
@@ -129,19 +129,13 @@ class OptionText:
         return tuple(p.name for p in self.parts if isinstance(p, Field))
 
     def render(
-        self, name_of: Callable[[Field], str] | None = None, key_of: Callable[[Key], str] | None = None
+        self, name_of: Callable[[Field], str] | None = None, key_of: Callable[[Key], str] = str
     ) -> str:
-        """The text, each field written by ``name_of`` (None: its field name), each key by ``key_of``
-        (None: ``table.name``)."""
-
-        def written(part: str | Field | Key) -> str:
-            if isinstance(part, Key):
-                return str(part) if key_of is None else key_of(part)
-            if isinstance(part, Field):
-                return part.name if name_of is None else name_of(part)
-            return part
-
-        return "".join(written(p) for p in self.parts)
+        """The text, each field written by ``name_of`` (None: its field name), each key by ``key_of``."""
+        field_of = name_of if name_of is not None else (lambda field: field.name)
+        return "".join(
+            p if isinstance(p, str) else key_of(p) if isinstance(p, Key) else field_of(p) for p in self.parts
+        )
 
     def __str__(self) -> str:
         return self.render()
