@@ -50,7 +50,7 @@ def test_round_trip_through_dict_and_toml(tmp_path):
         (["model_params.width=3"], r"model_params: unknown option\(s\) \['width'\]"),
         (["loss_params.nope=3"], r"loss_params\.nope: not an option of loss 'listnet'"),
         (["nope=1"], r"unknown config key\(s\) \['nope'\]"),
-        (["train.lr"], r"--set expects key=value"),
+        (["train.lr"], r"^overrides expects key=value"),  # the API's name; the command line's --set
     ],
 )
 def test_bad_values_name_the_option(overrides, message):
@@ -407,6 +407,22 @@ def test_a_models_run_defaults_fill_only_the_keys_a_run_leaves_unset(monkeypatch
     spec = param_spec("mlp")
     assert spec.run["normalizer"] == "zscore" and spec.train["input_noise"] == 0.3
     assert RunConfig().transform == "minmax"  # the dataclass's own default is unchanged
+
+
+def test_rerank_errors_name_their_keys_for_each_caller():
+    """A :class:`RerankConfig` error names its keys (``rerank.top_k``), as the API and the command line
+    (``--set``, a config file) write them; a caller with its own names writes them its way."""
+    from ctxrank._checks import OptionError
+    from ctxrank.cli import flag_text
+
+    with pytest.raises(OptionError) as info:
+        resolve_config(None, ["model=listnet", "rerank.top_k=5", "rerank.ideal=\"top-k\""])
+    text = "rerank.top_k, rerank.ideal: apply to a re-ranking run (rerank.initial = 'lambdamart'); without"
+    assert str(info.value).startswith(text) and flag_text(info.value.text).startswith(text)
+    own = info.value.text.render(key_of=lambda key: f"[{key.table}] {key.name}")
+    assert own.startswith("[rerank] top_k, [rerank] ideal: apply to a re-ranking run ([rerank] initial = ")
+    with pytest.raises(OptionError, match=r"^rerank\.top_k must be a positive integer, got 0$"):
+        resolve_config(None, ["rerank.initial=lambdamart", "rerank.top_k=0"])
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ import pytest
 
 from ctxrank._declare import declared, flag_of, from_namespace
 from ctxrank.cli import COMMANDS, build_parser
-from ctxrank.cli.train import FLAGS, TrainOptions
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.sources import Columns, DataSource, ReadOptions
+from ctxrank.training.request import FLAGS, TrainRequest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ctxrank"
 REQUESTS = (DataSource, RunConfig)
@@ -68,7 +68,8 @@ def test_train_and_tune_declare_no_training_flag_of_their_own():
         files = _declaring_files(opt.flag)
         assert "cli/tune.py" not in files and "cli/train.py" not in files, (name, opt.flag)
         assert [f for f in files if f in ("config.py", "_declare.py")] in (["config.py"], ["_declare.py"])
-    assert not [f for f in dataclasses.fields(TrainOptions) if f.metadata], "TrainOptions declares no option"
+    own = [name for name, _ in declared(TrainRequest)]  # its own, then the data source's: no run option
+    assert own == ["config", "overrides", *(name for name, _ in declared(DataSource))]
 
 
 def test_model_is_a_registry_name_in_train_and_tune_and_one_directory_option_elsewhere():
@@ -175,7 +176,7 @@ def test_train_options_compose_the_data_source_and_record_flat():
         "train", "--model", "mlp", "--data", "s.csv", "--query-col", "q", "--label-col", "y",
         "--categorical", "a,b", "--max-dense-bytes", "1000", "--top-k", "20", "--out", "run",
     ]  # fmt: skip
-    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    options = TrainRequest.of(build_parser().parse_args(argv))
     assert options.data == DataSource(
         data_file="s.csv",
         columns=Columns(query_col="q", label_col="y", categorical=("a", "b")),
@@ -185,9 +186,9 @@ def test_train_options_compose_the_data_source_and_record_flat():
     assert options.config_overrides() == [("model", "mlp"), ("rerank.top_k", 20)]  # the fields' keys
     flat = options.to_record()
     assert list(flat) == list(FLAGS)  # one flat level: the recorded names are the option names
-    assert TrainOptions.from_record(flat).to_record() == flat
+    assert TrainRequest.from_record(flat).to_record() == flat
     with pytest.raises(ValueError, match=r"unknown recorded option\(s\) \['nope'\]; valid: \['model'"):
-        TrainOptions.from_record({**flat, "nope": 1})
+        TrainRequest.from_record({**flat, "nope": 1})
 
 
 def test_a_bad_value_is_refused_by_the_declared_reader_with_the_flag_named(capsys):
@@ -211,7 +212,7 @@ def test_the_experiment_runner_builds_the_source_the_cli_builds(tmp_path):
     spec = load_spec("qilcm-table2", [*data, ("data.null_fill", "letor_min")])
     argv = ["train", "--dataset", "ohsumed", "--fold", "3", "--data-root", str(tmp_path)]
     argv += ["--null-fill", "letor_min", "--out", "x"]
-    from_cli = TrainOptions.from_args(build_parser().parse_args(argv)).data
+    from_cli = TrainRequest.of(build_parser().parse_args(argv)).data
     assert dataclasses.replace(spec.data, fold=3) == dataclasses.replace(from_cli, data_root=str(tmp_path))
 
 

@@ -196,6 +196,15 @@ def test_the_scan_sees_deferred_and_relative_imports():
     assert "ctxrank.baselines._linear" in GRAPH["ctxrank.baselines.adarank"]
 
 
+def test_no_command_module_imports_another_command():
+    """A command adapts its flags to a request of the layers below (``tune`` takes the training request
+    from ``ctxrank.training.request``, not from the ``train`` command)."""
+    from ctxrank.cli import COMMANDS
+
+    commands = {f"ctxrank.cli.{c.module}" for c in COMMANDS.values()}
+    assert {m: sorted(commands & set(GRAPH[m]) - {m}) for m in commands} == {m: [] for m in commands}
+
+
 def test_no_import_cycles():
     cycles = _cycles(GRAPH)
     text = "\n".join(
@@ -317,6 +326,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     "library error that names one",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
+    ("cli/__init__.py", "ctxrank.training.request"): "the training request's own flags (--config, --set), "
+    "read only to write a library error that names one",
     ("cli/__init__.py", "ctxrank.experiments.executors"): "the executor options' flags (torch), read only "
     "to write a library error that names one",
     ("cli/_options.py", "ctxrank.experiments.executors"): "the executor options' declarations (torch), read "

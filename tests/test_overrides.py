@@ -3,7 +3,8 @@
 import pytest
 
 from ctxrank import _overrides
-from ctxrank.cli import main
+from ctxrank._checks import Field, OptionError
+from ctxrank.cli import flag_text, main
 from ctxrank.config import apply_overrides
 from ctxrank.data.synth import write_synthetic_letor
 
@@ -76,8 +77,10 @@ def test_a_flag_and_a_set_of_the_same_key_are_refused_rather_than_one_dropped(tm
         ("train.seed=4", "--seed sets train.seed and --set train.seed sets it"),
         ("train={}", "--seed sets train.seed and --set train sets the table that holds it"),
     ):
-        with pytest.raises(ValueError, match=f"^{what}: give one of them$"):
+        with pytest.raises(OptionError) as info:
             _overrides.with_flags([given], flags)
+        assert flag_text(info.value.text) == f"{what}: give one of them"  # the command line's words
+        assert str(info.value) == f"{what}: give one of them".replace("--set", "overrides")  # the API's
     # a key a flag implies (--dataset resets the spec's folds) yields to a --set of it
     implied = [("data.folds", [])]
     assert _overrides.with_flags(["data.folds=[1]"], [("--dataset", "data.dataset", "x")], implied) == [
@@ -120,3 +123,34 @@ def test_with_overrides_sets_typed_pairs_on_a_config_and_validates_once():
         base.with_overrides([("nope.x", 1)])
     with pytest.raises(ValueError, match=r"train: unknown option\(s\) \['nope'\]"):
         base.with_overrides([("train.nope", 1)])
+
+
+def test_override_errors_name_the_overrides_for_api_users_and_the_cli_writes_set(tmp_path, capsys):
+    """``RunConfig.with_overrides``, ``resolve_config`` and ``load_spec`` take ``overrides``: their errors
+    name that option, which only the command line writes as ``--set`` (where the user typed it)."""
+    from ctxrank.config import RunConfig, resolve_config
+    from ctxrank.experiments.spec import load_spec
+
+    for call, message in (
+        (lambda: RunConfig().with_overrides([("train.lr.x", 1)]), "train.lr.x: 'train.lr' is not a section"),
+        (lambda: resolve_config(None, ["train.lr"]), "expects key=value, got 'train.lr'"),
+        (lambda: load_spec("demo", ["runs.count.x=1"]), "runs.count.x: 'runs.count' is not a section"),
+    ):
+        with pytest.raises(OptionError) as info:
+            call()
+        assert str(info.value) == f"overrides {message}" and info.value.fields == ("overrides",)
+        assert flag_text(info.value.text) == f"--set {message}"
+    config = tmp_path / "c.toml"
+    config.write_text("[train]\nlr = 0.1\n")
+    data = ["--data", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "m")]
+    assert main(["train", "--config", str(config), "--set", "train.lr.x=1", *data]) == 2
+    assert capsys.readouterr().err == "ctxrank: error: --set train.lr.x: 'train.lr' is not a section\n"
+    assert main(["experiment", "demo", "--set", "runs.count.x=1", "--out", str(tmp_path / "e")]) == 2
+    assert capsys.readouterr().err == "ctxrank: error: --set runs.count.x: 'runs.count' is not a section\n"
+    assert main(["train", "--set", "train.lr", *data]) == 2
+    assert "argument --set: expects key=value, got 'train.lr'" in capsys.readouterr().err
+    # a run-config option given by name and an override of its key: the API names both fields
+    flags = [(Field("model"), "model", "qilcm")]
+    with pytest.raises(OptionError, match=r"^model sets model and overrides model sets it: give one"):
+        _overrides.with_flags([("model", "mlp")], flags)
+    assert not any(p.name != "c.toml" for p in tmp_path.iterdir())

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_INT",
     "MAX_SEED",
     "Field",
+    "Key",
     "OptionError",
     "OptionText",
     "build_dataclass",
@@ -38,6 +39,7 @@ __all__ = [
     "check_int",
     "check_int_list",
     "check_model_params",
+    "check_named",
     "check_names",
     "check_no_relevant",
     "check_non_negative",
@@ -76,18 +78,34 @@ class Field:
 
 
 @dataclass(frozen=True)
-class OptionText:
-    """A message naming options: text and :class:`Field` parts, in order. ``str()`` names each field by
-    its name (the API's words); :meth:`render` by ``name_of`` (the command line: its flag)."""
+class Key:
+    """A key of a config's table named in a message (``rerank.top_k``: the ``table`` and the key's
+    ``name``), written so by the API and the command line (as a config file and ``--set`` take it); a
+    caller that names the table's keys its own way (an experiment spec's ``[protocol] top_k``) writes
+    them with :meth:`OptionText.render`'s ``key_of``."""
 
-    parts: tuple[str | Field, ...]
+    table: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.name}"
+
+
+@dataclass(frozen=True)
+class OptionText:
+    """A message naming options: text, :class:`Field` and :class:`Key` parts, in order. ``str()`` names
+    each field by its name (the API's words); :meth:`render` by ``name_of`` (the command line: its
+    flag), each key by ``key_of`` (default ``table.name``)."""
+
+    parts: tuple[str | Field | Key, ...]
 
     @classmethod
     def of(cls, template: str, **values: Any) -> OptionText:
         """The message of ``template``: ``{name}`` is ``values[name]`` when given (an
-        :class:`OptionText` spliced in, anything else as ``format`` writes it: ``{name!r}`` too), else
-        the option ``name`` (``{data_file:FILE}``: a :class:`Field` with the metavar ``FILE``)."""
-        parts: list[str | Field] = []
+        :class:`OptionText`, :class:`Field` or :class:`Key` spliced in, anything else as ``format`` writes
+        it: ``{name!r}`` too), else the option ``name`` (``{data_file:FILE}``: a :class:`Field` with the
+        metavar ``FILE``)."""
+        parts: list[str | Field | Key] = []
         for literal, name, spec, conversion in string.Formatter().parse(template):
             if literal:
                 parts.append(literal)
@@ -97,6 +115,8 @@ class OptionText:
                 parts.append(Field(name, spec or ""))
             elif isinstance(values[name], OptionText):
                 parts.extend(values[name].parts)
+            elif isinstance(values[name], Field | Key):
+                parts.append(values[name])
             else:
                 value = values[name]
                 value = {"r": repr, "s": str, "a": ascii}[conversion](value) if conversion else value
@@ -108,21 +128,25 @@ class OptionText:
         """The field names the message names, in order."""
         return tuple(p.name for p in self.parts if isinstance(p, Field))
 
-    def render(self, name_of: Callable[[Field], str] | None = None) -> str:
-        """The text, each field written by ``name_of`` (None: its field name)."""
+    def render(
+        self, name_of: Callable[[Field], str] | None = None, key_of: Callable[[Key], str] = str
+    ) -> str:
+        """The text, each field written by ``name_of`` (None: its field name), each key by ``key_of``."""
+        field_of = name_of if name_of is not None else (lambda field: field.name)
         return "".join(
-            p if isinstance(p, str) else p.name if name_of is None else name_of(p) for p in self.parts
+            p if isinstance(p, str) else key_of(p) if isinstance(p, Key) else field_of(p) for p in self.parts
         )
 
     def __str__(self) -> str:
         return self.render()
 
 
-def listed(names: Sequence[str], sep: str = ", ") -> OptionText:
-    """The fields ``names`` one after the other, ``sep`` between them (``null_fill, regroup``)."""
-    parts: list[str | Field] = []
+def listed(names: Sequence[str | Key], sep: str = ", ") -> OptionText:
+    """The fields ``names`` (or keys) one after the other, ``sep`` between them (``null_fill, regroup``)."""
+    parts: list[str | Field | Key] = []
     for i, name in enumerate(names):
-        parts.extend((sep, Field(name)) if i else (Field(name),))
+        part = Field(name) if isinstance(name, str) else name
+        parts.extend((sep, part) if i else (part,))
     return OptionText(tuple(parts))
 
 
@@ -142,6 +166,22 @@ class OptionError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # across processes with its fields, not only its text
         return (type(self), (self.text,))
+
+
+#: the name a check is given by :func:`check_named`, where the option stands in its message
+_NAMED = "\x00option\x00"
+
+
+def check_named(option: Field | Key, check: Callable[..., Any], value: Any, *args: Any) -> Any:
+    """``check(name, value, *args)``, a check of this module, its error an :class:`OptionError` naming
+    ``option`` as a part of the message (each caller writes it its own way), not as text."""
+    try:
+        return check(_NAMED, value, *args)
+    except ValueError as exc:
+        parts: list[str | Field | Key] = []
+        for i, piece in enumerate(str(exc).split(_NAMED)):
+            parts.extend(([option] if i else []) + ([piece] if piece else []))
+        raise OptionError(OptionText(tuple(parts))) from None
 
 
 def is_int(x: Any) -> bool:

@@ -24,6 +24,7 @@ Every value is validated when the dataclasses are built; errors name the option.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -33,16 +34,20 @@ from typing import Any
 from ctxrank._checks import (
     MAX_BYTES,
     MAX_SEED,
+    Key,
+    OptionError,
     build_dataclass,
     check_bool,
     check_choice,
     check_crossfit,
     check_int,
+    check_named,
     check_no_relevant,
     check_non_negative,
     check_positive,
     check_seed,
     is_int,
+    listed,
 )
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, field_default, option
 from ctxrank._memory import AUTO
@@ -281,31 +286,39 @@ class RerankConfig:
     residual: bool = False
 
     def __post_init__(self) -> None:
-        check_choice("rerank.initial", self.initial, INITIAL_RANKERS)
-        check_int("rerank.top_k", self.top_k)
-        check_crossfit("rerank.crossfit", self.crossfit)
+        """Errors name the keys (``rerank.top_k``: :class:`~ctxrank._checks.Key`), so that a caller with
+        other names for them writes its own (an experiment spec's ``[protocol] top_k``)."""
+        key = functools.partial(Key, "rerank")
+        check_named(key("initial"), check_choice, self.initial, INITIAL_RANKERS)
+        check_named(key("top_k"), check_int, self.top_k)
+        check_named(key("crossfit"), check_crossfit, self.crossfit)
         for name in ("rank_feature", "score_feature"):
             if getattr(self, name) is not None:
-                check_bool(f"rerank.{name}", getattr(self, name))
-        check_choice("rerank.ideal", self.ideal, IDEAL_SCOPES)
+                check_named(key(name), check_bool, getattr(self, name))
+        check_named(key("ideal"), check_choice, self.ideal, IDEAL_SCOPES)
         if not isinstance(self.initial_params, Mapping):
-            raise ValueError("rerank.initial_params must be a table")
-        check_bool("rerank.residual", self.residual)
+            raise OptionError("{initial_params} must be a table", initial_params=key("initial_params"))
+        check_named(key("residual"), check_bool, self.residual)
         if self.residual and not self.initial:
-            raise ValueError(
-                "rerank.residual = true needs an initial ranker (rerank.initial = 'lambdamart'): the "
-                "residual re-ranker corrects its scores"
+            raise OptionError(
+                "{residual} = true needs an initial ranker ({initial} = 'lambdamart'): the residual "
+                "re-ranker corrects its scores",
+                residual=key("residual"),
+                initial=key("initial"),
             )
         if not self.initial:  # set without an initial ranker, they would be silently ignored
             unused = [
-                f"rerank.{f.name}"
+                key(f.name)
                 for f in fields(self)
                 if f.name not in ("initial", "residual") and getattr(self, f.name) != field_default(f)
             ]
             if unused:
-                raise ValueError(
-                    f"{', '.join(unused)}: {'applies' if len(unused) == 1 else 'apply'} to a re-ranking run "
-                    "(rerank.initial = 'lambdamart'); without an initial ranker the model ranks whole lists"
+                raise OptionError(
+                    "{unused}: {verb} to a re-ranking run ({initial} = 'lambdamart'); without an initial "
+                    "ranker the model ranks whole lists",
+                    unused=listed(unused),
+                    verb="applies" if len(unused) == 1 else "apply",
+                    initial=key("initial"),
                 )
 
 

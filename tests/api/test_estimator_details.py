@@ -93,6 +93,8 @@ def test_the_pipeline_and_the_estimators_take_the_run_configs_fields_checks_and_
         with pytest.raises(ValueError) as want:
             RerankConfig(initial="lambdamart", **{name: bad})
         assert str(got.value) == str(want.value).replace("rerank.", "") and name in str(got.value)
+    with pytest.raises(ValueError, match=r"^rank_feature must be true or false, got 'rerank\.x'$"):
+        RerankPipeline(rank_feature="rerank.x").run_config()  # the value as given, not rewritten
     config = RerankPipeline(top_k=4, crossfit=2).run_config()
     assert (config.rerank.initial, config.rerank.top_k, config.rerank.crossfit) == ("lambdamart", 4, 2)
     run = param_spec("mlp").run

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ctxrank.cli import build_parser, main
-from ctxrank.cli.train import TrainOptions
 from ctxrank.data.letor import read_letor
+from ctxrank.training.request import TrainRequest
 from tests.conftest import REPO
 
 MQ = REPO / "src" / "ctxrank" / "datasets" / "mq2008"
@@ -294,18 +294,18 @@ def test_the_recorded_command_repeats_the_options(tmp_path, monkeypatch):
         *("--categorical", "a,b", "--split-fractions", "0.5,0.25,0.25", "--seed", "0", "--no-cache"),
         *("--set", "train.lr=0.1", "--set", "model_params.hidden=[8]", "--out", "run"),
     ]
-    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    options = TrainRequest.of(build_parser().parse_args(argv))
     assert dict(options.given)["seed"] == 0 and options.data.columns.categorical == ("a", "b")
     assert options.data.read.no_cache
     record = json.loads(json.dumps(options.to_record()))
     assert record["data_file"] == str(tmp_path / "s.csv") and record["split_fractions"] == [0.5, 0.25, 0.25]
-    assert TrainOptions.from_record(record).to_record() == record
+    assert TrainRequest.from_record(record).to_record() == record
     command = options.command_line("run")
     assert command[:2] == ["ctxrank", "train"] and command[-2:] == ["--out", str(tmp_path / "run")]
-    again = TrainOptions.from_args(build_parser().parse_args(command[1:]))
+    again = TrainRequest.of(build_parser().parse_args(command[1:]))
     assert again.to_record() == record
     with pytest.raises(ValueError, match="unknown recorded option"):
-        TrainOptions.from_record({**record, "nope": 1})
+        TrainRequest.from_record({**record, "nope": 1})
 
 
 # ----------------------------------------------------------------------------- outputs the user owns
@@ -528,7 +528,7 @@ def test_null_fill_is_recorded_resumed_and_reapplied_by_predict_and_evaluate(tmp
     assert command["options"]["null_fill"] == "letor_min"
     at = command["command"].index("--null-fill")
     assert command["command"][at + 1] == "letor_min"
-    replayed = TrainOptions.from_args(build_parser().parse_args(command["command"][1:]))
+    replayed = TrainRequest.of(build_parser().parse_args(command["command"][1:]))
     assert replayed.to_record() == command["options"]
     # predict / evaluate --model read a LETOR file with the model's rule unless told otherwise
     model = load_model(out)
@@ -553,14 +553,14 @@ def test_null_fill_is_recorded_resumed_and_reapplied_by_predict_and_evaluate(tmp
 def test_a_numeric_null_fill_round_trips_through_the_recorded_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ["train", "--model", "mlp", "--data", "d.txt", "--null-fill", "-1.5", "--out", "run"]
-    options = TrainOptions.from_args(build_parser().parse_args(argv))
+    options = TrainRequest.of(build_parser().parse_args(argv))
     assert options.data.read.null_fill == -1.5
     record = json.loads(json.dumps(options.to_record()))
-    assert record["null_fill"] == -1.5 and TrainOptions.from_record(record).to_record() == record
+    assert record["null_fill"] == -1.5 and TrainRequest.from_record(record).to_record() == record
     command = options.command_line("run")
     assert command[command.index("--null-fill") + 1] == "-1.5"
-    assert TrainOptions.from_args(build_parser().parse_args(command[1:])).to_record() == record
-    assert TrainOptions().data.read.null_fill is None  # not given: the reader's default
+    assert TrainRequest.of(build_parser().parse_args(command[1:])).to_record() == record
+    assert TrainRequest().data.read.null_fill is None  # not given: the reader's default
     from ctxrank.cli.tune import _train_command
 
     train_it = _train_command(options, tmp_path / "tune")  # `ctxrank tune`'s "train it:" line keeps it
@@ -645,7 +645,7 @@ def test_an_older_run_record_still_reads():
     ``--set`` as ``KEY=VALUE`` text, an ``out`` key and no newer data options."""
     old = {"model": "mlp", "loss": None, "config": None, "overrides": ["train.lr=0.1"], "seed": 3}
     old.update({"threads": None, "initial": None, "top_k": None, "crossfit": None, "out": "/runs/x"})
-    options = TrainOptions.from_record({**old, "train_file": "/d/tr.txt", "valid_file": "/d/va.txt"})
+    options = TrainRequest.from_record({**old, "train_file": "/d/tr.txt", "valid_file": "/d/va.txt"})
     assert options.config_overrides() == [("train.lr", 0.1), ("model", "mlp"), ("train.seed", 3)]
     assert options.data.train_file == "/d/tr.txt" and options.data.read.null_fill is None
-    assert TrainOptions.from_record(options.to_record()) == options
+    assert TrainRequest.from_record(options.to_record()) == options

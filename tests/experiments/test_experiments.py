@@ -12,7 +12,8 @@ import torch
 from scipy import stats
 
 from ctxrank import _checks
-from ctxrank.cli import main
+from ctxrank._checks import OptionError
+from ctxrank.cli import flag_text, main
 from ctxrank.cli.experiment import default_out
 from ctxrank.config import TrainConfig
 from ctxrank.data.ranking_data import RankingData
@@ -737,12 +738,11 @@ def test_a_name_with_a_trailing_newline_is_refused(tmp_path, name):
 
 def test_set_on_a_model_the_spec_does_not_have_is_an_error(tmp_path):
     path = _letor_spec(tmp_path)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(OptionError) as info:
         load_spec(path, ["models.mlpp.train.max_epochs=2"])
-    assert (
-        "--set models.mlpp.train.max_epochs: the spec has no model 'mlpp' "
-        "(its models: lambdamart, listnet, mnl)" in str(info.value)
-    )
+    said = "models.mlpp.train.max_epochs: the spec has no model 'mlpp' (its models: lambdamart, listnet, mnl)"
+    assert f"overrides {said}" in str(info.value)  # the API's name of what it was given
+    assert f"--set {said}" in flag_text(info.value.text)  # the command line's
     added = load_spec(path, ["models.mlp2.model=mlp", "models.mlp2.train.max_epochs=2"])  # explicit
     assert added.models["mlp2"]["model"] == "mlp" and "mlp2" in added.run_names()
     assert "mlp2" in load_spec(path, ['models.mlp2={model = "mlp"}']).models
@@ -1288,6 +1288,14 @@ def test_a_protocol_top_k_without_an_initial_ranker_is_refused_not_ignored(tmp_p
         load_spec(_letor_spec(tmp_path), ["protocol.top_k=50"])
     spec = load_spec(_letor_spec(tmp_path), ["protocol.top_k=50", "protocol.initial=lambdamart"])
     assert spec.run_config("listnet", 0).rerank.top_k == 50
+
+
+def test_protocol_errors_name_the_spec_keys_and_leave_the_values_as_given(tmp_path):
+    """The spec writes the keys a :class:`RerankConfig` error names as its own (``[protocol] initial``)
+    from the error's parts: the message text, and a value in it, is not rewritten."""
+    message = "[protocol] initial must be one of ['', 'lambdamart'], got 'rerank.bm25'"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_spec(_letor_spec(tmp_path), ['protocol.initial="rerank.bm25"'])
 
 
 def test_a_stored_records_threads_and_protocol_are_checked_as_a_spec_files(tmp_path):

@@ -351,6 +351,29 @@ def test_cli_resume_refuses_a_planted_pickle_run_record(tmp_path, capsys):
     assert "not a valid run record" in capsys.readouterr().err and not marker.exists()
 
 
+def test_a_run_record_of_an_earlier_version_resumes(tmp_path, capsys):
+    """``run.json`` as earlier versions wrote it (``--set`` as ``KEY=VALUE`` text, an ``out`` key, no newer
+    data options) resumes: its request is read back, a differing option is refused, the run finishes."""
+    for i, name in enumerate(("tr", "va")):
+        write_synthetic_letor(tmp_path / f"{name}.txt", n_queries=20, list_size=8, n_features=5, seed=i)
+    sets = ["train.max_epochs=1", "train.threads=1", "model_params.hidden=[8]"]
+    options = {"model": "mlp", "loss": None, "config": None, "overrides": sets, "seed": 3, "threads": None}
+    options |= {"initial": None, "top_k": None, "crossfit": None, "out": "/earlier/place"}
+    options |= {"train_file": str(tmp_path / "tr.txt"), "valid_file": str(tmp_path / "va.txt")}
+    config = resolve_config(None, [*sets, "model=mlp", "train.seed=3"]).to_dict()
+    record = {"format_version": 1, "kind": "ctxrank-train-run", "command": ["ctxrank", "train"], "cwd": "/"}
+    out = tmp_path / "run"
+    (out / "resume").mkdir(parents=True)
+    (out / "resume" / "run.json").write_text(json.dumps({**record, "options": options, "config": config}))
+    assert main(["train", "--resume", str(out), "--seed", "4", "--no-progress"]) == 2
+    assert "--seed 4 (recorded: 3)" in capsys.readouterr().err
+    assert main(["train", "--resume", str(out), "--seed", "3", "--no-progress"]) == 0
+    assert "no epoch had finished; training starts from epoch 1" in capsys.readouterr().out
+    meta = json.loads((out / "ctxrank.json").read_text())
+    assert meta["run_config"]["train"]["seed"] == 3 and meta["run_config"]["model_params"]["hidden"] == [8]
+    assert meta["command"]["options"] == options  # the record the run was started with, as it was
+
+
 def test_recorded_config_round_trips():
     config = resolve_config(None, ["model=dlcm", "train.lr=0.003", "rerank.initial=lambdamart"])
     again = RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))  # what --resume reads

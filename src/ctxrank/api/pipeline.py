@@ -8,6 +8,7 @@ from typing import Any
 
 from sklearn.base import BaseEstimator
 
+from ctxrank._checks import OptionError
 from ctxrank.api.estimators import LambdaMARTRanker, QILCMRanker, Ranker
 from ctxrank.config import RerankConfig, RunConfig
 
@@ -96,8 +97,8 @@ class RerankPipeline(Ranker):
         }
         try:
             return base.with_overrides([("rerank", rerank)])
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("rerank.", "")) from None
+        except OptionError as exc:  # the keys it names are the pipeline's parameters (the key's name)
+            raise ValueError(exc.text.render(key_of=lambda key: key.name)) from None
 
 
 #: the pipeline's parameters that are ``RerankConfig`` fields of the same name

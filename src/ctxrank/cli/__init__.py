@@ -9,9 +9,9 @@ argparse only maps the parsed options onto that call)::
     ctxrank data-shards FILE... --out DIR            cli/data.py: data_shards (Parquet shards, --train-shards)
     ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
     ctxrank compare A B                              cli/evaluate.py: compare
-    ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainOptions), --resume DIR
+    ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainRequest), --resume DIR
     ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
-    ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainOptions, SearchOptions)
+    ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainRequest, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
     ctxrank report EVIDENCE [--out DIR]              cli/experiment.py: report
     ctxrank demo [--quick]                           cli/experiment.py: demo, quick_demo
@@ -201,8 +201,10 @@ def option_classes() -> Iterator[type]:
 
     yield DownloadOptions
     from ctxrank.config import RunConfig
+    from ctxrank.training.request import TrainRequest
 
     yield RunConfig
+    yield TrainRequest
     from ctxrank.experiments.executors import ExecutorOptions
 
     yield ExecutorOptions

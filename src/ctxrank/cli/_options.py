@@ -19,7 +19,7 @@ from typing import Any
 from ctxrank._checks import OptionError, OptionText
 from ctxrank._declare import INT_READERS, THREADS, Option, declared
 from ctxrank._io import dumps
-from ctxrank._overrides import read_override
+from ctxrank._overrides import SET
 from ctxrank.cli import flag_text
 from ctxrank.data.sources import EXTENSIONS_TEXT, TABLES, DataSource
 from ctxrank.tracking import TRACK
@@ -97,13 +97,6 @@ INT_TYPES = (positive_int, non_negative_int, seed_int, byte_count)
 def add_json(p: argparse.ArgumentParser | Any, help: str = "machine-readable output") -> None:
     """``--json``."""
     p.add_argument("--json", action="store_true", help=help)
-
-
-#: ``--set KEY=VALUE`` (repeatable): typed ``(dotted key, value)`` pairs of a run config
-#: (``TrainOptions.overrides``) or of an experiment spec; ``{set}`` in its help says which
-SET = Option("--set", "{set}", parse=read_override, metavar="KEY=VALUE", many=True)
-#: ``--config FILE``: the TOML run config a training command starts from (``TrainOptions.config``)
-CONFIG = Option("--config", "TOML run config (see docs/training.md)", metavar="FILE", path=True)
 
 
 def add_overrides(p: argparse.ArgumentParser, help: str) -> None:

@@ -1,9 +1,9 @@
 """``ctxrank train`` (train a ranker, save it; ``--resume`` a killed run) and ``ctxrank predict``.
 
-A training run is ``(DataSource, RunConfig)``; :class:`TrainOptions` is what the command was given
-(the source, a ``--config`` file, ``--set`` and the run-config flags). A run records it as JSON (with
-absolute paths) in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``, together with the
-``ctxrank train`` command line that repeats it; ``--resume`` reads it back from there.
+A training run is ``(DataSource, RunConfig)``; the flags build the
+:class:`~ctxrank.training.request.TrainRequest` (the source, a ``--config`` file, ``--set`` and the
+run-config flags), which a run records in ``OUT/resume/run.json`` and in the model's ``ctxrank.json``;
+``--resume`` reads it back from there.
 """
 
 from __future__ import annotations
@@ -14,27 +14,21 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch.distributed
 
-from ctxrank._declare import declared, declared_keys, flatten, from_namespace, unflatten
-from ctxrank._io import atomic_write, lock_directory, override_text, read_json_file, write_json
+from ctxrank._declare import flatten, from_namespace
+from ctxrank._io import atomic_write, lock_directory, read_json_file, write_json
 from ctxrank._memory import format_bytes
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
-from ctxrank._overrides import Override, parse_override, with_flags
 from ctxrank.cli._options import (
-    CONFIG,
-    HELP_FILL,
     SCORING_SKIP,
-    SET,
     add_data_source,
     add_declared,
     add_model_dir,
-    add_overrides,
     add_progress,
     add_threads,
     add_track,
@@ -45,7 +39,7 @@ from ctxrank.cli._options import (
 )
 from ctxrank.cli._outputs import check_output_file
 from ctxrank.cli._scoring import load_for_scoring
-from ctxrank.config import RunConfig, resolve_config
+from ctxrank.config import RunConfig
 from ctxrank.data.sources import DataSource
 from ctxrank.data.stream import ShardStream
 from ctxrank.data.table_io import to_file_order
@@ -58,6 +52,7 @@ from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
 from ctxrank.training.memory import MemoryBudgetError, check_model_size
+from ctxrank.training.request import FLAGS, TrainRequest
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
 from ctxrank.training.run import check_reads_categorical, check_streaming, run_training
 
@@ -65,128 +60,9 @@ RESUME_DIR = "resume"  # OUT/resume: the training state of an unfinished run (ct
 RUN_KIND = "ctxrank-train-run"
 
 
-@dataclass(frozen=True)
-class TrainOptions:
-    """What ``ctxrank train`` (or ``tune``) was given: the data source, and the run config as given: a
-    ``--config`` file, ``--set``'s typed overrides and the run-config options given by their own flags
-    (``given``: ``(option name, value)``; the options are declared on the config's fields:
-    ``RunConfig.model``, ``TrainConfig.seed``, ``RerankConfig.top_k``, ...). The training request is
-    ``(data, run_config())``.
-
-    A run records it flat (option name -> value, None where not given: :meth:`to_record`), so records
-    stay readable and older ones load.
-    """
-
-    data: DataSource = field(default_factory=DataSource)
-    config: str | None = None
-    overrides: tuple[Override, ...] = ()
-    given: tuple[Override, ...] = ()
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> TrainOptions:
-        """The options parsed by the ``train`` (or ``tune``) parser."""
-        given = tuple((name, getattr(args, name)) for name in RUN_KEYS if getattr(args, name) is not None)
-        return cls(from_namespace(DataSource, args), args.config, tuple(args.overrides), given)
-
-    def run_config(self) -> RunConfig:
-        """The validated run config: defaults, the ``--config`` file, ``--set``, the flags."""
-        return resolve_config(self.config, self.config_overrides())
-
-    def to_record(self) -> dict[str, Any]:
-        """JSON-ready flat dict (option name -> value), paths made absolute (so ``--resume`` works
-        from any directory)."""
-        given = dict(self.given)
-        d = {name: given.get(name) for name in RUN_KEYS}
-        d["config"] = _absolute(self.config)
-        d["overrides"] = [[key, value] for key, value in self.overrides]
-        data = flatten(self.data)
-        data.update({name: _absolute(data[name]) for name in DATA_PATHS})
-        return {**d, **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}}
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TrainOptions:
-        """The options of :meth:`to_record` (``out``, which older records hold, is ignored; their
-        ``overrides`` were ``KEY=VALUE`` text)."""
-        flat = {k: v for k, v in record.items() if k != "out"}
-        unknown = sorted(set(flat) - set(FLAGS))
-        if unknown:
-            raise ValueError(f"unknown recorded option(s) {unknown}; valid: {list(FLAGS)}")
-        run = {name: flat.pop(name, None) for name in RUN_KEYS}
-        overrides = tuple(
-            parse_override(item) if isinstance(item, str) else (item[0], item[1])
-            for item in flat.pop("overrides", ())
-        )
-        config = flat.pop("config", None)
-        as_tuple = lambda _, v: tuple(v) if isinstance(v, list) else v  # noqa: E731
-        data = unflatten(DataSource, flat, as_tuple, what="recorded option")
-        return cls(data, config, overrides, tuple((k, v) for k, v in run.items() if v is not None))
-
-    def config_overrides(self) -> list[Override]:
-        """The typed overrides of the run config: ``--set``, then the flags that set run-config keys
-        (a flag and a ``--set`` of the same key are refused: :func:`~ctxrank._overrides.with_flags`)."""
-        return with_flags(
-            self.overrides, [(FLAGS[name], RUN_KEYS[name], value) for name, value in self.given]
-        )
-
-    def command_line(self, out_dir: str | Path, launcher: Sequence[str] = ()) -> list[str]:
-        """A ``ctxrank train`` argv that repeats these options (paths as recorded: absolute);
-        ``launcher``: the torchrun command (and options) that started the processes of the run."""
-        argv = [*launcher, "-m", "ctxrank", "train"] if launcher else ["ctxrank", "train"]
-        record, defaults = self.to_record(), TrainOptions().to_record()
-        for name, flag in FLAGS.items():
-            value = record[name]
-            if value == defaults[name]:
-                continue
-            if isinstance(value, bool):
-                argv.append(flag)
-            elif name == "overrides":
-                for key, v in value:
-                    argv += [flag, override_text(key, v)]
-            elif isinstance(value, list):
-                argv += [flag, ",".join(str(v) for v in value)]
-            else:
-                argv += [flag, str(value)]
-        return [*argv, "--out", str(Path(out_dir).absolute())]
-
-
-def _absolute(path: str | None) -> str | None:
-    return None if path is None else str(Path(path).absolute())
-
-
-#: the run-config options a flag of ``train`` / ``tune`` sets (declared on the config's fields):
-#: option name -> dotted key (``seed`` -> ``train.seed``)
-RUN_KEYS = declared_keys(RunConfig)
-#: each recorded option's flag, in the record's order: the run config's, ``--config``, ``--set``, the
-#: data source's
-FLAGS = {
-    **{name: opt.flag for name, opt in declared(RunConfig)},
-    "config": CONFIG.flag,
-    "overrides": SET.flag,
-    **{name: opt.flag for name, opt in declared(DataSource)},
-}
-DATA_PATHS = tuple(name for name, opt in declared(DataSource) if opt.path)
-
-
-def add_training_request(
-    p: argparse.ArgumentParser,
-    *,
-    fill: dict[str, str],
-    help: dict[str, str] | None = None,
-    skip: Sequence[str] = (),
-) -> None:
-    """The flags of a training request (``train``, ``tune``): the run-config options declared on the
-    config's fields, ``--config``, ``--set`` and the data source's options but ``skip``; ``help`` and
-    ``fill`` as :func:`~ctxrank.cli._options.add_declared`'s."""
-    add_declared(p, RunConfig, help=help, fill=fill)
-    config_help = (help or {}).get("config", CONFIG.help)
-    p.add_argument(CONFIG.flag, dest="config", metavar=CONFIG.metavar, help=config_help)
-    add_overrides(p, {**HELP_FILL, **fill}["set"])
-    add_declared(p, DataSource, skip=skip, fill=fill)
-
-
 # ------------------------------------------------------------------------------------------- train
 def train(
-    options: TrainOptions,
+    request: TrainRequest,
     *,
     out_dir: str | None = None,
     resume: str | None = None,
@@ -195,7 +71,8 @@ def train(
     overwrite: bool = False,
     tracking: Tracking | None = None,
 ) -> int:
-    """Train a ranker and save it to ``out_dir``, or continue the interrupted run in ``resume``.
+    """Train the ``request``'s ranker and save it to ``out_dir``, or continue the interrupted run in
+    ``resume``.
 
     ``out_dir`` must be new, empty or hold a finished or unfinished ctxrank model; ``overwrite``: write
     there anyway, replacing a previous model (:mod:`ctxrank.cli._outputs`). ``tracking``: log the run
@@ -205,12 +82,12 @@ def train(
     if resume is not None and overwrite:
         raise ValueError("--overwrite starts a new run in --out DIR; --resume DIR continues the one there")
     if resume is not None:
-        options, config, record = _resumed_run(options, out_dir, resume)
+        request, config, record = _resumed_run(request, out_dir, resume)
         out_dir = resume
     else:
         if out_dir is None:
             raise ValueError("give --out DIR (or --resume DIR to continue an interrupted run)")
-        config = options.run_config()
+        config = request.run_config()
     if tracking is not None:
         tracking.check()  # the package and the place, before any data is read
 
@@ -218,7 +95,7 @@ def train(
 
     ctx = init_from_env(config.train.device)  # torchrun: data-parallel (ctxrank.training.distributed)
     run = _Run(
-        options,
+        request,
         config,
         Path(out_dir),
         record,
@@ -259,8 +136,8 @@ def _read_run_record(directory: Path) -> dict[str, Any]:
     return record
 
 
-def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple[TrainOptions, Any, dict]:
-    """``--resume DIR``: the recorded options and config of the run in DIR; options given as well must
+def _resumed_run(given: TrainRequest, out_dir: str | None, resume: str) -> tuple[TrainRequest, Any, dict]:
+    """``--resume DIR``: the recorded request and config of the run in DIR; options given as well must
     agree with the recorded ones."""
     directory = Path(resume)
     if out_dir is not None and Path(out_dir).absolute() != directory.absolute():
@@ -270,11 +147,11 @@ def _resumed_run(given: TrainOptions, out_dir: str | None, resume: str) -> tuple
     record = _read_run_record(directory)
     run_file = directory / RESUME_DIR / RUN_FILE
     try:
-        saved = TrainOptions.from_record(dict(record["options"]))
+        saved = TrainRequest.from_record(dict(record["options"]))
         config = RunConfig.from_saved(record["config"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{run_file}: malformed run record ({exc!r})") from None
-    now, then, defaults = given.to_record(), saved.to_record(), TrainOptions().to_record()
+    now, then, defaults = given.to_record(), saved.to_record(), TrainRequest().to_record()
     differ = [
         f"{FLAGS[k]} {_shown(v)} (recorded: {_shown(then[k])})"
         for k, v in now.items()
@@ -298,7 +175,7 @@ class _Run:
     """One training run of ``ctxrank train``, in named steps. ``record``: the run record of
     ``--resume`` (None: a new run); ``main``: this process writes files and prints (rank 0)."""
 
-    options: TrainOptions
+    request: TrainRequest
     config: Any
     out_dir: Path
     record: dict[str, Any] | None
@@ -328,9 +205,8 @@ class _Run:
 
     def _execute(self) -> int:
         self._check_categorical()
-        o = self.options
         ctx = world()
-        td = o.data.load_training(self.config.train.seed, rank=ctx.rank, world=ctx.world_size)
+        td = self.request.data.load_training(self.config.train.seed, rank=ctx.rank, world=ctx.world_size)
         if isinstance(td.train, ShardStream):
             check_streaming(self.config, td.train)  # before anything is said or trained
         self._describe(td)
@@ -386,7 +262,7 @@ class _Run:
         if self.tracking is None or not self.main:
             return None
         tags = {"ctxrank.command": " ".join(record["command"]), "ctxrank.out": str(self.out_dir.absolute())}
-        data = {f"data.{k}": v for k, v in flatten(self.options.data).items() if v not in (None, False, ())}
+        data = {f"data.{k}": v for k, v in flatten(self.request.data).items() if v not in (None, False, ())}
         params = {**flat_params(self.config.to_dict()), **data}
         return self.tracking.start(self.out_dir.absolute().name, tags=tags, params=params)
 
@@ -404,7 +280,7 @@ class _Run:
         claim_model_dir(out_dir, overwrite=self.overwrite)
 
     def _check_categorical(self) -> None:
-        check_reads_categorical(self.config.model, self.options.data.columns.categorical or ())
+        check_reads_categorical(self.config.model, self.request.data.columns.categorical or ())
 
     def _describe(self, td: Any) -> None:
         """What is trained on what: the split, the table's columns, the model."""
@@ -463,9 +339,9 @@ class _Run:
         record = {
             "format_version": 1,
             "kind": RUN_KIND,
-            "command": self.options.command_line(self.out_dir, launcher),
+            "command": self.request.command_line(self.out_dir, launcher),
             "cwd": os.getcwd(),
-            "options": self.options.to_record(),
+            "options": self.request.to_record(),
             "config": self.config.to_dict(),
             **({"data_parallel": parallel} if parallel else {}),
         }
@@ -702,7 +578,8 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "recorded in the model directory"
     )
     fill = {"defaults": "not used by train", "threads": threads}
-    add_training_request(p, fill=fill)
+    add_declared(p, RunConfig, fill=fill)
+    add_declared(p, TrainRequest, fill=fill)
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -730,9 +607,8 @@ def add_train_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _run_train(a: argparse.Namespace) -> int:
-    options = TrainOptions.from_args(a)
     return train(
-        options,
+        TrainRequest.of(a),
         out_dir=a.out,
         resume=a.resume,
         progress=not a.no_progress,

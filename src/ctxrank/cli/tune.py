@@ -1,9 +1,9 @@
 """``ctxrank tune``: search a model's hyperparameters on the validation split with Optuna
 (:mod:`ctxrank.tune`), then write the best configuration, the table of trials and plots of the search.
 
-The training run of every trial is described as ``ctxrank train`` describes one (:class:`TrainOptions`:
-the data source, a config file, ``--set`` and the run-config flags), without a test split; what the
-search does is :class:`SearchOptions`.
+The training run of every trial is described as ``ctxrank train`` describes one (a
+:class:`~ctxrank.training.request.TrainRequest`: the data source, a config file, ``--set`` and the
+run-config flags), without a test split; what the search does is :class:`SearchOptions`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from ctxrank._checks import check_int
 from ctxrank._declare import flag_of, flatten
 from ctxrank.cli._options import (
+    add_declared,
     add_executor_options,
     add_progress,
     add_track,
@@ -25,14 +26,14 @@ from ctxrank.cli._options import (
     out,
     positive_int,
 )
-from ctxrank.cli.train import TrainOptions, add_training_request
-from ctxrank.config import apply_overrides, load_toml
+from ctxrank.config import RunConfig, apply_overrides, load_toml
 from ctxrank.data.sources import DataSource
 from ctxrank.experiments.executors import make_executor
 from ctxrank.experiments.spec import TuneSpec
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import resolve_device
 from ctxrank.training.memory import check_model_size
+from ctxrank.training.request import TrainRequest
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class SearchOptions:
 
 
 def tune(
-    options: TrainOptions,
+    request: TrainRequest,
     search: SearchOptions,
     *,
     out_dir: str,
@@ -78,7 +79,7 @@ def tune(
     overwrite: bool = False,
     tracking: Tracking | None = None,
 ) -> int:
-    """Tune ``options``' model on its training / validation data; write the results to ``out_dir`` (new,
+    """Tune the ``request``'s model on its training / validation data; write the results to ``out_dir`` (new,
     empty or a study's, which is continued; with ``overwrite`` a directory of other files:
     :func:`ctxrank.tune.claim_study_dir`). ``tracking``: log the study as one run and each trial this
     call runs as a nested run (:mod:`ctxrank.tracking`)."""
@@ -88,15 +89,15 @@ def tune(
         raise ValueError(str(exc)) from None
 
     where = Path(out_dir)
-    study_base, search = _checked_study(tuning, options, search, where, overwrite, tracking)
+    study_base, search = _checked_study(tuning, request, search, where, overwrite, tracking)
     config = study_base.config
-    td = options.data.load_training(config.train.seed, test=False)  # the test split is never read
+    td = request.data.load_training(config.train.seed, test=False)  # the test split is never read
     train, valid, what = td.train, td.valid, td.what
     space = tuning.search_space(study_base)
     fixed = sorted(k for k in tuning.flat_keys(study_base.values) if k != "model")
     _announce(config, space, search, td, fixed)
     executor = make_executor(search.executor, address=search.address, max_retries=search.max_retries)
-    tracked = _tracked_study(tracking, options, search, study_base.values, space, where, config)
+    tracked = _tracked_study(tracking, request, search, study_base.values, space, where, config)
     log = RunLog(tracked) if tracked is not None else None
     with tracked if tracked is not None else contextlib.nullcontext():
         result = tuning.tune(
@@ -121,13 +122,13 @@ def tune(
                 log.log({f"best_valid_{config.train.metric}": best.value}, best.number)
             for name in result.files:
                 log.artifact(where / name, "study")
-    _report(result, where, options, config.train.metric)
+    _report(result, where, request, config.train.metric)
     return 0
 
 
 def _checked_study(
     tuning: Any,
-    options: TrainOptions,
+    request: TrainRequest,
     search: SearchOptions,
     where: Path,
     overwrite: bool,
@@ -136,10 +137,10 @@ def _checked_study(
     """Every check before any data is read: the options, the base configuration (validated once: the
     study's base), the search with the file's ``[tune]``, the model's size, the tracker, the output
     directory and the storage."""
-    if options.data.test_file is not None:
+    if request.data.test_file is not None:
         raise ValueError("tune reads the training and validation splits only; --test does not apply")
-    base, block = _base_config(options)
-    search = _with_file_search(search, block, options.config)
+    base, block = _base_config(request)
+    search = _with_file_search(search, block, request.config)
     study_base = tuning.StudyBase.of(base)
     config = study_base.config
     check_model_size(config, 1, device=resolve_device(config.train.device))  # one feature: a lower bound
@@ -147,7 +148,7 @@ def _checked_study(
         tracking.check()  # the package and the place
     tuning.claim_study_dir(where, overwrite=overwrite, storage=search.storage)
     tuning.check_storage(tuning.storage_url(where, search.storage))
-    if options.data.train_shards is not None:
+    if request.data.train_shards is not None:
         raise ValueError(
             "--train-shards (training data streamed from disk) is for ctxrank train; tune on a sample of "
             "the queries that fits in memory (--train FILE)"
@@ -170,7 +171,7 @@ def _announce(config: Any, space: Any, search: SearchOptions, td: Any, fixed: li
 
 def _tracked_study(
     tracking: Tracking | None,
-    options: TrainOptions,
+    request: TrainRequest,
     search: SearchOptions,
     base: dict[str, Any],
     space: Any,
@@ -187,7 +188,7 @@ def _tracked_study(
     searched = {f"space.{k}": list(v) for k, v in space.params.items()}
     for loss, params in space.losses.items():
         searched.update({f"space.{loss}.{k}": list(v) for k, v in params.items()})
-    data = {f"data.{k}": v for k, v in flatten(options.data).items() if v not in (None, False, ())}
+    data = {f"data.{k}": v for k, v in flatten(request.data).items() if v not in (None, False, ())}
     params = {**flat_params(base), **searched, **data, "trials": search.trials}
     return tracking.start(f"tune-{name}", tags=tags, params=params)
 
@@ -207,11 +208,11 @@ def _log_trial(study_run: TrackedRun, trial: Any, config: Any) -> None:
         study_run.log_metrics({f"trial_{metric}": trial.value}, trial.number)
 
 
-def _base_config(options: TrainOptions) -> tuple[dict[str, Any], Any]:
+def _base_config(request: TrainRequest) -> tuple[dict[str, Any], Any]:
     """The run config as a dict (the ``--config`` file, then ``--set`` and the flags), not validated,
     and the file's ``[tune]`` block (None without one)."""
-    overrides = options.config_overrides()
-    d = apply_overrides(load_toml(options.config) if options.config is not None else {}, overrides)
+    overrides = request.config_overrides()
+    d = apply_overrides(load_toml(request.config) if request.config is not None else {}, overrides)
     block = d.pop("tune", None)
     if "model" not in d:
         raise ValueError("give --model NAME (or a --config file that names its model)")
@@ -244,7 +245,7 @@ def _with_file_search(search: SearchOptions, block: Any, config: str | None) -> 
     )
 
 
-def _report(result: Any, where: Path, options: TrainOptions, metric: str) -> None:
+def _report(result: Any, where: Path, request: TrainRequest, metric: str) -> None:
     study = result.study
     n = len(study.get_trials(deepcopy=False))
     out()
@@ -260,16 +261,16 @@ def _report(result: Any, where: Path, options: TrainOptions, metric: str) -> Non
         )
     out(f"wrote {where}/" + ", ".join(result.files) + f" ({result.ran} trials in {result.seconds:.1f} s)")
     if result.best is not None:
-        out("train it: " + " ".join(_train_command(options, where)))
+        out("train it: " + " ".join(_train_command(request, where)))
 
 
-def _train_command(options: TrainOptions, where: Path) -> list[str]:
+def _train_command(request: TrainRequest, where: Path) -> list[str]:
     """The ``ctxrank train`` command that trains the best configuration on the same data: the data
     options as given (files, split, columns, reading options; paths absolute), ``best.toml`` for every
     run-config key (model, seed, ``--set`` values)."""
-    config_free = replace(options, given=(), overrides=(), config=str(where / "best.toml"))
+    config_free = replace(request, given=(), overrides=(), config=str(where / "best.toml"))
     argv = config_free.command_line("DIR")[:-2]  # without its --out
-    if options.data.dataset is None and options.data.data_file is None:
+    if request.data.dataset is None and request.data.data_file is None:
         argv += [flag_of(DataSource, "test_file"), "TEST_FILE"]
     return [*argv, "--out", "DIR"]
 
@@ -297,25 +298,23 @@ def add_tune_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="search a model's hyperparameters (Optuna)",
         description=TUNE_DESCRIPTION,
     )
-    add_training_request(
-        p,
-        skip=("test_file",),  # tune never reads a test split
-        help={
-            "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
-            "loss": "fix the ranking loss of a neural model (default: searched where declared)",
-            "config": "TOML run config: the base of every trial (its keys fixed)",
-            "seed": "train.seed of every trial, and the sampler's seed (default 0)",
-            "initial": "re-rank this initial ranker's top-k lists",
-            "top_k": "items re-ranked per query (rerank.top_k)",
-            "crossfit": "out-of-fold initial scores with K folds",
-        },
-        fill={
-            "defaults": "not used by tune",
-            "parts": "train/valid (its test part is not read)",
-            "threads": "train.threads of every trial",
-            "set": "fix a config value, e.g. --set train.max_epochs=20 (repeatable)",
-        },
-    )
+    help = {
+        "model": "model name (a neural model or a baseline; see `ctxrank train --help`)",
+        "loss": "fix the ranking loss of a neural model (default: searched where declared)",
+        "config": "TOML run config: the base of every trial (its keys fixed)",
+        "seed": "train.seed of every trial, and the sampler's seed (default 0)",
+        "initial": "re-rank this initial ranker's top-k lists",
+        "top_k": "items re-ranked per query (rerank.top_k)",
+        "crossfit": "out-of-fold initial scores with K folds",
+    }
+    fill = {
+        "defaults": "not used by tune",
+        "parts": "train/valid (its test part is not read)",
+        "threads": "train.threads of every trial",
+        "set": "fix a config value, e.g. --set train.max_epochs=20 (repeatable)",
+    }
+    add_declared(p, RunConfig, help=help, fill=fill)
+    add_declared(p, TrainRequest, help=help, fill=fill, skip=("test_file",))  # tune never reads a test split
     p.add_argument(
         "--trials",
         type=positive_int,
@@ -362,7 +361,6 @@ def _seconds(text: str) -> float:
 
 
 def _run_tune(a: argparse.Namespace) -> int:
-    options = TrainOptions.from_args(a)
     search = SearchOptions(
         trials=a.trials,
         storage=a.storage,
@@ -373,6 +371,7 @@ def _run_tune(a: argparse.Namespace) -> int:
         address=a.address,
         max_retries=a.max_retries,
     )
+    request = TrainRequest.of(a)
     return tune(
-        options, search, out_dir=a.out, progress=not a.no_progress, overwrite=a.overwrite, tracking=a.track
+        request, search, out_dir=a.out, progress=not a.no_progress, overwrite=a.overwrite, tracking=a.track
     )

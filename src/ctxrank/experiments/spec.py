@@ -690,8 +690,8 @@ def _run_settings(threads: Any, protocol: Mapping[str, Any]) -> dict[str, Any]:
     _known("protocol", protocol, ["initial", "top_k"])
     try:
         rerank = RerankConfig(**protocol)
-    except ValueError as exc:
-        raise _fail("protocol", str(exc).replace("rerank.", "")) from None
+    except OptionError as exc:  # the keys it names are the table's: [protocol]'s own names
+        raise _fail("protocol", exc.text.render(key_of=lambda key: key.name)) from None
     return {"train": TrainConfig(threads=threads), "rerank": rerank}
 
 
@@ -813,10 +813,11 @@ def _check_new_models(d: Mapping[str, Any], overrides: Sequence[Override], path:
             added.setdefault(parts[1], []).append(".".join(parts[2:]))
     for name, keys in added.items():
         if "model" not in keys and "" not in keys:
-            raise ValueError(
-                f"{path}: --set models.{name}.{keys[0]}: the spec has no model {name!r} (its models: "
-                f"{', '.join(names)}); to add one, also set models.{name}.model=MODEL"
-            )
+            raise OptionError(
+                "{path}: {overrides} models.{name}.{key}: the spec has no model {name!r} (its models: "
+                "{names}); to add one, also set models.{name}.model=MODEL",
+                path=path, name=name, key=keys[0], names=", ".join(names),
+            )  # fmt: skip
 
 
 def _defaults_for(defaults: Mapping[str, Any], table: Mapping[str, Any]) -> Mapping[str, Any]:
