@@ -15,8 +15,8 @@ from pathlib import Path
 from tests.conftest import REPO
 
 # ------------------------------------------------------------------------ comments explain the code
-#: where the code, the tests and the docs live (CHANGELOG.md keeps the project's history, SECURITY.md
-#: its guarantees: neither is checked)
+#: where the code, the tests and the docs live (CHANGELOG.md keeps the project's history and SECURITY.md
+#: its guarantees: neither is searched for tracker references; the tests SECURITY.md names are checked)
 PROSE = ["src", "tests", "docs", "benchmarks", "README.md", "Makefile"]
 #: a tracker reference: "issue" and a number (either case, plural too), or a number after "(#"
 TRACKER_REFERENCE = re.compile(r"\b[Ii]ssues? \d+|\(#\d+\)")
@@ -49,3 +49,19 @@ def test_a_tracker_reference_is_found(tmp_path):
     (tmp_path / "c.toml").write_text(f"# {issue}s {number} and 31\n")
     found = tracker_references([tmp_path], base=tmp_path)
     assert [f.split(" ", 1)[0] for f in found] == ["a.py:1", "b.md:1", "c.toml:1"]
+
+
+def test_every_test_security_md_names_exists():
+    """SECURITY.md states each guarantee with the tests that hold it: every ``tests/...py`` file and
+    ``::test_name`` it names (a bare ``::name`` belongs to the file named before it) exists."""
+    missing = []
+    for line in (REPO / "SECURITY.md").read_text(encoding="utf-8").splitlines():
+        current = None
+        for m in re.finditer(r"`(tests/[\w/]+\.py)?(::\w+)?[^`]*`", line if line.startswith("|") else ""):
+            path, name = m.group(1), m.group(2)
+            current = path or current
+            if path and not (REPO / path).is_file():
+                missing.append(path)
+            elif name and current and not re.search(rf"def {name[2:]}\b", (REPO / current).read_text()):
+                missing.append(current + name)
+    assert not missing, f"SECURITY.md names tests that do not exist: {missing}"
