@@ -29,11 +29,12 @@ lint: dev
 	$(BIN)/ruff check .
 
 # The whole suite in TEST_JOBS worker processes (pytest-xdist), each test file whole in one of them
-# (tests/conftest.py); CI has 2 cores. TEST_JOBS=0 runs it in this process.
+# (tests/conftest.py); CI has 2 cores and 15 minutes: the 25 slowest tests are listed at the end, to
+# see where the time goes before adding more. TEST_JOBS=0 runs it in this process.
 TEST_JOBS ?= 2
 test: dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=25
 
 # The daily loop: the unit and integration tests in TEST_JOBS worker processes, without the slow ones
 # (marked `slow`), without the end-to-end files of tests/e2e/ (every documented command, fuzzing, the
