@@ -13,7 +13,7 @@ from ctxrank.clicks.offline import offline_estimates
 from ctxrank.clicks.propensity import Propensities
 from ctxrank.clicks.simulate import simulate_clicks
 from ctxrank.clicks.validation import log_objective
-from ctxrank.config import TrainConfig
+from ctxrank.config import RerankConfig, RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import get_loss
 from ctxrank.metrics import evaluate_queries
@@ -186,3 +186,21 @@ def test_tune_on_a_log_maximises_and_records_the_ips_estimate(tmp_path):
     objective = log_objective("ndcg@4", valid, debias="ips", propensity_eta=1.0, clip=100.0)
     assert trial.value == pytest.approx(objective.value(valid, again), rel=1e-6)
     assert f"# Validated on a click log by the {described}." in (tmp_path / "t" / "best.toml").read_text()
+
+
+def test_a_residual_reranker_is_compared_with_its_initial_ranker_on_the_same_estimate():
+    train, valid = pbm_log(120, seed=4).log, pbm_log(60, seed=5).log
+    config = RunConfig(
+        model="mlp",
+        model_params={"hidden": [8]},
+        train=TrainConfig(max_epochs=1, metric="ndcg@4", debias="ips", propensity_eta=1.0, threads=1),
+        rerank=RerankConfig(
+            initial="lambdamart", residual=True, top_k=K, initial_params={"n_estimators": 5, "num_threads": 1}
+        ),
+    )
+    result = run_training(config, train, valid, None, progress=False)
+    split = result.predictor.prepare(valid)
+    objective = log_objective("ndcg@4", valid, debias="ips", propensity_eta=1.0, clip=100.0)
+    initial = objective.value(split.top, split.top_initial_scores)
+    assert result.summary.initial_valid_metric == pytest.approx(initial, rel=1e-9)
+    assert result.summary.residual["initial_valid_metric"] == pytest.approx(initial, rel=1e-9)

@@ -28,14 +28,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ctxrank.clicks.offline import session_terms
-from ctxrank.clicks.propensity import Propensities
 from ctxrank.clicks.weighting import DEBIAS, propensity_table
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import parse_metric
+
+if TYPE_CHECKING:  # the estimators (SciPy, scikit-learn) load only when a log is validated
+    from ctxrank.clicks.propensity import Propensities
 
 __all__ = ["ESTIMATED_METRICS", "LogObjective", "log_objective"]
 
@@ -78,6 +80,7 @@ class LogObjective:
 
     def with_propensities(self, values: Sequence[float]) -> LogObjective:
         """This objective with learned propensities ``values`` (relative to position 1)."""
+        from ctxrank.clicks.propensity import Propensities
         return dataclasses.replace(self, propensities=Propensities.given(values))
 
     def session_values(self, log: RankingData, scores: np.ndarray) -> np.ndarray:
@@ -86,6 +89,7 @@ class LogObjective:
         if self.naive or self.propensities is None:
             raise ValueError(f"session_values needs propensities; this objective is {self.describe()!r}")
         assert self.k is not None
+        from ctxrank.clicks.offline import session_terms
         return session_terms(log, scores, self.propensities, metric="dcg", k=self.k, clip=self.clip)[0]
 
     def value(self, log: RankingData, scores: np.ndarray) -> float:
@@ -119,6 +123,7 @@ def log_objective(
     """
     if valid.shown_positions is None:
         return None
+    from ctxrank.clicks.propensity import Propensities
     if debias == "none":
         return LogObjective(metric, "naive")
     base, k = parse_metric(metric)

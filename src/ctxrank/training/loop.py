@@ -96,6 +96,9 @@ class FitResult:
     batching: str = "buckets"
     warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
     validation: str | None = None  # what best_metric measures on a validation log (None: labels)
+    #: the validation log's objective (learned propensities: the tower's at the end of the fit), for a
+    #: re-ranker's comparison with its initial ranker on the same estimate; None on labelled data
+    objective: LogObjective | None = field(default=None, repr=False)
 
     def summary(self) -> FitSummary:
         """The fit's :class:`FitSummary` (its ``seconds`` the loop's; a run sets the whole run's)."""
@@ -562,11 +565,7 @@ def _validation_metric(
         max_memory_bytes=config.max_memory_bytes,
     )
     if objective is not None and not objective.naive:
-        if objective.propensities is None:  # learned: the tower's of this epoch
-            assert trainer.debias is not None and trainer.debias.tower is not None
-            learned = trainer.debias.tower.propensities().double().cpu()
-            objective = objective.with_propensities(learned.tolist())
-        per = objective.session_values(part, scores)
+        per = _learned(trainer, objective).session_values(part, scores)
     else:
         per = evaluate_queries(
             scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant
@@ -574,6 +573,14 @@ def _validation_metric(
     ok = np.isfinite(per)
     total, count = ctx.all_reduce_sum(np.array([per[ok].sum(), ok.sum()]), device)
     return float(total / count) if count else float("nan")
+
+
+def _learned(trainer: _Trainer, objective: LogObjective) -> LogObjective:
+    """``objective`` with the position tower's propensities of now when it has none given."""
+    if objective.propensities is not None or objective.naive:
+        return objective
+    assert trainer.debias is not None and trainer.debias.tower is not None
+    return objective.with_propensities(trainer.debias.tower.propensities().double().cpu().tolist())
 
 
 def _select(trainer: _Trainer, state: _Progress, epoch: int, value: float) -> None:
@@ -695,4 +702,5 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float, objective: LogO
         batching=batching(model, config),
         warnings=problems,
         validation=None if objective is None else objective.describe(),
+        objective=None if objective is None else _learned(trainer, objective),
     )

@@ -57,6 +57,7 @@ import torch
 
 from ctxrank._checks import OptionError
 from ctxrank._io import atomic_write, dumps
+from ctxrank.clicks.validation import LogObjective
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
@@ -513,7 +514,9 @@ def _fit_neural(
     )
     summary = fitted.summary()
     if rerank is not None:
-        summary = _against_initial(summary, config, model, fit_valid, valid_init, summary.best_valid_metric)
+        summary = _against_initial(
+            summary, config, model, fit_valid, valid_init, summary.best_valid_metric, fitted.objective
+        )
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
     model_config = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
@@ -599,12 +602,17 @@ def _against_initial(
     valid: RankingData,
     valid_init: np.ndarray,
     reranker: float,
+    objective: LogObjective | None = None,
 ) -> FitSummary:
     """``summary`` with the initial scores' validation ``train.metric`` on the same top-k lists
     (``initial_valid_metric``), against the re-ranker's (``reranker``): a residual re-ranker that does
-    not gain keeps the initial order; any other one that is worse is a :class:`TrainingWarning`."""
+    not gain keeps the initial order; any other one that is worse is a :class:`TrainingWarning`. On a
+    validation log, ``objective`` (the fit's) estimates both."""
     tc = config.train
-    initial = _mean_metric(valid_init, valid, tc)
+    if objective is None or objective.naive:
+        initial = _mean_metric(valid_init, valid, tc)
+    else:
+        initial = objective.value(valid, valid_init)
     summary = dataclasses.replace(summary, initial_valid_metric=initial)
     if config.rerank.residual:  # the model is a Residual correction of the initial scores
         summary = _keep_initial_if_better(model, initial, tc, summary)
