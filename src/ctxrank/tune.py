@@ -757,7 +757,7 @@ def _best_toml(
     header = (
         f"# The best configuration of study {study.study_name!r} (ctxrank tune): trial {best.number} of {n}, "
         f"valid {metric} {best.value:.4f}{on}.\n"
-        + (f"# Validated on a click log by the {validation}.\n" if validation is not None else "")
+        + (f"# Validation: {validation}.\n" if validation is not None else "")
         + "# Train it: ctxrank train --config best.toml ... (or use it as an experiment's [models.NAME])\n"
     )
     return header + to_toml(_without_empty_tables(best.user_attrs["config"]))

@@ -185,7 +185,7 @@ def test_tune_on_a_log_maximises_and_records_the_ips_estimate(tmp_path):
     again = run_training(result.best, train, valid, None, progress=False).predictor.predict(valid)
     objective = log_objective("ndcg@4", valid, debias="ips", propensity_eta=1.0, clip=100.0)
     assert trial.value == pytest.approx(objective.value(valid, again), rel=1e-6)
-    assert f"# Validated on a click log by the {described}." in (tmp_path / "t" / "best.toml").read_text()
+    assert f"# Validation: {described}." in (tmp_path / "t" / "best.toml").read_text()
 
 
 def test_a_residual_reranker_is_compared_with_its_initial_ranker_on_the_same_estimate():
