@@ -593,8 +593,14 @@ def tune(
     out = Path(out)
     name = study_name or config.model
     sampler_seed = config.train.seed if seed is None else seed
-    study = open_study(out, storage=storage, study_name=name, seed=sampler_seed, prune=prune)
     objective = validation_objective(config.train, train, valid)  # None: labelled validation
+    if objective is not None and objective.learned and config.ensemble > 1:
+        raise ValueError(
+            f"tune on a click log with train.debias = {config.train.debias!r} scores a trial by its position "
+            f"tower's propensities, and a seed ensemble (ensemble = {config.ensemble}) has one per member: "
+            "tune with ensemble = 1, or give the propensities (train.debias = 'ips')"
+        )
+    study = open_study(out, storage=storage, study_name=name, seed=sampler_seed, prune=prune)
     setup = {
         "model": config.model,
         "metric": config.train.metric,

@@ -204,3 +204,28 @@ def test_a_residual_reranker_is_compared_with_its_initial_ranker_on_the_same_est
     initial = objective.value(split.top, split.top_initial_scores)
     assert result.summary.initial_valid_metric == pytest.approx(initial, rel=1e-9)
     assert result.summary.residual["initial_valid_metric"] == pytest.approx(initial, rel=1e-9)
+
+
+def test_a_seed_ensemble_on_a_log_is_validated_by_the_estimate_of_its_mean_scores(tmp_path):
+    train, valid = pbm_log(120, seed=4).log, pbm_log(60, seed=5).log
+    tc = {"max_epochs": 1, "metric": "ndcg@4", "threads": 1}
+    ips = RunConfig(model="listnet", ensemble=2, train=TrainConfig(**tc, debias="ips", propensity_eta=1.0))
+    result = run_training(ips, train, valid, None, progress=False)
+    objective = log_objective("ndcg@4", valid, debias="ips", propensity_eta=1.0, clip=100.0)
+    summary = result.summary
+    assert summary.best_valid_metric == pytest.approx(objective.value(valid, result.predictor.predict(valid)))
+    assert summary.validation == objective.describe() == summary.members[0].validation
+    # members' towers give no one set of propensities: the ensemble's value is the clicks' metric, said so
+    dla = RunConfig(model="listnet", ensemble=2, train=TrainConfig(**tc, debias="dla"))
+    assert run_training(dla, train, valid, None, progress=False).summary.validation == (
+        "ndcg@4 of the clicks of a log (naive: biased by the shown positions)"
+    )
+    with pytest.raises(ValueError, match=r"seed ensemble \(ensemble = 2\) has one per member"):
+        tune(
+            {"model": "listnet", "ensemble": 2, "train": {**tc, "debias": "dla"}},
+            train,
+            valid,
+            out=tmp_path / "t",
+            trials=1,
+        )
+    assert not (tmp_path / "t" / "study.db").exists()  # refused before the study

@@ -70,6 +70,11 @@ class LogObjective:
     def naive(self) -> bool:
         return self.estimator == "naive"
 
+    @property
+    def learned(self) -> bool:
+        """The propensities are a position tower's, learned by the fit (none given)."""
+        return not self.naive and self.propensities is None
+
     def describe(self) -> str:
         """One line for the fit summary and the tuning study, e.g. ``"IPS estimate of DCG@10 on a click
         log (propensities (1/k)^1, weights clipped at 100)"``."""
@@ -81,15 +86,17 @@ class LogObjective:
     def with_propensities(self, values: Sequence[float]) -> LogObjective:
         """This objective with learned propensities ``values`` (relative to position 1)."""
         from ctxrank.clicks.propensity import Propensities
+
         return dataclasses.replace(self, propensities=Propensities.given(values))
 
     def session_values(self, log: RankingData, scores: np.ndarray) -> np.ndarray:
         """float64 (S,) each session's IPS term; their mean is the estimate (their sum and count add
         up across shards of the log)."""
-        if self.naive or self.propensities is None:
+        if self.propensities is None:
             raise ValueError(f"session_values needs propensities; this objective is {self.describe()!r}")
         assert self.k is not None
         from ctxrank.clicks.offline import session_terms
+
         return session_terms(log, scores, self.propensities, metric="dcg", k=self.k, clip=self.clip)[0]
 
     def value(self, log: RankingData, scores: np.ndarray) -> float:
@@ -124,6 +131,7 @@ def log_objective(
     if valid.shown_positions is None:
         return None
     from ctxrank.clicks.propensity import Propensities
+
     if debias == "none":
         return LogObjective(metric, "naive")
     base, k = parse_metric(metric)

@@ -281,18 +281,21 @@ def fit(
 
 
 def validation_objective(
-    config: TrainConfig, train: RankingData | ShardStream, valid: RankingData
+    config: TrainConfig, train: RankingData | ShardStream | None, valid: RankingData
 ) -> LogObjective | None:
     """What the validation metric of a fit on ``train`` measures when ``valid`` is an interaction log
-    (:func:`ctxrank.clicks.validation.log_objective`; None on labelled data), checked before any work."""
+    (:func:`ctxrank.clicks.validation.log_objective`; None on labelled data), checked before any work.
+    ``train`` None: scores of no single fit (a seed ensemble), whose position towers (``train.debias =
+    "dla"`` / ``"pal"``) give no one set of propensities: the naive metric of the clicks."""
     learned = None  # the position tower's size: the training log's deepest position
     positions = train.shown_positions if isinstance(train, RankingData) else None
     if config.debias in ("dla", "pal") and positions is not None:
         learned = int(positions.max()) if positions.size else 1
+    learned_elsewhere = train is None and config.debias in ("dla", "pal")
     return log_objective(
         config.metric,
         valid,
-        debias=config.debias,
+        debias="none" if learned_elsewhere else config.debias,
         propensity=config.propensity,
         propensity_eta=config.propensity_eta,
         clip=config.propensity_clip,
@@ -577,7 +580,7 @@ def _validation_metric(
 
 def _learned(trainer: _Trainer, objective: LogObjective) -> LogObjective:
     """``objective`` with the position tower's propensities of now when it has none given."""
-    if objective.propensities is not None or objective.naive:
+    if not objective.learned:
         return objective
     assert trainer.debias is not None and trainer.debias.tower is not None
     return objective.with_propensities(trainer.debias.tower.propensities().double().cpu().tolist())

@@ -81,7 +81,7 @@ from ctxrank.training.diagnostics import report, worse_than_initial
 from ctxrank.training.distributed import resolve_device, world
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
-from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.loop import fit, seed_everything, validation_objective
 from ctxrank.training.memory import check_model_size, check_training
 from ctxrank.training.predict import predict
 from ctxrank.training.rerank import (
@@ -375,9 +375,13 @@ def _ensemble_result(
     """The mean of the members' scores: its validation metric (full queries), saved directory, test."""
     predictor = EnsemblePredictor([m.predictor for m in members])
     tc = config.train
-    per = evaluate_queries(
-        predictor.predict(valid), valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
-    )[tc.metric]
+    scores, objective = predictor.predict(valid), validation_objective(tc, None, valid)
+    if objective is None or objective.naive:
+        per = evaluate_queries(
+            scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
+        )[tc.metric]
+    else:  # a log validated by given propensities
+        per = objective.session_values(valid, scores)
     summary = FitSummary(
         ensemble=config.ensemble,
         seeds=tuple(tc.seed + i for i in range(config.ensemble)),
@@ -385,6 +389,7 @@ def _ensemble_result(
         best_valid_metric=float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
         members=tuple(m.summary for m in members),
         seconds=time.perf_counter() - t0,
+        validation=None if objective is None else objective.describe(),
     )
     if out is not None:
         members_dirs = [member_dir(i) for i in range(len(members))]
