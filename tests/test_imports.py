@@ -302,6 +302,10 @@ TORCH_FREE = (
     "serving an ONNX file needs onnxruntime, not torch: the model-directory ranker (torch, LightGBM) loads "
     "only to serve a directory"
 )
+ESTIMATORS = (
+    "the click-log estimators (SciPy, scikit-learn) load when a validation split is a log, not with the "
+    "training loop that every run imports"
+)
 FIGURES = "matplotlib (slow to import; Agg chosen as pyplot's backend) loads when a figure is drawn"
 
 #: (file under src/ctxrank, imported package or ctxrank module) -> why it is imported inside a function
@@ -318,6 +322,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("_memory.py", "torch"): "torch (seconds to import) only for a CUDA device's free memory: the CPU's "
     "figure is read from the system, and `ctxrank synth`, which checks it, imports no torch",
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
+    ("clicks/validation.py", "ctxrank.clicks.offline"): ESTIMATORS,
+    ("clicks/validation.py", "ctxrank.clicks.propensity"): ESTIMATORS,
     ("cli/__init__.py", "ctxrank.data.sources"): "the data options' flags, read only to write a library "
     "error that names them: `ctxrank --help` and `--version` import no command module (NumPy)",
     ("cli/__init__.py", "ctxrank.tracking"): "the tracker option's flag, read only to write a library error "

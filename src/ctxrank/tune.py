@@ -74,13 +74,14 @@ except ImportError:  # pragma: no cover - Windows
 
 from ctxrank._io import atomic_write, check_own_database, claim_output_dir, dumps, to_toml, write_json
 from ctxrank._overrides import Override
+from ctxrank.clicks.validation import LogObjective
 from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.fit_summary import FitSummary
 from ctxrank.losses import LOSSES
 from ctxrank.registry import get_model
 from ctxrank.training.diagnostics import TrainingWarning
-from ctxrank.training.loop import NonFiniteLossError
+from ctxrank.training.loop import NonFiniteLossError, validation_objective
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
 from ctxrank.training.run import ROW_ORDER_WARNING, run_training, validation_metric
@@ -129,7 +130,16 @@ LOSS_SPACES: dict[str, dict[str, tuple[Any, ...]]] = {
     "neuralndcg": {"loss_params.tau": ("log", 0.1, 10.0)},
 }
 #: a trial's summary entries kept in the study (neural: epochs; baselines: their selection)
-SUMMARY_KEYS = ("best_epoch", "epochs_run", "best_iteration", "best_round", "C", "seconds", "warnings")
+SUMMARY_KEYS = (
+    "best_epoch",
+    "epochs_run",
+    "best_iteration",
+    "best_round",
+    "C",
+    "seconds",
+    "warnings",
+    "validation",
+)
 
 
 def _stored(value: Any) -> Any:
@@ -457,6 +467,7 @@ class _Job:
     valid: RankingData
     prune: bool
     initials: InitialRankers
+    log_objective: LogObjective | None = None  # the study's objective when ``valid`` is a log
     order_warned: bool = False  # the training data's row-order warning: the same for every trial
 
     def initial_kw(self, config: RunConfig) -> dict[str, Any]:
@@ -503,7 +514,18 @@ class _Job:
         self.order_warned = True
         stored = result.summary.to_json()
         summary = {k: stored[k] for k in SUMMARY_KEYS if k in stored}
-        return validation_metric(result.predictor, self.valid, config), summary
+        return self._value(result, config), summary
+
+    def _value(self, result: Any, config: RunConfig) -> float:
+        """The trial's objective: ``train.metric`` of the validation labels; on a log the study's
+        :class:`LogObjective` (its given propensities, or the trial's own fit's estimate with the
+        propensities its position tower learned)."""
+        objective = self.log_objective
+        if objective is None or objective.naive:
+            return validation_metric(result.predictor, self.valid, config)
+        if objective.propensities is not None:
+            return objective.value(self.valid, result.predictor.predict(self.valid))
+        return float(result.summary.best_valid_metric)
 
     def objective(self, trial: optuna.Trial) -> float:
         """Optuna's objective in this process (``study.optimize``)."""
@@ -571,6 +593,13 @@ def tune(
     out = Path(out)
     name = study_name or config.model
     sampler_seed = config.train.seed if seed is None else seed
+    objective = validation_objective(config.train, train, valid)  # None: labelled validation
+    if objective is not None and objective.learned and config.ensemble > 1:
+        raise ValueError(
+            f"tune on a click log with train.debias = {config.train.debias!r} scores a trial by its position "
+            f"tower's propensities, and a seed ensemble (ensemble = {config.ensemble}) has one per member: "
+            "tune with ensemble = 1, or give the propensities (train.debias = 'ips')"
+        )
     study = open_study(out, storage=storage, study_name=name, seed=sampler_seed, prune=prune)
     setup = {
         "model": config.model,
@@ -580,13 +609,16 @@ def tune(
         "space": space.to_dict(),
         "data": {"train": fingerprint(train), "valid": fingerprint(valid), "describe": describe},
     }
+    validation = None if objective is None else objective.describe()
+    if validation is not None:  # a validation log: what every trial's value estimates
+        setup["validation"] = validation
     _check_setup(study, setup, str(out))
     n = max(0, trials - finished_trials(study)) if total else trials
     if not space.keys():  # every trial would train the same configuration
         n = min(n, max(0, 1 - finished_trials(study)))
         say(f"tune {config.model}: nothing to search (the base configuration fixes every key); one trial")
     initials = InitialRankers(train, valid) if initials is None else initials
-    job = _Job(base, space, train, valid, prune, initials)
+    job = _Job(base, space, train, valid, prune, initials, objective)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
     progress = _progress(say, config.train.metric, on_trial)
@@ -600,7 +632,9 @@ def tune(
         )
     ran = len(study.get_trials(deepcopy=False)) - before
     result = TuneResult(study, None, space, ran, time.perf_counter() - t0)
-    write_report(result, out, metric=config.train.metric, describe=describe, storage=storage)
+    write_report(
+        result, out, metric=config.train.metric, describe=describe, storage=storage, validation=validation
+    )
     return result
 
 
@@ -664,9 +698,17 @@ def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 
 def write_report(
-    result: TuneResult, out: Path, *, metric: str, describe: str = "", storage: str | None = None
+    result: TuneResult,
+    out: Path,
+    *,
+    metric: str,
+    describe: str = "",
+    storage: str | None = None,
+    validation: str | None = None,
 ) -> None:
-    """``best.toml``, ``trials.csv``, the plots and ``tune.json`` in ``out``; fills ``result``."""
+    """``best.toml``, ``trials.csv``, the plots and ``tune.json`` in ``out``; fills ``result``.
+    ``validation``: what the trials' value estimates on a validation log (``tune.json["validation"]``
+    and ``best.toml``'s header; None on labelled data: ``metric`` of the labels)."""
     study = result.study
     headers, rows = _rows(study)
     buf = io.StringIO()
@@ -680,7 +722,7 @@ def write_report(
     best = _best(study)
     if best is not None:  # read back from the storage: the best trial may be another process's
         result.best = RunConfig.from_saved(best.user_attrs["config"])
-        toml = _best_toml(study, best, metric, describe)
+        toml = _best_toml(study, best, metric, describe, validation)
         atomic_write(out / "best.toml", lambda tmp: tmp.write_text(toml))
         files.append("best.toml")
     files += _plots(study, out, metric, describe)
@@ -703,6 +745,8 @@ def write_report(
         "seconds_this_run": result.seconds,
         "trials_this_run": result.ran,
     }
+    if validation is not None:
+        summary["validation"] = validation
     write_json(out / "tune.json", summary)
     result.files = [*files, "tune.json"]
 
@@ -711,13 +755,16 @@ def _counts(study: optuna.Study) -> dict[str, int]:
     return dict(collections.Counter(t.state.name.lower() for t in study.get_trials(deepcopy=False)))
 
 
-def _best_toml(study: optuna.Study, best: optuna.trial.FrozenTrial, metric: str, describe: str) -> str:
+def _best_toml(
+    study: optuna.Study, best: optuna.trial.FrozenTrial, metric: str, describe: str, validation: str | None
+) -> str:
     n = sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished())
     on = f" on {describe}" if describe else ""
     header = (
         f"# The best configuration of study {study.study_name!r} (ctxrank tune): trial {best.number} of {n}, "
         f"valid {metric} {best.value:.4f}{on}.\n"
-        "# Train it: ctxrank train --config best.toml ... (or use it as an experiment's [models.NAME])\n"
+        + (f"# Validation: {validation}.\n" if validation is not None else "")
+        + "# Train it: ctxrank train --config best.toml ... (or use it as an experiment's [models.NAME])\n"
     )
     return header + to_toml(_without_empty_tables(best.user_attrs["config"]))
 

@@ -47,7 +47,7 @@ import numpy as np
 from ctxrank.clicks.propensity import Propensities, _check_log, _check_options, session_bootstrap
 from ctxrank.data.ranking_data import RankingData, order_by_score
 
-__all__ = ["ESTIMATORS", "METRICS", "OfflineEstimate", "offline_estimates", "rank_weights"]
+__all__ = ["ESTIMATORS", "METRICS", "OfflineEstimate", "offline_estimates", "rank_weights", "session_terms"]
 
 METRICS = ("clicks", "dcg")
 ESTIMATORS = ("ips", "snips", "dr")
@@ -118,29 +118,9 @@ def offline_estimates(
         ValueError: scores or reward of the wrong length or not finite, positions the propensities do
             not cover, an unknown metric, k < 1.
     """
-    shown = _check_log(log, "offline_estimates")
     _check_options(n_resamples, confidence, seed)
-    if not isinstance(propensities, Propensities):
-        raise TypeError(f"propensities: expected a Propensities, got {type(propensities).__name__}")
-    if not propensities.relative:
-        raise ValueError("propensities: expected propensities relative to position 1 (relative=True)")
-    s = _row_values(scores, log.n_items, "scores")
-    lam = rank_weights(metric, k, propensities, int(log.query_lengths.max()))
-    w = propensities.weights(shown, clip=clip)
-    order = order_by_score(log.query_index, s, log.features)
-    new_rank = np.empty(log.n_items, dtype=np.int64)
-    new_rank[order] = np.arange(log.n_items) - np.repeat(log.query_offsets[:-1], log.query_lengths)
-    gain = lam[new_rank]  # lambda(rank_new(d)) per row
-    clicks = log.labels.astype(np.float64)
-    session = log.query_index
+    samples = session_terms(log, scores, propensities, metric=metric, k=k, clip=clip, reward=reward)
     n = log.n_queries
-    ips_s = np.bincount(session, weights=gain * clicks * w, minlength=n)
-    mass_s = np.bincount(session, weights=clicks * w, minlength=n)
-    samples = [ips_s, mass_s]
-    if reward is not None:
-        r = _row_values(reward, log.n_items, "reward")
-        p = propensities.at(shown)
-        samples.append(np.bincount(session, weights=gain * (r + w * (clicks - p * r)), minlength=n))
 
     def statistic(ips, mass, *dr):
         total = mass.sum(-1)
@@ -169,6 +149,46 @@ def offline_estimates(
         )
         for i, name in enumerate(names)
     }
+
+
+def session_terms(
+    log: RankingData,
+    scores: Any,
+    propensities: Propensities,
+    *,
+    metric: str = "clicks",
+    k: int = 10,
+    clip: float | None = None,
+    reward: Any = None,
+) -> list[np.ndarray]:
+    """The per-session terms of the estimators (module docstring), without an interval: float64 (S,)
+    arrays ``[ips, mass]`` (and ``dr`` with a reward), ``ips[s] = sum_d lambda(rank_new(d)) c_d w_d``,
+    ``mass[s] = sum_d c_d w_d``. IPS is ``ips.mean()``, SNIPS ``ips.sum() / mass.sum()``, DR
+    ``dr.mean()``; sums over sessions, they add up across shards of a log. Arguments and errors as
+    :func:`offline_estimates`'."""
+    shown = _check_log(log, "offline_estimates")
+    if not isinstance(propensities, Propensities):
+        raise TypeError(f"propensities: expected a Propensities, got {type(propensities).__name__}")
+    if not propensities.relative:
+        raise ValueError("propensities: expected propensities relative to position 1 (relative=True)")
+    s = _row_values(scores, log.n_items, "scores")
+    lam = rank_weights(metric, k, propensities, int(log.query_lengths.max()))
+    w = propensities.weights(shown, clip=clip)
+    order = order_by_score(log.query_index, s, log.features)
+    new_rank = np.empty(log.n_items, dtype=np.int64)
+    new_rank[order] = np.arange(log.n_items) - np.repeat(log.query_offsets[:-1], log.query_lengths)
+    gain = lam[new_rank]  # lambda(rank_new(d)) per row
+    clicks = log.labels.astype(np.float64)
+    session = log.query_index
+    n = log.n_queries
+    ips_s = np.bincount(session, weights=gain * clicks * w, minlength=n)
+    mass_s = np.bincount(session, weights=clicks * w, minlength=n)
+    samples = [ips_s, mass_s]
+    if reward is not None:
+        r = _row_values(reward, log.n_items, "reward")
+        p = propensities.at(shown)
+        samples.append(np.bincount(session, weights=gain * (r + w * (clicks - p * r)), minlength=n))
+    return samples
 
 
 def _row_values(values: Any, n: int, name: str) -> np.ndarray:

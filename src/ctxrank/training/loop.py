@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 from ctxrank._allocator import release_free_memory
 from ctxrank._io import dumps
 from ctxrank.clicks.towers import Debias
+from ctxrank.clicks.validation import LogObjective, log_objective
 from ctxrank.clicks.weighting import propensity_table
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
@@ -63,7 +64,15 @@ from ctxrank.training.memory import check_training, scoring_fits
 from ctxrank.training.predict import predict
 from ctxrank.training.resume import StateDir, TrainingState, check_same_run, fingerprint
 
-__all__ = ["FitResult", "LossFn", "NonFiniteLossError", "batching", "fit", "seed_everything"]
+__all__ = [
+    "FitResult",
+    "LossFn",
+    "NonFiniteLossError",
+    "batching",
+    "fit",
+    "seed_everything",
+    "validation_objective",
+]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -86,6 +95,10 @@ class FitResult:
     resumed_from_epoch: int | None = None
     batching: str = "buckets"
     warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
+    validation: str | None = None  # what best_metric measures on a validation log (None: labels)
+    #: the validation log's objective (learned propensities: the tower's at the end of the fit), for a
+    #: re-ranker's comparison with its initial ranker on the same estimate; None on labelled data
+    objective: LogObjective | None = field(default=None, repr=False)
 
     def summary(self) -> FitSummary:
         """The fit's :class:`FitSummary` (its ``seconds`` the loop's; a run sets the whole run's)."""
@@ -99,6 +112,7 @@ class FitResult:
             resumed_from_epoch=self.resumed_from_epoch,
             batching=self.batching,
             warnings=tuple(self.warnings),
+            validation=self.validation,
         )
 
 
@@ -224,6 +238,7 @@ def fit(
         )
     device = resolve_device(config.device)
     debias = _debias_of(model, loss_fn, train, config)
+    objective = validation_objective(config, train, valid)
     check_training(model, loss_fn, train, config, device)  # before any batch
     scoring_fits(model, valid, config.max_memory_bytes, device)  # validation's longest list, scored alone
     trainer = _make_trainer(model, loss_fn, config, debias)
@@ -246,7 +261,7 @@ def fit(
             t_epoch = time.perf_counter()
             train_loss = _train_epoch(trainer, state, train, train_init_scores, epoch, store)
             release_free_memory()  # the steps' freed activations go back to the system
-            value = _validation_metric(model, valid, config, valid_init_scores, trainer.ctx, trainer.device)
+            value = _validation_metric(trainer, valid, valid_init_scores, objective)
             _select(trainer, state, epoch, value)
             record = _log_epoch(state, log, epoch, train_loss, value, config.metric, t_epoch, trainer.model)
             bar.set_postfix(loss=f"{record['train_loss']:.4f}", **{config.metric: f"{value:.4f}"})
@@ -262,7 +277,30 @@ def fit(
         if log is not None:
             log.close()
         release_free_memory()
-    return _finish(trainer, state, time.perf_counter() - t_start)
+    return _finish(trainer, state, time.perf_counter() - t_start, objective)
+
+
+def validation_objective(
+    config: TrainConfig, train: RankingData | ShardStream | None, valid: RankingData
+) -> LogObjective | None:
+    """What the validation metric of a fit on ``train`` measures when ``valid`` is an interaction log
+    (:func:`ctxrank.clicks.validation.log_objective`; None on labelled data), checked before any work.
+    ``train`` None: scores of no single fit (a seed ensemble), whose position towers (``train.debias =
+    "dla"`` / ``"pal"``) give no one set of propensities: the naive metric of the clicks."""
+    learned = None  # the position tower's size: the training log's deepest position
+    positions = train.shown_positions if isinstance(train, RankingData) else None
+    if config.debias in ("dla", "pal") and positions is not None:
+        learned = int(positions.max()) if positions.size else 1
+    learned_elsewhere = train is None and config.debias in ("dla", "pal")
+    return log_objective(
+        config.metric,
+        valid,
+        debias="none" if learned_elsewhere else config.debias,
+        propensity=config.propensity,
+        propensity_eta=config.propensity_eta,
+        clip=config.propensity_clip,
+        learned_positions=learned,
+    )
 
 
 def _debias_of(
@@ -512,15 +550,13 @@ def _subset_scores(scores: np.ndarray | None, data: RankingData, queries: np.nda
 
 
 def _validation_metric(
-    model: RankingModule,
-    valid: RankingData,
-    config: TrainConfig,
-    init_scores: np.ndarray | None,
-    ctx: DistContext,
-    device: torch.device,
+    trainer: _Trainer, valid: RankingData, init_scores: np.ndarray | None, objective: LogObjective | None
 ) -> float:
     """Mean validation metric; under torchrun each rank scores a disjoint shard and the sums are
-    all-reduced (queries whose metric is NaN under ``no_relevant="skip"`` are left out)."""
+    all-reduced (queries whose metric is NaN under ``no_relevant="skip"`` are left out). On a log
+    validated by IPS (``objective``), the mean of the sessions' IPS terms, with the position tower's
+    propensities of this epoch under ``train.debias = "dla"`` / ``"pal"``."""
+    model, config, ctx, device = trainer.model, trainer.config, trainer.ctx, trainer.device
     queries = ctx.shard(valid.n_queries, seed=0, epoch=0, shuffle=False)
     part = valid if not ctx.enabled else valid.subset(queries)
     scores = predict(
@@ -531,12 +567,23 @@ def _validation_metric(
         device=device,
         max_memory_bytes=config.max_memory_bytes,
     )
-    per = evaluate_queries(
-        scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant
-    )[config.metric]
+    if objective is not None and not objective.naive:
+        per = _learned(trainer, objective).session_values(part, scores)
+    else:
+        per = evaluate_queries(
+            scores, part.labels, part.query_offsets, [config.metric], no_relevant=config.no_relevant
+        )[config.metric]
     ok = np.isfinite(per)
     total, count = ctx.all_reduce_sum(np.array([per[ok].sum(), ok.sum()]), device)
     return float(total / count) if count else float("nan")
+
+
+def _learned(trainer: _Trainer, objective: LogObjective) -> LogObjective:
+    """``objective`` with the position tower's propensities of now when it has none given."""
+    if not objective.learned:
+        return objective
+    assert trainer.debias is not None and trainer.debias.tower is not None
+    return objective.with_propensities(trainer.debias.tower.propensities().double().cpu().tolist())
 
 
 def _select(trainer: _Trainer, state: _Progress, epoch: int, value: float) -> None:
@@ -632,7 +679,7 @@ def _load_weights(trainer: _Trainer, weights: dict[str, torch.Tensor]) -> None:
         raise RuntimeError("the saved state holds debiasing towers (train.debias) this run does not train")
 
 
-def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
+def _finish(trainer: _Trainer, state: _Progress, seconds: float, objective: LogObjective | None) -> FitResult:
     """Restore the best weights, move the model back to the CPU in eval mode, summarize; a stalled run
     and one cut by ``train.max_epochs`` while improving are warned about
     (:mod:`ctxrank.training.diagnostics`; rank 0 warns)."""
@@ -657,4 +704,6 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float) -> FitResult:
         resumed_from_epoch=state.resumed_from,
         batching=batching(model, config),
         warnings=problems,
+        validation=None if objective is None else objective.describe(),
+        objective=None if objective is None else _learned(trainer, objective),
     )

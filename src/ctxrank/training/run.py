@@ -57,6 +57,7 @@ import torch
 
 from ctxrank._checks import OptionError
 from ctxrank._io import atomic_write, dumps
+from ctxrank.clicks.validation import LogObjective
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
@@ -80,7 +81,7 @@ from ctxrank.training.diagnostics import report, worse_than_initial
 from ctxrank.training.distributed import resolve_device, world
 from ctxrank.training.ensemble import EnsemblePredictor, member_dir
 from ctxrank.training.full_batch import fit_full_batch
-from ctxrank.training.loop import fit, seed_everything
+from ctxrank.training.loop import fit, seed_everything, validation_objective
 from ctxrank.training.memory import check_model_size, check_training
 from ctxrank.training.predict import predict
 from ctxrank.training.rerank import (
@@ -374,9 +375,13 @@ def _ensemble_result(
     """The mean of the members' scores: its validation metric (full queries), saved directory, test."""
     predictor = EnsemblePredictor([m.predictor for m in members])
     tc = config.train
-    per = evaluate_queries(
-        predictor.predict(valid), valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
-    )[tc.metric]
+    scores, objective = predictor.predict(valid), validation_objective(tc, None, valid)
+    if objective is None or objective.naive:
+        per = evaluate_queries(
+            scores, valid.labels, valid.query_offsets, [tc.metric], no_relevant=tc.no_relevant
+        )[tc.metric]
+    else:  # a log validated by given propensities
+        per = objective.session_values(valid, scores)
     summary = FitSummary(
         ensemble=config.ensemble,
         seeds=tuple(tc.seed + i for i in range(config.ensemble)),
@@ -384,6 +389,7 @@ def _ensemble_result(
         best_valid_metric=float(np.nanmean(per)) if np.isfinite(per).any() else float("nan"),
         members=tuple(m.summary for m in members),
         seconds=time.perf_counter() - t0,
+        validation=None if objective is None else objective.describe(),
     )
     if out is not None:
         members_dirs = [member_dir(i) for i in range(len(members))]
@@ -513,7 +519,9 @@ def _fit_neural(
     )
     summary = fitted.summary()
     if rerank is not None:
-        summary = _against_initial(summary, config, model, fit_valid, valid_init, summary.best_valid_metric)
+        summary = _against_initial(
+            summary, config, model, fit_valid, valid_init, summary.best_valid_metric, fitted.objective
+        )
     # the model's whole config (defaults included: e.g. QILCM's confusion_direction) and the fit's
     # batching are recorded with the summary, so every result file names them
     model_config = json.loads(json.dumps(dataclasses.asdict(model.config), default=str))
@@ -599,12 +607,17 @@ def _against_initial(
     valid: RankingData,
     valid_init: np.ndarray,
     reranker: float,
+    objective: LogObjective | None = None,
 ) -> FitSummary:
     """``summary`` with the initial scores' validation ``train.metric`` on the same top-k lists
     (``initial_valid_metric``), against the re-ranker's (``reranker``): a residual re-ranker that does
-    not gain keeps the initial order; any other one that is worse is a :class:`TrainingWarning`."""
+    not gain keeps the initial order; any other one that is worse is a :class:`TrainingWarning`. On a
+    validation log, ``objective`` (the fit's) estimates both."""
     tc = config.train
-    initial = _mean_metric(valid_init, valid, tc)
+    if objective is None or objective.naive:
+        initial = _mean_metric(valid_init, valid, tc)
+    else:
+        initial = objective.value(valid, valid_init)
     summary = dataclasses.replace(summary, initial_valid_metric=initial)
     if config.rerank.residual:  # the model is a Residual correction of the initial scores
         summary = _keep_initial_if_better(model, initial, tc, summary)
