@@ -412,7 +412,9 @@ class RunConfig:
             "transform": self.transform,
             "model_params": self.resolved_model_params,
             "loss_params": self.effective_loss_params,
-            "train": dataclasses.asdict(self.train),
+            "train": {  # JSON-ready: a tuple (train.propensity) as the list a file reads back
+                k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.train).items()
+            },
             "rerank": {
                 k: dict(v) if isinstance(v, Mapping) else v
                 for k, v in dataclasses.asdict(self.rerank).items()
