@@ -550,6 +550,7 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank export --model runs/q --format onnx --out q.onnx": Run(
         files=("qilcm-models",), check=export_table
     ),
+    "ctxrank export --model runs/q --format onnx --triton-repo triton": Run(files=("qilcm-models",)),
     # docs/reproduction.md (workspace: experiments)
     "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
@@ -1027,3 +1028,7 @@ def test_serving_python_blocks(workspaces, monkeypatch):
     assert namespace["answer"]["rankings"][0]["qid"] == "s0" and len(namespace["answer"]["scores"]) == 3
     np = pytest.importorskip("numpy")
     np.testing.assert_allclose(namespace["same"], namespace["scores"], rtol=1e-6)
+    # the v2 route's scores of the same rows as padded lists (the Open Inference Protocol's block)
+    np.testing.assert_allclose(
+        namespace["v2_scores"][namespace["mask"]], namespace["scores"], rtol=1e-6, atol=1e-6
+    )
