@@ -137,6 +137,8 @@ def test_json_and_binary_tensors_give_the_same_rows_and_empty_lists_are_skipped(
     assert frame["binary"] is False and frame["mask"].tolist() == mask.tolist()
     _, frame = _parse(_body(_json_inputs(), parameters={"binary_data_output": True}))
     assert frame["binary"] is True
+    _, frame = _parse(_body(_json_inputs(), outputs=[{"name": "scores"}]))  # no parameters: JSON scores
+    assert frame["binary"] is False
 
 
 GOOD = np.ones((1, 2, 2), dtype=np.float32), np.ones((1, 2), dtype=bool)
@@ -156,6 +158,8 @@ GOOD = np.ones((1, 2, 2), dtype=np.float32), np.ones((1, 2), dtype=bool)
         (_body({"features": 1}), "auto", 400, "inputs: expected a list of tensors"),
         (_body(_json_inputs(), outputs=[{"name": "logits"}]), "auto", 400, "unknown output 'logits'"),
         (_body(_json_inputs(), parameters={"binary_data_output": 1}), "auto", 400, "expected true or false"),
+        (_body(_json_inputs(), parameters=[1]), "auto", 400, "request.parameters: expected a JSON"),
+        ((json.dumps({"id": 5, "inputs": []}).encode(), {}), "auto", 400, "id: expected a string"),
         (
             _body([{**_json_inputs()[0], "datatype": "FP64"}, _json_inputs()[1]]),
             "auto", 400, "expected datatype FP32, got FP64",

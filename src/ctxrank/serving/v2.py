@@ -109,7 +109,10 @@ def _object(doc: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
 
 
 def _flag(params: Any, key: str, where: str) -> bool:
-    value = (params or {}).get(key, False) if type(params) is dict else params
+    """The boolean ``params[key]`` (absent: False) of an object's ``parameters``."""
+    if type(params) is not dict:
+        raise _error(f"{where}.parameters: expected a JSON object, got {str(params)[:40]}")
+    value = params.get(key, False)
     if type(value) is not bool:
         raise _error(f"{where}.parameters.{key}: expected true or false, got {str(value)[:40]}")
     return value
@@ -184,14 +187,16 @@ def parse_infer(
     """
     doc, binary = _header(body, header_length)
     _object(doc, ("id", "parameters", "inputs", "outputs"), "the inference header")
-    binary_out = _flag((doc.get("parameters") or {}), "binary_data_output", "the request")
+    if type(doc.get("id", "")) is not str:
+        raise _error(f"id: expected a string, got {str(doc['id'])[:40]}")
+    binary_out = _flag(doc.get("parameters", {}), "binary_data_output", "the request")
     for i, output in enumerate(doc.get("outputs") or []):
         _object(output, ("name", "parameters"), f"outputs[{i}]")
         if output.get("name") != "scores":
             raise _error(
                 f"outputs[{i}]: unknown output {str(output.get('name'))[:40]!r}; the model has 'scores'"
             )
-        binary_out = _flag(output.get("parameters"), "binary_data", "outputs['scores']") or binary_out
+        binary_out = _flag(output.get("parameters", {}), "binary_data", "outputs['scores']") or binary_out
     specs = {spec[0]: spec for spec in tensor_specs(ranker)}
     inputs = doc.get("inputs")
     if type(inputs) is not list:
