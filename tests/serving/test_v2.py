@@ -19,7 +19,9 @@ from tests.conftest import make_ranking_data
 from tests.serving.test_server import running
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-FAKE = SimpleNamespace(kind="onnx", n_features=2, categorical_names=(), allow_missing=False, path="m.onnx")
+FAKE = SimpleNamespace(
+    kind="onnx", n_features=2, categorical_names=(), categorical_cardinalities=(), allow_missing=False
+)
 LIMITS = Limits(max_rows=12, max_list=4)
 
 
@@ -86,6 +88,17 @@ def test_triton_client_binary_and_json_tensors_score_as_rank(qilcm):
             assert scores.shape == (2, 5) and scores.dtype == np.float32
             np.testing.assert_allclose(scores[mask], reference, rtol=1e-6, atol=1e-6)
             assert (scores[~mask] == 0).all() and result.get_response()["id"] == "r1"
+        # the same items with the padding elsewhere and an empty list (scored as rows, not as given)
+        spread, where = np.zeros((3, 6, 5), dtype=np.float32), np.zeros((3, 6), dtype=bool)
+        spread[0, [0, 1, 3, 4, 5]], where[0, [0, 1, 3, 4, 5]] = rows[:5], True
+        spread[2, [1, 2, 4]], where[2, [1, 2, 4]] = rows[5:], True
+        spread[~where] = np.nan  # padding values are never read
+        inputs = [triton.InferInput("features", [3, 6, 5], "FP32"), triton.InferInput("mask", [3, 6], "BOOL")]
+        inputs[0].set_data_from_numpy(spread)
+        inputs[1].set_data_from_numpy(where)
+        scores = client.infer("qilcm", inputs).as_numpy("scores")
+        np.testing.assert_allclose(scores[where], reference, rtol=1e-6, atol=1e-6)
+        assert (scores[~where] == 0).all()
         with pytest.raises(triton.InferenceServerException, match="not found; this server serves 'qilcm'"):
             client.get_model_metadata("other")
         client.close()
@@ -135,6 +148,11 @@ def test_json_and_binary_tensors_give_the_same_rows_and_empty_lists_are_skipped(
     for r in (a, b):
         assert r.X.tolist() == [[0, 1], [2, 3]] and r.group.tolist() == [0, 0] and r.query_ids == [0]
     assert frame["binary"] is False and frame["mask"].tolist() == mask.tolist()
+    assert a.lists is None  # an empty list: scored as rows
+    prefix, _ = _parse(_binary_inputs(features[:1], mask[:1]))
+    assert prefix.lists[0].tolist() == [[[0, 1], [2, 3], [0, 0]]] and prefix.lists[1].tolist() == [
+        mask[0].tolist()
+    ]
     _, frame = _parse(_body(_json_inputs(), parameters={"binary_data_output": True}))
     assert frame["binary"] is True
     _, frame = _parse(_body(_json_inputs(), outputs=[{"name": "scores"}]))  # no parameters: JSON scores
@@ -199,6 +217,17 @@ def test_a_malformed_infer_request_is_one_request_error(body_headers, header_len
     with pytest.raises(RequestError) as caught:
         _parse(body_headers, header_length)
     assert caught.value.status == status and words in str(caught.value), str(caught.value)
+
+
+def test_categorical_codes_are_checked_against_the_cardinalities():
+    cats = SimpleNamespace(
+        **{**vars(FAKE), "categorical_names": ("a", "b"), "categorical_cardinalities": (3, 2)}
+    )
+    codes = {"name": "categorical", "shape": [1, 2, 2], "datatype": "INT64", "data": [0, 1, 2, 2]}
+    with pytest.raises(RequestError, match=r"categorical\[0, 1, 1\]: code 2; expected \[0, 2\)"):
+        parse_infer(_body([*_json_inputs(), codes])[0], None, cats, LIMITS)
+    good, _ = parse_infer(_body([*_json_inputs(), {**codes, "data": [0, 1, 2, 1]}])[0], None, cats, LIMITS)
+    assert good.codes.tolist() == [[0, 1], [2, 1]] and good.lists[2].tolist() == [[[0, 1], [2, 1]]]
 
 
 def test_binary_data_missing_after_the_header_is_refused():

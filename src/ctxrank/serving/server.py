@@ -397,13 +397,17 @@ class Batcher:
         """One model call for all ``requests`` (their queries kept apart); runs on the worker thread."""
         start = time.perf_counter()
         sizes = [r.n_rows for r in requests]
-        x = np.concatenate([r.X for r in requests]) if len(requests) > 1 else requests[0].X
-        offsets = np.cumsum([0, *(len(r.query_ids) for r in requests[:-1])])
-        qid = np.concatenate([r.group + o for r, o in zip(requests, offsets, strict=True)])
-        codes = None
-        if requests[0].codes is not None:
-            codes = np.concatenate([r.codes for r in requests])
-        scores = np.asarray(self.ranker.predict(x, qid, codes))
+        lists = requests[0].lists
+        if len(requests) == 1 and lists is not None and hasattr(self.ranker, "score_lists"):
+            scores = self.ranker.score_lists(*lists)[lists[1]]  # a lone v2 request: its own tensors
+        else:
+            x = np.concatenate([r.X for r in requests]) if len(requests) > 1 else requests[0].X
+            offsets = np.cumsum([0, *(len(r.query_ids) for r in requests[:-1])])
+            qid = np.concatenate([r.group + o for r, o in zip(requests, offsets, strict=True)])
+            codes = None
+            if requests[0].codes is not None:
+                codes = np.concatenate([r.codes for r in requests])
+            scores = np.asarray(self.ranker.predict(x, qid, codes))
         self.metrics.inference.observe(time.perf_counter() - start)
         self.metrics.batch_requests.observe(len(requests))
         self.metrics.batch_rows.observe(sum(sizes))

@@ -235,10 +235,25 @@ def parse_infer(
         where = [int(k) for k in np.argwhere(mask)[i]] + [f]
         what = "finite values" + ("" if ranker.allow_missing else " (this model reads no NaN)")
         raise _error(f"features{where}: {float(x[i, f])!r}; expected {what}", 422)
+    codes = tensors["categorical"][mask] if "categorical" in tensors else None
+    cards = np.asarray(ranker.categorical_cardinalities, dtype=np.int64)
+    if codes is not None and ((codes < 0) | (codes >= cards)).any():
+        i, c = (int(k) for k in np.argwhere((codes < 0) | (codes >= cards))[0])
+        where = [int(k) for k in np.argwhere(mask)[i]] + [c]
+        raise _error(f"categorical{where}: code {int(codes[i, c])}; expected [0, {int(cards[c])})", 422)
     kept = np.flatnonzero(sizes)
     group = np.repeat(np.arange(len(kept), dtype=np.int64), sizes[kept])
-    codes = tensors["categorical"][mask] if "categorical" in tensors else None
-    request = RankRequest(X=np.ascontiguousarray(x), codes=codes, group=group, query_ids=kept.tolist())
+    lists = None
+    if sizes.all() and (mask == (np.arange(length) < sizes[:, None])).all():  # real items first, none empty
+        padding = ~mask[..., None]
+        lists = (
+            np.where(padding, np.float32(0), features),
+            np.ascontiguousarray(mask),
+            None if codes is None else np.where(padding, 0, tensors["categorical"]),
+        )
+    request = RankRequest(
+        X=np.ascontiguousarray(x), codes=codes, group=group, query_ids=kept.tolist(), lists=lists
+    )
     return request, {"id": doc.get("id"), "binary": binary_out, "mask": mask}
 
 
