@@ -13,7 +13,8 @@ The tensors are the exported graph's (docs/export.md): inputs ``features`` FP32 
 BOOL [B, L] (True = a real item) and, for a model with categorical columns, ``categorical`` INT64
 [B, L, C] (the model's codes); output ``scores`` FP32 [B, L], 0 at padding. Each list's real items
 are scored together, in their order in the list, as the rows of one query of ``/rank``: the request
-goes through the same checks, the same batcher and the same model call.
+goes through the same checks and the same batcher; alone in its batch, with real items first in every
+list and no empty list, it is scored on its own tensors (``RankRequest.lists``: no regrouping).
 
 Tensor data come as JSON (``"data"``: flat or nested, row-major) or with the binary tensor data
 extension: the body is a JSON header of ``Inference-Header-Content-Length`` bytes, then each input
