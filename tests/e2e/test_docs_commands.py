@@ -741,6 +741,10 @@ def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
         for f in ("tune.json", "trials.csv", "best.toml"):
             assert (ws / _opt(argv, "--out") / f).is_file(), f"no {f}"
         assert "best: trial" in out
+    elif command == "export" and _opt(argv, "--triton-repo"):  # the model folder of a Triton repository
+        folder = ws / _opt(argv, "--triton-repo") / Path(_opt(argv, "--model")).name
+        assert (folder / "1" / "model.onnx").stat().st_size > 0 and (folder / "config.pbtxt").is_file()
+        assert out.startswith("wrote ")
     elif command == "export":
         assert (ws / _opt(argv, "--out")).stat().st_size > 0 and out.startswith("wrote ")
     elif command in ("experiment", "demo") and "--shard" not in argv:

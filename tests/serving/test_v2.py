@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RequestError
@@ -191,6 +193,10 @@ GOOD = np.ones((1, 2, 2), dtype=np.float32), np.ones((1, 2), dtype=bool)
             "auto", 400, "expected shape [-1, -1, 2]",
         ),
         (_body(_json_inputs(features=[0.5] * 3)), "auto", 400, "expected 4 values"),
+        (
+            _body([{**_json_inputs()[0], "shape": [2**40, 2**40, 2], "data": []}, _json_inputs()[1]]),
+            "auto", 400, f"expected {2**81:,} values",  # the element count is exact, never wrapped
+        ),
         (_body(_json_inputs(features=[0.5, "1", 0.5, 0.5])), "auto", 400, "expected FP32 values"),
         (_body(_json_inputs(features=[0.5, True, 0.5, 0.5])), "auto", 400, "expected FP32 values"),
         (_body(_json_inputs(mask=[1, 1])), "auto", 400, "expected BOOL values"),
@@ -260,3 +266,45 @@ def test_the_model_name_is_checked_and_names_the_routes(qilcm):
     with running(qilcm, model_name="ranker-1") as (url, _), httpx.Client(base_url=url) as client:
         assert client.get("/v2/models/ranker-1").json()["name"] == "ranker-1"
         assert client.get("/v2/models/qilcm").status_code == 404
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+_KEYS = ("name", "shape", "datatype", "parameters", "data", "binary_data_size", "inputs", "outputs", "id")
+
+
+@st.composite
+def _mutated_request(draw):
+    """A valid request (JSON or binary) with some of its parts replaced by arbitrary JSON."""
+    doc = {"inputs": _json_inputs(1, 2), "outputs": [{"name": "scores", "parameters": {"binary_data": True}}]}
+    binary = draw(st.booleans())
+    if binary:
+        for item in doc["inputs"]:
+            size = 16 if item["name"] == "features" else 2
+            item["parameters"] = {"binary_data_size": size}
+            del item["data"]
+    parts = [doc, *doc["inputs"], doc["outputs"][0]]  # still mutated once detached from doc
+    for _ in range(draw(st.integers(1, 3))):
+        target = draw(st.sampled_from(parts))
+        target[draw(st.sampled_from(_KEYS))] = draw(_JSON)
+    header = json.dumps(doc).encode()
+    tail = draw(st.binary(max_size=24)) if binary else b""
+    length = draw(st.sampled_from([str(len(header)), None, draw(st.text(max_size=6))])) if binary else None
+    return header + tail, length
+
+
+@settings(max_examples=300, deadline=None)
+@given(_mutated_request())
+def test_any_mutated_infer_request_is_parsed_or_refused_with_a_request_error(request):
+    body, length = request
+    try:
+        parse_infer(body, length, FAKE, LIMITS)
+    except RequestError as exc:
+        assert 400 <= exc.status < 500

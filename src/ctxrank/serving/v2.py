@@ -30,6 +30,7 @@ or ``--max-rows`` items in all (413), a body over ``--max-body-bytes`` (413).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -135,7 +136,7 @@ def _tensor(item: Any, spec: tuple[str, str, list[int]], binary: memoryview, sta
     ):
         want = "[" + ", ".join("-1" if d == -1 else str(d) for d in shape) + "]"
         raise _error(f"{where}: expected shape {want} (-1: any size), got {str(got)[:80]}")
-    count = int(np.prod(got, dtype=np.int64))
+    count = math.prod(got)  # exact: no int64 wrap-around for a hostile shape
     params = item.get("parameters", {})
     if type(params) is not dict:
         raise _error(f"{where}.parameters: expected a JSON object")
@@ -202,7 +203,9 @@ def parse_infer(
     inputs = doc.get("inputs")
     if type(inputs) is not list:
         raise _error("inputs: expected a list of tensors")
-    names = [item.get("name") if type(item) is dict else None for item in inputs]
+    names = [
+        item.get("name") if type(item) is dict and type(item.get("name")) is str else None for item in inputs
+    ]
     unknown = [n for n in names if n not in specs]
     if unknown or len(set(names)) != len(names) or set(names) != set(specs):
         raise _error(f"inputs: expected the tensors {', '.join(specs)} once each, got {names}")
