@@ -300,7 +300,7 @@ def _mutated_request(draw):
     return header + tail, length
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_mutated_request())
 def test_any_mutated_infer_request_is_parsed_or_refused_with_a_request_error(request):
     body, length = request
