@@ -9,13 +9,17 @@ connection), each sending its next request when the previous one is answered, fo
 setting after ``--warmup`` untimed requests a client. Reported per setting: requests timed, p50 and
 p99 latency (request sent to answer parsed, as a client sees it), throughput (requests/s), and the
 mean number of requests per model call (the server's ``/metrics``: dynamic batching); at one client
-also ``GET /health``, a round trip that does no work (the HTTP floor).
+also ``GET /health``, a round trip that does no work (the HTTP floor). The same is measured for the
+Open Inference Protocol's ``POST /v2/models/qilcm/infer`` with the binary tensor data extension
+(``features`` [1, items, features] FP32 and ``mask`` [1, items] BOOL as raw bytes after a JSON header,
+the scores asked back binary; its scores checked against ``session.run`` first).
 
 Reference, in this process, one thread, on the same list: ``session.run`` of the same file
 (``OnnxRanker.score_lists`` on the padded list: the graph alone) and ``OnnxRanker.predict`` (grouping
 and padding included); and, to show where the time goes, the server's parsing and checking of the
 request body alone (``ctxrank.serving.requests.parse_request``: ``json.loads``, then NumPy).
-Printed: p50 at one client / in-process ``session.run`` p50; the target is at most 1.5.
+Printed: p50 at one client / in-process ``session.run`` p50, for ``/rank`` and for the v2 binary route;
+the target is at most 1.5.
 The load generator shares the machine with the server: on a machine with few cores, many clients
 measure the machine as much as the server.
 
@@ -36,6 +40,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +124,18 @@ def start_server(path: Path, max_batch: int, batch_wait_ms: float) -> tuple[subp
     return proc, found.group(1)
 
 
+def check_v2(url: str, path: Path, x: np.ndarray, body: bytes, headers: dict) -> None:
+    """The v2 route's scores of ``x`` are the graph's (else the benchmark times a wrong answer)."""
+    import httpx
+
+    from ctxrank.serving import OnnxRanker
+
+    answer = httpx.post(f"{url}{ROUTES['v2'][0]}", content=body, headers=headers, timeout=60)
+    answer.raise_for_status()
+    expected = OnnxRanker(path, threads=1).score_lists(x[None], np.ones((1, len(x)), dtype=bool))[0]
+    np.testing.assert_allclose(v2_scores(answer.content, answer.headers), expected, rtol=1e-6, atol=1e-6)
+
+
 def batch_counts(text: str) -> tuple[float, float]:
     """(model calls, requests scored) from the server's /metrics text."""
     count = re.search(r"^ctxrank_batch_requests_count (\S+)$", text, re.M)
@@ -126,19 +143,49 @@ def batch_counts(text: str) -> tuple[float, float]:
     return (float(count.group(1)), float(total.group(1))) if count and total else (0.0, 0.0)
 
 
-def load(url: str, body: bytes, clients: int, seconds: float, warmup: int) -> dict:
-    """``clients`` concurrent request loops for ``seconds`` (a thread and a keep-alive ``httpx.Client``
-    each); latency of every timed request."""
+def v2_request(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """A binary infer body of one list ``x`` (L, F) and its headers (the binary tensor extension)."""
+    features, mask = x[None].astype("<f4").tobytes(), np.ones((1, len(x)), dtype=bool).tobytes()
+    header = json.dumps({
+        "inputs": [
+            {"name": "features", "shape": [1, *x.shape], "datatype": "FP32",
+             "parameters": {"binary_data_size": len(features)}},
+            {"name": "mask", "shape": [1, len(x)], "datatype": "BOOL",
+             "parameters": {"binary_data_size": len(mask)}},
+        ],
+        "parameters": {"binary_data_output": True},
+    }).encode()  # fmt: skip
+    headers = {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(header)),
+    }
+    return header + features + mask, headers
+
+
+def v2_scores(content: bytes, headers: Any) -> np.ndarray:
+    """The FP32 scores after the JSON header of a binary infer answer."""
+    return np.frombuffer(content[int(headers["inference-header-content-length"]) :], dtype="<f4")
+
+
+ROUTES = {  # route -> (path, how an answer is read)
+    "rank": ("/rank", lambda answer: answer.json()),
+    "v2": ("/v2/models/qilcm/infer", lambda answer: v2_scores(answer.content, answer.headers)),
+}
+
+
+def load(url: str, route: str, body: bytes, headers: dict, clients: int, seconds: float, warmup: int) -> dict:
+    """``clients`` concurrent request loops of ``route`` for ``seconds`` (a thread and a keep-alive
+    ``httpx.Client`` each); latency of every timed request."""
     import httpx
 
-    headers = {"content-type": "application/json"}
+    path, read = ROUTES[route]
     sessions = [httpx.Client(base_url=url, timeout=60) for _ in range(clients)]
 
     def one(client: httpx.Client) -> float:
         t0 = time.perf_counter()
-        answer = client.post("/rank", content=body, headers=headers)
+        answer = client.post(path, content=body, headers=headers)
         answer.raise_for_status()
-        answer.json()
+        read(answer)
         return time.perf_counter() - t0
 
     def health(client: httpx.Client) -> float:  # the HTTP floor: a round trip that does no work
@@ -200,10 +247,15 @@ def main(argv=None) -> int:
         path = export_graph(Path(tmp), args.items, args.features, args.quick)
         x = np.random.default_rng(0).random((args.items, args.features), dtype=np.float32)
         body = json.dumps({"qid": "q", "rows": x.tolist()}).encode()
+        requests = {"rank": (body, {"content-type": "application/json"}), "v2": v2_request(x)}
         reference = in_process(path, x, body, args.seconds, args.warmup)
         proc, url = start_server(path, args.max_batch, args.batch_wait_ms)
         try:
-            served = {c: load(url, body, c, args.seconds, args.warmup) for c in clients}
+            check_v2(url, path, x, *requests["v2"])
+            served = {
+                route: {c: load(url, route, *requests[route], c, args.seconds, args.warmup) for c in clients}
+                for route in ROUTES
+            }
         finally:
             proc.send_signal(signal.SIGTERM)
             status = proc.wait(30)
@@ -223,26 +275,33 @@ def main(argv=None) -> int:
         ]
         for label, r in reference.items()
     ]
-    for c, r in served.items():
-        if "health_round_trip" in r:
-            h = r["health_round_trip"]
-            rows.append(["HTTP GET /health (no work)", str(c), f"{h['n']:,}", f"{h['p50_s'] * 1e3:.3f}",
-                         f"{h['p99_s'] * 1e3:.3f}", "", ""])  # fmt: skip
-        rows.append([
-            "HTTP /rank", str(c), f"{r['n']:,}", f"{r['p50_s'] * 1e3:.3f}", f"{r['p99_s'] * 1e3:.3f}",
-            f"{r['requests_per_s']:,.0f}", f"{r['mean_requests_per_model_call']:.2f}",
-        ])  # fmt: skip
+    labels = {"rank": "HTTP /rank (JSON)", "v2": "HTTP /v2 infer (binary tensors)"}
+    for route, by_clients in served.items():
+        for c, r in by_clients.items():
+            if "health_round_trip" in r and route == "rank":
+                h = r["health_round_trip"]
+                rows.append(["HTTP GET /health (no work)", str(c), f"{h['n']:,}", f"{h['p50_s'] * 1e3:.3f}",
+                             f"{h['p99_s'] * 1e3:.3f}", "", ""])  # fmt: skip
+            rows.append([
+                labels[route], str(c), f"{r['n']:,}", f"{r['p50_s'] * 1e3:.3f}", f"{r['p99_s'] * 1e3:.3f}",
+                f"{r['requests_per_s']:,.0f}", f"{r['mean_requests_per_model_call']:.2f}",
+            ])  # fmt: skip
     shape = f"one list of {args.items} items x {args.features} features a request"
     print(f"\nQILCM ONNX, {shape}, server --threads 1\n")
     header = ["path", "clients", "requests", "p50 ms", "p99 ms", "requests/s", "requests / model call"]
     print(markdown_table(header, rows, "lrrrrrr"))
-    ratio = served[clients[0]]["p50_s"] / graph["p50_s"] if clients[0] == 1 else None
     verdicts = {}
-    if ratio is not None:
-        verdicts["one_client_p50_over_in_process"] = ratio
+    for route, key in (
+        ("rank", "one_client_p50_over_in_process"),
+        ("v2", "v2_one_client_p50_over_in_process"),
+    ):
+        if clients[0] != 1:
+            break
+        ratio = served[route][1]["p50_s"] / graph["p50_s"]
+        verdicts[key] = ratio
         ok = ratio <= TARGET_ONE_CLIENT_OVER_IN_PROCESS
         print(
-            f"\np50 at 1 client / in-process session.run p50: {ratio:.2f}x "
+            f"\n{labels[route]}: p50 at 1 client / in-process session.run p50: {ratio:.2f}x "
             f"(target <= {TARGET_ONE_CLIENT_OVER_IN_PROCESS}x: {'met' if ok else 'not met'})"
         )
     emit_json(
@@ -252,7 +311,8 @@ def main(argv=None) -> int:
             "machine": info,
             "settings": {"items": args.items, "features": args.features, "seconds": args.seconds},
             "in_process": reference,
-            "served": {str(c): r for c, r in served.items()},
+            "served": {str(c): r for c, r in served["rank"].items()},
+            "served_v2": {str(c): r for c, r in served["v2"].items()},
             "verdicts": verdicts,
         },
         args.json,

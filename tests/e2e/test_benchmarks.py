@@ -50,6 +50,7 @@ def test_serve(tmp_path):
     assert blob["served"]["1"]["health_round_trip"]["n"] >= 20
     assert blob["served"]["4"]["mean_requests_per_model_call"] >= 1
     assert blob["verdicts"]["one_client_p50_over_in_process"] > 0
+    assert set(blob["served_v2"]) == {"1", "4"} and blob["verdicts"]["v2_one_client_p50_over_in_process"] > 0
 
 
 def test_parser(tmp_path):

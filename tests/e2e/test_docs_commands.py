@@ -550,6 +550,7 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank export --model runs/q --format onnx --out q.onnx": Run(
         files=("qilcm-models",), check=export_table
     ),
+    "ctxrank export --model runs/q --format onnx --triton-repo triton": Run(files=("qilcm-models",)),
     # docs/reproduction.md (workspace: experiments)
     "ctxrank experiment qilcm-table2": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-figure2": Run(smoke("qilcm-figure2")),
@@ -740,6 +741,10 @@ def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
         for f in ("tune.json", "trials.csv", "best.toml"):
             assert (ws / _opt(argv, "--out") / f).is_file(), f"no {f}"
         assert "best: trial" in out
+    elif command == "export" and _opt(argv, "--triton-repo"):  # the model folder of a Triton repository
+        folder = ws / _opt(argv, "--triton-repo") / Path(_opt(argv, "--model")).name
+        assert (folder / "1" / "model.onnx").stat().st_size > 0 and (folder / "config.pbtxt").is_file()
+        assert out.startswith("wrote ")
     elif command == "export":
         assert (ws / _opt(argv, "--out")).stat().st_size > 0 and out.startswith("wrote ")
     elif command in ("experiment", "demo") and "--shard" not in argv:
@@ -1027,3 +1032,7 @@ def test_serving_python_blocks(workspaces, monkeypatch):
     assert namespace["answer"]["rankings"][0]["qid"] == "s0" and len(namespace["answer"]["scores"]) == 3
     np = pytest.importorskip("numpy")
     np.testing.assert_allclose(namespace["same"], namespace["scores"], rtol=1e-6)
+    # the v2 route's scores of the same rows as padded lists (the Open Inference Protocol's block)
+    np.testing.assert_allclose(
+        namespace["v2_scores"][namespace["mask"]], namespace["scores"], rtol=1e-6, atol=1e-6
+    )

@@ -27,12 +27,13 @@ def add_serve_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "serve",
         parents=[common],
-        help="serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)",
+        help="serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics, /v2)",
         description=(
             "Serve one ranker over HTTP (FastAPI + uvicorn): POST /rank takes the rows of one or many "
             'queries as JSON ({"qid": ..., "rows": [...]}, features by position or by name) and answers '
             "their scores and rankings; concurrent requests are batched into one model call. GET /health "
-            "(liveness), /ready (readiness, the model's inputs), /metrics (Prometheus). The model is an "
+            "(liveness), /ready (readiness, the model's inputs), /metrics (Prometheus); /v2/... the Open "
+            "Inference Protocol (KServe v2: padded tensors, JSON or binary; --model-name). The model is an "
             "ONNX file of `ctxrank export` (onnxruntime, no torch) or a model directory of `ctxrank train` "
             "(ctxrank's own predict; a re-ranking directory runs its whole pipeline). SIGTERM / SIGINT "
             "finish the requests in flight, then stop. Needs `pip install 'ctxrank[serve]'`. See "

@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -508,3 +509,67 @@ def _run_onnx(path: Path, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return session.run(["scores"], {n: t.numpy() for n, t in zip(names, inputs, strict=True)})[0]
+
+
+# ------------------------------------------------------------------------------- Triton layout
+#: Triton's ONNX Runtime backend: the tensor types of the exported graphs (Triton's DataType names)
+_TRITON_TYPES = {"tensor(float)": "TYPE_FP32", "tensor(bool)": "TYPE_BOOL", "tensor(int64)": "TYPE_INT64"}
+_TRITON_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+TRITON_MAX_BATCH = 64
+
+
+def check_triton_name(name: str) -> str:
+    """``name`` if it names a model of a Triton repository (its folder; letters, digits, ``_.-``)."""
+    if not isinstance(name, str) or not _TRITON_NAME.fullmatch(name):
+        raise ValueError(f"Triton model name: expected 1-128 letters, digits, '_', '.' or '-', got {name!r}")
+    return name
+
+
+def triton_config(path: str | os.PathLike, name: str, max_batch_size: int = TRITON_MAX_BATCH) -> str:
+    """The ``config.pbtxt`` (Triton's ``ModelConfig`` in protobuf text) of the exported ONNX file ``path``
+    for Triton's ``onnxruntime`` backend: every input and output of the graph, its first dimension
+    (the lists, B) the batch dimension up to ``max_batch_size``, the others as in the graph (-1: any
+    size, e.g. the items L)."""
+    ort = _need("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def tensors(args: list[Any]) -> str:
+        rows = []
+        for arg in args:
+            if arg.type not in _TRITON_TYPES:
+                raise ValueError(f"{path}: tensor {arg.name!r} of type {arg.type} has no Triton type here")
+            dims = ", ".join(str(d) if isinstance(d, int) else "-1" for d in arg.shape[1:])
+            kind = _TRITON_TYPES[arg.type]
+            rows.append(f'  {{\n    name: "{arg.name}"\n    data_type: {kind}\n    dims: [ {dims} ]\n  }}')
+        return ",\n".join(rows)
+
+    return (
+        f'name: "{check_triton_name(name)}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
+        f'default_model_filename: "model.onnx"\n'
+        f"input [\n{tensors(session.get_inputs())}\n]\noutput [\n{tensors(session.get_outputs())}\n]\n"
+    )
+
+
+def export_triton(model_dir: str | os.PathLike, repo: str | os.PathLike, name: str) -> ExportResult:
+    """Export the model saved in ``model_dir`` to ONNX (:func:`export_model`, checked) as the model
+    ``name`` of the Triton model repository ``repo``: ``repo/name/1/model.onnx`` and
+    ``repo/name/config.pbtxt`` (:func:`triton_config`). An existing ``repo/name`` is refused.
+
+    Raises:
+        ValueError: a bad name, an existing model folder, or any error of :func:`export_model`.
+    """
+    folder = Path(repo) / check_triton_name(name)
+    if folder.exists():
+        raise ValueError(f"{folder} exists; give another --triton-name or remove it")
+    (folder / "1").mkdir(parents=True)
+    try:
+        result = export_model(model_dir, "onnx", folder / "1" / "model.onnx")
+        text = triton_config(result.path, name)
+        atomic_write(folder / "config.pbtxt", lambda tmp: tmp.write_text(text))
+    except BaseException:
+        for leftover in (folder / "1" / "model.onnx", folder / "config.pbtxt"):
+            leftover.unlink(missing_ok=True)
+        (folder / "1").rmdir()
+        folder.rmdir()
+        raise
+    return result

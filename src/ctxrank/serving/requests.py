@@ -67,12 +67,15 @@ class Limits:
 class RankRequest:
     """A checked request: ``X`` float32 (N, F), ``codes`` int64 (N, C) or None, ``group`` int64 (N,)
     (each row's query, 0..Q-1 in order of first appearance) and ``query_ids`` (Q,) as the client gave
-    them."""
+    them; ``lists``: the same rows already as an exported graph's inputs ``(features, mask,
+    categorical or None)`` (a v2 request whose lists are laid out as the padding lays them out: a
+    graph scores them as they are), else None."""
 
     X: np.ndarray
     codes: np.ndarray | None
     group: np.ndarray
     query_ids: list[Any]
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
     @property
     def n_rows(self) -> int:

@@ -8,6 +8,7 @@ Endpoints (docs/serving.md has the JSON and a walk-through)::
     GET  /ready     readiness: 200 with the model's description once it is loaded and the batcher runs,
                     503 while shutting down
     GET  /metrics   Prometheus text: requests by endpoint and status, latency, batch sizes, inference time
+    /v2/...         the Open Inference Protocol (KServe v2), JSON and binary tensors (ctxrank.serving.v2)
 
 The model is an exported ONNX file (:class:`~ctxrank.serving.onnx_ranker.OnnxRanker`: onnxruntime, no
 torch) or a model directory of ``ctxrank train`` (:class:`~ctxrank.serving.directory.DirectoryRanker`:
@@ -68,6 +69,7 @@ from ctxrank._checks import OptionError, check_choice, check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_request, rank_answer
+from ctxrank.serving.v2 import add_v2_routes, check_model_name
 
 __all__ = ["Batcher", "ServeOptions", "bind", "create_app", "load_ranker", "serve"]
 
@@ -167,6 +169,13 @@ class ServeOptions:
     log_level: str = option(
         "info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS
     )
+    model_name: str | None = option(
+        None,
+        "--model-name",
+        "the model's name in the /v2 routes (default: the file's or directory's name without suffix)",
+        parse=check_model_name,
+        metavar="NAME",
+    )
 
     def __post_init__(self) -> None:
         check_int("port", self.port, 0, maximum=65535)
@@ -184,6 +193,8 @@ class ServeOptions:
         if self.max_list > self.max_rows:
             raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
         check_choice("log_level", self.log_level, LOG_LEVELS)
+        if self.model_name is not None:
+            check_model_name(self.model_name)
 
 
 def load_ranker(path: str | Path, *, threads: int = 1) -> Any:
@@ -265,6 +276,8 @@ class Metrics:
         )
 
     def endpoint(self, path: str) -> str:
+        if path.startswith("/v2"):
+            return "/v2 infer" if path.endswith("/infer") else "/v2"
         return path if path in self.ENDPOINTS else "other"
 
 
@@ -384,13 +397,17 @@ class Batcher:
         """One model call for all ``requests`` (their queries kept apart); runs on the worker thread."""
         start = time.perf_counter()
         sizes = [r.n_rows for r in requests]
-        x = np.concatenate([r.X for r in requests]) if len(requests) > 1 else requests[0].X
-        offsets = np.cumsum([0, *(len(r.query_ids) for r in requests[:-1])])
-        qid = np.concatenate([r.group + o for r, o in zip(requests, offsets, strict=True)])
-        codes = None
-        if requests[0].codes is not None:
-            codes = np.concatenate([r.codes for r in requests])
-        scores = np.asarray(self.ranker.predict(x, qid, codes))
+        lists = requests[0].lists
+        if len(requests) == 1 and lists is not None and hasattr(self.ranker, "score_lists"):
+            scores = self.ranker.score_lists(*lists)[lists[1]]  # a lone v2 request: its own tensors
+        else:
+            x = np.concatenate([r.X for r in requests]) if len(requests) > 1 else requests[0].X
+            offsets = np.cumsum([0, *(len(r.query_ids) for r in requests[:-1])])
+            qid = np.concatenate([r.group + o for r, o in zip(requests, offsets, strict=True)])
+            codes = None
+            if requests[0].codes is not None:
+                codes = np.concatenate([r.codes for r in requests])
+            scores = np.asarray(self.ranker.predict(x, qid, codes))
         self.metrics.inference.observe(time.perf_counter() - start)
         self.metrics.batch_requests.observe(len(requests))
         self.metrics.batch_rows.observe(sum(sizes))
@@ -424,10 +441,11 @@ class _Disconnected(Exception):
     """The client closed its connection before it sent the whole body (nobody to answer)."""
 
 
-async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
-    """The request's JSON body: at most ``limit`` bytes, all of it within ``timeout`` seconds."""
+async def _read_body(request: Request, limit: int, timeout: float, *, json_only: bool = True) -> bytes:
+    """The request's body (JSON unless not ``json_only``): at most ``limit`` bytes, all of it within
+    ``timeout`` seconds."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
+    if json_only and kind != "application/json":
         raise RequestError(
             f"content-type: expected application/json, got {kind or 'none'}", field="content-type", status=415
         )
@@ -478,7 +496,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
         close = {"connection": "close"} if exc.status == 408 else None  # a stalled client: let it go
-        return JSONResponse(exc.body(), status_code=exc.status, headers=close)
+        return JSONResponse(_body(request, exc.body()), status_code=exc.status, headers=close)
 
     @app.exception_handler(_Disconnected)
     async def disconnected(request: Request, exc: _Disconnected) -> Response:
@@ -486,17 +504,20 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code)
+        body = _body(request, {"error": str(exc.detail), "field": None})
+        return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            {
-                "error": f"internal error ({type(exc).__name__}); the server's log has the details",
-                "field": None,
-            },
-            status_code=500,
-        )
+        message = f"internal error ({type(exc).__name__}); the server's log has the details"
+        return JSONResponse(_body(request, {"error": message, "field": None}), status_code=500)
+
+
+def _body(request: Request, error: dict[str, Any]) -> dict[str, Any]:
+    """An error's JSON: ``{"error", "field"}``, or the Open Inference Protocol's ``{"error"}`` under /v2."""
+    if request.url.path.startswith("/v2"):
+        return {"error": error["error"]}
+    return error
 
 
 def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
@@ -546,6 +567,16 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def serving() -> bool:
+        server = app.state.server
+        return batcher.running and not (server is not None and server.should_exit)
+
+    async def read_any_body(request: Request) -> bytes:
+        return await _read_body(request, options.max_body_bytes, options.read_timeout, json_only=False)
+
+    name = options.model_name if options.model_name is not None else Path(ranker.path).stem
+    add_v2_routes(app, check_model_name(name), ranker, limits, read_any_body, serving)
 
     app.add_middleware(_MetricsMiddleware, metrics=metrics)
     return app
