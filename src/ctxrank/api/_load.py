@@ -92,6 +92,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
                 if k in spec.train
             }
         )
+        params.update({k: getattr(config.train, k) for k in get_model(config.model).debias_train_keys})
         return params
     if "loss" in spec.run:
         params["loss"] = config.loss
