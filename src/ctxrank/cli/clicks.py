@@ -240,7 +240,7 @@ def _per_session(log: Any, values: np.ndarray, column: str) -> np.ndarray:
     differs = np.flatnonzero(np.asarray(values != np.repeat(first, log.query_lengths)))
     if differs.size:
         q = int(log.query_index[differs[0]])
-        raise ValueError(f"--ranker-col {column}: session {log.query_ids[q]!r} has more than one ranker")
+        raise ValueError(f"--ranker-col {column}: session {str(log.query_ids[q])!r} has more than one ranker")
     return first
 
 
