@@ -365,26 +365,28 @@ class Baseline:
     def saved_run(self, d: Mapping[str, Any]) -> dict[str, Any]:
         """A saved run-config dict of this model whose ``model_params`` hold the class's ``debias`` /
         ``propensity`` / ``propensity_clip`` (saved before ``train.debias`` set them), with them moved
-        to ``train.debias`` and its propensities; other dicts unchanged."""
+        to ``train.debias`` and its propensities (:meth:`debias_of_params`); other dicts unchanged."""
         params = d.get("model_params")
         if not isinstance(params, Mapping) or not set(params) & set(self.debias_args):
             return dict(d)
-        params = dict(params)
-        debias, propensity = params.pop("debias", "none"), params.pop("propensity", None)
-        clip = params.pop("propensity_clip", None)
-        train = dict(d.get("train") or {})
-        owned = {ours for ours, theirs in self.debias.items() if theirs == debias}
-        if debias != "none":
-            train["debias"] = next(iter(owned), debias)  # an unknown value: the config's check names it
-        if debias == "ips":
-            key = "propensity_eta" if isinstance(propensity, int | float) else "propensity"
-            train.update({key: propensity, "propensity_clip": clip})
-        return {**d, "model_params": params, "train": train}
+        rest, train = self.debias_of_params(params)
+        return {**d, "model_params": rest, "train": {**(d.get("train") or {}), **train}}
 
-    def objective_text(self, config: Any) -> str:
-        """``trains``, with the objective's name unless it says it already (e.g. ``pairwise-hinge``)."""
-        name = config.loss_name
-        return self.trains if name.lower() in self.trains.lower() else f"{self.trains}: {name}"
+    def debias_of_params(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``params`` (the class's constructor arguments, e.g. ``rerank.initial_params``) less the
+        debiasing ones, and the ``[train]`` values that set them (:meth:`debias_params` inverted:
+        ``debias="lightgbm"`` is ``train.debias = "pal"``, a number ``propensity`` is ``propensity_eta``;
+        ``{}`` for ``"none"``)."""
+        rest = {k: v for k, v in params.items() if k not in self.debias_args}
+        debias = params.get("debias", "none") if self.debias else "none"
+        if debias == "none":
+            return rest, {}
+        train = {"debias": next((ours for ours, theirs in self.debias.items() if theirs == debias), debias)}
+        if debias == "ips":
+            propensity = params.get("propensity")
+            key = "propensity_eta" if isinstance(propensity, int | float) else "propensity"
+            train.update({key: propensity, "propensity_clip": params.get("propensity_clip")})
+        return rest, train
 
     def check_run(self, config: Any) -> None:
         """A baseline's run: no loss (but the one a saved config records), no initial ranker, only the
@@ -410,6 +412,13 @@ class Baseline:
             raise ValueError(
                 f"train.missing = 'indicator' applies to the neural models; {config.model} is a baseline "
                 "(lambdamart reads missing values itself: train.missing = 'native')"
+            )
+        taken = [k for k in self.debias_args if k in config.model_params]
+        if taken:
+            raise ValueError(
+                f"model_params: {taken[0]} is not a model parameter of {self.name}: a click log is "
+                f"debiased by {', '.join(f'train.{k}' for k in DEBIAS_TRAIN_KEYS)} (train.debias: "
+                f"{self._debias_values()})"
             )
         self.build(config.model_params, config.train, debiased=True)
 
@@ -459,13 +468,6 @@ class Baseline:
                 out[self.seed] = train.seed
             if self.threads:
                 out[self.threads] = resolve_threads(train.threads, "train.threads")
-        taken = [k for k in self.debias_args if k in model_params]
-        if taken:
-            raise ValueError(
-                f"model_params: {taken[0]} is not a model parameter of {self.name}: a click log is "
-                f"debiased by {', '.join(f'train.{k}' for k in DEBIAS_TRAIN_KEYS)} (train.debias: "
-                f"{self._debias_values()})"
-            )
         out.update(model_params)
         return out
 
@@ -475,7 +477,7 @@ class Baseline:
                    "position term: the tree-side analogue of PAL"}  # fmt: skip
         return ", ".join(f"{v} ({meaning[v]})" if v in meaning else v for v in self.debias)
 
-    def _debias_params(self, train: Any) -> dict[str, Any]:
+    def debias_params(self, train: Any) -> dict[str, Any]:
         """The class's debiasing arguments of ``train.debias`` and its propensities (a ``TrainConfig``);
         a value this model has not is a ValueError naming the valid ones."""
         if train.debias not in self.debias:
@@ -495,7 +497,7 @@ class Baseline:
         parameters."""
         params = self.params(model_params, train)
         if debiased and self.debias:
-            params.update(self._debias_params(train))
+            params.update(self.debias_params(train))
         names = getattr(self.cls, "_PARAMS", None)
         if names is not None:
             unknown = sorted(set(params) - set(names))

@@ -2,10 +2,12 @@
 training (by the true labels' NDCG), the options' checks, positions never an input of the model."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
 
+from ctxrank.api import LambdaMARTRanker
 from ctxrank.api._params import run_config
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict, ips_weights
 from ctxrank.config import RunConfig, TrainConfig
@@ -199,10 +201,7 @@ def test_cross_fitting_a_log_keeps_each_rows_position():
 def test_bad_debias_options_fail_before_training(params, message):
     with pytest.raises(ValueError, match=message):
         LambdaMART(**params).check_params()
-    # a run config debiases by train.debias: the class's debiasing arguments are not model_params
-    taken = [k for k in ("debias", "propensity", "propensity_clip") if k in params]
-    expected = rf"model_params: {taken[0]} is not a model parameter of lambdamart" if taken else message
-    with pytest.raises(ValueError, match=expected) as raised:
+    with pytest.raises(ValueError, match=message) as raised:
         get_model("lambdamart").build(params)
     assert str(raised.value).startswith("model_params: ")
 
@@ -352,3 +351,26 @@ def test_a_model_saved_with_debias_in_model_params_still_loads(tmp_path, old, tr
     np.testing.assert_array_equal(load_model(tmp_path / "m").predict(log), result.predictor.predict(log))
     assert load(tmp_path / "m").get_params()["debias"] == train["debias"]
     assert DirectoryRanker(tmp_path / "m").n_features == 5
+
+
+def test_a_pipelines_initial_lambdamart_keeps_its_debias_through_saving(tmp_path):
+    """The initial ranker's ``debias`` (an estimator parameter, ``train.debias``) reaches the class as
+    ``rerank.initial_params``, and a loaded pipeline's initial estimator has it back."""
+    from ctxrank.api import MLPRanker, RerankPipeline, load
+    from tests import saved_models
+
+    log, _ = _pbm_log(14, n_sessions=30)
+    qid = np.repeat(log.query_ids, log.query_lengths)
+    initial = LambdaMARTRanker(debias="pal", n_estimators=5, min_data_in_leaf=5)
+    pipe = RerankPipeline(initial=initial, reranker=MLPRanker(max_epochs=1, hidden=[4]), top_k=5)
+    assert pipe.run_config().rerank.initial_params["debias"] == "lightgbm"
+    with warnings.catch_warnings():  # one epoch: the re-ranker may do worse than its initial ranker
+        warnings.simplefilter("ignore")
+        pipe.fit(log.features, log.labels, qid=qid, position=log.shown_positions)
+    pipe.save(tmp_path / "pipe")
+    assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"
+    # saved before: every argument of the class in initial_params, None included
+    meta = saved_models.read(tmp_path / "pipe")
+    meta["run_config"]["rerank"]["initial_params"].update(propensity=None, propensity_clip=None)
+    saved_models.write(tmp_path / "pipe", meta)
+    assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"
