@@ -388,6 +388,11 @@ class Baseline:
             train.update({key: propensity, "propensity_clip": params.get("propensity_clip")})
         return rest, train
 
+    def objective_text(self, config: Any) -> str:
+        """``trains``, with the objective's name unless it says it already (e.g. ``pairwise-hinge``)."""
+        name = config.loss_name
+        return self.trains if name.lower() in self.trains.lower() else f"{self.trains}: {name}"
+
     def check_run(self, config: Any) -> None:
         """A baseline's run: no loss (but the one a saved config records), no initial ranker, only the
         ``[train]`` keys it reads, and ``model_params`` it builds with (before data is read)."""
