@@ -48,8 +48,8 @@ METHODS = {
 }
 #: what reads a log's sessions, clicks and shown positions, as ``synth clicks`` writes it
 LOG_COLUMNS_TEXT = (
-    "--query-col session --label-col click --position-col position (and --group-col query --docid-col item "
-    "for --method harvesting)"
+    "--query-col the session, --label-col the click, --position-col the shown position; --group-col the "
+    "logged query and --docid-col the item, which harvesting needs: what `synth clicks` writes"
 )
 
 
@@ -219,7 +219,7 @@ def _read_log(source: DataSource, extra: list[str]) -> tuple[Any, dict[str, np.n
     log, file_rows = source.load(default_split="train", purpose="train", note=note)
     if log.shown_positions is None:
         raise OptionError(
-            "{log} is not an interaction log: give {position_col:COL} (" + LOG_COLUMNS_TEXT + ")",
+            "{log} is not an interaction log: give {position_col:COL} (the shown position of each row)",
             log=log.source,
         )
     if not extra:
