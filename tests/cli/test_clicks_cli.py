@@ -80,6 +80,22 @@ def test_propensity_from_randomized_sessions_writes_the_curve(capsys, logs, tmp_
     assert rc == 0 and json.loads(text)["values"] == list(made.values)
 
 
+def test_propensity_from_randomized_sessions_compares_the_original_top_items(capsys, logs, tmp_path):
+    """--original-position-col: only the rows the logging ranker put first are compared (a swap
+    experiment); here one such row a session, shown at a position that varies with the session."""
+    frame = pd.read_csv(logs["shuffled"])
+    frame["original"] = (frame["position"] + frame["session"]) % 4 + 1
+    frame.to_csv(tmp_path / "swapped.csv", index=False)
+    argv = ["clicks", "propensity", tmp_path / "swapped.csv", *LOG, "--method", "randomized"]
+    rc, _, err = run(capsys, *argv, "--original-position-col", "original", "--out", tmp_path / "p.json")
+    assert rc == 0, err
+    made = Propensities.from_json((tmp_path / "p.json").read_text())
+    assert made.sessions == 1500 and made.n_positions == 4
+    rc, _, err = run(capsys, *argv, "--original-position-col", "original", "--min-sessions", "1000",
+                     "--out", tmp_path / "q.json")  # fmt: skip
+    assert rc == 2 and "too few randomised sessions showing a compared item (position 1: " in err
+
+
 def test_propensity_by_harvesting_reads_the_ranker_of_each_session(capsys, logs, tmp_path):
     out = tmp_path / "h.json"
     argv = ["clicks", "propensity", logs["two"], *LOG, "--method", "harvesting", "--ranker-col", "ranker"]

@@ -40,12 +40,8 @@ from ctxrank.data.sources import DataSource
 from ctxrank.data.table import is_table_path, table_columns
 from ctxrank.data.table_io import from_file_order, to_file_order
 
-#: ``--method`` -> the estimator of :mod:`ctxrank.clicks.propensity`
-METHODS = {
-    "randomized": "from_randomized",
-    "harvesting": "from_harvesting",
-    "regression-em": "from_regression_em",
-}
+#: ``--method``: the estimators of :mod:`ctxrank.clicks.propensity` (``from_randomized``, ...)
+METHODS = ("randomized", "harvesting", "regression-em")
 #: what reads a log's sessions, clicks and shown positions, as ``synth clicks`` writes it
 LOG_COLUMNS_TEXT = (
     "--query-col the session, --label-col the click, --position-col the shown position; --group-col the "
@@ -301,7 +297,7 @@ def _add_propensity_parser(csub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     _log_options(p)
-    p.add_argument("--method", required=True, choices=list(METHODS), help="the estimator")
+    p.add_argument("--method", required=True, choices=METHODS, help="the estimator")
     p.add_argument("--ranker-col", metavar="COL", help="harvesting: the logging ranker of each session")
     p.add_argument(
         "--original-position-col", metavar="COL",
