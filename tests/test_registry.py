@@ -38,7 +38,8 @@ def test_every_entry_offers_the_protocol(name):
         assert entry.traits is entry.cls.traits and about.documented is entry.config_class
         assert set(entry.resolved_params({})) == {f.name for f in dataclasses.fields(entry.config_class)}
     else:  # a baseline: whole lists in memory, scored item by item, its own [train] keys
-        assert entry.train_keys(residual=True) == BASELINE_TRAIN_KEYS
+        assert entry.train_keys(residual=True) == (*BASELINE_TRAIN_KEYS, *entry.debias_train_keys)
+        assert bool(entry.debias_train_keys) == (name == "lambdamart")  # the one that learns from clicks
         assert entry.traits.scores_alone and not entry.reads_row_order({}) and about.documented is entry.cls
 
 

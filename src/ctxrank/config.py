@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -59,14 +60,41 @@ from ctxrank.losses import LOSSES
 from ctxrank.metrics import parse_metric
 from ctxrank.registry import FULL_BATCH_TRAIN_KEYS, MODELS, get_model
 
+#: the largest propensities JSON file read (one number per position and its bounds)
+MAX_PROPENSITY_FILE_BYTES = 1 << 20
+
 
 def _propensities(text: str) -> tuple[float, ...]:
-    """``--propensity 1,0.5,0.33``: the comma-separated examination probabilities of positions 1, 2, ..."""
+    """``--propensity 1,0.5,0.33``: the comma-separated examination probabilities of positions 1, 2, ...;
+    any other text is the path of a propensities JSON file (:func:`read_propensity_file`)."""
+    if not re.fullmatch(r"[\s\d.,eE+-]+", text):
+        return read_propensity_file(text)
     try:
         values = tuple(float(v) for v in text.split(","))
         check_propensity(values, None, None)
     except ValueError:
         raise ValueError(f"expected comma-separated numbers in (0, 1], got {text[:40]!r}") from None
+    return values
+
+
+def read_propensity_file(path: str) -> tuple[float, ...]:
+    """The propensities ``p_1..p_K`` of a JSON file written by ``ctxrank clicks propensity --out``
+    (``ctxrank.clicks.propensity.Propensities.to_json``), as ``train.propensity`` takes them: an
+    unreadable or invalid file, or values outside ``(0, 1]``, is a ValueError naming the file."""
+    from ctxrank.clicks.propensity import Propensities  # SciPy and scikit-learn: only when a file is read
+
+    where = f"train.propensity: propensities file {path!r}"
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PROPENSITY_FILE_BYTES + 1)
+        if len(data) > MAX_PROPENSITY_FILE_BYTES:
+            raise ValueError(f"larger than {MAX_PROPENSITY_FILE_BYTES:,} bytes")
+        values = Propensities.from_json(data.decode("utf-8")).values
+        check_propensity(values, None, None)
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{where}: {str(exc)[:300]}") from None
     return values
 
 
@@ -154,9 +182,13 @@ class TrainConfig:
             self-normalised inverse propensities, ``ctxrank.clicks.weighting``), ``"dla"`` (a propensity
             tower learned jointly, dual learning) or ``"pal"`` (an additive position tower, dropped at
             serving; ``ctxrank.clicks.towers``). The full-information skyline is training on the true
-            labels (no option). Neural models trained by SGD only.
+            labels (no option). Neural models trained by SGD, and ``lambdamart``: ``"ips"`` (its IPS
+            weights) or ``"pal"`` (LightGBM's position debiasing: an additive position term, the
+            tree-side analogue of the position tower).
         propensity: ``"ips"``: the examination probability of each shown position ``1, 2, ...`` (values in
-            ``(0, 1]``; the log may show no item beyond them), or empty with ``propensity_eta``.
+            ``(0, 1]``; the log may show no item beyond them), or the path of a propensities JSON file
+            (``ctxrank clicks propensity --out``), read when the config is built and replaced by its
+            values (so a saved config holds the values); or empty with ``propensity_eta``.
         propensity_eta: ``"ips"``: the propensities ``(1 / k)^eta`` of the position-based model.
         propensity_clip: the largest inverse-propensity weight (propensities below ``1 / clip`` count
             as ``1 / clip``); None: no cap.
@@ -185,12 +217,15 @@ class TrainConfig:
     debias: str = option(
         "none", "--debias",
         "learning from a click log: none (naive), ips (inverse propensities), dla (a propensity tower "
-        "learned jointly) or pal (an additive position tower) (train.debias)",
+        "learned jointly) or pal (an additive position tower; lambdamart: LightGBM's position debiasing, "
+        "its tree-side analogue) (train.debias)",
         choices=DEBIAS,
     )  # fmt: skip
     propensity: tuple[float, ...] = option(
-        (), "--propensity", "ips: the examination probability of shown positions 1, 2, ... (comma-separated)",
-        parse=PROPENSITIES, metavar="P1,P2,...",
+        (), "--propensity",
+        "ips: the examination probability of shown positions 1, 2, ... (comma-separated), or a propensities "
+        "JSON file (ctxrank clicks propensity --out)",
+        parse=PROPENSITIES, metavar="P1,P2,...|FILE",
     )  # fmt: skip
     propensity_eta: float | None = option(
         None, "--propensity-eta", "ips: propensities (1/k)^ETA of the position-based model",
@@ -203,6 +238,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choice("train.debias", self.debias, DEBIAS)
+        if isinstance(self.propensity, str):  # a propensities file: its values, so a saved config holds them
+            object.__setattr__(self, "propensity", read_propensity_file(self.propensity))
         check_propensity(self.propensity, self.propensity_eta, self.propensity_clip)
         if self.debias != "ips" and (self.propensity or self.propensity_eta is not None):
             raise ValueError(
@@ -503,8 +540,10 @@ def without_unread(d: Mapping[str, Any]) -> dict[str, Any]:
     """A run-config dict less what its run does not read: the ``[rerank]`` keys but ``initial`` and
     ``residual`` without ``rerank.initial``, the ``[train]`` keys its model's fit does not read
     (:func:`train_keys_read`), and a maximum-likelihood fit's loss and ensemble size (its members were
-    the same model)."""
-    out, reads = with_read_train_keys(d)
+    the same model); options saved under an older name are read under today's (the registry entry's
+    ``saved_run``: LambdaMART's ``model_params.debias`` is ``train.debias``)."""
+    model = MODELS.get(d.get("model", "listnet")) if isinstance(d.get("model", "listnet"), str) else None
+    out, reads = with_read_train_keys(d if model is None else model.saved_run(d))
     rerank = out.get("rerank")
     if isinstance(rerank, Mapping) and not rerank.get("initial"):
         out["rerank"] = {k: v for k, v in rerank.items() if k in ("initial", "residual")}

@@ -42,6 +42,7 @@ from ctxrank.models.setrank import SetRank
 
 __all__ = [
     "BASELINE_TRAIN_KEYS",
+    "DEBIAS_TRAIN_KEYS",
     "FULL_BATCH_TRAIN_KEYS",
     "MODELS",
     "Baseline",
@@ -60,6 +61,11 @@ __all__ = [
 #: and ``ctxrank tune`` maximizes, computed from its scores: its own stopping or selection rule is set by
 #: its ``model_params``); the others configure the neural training loop
 BASELINE_TRAIN_KEYS = ("seed", "threads", "no_relevant", "metric", "missing")
+#: the ``[train]`` keys of learning from a click log, read by a baseline that debiases
+#: (:attr:`Baseline.debias`)
+DEBIAS_TRAIN_KEYS = ("debias", "propensity", "propensity_eta", "propensity_clip")
+#: the constructor arguments of a debiasing baseline's class (``LambdaMART``) that ``DEBIAS_TRAIN_KEYS`` set
+_DEBIAS_ARGS = ("debias", "propensity", "propensity_clip")
 #: the ``[train]`` keys a maximum-likelihood fit (``mnl``) reads: a baseline's, the memory cap of its
 #: full batch and the scoring batch; it has no epochs, optimizer, device or precision to set
 FULL_BATCH_TRAIN_KEYS = (*BASELINE_TRAIN_KEYS, "max_memory_bytes", "eval_batch_size")
@@ -113,6 +119,7 @@ class ModelEntry(Protocol):
 
     def reads_row_order(self, model_params: Mapping[str, Any]) -> bool: ...
     def train_keys(self, *, residual: bool = False) -> tuple[str, ...] | None: ...
+    def saved_run(self, d: Mapping[str, Any]) -> dict[str, Any]: ...
     def loss_name(self, loss: str, model_params: Mapping[str, Any]) -> str: ...
     def objective_text(self, config: Any) -> str: ...
     def check_run(self, config: Any) -> None: ...
@@ -177,6 +184,10 @@ class NeuralEntry:
         """The ``[train]`` keys its fit reads (``residual``: ``rerank.residual``, which trains a
         maximum-likelihood model by SGD); None: every key (the neural training loop)."""
         return FULL_BATCH_TRAIN_KEYS if self.traits.full_batch and not residual else None
+
+    def saved_run(self, d: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved run-config dict as a run config reads it today (a neural model's: unchanged)."""
+        return dict(d)
 
     def loss_name(self, loss: str, model_params: Mapping[str, Any]) -> str:
         return loss or self.traits.own_objective or self.traits.default_loss
@@ -311,6 +322,9 @@ class Baseline:
             (unless ``model_params`` sets them), or ``""`` when it has none.
         search_space: what ``ctxrank tune`` searches: run-config key -> distribution (format:
             ``ctxrank.tune``), as ``SEARCH_SPACE`` on a neural model's config class.
+        debias: ``train.debias`` value -> the class's own ``debias`` argument, for a baseline that learns
+            from a click log (it then reads :data:`DEBIAS_TRAIN_KEYS`, and ``model_params`` may not set
+            the class's ``debias`` / ``propensity`` / ``propensity_clip``); empty: it reads labels only.
         traits: every baseline scores an item alone and is fitted by its own library; LightGBM reads
             missing values and categorical columns itself.
     """
@@ -324,6 +338,7 @@ class Baseline:
     seed: str = ""
     threads: str = ""
     search_space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    debias: Mapping[str, str] = field(default_factory=dict)
     traits: ModelTraits = _BASELINE_TRAITS
     sized_before_training = streams = distributed = missing_indicator = reranks = config_params = False
 
@@ -331,10 +346,47 @@ class Baseline:
         return False
 
     def train_keys(self, *, residual: bool = False) -> tuple[str, ...] | None:
-        return BASELINE_TRAIN_KEYS
+        return (*BASELINE_TRAIN_KEYS, *self.debias_train_keys)
+
+    @property
+    def debias_train_keys(self) -> tuple[str, ...]:
+        """:data:`DEBIAS_TRAIN_KEYS` for a baseline that debiases a click log, else none."""
+        return DEBIAS_TRAIN_KEYS if self.debias else ()
+
+    @property
+    def debias_args(self) -> tuple[str, ...]:
+        """The class's constructor arguments that ``train.debias`` and its propensities set (none for a
+        baseline that does not debias): not ``model_params``, nor its estimator's model parameters."""
+        return _DEBIAS_ARGS if self.debias else ()
 
     def loss_name(self, loss: str, model_params: Mapping[str, Any]) -> str:
         return self.objective(model_params)
+
+    def saved_run(self, d: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved run-config dict of this model whose ``model_params`` hold the class's ``debias`` /
+        ``propensity`` / ``propensity_clip`` (saved before ``train.debias`` set them), with them moved
+        to ``train.debias`` and its propensities (:meth:`debias_of_params`); other dicts unchanged."""
+        params = d.get("model_params")
+        if not isinstance(params, Mapping) or not set(params) & set(self.debias_args):
+            return dict(d)
+        rest, train = self.debias_of_params(params)
+        return {**d, "model_params": rest, "train": {**(d.get("train") or {}), **train}}
+
+    def debias_of_params(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``params`` (the class's constructor arguments, e.g. ``rerank.initial_params``) less the
+        debiasing ones, and the ``[train]`` values that set them (:meth:`debias_params` inverted:
+        ``debias="lightgbm"`` is ``train.debias = "pal"``, a number ``propensity`` is ``propensity_eta``;
+        ``{}`` for ``"none"``)."""
+        rest = {k: v for k, v in params.items() if k not in self.debias_args}
+        debias = params.get("debias", "none") if self.debias else "none"
+        if debias == "none":
+            return rest, {}
+        train = {"debias": next((ours for ours, theirs in self.debias.items() if theirs == debias), debias)}
+        if debias == "ips":
+            propensity = params.get("propensity")
+            key = "propensity_eta" if isinstance(propensity, int | float) else "propensity"
+            train.update({key: propensity, "propensity_clip": params.get("propensity_clip")})
+        return rest, train
 
     def objective_text(self, config: Any) -> str:
         """``trains``, with the objective's name unless it says it already (e.g. ``pairwise-hinge``)."""
@@ -357,7 +409,7 @@ class Baseline:
             )
         _check_unread_train(
             config.train,
-            BASELINE_TRAIN_KEYS,
+            self.train_keys(),
             f"{config.model} is a baseline",
             "its own settings are model_params, see docs/baselines.md",
         )
@@ -366,12 +418,19 @@ class Baseline:
                 f"train.missing = 'indicator' applies to the neural models; {config.model} is a baseline "
                 "(lambdamart reads missing values itself: train.missing = 'native')"
             )
-        self.build(config.model_params, config.train)
+        taken = [k for k in self.debias_args if k in config.model_params]
+        if taken:
+            raise ValueError(
+                f"model_params: {taken[0]} is not a model parameter of {self.name}: a click log is "
+                f"debiased by {', '.join(f'train.{k}' for k in DEBIAS_TRAIN_KEYS)} (train.debias: "
+                f"{self._debias_values()})"
+            )
+        self.build(config.model_params, config.train, debiased=True)
 
     def resolved_params(self, model_params: Mapping[str, Any]) -> dict[str, Any]:
         """Its constructor's parameters, leaving out those ``[train]`` fills (``seed`` / ``threads``)
         unless ``model_params`` sets them."""
-        from_train = {self.seed, self.threads} - {""} - set(model_params)
+        from_train = {self.seed, self.threads, *self.debias_args} - {""} - set(model_params)
         params = self.build(model_params).get_params()
         return {k: v for k, v in params.items() if k not in from_train}
 
@@ -385,7 +444,7 @@ class Baseline:
     def fit(self, config: Any, train: Any, valid: Any, *, train_neural: Callable[..., Fitted]) -> Fitted:
         """Fit on whole lists; the summary adds ``train_metric``: ``train.metric`` of the fitted model on
         ``valid`` (its own selection, e.g. LambdaMART's early stopping, follows its ``model_params``)."""
-        model = self.build(config.model_params, config.train).fit(train, valid)
+        model = self.build(config.model_params, config.train, debiased=True).fit(train, valid)
         tc = config.train
         metric = mean_over_queries(model.predict(valid), valid, tc.metric, tc.no_relevant)
         summary = FitSummary.from_json(model.training_summary())  # the baseline's public record of its fit
@@ -417,9 +476,33 @@ class Baseline:
         out.update(model_params)
         return out
 
-    def build(self, model_params: Mapping[str, Any], train: Any = None) -> Any:
-        """An unfitted model. Raises ValueError (``model_params: ...``) for bad parameters."""
+    def _debias_values(self) -> str:
+        """``train.debias``'s values for this model, for messages."""
+        meaning = {"ips": "inverse-propensity weights", "pal": "LightGBM's position debiasing, an additive "
+                   "position term: the tree-side analogue of PAL"}  # fmt: skip
+        return ", ".join(f"{v} ({meaning[v]})" if v in meaning else v for v in self.debias)
+
+    def debias_params(self, train: Any) -> dict[str, Any]:
+        """The class's debiasing arguments of ``train.debias`` and its propensities (a ``TrainConfig``);
+        a value this model has not is a ValueError naming the valid ones."""
+        if train.debias not in self.debias:
+            raise ValueError(
+                f"train.debias = {train.debias!r}: {self.name} learns from a click log with train.debias "
+                f"{self._debias_values()}; {train.debias} applies to the neural models"
+            )
+        out = {"debias": self.debias[train.debias]}
+        if train.debias == "ips":
+            out["propensity"] = list(train.propensity) if train.propensity else train.propensity_eta
+            out["propensity_clip"] = train.propensity_clip
+        return out
+
+    def build(self, model_params: Mapping[str, Any], train: Any = None, *, debiased: bool = False) -> Any:
+        """An unfitted model; ``debiased``: of a run, with ``train.debias`` and its propensities (a
+        baseline that debiases, :attr:`debias`). Raises ValueError (``model_params: ...``) for bad
+        parameters."""
         params = self.params(model_params, train)
+        if debiased and self.debias:
+            params.update(self.debias_params(train))
         names = getattr(self.cls, "_PARAMS", None)
         if names is not None:
             unknown = sorted(set(params) - set(names))
@@ -494,6 +577,9 @@ _BASELINES: dict[str, Baseline] = {
             # LightGBM's lambdarank_truncation_level (LambdaMART's max_position parameter)
             "model_params.max_position": ("log-int", 5, 100),
         },
+        # train.debias = "pal": LightGBM's position debiasing (its Dataset(position=...)), the additive
+        # position term of PAL fitted by the trees; "dla" (a propensity tower) has no tree-side analogue
+        debias={"none": "none", "ips": "ips", "pal": "lightgbm"},
         traits=dataclasses.replace(
             _BASELINE_TRAITS,
             reads_missing=True,  # LightGBM's own missing-value handling (use_missing, the default)

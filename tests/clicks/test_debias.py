@@ -226,8 +226,10 @@ def test_debias_checks_name_the_option():
         TrainConfig(propensity_clip=0.5)
     with pytest.raises(ValueError, match=r"train.debias must be one of \['none', 'ips', 'dla', 'pal'\]"):
         TrainConfig(debias="nope")
-    with pytest.raises(ValueError, match=r"train\.debias: lambdamart is a baseline and does not use it"):
-        RunConfig(model="lambdamart", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"train\.debias: ranksvm is a baseline and does not use it"):
+        RunConfig(model="ranksvm", train=TrainConfig(debias="pal"))
+    with pytest.raises(ValueError, match=r"train\.debias = 'dla': lambdamart learns from a click log with"):
+        RunConfig(model="lambdamart", train=TrainConfig(debias="dla"))
     with pytest.raises(ValueError, match=r"train\.debias: mnl is fitted to its maximum likelihood"):
         RunConfig(model="mnl", train=TrainConfig(debias="pal"))
     with pytest.raises(ValueError, match=r"train\.debias: arsm trains its own arsm objective"):

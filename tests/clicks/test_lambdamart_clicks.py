@@ -2,15 +2,18 @@
 training (by the true labels' NDCG), the options' checks, positions never an input of the model."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
 
+from ctxrank.api import LambdaMARTRanker
 from ctxrank.api._params import run_config
 from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict, ips_weights
+from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
-from ctxrank.registry import get_model
+from ctxrank.registry import DEBIAS_TRAIN_KEYS, get_model
 from ctxrank.serving.directory import DirectoryRanker
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.run import run_training, save_result
@@ -121,7 +124,7 @@ def test_positions_are_never_an_input_of_the_model(debias, tmp_path, test_querie
 
 def test_the_served_directory_of_a_debiased_run_takes_the_features_only(tmp_path):
     log, _ = _pbm_log(4, n_sessions=100)
-    result = run_training(run_config("lambdamart", {**TREES, "debias": "lightgbm"}), log, log)
+    result = run_training(run_config("lambdamart", {**TREES, "debias": "pal"}), log, log)
     save_result(result, tmp_path / "run", write_log=False)
     served = DirectoryRanker(tmp_path / "run")
     assert served.n_features == 5
@@ -227,3 +230,147 @@ def test_lightgbm_debiasing_takes_its_regularisation(test_queries):
     held = LambdaMART(**TREES, debias="lightgbm", lambdarank_position_bias_regularization=1e6).fit(log)
     assert held.lgb_params_["lambdarank_position_bias_regularization"] == 1e6
     assert not np.array_equal(plain.predict(test_queries), held.predict(test_queries))
+
+
+# ------------------------------------------------------------------ train.debias, as for every model
+
+
+def _lambdamart_run(debias, **train):
+    return RunConfig(model="lambdamart", model_params=TREES, train=TrainConfig(debias=debias, **train))
+
+
+@pytest.mark.parametrize(
+    ("debias", "train", "expected"),
+    [
+        ("pal", {}, {"debias": "lightgbm", "propensity": None, "propensity_clip": None}),
+        ("ips", {"propensity_eta": 0.5}, {"debias": "ips", "propensity": 0.5, "propensity_clip": 100.0}),
+        (
+            "ips",
+            {"propensity": (1.0,) + (0.5,) * (LENGTH - 1), "propensity_clip": 20.0},
+            {"debias": "ips", "propensity": [1.0] + [0.5] * (LENGTH - 1), "propensity_clip": 20.0},
+        ),
+    ],
+)
+def test_train_debias_sets_lambdamarts_debiasing(debias, train, expected):
+    """``train.debias`` (the one option of every model): pal is LightGBM's position debiasing (its
+    ``Dataset(position=...)``), ips its IPS weights with the run's propensities and clip."""
+    log, _ = _pbm_log(11, n_sessions=40)
+    log = dataclasses.replace(
+        log, shown_positions=np.minimum(log.shown_positions, 2)
+    )  # within 2 propensities
+    fitted = run_training(_lambdamart_run(debias, **train), log, log).predictor
+    assert {k: fitted.get_params()[k] for k in expected} == expected
+    naive = run_training(_lambdamart_run("none"), log, log).predictor
+    assert naive.debias == "none"
+    assert not np.array_equal(fitted.predict(log), naive.predict(log))
+
+
+def test_lightgbm_debiasing_by_train_debias_passes_the_positions_to_lightgbm(monkeypatch):
+    import lightgbm as lgb
+
+    seen = {}
+    original = lgb.Dataset.__init__
+
+    def spy(self, *args, **kwargs):
+        seen.setdefault("position", kwargs.get("position"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(lgb.Dataset, "__init__", spy)
+    log, _ = _pbm_log(12, n_sessions=30)
+    run_training(_lambdamart_run("pal"), log, log)
+    np.testing.assert_array_equal(seen["position"], log.shown_positions)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            lambda: _lambdamart_run("dla"),
+            r"train.debias = 'dla': lambdamart learns from a click log with train.debias none, ips .*, pal "
+            r"\(LightGBM's position debiasing, an additive position term.*dla applies to the neural models",
+        ),
+        (
+            lambda: RunConfig(model="lambdamart", model_params={"debias": "lightgbm"}),
+            r"model_params: debias is not a model parameter of lambdamart: a click log is debiased by "
+            r"train.debias, train.propensity",
+        ),
+        (
+            lambda: RunConfig(model="lambdamart", model_params={"propensity_clip": 5.0}),
+            r"model_params: propensity_clip is not a model parameter of lambdamart",
+        ),
+        (
+            lambda: RunConfig(model="ranksvm", train=TrainConfig(debias="pal")),
+            r"train.debias: ranksvm is a baseline and does not use it",
+        ),
+    ],
+)
+def test_debiasing_a_baseline_is_checked_when_the_config_is_built(config, message):
+    with pytest.raises(ValueError, match=message):
+        config()
+
+
+def test_estimator_debias_is_the_train_option():
+    assert run_config("lambdamart", {"debias": "pal"}).train.debias == "pal"
+    assert "debias" not in run_config("lambdamart", {}).model_params
+    with pytest.raises(ValueError, match=r"debias = 'dla': lambdamart learns from a click log"):
+        run_config("lambdamart", {"debias": "dla"})
+
+
+@pytest.mark.parametrize(
+    ("old", "train"),
+    [
+        ({"debias": "none", "propensity": None, "propensity_clip": None}, {"debias": "none"}),
+        ({"debias": "lightgbm"}, {"debias": "pal"}),
+        (
+            {"debias": "ips", "propensity": 0.5, "propensity_clip": None},
+            {"debias": "ips", "propensity_eta": 0.5, "propensity_clip": None},
+        ),
+        (
+            {"debias": "ips", "propensity": [1.0, 0.5], "propensity_clip": 10.0},
+            {"debias": "ips", "propensity": (1.0, 0.5), "propensity_clip": 10.0},
+        ),
+    ],
+)
+def test_a_model_saved_with_debias_in_model_params_still_loads(tmp_path, old, train):
+    """A LambdaMART directory saved when ``debias`` / ``propensity*`` were model_params: its run config
+    reads them as ``train.debias`` and its propensities; the model, its estimator and its server load."""
+    from ctxrank.api import load
+    from tests import saved_models
+
+    log, _ = _pbm_log(13, n_sessions=20)
+    result = run_training(_lambdamart_run("none"), log, log)
+    save_result(result, tmp_path / "m", write_log=False)
+    meta = saved_models.read(tmp_path / "m")
+    saved = meta["run_config"]
+    saved["model_params"].update(old)
+    saved["train"] = {k: v for k, v in saved["train"].items() if k not in DEBIAS_TRAIN_KEYS}
+    saved_models.write(tmp_path / "m", meta)
+    config = RunConfig.from_saved(saved)
+    assert {k: getattr(config.train, k) for k in train} == train
+    assert not set(config.model_params) & {"debias", "propensity", "propensity_clip"}
+    np.testing.assert_array_equal(load_model(tmp_path / "m").predict(log), result.predictor.predict(log))
+    assert load(tmp_path / "m").get_params()["debias"] == train["debias"]
+    assert DirectoryRanker(tmp_path / "m").n_features == 5
+
+
+def test_a_pipelines_initial_lambdamart_keeps_its_debias_through_saving(tmp_path):
+    """The initial ranker's ``debias`` (an estimator parameter, ``train.debias``) reaches the class as
+    ``rerank.initial_params``, and a loaded pipeline's initial estimator has it back."""
+    from ctxrank.api import MLPRanker, RerankPipeline, load
+    from tests import saved_models
+
+    log, _ = _pbm_log(14, n_sessions=30)
+    qid = np.repeat(log.query_ids, log.query_lengths)
+    initial = LambdaMARTRanker(debias="pal", n_estimators=5, min_data_in_leaf=5)
+    pipe = RerankPipeline(initial=initial, reranker=MLPRanker(max_epochs=1, hidden=[4]), top_k=5)
+    assert pipe.run_config().rerank.initial_params["debias"] == "lightgbm"
+    with warnings.catch_warnings():  # one epoch: the re-ranker may do worse than its initial ranker
+        warnings.simplefilter("ignore")
+        pipe.fit(log.features, log.labels, qid=qid, position=log.shown_positions)
+    pipe.save(tmp_path / "pipe")
+    assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"
+    # saved before: every argument of the class in initial_params, None included
+    meta = saved_models.read(tmp_path / "pipe")
+    meta["run_config"]["rerank"]["initial_params"].update(propensity=None, propensity_clip=None)
+    saved_models.write(tmp_path / "pipe", meta)
+    assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"

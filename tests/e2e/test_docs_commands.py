@@ -473,6 +473,23 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank export --model runs/qilcm-mq2008 --format torchscript --out qilcm.pt": Run(),
     # docs/cli.md
     "ctxrank data-info --dataset mq2008": Run(check=same_as_documented),
+    "ctxrank synth clicks --dataset mq2008 --fold 1 --sessions 3000 --randomize shuffle_top --shuffle-n 10 "
+    "--out randomized.csv": Run(("--sessions", "300")),
+    "ctxrank synth clicks --dataset mq2008 --fold 1 --sessions 3000 --seed 1 --out clicks.csv": Run(
+        ("--sessions", "300")
+    ),
+    "ctxrank clicks propensity randomized.csv "
+    "--query-col session --label-col click --group-col query "
+    "--docid-col item --position-col position "
+    "--method randomized --out propensity.json": Run(),
+    "ctxrank train --model lambdamart --data clicks.csv "
+    "--query-col session --label-col click --group-col query "
+    "--docid-col item --position-col position "
+    "--debias ips --propensity propensity.json --out runs/clicks-ips": Run(),
+    "ctxrank clicks offline randomized.csv "
+    "--query-col session --label-col click --group-col query "
+    "--docid-col item --position-col position "
+    "--model runs/clicks-ips --propensity propensity.json --metric clicks --k 10": Run(),
     # docs/arsm.md
     "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm": Run(EPOCH1),
     "ctxrank train --model arsm --dataset mq2008 --set model_params.loss=ap --set model_params.n_levels=10 "

@@ -64,13 +64,13 @@ def _estimator(config: RunConfig, api: dict[str, Any]) -> Any:
     if not rr.initial:
         columns = {k: api[k] for k in ("query_column", "position_column") if api.get(k) is not None}
         return cls(**params, **columns)
-    initial = dict(rr.initial_params)
+    initial, debias = get_model("lambdamart").debias_of_params(rr.initial_params)  # its train.debias
     first = {
         "random_state": initial.pop("seed", config.train.seed),
         "threads": initial.pop("num_threads", None),
     }
     return RerankPipeline(
-        estimators.LambdaMARTRanker(**initial, **first),
+        estimators.LambdaMARTRanker(**initial, **first, **debias),
         cls(**params),
         top_k=rr.top_k,
         crossfit=rr.crossfit,
@@ -92,6 +92,7 @@ def _params_of(config: RunConfig) -> dict[str, Any]:
                 if k in spec.train
             }
         )
+        params.update({k: getattr(config.train, k) for k in get_model(config.model).debias_train_keys})
         return params
     if "loss" in spec.run:
         params["loss"] = config.loss

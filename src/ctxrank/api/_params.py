@@ -1,7 +1,8 @@
 """The parameters of an estimator, derived from the registry (so they cannot drift from the CLI's run
 config): a neural model's config dataclass fields, its loss, normalizer and ``TrainConfig`` fields
 (``seed`` is ``random_state``, the progress bar ``verbose``: ``"auto"`` (default), True or False); a
-baseline's own constructor parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``).
+baseline's own constructor parameters (``seed`` is ``random_state``, ``num_threads`` is ``threads``) and
+the ``TrainConfig`` fields it reads besides (LambdaMART: ``debias`` and its propensities).
 
 The run config's ``transform`` (the feature normalizer) is the estimator parameter ``normalizer``:
 scikit-learn takes an estimator with a ``transform`` attribute for a transformer."""
@@ -63,12 +64,15 @@ def param_spec(name: str) -> ParamSpec:
             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
             and k != "self"
             and k not in _BASELINE_RENAMES
+            and k not in entry.debias_args
         }
         own.update({k: default for k, (default, _) in entry.fixed.items()})  # adarank-map: metric="map"
         own.pop("verbose", None)  # the estimator's own verbose is passed on
         train = {_BASELINE_RENAMES[k]: sig[k].default for k in (entry.seed, entry.threads) if k}
         if "threads" in train:
             train["threads"] = None  # None = one thread, as in ``ctxrank train``
+        debias = entry.debias_train_keys
+        train.update({f.name: field_default(f) for f in dataclasses.fields(TrainConfig) if f.name in debias})
         return ParamSpec(name, own, {}, train)
     model = {f.name: field_default(f) for f in dataclasses.fields(entry.config_class)}
     defaults = {f.name: field_default(f) for f in dataclasses.fields(RunConfig)}
@@ -109,6 +113,7 @@ def run_config(name: str, params: dict[str, Any]) -> RunConfig:
         if "verbose" in inspect.signature(get_model(name).cls.__init__).parameters:
             model_params["verbose"] = verbose is True  # a baseline's log lines: asked for only
         train = {"seed": values.get("random_state", 0), "threads": values.get("threads")}
+        train.update({k: values[k] for k in get_model(name).debias_train_keys})
     else:
         train = {f.name: values[_TRAIN_RENAMES.get(f.name, f.name)] for f in dataclasses.fields(TrainConfig)}
         run = {k: values[_RUN_RENAMES.get(k, k)] for k in _RUN if _RUN_RENAMES.get(k, k) in spec.run}

@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 from ctxrank._checks import OptionError
 from ctxrank.api.estimators import LambdaMARTRanker, QILCMRanker, Ranker
 from ctxrank.config import RerankConfig, RunConfig
+from ctxrank.registry import get_model
 
 __all__ = ["RerankPipeline"]
 
@@ -88,6 +89,8 @@ class RerankPipeline(Ranker):
         base = reranker.run_config()
         first = initial.run_config()
         initial_params = {**first.model_params, "seed": first.train.seed}
+        if first.train.debias != "none":  # its debias and propensities, as the class's arguments
+            initial_params.update(get_model("lambdamart").debias_params(first.train))
         if first.train.threads is not None:
             initial_params["num_threads"] = first.train.threads
         rerank = {

@@ -32,6 +32,8 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   by LightGBM's own position debiasing (``debias="lightgbm"``: its ``Dataset(position=...)``, LightGBM
   >= 4.1) or by inverse-propensity weights (``debias="ips"``: its per-item ``Dataset(weight=...)``,
   :func:`ips_weights`). The positions enter training only: the model's inputs are the features alone.
+  A run config sets them by ``train.debias`` (``"pal"`` -> ``"lightgbm"``, ``"ips"``) and its
+  propensities, as for every model (``ctxrank.registry``), never by ``model_params``.
 
 Nothing here imports LightGBM at module import time.
 """
@@ -503,7 +505,7 @@ class LambdaMART(FittedBaseline):
             if given:
                 raise ValueError(
                     f"LightGBM parameter {sorted(given)[0]!r} applies to LightGBM's position debiasing "
-                    f"only; debias is {self.debias!r} (set debias='lightgbm')"
+                    f"only; debias is {self.debias!r} (set debias='lightgbm': train.debias = 'pal' in a run)"
                 )
 
     def _lgb_params(self, label_gain: list[float], cutoffs: list[int]) -> dict[str, Any]:

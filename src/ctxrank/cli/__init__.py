@@ -7,6 +7,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank data-info FILE | --dataset NAME          cli/data.py: data_info
     ctxrank synth choice|letor|clicks ... --out FILE cli/data.py: synth_choice, synth_letor, synth_clicks
     ctxrank data-shards FILE... --out DIR            cli/data.py: data_shards (Parquet shards, --train-shards)
+    ctxrank clicks propensity|offline LOG ...        cli/clicks.py: propensity, offline (click logs)
     ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
     ctxrank compare A B                              cli/evaluate.py: compare
     ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainRequest), --resume DIR
@@ -84,6 +85,9 @@ COMMANDS: dict[str, Command] = {
         "data", "write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos"
     ),
     "data-shards": Command("data", "write data files as Parquet shards to train from with --train-shards"),
+    "clicks": Command(
+        "clicks", "position propensities of a click log; a ranker's offline click metric from it"
+    ),
     "experiment": Command(
         "experiment", "run models x folds x seeds from a TOML spec; report tables, t-tests and figures"
     ),
