@@ -254,7 +254,7 @@ def test_train_propensity_reads_a_propensities_file(tmp_path):
     good.write_text(Propensities.given([1.0, 0.5, 0.25]).to_json())
     assert TrainConfig(debias="ips", propensity=str(good)).propensity == (1.0, 0.5, 0.25)
     config = RunConfig.from_dict({"model": "listnet", "train": {"debias": "ips", "propensity": str(good)}})
-    assert config.to_dict()["train"]["propensity"] == (1.0, 0.5, 0.25)  # saved: the values
+    assert config.to_dict()["train"]["propensity"] == [1.0, 0.5, 0.25]  # saved: the values
     above = tmp_path / "above.json"
     above.write_text(Propensities.given([1.0, 1.2]).to_json())  # a relative estimate above position 1
     with pytest.raises(ValueError, match=r"propensities file '.*above.json': train.propensity: the exami"):

@@ -614,10 +614,11 @@ def test_an_evaluation_that_skips_every_query_is_an_error_not_nan(capsys, tmp_pa
     assert rc == 0 and "0.0000" in out  # no-relevant = 0 (the default): counted, as documented
 
 
-#: flags of other programs that ctxrank's messages quote (git, sbatch, torchrun, the authors' DLCM code)
+#: flags of other programs that ctxrank's messages quote (git, sbatch, torchrun, tritonserver, the
+#: authors' DLCM code)
 OTHER_PROGRAMS_FLAGS = {
-    "--array", "--check", "--embed", "--nnodes", "--nproc-per-node", "--porcelain", "--standalone",
-    "--untracked-files",
+    "--array", "--check", "--embed", "--model-repository", "--nnodes", "--nproc-per-node", "--porcelain",
+    "--standalone", "--untracked-files",
 }  # fmt: skip
 
 

@@ -98,7 +98,7 @@ COMMANDS: dict[str, Command] = {
     "export": Command("export", "write a saved neural model as a TorchScript or ONNX file for serving"),
     "serve": Command(
         "serve",
-        "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics)",
+        "serve an ONNX file or a model directory over HTTP (/rank, /health, /ready, /metrics, /v2)",
         extra="serve",
     ),
     "demo": Command(
