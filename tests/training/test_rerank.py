@@ -338,7 +338,8 @@ def test_the_exported_graph_holds_no_tensor_of_all_pairs():
     mask = np.ones((1, 64), dtype=bool)
     feeds = {"features": data.features[None], "mask": mask, "scores": initial[None]}
     names = [o.name for o in session.get_outputs()]
-    sizes = {name: np.asarray(value).size for name, value in zip(names, session.run(None, feeds))}
+    values = session.run(None, feeds)
+    sizes = {name: np.asarray(value).size for name, value in zip(names, values, strict=True)}
     assert len(sizes) > 50 and max(sizes.values()) < 64 * 64, max(sizes.items(), key=lambda kv: kv[1])
 
 

@@ -260,7 +260,8 @@ def initial_places(
     by position; padded items after every real one. ``place`` maps item -> place, ``order`` place ->
     item (permutations of 0..L-1). Two stable sorts, the less significant key first: O(L log L)."""
     s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
-    by_hash = _argsort(torch.where(mask, key, torch.full_like(key, -(2**63))), descending=False)  # pads: hash 0
+    pads_key = torch.full_like(key, -(2**63))  # the key of hash 0
+    by_hash = _argsort(torch.where(mask, key, pads_key), descending=False)
     order = take(by_hash, _argsort(take(s, by_hash), descending=True))
     row = torch.cumsum(torch.ones_like(order), dim=1) - 1  # (B, L) 0..L-1
     return torch.zeros_like(order).scatter(1, order, row), order
