@@ -252,17 +252,42 @@ def _argsort(key: torch.Tensor, descending: bool) -> torch.Tensor:
     return torch.sort(key, dim=1, descending=descending, stable=True).indices
 
 
+def tied_items(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """bool (B, L): the real items whose initial score (float64 (B, L)) another real item of the row
+    shares, from one sort: the only items whose place the tie rule's hash decides."""
+    s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
+    order = _argsort(s, descending=True)
+    row = torch.cumsum(torch.ones_like(order), dim=1) - 1
+    real = take(mask, order)
+    sorted_scores = take(s, order)
+    as_previous = (row > 0) & real & real.roll(1, 1) & (sorted_scores == sorted_scores.roll(1, 1))
+    tied = as_previous | as_previous.roll(-1, 1)  # by place: as the previous or as the next
+    return torch.zeros_like(order).scatter(1, order, tied.long()) > 0
+
+
+def tie_keys(features: torch.Tensor, tied: torch.Tensor, limbs: torch.Tensor) -> torch.Tensor:
+    """int64 (B, L): :func:`hash_key` of the raw float32 features (B, L, F) of the ``tied`` items (B, L),
+    the key of hash 0 elsewhere: the hash is computed for the tied items alone (gathered, a dynamic
+    count), as the others' places do not depend on it."""
+    # one spare row after the last, always hashed and then dropped: onnxruntime fails on an empty count
+    spare_tied = torch.cat([tied.reshape(-1), torch.ones_like(tied.reshape(-1)[:1])])  # (B L + 1,)
+    rows = torch.nonzero(spare_tied)[:, 0]
+    flat = features.reshape(-1, features.shape[-1])
+    hashed = hash_key(*graph_feature_hash(torch.cat([flat, flat[:1]]).index_select(0, rows), limbs))
+    keys = torch.full_like(spare_tied, -(2**63), dtype=torch.long)  # the key of hash 0
+    return keys.scatter(0, rows, hashed)[:-1].reshape(tied.shape)
+
+
 def initial_places(
     scores: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(place, order)`` int64 (B, L) of :func:`ctxrank.data.lists.initial_order` within each row:
-    descending ``scores`` (float64 (B, L)), ties by the hash ``key`` (:func:`hash_key`) ascending, then
+    descending ``scores`` (float64 (B, L)), ties by the hash ``key`` (:func:`tie_keys`) ascending, then
     by position; padded items after every real one. ``place`` maps item -> place, ``order`` place ->
     item (permutations of 0..L-1). Two stable sorts, the less significant key first: O(L log L)."""
     s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
-    pads_key = torch.full_like(key, -(2**63))  # the key of hash 0
-    by_hash = _argsort(torch.where(mask, key, pads_key), descending=False)
-    order = take(by_hash, _argsort(take(s, by_hash), descending=True))
+    by_key = _argsort(torch.where(mask, key, torch.full_like(key, -(2**63))), descending=False)
+    order = take(by_key, _argsort(take(s, by_key), descending=True))
     row = torch.cumsum(torch.ones_like(order), dim=1) - 1  # (B, L) 0..L-1
     return torch.zeros_like(order).scatter(1, order, row), order
 
@@ -321,7 +346,8 @@ def graph_cut(
     """:func:`prepare_split`'s cut of padded lists: raw float32 features (B, L, F), mask bool (B, L),
     float64 initial scores (B, L) -> each row ordered by :func:`initial_places` (the tie rule's hash
     from ``limbs`` = :func:`hash_limbs` of ``feature_hash_multipliers(F)``), its first ``top_k`` kept."""
-    place, order = initial_places(initial_scores, mask, hash_key(*graph_feature_hash(features, limbs)))
+    keys = tie_keys(features, tied_items(initial_scores, mask), limbs)
+    place, order = initial_places(initial_scores, mask, keys)
     kept = order[:, :top_k]  # (B, L') with L' = min(L, k)
     return GraphCut(place, order, kept, take(mask, kept), top_k)
 
