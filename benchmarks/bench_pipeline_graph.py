@@ -12,7 +12,8 @@ same work done by the parts alone, in the same process:
 
 Cases: ``mq2008``: MQ2008 fold 1 (embedded, ``load_fold``), trained on its train/valid splits, timed
 on its test queries (6 to 119 items); ``1000``: MSLR-shaped synthetic lists (46 features), trained on
-100-item lists (LambdaMART: 300 trees, no early stopping), timed on 1,000-item lists. Each round runs every query through both rows,
+100-item lists (LambdaMART: 300 rounds, early stopping off, the best round on validation kept),
+timed on 1,000-item lists. Each round runs every query through both rows,
 interleaved, so that a drift of the machine's load reaches both alike; reported per case: the mean
 time per query of each row (the median over rounds) and the ratio graph / reference (target: at most
 1.5). ``values_max_abs_diff``: the graph's scores against ``load_model(dir).predict`` on the timed
