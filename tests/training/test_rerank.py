@@ -251,21 +251,21 @@ def _padded(data: RankingData, values: np.ndarray) -> torch.Tensor:
 def test_the_graph_form_cuts_and_merges_as_numpy(seed, k):
     """graph_cut / graph_top_features / graph_merge (the exported pipeline's) keep the same items in the
     same order with the same initial rank and score, and give merge_scores' scores exactly, on lists
-    with tied initial scores, identical rows, tied re-ranker scores, k above a list's length and
-    single-item lists."""
-    data, initial = _tied_lists(seed)
-    split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
-    features, scores = _padded(data, data.features), _padded(data, initial)
-    mask = _padded(data, np.ones(data.n_items, dtype=bool))
-    cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
-    top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
-    np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
-    # a re-ranker's scores: a function of an item's columns, with ties
-    rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
-    padded_rerank = torch.zeros(cut.kept.shape, dtype=torch.float64)
-    padded_rerank[cut.kept_mask] = torch.from_numpy(rerank_scores)
-    merged = graph_merge(padded_rerank, cut, features, mask, scores)
-    np.testing.assert_array_equal(merged[mask].numpy(), merge_scores(split, rerank_scores))
+    with tied initial scores, identical rows, tied re-ranker scores, k above a list's length,
+    single-item lists and a long list."""
+    for data, initial in (_tied_lists(seed), _tied_lists(seed, lengths=[120, 1])):
+        split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
+        features, scores = _padded(data, data.features), _padded(data, initial)
+        mask = _padded(data, np.ones(data.n_items, dtype=bool))
+        cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
+        top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
+        np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
+        # a re-ranker's scores: a function of an item's columns, with ties
+        rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
+        padded_rerank = torch.zeros(cut.kept.shape, dtype=torch.float64)
+        padded_rerank[cut.kept_mask] = torch.from_numpy(rerank_scores)
+        merged = graph_merge(padded_rerank, cut, features, mask, scores)
+        np.testing.assert_array_equal(merged[mask].numpy(), merge_scores(split, rerank_scores))
 
 
 class _CutRerankMerge(torch.nn.Module):
