@@ -111,7 +111,8 @@ def run_case(case: str, args) -> dict:
         if args.quick:
             sets.append("rerank.initial_params.n_estimators=20")
         elif case == "1000":  # the synthetic labels stop LightGBM within a few trees: a fixed 300 instead
-            sets += ["rerank.initial_params.n_estimators=300", "rerank.initial_params.early_stopping_rounds=301"]
+            sets += ["rerank.initial_params.n_estimators=300"]
+            sets += ["rerank.initial_params.early_stopping_rounds=301"]
         run_training(resolve_config(None, sets), train, valid, out=Path(tmp) / "model", progress=False)
         export_model(Path(tmp) / "model", "onnx", Path(tmp) / "pipeline.onnx")
         graph = _session((Path(tmp) / "pipeline.onnx").read_bytes(), args.threads)
