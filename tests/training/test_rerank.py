@@ -221,11 +221,11 @@ def test_gathered_rows_read_like_the_copy():
 
 
 # ------------------------------------------------------------------ the graph form against NumPy's
-def _tied_lists(seed: int) -> tuple[RankingData, np.ndarray]:
-    """Lists of 1 to 8 items (a single-item list and a 7-item one always), features from a tiny set of
-    values (identical rows, -0.0 beside 0.0) and initial scores with many ties."""
+def _tied_lists(seed: int, lengths: list[int] | None = None) -> tuple[RankingData, np.ndarray]:
+    """Lists of ``lengths`` items (default: 1 to 8, a single-item list and a 7-item one always), features
+    from a tiny set of values (identical rows, -0.0 beside 0.0) and initial scores with many ties."""
     rng = np.random.default_rng(seed)
-    lengths = np.concatenate([[1, 7], rng.integers(1, 9, size=6)])
+    lengths = np.concatenate([[1, 7], rng.integers(1, 9, size=6)]) if lengths is None else np.array(lengths)
     n = int(lengths.sum())
     x = rng.choice(np.array([0.0, -0.0, 0.5, 1.0], dtype=np.float32), size=(n, 3))
     data = RankingData(
@@ -251,21 +251,96 @@ def _padded(data: RankingData, values: np.ndarray) -> torch.Tensor:
 def test_the_graph_form_cuts_and_merges_as_numpy(seed, k):
     """graph_cut / graph_top_features / graph_merge (the exported pipeline's) keep the same items in the
     same order with the same initial rank and score, and give merge_scores' scores exactly, on lists
-    with tied initial scores, identical rows, tied re-ranker scores, k above a list's length and
-    single-item lists."""
-    data, initial = _tied_lists(seed)
-    split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
-    features, scores = _padded(data, data.features), _padded(data, initial)
-    mask = _padded(data, np.ones(data.n_items, dtype=bool))
-    cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
-    top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
-    np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
-    # a re-ranker's scores: a function of an item's columns, with ties
-    rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
-    padded_rerank = torch.zeros(cut.kept.shape, dtype=torch.float64)
-    padded_rerank[cut.kept_mask] = torch.from_numpy(rerank_scores)
-    merged = graph_merge(padded_rerank, cut, features, mask, scores)
-    np.testing.assert_array_equal(merged[mask].numpy(), merge_scores(split, rerank_scores))
+    with tied initial scores, identical rows, tied re-ranker scores, k above a list's length,
+    single-item lists and a long list."""
+    for data, initial in (_tied_lists(seed), _tied_lists(seed, lengths=[120, 1])):
+        split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
+        features, scores = _padded(data, data.features), _padded(data, initial)
+        mask = _padded(data, np.ones(data.n_items, dtype=bool))
+        cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
+        top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
+        np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
+        # a re-ranker's scores: a function of an item's columns, with ties
+        rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
+        padded_rerank = torch.zeros(cut.kept.shape, dtype=torch.float64)
+        padded_rerank[cut.kept_mask] = torch.from_numpy(rerank_scores)
+        merged = graph_merge(padded_rerank, cut, features, mask, scores)
+        np.testing.assert_array_equal(merged[mask].numpy(), merge_scores(split, rerank_scores))
+
+
+class _CutRerankMerge(torch.nn.Module):
+    """The graph form end to end, as the exported pipeline runs it: cut, both extra features, a
+    re-ranker whose scores are a function of an item's columns (with ties), merge."""
+
+    def __init__(self, n_features: int, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.register_buffer("limbs", hash_limbs(feature_hash_multipliers(n_features)))
+        self.register_buffer("weights", torch.tensor([1, -1, 2, 0.5, 1], dtype=torch.float64))
+
+    def forward(self, features, mask, scores):
+        cut = graph_cut(features, mask, scores, self.limbs, self.k)
+        top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
+        rerank = torch.round(top.double() @ self.weights)
+        return graph_merge(rerank, cut, features, mask, scores), top, cut.kept_mask
+
+
+def _onnx_session(k: int, every_tensor: bool = False):
+    """onnxruntime session of :class:`_CutRerankMerge` exported with dynamic B and L; with
+    ``every_tensor``, every intermediate tensor is an output too."""
+    import io
+
+    import onnx
+    import onnxruntime as ort
+
+    data, initial = _tied_lists(0)
+    example = (_padded(data, data.features), _padded(data, np.ones(data.n_items, dtype=bool)),
+               _padded(data, initial))  # fmt: skip
+    buffer = io.BytesIO()
+    names = ["features", "mask", "scores"]
+    torch.onnx.export(_CutRerankMerge(3, k), example, buffer, input_names=names,
+                      output_names=["merged", "top", "kept_mask"], opset_version=17, dynamo=False,
+                      dynamic_axes={n: {0: "B", 1: "L"} for n in names})  # fmt: skip
+    proto = onnx.load_from_string(buffer.getvalue())
+    if every_tensor:
+        known = {o.name for o in proto.graph.output}
+        outputs = [o for node in proto.graph.node for o in node.output if o and o not in known]
+        proto.graph.output.extend(onnx.ValueInfoProto(name=o) for o in outputs)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("k", [1, 3, 50])
+def test_the_exported_graph_cuts_and_merges_as_numpy(k):
+    """The ONNX file's cut and merge (``TopK`` on the tie-broken keys) equal prepare_split /
+    merge_scores exactly: lists with tied scores and identical rows, k above a list's length, lists of
+    one item (a batch of them alone too: L = 1) and long lists (hundreds of ties)."""
+    session = _onnx_session(k)
+    cases = [_tied_lists(seed) for seed in range(3)]
+    cases += [_tied_lists(7, lengths=[1, 1, 1]), _tied_lists(8, lengths=[300, 1, 120])]
+    for data, initial in cases:
+        split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
+        mask = _padded(data, np.ones(data.n_items, dtype=bool))
+        feeds = {"features": _padded(data, data.features).numpy(), "mask": mask.numpy(),
+                 "scores": _padded(data, initial).numpy()}  # fmt: skip
+        merged, top, kept_mask = session.run(None, feeds)
+        np.testing.assert_array_equal(top[kept_mask], np.asarray(split.top.features))
+        rerank_scores = np.round(np.asarray(split.top.features, dtype=np.float64) @ [1, -1, 2, 0.5, 1])
+        np.testing.assert_array_equal(merged[mask.numpy()], merge_scores(split, rerank_scores))
+
+
+def test_the_exported_graph_holds_no_tensor_of_all_pairs():
+    """The cut and the merge are sorts: on a list of L = 64 items with F = 3 features, no tensor of the
+    graph has L * L elements or more (a pairwise comparison would have (B, L, L))."""
+    session = _onnx_session(3, every_tensor=True)
+    data, initial = _tied_lists(1, lengths=[64])
+    mask = np.ones((1, 64), dtype=bool)
+    feeds = {"features": data.features[None], "mask": mask, "scores": initial[None]}
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(None, feeds)
+    sizes = {name: np.asarray(value).size for name, value in zip(names, values, strict=True)}
+    assert len(sizes) > 50 and max(sizes.values()) < 64 * 64, max(sizes.items(), key=lambda kv: kv[1])
 
 
 def test_rerank_spec_round_trips_the_saved_entries():

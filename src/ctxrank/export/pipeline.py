@@ -11,10 +11,12 @@ A model trained with ``rerank.initial = "lambdamart"`` scores a query in four st
    same additions in the same order as LightGBM's ``Predict`` (``0 + w_1 + w_2 + ...``), so the scores
    equal ``LambdaMART.predict``'s bit for bit (LightGBM's input conventions included: values with
    ``|x| <= 1e-35`` read as 0, NaN by each split's ``missing_type``, categorical splits as set
-   membership).
-2. **The cut** (:func:`ctxrank.training.rerank.graph_cut`): each list ordered by descending initial
-   score with the project's order-free tie rule (:func:`ctxrank.data.lists.initial_order`: tied scores
-   by the hash of the raw float32 features, then by row), and its first ``top_k`` kept, with the
+   membership). The node's own sum would need no (items x trees) output, but onnxruntime's threads add
+   blocks of trees apart, not in LightGBM's order (docs/export.md).
+2. **The cut** (:func:`ctxrank.training.rerank.graph_cut`): each list ordered by stable sorts (ONNX
+   ``TopK``, O(L log L)), by descending initial score with the project's order-free tie rule
+   (:func:`ctxrank.data.lists.initial_order`: tied scores by the hash of the raw float32 features,
+   then by row), and its first ``top_k`` kept, with the
    ``initial_rank`` (average rank of tied scores) and ``initial_score`` features
    (:func:`ctxrank.training.rerank.graph_top_features`).
 3. **Re-ranking**: the saved normalizer and neural re-ranker (:class:`ctxrank.export.ServingModel` /

@@ -159,9 +159,9 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
 # The cut and the merge as torch operations on padded lists (B, L), which ``torch.onnx.export`` writes
 # as ONNX nodes (the exported re-ranking pipeline, ``ctxrank.export.pipeline``): the same selection,
 # order and tie rule as :func:`prepare_split` and :func:`merge_scores` (tests/training/test_rerank.py runs
-# both
-# on random lists with ties). Sorting is done by pairwise comparisons ((B, L, L) booleans): exact for
-# any key, no stable sort needed, and the list length stays dynamic.
+# both on random lists with ties). Orders are stable sorts (ONNX ``TopK``, O(L log L), the list length
+# dynamic), a lexicographic key sorted one part at a time from the least significant; runs of tied
+# places are found from their first places (:func:`_run_bounds`): nothing compares all pairs.
 #
 # The tie rule's hash has a second form here: :func:`ctxrank.data.ranking_data.feature_hash` (the
 # reference) views the float32 bits and multiplies in wrapping uint64; ONNX has neither a bit cast nor
@@ -169,7 +169,6 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
 # (:func:`float32_bits`) and the products on 16-bit limbs (:func:`graph_feature_hash`).
 _POW2 = torch.tensor([2.0**k for k in range(-150, 129)], dtype=torch.float64)  # 2^-150 .. 2^128
 _LIMB = 65536  # 2^16
-_NEVER = 2**62  # above every rank
 
 
 def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,37 +235,84 @@ def graph_feature_hash(features: torch.Tensor, limbs: torch.Tensor) -> tuple[tor
     return h[3] * _LIMB + h[2], h[1] * _LIMB + h[0]
 
 
-def initial_places(
-    scores: torch.Tensor, mask: torch.Tensor, key_high: torch.Tensor, key_low: torch.Tensor
-) -> torch.Tensor:
-    """int64 (B, L): each item's 0-based place in :func:`ctxrank.data.lists.initial_order` within its
-    row: descending ``scores`` (float64 (B, L)), ties by the hash ``(key_high, key_low)`` ascending,
-    then by position; padded items after every real one. A permutation of 0..L-1 per row.
+def hash_key(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """int64 (...,): one key ordered as the 64-bit hash ``(high, low)`` (two 32-bit halves, as
+    :func:`graph_feature_hash` gives them): ``(high - 2^31) 2^32 + low`` spans exactly int64's range,
+    so comparing keys compares the unsigned hashes."""
+    return (high - 2**31) * 2**32 + low
 
-    ``place_i = #{j : j precedes i}`` over all pairs ((B, L, L) comparisons)."""
+
+def _argsort(key: torch.Tensor, descending: bool) -> torch.Tensor:
+    """int64 (B, L): the stable order of each row of ``key`` (B, L), equal keys by position. Exported
+    as ONNX ``TopK``, whose tie rule is the same (the lower index first: the operator's specification and
+    onnxruntime's comparator); the exporter writes only the plain ``sort``, so eager torch asks for a
+    stable one."""
+    if torch.onnx.is_in_onnx_export():
+        return torch.sort(key, 1, descending).indices
+    return torch.sort(key, dim=1, descending=descending, stable=True).indices
+
+
+def tied_items(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """bool (B, L): the real items whose initial score (float64 (B, L)) another real item of the row
+    shares, from one sort: the only items whose place the tie rule's hash decides."""
     s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
-    hi = torch.where(mask, key_high, torch.zeros_like(key_high))
-    lo = torch.where(mask, key_low, torch.zeros_like(key_low))
-    pos = torch.cumsum(torch.ones_like(hi), dim=1)
+    order = _argsort(s, descending=True)
+    row = torch.cumsum(torch.ones_like(order), dim=1) - 1
+    real = take(mask, order)
+    sorted_scores = take(s, order)
+    as_previous = (row > 0) & real & real.roll(1, 1) & (sorted_scores == sorted_scores.roll(1, 1))
+    tied = as_previous | as_previous.roll(-1, 1)  # by place: as the previous or as the next
+    return torch.zeros_like(order).scatter(1, order, tied.long()) > 0
 
-    def pair(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # (B, L_j, 1), (B, 1, L_i)
-        return v.unsqueeze(2), v.unsqueeze(1)
 
-    (sj, si), (hj, hi_), (lj, li), (pj, pi) = pair(s), pair(hi), pair(lo), pair(pos)
-    tied_key = (lj < li) | ((lj == li) & (pj < pi))
-    precedes = (sj > si) | ((sj == si) & ((hj < hi_) | ((hj == hi_) & tied_key)))
-    return precedes.long().sum(dim=1)
+def tie_keys(features: torch.Tensor, tied: torch.Tensor, limbs: torch.Tensor) -> torch.Tensor:
+    """int64 (B, L): :func:`hash_key` of the raw float32 features (B, L, F) of the ``tied`` items (B, L),
+    the key of hash 0 elsewhere: the hash is computed for the tied items alone (gathered, a dynamic
+    count), as the others' places do not depend on it."""
+    # one spare row after the last, always hashed and then dropped: onnxruntime fails on an empty count
+    spare_tied = torch.cat([tied.reshape(-1), torch.ones_like(tied.reshape(-1)[:1])])  # (B L + 1,)
+    rows = torch.nonzero(spare_tied)[:, 0]
+    flat = features.reshape(-1, features.shape[-1])
+    hashed = hash_key(*graph_feature_hash(torch.cat([flat, flat[:1]]).index_select(0, rows), limbs))
+    keys = torch.full_like(spare_tied, -(2**63), dtype=torch.long)  # the key of hash 0
+    return keys.scatter(0, rows, hashed)[:-1].reshape(tied.shape)
+
+
+def initial_places(
+    scores: torch.Tensor, mask: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(place, order)`` int64 (B, L) of :func:`ctxrank.data.lists.initial_order` within each row:
+    descending ``scores`` (float64 (B, L)), ties by the hash ``key`` (:func:`tie_keys`) ascending, then
+    by position; padded items after every real one. ``place`` maps item -> place, ``order`` place ->
+    item (permutations of 0..L-1). Two stable sorts, the less significant key first: O(L log L)."""
+    s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
+    by_key = _argsort(torch.where(mask, key, torch.full_like(key, -(2**63))), descending=False)
+    order = take(by_key, _argsort(take(s, by_key), descending=True))
+    row = torch.cumsum(torch.ones_like(order), dim=1) - 1  # (B, L) 0..L-1
+    return torch.zeros_like(order).scatter(1, order, row), order
+
+
+def _run_bounds(new_run: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(run, start, end)`` int64 (B, L) of each place of rows cut into runs of consecutive places
+    (``new_run`` bool (B, L): a run starts there; place 0 always does): the run's index, its first
+    place and the place after its last. The runs' first places come out of one sort."""
+    row = torch.cumsum(torch.ones_like(new_run, dtype=torch.long), dim=1) - 1
+    length = row[:, -1:] + 1  # (B, 1) L, a tensor: the exported length stays dynamic
+    starts = torch.sort(torch.where(new_run, row, row + length), dim=1).values  # (B, L): runs' firsts
+    run = torch.cumsum(new_run.long(), dim=1) - 1
+    end = torch.minimum(torch.gather(torch.cat([starts, length], dim=1), 1, run + 1), length)
+    return run, torch.gather(starts, 1, run), end
 
 
 def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """float64 (B, L) 1-based rank of each real item by descending ``scores`` within its row, tied
-    scores sharing their average rank (:func:`ctxrank.data.lists.truncate_top_k`'s ``initial_rank``):
-    ``#{j: s_j > s_i} + (#{j: s_j = s_i} + 1) / 2`` over real ``j``."""
-    s = torch.where(mask, scores, torch.full_like(scores, -torch.inf))
-    sj, si = s.unsqueeze(2), s.unsqueeze(1)
-    above = (sj > si).double().sum(dim=1)
-    equal = ((sj == si) & mask.unsqueeze(2)).double().sum(dim=1)
-    return above + (equal + 1.0) / 2.0
+    """float64 (B, L) 1-based rank by descending score of each place of lists in initial order
+    (``scores`` float64 and ``mask`` bool (B, L) by place), tied scores sharing their average rank
+    (:func:`ctxrank.data.lists.truncate_top_k`'s ``initial_rank``): ``#{j: s_j > s_i} + (#{j: s_j = s_i}
+    + 1) / 2`` over real ``j``; ties are runs of the initial order."""
+    row = torch.cumsum(torch.ones_like(mask, dtype=torch.long), dim=1) - 1
+    new_run = (row == 0) | (scores != scores.roll(1, 1)) | (mask != mask.roll(1, 1))
+    _, start, end = _run_bounds(new_run)
+    return start.double() + ((end - start).double() + 1.0) / 2.0
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -300,10 +346,8 @@ def graph_cut(
     """:func:`prepare_split`'s cut of padded lists: raw float32 features (B, L, F), mask bool (B, L),
     float64 initial scores (B, L) -> each row ordered by :func:`initial_places` (the tie rule's hash
     from ``limbs`` = :func:`hash_limbs` of ``feature_hash_multipliers(F)``), its first ``top_k`` kept."""
-    high, low = graph_feature_hash(features, limbs)
-    place = initial_places(initial_scores, mask, high, low)  # (B, L) item -> place
-    row = torch.cumsum(torch.ones_like(place), dim=1) - 1  # (B, L) 0..L-1
-    order = torch.zeros_like(place).scatter(1, place, row)  # (B, L) place -> item
+    keys = tie_keys(features, tied_items(initial_scores, mask), limbs)
+    place, order = initial_places(initial_scores, mask, keys)
     kept = order[:, :top_k]  # (B, L') with L' = min(L, k)
     return GraphCut(place, order, kept, take(mask, kept), top_k)
 
@@ -320,7 +364,8 @@ def graph_top_features(
     (:func:`average_ranks`) and / or score, as :func:`prepare_split` appends them."""
     columns = [take(features, cut.kept)]
     if rank_feature:
-        columns.append(take(average_ranks(initial_scores, mask), cut.kept).float().unsqueeze(-1))
+        ranks = average_ranks(take(initial_scores, cut.order), take(mask, cut.order))  # by place
+        columns.append(ranks[:, : cut.top_k].float().unsqueeze(-1))
     if score_feature:
         columns.append(take(initial_scores, cut.kept).float().unsqueeze(-1))
     return torch.cat(columns, dim=-1) if len(columns) > 1 else columns[0]
@@ -337,11 +382,10 @@ def graph_merge(
     (B, L) ``-rank`` per input row (0 at padding): the kept items by score (ties by initial place),
     then the rest in initial order; interchangeable rows share their group's best rank."""
     top_k = cut.top_k
-    yq, yp = top_scores.unsqueeze(2), top_scores.unsqueeze(1)
-    kq = torch.cumsum(torch.ones_like(cut.kept), dim=1).unsqueeze(2)
-    kp = kq.transpose(1, 2)
-    before = cut.kept_mask.unsqueeze(2) & ((yq > yp) | ((yq == yp) & (kq < kp)))
-    kept_rank = before.long().sum(dim=1)  # (B, L')
+    y = torch.where(cut.kept_mask, top_scores, torch.full_like(top_scores, -torch.inf))
+    by_score = _argsort(y, descending=True)  # (B, L') kept slots, best first; ties by initial place
+    kept_row = torch.cumsum(torch.ones_like(by_score), dim=1) - 1
+    kept_rank = torch.zeros_like(by_score).scatter(1, by_score, kept_row)  # (B, L')
     row = torch.cumsum(torch.ones_like(cut.place), dim=1) - 1  # (B, L) 0..L-1
     by_place = torch.where(row < top_k, torch.gather(kept_rank, 1, row.clamp(max=top_k - 1)), row)
     best = _best_over_interchangeable_graph(by_place, cut.order, features, mask, initial_scores)
@@ -367,10 +411,11 @@ def _best_over_interchangeable_graph(
         & (take(scores, order) == take(scores, previous))
         & (take(features, order) == take(features, previous)).all(dim=-1)
     )
-    group = torch.cumsum((~same).long(), dim=1)  # (B, L) run of interchangeable rows
-    shared = group.unsqueeze(2) == group.unsqueeze(1)
-    never = torch.full_like(by_place, _NEVER).unsqueeze(2)
-    return torch.where(shared, by_place.unsqueeze(2), never).min(dim=1).values  # (B, L) by place
+    # the minimum of each run: sorted by (run, rank), a run's first sorted place holds it
+    run, start, _ = _run_bounds(~same)
+    length = torch.cumsum(torch.ones_like(by_place[:1]), dim=1)[:, -1:]  # (1, 1) L
+    by_run = torch.sort(run * length + by_place, dim=1).values  # by_place < L
+    return torch.gather(by_run, 1, start) - run * length  # (B, L) by place
 
 
 class InitialRanker:
