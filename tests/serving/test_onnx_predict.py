@@ -1,0 +1,117 @@
+"""``ctxrank predict --model FILE.onnx``: an exported ranker or whole re-ranking pipeline scored with
+onnxruntime alone (no torch imported), with the scores of ``predict --model DIR``."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ctxrank.cli import main
+from tests.conftest import make_ranking_data
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A QILCM directory, a re-ranking directory (LambdaMART + MLP), their ONNX files, a LETOR file."""
+    import torch
+
+    from ctxrank.config import RerankConfig, RunConfig, TrainConfig, resolve_config
+    from ctxrank.data.transforms import make_transform
+    from ctxrank.export import export_model
+    from ctxrank.registry import make_model
+    from ctxrank.training.checkpoint import save_checkpoint
+    from ctxrank.training.run import run_training
+
+    root = tmp_path_factory.mktemp("onnx-predict")
+    train, test = make_ranking_data(20, 10, 5, seed=1), make_ranking_data(6, 12, 5, seed=2)
+    torch.manual_seed(0)
+    small = {"encoder_width": 8, "att_hidden": [8], "rank_hidden": [8]}
+    transform = make_transform("minmax").fit(train)
+    config = resolve_config(None, ["model=qilcm", *(f"model_params.{k}={v}" for k, v in small.items())])
+    save_checkpoint(root / "qilcm", make_model("qilcm", 5, small).eval(), config, transform, train_data=train)
+    lgb = {"n_estimators": 3, "num_leaves": 3, "min_data_in_leaf": 2, "early_stopping_rounds": None}
+    rerank = RunConfig(
+        model="mlp",
+        model_params={"hidden": [4]},
+        train=TrainConfig(max_epochs=1, batch_size=8),
+        rerank=RerankConfig(initial="lambdamart", top_k=4, initial_params=lgb),
+    )
+    with pytest.warns(UserWarning):  # the one-epoch re-ranker is worse than its trees: said, not a test
+        run_training(rerank, train, train, out=root / "rerank", progress=False)
+    for name in ("qilcm", "rerank"):
+        export_model(root / name, "onnx", root / f"{name}.onnx")
+    rows = zip(test.query_ids[test.query_index].tolist(), test.features.tolist(), strict=True)
+    lines = (f"0 qid:{q[1:]} " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x)) for q, x in rows)
+    (root / "test.txt").write_text("\n".join(lines) + "\n")
+    return SimpleNamespace(root=root, test=test)
+
+
+def _predicted(model: Path, data: Path, capsys, *extra: str) -> np.ndarray:
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(data), "-o", "-", *extra]) == 0
+    return np.array([float(s) for s in capsys.readouterr().out.split()])
+
+
+@pytest.mark.parametrize("name", ["qilcm", "rerank"])
+def test_an_onnx_file_predicts_the_scores_of_its_model_directory(models, name, capsys):
+    data = models.root / "test.txt"
+    want = _predicted(models.root / name, data, capsys)
+    got = _predicted(models.root / f"{name}.onnx", data, capsys)
+    assert got.shape == (models.test.n_items,)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * (1 + np.abs(want).max()))
+
+
+def test_predict_on_an_onnx_file_imports_no_torch(models):
+    """In a fresh process: the scores are written and neither torch nor scikit-learn nor SciPy loaded."""
+    out = models.root / "fresh.txt"
+    code = (
+        "import sys\nfrom ctxrank.cli import main\n"
+        f"assert main(['predict', '--model', {str(models.root / 'rerank.onnx')!r}, '--data', "
+        f"{str(models.root / 'test.txt')!r}, '-o', {str(out)!r}, '--overwrite']) == 0\n"
+        "print(sorted(m for m in ('torch', 'sklearn', 'scipy', 'lightgbm') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert len(out.read_text().split()) == models.test.n_items
+
+
+def test_an_onnx_file_scores_a_table_by_its_feature_names(models, tmp_path, capsys):
+    """The columns are found by the names the file records, in any order; the query column is given."""
+    import pandas as pd
+
+    test = models.test
+    names = [f"f{j + 1}" for j in range(5)]  # the names make_ranking_data gives
+    assert list(test.feature_names) == names
+    frame = pd.DataFrame(test.features, columns=names).iloc[:, ::-1]
+    frame.insert(0, "session", test.query_ids[test.query_index])
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    want = _predicted(models.root / "qilcm.onnx", models.root / "test.txt", capsys)
+    got = _predicted(models.root / "qilcm.onnx", tmp_path / "t.csv", capsys, "--query-col", "session")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_predict_errors_are_one_line(models, tmp_path, capsys):
+    frame_file = tmp_path / "t.csv"
+    frame_file.write_text("session,f1\nq1,0.5\n")
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a graph")
+    cases = [
+        (["--model", str(models.root / "qilcm.onnx"), "--data", str(frame_file)], "--query-col"),
+        (["--model", str(models.root / "qilcm.onnx"), "--data", str(frame_file), "--query-col", "session"], "f2"),
+        (["--model", str(broken), "--data", str(models.root / "test.txt")], "not an ONNX file"),
+    ]
+    for argv, words in cases:
+        capsys.readouterr()
+        assert main(["predict", *argv, "-o", "-"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("ctxrank: error:") and "\n" not in err and words in err, err
