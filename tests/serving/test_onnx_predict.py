@@ -102,12 +102,12 @@ def test_an_onnx_file_scores_a_table_by_its_feature_names(models, tmp_path, caps
 
 def test_onnx_predict_errors_are_one_line(models, tmp_path, capsys):
     frame_file = tmp_path / "t.csv"
-    frame_file.write_text("session,f1\nq1,0.5\n")
+    frame_file.write_text("q,f1\nq1,0.5\n")
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not a graph")
     cases = [
         (["--model", str(models.root / "qilcm.onnx"), "--data", str(frame_file)], "--query-col"),
-        (["--model", str(models.root / "qilcm.onnx"), "--data", str(frame_file), "--query-col", "session"], "f2"),
+        (["--model", str(models.root / "qilcm.onnx"), "--data", str(frame_file), "--query-col", "q"], "'f2'"),
         (["--model", str(broken), "--data", str(models.root / "test.txt")], "not an ONNX file"),
     ]
     for argv, words in cases:

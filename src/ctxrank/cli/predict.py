@@ -10,10 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxrank._checks import OptionError
-from ctxrank._declare import from_namespace
+from ctxrank._checks import OptionError, listed
+from ctxrank._declare import POSITIVE_INT, RAY_ADDRESS, from_namespace
 from ctxrank._io import atomic_write
-from ctxrank.cli._options import SCORING_SKIP, add_data_source, add_model_dir, add_threads, note
+from ctxrank.cli._options import (
+    SCORING_SKIP,
+    add_data_source,
+    add_model_dir,
+    add_threads,
+    argparse_type,
+    note,
+)
 from ctxrank.cli._outputs import check_output_file
 from ctxrank.cli._scoring import is_onnx, load_for_scoring
 from ctxrank.data.sources import DataSource
@@ -62,6 +69,72 @@ def predict(
     return 0
 
 
+def predict_shards(
+    model: str,
+    *,
+    shards: str,
+    output: str,
+    source: DataSource,
+    workers: int | None,
+    address: str | None,
+    threads: int | None,
+    overwrite: bool = False,
+    format: str = "scores",
+) -> int:
+    """Score the Parquet ``shards`` directory with the ONNX file ``model`` on Ray Data
+    (:func:`ctxrank.serving.batch.score_shards`: ``workers`` actors of ``threads`` threads, default 1
+    each; ``address``: a Ray cluster) and write the scores as Parquet files in the directory ``output``
+    (new or empty; ``overwrite``: its earlier ``*.parquet`` files are removed first)."""
+    given = [f for f in ("data_file", "dataset") if getattr(source, f) is not None]
+    if given:
+        raise OptionError("--shards DIR is the data to score: give no {given}", given=listed(given))
+    if format != "scores":
+        raise ValueError(f"--shards writes Parquet score files: --format {format} applies to --data only")
+    if not is_onnx(model):
+        raise ValueError(
+            f"--shards scores with an ONNX file (`ctxrank export`), not a model directory: {model}"
+        )
+    target = Path(output)
+    if output == "-" or (target.exists() and not target.is_dir()):
+        raise ValueError(f"--output {output}: with --shards, give a directory for the Parquet score files")
+    old = sorted(target.glob("*.parquet")) if target.is_dir() else []
+    if old and not overwrite:
+        raise ValueError(
+            f"--output {output} holds {len(old)} Parquet file(s); give --overwrite to replace them, or a new "
+            "directory"
+        )
+    from ctxrank.serving.batch import score_shards  # onnxruntime and ray: optional extras
+
+    for path in old:
+        path.unlink()
+    done = score_shards(
+        model, shards, output, workers=1 if workers is None else workers,
+        threads=1 if threads is None else threads, address=address,
+    )  # fmt: skip
+    print(
+        f"wrote the scores of {done['rows']:,} rows ({done['queries']:,} queries, {done['shards']} shards) "
+        f"to {output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _run(a: argparse.Namespace) -> int:
+    source = from_namespace(DataSource, a)
+    if a.shards is None:
+        for flag, value in (("--workers", a.workers), (RAY_ADDRESS.flag, a.address)):
+            if value is not None:
+                raise ValueError(f"{flag} applies to --shards DIR (batch scoring on Ray) only")
+        return predict(
+            a.model, output=a.output, source=source, overwrite=a.overwrite, threads=a.threads,
+            format=a.format, run_name=a.run_name,
+        )  # fmt: skip
+    return predict_shards(
+        a.model, shards=a.shards, output=a.output, source=source, workers=a.workers, address=a.address,
+        threads=a.threads, overwrite=a.overwrite, format=a.format,
+    )  # fmt: skip
+
+
 #: what ``predict --format`` writes
 PREDICT_FORMATS = ("scores", "trec")
 
@@ -73,11 +146,12 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="score a LETOR file or a table with a saved model",
         description=(
             "Score every row of a LETOR/SVMlight file, a table (.csv, .csv.gz, .tsv, .tsv.gz, .parquet, "
-            ".pq) or a registered dataset split with a model saved by `ctxrank train`; writes one score "
-            "per line, in the FILE's row order (also for a table whose rows are not grouped by query: "
-            "the regrouping done for the model is undone). A table is read with the table spec saved "
-            "with the model (columns, categorical encoder: unseen or missing categories get code 0, "
-            "missing numbers 0); its label column is not read (it may be absent)."
+            ".pq) or a registered dataset split with a model saved by `ctxrank train` or an ONNX file of "
+            "`ctxrank export` (a table is then read by the file's feature names, with --query-col); "
+            "writes one score per line, in the FILE's row order (also for a table whose rows are not "
+            "grouped by query: the regrouping done for the model is undone). A table is read with the "
+            "table spec saved with the model (columns, categorical encoder: unseen or missing categories "
+            "get code 0, missing numbers 0); its label column is not read (it may be absent)."
         ),
     )
     add_model_dir(
@@ -106,14 +180,19 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         skip=SCORING_SKIP,
         data_help="LETOR / SVMlight file or table to score",
     )
-    p.set_defaults(
-        run=lambda a: predict(
-            a.model,
-            output=a.output,
-            source=from_namespace(DataSource, a),
-            overwrite=a.overwrite,
-            threads=a.threads,
-            format=a.format,
-            run_name=a.run_name,
-        )
+    shards = p.add_argument_group("batch scoring on Ray Data (an ONNX --model; the ray extra)")
+    shards.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="score a directory of Parquet shards (`ctxrank data-shards`) instead of --data, one Ray task "
+        "per shard (a shard holds whole queries), and write Parquet score files (columns shard, row, qid"
+        "[, docid], score) to the --output DIR",
     )
+    shards.add_argument(
+        "--workers",
+        type=argparse_type(POSITIVE_INT),
+        metavar="N",
+        help="Ray actors scoring shards at once (default 1), each with --threads threads (default 1)",
+    )
+    shards.add_argument(RAY_ADDRESS.flag, dest="address", metavar=RAY_ADDRESS.metavar, help=RAY_ADDRESS.help)
+    p.set_defaults(run=_run)
