@@ -115,3 +115,62 @@ def test_onnx_predict_errors_are_one_line(models, tmp_path, capsys):
         assert main(["predict", *argv, "-o", "-"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("ctxrank: error:") and "\n" not in err and words in err, err
+
+
+# ----------------------------------------------------------------------------- Ray Data, --shards
+def _shards(models, tmp_path) -> Path:
+    assert (
+        main(["data-shards", str(models.root / "test.txt"), "--shards", "3", "--out", str(tmp_path / "s")])
+        == 0
+    )
+    return tmp_path / "s"
+
+
+@pytest.mark.slow
+def test_ray_batch_scoring_of_shards_equals_single_process_predict(models, tmp_path, capsys):
+    """The whole pipeline's graph over 3 shards with 2 Ray workers: every row once, the scores of
+    ``predict --data`` on the same rows (a query is scored whole: a split one would change its scores)."""
+    pytest.importorskip("ray")
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    shards = _shards(models, tmp_path)
+    argv = ["predict", "--model", str(models.root / "rerank.onnx"), "--shards", str(shards), "-o"]
+    assert main([*argv, str(tmp_path / "scores"), "--workers", "2"]) == 0
+    got = pd.read_parquet(tmp_path / "scores").sort_values(["shard", "row"], ignore_index=True)
+    assert len(got) == models.test.n_items
+    for name, part in got.groupby("shard"):  # each shard's rows, as one file scored in this process
+        table = pq.read_table(shards / name).to_pandas()
+        assert part["row"].tolist() == list(range(len(table)))
+        assert part["qid"].tolist() == table["qid"].astype(str).tolist()
+        features = table.drop(columns=["qid", "label"])
+        lines = (
+            f"0 qid:{q} " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x))
+            for q, x in zip(table["qid"], features.to_numpy().tolist(), strict=True)
+        )
+        (tmp_path / "one.txt").write_text("\n".join(lines) + "\n")
+        want = _predicted(models.root / "rerank.onnx", tmp_path / "one.txt", capsys)
+        np.testing.assert_allclose(part["score"].to_numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_shard_scoring_options_are_checked_before_ray_starts(models, tmp_path, capsys):
+    shards = _shards(models, tmp_path)
+    onnx, directory = str(models.root / "qilcm.onnx"), str(models.root / "qilcm")
+    out, letor = str(tmp_path / "out"), str(models.root / "test.txt")
+    (tmp_path / "held").mkdir()
+    (tmp_path / "held" / "old.parquet").write_bytes(b"")
+    cases = [
+        (["--model", directory, "--shards", str(shards), "-o", out], "not a model directory"),
+        (["--model", onnx, "--shards", str(tmp_path), "-o", out], "no *.parquet shard"),
+        (["--model", onnx, "--shards", str(shards), "-o", str(tmp_path / "held")], "--overwrite"),
+        (["--model", onnx, "--shards", str(shards), "-o", "-"], "give a directory"),
+        (["--model", onnx, "--shards", str(shards), "-o", out, "--format", "trec"], "--format trec"),
+        (["--model", onnx, "--shards", str(shards), "-o", out, "--data", "x.txt"], "--data"),
+        (["--model", onnx, "--data", letor, "-o", out, "--address", "h:1"], "--address"),
+    ]
+    for argv, words in cases:
+        capsys.readouterr()
+        assert main(["predict", *argv]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("ctxrank: error:") and "\n" not in err and words in err, err
+    assert not (tmp_path / "out").exists()

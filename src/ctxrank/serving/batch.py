@@ -125,20 +125,24 @@ def score_shards(
         import ray
     except ModuleNotFoundError:
         raise ValueError("batch scoring on Ray needs the ray package: pip install 'ctxrank[ray]'") from None
-    if not ray.is_initialized():
-        if address is not None or os.environ.get("RAY_ADDRESS"):
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        else:
-            cpus = workers * threads
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    items = [{"shard": str(p.resolve())} for p in stream.shards]
-    dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-        ShardScorer,
-        fn_constructor_args=(str(Path(model).resolve()), columns, stream.docids, threads),
-        batch_size=1,
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        num_cpus=threads,
-    )
-    dataset.write_parquet(str(out))
+    started = not ray.is_initialized()
+    if started and (address is not None or os.environ.get("RAY_ADDRESS")):
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    elif started:
+        cpus = workers * threads
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        items = [{"shard": str(p.resolve())} for p in stream.shards]
+        dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            ShardScorer,
+            fn_constructor_args=(str(Path(model).resolve()), columns, stream.docids, threads),
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            num_cpus=threads,
+        )
+        dataset.write_parquet(str(out))
+    finally:
+        if started:  # Ray started here ends here; one the caller runs is left running
+            ray.shutdown()
     return {"shards": len(items), "queries": stream.n_queries, "rows": stream.n_items}
