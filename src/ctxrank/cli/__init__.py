@@ -10,7 +10,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
     ctxrank compare A B                              cli/evaluate.py: compare
     ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainRequest), --resume DIR
-    ctxrank predict --model DIR|F.onnx --data FILE -o F   cli/predict.py: predict
+    ctxrank predict --model PATH --data FILE -o F    cli/predict.py: predict (--shards DIR: Ray)
     ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainRequest, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
     ctxrank report EVIDENCE [--out DIR]              cli/experiment.py: report

@@ -158,7 +158,7 @@ def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         p,
         " or an ONNX file of `ctxrank export` (a neural ranker or a whole re-ranking pipeline; scored with "
         "onnxruntime alone, without torch, one thread unless --threads)",
-        metavar="DIR|FILE.onnx",
+        metavar="PATH",
     )
     p.add_argument(
         "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
