@@ -69,6 +69,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_arsm_step.py --json $(BENCH_OUT)/arsm_step.json
 	$(BIN)/python benchmarks/bench_recurrence_backward.py --json $(BENCH_OUT)/recurrence_backward.json
 	$(BIN)/python benchmarks/bench_startup.py --json $(BENCH_OUT)/startup.json
+	$(BIN)/python benchmarks/bench_batch_predict.py --json $(BENCH_OUT)/batch_predict.json
 	$(BIN)/python benchmarks/bench_serve.py --json $(BENCH_OUT)/serve.json
 
 # Every published table, p-value and figure of the README and docs/*.md rewritten from the stored evidence

@@ -103,11 +103,11 @@ def test_the_commands_take_threads_from_the_parser_with_no_default_of_their_own(
     must pass a count itself, ``resolve_threads`` decides what None is (``demo --quick``: 1)."""
     import inspect
 
-    from ctxrank.cli import _scoring, evaluate, experiment, export, serve, train
+    from ctxrank.cli import _scoring, evaluate, experiment, export, predict, serve
 
     functions = (
         evaluate.evaluate, experiment.experiment, experiment.demo, experiment.quick_demo, export.export,
-        serve.serve_model, train.predict, _scoring.load_for_scoring,
+        serve.serve_model, predict.predict, predict.predict_shards, _scoring.load_for_scoring,
     )  # fmt: skip
     for function in functions:
         default = inspect.signature(function).parameters["threads"].default

@@ -353,6 +353,12 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("export/pipeline.py", "onnx"): OPTIONAL,  # the export extra
     ("experiments/report.py", "matplotlib"): FIGURES,
     ("serving/server.py", "ctxrank.serving.directory"): TORCH_FREE,
+    ("cli/_scoring.py", "ctxrank.training.checkpoint"): TORCH_FREE,  # predict --model FILE.onnx: no torch
+    ("cli/_scoring.py", "ctxrank.training.predict"): TORCH_FREE,
+    ("cli/_scoring.py", "ctxrank.serving.onnx_ranker"): OPTIONAL,  # onnxruntime: the serve / export extra
+    ("serving/batch.py", "ray"): OPTIONAL,  # the ray extra
+    ("cli/predict.py", "ctxrank.serving.batch"): OPTIONAL,  # predict --shards: ray and onnxruntime
+    ("serving/batch.py", "pyarrow"): FRAMES,  # a shard is read by the Ray worker that scores it
     ("data/stream.py", "ctxrank.data.lists"): TORCH_FREE,  # data/sources.py (every CLI's options) imports it
     ("training/curves.py", "matplotlib"): FIGURES,
     ("tune.py", "matplotlib"): FIGURES,

@@ -18,8 +18,8 @@ from typing import Any
 from ctxrank._checks import MAX_BYTES, MAX_INT, MAX_SEED, NULL_FILL_RULES, check_null_fill, parse_int
 
 __all__ = [
-    "THREADS", "Option", "declared", "declared_as", "declared_keys", "field_default", "flag_of", "flatten",
-    "from_namespace", "option", "unflatten",
+    "RAY_ADDRESS", "THREADS", "Option", "declared", "declared_as", "declared_keys", "field_default",
+    "flag_of", "flatten", "from_namespace", "option", "unflatten",
 ]  # fmt: skip
 
 
@@ -178,6 +178,13 @@ INT_READERS = (POSITIVE_INT, NON_NEGATIVE_INT, SEED, BYTE_COUNT)
 #: saved LambdaMART's training count); where ctxrank must pass a count itself (a baseline's
 #: ``num_threads``, the initial ranker's, a Ray task's CPUs, a served model) it passes
 #: ``ctxrank._checks.resolve_threads(None)``, 1. ``{threads}`` in the help says which setting it fills.
+RAY_ADDRESS = Option(
+    "--address",
+    "Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster started "
+    "on this machine, else a new local one)",
+    metavar="ADDR",
+)
+
 THREADS = Option(
     "--threads",
     "CPU threads of the computation: PyTorch's intra-op threads and LightGBM's threads ({threads}). "

@@ -156,11 +156,19 @@ def test_startup(tmp_path):
         "python -c pass (reference)",
         "python -m ctxrank --version",
         "python -m ctxrank --help",
+        "ctxrank predict --model m.onnx (3 rows)",
+        "import torch, sklearn.base (reference)",
+        "from ctxrank import QILCMRanker",
     ]
-    assert results["python -c pass (reference)"]["ratio_to_reference"] == pytest.approx(1.0)
+    for name in ("python -c pass (reference)", "import torch, sklearn.base (reference)"):
+        assert results[name]["ratio_to_reference"] == pytest.approx(1.0)
+    assert results["from ctxrank import QILCMRanker"]["reference"] == "import torch, sklearn.base (reference)"
     for r in results.values():
         assert r["n"] == 3 and r["median_s"] > 0
-    assert set(blob["within_target"]) == {"python -m ctxrank --version", "python -m ctxrank --help"}
+    assert set(blob["within_target"]) == {
+        "python -m ctxrank --version", "python -m ctxrank --help", "ctxrank predict --model m.onnx (3 rows)",
+        "from ctxrank import QILCMRanker",
+    }  # fmt: skip
 
 
 def test_chamfer_pairs_study_runs_and_its_pooled_decision_reads_its_json(tmp_path):

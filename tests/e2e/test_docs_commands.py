@@ -466,6 +466,9 @@ def killed(out: str, ws: Path, step: Step) -> None:
     assert (ws / "runs/q/resume/state.json").is_file() and not (ws / "runs/q/ctxrank.json").exists()
 
 
+RAY_SHARDS = (
+    "tests/serving/test_onnx_predict.py::test_ray_batch_scoring_of_shards_equals_single_process_predict"
+)
 COMMANDS: dict[str, Run | Elsewhere] = {
     # README.md (the command-line quick start; the README states the one-epoch smoke run)
     "ctxrank train --model qilcm --dataset mq2008 --fold 1 --out runs/qilcm-mq2008": Run(EPOCH1),
@@ -561,6 +564,13 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank export --model runs/q --format onnx --out sessions.onnx": Run(),
     "ctxrank serve --model sessions.onnx --port 8000": Run(background=True),
     "ctxrank serve --model runs/q --port 8001": Run(background=True),
+    "ctxrank predict --model sessions.onnx --data sessions.csv --query-col session "
+    "--output sessions.scores": Run(),
+    # Ray Data over shards (a local Ray; no cluster is reachable from a test: the address is Ray's own)
+    "ctxrank data-shards test.txt --shards 8 --out shards": Elsewhere(RAY_SHARDS),
+    "ctxrank predict --model qilcm.onnx --shards shards --workers 2 -o scores": Elsewhere(RAY_SHARDS),
+    "ctxrank predict --model /shared/qilcm.onnx --shards /shared/shards --workers 16 "
+    "--address ray://head:10001 -o /shared/scores": Elsewhere(RAY_SHARDS),
     # docs/export.md
     "ctxrank export --model runs/qilcm --format onnx --out qilcm.onnx": Run(files=("qilcm-models",)),
     "ctxrank export --model runs/qilcm --format torchscript --out qilcm.pt": Run(files=("qilcm-models",)),

@@ -11,7 +11,7 @@ argparse only maps the parsed options onto that call)::
     ctxrank evaluate --data FILE (--scores F | --model DIR)   cli/evaluate.py: evaluate
     ctxrank compare A B                              cli/evaluate.py: compare
     ctxrank train --model NAME ... --out DIR         cli/train.py: train (TrainRequest), --resume DIR
-    ctxrank predict --model DIR --data FILE -o F     cli/train.py: predict
+    ctxrank predict --model PATH --data FILE -o F    cli/predict.py: predict (--shards DIR: Ray)
     ctxrank tune --model NAME ... --trials N --out DIR   cli/tune.py: tune (TrainRequest, SearchOptions)
     ctxrank experiment SPEC [--out DIR] ...          cli/experiment.py: experiment
     ctxrank report EVIDENCE [--out DIR]              cli/experiment.py: report
@@ -79,7 +79,7 @@ COMMANDS: dict[str, Command] = {
     "data-info": Command("data", "statistics of a LETOR file, a table or a registered dataset"),
     "evaluate": Command("evaluate", "evaluate a scores file or a saved model against labelled data"),
     "train": Command("train", "train a ranker and save it"),
-    "predict": Command("train", "score a LETOR file or a table with a saved model"),
+    "predict": Command("predict", "score a LETOR file or a table with a saved model"),
     "tune": Command("tune", "search a model's hyperparameters (Optuna)"),
     "synth": Command(
         "data", "write SYNTHETIC data (choice sessions table, LETOR file, click log) for tests and demos"

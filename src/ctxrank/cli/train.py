@@ -1,4 +1,4 @@
-"""``ctxrank train`` (train a ranker, save it; ``--resume`` a killed run) and ``ctxrank predict``.
+"""``ctxrank train``: train a ranker, save it; ``--resume`` a killed run.
 
 A training run is ``(DataSource, RunConfig)``; the flags build the
 :class:`~ctxrank.training.request.TrainRequest` (the source, a ``--config`` file, ``--set`` and the
@@ -20,30 +20,20 @@ from typing import Any
 
 import torch.distributed
 
-from ctxrank._declare import flatten, from_namespace
-from ctxrank._io import atomic_write, lock_directory, read_json_file, write_json
+from ctxrank._declare import flatten
+from ctxrank._io import lock_directory, read_json_file, write_json
 from ctxrank._memory import format_bytes
 from ctxrank._modeldir import claim_model_dir, remove_model_entries
 from ctxrank.cli._options import (
-    SCORING_SKIP,
-    add_data_source,
     add_declared,
-    add_model_dir,
     add_progress,
-    add_threads,
     add_track,
-    note,
     out,
     table,
     warn,
 )
-from ctxrank.cli._outputs import check_output_file
-from ctxrank.cli._scoring import load_for_scoring
 from ctxrank.config import RunConfig
-from ctxrank.data.sources import DataSource
 from ctxrank.data.stream import ShardStream
-from ctxrank.data.table_io import to_file_order
-from ctxrank.data.trec import item_ids, run_lines, write_lines
 from ctxrank.evaluation import metrics_report, unevaluated_message
 from ctxrank.fit_summary import FitSummary
 from ctxrank.metrics import mean_metrics, metric_convention
@@ -507,45 +497,6 @@ def _maximum_likelihood_line(s: FitSummary, on_valid: str) -> str:
     )
 
 
-# ----------------------------------------------------------------------------------------- predict
-def predict(
-    model: str,
-    *,
-    output: str,
-    source: DataSource,
-    overwrite: bool = False,
-    threads: int | None,
-    format: str = "scores",
-    run_name: str = "ctxrank",
-) -> int:
-    """Score every row of ``source`` (its ``data_file``, or a registered split, default test) with a
-    saved model and write to ``output`` (``-``: stdout; an existing file only with ``overwrite``), with
-    ``threads`` CPU threads (None: the libraries' defaults). ``format``: ``scores`` (one score a line,
-    in the file's row order) or ``trec`` (a TREC run named ``run_name``: :mod:`ctxrank.data.trec`)."""
-    if format not in PREDICT_FORMATS:
-        raise ValueError(f"--format must be one of {', '.join(PREDICT_FORMATS)}, got {format!r}")
-    if output != "-":
-        check_output_file(output, overwrite=overwrite, flag="--output")
-    predictor, inputs = load_for_scoring(model, threads)
-    ranking, file_rows = source.load(default_split="test", purpose="predict", model=inputs, note=note)
-    scores = predictor.predict(ranking)
-    if format == "trec":
-        lines = run_lines(ranking, scores, item_ids(ranking, file_rows), run_name)
-    else:
-        lines = [f"{s!r}" for s in to_file_order(scores, file_rows).tolist()]  # exact, the file's order
-    if output == "-":
-        write_lines(lines, sys.stdout)
-        return 0
-    atomic_write(Path(output), lambda tmp: write_lines(lines, tmp))
-    what = f"a TREC run of {ranking.n_items:,} items" if format == "trec" else f"{ranking.n_items:,} scores"
-    print(f"wrote {what} ({ranking.n_queries:,} queries) to {output}", file=sys.stderr)
-    return 0
-
-
-#: what ``predict --format`` writes
-PREDICT_FORMATS = ("scores", "trec")
-
-
 # ---------------------------------------------------------------------------------------- parsers
 TRAIN_DESCRIPTION = (
     "Train a model on a registered dataset fold (--dataset NAME --fold K), on files "
@@ -615,52 +566,4 @@ def _run_train(a: argparse.Namespace) -> int:
         debug=a.debug,
         overwrite=a.overwrite,
         tracking=a.track,
-    )
-
-
-def add_predict_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
-        "predict",
-        parents=[common],
-        help="score a LETOR file or a table with a saved model",
-        description=(
-            "Score every row of a LETOR/SVMlight file, a table (.csv, .csv.gz, .tsv, .tsv.gz, .parquet, "
-            ".pq) or a registered dataset split with a model saved by `ctxrank train`; writes one score "
-            "per line, in the FILE's row order (also for a table whose rows are not grouped by query: "
-            "the regrouping done for the model is undone). A table is read with the table spec saved "
-            "with the model (columns, categorical encoder: unseen or missing categories get code 0, "
-            "missing numbers 0); its label column is not read (it may be absent)."
-        ),
-    )
-    add_model_dir(p)
-    p.add_argument(
-        "--output", "-o", required=True, metavar="FILE", help="scores file to write ('-' = stdout)"
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace the --output FILE if it exists")
-    p.add_argument(
-        "--format",
-        choices=PREDICT_FORMATS,
-        default="scores",
-        help="scores (default): one score a line in the file's row order; trec: a TREC run file (QUERY Q0 "
-        "DOCID RANK SCORE RUN; docids from the data, else each row's number in the file)",
-    )
-    p.add_argument("--run-name", default="ctxrank", metavar="NAME", help="the run's name in a TREC run file")
-    add_threads(p, "default: the libraries' own; a saved LambdaMART's: its training count")
-    add_data_source(
-        p,
-        defaults="neither: fold 1's test split",
-        saved_model=True,
-        skip=SCORING_SKIP,
-        data_help="LETOR / SVMlight file or table to score",
-    )
-    p.set_defaults(
-        run=lambda a: predict(
-            a.model,
-            output=a.output,
-            source=from_namespace(DataSource, a),
-            overwrite=a.overwrite,
-            threads=a.threads,
-            format=a.format,
-            run_name=a.run_name,
-        )
     )

@@ -57,7 +57,7 @@ import numpy as np
 
 from ctxrank._allocator import limit_heap_growth
 from ctxrank._checks import MAX_INT, OptionError, check_int, is_int, resolve_threads
-from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
+from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, RAY_ADDRESS, declared_as, option
 from ctxrank.config import RunConfig
 from ctxrank.experiments.provenance import code_version, run_context
 from ctxrank.experiments.runner import (
@@ -108,13 +108,7 @@ class ExecutorOptions:
         "by this process (needs ctxrank[ray])",
         choices=EXECUTORS,
     )
-    address: str | None = option(
-        None,
-        "--address",
-        "Ray cluster to join (e.g. HEAD:6379 or ray://HEAD:10001; default: RAY_ADDRESS, a cluster started "
-        "on this machine, else a new local one)",
-        metavar="ADDR",
-    )
+    address: str | None = declared_as(None, RAY_ADDRESS)
     max_retries: int = option(
         2,
         "--max-retries",

@@ -274,3 +274,27 @@ class OnnxRanker:
                 raise ValueError(f"categorical: expected integer codes in [0, cardinality) {cards}")
         lists = pad_rows(x, qid, categorical)
         return unpad_scores(self.score_lists(lists.features, lists.mask, lists.categorical), lists.rows)
+
+    def predict_data(self, data: Any) -> np.ndarray:
+        """float32 (N,) scores of a :class:`~ctxrank.data.ranking_data.RankingData` in its row order
+        (its queries are its lists), checked as :meth:`predict` checks ``X``."""
+        return self.predict(data.features, data.query_index, data.categorical)
+
+    def table_spec(self) -> dict[str, Any] | None:
+        """The table spec (:meth:`ctxrank.data.table.TableSpec.to_dict`) a table to score is read with:
+        the file's feature names as the numeric columns, its categorical columns and vocabulary; no
+        query or label column (the file records none: the reader's options give them). None when the
+        file names no features (a table is then read with the reader's options alone)."""
+        if not self.feature_names:
+            return None
+        cats = list(self.categorical_names)
+        encoder = {"min_count": 1, "columns": cats, "vocab": self.categorical_vocab} if cats else None
+        names = list(self.feature_names)
+        return {
+            "query": None,
+            "label": None,
+            "docid": None,
+            "numeric": names,
+            "categorical": cats,
+            "encoder": encoder,
+        }
