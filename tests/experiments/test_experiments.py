@@ -106,7 +106,6 @@ def test_every_builtin_spec_loads_and_builds_its_run_configs():
             spec.run_config(m, seed=1)
 
 
-
 def test_context_pays_runs_every_context_model_against_lambdamart_with_and_without_list_features(
     tmp_path, monkeypatch
 ):
@@ -136,6 +135,7 @@ def test_context_pays_runs_every_context_model_against_lambdamart_with_and_witho
     assert main([*command[1:], "--no-progress"]) == 0
     data = read_letor(Path(spec.data.data_file).name)
     assert (data.n_queries, data.n_features) == (300, 10)
+
 
 def test_runs_are_seed_major_over_folds_and_the_protocol_applies_to_neural_models_only():
     spec = load_spec("qilcm-table2", ["runs.count=7"])
