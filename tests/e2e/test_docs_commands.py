@@ -519,6 +519,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
+    "ctxrank synth letor --queries 300 --items 20 --features 10 --context relative --out "
+    "context-pays-relative.txt.gz": Run(),
+    "ctxrank experiment context-pays --threads 1": Run(smoke("context-pays")),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table2")
     ),
