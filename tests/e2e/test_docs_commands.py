@@ -715,7 +715,8 @@ def _rows(path: Path) -> int:
         return len(pd.read_parquet(path))
     if path.suffix == ".csv":
         return len(path.read_text().splitlines()) - 1
-    return sum(1 for x in path.read_text().splitlines() if x.strip())
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return sum(1 for x in text.splitlines() if x.strip())
 
 
 def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:
