@@ -236,6 +236,7 @@ def test_get_set_params_and_extra_lightgbm_params(small):
         ({"objective": "regression"}, "objective is always 'lambdarank'"),
         ({"label_gain": [0, 1, 2]}, "label_gain is always"),
         ({"num_leaves": 1}, "LightGBM rejected"),
+        ({"list_features": "zscore"}, r"list_features must be one of \['none', 'query-zscore'\]"),
     ],
 )
 def test_bad_parameters(small, params, message):
@@ -435,3 +436,59 @@ def test_categorical_columns_are_native_lightgbm_categoricals(tmp_path):
         m.predict(blind_te)
     m.save(tmp_path / "m")
     np.testing.assert_array_equal(LambdaMART.load(tmp_path / "m").predict(te), m.predict(te))
+
+
+# ------------------------------------------------------------------------------------ list features
+
+
+def _above_their_list(n_queries, seed):
+    """Lists at levels ``c_q ~ N(0, 10^2)``; an item is relevant when its feature 0 is above its list's
+    mean: a per-list question that the raw feature (dominated by the level) cannot answer."""
+    data = make_ranking_data(n_queries, min_len=4, seed=seed)
+    rng = np.random.default_rng(seed)
+    level = np.repeat(rng.normal(scale=10.0, size=data.n_queries), data.query_lengths)
+    x = data.features.copy()
+    x[:, 0] += level.astype(np.float32)
+    mean = np.repeat(
+        np.add.reduceat(x[:, 0], data.query_offsets[:-1]) / data.query_lengths, data.query_lengths
+    )
+    return dataclasses.replace(data, features=x, labels=(x[:, 0] > mean).astype(np.float32))
+
+
+def test_list_features_are_the_same_after_a_constant_is_added_to_a_list(small):
+    tr, _ = small
+    model = LambdaMART(list_features="query-zscore")
+    shift = np.repeat(np.arange(tr.n_queries, dtype=np.float32) * 7.0 - 50.0, tr.query_lengths)
+    moved = dataclasses.replace(tr, features=tr.features + shift[:, None])
+    f = tr.n_features
+    np.testing.assert_allclose(
+        model._with_list_features(moved).features[:, f:],
+        model._with_list_features(tr).features[:, f:],
+        atol=1e-4,
+    )
+    assert model._with_list_features(tr).feature_names[f] == f"{tr.feature_names[0]}:query-zscore"
+    assert LambdaMART()._with_list_features(tr) is tr
+
+
+def test_list_features_rank_lists_whose_relevance_depends_on_the_list():
+    """Per-list z-scores let the trees see an item's place in its list; the features alone do not."""
+    train, valid, test = (_above_their_list(n, seed) for n, seed in ((80, 1), (30, 2), (40, 3)))
+    plain = LambdaMART(**FAST).fit(train, valid)
+    listed = LambdaMART(**FAST, list_features="query-zscore").fit(train, valid)
+    assert listed.n_features == plain.n_features == 5 and len(listed.feature_names_in_) == 5
+    assert _mean(listed.predict(test), test) > 0.95 > _mean(plain.predict(test), test) + 0.1
+    with pytest.raises(ValueError, match="features"):
+        listed.predict(listed._with_list_features(test))  # the model takes the F given features
+
+
+def test_list_features_survive_save_load_and_cross_fitting(tmp_path):
+    train, valid = _above_their_list(50, 1), _above_their_list(20, 2)
+    model = LambdaMART(**FAST, list_features="query-zscore").fit(train, valid)
+    loaded = LambdaMART.load(model.save(tmp_path / "m"))
+    assert loaded.list_features == "query-zscore" and loaded.n_features == 5
+    np.testing.assert_array_equal(loaded.predict(valid), model.predict(valid))
+    params = {**FAST, "list_features": "query-zscore"}
+    scores = cross_fit_predict(train, n_folds=2, seed=0, **params)
+    assert scores.shape == (train.n_items,) and np.all(np.isfinite(scores))
+    plain = cross_fit_predict(train, n_folds=2, seed=0, **FAST)
+    assert not np.allclose(scores, plain)

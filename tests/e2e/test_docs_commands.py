@@ -539,6 +539,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
+    "ctxrank synth letor --queries 300 --items 20 --features 10 --context relative --out "
+    "context-pays-relative.txt.gz": Run(),
+    "ctxrank experiment context-pays --threads 1": Run(smoke("context-pays")),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table2")
     ),
@@ -740,7 +743,8 @@ def _rows(path: Path) -> int:
         return len(pd.read_parquet(path))
     if path.suffix == ".csv":
         return len(path.read_text().splitlines()) - 1
-    return sum(1 for x in path.read_text().splitlines() if x.strip())
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return sum(1 for x in text.splitlines() if x.strip())
 
 
 def default_checks(argv: tuple[str, ...], out: str, ws: Path) -> None:

@@ -345,6 +345,15 @@ def test_padding_is_inert(saved, data, tmp_path):
     np.testing.assert_array_equal(padded[:, :L][batch.mask.numpy()], base[batch.mask.numpy()])
 
 
+def test_an_initial_lambdamart_with_list_features_is_refused_not_exported_without_them(saved, tmp_path):
+    """The graph feeds the trees the F features; trees grown on per-list z-scores as well need 2F."""
+    model_dir = saved("mlp", "rerank.initial_params.list_features=query-zscore")
+    out = tmp_path / "p.onnx"
+    with pytest.raises(ValueError, match="the initial LambdaMART reads list_features = 'query-zscore'"):
+        export_model(model_dir, "onnx", out)
+    assert not out.exists()
+
+
 def test_torchscript_of_a_pipeline_is_refused_and_the_cli_writes_onnx(saved, tmp_path, capsys):
     model_dir = saved("mlp")
     out = tmp_path / "p.pt"

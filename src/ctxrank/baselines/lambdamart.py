@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import MAX_INT, check_int, check_no_relevant, check_seed, parse_int
+from ctxrank._checks import MAX_INT, check_choice, check_int, check_no_relevant, check_seed, parse_int
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
 from ctxrank._modeldir import (
@@ -72,6 +72,7 @@ from ctxrank._modeldir import (
 from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
+from ctxrank.data.transforms import QueryZScore
 
 __all__ = ["DEBIAS", "LambdaMART", "NotFittedError", "cross_fit_predict", "ips_weights"]
 
@@ -104,7 +105,9 @@ _LGB_NAME = {
     "verbose": "verbosity",
 }
 # ctxrank's own parameters (not LightGBM's): how validation NDCG is read, how a click log is debiased.
-_OWN = ("no_relevant", "debias", "propensity", "propensity_clip")
+_OWN = ("no_relevant", "debias", "propensity", "propensity_clip", "list_features")
+#: ``list_features`` values: the features alone, or with their per-list z-scores appended
+LIST_FEATURES = ("none", "query-zscore")
 #: ``debias`` values: naive training on the labels as given, LightGBM's position debiasing, IPS weights.
 DEBIAS = ("none", "lightgbm", "ips")
 # LightGBM parameters set here that no named parameter exposes.
@@ -345,6 +348,10 @@ class LambdaMART(FittedBaseline):
             number ``eta > 0`` for the position-based model's ``p_r = (1/r)^eta``.
         propensity_clip: for ``debias="ips"``: the largest inverse propensity ``1/p`` used (weights
             above it are cut to it; >= 1), or None for no cut.
+        list_features: ``"none"`` (the features as given) or ``"query-zscore"``: each numeric feature's
+            z-score within its list (:class:`~ctxrank.data.transforms.QueryZScore`) appended to the
+            features, in training and prediction alike (the trees' usual answer to list context: an
+            item's value relative to the others shown). The model still takes the F given features.
         **extra_lgb_params: any other LightGBM parameter (e.g. ``max_bin``, ``lambdarank_norm``). The
             parameters above, their LightGBM aliases, ``objective`` and ``label_gain`` are rejected.
 
@@ -384,6 +391,7 @@ class LambdaMART(FittedBaseline):
         debias: str = "none",
         propensity: float | Sequence[float] | None = None,
         propensity_clip: float | None = None,
+        list_features: str = "none",
         **extra_lgb_params: Any,
     ) -> None:
         self.n_estimators = n_estimators
@@ -405,6 +413,7 @@ class LambdaMART(FittedBaseline):
         self.debias = debias
         self.propensity = propensity
         self.propensity_clip = propensity_clip
+        self.list_features = list_features
         self.extra_lgb_params = extra_lgb_params
 
     # ------------------------------------------------------------------ params
@@ -459,6 +468,7 @@ class LambdaMART(FittedBaseline):
         cutoffs = sorted({int(e) for e in eval_at} | {k})  # LightGBM sorts eval_at itself too
         no_relevant = _normalize_no_relevant(self.no_relevant)
         self._check_debias()
+        check_choice("list_features", self.list_features, LIST_FEATURES)
         for name, value in self.get_params().items():  # LightGBM reads its integers as C ints
             if _is_int(value) and not -MAX_INT - 1 <= value <= MAX_INT:
                 raise ValueError(f"{name} must lie in [{-MAX_INT - 1:,}, {MAX_INT:,}], got {value}")
@@ -545,7 +555,21 @@ class LambdaMART(FittedBaseline):
                 whose queries all lack a relevant item under ``no_relevant="skip"``, or anything
                 LightGBM rejects.
         """
-        return self._fit(train, valid, _lgb_matrix(train), None if valid is None else _lgb_matrix(valid))
+        self._resolve()  # a bad list_features fails before the lists are normalised
+        given = train
+        train, valid = self._with_list_features(train), self._with_list_features(valid)
+        self._fit(train, valid, _lgb_matrix(train), None if valid is None else _lgb_matrix(valid))
+        self.n_features_in_, self.feature_names_in_ = given.n_features, tuple(given.feature_names)
+        return self
+
+    def _with_list_features(self, data: RankingData | None) -> RankingData | None:
+        """``data`` with the features ``list_features`` adds (float32 (N, 2F) for ``"query-zscore"``:
+        the F features, then their z-scores within each list); ``data`` itself for ``"none"``."""
+        if data is None or self.list_features == "none":
+            return data
+        z = QueryZScore().fit(data).transform(data).features
+        names = (*data.feature_names, *(f"{n}:query-zscore" for n in data.feature_names))
+        return replace(data, features=np.concatenate([data.features, z], axis=1), feature_names=names)
 
     def _fit(self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any) -> LambdaMART:
         """:meth:`fit` with LightGBM's inputs given: ``train_x`` / ``valid_x`` the splits' rows as one
@@ -658,7 +682,7 @@ class LambdaMART(FittedBaseline):
                 f"the model was trained with {self.n_categorical_in_} categorical columns but "
                 f"{data.source or 'the data'} has {_n_categorical(data)}"
             )
-        return self._scores(_lgb_matrix(data))
+        return self._scores(_lgb_matrix(self._with_list_features(data)))
 
     def _scores(self, matrix: np.ndarray) -> np.ndarray:
         """float64 scores of the rows of LightGBM's input ``matrix`` (each row's alone: a row's score
@@ -734,10 +758,11 @@ class LambdaMART(FittedBaseline):
         where = directory / META_FILE
         params, n_features, n_categorical, best_iteration = _checked_meta(where, meta)
         path = directory / MODEL_FILE
+        trees_input = n_features * (1 if params.get("list_features", "none") == "none" else 2)
         digest = meta_str(meta, "model_sha256", where)
         data = read_regular(path, MAX_MODEL_BYTES, "LightGBM model", sha256=digest)
         try:
-            text = check_model_text(data.decode("utf-8"), n_features + n_categorical, best_iteration)
+            text = check_model_text(data.decode("utf-8"), trees_input + n_categorical, best_iteration)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: not a LightGBM model ctxrank accepts: {exc}") from None
         try:
@@ -745,7 +770,7 @@ class LambdaMART(FittedBaseline):
         except lgb.basic.LightGBMError as exc:  # pragma: no cover - check_model_text accepted it
             raise ValueError(f"{path}: not a readable LightGBM model ({exc})") from None
         if (
-            booster.num_feature() != n_features + n_categorical
+            booster.num_feature() != trees_input + n_categorical
             or booster.current_iteration() != best_iteration
         ):  # pragma: no cover - check_model_text counted both
             raise ValueError(
@@ -1102,6 +1127,7 @@ def cross_fit_predict(
         raise ValueError(f"valid_fraction must be in [0, 1), got {valid_fraction!r}")
     params.setdefault("seed", seed)
     LambdaMART(**params)._resolve()  # bad parameters fail before any fitting
+    train = LambdaMART(**params)._with_list_features(train)  # the folds' models read them as given
 
     rng = np.random.default_rng(seed)
     folds = np.empty(n_queries, dtype=np.int64)

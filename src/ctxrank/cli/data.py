@@ -48,6 +48,7 @@ from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
 from ctxrank.data.synth import (
     MSLR_LABEL_SHARES,
+    SYNTH_CONTEXTS,
     SYNTH_LABELS,
     SYNTH_LENGTHS,
     mslr_list_sizes,
@@ -369,15 +370,18 @@ def synth_letor(
     seed: int = 0,
     lengths: str = "fixed",
     labels: str = "quantile",
+    context: str = "none",
     docids: bool = True,
     progress: bool = False,
 ) -> int:
     """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz), with a progress bar of
     the rows written when ``progress``. ``lengths``:
     ``"fixed"`` (``items`` each) or ``"mslr"`` (:func:`mslr_list_sizes`); ``labels``: ``"quantile"``
-    or ``"mslr"`` (:data:`MSLR_LABEL_SHARES`, grades 0..4)."""
+    or ``"mslr"`` (:data:`MSLR_LABEL_SHARES`, grades 0..4); ``context``: ``"none"`` or ``"relative"``
+    (:data:`SYNTH_CONTEXTS`: relevance that depends on the list, ``ctxrank.data.synth``)."""
     check_choice("lengths", lengths, SYNTH_LENGTHS)
     check_choice("labels", labels, SYNTH_LABELS)
+    check_choice("context", context, SYNTH_CONTEXTS)
     if labels == "mslr" and max_label != len(MSLR_LABEL_SHARES) - 1:
         raise ValueError(f"--labels mslr gives grades 0..{len(MSLR_LABEL_SHARES) - 1}: leave --max-label out")
     sizes = mslr_list_sizes(queries, seed) if lengths == "mslr" else None
@@ -397,6 +401,7 @@ def synth_letor(
                 docids=docids,
                 list_sizes=sizes,
                 label_shares=MSLR_LABEL_SHARES if labels == "mslr" else None,
+                context=context,
                 progress=progress,
             )
             tmp.replace(target)
@@ -407,7 +412,7 @@ def synth_letor(
         shape = f"{sizes.mean():.1f} items on average (longest {sizes.max()})"
     out(
         f"wrote {queries:,} queries x {shape}, {features} features, labels "
-        f"0..{max_label} (seed {seed}) to {target}"
+        f"0..{max_label} (seed {seed}{'' if context == 'none' else f', context {context}'}) to {target}"
     )
     out(SYNTHETIC_NOTE)
     return 0
@@ -759,6 +764,15 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
         help="label shares: quantile (the default) or mslr (grades 0-4, mostly 0 and 1, as in MSLR-WEB30K)",
     )
     pl.add_argument(
+        "--context",
+        choices=SYNTH_CONTEXTS,
+        default="none",
+        help=(
+            "how relevance depends on the list: none (each item's own features, the default) or relative "
+            "(lists at very different levels; an item is relevant when typical of its list)"
+        ),
+    )
+    pl.add_argument(
         "--no-docids", action="store_true", help="no '#docid = ...' comments (as in MSLR's files)"
     )
     pl.add_argument("--out", required=True, metavar="FILE", help="the file to write (.txt or .gz)")
@@ -773,6 +787,7 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
             seed=a.seed,
             lengths=a.lengths,
             labels=a.labels,
+            context=a.context,
             docids=not a.no_docids,
             progress=not a.no_progress,
         )

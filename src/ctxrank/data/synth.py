@@ -8,6 +8,24 @@ List lengths: ``list_size`` items for every query, or per-query ``list_sizes`` (
 :func:`mslr_list_sizes`, the shape of MSLR-WEB30K: mean about 120 items a query, longest 1,251). Labels:
 by default the quantile rule below; ``label_shares`` sets the share of each grade instead (e.g.
 :data:`MSLR_LABEL_SHARES`, mostly 0 and 1 as in MSLR-WEB30K).
+
+List context (``context``, :data:`SYNTH_CONTEXTS`): ``"none"`` (the default) draws each item's utility
+from its own features, ``u_i = x_i . w + e_i`` with ``x_i ~ U(0, 1)^F``, ``w ~ N(0, I / F)`` and noise
+``e_i ~ N(0, 0.3^2)``. ``"relative"`` makes relevance a property of the list (the compromise effect:
+Simonson 1989, "Choice based on reasons: the case of attraction and compromise effects", J. Consumer
+Research 16(2)): every list q gets its own level ``m_q ~ N(0, LEVEL_SPREAD^2 I_F)``, its items
+``x_i = m_q + U(0, 1)^F``, and an item is relevant when it is typical of its list::
+
+    s_i = x_i . w                                   (a latent score)
+    z_i = (s_i - mean_{j in q} s_j) / std_{j in q} s_j     (0 in a list where all s_j are equal)
+    u_i = -|z_i| + e_i
+
+The spread of the levels ``m_q . w`` (about ``LEVEL_SPREAD``) is several times the spread of ``s``
+within a list (about 0.3), so an item's absolute features say little about its grade, and no function of
+one item's features ranks every list right: the best item of one list is the worst of another. A grade
+that were a monotone function of ``z_i`` alone would not need context (ranking a list by ``s_i`` already
+orders it by ``z_i``); hence the non-monotone ``|z_i|``. The grades are the utilities cut at quantiles
+as below; within a list they depend on the other items' features but not on their order.
 """
 
 from __future__ import annotations
@@ -22,12 +40,14 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ctxrank._checks import check_choice
 from ctxrank._memory import available_bytes, format_bytes
 
 __all__ = [
     "MSLR_LABEL_SHARES",
     "MSLR_MAX_LIST",
     "MSLR_MEAN_LIST",
+    "SYNTH_CONTEXTS",
     "SYNTH_LABELS",
     "SYNTH_LENGTHS",
     "mslr_list_sizes",
@@ -37,6 +57,10 @@ __all__ = [
 #: ``ctxrank synth letor --lengths`` / ``--labels``: the shapes offered
 SYNTH_LENGTHS = ("fixed", "mslr")
 SYNTH_LABELS = ("quantile", "mslr")
+#: ``ctxrank synth letor --context``: how an item's relevance depends on its list (module docstring)
+SYNTH_CONTEXTS = ("none", "relative")
+#: ``context = "relative"``: the standard deviation of each feature's per-list level ``m_q``
+LEVEL_SPREAD = 1.0
 
 #: MSLR-WEB30K: 3,771,125 rows in 31,531 queries (119.6 a query), the longest list 1,251 items
 MSLR_MEAN_LIST = 3_771_125 / 31_531
@@ -80,6 +104,7 @@ def write_synthetic_letor(
     block_queries: int = 200,
     list_sizes: Sequence[int] | np.ndarray | None = None,
     label_shares: Sequence[float] | None = None,
+    context: str = "none",
     progress: bool = False,
 ) -> Path:
     """Write a synthetic LETOR text file (``.gz`` when the name ends with it) and return its path.
@@ -93,10 +118,12 @@ def write_synthetic_letor(
         list_sizes: the items of each of the ``n_queries`` queries (instead of ``list_size`` each).
         label_shares: ``max_label + 1`` shares (summing to 1) of the grades 0..max_label: each block's
             utilities are cut at these quantiles. None: cuts at the quantiles ``sqrt(j / (K + 1))``.
+        context: ``"none"`` or ``"relative"`` (:data:`SYNTH_CONTEXTS`, the module docstring's equations).
         progress: a progress bar of the rows written, on stderr (tqdm).
     """
     if min(n_queries, list_size, n_features, block_queries) < 1:
         raise ValueError("n_queries, list_size, n_features and block_queries must be >= 1")
+    check_choice("context", context, SYNTH_CONTEXTS)
     sizes = np.full(n_queries, list_size, dtype=np.int64)
     if list_sizes is not None:
         sizes = np.asarray(list_sizes, dtype=np.int64)
@@ -119,11 +146,17 @@ def write_synthetic_letor(
         for q0, q1 in _blocks(sizes, block_queries):
             block_sizes = sizes[q0:q1]
             x = rng.random((int(block_sizes.sum()), n_features))
-            utility = x @ weights + rng.normal(scale=0.3, size=x.shape[0])
+            starts = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
+            if context == "relative":
+                local = np.repeat(np.arange(q1 - q0), block_sizes)  # each row's list in the block
+                x += rng.normal(scale=LEVEL_SPREAD, size=(q1 - q0, n_features))[local]
+                utility = -np.abs(_list_zscore(x @ weights, starts, local))
+            else:
+                utility = x @ weights
+            utility = utility + rng.normal(scale=0.3, size=x.shape[0])
             cuts = np.quantile(utility, levels)
             labels = np.searchsorted(cuts, utility)
             qids = np.repeat(np.arange(q0, q1) + 1, block_sizes)
-            starts = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
             item = np.arange(x.shape[0]) - np.repeat(starts, block_sizes)  # place within the query
             for r0 in range(0, x.shape[0], _LINES_PER_WRITE):
                 lines = []
@@ -132,6 +165,17 @@ def write_synthetic_letor(
                 fh.write("\n".join(lines) + "\n")
                 bar.update(len(lines))
     return path
+
+
+def _list_zscore(score: np.ndarray, starts: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """float64 (rows,) ``(s - mean_q) / std_q`` of ``score`` (rows,) within each list (lists start at
+    ``starts`` (Q,); ``local`` (rows,) = each row's list); 0 in a list whose scores are all equal."""
+    counts = np.diff(np.append(starts, score.shape[0]))
+    mean = np.add.reduceat(score, starts) / counts
+    dev = score - mean[local]
+    std = np.sqrt(np.add.reduceat(dev * dev, starts) / counts)
+    constant = np.minimum.reduceat(score, starts) == np.maximum.reduceat(score, starts)
+    return np.where(constant[local], 0.0, dev / np.where(constant, 1.0, std)[local])
 
 
 def _line(row_fmt: str, label: int, qid: int, values: np.ndarray, item: int | None) -> str:

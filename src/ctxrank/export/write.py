@@ -260,6 +260,11 @@ def _initial_ranker(predictor: Any) -> tuple[LambdaMART, RerankSpec] | None:
         raise ValueError(
             f"the initial ranker is a {type(initial).__name__}; only LambdaMART's trees are exported"
         )
+    if initial.list_features != "none":  # the trees read per-list z-scores the graph does not compute
+        raise ValueError(
+            f"the initial LambdaMART reads list_features = {initial.list_features!r}; only LambdaMART "
+            "on the features as given is exported (train it with list_features = 'none')"
+        )
     return initial, predictor.spec
 
 
