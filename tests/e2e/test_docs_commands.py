@@ -469,6 +469,8 @@ def killed(out: str, ws: Path, step: Step) -> None:
 RAY_SHARDS = (
     "tests/serving/test_onnx_predict.py::test_ray_batch_scoring_of_shards_equals_single_process_predict"
 )
+#: the columns of the click log `ctxrank synth clicks` writes (docs/clicks.md)
+LOG = "--query-col session --label-col click --group-col query --docid-col item --position-col position"
 COMMANDS: dict[str, Run | Elsewhere] = {
     # README.md (the command-line quick start; the README states the one-epoch smoke run)
     "ctxrank train --model qilcm --dataset mq2008 --fold 1 --out runs/qilcm-mq2008": Run(EPOCH1),
@@ -493,6 +495,22 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--query-col session --label-col click --group-col query "
     "--docid-col item --position-col position "
     "--model runs/clicks-ips --propensity propensity.json --metric clicks --k 10": Run(),
+    # docs/clicks.md (the page states the tiny sizes: --sessions 300, one epoch)
+    "ctxrank synth clicks --dataset mq2008 --fold 1 --split train --sessions 20000 --click-model pbm --eta 1 "
+    "--out log.csv": Run(("--sessions", "300")),
+    f"ctxrank data-info log.csv {LOG}": Run(check=contains("CTR at position 1")),
+    f"ctxrank train --model qilcm --data log.csv {LOG} "
+    "--debias ips --propensity-eta 1 --out runs/qilcm-ips": Run(EPOCH1),
+    f"ctxrank train --model lambdamart --data log.csv {LOG} "
+    "--debias ips --propensity-eta 1 --out runs/lambdamart-ips": Run(),
+    "ctxrank evaluate --model runs/qilcm-ips --dataset mq2008 --fold 1 --split test": Run(),
+    "ctxrank evaluate --model runs/lambdamart-ips --dataset mq2008 --fold 1 --split test": Run(),
+    "ctxrank export --model runs/qilcm-ips --format onnx --out qilcm-ips.onnx": Run(),
+    "ctxrank synth clicks --dataset mq2008 --fold 1 --split test --sessions 20000 --randomize shuffle_top "
+    "--shuffle-n 10 --seed 1 --out randomized.csv": Run(("--sessions", "300")),
+    f"ctxrank clicks propensity randomized.csv {LOG} --method randomized --out propensity.json": Run(),
+    f"ctxrank clicks offline randomized.csv {LOG} --model runs/lambdamart-ips --propensity propensity.json "
+    "--metric clicks --k 10": Run(),
     # docs/arsm.md
     "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm": Run(EPOCH1),
     "ctxrank train --model arsm --dataset mq2008 --set model_params.loss=ap --set model_params.n_levels=10 "
