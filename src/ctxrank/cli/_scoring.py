@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ctxrank._checks import resolve_threads
 from ctxrank._modeldir import read_meta
 from ctxrank.data.sources import ModelInputs
 
@@ -54,5 +55,5 @@ def load_onnx(path: str | Path, threads: int | None) -> tuple[Any, ModelInputs]:
         from ctxrank.serving.onnx_ranker import OnnxRanker  # onnxruntime: an optional extra
     except ModuleNotFoundError as exc:
         raise ValueError(f"{path}: scoring an ONNX file needs {exc.name}: {ONNX_EXTRA}") from None
-    ranker = OnnxRanker(path, threads=1 if threads is None else threads)
+    ranker = OnnxRanker(path, threads=resolve_threads(threads))
     return _OnnxPredictor(ranker), ModelInputs(ranker.n_features, ranker.table_spec())

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxrank._checks import OptionError, listed
+from ctxrank._checks import OptionError, listed, resolve_threads
 from ctxrank._declare import POSITIVE_INT, RAY_ADDRESS, from_namespace
 from ctxrank._io import atomic_write
 from ctxrank.cli._options import (
@@ -109,7 +109,7 @@ def predict_shards(
         path.unlink()
     done = score_shards(
         model, shards, output, workers=1 if workers is None else workers,
-        threads=1 if threads is None else threads, address=address,
+        threads=resolve_threads(threads), address=address,
     )  # fmt: skip
     print(
         f"wrote the scores of {done['rows']:,} rows ({done['queries']:,} queries, {done['shards']} shards) "
