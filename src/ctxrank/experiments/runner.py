@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ctxrank.clicks.simulate import logging_scores, simulate_clicks
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.sources import Columns, DataSource
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
@@ -119,8 +120,6 @@ def _click_unit(spec: ExperimentSpec, unit: Unit, seed: int, fold: int) -> Unit:
     resumed store): every random draw comes from ``[clicks] seed`` and the run's ``(seed, fold)``, so
     every model and method of a run learns from the same log (its ``sha256`` is in the split record).
     """
-    from ctxrank.clicks.simulate import logging_scores, simulate_clicks
-
     c = spec.clicks
     assert c is not None
     train_seed, valid_seed, logging_seed = (

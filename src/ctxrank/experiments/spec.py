@@ -97,6 +97,8 @@ from ctxrank._checks import (
     resolve_threads,
 )
 from ctxrank._overrides import Override, parse_override
+from ctxrank.clicks.click_models import click_model
+from ctxrank.clicks.simulate import check_fraction, check_options
 from ctxrank.config import (
     RerankConfig,
     RunConfig,
@@ -491,8 +493,6 @@ class ClicksSpec:
     def from_dict(cls, d: Any, models: Sequence[str]) -> ClicksSpec:
         """``[clicks]`` checked: unknown keys, click models and parameters are errors listing the valid
         ones; ``skyline`` must name models of the spec."""
-        from ctxrank.clicks.simulate import check_fraction, check_options
-
         if not isinstance(d, Mapping):
             raise _fail("clicks", f"must be a table of simulation settings, got {d!r}")
         _known("clicks", d, [f.name for f in dataclasses.fields(cls)])
@@ -518,8 +518,6 @@ class ClicksSpec:
 
     def model(self) -> Any:
         """The click model (:func:`ctxrank.clicks.click_models.click_model`)."""
-        from ctxrank.clicks.click_models import click_model
-
         if not isinstance(self.click_model, str):
             raise ValueError(f"click_model must be a click model's name, got {self.click_model!r}")
         return click_model(self.click_model, **self.params)
