@@ -68,10 +68,12 @@ def test_the_clicks_section_is_validated_before_any_run(tmp_path, override, mess
         load_spec(_spec(tmp_path), [override])
 
 
-def test_clicks_refuse_data_that_is_a_log_already(tmp_path):
+def test_clicks_refuse_data_that_is_a_log_already_and_the_anomaly_analysis(tmp_path):
     path = _spec(tmp_path)
     with pytest.raises(ValueError, match=r"\[clicks\] simulates a log from labelled data"):
         load_spec(path, ["data.file=log.csv", "data.position_col=position"])
+    with pytest.raises(ValueError, match=r"\[clicks\] \[analysis.anomaly\] reads a LambdaMART fitted"):
+        load_spec(path, ["analysis.anomaly.models=mlp,lambdamart"])
 
 
 def test_specs_without_clicks_keep_their_fingerprints_and_records():

@@ -753,7 +753,7 @@ class ExperimentSpec:
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
         clicks = ClicksSpec.from_dict(d["clicks"], list(models)) if "clicks" in d else None
-        _check_clicks(clicks, data, settings["rerank"].initial)
+        _check_clicks(clicks, data, settings["rerank"].initial, anomaly)
         spec = cls(
             name=name,
             title=str(d.get("title", "")),
@@ -772,11 +772,15 @@ class ExperimentSpec:
         return dataclasses.replace(spec, report=report)
 
 
-def _check_clicks(clicks: ClicksSpec | None, data: Mapping[str, Any], initial: str) -> None:
+def _check_clicks(
+    clicks: ClicksSpec | None, data: Mapping[str, Any], initial: str, anomaly: AnomalySpec | None
+) -> None:
     """``[clicks]`` simulates from labelled data, and every model ranks whole lists: a re-ranker's
-    initial LambdaMART would be fitted on the click log."""
+    initial LambdaMART, and the anomaly analysis's, would be fitted on the click log."""
     if clicks is None:
         return
+    if anomaly is not None:
+        raise _fail("clicks", "[analysis.anomaly] reads a LambdaMART fitted on labels; not with click logs")
     if data["data"].columns.position_col is not None:
         raise _fail("clicks", "simulates a log from labelled data; data.position_col makes the data a log")
     if data["synth"]:
