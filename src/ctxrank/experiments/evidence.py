@@ -61,6 +61,7 @@ from ctxrank.config import apply_overrides
 from ctxrank.experiments.report import build_report
 from ctxrank.experiments.spec import (
     AnomalySpec,
+    ClicksSpec,
     ExperimentSpec,
     GridSpec,
     ReportSpec,
@@ -561,6 +562,7 @@ def spec_from_record(record: Any, where: Any = SPEC, overrides: Sequence[Overrid
             source=d["source"],
             grids={m: GridSpec(axes=_axes(g["axes"])) for m, g in d["grids"].items()},
             tune=None if d["tune"] is None else _dataclass(TuneSpec, d["tune"]),
+            clicks=None if d.get("clicks") is None else ClicksSpec.from_dict(d["clicks"], list(d["models"])),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{where}: malformed experiment record ({type(exc).__name__}: {exc})") from None

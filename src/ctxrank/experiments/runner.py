@@ -17,6 +17,7 @@ stopped. On synthetic choice data the generator's own chooser is stored as the r
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ctxrank.clicks.simulate import logging_scores, simulate_clicks
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.data.sources import Columns, DataSource
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
@@ -51,6 +53,9 @@ class Unit:
     test: RankingData
     split: dict[str, Any]
     reference_scores: np.ndarray | None = None
+    #: ``[clicks]``: the true training and validation splits (``train`` and ``valid`` are then click
+    #: logs simulated from them), for the skyline runs
+    labelled: tuple[RankingData, RankingData] | None = None
 
 
 class _Source:
@@ -89,6 +94,11 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     """Train / valid / test of run ``(seed, fold)``, loaded by the spec's :class:`DataSource`: a
     registry fold, every query of a dataset pooled, or a file (or the synthetic sessions) split at
     random from ``seed``, as ``ctxrank train`` loads them. Errors name the spec's ``[data]`` keys."""
+    unit = _labelled_unit(spec, seed, fold, source)
+    return unit if spec.clicks is None else _click_unit(spec, unit, seed, fold)
+
+
+def _labelled_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None) -> Unit:
     try:
         if spec.registry_folds:
             return _fold_unit(spec, seed, fold)
@@ -100,6 +110,72 @@ def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None
     if data.train.categorical is not None:
         record["categorical"] = "vocabulary re-fitted on the training split"
     return Unit(data.train, data.valid, data.test, record, source.reference_scores(data.test))
+
+
+def _click_unit(spec: ExperimentSpec, unit: Unit, seed: int, fold: int) -> Unit:
+    """``unit`` with its training and validation splits replaced by click logs simulated from them
+    (``[clicks]``, :class:`~ctxrank.experiments.spec.ClicksSpec`), the true splits kept for the skyline.
+
+    Computed again, identically, wherever the run's data are loaded (one process, worker processes, a
+    resumed store): every random draw comes from ``[clicks] seed`` and the run's ``(seed, fold)``, so
+    every model and method of a run learns from the same log (its ``sha256`` is in the split record).
+    """
+    c = spec.clicks
+    assert c is not None
+    train_seed, valid_seed, logging_seed = (
+        int(s) % 2**31 for s in np.random.SeedSequence([c.seed, seed, fold]).generate_state(3)
+    )
+    top = err_max_label(spec)
+    max_label = (
+        float(top) if top is not None else float(max(unit.train.labels.max(), unit.valid.labels.max()))
+    )
+    options = {
+        "top_k": c.top_k, "randomize": c.randomize, "shuffle_n": c.shuffle_n, "relevance": c.relevance,
+        "max_label": max_label,
+    }  # fmt: skip
+    model = c.model()
+    logs, record = [], {}
+    sessions = {
+        "train": c.sessions,
+        "valid": max(1, round(c.sessions * unit.valid.n_queries / unit.train.n_queries)),
+    }
+    for name, data, log_seed in (("train", unit.train, train_seed), ("valid", unit.valid, valid_seed)):
+        scores = logging_scores(data, fraction=c.logging_fraction, seed=logging_seed, train=unit.train)
+        log = simulate_clicks(data, scores, model, sessions=sessions[name], seed=log_seed, **options).log
+        clicked = np.add.reduceat(log.labels, log.query_offsets[:-1]) > 0
+        log = log.subset(np.flatnonzero(clicked))  # a session without a click carries no signal
+        record[name] = {
+            "sessions": sessions[name],
+            "sessions_with_clicks": int(clicked.sum()),
+            "clicks": int(log.labels.sum()),
+            "seed": log_seed,
+            "sha256": _log_digest(log),
+        }
+        logs.append(log)
+    record["logging_seed"] = logging_seed
+    record["validation"] = "the validation log's clicks as labels (early stopping, grids, tuning)"
+    split = {**unit.split, "clicks": record}
+    return dataclasses.replace(
+        unit, train=logs[0], valid=logs[1], split=split, labelled=(unit.train, unit.valid)
+    )
+
+
+def _log_digest(log: RankingData) -> str:
+    """SHA-256 of what a model learns from a log: features, clicks, sessions and shown positions."""
+    h = hashlib.sha256()
+    for a in (log.features, log.labels, log.query_offsets, log.shown_positions):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def click_method(spec: ExperimentSpec, model: str, config: Any) -> dict[str, str]:
+    """What a ``[clicks]`` run learns from (``labels``: ``"clicks"`` or ``"true"``) and how (``method``:
+    ``skyline``, ``naive``, or the debiasing: ``train.debias``, or a baseline's ``model_params.debias``)."""
+    assert spec.clicks is not None
+    labels = spec.clicks.labels(model)
+    debias = config.model_params.get("debias", config.train.debias)
+    method = "skyline" if labels == "true" else ("naive" if debias == "none" else debias)
+    return {"labels": labels, "method": method}
 
 
 def _fold_unit(spec: ExperimentSpec, seed: int, fold: int) -> Unit:
@@ -271,6 +347,8 @@ def _run_one(
     base = {"model": model, "seed": seed, "fold": fold, "query_ids": [str(q) for q in unit.test.query_ids]}
     if model == REFERENCE and spec.synth and model not in spec.models:
         return {**base, "metrics": _evaluate(spec, unit.reference_scores, unit.test), "reference": True}
+    if spec.clicks is not None and unit.labelled is not None and spec.clicks.labels(model) == "true":
+        unit = dataclasses.replace(unit, train=unit.labelled[0], valid=unit.labelled[1])  # the skyline
     tuned: dict[str, Any] = {}
     if model in spec.grids:
         config, r, grid = _select_on_validation(spec, model, seed, unit.train, unit.valid, shared)
@@ -294,6 +372,7 @@ def _run_one(
         "config": config.to_dict(),
         "split": unit.split,
         **({"missing": missing} if missing is not None else {}),  # what was done with the missing cells
+        **({"clicks": click_method(spec, model, config)} if spec.clicks is not None else {}),
         **tuned,
     }
 

@@ -97,6 +97,8 @@ from ctxrank._checks import (
     resolve_threads,
 )
 from ctxrank._overrides import Override, parse_override
+from ctxrank.clicks.click_models import click_model
+from ctxrank.clicks.simulate import check_fraction, check_options
 from ctxrank.config import (
     RerankConfig,
     RunConfig,
@@ -115,6 +117,7 @@ from ctxrank.training.run import check_reads_categorical
 
 __all__ = [
     "AnomalySpec",
+    "ClicksSpec",
     "ExperimentSpec",
     "GridSpec",
     "ReportSpec",
@@ -461,6 +464,73 @@ class TuneSpec:
 
 
 @dataclass(frozen=True)
+class ClicksSpec:
+    """``[clicks]``: each run's training and validation splits become click logs simulated from them.
+
+    The standard semi-synthetic protocol (Joachims, Swaminathan & Schnabel 2017, "Unbiased
+    learning-to-rank with biased feedback"; Ai et al. 2018, "Unbiased learning to rank with unbiased
+    propensity estimation"), by :mod:`ctxrank.clicks.simulate`: a logging LambdaMART trained on
+    ``logging_fraction`` of the run's training queries ranks the training and validation queries;
+    ``sessions`` sessions (the validation log: as many per query) each show a query's top ``top_k``
+    (``randomize``: :data:`ctxrank.clicks.simulate.RANDOMIZATIONS`), clicked by ``click_model`` with
+    ``params`` (:func:`ctxrank.clicks.click_models.click_model`). Sessions without a click are dropped.
+    The test split keeps its true labels. ``skyline``: the models trained on the true labels of the
+    training and validation splits instead (the full-information runs).
+    """
+
+    click_model: str = "pbm"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    sessions: int = 10_000
+    top_k: int = 10
+    logging_fraction: float = 0.01
+    randomize: str = "none"
+    shuffle_n: int | None = None
+    relevance: str = "exponential"
+    seed: int = 0
+    skyline: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Any, models: Sequence[str]) -> ClicksSpec:
+        """``[clicks]`` checked: unknown keys, click models and parameters are errors listing the valid
+        ones; ``skyline`` must name models of the spec."""
+        if not isinstance(d, Mapping):
+            raise _fail("clicks", f"must be a table of simulation settings, got {d!r}")
+        _known("clicks", d, [f.name for f in dataclasses.fields(cls)])
+        params = d.get("params", {})
+        if not isinstance(params, Mapping):
+            raise _fail("clicks", f"params must be a table of the click model's parameters, got {params!r}")
+        kw = {**{f.name: f.default for f in dataclasses.fields(cls) if f.name != "params"}, **d}
+        kw["params"] = dict(params)
+        kw["skyline"] = _check("clicks", check_names, "skyline", kw["skyline"])
+        kw["seed"] = _check("clicks", check_seed, "seed", kw["seed"])
+        try:
+            options = {k: kw[k] for k in ("sessions", "top_k", "randomize", "shuffle_n", "relevance")}
+            check_options(**options)
+            check_fraction(kw["logging_fraction"])
+            spec = cls(**kw)
+            spec.model()
+        except (TypeError, ValueError) as exc:
+            raise _fail("clicks", str(exc)) from None
+        unknown = [m for m in spec.skyline if m not in models]
+        if unknown:
+            raise _fail("clicks", f"skyline {unknown}: not models of the spec {list(models)}")
+        return spec
+
+    def model(self) -> Any:
+        """The click model (:func:`ctxrank.clicks.click_models.click_model`)."""
+        if not isinstance(self.click_model, str):
+            raise ValueError(f"click_model must be a click model's name, got {self.click_model!r}")
+        return click_model(self.click_model, **self.params)
+
+    def labels(self, model: str) -> str:
+        """What ``model`` trains on: ``"true"`` (a skyline) or ``"clicks"``."""
+        return "true" if model in self.skyline else "clicks"
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """A validated experiment (see the module docstring for the TOML form)."""
 
@@ -480,6 +550,8 @@ class ExperimentSpec:
     source: str = ""
     grids: Mapping[str, GridSpec] = field(default_factory=dict)
     tune: TuneSpec | None = None
+    #: ``[clicks]``: train on click logs simulated from the training and validation splits
+    clicks: ClicksSpec | None = None
     #: the ``[data]`` keys of the runs (:data:`RUN_DATA_KEYS`)
     folds: tuple[int, ...] = field(kw_only=True)
     #: ``"folds"`` (a registry dataset's published folds, its default) or ``"random-splits"`` (every
@@ -610,6 +682,8 @@ class ExperimentSpec:
             key["grids"] = {m: dataclasses.asdict(g) for m, g in self.grids.items()}
         if self.tune is not None:  # absent without [tune]: the fingerprints of earlier specs stay
             key["tune"] = self.tune.fingerprint_key()
+        if self.clicks is not None:  # absent without [clicks]: the fingerprints of earlier specs stay
+            key["clicks"] = self.clicks.to_dict()
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def matches_record(self, record: Any) -> bool:
@@ -642,6 +716,8 @@ class ExperimentSpec:
         for key in ("docid_col", "position_col"):
             if data[key] is None:
                 del data[key]  # absent from records written before the key: they stay byte-identical
+        if self.clicks is None:
+            del rest["clicks"]  # absent from records written before the key: they stay byte-identical
         return json.loads(json.dumps({"name": self.name, "data": data, **rest}, default=str))
 
     @classmethod
@@ -649,7 +725,19 @@ class ExperimentSpec:
         _known(
             "top",
             d,
-            ["name", "title", "data", "runs", "protocol", "report", "defaults", "models", "analysis", "tune"],
+            [
+                "name",
+                "title",
+                "data",
+                "runs",
+                "protocol",
+                "report",
+                "defaults",
+                "models",
+                "analysis",
+                "tune",
+                "clicks",
+            ],
         )
         tune = TuneSpec.from_dict(d["tune"]) if "tune" in d else None
         name = d["name"] if "name" in d else (Path(source).stem if source else "")
@@ -664,6 +752,8 @@ class ExperimentSpec:
         analysis = _table(d, "analysis")
         _known("analysis", analysis, ["anomaly"])
         anomaly = _anomaly(analysis["anomaly"], list(models)) if "anomaly" in analysis else None
+        clicks = ClicksSpec.from_dict(d["clicks"], list(models)) if "clicks" in d else None
+        _check_clicks(clicks, data, settings["rerank"].initial, anomaly)
         spec = cls(
             name=name,
             title=str(d.get("title", "")),
@@ -675,10 +765,30 @@ class ExperimentSpec:
             source=source,
             grids=grids,
             tune=tune,
+            clicks=clicks,
         )
         spec.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
         report = _report(_table(d, "report"), list(models), split_protocol(spec), spec.is_choice)
         return dataclasses.replace(spec, report=report)
+
+
+def _check_clicks(
+    clicks: ClicksSpec | None, data: Mapping[str, Any], initial: str, anomaly: AnomalySpec | None
+) -> None:
+    """``[clicks]`` simulates from labelled data, and every model ranks whole lists: a re-ranker's
+    initial LambdaMART, and the anomaly analysis's, would be fitted on the click log."""
+    if clicks is None:
+        return
+    if anomaly is not None:
+        raise _fail("clicks", "[analysis.anomaly] reads a LambdaMART fitted on labels; not with click logs")
+    if data["data"].columns.position_col is not None:
+        raise _fail("clicks", "simulates a log from labelled data; data.position_col makes the data a log")
+    if data["synth"]:
+        raise _fail(
+            "clicks", "simulates from graded relevance labels; synthetic choice sessions have choices"
+        )
+    if initial:
+        raise _fail("clicks", f'every model ranks whole lists: set [protocol] initial = "" (got {initial!r})')
 
 
 def _run_settings(threads: Any, protocol: Mapping[str, Any]) -> dict[str, Any]:
