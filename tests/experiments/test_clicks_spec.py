@@ -19,7 +19,7 @@ MODELS = {
     "mlp-ips": f'model = "mlp"\ntrain = {{ {FAST}, debias = "ips", propensity_eta = 1.0 }}',
     "mlp-skyline": f'model = "mlp"\n{FAST_NEURAL}',
     "lambdamart": f'model = "lambdamart"\nmodel_params = {{ {FAST_LM} }}',
-    "lambdamart-lightgbm": f'model = "lambdamart"\nmodel_params = {{ {FAST_LM}, debias = "lightgbm" }}',
+    "lambdamart-pal": f'model = "lambdamart"\nmodel_params = {{ {FAST_LM} }}\ntrain = {{ debias = "pal" }}',
     "lambdamart-skyline": f'model = "lambdamart"\nmodel_params = {{ {FAST_LM} }}',
 }
 CLICKS = """[clicks]
@@ -137,6 +137,6 @@ def test_a_tiny_clicks_experiment_records_the_method_and_one_log_per_run(tmp_pat
         "mlp-ips": ("clicks", "ips"),
         "mlp-skyline": ("true", "skyline"),
         "lambdamart": ("clicks", "naive"),
-        "lambdamart-lightgbm": ("clicks", "lightgbm"),
+        "lambdamart-pal": ("clicks", "pal"),
         "lambdamart-skyline": ("true", "skyline"),
     }

@@ -153,7 +153,10 @@ def _click_unit(spec: ExperimentSpec, unit: Unit, seed: int, fold: int) -> Unit:
         }
         logs.append(log)
     record["logging_seed"] = logging_seed
-    record["validation"] = "the validation log's clicks as labels (early stopping, grids, tuning)"
+    record["validation"] = (
+        "the validation log (early stopping, grids, tuning), by each run's own objective: the IPS estimate "
+        "of DCG@k for a debiased run, the clicks' metric for a naive one (its fit summary's validation)"
+    )
     split = {**unit.split, "clicks": record}
     return dataclasses.replace(
         unit, train=logs[0], valid=logs[1], split=split, labelled=(unit.train, unit.valid)
@@ -170,10 +173,10 @@ def _log_digest(log: RankingData) -> str:
 
 def click_method(spec: ExperimentSpec, model: str, config: Any) -> dict[str, str]:
     """What a ``[clicks]`` run learns from (``labels``: ``"clicks"`` or ``"true"``) and how (``method``:
-    ``skyline``, ``naive``, or the debiasing: ``train.debias``, or a baseline's ``model_params.debias``)."""
+    ``skyline``, ``naive``, or the debiasing, ``train.debias``)."""
     assert spec.clicks is not None
     labels = spec.clicks.labels(model)
-    debias = config.model_params.get("debias", config.train.debias)
+    debias = config.train.debias
     method = "skyline" if labels == "true" else ("naive" if debias == "none" else debias)
     return {"labels": labels, "method": method}
 
