@@ -34,6 +34,14 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   :func:`ips_weights`). The positions enter training only: the model's inputs are the features alone.
   A run config sets them by ``train.debias`` (``"pal"`` -> ``"lightgbm"``, ``"ips"``) and its
   propensities, as for every model (``ctxrank.registry``), never by ``model_params``.
+* **Validating on a click log.** The clicks' NDCG rewards reproducing the logging order, so early
+  stopping does not read it when the validation split is a log (``shown_positions`` set): with
+  ``debias="ips"`` LightGBM's metric is off (``metric="None"``) and a ``feval`` computes the IPS
+  estimate of DCG@k of the relevance (:class:`ctxrank.clicks.validation.LogObjective`, the run's
+  propensities and clip), which alone stops and selects the iteration; with ``"lightgbm"`` (no
+  propensities to estimate by) there is no early stopping: ``n_estimators`` trees are kept, with a
+  warning, the clicks' NDCG only recorded; with ``"none"`` (naive) the clicks' NDCG selects as on
+  labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which.
 
 Nothing here imports LightGBM at module import time.
 """
@@ -44,6 +52,7 @@ import difflib
 import hashlib
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -556,7 +565,12 @@ class LambdaMART(FittedBaseline):
         max_label, n_cat = _check_splits(train, valid)
         k, cutoffs, no_relevant = self._resolve()
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
+        objective, rounds, validation = self._log_validation(valid, k)
+        for message in validation[1]:
+            warnings.warn(message, UserWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
+        if objective is not None:  # only the feval's estimate decides, not the clicks' NDCG
+            params["metric"] = "None"
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
             train_x,
@@ -568,7 +582,7 @@ class LambdaMART(FittedBaseline):
         monitor = None
         if valid is not None:
             monitor = _ValidationMonitor.build(
-                self, valid, valid_x, train_set, cat_idx, f"ndcg@{k}", no_relevant
+                self, valid, valid_x, train_set, cat_idx, f"ndcg@{k}", no_relevant, objective, rounds
             )
         try:
             booster = lgb.train(
@@ -578,6 +592,7 @@ class LambdaMART(FittedBaseline):
                 valid_sets=[] if monitor is None else [monitor.dataset],
                 valid_names=[] if monitor is None else ["valid"],
                 callbacks=[] if monitor is None else monitor.callbacks,
+                feval=None if monitor is None else monitor.feval,
             )
         except lgb.basic.LightGBMError as exc:
             raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
@@ -588,6 +603,7 @@ class LambdaMART(FittedBaseline):
         self.categorical_cardinalities_in_ = (
             tuple(int(c) for c in train.categorical_cardinalities) if n_cat else ()
         )
+        self.validation_, self.validation_warnings_ = validation
         self._select_iteration(booster, monitor)
         # the trees alone: a Booster read back from its model text holds none of the training state
         # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
@@ -596,6 +612,48 @@ class LambdaMART(FittedBaseline):
         self.booster_ = lgb.Booster(model_str=booster.model_to_string(num_iteration=-1))  # every tree
         self.booster_.best_iteration = booster.best_iteration
         return self
+
+    def _log_validation(
+        self, valid: RankingData | None, k: int
+    ) -> tuple[Any, int | None, tuple[str | None, tuple[str, ...]]]:
+        """How a validation split that is a click log (``shown_positions`` set) stops and selects, checked
+        before training: ``(objective, rounds, (validation, warnings))``. ``objective``: the IPS estimate
+        of DCG@k (:func:`ctxrank.clicks.validation.log_objective`) with ``debias="ips"``, else None (the
+        clicks' NDCG); ``rounds``: the early-stopping rounds (None with ``"lightgbm"``: its propensities
+        are not known, so nothing honest to stop on); ``validation``: what the validation metric
+        measures (None on labelled data)."""
+        if valid is None or valid.shown_positions is None:
+            return None, self.early_stopping_rounds, (None, ())
+        from ctxrank.clicks.validation import LogObjective, log_objective
+
+        if self.debias == "ips":
+            eta = _is_number(self.propensity)
+            objective = log_objective(
+                f"ndcg@{k}",
+                valid,
+                debias="ips",
+                propensity=() if eta else [float(p) for p in self.propensity],
+                propensity_eta=float(self.propensity) if eta else None,
+                clip=self.propensity_clip,
+            )
+            assert objective is not None
+            return objective, self.early_stopping_rounds, (objective.describe(), ())
+        naive = LogObjective(f"ndcg@{k}", "naive").describe()
+        if self.debias == "none":
+            return None, self.early_stopping_rounds, (naive, ())
+        validation = (
+            f"{naive}, recorded only: LightGBM's position debiasing estimates no propensities to "
+            f"validate by, so {self.n_estimators} trees without early stopping"
+        )
+        warned = ()
+        if self.early_stopping_rounds is not None:
+            warned = (
+                "early_stopping_rounds is not applied: the validation split is a click log and "
+                "debias='lightgbm' (train.debias = 'pal') gives no propensities to estimate the ranking "
+                f"quality by (the clicks' NDCG rewards the logging order); kept all {self.n_estimators} "
+                "trees (set n_estimators, or train.debias = 'ips' with propensities to stop early)",
+            )
+        return None, None, (validation, warned)
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
@@ -621,7 +679,7 @@ class LambdaMART(FittedBaseline):
             name: {metric: [float(v) for v in values] for metric, values in per.items()}
             for name, per in evals.items()
         }
-        if monitor is not None and self.early_stopping_rounds is not None:
+        if monitor is not None and monitor.stopper.rounds is not None:
             self.best_iteration_ = monitor.stopper.best_iter + 1
             self.best_score_ = float(monitor.stopper.best_score)
         else:
@@ -639,11 +697,17 @@ class LambdaMART(FittedBaseline):
         """What ``ctxrank train`` records: the trees kept and their validation metric (None without
         validation), in this model's ``no_relevant`` convention."""
         self._check_fitted()
-        return {
+        summary = {
             "best_iteration": int(self.best_iteration_),
             "metric": self.metric,
             "best_valid_metric": self.best_score_,
         }
+        validation, warned = getattr(self, "validation_", None), getattr(self, "validation_warnings_", ())
+        if warned:
+            summary["warnings"] = list(warned)
+        if validation is not None:
+            summary["validation"] = validation
+        return summary
 
     # -------------------------------------------------------------- inference
     def predict(self, data: RankingData) -> np.ndarray:
@@ -979,7 +1043,8 @@ def _check_splits(train: RankingData, valid: RankingData | None) -> tuple[int, i
 
 @dataclass
 class _ValidationMonitor:
-    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper."""
+    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper,
+    and the ``feval`` of a log's IPS estimate (None: LightGBM's NDCG)."""
 
     dataset: Any
     metric: str
@@ -987,6 +1052,7 @@ class _ValidationMonitor:
     evals: dict[str, Any]
     stopper: Any
     callbacks: list[Any]
+    feval: Any = None
 
     @classmethod
     def build(
@@ -998,18 +1064,22 @@ class _ValidationMonitor:
         cat_idx: Any,
         metric: str,
         no_relevant: float | str,
+        objective: Any = None,
+        rounds: int | None = None,
     ):
+        """``objective``: a log's :class:`~ctxrank.clicks.validation.LogObjective` estimated by IPS (its
+        ``feval`` is then the stopping metric), else None; ``rounds``: the early-stopping rounds."""
         import lightgbm as lgb
 
-        n_queries = valid.n_queries
-        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
-        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
-        if no_relevant == "skip" and n0 == n_queries:
-            raise ValueError(
-                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
-                "NDCG with no_relevant='skip' is undefined"
-            )
-        convert = _convention(n_queries, n0, no_relevant)
+        feval = None
+        if objective is None:
+            convert = cls._ndcg_convention(valid, no_relevant)
+        else:
+            metric, convert = f"ips_dcg@{objective.k}", float
+
+            def feval(scores: np.ndarray, _dataset: Any) -> tuple[str, float, bool]:
+                return metric, objective.value(valid, np.asarray(scores, dtype=np.float64)), True
+
         dataset = lgb.Dataset(
             valid_x,
             label=valid.labels,
@@ -1018,11 +1088,24 @@ class _ValidationMonitor:
             categorical_feature=cat_idx,
         )
         evals: dict[str, Any] = {}
-        stopper = _EarlyStopping("valid", metric, model.early_stopping_rounds, convert)
+        stopper = _EarlyStopping("valid", metric, rounds, convert)
         callbacks = [lgb.record_evaluation(evals), stopper]
         if model.verbose:
             callbacks.append(lgb.log_evaluation(period=10))
-        return cls(dataset, metric, convert, evals, stopper, callbacks)
+        return cls(dataset, metric, convert, evals, stopper, callbacks, feval)
+
+    @staticmethod
+    def _ndcg_convention(valid: RankingData, no_relevant: float | str):
+        """LightGBM's validation NDCG -> ``no_relevant``'s convention (:func:`_convention`)."""
+        n_queries = valid.n_queries
+        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
+        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
+        if no_relevant == "skip" and n0 == n_queries:
+            raise ValueError(
+                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
+                "NDCG with no_relevant='skip' is undefined"
+            )
+        return _convention(n_queries, n0, no_relevant)
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
