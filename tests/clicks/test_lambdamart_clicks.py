@@ -374,3 +374,81 @@ def test_a_pipelines_initial_lambdamart_keeps_its_debias_through_saving(tmp_path
     meta["run_config"]["rerank"]["initial_params"].update(propensity=None, propensity_clip=None)
     saved_models.write(tmp_path / "pipe", meta)
     assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"
+
+
+# ------------------------------------------------------------------------ validating on a click log
+
+STOPPING = {**TREES, "n_estimators": 40, "early_stopping_rounds": 8}
+
+
+@pytest.fixture(scope="module")
+def logs():
+    """A training and a validation PBM log, and the validation log's true labels."""
+    log, _ = _pbm_log(0, n_sessions=300)
+    valid, valid_truth = _pbm_log(1, n_sessions=150)
+    return log, valid, valid_truth
+
+
+def test_ips_debiased_lambdamart_selects_its_iteration_by_the_ips_estimate(logs):
+    """Early stopping and the kept iteration follow the IPS estimate of DCG@10 (the feval), never the
+    clicks' NDCG (which LightGBM does not even compute)."""
+    from ctxrank.clicks.validation import log_objective
+
+    log, valid, _ = logs
+    model = LambdaMART(**STOPPING, debias="ips", propensity=1.0, propensity_clip=50.0).fit(log, valid)
+    assert list(model.evals_result_["valid"]) == ["ips_dcg@10"]
+    curve = model.evals_result_["valid"]["ips_dcg@10"]
+    assert model.best_iteration_ == int(np.argmax(curve)) + 1 > 1
+    assert model.best_score_ == max(curve)
+    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0, clip=50.0)
+    assert model.best_score_ == pytest.approx(objective.value(valid, model.predict(valid)), rel=1e-12)
+    assert model.training_summary()["validation"] == (
+        "IPS estimate of DCG@10 on a click log (propensities (1/k)^1, weights clipped at 50)"
+    )
+
+
+def test_ips_validation_propensities_must_cover_the_validation_positions_before_training(logs):
+    log, valid, _ = logs
+    train = dataclasses.replace(log, shown_positions=np.minimum(log.shown_positions, 3))
+    with pytest.raises(ValueError, match="propensity gives 3 positions, but the log shows items at positions"):
+        LambdaMART(**STOPPING, debias="ips", propensity=[1.0, 0.5, 0.3]).fit(train, valid)
+
+
+def test_lightgbm_debiasing_does_not_stop_on_the_clicks_of_a_validation_log(logs):
+    """No propensities to estimate by: every tree is kept, with a warning, instead of stopping where the
+    clicks' NDCG (which rewards the logging order) peaks."""
+    log, valid, _ = logs
+    with pytest.warns(UserWarning, match="early_stopping_rounds is not applied: the validation split is a"):
+        model = LambdaMART(**STOPPING, debias="lightgbm").fit(log, valid)
+    clicks = model.evals_result_["valid"]["ndcg@10"]
+    assert len(clicks) == model.best_iteration_ == STOPPING["n_estimators"]
+    assert int(np.argmax(clicks)) + 1 + STOPPING["early_stopping_rounds"] < STOPPING["n_estimators"]
+    summary = model.training_summary()
+    assert "recorded only: LightGBM's position debiasing estimates no propensities" in summary["validation"]
+    assert summary["warnings"][0].startswith("early_stopping_rounds is not applied")
+
+
+def test_naive_lambdamart_on_a_validation_log_is_recorded_as_naive(logs):
+    log, valid, _ = logs
+    model = LambdaMART(**STOPPING).fit(log, valid)
+    curve = model.evals_result_["valid"]["ndcg@10"]
+    assert model.best_iteration_ == int(np.argmax(curve)) + 1
+    assert model.training_summary()["validation"] == (
+        "ndcg@10 of the clicks of a log (naive: biased by the shown positions)"
+    )
+
+
+def test_labelled_validation_records_no_log_objective(logs):
+    _, valid, valid_truth = logs
+    summary = LambdaMART(**STOPPING).fit(valid_truth, valid_truth).training_summary()
+    assert set(summary) == {"best_iteration", "metric", "best_valid_metric"}
+
+
+def test_a_runs_summary_records_lambdamarts_log_objective(logs):
+    log, valid, _ = logs
+    config = RunConfig(
+        model="lambdamart", model_params=STOPPING, train=TrainConfig(debias="ips", propensity_eta=1.0)
+    )
+    result = run_training(config, log, valid)
+    assert result.summary.validation.startswith("IPS estimate of DCG@10 on a click log")
+    assert result.summary.best_iteration == result.predictor.best_iteration_
