@@ -395,60 +395,96 @@ def test_ips_debiased_lambdamart_selects_its_iteration_by_the_ips_estimate(logs)
     from ctxrank.clicks.validation import log_objective
 
     log, valid, _ = logs
-    model = LambdaMART(**STOPPING, debias="ips", propensity=1.0, propensity_clip=50.0).fit(log, valid)
+    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0, clip=50.0)
+    model = LambdaMART(**STOPPING, debias="ips", propensity=1.0, propensity_clip=50.0)
+    model.fit(log, valid, valid_objective=objective)
     assert list(model.evals_result_["valid"]) == ["ips_dcg@10"]
     curve = model.evals_result_["valid"]["ips_dcg@10"]
     assert model.best_iteration_ == int(np.argmax(curve)) + 1 > 1
     assert model.best_score_ == max(curve)
-    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0, clip=50.0)
     assert model.best_score_ == pytest.approx(objective.value(valid, model.predict(valid)), rel=1e-12)
     assert model.training_summary()["validation"] == (
         "IPS estimate of DCG@10 on a click log (propensities (1/k)^1, weights clipped at 50)"
     )
 
 
-def test_ips_validation_propensities_must_cover_the_validation_positions_before_training(logs):
+def _run(debias, **train):
+    return RunConfig(model="lambdamart", model_params=STOPPING, train=TrainConfig(debias=debias, **train))
+
+
+def test_a_run_with_train_debias_ips_stops_on_the_ips_estimate_and_records_it(logs):
+    log, valid, _ = logs
+    result = run_training(_run("ips", propensity_eta=1.0), log, valid)
+    curve = result.predictor.evals_result_["valid"]["ips_dcg@10"]
+    assert result.summary.best_iteration == int(np.argmax(curve)) + 1
+    assert result.summary.best_valid_metric == max(curve)
+    assert result.summary.validation.startswith("IPS estimate of DCG@10 on a click log (propensities (1/k)^1")
+
+
+def test_ips_validation_propensities_must_cover_the_validation_positions(logs):
     log, valid, _ = logs
     train = dataclasses.replace(log, shown_positions=np.minimum(log.shown_positions, 3))
-    with pytest.raises(ValueError, match="propensity gives 3 positions, but the log shows items at positions"):
-        LambdaMART(**STOPPING, debias="ips", propensity=[1.0, 0.5, 0.3]).fit(train, valid)
+    with pytest.raises(
+        ValueError, match="propensity gives 3 positions, but the log shows items at positions up"
+    ):
+        run_training(_run("ips", propensity=(1.0, 0.5, 0.3)), train, valid)
 
 
-def test_lightgbm_debiasing_does_not_stop_on_the_clicks_of_a_validation_log(logs):
-    """No propensities to estimate by: every tree is kept, with a warning, instead of stopping where the
-    clicks' NDCG (which rewards the logging order) peaks."""
+@pytest.mark.parametrize(
+    ("debias", "why"),
+    [
+        ({"debias": "lightgbm"}, "LightGBM's position debiasing estimates no propensities"),
+        ({"debias": "ips", "propensity": 1.0}, r"no valid_objective \(the IPS estimate"),
+    ],
+)
+def test_a_debiased_fit_never_stops_on_the_clicks_of_a_validation_log(logs, debias, why):
+    """No estimate to stop by: every tree is kept, with a warning, instead of stopping where the clicks'
+    NDCG (which rewards the logging order) peaks."""
     log, valid, _ = logs
-    with pytest.warns(UserWarning, match="early_stopping_rounds is not applied: the validation split is a"):
-        model = LambdaMART(**STOPPING, debias="lightgbm").fit(log, valid)
+    with pytest.warns(
+        UserWarning,
+        match=f"early_stopping_rounds is not applied: the validation split is a click log and {why}",
+    ):
+        model = LambdaMART(**STOPPING, **debias).fit(log, valid)
     clicks = model.evals_result_["valid"]["ndcg@10"]
     assert len(clicks) == model.best_iteration_ == STOPPING["n_estimators"]
-    assert int(np.argmax(clicks)) + 1 + STOPPING["early_stopping_rounds"] < STOPPING["n_estimators"]
+    assert int(np.argmax(clicks)) + 1 < STOPPING["n_estimators"]  # where the clicks would have selected
     summary = model.training_summary()
-    assert "recorded only: LightGBM's position debiasing estimates no propensities" in summary["validation"]
+    assert summary["validation"].startswith(
+        "ndcg@10 of the clicks of a log (naive: biased by the shown positions), recorded only"
+    )
     assert summary["warnings"][0].startswith("early_stopping_rounds is not applied")
 
 
-def test_naive_lambdamart_on_a_validation_log_is_recorded_as_naive(logs):
+def test_a_pal_run_keeps_every_tree_and_says_why(logs):
     log, valid, _ = logs
-    model = LambdaMART(**STOPPING).fit(log, valid)
+    with pytest.warns(UserWarning, match="LightGBM's position debiasing estimates no propensities"):
+        result = run_training(_run("pal"), log, valid)
+    assert result.summary.best_iteration == STOPPING["n_estimators"]
+    assert "recorded only: LightGBM's position debiasing" in result.summary.validation
+    assert any("early_stopping_rounds is not applied" in w for w in result.summary.warnings)
+
+
+@pytest.mark.parametrize("api", [True, False])
+def test_naive_lambdamart_on_a_validation_log_is_recorded_as_naive(logs, api):
+    log, valid, _ = logs
+    if api:
+        model = LambdaMART(**STOPPING).fit(log, valid)
+        summary = model.training_summary()
+    else:
+        result = run_training(_run("none"), log, valid)
+        model, summary = result.predictor, result.summary.to_json()
     curve = model.evals_result_["valid"]["ndcg@10"]
-    assert model.best_iteration_ == int(np.argmax(curve)) + 1
-    assert model.training_summary()["validation"] == (
-        "ndcg@10 of the clicks of a log (naive: biased by the shown positions)"
-    )
+    assert model.best_iteration_ == int(np.argmax(curve)) + 1 < STOPPING["n_estimators"]
+    assert summary["validation"] == "ndcg@10 of the clicks of a log (naive: biased by the shown positions)"
 
 
 def test_labelled_validation_records_no_log_objective(logs):
-    _, valid, valid_truth = logs
+    from ctxrank.clicks.validation import log_objective
+
+    log, valid, valid_truth = logs
     summary = LambdaMART(**STOPPING).fit(valid_truth, valid_truth).training_summary()
     assert set(summary) == {"best_iteration", "metric", "best_valid_metric"}
-
-
-def test_a_runs_summary_records_lambdamarts_log_objective(logs):
-    log, valid, _ = logs
-    config = RunConfig(
-        model="lambdamart", model_params=STOPPING, train=TrainConfig(debias="ips", propensity_eta=1.0)
-    )
-    result = run_training(config, log, valid)
-    assert result.summary.validation.startswith("IPS estimate of DCG@10 on a click log")
-    assert result.summary.best_iteration == result.predictor.best_iteration_
+    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0)
+    with pytest.raises(ValueError, match="valid_objective applies to a validation split that is a click log"):
+        LambdaMART(**STOPPING).fit(log, valid_truth, valid_objective=objective)

@@ -35,13 +35,15 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   A run config sets them by ``train.debias`` (``"pal"`` -> ``"lightgbm"``, ``"ips"``) and its
   propensities, as for every model (``ctxrank.registry``), never by ``model_params``.
 * **Validating on a click log.** The clicks' NDCG rewards reproducing the logging order, so early
-  stopping does not read it when the validation split is a log (``shown_positions`` set): with
-  ``debias="ips"`` LightGBM's metric is off (``metric="None"``) and a ``feval`` computes the IPS
-  estimate of DCG@k of the relevance (:class:`ctxrank.clicks.validation.LogObjective`, the run's
-  propensities and clip), which alone stops and selects the iteration; with ``"lightgbm"`` (no
-  propensities to estimate by) there is no early stopping: ``n_estimators`` trees are kept, with a
-  warning, the clicks' NDCG only recorded; with ``"none"`` (naive) the clicks' NDCG selects as on
-  labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which.
+  stopping never reads it on a debiased fit whose validation split is a log (``shown_positions`` set).
+  Given an IPS objective (``fit(valid_objective=...)``, which a run passes with ``train.debias =
+  "ips"``: :func:`ctxrank.clicks.validation.log_objective`, the run's propensities and clip),
+  LightGBM's metric is off (``metric="None"``) and a ``feval`` computing the IPS estimate of DCG@k of
+  the relevance alone stops and selects the iteration. Without one (``"lightgbm"``: no propensities to
+  estimate by; ``"ips"`` called without it) there is no early stopping: ``n_estimators`` trees are
+  kept, with a warning, the clicks' NDCG only recorded. ``"none"`` (naive): the clicks' NDCG selects as
+  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which. (This
+  module cannot build the objective itself: ``ctxrank.clicks`` imports it.)
 
 Nothing here imports LightGBM at module import time.
 """
@@ -544,8 +546,15 @@ class LambdaMART(FittedBaseline):
         return params
 
     # --------------------------------------------------------------- training
-    def fit(self, train: RankingData, valid: RankingData | None = None) -> LambdaMART:
+    def fit(
+        self, train: RankingData, valid: RankingData | None = None, *, valid_objective: Any = None
+    ) -> LambdaMART:
         """Fit on ``train``; with ``valid``, record its NDCG each round and stop early on ``metric``.
+
+        ``valid_objective``: when ``valid`` is a click log, how it validates: a
+        :class:`ctxrank.clicks.validation.LogObjective` (``log_objective(...)``; an IPS one is LightGBM's
+        ``feval`` and alone stops and selects). Without it a debiased fit on a log keeps every tree (module
+        docstring, "Validating on a click log").
 
         Raises:
             TypeError: not RankingData.
@@ -554,9 +563,12 @@ class LambdaMART(FittedBaseline):
                 whose queries all lack a relevant item under ``no_relevant="skip"``, or anything
                 LightGBM rejects.
         """
-        return self._fit(train, valid, _lgb_matrix(train), None if valid is None else _lgb_matrix(valid))
+        valid_x = None if valid is None else _lgb_matrix(valid)
+        return self._fit(train, valid, _lgb_matrix(train), valid_x, valid_objective)
 
-    def _fit(self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any) -> LambdaMART:
+    def _fit(
+        self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any, objective: Any = None
+    ) -> LambdaMART:
         """:meth:`fit` with LightGBM's inputs given: ``train_x`` / ``valid_x`` the splits' rows as one
         matrix or a list of consecutive row blocks (:func:`_query_rows`; the splits' own ``features`` are
         then not read)."""
@@ -565,7 +577,7 @@ class LambdaMART(FittedBaseline):
         max_label, n_cat = _check_splits(train, valid)
         k, cutoffs, no_relevant = self._resolve()
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
-        objective, rounds, validation = self._log_validation(valid, k)
+        objective, rounds, validation = self._log_validation(valid, k, objective)
         for message in validation[1]:
             warnings.warn(message, UserWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
@@ -614,46 +626,37 @@ class LambdaMART(FittedBaseline):
         return self
 
     def _log_validation(
-        self, valid: RankingData | None, k: int
+        self, valid: RankingData | None, k: int, objective: Any
     ) -> tuple[Any, int | None, tuple[str | None, tuple[str, ...]]]:
         """How a validation split that is a click log (``shown_positions`` set) stops and selects, checked
-        before training: ``(objective, rounds, (validation, warnings))``. ``objective``: the IPS estimate
-        of DCG@k (:func:`ctxrank.clicks.validation.log_objective`) with ``debias="ips"``, else None (the
-        clicks' NDCG); ``rounds``: the early-stopping rounds (None with ``"lightgbm"``: its propensities
-        are not known, so nothing honest to stop on); ``validation``: what the validation metric
-        measures (None on labelled data)."""
+        before training: ``(feval objective or None, early-stopping rounds, (validation, warnings))``
+        (module docstring, "Validating on a click log"); ``validation`` None on labelled data."""
         if valid is None or valid.shown_positions is None:
+            if objective is not None:
+                raise ValueError(
+                    "valid_objective applies to a validation split that is a click log (shown positions); "
+                    f"{'no validation split was given' if valid is None else 'valid has none'}"
+                )
             return None, self.early_stopping_rounds, (None, ())
-        from ctxrank.clicks.validation import LogObjective, log_objective
-
-        if self.debias == "ips":
-            eta = _is_number(self.propensity)
-            objective = log_objective(
-                f"ndcg@{k}",
-                valid,
-                debias="ips",
-                propensity=() if eta else [float(p) for p in self.propensity],
-                propensity_eta=float(self.propensity) if eta else None,
-                clip=self.propensity_clip,
-            )
-            assert objective is not None
+        if objective is not None:
+            if objective.naive:
+                return None, self.early_stopping_rounds, (objective.describe(), ())
             return objective, self.early_stopping_rounds, (objective.describe(), ())
-        naive = LogObjective(f"ndcg@{k}", "naive").describe()
+        naive = f"ndcg@{k} of the clicks of a log (naive: biased by the shown positions)"
         if self.debias == "none":
             return None, self.early_stopping_rounds, (naive, ())
-        validation = (
-            f"{naive}, recorded only: LightGBM's position debiasing estimates no propensities to "
-            f"validate by, so {self.n_estimators} trees without early stopping"
-        )
+        why = {
+            "lightgbm": "LightGBM's position debiasing estimates no propensities to validate by",
+            "ips": "no valid_objective (the IPS estimate, ctxrank.clicks.validation.log_objective) was given",
+        }[self.debias]
         warned = ()
         if self.early_stopping_rounds is not None:
             warned = (
-                "early_stopping_rounds is not applied: the validation split is a click log and "
-                "debias='lightgbm' (train.debias = 'pal') gives no propensities to estimate the ranking "
-                f"quality by (the clicks' NDCG rewards the logging order); kept all {self.n_estimators} "
-                "trees (set n_estimators, or train.debias = 'ips' with propensities to stop early)",
+                f"early_stopping_rounds is not applied: the validation split is a click log and {why}, "
+                f"so all {self.n_estimators} trees are kept (the clicks' NDCG rewards the logging order; "
+                "a run with train.debias = 'ips' stops on the IPS estimate)",
             )
-        return None, None, (validation, warned)
+        return None, None, (f"{naive}, recorded only: {why}; {self.n_estimators} trees kept", warned)
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
