@@ -488,3 +488,16 @@ def test_labelled_validation_records_no_log_objective(logs):
     objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0)
     with pytest.raises(ValueError, match="valid_objective applies to a validation split that is a click log"):
         LambdaMART(**STOPPING).fit(log, valid_truth, valid_objective=objective)
+
+
+def test_tuning_lambdamart_with_pal_on_a_log_is_refused_before_the_study(logs, tmp_path):
+    """No propensities to score a trial by: never a study labelled as an estimate but run on raw clicks."""
+    from ctxrank.tune import tune
+
+    log, valid, _ = logs
+    base = {"model": "lambdamart", "model_params": STOPPING, "train": {"debias": "pal"}}
+    with pytest.raises(
+        ValueError, match=r"tune lambdamart on a click log with train\.debias = 'pal': LightGBM's"
+    ):
+        tune(base, log, valid, out=tmp_path / "t", trials=1)
+    assert not (tmp_path / "t" / "study.db").exists()
