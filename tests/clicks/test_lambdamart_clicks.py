@@ -9,7 +9,7 @@ import pytest
 
 from ctxrank.api import LambdaMARTRanker
 from ctxrank.api._params import run_config
-from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict, ips_weights
+from ctxrank.baselines.lambdamart import LambdaMART, LogValidationWarning, cross_fit_predict, ips_weights
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
@@ -442,7 +442,7 @@ def test_a_debiased_fit_never_stops_on_the_clicks_of_a_validation_log(logs, debi
     NDCG (which rewards the logging order) peaks."""
     log, valid, _ = logs
     with pytest.warns(
-        UserWarning,
+        LogValidationWarning,
         match=f"early_stopping_rounds is not applied: the validation split is a click log and {why}",
     ):
         model = LambdaMART(**STOPPING, **debias).fit(log, valid)
@@ -458,7 +458,7 @@ def test_a_debiased_fit_never_stops_on_the_clicks_of_a_validation_log(logs, debi
 
 def test_a_pal_run_keeps_every_tree_and_says_why(logs):
     log, valid, _ = logs
-    with pytest.warns(UserWarning, match="LightGBM's position debiasing estimates no propensities"):
+    with pytest.warns(LogValidationWarning, match="LightGBM's position debiasing estimates no propensities"):
         result = run_training(_run("pal"), log, valid)
     assert result.summary.best_iteration == STOPPING["n_estimators"]
     assert "recorded only: LightGBM's position debiasing" in result.summary.validation

@@ -84,7 +84,14 @@ from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 
-__all__ = ["DEBIAS", "LambdaMART", "NotFittedError", "cross_fit_predict", "ips_weights"]
+__all__ = [
+    "DEBIAS",
+    "LambdaMART",
+    "LogValidationWarning",
+    "NotFittedError",
+    "cross_fit_predict",
+    "ips_weights",
+]
 
 MODEL_FILE = "model.txt"
 KIND = "lightgbm"
@@ -124,6 +131,11 @@ _FIXED = {"objective": "always 'lambdarank'", "label_gain": "always 2^y - 1 (ctx
 
 class NotFittedError(ValueError, AttributeError):
     """The model is used before ``fit`` (or ``load``)."""
+
+
+class LogValidationWarning(UserWarning):
+    """A fit validated on a click log without an estimate to stop by: every tree kept (``ctxrank train``
+    prints it as one ``ctxrank: warning:`` line)."""
 
 
 def save_meta(
@@ -579,7 +591,7 @@ class LambdaMART(FittedBaseline):
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
         objective, rounds, validation = self._log_validation(valid, k, objective)
         for message in validation[1]:
-            warnings.warn(message, UserWarning, stacklevel=3)
+            warnings.warn(message, LogValidationWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
         if objective is not None:  # only the feval's estimate decides, not the clicks' NDCG
             params["metric"] = "None"
