@@ -29,6 +29,7 @@ from ctxrank._checks import MAX_INT, OptionError, check_int, is_int, resolve_thr
 from ctxrank.baselines.adarank import AdaRank
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
+from ctxrank.clicks.validation import log_objective
 from ctxrank.fit_summary import FitSummary, TrainMetric
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_over_queries, parse_metric
@@ -444,8 +445,15 @@ class Baseline:
     def fit(self, config: Any, train: Any, valid: Any, *, train_neural: Callable[..., Fitted]) -> Fitted:
         """Fit on whole lists; the summary adds ``train_metric``: ``train.metric`` of the fitted model on
         ``valid`` (its own selection, e.g. LambdaMART's early stopping, follows its ``model_params``)."""
-        model = self.build(config.model_params, config.train, debiased=True).fit(train, valid)
         tc = config.train
+        model = self.build(config.model_params, tc, debiased=True)
+        objective = None  # a click log validates by the run's IPS estimate (``ips``) or naively (``none``)
+        if self.debias and valid is not None and tc.debias in ("none", "ips"):
+            objective = log_objective(
+                model.metric, valid, debias=tc.debias, propensity=tc.propensity,
+                propensity_eta=tc.propensity_eta, clip=tc.propensity_clip,
+            )  # fmt: skip
+        model = model.fit(train, valid, **({} if objective is None else {"valid_objective": objective}))
         metric = mean_over_queries(model.predict(valid), valid, tc.metric, tc.no_relevant)
         summary = FitSummary.from_json(model.training_summary())  # the baseline's public record of its fit
         summary = dataclasses.replace(summary, train_metric=TrainMetric(tc.metric, metric))

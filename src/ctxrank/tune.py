@@ -79,7 +79,7 @@ from ctxrank.config import RunConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.fit_summary import FitSummary
 from ctxrank.losses import LOSSES
-from ctxrank.registry import get_model
+from ctxrank.registry import Baseline, get_model
 from ctxrank.training.diagnostics import TrainingWarning
 from ctxrank.training.loop import NonFiniteLossError, validation_objective
 from ctxrank.training.rerank import InitialRankers
@@ -594,6 +594,13 @@ def tune(
     name = study_name or config.model
     sampler_seed = config.train.seed if seed is None else seed
     objective = validation_objective(config.train, train, valid)  # None: labelled validation
+    if objective is not None and objective.learned and isinstance(get_model(config.model), Baseline):
+        raise ValueError(
+            f"tune {config.model} on a click log with train.debias = {config.train.debias!r}: LightGBM's "
+            "position debiasing learns no propensities to score a trial by (only the clicks' metric, which "
+            "rewards the logging order); give them: train.debias = 'ips' with train.propensity or "
+            "train.propensity_eta"
+        )
     if objective is not None and objective.learned and config.ensemble > 1:
         raise ValueError(
             f"tune on a click log with train.debias = {config.train.debias!r} scores a trial by its position "

@@ -9,7 +9,7 @@ import pytest
 
 from ctxrank.api import LambdaMARTRanker
 from ctxrank.api._params import run_config
-from ctxrank.baselines.lambdamart import LambdaMART, cross_fit_predict, ips_weights
+from ctxrank.baselines.lambdamart import LambdaMART, LogValidationWarning, cross_fit_predict, ips_weights
 from ctxrank.config import RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import evaluate_queries, mean_metrics
@@ -374,3 +374,130 @@ def test_a_pipelines_initial_lambdamart_keeps_its_debias_through_saving(tmp_path
     meta["run_config"]["rerank"]["initial_params"].update(propensity=None, propensity_clip=None)
     saved_models.write(tmp_path / "pipe", meta)
     assert load(tmp_path / "pipe").initial.get_params()["debias"] == "pal"
+
+
+# ------------------------------------------------------------------------ validating on a click log
+
+STOPPING = {**TREES, "n_estimators": 40, "early_stopping_rounds": 8}
+
+
+@pytest.fixture(scope="module")
+def logs():
+    """A training and a validation PBM log, and the validation log's true labels."""
+    log, _ = _pbm_log(0, n_sessions=300)
+    valid, valid_truth = _pbm_log(1, n_sessions=150)
+    return log, valid, valid_truth
+
+
+def test_ips_debiased_lambdamart_selects_its_iteration_by_the_ips_estimate(logs):
+    """Early stopping and the kept iteration follow the IPS estimate of DCG@10 (the feval), never the
+    clicks' NDCG (which LightGBM does not even compute)."""
+    from ctxrank.clicks.validation import log_objective
+
+    log, valid, _ = logs
+    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0, clip=50.0)
+    model = LambdaMART(**STOPPING, debias="ips", propensity=1.0, propensity_clip=50.0)
+    model.fit(log, valid, valid_objective=objective)
+    assert list(model.evals_result_["valid"]) == ["ips_dcg@10"]
+    curve = model.evals_result_["valid"]["ips_dcg@10"]
+    assert model.best_iteration_ == int(np.argmax(curve)) + 1 > 1
+    assert model.best_score_ == max(curve)
+    assert model.best_score_ == pytest.approx(objective.value(valid, model.predict(valid)), rel=1e-12)
+    assert model.training_summary()["validation"] == (
+        "IPS estimate of DCG@10 on a click log (propensities (1/k)^1, weights clipped at 50)"
+    )
+
+
+def _run(debias, **train):
+    return RunConfig(model="lambdamart", model_params=STOPPING, train=TrainConfig(debias=debias, **train))
+
+
+def test_a_run_with_train_debias_ips_stops_on_the_ips_estimate_and_records_it(logs):
+    log, valid, _ = logs
+    result = run_training(_run("ips", propensity_eta=1.0), log, valid)
+    curve = result.predictor.evals_result_["valid"]["ips_dcg@10"]
+    assert result.summary.best_iteration == int(np.argmax(curve)) + 1
+    assert result.summary.best_valid_metric == max(curve)
+    assert result.summary.validation.startswith("IPS estimate of DCG@10 on a click log (propensities (1/k)^1")
+
+
+def test_ips_validation_propensities_must_cover_the_validation_positions(logs):
+    log, valid, _ = logs
+    train = dataclasses.replace(log, shown_positions=np.minimum(log.shown_positions, 3))
+    with pytest.raises(
+        ValueError, match="propensity gives 3 positions, but the log shows items at positions up"
+    ):
+        run_training(_run("ips", propensity=(1.0, 0.5, 0.3)), train, valid)
+
+
+@pytest.mark.parametrize(
+    ("debias", "why"),
+    [
+        ({"debias": "lightgbm"}, "LightGBM's position debiasing estimates no propensities"),
+        ({"debias": "ips", "propensity": 1.0}, r"no valid_objective \(the IPS estimate"),
+    ],
+)
+def test_a_debiased_fit_never_stops_on_the_clicks_of_a_validation_log(logs, debias, why):
+    """No estimate to stop by: every tree is kept, with a warning, instead of stopping where the clicks'
+    NDCG (which rewards the logging order) peaks."""
+    log, valid, _ = logs
+    with pytest.warns(
+        LogValidationWarning,
+        match=f"early_stopping_rounds is not applied: the validation split is a click log and {why}",
+    ):
+        model = LambdaMART(**STOPPING, **debias).fit(log, valid)
+    clicks = model.evals_result_["valid"]["ndcg@10"]
+    assert len(clicks) == model.best_iteration_ == STOPPING["n_estimators"]
+    assert int(np.argmax(clicks)) + 1 < STOPPING["n_estimators"]  # where the clicks would have selected
+    summary = model.training_summary()
+    assert summary["validation"].startswith(
+        "ndcg@10 of the clicks of a log (naive: biased by the shown positions), recorded only"
+    )
+    assert summary["warnings"][0].startswith("early_stopping_rounds is not applied")
+
+
+def test_a_pal_run_keeps_every_tree_and_says_why(logs):
+    log, valid, _ = logs
+    with pytest.warns(LogValidationWarning, match="LightGBM's position debiasing estimates no propensities"):
+        result = run_training(_run("pal"), log, valid)
+    assert result.summary.best_iteration == STOPPING["n_estimators"]
+    assert "recorded only: LightGBM's position debiasing" in result.summary.validation
+    assert any("early_stopping_rounds is not applied" in w for w in result.summary.warnings)
+
+
+@pytest.mark.parametrize("api", [True, False])
+def test_naive_lambdamart_on_a_validation_log_is_recorded_as_naive(logs, api):
+    log, valid, _ = logs
+    if api:
+        model = LambdaMART(**STOPPING).fit(log, valid)
+        summary = model.training_summary()
+    else:
+        result = run_training(_run("none"), log, valid)
+        model, summary = result.predictor, result.summary.to_json()
+    curve = model.evals_result_["valid"]["ndcg@10"]
+    assert model.best_iteration_ == int(np.argmax(curve)) + 1 < STOPPING["n_estimators"]
+    assert summary["validation"] == "ndcg@10 of the clicks of a log (naive: biased by the shown positions)"
+
+
+def test_labelled_validation_records_no_log_objective(logs):
+    from ctxrank.clicks.validation import log_objective
+
+    log, valid, valid_truth = logs
+    summary = LambdaMART(**STOPPING).fit(valid_truth, valid_truth).training_summary()
+    assert set(summary) == {"best_iteration", "metric", "best_valid_metric"}
+    objective = log_objective("ndcg@10", valid, debias="ips", propensity_eta=1.0)
+    with pytest.raises(ValueError, match="valid_objective applies to a validation split that is a click log"):
+        LambdaMART(**STOPPING).fit(log, valid_truth, valid_objective=objective)
+
+
+def test_tuning_lambdamart_with_pal_on_a_log_is_refused_before_the_study(logs, tmp_path):
+    """No propensities to score a trial by: never a study labelled as an estimate but run on raw clicks."""
+    from ctxrank.tune import tune
+
+    log, valid, _ = logs
+    base = {"model": "lambdamart", "model_params": STOPPING, "train": {"debias": "pal"}}
+    with pytest.raises(
+        ValueError, match=r"tune lambdamart on a click log with train\.debias = 'pal': LightGBM's"
+    ):
+        tune(base, log, valid, out=tmp_path / "t", trials=1)
+    assert not (tmp_path / "t" / "study.db").exists()

@@ -34,6 +34,16 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   :func:`ips_weights`). The positions enter training only: the model's inputs are the features alone.
   A run config sets them by ``train.debias`` (``"pal"`` -> ``"lightgbm"``, ``"ips"``) and its
   propensities, as for every model (``ctxrank.registry``), never by ``model_params``.
+* **Validating on a click log.** The clicks' NDCG rewards reproducing the logging order, so early
+  stopping never reads it on a debiased fit whose validation split is a log (``shown_positions`` set).
+  Given an IPS objective (``fit(valid_objective=...)``, which a run passes with ``train.debias =
+  "ips"``: :func:`ctxrank.clicks.validation.log_objective`, the run's propensities and clip),
+  LightGBM's metric is off (``metric="None"``) and a ``feval`` computing the IPS estimate of DCG@k of
+  the relevance alone stops and selects the iteration. Without one (``"lightgbm"``: no propensities to
+  estimate by; ``"ips"`` called without it) there is no early stopping: ``n_estimators`` trees are
+  kept, with a warning, the clicks' NDCG only recorded. ``"none"`` (naive): the clicks' NDCG selects as
+  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which. (This
+  module cannot build the objective itself: ``ctxrank.clicks`` imports it.)
 
 Nothing here imports LightGBM at module import time.
 """
@@ -44,6 +54,7 @@ import difflib
 import hashlib
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -74,7 +85,14 @@ from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
 from ctxrank.data.transforms import QueryZScore
 
-__all__ = ["DEBIAS", "LambdaMART", "NotFittedError", "cross_fit_predict", "ips_weights"]
+__all__ = [
+    "DEBIAS",
+    "LambdaMART",
+    "LogValidationWarning",
+    "NotFittedError",
+    "cross_fit_predict",
+    "ips_weights",
+]
 
 MODEL_FILE = "model.txt"
 KIND = "lightgbm"
@@ -116,6 +134,11 @@ _FIXED = {"objective": "always 'lambdarank'", "label_gain": "always 2^y - 1 (ctx
 
 class NotFittedError(ValueError, AttributeError):
     """The model is used before ``fit`` (or ``load``)."""
+
+
+class LogValidationWarning(UserWarning):
+    """A fit validated on a click log without an estimate to stop by: every tree kept (``ctxrank train``
+    prints it as one ``ctxrank: warning:`` line)."""
 
 
 def save_meta(
@@ -545,8 +568,15 @@ class LambdaMART(FittedBaseline):
         return params
 
     # --------------------------------------------------------------- training
-    def fit(self, train: RankingData, valid: RankingData | None = None) -> LambdaMART:
+    def fit(
+        self, train: RankingData, valid: RankingData | None = None, *, valid_objective: Any = None
+    ) -> LambdaMART:
         """Fit on ``train``; with ``valid``, record its NDCG each round and stop early on ``metric``.
+
+        ``valid_objective``: when ``valid`` is a click log, how it validates: a
+        :class:`ctxrank.clicks.validation.LogObjective` (``log_objective(...)``; an IPS one is LightGBM's
+        ``feval`` and alone stops and selects). Without it a debiased fit on a log keeps every tree (module
+        docstring, "Validating on a click log").
 
         Raises:
             TypeError: not RankingData.
@@ -558,7 +588,8 @@ class LambdaMART(FittedBaseline):
         self._resolve()  # a bad list_features fails before the lists are normalised
         given = train
         train, valid = self._with_list_features(train), self._with_list_features(valid)
-        self._fit(train, valid, _lgb_matrix(train), None if valid is None else _lgb_matrix(valid))
+        valid_x = None if valid is None else _lgb_matrix(valid)
+        self._fit(train, valid, _lgb_matrix(train), valid_x, valid_objective)
         self.n_features_in_, self.feature_names_in_ = given.n_features, tuple(given.feature_names)
         return self
 
@@ -571,7 +602,9 @@ class LambdaMART(FittedBaseline):
         names = (*data.feature_names, *(f"{n}:query-zscore" for n in data.feature_names))
         return replace(data, features=np.concatenate([data.features, z], axis=1), feature_names=names)
 
-    def _fit(self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any) -> LambdaMART:
+    def _fit(
+        self, train: RankingData, valid: RankingData | None, train_x: Any, valid_x: Any, objective: Any = None
+    ) -> LambdaMART:
         """:meth:`fit` with LightGBM's inputs given: ``train_x`` / ``valid_x`` the splits' rows as one
         matrix or a list of consecutive row blocks (:func:`_query_rows`; the splits' own ``features`` are
         then not read)."""
@@ -580,7 +613,12 @@ class LambdaMART(FittedBaseline):
         max_label, n_cat = _check_splits(train, valid)
         k, cutoffs, no_relevant = self._resolve()
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
+        objective, rounds, validation = self._log_validation(valid, k, objective)
+        for message in validation[1]:
+            warnings.warn(message, LogValidationWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
+        if objective is not None:  # only the feval's estimate decides, not the clicks' NDCG
+            params["metric"] = "None"
         cat_idx = list(range(train.n_features, train.n_features + n_cat)) or "auto"
         train_set = lgb.Dataset(
             train_x,
@@ -592,7 +630,7 @@ class LambdaMART(FittedBaseline):
         monitor = None
         if valid is not None:
             monitor = _ValidationMonitor.build(
-                self, valid, valid_x, train_set, cat_idx, f"ndcg@{k}", no_relevant
+                self, valid, valid_x, train_set, cat_idx, f"ndcg@{k}", no_relevant, objective, rounds
             )
         try:
             booster = lgb.train(
@@ -602,6 +640,7 @@ class LambdaMART(FittedBaseline):
                 valid_sets=[] if monitor is None else [monitor.dataset],
                 valid_names=[] if monitor is None else ["valid"],
                 callbacks=[] if monitor is None else monitor.callbacks,
+                feval=None if monitor is None else monitor.feval,
             )
         except lgb.basic.LightGBMError as exc:
             raise ValueError(f"LightGBM rejected the parameters or data: {exc}") from exc
@@ -612,6 +651,7 @@ class LambdaMART(FittedBaseline):
         self.categorical_cardinalities_in_ = (
             tuple(int(c) for c in train.categorical_cardinalities) if n_cat else ()
         )
+        self.validation_, self.validation_warnings_ = validation
         self._select_iteration(booster, monitor)
         # the trees alone: a Booster read back from its model text holds none of the training state
         # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
@@ -620,6 +660,39 @@ class LambdaMART(FittedBaseline):
         self.booster_ = lgb.Booster(model_str=booster.model_to_string(num_iteration=-1))  # every tree
         self.booster_.best_iteration = booster.best_iteration
         return self
+
+    def _log_validation(
+        self, valid: RankingData | None, k: int, objective: Any
+    ) -> tuple[Any, int | None, tuple[str | None, tuple[str, ...]]]:
+        """How a validation split that is a click log (``shown_positions`` set) stops and selects, checked
+        before training: ``(feval objective or None, early-stopping rounds, (validation, warnings))``
+        (module docstring, "Validating on a click log"); ``validation`` None on labelled data."""
+        if valid is None or valid.shown_positions is None:
+            if objective is not None:
+                raise ValueError(
+                    "valid_objective applies to a validation split that is a click log (shown positions); "
+                    f"{'no validation split was given' if valid is None else 'valid has none'}"
+                )
+            return None, self.early_stopping_rounds, (None, ())
+        if objective is not None:
+            if objective.naive:
+                return None, self.early_stopping_rounds, (objective.describe(), ())
+            return objective, self.early_stopping_rounds, (objective.describe(), ())
+        naive = f"ndcg@{k} of the clicks of a log (naive: biased by the shown positions)"
+        if self.debias == "none":
+            return None, self.early_stopping_rounds, (naive, ())
+        why = {
+            "lightgbm": "LightGBM's position debiasing estimates no propensities to validate by",
+            "ips": "no valid_objective (the IPS estimate, ctxrank.clicks.validation.log_objective) was given",
+        }[self.debias]
+        warned = ()
+        if self.early_stopping_rounds is not None:
+            warned = (
+                f"early_stopping_rounds is not applied: the validation split is a click log and {why}, "
+                f"so all {self.n_estimators} trees are kept (the clicks' NDCG rewards the logging order; "
+                "a run with train.debias = 'ips' stops on the IPS estimate)",
+            )
+        return None, None, (f"{naive}, recorded only: {why}; {self.n_estimators} trees kept", warned)
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
@@ -645,7 +718,7 @@ class LambdaMART(FittedBaseline):
             name: {metric: [float(v) for v in values] for metric, values in per.items()}
             for name, per in evals.items()
         }
-        if monitor is not None and self.early_stopping_rounds is not None:
+        if monitor is not None and monitor.stopper.rounds is not None:
             self.best_iteration_ = monitor.stopper.best_iter + 1
             self.best_score_ = float(monitor.stopper.best_score)
         else:
@@ -663,11 +736,17 @@ class LambdaMART(FittedBaseline):
         """What ``ctxrank train`` records: the trees kept and their validation metric (None without
         validation), in this model's ``no_relevant`` convention."""
         self._check_fitted()
-        return {
+        summary = {
             "best_iteration": int(self.best_iteration_),
             "metric": self.metric,
             "best_valid_metric": self.best_score_,
         }
+        validation, warned = getattr(self, "validation_", None), getattr(self, "validation_warnings_", ())
+        if warned:
+            summary["warnings"] = list(warned)
+        if validation is not None:
+            summary["validation"] = validation
+        return summary
 
     # -------------------------------------------------------------- inference
     def predict(self, data: RankingData) -> np.ndarray:
@@ -1004,7 +1083,8 @@ def _check_splits(train: RankingData, valid: RankingData | None) -> tuple[int, i
 
 @dataclass
 class _ValidationMonitor:
-    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper."""
+    """The validation set of a fit: LightGBM's dataset, the recorded evaluations, the early stopper,
+    and the ``feval`` of a log's IPS estimate (None: LightGBM's NDCG)."""
 
     dataset: Any
     metric: str
@@ -1012,6 +1092,7 @@ class _ValidationMonitor:
     evals: dict[str, Any]
     stopper: Any
     callbacks: list[Any]
+    feval: Any = None
 
     @classmethod
     def build(
@@ -1023,18 +1104,22 @@ class _ValidationMonitor:
         cat_idx: Any,
         metric: str,
         no_relevant: float | str,
+        objective: Any = None,
+        rounds: int | None = None,
     ):
+        """``objective``: a log's :class:`~ctxrank.clicks.validation.LogObjective` estimated by IPS (its
+        ``feval`` is then the stopping metric), else None; ``rounds``: the early-stopping rounds."""
         import lightgbm as lgb
 
-        n_queries = valid.n_queries
-        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
-        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
-        if no_relevant == "skip" and n0 == n_queries:
-            raise ValueError(
-                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
-                "NDCG with no_relevant='skip' is undefined"
-            )
-        convert = _convention(n_queries, n0, no_relevant)
+        feval = None
+        if objective is None:
+            convert = cls._ndcg_convention(valid, no_relevant)
+        else:
+            metric, convert = f"ips_dcg@{objective.k}", float
+
+            def feval(scores: np.ndarray, _dataset: Any) -> tuple[str, float, bool]:
+                return metric, objective.value(valid, np.asarray(scores, dtype=np.float64)), True
+
         dataset = lgb.Dataset(
             valid_x,
             label=valid.labels,
@@ -1043,11 +1128,24 @@ class _ValidationMonitor:
             categorical_feature=cat_idx,
         )
         evals: dict[str, Any] = {}
-        stopper = _EarlyStopping("valid", metric, model.early_stopping_rounds, convert)
+        stopper = _EarlyStopping("valid", metric, rounds, convert)
         callbacks = [lgb.record_evaluation(evals), stopper]
         if model.verbose:
             callbacks.append(lgb.log_evaluation(period=10))
-        return cls(dataset, metric, convert, evals, stopper, callbacks)
+        return cls(dataset, metric, convert, evals, stopper, callbacks, feval)
+
+    @staticmethod
+    def _ndcg_convention(valid: RankingData, no_relevant: float | str):
+        """LightGBM's validation NDCG -> ``no_relevant``'s convention (:func:`_convention`)."""
+        n_queries = valid.n_queries
+        # a query with no label > 0 has ideal DCG 0 (gain 2^0 - 1 = 0): LightGBM counts it as 1
+        n0 = int(np.sum(np.maximum.reduceat(valid.labels, valid.query_offsets[:-1]) <= 0))
+        if no_relevant == "skip" and n0 == n_queries:
+            raise ValueError(
+                f"valid ({valid.source or 'validation split'}): no query has a relevant item, so "
+                "NDCG with no_relevant='skip' is undefined"
+            )
+        return _convention(n_queries, n0, no_relevant)
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
