@@ -104,3 +104,13 @@ def test_train_and_predict_lambdamart_on_a_log(capsys, tmp_path, big_log):
     rc, _, err = run(capsys, "predict", "--model", out, "--data", without, "--output", tmp_path / "s2.txt")
     assert rc == 0, err
     assert scores.read_text() == (tmp_path / "s2.txt").read_text()
+
+
+@pytest.mark.parametrize("model", ["lambdamart", "mlp"])
+def test_the_summary_line_names_the_ips_estimate_it_validated_by(capsys, tmp_path, big_log, model):
+    """An IPS estimate of DCG@10 (above 1 here) is never printed as the run's ndcg@10."""
+    size = "model_params.n_estimators=5" if model == "lambdamart" else "train.max_epochs=1"
+    argv = ["train", "--model", model, "--data", big_log, *LOG_COLS, *GROUP, "--debias", "ips", "--set", size]
+    rc, out, err = run(capsys, *argv, "--propensity-eta", "1", "--out", tmp_path / "m", "--no-progress")
+    assert rc == 0, err
+    assert "(valid IPS estimate of DCG@10 " in out + err and "(valid ndcg@10 " not in out + err

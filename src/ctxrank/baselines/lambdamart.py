@@ -689,10 +689,11 @@ class LambdaMART(FittedBaseline):
         if self.early_stopping_rounds is not None:
             warned = (
                 f"early_stopping_rounds is not applied: the validation split is a click log and {why}, "
-                f"so all {self.n_estimators} trees are kept (the clicks' NDCG rewards the logging order; "
+                f"so no early stopping: every tree is kept, up to n_estimators = {self.n_estimators} (the "
+                "clicks' NDCG rewards the logging order; "
                 "a run with train.debias = 'ips' stops on the IPS estimate)",
             )
-        return None, None, (f"{naive}, recorded only: {why}; {self.n_estimators} trees kept", warned)
+        return None, None, (f"{naive}, recorded only: {why}; no early stopping, every tree kept", warned)
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
