@@ -340,3 +340,6 @@ def test_stalled_and_epoch_cap_read_the_history():
     assert epoch_cap(history([0.9, 0.8], [0.1, 0.2]), 2, "ndcg@10") is not None
     assert epoch_cap(history([0.9, 0.8], [0.2, 0.1]), 2, "ndcg@10") is None
     assert epoch_cap(history([0.9, 0.8], [0.1, 0.2]), 5, "ndcg@10") is None  # stopped early
+    # on a click log the values are an estimate, named as such (never "the validation ndcg@10")
+    shown = epoch_cap(history([0.9, 0.8], [0.1, 0.2]), 2, "ndcg@10", "IPS estimate of DCG@10")
+    assert "the validation IPS estimate of DCG@10 was still improving" in shown

@@ -75,13 +75,19 @@ class LogObjective:
         """The propensities are a position tower's, learned by the fit (none given)."""
         return not self.naive and self.propensities is None
 
+    @property
+    def name(self) -> str:
+        """What the validation values measure, in a few words (``"IPS estimate of DCG@10"``,
+        ``"ndcg@10 of the clicks of a log"``): how messages name them instead of ``train.metric``."""
+        return f"{self.metric} of the clicks of a log" if self.naive else f"IPS estimate of DCG@{self.k}"
+
     def describe(self) -> str:
         """One line for the fit summary and the tuning study, e.g. ``"IPS estimate of DCG@10 on a click
         log (propensities (1/k)^1, weights clipped at 100)"``."""
         if self.naive:
-            return f"{self.metric} of the clicks of a log (naive: biased by the shown positions)"
+            return f"{self.name} (naive: biased by the shown positions)"
         clip = "unclipped" if self.clip is None else f"weights clipped at {self.clip:g}"
-        return f"IPS estimate of DCG@{self.k} on a click log (propensities {self.source}, {clip})"
+        return f"{self.name} on a click log (propensities {self.source}, {clip})"
 
     def with_propensities(self, values: Sequence[float]) -> LogObjective:
         """This objective with learned propensities ``values`` (relative to position 1)."""

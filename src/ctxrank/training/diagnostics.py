@@ -47,16 +47,19 @@ class TrainingWarning(UserWarning):
     """A fit that ended with a model worse than it should be: the message says what and what to change."""
 
 
-def epoch_cap(history: Sequence[dict[str, Any]], max_epochs: int, metric: str) -> str | None:
+def epoch_cap(
+    history: Sequence[dict[str, Any]], max_epochs: int, metric: str, shown: str | None = None
+) -> str | None:
     """The run used all ``max_epochs`` epochs (at least 2) and its last one is its best: the validation
-    metric was still improving when training stopped."""
+    metric was still improving when training stopped. ``shown``: what the values measure when it is not
+    ``metric`` of the labels (a click log's estimate, e.g. ``IPS estimate of DCG@10``)."""
     if len(history) < 2 or len(history) < max_epochs or history[-1]["best_epoch"] != history[-1]["epoch"]:
         return None
     key = f"valid_{metric}"
     before, last = max(r[key] for r in history[:-1]), history[-1][key]
     return (
-        f"training stopped at train.max_epochs = {max_epochs} while the validation {metric} was still "
-        f"improving (its best epoch is the last one: {before:.4f} before, {last:.4f} at epoch "
+        f"training stopped at train.max_epochs = {max_epochs} while the validation {shown or metric} was "
+        f"still improving (its best epoch is the last one: {before:.4f} before, {last:.4f} at epoch "
         f"{history[-1]['epoch']}); the model is probably under-trained: raise train.max_epochs "
         "(--set train.max_epochs=N; max_epochs= in the Python API) or the learning rate (train.lr)"
     )

@@ -689,7 +689,8 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float, objective: LogO
     model.to("cpu")  # checkpoints and predictions are device-independent
     model.eval()
     history = state.history
-    found = (stalled(history, state.best_epoch), epoch_cap(history, config.max_epochs, config.metric))
+    shown = None if objective is None else objective.name
+    found = (stalled(history, state.best_epoch), epoch_cap(history, config.max_epochs, config.metric, shown))
     problems = [f"{model.name}: {m}" for m in found if m]
     if trainer.ctx.is_main:
         report(problems, stacklevel=3)
