@@ -287,10 +287,8 @@ def validation_objective(
     (:func:`ctxrank.clicks.validation.log_objective`; None on labelled data), checked before any work.
     ``train`` None: scores of no single fit (a seed ensemble), whose position towers (``train.debias =
     "dla"`` / ``"pal"``) give no one set of propensities: the naive metric of the clicks."""
-    learned = None  # the position tower's size: the training log's deepest position
-    positions = train.shown_positions if isinstance(train, RankingData) else None
-    if config.debias in ("dla", "pal") and positions is not None:
-        learned = int(positions.max()) if positions.size else 1
+    deepest = None if train is None else _deepest_position(train)
+    learned = deepest if config.debias in ("dla", "pal") else None  # the position tower's size
     learned_elsewhere = train is None and config.debias in ("dla", "pal")
     return log_objective(
         config.metric,
@@ -303,6 +301,16 @@ def validation_objective(
     )
 
 
+def _deepest_position(train: RankingData | ShardStream) -> int | None:
+    """The deepest shown position of a training log (None: not a log). A log's positions are ``1..n`` in
+    every session (checked when it is read), so a stream's is its longest list, known from its scan."""
+    if isinstance(train, ShardStream):
+        return None if train.position is None else train.longest_query()[0]
+    if train.shown_positions is None:
+        return None
+    return int(train.shown_positions.max()) if train.n_items else 1
+
+
 def _debias_of(
     model: RankingModule, loss_fn: LossFn | None, train: RankingData | ShardStream, config: TrainConfig
 ) -> Debias | None:
@@ -313,14 +321,17 @@ def _debias_of(
     what = f"train.debias = {config.debias!r}"
     if loss_fn is None:
         raise ValueError(f"{what} needs a ranking loss; {model.name} trains its own objective")
-    if isinstance(train, ShardStream):
-        raise ValueError(f"{what} reads the training log in memory (its shown positions), not streamed")
-    if train.shown_positions is None:
+    deepest = _deepest_position(train)
+    if deepest is None:
         raise ValueError(
             f"{what} learns from a click log: the training data need the shown position of every item "
             "(RankingData.from_arrays(..., position=...), a log's position column); these have none"
         )
-    deepest = int(train.shown_positions.max()) if train.n_items else 1
+    if isinstance(train, ShardStream) and train.world > 1 and config.debias in ("dla", "pal"):
+        raise ValueError(
+            f"{what} learns a position tower as deep as the longest list, which each process's shards "
+            "give apart: train it from shards in one process (or with train.debias = 'ips')"
+        )
     propensity = None
     if config.debias == "ips":
         table = propensity_table(config.propensity, config.propensity_eta, deepest)
