@@ -15,6 +15,11 @@ as each report tests and corrects it)::
 
     <!-- evidence summary: qilcm vs lambdamart on ndcg@10,map: NAME1 NAME2 ... -->
 
+The debiasing table of click experiments (:mod:`ctxrank.experiments.debiasing`: each model's naive run,
+debiased runs and skyline, the share of the gap each closes and its corrected test against the naive run)::
+
+    <!-- evidence debiasing on ndcg@10: NAME1 NAME2 ... -->
+
 A number in prose is an inline value of one report, printed as its table prints it::
 
     ... (raw p <!-- evidence value: qilcm-table3 p qilcm variant2 ndcg@1 -->0.037<!-- /evidence -->) ...
@@ -25,7 +30,8 @@ BASELINE METRIC`` (``+1.23%``), ``ci TARGET BASELINE METRIC`` (the CI of the dif
 ``[-0.0026, +0.0028]``), ``difference MODEL OTHER METRIC`` (``MODEL``'s mean minus ``OTHER``'s in the
 same report, ``-0.0222``), ``relative MODEL OTHER METRIC`` (``MODEL``'s mean relative to ``OTHER``'s
 in the same report, ``+4.94%``), ``change MODEL METRIC OTHER`` (``MODEL``'s mean in ``NAME`` minus its
-mean in ``evidence/OTHER``, ``+0.0012``).
+mean in ``evidence/OTHER``, ``+0.0012``), ``gap-closed RUN METRIC`` (the share of the gap between its model's
+naive run and skyline a click experiment's debiased ``RUN`` closes, ``74%``).
 
 :func:`published_blocks` finds the blocks, :func:`headline` cuts the table (by default the headline:
 means, the target's improvement, corrected p and CI) out of a regenerated ``table.md``,
@@ -42,6 +48,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ctxrank.experiments.debiasing import debiasing_table, families, gap_closed
 from ctxrank.experiments.evidence import rebuild_report
 from ctxrank.experiments.report import _fmt_p, _p_text, fmt_ci, fmt_improvement
 
@@ -62,6 +69,7 @@ TABLE_HEADS = {"": "| model |", "anomaly": "| bucket |", "baselines": "| baselin
 _KINDS = "|".join(f"#{kind}" for kind in TABLE_HEADS if kind)
 _BLOCK = re.compile(rf"<!-- evidence: ([A-Za-z0-9_.+-]+(?:{_KINDS})?) -->\n(.*?)<!-- /evidence -->", re.S)
 _SUMMARY_HEAD = "summary: "
+_DEBIASING_HEAD = "debiasing on "
 _VALUE_HEAD = "value: "
 _VALUE = re.compile(
     r"<!-- evidence (value: [A-Za-z0-9_.+-]+ [a-z-]+(?: [A-Za-z0-9_.@-]+)+) -->([^<\n]*)<!-- /evidence -->"
@@ -71,6 +79,9 @@ _SUMMARY = re.compile(
     rf"<!-- evidence (summary: {_WORD} vs {_WORD} on [A-Za-z0-9_.@,-]+: [A-Za-z0-9_.+ -]+?) -->"
     r"\n(.*?)<!-- /evidence -->",
     re.S,
+)
+_DEBIASING = re.compile(
+    rf"<!-- evidence (debiasing on {_WORD}: [A-Za-z0-9_.+ -]+?) -->\n(.*?)<!-- /evidence -->", re.S
 )
 
 
@@ -87,6 +98,8 @@ class Block:
         listed ones of a summary."""
         if self.name.startswith(_SUMMARY_HEAD):
             return _summary_parts(self.name)[3]
+        if self.name.startswith(_DEBIASING_HEAD):
+            return self.name.partition(": ")[2].split()
         if self.name.startswith(_VALUE_HEAD):
             name, kind, *args = self.name[len(_VALUE_HEAD) :].split()
             return [name, args[-1]] if kind == "change" and args else [name]
@@ -99,7 +112,7 @@ def published_blocks(root: Path) -> list[Block]:
     found = []
     for page in filter(Path.is_file, pages):
         text = page.read_text()
-        blocks = [*_BLOCK.finditer(text), *_SUMMARY.finditer(text), *_VALUE.finditer(text)]
+        blocks = [m for kind in (_BLOCK, _SUMMARY, _DEBIASING, _VALUE) for m in kind.finditer(text)]
         matches = sorted(blocks, key=lambda m: m.start())
         found += [(page, m) for m in matches]
     return [Block(p, m.group(1), m.group(2)) for p, m in found]
@@ -199,6 +212,19 @@ def _mean(res: dict[str, Any], model: str, metric: str) -> str:
     return f"{res['table'][model][metric]['mean']:.4f}"
 
 
+def _gap_closed(res: dict[str, Any], run: str, metric: str) -> str:
+    """The share of its model's naive-to-skyline gap a click experiment's ``run`` closes
+    (:func:`ctxrank.experiments.debiasing.gap_closed`), from the report's means."""
+    family = next((f for f in families(res["spec"]) if run in f.methods.values()), None)
+    if family is None:
+        raise ValueError(f"{res['name']}: {run!r} is no debiased run of a model with a naive run")
+    means = {m: float(_mean(res, m, metric)) for m in (run, family.naive, family.skyline) if m}
+    closed = gap_closed(means, family, run)
+    if closed is None:
+        raise ValueError(f"{res['name']}: {family.model} has no skyline above its naive run on {metric}")
+    return f"{closed:.0f}%"
+
+
 #: the kinds of inline value (``<!-- evidence value: NAME KIND ARGS -->``): KIND -> (its arguments, the
 #: value of a report's ``results.json`` as its table prints it)
 VALUES = {
@@ -223,6 +249,7 @@ VALUES = {
         ("MODEL", "OTHER", "METRIC"),
         lambda res, model, other, metric: f"{_relative(res, model, other, metric):+.2f}%",
     ),
+    "gap-closed": (("RUN", "METRIC"), _gap_closed),
     "change": (
         ("MODEL", "METRIC", "OTHER"),
         lambda res, model, metric, other: (
@@ -264,6 +291,8 @@ def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, An
             reports[directory] = regenerated_report(root, directory)
     if name.startswith(_VALUE_HEAD):
         return inline_value(name, {d: reports[d][1] for d in directories})
+    if name.startswith(_DEBIASING_HEAD):
+        return debiasing_table(root, directories, name[len(_DEBIASING_HEAD) :].partition(": ")[0])
     if name.startswith(_SUMMARY_HEAD):
         target, baseline, metrics, _ = _summary_parts(name)
         return summary_table(target, baseline, metrics, {d: reports[d][1] for d in directories})
@@ -275,7 +304,7 @@ def _marked(name: str, text: str) -> str:
     line, a table on the lines below its marker)."""
     if name.startswith(_VALUE_HEAD):
         return f"<!-- evidence {name} -->{text}<!-- /evidence -->"
-    kind = "evidence " if name.startswith(_SUMMARY_HEAD) else "evidence: "
+    kind = "evidence " if name.startswith((_SUMMARY_HEAD, _DEBIASING_HEAD)) else "evidence: "
     return f"<!-- {kind}{name} -->\n{text}<!-- /evidence -->"
 
 
