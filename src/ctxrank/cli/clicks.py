@@ -230,7 +230,7 @@ def coverage(
     eps_plus: float = 1.0,
     relevance: str = "exponential",
     logging_fraction: float = 0.01,
-    metrics: tuple[str, ...] = off.METRICS,
+    metrics: str = ",".join(off.METRICS),
     k: int = 10,
     clip: float = 5.0,
     resamples: int = 1000,
@@ -246,8 +246,13 @@ def coverage(
     from ctxrank.experiments.provenance import environment  # torch: only for this command
 
     model = cm.click_model("pbm", eta=eta, eps_minus=eps_minus, eps_plus=eps_plus)
+    names = tuple(metrics.split(","))
+    if len(set(names)) != len(names) or not set(names) <= set(off.METRICS):
+        raise ValueError(
+            f"--metrics: expected distinct names among {', '.join(off.METRICS)}, got {metrics!r}"
+        )
     cov.check_coverage_options(
-        logs=logs, sessions=sessions, top_k=top_k, metrics=metrics, k=k, clip=clip, n_resamples=resamples,
+        logs=logs, sessions=sessions, top_k=top_k, metrics=names, k=k, clip=clip, n_resamples=resamples,
         confidence=confidence,
     )  # fmt: skip
     sim.check_options(sessions=sessions, top_k=top_k, relevance=relevance)
@@ -255,15 +260,16 @@ def coverage(
     claim_output_dir(out_dir, overwrite=overwrite, what="coverage record", ours=(COVERAGE_FILE,))
     target = Path(out_dir) / COVERAGE_FILE
     check_output_file(str(target), overwrite=overwrite, flag="--out")
+    made_by = environment()  # the code as it starts
     data, _ = source.load(purpose="train", default_split="train", note=note)
     if data.shown_positions is not None:
         raise ValueError(f"{data.source} is a log (it has shown positions); give labelled data")
     record = cov.offline_coverage(
         data, logs=logs, sessions=sessions, model=model, top_k=top_k, relevance=relevance,
-        logging_fraction=logging_fraction, metrics=metrics, k=k, clip=clip, n_resamples=resamples,
+        logging_fraction=logging_fraction, metrics=names, k=k, clip=clip, n_resamples=resamples,
         confidence=confidence, seed=seed, progress=progress,
     )  # fmt: skip
-    record["environment"] = environment()
+    record["environment"] = made_by
     text = cov.record_text(record)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
@@ -483,16 +489,6 @@ def _add_offline_parser(csub: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def _metrics(text: str) -> tuple[str, ...]:
-    names = tuple(text.split(","))
-    wrong = [n for n in names if n not in off.METRICS]
-    if wrong or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(
-            f"expected distinct names among {', '.join(off.METRICS)}, comma-separated, got {text!r}"
-        )
-    return names
-
-
 def _add_coverage_parser(csub: Any, common: argparse.ArgumentParser) -> None:
     p = csub.add_parser(
         "coverage",
@@ -531,7 +527,7 @@ def _add_coverage_parser(csub: Any, common: argparse.ArgumentParser) -> None:
         help="share of the queries the logging LambdaMART is trained on (default 0.01, at least one query)",
     )  # fmt: skip
     p.add_argument(
-        "--metrics", type=_metrics, default=off.METRICS, metavar="LIST",
+        "--metrics", default=",".join(off.METRICS), metavar="LIST",
         help=f"comma-separated, among {', '.join(off.METRICS)} (default: both)",
     )  # fmt: skip
     p.add_argument("--k", type=positive_int, default=10, help="the metrics' cut-off (default 10)")
