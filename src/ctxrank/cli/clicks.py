@@ -1,7 +1,9 @@
 """``ctxrank clicks propensity LOG ... --out FILE`` (position propensities estimated from an interaction
-log, :mod:`ctxrank.clicks.propensity`) and ``ctxrank clicks offline LOG (--model DIR | --scores FILE)
---propensity FILE`` (IPS and SNIPS estimates of a ranker's click metric from the log,
-:mod:`ctxrank.clicks.offline`), each with its bootstrap intervals over sessions."""
+log, :mod:`ctxrank.clicks.propensity`), ``ctxrank clicks offline LOG (--model DIR | --scores FILE)
+--propensity FILE`` (IPS, SNIPS and DR estimates of a ranker's click metric from the log,
+:mod:`ctxrank.clicks.offline`), each with its bootstrap intervals over sessions, and ``ctxrank clicks
+coverage --out DIR`` (those intervals checked against the exact truth on logs simulated from labelled
+data, :mod:`ctxrank.clicks.coverage`)."""
 
 from __future__ import annotations
 
