@@ -337,9 +337,9 @@ def test_coverage_writes_the_record_and_prints_its_table(capsys, labelled_file, 
     rc, text, err = run(capsys, *argv)
     assert rc == 0, err
     record = json.loads((out / "coverage.json").read_text())
-    assert record["parameters"]["logs"] == 2 and len(record["rows"]) == 2 * 4 * 2 * 6
+    assert record["parameters"]["logs"] == 2 and len(record["rows"]) == 2 * 4 * 2 * 7
     assert record["environment"]["versions"]["ctxrank"] and record["counts"]["ips"]["checked"] == 16
-    assert "| estimator | labels (of 4) |" in text and f"wrote {out / 'coverage.json'} (96 checks" in text
+    assert "| estimator | labels (of 4) |" in text and f"wrote {out / 'coverage.json'} (112 checks" in text
     rc, _, err = run(capsys, *argv)  # the record exists
     assert rc == 2 and "exists; give --overwrite" in err and err.count("\n") == 1
     rc, text, err = run(capsys, *argv, "--overwrite", "--metrics", "dcg", "--json")

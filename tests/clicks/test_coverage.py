@@ -23,10 +23,11 @@ STORED = REPO / "evidence" / "clicks-offline-coverage" / "coverage.json"
 
 
 def labelled(n_queries: int = 12, n_items: int = 6, seed: int = 0) -> RankingData:
+    """Labels 0..2 that the first of three features explains, up to noise."""
     rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, n_queries * n_items).astype(np.float32)
-    qid = np.repeat(np.arange(n_queries), n_items)
-    return RankingData.from_arrays(rng.random((n_queries * n_items, 3)), labels, qid)
+    x = rng.random((n_queries * n_items, 3))
+    labels = np.digitize(x[:, 0] + 0.1 * rng.standard_normal(x.shape[0]), [0.4, 0.75]).astype(np.float32)
+    return RankingData.from_arrays(x, labels, np.repeat(np.arange(n_queries), n_items))
 
 
 # ------------------------------------------------------------------------------- the reward model
@@ -116,7 +117,7 @@ def test_the_truth_is_the_simulators_exact_expected_metric(record):
         assert truth[ranker, "clicks"] == pytest.approx(per_query.mean(), rel=1e-12)
 
 
-def test_clipping_biases_ips_down_and_dr_removes_most_of_it():
+def test_clipping_biases_ips_down_and_dr_removes_most_of_it_with_a_fitted_reward():
     record = cov.offline_coverage(
         labelled(n_queries=30), logs=1, sessions=3000, top_k=6, logging_fraction=0.2, metrics=("clicks",),
         k=6, clip=2.0, n_resamples=100,
@@ -125,6 +126,8 @@ def test_clipping_biases_ips_down_and_dr_removes_most_of_it():
     clipped, dr = row["reversed", "ips-clipped"], row["reversed", "dr-clipped"]
     assert clipped["high"] < clipped["truth"]
     assert abs(dr["value"] - dr["truth"]) < abs(clipped["value"] - clipped["truth"]) / 3
+    constant = row["reversed", "dr-clipped-constant"]  # a reward model that knows nothing corrects less
+    assert abs(dr["value"] - dr["truth"]) < abs(constant["value"] - constant["truth"])
 
 
 def test_coverage_options_are_refused_before_any_work():

@@ -4,7 +4,8 @@
 model (:mod:`ctxrank.clicks.simulate`, the logging LambdaMART's top k shown), evaluates several rankers
 of different quality on each log with every estimator of :mod:`ctxrank.clicks.offline` (IPS, SNIPS and
 DR, unclipped and with clipped weights; DR's reward model :func:`~ctxrank.clicks.offline.click_reward`
-fitted on each log's features) and records whether each interval covers the simulator's truth.
+fitted on each log's features, and, for contrast, a constant one) and records whether each interval
+covers the simulator's truth.
 
 The truth is computed exactly, not simulated: the logging ranker's scores are made strict (ties broken
 once by a seeded draw), so each query always shows the same top k, and a session draws its query
@@ -49,8 +50,9 @@ __all__ = [
 
 #: the rankers checked, best first (see the module)
 RANKERS = ("labels", "noisy-labels", "logging", "reversed")
-#: the estimators checked: each of IPS, SNIPS, DR unclipped, then with the weights clipped at ``clip``
-ESTIMATORS = ("ips", "snips", "dr", "ips-clipped", "snips-clipped", "dr-clipped")
+#: the estimators checked: each of IPS, SNIPS, DR unclipped, then with the weights clipped at ``clip``,
+#: and DR clipped with a constant reward model (the intercept-only fit: a reward model that knows nothing)
+ESTIMATORS = ("ips", "snips", "dr", "ips-clipped", "snips-clipped", "dr-clipped", "dr-clipped-constant")
 #: what a record says it is (``kind``)
 KIND = "ctxrank offline coverage"
 
@@ -200,24 +202,31 @@ def offline_coverage(
             seed=seed + j,
         )  # fmt: skip
         log = made.log
-        reward = click_reward(log, props) if log.labels.max() > 0 else np.zeros(log.n_items)
+        clicked = log.labels.max() > 0
+        reward = click_reward(log, props) if clicked else np.zeros(log.n_items)
+        constant = click_reward(log, props, np.zeros(log.n_items)) if clicked else reward
         for ranker in RANKERS:
             s = scores[ranker][made.source_rows]
             for metric in metrics:
                 value, normalised = truth[ranker, metric]
-                for clipped in (None, clip):
+                for clipped, model_reward, suffix, names in (
+                    (None, reward, "", ("ips", "snips", "dr")),
+                    (clip, reward, "-clipped", ("ips", "snips", "dr")),
+                    (clip, constant, "-clipped-constant", ("dr",)),
+                ):
                     est = offline_estimates(
-                        log, s, props, metric=metric, k=k, clip=clipped, reward=reward,
+                        log, s, props, metric=metric, k=k, clip=clipped, reward=model_reward,
                         n_resamples=n_resamples, confidence=confidence, seed=j,
                     )  # fmt: skip
-                    for name, e in est.items():
+                    for name in names:
+                        e = est[name]
                         target = normalised if name == "snips" else value
                         records.append(
                             {
                                 "log": j,
                                 "ranker": ranker,
                                 "metric": metric,
-                                "estimator": name if clipped is None else f"{name}-clipped",
+                                "estimator": name + suffix,
                                 "value": e.value,
                                 "low": e.low,
                                 "high": e.high,
@@ -246,7 +255,7 @@ def offline_coverage(
             "confidence": confidence,
             "seed": seed,
             "propensities": "the simulator's (1/r)^eta",
-            "reward": "click_reward on each log's features",
+            "reward": "click_reward on each log's features; -constant: on no feature (intercept only)",
         },
         "data": {"source": data.source, "queries": data.n_queries, "items": data.n_items},
         "truth": [
@@ -290,8 +299,8 @@ def coverage_table(record: dict[str, Any]) -> str:
         f"{p['logging_fraction']:g} of the queries shown), each ranker's {metrics} estimated on each log. "
         f"Cell: the {p['confidence']:.0%} bootstrap intervals ({p['n_resamples']} resamples over sessions) "
         f"that cover the exact truth, out of the checks (logs x metrics); clipped: weights at most "
-        f"{p['clip']:g}; DR's reward model fitted on each log's features. Error: mean (estimate - truth) / "
-        "truth.",
+        f"{p['clip']:g}; DR's reward model fitted on each log's features (constant: on none, the "
+        "intercept-only fit). Error: mean (estimate - truth) / truth.",
         "",
         "| estimator | " + " | ".join(f"{r} (of {per[r]})" for r in rankers) + " | covered | error |",
         "|---|" + "---:|" * (len(rankers) + 2),
