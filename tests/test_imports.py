@@ -344,6 +344,9 @@ DEFERRED: dict[tuple[str, str], str] = {
     "read only to write a library error that names one",
     ("cli/__init__.py", "ctxrank.serving.server"): "the serve options' flags (the serve extra), read only "
     "to write a library error that names one no other declared class has",
+    ("cli/clicks.py", "ctxrank.experiments.provenance"): "the coverage record's provenance (git commit, "
+    "versions; torch for the CPU's instruction set), read by `clicks coverage` only: `clicks propensity` and "
+    "`clicks offline --scores` import no torch",
     ("cli/tune.py", "ctxrank.tune"): OPTIONAL,
     ("cli/evaluate.py", "ir_measures"): OPTIONAL,
     ("experiments/executors.py", "ctxrank.tune"): OPTIONAL,

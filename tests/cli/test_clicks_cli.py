@@ -220,11 +220,37 @@ def test_train_lambdamart_with_debias_then_evaluate_it_offline(capsys, logs, pro
     argv = ["clicks", "offline", logs["shuffled"], *LOG, "--model", tmp_path / "ips"]
     rc, text, err = run(capsys, *argv, "--propensity", propensity_file, "--resamples", "50")
     assert rc == 0, err
-    assert f"ranker      model {tmp_path / 'ips'}" in text and text.count("[") == 2
+    assert f"ranker      model {tmp_path / 'ips'}" in text and text.count("[") == 3
+    # DR's reward model: the trained model's score, calibrated on the log
+    rc, text, err = run(capsys, *argv, "--propensity", propensity_file, "--resamples", "50", "--clip", "2",
+                        "--reward-model", tmp_path / "ips")  # fmt: skip
+    assert rc == 0, err
+    assert f"DR's reward model the score of {tmp_path / 'ips'}, calibrated on the log" in text
+    assert "\ndr " in text and "(corrects the clipping)" in text
     rc, _, err = run(capsys, "train", "--model", "lambdamart", "--data", logs["shuffled"], *LOG,
                      "--debias", "dla", *TREES, "--out", tmp_path / "dla")  # fmt: skip
     assert rc == 2 and "train.debias = 'dla': lambdamart learns from a click log with" in err
     assert not (tmp_path / "dla").exists()
+
+
+def test_offline_prints_dr_beside_ips_and_snips(capsys, logs, propensity_file, tmp_path):
+    """DR with the default reward model (fitted on the log's features): IPS exactly without clipping,
+    its own estimate with clipped weights."""
+    frame = pd.read_csv(logs["shuffled"])
+    scores = tmp_path / "scores.txt"
+    scores.write_text("\n".join(str(p) for p in frame["position"]) + "\n")  # the shown order reversed
+    argv = ["clicks", "offline", logs["shuffled"], *LOG, "--scores", scores, "--propensity", propensity_file]
+    rc, text, err = run(capsys, *argv, "--resamples", "50", "--json")
+    assert rc == 0, err
+    est = json.loads(text)["estimates"]
+    assert list(est) == ["ips", "snips", "dr"] and est["dr"]["value"] == pytest.approx(est["ips"]["value"])
+    rc, text, err = run(capsys, *argv, "--resamples", "50", "--clip", "1.5", "--json")
+    clipped = json.loads(text)["estimates"]
+    assert clipped["dr"]["value"] != pytest.approx(clipped["ips"]["value"])
+    assert clipped["dr"]["low"] <= clipped["dr"]["value"] <= clipped["dr"]["high"]
+    rc, text, err = run(capsys, *argv, "--resamples", "50")
+    assert rc == 0 and "DR's reward model fitted on the log's 2 features" in text and text.count("[") == 3
+    assert "dr: the reward model's metric plus the weighted residual (equal to ips" in text
 
 
 def test_offline_refusals(capsys, logs, propensity_file, tmp_path):
@@ -243,6 +269,10 @@ def test_offline_refusals(capsys, logs, propensity_file, tmp_path):
         (["--propensity", tmp_path / "none.json", "--scores", scores], "cannot read it (No such file"),
         (["--propensity", propensity_file, "--scores", scores, "--clip", "0.5"], "--clip: expected a finite"),
         (["--propensity", propensity_file, "--scores", scores], "scores"),  # one score for 6000 rows
+        (
+            ["--propensity", propensity_file, "--scores", scores, "--reward-model", tmp_path / "none"],
+            f"--reward-model {tmp_path / 'none'}: no such model directory or .onnx file",
+        ),
     ]
     for extra, message in cases:
         rc, _, err = run(capsys, *base, *extra)
@@ -264,3 +294,71 @@ def test_train_propensity_reads_a_propensities_file(tmp_path):
     (tmp_path / "text.json").write_text("[1, 0.5]")
     with pytest.raises(ValueError, match=r"'.*text.json': propensities JSON: expected an object"):
         TrainConfig(debias="ips", propensity=str(tmp_path / "text.json"))
+
+
+def test_offline_dr_needs_features_or_a_reward_model(capsys, logs, propensity_file, tmp_path):
+    frame = pd.read_csv(logs["shuffled"])
+    frame[["session", "query", "item", "position", "click"]].to_csv(tmp_path / "bare.csv", index=False)
+    scores = tmp_path / "s.txt"
+    scores.write_text("\n".join("1" for _ in range(len(frame))) + "\n")
+    argv = [
+        "clicks",
+        "offline",
+        tmp_path / "bare.csv",
+        *LOG,
+        "--scores",
+        scores,
+        "--propensity",
+        propensity_file,
+    ]
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2 and err.count("\n") == 1
+    assert "no feature column for DR's reward model: give --numeric COLS or --reward-model DIR" in err
+
+
+@pytest.fixture(scope="module")
+def labelled_file(tmp_path_factory):
+    """12 labelled queries of 6 items, two features (a LETOR text file)."""
+    rng = np.random.default_rng(1)
+    lines = [
+        f"{rng.integers(0, 3)} qid:{q} 1:{rng.random():.3f} 2:{rng.random():.3f}"
+        for q in range(12)
+        for _ in range(6)
+    ]
+    path = tmp_path_factory.mktemp("labelled") / "labelled.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_coverage_writes_the_record_and_prints_its_table(capsys, labelled_file, tmp_path):
+    out = tmp_path / "cov"
+    argv = ["clicks", "coverage", labelled_file, "--logs", "2", "--sessions", "300", "--top-k", "4"]
+    argv += ["--logging-fraction", "0.25", "--k", "3", "--resamples", "30", "--no-progress", "--out", out]
+    rc, text, err = run(capsys, *argv)
+    assert rc == 0, err
+    record = json.loads((out / "coverage.json").read_text())
+    assert record["parameters"]["logs"] == 2 and len(record["rows"]) == 2 * 4 * 2 * 7
+    assert record["environment"]["versions"]["ctxrank"] and record["counts"]["ips"]["checked"] == 16
+    assert "| estimator | labels (of 4) |" in text and f"wrote {out / 'coverage.json'} (112 checks" in text
+    rc, _, err = run(capsys, *argv)  # the record exists
+    assert rc == 2 and "exists; give --overwrite" in err and err.count("\n") == 1
+    rc, text, err = run(capsys, *argv, "--overwrite", "--metrics", "dcg", "--json")
+    assert rc == 0, err
+    assert json.loads(text)["counts"]["dr"]["checked"] == 8
+
+
+def test_coverage_refusals_come_before_any_work(capsys, labelled_file, tmp_path):
+    base = ["clicks", "coverage", labelled_file, "--out", tmp_path / "cov"]
+    cases = [
+        (["--clip", "0.5"], "clip: expected a finite maximum weight >= 1, got 0.5"),
+        (["--metrics", "clicks,ndcg"], "--metrics: expected distinct names among clicks, dcg"),
+        (["--eta", "-1"], "eta must be a finite number >= 0"),
+        (["--eps-minus", "2"], "eps_minus must be a probability in [0, 1]"),
+        (["--sessions", "1"], "sessions: expected an integer >= 2"),
+        (["--confidence", "2"], "confidence: expected a level in (0, 1)"),
+        (["--logging-fraction", "0"], "fraction of training queries must be in (0, 1]"),
+    ]
+    for extra, message in cases:
+        rc, _, err = run(capsys, *base, *extra)
+        assert rc == 2 and message in err and err.count("\n") == 1, (extra, err)
+    assert not (tmp_path / "cov").exists()

@@ -511,6 +511,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     f"ctxrank clicks propensity randomized.csv {LOG} --method randomized --out propensity.json": Run(),
     f"ctxrank clicks offline randomized.csv {LOG} --model runs/lambdamart-ips --propensity propensity.json "
     "--metric clicks --k 10": Run(),
+    f"ctxrank clicks offline randomized.csv {LOG} --model runs/lambdamart-ips --propensity propensity.json "
+    "--metric clicks --k 10 --clip 5": Run(check=contains("dr ")),
+    "ctxrank clicks coverage --dataset mq2008 --fold 1 --logs 50 --out evidence/clicks-offline-coverage": Run(
+        ("--logs", "2", "--sessions", "300", "--resamples", "100")
+    ),
     # docs/arsm.md
     "ctxrank train --model arsm --dataset mq2008 --fold 1 --out runs/arsm": Run(EPOCH1),
     "ctxrank train --model arsm --dataset mq2008 --set model_params.loss=ap --set model_params.n_levels=10 "

@@ -31,7 +31,7 @@ Feedback": the IPS estimate of an additive ranking metric; Oosterhuis & de Rijke
   method's reward plus the importance-weighted residual), with the position's propensity ``p_d`` as
   the treatment probability. Unclipped (``w_d = 1 / p_d``) it equals
   IPS exactly (each shown item's examination probability is known and positive); with clipped
-  weights it corrects the clipped part by the reward model.
+  weights it corrects the clipped part by the reward model. :func:`click_reward` fits one on the log.
 
 Intervals: percentile bootstrap over sessions (``scipy.stats.bootstrap``, paired, seeded); the
 percentile method rather than BCa because BCa's jackknife costs S evaluations of S sessions.
@@ -43,11 +43,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import optimize, special
 
 from ctxrank.clicks.propensity import Propensities, _check_log, _check_options, session_bootstrap
 from ctxrank.data.ranking_data import RankingData, order_by_score
 
-__all__ = ["ESTIMATORS", "METRICS", "OfflineEstimate", "offline_estimates", "rank_weights", "session_terms"]
+__all__ = [
+    "ESTIMATORS",
+    "METRICS",
+    "OfflineEstimate",
+    "click_reward",
+    "offline_estimates",
+    "rank_weights",
+    "session_terms",
+]
 
 METRICS = ("clicks", "dcg")
 ESTIMATORS = ("ips", "snips", "dr")
@@ -200,3 +209,65 @@ def _row_values(values: Any, n: int, name: str) -> np.ndarray:
     if bad.size:
         raise ValueError(f"{name}: row {int(bad[0])} is {arr[bad[0]]}, expected a finite number")
     return arr
+
+
+def click_reward(
+    log: RankingData, propensities: Propensities, inputs: Any = None, *, l2: float = 1e-3
+) -> np.ndarray:
+    """float64 (N,) a reward model for DR: each row's expected interaction were it shown at position 1.
+
+    ``rel(x) = m * sigmoid(b + x @ beta)`` (``m`` the log's largest interaction), fitted by maximum
+    likelihood of the position-based model with the examination known: the interaction at position k,
+    scaled to ``c / m`` in [0, 1], has mean ``p_k rel(x) / m`` (Bernoulli for clicks, the fractional
+    logit of Papke & Wooldridge 1996 for graded interactions). This is the click model of Wang,
+    Golbandi, Bendersky, Metzler & Najork (2018, WSDM, regression-EM) with ``theta_k`` fixed to the
+    given propensities, so the likelihood is maximised directly (L-BFGS from the intercept-only fit;
+    not convex in general: an unclicked row at ``p_k < 1`` adds a non-convex term) instead of by EM.
+
+    Args:
+        inputs: (N, F) the model's inputs (default: ``log.features``), standardised per column
+            (a constant column is dropped); e.g. (N, 1) a ranker's scores to calibrate.
+        l2: the ridge penalty on ``beta`` (not on ``b``), per row.
+
+    Raises:
+        ValueError: inputs of the wrong shape or not finite, a log without interactions.
+    """
+    shown = _check_log(log, "click_reward")
+    x = np.asarray(log.features if inputs is None else inputs, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[0] != log.n_items:
+        raise ValueError(
+            f"inputs: expected ({log.n_items}, F) values (one row per logged row), got {x.shape}"
+        )
+    if not np.isfinite(x).all():
+        raise ValueError("inputs: expected finite values")
+    c = log.labels.astype(np.float64)
+    top = float(c.max()) if c.size else 0.0
+    if not top > 0:
+        raise ValueError("click_reward: the log has no interaction: nothing to fit a reward to")
+    y = c / top
+    sd = x.std(axis=0)
+    keep = sd > 0
+    z_in = (x[:, keep] - x[:, keep].mean(axis=0)) / sd[keep]
+    design = np.hstack([np.ones((x.shape[0], 1)), z_in])
+    p = propensities.at(shown)
+    n = float(x.shape[0])
+    eps = 1e-12
+
+    def loss(beta: np.ndarray) -> tuple[float, np.ndarray]:
+        z = design @ beta
+        sig = special.expit(z)
+        q = np.clip(p * sig, eps, 1.0 - eps)
+        nll = -(y * np.log(q) + (1.0 - y) * np.log1p(-q)).sum() / n
+        # d nll / d z = (1 - sigmoid) (q - y) / (1 - q)
+        grad_z = (1.0 - sig) * (q - y) / (1.0 - q) / n
+        penalty = 0.5 * l2 * float(beta[1:] @ beta[1:])
+        grad = design.T @ grad_z
+        grad[1:] += l2 * beta[1:]
+        return float(nll + penalty), grad
+
+    start = np.zeros(design.shape[1])
+    start[0] = special.logit(np.clip(y.mean() / max(float(p.mean()), eps), 1e-6, 1 - 1e-6))
+    fit = optimize.minimize(loss, start, jac=True, method="L-BFGS-B")
+    return top * special.expit(design @ fit.x)

@@ -38,16 +38,24 @@ means, the target's improvement, corrected p and CI) out of a regenerated ``tabl
 :func:`summary_table` builds a summary from regenerated ``results.json`` dicts, and
 ``python -m ctxrank.experiments.published [--check]`` rewrites (or checks) every block;
 ``tests/experiments/test_evidence.py`` fails on any difference.
+
+An evidence directory may hold, instead of an experiment, the record of ``ctxrank clicks coverage``
+(``coverage.json``, :mod:`ctxrank.clicks.coverage`): its block ``<!-- evidence: NAME -->`` is the
+coverage table recomputed from the record's rows, and its inline values are ``covered ESTIMATOR``
+(``376/400``) and ``coverage ESTIMATOR`` (``94.0%``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ctxrank.clicks.coverage import KIND as COVERAGE_KIND
+from ctxrank.clicks.coverage import coverage_counts, coverage_table
 from ctxrank.experiments.debiasing import debiasing_table, families, gap_closed
 from ctxrank.experiments.evidence import rebuild_report
 from ctxrank.experiments.report import _fmt_p, _p_text, fmt_ci, fmt_improvement
@@ -132,9 +140,17 @@ def headline(table_md: str, head: str = TABLE_HEADS[""]) -> str:
     return "\n".join([*lines[first : start - 1], "", *lines[start:end]]) + "\n"
 
 
+#: the record of ``ctxrank clicks coverage`` an evidence directory may hold instead of an experiment
+COVERAGE_RECORD = "coverage.json"
+
+
 def regenerated_report(root: Path, directory: str) -> tuple[str, dict[str, Any]]:
     """``table.md`` and ``results.json`` of ``evidence/DIRECTORY``'s report, regenerated (nothing is
-    trained)."""
+    trained); for a coverage record, its table recomputed from its rows and the record."""
+    record = root / "evidence" / directory / COVERAGE_RECORD
+    if record.is_file():
+        loaded = json.loads(record.read_text(encoding="utf-8"))
+        return coverage_table(loaded), loaded
     with tempfile.TemporaryDirectory(prefix="ctxrank-published-") as tmp:
         results = rebuild_report(root / "evidence" / directory, tmp)
         return (Path(tmp) / "table.md").read_text(), results
@@ -212,6 +228,16 @@ def _mean(res: dict[str, Any], model: str, metric: str) -> str:
     return f"{res['table'][model][metric]['mean']:.4f}"
 
 
+def _coverage(res: dict[str, Any], estimator: str) -> dict[str, int]:
+    """The covered and checked intervals of ``estimator`` in a coverage record, from its rows."""
+    if res.get("kind") != COVERAGE_KIND:
+        raise ValueError(f"{res.get('name', 'the evidence')}: not an offline coverage record")
+    counts = coverage_counts(res["rows"])
+    if estimator not in counts:
+        raise ValueError(f"the coverage record has no estimator {estimator!r} (estimators: {sorted(counts)})")
+    return counts[estimator]
+
+
 def _gap_closed(res: dict[str, Any], run: str, metric: str) -> str:
     """The share of its model's naive-to-skyline gap a click experiment's ``run`` closes
     (:func:`ctxrank.experiments.debiasing.gap_closed`), from the report's means."""
@@ -226,7 +252,8 @@ def _gap_closed(res: dict[str, Any], run: str, metric: str) -> str:
 
 
 #: the kinds of inline value (``<!-- evidence value: NAME KIND ARGS -->``): KIND -> (its arguments, the
-#: value of a report's ``results.json`` as its table prints it)
+#: value of a report's ``results.json`` (a coverage record's, for ``covered`` and ``coverage``) as its
+#: table prints it)
 VALUES = {
     "mean": (("MODEL", "METRIC"), _mean),
     "p": (("TARGET", "BASELINE", "METRIC"), lambda res, *a: _fmt_p(_comparison(res, *a)["p"])),
@@ -248,6 +275,14 @@ VALUES = {
     "relative": (
         ("MODEL", "OTHER", "METRIC"),
         lambda res, model, other, metric: f"{_relative(res, model, other, metric):+.2f}%",
+    ),
+    "covered": (
+        ("ESTIMATOR",),
+        lambda res, name: "{covered}/{checked}".format(**_coverage(res, name)),
+    ),
+    "coverage": (
+        ("ESTIMATOR",),
+        lambda res, name: f"{_coverage(res, name)['covered'] / _coverage(res, name)['checked']:.1%}",
     ),
     "gap-closed": (("RUN", "METRIC"), _gap_closed),
     "change": (
@@ -296,6 +331,8 @@ def regenerate(root: Path, name: str, reports: dict[str, tuple[str, dict[str, An
     if name.startswith(_SUMMARY_HEAD):
         target, baseline, metrics, _ = _summary_parts(name)
         return summary_table(target, baseline, metrics, {d: reports[d][1] for d in directories})
+    if reports[directories[0]][1].get("kind") == COVERAGE_KIND and "#" not in name:  # its whole table
+        return reports[directories[0]][0]
     return headline(reports[directories[0]][0], TABLE_HEADS[name.partition("#")[2]])
 
 
