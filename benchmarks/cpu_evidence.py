@@ -159,8 +159,8 @@ def store(outdir: Path, date: str, page: Path = PAGE) -> tuple[list[str], list[s
             notes.append(f"{path.name}: benchmark {blob.get('benchmark')!r} is not stored by this step")
             continue
         problems = entry.problems_of(blob)
-        dest = _report.EVIDENCE / entry.file_name(blob, date)
-        if not problems and dest.exists():
+        dest = None if problems else _report.EVIDENCE / entry.file_name(blob, date)
+        if dest is not None and dest.exists():
             problems = [f"evidence/bench/{dest.name} exists: a stored run is never replaced"]
         if problems:
             notes.append(f"{path.name}: not stored: {'; '.join(problems)}")

@@ -151,12 +151,18 @@ def test_store_shows_each_run_in_its_section_and_refuses_what_is_no_evidence(tmp
     out, page = _store_setup(tmp_path, monkeypatch)
     quick = {**json.loads((out / "serve.json").read_text()), "quick": True}
     (out / "serve_quick.json").write_text(json.dumps(quick))
+    old = json.loads((out / "serving_avx512.json").read_text())
+    del old["machine"]["torch_cpu_capability"]  # a run of the script before it recorded the instruction set
+    (out / "serving_old.json").write_text(json.dumps(old))
     names, notes = cpu_evidence.store(out, "2026-12-07", page)
     assert sorted(names) == [
         "batch-predict-2026-12-07.json", "pipeline-graph-2026-12-07.json", "serve-2026-12-07.json",
         "serving-avx2-2026-12-07.json", "serving-avx512-2026-12-07.json", "startup-2026-12-07.json",
     ]  # fmt: skip
-    assert notes == ["serve_quick.json: not stored: a --quick run (a smoke test) is not evidence"]
+    assert notes == [
+        "serve_quick.json: not stored: a --quick run (a smoke test) is not evidence",
+        "serving_old.json: not stored: no code or instruction set recorded",
+    ]
     text = page.read_text()
     for entry in CHECKED:
         blocks = _assert_blocks_are_current(entry.module, entry.script, [page])
@@ -168,7 +174,7 @@ def test_store_shows_each_run_in_its_section_and_refuses_what_is_no_evidence(tmp
     assert "QILCM TorchScript p50 / matmul p50, both AVX2: " in serving.group(3)  # the AVX2 figure
     # the same date again: nothing is replaced
     again, notes = cpu_evidence.store(out, "2026-12-07", page)
-    assert again == [] and len(notes) == 7
+    assert again == [] and len(notes) == 8
     assert sum("exists: a stored run is never replaced" in n for n in notes) == 6
     assert page.read_text() == text
 
