@@ -77,7 +77,7 @@ bench: install
 # minute); tests/experiments/test_evidence.py and tests/test_bench_evidence.py fail when a page differs from this.
 published: install
 	$(BIN)/python -m ctxrank.experiments.published
-	$(BIN)/python benchmarks/bench_scale.py --publish
+	$(BIN)/python benchmarks/cpu_evidence.py --publish
 
 # The release files (docs/development.md, "Releasing"): dist/ctxrank-VERSION.tar.gz and the wheel built
 # from it (python -m build), VERSION from src/ctxrank/_version.py.

@@ -17,10 +17,36 @@ def block_pattern(tag: str) -> re.Pattern:
     return re.compile(rf"(<!-- {tag}: ([^>]*?) -->\n)(.*?)(<!-- /{tag} -->)", re.S)
 
 
-def stored_report(name: str, report_text) -> str:
-    """A block's content: ``report_text`` of the stored run ``name`` of evidence/bench/, in a code fence."""
+def load_stored(name: str) -> dict:
+    """The stored run ``name`` of evidence/bench/; a ``--quick`` run is refused (it is no measurement)."""
     blob = json.loads((EVIDENCE / name.strip()).read_text())
-    return "```text\n" + report_text(blob) + "```\n"
+    if blob.get("quick"):
+        raise ValueError(f"evidence/bench/{name.strip()} is a --quick run: a smoke test, not evidence")
+    return blob
+
+
+def stored_report(names: str, report_text) -> str:
+    """A block's content: ``report_text`` of each stored run of evidence/bench/ that ``names`` lists
+    (separated by spaces), a blank line between them, in a code fence."""
+    reports = [report_text(load_stored(name)) for name in names.split()]
+    return "```text\n" + "\n".join(reports) + "```\n"
+
+
+def add_stored_args(ap, tag: str) -> None:
+    """``--from-json FILE`` (print a stored run's report) and ``--publish`` (rewrite the ``tag`` blocks)."""
+    ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
+    ap.add_argument(
+        "--publish", action="store_true", help=f"rewrite the {tag} blocks of docs/*.md from evidence/bench/"
+    )
+
+
+def answer_stored_args(args, block, block_text, report_text) -> bool:
+    """Do what ``--publish`` / ``--from-json`` ask (:func:`add_stored_args`); whether either was given."""
+    if args.publish:
+        publish_docs(block, block_text)
+    elif args.from_json:
+        print(report_text(json.loads(Path(args.from_json).read_text())), end="")
+    return bool(args.publish or args.from_json)
 
 
 def code_of_tree() -> str:
@@ -65,10 +91,12 @@ def emit_json(blob: dict, path: str | None = None, *, echo: bool = True) -> None
             fh.write(text + "\n")
 
 
-def machine_info(threads: int | None = None) -> dict:
+def machine_info(threads: int | None = None, extra: tuple = (), isa: bool = False) -> dict:
     """What the timings were taken on: CPU model (``/proc/cpuinfo``), CPUs, memory, load, versions.
 
-    ``threads`` is the torch thread count the benchmark asked for (recorded as given). The load average
+    ``threads`` is the torch thread count the benchmark asked for (recorded as given); ``extra``: more
+    ``(key, distribution)`` pairs whose installed versions are recorded (``("onnxruntime",
+    "onnxruntime")``); ``isa``: also :func:`instruction_sets` (imports torch). The load average
     at the start is recorded because the timings are only meaningful on an otherwise idle machine.
     """
     import os
@@ -111,12 +139,44 @@ def machine_info(threads: int | None = None) -> dict:
     }
     from importlib import metadata
 
-    for mod, dist in (("torch", "torch"), ("numpy", "numpy"), ("sklearn", "scikit-learn")):
+    for mod, dist in (("torch", "torch"), ("numpy", "numpy"), ("sklearn", "scikit-learn"), *extra):
         try:  # the installed version, without importing the package (scikit-learn takes seconds)
             info[mod] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
+    if isa:
+        info.update(instruction_sets())
     return info
+
+
+#: environment variables that restrict the instruction set of torch's own kernels, of MKL (torch's
+#: matrix products on x86) and of oneDNN
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def instruction_sets() -> dict:
+    """What vector instructions the timings used: the CPU's vector flags (``/proc/cpuinfo``), the
+    instruction set torch's CPU kernels dispatch to (``torch.backends.cpu.get_cpu_capability()``), and
+    the :data:`ISA_VARIABLES` set in the environment. ONNX Runtime's kernels (MLAS) choose theirs from
+    the CPU's flags when the library loads; no runtime setting restricts them."""
+    import os
+
+    import torch
+
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu_vector_flags": sorted(f for f in flags if f.startswith(("avx", "amx", "fma"))),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_environment": {k: os.environ[k] for k in ISA_VARIABLES if k in os.environ},
+    }
 
 
 def machine_line(info: dict) -> str:
@@ -130,10 +190,18 @@ def machine_line(info: dict) -> str:
         parts.append(f"torch threads {info['threads']}")
     if info.get("gpu"):
         parts.append(f"GPU {info['gpu']} ({info['gpu_memory_gib']} GiB, CUDA {info['cuda']})")
+    if info.get("torch_cpu_capability"):
+        restricted = ", ".join(f"{k}={v}" for k, v in info["isa_environment"].items())
+        kernels = f"torch CPU kernels {info['torch_cpu_capability']}"
+        parts.append(kernels + (f" ({restricted})" if restricted else ""))
     versions = [f"Python {info['python']}"] + [
-        f"{m} {info[m]}" for m in ("torch", "numpy", "sklearn") if m in info
+        f"{m} {info[m]}" for m in ("torch", "numpy", "sklearn", *VERSIONS_SHOWN) if m in info
     ]
     return "; ".join(parts) + "; " + ", ".join(versions)
+
+
+#: the versions of :func:`machine_info`'s ``extra`` packages that :func:`machine_line` shows
+VERSIONS_SHOWN = ("onnxruntime", "lightgbm", "ray", "fastapi", "uvicorn")
 
 
 def markdown_table(header: list[str], rows: list[list], align: str | None = None) -> str:

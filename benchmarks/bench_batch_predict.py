@@ -11,6 +11,7 @@ removed between repeats. Reported: the median wall time of ``--repeats`` runs af
 rows/s, and the ratio of each rate to the reference's (measured in the same run, interleaved).
 
     .venv/bin/python benchmarks/bench_batch_predict.py [--queries 400 --items 50 --shards 8] [--json FILE]
+    .venv/bin/python benchmarks/bench_batch_predict.py --from-json FILE | --publish
 """
 
 from __future__ import annotations
@@ -26,7 +27,17 @@ from pathlib import Path
 import numpy as np
 
 from _common import add_common_args, summarize
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import (
+    add_stored_args,
+    answer_stored_args,
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    stored_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -34,6 +45,8 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
 
 N_FEATURES = 46
+REFERENCE = "single process (reference)"
+CASES = (REFERENCE, "Ray Data, 1 worker", "Ray Data, 2 workers")
 
 
 def setup(work: Path, queries: int, items: int, shards: int) -> None:
@@ -73,9 +86,12 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=50, help="items per list (default 50)")
     ap.add_argument("--shards", type=int, default=8, help="Parquet shards (default 8)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each (median kept; default 3)")
+    add_stored_args(ap, "bench-batch-predict")
     args = ap.parse_args(argv)
+    if answer_stored_args(args, BLOCK, block_text, report_text):
+        return 0
     queries, repeats = (40, 1) if args.quick else (args.queries, args.repeats)
-    info = machine_info()
+    info = machine_info(extra=(("onnxruntime", "onnxruntime"), ("ray", "ray")))
     print(machine_line(info), flush=True)
     import ray
 
@@ -104,8 +120,7 @@ def main(argv=None) -> int:
 
             return run
 
-        cases = {"single process (reference)": reference, "Ray Data, 1 worker": on_ray(1),
-                 "Ray Data, 2 workers": on_ray(2)}  # fmt: skip
+        cases = dict(zip(CASES, (reference, on_ray(1), on_ray(2)), strict=True))
         times: dict[str, list[float]] = {name: [] for name in cases}
         for run in cases.values():  # warm-up, not recorded
             run()
@@ -115,31 +130,65 @@ def main(argv=None) -> int:
                 run()
                 times[name].append(time.perf_counter() - t0)
         ray.shutdown()
-    results = {name: summarize(t) for name, t in times.items()}
-    ref = rows / results["single process (reference)"]["median_s"]
-    table = []
-    for name, r in results.items():
+    results = {name: {**summarize(t), "times_s": t} for name, t in times.items()}
+    ref = rows / results[REFERENCE]["median_s"]
+    for r in results.values():
         r["rows_per_s"] = rows / r["median_s"]
         r["ratio_to_reference"] = r["rows_per_s"] / ref
-        table.append(
-            [name, f"{r['median_s']:.3f}", f"{r['rows_per_s']:,.0f}", f"{r['ratio_to_reference']:.2f}x"]
-        )
-    print(f"\n{queries} lists x {args.items} items ({rows:,} rows, {args.shards} shards), QILCM ONNX, "
-          f"median of {repeats} runs; Ray start-up {ray_start_s:.2f} s (not in the rates)\n")  # fmt: skip
-    print(markdown_table(["scoring", "median s", "rows/s", "rate vs reference"], table))
     blob = {
         "benchmark": "bench_batch_predict",
         "quick": args.quick,
+        "code": code_of_tree(),
         "queries": queries,
         "items": args.items,
+        "features": N_FEATURES,
         "shards": args.shards,
         "repeats": repeats,
         "ray_start_s": ray_start_s,
         "machine": info,
         "results": results,
     }
+    print()
+    print(report_text(blob), end="")
     emit_json(blob, args.json, echo=False)
     return 0
+
+
+def report_text(blob: dict) -> str:
+    """The table of a run, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
+    rows = blob["queries"] * blob["items"]
+    table = [[name, f"{r['median_s']:.3f}", f"{r['rows_per_s']:,.0f}", f"{r['ratio_to_reference']:.2f}x"]
+             for name, r in blob["results"].items()]  # fmt: skip
+    lines = [machine_line(blob["machine"]) + (f"; code {blob['code']}" if blob.get("code") else "")]
+    lines.append(
+        f"{blob['queries']} lists x {blob['items']} items ({rows:,} rows, {blob['shards']} shards), "
+        f"QILCM ONNX, median of {blob['repeats']} runs; "
+        f"Ray start-up {blob['ray_start_s']:.2f} s (not in the rates)"
+    )
+    lines += ["", markdown_table(["scoring", "median s", "rows/s", "rate vs reference"], table)]
+    return "\n".join(lines) + "\n"
+
+
+# A page states a stored run between ``<!-- bench-batch-predict: FILE -->`` and
+# ``<!-- /bench-batch-predict -->``; ``--publish`` rewrites each block from its file.
+BLOCK = block_pattern("bench-batch-predict")
+
+
+def block_text(names: str) -> str:
+    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
+    return stored_report(names, report_text)
+
+
+def evidence_problems(blob: dict) -> list[str]:
+    """What a run lacks to be stored as evidence (empty: nothing): the three rows, 3 runs or more."""
+    problems = []
+    if tuple(blob["results"]) != CASES:
+        problems.append(f"rows {list(blob['results'])}, expected {list(CASES)}")
+    if blob["repeats"] < 3:
+        problems.append(f"{blob['repeats']} runs of each row, at least 3 expected")
+    if not blob.get("code"):
+        problems.append("no code recorded")
+    return problems
 
 
 if __name__ == "__main__":

@@ -20,6 +20,14 @@ QILCM, one list, p50 < 1 ms (allRank's context-aware Transformer: 2.7 ms).
 
     .venv/bin/python benchmarks/bench_inference.py [--threads 2] [--lists 1000] [--items 100]
         [--features 136] [--models qilcm,dlcm-paper,...] [--json FILE] [--quick]
+    .venv/bin/python benchmarks/bench_inference.py --from-json FILE | --publish    # the serving section
+
+Instruction sets: ``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2`` restrict
+torch's kernels (the eager model, TorchScript, the matrix product) to AVX2 on an AVX-512 machine. ONNX
+Runtime's kernels (MLAS) choose their instruction set from the CPU's flags when it loads and no runtime
+setting restricts them: under that restriction the ONNX rows still run AVX-512 (the JSON records both:
+``machine.torch_cpu_capability``, ``machine.cpu_vector_flags``), so the AVX2 figure of the served graph
+is its TorchScript row there, and the ONNX file's needs an AVX2 machine.
 """
 
 from __future__ import annotations
@@ -31,7 +39,17 @@ import time
 from pathlib import Path
 
 from _common import add_common_args, summarize, synthetic_ranking_data
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import (
+    add_stored_args,
+    answer_stored_args,
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    stored_report,
+)
 
 TARGET_QILCM_ONE_LIST_P50_S = 1e-3  # QILCM scoring one list, p50 target
 TARGET_SERVING_OVER_MATMUL = 1.3  # QILCM's serving p50 <= 1.3x the same-size matrix product
@@ -178,6 +196,9 @@ def serve_one(label: str, name: str, params: dict, args, L: int, F: int, workdir
         }
         times = interleaved(fns, args.serving_rounds, args.serving_per_round, args.warmup_one, args.budget_s)
     s = {k: summarize(v) for k, v in times.items()}
+    chunks = args.serving_per_round
+    rounds = {k: [float(np.median(v[i : i + chunks])) for i in range(0, len(v), chunks)]
+              for k, v in times.items()}  # fmt: skip
     best = min(("onnx", "torchscript"), key=lambda f: s[f]["p50_s"])
     floor = s["matmul"]["p50_s"]
     return {
@@ -192,6 +213,9 @@ def serve_one(label: str, name: str, params: dict, args, L: int, F: int, workdir
         "eager_over_matmul": s["eager"]["p50_s"] / floor,
         "serving_over_matmul": s[best]["p50_s"] / floor,
         "serving_over_matmul_serving_size": s[best]["p50_s"] / s["matmul_serving_size"]["p50_s"],
+        "onnx_over_matmul": s["onnx"]["p50_s"] / floor,
+        "torchscript_over_matmul": s["torchscript"]["p50_s"] / floor,
+        "round_medians_s": rounds,
     }
 
 
@@ -201,40 +225,100 @@ def serving_section(configs: dict, args, L: int, F: int) -> dict:
 
     torch.set_num_threads(1)
     print(f"\n## serving: one list of {L} items x {F} features, 1 thread", flush=True)
-    print(
-        "ONNX = the `ctxrank export --format onnx` file under onnxruntime (CPU, intra_op_num_threads=1, "
-        "ORT_ENABLE_ALL); TorchScript = the `--format torchscript` file (torch.jit.load, 1 thread); both "
-        "take raw features; serving = the faster of the two; matmul = torch (L, K) @ (K, K), K^2 = the "
-        "eager model's multiply-adds per item (and the serving graph's); all take turns (interleaved rounds)",
-        flush=True,
-    )
-    rows, out = [], {}
+    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, (name, params) in configs.items():
             r = out[label] = serve_one(label, name, params, args, L, F, Path(tmp))
             ms = {k: r[k]["p50_s"] * 1e3 for k in ("eager", "onnx", "torchscript", "matmul")}
-            m2 = r["matmul_serving_size"]["p50_s"] * 1e3
             print("  " + label + ": " + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items()), flush=True)
-            rows.append([
-                label, f"{r['multiply_adds_per_item'] / 1e3:,.0f}k",
-                f"{r['serving_multiply_adds_per_item'] / 1e3:,.0f}k", r["onnx"]["n"], f"{ms['eager']:.3f}",
-                f"{ms['onnx']:.3f}", f"{ms['torchscript']:.3f}", f"{ms['matmul']:.3f}", f"{m2:.3f}",
-                f"{ms['eager'] / ms['matmul']:.2f}",
-                f"{r['serving_over_matmul']:.2f} ({r['serving_format']})",
-                f"{r['serving_over_matmul_serving_size']:.2f}",
-                f"{max(r['max_abs_diff_vs_predict'].values()):.1e}",
-            ])  # fmt: skip
+    return out
+
+
+SERVING_NOTE = (
+    "ONNX = the `ctxrank export --format onnx` file under onnxruntime (CPU, intra_op_num_threads=1, "
+    "ORT_ENABLE_ALL); TorchScript = the `--format torchscript` file (torch.jit.load, 1 thread); both "
+    "take raw features; serving = the faster of the two; matmul = torch (L, K) @ (K, K), K^2 = the "
+    "eager model's multiply-adds per item (and the serving graph's); all take turns (interleaved rounds)"
+)
+
+
+def serving_report(serving: dict, machine: dict) -> str:
+    """The serving table, the QILCM verdict and the instruction sets (from a run's JSON)."""
+    rows = []
+    for label, r in serving.items():
+        ms = {k: r[k]["p50_s"] * 1e3 for k in ("eager", "onnx", "torchscript", "matmul")}
+        ms["matmul_serving_size"] = r["matmul_serving_size"]["p50_s"] * 1e3
+        rows.append([
+            label, f"{r['multiply_adds_per_item'] / 1e3:,.0f}k",
+            f"{r['serving_multiply_adds_per_item'] / 1e3:,.0f}k", r["onnx"]["n"], f"{ms['eager']:.3f}",
+            f"{ms['onnx']:.3f}", f"{ms['torchscript']:.3f}", f"{ms['matmul']:.3f}",
+            f"{ms['matmul_serving_size']:.3f}", f"{ms['eager'] / ms['matmul']:.2f}",
+            f"{r['serving_over_matmul']:.2f} ({r['serving_format']})",
+            f"{r['serving_over_matmul_serving_size']:.2f}",
+            f"{max(r['max_abs_diff_vs_predict'].values()):.1e}",
+        ])  # fmt: skip
     header = ["model", "MACs/item", "serving MACs/item", "timed calls each", "eager p50 ms", "ONNX p50 ms",
               "TorchScript p50 ms", "matmul p50 ms", "matmul (serving MACs) p50 ms", "eager / matmul",
               "serving / matmul", "serving / matmul (serving MACs)", "max abs export - predict"]  # fmt: skip
-    print()
-    print(markdown_table(header, rows))
-    if "qilcm" in out:
-        ratio = out["qilcm"]["serving_over_matmul"]
-        verdict = "met" if ratio <= TARGET_SERVING_OVER_MATMUL else "NOT met"
-        target = TARGET_SERVING_OVER_MATMUL
-        print(f"\nQILCM serving p50 / matmul p50 = {ratio:.2f} (target <= {target}: {verdict})")
-    return out
+    lines = [SERVING_NOTE, "", markdown_table(header, rows), ""]
+    q, target = serving.get("qilcm"), TARGET_SERVING_OVER_MATMUL
+    capability, restricted = machine.get("torch_cpu_capability"), machine.get("isa_environment")
+    if capability:
+        flags = machine["cpu_vector_flags"]
+        best = next((f.upper() for f in ("avx512f", "avx2") if f in flags), "neither AVX2 nor AVX-512")
+        lines.append(
+            f"instruction sets: torch's kernels (eager, TorchScript, matmul) {capability}"
+            + (f" ({', '.join(f'{k}={v}' for k, v in restricted.items())})" if restricted else "")
+            + f"; ONNX Runtime's chosen from the CPU's flags ({best}), not restricted by any setting"
+        )
+    if q is not None and restricted:  # only TorchScript and the floor run the restricted instruction set
+        ratio = q["torchscript_over_matmul"]
+        lines.append(
+            f"QILCM TorchScript p50 / matmul p50, both {capability}: {ratio:.2f} (target <= {target}: "
+            f"{'met' if ratio <= target else 'NOT met'}); ONNX / matmul = {q['onnx_over_matmul']:.2f} "
+            f"sets ONNX Runtime's {best} kernels against the {capability} matmul (no {capability} figure)"
+        )
+    elif q is not None:
+        ratio = q["serving_over_matmul"]
+        verdict = "met" if ratio <= target else "NOT met"
+        lines.append(f"QILCM serving p50 / matmul p50 = {ratio:.2f} (target <= {target}: {verdict})")
+    return "\n".join(lines) + "\n"
+
+
+def report_text(blob: dict) -> str:
+    """The serving section of a run, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
+    st = blob["serving_settings"]
+    head = machine_line(blob["machine"]) + f"; code {blob['code']}\n"
+    head += (
+        f"serving: one list of {st['items']} items x {st['features']} features, 1 thread; {st['rounds']} "
+        f"rounds of {st['per_round']} calls each after {st['warmup']} warm-up calls\n\n"
+    )
+    return head + serving_report(blob["serving"], blob["machine"])
+
+
+# A page states a stored run's serving section between ``<!-- bench-serving: FILE ... -->`` and
+# ``<!-- /bench-serving -->``; ``--publish`` rewrites each block from its files.
+BLOCK = block_pattern("bench-serving")
+
+
+def block_text(names: str) -> str:
+    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
+    return stored_report(names, report_text)
+
+
+def evidence_problems(blob: dict) -> list[str]:
+    """What a run lacks to be stored as evidence (empty: nothing): QILCM served, the code, the
+    instruction sets, and scores equal to ``predict``'s."""
+    problems = []
+    if "qilcm" not in blob.get("serving", {}):
+        problems.append("no serving section with QILCM")
+    if not blob.get("code") or not blob["machine"].get("torch_cpu_capability"):
+        problems.append("no code or instruction set recorded")
+    for label, r in blob.get("serving", {}).items():
+        diff = max(r["max_abs_diff_vs_predict"].values())
+        if diff > 1e-3:
+            problems.append(f"{label}: exported scores differ from predict by {diff:g}")
+    return problems
 
 
 def main(argv=None) -> int:
@@ -262,7 +346,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--no-serving", action="store_true", help="skip the serving section")
     ap.add_argument("--serving-only", action="store_true", help="only the serving section")
+    add_stored_args(ap, "bench-serving")
     args = ap.parse_args(argv)
+    if answer_stored_args(args, BLOCK, block_text, report_text):
+        return 0
     if args.quick:
         args.lists, args.items, args.repeats_one, args.repeats_batch = 8, 10, 5, 2
         args.warmup_one, args.warmup_batch, args.budget_s = 1, 1, 1.0
@@ -280,14 +367,33 @@ def main(argv=None) -> int:
             raise SystemExit(f"unknown --models {unknown}; valid: {', '.join(configs)}")
         configs = {k: configs[k] for k in wanted}
 
-    info = machine_info(args.threads)
+    threads = 1 if args.serving_only else args.threads  # the serving section runs one thread
+    info = machine_info(threads, (("onnxruntime", "onnxruntime"),), isa=True)
     info["one_list_threads"] = args.one_thread
     print(machine_line(info), flush=True)
     L, F = args.items, args.features
     serving = {} if args.no_serving else serving_section(configs, args, L, F)
+    head = {
+        "benchmark": "bench_inference",
+        "quick": args.quick,
+        "code": code_of_tree(),
+        "machine": info,
+        "serving_settings": {
+            "items": L,
+            "features": F,
+            "rounds": args.serving_rounds,
+            "per_round": args.serving_per_round,
+            "warmup": args.warmup_one,
+            "budget_s": args.budget_s,
+        },
+        "target_serving_over_matmul": TARGET_SERVING_OVER_MATMUL,
+        "serving": serving,
+    }
+    if serving:
+        print()
+        print(serving_report(serving, info), end="")
     if args.serving_only:
-        emit_json({"benchmark": "bench_inference", "quick": args.quick, "machine": info,
-                   "serving": serving}, args.json, echo=False)  # fmt: skip
+        emit_json(head, args.json, echo=False)
         return 0
     torch.manual_seed(0)
     models: dict[str, torch.nn.Module] = {}
@@ -379,14 +485,11 @@ def main(argv=None) -> int:
             f"Transformer: {ALLRANK_ONE_LIST_S * 1000:g} ms, not measured here)"
         )
     blob = {
-        "benchmark": "bench_inference",
-        "quick": args.quick,
+        **head,
         "threads": args.threads,
-        "machine": info,
         "reference": "nn.Linear(features, 1) on the same inputs",
         "target_qilcm_one_list_p50_s": TARGET_QILCM_ONE_LIST_P50_S,
         "settings": blob_settings,
-        "serving": serving,
         "verdicts": verdicts,
     }
     emit_json(blob, args.json, echo=False)

@@ -16,18 +16,18 @@ on its test queries (6 to 119 items); ``1000``: MSLR-shaped synthetic lists (46 
 timed on 1,000-item lists. Each round runs every query through both rows,
 interleaved, so that a drift of the machine's load reaches both alike; reported per case: the mean
 time per query of each row (the median over rounds) and the ratio graph / reference (target: at most
-1.5). ``values_max_abs_diff``: the graph's scores against ``load_model(dir).predict`` on the timed
-queries (``-rank``: 0 when the orders agree).
+1.5, :data:`TARGET_GRAPH_OVER_REFERENCE`). ``values_max_abs_diff``: the graph's scores against
+``load_model(dir).predict`` on the timed queries (``-rank``: 0 when the orders agree).
 
     .venv/bin/python benchmarks/bench_pipeline_graph.py [--threads 2] [--rounds 5] [--cases mq2008 1000]
         [--json FILE] [--quick]
+    .venv/bin/python benchmarks/bench_pipeline_graph.py --from-json FILE | --publish
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 import tempfile
 import time
@@ -37,17 +37,19 @@ import numpy as np
 
 from _common import add_common_args, synthetic_ranking_data
 from _report import (
+    add_stored_args,
+    answer_stored_args,
     block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    publish_docs,
     stored_report,
 )
 
 CASES = ("mq2008", "1000")
+TARGET_GRAPH_OVER_REFERENCE = 1.5  # the whole graph within 1.5x of LightGBM's predict + the re-ranker's graph
 RERANKER = ["model=qilcm", "rerank.initial=lambdamart", "rerank.top_k=100", "rerank.rank_feature=true"]
 
 
@@ -184,7 +186,25 @@ def report_text(blob: dict) -> str:
               "ratio", "max diff to predict"]  # fmt: skip
     head = f"{machine_line(blob['machine'])}\ncode {blob['code']}, {blob['threads']} threads, "
     head += f"median of {blob['rounds']} rounds\n"
-    return head + markdown_table(header, rows) + "\n"
+    target = blob.get("target_graph_over_reference")
+    verdicts = "".join(
+        f"{r['case']}: graph / reference {r['ratio_graph_over_reference']:.2f}x (target <= {target}x: "
+        f"{'met' if r['ratio_graph_over_reference'] <= target else 'NOT met'})\n"
+        for r in blob["results"]
+    ) if target is not None else ""
+    return head + markdown_table(header, rows) + "\n" + ("\n" + verdicts if verdicts else "")
+
+
+def evidence_problems(blob: dict) -> list[str]:
+    """What a run lacks to be stored as evidence (empty: nothing): both cases, the target, values equal."""
+    problems = []
+    if [r["case"] for r in blob["results"]] != list(CASES):
+        problems.append(f"cases {[r['case'] for r in blob['results']]}, expected {list(CASES)}")
+    if blob.get("target_graph_over_reference") is None:
+        problems.append("no target recorded")
+    problems += [f"{r['case']}: scores differ from predict by {r['values_max_abs_diff']:g}"
+                 for r in blob["results"] if r["values_max_abs_diff"] > 1e-4]  # fmt: skip
+    return problems
 
 
 # A page states a stored run between ``<!-- bench-pipeline-graph: FILE -->`` and
@@ -204,23 +224,16 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     ap.add_argument("--rounds", type=int, default=5, help="rounds over every query (default 5)")
     ap.add_argument("--warmup", type=int, default=5, help="queries run once before timing (default 5)")
-    ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
-    ap.add_argument(
-        "--publish", action="store_true", help="rewrite the bench-pipeline-graph blocks of docs/*.md"
-    )
+    add_stored_args(ap, "bench-pipeline-graph")
     args = ap.parse_args(argv)
-    if args.publish:
-        publish_docs(BLOCK, block_text)
-        return 0
-    if args.from_json:
-        print(report_text(json.loads(Path(args.from_json).read_text())), end="")
+    if answer_stored_args(args, BLOCK, block_text, report_text):
         return 0
     if args.quick:
         args.rounds, args.warmup = 1, 1
     import torch
 
     torch.set_num_threads(args.threads)
-    info = machine_info(args.threads)
+    info = machine_info(args.threads, (("onnxruntime", "onnxruntime"), ("lightgbm", "lightgbm")), isa=True)
     print(machine_line(info), flush=True)
     blob = {
         "benchmark": "bench_pipeline_graph",
@@ -230,6 +243,8 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "warmup": args.warmup,
         "machine": info,
+        "reranker": RERANKER,
+        "target_graph_over_reference": TARGET_GRAPH_OVER_REFERENCE,
         "results": [run_case(case, args) for case in args.cases],
     }
     print(report_text(blob), end="")

@@ -25,6 +25,7 @@ measure the machine as much as the server.
 
     .venv/bin/python benchmarks/bench_serve.py [--items 100] [--features 136] [--clients 1,8,64]
         [--seconds 5] [--json FILE] [--quick]
+    .venv/bin/python benchmarks/bench_serve.py --from-json FILE | --publish
 """
 
 from __future__ import annotations
@@ -45,7 +46,17 @@ from typing import Any
 import numpy as np
 
 from _common import summarize, synthetic_ranking_data
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import (
+    add_stored_args,
+    answer_stored_args,
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    stored_report,
+)
 
 TARGET_ONE_CLIENT_OVER_IN_PROCESS = 1.5  # p50 at one client within 1.5x of in-process
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -236,11 +247,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs (seconds)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    add_stored_args(ap, "bench-serve")
     args = ap.parse_args(argv)
+    if answer_stored_args(args, BLOCK, block_text, report_text):
+        return 0
     if args.quick:
         args.items, args.features, args.seconds, args.warmup, args.clients = 10, 8, 0.5, 2, "1,4"
     clients = [int(c) for c in args.clients.split(",")]
-    info = machine_info(1)
+    info = machine_info(1, tuple((d, d) for d in ("onnxruntime", "fastapi", "uvicorn")), isa=True)
     print(machine_line(info), flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -308,8 +322,19 @@ def main(argv=None) -> int:
         {
             "benchmark": "bench_serve",
             "quick": args.quick,
+            "code": code_of_tree(),
             "machine": info,
-            "settings": {"items": args.items, "features": args.features, "seconds": args.seconds},
+            "settings": {
+                "items": args.items,
+                "features": args.features,
+                "seconds": args.seconds,
+                "clients": clients,
+                "warmup": args.warmup,
+                "max_batch": args.max_batch,
+                "batch_wait_ms": args.batch_wait_ms,
+                "server_threads": 1,
+            },
+            "target_one_client_over_in_process": TARGET_ONE_CLIENT_OVER_IN_PROCESS,
             "in_process": reference,
             "served": {str(c): r for c, r in served["rank"].items()},
             "served_v2": {str(c): r for c, r in served["v2"].items()},
@@ -318,6 +343,73 @@ def main(argv=None) -> int:
         args.json,
     )
     return 0
+
+
+# ------------------------------------------------------------------ the stored run (evidence/bench/)
+#: the served routes of a run's JSON (its keys) and their rows' labels
+SERVED_LABELS = {"served": "HTTP /rank (JSON)", "served_v2": "HTTP /v2 infer (binary tensors)"}
+VERDICT_LABELS = {
+    "one_client_p50_over_in_process": "HTTP /rank (JSON)",
+    "v2_one_client_p50_over_in_process": "HTTP /v2 infer (binary tensors)",
+}
+
+
+def report_text(blob: dict) -> str:
+    """The table and verdicts of a run, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
+    st = blob["settings"]
+    def latency(label: str, clients: str, r: dict) -> list[str]:
+        return [label, clients, f"{r['n']:,}", f"{r['p50_s'] * 1e3:.3f}", f"{r['p99_s'] * 1e3:.3f}"]
+
+    rows = [[*latency(f"in process: {label}", "", r), "", ""] for label, r in blob["in_process"].items()]
+    for key, by_clients in blob.items():
+        if not key.startswith("served"):
+            continue
+        for c, r in by_clients.items():
+            if key == "served" and "health_round_trip" in r:
+                rows.append([*latency("HTTP GET /health (no work)", c, r["health_round_trip"]), "", ""])
+            rows.append([*latency(SERVED_LABELS.get(key, key), c, r), f"{r['requests_per_s']:,.0f}",
+                         f"{r['mean_requests_per_model_call']:.2f}"])  # fmt: skip
+    lines = [machine_line(blob["machine"]) + f"; code {blob['code']}"]
+    lines.append(
+        f"QILCM ONNX, one list of {st['items']} items x {st['features']} features a request, server "
+        f"--threads {st['server_threads']} --max-batch {st['max_batch']} "
+        f"--batch-wait-ms {st['batch_wait_ms']}; "
+        f"{st['seconds']:g} s per setting after {st['warmup']} warm-up requests a client"
+    )
+    header = ["path", "clients", "requests", "p50 ms", "p99 ms", "requests/s", "requests / model call"]
+    lines += ["", markdown_table(header, rows, "lrrrrrr"), ""]
+    target = blob["target_one_client_over_in_process"]
+    for key, ratio in blob["verdicts"].items():
+        lines.append(
+            f"{VERDICT_LABELS.get(key, key)}: p50 at 1 client / in-process session.run p50: {ratio:.2f}x "
+            f"(target <= {target}x: {'met' if ratio <= target else 'not met'})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# A page states a stored run between ``<!-- bench-serve: FILE -->`` and ``<!-- /bench-serve -->``;
+# ``--publish`` rewrites each block from its file (tests/test_bench_evidence.py checks them).
+BLOCK = block_pattern("bench-serve")
+
+
+def block_text(names: str) -> str:
+    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
+    return stored_report(names, report_text)
+
+
+def evidence_problems(blob: dict) -> list[str]:
+    """What a run lacks to be stored as evidence (empty: nothing): 1, 8 and 64 clients on both routes,
+    the target and both one-client ratios."""
+    problems = []
+    for key in SERVED_LABELS:
+        clients = sorted(blob.get(key, {}), key=int)
+        if clients != ["1", "8", "64"]:
+            problems.append(f"{key}: clients {clients}, expected 1, 8, 64")
+    if set(blob.get("verdicts", {})) != set(VERDICT_LABELS):
+        problems.append(f"one-client ratios {sorted(blob.get('verdicts', {}))}, expected both routes")
+    if blob.get("target_one_client_over_in_process") is None or not blob.get("code"):
+        problems.append("no target or code recorded")
+    return problems
 
 
 if __name__ == "__main__":

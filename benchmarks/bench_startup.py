@@ -12,6 +12,7 @@ pass, ...), after one unrecorded warm-up round that fills the file-system cache;
 each is reported, with the difference and the ratio to its reference.
 
     .venv/bin/python benchmarks/bench_startup.py [--repeats 20] [--json FILE]
+    .venv/bin/python benchmarks/bench_startup.py --from-json FILE | --publish
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ import time
 from pathlib import Path
 
 from _common import add_common_args, summarize
-from _report import emit_json, machine_info, machine_line, markdown_table
+from _report import (
+    add_stored_args,
+    answer_stored_args,
+    block_pattern,
+    code_of_tree,
+    emit_json,
+    machine_info,
+    machine_line,
+    markdown_table,
+    stored_report,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 0.3  # --version and --help: seconds above the bare interpreter
@@ -98,7 +109,7 @@ def measure(repeats: int, work: Path) -> dict[str, dict]:
     for _ in range(repeats):
         for name, (args, _) in todo.items():
             times[name].append(_time_once(args, env))
-    results = {name: {**summarize(t), "reference": todo[name][1]} for name, t in times.items()}
+    results = {name: {**summarize(t), "times_s": t, "reference": todo[name][1]} for name, t in times.items()}
     for r in results.values():
         ref = results[r["reference"]]["median_s"]
         r["over_reference_s"] = r["median_s"] - ref
@@ -106,48 +117,86 @@ def measure(repeats: int, work: Path) -> dict[str, dict]:
     return results
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(ap, threads=False, isolate=False)
-    ap.add_argument("--repeats", type=int, default=20, help="runs of each command (median kept; default 20)")
-    args = ap.parse_args(argv)
-    repeats = 3 if args.quick else args.repeats
-    info = machine_info()
-    print(machine_line(info), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        write_onnx_model(Path(tmp))
-        results = measure(repeats, Path(tmp))
+def verdicts_of(results: dict[str, dict]) -> dict[str, tuple[bool, str]]:
+    """name -> (within its target, the target in words) for the commands that have one."""
+    targets = {
+        name: (results[name]["over_reference_s"] < TARGET_S, f"{TARGET_S} s above the bare interpreter")
+        for name in ("python -m ctxrank --version", "python -m ctxrank --help")
+    }
+    predict_s = results[PREDICT]["median_s"]
+    targets[PREDICT] = (predict_s < PREDICT_TARGET_S, f"{PREDICT_TARGET_S} s (idle machine)")
+    ratio = results[ESTIMATORS]["ratio_to_reference"]
+    targets[ESTIMATORS] = (ratio <= IMPORT_TARGET_RATIO, f"{IMPORT_TARGET_RATIO}x the floor")
+    return targets
+
+
+def report_text(blob: dict) -> str:
+    """The table and verdicts of a run, from its JSON ``blob`` (also a stored one: :func:`block_text`)."""
+    results = blob["results"]
     rows = [
         [name, f"{r['median_s']:.3f}", f"{r['min_s']:.3f}", r["reference"].removesuffix(" (reference)"),
          f"{r['over_reference_s']:+.3f}", f"{r['ratio_to_reference']:.2f}x"]
         for name, r in results.items()
     ]  # fmt: skip
-    print(f"\nwall time of a fresh process, median of {repeats} runs each (interleaved)\n")
-    print(markdown_table(["command", "median s", "min s", "reference", "minus reference s", "ratio"], rows))
-    targets = {
-        name: (results[name]["over_reference_s"] < TARGET_S, f"{TARGET_S} s above the bare interpreter")
-        for name in ("python -m ctxrank --version", "python -m ctxrank --help")
-    }
-    targets[PREDICT] = (
-        results[PREDICT]["median_s"] < PREDICT_TARGET_S,
-        f"{PREDICT_TARGET_S} s (idle machine)",
-    )
-    ratio = results[ESTIMATORS]["ratio_to_reference"]
-    targets[ESTIMATORS] = (ratio <= IMPORT_TARGET_RATIO, f"{IMPORT_TARGET_RATIO}x the floor")
-    for name, (ok, target) in targets.items():
-        print(f"{name}: {'within' if ok else 'OVER'} the target of {target}")
-    verdicts = {name: ok for name, (ok, _) in targets.items()}
+    lines = [machine_line(blob["machine"]) + (f"; code {blob['code']}" if blob.get("code") else "")]
+    lines.append(f"wall time of a fresh process, median of {blob['repeats']} runs each (interleaved)")
+    header = ["command", "median s", "min s", "reference", "minus reference s", "ratio"]
+    lines += ["", markdown_table(header, rows), ""]
+    for name, (ok, target) in verdicts_of(results).items():
+        lines.append(f"{name}: {'within' if ok else 'OVER'} the target of {target}")
+    return "\n".join(lines) + "\n"
+
+
+# A page states a stored run between ``<!-- bench-startup: FILE -->`` and ``<!-- /bench-startup -->``;
+# ``--publish`` rewrites each block from its file (tests/test_bench_evidence.py checks them).
+BLOCK = block_pattern("bench-startup")
+
+
+def block_text(names: str) -> str:
+    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
+    return stored_report(names, report_text)
+
+
+def evidence_problems(blob: dict) -> list[str]:
+    """What a run lacks to be stored as evidence (empty: nothing): every command, 10 runs or more."""
+    problems = []
+    if list(blob["results"]) != list(commands(Path("."))):
+        problems.append(f"commands {list(blob['results'])}, expected {list(commands(Path('.')))}")
+    if blob["repeats"] < 10:
+        problems.append(f"{blob['repeats']} runs of each command, at least 10 expected")
+    if not blob.get("code"):
+        problems.append("no code recorded")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap, threads=False, isolate=False)
+    ap.add_argument("--repeats", type=int, default=20, help="runs of each command (median kept; default 20)")
+    add_stored_args(ap, "bench-startup")
+    args = ap.parse_args(argv)
+    if answer_stored_args(args, BLOCK, block_text, report_text):
+        return 0
+    repeats = 3 if args.quick else args.repeats
+    info = machine_info(extra=(("onnxruntime", "onnxruntime"),))
+    print(machine_line(info), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_onnx_model(Path(tmp))
+        results = measure(repeats, Path(tmp))
     blob = {
         "benchmark": "bench_startup",
         "quick": args.quick,
+        "code": code_of_tree(),
         "repeats": repeats,
         "machine": info,
         "target_over_reference_s": TARGET_S,
         "target_predict_s": PREDICT_TARGET_S,
         "target_import_ratio": IMPORT_TARGET_RATIO,
         "results": results,
-        "within_target": verdicts,
+        "within_target": {name: ok for name, (ok, _) in verdicts_of(results).items()},
     }
+    print()
+    print(report_text(blob), end="")
     emit_json(blob, args.json, echo=False)
     return 0
 
