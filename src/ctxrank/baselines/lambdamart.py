@@ -62,7 +62,15 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import MAX_INT, check_choice, check_int, check_no_relevant, check_seed, parse_int
+from ctxrank._checks import (
+    MAX_INT,
+    check_choice,
+    check_int,
+    check_no_relevant,
+    check_seed,
+    is_number,
+    parse_int,
+)
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
 from ctxrank._modeldir import (
@@ -80,6 +88,7 @@ from ctxrank._modeldir import (
     read_regular,
     short,
 )
+from ctxrank._propensity import capped_inverse, curve, is_clip, is_eta, is_probability, pairwise_item_weights
 from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
@@ -519,10 +528,10 @@ class LambdaMART(FittedBaseline):
                     "debias='ips' needs propensity: the examination probability of each position "
                     "(a list p_1..p_K in (0, 1]) or eta > 0 for p_r = (1/r)^eta"
                 )
-            _propensity_curve(self.propensity)
+            _propensity(self.propensity)
             if self.propensity_clip is not None:
                 clip = self.propensity_clip
-                if not _is_number(clip) or not 1 <= clip < math.inf:
+                if not is_clip(clip):
                     raise ValueError(
                         f"propensity_clip must be a number >= 1 (a cap on 1/p) or None, got {clip!r}"
                     )
@@ -964,45 +973,36 @@ def _query_rows(data: RankingData, queries: np.ndarray) -> tuple[RankingData, An
     return part, [data.features[starts[run[0]] : starts[run[-1] + 1]] for run in runs]
 
 
-def _propensity_curve(propensity: Any) -> float | np.ndarray:
-    """``propensity`` checked: ``eta`` (a finite number > 0) or float64 ``(K,)`` values in (0, 1]."""
-    if _is_number(propensity):
-        if not (math.isfinite(propensity) and propensity > 0):
+def _propensity(propensity: Any) -> tuple[np.ndarray | None, float | None]:
+    """``propensity`` checked: ``(values, None)``, float64 ``(K,)`` values in (0, 1], or ``(None, eta)``
+    for the position-based ``p_r = (1/r)^eta``."""
+    if is_number(propensity):
+        if not is_eta(propensity):
             raise ValueError(
                 f"propensity eta must be a finite number > 0 (p_r = (1/r)^eta), got {propensity!r}"
             )
-        return float(propensity)
+        return None, float(propensity)
     if isinstance(propensity, (str, bytes)) or not isinstance(propensity, Sequence | np.ndarray):
         raise ValueError(
             f"propensity must be a list p_1..p_K in (0, 1] or a number eta > 0, got {short(propensity)}"
         )
     values = list(propensity)
-    if not values or not all(_is_number(p) and 0 < p <= 1 for p in values):
+    if not values or not all(is_probability(p) for p in values):
         raise ValueError(f"propensity must be a non-empty list of numbers in (0, 1], got {short(values)}")
-    return np.asarray(values, dtype=np.float64)
-
-
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, int | float | np.integer | np.floating)
+    return np.asarray(values, dtype=np.float64), None
 
 
 def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -> np.ndarray:
-    """Per-item inverse-propensity weights of an interaction log for LightGBM's lambdarank: float64 ``(N,)``.
+    """Per-item inverse-propensity weights of an interaction log for LightGBM's lambdarank: float64 ``(N,)``
+    (:func:`ctxrank._propensity.pairwise_item_weights`: an interacted item weighs ``1 / p(pos_i)``, cut
+    at ``clip`` when given, another item the mean of its session's interacted ones, an item of a session
+    without interaction 1; mean 1 over ``data``).
 
     LightGBM multiplies each item's LambdaRank gradient and hessian by its weight
     (``RankingObjective::GetGradientsWithSampledQueries``, ``src/objective/rank_objective.hpp``), so a
-    weight is per item, not per pair. The propensity-weighted pairwise estimator (Joachims, Swaminathan &
-    Schnabel 2017, WSDM, "Unbiased Learning-to-Rank with Biased Feedback", Eq. 5 and its pairwise form
-    of Propensity SVM-Rank; Wang, Bendersky, Metzler & Najork 2016, SIGIR, "Learning to Rank with
-    Selection Bias in Personal Search", per-query weights) weighs each pair (interacted item i, other
-    item j) by ``1 / p(pos_i)``. Here an item with an interaction (label > 0) weighs ``1 / p(pos_i)``
-    (its gradient sums its own pairs: exact), an item without one the mean ``1 / p`` of its session's
-    interacted items (exact when a session has one interaction, the usual case, or when its interactions
-    share a propensity; otherwise an approximation), and a session without interaction 1 (it has no
-    pairs). ``1/p`` is cut at ``clip`` when given; the weights are then scaled to mean 1 over ``data``
-    (the trees' Newton steps do not change under a common factor, ``min_sum_hessian_in_leaf`` and
-    ``lambda_l2`` do). Labels are left as given: lambdarank's labels index ``label_gain`` and must be
-    integers, so they cannot carry the weights.
+    weight is per item, not per pair; ``min_sum_hessian_in_leaf`` and ``lambda_l2`` see their scale.
+    Labels are left as given: lambdarank's labels index ``label_gain`` and must be integers, so they
+    cannot carry the weights.
 
     Args:
         data: the log, with ``shown_positions`` (1-based).
@@ -1015,30 +1015,20 @@ def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -
     """
     if data.shown_positions is None:
         raise ValueError(f"{data.source or 'the data'} has no shown positions (RankingData.shown_positions)")
-    curve = _propensity_curve(propensity)
+    values, eta = _propensity(propensity)
     positions = data.shown_positions.astype(np.int64)
-    if isinstance(curve, float):
-        inverse = positions.astype(np.float64) ** curve  # 1 / (1/r)^eta
-    else:
-        beyond = positions > curve.size
-        if beyond.any():
-            i = int(np.flatnonzero(beyond)[0])
-            q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
-            raise ValueError(
-                f"propensity gives {curve.size} positions but row {i} (session {data.query_ids[q]!r}) of "
-                f"{data.source or 'the data'} was shown at position {int(positions[i])} "
-                f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
-            )
-        inverse = 1.0 / curve[positions - 1]
-    if clip is not None:
-        inverse = np.minimum(inverse, float(clip))
-    interacted = data.labels > 0
-    session = np.repeat(np.arange(data.n_queries), data.query_lengths)
-    n_interacted = np.bincount(session, weights=interacted, minlength=data.n_queries)
-    total = np.bincount(session, weights=np.where(interacted, inverse, 0.0), minlength=data.n_queries)
-    per_session = np.where(n_interacted > 0, total / np.maximum(n_interacted, 1), 1.0)
-    weights = np.where(interacted, inverse, per_session[session])
-    return weights / weights.mean() if weights.size else weights
+    deepest = int(positions.max()) if positions.size else 1
+    p = curve(values, eta, deepest)
+    beyond = positions > p.size
+    if beyond.any():
+        i = int(np.flatnonzero(beyond)[0])
+        q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+        raise ValueError(
+            f"propensity gives {p.size} positions but row {i} (session {data.query_ids[q]!r}) of "
+            f"{data.source or 'the data'} was shown at position {int(positions[i])} "
+            f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
+        )
+    return pairwise_item_weights(capped_inverse(p[positions - 1], clip), data.labels > 0, data.query_lengths)
 
 
 def _predict_rows(model: LambdaMART, data: RankingData, rows: np.ndarray) -> np.ndarray:
