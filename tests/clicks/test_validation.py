@@ -110,6 +110,7 @@ def test_early_stopping_on_a_log_maximises_the_ips_estimate_and_the_summary_says
         == "IPS estimate of DCG@4 on a click log (propensities (1/k)^1, weights clipped at 50)"
     )
     assert summary.to_json()["validation"] == summary.validation
+    assert summary.validation_metric == summary.to_json()["validation_metric"] == "IPS estimate of DCG@4"
     assert summary.metric == "ndcg@4"  # the run's metric, which the IPS estimate stands for
 
 
@@ -121,6 +122,7 @@ def test_a_naive_run_on_a_log_selects_on_the_clicks_and_says_it_is_naive():
     assert (
         result.summary().validation == "ndcg@4 of the clicks of a log (naive: biased by the shown positions)"
     )
+    assert result.summary().validation_metric == "ndcg@4 of the clicks of a log"
 
 
 @pytest.mark.parametrize("debias", ["dla", "pal"])

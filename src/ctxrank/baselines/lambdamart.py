@@ -42,7 +42,8 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   the relevance alone stops and selects the iteration. Without one (``"lightgbm"``: no propensities to
   estimate by; ``"ips"`` called without it) there is no early stopping: ``n_estimators`` trees are
   kept, with a warning, the clicks' NDCG only recorded. ``"none"`` (naive): the clicks' NDCG selects as
-  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which. (This
+  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which
+  (``validation_metric_`` / ``validation_metric``: its name in a few words). (This
   module cannot build the objective itself: ``ctxrank.clicks`` imports it.)
 
 Nothing here imports LightGBM at module import time.
@@ -623,7 +624,7 @@ class LambdaMART(FittedBaseline):
         k, cutoffs, no_relevant = self._resolve()
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
         objective, rounds, validation = self._log_validation(valid, k, objective)
-        for message in validation[1]:
+        for message in validation[-1]:  # its warnings
             warnings.warn(message, LogValidationWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
         if objective is not None:  # only the feval's estimate decides, not the clicks' NDCG
@@ -660,7 +661,7 @@ class LambdaMART(FittedBaseline):
         self.categorical_cardinalities_in_ = (
             tuple(int(c) for c in train.categorical_cardinalities) if n_cat else ()
         )
-        self.validation_, self.validation_warnings_ = validation
+        self.validation_, self.validation_metric_, self.validation_warnings_ = validation
         self._select_iteration(booster, monitor)
         # the trees alone: a Booster read back from its model text holds none of the training state
         # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
@@ -672,24 +673,25 @@ class LambdaMART(FittedBaseline):
 
     def _log_validation(
         self, valid: RankingData | None, k: int, objective: Any
-    ) -> tuple[Any, int | None, tuple[str | None, tuple[str, ...]]]:
+    ) -> tuple[Any, int | None, tuple[str | None, str | None, tuple[str, ...]]]:
         """How a validation split that is a click log (``shown_positions`` set) stops and selects, checked
-        before training: ``(feval objective or None, early-stopping rounds, (validation, warnings))``
-        (module docstring, "Validating on a click log"); ``validation`` None on labelled data."""
+        before training: ``(feval objective or None, early-stopping rounds, (validation, validation_metric,
+        warnings))`` (module docstring, "Validating on a click log"; ``validation_metric`` its name in a few
+        words, ``LogObjective.name``); ``validation`` and ``validation_metric`` None on labelled data."""
         if valid is None or valid.shown_positions is None:
             if objective is not None:
                 raise ValueError(
                     "valid_objective applies to a validation split that is a click log (shown positions); "
                     f"{'no validation split was given' if valid is None else 'valid has none'}"
                 )
-            return None, self.early_stopping_rounds, (None, ())
+            return None, self.early_stopping_rounds, (None, None, ())
         if objective is not None:
-            if objective.naive:
-                return None, self.early_stopping_rounds, (objective.describe(), ())
-            return objective, self.early_stopping_rounds, (objective.describe(), ())
-        naive = f"ndcg@{k} of the clicks of a log (naive: biased by the shown positions)"
+            described = (objective.describe(), objective.name, ())
+            return None if objective.naive else objective, self.early_stopping_rounds, described
+        name = f"ndcg@{k} of the clicks of a log"
+        naive = f"{name} (naive: biased by the shown positions)"
         if self.debias == "none":
-            return None, self.early_stopping_rounds, (naive, ())
+            return None, self.early_stopping_rounds, (naive, name, ())
         why = {
             "lightgbm": "LightGBM's position debiasing estimates no propensities to validate by",
             "ips": "no valid_objective (the IPS estimate, ctxrank.clicks.validation.log_objective) was given",
@@ -702,7 +704,11 @@ class LambdaMART(FittedBaseline):
                 "clicks' NDCG rewards the logging order; "
                 "a run with train.debias = 'ips' stops on the IPS estimate)",
             )
-        return None, None, (f"{naive}, recorded only: {why}; no early stopping, every tree kept", warned)
+        return (
+            None,
+            None,
+            (f"{naive}, recorded only: {why}; no early stopping, every tree kept", name, warned),
+        )
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
@@ -756,6 +762,7 @@ class LambdaMART(FittedBaseline):
             summary["warnings"] = list(warned)
         if validation is not None:
             summary["validation"] = validation
+            summary["validation_metric"] = self.validation_metric_
         return summary
 
     # -------------------------------------------------------------- inference

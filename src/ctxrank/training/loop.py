@@ -96,6 +96,7 @@ class FitResult:
     batching: str = "buckets"
     warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
     validation: str | None = None  # what best_metric measures on a validation log (None: labels)
+    validation_metric: str | None = None  # its name in a few words (LogObjective.name; None: labels)
     #: the validation log's objective (learned propensities: the tower's at the end of the fit), for a
     #: re-ranker's comparison with its initial ranker on the same estimate; None on labelled data
     objective: LogObjective | None = field(default=None, repr=False)
@@ -113,6 +114,7 @@ class FitResult:
             batching=self.batching,
             warnings=tuple(self.warnings),
             validation=self.validation,
+            validation_metric=self.validation_metric,
         )
 
 
@@ -717,5 +719,6 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float, objective: LogO
         batching=batching(model, config),
         warnings=problems,
         validation=None if objective is None else objective.describe(),
+        validation_metric=shown,
         objective=None if objective is None else _learned(trainer, objective),
     )
