@@ -176,7 +176,12 @@ def test_tune_on_a_log_maximises_and_records_the_ips_estimate(tmp_path):
         "transform": "none",
         "train": {"max_epochs": 1, "metric": "ndcg@4", "debias": "ips", "propensity_eta": 1.0},
     }
-    result = tune(base, train, valid, out=tmp_path / "t", trials=1, prune=False)
+    said = []
+    result = tune(base, train, valid, out=tmp_path / "t", trials=1, prune=False, log=said.append)
+    # the trial's value is named as the estimate it is, never as the run's ndcg@4
+    assert any("trial 0: valid IPS estimate of DCG@4 " in line for line in said), said
+    assert "valid IPS estimate of DCG@4" in result.table and "ndcg@4" not in result.table
+    assert "valid IPS estimate of DCG@4 " in (tmp_path / "t" / "best.toml").read_text()
     described = "IPS estimate of DCG@4 on a click log (propensities (1/k)^1, weights clipped at 100)"
     report = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert report["validation"] == described
