@@ -7,12 +7,15 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from ctxrank.clicks.click_models import PositionBasedModel
 from ctxrank.clicks.offline import offline_estimates
 from ctxrank.clicks.propensity import Propensities
 from ctxrank.clicks.simulate import simulate_clicks
+from ctxrank.clicks.towers import Debias
 from ctxrank.clicks.validation import log_objective
+from ctxrank.clicks.weighting import DEBIAS, TOWER_METHODS
 from ctxrank.config import RerankConfig, RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import get_loss
@@ -236,3 +239,13 @@ def test_a_seed_ensemble_on_a_log_is_validated_by_the_estimate_of_its_mean_score
             trials=1,
         )
     assert not (tmp_path / "t" / "study.db").exists()  # refused before the study
+
+
+def test_the_methods_with_a_position_tower_are_one_list_for_training_and_validation():
+    valid = pbm_log(20, seed=5).log
+    for method in DEBIAS[1:]:
+        ips = method == "ips"
+        tower = Debias(method, K, propensity=torch.ones(K) if ips else None).tower
+        eta = 1.0 if ips else None
+        objective = log_objective("ndcg@4", valid, debias=method, propensity_eta=eta, learned_positions=K)
+        assert (tower is not None) == (method in TOWER_METHODS) == objective.learned, method

@@ -32,11 +32,20 @@ import torch
 
 from ctxrank._propensity import curve, is_clip, is_eta, is_probability
 
-__all__ = ["DEBIAS", "check_propensity", "ips_weights", "normalise_weights", "propensity_table"]
+__all__ = [
+    "DEBIAS",
+    "TOWER_METHODS",
+    "check_propensity",
+    "ips_weights",
+    "normalise_weights",
+    "propensity_table",
+]
 
 #: ``train.debias``: ``"none"`` (naive training on the clicks), ``"ips"`` (given propensities),
 #: ``"dla"`` (a propensity tower learned jointly), ``"pal"`` (an additive position tower)
 DEBIAS: tuple[str, ...] = ("none", "ips", "dla", "pal")
+#: the ``train.debias`` values that learn a position tower (as deep as the training log's deepest position)
+TOWER_METHODS: tuple[str, ...] = ("dla", "pal")
 
 
 def check_propensity(values: Sequence[float], eta: float | None, clip: float | None) -> None:

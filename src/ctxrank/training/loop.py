@@ -50,7 +50,7 @@ from ctxrank._allocator import release_free_memory
 from ctxrank._io import dumps
 from ctxrank.clicks.towers import Debias
 from ctxrank.clicks.validation import LogObjective, log_objective
-from ctxrank.clicks.weighting import propensity_table
+from ctxrank.clicks.weighting import TOWER_METHODS, propensity_table
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
@@ -290,8 +290,8 @@ def validation_objective(
     ``train`` None: scores of no single fit (a seed ensemble), whose position towers (``train.debias =
     "dla"`` / ``"pal"``) give no one set of propensities: the naive metric of the clicks."""
     deepest = None if train is None else _deepest_position(train)
-    learned = deepest if config.debias in ("dla", "pal") else None  # the position tower's size
-    learned_elsewhere = train is None and config.debias in ("dla", "pal")
+    learned = deepest if config.debias in TOWER_METHODS else None  # the position tower's size
+    learned_elsewhere = train is None and config.debias in TOWER_METHODS
     return log_objective(
         config.metric,
         valid,
@@ -329,7 +329,7 @@ def _debias_of(
             f"{what} learns from a click log: the training data need the shown position of every item "
             "(RankingData.from_arrays(..., position=...), a log's position column); these have none"
         )
-    if isinstance(train, ShardStream) and train.world > 1 and config.debias in ("dla", "pal"):
+    if isinstance(train, ShardStream) and train.world > 1 and config.debias in TOWER_METHODS:
         raise ValueError(
             f"{what} learns a position tower as deep as the longest list, which each process's shards "
             "give apart: train it from shards in one process (or with train.debias = 'ips')"
