@@ -289,14 +289,19 @@ def _check_labels(data: RankingData, what: str) -> int:
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(y) | (y < 0) | (y != np.floor(y)) | (y > MAX_LABEL)
     if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+        i, query = _first_row(data, bad)
         raise ValueError(
             f"{what} labels must be integers in [0, {MAX_LABEL}] (LightGBM's lambdarank indexes "
             f"label_gain = 2^y - 1 with them); found {float(y[i])!r} at row {i} (query "
-            f"{data.query_ids[q]!r}) of {data.source or what}, {int(bad.sum())} such label(s) in all"
+            f"{query!r}) of {data.source or what}, {int(bad.sum())} such label(s) in all"
         )
     return int(y.max())
+
+
+def _first_row(data: RankingData, bad: np.ndarray) -> tuple[int, Any]:
+    """The first row where ``bad`` (bool ``(N,)``) holds, and the id of its query."""
+    i = int(np.flatnonzero(bad)[0])
+    return i, data.query_ids[int(np.searchsorted(data.query_offsets, i, side="right") - 1)]
 
 
 def _normalize_no_relevant(value: Any) -> float | str:
@@ -1028,10 +1033,9 @@ def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -
     p = curve(values, eta, deepest)
     beyond = positions > p.size
     if beyond.any():
-        i = int(np.flatnonzero(beyond)[0])
-        q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+        i, session = _first_row(data, beyond)
         raise ValueError(
-            f"propensity gives {p.size} positions but row {i} (session {data.query_ids[q]!r}) of "
+            f"propensity gives {p.size} positions but row {i} (session {session!r}) of "
             f"{data.source or 'the data'} was shown at position {int(positions[i])} "
             f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
         )
