@@ -40,7 +40,10 @@ def test_every_stored_summary_reads_and_writes_back_key_for_key_in_order():
         # every stored key comes back, with its value, in its order; a record of an earlier version
         # gains only the keys added since as null (the full-batch fit's l2_grid_edge)
         assert [(k, v) for k, v in written.items() if k in record] == list(record.items()), keys
-        assert {k: v for k, v in written.items() if k not in record} in ({}, {"l2_grid_edge": None}), keys
+        added = {k: v for k, v in written.items() if k not in record}
+        if "validation" in record and "validation_metric" not in record:  # read once from validation
+            assert added.pop("validation_metric") == FitSummary.from_json(record).validation_metric, keys
+        assert added in ({}, {"l2_grid_edge": None}), keys
 
 
 def test_an_unknown_key_of_another_version_is_kept_and_a_non_object_is_refused():
@@ -49,6 +52,41 @@ def test_an_unknown_key_of_another_version_is_kept_and_a_non_object_is_refused()
     assert summary.to_json()["from_the_future"] == [1]
     with pytest.raises(TypeError, match="a fit summary is a JSON object, got list"):
         FitSummary.from_json([1, 2])
+
+
+@pytest.mark.parametrize(
+    ("validation", "metric"),
+    [
+        (
+            "IPS estimate of DCG@10 on a click log (propensities (1/k)^1, weights clipped at 100)",
+            "IPS estimate of DCG@10",
+        ),
+        (
+            "ndcg@10 of the clicks of a log (naive: biased by the shown positions)",
+            "ndcg@10 of the clicks of a log",
+        ),
+        (
+            "ndcg@10 of the clicks of a log (naive: biased by the shown positions), recorded only: "
+            "LightGBM's position debiasing estimates no propensities to validate by; no early stopping, "
+            "every tree kept",
+            "ndcg@10 of the clicks of a log",
+        ),
+    ],
+)
+def test_a_log_record_of_an_earlier_version_gets_its_validation_metric_when_read(validation, metric):
+    old = {"best_iteration": 7, "metric": "ndcg@10", "best_valid_metric": 1.5, "validation": validation}
+    summary = FitSummary.from_json(old)
+    assert summary.validation_metric == summary.valid_metric_name == metric
+    assert summary.to_json() == {**old, "validation_metric": metric}
+    assert FitSummary.from_json(summary.to_json()) == summary
+
+
+def test_the_validation_metric_is_a_field_never_read_back_from_the_validation_text():
+    record = {"best_epoch": 1, "validation": "estimated (details), more", "validation_metric": "DCG@3 by IPS"}
+    assert FitSummary.from_json(record).validation_metric == "DCG@3 by IPS"  # read as written
+    assert FitSummary(best_epoch=1, metric="ndcg@10").valid_metric_name == "ndcg@10"  # labelled data
+    with pytest.raises(ValueError, match="gives validation and validation_metric together"):
+        FitSummary(best_epoch=1, metric="ndcg@10", validation="IPS estimate of DCG@10 on a click log")
 
 
 def test_a_neural_rerankers_comparison_warning_follows_its_comparison():

@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "ctxrank._memory",
             "ctxrank._modeldir",
             "ctxrank._overrides",
+            "ctxrank._propensity",
             "ctxrank._version",
             "ctxrank.fit_summary",
         ),
@@ -194,6 +195,17 @@ def test_the_scan_sees_deferred_and_relative_imports():
     assert "ctxrank.tune" in GRAPH["ctxrank.cli.tune"]
     # ``from ctxrank.baselines import _linear as lin`` is an import of the submodule
     assert "ctxrank.baselines._linear" in GRAPH["ctxrank.baselines.adarank"]
+
+
+def test_the_propensity_arithmetic_is_one_module_below_baselines_and_clicks():
+    # LambdaMART's IPS weights and ctxrank.clicks compute the curve, the cap and the weights in one place
+    for user in (
+        "ctxrank.baselines.lambdamart",
+        "ctxrank.clicks.weighting",
+        "ctxrank.clicks.propensity",
+        "ctxrank.clicks.click_models",
+    ):
+        assert "ctxrank._propensity" in GRAPH[user], user
 
 
 def test_no_command_module_imports_another_command():

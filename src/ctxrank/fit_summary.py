@@ -63,8 +63,11 @@ class FitSummary(Mapping[str, Any]):
     Seed ensemble: ``ensemble`` (member count), ``seeds``, ``members`` (their summaries).
 
     Validation on an interaction log: ``validation``, what ``best_valid_metric`` measures (e.g. ``"IPS
-    estimate of DCG@10 on a click log (...)"``, :mod:`ctxrank.clicks.validation`); None (not written)
-    on labelled data, where it is ``metric`` of the labels.
+    estimate of DCG@10 on a click log (...)"``, :mod:`ctxrank.clicks.validation`), and
+    ``validation_metric``, its name in a few words for messages (``"IPS estimate of DCG@10"``,
+    ``"ndcg@10 of the clicks of a log"``: ``LogObjective.name``); both None (not written) on labelled
+    data, where it is ``metric`` of the labels (:attr:`valid_metric_name`). A record written before
+    ``validation_metric`` existed gets it from ``validation`` when read.
     """
 
     metric: str | None = None
@@ -114,8 +117,22 @@ class FitSummary(Mapping[str, Any]):
     members: tuple[FitSummary, ...] | None = None
     # validation on an interaction log
     validation: str | None = None
+    validation_metric: str | None = None
     #: keys of a record written by another version, kept as they came
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.validation is None) != (self.validation_metric is None):
+            raise ValueError(
+                "a fit summary validated on a log gives validation and validation_metric together, got "
+                f"validation={self.validation!r}, validation_metric={self.validation_metric!r}"
+            )
+
+    @property
+    def valid_metric_name(self) -> str | None:
+        """What ``best_valid_metric`` measures, in a few words: ``validation_metric`` on a log, else
+        ``metric`` (of the labels)."""
+        return self.metric if self.validation_metric is None else self.validation_metric
 
     @property
     def best_step(self) -> int | None:
@@ -161,6 +178,8 @@ class FitSummary(Mapping[str, Any]):
             values["train_metric"] = TrainMetric(name=tm.get("name"), valid=tm.get("valid"))
         if values.get("members") is not None:
             values["members"] = tuple(cls.from_json(m) for m in values["members"])
+        if isinstance(values.get("validation"), str) and values.get("validation_metric") is None:
+            values["validation_metric"] = _metric_of_validation(values["validation"])
         return cls(**values, extra=extra)
 
     # ------------------------------------------------ the documented mapping form (read only)
@@ -174,6 +193,13 @@ class FitSummary(Mapping[str, Any]):
         return len(self.to_json())
 
 
+def _metric_of_validation(validation: str) -> str:
+    """The ``validation_metric`` of a record written before the field: the leading words of its
+    ``validation`` (``"IPS estimate of DCG@10 on a click log (...)"`` -> ``"IPS estimate of DCG@10"``,
+    ``"ndcg@10 of the clicks of a log (naive: ...)"`` -> ``"ndcg@10 of the clicks of a log"``)."""
+    return validation.split(" (")[0].split(", ")[0].removesuffix(" on a click log")
+
+
 def _json_value(value: Any) -> Any:
     if isinstance(value, (FitSummary, TrainMetric)):
         return value.to_json()
@@ -185,31 +211,32 @@ def _json_value(value: Any) -> Any:
 #: the field that marks a kind of fit -> (its keys in JSON order, its keys written even when null)
 _KINDS = {
     "ensemble": (
-        "ensemble seeds metric best_valid_metric members warnings seconds validation",
+        "ensemble seeds metric best_valid_metric members warnings seconds validation validation_metric",
         "best_valid_metric",
     ),
     "fit": (
         "fit solver l2 log_likelihood valid_log_likelihood metric best_valid_metric separation mle_exists "
         "tried converged stop iterations max_abs_gradient l2_grid_edge warnings fit_seconds train_metric "
-        "initial_valid_metric best_epoch residual seconds validation",
+        "initial_valid_metric best_epoch residual seconds validation validation_metric",
         "valid_log_likelihood best_valid_metric separation mle_exists l2_grid_edge",
     ),
     "best_epoch": (
         "best_epoch best_valid_metric metric epochs_run stopped_early seconds resumed_from_epoch batching "
-        "warnings initial_valid_metric residual model_config validation",
+        "warnings initial_valid_metric residual model_config validation validation_metric",
         "resumed_from_epoch",
     ),
     "best_iteration": (
-        "best_iteration metric best_valid_metric warnings train_metric seconds validation",
+        "best_iteration metric best_valid_metric warnings train_metric seconds validation validation_metric",
         "best_valid_metric",
     ),
     "C": (
-        "C metric best_valid_metric grid n_pairs converged warnings train_metric seconds validation",
+        "C metric best_valid_metric grid n_pairs converged warnings train_metric seconds validation "
+        "validation_metric",
         "best_valid_metric",
     ),
     "best_round": (
         "best_round rounds_run metric selected_on best_valid_metric best_train_metric features_used "
-        "stop_reason warnings train_metric seconds validation",
+        "stop_reason warnings train_metric seconds validation validation_metric",
         "",
     ),
 }

@@ -628,7 +628,8 @@ def tune(
     job = _Job(base, space, train, valid, prune, initials, objective)
     t0 = time.perf_counter()
     before = len(study.get_trials(deepcopy=False))
-    progress = _progress(say, config.train.metric, on_trial)
+    shown = config.train.metric if objective is None else objective.name  # what a trial's value measures
+    progress = _progress(say, shown, on_trial)
     if n and executor is not None:
         executor.run_trials(
             job, study, trials=n, timeout=timeout, callback=progress, storage=storage_url(out, storage)
@@ -640,7 +641,13 @@ def tune(
     ran = len(study.get_trials(deepcopy=False)) - before
     result = TuneResult(study, None, space, ran, time.perf_counter() - t0)
     write_report(
-        result, out, metric=config.train.metric, describe=describe, storage=storage, validation=validation
+        result,
+        out,
+        metric=config.train.metric,
+        describe=describe,
+        storage=storage,
+        validation=validation,
+        validation_metric=None if objective is None else objective.name,
     )
     return result
 
@@ -712,11 +719,15 @@ def write_report(
     describe: str = "",
     storage: str | None = None,
     validation: str | None = None,
+    validation_metric: str | None = None,
 ) -> None:
     """``best.toml``, ``trials.csv``, the plots and ``tune.json`` in ``out``; fills ``result``.
     ``validation``: what the trials' value estimates on a validation log (``tune.json["validation"]``
-    and ``best.toml``'s header; None on labelled data: ``metric`` of the labels)."""
+    and ``best.toml``'s header; None on labelled data: ``metric`` of the labels); ``validation_metric``
+    its name in a few words (``LogObjective.name``), which labels the values in the table, the header
+    and the plots instead of ``metric``."""
     study = result.study
+    shown = metric if validation_metric is None else validation_metric
     headers, rows = _rows(study)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -724,15 +735,15 @@ def write_report(
     writer.writerows(rows)
     text = buf.getvalue()
     atomic_write(out / "trials.csv", lambda tmp: tmp.write_text(text))
-    result.table = trials_markdown(study, metric)
+    result.table = trials_markdown(study, shown)
     files = ["trials.csv"]
     best = _best(study)
     if best is not None:  # read back from the storage: the best trial may be another process's
         result.best = RunConfig.from_saved(best.user_attrs["config"])
-        toml = _best_toml(study, best, metric, describe, validation)
+        toml = _best_toml(study, best, shown, describe, validation)
         atomic_write(out / "best.toml", lambda tmp: tmp.write_text(toml))
         files.append("best.toml")
-    files += _plots(study, out, metric, describe)
+    files += _plots(study, out, shown, describe)
     summary = {
         "study": study.study_name,
         "storage": mask_url(storage_url(out, storage)),

@@ -106,6 +106,20 @@ def test_train_and_predict_lambdamart_on_a_log(capsys, tmp_path, big_log):
     assert scores.read_text() == (tmp_path / "s2.txt").read_text()
 
 
+def test_the_summary_line_reads_the_summarys_validation_metric_not_its_text():
+    from ctxrank.cli.train import _baseline_summary
+    from ctxrank.fit_summary import FitSummary
+
+    summary = FitSummary(
+        best_iteration=3,
+        metric="ndcg@10",
+        best_valid_metric=1.25,
+        validation="estimated (details), more",
+        validation_metric="IPS estimate of DCG@10",
+    )
+    assert _baseline_summary(summary) == "best iteration 3 (valid IPS estimate of DCG@10 1.2500)"
+
+
 @pytest.mark.parametrize("model", ["lambdamart", "mlp"])
 def test_the_summary_line_names_the_ips_estimate_it_validated_by(capsys, tmp_path, big_log, model):
     """An IPS estimate of DCG@10 (above 1 here) is never printed as the run's ndcg@10."""

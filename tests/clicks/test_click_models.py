@@ -103,6 +103,8 @@ def test_registry_and_refusals():
         PositionBasedModel(eps_minus=1.5)
     with pytest.raises(ValueError, match=r"eta must be a finite number >= 0, got -1"):
         PositionBasedModel(eta=-1)
+    with pytest.raises(ValueError, match=r"eta must be a finite number >= 0, got True"):
+        PositionBasedModel(eta=True)  # a bool is not read as eta = 1
     with pytest.raises(ValueError, match=r"continuation\[2\] must be a probability"):
         DependentClickModel(continuation=(0.5, 2.0))
     with pytest.raises(ValueError, match=r"gamma must be a probability"):

@@ -406,6 +406,7 @@ def test_ips_debiased_lambdamart_selects_its_iteration_by_the_ips_estimate(logs)
     assert model.training_summary()["validation"] == (
         "IPS estimate of DCG@10 on a click log (propensities (1/k)^1, weights clipped at 50)"
     )
+    assert model.training_summary()["validation_metric"] == objective.name == "IPS estimate of DCG@10"
 
 
 def _run(debias, **train):
@@ -419,6 +420,7 @@ def test_a_run_with_train_debias_ips_stops_on_the_ips_estimate_and_records_it(lo
     assert result.summary.best_iteration == int(np.argmax(curve)) + 1
     assert result.summary.best_valid_metric == max(curve)
     assert result.summary.validation.startswith("IPS estimate of DCG@10 on a click log (propensities (1/k)^1")
+    assert result.summary.validation_metric == "IPS estimate of DCG@10"
 
 
 def test_ips_validation_propensities_must_cover_the_validation_positions(logs):
@@ -453,6 +455,7 @@ def test_a_debiased_fit_never_stops_on_the_clicks_of_a_validation_log(logs, debi
     assert summary["validation"].startswith(
         "ndcg@10 of the clicks of a log (naive: biased by the shown positions), recorded only"
     )
+    assert summary["validation_metric"] == "ndcg@10 of the clicks of a log"
     assert summary["warnings"][0].startswith("early_stopping_rounds is not applied")
 
 

@@ -159,6 +159,12 @@ def test_weights_clip_and_name_positions_outside_the_curve():
         props.weights(np.array([1, 4]), clip=10.0)
     with pytest.raises(ValueError, match="clip: expected None or a finite maximum weight >= 1"):
         props.weights(np.array([1]), clip=0.5)
+    for clip in ("10", True, float("inf")):  # each one line naming clip, never a TypeError of math
+        with pytest.raises(ValueError, match="clip: expected None or a finite maximum weight >= 1"):
+            props.weights(np.array([1]), clip=clip)
+    for eta in ("1", True, -1.0):  # likewise the position-based curve's eta
+        with pytest.raises(ValueError, match="eta: expected a finite number >= 0"):
+            Propensities.pbm(eta, 3)
     with pytest.raises(TypeError, match="positions: expected a 1-D integer array"):
         props.weights(np.array([1.0]), clip=None)
 

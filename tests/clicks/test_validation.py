@@ -7,12 +7,15 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from ctxrank.clicks.click_models import PositionBasedModel
 from ctxrank.clicks.offline import offline_estimates
 from ctxrank.clicks.propensity import Propensities
 from ctxrank.clicks.simulate import simulate_clicks
+from ctxrank.clicks.towers import Debias
 from ctxrank.clicks.validation import log_objective
+from ctxrank.clicks.weighting import DEBIAS, TOWER_METHODS
 from ctxrank.config import RerankConfig, RunConfig, TrainConfig
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.losses import get_loss
@@ -110,6 +113,7 @@ def test_early_stopping_on_a_log_maximises_the_ips_estimate_and_the_summary_says
         == "IPS estimate of DCG@4 on a click log (propensities (1/k)^1, weights clipped at 50)"
     )
     assert summary.to_json()["validation"] == summary.validation
+    assert summary.validation_metric == summary.to_json()["validation_metric"] == "IPS estimate of DCG@4"
     assert summary.metric == "ndcg@4"  # the run's metric, which the IPS estimate stands for
 
 
@@ -121,6 +125,7 @@ def test_a_naive_run_on_a_log_selects_on_the_clicks_and_says_it_is_naive():
     assert (
         result.summary().validation == "ndcg@4 of the clicks of a log (naive: biased by the shown positions)"
     )
+    assert result.summary().validation_metric == "ndcg@4 of the clicks of a log"
 
 
 @pytest.mark.parametrize("debias", ["dla", "pal"])
@@ -174,7 +179,12 @@ def test_tune_on_a_log_maximises_and_records_the_ips_estimate(tmp_path):
         "transform": "none",
         "train": {"max_epochs": 1, "metric": "ndcg@4", "debias": "ips", "propensity_eta": 1.0},
     }
-    result = tune(base, train, valid, out=tmp_path / "t", trials=1, prune=False)
+    said = []
+    result = tune(base, train, valid, out=tmp_path / "t", trials=1, prune=False, log=said.append)
+    # the trial's value is named as the estimate it is, never as the run's ndcg@4
+    assert any("trial 0: valid IPS estimate of DCG@4 " in line for line in said), said
+    assert "valid IPS estimate of DCG@4" in result.table and "ndcg@4" not in result.table
+    assert "valid IPS estimate of DCG@4 " in (tmp_path / "t" / "best.toml").read_text()
     described = "IPS estimate of DCG@4 on a click log (propensities (1/k)^1, weights clipped at 100)"
     report = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert report["validation"] == described
@@ -229,3 +239,13 @@ def test_a_seed_ensemble_on_a_log_is_validated_by_the_estimate_of_its_mean_score
             trials=1,
         )
     assert not (tmp_path / "t" / "study.db").exists()  # refused before the study
+
+
+def test_the_methods_with_a_position_tower_are_one_list_for_training_and_validation():
+    valid = pbm_log(20, seed=5).log
+    for method in DEBIAS[1:]:
+        ips = method == "ips"
+        tower = Debias(method, K, propensity=torch.ones(K) if ips else None).tower
+        eta = 1.0 if ips else None
+        objective = log_objective("ndcg@4", valid, debias=method, propensity_eta=eta, learned_positions=K)
+        assert (tower is not None) == (method in TOWER_METHODS) == objective.learned, method

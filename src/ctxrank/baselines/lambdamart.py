@@ -42,7 +42,8 @@ Conventions (checked against LightGBM 4.x, see ``tests/baselines/test_lambdamart
   the relevance alone stops and selects the iteration. Without one (``"lightgbm"``: no propensities to
   estimate by; ``"ips"`` called without it) there is no early stopping: ``n_estimators`` trees are
   kept, with a warning, the clicks' NDCG only recorded. ``"none"`` (naive): the clicks' NDCG selects as
-  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which. (This
+  on labels, recorded as naive. ``validation_`` / the fit summary's ``validation`` say which
+  (``validation_metric_`` / ``validation_metric``: its name in a few words). (This
   module cannot build the objective itself: ``ctxrank.clicks`` imports it.)
 
 Nothing here imports LightGBM at module import time.
@@ -62,7 +63,15 @@ from typing import Any
 
 import numpy as np
 
-from ctxrank._checks import MAX_INT, check_choice, check_int, check_no_relevant, check_seed, parse_int
+from ctxrank._checks import (
+    MAX_INT,
+    check_choice,
+    check_int,
+    check_no_relevant,
+    check_seed,
+    is_number,
+    parse_int,
+)
 from ctxrank._checks import is_int as _is_int
 from ctxrank._io import atomic_write, dumps, float_or_nan, floats_or_nan, to_toml, write_json
 from ctxrank._modeldir import (
@@ -80,6 +89,7 @@ from ctxrank._modeldir import (
     read_regular,
     short,
 )
+from ctxrank._propensity import capped_inverse, curve, is_clip, is_eta, is_probability, pairwise_item_weights
 from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
 from ctxrank.data.ranking_data import RankingData, check_feature_count
@@ -279,14 +289,19 @@ def _check_labels(data: RankingData, what: str) -> int:
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(y) | (y < 0) | (y != np.floor(y)) | (y > MAX_LABEL)
     if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
+        i, query = _first_row(data, bad)
         raise ValueError(
             f"{what} labels must be integers in [0, {MAX_LABEL}] (LightGBM's lambdarank indexes "
             f"label_gain = 2^y - 1 with them); found {float(y[i])!r} at row {i} (query "
-            f"{data.query_ids[q]!r}) of {data.source or what}, {int(bad.sum())} such label(s) in all"
+            f"{query!r}) of {data.source or what}, {int(bad.sum())} such label(s) in all"
         )
     return int(y.max())
+
+
+def _first_row(data: RankingData, bad: np.ndarray) -> tuple[int, Any]:
+    """The first row where ``bad`` (bool ``(N,)``) holds, and the id of its query."""
+    i = int(np.flatnonzero(bad)[0])
+    return i, data.query_ids[int(np.searchsorted(data.query_offsets, i, side="right") - 1)]
 
 
 def _normalize_no_relevant(value: Any) -> float | str:
@@ -519,10 +534,10 @@ class LambdaMART(FittedBaseline):
                     "debias='ips' needs propensity: the examination probability of each position "
                     "(a list p_1..p_K in (0, 1]) or eta > 0 for p_r = (1/r)^eta"
                 )
-            _propensity_curve(self.propensity)
+            _propensity(self.propensity)
             if self.propensity_clip is not None:
                 clip = self.propensity_clip
-                if not _is_number(clip) or not 1 <= clip < math.inf:
+                if not is_clip(clip):
                     raise ValueError(
                         f"propensity_clip must be a number >= 1 (a cap on 1/p) or None, got {clip!r}"
                     )
@@ -614,7 +629,7 @@ class LambdaMART(FittedBaseline):
         k, cutoffs, no_relevant = self._resolve()
         label_gain = [2.0**y - 1.0 for y in range(max_label + 1)]
         objective, rounds, validation = self._log_validation(valid, k, objective)
-        for message in validation[1]:
+        for message in validation[-1]:  # its warnings
             warnings.warn(message, LogValidationWarning, stacklevel=3)
         params = self._lgb_params(label_gain, cutoffs)
         if objective is not None:  # only the feval's estimate decides, not the clicks' NDCG
@@ -651,7 +666,7 @@ class LambdaMART(FittedBaseline):
         self.categorical_cardinalities_in_ = (
             tuple(int(c) for c in train.categorical_cardinalities) if n_cat else ()
         )
-        self.validation_, self.validation_warnings_ = validation
+        self.validation_, self.validation_metric_, self.validation_warnings_ = validation
         self._select_iteration(booster, monitor)
         # the trees alone: a Booster read back from its model text holds none of the training state
         # (LightGBM's binned copy of the training and validation rows, their scores and gradients:
@@ -663,24 +678,25 @@ class LambdaMART(FittedBaseline):
 
     def _log_validation(
         self, valid: RankingData | None, k: int, objective: Any
-    ) -> tuple[Any, int | None, tuple[str | None, tuple[str, ...]]]:
+    ) -> tuple[Any, int | None, tuple[str | None, str | None, tuple[str, ...]]]:
         """How a validation split that is a click log (``shown_positions`` set) stops and selects, checked
-        before training: ``(feval objective or None, early-stopping rounds, (validation, warnings))``
-        (module docstring, "Validating on a click log"); ``validation`` None on labelled data."""
+        before training: ``(feval objective or None, early-stopping rounds, (validation, validation_metric,
+        warnings))`` (module docstring, "Validating on a click log"; ``validation_metric`` its name in a few
+        words, ``LogObjective.name``); ``validation`` and ``validation_metric`` None on labelled data."""
         if valid is None or valid.shown_positions is None:
             if objective is not None:
                 raise ValueError(
                     "valid_objective applies to a validation split that is a click log (shown positions); "
                     f"{'no validation split was given' if valid is None else 'valid has none'}"
                 )
-            return None, self.early_stopping_rounds, (None, ())
+            return None, self.early_stopping_rounds, (None, None, ())
         if objective is not None:
-            if objective.naive:
-                return None, self.early_stopping_rounds, (objective.describe(), ())
-            return objective, self.early_stopping_rounds, (objective.describe(), ())
-        naive = f"ndcg@{k} of the clicks of a log (naive: biased by the shown positions)"
+            described = (objective.describe(), objective.name, ())
+            return None if objective.naive else objective, self.early_stopping_rounds, described
+        name = f"ndcg@{k} of the clicks of a log"
+        naive = f"{name} (naive: biased by the shown positions)"
         if self.debias == "none":
-            return None, self.early_stopping_rounds, (naive, ())
+            return None, self.early_stopping_rounds, (naive, name, ())
         why = {
             "lightgbm": "LightGBM's position debiasing estimates no propensities to validate by",
             "ips": "no valid_objective (the IPS estimate, ctxrank.clicks.validation.log_objective) was given",
@@ -693,7 +709,11 @@ class LambdaMART(FittedBaseline):
                 "clicks' NDCG rewards the logging order; "
                 "a run with train.debias = 'ips' stops on the IPS estimate)",
             )
-        return None, None, (f"{naive}, recorded only: {why}; no early stopping, every tree kept", warned)
+        return (
+            None,
+            None,
+            (f"{naive}, recorded only: {why}; no early stopping, every tree kept", name, warned),
+        )
 
     def _debias_inputs(self, train: RankingData) -> dict[str, np.ndarray]:
         """``lgb.Dataset``'s ``position`` (``"lightgbm"``: the 1-based shown positions, which LightGBM
@@ -747,6 +767,7 @@ class LambdaMART(FittedBaseline):
             summary["warnings"] = list(warned)
         if validation is not None:
             summary["validation"] = validation
+            summary["validation_metric"] = self.validation_metric_
         return summary
 
     # -------------------------------------------------------------- inference
@@ -964,45 +985,36 @@ def _query_rows(data: RankingData, queries: np.ndarray) -> tuple[RankingData, An
     return part, [data.features[starts[run[0]] : starts[run[-1] + 1]] for run in runs]
 
 
-def _propensity_curve(propensity: Any) -> float | np.ndarray:
-    """``propensity`` checked: ``eta`` (a finite number > 0) or float64 ``(K,)`` values in (0, 1]."""
-    if _is_number(propensity):
-        if not (math.isfinite(propensity) and propensity > 0):
+def _propensity(propensity: Any) -> tuple[np.ndarray | None, float | None]:
+    """``propensity`` checked: ``(values, None)``, float64 ``(K,)`` values in (0, 1], or ``(None, eta)``
+    for the position-based ``p_r = (1/r)^eta``."""
+    if is_number(propensity):
+        if not is_eta(propensity):
             raise ValueError(
                 f"propensity eta must be a finite number > 0 (p_r = (1/r)^eta), got {propensity!r}"
             )
-        return float(propensity)
+        return None, float(propensity)
     if isinstance(propensity, (str, bytes)) or not isinstance(propensity, Sequence | np.ndarray):
         raise ValueError(
             f"propensity must be a list p_1..p_K in (0, 1] or a number eta > 0, got {short(propensity)}"
         )
     values = list(propensity)
-    if not values or not all(_is_number(p) and 0 < p <= 1 for p in values):
+    if not values or not all(is_probability(p) for p in values):
         raise ValueError(f"propensity must be a non-empty list of numbers in (0, 1], got {short(values)}")
-    return np.asarray(values, dtype=np.float64)
-
-
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, int | float | np.integer | np.floating)
+    return np.asarray(values, dtype=np.float64), None
 
 
 def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -> np.ndarray:
-    """Per-item inverse-propensity weights of an interaction log for LightGBM's lambdarank: float64 ``(N,)``.
+    """Per-item inverse-propensity weights of an interaction log for LightGBM's lambdarank: float64 ``(N,)``
+    (:func:`ctxrank._propensity.pairwise_item_weights`: an interacted item weighs ``1 / p(pos_i)``, cut
+    at ``clip`` when given, another item the mean of its session's interacted ones, an item of a session
+    without interaction 1; mean 1 over ``data``).
 
     LightGBM multiplies each item's LambdaRank gradient and hessian by its weight
     (``RankingObjective::GetGradientsWithSampledQueries``, ``src/objective/rank_objective.hpp``), so a
-    weight is per item, not per pair. The propensity-weighted pairwise estimator (Joachims, Swaminathan &
-    Schnabel 2017, WSDM, "Unbiased Learning-to-Rank with Biased Feedback", Eq. 5 and its pairwise form
-    of Propensity SVM-Rank; Wang, Bendersky, Metzler & Najork 2016, SIGIR, "Learning to Rank with
-    Selection Bias in Personal Search", per-query weights) weighs each pair (interacted item i, other
-    item j) by ``1 / p(pos_i)``. Here an item with an interaction (label > 0) weighs ``1 / p(pos_i)``
-    (its gradient sums its own pairs: exact), an item without one the mean ``1 / p`` of its session's
-    interacted items (exact when a session has one interaction, the usual case, or when its interactions
-    share a propensity; otherwise an approximation), and a session without interaction 1 (it has no
-    pairs). ``1/p`` is cut at ``clip`` when given; the weights are then scaled to mean 1 over ``data``
-    (the trees' Newton steps do not change under a common factor, ``min_sum_hessian_in_leaf`` and
-    ``lambda_l2`` do). Labels are left as given: lambdarank's labels index ``label_gain`` and must be
-    integers, so they cannot carry the weights.
+    weight is per item, not per pair; ``min_sum_hessian_in_leaf`` and ``lambda_l2`` see their scale.
+    Labels are left as given: lambdarank's labels index ``label_gain`` and must be integers, so they
+    cannot carry the weights.
 
     Args:
         data: the log, with ``shown_positions`` (1-based).
@@ -1015,30 +1027,19 @@ def ips_weights(data: RankingData, propensity: Any, clip: float | None = None) -
     """
     if data.shown_positions is None:
         raise ValueError(f"{data.source or 'the data'} has no shown positions (RankingData.shown_positions)")
-    curve = _propensity_curve(propensity)
+    values, eta = _propensity(propensity)
     positions = data.shown_positions.astype(np.int64)
-    if isinstance(curve, float):
-        inverse = positions.astype(np.float64) ** curve  # 1 / (1/r)^eta
-    else:
-        beyond = positions > curve.size
-        if beyond.any():
-            i = int(np.flatnonzero(beyond)[0])
-            q = int(np.searchsorted(data.query_offsets, i, side="right") - 1)
-            raise ValueError(
-                f"propensity gives {curve.size} positions but row {i} (session {data.query_ids[q]!r}) of "
-                f"{data.source or 'the data'} was shown at position {int(positions[i])} "
-                f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
-            )
-        inverse = 1.0 / curve[positions - 1]
-    if clip is not None:
-        inverse = np.minimum(inverse, float(clip))
-    interacted = data.labels > 0
-    session = np.repeat(np.arange(data.n_queries), data.query_lengths)
-    n_interacted = np.bincount(session, weights=interacted, minlength=data.n_queries)
-    total = np.bincount(session, weights=np.where(interacted, inverse, 0.0), minlength=data.n_queries)
-    per_session = np.where(n_interacted > 0, total / np.maximum(n_interacted, 1), 1.0)
-    weights = np.where(interacted, inverse, per_session[session])
-    return weights / weights.mean() if weights.size else weights
+    deepest = int(positions.max()) if positions.size else 1
+    p = curve(values, eta, deepest)
+    beyond = positions > p.size
+    if beyond.any():
+        i, session = _first_row(data, beyond)
+        raise ValueError(
+            f"propensity gives {p.size} positions but row {i} (session {session!r}) of "
+            f"{data.source or 'the data'} was shown at position {int(positions[i])} "
+            f"({int(beyond.sum())} such row(s)); give a propensity for every shown position"
+        )
+    return pairwise_item_weights(capped_inverse(p[positions - 1], clip), data.labels > 0, data.query_lengths)
 
 
 def _predict_rows(model: LambdaMART, data: RankingData, rows: np.ndarray) -> np.ndarray:

@@ -374,7 +374,7 @@ class _Run:
             against = f"; initial ranker {initial:.4f} on the same lists" if initial is not None else ""
             self.say(
                 f"best epoch {s.best_epoch} of {s.epochs_run} "
-                f"(valid {_valid_name(s)} {s.best_valid_metric:.4f}{against}), "
+                f"(valid {s.valid_metric_name} {s.best_valid_metric:.4f}{against}), "
                 f"{seconds:.1f} s; saved to {self.out_dir}"
             )
         else:
@@ -462,20 +462,11 @@ def _train_metric(s: FitSummary) -> str:
     return f"; valid {tm.name} {tm.valid:.4f} (train.metric)"
 
 
-def _valid_name(s: FitSummary) -> str:
-    """What the validation value measures: ``train.metric`` on labelled data; on a click log the
-    summary's ``validation`` up to its details (``IPS estimate of DCG@10``, ``ndcg@10 of the clicks of a
-    log``), so that an IPS estimate is never printed as an NDCG."""
-    if s.validation is None:
-        return s.metric
-    return s.validation.split(" (")[0].split(", ")[0].removesuffix(" on a click log")
-
-
 def _baseline_summary(s: FitSummary) -> str:
     """One line from the summary of a fit without epochs (LambdaMART, RankSVM, AdaRank, the full-batch
     fit, a seed ensemble)."""
     valid = s.best_valid_metric
-    on_valid = f" (valid {_valid_name(s)} {valid:.4f})" if valid is not None else ""
+    on_valid = f" (valid {s.valid_metric_name} {valid:.4f})" if valid is not None else ""
     if s.best_iteration is not None:
         return f"best iteration {s.best_iteration}{on_valid}"
     if s.log_likelihood is not None:  # the conditional logit's full-batch maximum likelihood

@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ctxrank._propensity import curve
+
 __all__ = [
     "CLICK_MODELS",
     "RELEVANCE_RULES",
@@ -141,12 +143,14 @@ class PositionBasedModel(_ClickModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (isinstance(self.eta, (int, float)) and 0.0 <= self.eta < float("inf")):
+        if isinstance(self.eta, bool) or not (
+            isinstance(self.eta, (int, float)) and 0.0 <= self.eta < float("inf")
+        ):
             raise ValueError(f"eta must be a finite number >= 0, got {self.eta!r}")
 
     def examination(self, k: int) -> np.ndarray:
         """float64 (K,) ``(1 / r)^eta`` for r = 1..K."""
-        return (1.0 / np.arange(1, k + 1, dtype=np.float64)) ** self.eta
+        return curve(None, self.eta, k)
 
     def _probability(self, a: np.ndarray) -> np.ndarray:
         return self.examination(a.shape[1]) * a

@@ -22,6 +22,8 @@ from scipy import stats
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
+from ctxrank._checks import is_number
+from ctxrank._propensity import capped_inverse, curve, is_clip
 from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
@@ -109,18 +111,16 @@ class Propensities:
     def weights(self, positions: Any, *, clip: float | None) -> np.ndarray:
         """float64 (N,) inverse propensities 1 / p of rows shown at 1-based ``positions``, at most
         ``clip`` (the largest weight, >= 1; None: unclipped, which refuses a position with p = 0)."""
-        if clip is not None and (isinstance(clip, bool) or not math.isfinite(clip) or clip < 1.0):
+        if clip is not None and not is_clip(clip):
             raise ValueError(f"clip: expected None or a finite maximum weight >= 1, got {clip!r}")
         p = self.at(positions)
-        if clip is None:
-            zero = np.flatnonzero(p == 0)
-            if zero.size:
-                raise ValueError(
-                    f"position {int(np.asarray(positions)[zero[0]])} has propensity 0 (no click was "
-                    f"observed there): pass clip= to bound its weight"
-                )
-            return 1.0 / p
-        return 1.0 / np.maximum(p, 1.0 / clip)
+        zero = np.flatnonzero(p == 0)
+        if clip is None and zero.size:
+            raise ValueError(
+                f"position {int(np.asarray(positions)[zero[0]])} has propensity 0 (no click was "
+                f"observed there): pass clip= to bound its weight"
+            )
+        return capped_inverse(p, clip)
 
     # -------------------------------------------------------------- given
     @classmethod
@@ -133,11 +133,11 @@ class Propensities:
     def pbm(cls, eta: float, n_positions: int) -> Propensities:
         """The position-based model's curve p_k = (1 / k) ** eta, k = 1..n_positions (Joachims,
         Swaminathan & Schnabel 2017, "Unbiased Learning-to-Rank with Biased Feedback", WSDM)."""
-        if isinstance(eta, bool) or not math.isfinite(eta) or eta < 0:
+        if not is_number(eta) or not math.isfinite(eta) or eta < 0:
             raise ValueError(f"eta: expected a finite number >= 0, got {eta!r}")
         if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 1:
             raise ValueError(f"n_positions: expected an integer >= 1, got {n_positions!r}")
-        v = tuple(float(x) for x in (1.0 / np.arange(1, n_positions + 1)) ** eta)
+        v = tuple(float(x) for x in curve(None, eta, n_positions))
         return cls(values=v, lower=v, upper=v, method="pbm", sessions=0)
 
     # --------------------------------------------------------------- JSON

@@ -49,11 +49,6 @@ __all__ = [
     "write_log_parts",
 ]
 
-#: none; swap: the item at position 1 with one at a uniform position of the shown list (the swap
-#: intervention of Joachims et al. 2017; position 1 drawn = no swap); swap_pair: two distinct uniform
-#: positions (RandPair, Radlinski & Joachims 2006, "Minimally invasive randomization for collecting
-#: unbiased preferences from clickthrough logs"); shuffle_top: a uniform permutation of the top n
-RANDOMIZATIONS = ("none", "swap", "swap_pair", "shuffle_top")
 #: the key columns of a written log, before the features
 LOG_COLUMNS = ("session", "query", "item", "position", "click")
 SORT_CELLS = 1 << 22  # sessions x list length sorted at once (bounds the memory of long lists)
@@ -192,26 +187,50 @@ def _shown(
     return shown
 
 
+def _swap(perm: np.ndarray, n_shown: np.ndarray, shuffle_n: int | None, rng: np.random.Generator) -> None:
+    rows = np.arange(perm.shape[0])
+    other = (rng.random(rows.size) * n_shown).astype(np.int64)
+    perm[rows, 0], perm[rows, other] = other, 0
+
+
+def _swap_pair(
+    perm: np.ndarray, n_shown: np.ndarray, shuffle_n: int | None, rng: np.random.Generator
+) -> None:
+    rows = np.arange(perm.shape[0])
+    first = (rng.random(rows.size) * n_shown).astype(np.int64)
+    second = (rng.random(rows.size) * np.maximum(n_shown - 1, 1)).astype(np.int64)
+    second = np.where(n_shown > 1, second + (second >= first), first)
+    perm[rows, first], perm[rows, second] = second, first
+
+
+def _shuffle_top(
+    perm: np.ndarray, n_shown: np.ndarray, shuffle_n: int | None, rng: np.random.Generator
+) -> None:
+    s, k = perm.shape
+    top = np.minimum(n_shown, shuffle_n)[:, None]
+    keys = np.where(np.arange(k) < top, rng.random((s, k)), np.arange(k) + 1.0)
+    perm[:] = np.argsort(keys, axis=1, kind="stable")
+
+
+#: ``randomize`` -> how it reorders ``perm`` (int64 (S, K), in place) given each row's shown count, the
+#: ``shuffle_n`` and the generator. none; swap: the item at position 1 with one at a uniform position of
+#: the shown list (the swap intervention of Joachims et al. 2017; position 1 drawn = no swap); swap_pair:
+#: two distinct uniform positions (RandPair, Radlinski & Joachims 2006, "Minimally invasive randomization
+#: for collecting unbiased preferences from clickthrough logs"); shuffle_top: a uniform permutation of
+#: the top n
+_RANDOMIZERS = {"none": None, "swap": _swap, "swap_pair": _swap_pair, "shuffle_top": _shuffle_top}
+RANDOMIZATIONS = tuple(_RANDOMIZERS)
+
+
 def _permutation(
     mask: np.ndarray, randomize: str, shuffle_n: int | None, rng: np.random.Generator
 ) -> np.ndarray:
     """int64 (S, K) the positions' new order (a permutation of the shown prefix of each row)."""
     s, k = mask.shape
     perm = np.broadcast_to(np.arange(k), (s, k)).copy()
-    n_shown = mask.sum(axis=1)
-    rows = np.arange(s)
-    if randomize == "swap":
-        other = (rng.random(s) * n_shown).astype(np.int64)
-        perm[rows, 0], perm[rows, other] = other, 0
-    elif randomize == "swap_pair":
-        first = (rng.random(s) * n_shown).astype(np.int64)
-        second = (rng.random(s) * np.maximum(n_shown - 1, 1)).astype(np.int64)
-        second = np.where(n_shown > 1, second + (second >= first), first)
-        perm[rows, first], perm[rows, second] = second, first
-    elif randomize == "shuffle_top":
-        top = np.minimum(n_shown, shuffle_n)[:, None]
-        keys = np.where(np.arange(k) < top, rng.random((s, k)), np.arange(k) + 1.0)
-        perm = np.argsort(keys, axis=1, kind="stable")
+    reorder = _RANDOMIZERS[randomize]
+    if reorder is not None:
+        reorder(perm, mask.sum(axis=1), shuffle_n, rng)
     return perm
 
 

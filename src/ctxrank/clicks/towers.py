@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ctxrank.clicks.weighting import DEBIAS, ips_weights, normalise_weights
+from ctxrank.clicks.weighting import DEBIAS, TOWER_METHODS, ips_weights, normalise_weights
 from ctxrank.losses import listnet
 
 __all__ = ["Debias", "PositionTower"]
@@ -110,7 +110,7 @@ class Debias(nn.Module):
         if (method == "ips") != (propensity is not None):
             raise ValueError("propensity is given for train.debias = 'ips', and only for it")
         self.method, self.clip = method, clip
-        self.tower = PositionTower(n_positions) if method in ("dla", "pal") else None
+        self.tower = PositionTower(n_positions) if method in TOWER_METHODS else None
         given = None if propensity is None else propensity.float()
         self.register_buffer("propensity", given, persistent=False)
 

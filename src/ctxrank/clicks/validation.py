@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ctxrank.clicks.weighting import DEBIAS, propensity_table
+from ctxrank.clicks.weighting import DEBIAS, TOWER_METHODS, propensity_table
 from ctxrank.data.ranking_data import RankingData
 from ctxrank.metrics import parse_metric
 
@@ -153,7 +153,7 @@ def log_objective(
         source = f"(1/k)^{propensity_eta:g}" if propensity_eta is not None else "train.propensity"
         given = Propensities.given(table / table[0])
         return LogObjective(metric, "ips", k, source, given, clip)
-    if debias in ("dla", "pal"):
+    if debias in TOWER_METHODS:
         if learned_positions is None or deepest > learned_positions:
             raise ValueError(
                 f"the validation log shows items at positions up to {deepest}, beyond the "

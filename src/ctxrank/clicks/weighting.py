@@ -25,45 +25,57 @@ Only the weights of clicked items matter (the losses multiply the labels by them
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["DEBIAS", "check_propensity", "ips_weights", "normalise_weights", "propensity_table"]
+from ctxrank._propensity import curve, is_clip, is_eta, is_probability
+
+__all__ = [
+    "DEBIAS",
+    "TOWER_METHODS",
+    "check_propensity",
+    "ips_weights",
+    "normalise_weights",
+    "propensity_table",
+]
 
 #: ``train.debias``: ``"none"`` (naive training on the clicks), ``"ips"`` (given propensities),
 #: ``"dla"`` (a propensity tower learned jointly), ``"pal"`` (an additive position tower)
 DEBIAS: tuple[str, ...] = ("none", "ips", "dla", "pal")
+#: the ``train.debias`` values that learn a position tower (as deep as the training log's deepest position)
+TOWER_METHODS: tuple[str, ...] = ("dla", "pal")
 
 
 def check_propensity(values: Sequence[float], eta: float | None, clip: float | None) -> None:
     """Validate ``train.propensity`` (per-position values in ``(0, 1]``), ``train.propensity_eta``
-    (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them."""
+    (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them. Python
+    numbers only (a NumPy float32 is refused): a run config is written as TOML."""
     if not isinstance(values, (tuple, list)):
         raise TypeError(f"train.propensity must be a list of numbers, got {type(values).__name__}")
     for k, p in enumerate(values, 1):
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+        if not (_python_number(p) and is_probability(p)):
             raise ValueError(
                 f"train.propensity: the examination probability of position {k} must be a number in "
                 f"(0, 1], got {p!r}"
             )
-    if eta is not None and (
-        isinstance(eta, bool) or not isinstance(eta, (int, float)) or not math.isfinite(eta) or eta <= 0
-    ):
+    if eta is not None and not (_python_number(eta) and is_eta(eta)):
         raise ValueError(f"train.propensity_eta must be a finite number > 0 or None, got {eta!r}")
     if values and eta is not None:
         raise ValueError("give train.propensity (per-position values) or train.propensity_eta, not both")
-    if clip is not None and (
-        isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 1
-    ):
+    if clip is not None and not (_python_number(clip) and is_clip(clip)):
         raise ValueError(f"train.propensity_clip must be a finite number >= 1 or None, got {clip!r}")
+
+
+def _python_number(x: object) -> bool:
+    return isinstance(x, (int, float))
 
 
 def propensity_table(values: Sequence[float], eta: float | None, max_position: int) -> np.ndarray:
     """float64 ``(P,)`` examination probabilities of positions ``1..P`` (``P = max_position``): the given
-    ``values`` (an error when the log shows items beyond them), or ``(1 / k)^eta``.
+    ``values`` (an error when the log shows items beyond them), or ``(1 / k)^eta``
+    (:func:`ctxrank._propensity.curve`).
 
     The seam of propensities estimated from a log (``ctxrank.clicks.propensity``): such an estimate is
     passed here as ``values``."""
@@ -73,10 +85,9 @@ def propensity_table(values: Sequence[float], eta: float | None, max_position: i
                 f"train.propensity gives {len(values)} positions, but the log shows items at positions up "
                 f"to {max_position}: give one value per position"
             )
-        return np.asarray(values, dtype=np.float64)
-    if eta is None:
+    elif eta is None:
         raise ValueError("propensities need train.propensity (per-position values) or train.propensity_eta")
-    return (1.0 / np.arange(1, max_position + 1, dtype=np.float64)) ** eta
+    return curve(values, eta, max_position)
 
 
 def normalise_weights(

@@ -57,8 +57,9 @@ def epoch_cap(
         return None
     key = f"valid_{metric}"
     before, last = max(r[key] for r in history[:-1]), history[-1][key]
+    name = metric if shown is None else shown
     return (
-        f"training stopped at train.max_epochs = {max_epochs} while the validation {shown or metric} was "
+        f"training stopped at train.max_epochs = {max_epochs} while the validation {name} was "
         f"still improving (its best epoch is the last one: {before:.4f} before, {last:.4f} at epoch "
         f"{history[-1]['epoch']}); the model is probably under-trained: raise train.max_epochs "
         "(--set train.max_epochs=N; max_epochs= in the Python API) or the learning rate (train.lr)"

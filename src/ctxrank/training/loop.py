@@ -50,7 +50,7 @@ from ctxrank._allocator import release_free_memory
 from ctxrank._io import dumps
 from ctxrank.clicks.towers import Debias
 from ctxrank.clicks.validation import LogObjective, log_objective
-from ctxrank.clicks.weighting import propensity_table
+from ctxrank.clicks.weighting import TOWER_METHODS, propensity_table
 from ctxrank.config import TrainConfig
 from ctxrank.data.lists import ListBatch, iterate_batches
 from ctxrank.data.ranking_data import RankingData
@@ -96,6 +96,7 @@ class FitResult:
     batching: str = "buckets"
     warnings: list[str] = field(default_factory=list)  # ctxrank.training.diagnostics' messages
     validation: str | None = None  # what best_metric measures on a validation log (None: labels)
+    validation_metric: str | None = None  # its name in a few words (LogObjective.name; None: labels)
     #: the validation log's objective (learned propensities: the tower's at the end of the fit), for a
     #: re-ranker's comparison with its initial ranker on the same estimate; None on labelled data
     objective: LogObjective | None = field(default=None, repr=False)
@@ -113,6 +114,7 @@ class FitResult:
             batching=self.batching,
             warnings=tuple(self.warnings),
             validation=self.validation,
+            validation_metric=self.validation_metric,
         )
 
 
@@ -288,8 +290,8 @@ def validation_objective(
     ``train`` None: scores of no single fit (a seed ensemble), whose position towers (``train.debias =
     "dla"`` / ``"pal"``) give no one set of propensities: the naive metric of the clicks."""
     deepest = None if train is None else _deepest_position(train)
-    learned = deepest if config.debias in ("dla", "pal") else None  # the position tower's size
-    learned_elsewhere = train is None and config.debias in ("dla", "pal")
+    learned = deepest if config.debias in TOWER_METHODS else None  # the position tower's size
+    learned_elsewhere = train is None and config.debias in TOWER_METHODS
     return log_objective(
         config.metric,
         valid,
@@ -327,7 +329,7 @@ def _debias_of(
             f"{what} learns from a click log: the training data need the shown position of every item "
             "(RankingData.from_arrays(..., position=...), a log's position column); these have none"
         )
-    if isinstance(train, ShardStream) and train.world > 1 and config.debias in ("dla", "pal"):
+    if isinstance(train, ShardStream) and train.world > 1 and config.debias in TOWER_METHODS:
         raise ValueError(
             f"{what} learns a position tower as deep as the longest list, which each process's shards "
             "give apart: train it from shards in one process (or with train.debias = 'ips')"
@@ -717,5 +719,6 @@ def _finish(trainer: _Trainer, state: _Progress, seconds: float, objective: LogO
         batching=batching(model, config),
         warnings=problems,
         validation=None if objective is None else objective.describe(),
+        validation_metric=shown,
         objective=None if objective is None else _learned(trainer, objective),
     )

@@ -390,6 +390,7 @@ def _ensemble_result(
         members=tuple(m.summary for m in members),
         seconds=time.perf_counter() - t0,
         validation=None if objective is None else objective.describe(),
+        validation_metric=None if objective is None else objective.name,
     )
     if out is not None:
         members_dirs = [member_dir(i) for i in range(len(members))]
