@@ -562,8 +562,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
     "ctxrank experiment context-pays --threads 1": Run(smoke("context-pays")),
-    "ctxrank experiment clicks-mq2008 --out results/clicks-mslr-synth --set data.dataset= --set "
-    'data.synth=letor --set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
+    "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
+    "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
+    '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
     "features=136}'": Elsewhere(MSLR_CLICKS),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table2")
