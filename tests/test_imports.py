@@ -344,6 +344,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     "that names it",
     ("cli/__init__.py", "ctxrank.data.download"): "the download options' flags, read only to write a "
     "library error that names one",
+    ("cli/__init__.py", "ctxrank.data.synth"): "the synthetic lists' flags, read only to write a library "
+    "error that names one",
     ("cli/__init__.py", "ctxrank.config"): "the run options' flags, read only to write a library error "
     "that names one the data options do not declare",
     ("cli/__init__.py", "ctxrank.training.request"): "the training request's own flags (--config, --set), "

@@ -328,6 +328,10 @@ class Elsewhere:
     test: str  # "tests/test_x.py::test_name"
 
 
+#: the 1/6-WEB30K click experiment: its spec built, a tiny one's click logs simulated
+MSLR_CLICKS = (
+    "tests/experiments/test_synth_letor_spec.py::test_the_documented_click_experiment_on_mslr_shaped_lists"
+)
 EPOCH1 = ("--set", "train.max_epochs=1")
 FOLD1 = ("mq2008-fold1",)  # the fixture writing train.txt, vali.txt, test.txt
 #: any built-in spec whose models do not set their own train.max_epochs (docs/experiments.md)
@@ -562,9 +566,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2 --runs 5": Run(smoke("qilcm-table2")),
     "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
-    "ctxrank synth letor --queries 300 --items 20 --features 10 --context relative --out "
-    "context-pays-relative.txt.gz": Run(),
     "ctxrank experiment context-pays --threads 1": Run(smoke("context-pays")),
+    "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
+    "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
+    '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
+    "features=136}'": Elsewhere(MSLR_CLICKS),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table2")
     ),

@@ -204,6 +204,9 @@ def option_classes() -> Iterator[type]:
     from ctxrank.data.download import DownloadOptions
 
     yield DownloadOptions
+    from ctxrank.data.synth import LetorShape
+
+    yield LetorShape
     from ctxrank.config import RunConfig
     from ctxrank.training.request import TrainRequest
 

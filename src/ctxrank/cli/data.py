@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from ctxrank._checks import check_choice
-from ctxrank._declare import from_namespace
+from ctxrank._declare import declared, from_namespace
 from ctxrank._io import atomic_write, claim_output_dir, writing
 from ctxrank.cli._options import (
     SCORING_SKIP,
@@ -46,14 +46,7 @@ from ctxrank.data.download import DownloadOptions, download_dataset
 from ctxrank.data.sources import DataSource, ModelInputs
 from ctxrank.data.stream import write_shards
 from ctxrank.data.summary import data_summary
-from ctxrank.data.synth import (
-    MSLR_LABEL_SHARES,
-    SYNTH_CONTEXTS,
-    SYNTH_LABELS,
-    SYNTH_LENGTHS,
-    mslr_list_sizes,
-    write_synthetic_letor,
-)
+from ctxrank.data.synth import LetorShape, write_synthetic_letor
 from ctxrank.data.synth_choice import make_choice_sessions
 from ctxrank.data.table import TABLE_EXTENSIONS, _format_of
 
@@ -361,30 +354,12 @@ def synth_choice(
 
 
 def synth_letor(
-    path: str,
-    *,
-    queries: int = 1000,
-    items: int = 100,
-    features: int = 136,
-    max_label: int = 4,
-    seed: int = 0,
-    lengths: str = "fixed",
-    labels: str = "quantile",
-    context: str = "none",
-    docids: bool = True,
-    progress: bool = False,
+    path: str, shape: LetorShape, *, seed: int = 0, docids: bool = True, progress: bool = False
 ) -> int:
-    """A synthetic MSLR-shaped LETOR file at ``path`` (gzip when it ends in .gz), with a progress bar of
-    the rows written when ``progress``. ``lengths``:
-    ``"fixed"`` (``items`` each) or ``"mslr"`` (:func:`mslr_list_sizes`); ``labels``: ``"quantile"``
-    or ``"mslr"`` (:data:`MSLR_LABEL_SHARES`, grades 0..4); ``context``: ``"none"`` or ``"relative"``
-    (:data:`SYNTH_CONTEXTS`: relevance that depends on the list, ``ctxrank.data.synth``)."""
-    check_choice("lengths", lengths, SYNTH_LENGTHS)
-    check_choice("labels", labels, SYNTH_LABELS)
-    check_choice("context", context, SYNTH_CONTEXTS)
-    if labels == "mslr" and max_label != len(MSLR_LABEL_SHARES) - 1:
-        raise ValueError(f"--labels mslr gives grades 0..{len(MSLR_LABEL_SHARES) - 1}: leave --max-label out")
-    sizes = mslr_list_sizes(queries, seed) if lengths == "mslr" else None
+    """A synthetic LETOR file of ``shape`` (:class:`~ctxrank.data.synth.LetorShape`: list lengths,
+    label shares, list context) at ``path`` (gzip when it ends in .gz), with a progress bar of the rows
+    written when ``progress``."""
+    sizes = shape.list_sizes(seed)
     target = Path(path)
     if target.parent != Path():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -393,27 +368,21 @@ def synth_letor(
         with writing(target, tmp):  # a full disk names the file
             write_synthetic_letor(
                 tmp,
-                n_queries=queries,
-                list_size=items,
-                n_features=features,
-                max_label=max_label,
+                n_queries=shape.queries,
+                list_size=shape.items,
+                n_features=shape.features,
+                max_label=shape.max_label,
                 seed=seed,
                 docids=docids,
                 list_sizes=sizes,
-                label_shares=MSLR_LABEL_SHARES if labels == "mslr" else None,
-                context=context,
+                label_shares=shape.label_shares,
+                context=shape.context,
                 progress=progress,
             )
             tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
-    shape = f"{items} items"
-    if sizes is not None:
-        shape = f"{sizes.mean():.1f} items on average (longest {sizes.max()})"
-    out(
-        f"wrote {queries:,} queries x {shape}, {features} features, labels "
-        f"0..{max_label} (seed {seed}{'' if context == 'none' else f', context {context}'}) to {target}"
-    )
+    out(f"wrote {shape.describe(sizes)} (seed {seed}) to {target}")
     out(SYNTHETIC_NOTE)
     return 0
 
@@ -743,35 +712,8 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
             "with it): N queries of L items, F dense features, labels 0..4 from a noisy linear function."
         ),
     )
-    pl.add_argument("--queries", type=positive_int, default=1000, metavar="N", help="default 1000")
-    pl.add_argument("--items", type=positive_int, default=100, metavar="L", help="items per query (100)")
-    pl.add_argument("--features", type=positive_int, default=136, metavar="F", help="default 136")
-    pl.add_argument("--max-label", type=positive_int, default=4, metavar="K", help="labels 0..K (4)")
+    add_declared(pl, LetorShape, defaults=[name for name, _ in declared(LetorShape)])
     pl.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
-    pl.add_argument(
-        "--lengths",
-        choices=SYNTH_LENGTHS,
-        default="fixed",
-        help=(
-            "list lengths: fixed (--items each, the default) or mslr (MSLR-WEB30K-shaped: log-normal, mean "
-            "about 120, one list of 1,251; --items is then unused)"
-        ),
-    )
-    pl.add_argument(
-        "--labels",
-        choices=SYNTH_LABELS,
-        default="quantile",
-        help="label shares: quantile (the default) or mslr (grades 0-4, mostly 0 and 1, as in MSLR-WEB30K)",
-    )
-    pl.add_argument(
-        "--context",
-        choices=SYNTH_CONTEXTS,
-        default="none",
-        help=(
-            "how relevance depends on the list: none (each item's own features, the default) or relative "
-            "(lists at very different levels; an item is relevant when typical of its list)"
-        ),
-    )
     pl.add_argument(
         "--no-docids", action="store_true", help="no '#docid = ...' comments (as in MSLR's files)"
     )
@@ -780,14 +722,8 @@ def _add_synth_letor_parser(ssub: Any, common: argparse.ArgumentParser) -> None:
     pl.set_defaults(
         run=lambda a: synth_letor(
             a.out,
-            queries=a.queries,
-            items=a.items,
-            features=a.features,
-            max_label=a.max_label,
+            from_namespace(LetorShape, a),
             seed=a.seed,
-            lengths=a.lengths,
-            labels=a.labels,
-            context=a.context,
             docids=not a.no_docids,
             progress=not a.no_progress,
         )

@@ -26,6 +26,10 @@ one item's features ranks every list right: the best item of one list is the wor
 that were a monotone function of ``z_i`` alone would not need context (ranking a list by ``s_i`` already
 orders it by ``z_i``); hence the non-monotone ``|z_i|``. The grades are the utilities cut at quantiles
 as below; within a list they depend on the other items' features but not on their order.
+
+:class:`LetorShape` declares the options once (``ctxrank synth letor``'s flags, an experiment's
+``[data] letor`` table); :func:`synthetic_letor` generates the same lists in memory, exactly as reading
+the written file gives them.
 """
 
 from __future__ import annotations
@@ -33,15 +37,19 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxrank._checks import check_choice
+from ctxrank._checks import Field, OptionError, check_choice, check_int, check_named
+from ctxrank._declare import POSITIVE_INT, declared, option, unflatten
 from ctxrank._memory import available_bytes, format_bytes
+from ctxrank.data.ranking_data import RankingData
 
 __all__ = [
     "MSLR_LABEL_SHARES",
@@ -50,7 +58,9 @@ __all__ = [
     "SYNTH_CONTEXTS",
     "SYNTH_LABELS",
     "SYNTH_LENGTHS",
+    "LetorShape",
     "mslr_list_sizes",
+    "synthetic_letor",
     "write_synthetic_letor",
 ]
 
@@ -71,10 +81,93 @@ _MSLR_SIGMA = 0.6  # log-normal spread of the list lengths (an assumption; the r
 #: rows generated at a time, at most (a block of ``block_queries`` queries stops short of it; a longer
 #: query is a block of its own): 200 queries of up to 1,310 items fit, so MSLR-shaped files are as before
 BLOCK_ROWS = 2**18
+#: queries generated at a time, at most (the file's and the lists in memory alike: the grades are cut
+#: at each block's quantiles)
+BLOCK_QUERIES = 200
 _LINES_PER_WRITE = 4096
 #: zlib level of a ``.gz`` file: 1 writes about 15x faster than Python's default 9 for a file about 14%
 #: larger (measured on 20,000 rows of 136 features); the text inside is the same
 GZIP_LEVEL = 1
+
+
+@dataclass(frozen=True)
+class LetorShape:
+    """The lists to generate: the options of ``ctxrank synth letor`` (its flags) and of an experiment's
+    ``[data] letor`` table (their names), declared once and checked here for both. The seed is not
+    part of the shape (``--seed``, ``[data] synth_seed``)."""
+
+    queries: int = option(1000, "--queries", "queries (default 1000)", parse=POSITIVE_INT, metavar="N")
+    items: int = option(
+        100, "--items", "items per query with --lengths fixed (default 100)", parse=POSITIVE_INT, metavar="L"
+    )
+    features: int = option(136, "--features", "dense features (default 136)", parse=POSITIVE_INT, metavar="F")
+    max_label: int = option(4, "--max-label", "labels 0..K (default 4)", parse=POSITIVE_INT, metavar="K")
+    lengths: str = option(
+        "fixed", "--lengths",
+        "list lengths: fixed (--items each, the default) or mslr (MSLR-WEB30K-shaped: log-normal, mean "
+        "about 120, one list of 1,251)",
+        choices=SYNTH_LENGTHS,
+    )  # fmt: skip
+    labels: str = option(
+        "quantile", "--labels",
+        "label shares: quantile (the default) or mslr (grades 0-4, mostly 0 and 1, as in MSLR-WEB30K)",
+        choices=SYNTH_LABELS,
+    )  # fmt: skip
+    context: str = option(
+        "none", "--context",
+        "how relevance depends on the list: none (each item's own features, the default) or relative "
+        "(lists at very different levels; an item is relevant when typical of its list)",
+        choices=SYNTH_CONTEXTS,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for name in ("queries", "items", "features", "max_label"):
+            check_named(Field(name), check_int, getattr(self, name))
+        check_named(Field("lengths"), check_choice, self.lengths, SYNTH_LENGTHS)
+        check_named(Field("labels"), check_choice, self.labels, SYNTH_LABELS)
+        check_named(Field("context"), check_choice, self.context, SYNTH_CONTEXTS)
+        if self.labels == "mslr" and self.max_label != len(MSLR_LABEL_SHARES) - 1:
+            raise OptionError(
+                "{labels} mslr gives grades 0..{top}: leave {max_label} out (got {given})",
+                top=len(MSLR_LABEL_SHARES) - 1, given=self.max_label,
+            )  # fmt: skip
+        if self.lengths == "mslr" and self.items != LetorShape.items:
+            raise OptionError(
+                "{items} applies to {lengths} fixed; {lengths} mslr draws each list's length (got {given})",
+                given=self.items,
+            )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LetorShape:
+        """The shape of a table of option names (a spec's ``[data] letor``, a record's); unknown names
+        are errors listing the valid ones."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"must be a table of {[name for name, _ in declared(cls)]}, got {d!r}")
+        return unflatten(cls, d, what="key")
+
+    def list_sizes(self, seed: int) -> np.ndarray:
+        """int64 (queries,) the length of each list: ``items`` each, or :func:`mslr_list_sizes`."""
+        if self.lengths == "mslr":
+            return mslr_list_sizes(self.queries, seed)
+        return np.full(self.queries, self.items, dtype=np.int64)
+
+    @property
+    def label_shares(self) -> tuple[float, ...] | None:
+        """The shares of the grades (``labels = "mslr"``), or None: the quantile rule."""
+        return MSLR_LABEL_SHARES if self.labels == "mslr" else None
+
+    def describe(self, sizes: np.ndarray | None = None) -> str:
+        """``"300 queries x 20 items, 10 features, labels 0..4, context relative"`` (with ``sizes``
+        (queries,) of MSLR-shaped lengths: their mean and longest)."""
+        shape = f"{self.items} items"
+        if self.lengths == "mslr":
+            shape = "MSLR-shaped lists" if sizes is None else (
+                f"{sizes.mean():.1f} items on average (longest {sizes.max()})"
+            )  # fmt: skip
+        labels = ", MSLR label shares" if self.labels == "mslr" else ""
+        context = "" if self.context == "none" else f", context {self.context}"
+        grades = f"labels 0..{self.max_label}{labels}{context}"
+        return f"{self.queries:,} queries x {shape}, {self.features} features, {grades}"
 
 
 def mslr_list_sizes(n_queries: int, seed: int = 0) -> np.ndarray:
@@ -101,7 +194,7 @@ def write_synthetic_letor(
     max_label: int = 4,
     seed: int = 0,
     docids: bool = True,
-    block_queries: int = 200,
+    block_queries: int = BLOCK_QUERIES,
     list_sizes: Sequence[int] | np.ndarray | None = None,
     label_shares: Sequence[float] | None = None,
     context: str = "none",
@@ -129,33 +222,16 @@ def write_synthetic_letor(
         sizes = np.asarray(list_sizes, dtype=np.int64)
         if sizes.shape != (n_queries,) or sizes.min() < 1:
             raise ValueError(f"list_sizes must hold {n_queries} positive sizes, got shape {sizes.shape}")
-    levels = np.linspace(0, 1, max_label + 2)[1:-1] ** 0.5
-    if label_shares is not None:
-        shares = np.asarray(label_shares, dtype=np.float64)
-        if shares.shape != (max_label + 1,) or shares.min() < 0 or not np.isclose(shares.sum(), 1.0):
-            raise ValueError(f"label_shares must be {max_label + 1} non-negative shares summing to 1")
-        levels = np.cumsum(shares)[:-1]
+    levels = _label_cuts(max_label, label_shares)
     path = Path(path)
     row_fmt = "%d qid:%d " + " ".join(f"{j}:%.6g" for j in range(1, n_features + 1))
     check_room(path, sizes, n_features, row_fmt, docids)
-    rng = np.random.default_rng(seed)
-    weights = rng.normal(size=n_features) / np.sqrt(n_features)
     opener = partial(gzip.open, compresslevel=GZIP_LEVEL) if path.suffix == ".gz" else open
     bar = tqdm(total=int(sizes.sum()), unit="row", unit_scale=True, disable=not progress, dynamic_ncols=True)
     with opener(path, "wt") as fh, bar:
-        for q0, q1 in _blocks(sizes, block_queries):
+        for q0, q1, x, labels in _generated(sizes, n_features, levels, seed, block_queries, context):
             block_sizes = sizes[q0:q1]
-            x = rng.random((int(block_sizes.sum()), n_features))
             starts = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
-            if context == "relative":
-                local = np.repeat(np.arange(q1 - q0), block_sizes)  # each row's list in the block
-                x += rng.normal(scale=LEVEL_SPREAD, size=(q1 - q0, n_features))[local]
-                utility = -np.abs(_list_zscore(x @ weights, starts, local))
-            else:
-                utility = x @ weights
-            utility = utility + rng.normal(scale=0.3, size=x.shape[0])
-            cuts = np.quantile(utility, levels)
-            labels = np.searchsorted(cuts, utility)
             qids = np.repeat(np.arange(q0, q1) + 1, block_sizes)
             item = np.arange(x.shape[0]) - np.repeat(starts, block_sizes)  # place within the query
             for r0 in range(0, x.shape[0], _LINES_PER_WRITE):
@@ -165,6 +241,110 @@ def write_synthetic_letor(
                 fh.write("\n".join(lines) + "\n")
                 bar.update(len(lines))
     return path
+
+
+def synthetic_letor(shape: LetorShape, seed: int = 0) -> RankingData:
+    """The lists ``ctxrank synth letor`` writes for ``shape`` and ``seed``, generated in memory: the
+    RankingData that reading its file gives (features as its text holds them, 6 significant digits,
+    float32; query ids ``"1".."Q"``; docids ``D-q-i``), without the file. ``source`` describes the
+    generator and its parameters (no path).
+
+    Raises:
+        OptionError: ``shape`` is not a :class:`LetorShape` (checked there).
+        ValueError: the lists would not fit in the memory the machine can give (before any is made).
+    """
+    if not isinstance(shape, LetorShape):
+        raise TypeError(f"shape must be a LetorShape, got {type(shape).__name__}")
+    sizes = shape.list_sizes(seed)
+    rows, width = int(sizes.sum()), shape.features
+    block = max(int(sizes.max()), min(BLOCK_ROWS, rows))
+    need, (free, where) = 4 * rows * width + 2 * 8 * block * width, available_bytes("cpu")
+    if need > free:
+        raise ValueError(
+            f"synthetic lists of {rows:,} rows x {width} features need about {format_bytes(need)} of memory "
+            f"and the machine can give {format_bytes(free)} (the {where}): ask for fewer queries, items or "
+            "features"
+        )
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    features = np.empty((rows, width), dtype=np.float32)
+    labels = np.empty(rows, dtype=np.float32)
+    levels = _label_cuts(shape.max_label, shape.label_shares)
+    for q0, q1, x, grades in _generated(sizes, width, levels, seed, BLOCK_QUERIES, shape.context):
+        features[offsets[q0] : offsets[q1]] = _as_written(x)
+        labels[offsets[q0] : offsets[q1]] = grades
+    qids = np.arange(1, shape.queries + 1)
+    item = np.arange(rows) - np.repeat(offsets[:-1], sizes)
+    query_of_row = np.repeat(qids, sizes).astype(str)
+    docids = np.char.add(np.char.add("D-", query_of_row), np.char.add("-", item.astype(str)))
+    docids = docids.astype(f"U{int(np.char.str_len(docids).max())}")  # the reader's width
+    return RankingData(
+        features=features,
+        labels=labels,
+        query_ids=qids.astype(str),
+        query_offsets=offsets,
+        docids=docids,
+        feature_names=tuple(f"f{i}" for i in range(1, width + 1)),
+        source=f"SYNTHETIC letor lists ({shape.describe(sizes)}; seed {seed})",
+        info={"null_filled": 0},
+    )
+
+
+def _label_cuts(max_label: int, label_shares: Sequence[float] | None) -> np.ndarray:
+    """The quantiles at which utilities become the grades 0..max_label (module docstring)."""
+    if label_shares is None:
+        return np.linspace(0, 1, max_label + 2)[1:-1] ** 0.5
+    shares = np.asarray(label_shares, dtype=np.float64)
+    if shares.shape != (max_label + 1,) or shares.min() < 0 or not np.isclose(shares.sum(), 1.0):
+        raise ValueError(f"label_shares must be {max_label + 1} non-negative shares summing to 1")
+    return np.cumsum(shares)[:-1]
+
+
+def _generated(
+    sizes: np.ndarray, n_features: int, levels: np.ndarray, seed: int, block_queries: int, context: str
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(q0, q1, x, labels)`` of each block of queries ``[q0, q1)`` (:func:`_blocks`): float64 features
+    (rows, F) and int grades (rows,), drawn as the module docstring says from one generator of ``seed``
+    (the blocks in order: the same numbers for the file and for the lists in memory)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=n_features) / np.sqrt(n_features)
+    for q0, q1 in _blocks(sizes, block_queries):
+        block_sizes = sizes[q0:q1]
+        x = rng.random((int(block_sizes.sum()), n_features))
+        starts = np.concatenate([[0], np.cumsum(block_sizes)[:-1]])
+        if context == "relative":
+            local = np.repeat(np.arange(q1 - q0), block_sizes)  # each row's list in the block
+            x += rng.normal(scale=LEVEL_SPREAD, size=(q1 - q0, n_features))[local]
+            utility = -np.abs(_list_zscore(x @ weights, starts, local))
+        else:
+            utility = x @ weights
+        utility = utility + rng.normal(scale=0.3, size=x.shape[0])
+        cuts = np.quantile(utility, levels)
+        yield q0, q1, x, np.searchsorted(cuts, utility)
+
+
+#: ``10.0 ** k`` for k = 0..22, exactly (every one is a float64)
+_POW10 = np.array([float(10**k) for k in range(23)])
+
+
+def _as_written(x: np.ndarray) -> np.ndarray:
+    """float32 of ``x`` (float64) as a file's ``%.6g`` text holds it and a reader reads it back: each
+    value rounded to 6 significant digits. Vectorised: ``rint(x * 10^k) / 10^k`` (both steps correctly
+    rounded in float64); a value whose scaled form lies within 1e-6 of a rounding tie, or outside
+    10^k's exact range, is formatted as the file's text is."""
+    a = np.abs(x)
+    nonzero = a > 0
+    shift = 5 - np.floor(np.log10(np.where(nonzero, a, 1.0)))
+    fast = nonzero & (shift >= 0) & (shift < _POW10.size)
+    scale = _POW10[np.where(fast, shift, 0).astype(np.int64)]
+    scaled = x * scale
+    k = np.rint(scaled)
+    tie = np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) < 1e-6
+    fast &= (np.abs(k) >= 1e5) & (np.abs(k) <= 1e6) & ~tie
+    out = np.where(fast, k / scale, x)
+    slow = nonzero & ~fast
+    if slow.any():
+        out[slow] = [float(f"{v:.6g}") for v in x[slow]]
+    return out.astype(np.float32)
 
 
 def _list_zscore(score: np.ndarray, starts: np.ndarray, local: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ stopped. On synthetic choice data the generator's own chooser is stored as the r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import tempfile
 import time
@@ -30,7 +31,9 @@ from tqdm.auto import tqdm
 
 from ctxrank.clicks.simulate import logging_scores, simulate_clicks
 from ctxrank.data.ranking_data import RankingData
-from ctxrank.data.sources import Columns, DataSource
+from ctxrank.data.sources import Columns, DataSource, TrainingData
+from ctxrank.data.split import split_queries
+from ctxrank.data.synth import LetorShape, synthetic_letor
 from ctxrank.data.synth_choice import CATEGORICAL, FEATURES, make_choice_sessions
 from ctxrank.experiments.anomaly import anomaly_scores, method_text
 from ctxrank.experiments.provenance import code_version, run_context
@@ -59,8 +62,9 @@ class Unit:
 
 
 class _Source:
-    """What the runs of one experiment read: the spec's :class:`DataSource`; for synthetic data, the
-    sessions generated once (a temporary table read as a data file) and the chooser's reference scores."""
+    """What the runs of one experiment read: the spec's :class:`DataSource`; for synthetic choice data,
+    the sessions generated once (a temporary table read as a data file) and the chooser's reference
+    scores; for synthetic LETOR lists, the lists generated once per process (:func:`_letor_lists`)."""
 
     def __init__(self, spec: ExperimentSpec) -> None:
         self.spec = spec
@@ -82,12 +86,29 @@ class _Source:
             self._synthetic = source, reference, rows
         return self._synthetic[0]
 
+    def training(self, seed: int) -> TrainingData:
+        """The run's random split of a file or of the synthetic data (``seed``), as ``ctxrank train
+        --data FILE`` splits a file (:func:`~ctxrank.data.split.split_queries`)."""
+        if self.spec.letor is None:
+            return self.data().load_training(seed)
+        full = _letor_lists(self.spec.letor, self.spec.synth_seed)
+        train, valid, test, record = split_queries(full, self.spec.data.split_fractions, seed)
+        return TrainingData(train, valid, test, f"{full.source} (random query split)", split=record)
+
     def reference_scores(self, test: RankingData) -> np.ndarray | None:
         """The synthetic chooser's log-probabilities of the rows of ``test`` (None for other data)."""
         if self._synthetic is None:
             return None
         _, reference, rows = self._synthetic
         return np.concatenate([reference[rows[str(q)]] for q in test.query_ids])
+
+
+@functools.lru_cache(maxsize=1)
+def _letor_lists(shape: LetorShape, seed: int) -> RankingData:
+    """The synthetic lists of ``[data] synth = "letor"``, generated once per process (every run, and
+    every unit of a worker process, splits the same lists; an MSLR-shaped 1/6 of WEB30K is about 600,000
+    rows: hundreds of MB, not to be made again per run). Not to be modified: the runs share it."""
+    return synthetic_letor(shape, seed)
 
 
 def load_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source | None = None) -> Unit:
@@ -103,7 +124,7 @@ def _labelled_unit(spec: ExperimentSpec, seed: int, fold: int, source: _Source |
         if spec.registry_folds:
             return _fold_unit(spec, seed, fold)
         source = source or _Source(spec)
-        data = spec.data.load_pooled_split(seed) if spec.data.dataset else source.data().load_training(seed)
+        data = spec.data.load_pooled_split(seed) if spec.data.dataset else source.training(seed)
     except ValueError as exc:
         raise in_spec_terms(exc) from exc
     record = dict(data.split)

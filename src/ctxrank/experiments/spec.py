@@ -17,6 +17,9 @@ An experiment is ``models x runs`` where a run is one ``(seed, fold)`` pair. A T
     # null_fill = "letor_min"  (what a missing feature value becomes: "query_min" (LETOR's default),
     # "letor_min", "keep" (NaN: tables' default) or a number; see ctxrank.data.letor.read_letor)
     # synth = "choice", sessions = 2000, synth_seed = 0   (ctxrank.data.synth_choice, SYNTHETIC)
+    # synth = "letor", letor = { queries = 300, items = 20, features = 10, context = "relative" }: the lists
+    # of `ctxrank synth letor` (ctxrank.data.synth.LetorShape: queries, items, features, max_label, lengths,
+    # labels, context; its --seed is synth_seed), generated in memory once per process, split per run
 
     [runs]
     count = 20             # runs in seed-major order: seed 0 on every fold, then seed 1, ...
@@ -110,6 +113,7 @@ from ctxrank.config import (
 from ctxrank.data.registry import get_spec
 from ctxrank.data.sources import Columns, DataSource, ReadOptions, is_table_path, tabular
 from ctxrank.data.split import DEFAULT_FRACTIONS
+from ctxrank.data.synth import LetorShape
 from ctxrank.experiments.stats import CORRECTIONS, DEFAULT_CORRECTION, DEFAULT_TEST, UNITS, check_test
 from ctxrank.metrics import CHOICE_METRICS, CONVENTIONS, parse_metric
 from ctxrank.registry import MODELS
@@ -184,8 +188,9 @@ def _check(section: str, check: Callable[..., _T], name: str, value: Any, *args:
         raise _fail(section, str(exc)) from None
 
 
-#: the synthetic data a spec can generate (``[data] synth``)
-SYNTHETIC = ("choice",)
+#: the synthetic data a spec can generate (``[data] synth``): choice sessions
+#: (``ctxrank.data.synth_choice``, ``sessions``) or LETOR lists (``ctxrank.data.synth``, ``letor``)
+SYNTHETIC = ("choice", "letor")
 
 #: The run name of the synthetic chooser's own scores (a reference row of the report, not a model).
 REFERENCE = "chooser"
@@ -197,8 +202,8 @@ REFERENCE = "chooser"
 DATA_DEFAULTS: dict[str, Any] = {
     "dataset": "", "folds": (), "variant": None, "root": None, "file": "", "query_col": "qid",
     "label_col": "label", "categorical": (), "numeric": None, "synth": "", "sessions": 2000,
-    "synth_seed": 0, "split": DEFAULT_FRACTIONS, "group_col": "", "protocol": None, "null_fill": None,
-    "docid_col": None, "position_col": None,
+    "letor": None, "synth_seed": 0, "split": DEFAULT_FRACTIONS, "group_col": "", "protocol": None,
+    "null_fill": None, "docid_col": None, "position_col": None,
 }  # fmt: skip
 #: a ``[data]`` key -> the :class:`DataSource` field it sets (``columns.X`` / ``read.X``: a field of its
 #: ``Columns`` / ``ReadOptions``): the one map between a spec's names (docs/experiments.md) and the source's
@@ -209,8 +214,8 @@ SOURCE_KEYS = {
     "docid_col": "columns.docid_col", "null_fill": "read.null_fill", "position_col": "columns.position_col",
 }  # fmt: skip
 #: the ``[data]`` keys of the runs rather than of one source (:class:`ExperimentSpec` fields): the
-#: registry folds, the protocol (``"folds"`` or ``"random-splits"``), the synthetic sessions
-RUN_DATA_KEYS = ("folds", "protocol", "synth", "sessions", "synth_seed")
+#: registry folds, the protocol (``"folds"`` or ``"random-splits"``), the synthetic sessions or lists
+RUN_DATA_KEYS = ("folds", "protocol", "synth", "sessions", "letor", "synth_seed")
 
 
 def _data(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
@@ -235,6 +240,8 @@ def _data(d: Mapping[str, Any], base: Path | None) -> dict[str, Any]:
         raise _fail("data", "group_col applies to a file (a registered choice dataset's folds are by person)")
     if kw["synth"]:
         _check("data", check_choice, "synth", kw["synth"], SYNTHETIC)
+    if kw["synth"] == "letor":
+        kw["letor"] = _letor(kw["letor"])
     _check("data", check_int, "sessions", kw["sessions"], 10)
     _check("data", check_seed, "synth_seed", kw["synth_seed"])
     if kw["null_fill"] is not None:
@@ -248,12 +255,14 @@ def _source(kw: Mapping[str, Any]) -> DataSource:
     """The :class:`DataSource` of checked ``[data]`` keys (:data:`SOURCE_KEYS`). A key this source does
     not read is an error unless it has its default (a record writes every key)."""
     table = bool(kw["file"]) and is_table_path(kw["file"])
-    random = kw["protocol"] == "random-splits"
+    random, synth = kw["protocol"] == "random-splits", kw["synth"]
     applies = (  # keys, what they apply to, whether this source is one
         (("query_col", "label_col", "categorical", "numeric", "group_col"), "a table file", table),
         (("variant", "root"), "a registered dataset", bool(kw["dataset"])),
         (("split",), "random splits (a file, synthetic data, protocol 'random-splits')", random),
         (("sessions", "synth_seed"), "synthetic data", bool(kw["synth"])),
+        (("sessions",), "synth = 'choice' (synth = 'letor' lists are shaped by letor)", synth != "letor"),
+        (("letor",), "synth = 'letor'", synth == "letor"),
     )
     for keys, what, read in applies:
         given = [k for k in keys if not read and kw[k] != DATA_DEFAULTS[k]]
@@ -266,6 +275,17 @@ def _source(kw: Mapping[str, Any]) -> DataSource:
         if key in always or kw[key] != DATA_DEFAULTS[key]:
             fields[part][name] = kw[key]
     return DataSource(**fields[""], columns=Columns(**fields["columns"]), read=ReadOptions(**fields["read"]))
+
+
+def _letor(table: Any) -> LetorShape:
+    """``[data] letor`` of ``synth = "letor"``: the :class:`~ctxrank.data.synth.LetorShape` of its keys
+    (absent: every default), errors naming them ``letor.KEY``."""
+    try:
+        return LetorShape.from_dict({} if table is None else table)
+    except OptionError as exc:
+        raise _fail("data", exc.text.render(lambda f: f"letor.{f.name}")) from None
+    except ValueError as exc:
+        raise _fail("data", f"letor: {exc}") from None
 
 
 def in_spec_terms(exc: ValueError) -> ValueError:
@@ -301,7 +321,8 @@ def _null_fill(d: Mapping[str, Any]) -> str | float:
     registered choice dataset has no missing feature value)."""
     value = _check("data", check_null_fill, "null_fill", d["null_fill"])
     if d.get("synth"):
-        raise _fail("data", "null_fill: synthetic sessions have no missing feature value to fill")
+        what = "lists" if d["synth"] == "letor" else "sessions"
+        raise _fail("data", f"null_fill: synthetic {what} have no missing feature value to fill")
     if not d.get("file"):
         table = tabular(None, d.get("dataset"))
         if table is not None:
@@ -560,6 +581,8 @@ class ExperimentSpec:
     protocol: str = field(kw_only=True)
     synth: str = field(kw_only=True)
     sessions: int = field(kw_only=True)
+    #: ``synth = "letor"``: the shape of the lists (None otherwise)
+    letor: LetorShape | None = field(default=None, kw_only=True)
     synth_seed: int = field(kw_only=True)
 
     def __post_init__(self) -> None:
@@ -598,7 +621,7 @@ class ExperimentSpec:
         """Choice data (one chosen alternative per situation): synthetic sessions or a choice dataset;
         the report's default metrics are then ``ctxrank.metrics.CHOICE_METRICS``."""
         dataset = self.data.dataset
-        return bool(self.synth) or (dataset is not None and get_spec(dataset).layout == "choice")
+        return self.synth == "choice" or (dataset is not None and get_spec(dataset).layout == "choice")
 
     def resolved_folds(self) -> tuple[int, ...]:
         """The folds the runs cycle through (``(0,)`` = one random split per run, no folds)."""
@@ -623,6 +646,8 @@ class ExperimentSpec:
             split = "" if self.registry_folds else _split_text(d.split_fractions)
             pooled = f", every query pooled, random {split} splits" if split else ""
             return f"{d.dataset}" + (f" ({d.variant})" if d.variant else "") + pooled + nulls
+        if self.letor is not None:
+            return f"SYNTHETIC letor lists ({self.letor.describe()}, data seed {self.synth_seed})"
         if self.synth:
             return f"SYNTHETIC {self.synth} sessions (n={self.sessions}, data seed {self.synth_seed})"
         return f"{d.data_file}{nulls}"
@@ -633,6 +658,8 @@ class ExperimentSpec:
         for key, default in DATA_DEFAULTS.items():
             path = () if key in RUN_DATA_KEYS else SOURCE_KEYS[key].split(".")
             value = functools.reduce(getattr, path, self.data) if path else getattr(self, key)
+            if isinstance(value, LetorShape):
+                value = dataclasses.asdict(value)
             record[key] = default if value is None else value
         return record
 
@@ -646,7 +673,7 @@ class ExperimentSpec:
     def run_names(self) -> list[str]:
         """The names whose runs are stored: the models, plus the :data:`REFERENCE` chooser (the
         generator's own choice probabilities) on synthetic choice data."""
-        return [*self.models, *([REFERENCE] if self.synth else [])]
+        return [*self.models, *([REFERENCE] if self.synth == "choice" else [])]
 
     def run_config(self, model: str, seed: int, point: Mapping[str, Any] | None = None) -> RunConfig:
         """The model's run config for one seed: its table, a grid ``point`` (dotted overrides, see
@@ -669,7 +696,7 @@ class ExperimentSpec:
             del data["protocol"]  # the source's default: fingerprints of earlier experiments are unchanged
         if data["null_fill"] in (None, self.default_null_fill()) or not self.can_miss_values:
             del data["null_fill"]  # the reader's default, or no effect: earlier fingerprints are unchanged
-        for key in ("docid_col", "position_col"):
+        for key in ("docid_col", "position_col", "letor"):
             if data[key] is None:
                 del data[key]  # not an input of the runs' numbers when absent: fingerprints unchanged
         key = {
@@ -713,7 +740,7 @@ class ExperimentSpec:
         data = self.data_record()  # the data's rule written out, as records written before it could be None
         if data["null_fill"] is None:
             data["null_fill"] = self.default_null_fill() if self.can_miss_values else DEFAULT_NULL_FILL
-        for key in ("docid_col", "position_col"):
+        for key in ("docid_col", "position_col", "letor"):
             if data[key] is None:
                 del data[key]  # absent from records written before the key: they stay byte-identical
         if self.clicks is None:
@@ -783,9 +810,11 @@ def _check_clicks(
         raise _fail("clicks", "[analysis.anomaly] reads a LambdaMART fitted on labels; not with click logs")
     if data["data"].columns.position_col is not None:
         raise _fail("clicks", "simulates a log from labelled data; data.position_col makes the data a log")
-    if data["synth"]:
+    if data["synth"] == "choice":
         raise _fail(
-            "clicks", "simulates from graded relevance labels; synthetic choice sessions have choices"
+            "clicks",
+            "simulates from graded relevance labels; synthetic choice sessions have choices (synthetic "
+            "graded lists: synth = 'letor')",
         )
     if initial:
         raise _fail("clicks", f'every model ranks whole lists: set [protocol] initial = "" (got {initial!r})')
@@ -827,7 +856,7 @@ def _models(
             "[tune] and a model's validation grid ([models.NAME.grid]) are exclusive; models with a "
             f"grid: {gridded} (drop one: models.NAME.grid = {{}})",
         )
-    if data["synth"] and "chooser" in models:
+    if data["synth"] == "choice" and "chooser" in models:
         raise _fail("models", "'chooser' is reserved for the synthetic data's own chooser")
     if "grid" in defaults:
         raise _fail("defaults", "grid: grids are per model ([models.NAME.grid])")
@@ -1103,8 +1132,10 @@ def _relative_to(d: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def err_max_label(spec: ExperimentSpec) -> int | None:
-    """ERR's maximum grade for the spec's data: the registered dataset's label scale, else None (then a
-    report asking for ERR is an error naming ``max_label``)."""
+    """ERR's maximum grade for the spec's data: the registered dataset's label scale or the synthetic
+    lists' ``max_label``, else None (then a report asking for ERR is an error naming ``max_label``)."""
+    if spec.letor is not None:
+        return spec.letor.max_label
     if not spec.data.dataset:
         return None
 
