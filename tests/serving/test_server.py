@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from ctxrank.cli import main
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RequestError, parse_request, rank_answer
-from ctxrank.serving.server import ServeOptions, bind, load_ranker, make_server
+from ctxrank.serving.server import HTTP_PARSERS, ServeOptions, bind, load_ranker, make_server
 from tests.conftest import REPO, make_ranking_data
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -636,9 +636,10 @@ def _answer(sock: socket.socket) -> bytes:
 RANK_HEAD = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
 
 
-def test_an_oversized_header_is_refused_without_being_read_whole(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_an_oversized_header_is_refused_without_being_read_whole(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker, max_header_bytes=4096) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, max_header_bytes=4096, http=http) as (url, _), httpx.Client(base_url=url) as client:
         sock, sent, total = _connect(url), 0, 64 * 2**20
         try:  # a 64 MiB header line: the server stops reading it and closes the connection
             sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ")
@@ -653,9 +654,10 @@ def test_an_oversized_header_is_refused_without_being_read_whole(models):
         assert client.get("/health", headers={"x-ok": "a" * 3000}).status_code == 200
 
 
-def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker, read_timeout=0.3) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, read_timeout=0.3, http=http) as (url, _), httpx.Client(base_url=url) as client:
         body, head, idle = _connect(url), _connect(url), _connect(url)
         start = time.monotonic()
         body.sendall(RANK_HEAD + b'{"qid": 1, ')  # 11 of the 100 bytes it declares, then nothing
@@ -678,10 +680,11 @@ def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models
     assert re.search(r'ctxrank_requests_total\{endpoint="/rank",status="408"\} 1\.0', metrics)
 
 
-def test_connections_beyond_the_cap_get_503(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_connections_beyond_the_cap_get_503(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
-    with running(ranker, max_connections=2) as (url, _):
+    with running(ranker, max_connections=2, http=http) as (url, _):
         first, second = _connect(url), _connect(url)
         for sock in (first, second):
             sock.sendall(request)
@@ -699,9 +702,10 @@ def test_connections_beyond_the_cap_get_503(models):
         again.close()
 
 
-def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, capfd):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, http, capfd):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, http=http) as (url, _), httpx.Client(base_url=url) as client:
         capfd.readouterr()
         sock = _connect(url)
         sock.sendall(RANK_HEAD + b'{"qid": 1, ')
@@ -898,11 +902,12 @@ def test_rankings_of_tied_scores_do_not_depend_on_row_order():
     assert first["rows"][4:] == [0, 4]
 
 
-@pytest.mark.parametrize("package", ["fastapi", "uvicorn", "orjson", "prometheus_client"])
+@pytest.mark.parametrize("package", ["fastapi", "uvicorn", "orjson", "prometheus_client", "httptools"])
 def test_serve_without_its_extra_is_a_one_line_error(monkeypatch, capsys, package):
     """Without the serve extra (``make demo`` installs the base package), ``ctxrank serve`` names the
     missing package and the extra to install: no traceback."""
-    for name in ("ctxrank.cli.serve", "ctxrank.serving.server", "ctxrank.serving.requests"):
+    modules = ("ctxrank.cli.serve", "ctxrank.serving.server", "ctxrank.serving.requests")
+    for name in (*modules, "uvicorn.protocols.http.httptools_impl"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, package, None)
     assert main(["serve", "--model", "model.onnx"]) == 2

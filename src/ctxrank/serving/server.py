@@ -64,6 +64,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ctxrank._checks import OptionError, check_choice, check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
@@ -74,6 +75,7 @@ from ctxrank.serving.v2 import add_v2_routes, check_model_name
 __all__ = ["Batcher", "ServeOptions", "bind", "create_app", "load_ranker", "serve"]
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+HTTP_PARSERS = ("httptools", "h11")
 _log = logging.getLogger("uvicorn.error")  # uvicorn's log: its handler, its --log-level
 
 
@@ -166,6 +168,13 @@ class ServeOptions:
         parse=float,
         metavar="S",
     )
+    http: str = option(
+        "httptools",
+        "--http",
+        "the HTTP/1.1 parser: httptools (default; llhttp, in C) or h11 (pure Python, slower); both with "
+        "the same bounds and deadlines",
+        choices=HTTP_PARSERS,
+    )
     log_level: str = option(
         "info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS
     )
@@ -193,6 +202,7 @@ class ServeOptions:
         if self.max_list > self.max_rows:
             raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
         check_choice("log_level", self.log_level, LOG_LEVELS)
+        check_choice("http", self.http, HTTP_PARSERS)
         if self.model_name is not None:
             check_model_name(self.model_name)
 
@@ -582,17 +592,15 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     return app
 
 
-class _H11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on what the client owes outside a body read.
+class _ReadDeadline:
+    """A deadline on what the client owes outside a body read, for uvicorn's HTTP protocols.
 
-    h11 bounds the request line and headers (``h11_max_incomplete_event_size``: more is a 400 and the
-    connection closed, the rest never read); uvicorn has no timeout on them (its keep-alive timeout
-    runs only while a connection is idle after an answer and stops at the first byte), so a client that
-    opens connections and never finishes a request would hold them, and the connection cap with them,
-    for ever. Here a connection is closed when, ``read_timeout`` seconds after it opened or after its
-    previous answer, no whole request head has come (or the rest of a body the app did not read: a 413
-    or a 404 answered before it). The body a route reads has its own deadline there (a 408:
-    :func:`_read_body`).
+    uvicorn has no timeout on a request head (its keep-alive timeout runs only while a connection is
+    idle after an answer and stops at the first byte), so a client that opens connections and never
+    finishes a request would hold them, and the connection cap with them, for ever. Here a connection
+    is closed when, ``read_timeout`` seconds after it opened or after its previous answer, no whole
+    request head has come (or the rest of a body the app did not read: a 413 or a 404 answered before
+    it). The body a route reads has its own deadline there (a 408: :func:`_read_body`).
     """
 
     read_timeout = 30.0  # set per server by make_server
@@ -614,11 +622,13 @@ class _H11Protocol(H11Protocol):
         self._cancel()
         super().connection_lost(exc)
 
+    def _owes(self) -> bool:
+        """Whether the client owes a request head or the rest of a body the app did not read."""
+        return self.cycle is None or self.cycle.response_complete
+
     def _watch(self) -> None:
         """Arm the deadline while the client owes a request head or an unread body, else cancel it."""
-        answered = self.cycle is None or self.cycle.response_complete
-        owes = answered and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
-        if owes and not self.transport.is_closing():
+        if self._owes() and not self.transport.is_closing():
             if self._deadline is None:
                 self._deadline = self.loop.call_later(self.read_timeout, self._expired)
         else:
@@ -638,6 +648,52 @@ class _H11Protocol(H11Protocol):
             self.transport.close()
 
 
+class _H11Protocol(_ReadDeadline, H11Protocol):
+    """uvicorn's h11 protocol with the read deadline; h11 bounds the request line and headers
+    (``h11_max_incomplete_event_size``: more is a 400 and the connection closed, the rest never read)."""
+
+    def _owes(self) -> bool:
+        return super()._owes() and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+
+class _HttpToolsProtocol(_ReadDeadline, HttpToolsProtocol):
+    """uvicorn's httptools protocol (llhttp, in C) with the read deadline and a bound on an unfinished
+    request head: once the bytes of a head not yet complete exceed ``max_header_bytes`` (counted from
+    the read that began it when the previous request had all come, else from the read after), the
+    answer is a 400 and the connection closed, the rest never read (httptools itself holds a head of
+    any size)."""
+
+    max_header_bytes = 16 * 2**10  # set per server by make_server
+    _head_open = False  # a request head has begun and is not complete
+    _head_bytes = 0  # its bytes counted so far
+    _begun = 0  # requests begun in the read being parsed
+
+    def data_received(self, data: bytes) -> None:
+        was_open = self._head_open
+        at_boundary = not was_open and (self.cycle is None or not self.cycle.more_body)
+        self._begun = 0
+        super().data_received(data)
+        if not self._head_open or self.parser is None or self.transport.is_closing():
+            return
+        if not self._begun:  # the same head as before this read
+            self._head_bytes += len(data)
+        elif self._begun == 1 and at_boundary:  # the read began with this head
+            self._head_bytes = len(data)
+        # else the head began after another request's bytes in this read: counted from the next read
+        if self._head_bytes > self.max_header_bytes:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            self._cancel()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open, self._head_bytes, self._begun = True, 0, self._begun + 1
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        super().on_headers_complete()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, but a SIGTERM / SIGINT that shut it down gracefully is not raised again after
     (uvicorn re-raises it, which would end the process with the signal's status instead of 0)."""
@@ -653,7 +709,9 @@ class _Server(uvicorn.Server):
 def make_server(ranker: Any, options: ServeOptions) -> _Server:
     """The uvicorn server of ``ranker`` (not started: ``.run(sockets=[bind(...)])``)."""
     app = create_app(ranker, options)
-    protocol = type("_H11Protocol", (_H11Protocol,), {"read_timeout": options.read_timeout})
+    base = _HttpToolsProtocol if options.http == "httptools" else _H11Protocol
+    bounds = {"read_timeout": options.read_timeout, "max_header_bytes": options.max_header_bytes}
+    protocol = type(base.__name__, (base,), bounds)
     config = uvicorn.Config(
         app,
         log_level=options.log_level,
