@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from ctxrank.cli import main
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RequestError, parse_request, rank_answer
-from ctxrank.serving.server import HTTP_PARSERS, ServeOptions, bind, load_ranker, make_server
+from ctxrank.serving.server import HTTP_PARSERS, Batcher, ServeOptions, bind, load_ranker, make_server
 from tests.conftest import REPO, make_ranking_data
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -425,6 +425,64 @@ def test_a_request_the_model_refuses_fails_alone_and_a_model_failure_is_a_json_5
     assert answers[666].status_code == 422 and "666 is refused" in answers[666].json()["error"]
     assert answers[777].status_code == 500 and answers[777].json()["error"].startswith("internal error")
     assert "Traceback" not in answers[777].text
+
+
+def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_worker(models, monkeypatch):
+    """Alone in the server, a request whose model call the last call predicts under Batcher.INLINE_S
+    skips the worker thread; a slower one goes to the worker, so /health answers during it; failures
+    scored on the loop are the same answers (422, a JSON 500 without traceback) on /rank and /v2."""
+    monkeypatch.setattr(Batcher, "INLINE_S", 0.2)  # well above a loaded machine's hiccups
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    score_lists = ranker.score_lists
+    threads: list[str] = []
+    pause = {"s": 0.0}
+
+    def watched(features, *args):  # the graph run of /rank (through predict) and of /v2
+        threads.append(threading.current_thread().name)
+        if (features == 666).any():
+            raise ValueError("666 is refused")
+        if (features == 777).any():
+            raise RuntimeError("the runtime broke")
+        time.sleep(pause["s"])
+        return score_lists(features, *args)
+
+    ranker.score_lists = watched
+    infer = "/v2/models/qilcm/infer"
+
+    def tensors(value: float) -> dict:
+        return {"inputs": [
+            {"name": "features", "shape": [1, 1, 5], "datatype": "FP32", "data": [value] * 5},
+            {"name": "mask", "shape": [1, 1], "datatype": "BOOL", "data": [True]},
+        ]}  # fmt: skip
+
+    def on_worker(name: str) -> bool:
+        return name.startswith("ctxrank-model")
+
+    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+        for _ in range(2):
+            assert client.post("/rank", json={"qid": 1, "rows": [[0.5] * 5]}).status_code == 200
+            assert client.post(infer, json=tensors(0.5)).status_code == 200
+        assert on_worker(threads[0]) and not any(on_worker(name) for name in threads[1:])
+        for route, body in (("/rank", {"qid": 1, "rows": [[666.0] * 5]}), (infer, tensors(666))):
+            answer = client.post(route, json=body)
+            assert answer.status_code == 422 and "666 is refused" in answer.json()["error"], answer.text
+        for route, body in (("/rank", {"qid": 1, "rows": [[777.0] * 5]}), (infer, tensors(777))):
+            answer = httpx.post(url + route, json=body)  # its own connection: uvicorn may close it
+            assert answer.status_code == 500 and answer.json()["error"].startswith("internal error")
+            assert "Traceback" not in answer.text
+        assert not any(on_worker(name) for name in threads[1:])
+        pause["s"] = 0.3  # scored on the loop once (predicted quick), then on the worker
+        assert client.post("/rank", json={"qid": 1, "rows": [[0.5] * 5]}).status_code == 200
+        assert not on_worker(threads[-1])
+        slow = threading.Thread(target=client.post, args=(infer,), kwargs={"json": tensors(0.5)})
+        slow.start()
+        time.sleep(0.1)
+        with httpx.Client(base_url=url) as other:
+            start = time.monotonic()
+            assert other.get("/health").status_code == 200
+            assert time.monotonic() - start < 0.15  # the loop is free while the worker scores
+        slow.join()
+        assert on_worker(threads[-1])
 
 
 def test_shutdown_finishes_the_requests_in_flight(models):
