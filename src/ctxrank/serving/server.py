@@ -442,7 +442,7 @@ class Batcher:
         self.metrics.inference.observe(elapsed)
         self.metrics.batch_requests.observe(len(requests))
         self.metrics.batch_rows.observe(sum(sizes))
-        return np.split(scores, np.cumsum(sizes)[:-1])
+        return [scores] if len(requests) == 1 else np.split(scores, np.cumsum(sizes)[:-1])
 
 
 # --------------------------------------------------------------------------------------- the app
@@ -559,9 +559,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 class _DirectInfer:
-    """``POST /v2/models/{name}/infer`` as a plain ASGI handler in front of the FastAPI app (no routing
-    table, dependencies, validation or request objects: a tenth of a millisecond a request or more);
-    every other request goes to FastAPI. Same checks and answers, errors as the app's handlers."""
+    """``POST /v2/models/{name}/infer`` as a plain ASGI handler in front of the FastAPI app and its
+    middleware (no routing table, dependencies, validation or request objects: a tenth of a
+    millisecond a request or more); every other request goes to FastAPI. Same checks and answers,
+    errors as the app's handlers."""
 
     PREFIX, SUFFIX = "/v2/models/", "/infer"
 
@@ -590,6 +591,15 @@ class _DirectInfer:
         await response(scope, receive, send)
 
 
+class _App(FastAPI):
+    """FastAPI, with every request counted (:class:`_MetricsMiddleware`) and ``POST /v2/.../infer``
+    answered (:class:`_DirectInfer`) in front of its own middleware stack."""
+
+    def build_middleware_stack(self) -> Any:
+        stack = _DirectInfer(super().build_middleware_stack(), self.state.infer)
+        return _MetricsMiddleware(stack, self.state.metrics)
+
+
 def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     """The ASGI app serving ``ranker`` (an ``OnnxRanker`` or a ``DirectoryRanker``)."""
     metrics = Metrics()
@@ -606,7 +616,7 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
         finally:
             await batcher.stop()
 
-    app = FastAPI(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
+    app = _App(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
     app.state.batcher, app.state.metrics, app.state.server = batcher, metrics, None
 
     _add_error_handlers(app)
@@ -649,8 +659,7 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
 
     name = check_model_name(options.model_name if options.model_name is not None else Path(ranker.path).stem)
     add_v2_routes(app, name, ranker, serving)
-    app.add_middleware(_DirectInfer, infer=v2_infer(name, ranker, limits, read_any_body, batcher))
-    app.add_middleware(_MetricsMiddleware, metrics=metrics)
+    app.state.infer = v2_infer(name, ranker, limits, read_any_body, batcher)
     return app
 
 

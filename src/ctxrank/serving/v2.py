@@ -232,14 +232,21 @@ def parse_infer(
     sizes = mask.sum(axis=1)
     if not sizes.any():
         raise _error("mask: no real item (True) in any list", 422)
-    x = features[mask]
-    bad = np.isinf(x) if ranker.allow_missing else ~np.isfinite(x)
-    if bad.any():
-        i, f = (int(k) for k in np.argwhere(bad)[0])
-        where = [int(k) for k in np.argwhere(mask)[i]] + [f]
-        what = "finite values" + ("" if ranker.allow_missing else " (this model reads no NaN)")
-        raise _error(f"features{where}: {float(x[i, f])!r}; expected {what}", 422)
-    codes = tensors["categorical"][mask] if "categorical" in tensors else None
+    categorical = tensors.get("categorical")
+    full = bool(sizes.min() == length)
+    if full:  # every item real: the rows are views of the tensors, no copy
+        x = features.reshape(-1, features.shape[-1])
+        codes = None if categorical is None else categorical.reshape(-1, categorical.shape[-1])
+    else:
+        x = features[mask]
+        codes = None if categorical is None else categorical[mask]
+    if not math.isfinite(x.sum(dtype=np.float64)):  # float32 values: finite sum unless a NaN or an inf
+        bad = np.isinf(x) if ranker.allow_missing else ~np.isfinite(x)
+        if bad.any():
+            i, f = (int(k) for k in np.argwhere(bad)[0])
+            where = [int(k) for k in np.argwhere(mask)[i]] + [f]
+            what = "finite values" + ("" if ranker.allow_missing else " (this model reads no NaN)")
+            raise _error(f"features{where}: {float(x[i, f])!r}; expected {what}", 422)
     cards = np.asarray(ranker.categorical_cardinalities, dtype=np.int64)
     if codes is not None and ((codes < 0) | (codes >= cards)).any():
         i, c = (int(k) for k in np.argwhere((codes < 0) | (codes >= cards))[0])
@@ -248,16 +255,16 @@ def parse_infer(
     kept = np.flatnonzero(sizes)
     group = np.repeat(np.arange(len(kept), dtype=np.int64), sizes[kept])
     lists = None
-    if sizes.all() and (mask == (np.arange(length) < sizes[:, None])).all():  # real items first, none empty
+    if full:
+        lists = (features, mask, categorical)
+    elif sizes.all() and (mask == (np.arange(length) < sizes[:, None])).all():  # real items first
         padding = ~mask[..., None]
         lists = (
             np.where(padding, np.float32(0), features),
             np.ascontiguousarray(mask),
-            None if codes is None else np.where(padding, 0, tensors["categorical"]),
+            None if codes is None else np.where(padding, 0, categorical),
         )
-    request = RankRequest(
-        X=np.ascontiguousarray(x), codes=codes, group=group, query_ids=kept.tolist(), lists=lists
-    )
+    request = RankRequest(X=x, codes=codes, group=group, query_ids=kept.tolist(), lists=lists)
     return request, {"id": doc.get("id"), "binary": binary_out, "mask": mask}
 
 
