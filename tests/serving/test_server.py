@@ -485,6 +485,40 @@ def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_
         assert on_worker(threads[-1])
 
 
+def test_requests_that_arrive_together_are_batched_though_each_would_be_quick_alone(models, monkeypatch):
+    """The event loop scores a request itself only when no other is in flight: requests read while it
+    was busy go to the batcher together."""
+    monkeypatch.setattr(Batcher, "INLINE_S", 0.5)
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    score_lists = ranker.score_lists
+    lists: list[int] = []  # lists per graph run: one a request
+    pause = {"s": 0.0}
+
+    def counted(features, *args):
+        lists.append(len(features))
+        time.sleep(pause.pop("s", 0.0))
+        return score_lists(features, *args)
+
+    ranker.score_lists = counted
+    one = {"qid": 1, "rows": [[0.5] * 5]}
+    with running(ranker, batch_wait_ms=20) as (url, _), httpx.Client(base_url=url) as client:
+        for _ in range(2):  # the first call times the model; the second is scored on the loop
+            assert client.post("/rank", json=one).status_code == 200
+        pause["s"] = 0.3  # the loop busy scoring this one while eight more come
+        first = threading.Thread(target=client.post, args=("/rank",), kwargs={"json": one})
+        first.start()
+        time.sleep(0.1)
+        answers: list = []
+        threads = [threading.Thread(target=lambda: answers.append(httpx.post(url + "/rank", json=one)))
+                   for _ in range(8)]  # fmt: skip
+        for t in [*threads]:
+            t.start()
+        for t in [first, *threads]:
+            t.join()
+    assert [a.status_code for a in answers] == [200] * 8
+    assert lists[:3] == [1, 1, 1] and max(lists[3:]) > 1 and sum(lists[3:]) == 8, lists
+
+
 def test_shutdown_finishes_the_requests_in_flight(models):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     predict = ranker.predict

@@ -334,10 +334,12 @@ class Batcher:
     """Groups concurrent requests into one model call (see the module docstring).
 
     ``arriving`` counts requests whose body is being read or checked (the route keeps it); the worker
-    waits for more requests only while it is positive. A request alone in the server (nothing queued,
-    arriving or being scored) whose call is predicted to take at most ``INLINE_S`` (from the last
-    call's time per row) is scored on the event loop itself: no hop to the worker thread and back,
-    which costs two thread wake-ups; a longer call goes to the worker, so the loop never stalls long.
+    waits for more requests only while it is positive. A request alone in the server (no other request
+    in flight: ``in_flight()``, uvicorn's running request tasks; nothing queued or being scored) whose
+    call is predicted to take at most ``INLINE_S`` (from the last call's time per row) is scored on the
+    event loop itself: no hop to the worker thread and back, which costs two thread wake-ups. A longer
+    call goes to the worker, so the loop never stalls long; concurrent requests go to the queue, so
+    they are batched as before.
     """
 
     INLINE_S = 0.005
@@ -347,6 +349,7 @@ class Batcher:
         self.metrics = metrics
         self.arriving = 0
         self.busy = False  # the worker is scoring a batch
+        self.in_flight: Any = lambda: 1  # requests in flight, this one included (make_server sets it)
         self.seconds_per_row = math.inf  # of the last model call (none yet: no inline call)
         self.queue: asyncio.Queue[_Job] = asyncio.Queue()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxrank-model")
@@ -368,7 +371,7 @@ class Batcher:
 
     async def score(self, request: RankRequest) -> np.ndarray:
         """The request's (N,) scores, once its batch has run."""
-        alone = not self.busy and self.arriving <= 0 and self.queue.empty()
+        alone = not self.busy and self.arriving <= 0 and self.queue.empty() and self.in_flight() <= 1
         if alone and request.n_rows * self.seconds_per_row <= self.INLINE_S:
             try:
                 return self._predict([request])[0]
@@ -796,6 +799,7 @@ def make_server(ranker: Any, options: ServeOptions) -> _Server:
     )
     server = _Server(config)
     app.state.server = server  # /ready answers 503 once it should exit
+    app.state.batcher.in_flight = lambda: len(server.server_state.tasks)  # a task per request
     return server
 
 
