@@ -21,9 +21,9 @@ bodies being read or parsed), waits for them up to ``batch_wait_ms`` after the f
 ``max_batch`` requests. The batch is scored in one call (one padded graph run for an ONNX file; lists
 are padded to the batch's longest) on a worker thread, so the event loop keeps reading requests
 meanwhile, and each request gets its rows' scores. A lone request waits for nobody: at one client the
-latency is that of one request. When a batch
-fails, its requests are scored one by one, so that one request the model refuses does not fail the
-others.
+latency is that of one request, scored on the event loop itself when it is quick (:class:`Batcher`).
+When a batch fails, its requests are scored one by one, so that one request the model refuses does
+not fail the others.
 
 **Limits**: the body (``max_body_bytes``, 413), the rows of a request (``max_rows``, 413), the rows of a
 query (``max_list``, 413). A malformed request gets a 4xx JSON answer ``{"error": ..., "field": ...}``
