@@ -435,7 +435,7 @@ def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     score_lists = ranker.score_lists
     threads: list[str] = []
-    pause = {"s": 0.0}
+    pause, scoring = {"s": 0.0}, threading.Event()
 
     def watched(features, *args):  # the graph run of /rank (through predict) and of /v2
         threads.append(threading.current_thread().name)
@@ -443,6 +443,7 @@ def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_
             raise ValueError("666 is refused")
         if (features == 777).any():
             raise RuntimeError("the runtime broke")
+        scoring.set()
         time.sleep(pause["s"])
         return score_lists(features, *args)
 
@@ -474,13 +475,14 @@ def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_
         pause["s"] = 0.3  # scored on the loop once (predicted quick), then on the worker
         assert client.post("/rank", json={"qid": 1, "rows": [[0.5] * 5]}).status_code == 200
         assert not on_worker(threads[-1])
+        pause["s"] = 1.0
+        scoring.clear()
         slow = threading.Thread(target=client.post, args=(infer,), kwargs={"json": tensors(0.5)})
         slow.start()
-        time.sleep(0.1)
+        assert scoring.wait(10)
         with httpx.Client(base_url=url) as other:
-            start = time.monotonic()
             assert other.get("/health").status_code == 200
-            assert time.monotonic() - start < 0.15  # the loop is free while the worker scores
+        assert slow.is_alive()  # /health answered while the worker scores
         slow.join()
         assert on_worker(threads[-1])
 
@@ -492,30 +494,39 @@ def test_requests_that_arrive_together_are_batched_though_each_would_be_quick_al
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     score_lists = ranker.score_lists
     lists: list[int] = []  # lists per graph run: one a request
-    pause = {"s": 0.0}
+    pause, busy = {"s": 0.0}, threading.Event()
 
     def counted(features, *args):
         lists.append(len(features))
-        time.sleep(pause.pop("s", 0.0))
+        if pause["s"]:
+            busy.set()
+            time.sleep(pause["s"])
+            pause["s"] = 0.0
         return score_lists(features, *args)
 
     ranker.score_lists = counted
     one = {"qid": 1, "rows": [[0.5] * 5]}
+    body = json.dumps(one).encode()
+    request = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    request += b"content-length: %d\r\n\r\n%s" % (len(body), body)
     with running(ranker, batch_wait_ms=20) as (url, _), httpx.Client(base_url=url) as client:
         for _ in range(2):  # the first call times the model; the second is scored on the loop
             assert client.post("/rank", json=one).status_code == 200
+        socks = [_connect(url) for _ in range(8)]
+        for sock in socks:  # connected and served once: the server reads them from now on
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
         pause["s"] = 0.3  # the loop busy scoring this one while eight more come
         first = threading.Thread(target=client.post, args=("/rank",), kwargs={"json": one})
         first.start()
-        time.sleep(0.1)
-        answers: list = []
-        threads = [threading.Thread(target=lambda: answers.append(httpx.post(url + "/rank", json=one)))
-                   for _ in range(8)]  # fmt: skip
-        for t in [*threads]:
-            t.start()
-        for t in [first, *threads]:
-            t.join()
-    assert [a.status_code for a in answers] == [200] * 8
+        assert busy.wait(10)
+        for sock in socks:
+            sock.sendall(request)
+        first.join()
+        answers = [sock.recv(65536) for sock in socks]
+        for sock in socks:
+            sock.close()
+    assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers), answers
     assert lists[:3] == [1, 1, 1] and max(lists[3:]) > 1 and sum(lists[3:]) == 8, lists
 
 
