@@ -12,14 +12,16 @@ mean number of requests per model call (the server's ``/metrics``: dynamic batch
 also ``GET /health``, a round trip that does no work (the HTTP floor). The same is measured for the
 Open Inference Protocol's ``POST /v2/models/qilcm/infer`` with the binary tensor data extension
 (``features`` [1, items, features] FP32 and ``mask`` [1, items] BOOL as raw bytes after a JSON header,
-the scores asked back binary; its scores checked against ``session.run`` first).
+the scores asked back binary; its scores checked against ``session.run`` first), once with httpx and
+once with Triton's own client (``tritonclient.http``, what a KServe v2 user runs; its HTTP parser is in
+C, where httpx's, h11, is pure Python and costs a few tenths of a millisecond a request).
 
 Reference, in this process, one thread, on the same list: ``session.run`` of the same file
 (``OnnxRanker.score_lists`` on the padded list: the graph alone) and ``OnnxRanker.predict`` (grouping
 and padding included); and, to show where the time goes, the server's parsing and checking of the
 request body alone (``ctxrank.serving.requests.parse_request``: ``json.loads``, then NumPy).
-Printed: p50 at one client / in-process ``session.run`` p50, for ``/rank`` and for the v2 binary route;
-the target is at most 1.5.
+Printed: p50 at one client / in-process ``session.run`` p50, for ``/rank`` and for the v2 binary route
+(each client); the target, at most 1.5, is the v2 binary route's with tritonclient.
 The load generator shares the machine with the server: on a machine with few cores, many clients
 measure the machine as much as the server.
 
@@ -31,6 +33,7 @@ measure the machine as much as the server.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -38,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -184,16 +188,60 @@ ROUTES = {  # route -> (path, how an answer is read)
 }
 
 
-def load(url: str, route: str, body: bytes, headers: dict, clients: int, seconds: float, warmup: int) -> dict:
+class TritonCaller:
+    """One binary infer call of ``x`` with Triton's own HTTP client (``tritonclient.http``, on
+    geventhttpclient's C parser): the request built from the NumPy tensors, the scores read back. Its
+    gevent connection belongs to the thread that made it: one client a thread that calls."""
+
+    def __init__(self, url: str, x: np.ndarray) -> None:
+        import tritonclient.http as triton
+
+        self.triton, self.url, self.local, self.clients = (
+            triton,
+            url.removeprefix("http://"),
+            threading.local(),
+            [],
+        )
+        self.features, self.mask = x[None], np.ones((1, len(x)), dtype=bool)
+
+    @property
+    def client(self) -> Any:
+        if not hasattr(self.local, "client"):
+            self.local.client = self.triton.InferenceServerClient(self.url, network_timeout=60)
+            self.clients.append(self.local.client)
+        return self.local.client
+
+    def __call__(self) -> np.ndarray:
+        t = self.triton
+        features = t.InferInput("features", list(self.features.shape), "FP32")
+        features.set_data_from_numpy(self.features, binary_data=True)
+        mask = t.InferInput("mask", list(self.mask.shape), "BOOL")
+        mask.set_data_from_numpy(self.mask, binary_data=True)
+        wanted = [t.InferRequestedOutput("scores", binary_data=True)]
+        return self.client.infer("qilcm", [features, mask], outputs=wanted).as_numpy("scores")
+
+    def close(self) -> None:
+        for client in self.clients:
+            with contextlib.suppress(Exception):  # a gevent client closed from another thread
+                client.close()
+
+
+def load(url: str, route: str, body: bytes, headers: dict, clients: int, seconds: float, warmup: int,
+         x: np.ndarray | None = None) -> dict:  # fmt: skip
     """``clients`` concurrent request loops of ``route`` for ``seconds`` (a thread and a keep-alive
-    ``httpx.Client`` each); latency of every timed request."""
+    ``httpx.Client`` each; route ``v2-triton``: a :class:`TritonCaller` each); latency of every timed
+    request."""
     import httpx
 
-    path, read = ROUTES[route]
+    path, read = ROUTES["v2" if route == "v2-triton" else route]
     sessions = [httpx.Client(base_url=url, timeout=60) for _ in range(clients)]
+    triton = {id(c): TritonCaller(url, x) for c in sessions} if route == "v2-triton" else None
 
     def one(client: httpx.Client) -> float:
         t0 = time.perf_counter()
+        if triton:
+            triton[id(client)]()
+            return time.perf_counter() - t0
         answer = client.post(path, content=body, headers=headers)
         answer.raise_for_status()
         read(answer)
@@ -222,7 +270,7 @@ def load(url: str, route: str, body: bytes, headers: dict, clients: int, seconds
         times = [t for ts in per_client for t in ts]
         floor = [health(sessions[0]) for _ in range(max(20, len(times)))] if clients == 1 else None
     finally:
-        for client in sessions:
+        for client in [*sessions, *(triton or {}).values()]:
             client.close()
     result = summarize(times)
     if floor is not None:
@@ -267,8 +315,11 @@ def main(argv=None) -> int:
         try:
             check_v2(url, path, x, *requests["v2"])
             served = {
-                route: {c: load(url, route, *requests[route], c, args.seconds, args.warmup) for c in clients}
-                for route in ROUTES
+                route: {
+                    c: load(url, route, *requests[route.split("-")[0]], c, args.seconds, args.warmup, x)
+                    for c in clients
+                }
+                for route in (*ROUTES, "v2-triton")
             }
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -289,7 +340,11 @@ def main(argv=None) -> int:
         ]
         for label, r in reference.items()
     ]
-    labels = {"rank": "HTTP /rank (JSON)", "v2": "HTTP /v2 infer (binary tensors)"}
+    labels = {
+        "rank": "HTTP /rank (JSON, httpx)",
+        "v2": "HTTP /v2 infer (binary tensors, httpx)",
+        "v2-triton": "HTTP /v2 infer (binary tensors, tritonclient)",
+    }
     for route, by_clients in served.items():
         for c, r in by_clients.items():
             if "health_round_trip" in r and route == "rank":
@@ -308,6 +363,7 @@ def main(argv=None) -> int:
     for route, key in (
         ("rank", "one_client_p50_over_in_process"),
         ("v2", "v2_one_client_p50_over_in_process"),
+        ("v2-triton", "v2_tritonclient_one_client_p50_over_in_process"),
     ):
         if clients[0] != 1:
             break
@@ -338,6 +394,7 @@ def main(argv=None) -> int:
             "in_process": reference,
             "served": {str(c): r for c, r in served["rank"].items()},
             "served_v2": {str(c): r for c, r in served["v2"].items()},
+            "served_v2_tritonclient": {str(c): r for c, r in served["v2-triton"].items()},
             "verdicts": verdicts,
         },
         args.json,

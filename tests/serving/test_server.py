@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from ctxrank.cli import main
 from ctxrank.serving.onnx_ranker import OnnxRanker
 from ctxrank.serving.requests import Limits, RequestError, parse_request, rank_answer
-from ctxrank.serving.server import ServeOptions, bind, load_ranker, make_server
+from ctxrank.serving.server import HTTP_PARSERS, Batcher, ServeOptions, bind, load_ranker, make_server
 from tests.conftest import REPO, make_ranking_data
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -427,6 +427,109 @@ def test_a_request_the_model_refuses_fails_alone_and_a_model_failure_is_a_json_5
     assert "Traceback" not in answers[777].text
 
 
+def test_a_lone_quick_request_is_scored_on_the_event_loop_and_a_slow_one_on_the_worker(models, monkeypatch):
+    """Alone in the server, a request whose model call the last call predicts under Batcher.INLINE_S
+    skips the worker thread; a slower one goes to the worker, so /health answers during it; failures
+    scored on the loop are the same answers (422, a JSON 500 without traceback) on /rank and /v2."""
+    monkeypatch.setattr(Batcher, "INLINE_S", 0.2)  # well above a loaded machine's hiccups
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    score_lists = ranker.score_lists
+    threads: list[str] = []
+    pause, scoring = {"s": 0.0}, threading.Event()
+
+    def watched(features, *args):  # the graph run of /rank (through predict) and of /v2
+        threads.append(threading.current_thread().name)
+        if (features == 666).any():
+            raise ValueError("666 is refused")
+        if (features == 777).any():
+            raise RuntimeError("the runtime broke")
+        scoring.set()
+        time.sleep(pause["s"])
+        return score_lists(features, *args)
+
+    ranker.score_lists = watched
+    infer = "/v2/models/qilcm/infer"
+
+    def tensors(value: float) -> dict:
+        return {"inputs": [
+            {"name": "features", "shape": [1, 1, 5], "datatype": "FP32", "data": [value] * 5},
+            {"name": "mask", "shape": [1, 1], "datatype": "BOOL", "data": [True]},
+        ]}  # fmt: skip
+
+    def on_worker(name: str) -> bool:
+        return name.startswith("ctxrank-model")
+
+    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+        for _ in range(2):
+            assert client.post("/rank", json={"qid": 1, "rows": [[0.5] * 5]}).status_code == 200
+            assert client.post(infer, json=tensors(0.5)).status_code == 200
+        assert on_worker(threads[0]) and not any(on_worker(name) for name in threads[1:])
+        for route, body in (("/rank", {"qid": 1, "rows": [[666.0] * 5]}), (infer, tensors(666))):
+            answer = client.post(route, json=body)
+            assert answer.status_code == 422 and "666 is refused" in answer.json()["error"], answer.text
+        for route, body in (("/rank", {"qid": 1, "rows": [[777.0] * 5]}), (infer, tensors(777))):
+            answer = httpx.post(url + route, json=body)  # its own connection: uvicorn may close it
+            assert answer.status_code == 500 and answer.json()["error"].startswith("internal error")
+            assert "Traceback" not in answer.text
+        assert not any(on_worker(name) for name in threads[1:])
+        pause["s"] = 0.3  # scored on the loop once (predicted quick), then on the worker
+        assert client.post("/rank", json={"qid": 1, "rows": [[0.5] * 5]}).status_code == 200
+        assert not on_worker(threads[-1])
+        pause["s"] = 1.0
+        scoring.clear()
+        slow = threading.Thread(target=client.post, args=(infer,), kwargs={"json": tensors(0.5)})
+        slow.start()
+        assert scoring.wait(10)
+        with httpx.Client(base_url=url) as other:
+            assert other.get("/health").status_code == 200
+        assert slow.is_alive()  # /health answered while the worker scores
+        slow.join()
+        assert on_worker(threads[-1])
+
+
+def test_requests_that_arrive_together_are_batched_though_each_would_be_quick_alone(models, monkeypatch):
+    """The event loop scores a request itself only when no other is in flight: requests read while it
+    was busy go to the batcher together."""
+    monkeypatch.setattr(Batcher, "INLINE_S", 0.5)
+    ranker = OnnxRanker(models.root / "qilcm.onnx")
+    score_lists = ranker.score_lists
+    lists: list[int] = []  # lists per graph run: one a request
+    pause, busy = {"s": 0.0}, threading.Event()
+
+    def counted(features, *args):
+        lists.append(len(features))
+        if pause["s"]:
+            busy.set()
+            time.sleep(pause["s"])
+            pause["s"] = 0.0
+        return score_lists(features, *args)
+
+    ranker.score_lists = counted
+    one = {"qid": 1, "rows": [[0.5] * 5]}
+    body = json.dumps(one).encode()
+    request = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    request += b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    with running(ranker, batch_wait_ms=20) as (url, _), httpx.Client(base_url=url) as client:
+        for _ in range(2):  # the first call times the model; the second is scored on the loop
+            assert client.post("/rank", json=one).status_code == 200
+        socks = [_connect(url) for _ in range(8)]
+        for sock in socks:  # connected and served once: the server reads them from now on
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        pause["s"] = 0.3  # the loop busy scoring this one while eight more come
+        first = threading.Thread(target=client.post, args=("/rank",), kwargs={"json": one})
+        first.start()
+        assert busy.wait(10)
+        for sock in socks:
+            sock.sendall(request)
+        first.join()
+        answers = [sock.recv(65536) for sock in socks]
+        for sock in socks:
+            sock.close()
+    assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers), answers
+    assert lists[:3] == [1, 1, 1] and max(lists[3:]) > 1 and sum(lists[3:]) == 8, lists
+
+
 def test_shutdown_finishes_the_requests_in_flight(models):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     predict = ranker.predict
@@ -636,9 +739,10 @@ def _answer(sock: socket.socket) -> bytes:
 RANK_HEAD = b"POST /rank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
 
 
-def test_an_oversized_header_is_refused_without_being_read_whole(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_an_oversized_header_is_refused_without_being_read_whole(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker, max_header_bytes=4096) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, max_header_bytes=4096, http=http) as (url, _), httpx.Client(base_url=url) as client:
         sock, sent, total = _connect(url), 0, 64 * 2**20
         try:  # a 64 MiB header line: the server stops reading it and closes the connection
             sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: ")
@@ -653,9 +757,10 @@ def test_an_oversized_header_is_refused_without_being_read_whole(models):
         assert client.get("/health", headers={"x-ok": "a" * 3000}).status_code == 200
 
 
-def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker, read_timeout=0.3) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, read_timeout=0.3, http=http) as (url, _), httpx.Client(base_url=url) as client:
         body, head, idle = _connect(url), _connect(url), _connect(url)
         start = time.monotonic()
         body.sendall(RANK_HEAD + b'{"qid": 1, ')  # 11 of the 100 bytes it declares, then nothing
@@ -678,10 +783,11 @@ def test_a_stalled_body_gets_a_408_and_a_stalled_head_a_closed_connection(models
     assert re.search(r'ctxrank_requests_total\{endpoint="/rank",status="408"\} 1\.0', metrics)
 
 
-def test_connections_beyond_the_cap_get_503(models):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_connections_beyond_the_cap_get_503(models, http):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
     request = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
-    with running(ranker, max_connections=2) as (url, _):
+    with running(ranker, max_connections=2, http=http) as (url, _):
         first, second = _connect(url), _connect(url)
         for sock in (first, second):
             sock.sendall(request)
@@ -699,9 +805,10 @@ def test_connections_beyond_the_cap_get_503(models):
         again.close()
 
 
-def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, capfd):
+@pytest.mark.parametrize("http", HTTP_PARSERS)
+def test_a_client_that_hangs_up_mid_body_is_one_log_line(models, http, capfd):
     ranker = OnnxRanker(models.root / "qilcm.onnx")
-    with running(ranker) as (url, _), httpx.Client(base_url=url) as client:
+    with running(ranker, http=http) as (url, _), httpx.Client(base_url=url) as client:
         capfd.readouterr()
         sock = _connect(url)
         sock.sendall(RANK_HEAD + b'{"qid": 1, ')
@@ -898,11 +1005,12 @@ def test_rankings_of_tied_scores_do_not_depend_on_row_order():
     assert first["rows"][4:] == [0, 4]
 
 
-@pytest.mark.parametrize("package", ["fastapi", "uvicorn", "orjson", "prometheus_client"])
+@pytest.mark.parametrize("package", ["fastapi", "uvicorn", "orjson", "prometheus_client", "httptools"])
 def test_serve_without_its_extra_is_a_one_line_error(monkeypatch, capsys, package):
     """Without the serve extra (``make demo`` installs the base package), ``ctxrank serve`` names the
     missing package and the extra to install: no traceback."""
-    for name in ("ctxrank.cli.serve", "ctxrank.serving.server", "ctxrank.serving.requests"):
+    modules = ("ctxrank.cli.serve", "ctxrank.serving.server", "ctxrank.serving.requests")
+    for name in (*modules, "uvicorn.protocols.http.httptools_impl"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, package, None)
     assert main(["serve", "--model", "model.onnx"]) == 2

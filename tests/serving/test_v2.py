@@ -236,6 +236,29 @@ def test_categorical_codes_are_checked_against_the_cardinalities():
     assert good.codes.tolist() == [[0, 1], [2, 1]] and good.lists[2].tolist() == [[[0, 1], [2, 1]]]
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_every_non_finite_value_is_found_and_float32_extremes_are_not(padded):
+    """The check reads the rows in one pass (their float64 sum): each NaN / inf anywhere in a list is
+    named by its cell, while float32's largest values, whose float32 sum would overflow, pass."""
+    mask = np.array([[True, True, not padded]] * 2)
+    big = np.full((2, 3, 2), np.finfo(np.float32).max, dtype=np.float32)
+    request, _ = _parse(_binary_inputs(big, mask))
+    assert request.X.shape == (6 - 2 * padded, 2) and (request.lists[0] == big * mask[..., None]).all()
+    missing = SimpleNamespace(**{**vars(FAKE), "allow_missing": True})
+    for cell in np.ndindex(2, 2, 2):
+        for value, refused_by_missing in ((np.nan, False), (np.inf, True), (-np.inf, True)):
+            features = big.copy()
+            features[cell] = value
+            body, headers = _binary_inputs(features, mask)
+            with pytest.raises(RequestError, match=rf"features\[{cell[0]}, {cell[1]}, {cell[2]}\]: "):
+                parse_infer(body, headers["Inference-Header-Content-Length"], FAKE, LIMITS)
+            if refused_by_missing:
+                with pytest.raises(RequestError, match=r"expected finite values"):
+                    parse_infer(body, headers["Inference-Header-Content-Length"], missing, LIMITS)
+            else:
+                parse_infer(body, headers["Inference-Header-Content-Length"], missing, LIMITS)
+
+
 def test_binary_data_missing_after_the_header_is_refused():
     body, headers = _binary_inputs(*GOOD)
     with pytest.raises(RequestError, match=r"features'\]: 16 bytes of binary data announced, 10 left"):

@@ -37,7 +37,7 @@ from ctxrank._checks import FLOAT32_MAX
 from ctxrank.data.categorical import CategoricalEncoder
 from ctxrank.data.ranking_data import order_by_score
 
-__all__ = ["Limits", "RankRequest", "RequestError", "parse_request", "rank_answer"]
+__all__ = ["Limits", "RankRequest", "RequestError", "header", "parse_request", "rank_answer"]
 
 _KEYS = ("qid", "rows")
 _NUMBER = (int, float)
@@ -53,6 +53,14 @@ class RequestError(ValueError):
 
     def body(self) -> dict[str, Any]:
         return {"error": str(self), "field": self.field}
+
+
+def header(scope: dict, name: bytes) -> str | None:
+    """The first value of an ASGI request's header ``name`` (lower-case), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ bodies being read or parsed), waits for them up to ``batch_wait_ms`` after the f
 ``max_batch`` requests. The batch is scored in one call (one padded graph run for an ONNX file; lists
 are padded to the batch's longest) on a worker thread, so the event loop keeps reading requests
 meanwhile, and each request gets its rows' scores. A lone request waits for nobody: at one client the
-latency is that of one request. When a batch
-fails, its requests are scored one by one, so that one request the model refuses does not fail the
-others.
+latency is that of one request, scored on the event loop itself when it is quick (:class:`Batcher`).
+When a batch fails, its requests are scored one by one, so that one request the model refuses does
+not fail the others.
 
 **Limits**: the body (``max_body_bytes``, 413), the rows of a request (``max_rows``, 413), the rows of a
 query (``max_list``, 413). A malformed request gets a 4xx JSON answer ``{"error": ..., "field": ...}``
@@ -46,6 +46,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import math
 import socket
 import sys
 import time
@@ -64,16 +65,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ctxrank._checks import OptionError, check_choice, check_int
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, option
 from ctxrank.serving.onnx_ranker import OnnxRanker
-from ctxrank.serving.requests import Limits, RankRequest, RequestError, parse_request, rank_answer
-from ctxrank.serving.v2 import add_v2_routes, check_model_name
+from ctxrank.serving.requests import Limits, RankRequest, RequestError, header, parse_request, rank_answer
+from ctxrank.serving.v2 import add_v2_routes, check_model_name, v2_infer
 
 __all__ = ["Batcher", "ServeOptions", "bind", "create_app", "load_ranker", "serve"]
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+HTTP_PARSERS = ("httptools", "h11")
 _log = logging.getLogger("uvicorn.error")  # uvicorn's log: its handler, its --log-level
 
 
@@ -166,6 +169,13 @@ class ServeOptions:
         parse=float,
         metavar="S",
     )
+    http: str = option(
+        "httptools",
+        "--http",
+        "the HTTP/1.1 parser: httptools (default; llhttp, in C) or h11 (pure Python, slower); both with "
+        "the same bounds and deadlines",
+        choices=HTTP_PARSERS,
+    )
     log_level: str = option(
         "info", "--log-level", "uvicorn's log level (default info; no access log)", choices=LOG_LEVELS
     )
@@ -193,6 +203,7 @@ class ServeOptions:
         if self.max_list > self.max_rows:
             raise ValueError(f"max_list ({self.max_list:,}) must not exceed max_rows ({self.max_rows:,})")
         check_choice("log_level", self.log_level, LOG_LEVELS)
+        check_choice("http", self.http, HTTP_PARSERS)
         if self.model_name is not None:
             check_model_name(self.model_name)
 
@@ -323,13 +334,23 @@ class Batcher:
     """Groups concurrent requests into one model call (see the module docstring).
 
     ``arriving`` counts requests whose body is being read or checked (the route keeps it); the worker
-    waits for more requests only while it is positive.
+    waits for more requests only while it is positive. A request alone in the server (no other request
+    in flight: ``in_flight()``, uvicorn's running request tasks; nothing queued or being scored) whose
+    call is predicted to take at most ``INLINE_S`` (from the last call's time per row) is scored on the
+    event loop itself: no hop to the worker thread and back, which costs two thread wake-ups. A longer
+    call goes to the worker, so the loop never stalls long; concurrent requests go to the queue, so
+    they are batched as before.
     """
+
+    INLINE_S = 0.005
 
     def __init__(self, ranker: Any, *, max_batch: int, batch_wait_ms: float, metrics: Metrics) -> None:
         self.ranker, self.max_batch, self.wait_s = ranker, max_batch, batch_wait_ms / 1000.0
         self.metrics = metrics
         self.arriving = 0
+        self.busy = False  # the worker is scoring a batch
+        self.in_flight: Any = lambda: 1  # requests in flight, this one included (make_server sets it)
+        self.seconds_per_row = math.inf  # of the last model call (none yet: no inline call)
         self.queue: asyncio.Queue[_Job] = asyncio.Queue()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxrank-model")
         self.task: asyncio.Task | None = None
@@ -350,6 +371,12 @@ class Batcher:
 
     async def score(self, request: RankRequest) -> np.ndarray:
         """The request's (N,) scores, once its batch has run."""
+        alone = not self.busy and self.arriving <= 0 and self.queue.empty() and self.in_flight() <= 1
+        if alone and request.n_rows * self.seconds_per_row <= self.INLINE_S:
+            try:
+                return self._predict([request])[0]
+            except ValueError as exc:
+                raise _refused(exc) from None
         future = asyncio.get_running_loop().create_future()
         self.queue.put_nowait(_Job(request, future))
         return await future
@@ -374,7 +401,11 @@ class Batcher:
                     break
             batch = [job for job in batch if not job.future.done()]  # a client that went away
             if batch:
-                await self._score(batch)
+                self.busy = True
+                try:
+                    await self._score(batch)
+                finally:
+                    self.busy = False
 
     async def _score(self, batch: list[_Job]) -> None:
         loop = asyncio.get_running_loop()
@@ -394,7 +425,8 @@ class Batcher:
                 job.future.set_result(scores)
 
     def _predict(self, requests: list[RankRequest]) -> list[np.ndarray]:
-        """One model call for all ``requests`` (their queries kept apart); runs on the worker thread."""
+        """One model call for all ``requests`` (their queries kept apart), on the worker thread (or the
+        event loop: :meth:`score`)."""
         start = time.perf_counter()
         sizes = [r.n_rows for r in requests]
         lists = requests[0].lists
@@ -408,10 +440,12 @@ class Batcher:
             if requests[0].codes is not None:
                 codes = np.concatenate([r.codes for r in requests])
             scores = np.asarray(self.ranker.predict(x, qid, codes))
-        self.metrics.inference.observe(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self.seconds_per_row = elapsed / max(sum(sizes), 1)
+        self.metrics.inference.observe(elapsed)
         self.metrics.batch_requests.observe(len(requests))
         self.metrics.batch_rows.observe(sum(sizes))
-        return np.split(scores, np.cumsum(sizes)[:-1])
+        return [scores] if len(requests) == 1 else np.split(scores, np.cumsum(sizes)[:-1])
 
 
 # --------------------------------------------------------------------------------------- the app
@@ -441,25 +475,32 @@ class _Disconnected(Exception):
     """The client closed its connection before it sent the whole body (nobody to answer)."""
 
 
-async def _read_body(request: Request, limit: int, timeout: float, *, json_only: bool = True) -> bytes:
+async def _read_body(
+    scope: dict, receive: Any, limit: int, timeout: float, *, json_only: bool = True
+) -> bytes:
     """The request's body (JSON unless not ``json_only``): at most ``limit`` bytes, all of it within
     ``timeout`` seconds."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    kind = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
     if json_only and kind != "application/json":
         raise RequestError(
             f"content-type: expected application/json, got {kind or 'none'}", field="content-type", status=415
         )
-    declared = request.headers.get("content-length")
+    declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(
             f"body: {int(declared):,} bytes; at most {limit:,} (the server's --max-body-bytes)",
             field="body",
             status=413,
         )
-    chunks, size = [], 0
+    chunks, size, more = [], 0, True
+    host, port = scope.get("client") or ("?", 0)
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect
+                chunk, more = message.get("body", b""), message.get("more_body", False)
                 size += len(chunk)
                 if size > limit:
                     raise RequestError(
@@ -469,24 +510,34 @@ async def _read_body(request: Request, limit: int, timeout: float, *, json_only:
                     )
                 chunks.append(chunk)
     except TimeoutError:
-        _log.warning(
-            "%s: no whole body within %g s (--read-timeout): answered 408", _client(request), timeout
-        )
+        _log.warning("%s:%s: no whole body within %g s (--read-timeout): answered 408", host, port, timeout)
         raise RequestError(
             f"body: not received within {timeout:g} s (the server's --read-timeout); {size:,} bytes came",
             field="body",
             status=408,
         ) from None
     except ClientDisconnect:
-        _log.warning("%s: client disconnected before sending the whole body (%s bytes came)",
-                     _client(request), f"{size:,}")  # fmt: skip
+        _log.warning("%s:%s: client disconnected before sending the whole body (%s bytes came)",
+                     host, port, f"{size:,}")  # fmt: skip
         raise _Disconnected from None
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _client(request: Request) -> str:
-    host, port = request.client if request.client is not None else ("?", 0)
-    return f"{host}:{port}"
+def _error_answer(path: str, error: dict[str, Any], status: int, headers: dict | None = None) -> JSONResponse:
+    """An error's JSON answer: ``{"error", "field"}``, or the Open Inference Protocol's ``{"error"}``
+    under /v2."""
+    body = {"error": error["error"]} if path.startswith("/v2") else error
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _request_error(path: str, exc: RequestError) -> JSONResponse:
+    close = {"connection": "close"} if exc.status == 408 else None  # a stalled client: let it go
+    return _error_answer(path, exc.body(), exc.status, close)
+
+
+def _internal_error(path: str, exc: Exception) -> JSONResponse:
+    message = f"internal error ({type(exc).__name__}); the server's log has the details"
+    return _error_answer(path, {"error": message, "field": None}, 500)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -495,8 +546,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
-        close = {"connection": "close"} if exc.status == 408 else None  # a stalled client: let it go
-        return JSONResponse(_body(request, exc.body()), status_code=exc.status, headers=close)
+        return _request_error(request.url.path, exc)
 
     @app.exception_handler(_Disconnected)
     async def disconnected(request: Request, exc: _Disconnected) -> Response:
@@ -504,20 +554,53 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        body = _body(request, {"error": str(exc.detail), "field": None})
-        return JSONResponse(body, status_code=exc.status_code)
+        return _error_answer(request.url.path, {"error": str(exc.detail), "field": None}, exc.status_code)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        message = f"internal error ({type(exc).__name__}); the server's log has the details"
-        return JSONResponse(_body(request, {"error": message, "field": None}), status_code=500)
+        return _internal_error(request.url.path, exc)
 
 
-def _body(request: Request, error: dict[str, Any]) -> dict[str, Any]:
-    """An error's JSON: ``{"error", "field"}``, or the Open Inference Protocol's ``{"error"}`` under /v2."""
-    if request.url.path.startswith("/v2"):
-        return {"error": error["error"]}
-    return error
+class _DirectInfer:
+    """``POST /v2/models/{name}/infer`` as a plain ASGI handler in front of the FastAPI app and its
+    middleware (no routing table, dependencies, validation or request objects: a tenth of a
+    millisecond a request or more); every other request goes to FastAPI. Same checks and answers,
+    errors as the app's handlers."""
+
+    PREFIX, SUFFIX = "/v2/models/", "/infer"
+
+    def __init__(self, app: Any, infer: Any) -> None:
+        self.app, self.infer = app, infer
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if not (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and path.startswith(self.PREFIX)
+            and path.endswith(self.SUFFIX)
+        ):
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await self.infer(path[len(self.PREFIX) : -len(self.SUFFIX)], scope, receive)
+        except RequestError as exc:
+            response = _request_error(path, exc)
+        except _Disconnected:
+            response = Response(status_code=499)  # as the app's handler: counted, never sent
+        except Exception as exc:
+            _log.exception("Exception in ASGI application")  # the traceback in the log, as uvicorn's
+            response = _internal_error(path, exc)
+        await response(scope, receive, send)
+
+
+class _App(FastAPI):
+    """FastAPI, with every request counted (:class:`_MetricsMiddleware`) and ``POST /v2/.../infer``
+    answered (:class:`_DirectInfer`) in front of its own middleware stack."""
+
+    def build_middleware_stack(self) -> Any:
+        stack = _DirectInfer(super().build_middleware_stack(), self.state.infer)
+        return _MetricsMiddleware(stack, self.state.metrics)
 
 
 def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
@@ -536,7 +619,7 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
         finally:
             await batcher.stop()
 
-    app = FastAPI(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
+    app = _App(title="ctxrank", summary="scores and rankings of a ctxrank model", lifespan=lifespan)
     app.state.batcher, app.state.metrics, app.state.server = batcher, metrics, None
 
     _add_error_handlers(app)
@@ -545,7 +628,9 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
     async def rank(request: Request) -> Response:
         batcher.arriving += 1
         try:
-            body = await _read_body(request, options.max_body_bytes, options.read_timeout)
+            body = await _read_body(
+                request.scope, request.receive, options.max_body_bytes, options.read_timeout
+            )
             parsed = parse_request(body, ranker, limits)
         finally:
             batcher.arriving -= 1
@@ -572,27 +657,24 @@ def create_app(ranker: Any, options: ServeOptions) -> FastAPI:
         server = app.state.server
         return batcher.running and not (server is not None and server.should_exit)
 
-    async def read_any_body(request: Request) -> bytes:
-        return await _read_body(request, options.max_body_bytes, options.read_timeout, json_only=False)
+    async def read_any_body(scope: dict, receive: Any) -> bytes:
+        return await _read_body(scope, receive, options.max_body_bytes, options.read_timeout, json_only=False)
 
-    name = options.model_name if options.model_name is not None else Path(ranker.path).stem
-    add_v2_routes(app, check_model_name(name), ranker, limits, read_any_body, serving)
-
-    app.add_middleware(_MetricsMiddleware, metrics=metrics)
+    name = check_model_name(options.model_name if options.model_name is not None else Path(ranker.path).stem)
+    add_v2_routes(app, name, ranker, serving)
+    app.state.infer = v2_infer(name, ranker, limits, read_any_body, batcher)
     return app
 
 
-class _H11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on what the client owes outside a body read.
+class _ReadDeadline:
+    """A deadline on what the client owes outside a body read, for uvicorn's HTTP protocols.
 
-    h11 bounds the request line and headers (``h11_max_incomplete_event_size``: more is a 400 and the
-    connection closed, the rest never read); uvicorn has no timeout on them (its keep-alive timeout
-    runs only while a connection is idle after an answer and stops at the first byte), so a client that
-    opens connections and never finishes a request would hold them, and the connection cap with them,
-    for ever. Here a connection is closed when, ``read_timeout`` seconds after it opened or after its
-    previous answer, no whole request head has come (or the rest of a body the app did not read: a 413
-    or a 404 answered before it). The body a route reads has its own deadline there (a 408:
-    :func:`_read_body`).
+    uvicorn has no timeout on a request head (its keep-alive timeout runs only while a connection is
+    idle after an answer and stops at the first byte), so a client that opens connections and never
+    finishes a request would hold them, and the connection cap with them, for ever. Here a connection
+    is closed when, ``read_timeout`` seconds after it opened or after its previous answer, no whole
+    request head has come (or the rest of a body the app did not read: a 413 or a 404 answered before
+    it). The body a route reads has its own deadline there (a 408: :func:`_read_body`).
     """
 
     read_timeout = 30.0  # set per server by make_server
@@ -614,11 +696,13 @@ class _H11Protocol(H11Protocol):
         self._cancel()
         super().connection_lost(exc)
 
+    def _owes(self) -> bool:
+        """Whether the client owes a request head or the rest of a body the app did not read."""
+        return self.cycle is None or self.cycle.response_complete
+
     def _watch(self) -> None:
         """Arm the deadline while the client owes a request head or an unread body, else cancel it."""
-        answered = self.cycle is None or self.cycle.response_complete
-        owes = answered and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
-        if owes and not self.transport.is_closing():
+        if self._owes() and not self.transport.is_closing():
             if self._deadline is None:
                 self._deadline = self.loop.call_later(self.read_timeout, self._expired)
         else:
@@ -638,6 +722,52 @@ class _H11Protocol(H11Protocol):
             self.transport.close()
 
 
+class _H11Protocol(_ReadDeadline, H11Protocol):
+    """uvicorn's h11 protocol with the read deadline; h11 bounds the request line and headers
+    (``h11_max_incomplete_event_size``: more is a 400 and the connection closed, the rest never read)."""
+
+    def _owes(self) -> bool:
+        return super()._owes() and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+
+class _HttpToolsProtocol(_ReadDeadline, HttpToolsProtocol):
+    """uvicorn's httptools protocol (llhttp, in C) with the read deadline and a bound on an unfinished
+    request head: once the bytes of a head not yet complete exceed ``max_header_bytes`` (counted from
+    the read that began it when the previous request had all come, else from the read after), the
+    answer is a 400 and the connection closed, the rest never read (httptools itself holds a head of
+    any size)."""
+
+    max_header_bytes = 16 * 2**10  # set per server by make_server
+    _head_open = False  # a request head has begun and is not complete
+    _head_bytes = 0  # its bytes counted so far
+    _begun = 0  # requests begun in the read being parsed
+
+    def data_received(self, data: bytes) -> None:
+        was_open = self._head_open
+        at_boundary = not was_open and (self.cycle is None or not self.cycle.more_body)
+        self._begun = 0
+        super().data_received(data)
+        if not self._head_open or self.parser is None or self.transport.is_closing():
+            return
+        if not self._begun:  # the same head as before this read
+            self._head_bytes += len(data)
+        elif self._begun == 1 and at_boundary:  # the read began with this head
+            self._head_bytes = len(data)
+        # else the head began after another request's bytes in this read: counted from the next read
+        if self._head_bytes > self.max_header_bytes:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            self._cancel()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open, self._head_bytes, self._begun = True, 0, self._begun + 1
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        super().on_headers_complete()
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, but a SIGTERM / SIGINT that shut it down gracefully is not raised again after
     (uvicorn re-raises it, which would end the process with the signal's status instead of 0)."""
@@ -653,7 +783,9 @@ class _Server(uvicorn.Server):
 def make_server(ranker: Any, options: ServeOptions) -> _Server:
     """The uvicorn server of ``ranker`` (not started: ``.run(sockets=[bind(...)])``)."""
     app = create_app(ranker, options)
-    protocol = type("_H11Protocol", (_H11Protocol,), {"read_timeout": options.read_timeout})
+    base = _HttpToolsProtocol if options.http == "httptools" else _H11Protocol
+    bounds = {"read_timeout": options.read_timeout, "max_header_bytes": options.max_header_bytes}
+    protocol = type(base.__name__, (base,), bounds)
     config = uvicorn.Config(
         app,
         log_level=options.log_level,
@@ -667,6 +799,7 @@ def make_server(ranker: Any, options: ServeOptions) -> _Server:
     )
     server = _Server(config)
     app.state.server = server  # /ready answers 503 once it should exit
+    app.state.batcher.in_flight = lambda: len(server.server_state.tasks)  # a task per request
     return server
 
 

@@ -36,16 +36,16 @@ from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from ctxrank._checks import FLOAT32_MAX
 from ctxrank._version import __version__
-from ctxrank.serving.requests import Limits, RankRequest, RequestError
+from ctxrank.serving.requests import Limits, RankRequest, RequestError, header
 
-__all__ = ["HEADER_LENGTH", "infer_answer", "model_metadata", "parse_infer"]
+__all__ = ["HEADER_LENGTH", "add_v2_routes", "infer_answer", "model_metadata", "parse_infer", "v2_infer"]
 
-HEADER_LENGTH = "inference-header-content-length"
+HEADER_LENGTH = b"inference-header-content-length"  # as an ASGI scope names it
 _DTYPES = {"FP32": np.dtype("<f4"), "BOOL": np.dtype("?"), "INT64": np.dtype("<i8")}
 _JSON_TYPES = {"FP32": {int, float}, "BOOL": {bool}, "INT64": {int}}
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -232,14 +232,21 @@ def parse_infer(
     sizes = mask.sum(axis=1)
     if not sizes.any():
         raise _error("mask: no real item (True) in any list", 422)
-    x = features[mask]
-    bad = np.isinf(x) if ranker.allow_missing else ~np.isfinite(x)
-    if bad.any():
-        i, f = (int(k) for k in np.argwhere(bad)[0])
-        where = [int(k) for k in np.argwhere(mask)[i]] + [f]
-        what = "finite values" + ("" if ranker.allow_missing else " (this model reads no NaN)")
-        raise _error(f"features{where}: {float(x[i, f])!r}; expected {what}", 422)
-    codes = tensors["categorical"][mask] if "categorical" in tensors else None
+    categorical = tensors.get("categorical")
+    full = bool(sizes.min() == length)
+    if full:  # every item real: the rows are views of the tensors, no copy
+        x = features.reshape(-1, features.shape[-1])
+        codes = None if categorical is None else categorical.reshape(-1, categorical.shape[-1])
+    else:
+        x = features[mask]
+        codes = None if categorical is None else categorical[mask]
+    if not math.isfinite(x.sum(dtype=np.float64)):  # float32 values: finite sum unless a NaN or an inf
+        bad = np.isinf(x) if ranker.allow_missing else ~np.isfinite(x)
+        if bad.any():
+            i, f = (int(k) for k in np.argwhere(bad)[0])
+            where = [int(k) for k in np.argwhere(mask)[i]] + [f]
+            what = "finite values" + ("" if ranker.allow_missing else " (this model reads no NaN)")
+            raise _error(f"features{where}: {float(x[i, f])!r}; expected {what}", 422)
     cards = np.asarray(ranker.categorical_cardinalities, dtype=np.int64)
     if codes is not None and ((codes < 0) | (codes >= cards)).any():
         i, c = (int(k) for k in np.argwhere((codes < 0) | (codes >= cards))[0])
@@ -248,16 +255,16 @@ def parse_infer(
     kept = np.flatnonzero(sizes)
     group = np.repeat(np.arange(len(kept), dtype=np.int64), sizes[kept])
     lists = None
-    if sizes.all() and (mask == (np.arange(length) < sizes[:, None])).all():  # real items first, none empty
+    if full:
+        lists = (features, mask, categorical)
+    elif sizes.all() and (mask == (np.arange(length) < sizes[:, None])).all():  # real items first
         padding = ~mask[..., None]
         lists = (
             np.where(padding, np.float32(0), features),
             np.ascontiguousarray(mask),
-            None if codes is None else np.where(padding, 0, tensors["categorical"]),
+            None if codes is None else np.where(padding, 0, categorical),
         )
-    request = RankRequest(
-        X=np.ascontiguousarray(x), codes=codes, group=group, query_ids=kept.tolist(), lists=lists
-    )
+    request = RankRequest(X=x, codes=codes, group=group, query_ids=kept.tolist(), lists=lists)
     return request, {"id": doc.get("id"), "binary": binary_out, "mask": mask}
 
 
@@ -282,14 +289,14 @@ def infer_answer(name: str, frame: dict[str, Any], scores: np.ndarray) -> Respon
     )
 
 
-def add_v2_routes(app: FastAPI, name: str, ranker: Any, limits: Limits, read_body: Any, ready: Any) -> None:
-    """The protocol's routes on ``app`` for ``ranker`` under ``name``; ``read_body(request)`` reads a
-    body within the server's limits, ``ready()`` says whether the model serves, and
-    ``app.state.batcher`` scores."""
+def _check_model(requested: str, name: str) -> None:
+    if requested != name:
+        raise _error(f"model {requested[:80]!r} not found; this server serves {name!r}", 404)
 
-    def model(requested: str) -> None:
-        if requested != name:
-            raise _error(f"model {requested[:80]!r} not found; this server serves {name!r}", 404)
+
+def add_v2_routes(app: FastAPI, name: str, ranker: Any, ready: Any) -> None:
+    """The protocol's GET routes on ``app`` for ``ranker`` under ``name``; ``ready()`` says whether the
+    model serves (the infer route: :func:`v2_infer`)."""
 
     def readiness() -> Response:
         ok = ready()
@@ -309,22 +316,28 @@ def add_v2_routes(app: FastAPI, name: str, ranker: Any, limits: Limits, read_bod
 
     @app.get("/v2/models/{requested}")
     async def metadata(requested: str) -> dict[str, Any]:
-        model(requested)
+        _check_model(requested, name)
         return model_metadata(name, ranker)
 
     @app.get("/v2/models/{requested}/ready")
     async def model_ready(requested: str) -> Response:
-        model(requested)
+        _check_model(requested, name)
         return readiness()
 
-    @app.post("/v2/models/{requested}/infer")
-    async def infer(requested: str, request: Request) -> Response:
-        model(requested)
-        batcher = app.state.batcher
+
+def v2_infer(name: str, ranker: Any, limits: Limits, read_body: Any, batcher: Any) -> Any:
+    """``POST /v2/models/{requested}/infer`` as ``await infer(requested, scope, receive) -> Response``
+    (an ASGI handler: ctxrank.serving.server serves it in front of FastAPI); ``read_body(scope,
+    receive)`` reads a body within the server's limits and ``batcher`` scores."""
+
+    async def infer(requested: str, scope: dict, receive: Any) -> Response:
+        _check_model(requested, name)
         batcher.arriving += 1
         try:
-            body = await read_body(request)
-            parsed, frame = parse_infer(body, request.headers.get(HEADER_LENGTH), ranker, limits)
+            body = await read_body(scope, receive)
+            parsed, frame = parse_infer(body, header(scope, HEADER_LENGTH), ranker, limits)
         finally:
             batcher.arriving -= 1
         return infer_answer(name, frame, await batcher.score(parsed))
+
+    return infer
