@@ -30,6 +30,11 @@ NAME + LOSS`` timed the same way on the same batch (QILCM: its exact query-confu
 pairs; its features are the batch's), and its queries/s ratio over each allRank row: the issue's CPU
 targets compare every context model's step with allRank's.
 
+**On a loaded machine** (``--alternate``): every row is built in this one process and the rows take one
+step each in turn, the order reversed every other time, so that a change of the machine's load within
+seconds reaches every row alike (fresh subprocesses per round see the load of their own minutes); the
+peak memory is then not measured.
+
 **Same function, same weights** (``forward_check`` in the output): allRank's weights are copied into a
 ctxrank ``attn`` (``q``, ``k``, ``v``, ``o`` linears -> ``q_proj``, ``kv_proj = [W_k; W_v]``, ``out_proj``;
 feed-forward, norms, input and output layers one to one), both in eval mode on a padded batch; the max
@@ -51,7 +56,7 @@ allRank rows are skipped and the reason is printed and recorded (``allrank.error
 
     .venv/bin/python benchmarks/bench_attn_step.py [--allrank DIR] [--threads 2] [--batch 64]
         [--items 100] [--features 136] [--lengths both|full|mixed] [--rounds 3] [--repeats 5]
-        [--models attn,setrank,dasalc,qilcm]
+        [--models attn,setrank,dasalc,qilcm] [--alternate]
         [--device cpu|cuda] [--json FILE]
 """
 
@@ -157,8 +162,9 @@ def make_batch(B: int, L: int, F: int, lengths: list[int] | None):
     return x, y, mask
 
 
-def step_case(spec: dict, measure_memory: bool) -> dict:
-    """``warmup + repeats`` training steps of one row (``spec["row"]``) on one fixed batch."""
+def build_step(spec: dict):
+    """``(step, model)``: one training step of the row ``spec["row"]`` on one fixed batch (forward, loss,
+    backward, Adam step; on CUDA it ends with a synchronize), and its model."""
     import torch
 
     if not spec["row"].startswith("ctxrank"):
@@ -210,16 +216,26 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
 
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        loss = loss_of_step()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()  # the step's kernels have finished
+
+    return step, model
+
+
+def step_case(spec: dict, measure_memory: bool) -> dict:
+    """``warmup + repeats`` training steps of one row (``spec["row"]``) on one fixed batch."""
+    step, model = build_step(spec)
     times = []
-    with PeakRSS(measure_memory) as mem, PeakCUDA(device) as gpu:
+    with PeakRSS(measure_memory) as mem, PeakCUDA(spec["device"]) as gpu:
         for i in range(spec["warmup"] + spec["repeats"]):
             t0 = time.perf_counter()
-            loss = loss_of_step()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if device != "cpu":
-                torch.cuda.synchronize()  # the step's kernels have finished
+            step()
             if i >= spec["warmup"]:
                 times.append(time.perf_counter() - t0)
     step = summarize(times)
@@ -322,6 +338,56 @@ def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[di
     return runs
 
 
+def alternate_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Every row built in this process, then one step of each in turn (the order reversed every other
+    time), ``rounds x repeats`` times after ``warmup`` steps each: a drift of the machine's load reaches
+    every row within seconds (a loaded machine), at the cost of the peak memory (not measured)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    runs: dict[str, list[dict]] = {}
+    for kind in kinds:
+        lengths = lengths_of(kind, args.batch, args.items)
+        built = {}
+        for row in rows:
+            spec = {
+                "row": row,
+                "allrank": args.allrank,
+                "batch": args.batch,
+                "items": args.items,
+                "features": args.features,
+                "lengths": lengths,
+                "threads": args.threads,
+                "device": args.device,
+            }
+            step, model = build_step(spec)
+            for _ in range(args.warmup):
+                step()
+            built[row] = (step, sum(p.numel() for p in model.parameters()), [])
+        for i in range(args.rounds * args.repeats):
+            for row in rows if i % 2 == 0 else rows[::-1]:
+                step, _, times = built[row]
+                t0 = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t0)
+        for row, (_, parameters, times) in built.items():
+            key = f"{row_label(row)}, {kind}"
+            median = summarize(times)["median_s"]
+            runs[key] = [
+                {
+                    "row": row,
+                    "lengths": kind,
+                    "shape": lengths,
+                    "times_s": times,
+                    "median_s": median,
+                    "parameters": parameters,
+                    "peak_rss_delta_mib": None,
+                }
+            ]
+            print(f"  alternated, {key}: median {median * 1000:.1f} ms", flush=True)
+    return runs
+
+
 def combine(runs: dict[str, list[dict]], B: int) -> dict[str, dict]:
     """Each row's steps of all rounds -> its result (median, fastest, queries/s, peak)."""
     results: dict[str, dict] = {}
@@ -363,6 +429,7 @@ def report_text(blob: dict) -> str:
         f"4 blocks, 4 heads, d_ff 512, dropout 0.3), device {blob['device']}, {blob['threads']} threads; "
         f"{blob['rounds']} interleaved rounds, each {blob['repeats']} steps after {blob['warmup']} "
         f"warm-up steps; isolate={blob['isolate']}"
+        + ("; rows alternated step by step in one process" if blob.get("alternate") else "")
     )
     header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
     header += ["peak CUDA delta MiB"] if cuda else []
@@ -444,6 +511,11 @@ def main(argv=None) -> int:
         default=3,
         help="rounds over the rows, interleaved (default 3): load drift hits all",
     )
+    ap.add_argument(
+        "--alternate",
+        action="store_true",
+        help="all rows in this process, one step of each in turn (a loaded machine; no peak memory)",
+    )
     ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
     ap.add_argument(
         "--publish",
@@ -476,7 +548,7 @@ def main(argv=None) -> int:
     ours = ["ctxrank" if m == "attn" else f"ctxrank-{m}" for m in models]
     kinds = ("full", "mixed") if args.lengths == "both" else (args.lengths,)
     theirs = [r for r in ROWS if r != "ctxrank" and allrank["available"]]
-    runs = run_rows(args, ours + theirs, kinds)
+    runs = (alternate_rows if args.alternate else run_rows)(args, ours + theirs, kinds)
     results = combine(runs, args.batch)
     blob = {
         "benchmark": "bench_attn_step",
@@ -493,6 +565,7 @@ def main(argv=None) -> int:
         "repeats": args.repeats,
         "rounds": args.rounds,
         "isolate": args.isolate,
+        "alternate": args.alternate,
         "machine": info,
         "allrank": allrank,
         "configuration": ALLRANK_CONFIG,
