@@ -27,7 +27,7 @@ builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training a
 falls back to its math kernel, which builds the weights, their softmax, a float dropout mask and the
 dropped weights, and keeps the last three for backward (a batch of 4 lists of 1,251 items, 4 heads: 96
 MiB a copy, about 290 MiB a layer). :func:`attend_with_dropout` runs that kernel's operations one by one
-(the same values, gradients and draws) and keeps the softmax and a bool mask only (about 1.25 copies a
+(the values and gradients for one mask) and keeps the softmax and a bool mask only (about 1.25 copies a
 layer). Where the weights exceed :data:`ATTENTION_BLOCK_BYTES` (16 MiB), :func:`attend` cuts the queries
 into chunks whose ``(B, h, chunk, Lk)`` weights fit it and runs each chunk under activation
 checkpointing (``torch.utils.checkpoint``, non-reentrant): forward keeps no chunk's weights, backward
