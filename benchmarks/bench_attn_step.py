@@ -24,6 +24,17 @@ allRank of queries per second, at the median steps and at the fastest steps. ``-
 list ``--items`` long: ctxrank then calls the attention kernel without a mask), ``mixed`` (lengths
 uniform in [items / 5, items], seed 0: both models mask the padding) or ``both`` (default).
 
+**Other ctxrank models** (``--models attn,setrank,dasalc,qilcm``, default ``attn``): each named model
+at its defaults with its default loss (``attn``: ``lambdaloss``, the row above) gets a row ``ctxrank
+NAME + LOSS`` timed the same way on the same batch (QILCM: its exact query-confusion term over all
+pairs; its features are the batch's), and its queries/s ratio over each allRank row: the issue's CPU
+targets compare every context model's step with allRank's.
+
+**On a loaded machine** (``--alternate``): every row is built in this one process and the rows take one
+step each in turn, the order reversed every other time, so that a change of the machine's load within
+seconds reaches every row alike (fresh subprocesses per round see the load of their own minutes); the
+peak memory is then not measured.
+
 **Same function, same weights** (``forward_check`` in the output): allRank's weights are copied into a
 ctxrank ``attn`` (``q``, ``k``, ``v``, ``o`` linears -> ``q_proj``, ``kv_proj = [W_k; W_v]``, ``out_proj``;
 feed-forward, norms, input and output layers one to one), both in eval mode on a padded batch; the max
@@ -45,6 +56,7 @@ allRank rows are skipped and the reason is printed and recorded (``allrank.error
 
     .venv/bin/python benchmarks/bench_attn_step.py [--allrank DIR] [--threads 2] [--batch 64]
         [--items 100] [--features 136] [--lengths both|full|mixed] [--rounds 3] [--repeats 5]
+        [--models attn,setrank,dasalc,qilcm] [--alternate]
         [--device cpu|cuda] [--json FILE]
 """
 
@@ -80,6 +92,25 @@ ROWS = {
     "allrank-same-loss": "allRank + ctxrank lambdaloss",
     "allrank-own": "allRank + allRank lambdaLoss (its own step)",
 }
+#: ctxrank models ``--models`` may name besides ``attn`` (each at its defaults, with its default loss)
+OTHER_MODELS = ("setrank", "dasalc", "qilcm", "dlcm", "mlp", "listnet")
+
+
+def row_label(row: str) -> str:
+    """The printed name of a row: :data:`ROWS`, or ``ctxrank NAME + LOSS`` for ``ctxrank-NAME``."""
+    if row in ROWS:
+        return ROWS[row]
+    name = row.removeprefix("ctxrank-")
+    return f"ctxrank {name} + {default_loss_name(name)}"
+
+
+def default_loss_name(name: str) -> str:
+    from ctxrank.registry import get_model
+
+    traits = get_model(name).traits
+    options = ", ".join(f"{k}={v}" for k, v in traits.default_loss_params.items())
+    loss = traits.default_loss or "listnet"
+    return f"{loss} ({options})" if options else loss
 
 
 def import_allrank(path: str | None) -> dict:
@@ -131,11 +162,12 @@ def make_batch(B: int, L: int, F: int, lengths: list[int] | None):
     return x, y, mask
 
 
-def step_case(spec: dict, measure_memory: bool) -> dict:
-    """``warmup + repeats`` training steps of one row (``spec["row"]``) on one fixed batch."""
+def build_step(spec: dict):
+    """``(step, model)``: one training step of the row ``spec["row"]`` on one fixed batch (forward, loss,
+    backward, Adam step; on CUDA it ends with a synchronize), and its model."""
     import torch
 
-    if spec["row"] != "ctxrank":
+    if not spec["row"].startswith("ctxrank"):
         import_allrank(spec["allrank"])
     from ctxrank.data.lists import ListBatch
     from ctxrank.losses import get_loss
@@ -153,6 +185,19 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
 
         def loss_of_step():
             return model.training_loss(batch, ours)
+    elif spec["row"].startswith("ctxrank-"):
+        from ctxrank.models.base import with_default_options
+        from ctxrank.registry import get_model
+
+        name = spec["row"].removeprefix("ctxrank-")
+        traits = get_model(name).traits
+        loss_name = traits.default_loss or "listnet"
+        loss_fn = with_default_options(get_loss(loss_name), loss_name, traits.default_loss_params)
+        model = make_model(name, F).to(device)
+        batch = ListBatch(features=x, labels=y, mask=mask, query_index=torch.arange(B, device=device))
+
+        def loss_of_step():
+            return model.training_loss(batch, loss_fn)
     else:
         from allrank.models.losses import lambdaLoss
 
@@ -171,16 +216,26 @@ def step_case(spec: dict, measure_memory: bool) -> dict:
 
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        loss = loss_of_step()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()  # the step's kernels have finished
+
+    return step, model
+
+
+def step_case(spec: dict, measure_memory: bool) -> dict:
+    """``warmup + repeats`` training steps of one row (``spec["row"]``) on one fixed batch."""
+    step, model = build_step(spec)
     times = []
-    with PeakRSS(measure_memory) as mem, PeakCUDA(device) as gpu:
+    with PeakRSS(measure_memory) as mem, PeakCUDA(spec["device"]) as gpu:
         for i in range(spec["warmup"] + spec["repeats"]):
             t0 = time.perf_counter()
-            loss = loss_of_step()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if device != "cpu":
-                torch.cuda.synchronize()  # the step's kernels have finished
+            step()
             if i >= spec["warmup"]:
                 times.append(time.perf_counter() - t0)
     step = summarize(times)
@@ -276,10 +331,60 @@ def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[di
                     "warmup": args.warmup,
                     "device": args.device,
                 }
-                key = f"{ROWS[row]}, {kind}"
+                key = f"{row_label(row)}, {kind}"
                 r = run_case(Path(__file__), spec, args.isolate, step_case)
                 runs.setdefault(key, []).append({"row": row, "lengths": kind, "shape": lengths, **r})
                 print(f"  round {rnd + 1}, {key}: median {r['median_s'] * 1000:.1f} ms", flush=True)
+    return runs
+
+
+def alternate_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Every row built in this process, then one step of each in turn (the order reversed every other
+    time), ``rounds x repeats`` times after ``warmup`` steps each: a drift of the machine's load reaches
+    every row within seconds (a loaded machine), at the cost of the peak memory (not measured)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    runs: dict[str, list[dict]] = {}
+    for kind in kinds:
+        lengths = lengths_of(kind, args.batch, args.items)
+        built = {}
+        for row in rows:
+            spec = {
+                "row": row,
+                "allrank": args.allrank,
+                "batch": args.batch,
+                "items": args.items,
+                "features": args.features,
+                "lengths": lengths,
+                "threads": args.threads,
+                "device": args.device,
+            }
+            step, model = build_step(spec)
+            for _ in range(args.warmup):
+                step()
+            built[row] = (step, sum(p.numel() for p in model.parameters()), [])
+        for i in range(args.rounds * args.repeats):
+            for row in rows if i % 2 == 0 else rows[::-1]:
+                step, _, times = built[row]
+                t0 = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t0)
+        for row, (_, parameters, times) in built.items():
+            key = f"{row_label(row)}, {kind}"
+            median = summarize(times)["median_s"]
+            runs[key] = [
+                {
+                    "row": row,
+                    "lengths": kind,
+                    "shape": lengths,
+                    "times_s": times,
+                    "median_s": median,
+                    "parameters": parameters,
+                    "peak_rss_delta_mib": None,
+                }
+            ]
+            print(f"  alternated, {key}: median {median * 1000:.1f} ms", flush=True)
     return runs
 
 
@@ -324,6 +429,7 @@ def report_text(blob: dict) -> str:
         f"4 blocks, 4 heads, d_ff 512, dropout 0.3), device {blob['device']}, {blob['threads']} threads; "
         f"{blob['rounds']} interleaved rounds, each {blob['repeats']} steps after {blob['warmup']} "
         f"warm-up steps; isolate={blob['isolate']}"
+        + ("; rows alternated step by step in one process" if blob.get("alternate") else "")
     )
     header = ["step", "lists", "median ms", "min ms", "queries/s", "peak RSS delta MiB"]
     header += ["peak CUDA delta MiB"] if cuda else []
@@ -332,7 +438,7 @@ def report_text(blob: dict) -> str:
         peak = r["peak_rss_delta_mib"]
         table.append(
             [
-                ROWS[r["row"]],
+                row_label(r["row"]),
                 lists_label(r["lengths"], B, L),
                 f"{r['median_s'] * 1000:.1f}",
                 f"{r['min_s'] * 1000:.1f}",
@@ -369,16 +475,18 @@ def block_text(name: str) -> str:
 
 
 def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """ctxrank's queries/s over each allRank row's, at the median steps and at the fastest steps."""
+    """Each ctxrank row's queries/s over each allRank row's, at the median steps and at the fastest steps."""
     ratios = {}
     for kind in kinds:
-        ours = results[f"{ROWS['ctxrank']}, {kind}"]
-        for row in ("allrank-same-loss", "allrank-own"):
-            theirs = results[f"{ROWS[row]}, {kind}"]
-            ratios[f"ctxrank / {ROWS[row]}, {kind}"] = {
-                "median": ours["queries_per_s"] / theirs["queries_per_s"],
-                "min": theirs["min_s"] / ours["min_s"],
-            }
+        ours_rows = [r for r in results.values() if r["row"].startswith("ctxrank") and r["lengths"] == kind]
+        for ours in ours_rows:
+            label = "ctxrank" if ours["row"] == "ctxrank" else row_label(ours["row"])
+            for row in ("allrank-same-loss", "allrank-own"):
+                theirs = results[f"{ROWS[row]}, {kind}"]
+                ratios[f"{label} / {ROWS[row]}, {kind}"] = {
+                    "median": ours["queries_per_s"] / theirs["queries_per_s"],
+                    "min": theirs["min_s"] / ours["min_s"],
+                }
     return ratios
 
 
@@ -390,6 +498,11 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=100, help="items per list (default 100)")
     ap.add_argument("--features", type=int, default=136, help="features (default 136, MSLR-WEB30K)")
     ap.add_argument("--lengths", choices=("both", "full", "mixed"), default="both")
+    ap.add_argument(
+        "--models",
+        default="attn",
+        help=f"comma-separated ctxrank models to time (default attn): attn, {', '.join(OTHER_MODELS)}",
+    )
     ap.add_argument("--repeats", type=int, default=5, help="measured steps of each row in each round")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument(
@@ -397,6 +510,11 @@ def main(argv=None) -> int:
         type=int,
         default=3,
         help="rounds over the rows, interleaved (default 3): load drift hits all",
+    )
+    ap.add_argument(
+        "--alternate",
+        action="store_true",
+        help="all rows in this process, one step of each in turn (a loaded machine; no peak memory)",
     )
     ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")
     ap.add_argument(
@@ -423,8 +541,14 @@ def main(argv=None) -> int:
         print(f"allRank {allrank['version']} from {allrank['file']}", flush=True)
     else:
         print(f"allRank not importable, its rows are skipped: {allrank['error']}", flush=True)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(models) - {"attn", *OTHER_MODELS})
+    if unknown or not models:
+        ap.error(f"--models: unknown {unknown or 'none given'}; valid: attn, {', '.join(OTHER_MODELS)}")
+    ours = ["ctxrank" if m == "attn" else f"ctxrank-{m}" for m in models]
     kinds = ("full", "mixed") if args.lengths == "both" else (args.lengths,)
-    runs = run_rows(args, [r for r in ROWS if r == "ctxrank" or allrank["available"]], kinds)
+    theirs = [r for r in ROWS if r != "ctxrank" and allrank["available"]]
+    runs = (alternate_rows if args.alternate else run_rows)(args, ours + theirs, kinds)
     results = combine(runs, args.batch)
     blob = {
         "benchmark": "bench_attn_step",
@@ -434,12 +558,14 @@ def main(argv=None) -> int:
         "items": args.items,
         "features": args.features,
         "lengths": list(kinds),
+        "models": models,
         "threads": args.threads,
         "device": args.device,
         "warmup": args.warmup,
         "repeats": args.repeats,
         "rounds": args.rounds,
         "isolate": args.isolate,
+        "alternate": args.alternate,
         "machine": info,
         "allrank": allrank,
         "configuration": ALLRANK_CONFIG,

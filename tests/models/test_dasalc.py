@@ -268,3 +268,40 @@ def test_estimator_fits_predicts_and_records_the_recipe(tmp_path):
     est.save(tmp_path / "m")
     recorded = json.loads((tmp_path / "m" / "ctxrank.json").read_text())["run_config"]
     assert recorded["transform"] == "log1p-zscore" and recorded["train"]["input_noise"] == 1.5
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 5], [5, 2, 4], [1, 0, 0]], ids=["full", "mixed", "one item"])
+def test_the_cpu_batch_norm_equals_the_float64_one_to_float_rounding(lengths):
+    """Training on the CPU runs torch's batch-norm kernel over the real items: its outputs at real items,
+    its gradients and its running statistics equal those of the float64 tensor operations (the path of
+    other devices) to float32 rounding, also for features of 1e30 (the kernel accumulates in float64)."""
+    g = torch.Generator().manual_seed(0)
+    mask = torch.arange(5)[None, :] < torch.tensor(lengths)[:, None]
+    for magnitude in (1.0, 1e30):
+        v = (torch.randn(3, 5, 6, generator=g) * magnitude).requires_grad_(True)
+        grad = torch.randn(3, 5, 6, generator=g)
+        results = []
+        for path in ("_train_cpu", "_train_float64"):
+            norm = MaskedBatchNorm(6, momentum=0.3)
+            with torch.no_grad():
+                norm.weight.copy_(torch.rand(6, generator=torch.Generator().manual_seed(1)) + 0.5)
+                norm.bias.copy_(torch.randn(6, generator=torch.Generator().manual_seed(2)))
+            out = getattr(norm, path)(v, mask)
+            grads = torch.autograd.grad(out, (v, norm.weight, norm.bias), grad * mask[..., None])
+            results.append((out[mask], *grads, norm.running_mean, norm.running_var))
+        for fast, reference in zip(*results, strict=True):
+            assert torch.isfinite(fast).all()
+            scale = float(reference.detach().abs().max())
+            torch.testing.assert_close(fast, reference, rtol=2e-5, atol=2e-5 * scale)
+
+
+def test_training_on_the_cpu_reads_no_float64_copy_of_the_activations():
+    """The CPU path normalizes in float32 (torch's kernel): no float64 tensor of the activations' size
+    is saved for backward (the float64 path saved several)."""
+    norm = MaskedBatchNorm(8, momentum=0.1)
+    v = torch.randn(4, 6, 8, requires_grad=True)
+    mask = torch.arange(6)[None, :] < torch.tensor([[6], [3], [5], [1]])
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        norm(v, mask)
+    assert saved and not [t for t in saved if t.dtype == torch.float64 and t.numel() >= 8 * 15]

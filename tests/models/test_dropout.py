@@ -1,4 +1,8 @@
-"""ctxrank.models._dropout: PyTorch's CPU dropout, bitwise, keeping a bool mask for backward."""
+"""ctxrank.models._dropout: PyTorch's CPU dropout arithmetic, bitwise for the same keep decisions, drawn
+from one int32 draw an element with the same keep rate and scale, keeping a bool mask for backward.
+
+The bitwise tests draw the keep decisions as ``F.dropout`` does (fixture ``torchs_draws``), so that they
+compare the arithmetic with PyTorch's own kernels, generator state included."""
 
 from __future__ import annotations
 
@@ -13,6 +17,17 @@ from ctxrank.models._dropout import Dropout, dropout
 from ctxrank.registry import make_model
 
 
+@pytest.fixture
+def torchs_draws(monkeypatch):
+    """``keep_mask`` drawing as ``F.dropout`` on the CPU does: ``bernoulli_(1 - p)`` on a float tensor."""
+
+    def bernoulli_keep(like, p):
+        return torch.empty_like(like).bernoulli_(1 - p) != 0
+
+    monkeypatch.setattr(_dropout, "keep_mask", bernoulli_keep)
+    monkeypatch.setattr("ctxrank.models._attention.keep_mask", bernoulli_keep)
+
+
 def _saved(fn, *args):
     """(output, the tensors autograd saved while ``fn(*args)`` ran)."""
     saved = []
@@ -24,7 +39,7 @@ def _saved(fn, *args):
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
 @pytest.mark.parametrize("shape", [(80, 100, 64), (7,), (3, 1, 5)])
-def test_dropout_equals_torchs_bitwise_and_keeps_a_bool_mask(relu, p, shape):
+def test_dropout_equals_torchs_bitwise_and_keeps_a_bool_mask(relu, p, shape, torchs_draws):
     x = torch.randn(*shape, requires_grad=True)
     grad = torch.randn(*shape)
     torch.manual_seed(1)
@@ -41,7 +56,7 @@ def test_dropout_equals_torchs_bitwise_and_keeps_a_bool_mask(relu, p, shape):
     assert big and all(t.dtype == torch.bool for t in big), [(t.dtype, t.shape) for t in saved]
 
 
-def test_dropout_is_the_identity_in_eval_and_at_p_0_and_torchs_elsewhere():
+def test_dropout_is_the_identity_in_eval_and_at_p_0_and_torchs_elsewhere(torchs_draws):
     x = torch.randn(4, 5, requires_grad=True)
     assert dropout(x, 0.5, False) is x
     assert dropout(x, 0.0, True) is x
@@ -73,7 +88,9 @@ def test_dropout_is_the_identity_in_eval_and_at_p_0_and_torchs_elsewhere():
         ("dlcm", {"dropout": 0.3, "encoder_widths": [16, 16], "gru_hidden": 8}),
     ],
 )
-def test_a_training_step_with_the_bool_mask_dropout_equals_torchs_bitwise(name, params, monkeypatch):
+def test_a_training_step_with_the_bool_mask_dropout_equals_torchs_bitwise(
+    name, params, monkeypatch, torchs_draws
+):
     """Every model's dropout goes through ``_dropout.dropout``: its loss and gradients equal those of the
     same step with PyTorch's ``F.dropout``, bitwise."""
     B, L, n_features = 4, 9, 6
@@ -114,9 +131,11 @@ def test_a_training_step_with_the_bool_mask_dropout_equals_torchs_bitwise(name, 
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
 
 
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masked", [False, True, "a list without keys"])
 @pytest.mark.parametrize("shape", [(6, 4, 30, 8), (3, 2, 7, 5)])
-def test_attention_with_dropout_equals_torchs_math_kernel_bitwise_and_keeps_no_dropped_weights(masked, shape):
+def test_attention_with_dropout_equals_torchs_math_kernel_bitwise_and_keeps_no_dropped_weights(
+    masked, shape, torchs_draws
+):
     """``attend_with_dropout`` is PyTorch's CPU path of ``scaled_dot_product_attention`` with dropout: the
     same outputs, gradients and generator draws, bit for bit, keeping no float ``(B, h, Lq, Lk)`` tensor
     but the softmax for backward."""
@@ -126,6 +145,8 @@ def test_attention_with_dropout_equals_torchs_math_kernel_bitwise_and_keeps_no_d
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
     lengths = torch.randint(1, L + 1, (B, 1), generator=g)
+    if masked == "a list without keys":
+        lengths[0] = 0  # PyTorch's kernel gives that list's queries 0, not NaN
     key_mask = (torch.arange(L)[None, :] < lengths)[:, None, None, :] if masked else None
     grad = torch.randn(*shape, generator=g)
     torch.manual_seed(3)
@@ -140,3 +161,45 @@ def test_attention_with_dropout_equals_torchs_math_kernel_bitwise_and_keeps_no_d
     assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads, strict=True))
     square = {t.untyped_storage().data_ptr(): t.dtype for t in saved if t.shape == (B, h, L, L)}
     assert sorted(map(str, square.values())) == ["torch.bool", "torch.float32"]  # the mask, the softmax
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
+def test_keep_mask_keeps_each_element_with_probability_1_minus_p_and_scales_by_its_inverse(p):
+    """The keep decisions: independent Bernoulli(1 - p) (the rate within 5 binomial standard deviations,
+    no correlation between neighbours), kept elements scaled by ``1 / (1 - p)`` as ``F.dropout`` rounds
+    it, dropped ones 0; the mean of the output is the input's (dropout's expectation)."""
+    n = 2_000_000
+    torch.manual_seed(0)
+    x = torch.ones(n, requires_grad=True)
+    out = dropout(x, p, True)
+    kept = out != 0
+    rate = kept.double().mean().item()
+    assert abs(rate - (1 - p)) < 5 * (p * (1 - p) / n) ** 0.5
+    assert torch.equal(out[kept], torch.full((int(kept.sum()),), 1.0).div_(1 - p))  # torch's scale, bitwise
+    both = (kept[1:] & kept[:-1]).double().mean().item()  # neighbours both kept: (1 - p)^2 if independent
+    assert abs(both - (1 - p) ** 2) < 5 * ((1 - p) ** 2 * (1 - (1 - p) ** 2) / n) ** 0.5
+    assert abs(out.double().mean().item() - 1.0) < 5 * (p / (1 - p) / n) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x, p, True), out)  # seeded: the same draws again
+
+
+def test_keep_mask_draws_one_int32_an_element_not_a_float_bernoulli():
+    """The mask costs one 32-bit draw of the default generator an element (about 3 ns on the CPU),
+    not PyTorch's float ``bernoulli_`` (about 13 ns): the generator is where an int32 ``random_`` of as
+    many elements leaves it; the attention's dropout draws the same way."""
+    from ctxrank.models._attention import attend_with_dropout
+
+    x = torch.randn(8, 50, 16, requires_grad=True)
+    torch.manual_seed(5)
+    torch.empty(x.numel(), dtype=torch.int32).random_()
+    expected = torch.get_rng_state()
+    torch.manual_seed(5)
+    dropout(x, 0.3, True)
+    assert torch.equal(torch.get_rng_state(), expected)
+    q = torch.randn(2, 3, 7, 4, requires_grad=True)
+    torch.manual_seed(5)
+    torch.empty(2 * 3 * 7 * 7, dtype=torch.int32).random_()
+    expected = torch.get_rng_state()
+    torch.manual_seed(5)
+    attend_with_dropout(q, q, q, None, 0.3)
+    assert torch.equal(torch.get_rng_state(), expected)

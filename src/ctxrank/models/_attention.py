@@ -27,7 +27,7 @@ builds the ``(B, h, Lq, Lk)`` weights, with or without a key mask, in training a
 falls back to its math kernel, which builds the weights, their softmax, a float dropout mask and the
 dropped weights, and keeps the last three for backward (a batch of 4 lists of 1,251 items, 4 heads: 96
 MiB a copy, about 290 MiB a layer). :func:`attend_with_dropout` runs that kernel's operations one by one
-(the same values, gradients and draws) and keeps the softmax and a bool mask only (about 1.25 copies a
+(the values and gradients for one mask) and keeps the softmax and a bool mask only (about 1.25 copies a
 layer). Where the weights exceed :data:`ATTENTION_BLOCK_BYTES` (16 MiB), :func:`attend` cuts the queries
 into chunks whose ``(B, h, chunk, Lk)`` weights fit it and runs each chunk under activation
 checkpointing (``torch.utils.checkpoint``, non-reentrant): forward keeps no chunk's weights, backward
@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ctxrank.models._dropout import Dropout, apply_mask, draw_noise, dropout
+from ctxrank.models._dropout import Dropout, apply_mask, dropout, keep_mask, kept_scale
 from ctxrank.models._jit import records_backward, tracing
 from ctxrank.models.base import RankingModule
 
@@ -140,28 +140,35 @@ def attend_with_dropout(
 ) -> torch.Tensor:
     """PyTorch's math kernel of ``scaled_dot_product_attention`` with dropout (the CPU's path in
     training), op for op: ``q`` and ``k^T`` each scaled by ``d_k^(-1/4)``, the key mask added as
-    ``-inf``, ``_safe_softmax``, dropout, the product with ``v`` -- the same values and gradients, bit
-    for bit, and the same generator draws (tests/models/test_dropout.py). What differs is what backward keeps:
-    the softmax and a bool dropout mask, not also the float dropout mask and the dropped weights (two
-    ``(B, h, Lq, Lk)`` float32 tensors fewer a layer; the dropped weights are rebuilt in backward)."""
+    ``-inf``, the softmax, dropout, the product with ``v`` -- the same values and gradients, bit for bit,
+    for the same dropout keep decisions (drawn by ``ctxrank.models._dropout.keep_mask``;
+    tests/models/test_dropout.py). The softmax is ``torch.softmax`` where every query has a key (no key
+    mask, or one from :func:`attention_mask`), PyTorch's ``_safe_softmax`` otherwise (rows without a key
+    give 0, not NaN); the two are equal wherever a row has a key, and the check costs one small reduction
+    where ``_safe_softmax`` reads every weight three more times. What differs from PyTorch's kernel is what
+    backward keeps: the softmax and a bool dropout mask, not also the float dropout mask and the dropped
+    weights (two ``(B, h, Lq, Lk)`` float32 tensors fewer a layer; the dropped weights are rebuilt in
+    backward)."""
     s = math.sqrt(1.0 / math.sqrt(q.shape[-1]))  # sdp::calculate_scale(q).sqrt(), in double as PyTorch
     weights = torch.matmul(q * s, k.transpose(-2, -1) * s)  # (B, h, Lq, Lk)
-    if key_mask is not None:
-        weights.add_(torch.where(key_mask.logical_not(), -math.inf, weights.new_zeros(())))
-    weights = torch.ops.aten._safe_softmax(weights, -1)  # rows without a key give 0, not NaN
+    if key_mask is None:
+        return _DroppedProduct.apply(torch.softmax(weights, -1), v, dropout_p)
+    weights.add_(torch.where(key_mask.logical_not(), -math.inf, weights.new_zeros(())))
+    every_row_has_a_key = bool(key_mask.any(dim=-1).all())
+    weights = torch.softmax(weights, -1) if every_row_has_a_key else torch.ops.aten._safe_softmax(weights, -1)
     return _DroppedProduct.apply(weights, v, dropout_p)
 
 
 class _DroppedProduct(torch.autograd.Function):
     """``Dropout(P) V`` for attention weights ``P`` (B, h, Lq, Lk) and values ``V`` (B, h, Lk, d_k), keeping
     ``P`` (which the softmax keeps anyway), a bool mask of the kept weights and ``V``; backward rebuilds
-    ``Dropout(P)`` from them (``ctxrank.models._dropout`` for the draws and their scale)."""
+    ``Dropout(P)`` from them (``ctxrank.models._dropout`` draws the mask and rounds its scale)."""
 
     @staticmethod
     def forward(ctx: Any, weights: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
-        noise, scale = draw_noise(weights, p)
-        ctx.save_for_backward(weights, noise != 0, v, scale)
-        return torch.matmul(weights * noise, v)
+        kept, scale = keep_mask(weights, p), kept_scale(weights, p)
+        ctx.save_for_backward(weights, kept, v, scale)
+        return torch.matmul(weights.mul(kept.view(torch.uint8)).mul_(scale), v)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:

@@ -1,18 +1,23 @@
-"""Dropout that keeps a bool mask for backward instead of a float one (training memory).
+"""Dropout that draws its keep mask as bool from one 32-bit draw an element and keeps that mask for backward.
 
 On the CPU, ``torch.nn.functional.dropout`` (PyTorch 2.13, ``at::native::dropout``) draws a float32
-noise tensor (``bernoulli_(1 - p)``, then divided by ``1 - p``) and multiplies the input by it; autograd
-then keeps that float noise for backward: 4 bytes an element, and a ``ReLU`` before it keeps its float
-output too. :func:`dropout` draws the same noise with the same generator calls and computes the same
-product, so its outputs are bitwise those of ``F.dropout`` (``F.dropout(F.relu(x))`` with ``relu=True``),
-and keeps one bool an element; its gradient is ``grad * s`` on kept elements (``s`` = the noise's
-kept value, ``1 / (1 - p)`` as PyTorch rounds it), 0 elsewhere: the same numbers as autograd's through
-``F.dropout`` (only the sign of exact zeros may differ; tests/models/test_dropout.py).
+noise tensor with ``bernoulli_(1 - p)`` (about 13 ns an element on one thread: a Mersenne Twister draw
+turned into a double and compared, element by element; a third of ``attn``'s training step), divides it
+by ``1 - p``, multiplies the input by it and keeps that float noise for backward (4 bytes an element; a
+``ReLU`` before it keeps its float output too). :func:`keep_mask` draws the same Bernoulli(1 - p) keep
+decisions from one 31-bit uniform integer an element (``random_`` on int32, about 3 ns) compared with
+``round((1 - p) 2^31)``: the keep probability is ``1 - p`` to within ``2^-32``, finer than the float32
+``1 - p`` that PyTorch's own draw compares with. :func:`dropout` then computes ``x * keep * s`` (``s`` =
+``1 / (1 - p)`` rounded to float32 as PyTorch rounds it), the same numbers as ``F.dropout``'s ``x * noise``
+for the same keep decisions, bit for bit, and keeps one bool an element; its gradient is ``grad * s`` on
+kept elements, 0 elsewhere (only the sign of exact zeros may differ from autograd's through ``F.dropout``;
+tests/models/test_dropout.py checks both, and the keep rate and scale).
 
 On other devices PyTorch's fused kernel already keeps a bool mask, with its own generator draws:
 :func:`dropout` calls it there. Eval mode (and ``p = 0``) is the identity, as ``nn.Dropout``.
 
-Written by hand because no library offers it: PyTorch's CPU dropout has no bool-mask variant.
+Written by hand because no library offers it: PyTorch's CPU dropout has no bool-mask variant and draws
+its mask through its slowest random-number path.
 """
 
 from __future__ import annotations
@@ -23,29 +28,38 @@ from torch import nn
 
 from ctxrank.models._jit import records_backward
 
-__all__ = ["Dropout", "apply_mask", "draw_noise", "dropout"]
+__all__ = ["Dropout", "apply_mask", "dropout", "keep_mask", "kept_scale"]
 
 
-def draw_noise(like: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """PyTorch's CPU dropout noise for a tensor like ``like``: ``bernoulli_(1 - p)`` divided by ``1 - p``,
-    the same generator calls in the same order (``at::native::dropout``), and its kept value ``s`` as a
-    0-d tensor rounded as PyTorch rounds it."""
-    noise = torch.empty_like(like).bernoulli_(1 - p)
-    noise.div_(1 - p)
-    return noise, noise.new_full((), 1.0).div_(1 - p)
+#: the draws of :func:`keep_mask` are uniform over ``[0, 2^31)`` (``random_`` on int32)
+_DRAW_RANGE = 2**31
+
+
+def keep_mask(like: torch.Tensor, p: float) -> torch.Tensor:
+    """Bool tensor of ``like``'s shape and device, each element True (kept) with probability ``1 - p``
+    (to within ``2^-32``), independently: one int32 ``random_`` draw of the default generator an element,
+    below ``round((1 - p) 2^31)`` (module docstring)."""
+    draws = torch.empty(like.shape, dtype=torch.int32, device=like.device).random_()
+    return draws < round((1 - p) * _DRAW_RANGE)
+
+
+def kept_scale(like: torch.Tensor, p: float) -> torch.Tensor:
+    """The value ``s = 1 / (1 - p)`` of a kept element, a 0-d tensor of ``like``'s dtype rounded as PyTorch's
+    dropout rounds it (``1`` divided in place by ``1 - p``)."""
+    return like.new_full((), 1.0).div_(1 - p)
 
 
 class _MaskedDropout(torch.autograd.Function):
-    """``y = r(x) * noise`` (``r`` = ReLU or the identity), saving where the gradient flows as bool (ReLU:
-    ``y > 0``; otherwise the kept elements) and the kept value ``s`` of the noise."""
+    """``y = r(x) * keep * s`` (``r`` = ReLU or the identity), saving where the gradient flows as bool (ReLU:
+    ``y > 0``; otherwise the kept elements) and the kept value ``s``."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float, relu: bool) -> torch.Tensor:  # type: ignore[override]
-        noise, scale = draw_noise(x, p)
-        out = (F.relu(x) if relu else x) * noise
+        keep, scale = keep_mask(x, p), kept_scale(x, p)
+        out = (apply_mask(F.relu(x), keep) if relu else x.mul(keep.view(torch.uint8))).mul_(scale)
         # ReLU: the gradient flows where relu(x) > 0 and the element was kept, i.e. where out > 0
         # (relu(x) > 0 times s > 1 stays > 0); without ReLU, where the element was kept
-        ctx.save_for_backward(out > 0 if relu else noise != 0, scale)
+        ctx.save_for_backward(out > 0 if relu else keep, scale)
         return out
 
     @staticmethod
@@ -62,8 +76,9 @@ def apply_mask(t: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def dropout(x: torch.Tensor, p: float, training: bool, *, relu: bool = False) -> torch.Tensor:
-    """``F.dropout(x, p, training)`` (``F.dropout(F.relu(x), ...)`` with ``relu``), bitwise, keeping a
-    bool mask for backward on the CPU (module docstring). ``x`` any shape."""
+    """``F.dropout(x, p, training)`` (``F.dropout(F.relu(x), ...)`` with ``relu``): on the CPU the same
+    numbers for the same keep decisions, drawn by :func:`keep_mask`, keeping a bool mask for backward
+    (module docstring). ``x`` any shape."""
     if not (training and p > 0):
         return F.relu(x) if relu else x
     if p >= 1 or x.device.type != "cpu" or not records_backward(x):

@@ -52,7 +52,9 @@ Where this implementation departs from the authors' code, for the reason given:
   ``transform = "log1p-zscore"`` both are standardized features, and ``z`` is bounded by the batch
   whatever a raw column holds, so the attention logits cannot overflow float32 (QILCM's
   ``input_clip`` solves the same problem differently).
-* Batch statistics are computed in float64 (features of 1e30 would overflow a float32 variance).
+* Batch statistics are accumulated in float64 (features of 1e30 would overflow a float32 variance): on
+  the CPU by PyTorch's own batch-norm kernel over the real items (its sums and variance are float64,
+  its normalization float32, fused forward and backward), elsewhere by float64 tensor operations.
 * The attention tower's input projection is linear and ``heads * head_size`` wide, its heads
   ``head_size`` wide each; the authors' layer projects to ``head_size`` with a ReLU, and its Keras
   ``MultiHeadAttention`` (``key_dim = head_size``) maps the ``heads`` heads back to ``head_size``, so its
@@ -158,7 +160,7 @@ class MaskedBatchNorm(nn.Module):
     """Batch normalization (Ioffe & Szegedy 2015) over the REAL items of a batch of lists.
 
     ``v`` ``(B, L, W)``, ``mask`` ``(B, L)`` -> ``(B, L, W)``. In training: per column, the mean and the
-    population variance over the items with ``mask`` True (computed in float64), ``(v - mean) /
+    population variance over the items with ``mask`` True (accumulated in float64), ``(v - mean) /
     sqrt(var + eps) * weight + bias``; the running statistics move by ``momentum`` towards them (not
     when the batch has no real item). In evaluation: the running statistics, a fixed affine map.
     Padded items never enter a statistic; their outputs are arbitrary.
@@ -176,6 +178,11 @@ class MaskedBatchNorm(nn.Module):
         if not self.training:
             scale = torch.rsqrt(self.running_var + self.eps)
             return (v - self.running_mean) * (scale * self.weight) + self.bias
+        return self._train_cpu(v, mask) if v.device.type == "cpu" else self._train_float64(v, mask)
+
+    def _train_float64(self, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Training with the statistics computed by float64 tensor operations (devices whose batch-norm
+        kernel accumulates in float32)."""
         real = mask[..., None]  # (B, L, 1)
         v64 = v.double()
         zero = torch.zeros((), dtype=torch.float64, device=v.device)
@@ -184,12 +191,38 @@ class MaskedBatchNorm(nn.Module):
         centered = v64 - mean
         var = torch.where(real, centered.square(), zero).sum(dim=(0, 1)) / n.clamp(min=1)  # (W,)
         out = (centered * torch.rsqrt(var + self.eps)).to(v.dtype)
-        with torch.no_grad():
-            m = torch.where(n > 0, self.momentum, 0.0).to(self.running_mean.dtype)  # no real item: keep
-            self.running_mean.lerp_(mean.to(self.running_mean.dtype), m)
-            var32 = var.to(self.running_var.dtype).clamp(max=torch.finfo(self.running_var.dtype).max)
-            self.running_var.lerp_(var32, m)
+        self._update_running(mean, var, n > 0)
         return out * self.weight + self.bias
+
+    def _train_cpu(self, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Training on the CPU: ``torch.batch_norm`` of the real items (``(N, W)`` rows), padded rows 0;
+        the same numbers as :meth:`_train_float64` to float rounding, a few fused passes over the items
+        instead of a dozen float64 ones. Its sums of squares are float32: a batch whose values' squares
+        summed could near float32's range (features of about 1e17 and more) goes the float64 way."""
+        W = v.shape[-1]
+        flat, keep = v.reshape(-1, W), mask.reshape(-1)
+        every_item_real = bool(keep.all())
+        real = flat if every_item_real else flat[keep]  # (N, W)
+        with torch.no_grad():
+            var, mean = torch.var_mean(real, dim=0, correction=0)  # (W,): the population variance
+        n = real.shape[0]
+        largest = mean.double().abs() + (var.double() * n).sqrt()  # (W,): bounds each column's |values|
+        if n == 0 or not bool((largest.square() * n).max() < torch.finfo(v.dtype).max / 4):
+            return self._train_float64(v, mask)  # no real item, or float32 squares could overflow
+        # torch.batch_norm, not F.batch_norm: one real item is allowed (its variance is 0)
+        normed = torch.batch_norm(real, self.weight, self.bias, None, None, True, 0.0, self.eps, False)
+        self._update_running(mean, var, torch.tensor(True))
+        if every_item_real:
+            return normed.reshape(v.shape)
+        return flat.new_zeros(flat.shape).index_put((keep,), normed).reshape(v.shape)
+
+    @torch.no_grad()
+    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, any_real: torch.Tensor) -> None:
+        """Move the running statistics by ``momentum`` towards the batch's (not when it has no real item)."""
+        m = torch.where(any_real, self.momentum, 0.0).to(self.running_mean.dtype)  # no real item: keep
+        self.running_mean.lerp_(mean.to(self.running_mean.dtype), m)
+        var32 = var.to(self.running_var.dtype).clamp(max=torch.finfo(self.running_var.dtype).max)
+        self.running_var.lerp_(var32, m)
 
 
 class LatentCrossAttention(nn.Module):
