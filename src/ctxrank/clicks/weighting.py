@@ -31,19 +31,49 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["DEBIAS", "check_propensity", "ips_weights", "normalise_weights", "propensity_table"]
+__all__ = [
+    "DEBIAS",
+    "ESTIMATES",
+    "check_propensity",
+    "estimate_method",
+    "ips_weights",
+    "normalise_weights",
+    "propensity_table",
+]
 
 #: ``train.debias``: ``"none"`` (naive training on the clicks), ``"ips"`` (given propensities),
 #: ``"dla"`` (a propensity tower learned jointly), ``"pal"`` (an additive position tower)
 DEBIAS: tuple[str, ...] = ("none", "ips", "dla", "pal")
+#: ``train.propensity`` values that estimate the propensities from the training log before training
+#: (``ctxrank.clicks.estimate``): by randomised sessions or by regression-EM, as
+#: ``ctxrank clicks propensity --method`` names them
+ESTIMATES: tuple[str, ...] = ("estimate:randomized", "estimate:regression-em")
+
+
+def estimate_method(propensity: object) -> str | None:
+    """The estimator named by ``train.propensity`` (``"randomized"`` / ``"regression-em"``), None for
+    given values; a text starting with ``estimate:`` that names no estimator is an error listing them."""
+    if not isinstance(propensity, str) or not propensity.startswith("estimate:"):
+        return None
+    if propensity not in ESTIMATES:
+        hint = (
+            " (harvesting needs each session's logging ranker: estimate with `ctxrank clicks propensity "
+            "--method harvesting --ranker-col COL --out FILE`, then give the FILE)"
+            if propensity == "estimate:harvesting"
+            else ""
+        )
+        raise ValueError(f"train.propensity: expected one of {list(ESTIMATES)}, got {propensity!r}{hint}")
+    return propensity.removeprefix("estimate:")
 
 
 def check_propensity(values: Sequence[float], eta: float | None, clip: float | None) -> None:
     """Validate ``train.propensity`` (per-position values in ``(0, 1]``), ``train.propensity_eta``
-    (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them."""
-    if not isinstance(values, (tuple, list)):
+    (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them.
+    ``values`` may instead be one of :data:`ESTIMATES` (estimated from the training log)."""
+    estimated = estimate_method(values) is not None
+    if not estimated and not isinstance(values, (tuple, list)):
         raise TypeError(f"train.propensity must be a list of numbers, got {type(values).__name__}")
-    for k, p in enumerate(values, 1):
+    for k, p in enumerate(() if estimated else values, 1):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
             raise ValueError(
                 f"train.propensity: the examination probability of position {k} must be a number in "
@@ -67,6 +97,11 @@ def propensity_table(values: Sequence[float], eta: float | None, max_position: i
 
     The seam of propensities estimated from a log (``ctxrank.clicks.propensity``): such an estimate is
     passed here as ``values``."""
+    if estimate_method(values) is not None:  # ctxrank.training.run resolves it before any fit
+        raise ValueError(
+            f"train.propensity = {values!r} is estimated from a training log: no log was given to estimate "
+            "it from"
+        )
     if values:
         if max_position > len(values):
             raise ValueError(
