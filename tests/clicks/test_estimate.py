@@ -8,12 +8,20 @@ import numpy as np
 import pytest
 
 from ctxrank.api import LambdaMARTRanker
+from ctxrank.clicks.click_models import PositionBasedModel
 from ctxrank.clicks.estimate import estimate_propensities, training_curve
 from ctxrank.clicks.propensity import Propensities
+from ctxrank.clicks.simulate import simulate_clicks
+from ctxrank.clicks.validation import log_objective
 from ctxrank.config import PROPENSITIES, RunConfig, TrainConfig, read_propensity_file
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.run import run_training
+from ctxrank.tune import tune
 from tests.clicks.test_propensity import simulate_pbm
+from tests.clicks.test_validation import K, labelled
+
+# the tiny fits are under-trained on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::ctxrank.training.diagnostics.TrainingWarning")
 
 
 def _ips(propensity, **train):
@@ -119,3 +127,24 @@ def test_lambdamart_estimator_estimates_from_its_log(tmp_path, few_resamples):
     est.save(tmp_path / "lm")
     saved = Propensities.from_json((tmp_path / "lm" / "propensity.json").read_text())
     assert saved.method == "regression_em" and saved.n_positions == 6
+
+
+def test_tune_scores_every_trial_by_the_estimate_of_the_training_log(tmp_path):
+    data = labelled()
+    model = PositionBasedModel(eta=1.0, eps_minus=0.1)
+
+    def shuffled(sessions, seed):
+        return simulate_clicks(
+            data, data.features[:, 1], model, sessions=sessions, top_k=K, randomize="shuffle_top",
+            shuffle_n=K, seed=seed,
+        ).log  # fmt: skip
+
+    train, valid = shuffled(400, 4), shuffled(60, 5)
+    tc = {"max_epochs": 1, "metric": "ndcg@4", "debias": "ips", "propensity": "estimate:randomized"}
+    result = tune({"model": "listnet", "transform": "none", "train": tc}, train, valid, out=tmp_path / "t",
+                  trials=1, prune=False)  # fmt: skip
+    (trial,) = result.study.trials
+    curve = training_curve(estimate_propensities(train, "randomized", seed=0), 100.0)
+    objective = log_objective("ndcg@4", valid, debias="ips", propensity=curve, clip=100.0)
+    again = run_training(result.best, train, valid, None, progress=False).predictor.predict(valid)
+    assert trial.value == pytest.approx(objective.value(valid, again), rel=1e-6)
