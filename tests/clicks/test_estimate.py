@@ -14,11 +14,13 @@ from ctxrank.clicks.propensity import Propensities
 from ctxrank.clicks.simulate import simulate_clicks
 from ctxrank.clicks.validation import log_objective
 from ctxrank.config import PROPENSITIES, RunConfig, TrainConfig, read_propensity_file
+from ctxrank.experiments import load_spec
 from ctxrank.training.checkpoint import load_model
 from ctxrank.training.run import run_training
 from ctxrank.tune import tune
 from tests.clicks.test_propensity import simulate_pbm
 from tests.clicks.test_validation import K, labelled
+from tests.experiments.test_clicks_spec import CLICKS, MODELS, _spec
 
 # the tiny fits are under-trained on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::ctxrank.training.diagnostics.TrainingWarning")
@@ -148,3 +150,25 @@ def test_tune_scores_every_trial_by_the_estimate_of_the_training_log(tmp_path):
     objective = log_objective("ndcg@4", valid, debias="ips", propensity=curve, clip=100.0)
     again = run_training(result.best, train, valid, None, progress=False).predictor.predict(valid)
     assert trial.value == pytest.approx(objective.value(valid, again), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("clicks", "refused"),
+    [
+        ("", True),
+        ('randomize = "shuffle_top"\nshuffle_n = 4', True),
+        ('randomize = "shuffle_top"\nshuffle_n = 6', False),
+    ],
+    ids=["not-randomised", "top-4-of-6", "shuffled-whole"],
+)
+def test_a_spec_refuses_estimate_randomized_on_a_log_not_shuffled_whole(tmp_path, clicks, refused):
+    MODELS["mlp-est"] = 'model = "mlp"\ntrain = { debias = "ips", propensity = "estimate:randomized" }'
+    try:
+        path = _spec(tmp_path, clicks=CLICKS + clicks)
+        if refused:
+            with pytest.raises(ValueError, match=r"\[models.mlp-est\] .*shuffle_n >= top_k = 6"):
+                load_spec(str(path))
+        else:
+            assert load_spec(str(path)).run_config("mlp-est", 0).train.propensity == "estimate:randomized"
+    finally:
+        del MODELS["mlp-est"]
