@@ -336,6 +336,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("baselines/ranksvm.py", "sklearn"): SKLEARN,
     ("clicks/validation.py", "ctxrank.clicks.offline"): ESTIMATORS,
     ("clicks/validation.py", "ctxrank.clicks.propensity"): ESTIMATORS,
+    ("training/run.py", "ctxrank.clicks.estimate"): "the click-log estimators (SciPy, scikit-learn) load "
+    "when a run estimates its propensities from its training log (train.propensity = 'estimate:...')",
     ("config.py", "ctxrank.clicks.propensity"): "public API: a propensities file (train.propensity) is read "
     "by its estimators' module (SciPy, scikit-learn), loaded only when a run config names one",
     ("cli/__init__.py", "ctxrank.data.sources"): "the data options' flags, read only to write a library "

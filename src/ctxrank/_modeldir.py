@@ -65,6 +65,7 @@ MODEL_ENTRIES = (
     "train_log.jsonl",
     "test_metrics.json",
     "training_curves.png",
+    "propensity.json",
     "initial",
     "resume",
 )

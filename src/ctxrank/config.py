@@ -53,7 +53,7 @@ from ctxrank._checks import (
 from ctxrank._declare import NON_NEGATIVE_INT, POSITIVE_INT, SEED, THREADS, declared_as, field_default, option
 from ctxrank._memory import AUTO
 from ctxrank._overrides import Override, parse_override, set_path
-from ctxrank.clicks.weighting import DEBIAS, check_propensity
+from ctxrank.clicks.weighting import DEBIAS, ESTIMATES, check_propensity, estimate_method
 from ctxrank.data.lists import DEFAULT_TOP_K
 from ctxrank.data.transforms import TRANSFORMS
 from ctxrank.losses import LOSSES
@@ -64,9 +64,12 @@ from ctxrank.registry import FULL_BATCH_TRAIN_KEYS, MODELS, get_model
 MAX_PROPENSITY_FILE_BYTES = 1 << 20
 
 
-def _propensities(text: str) -> tuple[float, ...]:
+def _propensities(text: str) -> tuple[float, ...] | str:
     """``--propensity 1,0.5,0.33``: the comma-separated examination probabilities of positions 1, 2, ...;
+    one of :data:`~ctxrank.clicks.weighting.ESTIMATES` (estimated from the training log, kept as text);
     any other text is the path of a propensities JSON file (:func:`read_propensity_file`)."""
+    if estimate_method(text) is not None:
+        return text
     if not re.fullmatch(r"[\s\d.,eE+-]+", text):
         return read_propensity_file(text)
     try:
@@ -188,7 +191,11 @@ class TrainConfig:
         propensity: ``"ips"``: the examination probability of each shown position ``1, 2, ...`` (values in
             ``(0, 1]``; the log may show no item beyond them), or the path of a propensities JSON file
             (``ctxrank clicks propensity --out``), read when the config is built and replaced by its
-            values (so a saved config holds the values); or empty with ``propensity_eta``.
+            values (so a saved config holds the values); or ``"estimate:randomized"`` /
+            ``"estimate:regression-em"``: estimated from the training log before training
+            (``ctxrank.clicks.estimate``; kept as given in a saved config, the estimate with its
+            confidence intervals in the fit summary's ``propensity`` and the model's
+            ``propensity.json``); or empty with ``propensity_eta``.
         propensity_eta: ``"ips"``: the propensities ``(1 / k)^eta`` of the position-based model.
         propensity_clip: the largest inverse-propensity weight (propensities below ``1 / clip`` count
             as ``1 / clip``); None: no cap.
@@ -221,11 +228,12 @@ class TrainConfig:
         "its tree-side analogue) (train.debias)",
         choices=DEBIAS,
     )  # fmt: skip
-    propensity: tuple[float, ...] = option(
+    propensity: tuple[float, ...] | str = option(
         (), "--propensity",
-        "ips: the examination probability of shown positions 1, 2, ... (comma-separated), or a propensities "
-        "JSON file (ctxrank clicks propensity --out)",
-        parse=PROPENSITIES, metavar="P1,P2,...|FILE",
+        "ips: the examination probability of shown positions 1, 2, ... (comma-separated), a propensities "
+        f"JSON file (ctxrank clicks propensity --out), or {' / '.join(ESTIMATES)}: estimated from the "
+        "training log before training (saved with the model as propensity.json)",
+        parse=PROPENSITIES, metavar="P1,P2,...|FILE|estimate:METHOD",
     )  # fmt: skip
     propensity_eta: float | None = option(
         None, "--propensity-eta", "ips: propensities (1/k)^ETA of the position-based model",
@@ -238,7 +246,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choice("train.debias", self.debias, DEBIAS)
-        if isinstance(self.propensity, str):  # a propensities file: its values, so a saved config holds them
+        if isinstance(self.propensity, str) and estimate_method(self.propensity) is None:
+            # a propensities file: its values, so a saved config holds them
             object.__setattr__(self, "propensity", read_propensity_file(self.propensity))
         check_propensity(self.propensity, self.propensity_eta, self.propensity_clip)
         if self.debias != "ips" and (self.propensity or self.propensity_eta is not None):

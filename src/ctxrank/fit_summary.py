@@ -67,7 +67,8 @@ class FitSummary(Mapping[str, Any]):
     ``validation_metric``, its name in a few words for messages (``"IPS estimate of DCG@10"``,
     ``"ndcg@10 of the clicks of a log"``: ``LogObjective.name``); both None (not written) on labelled
     data, where it is ``metric`` of the labels (:attr:`valid_metric_name`). A record written before
-    ``validation_metric`` existed gets it from ``validation`` when read.
+    ``validation_metric`` existed gets it from ``validation`` when read. ``propensity``: the
+    propensities estimated from the training log with their intervals (not written when given).
     """
 
     metric: str | None = None
@@ -118,6 +119,9 @@ class FitSummary(Mapping[str, Any]):
     # validation on an interaction log
     validation: str | None = None
     validation_metric: str | None = None
+    #: the propensities estimated from the training log (``train.propensity = "estimate:METHOD"``), as
+    #: ``ctxrank.clicks.propensity.Propensities.to_json`` writes them (values, intervals, method)
+    propensity: dict[str, Any] | None = None
     #: keys of a record written by another version, kept as they came
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -211,32 +215,34 @@ def _json_value(value: Any) -> Any:
 #: the field that marks a kind of fit -> (its keys in JSON order, its keys written even when null)
 _KINDS = {
     "ensemble": (
-        "ensemble seeds metric best_valid_metric members warnings seconds validation validation_metric",
+        "ensemble seeds metric best_valid_metric members warnings seconds validation validation_metric "
+        "propensity",
         "best_valid_metric",
     ),
     "fit": (
         "fit solver l2 log_likelihood valid_log_likelihood metric best_valid_metric separation mle_exists "
         "tried converged stop iterations max_abs_gradient l2_grid_edge warnings fit_seconds train_metric "
-        "initial_valid_metric best_epoch residual seconds validation validation_metric",
+        "initial_valid_metric best_epoch residual seconds validation validation_metric propensity",
         "valid_log_likelihood best_valid_metric separation mle_exists l2_grid_edge",
     ),
     "best_epoch": (
         "best_epoch best_valid_metric metric epochs_run stopped_early seconds resumed_from_epoch batching "
-        "warnings initial_valid_metric residual model_config validation validation_metric",
+        "warnings initial_valid_metric residual model_config validation validation_metric propensity",
         "resumed_from_epoch",
     ),
     "best_iteration": (
-        "best_iteration metric best_valid_metric warnings train_metric seconds validation validation_metric",
+        "best_iteration metric best_valid_metric warnings train_metric seconds validation validation_metric "
+        "propensity",
         "best_valid_metric",
     ),
     "C": (
         "C metric best_valid_metric grid n_pairs converged warnings train_metric seconds validation "
-        "validation_metric",
+        "validation_metric propensity",
         "best_valid_metric",
     ),
     "best_round": (
         "best_round rounds_run metric selected_on best_valid_metric best_train_metric features_used "
-        "stop_reason warnings train_metric seconds validation validation_metric",
+        "stop_reason warnings train_metric seconds validation validation_metric propensity",
         "",
     ),
 }

@@ -30,6 +30,7 @@ from ctxrank.baselines.adarank import AdaRank
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.baselines.ranksvm import RankSVM
 from ctxrank.clicks.validation import log_objective
+from ctxrank.clicks.weighting import estimate_method
 from ctxrank.fit_summary import FitSummary, TrainMetric
 from ctxrank.losses import LOSSES
 from ctxrank.metrics import mean_over_queries, parse_metric
@@ -426,7 +427,10 @@ class Baseline:
                 f"debiased by {', '.join(f'train.{k}' for k in DEBIAS_TRAIN_KEYS)} (train.debias: "
                 f"{self._debias_values()})"
             )
-        self.build(config.model_params, config.train, debiased=True)
+        train = config.train
+        if estimate_method(train.propensity) is not None:  # the curve comes with the training log
+            train = dataclasses.replace(train, propensity=(1.0,))
+        self.build(config.model_params, train, debiased=True)
 
     def resolved_params(self, model_params: Mapping[str, Any]) -> dict[str, Any]:
         """Its constructor's parameters, leaving out those ``[train]`` fills (``seed`` / ``threads``)

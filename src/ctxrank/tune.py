@@ -84,7 +84,12 @@ from ctxrank.training.diagnostics import TrainingWarning
 from ctxrank.training.loop import NonFiniteLossError, validation_objective
 from ctxrank.training.rerank import InitialRankers
 from ctxrank.training.resume import fingerprint
-from ctxrank.training.run import ROW_ORDER_WARNING, run_training, validation_metric
+from ctxrank.training.run import (
+    ROW_ORDER_WARNING,
+    run_training,
+    validation_metric,
+    with_estimated_propensities,
+)
 
 __all__ = [
     "KINDS",
@@ -593,7 +598,8 @@ def tune(
     out = Path(out)
     name = study_name or config.model
     sampler_seed = config.train.seed if seed is None else seed
-    objective = validation_objective(config.train, train, valid)  # None: labelled validation
+    # None: labelled validation; propensities estimated from the training log score every trial
+    objective = validation_objective(with_estimated_propensities(config, train)[0].train, train, valid)
     if objective is not None and objective.learned and isinstance(get_model(config.model), Baseline):
         raise ValueError(
             f"tune {config.model} on a click log with train.debias = {config.train.debias!r}: LightGBM's "

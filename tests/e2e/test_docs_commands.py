@@ -495,6 +495,8 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--query-col session --label-col click --group-col query "
     "--docid-col item --position-col position "
     "--debias ips --propensity propensity.json --out runs/clicks-ips": Run(),
+    f"ctxrank train --model lambdamart --data randomized.csv {LOG} "
+    "--debias ips --propensity estimate:randomized --out runs/clicks-estimated": Run(),
     "ctxrank clicks offline randomized.csv "
     "--query-col session --label-col click --group-col query "
     "--docid-col item --position-col position "
@@ -510,6 +512,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank evaluate --model runs/qilcm-ips --dataset mq2008 --fold 1 --split test": Run(),
     "ctxrank evaluate --model runs/lambdamart-ips --dataset mq2008 --fold 1 --split test": Run(),
     "ctxrank export --model runs/qilcm-ips --format onnx --out qilcm-ips.onnx": Run(),
+    "ctxrank synth clicks --dataset mq2008 --fold 1 --split train --sessions 20000 --randomize shuffle_top "
+    "--shuffle-n 10 --seed 2 --out randomized-train.csv": Run(("--sessions", "300")),
+    f"ctxrank train --model lambdamart --data randomized-train.csv {LOG} "
+    "--debias ips --propensity estimate:randomized --out runs/lambdamart-estimated": Run(),
     "ctxrank synth clicks --dataset mq2008 --fold 1 --split test --sessions 20000 --randomize shuffle_top "
     "--shuffle-n 10 --seed 1 --out randomized.csv": Run(("--sessions", "300")),
     f"ctxrank clicks propensity randomized.csv {LOG} --method randomized --out propensity.json": Run(),

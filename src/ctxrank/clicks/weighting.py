@@ -34,8 +34,10 @@ from ctxrank._propensity import curve, is_clip, is_eta, is_probability
 
 __all__ = [
     "DEBIAS",
+    "ESTIMATES",
     "TOWER_METHODS",
     "check_propensity",
+    "estimate_method",
     "ips_weights",
     "normalise_weights",
     "propensity_table",
@@ -46,15 +48,37 @@ __all__ = [
 DEBIAS: tuple[str, ...] = ("none", "ips", "dla", "pal")
 #: the ``train.debias`` values that learn a position tower (as deep as the training log's deepest position)
 TOWER_METHODS: tuple[str, ...] = ("dla", "pal")
+#: ``train.propensity`` values that estimate the propensities from the training log before training
+#: (``ctxrank.clicks.estimate``): by randomised sessions or by regression-EM, as
+#: ``ctxrank clicks propensity --method`` names them
+ESTIMATES: tuple[str, ...] = ("estimate:randomized", "estimate:regression-em")
+
+
+def estimate_method(propensity: object) -> str | None:
+    """The estimator named by ``train.propensity`` (``"randomized"`` / ``"regression-em"``), None for
+    given values; a text starting with ``estimate:`` that names no estimator is an error listing them."""
+    if not isinstance(propensity, str) or not propensity.startswith("estimate:"):
+        return None
+    if propensity not in ESTIMATES:
+        hint = (
+            " (harvesting needs each session's logging ranker: estimate with `ctxrank clicks propensity "
+            "--method harvesting --ranker-col COL --out FILE`, then give the FILE)"
+            if propensity == "estimate:harvesting"
+            else ""
+        )
+        raise ValueError(f"train.propensity: expected one of {list(ESTIMATES)}, got {propensity!r}{hint}")
+    return propensity.removeprefix("estimate:")
 
 
 def check_propensity(values: Sequence[float], eta: float | None, clip: float | None) -> None:
     """Validate ``train.propensity`` (per-position values in ``(0, 1]``), ``train.propensity_eta``
     (``> 0``, finite) and ``train.propensity_clip`` (``>= 1``, finite, or None); errors name them. Python
-    numbers only (a NumPy float32 is refused): a run config is written as TOML."""
-    if not isinstance(values, (tuple, list)):
+    numbers only (a NumPy float32 is refused): a run config is written as TOML. ``values`` may instead be
+    one of :data:`ESTIMATES` (estimated from the training log)."""
+    estimated = estimate_method(values) is not None
+    if not estimated and not isinstance(values, (tuple, list)):
         raise TypeError(f"train.propensity must be a list of numbers, got {type(values).__name__}")
-    for k, p in enumerate(values, 1):
+    for k, p in enumerate(() if estimated else values, 1):
         if not (_python_number(p) and is_probability(p)):
             raise ValueError(
                 f"train.propensity: the examination probability of position {k} must be a number in "
@@ -79,6 +103,11 @@ def propensity_table(values: Sequence[float], eta: float | None, max_position: i
 
     The seam of propensities estimated from a log (``ctxrank.clicks.propensity``): such an estimate is
     passed here as ``values``."""
+    if estimate_method(values) is not None:  # ctxrank.training.run resolves it before any fit
+        raise ValueError(
+            f"train.propensity = {values!r} is estimated from a training log: no log was given to estimate "
+            "it from"
+        )
     if values:
         if max_position > len(values):
             raise ValueError(

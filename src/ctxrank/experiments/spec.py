@@ -795,6 +795,7 @@ class ExperimentSpec:
             clicks=clicks,
         )
         spec.resolved_folds()  # unknown dataset or fold -> error now, not after an hour
+        _check_estimates(spec)
         report = _report(_table(d, "report"), list(models), split_protocol(spec), spec.is_choice)
         return dataclasses.replace(spec, report=report)
 
@@ -818,6 +819,25 @@ def _check_clicks(
         )
     if initial:
         raise _fail("clicks", f'every model ranks whole lists: set [protocol] initial = "" (got {initial!r})')
+
+
+def _check_estimates(spec: ExperimentSpec) -> None:
+    """A click-trained model with ``train.propensity = "estimate:randomized"`` needs ``[clicks]`` to
+    shuffle every training list whole (``ctxrank.clicks.estimate``): refused now, not in each run."""
+    c = spec.clicks
+    if c is None or (c.randomize == "shuffle_top" and c.shuffle_n is not None and c.shuffle_n >= c.top_k):
+        return
+    for model in spec.models:
+        if (
+            c.labels(model) == "clicks"
+            and spec.run_config(model, 0).train.propensity == "estimate:randomized"
+        ):
+            raise _fail(
+                f"models.{model}",
+                "train.propensity = 'estimate:randomized' compares positions whose items were shuffled: "
+                f"set [clicks] randomize = 'shuffle_top' with shuffle_n >= top_k = {c.top_k} (got randomize "
+                f"= {c.randomize!r}, shuffle_n = {c.shuffle_n!r}), or use 'estimate:regression-em'",
+            )
 
 
 def _run_settings(threads: Any, protocol: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,7 @@ import torch
 from ctxrank._checks import OptionError
 from ctxrank._io import atomic_write, dumps
 from ctxrank.clicks.validation import LogObjective
+from ctxrank.clicks.weighting import estimate_method
 from ctxrank.config import RunConfig
 from ctxrank.data.choice import shuffle_within_queries, sorted_feature_columns
 from ctxrank.data.ranking_data import RankingData
@@ -101,10 +102,12 @@ __all__ = [
     "run_training",
     "save_result",
     "validation_metric",
+    "with_estimated_propensities",
 ]
 
 EVAL_METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "map")
 INITIAL_DIR = "initial"
+PROPENSITY_FILE = "propensity.json"  #: a model directory's propensities estimated from its training log
 
 
 @dataclass
@@ -231,6 +234,7 @@ def run_training(
     if isinstance(train, ShardStream):
         check_streaming(config, train)
     meta = _check_data(config, train, valid, test, meta, log)
+    given, (config, estimated) = config, with_estimated_propensities(config, train, log)
     entry = get_model(config.model)
     if metrics is None:  # the task's metrics: choice data (one chosen item a query) or graded relevance
         choice = test is not None and is_choice_data(test.labels, test.query_offsets)
@@ -250,7 +254,10 @@ def run_training(
             state_dir=state_dir,
             resume=resume,
         )
-        return _ensemble_result(config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0)
+        return _ensemble_result(
+            config, members, valid, test, out=out, meta=meta, evaluate=evaluate, t0=t0, given=given,
+            estimated=estimated,
+        )  # fmt: skip
     train_neural = functools.partial(
         _train_neural,
         initial=initial,
@@ -263,8 +270,10 @@ def run_training(
     )
     fitted = entry.fit(config, train, valid, train_neural=train_neural)
     result = RunResult(
-        config=config,
-        summary=dataclasses.replace(fitted.summary, seconds=time.perf_counter() - t0),
+        config=given,
+        summary=dataclasses.replace(
+            fitted.summary, seconds=time.perf_counter() - t0, propensity=_record(estimated)
+        ),
         predictor=fitted.predictor,
         history=fitted.history,
         layout=fitted.layout,
@@ -274,6 +283,39 @@ def run_training(
     if test is not None:
         _evaluate_test(result, test, evaluate)
     return result
+
+
+def with_estimated_propensities(
+    config: RunConfig, train: RankingData | ShardStream, log: Any = None
+) -> tuple[RunConfig, Any]:
+    """``(config the fit reads, estimate)``: with ``train.propensity = "estimate:METHOD"``, the training
+    log's propensities estimated first (:func:`ctxrank.clicks.estimate.estimate_propensities`, seeded by
+    ``train.seed``) and ``config`` with their values (:func:`~ctxrank.clicks.estimate.training_curve`)
+    for the IPS weights and the validation estimate; otherwise ``(config, None)``."""
+    tc = config.train
+    method = estimate_method(tc.propensity)
+    if method is None:
+        return config, None
+    from ctxrank.clicks.estimate import estimate_propensities, training_curve
+
+    made = estimate_propensities(train, method, seed=tc.seed)
+    curve = training_curve(made, tc.propensity_clip)
+    if log is not None:
+        level = f"{made.confidence:.0%}"
+        points = ", ".join(
+            f"{k}: {v:.3f} [{lo:.3f}, {hi:.3f}]"
+            for k, (v, lo, hi) in enumerate(zip(made.values, made.lower, made.upper, strict=True), 1)
+        )
+        log(
+            f"propensities estimated from the training log by {method} ({made.sessions:,} sessions; "
+            f"p_k / p_1 with {level} intervals): {points}"
+        )
+    return dataclasses.replace(config, train=dataclasses.replace(tc, propensity=curve)), made
+
+
+def _record(estimated: Any) -> dict[str, Any] | None:
+    """The fit summary's ``propensity``: the estimate as its JSON file holds it (None when given)."""
+    return None if estimated is None else json.loads(estimated.to_json())
 
 
 def _train_neural(
@@ -371,8 +413,12 @@ def _ensemble_result(
     meta: dict[str, Any] | None,
     evaluate: Callable[[np.ndarray, RankingData], dict[str, np.ndarray]],
     t0: float,
+    given: RunConfig,
+    estimated: Any,
 ) -> RunResult:
-    """The mean of the members' scores: its validation metric (full queries), saved directory, test."""
+    """The mean of the members' scores: its validation metric (full queries), saved directory, test.
+    ``config``: what the members were fitted with; ``given``: the run's config as given (saved), which
+    differs by estimated propensities (``estimated``)."""
     predictor = EnsemblePredictor([m.predictor for m in members])
     tc = config.train
     scores, objective = predictor.predict(valid), validation_objective(tc, None, valid)
@@ -391,11 +437,13 @@ def _ensemble_result(
         seconds=time.perf_counter() - t0,
         validation=None if objective is None else objective.describe(),
         validation_metric=None if objective is None else objective.name,
+        propensity=_record(estimated),
     )
     if out is not None:
         members_dirs = [member_dir(i) for i in range(len(members))]
-        save_ensemble(out, config, members_dirs, predictor, summary.to_json(), meta)
-    result = RunResult(config=config, summary=summary, predictor=predictor)
+        save_ensemble(out, given, members_dirs, predictor, summary.to_json(), meta)
+        _save_propensity(out, summary)
+    result = RunResult(config=given, summary=summary, predictor=predictor)
     if test is not None:
         _evaluate_test(result, test, evaluate)
     return result
@@ -656,6 +704,7 @@ def save_result(
         raise ValueError("this RunResult has no layout of its training data; it cannot be saved")
     summary = result.summary.to_json()
     result.predictor.save_model_dir(out, config, summary=summary, layout=result.layout, extra=meta)
+    _save_propensity(out, result.summary)
     if write_log and result.history and "train_loss" in result.history[0]:
         text = "".join(dumps(r, indent=None) + "\n" for r in result.history)
         atomic_write(out / "train_log.jsonl", lambda tmp: tmp.write_text(text))
@@ -664,6 +713,14 @@ def save_result(
         result.history, out / CURVES_FILE, title=f"{config.model}: training curves", x_label=unit
     )
     return out
+
+
+def _save_propensity(out: Path, summary: FitSummary) -> None:
+    """``out/propensity.json``: the propensities estimated from the training log (the fit summary's
+    ``propensity``), the file ``train.propensity`` and ``ctxrank clicks offline --propensity`` read."""
+    if summary.propensity is not None:
+        text = json.dumps(summary.propensity) + "\n"
+        atomic_write(out / PROPENSITY_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _evaluate_test(
