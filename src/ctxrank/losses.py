@@ -39,8 +39,11 @@ with clicks ``c`` drawn by the position-based model, ``P(c_i = 1) = p(rank_i) r_
   ``w c / sum w c``: numerator unbiased, the list's sum of labels estimated by the same clicks, a
   self-normalised ratio), SoftRank, LambdaLoss, ApproxNDCG and NeuralNDCG with ``gain="linear"``
   (``DCG`` is linear in the labels; the ideal DCG normaliser is estimated by the same clicks). With one
-  click per list the normaliser cancels the weight of that list's click: the debiasing then acts across
-  lists through the batch-level self-normalisation of the weights (``ctxrank.clicks.weighting``).
+  click per list the normaliser cancels the weight of that list's click, and no batch-level scale
+  brings it back: on such lists (every session of a cascade user) the weighted loss is the unweighted
+  one, and IPS does not debias. AttRank (the psi-normalised target over the clicked items) behaves the
+  same way. The per-click weighted form of Ai et al. 2018 (the list's loss scaled by its weighted
+  clicks) is not implemented.
 * **standard practice only** (no unbiasedness claim: the loss is not linear in the labels): ListNet
   with ``"exp"`` / ``"exp2"`` targets, the ``exp2`` gains (``2^(w c) - 1``), AttRank (a softmax of the
   labels), ListMLE (the label order: weights only reorder the clicked items), RankNet (the pair set

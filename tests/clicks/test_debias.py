@@ -287,3 +287,24 @@ def test_a_log_streamed_from_shards_trains_debiased_as_in_memory(tmp_path, debia
         losses[mode] = result.history[0]["train_loss"]
         assert np.isfinite(predict(m, truth)).all()
     assert losses["none"] != losses[debias]
+
+
+def test_a_lists_only_click_has_its_weight_cancelled_by_per_list_normalised_losses():
+    """The limitation docs/clicks.md states: on lists with one click, the losses that normalise each list
+    by its own labels give the same loss with and without IPS weights; ListNet's default ``exp`` target
+    does see them."""
+    from ctxrank.losses import get_loss
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(4, 6, generator=g, requires_grad=True)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    clicks = torch.zeros(4, 6)
+    clicks[torch.arange(4), torch.tensor([0, 2, 5, 3])] = 1.0
+    weights = 1.0 + 4.0 * torch.rand(4, 6, generator=g)
+    for name, params in [("attrank", {}), ("listnet", {"label_transform": "identity"}), ("lambdaloss", {})]:
+        loss = get_loss(name)
+        plain = loss(scores, clicks, mask, **params)
+        weighted = loss(scores, clicks, mask, weights=weights, **params)
+        torch.testing.assert_close(weighted, plain, msg=name)
+    listnet = get_loss("listnet")
+    assert not torch.allclose(listnet(scores, clicks, mask), listnet(scores, clicks, mask, weights=weights))
