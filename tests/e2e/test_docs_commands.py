@@ -332,6 +332,11 @@ class Elsewhere:
 MSLR_CLICKS = (
     "tests/experiments/test_synth_letor_spec.py::test_the_documented_click_experiment_on_mslr_shaped_lists"
 )
+#: the click experiments docs/clicks.md shows beside clicks-mq2008: specs built, equal to their evidence's
+CLICK_CONDITIONS = (
+    "tests/experiments/test_clicks_spec.py"
+    "::test_each_documented_click_condition_is_the_spec_its_evidence_stores"
+)
 EPOCH1 = ("--set", "train.max_epochs=1")
 FOLD1 = ("mq2008-fold1",)  # the fixture writing train.txt, vali.txt, test.txt
 #: any built-in spec whose models do not set their own train.max_epochs (docs/experiments.md)
@@ -573,6 +578,11 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment qilcm-table2-splits": Run(smoke("qilcm-table2-splits")),
     "ctxrank experiment my.toml --out results/my": Run(SMOKE, files=("my.toml",)),
     "ctxrank experiment context-pays --threads 1": Run(smoke("context-pays")),
+    # docs/clicks.md: the other click conditions (each spec's fingerprint is its stored evidence's)
+    "ctxrank experiment clicks-mq2008 --set name=clicks-mq2008-cascade --set clicks.click_model=cascade "
+    "--set 'clicks.params={eps_minus=0.1, eps_plus=1.0}' --set 'title=Learning from simulated clicks "
+    "(cascade model, noise 0.1) on MQ2008: naive vs IPS vs DLA vs PAL vs LightGBM debiasing vs the "
+    "skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
     "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
     "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
     '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '

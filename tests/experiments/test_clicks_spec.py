@@ -1,6 +1,7 @@
 """[clicks]: experiments whose models learn from click logs simulated from each run's splits."""
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from ctxrank.data.synth import write_synthetic_letor
 from ctxrank.experiments import builtin_names, load_spec, run_experiment
 from ctxrank.experiments.evidence import SPEC, spec_from_record
 from ctxrank.experiments.runner import load_unit
+from tests.conftest import REPO
 
 FAST = "max_epochs = 1, batch_size = 16"
 FAST_NEURAL = f"train = {{ {FAST} }}"
@@ -140,3 +142,36 @@ def test_a_tiny_clicks_experiment_records_the_method_and_one_log_per_run(tmp_pat
         "lambdamart-pal": ("clicks", "pal"),
         "lambdamart-skyline": ("true", "skyline"),
     }
+
+
+def _documented_conditions() -> list[list[str]]:
+    """The ``--set`` / ``--dataset`` arguments of each click experiment docs/clicks.md runs beside
+    ``clicks-mq2008`` (``ctxrank experiment clicks-mq2008 --set name=...``), as spec overrides."""
+    text = (REPO / "docs" / "clicks.md").read_text(encoding="utf-8")
+    found = []
+    for line in text.splitlines():
+        if not line.startswith("ctxrank experiment clicks-mq2008 ") or "--set name=" not in line:
+            continue
+        argv, overrides = shlex.split(line)[3:], []
+        for flag, value in zip(argv[::2], argv[1::2], strict=True):
+            assert flag in ("--set", "--dataset", "--threads", "--jobs"), (flag, line)
+            if flag == "--set":
+                overrides.append(value)
+            elif flag == "--dataset":
+                overrides.append(f"data.dataset={value}")
+        found.append(overrides)
+    return found
+
+
+def test_each_documented_click_condition_is_the_spec_its_evidence_stores():
+    """Every other click model, eta or dataset docs/clicks.md shows builds the spec (fingerprint) its
+    evidence directory ``evidence/NAME`` records, and that evidence is published there."""
+    conditions = _documented_conditions()
+    assert conditions, "docs/clicks.md shows no other click condition"
+    text = (REPO / "docs" / "clicks.md").read_text(encoding="utf-8")
+    published = text.split("<!-- evidence debiasing on ndcg@10: ")[1].split(" -->")[0].split()
+    for overrides in conditions:
+        spec = load_spec("clicks-mq2008", overrides)
+        record = json.loads((REPO / "evidence" / spec.name / "spec.json").read_text())
+        assert spec.fingerprint() == record["fingerprint"], spec.name
+        assert spec.name in published, spec.name
