@@ -583,6 +583,9 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "--set 'clicks.params={eps_minus=0.1, eps_plus=1.0}' --set 'title=Learning from simulated clicks "
     "(cascade model, noise 0.1) on MQ2008: naive vs IPS vs DLA vs PAL vs LightGBM debiasing vs the "
     "skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
+    "ctxrank experiment clicks-mq2008 --dataset ohsumed --set name=clicks-ohsumed --set 'title=Learning "
+    "from simulated clicks (PBM eta 1, noise 0.1) on OHSUMED: naive vs IPS vs DLA vs PAL vs LightGBM "
+    "debiasing vs the skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
     "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
     "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
     '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '

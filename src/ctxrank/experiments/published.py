@@ -244,7 +244,10 @@ def _gap_closed(res: dict[str, Any], run: str, metric: str) -> str:
     family = next((f for f in families(res["spec"]) if run in f.methods.values()), None)
     if family is None:
         raise ValueError(f"{res['name']}: {run!r} is no debiased run of a model with a naive run")
-    means = {m: float(_mean(res, m, metric)) for m in (run, family.naive, family.skyline) if m}
+    runs = [m for m in (run, family.naive, family.skyline) if m]
+    for m in runs:
+        _mean(res, m, metric)  # each present, or a clear error
+    means = {m: res["table"][m][metric]["mean"] for m in runs}  # unrounded, as the debiasing table
     closed = gap_closed(means, family, run)
     if closed is None:
         raise ValueError(f"{res['name']}: {family.model} has no skyline above its naive run on {metric}")
