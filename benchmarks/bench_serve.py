@@ -404,10 +404,15 @@ def main(argv=None) -> int:
 
 # ------------------------------------------------------------------ the stored run (evidence/bench/)
 #: the served routes of a run's JSON (its keys) and their rows' labels
-SERVED_LABELS = {"served": "HTTP /rank (JSON)", "served_v2": "HTTP /v2 infer (binary tensors)"}
+SERVED_LABELS = {
+    "served": "HTTP /rank (JSON)",
+    "served_v2": "HTTP /v2 infer (binary tensors, httpx)",
+    "served_v2_tritonclient": "HTTP /v2 infer (binary tensors, tritonclient)",
+}
 VERDICT_LABELS = {
     "one_client_p50_over_in_process": "HTTP /rank (JSON)",
-    "v2_one_client_p50_over_in_process": "HTTP /v2 infer (binary tensors)",
+    "v2_one_client_p50_over_in_process": "HTTP /v2 infer (binary tensors, httpx)",
+    "v2_tritonclient_one_client_p50_over_in_process": "HTTP /v2 infer (binary tensors, tritonclient)",
 }
 
 
@@ -455,15 +460,16 @@ def block_text(names: str) -> str:
 
 
 def evidence_problems(blob: dict) -> list[str]:
-    """What a run lacks to be stored as evidence (empty: nothing): 1, 8 and 64 clients on both routes,
-    the target and both one-client ratios."""
+    """What a run lacks to be stored as evidence (empty: nothing): 1, 8 and 64 clients on each route and
+    client, the target and every one-client ratio."""
     problems = []
     for key in SERVED_LABELS:
         clients = sorted(blob.get(key, {}), key=int)
         if clients != ["1", "8", "64"]:
             problems.append(f"{key}: clients {clients}, expected 1, 8, 64")
     if set(blob.get("verdicts", {})) != set(VERDICT_LABELS):
-        problems.append(f"one-client ratios {sorted(blob.get('verdicts', {}))}, expected both routes")
+        found = sorted(blob.get("verdicts", {}))
+        problems.append(f"one-client ratios {found}, expected {sorted(VERDICT_LABELS)}")
     if blob.get("target_one_client_over_in_process") is None or not blob.get("code"):
         problems.append("no target or code recorded")
     return problems
