@@ -41,8 +41,6 @@ from _report import (
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-# the Ray workers started below import this checkout's ctxrank too
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
 
 N_FEATURES = 46
 REFERENCE = "single process (reference)"
@@ -103,6 +101,10 @@ def main(argv=None) -> int:
         work = Path(tmp)
         setup(work, queries, args.items, args.shards)
         t0 = time.perf_counter()
+        # the Ray workers import this checkout's ctxrank too (set here, when the benchmark runs, never when
+        # the module is imported: a test importing it must not change its process's environment)
+        src = str(ROOT / "src")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         ray_start_s = time.perf_counter() - t0
         ray.data.DataContext.get_current().enable_progress_bars = False

@@ -268,3 +268,20 @@ def test_gpu_checks_stops_at_once_without_cuda(tmp_path):
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 2 and "no CUDA device visible to torch" in proc.stderr
+
+
+def test_importing_the_benchmarks_leaves_the_environment_alone():
+    """A benchmark module changes nothing in its importer's environment (bench_batch_predict set
+    PYTHONPATH at import, and a later test's ``pip`` then found the source tree instead of the wheel)."""
+    import os
+    import subprocess
+
+    code = (
+        "import os, sys; before = dict(os.environ); sys.path.insert(0, 'benchmarks'); "
+        "import cpu_evidence; [__import__(s.script) for s in cpu_evidence.STORED]; "
+        "print(sorted(set(os.environ.items()) ^ set(before.items())))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

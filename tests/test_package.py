@@ -139,12 +139,14 @@ def test_the_wheel_installed_in_a_fresh_environment_trains_and_predicts(dist, tm
     ).stdout.strip()  # fmt: skip
     outer = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
     Path(site, "outer_packages.pth").write_text("".join(f"{p}\n" for p in outer))
+    # no PYTHONPATH for pip either: a source tree on it (its egg-info) would make the wheel "already
+    # satisfied" and leave the new environment without ctxrank
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
          "--no-index", str(_wheel(dist))],
-        check=True,
+        check=True, env=env,
     )  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
 
     def run(*argv: str) -> str:
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
