@@ -312,6 +312,12 @@ def lengths_of(kind: str, B: int, L: int) -> list[int] | None:
     return np.random.default_rng(0).integers(max(1, L // 5), L + 1, size=B).tolist()
 
 
+def row_spec(args, row: str, lengths: list[int] | None) -> dict:
+    """What :func:`build_step` (and :func:`step_case`: ``repeats``, ``warmup``) read of one row."""
+    keys = ("allrank", "batch", "items", "features", "threads", "repeats", "warmup", "device")
+    return {"row": row, **{k: getattr(args, k) for k in keys}, "lengths": lengths}
+
+
 def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[dict]]:
     """Every row, ``args.rounds`` times, interleaved (a drift of the machine's load reaches every row)."""
     runs: dict[str, list[dict]] = {}
@@ -319,20 +325,8 @@ def run_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, list[di
         lengths = lengths_of(kind, args.batch, args.items)
         for rnd in range(args.rounds):
             for row in rows:
-                spec = {
-                    "row": row,
-                    "allrank": args.allrank,
-                    "batch": args.batch,
-                    "items": args.items,
-                    "features": args.features,
-                    "lengths": lengths,
-                    "threads": args.threads,
-                    "repeats": args.repeats,
-                    "warmup": args.warmup,
-                    "device": args.device,
-                }
                 key = f"{row_label(row)}, {kind}"
-                r = run_case(Path(__file__), spec, args.isolate, step_case)
+                r = run_case(Path(__file__), row_spec(args, row, lengths), args.isolate, step_case)
                 runs.setdefault(key, []).append({"row": row, "lengths": kind, "shape": lengths, **r})
                 print(f"  round {rnd + 1}, {key}: median {r['median_s'] * 1000:.1f} ms", flush=True)
     return runs
@@ -350,17 +344,7 @@ def alternate_rows(args, rows: list[str], kinds: tuple[str, ...]) -> dict[str, l
         lengths = lengths_of(kind, args.batch, args.items)
         built = {}
         for row in rows:
-            spec = {
-                "row": row,
-                "allrank": args.allrank,
-                "batch": args.batch,
-                "items": args.items,
-                "features": args.features,
-                "lengths": lengths,
-                "threads": args.threads,
-                "device": args.device,
-            }
-            step, model = build_step(spec)
+            step, model = build_step(row_spec(args, row, lengths))
             for _ in range(args.warmup):
                 step()
             built[row] = (step, sum(p.numel() for p in model.parameters()), [])
