@@ -22,14 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxrank.clicks.weighting import DEBIAS
 from ctxrank.experiments import stats
 from ctxrank.experiments.evidence import restore_runs
 from ctxrank.experiments.report import _fmt_p, _pair, collect, run_means
 
 __all__ = ["Family", "debiasing_table", "families", "gap_closed"]
 
-#: the order of the method columns (``train.debias``); LambdaMART's ``pal`` is LightGBM's own debiasing
-METHODS = ("ips", "dla", "pal")
+#: the method columns: every ``train.debias`` but naive training, in its order (LambdaMART's ``pal`` is
+#: LightGBM's own debiasing)
+METHODS = tuple(m for m in DEBIAS if m != "none")
 
 
 @dataclass(frozen=True)
