@@ -143,6 +143,9 @@ class _Lists:
         rel: ``(B, L)`` bool, real item with label > 0.
         contrib: ``(B,)`` bool, the list has a relevant item.
         nan: ``(B,)`` bool, NaN score or label on a real item.
+        scale: ``(B,)`` the list's weight, the mean weight of its labels ``sum_i w_i y_i / sum_i y_i``
+            (1 without weights or without a label ``> 0``); :meth:`reduce` multiplies each list's value
+            by it (module docstring, "Weights").
     """
 
     def __init__(
@@ -158,8 +161,13 @@ class _Lists:
         self.mask = mask
         self.s = torch.where(mask, scores.to(self.dtype), zero)  # (B, L)
         self.y = torch.where(mask, labels.to(self.dtype), zero)  # (B, L)
+        self.scale = torch.ones(mask.shape[0], dtype=self.dtype, device=scores.device)  # (B,)
         if weights is not None:
+            unweighted = self.y.sum(-1)  # (B,)
             self.y = self.y * _item_weights(weights, mask, self.dtype)
+            if bool(torch.isinf(self.y).any()):
+                raise ValueError("weights times labels overflow the work dtype: cap the weights (a clip)")
+            self.scale = torch.where(unweighted > 0, _safe_div(self.y.sum(-1), unweighted), self.scale)
         bad = torch.isnan(scores) | torch.isnan(labels)
         self.nan = (bad & mask).any(-1)  # (B,)
         if bool((self.y < 0).any()):
@@ -178,7 +186,7 @@ class _Lists:
         """Zero non-contributing lists, make NaN lists NaN, and apply the reduction."""
         zero = torch.zeros((), dtype=per_list.dtype, device=per_list.device)
         per_list = per_list + self.s[:, :0].sum(-1)  # keeps the graph (zero gradient) if nothing is real
-        out = torch.where(self.contrib, per_list, zero)
+        out = torch.where(self.contrib, per_list * self.scale.to(per_list.dtype), zero)
         out = torch.where(self.nan, torch.full_like(zero, float("nan")), out)
         if reduction == "none":
             return out
