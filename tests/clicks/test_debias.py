@@ -371,7 +371,9 @@ def test_weighted_losses_stay_finite_on_edge_lists(name, dtype):
     most ``2^(w c)`` gains allow in float32) give finite values and gradients, 0 for the list without a
     click."""
     scores = torch.tensor(
-        [[0.5, -1.0, 2.0], [1.0, 0.0, 0.0], [3.0, 1.0, -2.0], [0.1, 0.2, 0.3]], dtype=dtype, requires_grad=True
+        [[0.5, -1.0, 2.0], [1.0, 0.0, 0.0], [3.0, 1.0, -2.0], [0.1, 0.2, 0.3]],
+        dtype=dtype,
+        requires_grad=True,
     )
     mask = torch.tensor([[True, True, True], [True, False, False], [True, True, False], [True] * 3])
     clicks = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 0, 1]], dtype=dtype)
