@@ -28,19 +28,19 @@ Conventions shared by all of them:
   for a list that would otherwise not contribute: a real NaN is never hidden.
 
 **Weights** (every loss of the registry, one mechanism, :class:`_Lists`): ``weights=w``, a float
-``(B, L)`` tensor ``>= 0`` (finite on real items; padding ignored), acts twice: it multiplies the labels,
-``y' = w * y``, and each list's value is multiplied by the mean weight of its labels,
-``m = sum_i w_i y_i / sum_i y_i`` (:meth:`_Lists.reduce`). So a list's value is ``m * L(s, w * y)``:
-with one click (a cascade user's session) ``L(s, w e_i) = L(s, e_i)`` for every loss that normalises a
-list by its own labels, and the value is ``w_i * L(s, e_i)``: the click's weight scales that click's
-contribution, as in the inverse-propensity-weighted (IRW) loss of Ai, Bi, Luo, Guo & Croft 2018 (SIGIR,
-"Unbiased Learning to Rank with Unbiased Propensity Estimation", eq. 6, ``sum_{clicked i} l(f, x_i) /
-P(o_i = 1)``) and the IPS risk of Joachims, Swaminathan & Schnabel 2017 (WSDM, eq. 5). The ULTRA toolkit
+``(B, L)`` tensor ``>= 0`` (finite on real items; padding ignored), splits into a list's weight, the mean
+weight of its labels ``m = sum_i w_i y_i / sum_i y_i``, which multiplies the list's value
+(:meth:`_Lists.reduce`), and relative weights ``w / m``, which multiply the labels (mean 1 over the
+list's labels). So a list's value is ``m * L(s, (w / m) * y)``, and with one click (a cascade user's
+session) ``w_i * L(s, e_i)`` for every loss: the click's weight scales that click's contribution, as in
+the inverse-propensity-weighted (IRW) loss of Ai, Bi, Luo, Guo & Croft 2018 (SIGIR, "Unbiased Learning to
+Rank with Unbiased Propensity Estimation", eq. 6, ``sum_{clicked i} l(f, x_i) / P(o_i = 1)``) and the IPS
+risk of Joachims, Swaminathan & Schnabel 2017 (WSDM, eq. 5). The ULTRA toolkit
 (``ULTR-Community/ULTRA_pytorch``, ``BaseAlgorithm.softmax_loss``) applies its ``propensity_weights``
-the same way to the softmax loss: the target normalised over the weighted clicks, the list's cross entropy
-multiplied back by the list's weighted click sum; dividing by the list's unweighted label sum instead
-keeps weights of all ones exactly the unweighted loss. Its use is inverse-propensity scoring of a click
-log (``ctxrank.clicks.weighting``): with clicks ``c`` drawn by the position-based model,
+the same way to the softmax loss: the target normalised over the weighted clicks, the list's cross
+entropy multiplied back by the list's weighted click sum; dividing that sum by the list's unweighted
+label sum keeps weights of all ones exactly the unweighted loss. Its use is inverse-propensity scoring
+of a click log (``ctxrank.clicks.weighting``): with clicks ``c`` drawn by the position-based model,
 ``P(c_i = 1) = p(rank_i) r_i``, ``E[c_i / p(rank_i)] = r_i`` (Wang et al. 2016, SIGIR). Per loss, what
 the weighted clicks estimate:
 
@@ -51,15 +51,13 @@ the weighted clicks estimate:
   learning). The list's value itself divides by the click count, a per-list self-normalisation (exact
   when a list has one click).
 * **per click, exactly, on one-click lists; standard practice on lists with several clicks**: every
-  other loss. On one click the value is ``w_i`` times the unweighted loss (ListNet with ``"exp2"``,
-  AttRank (every form: the psi-normalised target over the clicks), SoftRank, LambdaLoss, ApproxNDCG
-  and NeuralNDCG (any gain: the ideal DCG normaliser), ListMLE (the label order), RankNet (the pairs of
-  the click)); with several clicks the weights also reweight the clicks within the list, through the
-  labels, and the NDCG losses (``IDCG(w c) - DCG(s, w c)`` is not linear in ``w c``) and the
-  exponential targets and gains are not unbiased. ListNet's ``"exp"`` target ``softmax(w c)`` sees the
-  weight inside the target too. ``exp2`` gains of heavily weighted clicks grow as ``2^(w c)`` (finite in
-  float32 for ``w c < 128``, which the weights' cap keeps for 0/1 clicks); labels times weights that
-  overflow the work dtype are refused.
+  other loss (ListNet's ``"exp"`` and ``"exp2"`` targets, AttRank in every form, SoftRank, LambdaLoss,
+  ApproxNDCG, NeuralNDCG, ListMLE, RankNet, whose pairs of a lone click are then weighted by its weight
+  as in ULTRA's pairwise loss). With several clicks the relative weights reweight the clicks within the
+  list through the labels; the NDCG losses (``IDCG - DCG`` of the weighted clicks is not linear in
+  them), the exponential targets and gains and the order-based losses are then not unbiased. The
+  relative weights of 0/1 clicks are at most the list's click count, so ``2^(w c / m)`` gains stay
+  small; weights whose products with the labels overflow the work dtype are refused.
 
 Weights of all ones give exactly the unweighted loss (tested for every loss).
 
@@ -153,9 +151,10 @@ class _Lists:
         rel: ``(B, L)`` bool, real item with label > 0.
         contrib: ``(B,)`` bool, the list has a relevant item.
         nan: ``(B,)`` bool, NaN score or label on a real item.
-        scale: ``(B,)`` the list's weight, the mean weight of its labels ``sum_i w_i y_i / sum_i y_i``
+        scale: ``(B,)`` the list's weight, the mean weight of its labels ``m = sum_i w_i y_i / sum_i y_i``
             (1 without weights or without a label ``> 0``); :meth:`reduce` multiplies each list's value
-            by it (module docstring, "Weights").
+            by it, and ``y`` holds the labels times the relative weights ``w / m`` (module docstring,
+            "Weights").
     """
 
     def __init__(
@@ -173,11 +172,13 @@ class _Lists:
         self.y = torch.where(mask, labels.to(self.dtype), zero)  # (B, L)
         self.scale = torch.ones(mask.shape[0], dtype=self.dtype, device=scores.device)  # (B,)
         if weights is not None:
-            unweighted = self.y.sum(-1)  # (B,)
-            self.y = self.y * _item_weights(weights, mask, self.dtype)
-            if bool(torch.isinf(self.y).any()):
+            w = _item_weights(weights, mask, self.dtype)
+            mass = (w * self.y).sum(-1)  # (B,)
+            if bool(torch.isinf(mass).any()):
                 raise ValueError("weights times labels overflow the work dtype: cap the weights (a clip)")
-            self.scale = torch.where(unweighted > 0, _safe_div(self.y.sum(-1), unweighted), self.scale)
+            total = self.y.sum(-1)  # (B,)
+            self.scale = torch.where(total > 0, _safe_div(mass, total), self.scale)
+            self.y = self.y * _safe_div(w, self.scale[:, None])  # a zero scale has zero weights on labels
         bad = torch.isnan(scores) | torch.isnan(labels)
         self.nan = (bad & mask).any(-1)  # (B,)
         if bool((self.y < 0).any()):
@@ -272,11 +273,11 @@ def listnet(
         temperature: ``> 0``; divides the scores (not the labels).
         label_transform: how labels become ``P_y``: ``"exp"`` = ``softmax(y)`` (ListNet's ``phi = exp``,
             default), ``"identity"`` = ``y / sum y``, ``"exp2"`` = ``(2^y - 1) / sum (2^y - 1)``.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). With ``"identity"``, the list's value times its click count is the IRW softmax loss of
-            Ai et al. 2018, an unbiased estimate of the full-information loss times the list's relevance sum;
-            the other targets: per click on one-click lists, standard practice otherwise.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). With ``"identity"``, the list's value times its click count is the IRW
+            softmax loss of Ai et al. 2018, an unbiased estimate of the full-information loss times the list's
+            relevance sum; the other targets: per click on one-click lists, standard practice otherwise.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -338,10 +339,10 @@ def listmle(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         generator: random tie-breaking; ``None`` = by position.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value; with several
-            clicks the weights reorder them (standard practice, no unbiasedness).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the weights reorder them (standard practice, no unbiasedness).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -412,11 +413,11 @@ def attrank(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         form: ``"qilcm"``, ``"dlcm"`` or ``"dlcm_code"``.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value (the psi-normalised
-            target is the click); with several clicks the target ``softmax(w c)`` is not linear in the
-            weighted clicks (standard practice, no unbiasedness).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value (the
+            psi-normalised target is the click); with several clicks the target ``softmax(w c)`` is not linear
+            in the weighted clicks (standard practice, no unbiasedness).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -551,10 +552,11 @@ def softrank(
         sigma: noise standard deviation, ``> 0``.
         k: NDCG cutoff (``None`` = whole list; ``k > L`` = whole list).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value; with several
-            clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice (biased).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -628,10 +630,11 @@ def ranknet(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         sigma: ``> 0``, the steepness of the sigmoid.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: each of the click's pairs weighted by the click's weight (as
-            ULTRA's pairwise loss); with several clicks the weights reorder them (standard practice).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: each of the click's pairs weighted by the click's
+            weight (as ULTRA's pairwise loss); with several clicks the weights reorder them (standard
+            practice).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -691,11 +694,11 @@ def lambdaloss(
         mu: ``>= 0``, the weight of NDCG-Loss2's ``delta_ij`` against LambdaRank's ``rho_ij``
             (default 10, allRank's).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value; with several
-            clicks the ideal-DCG normaliser and ``|G_i - G_j|`` of the weighted clicks make it standard
-            practice (biased).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser and ``|G_i - G_j|`` of the weighted clicks make it
+            standard practice (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -747,10 +750,11 @@ def approxndcg(
         mask: ``(B, L)`` bool, True = real item.
         alpha: ``> 0``, the sigmoid's scale (larger = closer to the true rank, steeper gradients).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value; with several
-            clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice (biased).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -854,10 +858,11 @@ def neuralndcg(
         gain: ``"exp2"`` or ``"linear"``.
         transposed: the transposed variant.
         sinkhorn_iters: ``>= 0`` Sinkhorn iterations (0 = NeuralSort's row-stochastic matrix as is).
-        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: they
-            multiply the labels and each list's value is scaled by its labels' mean weight (module docstring,
-            "Weights"). On a one-click list: the click's weight times the unweighted value; with several
-            clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice (biased).
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
