@@ -19,7 +19,7 @@ to Rank with Selection Bias in Personal Search", eq. 4; Joachims, Swaminathan & 
    click, and normalising within it would cancel its weight. With ``p(k) <= 1``, ``v >= 1`` and a
    normalised weight is at most ``min(clip, n)``.
 
-The losses multiply the labels by the weights and each list's value by the mean weight of its clicks
+The losses multiply each list's value by the mean weight ``m`` of its clicks and its labels by ``w / m``
 (``ctxrank.losses``, "Weights": the per-click weighted form of Ai et al. 2018), so only the weights of
 clicked items matter; the weights of the others are computed the same way. The batch self-normalisation
 stays right with that form: a loss is proportional to the scale of the weights,
