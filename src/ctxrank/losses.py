@@ -27,29 +27,37 @@ Conventions shared by all of them:
 * **NaN.** A NaN score or label on a real item makes that list's value NaN (also in means and sums), even
   for a list that would otherwise not contribute: a real NaN is never hidden.
 
-**Weights** (every loss of the registry, one mechanism): ``weights=w``, a float ``(B, L)`` tensor ``>= 0``
-(finite on real items; padding ignored), multiplies the labels before anything else, ``y' = w * y``
-(:class:`_Lists`). Its use is inverse-propensity scoring of a click log (``ctxrank.clicks.weighting``):
-with clicks ``c`` drawn by the position-based model, ``P(c_i = 1) = p(rank_i) r_i``, the weighted click
-``c_i / p(rank_i)`` has expectation ``r_i`` (Wang et al. 2016, SIGIR; Joachims, Swaminathan & Schnabel
-2017, WSDM). So a loss *linear in the labels* gets an unbiased estimate of its full-information value
-(true relevance ``r``). Per loss, what the weighted clicks give:
+**Weights** (every loss of the registry, one mechanism, :class:`_Lists`): ``weights=w``, a float
+``(B, L)`` tensor ``>= 0`` (finite on real items; padding ignored), splits into a list's weight, the mean
+weight of its labels ``m = sum_i w_i y_i / sum_i y_i``, which multiplies the list's value
+(:meth:`_Lists.reduce`), and relative weights ``w / m``, which multiply the labels (mean 1 over the
+list's labels). So a list's value is ``m * L(s, (w / m) * y)``, and with one click (a cascade user's
+session) ``w_i * L(s, e_i)`` for every loss: the click's weight scales that click's contribution, as in
+the inverse-propensity-weighted (IRW) loss of Ai, Bi, Luo, Guo & Croft 2018 (SIGIR, "Unbiased Learning to
+Rank with Unbiased Propensity Estimation", eq. 6, ``sum_{clicked i} l(f, x_i) / P(o_i = 1)``) and the IPS
+risk of Joachims, Swaminathan & Schnabel 2017 (WSDM, eq. 5). The ULTRA toolkit
+(``ULTR-Community/ULTRA_pytorch``, ``BaseAlgorithm.softmax_loss``) applies its ``propensity_weights``
+the same way to the softmax loss: the target normalised over the weighted clicks, the list's cross
+entropy multiplied back by the list's weighted click sum; dividing that sum by the list's unweighted
+label sum keeps weights of all ones exactly the unweighted loss. Its use is inverse-propensity scoring
+of a click log (``ctxrank.clicks.weighting``): with clicks ``c`` drawn by the position-based model,
+``P(c_i = 1) = p(rank_i) r_i``, ``E[c_i / p(rank_i)] = r_i`` (Wang et al. 2016, SIGIR). Per loss, what
+the weighted clicks estimate:
 
-* **unbiased, up to a per-list normaliser**: ListNet with ``label_transform="identity"`` (the target
-  ``w c / sum w c``: numerator unbiased, the list's sum of labels estimated by the same clicks, a
-  self-normalised ratio), SoftRank, LambdaLoss, ApproxNDCG and NeuralNDCG with ``gain="linear"``
-  (``DCG`` is linear in the labels; the ideal DCG normaliser is estimated by the same clicks). With one
-  click per list the normaliser cancels the weight of that list's click, and no batch-level scale
-  brings it back: on such lists (every session of a cascade user) the weighted loss is the unweighted
-  one, and IPS does not debias. AttRank (the psi-normalised target over the clicked items) behaves the
-  same way. The per-click weighted form of Ai et al. 2018 (the list's loss scaled by its weighted
-  clicks) is not implemented.
-* **standard practice only** (no unbiasedness claim: the loss is not linear in the labels): ListNet
-  with ``"exp"`` / ``"exp2"`` targets, the ``exp2`` gains (``2^(w c) - 1``), AttRank (a softmax of the
-  labels), ListMLE (the label order: weights only reorder the clicked items), RankNet (the pair set
-  ``y_i > y_j``; weights change the order among clicked items, not the pair weights). For clicks use the
-  linear forms; ``exp2`` gains of heavily weighted clicks grow as ``2^(w c)`` (finite in float32 for
-  ``w c < 128``, which the weights' cap keeps for 0/1 clicks).
+* **unbiased** (exact): ListNet with ``label_transform="identity"``. ``sum_i y_i`` times the list's
+  value is ``sum_i w_i c_i (-log softmax(s)_i)``, the IRW softmax loss (Ai et al. 2018, eq. 6 with
+  their softmax ``l``), whose expectation over the clicks is ``R_q L_q(r)``: the full-information loss
+  times the list's relevance sum ``R_q = sum_i r_i`` (the objective ``sum_q R_q L_q`` of dual
+  learning). The list's value itself divides by the click count, a per-list self-normalisation (exact
+  when a list has one click).
+* **per click, exactly, on one-click lists; standard practice on lists with several clicks**: every
+  other loss (ListNet's ``"exp"`` and ``"exp2"`` targets, AttRank in every form, SoftRank, LambdaLoss,
+  ApproxNDCG, NeuralNDCG, ListMLE, RankNet, whose pairs of a lone click are then weighted by its weight
+  as in ULTRA's pairwise loss). With several clicks the relative weights reweight the clicks within the
+  list through the labels; the NDCG losses (``IDCG - DCG`` of the weighted clicks is not linear in
+  them), the exponential targets and gains and the order-based losses are then not unbiased. The
+  relative weights of 0/1 clicks are at most the list's click count, so ``2^(w c / m)`` gains stay
+  small; weights whose products with the labels overflow the work dtype are refused.
 
 Weights of all ones give exactly the unweighted loss (tested for every loss).
 
@@ -143,6 +151,10 @@ class _Lists:
         rel: ``(B, L)`` bool, real item with label > 0.
         contrib: ``(B,)`` bool, the list has a relevant item.
         nan: ``(B,)`` bool, NaN score or label on a real item.
+        scale: ``(B,)`` the list's weight, the mean weight of its labels ``m = sum_i w_i y_i / sum_i y_i``
+            (1 without weights or without a label ``> 0``); :meth:`reduce` multiplies each list's value
+            by it, and ``y`` holds the labels times the relative weights ``w / m`` (module docstring,
+            "Weights").
     """
 
     def __init__(
@@ -158,8 +170,15 @@ class _Lists:
         self.mask = mask
         self.s = torch.where(mask, scores.to(self.dtype), zero)  # (B, L)
         self.y = torch.where(mask, labels.to(self.dtype), zero)  # (B, L)
+        self.scale = torch.ones(mask.shape[0], dtype=self.dtype, device=scores.device)  # (B,)
         if weights is not None:
-            self.y = self.y * _item_weights(weights, mask, self.dtype)
+            w = _item_weights(weights, mask, self.dtype)
+            mass = (w * self.y).sum(-1)  # (B,)
+            if bool(torch.isinf(mass).any()):
+                raise ValueError("weights times labels overflow the work dtype: cap the weights (a clip)")
+            total = self.y.sum(-1)  # (B,)
+            self.scale = torch.where(total > 0, _safe_div(mass, total), self.scale)
+            self.y = self.y * _safe_div(w, self.scale[:, None])  # a zero scale has zero weights on labels
         bad = torch.isnan(scores) | torch.isnan(labels)
         self.nan = (bad & mask).any(-1)  # (B,)
         if bool((self.y < 0).any()):
@@ -178,7 +197,7 @@ class _Lists:
         """Zero non-contributing lists, make NaN lists NaN, and apply the reduction."""
         zero = torch.zeros((), dtype=per_list.dtype, device=per_list.device)
         per_list = per_list + self.s[:, :0].sum(-1)  # keeps the graph (zero gradient) if nothing is real
-        out = torch.where(self.contrib, per_list, zero)
+        out = torch.where(self.contrib, per_list * self.scale.to(per_list.dtype), zero)
         out = torch.where(self.nan, torch.full_like(zero, float("nan")), out)
         if reduction == "none":
             return out
@@ -254,8 +273,11 @@ def listnet(
         temperature: ``> 0``; divides the scores (not the labels).
         label_transform: how labels become ``P_y``: ``"exp"`` = ``softmax(y)`` (ListNet's ``phi = exp``,
             default), ``"identity"`` = ``y / sum y``, ``"exp2"`` = ``(2^y - 1) / sum (2^y - 1)``.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). With ``"identity"``, the list's value times its click count is the IRW
+            softmax loss of Ai et al. 2018, an unbiased estimate of the full-information loss times the list's
+            relevance sum; the other targets: per click on one-click lists, standard practice otherwise.
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -317,8 +339,10 @@ def listmle(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         generator: random tie-breaking; ``None`` = by position.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the weights reorder them (standard practice, no unbiasedness).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -389,8 +413,11 @@ def attrank(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         form: ``"qilcm"``, ``"dlcm"`` or ``"dlcm_code"``.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value (the
+            psi-normalised target is the click); with several clicks the target ``softmax(w c)`` is not linear
+            in the weighted clicks (standard practice, no unbiasedness).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -525,8 +552,11 @@ def softrank(
         sigma: noise standard deviation, ``> 0``.
         k: NDCG cutoff (``None`` = whole list; ``k > L`` = whole list).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -600,8 +630,11 @@ def ranknet(
         labels: ``(B, L)`` graded labels ``>= 0``.
         mask: ``(B, L)`` bool, True = real item.
         sigma: ``> 0``, the steepness of the sigmoid.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: each of the click's pairs weighted by the click's
+            weight (as ULTRA's pairwise loss); with several clicks the weights reorder them (standard
+            practice).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -661,8 +694,11 @@ def lambdaloss(
         mu: ``>= 0``, the weight of NDCG-Loss2's ``delta_ij`` against LambdaRank's ``rho_ij``
             (default 10, allRank's).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser and ``|G_i - G_j|`` of the weighted clicks make it
+            standard practice (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -714,8 +750,11 @@ def approxndcg(
         mask: ``(B, L)`` bool, True = real item.
         alpha: ``> 0``, the sigmoid's scale (larger = closer to the true rank, steeper gradients).
         gain: ``"exp2"`` or ``"linear"``.
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:
@@ -819,8 +858,11 @@ def neuralndcg(
         gain: ``"exp2"`` or ``"linear"``.
         transposed: the transposed variant.
         sinkhorn_iters: ``>= 0`` Sinkhorn iterations (0 = NeuralSort's row-stochastic matrix as is).
-        weights: ``(B, L)`` item weights ``>= 0`` multiplying the labels (inverse-propensity
-            weights of a click log: module docstring, "Weights"), or None.
+        weights: ``(B, L)`` item weights ``>= 0`` (inverse-propensity weights of a click log), or None: each
+            list's value is scaled by its labels' mean weight ``m`` and its labels by ``w / m`` (module
+            docstring, "Weights"). On a one-click list: the click's weight times the unweighted value; with
+            several clicks the ideal-DCG normaliser of the weighted clicks makes it standard practice
+            (biased).
         reduction: ``"mean"`` (over contributing lists), ``"sum"`` or ``"none"`` (``(B,)``).
 
     Returns:

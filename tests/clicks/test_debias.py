@@ -1,5 +1,6 @@
 """train.debias: inverse-propensity weights in every loss, the DLA and PAL position towers, the checks."""
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -163,6 +164,26 @@ def test_ips_dla_and_pal_rank_better_than_naive_training_on_a_pbm_log(seed):
         assert _ndcg(_train(log, valid, debias=debias, **extra), test) > naive + 0.03, debias
 
 
+@pytest.mark.parametrize("seed", [0, 2])
+def test_ips_with_the_softmax_loss_of_ai_et_al_debiases_a_pbm_log(seed):
+    """ListNet's ``identity`` target weighted per click (the IRW softmax loss) closes much of the gap
+    that position bias opens; a weighting cancelled by each list's normaliser closes little of it."""
+    log, _ = simulate_pbm_log(400, seed)
+    _, valid = simulate_pbm_log(100, seed + 100)
+    _, test = simulate_pbm_log(200, seed + 200)
+    ndcg = {}
+    for debias, extra in (("none", {}), ("ips", {"propensity_eta": 1.0})):
+        seed_everything(seed)
+        model = make_model("listnet", log.n_features, None)
+        cfg = TrainConfig(
+            batch_size=32, max_epochs=4, patience=4, lr=0.05, threads=1, seed=seed, debias=debias, **extra
+        )
+        softmax_loss = functools.partial(get_loss("listnet"), label_transform="identity")
+        fit(model, softmax_loss, log, valid, cfg, progress=False)
+        ndcg[debias] = _ndcg(model, test)
+    assert ndcg["ips"] > ndcg["none"] + 0.05, ndcg
+
+
 def test_dla_learns_decreasing_propensities():
     log, _ = simulate_pbm_log(400, 0, eta=1.0)
     seed_everything(0)
@@ -289,22 +310,112 @@ def test_a_log_streamed_from_shards_trains_debiased_as_in_memory(tmp_path, debia
     assert losses["none"] != losses[debias]
 
 
-def test_a_lists_only_click_has_its_weight_cancelled_by_per_list_normalised_losses():
-    """The limitation docs/clicks.md states: on lists with one click, the losses that normalise each list
-    by its own labels give the same loss with and without IPS weights; ListNet's default ``exp`` target
-    does see them."""
-    from ctxrank.losses import get_loss
+# every loss, with each option that changes how a list is normalised
+PER_CLICK = [
+    *[(name, {}) for name in sorted(LOSSES)],
+    ("listnet", {"label_transform": "identity"}),
+    ("listnet", {"label_transform": "exp2"}),
+    ("attrank", {"form": "dlcm"}),
+    ("attrank", {"form": "dlcm_code"}),
+    *[(name, {"gain": "linear"}) for name in ("softrank", "lambdaloss", "approxndcg", "neuralndcg")],
+]
 
+
+@pytest.mark.parametrize(("name", "params"), PER_CLICK)
+def test_a_lists_only_click_scales_its_lists_loss_by_its_weight(name, params):
+    """On lists with one click, a list's value and gradient are its click's weight times the unweighted
+    ones, also for the losses that normalise a list by its own labels (the target's sum, AttRank's
+    softmax over the clicks, the ideal DCG) and ListNet's default `exp` target."""
     g = torch.Generator().manual_seed(0)
-    scores = torch.randn(4, 6, generator=g, requires_grad=True)
+    scores = torch.randn(4, 6, generator=g, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(4, 6, dtype=torch.bool)
-    clicks = torch.zeros(4, 6)
-    clicks[torch.arange(4), torch.tensor([0, 2, 5, 3])] = 1.0
-    weights = 1.0 + 4.0 * torch.rand(4, 6, generator=g)
-    for name, params in [("attrank", {}), ("listnet", {"label_transform": "identity"}), ("lambdaloss", {})]:
-        loss = get_loss(name)
-        plain = loss(scores, clicks, mask, **params)
-        weighted = loss(scores, clicks, mask, weights=weights, **params)
-        torch.testing.assert_close(weighted, plain, msg=name)
+    clicks = torch.zeros(4, 6, dtype=torch.float64)
+    clicked = torch.tensor([0, 2, 5, 3])
+    clicks[torch.arange(4), clicked] = 1.0
+    weights = 1.0 + 4.0 * torch.rand(4, 6, generator=g, dtype=torch.float64)
+    loss = get_loss(name)
+    plain = loss(scores, clicks, mask, reduction="none", **params)
+    weighted = loss(scores, clicks, mask, weights=weights, reduction="none", **params)
+    click_weight = weights[torch.arange(4), clicked]
+    torch.testing.assert_close(weighted, click_weight * plain)
+    (grad,) = torch.autograd.grad((click_weight * plain).sum(), scores)
+    (grad_weighted,) = torch.autograd.grad(weighted.sum(), scores)
+    torch.testing.assert_close(grad_weighted, grad)
+    assert not torch.allclose(weighted.mean(), plain.mean())
+
+
+def _click_outcomes(examination, relevance):
+    """Every click vector ``(2^L, L)`` of one list under the position-based model, and its probability."""
+    n = examination.numel()
+    outcomes = torch.tensor([[(k >> i) & 1 for i in range(n)] for k in range(2**n)], dtype=torch.float64)
+    p_click = examination * relevance
+    prob = (outcomes * p_click + (1 - outcomes) * (1 - p_click)).prod(-1)
+    return outcomes, prob
+
+
+def test_the_inverse_propensity_weighted_softmax_loss_is_unbiased_exactly_on_a_pbm_list():
+    """Ai et al. 2018 (SIGIR), eq. 6: over every click outcome of a position-based-model list, the
+    expected IRW softmax loss ``sum_i c_i / p(k_i) * -log softmax(s)_i`` (ListNet's ``identity``
+    target: the list's value times its click count) equals the full-information one, ``sum_i r_i *
+    -log softmax(s)_i`` (the list's value on the true relevance times its relevance sum); so does its
+    gradient. Exact: the outcomes are enumerated, not sampled."""
+    examination = torch.tensor([1.0, 0.6, 0.3, 0.1], dtype=torch.float64)  # shown at positions 1..4
+    relevance = torch.tensor([0.2, 0.9, 0.5, 1.0], dtype=torch.float64)
+    scores = torch.tensor([[0.3, -1.2, 2.0, 0.5]], dtype=torch.float64, requires_grad=True)
+    outcomes, prob = _click_outcomes(examination, relevance)
+    mask = torch.ones(len(outcomes), 4, dtype=torch.bool)
     listnet = get_loss("listnet")
-    assert not torch.allclose(listnet(scores, clicks, mask), listnet(scores, clicks, mask, weights=weights))
+    per_outcome = listnet(
+        scores.expand(len(outcomes), 4), outcomes, mask, label_transform="identity",
+        weights=(1 / examination).expand(len(outcomes), 4), reduction="none",
+    )  # fmt: skip
+    expected = (prob * outcomes.sum(-1) * per_outcome).sum()
+    full = relevance.sum() * listnet(scores, relevance[None], mask[:1], label_transform="identity")
+    torch.testing.assert_close(expected, full)
+    (grad_expected,) = torch.autograd.grad(expected, scores)
+    (grad_full,) = torch.autograd.grad(full, scores)
+    torch.testing.assert_close(grad_expected, grad_full)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_weighted_losses_stay_finite_on_edge_lists(name, dtype):
+    """A list without a click, a one-item list, a padded list and weights at a large clip (100, the
+    most ``2^(w c)`` gains allow in float32) give finite values and gradients, 0 for the list without a
+    click."""
+    scores = torch.tensor(
+        [[0.5, -1.0, 2.0], [1.0, 0.0, 0.0], [3.0, 1.0, -2.0], [0.1, 0.2, 0.3]],
+        dtype=dtype,
+        requires_grad=True,
+    )
+    mask = torch.tensor([[True, True, True], [True, False, False], [True, True, False], [True] * 3])
+    clicks = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 0, 1]], dtype=dtype)
+    weights = torch.tensor([[100.0, 100, 100], [100, 1, 1], [1, 100, 1], [100, 1, 0.01]], dtype=dtype)
+    value = get_loss(name)(scores, clicks, mask, weights=weights, reduction="none")
+    (grad,) = torch.autograd.grad(value.sum(), scores)
+    assert torch.isfinite(value).all() and torch.isfinite(grad).all(), (value, grad)
+    assert value[0] == 0 and (grad[0] == 0).all()
+
+
+def test_weights_overflowing_the_labels_are_refused():
+    scores, mask = torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="overflow"):
+        get_loss("listnet")(scores, torch.tensor([[2.0, 0]]), mask, weights=torch.full((1, 2), 3e38))
+
+
+def test_ips_training_weighs_one_click_sessions():
+    """Through ``train.debias = "ips"``: on one-click sessions, the clicks shown low (small propensity)
+    weigh more than those shown on top, so the debiased loss differs from the naive one (batch
+    self-normalisation keeps the mean click weight 1, not each list's)."""
+    shown = torch.arange(1, 6).expand(3, 5)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    clicks = torch.zeros(3, 5)
+    clicks[torch.arange(3), torch.tensor([0, 1, 4])] = 1.0
+    scores = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    module = Debias("ips", 5, propensity=torch.as_tensor(propensity_table((), 1.0, 5)), clip=None)
+    for name in ("attrank", "lambdaloss"):
+        loss = get_loss(name)
+        naive = loss(scores, clicks, mask, reduction="none")
+        debiased = module.wrap(loss, shown)(scores, clicks, mask, reduction="none")
+        raw = torch.tensor([1.0, 2.0, 5.0])  # 1/p of the clicks' positions, normalised to mean 1
+        torch.testing.assert_close(debiased, naive * raw * 3 / raw.sum())

@@ -19,8 +19,13 @@ to Rank with Selection Bias in Personal Search", eq. 4; Joachims, Swaminathan & 
    click, and normalising within it would cancel its weight. With ``p(k) <= 1``, ``v >= 1`` and a
    normalised weight is at most ``min(clip, n)``.
 
-Only the weights of clicked items matter (the losses multiply the labels by them:
-``ctxrank.losses``, "Weights"); the weights of the others are computed the same way.
+The losses multiply each list's value by the mean weight ``m`` of its clicks and its labels by ``w / m``
+(``ctxrank.losses``, "Weights": the per-click weighted form of Ai et al. 2018), so only the weights of
+clicked items matter; the weights of the others are computed the same way. The batch self-normalisation
+stays right with that form: a loss is proportional to the scale of the weights,
+and on a batch of one-click lists the ``"mean"`` reduction is exactly the self-normalised
+estimate ``sum_q v_q L_q / sum_q v_q`` of the lists' losses ``L_q`` (``v_q``: the capped inverse
+propensity of list ``q``'s click).
 """
 
 from __future__ import annotations
