@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ctxrank.data.ranking_data import feature_hash_multipliers
-from ctxrank.training.rerank import graph_cut, graph_merge, graph_top_features, hash_limbs, take
+from ctxrank.training.rerank import graph_cut, graph_merge, graph_top_features, hash_weights, take
 from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
@@ -82,7 +82,7 @@ class RerankServing(nn.Module):
         self.reranker = reranker.eval()
         self.n_features, self.n_categorical = int(n_features), int(reranker.n_categorical)
         self.top_k, self.rank_feature, self.score_feature = spec.top_k, spec.rank_feature, spec.score_feature
-        self.register_buffer("hash_limbs", hash_limbs(feature_hash_multipliers(n_features)))
+        self.register_buffer("hash_weights", hash_weights(feature_hash_multipliers(n_features)))
 
     # the re-ranker's, for ctxrank.export's example inputs and messages
     @property
@@ -102,7 +102,7 @@ class RerankServing(nn.Module):
     ) -> torch.Tensor:
         mask = mask.bool()
         initial_scores = initial_scores.double()
-        cut = graph_cut(features, mask, initial_scores, self.hash_limbs, self.top_k)
+        cut = graph_cut(features, mask, initial_scores, self.hash_weights, self.top_k)
         top = graph_top_features(features, mask, initial_scores, cut, self.rank_feature, self.score_feature)
         inputs = [top, cut.kept_mask]
         if self.n_categorical:
