@@ -260,6 +260,25 @@ def test_tree_nodes_equal_lightgbm_bit_for_bit():
         np.testing.assert_array_equal(got[pos >= 0], ref[pos[pos >= 0]])  # bit for bit
 
 
+def test_values_at_lightgbms_zero_threshold_read_as_0_as_lightgbm_reads_them():
+    """LightGBM's ``kZeroThreshold`` is the float32 ``1e-35f`` (1.0000000180025095e-35 as a double):
+    ``-1e-35f`` reads as 0, not as a value at the split between negative values and 0."""
+    rng = np.random.default_rng(0)
+    x = rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), size=(400, 2))
+    labels = ((x[:, 0] >= 0).astype(np.float32) + (x[:, 0] > 0)).astype(np.float32)
+    train = RankingData(features=x, labels=labels, query_ids=np.array([f"q{i}" for i in range(40)]),
+                        query_offsets=np.arange(0, 401, 10))  # fmt: skip
+    model = LambdaMART(n_estimators=3, num_leaves=3, min_data_in_leaf=2).fit(train)
+    zero = np.float32(1e-35)
+    t = np.array([[-zero, 0], [zero, 0], [0, 0], [-np.nextafter(zero, np.float32(1)), 0]], dtype=np.float32)
+    test = RankingData(features=t, labels=np.zeros(4, dtype=np.float32), query_ids=np.array(["q"]),
+                       query_offsets=np.array([0, 4]))  # fmt: skip
+    got = _tree_session(model, 2, 0).run(None, {"features": t[None]})[0][0]
+    ref = model.predict(test)
+    assert ref[0] == ref[2] != ref[3]  # -1e-35f is 0 to LightGBM, the next float32 below is not
+    np.testing.assert_array_equal(got, ref)
+
+
 def _splits(dump):
     stack = [t["tree_structure"] for t in dump["tree_info"]]
     while stack:

@@ -178,10 +178,10 @@ def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     cast at opset 17). For ``|x| = (2^23 + M) 2^(E - 150)`` (normal) or ``M 2^-149`` (subnormal):
     ``e`` = ``floor(log2 |x|)`` or one less (float32's ``log`` with a margin of 0.01, far above its
     error), clipped to [-126, 126]; ``2^(1 - e)`` from float32's ``exp``, snapped to the exact power
-    (:func:`_nearest_power_of_two`); then ``n = |x| 2^(23 - e)`` is exact: ``2^23 + M`` (or ``M`` when subnormal) times 1 or 2, and
-    ``high = e + 126 (+ 1 when n >= 2^24)``, ``low = n (/ 2)``. ``-0.0`` keeps its sign bit; every NaN
-    gives the canonical quiet NaN ``0x7FC00000`` (the NaN of ctxrank's readers; ONNX cannot read a NaN's
-    sign or payload)."""
+    (:func:`_nearest_power_of_two`); then ``n = |x| 2^(23 - e)`` is exact: ``2^23 + M`` (or ``M`` when
+    subnormal) times 1 or 2, and ``high = e + 126 (+ 1 when n >= 2^24)``, ``low = n (/ 2)``. ``-0.0``
+    keeps its sign bit; every NaN gives the canonical quiet NaN ``0x7FC00000`` (the NaN of ctxrank's
+    readers; ONNX cannot read a NaN's sign or payload)."""
     x = x.float()
     a = x.abs()
     e = torch.floor(torch.log(torch.clamp(a, min=2.0**-126)) * (1.0 / _LN2) - 0.01).clamp(-126.0, 126.0)
@@ -343,10 +343,13 @@ def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x`` (B, L[, D]) at the positions ``index`` (B, M) of each row -> (B, M[, D])."""
+    """``x`` (B, L[, D]) at the positions ``index`` (B, M) of each row -> (B, M[, D]); with D, whole rows
+    of the flattened (B L, D) (ONNX ``Gather``, a copy per row, not one index per value)."""
     if x.dim() == 2:
         return torch.gather(x, 1, index)
-    return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    b, length = x.shape[0], x.shape[1]
+    rows = index + torch.arange(b, device=index.device).unsqueeze(1) * length
+    return x.reshape(b * length, x.shape[-1]).index_select(0, rows.reshape(-1)).reshape(b, -1, x.shape[-1])
 
 
 class GraphCut(NamedTuple):
@@ -422,7 +425,7 @@ def graph_merge(
     by_place = torch.where(row < top_k, torch.gather(kept_rank, 1, row.clamp(max=top_k - 1)), row)
     best = _best_over_interchangeable_graph(by_place, cut.order, features, mask, initial_scores)
     rank = torch.gather(best, 1, cut.place)  # back to the input's rows
-    return torch.where(mask, -rank.float(), torch.zeros_like(features[..., 0]))
+    return torch.where(mask, -rank.float(), 0.0)
 
 
 def _best_over_interchangeable_graph(
@@ -441,7 +444,7 @@ def _best_over_interchangeable_graph(
         & take(mask, order)
         & take(mask, previous)
         & (take(scores, order) == take(scores, previous))
-        & (take(features, order) == take(features, previous)).all(dim=-1)
+        & ((take(features, order) == take(features, previous)).float().amin(dim=-1) > 0)  # all equal
     )
     # the minimum of each run: sorted by (run, rank), a run's first sorted place holds it
     run, start, _ = _run_bounds(~same)
