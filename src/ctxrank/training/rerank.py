@@ -193,7 +193,7 @@ def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     finite = a <= _FLT_MAX  # not inf, not NaN
     low = torch.where(finite, low, torch.where(torch.isnan(x), 2.0**22, 0.0))
     high = torch.where(finite, high, 255.0)
-    negative = x + 1.0 / x < 0  # -0.0 too (1 / -0.0 = -inf), and -inf (-inf + -0.0)
+    negative = x + torch.reciprocal(x) < 0  # -0.0 too (1 / -0.0 = -inf), and -inf (-inf + -0.0)
     return torch.where(negative, high + 256.0, high), low
 
 
@@ -232,10 +232,6 @@ def hash_weights(mult: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(weights)
 
 
-def _floor_div(x: torch.Tensor, d: int) -> torch.Tensor:
-    return torch.div(x, d, rounding_mode="floor")
-
-
 def graph_feature_hash(features: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`ctxrank.data.ranking_data.feature_hash` of float32 rows (..., F) as ``(hash >> 32, hash &
     0xFFFFFFFF)`` int64 (...,), ``weights`` = :func:`hash_weights`: ``sum_f bits_f m_f mod 2^64`` with
@@ -247,10 +243,10 @@ def graph_feature_hash(features: torch.Tensor, weights: torch.Tensor) -> tuple[t
     bits = 64 // k
     sums = (torch.cat([high, low], dim=-1).double() @ weights).long()  # (..., 2K)
     limb_sums = sums[..., :k] + sums[..., k:] * 2**23  # (..., K): sum_f bits_f limb_j(m_f)
-    digits, carry = [], torch.zeros_like(sums[..., 0])
+    digits, carry = [], None
     for j in range(k):
-        total = limb_sums[..., j] + carry
-        carry = _floor_div(total, 2**bits)
+        total = limb_sums[..., j] if carry is None else limb_sums[..., j] + carry
+        carry = torch.div(total, 2**bits, rounding_mode="trunc")  # total >= 0: the floor, one ONNX Div
         digits.append(total - carry * 2**bits)  # bits j w .. (j + 1) w - 1 of the hash
 
     def half(part: list[torch.Tensor]) -> torch.Tensor:
