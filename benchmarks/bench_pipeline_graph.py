@@ -22,8 +22,8 @@ time per query of each row (the median over rounds) and the ratio graph / refere
 1.5, :data:`TARGET_GRAPH_OVER_REFERENCE`). ``values_max_abs_diff``: the graph's scores against
 ``load_model(dir).predict`` on the timed queries (``-rank``: 0 when the orders agree).
 
-    .venv/bin/python benchmarks/bench_pipeline_graph.py [--threads 2] [--rounds 5] [--cases mq2008 1000 tied-mq2008 tied-1000]
-        [--json FILE] [--quick]
+    .venv/bin/python benchmarks/bench_pipeline_graph.py [--threads 2] [--rounds 5]
+        [--cases mq2008 1000 tied-mq2008 tied-1000] [--json FILE] [--quick]
     .venv/bin/python benchmarks/bench_pipeline_graph.py --from-json FILE | --publish
 """
 
