@@ -197,7 +197,8 @@ def _list_name(r: dict) -> str:
     name = LIST_NAMES[r["case"].removeprefix("tied-")]
     if not r["case"].startswith("tied-"):
         return name
-    return f"{name}, {r['trees']} trees of 2 leaves ({100 * r['tied_items_share']:.0f}% of items tied)"
+    trees = f"{r['trees']} tree{'s' if r['trees'] != 1 else ''}"
+    return f"{name}, {trees} of 2 leaves ({100 * r['tied_items_share']:.0f}% of items tied)"
 
 
 def report_text(blob: dict) -> str:

@@ -262,7 +262,8 @@ def test_tree_nodes_equal_lightgbm_bit_for_bit():
 
 def test_values_at_lightgbms_zero_threshold_read_as_0_as_lightgbm_reads_them():
     """LightGBM's ``kZeroThreshold`` is the float32 ``1e-35f`` (1.0000000180025095e-35 as a double):
-    ``-1e-35f`` reads as 0, not as a value at the split between negative values and 0."""
+    ``-1e-35f`` reads as 0, not as a value at the split between negative values and 0. Trees without a
+    split that tells a tiny value from 0 get no zero test, and the same scores."""
     rng = np.random.default_rng(0)
     x = rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), size=(400, 2))
     labels = ((x[:, 0] >= 0).astype(np.float32) + (x[:, 0] > 0)).astype(np.float32)
@@ -277,6 +278,17 @@ def test_values_at_lightgbms_zero_threshold_read_as_0_as_lightgbm_reads_them():
     ref = model.predict(test)
     assert ref[0] == ref[2] != ref[3]  # -1e-35f is 0 to LightGBM, the next float32 below is not
     np.testing.assert_array_equal(got, ref)
+    # without its split at -1e-35f (x >= 0 in training) no decision tells a tiny value from 0: no zero test
+    names = {n.name for n in tree_nodes(model.booster_, model.best_iteration_, 2, 0)[0]}
+    assert "lgbm/zeroed" in names
+    x = np.abs(x)
+    model = LambdaMART(n_estimators=3, num_leaves=3, min_data_in_leaf=2).fit(train.with_features(x))
+    assert "lgbm/zeroed" not in {n.name for n in tree_nodes(model.booster_, model.best_iteration_, 2, 0)[0]}
+    t = np.array([[-zero, 0], [zero, 0], [0, 0], [-0.0, 0], [1e-36, 0], [1, 0]], dtype=np.float32)
+    test = RankingData(features=t, labels=np.zeros(6, dtype=np.float32), query_ids=np.array(["q"]),
+                       query_offsets=np.array([0, 6]))  # fmt: skip
+    got = _tree_session(model, 2, 0).run(None, {"features": t[None]})[0][0]
+    np.testing.assert_array_equal(got, model.predict(test))
 
 
 def _splits(dump):

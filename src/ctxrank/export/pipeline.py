@@ -189,30 +189,53 @@ def _lgb_split(node: dict, t: int) -> tuple[int, float, int, list[float] | None]
     )
 
 
+def zero_test_matters(attrs: dict[str, Any], n_features: int) -> bool:
+    """Whether reading ``|x| <= kZeroThreshold`` as 0 (LightGBM's dense rows) can change a decision of
+    the trees (``attrs``: :func:`_lgb_node_attrs`) on the F raw features: a numerical split whose
+    threshold ``t`` lies in ``[-Z, Z)`` (then ``x <= t`` and ``0 <= t`` differ for some such ``x``; the
+    usual thresholds next to 0 are ``+-Z``, and ``-Z`` is one) or a categorical split on a raw feature
+    (a tiny value is not the code 0). A one-leaf tree's placeholder split decides nothing; the
+    categorical codes after the F features are integers."""
+    z = float(LIGHTGBM_ZERO)
+    nodes = zip(attrs["featureids"], attrs["modes"], attrs["splits"], attrs["trueleafs"], attrs["falseleafs"],
+                attrs["truenodeids"], attrs["falsenodeids"], strict=True)  # fmt: skip
+    for feature, mode, t, true_leaf, false_leaf, true_id, false_id in nodes:
+        one_leaf = true_leaf and false_leaf and true_id == false_id
+        if feature < n_features and not one_leaf and (mode != 0 or -z <= t < z):
+            return True
+    return False
+
+
 def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, prefix: str = "lgbm/"):
     """(ONNX nodes, initializers) computing ``initial_scores`` float64 (B, L) from the graph inputs
     ``features`` float32 (B, L, F)[ and ``categorical`` int64 (B, L, C)]: LightGBM's input row (the
     features, then the codes as numbers), features with ``|x| <= 1e-35f`` (:data:`LIGHTGBM_ZERO`) set to
-    0 as LightGBM's dense rows do, one ``TreeEnsemble`` with one target per tree (each output is one leaf
-    value, exact), and ``CumSum`` over the trees: each prefix sum is ``previous + next tree`` in
-    float64, LightGBM's order (onnxruntime's CumSum adds slice after slice)."""
+    0 as LightGBM's dense rows do (where that can change a decision: :func:`zero_test_matters`), one
+    ``TreeEnsemble`` with one target per tree (each output is one leaf value, exact), and ``CumSum``
+    over the trees: each prefix sum is ``previous + next tree`` in float64, LightGBM's order
+    (onnxruntime's CumSum adds slice after slice)."""
     from onnx import TensorProto, helper, numpy_helper
 
     a = _lgb_node_attrs(booster, n_trees)
     p = prefix
     inits = [
         numpy_helper.from_array(np.array([-1, n_features + n_categorical], dtype=np.int64), f"{p}row_shape"),
-        numpy_helper.from_array(np.array(LIGHTGBM_ZERO, dtype=np.float32), f"{p}zero_threshold"),
-        numpy_helper.from_array(np.array(0.0, dtype=np.float32), f"{p}zero"),
         numpy_helper.from_array(np.array(0, dtype=np.int64), f"{p}axis0"),
         numpy_helper.from_array(np.array(-1, dtype=np.int64), f"{p}last"),
     ]
-    nodes = [  # |x| <= kZeroThreshold to 0 in float32 (cheaper than in float64, the same test), then float64
-        helper.make_node("Abs", ["features"], [f"{p}abs"], name=f"{p}abs"),
-        helper.make_node("LessOrEqual", [f"{p}abs", f"{p}zero_threshold"], [f"{p}tiny"], name=f"{p}tiny"),
-        helper.make_node("Where", [f"{p}tiny", f"{p}zero", "features"], [f"{p}x"], name=f"{p}zeroed"),
-        helper.make_node("Cast", [f"{p}x"], [f"{p}x64"], to=TensorProto.DOUBLE, name=f"{p}cast"),
-    ]
+    nodes = []
+    if zero_test_matters(a, n_features):  # |x| <= kZeroThreshold to 0, in float32 (the same test)
+        inits += [
+            numpy_helper.from_array(np.array(LIGHTGBM_ZERO, dtype=np.float32), f"{p}zero_threshold"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), f"{p}zero"),
+        ]
+        nodes += [
+            helper.make_node("Abs", ["features"], [f"{p}abs"], name=f"{p}abs"),
+            helper.make_node("LessOrEqual", [f"{p}abs", f"{p}zero_threshold"], [f"{p}tiny"], name=f"{p}tiny"),
+            helper.make_node("Where", [f"{p}tiny", f"{p}zero", "features"], [f"{p}x"], name=f"{p}zeroed"),
+        ]
+    x = f"{p}x" if nodes else "features"
+    nodes.append(helper.make_node("Cast", [x], [f"{p}x64"], to=TensorProto.DOUBLE, name=f"{p}cast"))
     row = f"{p}x64"
     if n_categorical:
         nodes += [

@@ -318,13 +318,14 @@ def initial_places(
 def _run_bounds(new_run: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(run, start, end)`` int64 (B, L) of each place of rows cut into runs of consecutive places
     (``new_run`` bool (B, L): a run starts there; place 0 always does): the run's index, its first
-    place and the place after its last. The runs' first places come out of one sort."""
+    place and the place after its last. The runs' first places are scattered to their runs' indices
+    (the other places to distinct spare slots, L + 1 and after), in a row of L: after the last run, L."""
     row = torch.cumsum(torch.ones_like(new_run, dtype=torch.long), dim=1) - 1
     length = row[:, -1:] + 1  # (B, 1) L, a tensor: the exported length stays dynamic
-    starts = torch.sort(torch.where(new_run, row, row + length), dim=1).values  # (B, L): runs' firsts
     run = torch.cumsum(new_run.long(), dim=1) - 1
-    end = torch.minimum(torch.gather(torch.cat([starts, length], dim=1), 1, run + 1), length)
-    return run, torch.gather(starts, 1, run), end
+    firsts = torch.cat([row, row, row[:, :1]], dim=1) * 0 + length  # (B, 2 L + 1) all L
+    firsts = firsts.scatter(1, torch.where(new_run, run, row + length + 1), row)
+    return run, torch.gather(firsts, 1, run), torch.gather(firsts, 1, run + 1)
 
 
 def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -434,13 +435,17 @@ def _best_over_interchangeable_graph(
     """int64 (B, L) ``by_place`` (a rank per place) with each run of interchangeable rows (adjacent in
     the initial order, same score, identical features) given the run's best rank."""
     row = torch.cumsum(torch.ones_like(order), dim=1) - 1
-    previous = torch.cat([order[:, :1], order[:, :-1]], dim=1)
+    real, placed_scores, placed = take(mask, order), take(scores, order), take(features, order)
+
+    def previous(x: torch.Tensor) -> torch.Tensor:  # x by place -> x of the previous place (place 0: its own)
+        return torch.cat([x[:, :1], x[:, :-1]], dim=1)
+
     same = (
         (row > 0)
-        & take(mask, order)
-        & take(mask, previous)
-        & (take(scores, order) == take(scores, previous))
-        & ((take(features, order) == take(features, previous)).float().amin(dim=-1) > 0)  # all equal
+        & real
+        & previous(real)
+        & (placed_scores == previous(placed_scores))
+        & ((placed == previous(placed)).float().amin(dim=-1) > 0)  # all features equal
     )
     # the minimum of each run: sorted by (run, rank), a run's first sorted place holds it
     run, start, _ = _run_bounds(~same)
