@@ -13,14 +13,17 @@ same work done by the parts alone, in the same process:
 Cases: ``mq2008``: MQ2008 fold 1 (embedded, ``load_fold``), trained on its train/valid splits, timed
 on its test queries (6 to 119 items); ``1000``: MSLR-shaped synthetic lists (46 features), trained on
 100-item lists (LambdaMART: 300 rounds, early stopping off, the best round on validation kept),
-timed on 1,000-item lists. Each round runs every query through both rows,
+timed on 1,000-item lists; ``tied-mq2008`` and ``tied-1000``: the same lists under a LambdaMART of
+:data:`TIED_TREES` trees of two leaves (at most 2^3 distinct initial scores: nearly every item shares
+its score with others, so the tie rule's feature hash runs over nearly every item; the report gives
+the share of tied items). Each round runs every query through both rows,
 interleaved, so that a drift of the machine's load reaches both alike; reported per case: the mean
 time per query of each row (the median over rounds) and the ratio graph / reference (target: at most
 1.5, :data:`TARGET_GRAPH_OVER_REFERENCE`). ``values_max_abs_diff``: the graph's scores against
 ``load_model(dir).predict`` on the timed queries (``-rank``: 0 when the orders agree).
 
-    .venv/bin/python benchmarks/bench_pipeline_graph.py [--threads 2] [--rounds 5] [--cases mq2008 1000]
-        [--json FILE] [--quick]
+    .venv/bin/python benchmarks/bench_pipeline_graph.py [--threads 2] [--rounds 5]
+        [--cases mq2008 1000 tied-mq2008 tied-1000] [--json FILE] [--quick]
     .venv/bin/python benchmarks/bench_pipeline_graph.py --from-json FILE | --publish
 """
 
@@ -48,13 +51,16 @@ from _report import (
     stored_report,
 )
 
-CASES = ("mq2008", "1000")
+CASES = ("mq2008", "1000", "tied-mq2008", "tied-1000")
+REQUIRED_CASES = ("mq2008", "1000")  # a run without the tied cases (as the first stored ones) is evidence
+TIED_TREES = 3  # the tied cases' LambdaMART: this many trees of 2 leaves
 TARGET_GRAPH_OVER_REFERENCE = 1.5  # the whole graph within 1.5x of LightGBM's predict + the re-ranker's graph
 RERANKER = ["model=qilcm", "rerank.initial=lambdamart", "rerank.top_k=100", "rerank.rank_feature=true"]
 
 
 def _splits(case: str, quick: bool):
     """(train, valid, timed test lists) of a case."""
+    case = case.removeprefix("tied-")
     if case == "mq2008":
         from ctxrank.data import load_fold
 
@@ -110,7 +116,10 @@ def run_case(case: str, args) -> dict:
     train, valid, test = _splits(case, args.quick)
     with tempfile.TemporaryDirectory() as tmp:
         sets = [*RERANKER, f"train.max_epochs={1 if args.quick else 3}", f"train.threads={args.threads}"]
-        if args.quick:
+        if case.startswith("tied-"):
+            sets += [f"rerank.initial_params.n_estimators={TIED_TREES}", "rerank.initial_params.num_leaves=2"]
+            sets += [f"rerank.initial_params.early_stopping_rounds={TIED_TREES + 1}"]
+        elif args.quick:
             sets.append("rerank.initial_params.n_estimators=20")
         elif case == "1000":  # the synthetic labels stop LightGBM within a few trees: a fixed 300 instead
             sets += ["rerank.initial_params.n_estimators=300"]
@@ -131,6 +140,8 @@ def run_case(case: str, args) -> dict:
         top_mask = np.ones((1, kept.stop - kept.start), dtype=bool)
         lists.append((x, np.ones(x.shape[:2], dtype=bool), top[kept][None], top_mask))
 
+    initial = booster.predict(test.features, num_iteration=trees)
+    tied = sum(_tied_count(initial[slice(*test.query_offsets[q : q + 2])]) for q in range(test.n_queries))
     expected = predictor.predict(test)
     got = np.concatenate([graph.run(["scores"], {"features": x, "mask": m})[0][0] for x, m, _, _ in lists])
     diff = float(np.abs(got.astype(np.float64) - expected).max())
@@ -165,10 +176,29 @@ def run_case(case: str, args) -> dict:
         "trees": trees,
         "top_k": int(predictor.spec.top_k),
         "values_max_abs_diff": diff,
+        "tied_items_share": tied / test.n_items,
         "ms_per_query": ms,
         "ms_per_query_rounds": {name: [1e3 * t for t in times] for name, times in per_round.items()},
         "ratio_graph_over_reference": ms["graph"] / ms["reference"],
     }
+
+
+def _tied_count(scores: np.ndarray) -> int:
+    """How many items of a list share their initial score with another item of the list."""
+    _, counts = np.unique(scores, return_counts=True)
+    return int(counts[counts > 1].sum())
+
+
+LIST_NAMES = {"mq2008": "MQ2008 fold 1 test", "1000": "synthetic, 1,000 items"}
+
+
+def _list_name(r: dict) -> str:
+    """A result's lists, the share of tied items for the tied cases."""
+    name = LIST_NAMES[r["case"].removeprefix("tied-")]
+    if not r["case"].startswith("tied-"):
+        return name
+    trees = f"{r['trees']} tree{'s' if r['trees'] != 1 else ''}"
+    return f"{name}, {trees} of 2 leaves ({100 * r['tied_items_share']:.0f}% of items tied)"
 
 
 def report_text(blob: dict) -> str:
@@ -177,7 +207,7 @@ def report_text(blob: dict) -> str:
     for r in blob["results"]:
         lo, hi = r["items_per_query"]
         rows.append([
-            "MQ2008 fold 1 test" if r["case"] == "mq2008" else "synthetic, 1,000 items",
+            _list_name(r),
             r["queries"], f"{lo}-{hi}" if lo != hi else lo, r["trees"],
             f"{r['ms_per_query']['graph']:.3f}", f"{r['ms_per_query']['reference']:.3f}",
             f"{r['ratio_graph_over_reference']:.2f}x", f"{r['values_max_abs_diff']:g}",
@@ -196,10 +226,14 @@ def report_text(blob: dict) -> str:
 
 
 def evidence_problems(blob: dict) -> list[str]:
-    """What a run lacks to be stored as evidence (empty: nothing): both cases, the target, values equal."""
+    """What a run lacks to be stored as evidence (empty: nothing): every case (a run of the script
+    before the tied cases, whose results lack ``tied_items_share``: :data:`REQUIRED_CASES`), the target,
+    values equal."""
     problems = []
-    if [r["case"] for r in blob["results"]] != list(CASES):
-        problems.append(f"cases {[r['case'] for r in blob['results']]}, expected {list(CASES)}")
+    cases = [r["case"] for r in blob["results"]]
+    expected = CASES if any("tied_items_share" in r for r in blob["results"]) else REQUIRED_CASES
+    if cases != list(expected):
+        problems.append(f"cases {cases}, expected {list(expected)}")
     if blob.get("target_graph_over_reference") is None:
         problems.append("no target recorded")
     problems += [f"{r['case']}: scores differ from predict by {r['values_max_abs_diff']:g}"

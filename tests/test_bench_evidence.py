@@ -123,6 +123,25 @@ def test_a_run_reports_its_ratio_and_target_and_is_evidence_only_when_complete(e
     assert entry.problems_of(blob), f"{entry.script}: an incomplete run passes as evidence"
 
 
+def test_a_pipeline_graph_run_with_the_tied_cases_is_evidence_only_with_all_four():
+    """A run of bench_pipeline_graph that has the tied cases (its results carry ``tied_items_share``)
+    needs all four; a run from before them (as the stored ones) the first two; a tied row names its
+    trees and share of tied items."""
+    module = cpu_evidence.BY_SCRIPT["bench_pipeline_graph"].module
+    blob = _fixture(cpu_evidence.BY_SCRIPT["bench_pipeline_graph"])
+    assert module.evidence_problems(blob) == []
+    tied = [{**r, "case": f"tied-{r['case']}", "trees": 3, "tied_items_share": 0.96} for r in blob["results"]]
+    run = {**blob, "results": [{**r, "tied_items_share": 0.2} for r in blob["results"]] + tied}
+    assert module.evidence_problems(run) == []
+    text = module.report_text(run)
+    assert "| MQ2008 fold 1 test, 3 trees of 2 leaves (96% of items tied) |" in text
+    assert "| MQ2008 fold 1 test |" in text and "tied-1000: graph / reference" in text
+    run["results"].pop()
+    assert module.evidence_problems(run) == [
+        "cases ['mq2008', '1000', 'tied-mq2008'], expected ['mq2008', '1000', 'tied-mq2008', 'tied-1000']"
+    ]
+
+
 def test_a_quick_run_is_never_evidence(tmp_path, monkeypatch):
     entry = cpu_evidence.BY_SCRIPT["bench_serve"]
     blob = {**_fixture(entry), "quick": True}

@@ -22,7 +22,7 @@ from ctxrank.data.ranking_data import feature_hash as numpy_feature_hash
 from ctxrank.export import export_model
 from ctxrank.export.pipeline import INITIAL_SCORES, ML_OPSET, tree_nodes
 from ctxrank.training.checkpoint import load_model
-from ctxrank.training.rerank import float32_bits, hash_limbs
+from ctxrank.training.rerank import float32_bits, hash_weights
 from ctxrank.training.rerank import graph_feature_hash as feature_hash
 from ctxrank.training.run import run_training
 from tests.conftest import make_ranking_data
@@ -128,44 +128,41 @@ def _distinct_ties(data: RankingData, scores: np.ndarray) -> int:
 
 
 # ------------------------------------------------------------------------------ the pieces
-def _special_floats(rng) -> np.ndarray:
-    """float32 (40, 9): random bit patterns (every exponent, subnormals included), 0, -0, +-inf, NaN,
-    the extremes of each binade."""
-    bits = rng.integers(0, 2**32, size=(40, 9), dtype=np.uint64).astype(np.uint32)
+def _special_floats(rng, rows: int = 40) -> np.ndarray:
+    """float32 (rows, 9): random bit patterns (every exponent, subnormals included), 0, -0, +-inf, NaN,
+    the extremes of each binade, exact powers of 2 and the values just below and above them."""
+    bits = rng.integers(0, 2**32, size=(rows, 9), dtype=np.uint64).astype(np.uint32)
     x = bits.view(np.float32).copy()
     x[np.isnan(x)] = 1.5
     largest, below_two = np.finfo(np.float32).max, np.nextafter(np.float32(2.0), np.float32(0))
     specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0**-126, 2.0**-149, -(2.0**-149),
-                largest, below_two, 2.0**-127]  # fmt: skip
+                largest, below_two, 2.0**-127, -largest, 2.0**127]  # fmt: skip
     x[: len(specials), 0] = np.array(specials, dtype=np.float32)
-    x[:, 1] = np.float32(2.0) ** rng.integers(-149, 128, size=40).astype(np.float32)  # exact powers of 2
+    x[:, 1] = np.float32(2.0) ** rng.integers(-149, 128, size=rows).astype(np.float32)  # exact powers of 2
     x[:, 2] = np.nextafter(x[:, 1], np.float32(0))  # just below them
+    x[:, 3] = -np.nextafter(x[:, 1], np.float32(np.inf))  # just above them, negative
     return x
 
 
 class _Bits(torch.nn.Module):
     def __init__(self, n_features):
         super().__init__()
-        self.register_buffer("limbs", hash_limbs(feature_hash_multipliers(n_features)))
+        self.register_buffer("weights", hash_weights(feature_hash_multipliers(n_features)))
 
     def forward(self, x):
         hi, lo = float32_bits(x)
-        h_hi, h_lo = feature_hash(x, self.limbs)
+        h_hi, h_lo = feature_hash(x, self.weights)
         return hi, lo, h_hi, h_lo
 
 
 def test_float32_bits_and_the_tie_hash_equal_numpy_in_torch_and_onnx(tmp_path):
-    """The graph's IEEE bits and hash equal numpy's view and ``feature_hash`` (NaN: canonical)."""
-    x = _special_floats(np.random.default_rng(0))
+    """The graph's IEEE bits (``high 2^23 + low``) and hash equal numpy's view and ``feature_hash`` (NaN:
+    canonical), on every exponent (1,000 rows of random bit patterns and powers of two)."""
+    x = _special_floats(np.random.default_rng(0), rows=1000)
     canonical = np.where(np.isnan(x), np.float32(np.nan), x)  # 0x7FC00000
     bits = canonical.view(np.uint32).astype(np.int64)
     h = numpy_feature_hash(canonical)
-    expected = (
-        bits >> 16,
-        bits & 0xFFFF,
-        (h >> np.uint64(32)).astype(np.int64),
-        (h & np.uint64(2**32 - 1)).astype(np.int64),
-    )
+    expected = (bits, (h >> np.uint64(32)).astype(np.int64), (h & np.uint64(2**32 - 1)).astype(np.int64))
     module = _Bits(x.shape[1])
     with torch.no_grad():
         eager = [t.numpy() for t in module(torch.from_numpy(x))]
@@ -173,9 +170,23 @@ def test_float32_bits_and_the_tie_hash_equal_numpy_in_torch_and_onnx(tmp_path):
     torch.onnx.export(module, (torch.from_numpy(x[:3]),), str(path), input_names=["x"],
                       dynamic_axes={"x": {0: "N"}}, opset_version=17, dynamo=False)  # fmt: skip
     graph = _session(path).run(None, {"x": x})
-    for got in (eager, graph):
-        for a, b in zip(got, expected, strict=True):
-            np.testing.assert_array_equal(a, b)
+    for hi, lo, h_hi, h_lo in (eager, graph):
+        assert hi.dtype == lo.dtype == np.float32
+        np.testing.assert_array_equal(hi.astype(np.int64) * 2**23 + lo.astype(np.int64), expected[0])
+        np.testing.assert_array_equal(h_hi, expected[1])
+        np.testing.assert_array_equal(h_lo, expected[2])
+
+
+@pytest.mark.parametrize("n_features", [1, 8192, 8193])  # 16-bit limbs up to 2^13 features, then 8-bit
+def test_the_tie_hash_equals_numpy_for_any_feature_count(n_features):
+    x = _special_floats(np.random.default_rng(n_features), rows=16)
+    x = np.resize(x, (4, n_features))
+    x[np.isnan(x)] = 3.0
+    h = numpy_feature_hash(x)
+    with torch.no_grad():
+        h_hi, h_lo = feature_hash(torch.from_numpy(x), hash_weights(feature_hash_multipliers(n_features)))
+    np.testing.assert_array_equal(h_hi.numpy(), (h >> np.uint64(32)).astype(np.int64))
+    np.testing.assert_array_equal(h_lo.numpy(), (h & np.uint64(2**32 - 1)).astype(np.int64))
 
 
 def _tree_session(model: LambdaMART, n_features: int, n_categorical: int):
@@ -247,6 +258,37 @@ def test_tree_nodes_equal_lightgbm_bit_for_bit():
         )[0]
         pos = batch.positions.numpy()
         np.testing.assert_array_equal(got[pos >= 0], ref[pos[pos >= 0]])  # bit for bit
+
+
+def test_values_at_lightgbms_zero_threshold_read_as_0_as_lightgbm_reads_them():
+    """LightGBM's ``kZeroThreshold`` is the float32 ``1e-35f`` (1.0000000180025095e-35 as a double):
+    ``-1e-35f`` reads as 0, not as a value at the split between negative values and 0. Trees without a
+    split that tells a tiny value from 0 get no zero test, and the same scores."""
+    rng = np.random.default_rng(0)
+    x = rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), size=(400, 2))
+    labels = ((x[:, 0] >= 0).astype(np.float32) + (x[:, 0] > 0)).astype(np.float32)
+    train = RankingData(features=x, labels=labels, query_ids=np.array([f"q{i}" for i in range(40)]),
+                        query_offsets=np.arange(0, 401, 10))  # fmt: skip
+    model = LambdaMART(n_estimators=3, num_leaves=3, min_data_in_leaf=2).fit(train)
+    zero = np.float32(1e-35)
+    t = np.array([[-zero, 0], [zero, 0], [0, 0], [-np.nextafter(zero, np.float32(1)), 0]], dtype=np.float32)
+    test = RankingData(features=t, labels=np.zeros(4, dtype=np.float32), query_ids=np.array(["q"]),
+                       query_offsets=np.array([0, 4]))  # fmt: skip
+    got = _tree_session(model, 2, 0).run(None, {"features": t[None]})[0][0]
+    ref = model.predict(test)
+    assert ref[0] == ref[2] != ref[3]  # -1e-35f is 0 to LightGBM, the next float32 below is not
+    np.testing.assert_array_equal(got, ref)
+    # without its split at -1e-35f (x >= 0 in training) no decision tells a tiny value from 0: no zero test
+    names = {n.name for n in tree_nodes(model.booster_, model.best_iteration_, 2, 0)[0]}
+    assert "lgbm/zeroed" in names
+    x = np.abs(x)
+    model = LambdaMART(n_estimators=3, num_leaves=3, min_data_in_leaf=2).fit(train.with_features(x))
+    assert "lgbm/zeroed" not in {n.name for n in tree_nodes(model.booster_, model.best_iteration_, 2, 0)[0]}
+    t = np.array([[-zero, 0], [zero, 0], [0, 0], [-0.0, 0], [1e-36, 0], [1, 0]], dtype=np.float32)
+    test = RankingData(features=t, labels=np.zeros(6, dtype=np.float32), query_ids=np.array(["q"]),
+                       query_offsets=np.array([0, 6]))  # fmt: skip
+    got = _tree_session(model, 2, 0).run(None, {"features": t[None]})[0][0]
+    np.testing.assert_array_equal(got, model.predict(test))
 
 
 def _splits(dump):

@@ -13,7 +13,7 @@ from ctxrank.training.rerank import (
     graph_cut,
     graph_merge,
     graph_top_features,
-    hash_limbs,
+    hash_weights,
     merge_scores,
     prepare_split,
 )
@@ -257,7 +257,7 @@ def test_the_graph_form_cuts_and_merges_as_numpy(seed, k):
         split = prepare_split(data, initial, k=k, rank_feature=True, score_feature=True)
         features, scores = _padded(data, data.features), _padded(data, initial)
         mask = _padded(data, np.ones(data.n_items, dtype=bool))
-        cut = graph_cut(features, mask, scores, hash_limbs(feature_hash_multipliers(data.n_features)), k)
+        cut = graph_cut(features, mask, scores, hash_weights(feature_hash_multipliers(data.n_features)), k)
         top = graph_top_features(features, mask, scores, cut, rank_feature=True, score_feature=True)
         np.testing.assert_array_equal(top[cut.kept_mask].numpy(), np.asarray(split.top.features))
         # a re-ranker's scores: a function of an item's columns, with ties
@@ -275,7 +275,7 @@ class _CutRerankMerge(torch.nn.Module):
     def __init__(self, n_features: int, k: int) -> None:
         super().__init__()
         self.k = k
-        self.register_buffer("limbs", hash_limbs(feature_hash_multipliers(n_features)))
+        self.register_buffer("limbs", hash_weights(feature_hash_multipliers(n_features)))
         self.register_buffer("weights", torch.tensor([1, -1, 2, 0.5, 1], dtype=torch.float64))
 
     def forward(self, features, mask, scores):

@@ -10,7 +10,7 @@ A model trained with ``rerank.initial = "lambdamart"`` scores a query in four st
    node (opset 5) in float64, one output column per tree, summed tree after tree by ``CumSum``: the
    same additions in the same order as LightGBM's ``Predict`` (``0 + w_1 + w_2 + ...``), so the scores
    equal ``LambdaMART.predict``'s bit for bit (LightGBM's input conventions included: values with
-   ``|x| <= 1e-35`` read as 0, NaN by each split's ``missing_type``, categorical splits as set
+   ``|x| <= 1e-35f`` read as 0, NaN by each split's ``missing_type``, categorical splits as set
    membership). The node's own sum would need no (items x trees) output, but onnxruntime's threads add
    blocks of trees apart, not in LightGBM's order (docs/export.md).
 2. **The cut** (:func:`ctxrank.training.rerank.graph_cut`): each list ordered by stable sorts (ONNX
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ctxrank.data.ranking_data import feature_hash_multipliers
-from ctxrank.training.rerank import graph_cut, graph_merge, graph_top_features, hash_limbs, take
+from ctxrank.training.rerank import graph_cut, graph_merge, graph_top_features, hash_weights, take
 from ctxrank.training.rerank_spec import RerankSpec
 
 __all__ = [
@@ -55,7 +55,9 @@ __all__ = [
 
 ML_OPSET = 5  #: ai.onnx.ml opset of the TreeEnsemble node (float64 splits and leaf weights)
 INITIAL_SCORES = "initial_scores"  # the torch graph's input that the tree nodes replace
-LIGHTGBM_ZERO = 1e-35  # LightGBM's kZeroThreshold: |x| <= it is read as 0 (dense rows, include/meta.h)
+# LightGBM's kZeroThreshold (include/meta.h: ``const double kZeroThreshold = 1e-35f``, a float32 value):
+# dense rows read |x| <= it as 0; compared in float32 on the raw features, the same test
+LIGHTGBM_ZERO = np.float32(1e-35)
 
 
 # ------------------------------------------------------------------------------ cut, re-rank, merge
@@ -82,7 +84,7 @@ class RerankServing(nn.Module):
         self.reranker = reranker.eval()
         self.n_features, self.n_categorical = int(n_features), int(reranker.n_categorical)
         self.top_k, self.rank_feature, self.score_feature = spec.top_k, spec.rank_feature, spec.score_feature
-        self.register_buffer("hash_limbs", hash_limbs(feature_hash_multipliers(n_features)))
+        self.register_buffer("hash_weights", hash_weights(feature_hash_multipliers(n_features)))
 
     # the re-ranker's, for ctxrank.export's example inputs and messages
     @property
@@ -102,7 +104,7 @@ class RerankServing(nn.Module):
     ) -> torch.Tensor:
         mask = mask.bool()
         initial_scores = initial_scores.double()
-        cut = graph_cut(features, mask, initial_scores, self.hash_limbs, self.top_k)
+        cut = graph_cut(features, mask, initial_scores, self.hash_weights, self.top_k)
         top = graph_top_features(features, mask, initial_scores, cut, self.rank_feature, self.score_feature)
         inputs = [top, cut.kept_mask]
         if self.n_categorical:
@@ -187,12 +189,30 @@ def _lgb_split(node: dict, t: int) -> tuple[int, float, int, list[float] | None]
     )
 
 
+def zero_test_matters(attrs: dict[str, Any], n_features: int) -> bool:
+    """Whether reading ``|x| <= kZeroThreshold`` as 0 (LightGBM's dense rows) can change a decision of
+    the trees (``attrs``: :func:`_lgb_node_attrs`) on the F raw features: a numerical split whose
+    threshold ``t`` lies in ``[-Z, Z)`` (then ``x <= t`` and ``0 <= t`` differ for some such ``x``; the
+    usual thresholds next to 0 are ``+-Z``, and ``-Z`` is one) or a categorical split on a raw feature
+    (a tiny value is not the code 0). A one-leaf tree's placeholder split decides nothing; the
+    categorical codes after the F features are integers."""
+    z = float(LIGHTGBM_ZERO)
+    nodes = zip(attrs["featureids"], attrs["modes"], attrs["splits"], attrs["trueleafs"], attrs["falseleafs"],
+                attrs["truenodeids"], attrs["falsenodeids"], strict=True)  # fmt: skip
+    for feature, mode, t, true_leaf, false_leaf, true_id, false_id in nodes:
+        one_leaf = true_leaf and false_leaf and true_id == false_id
+        if feature < n_features and not one_leaf and (mode != 0 or -z <= t < z):
+            return True
+    return False
+
+
 def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, prefix: str = "lgbm/"):
     """(ONNX nodes, initializers) computing ``initial_scores`` float64 (B, L) from the graph inputs
     ``features`` float32 (B, L, F)[ and ``categorical`` int64 (B, L, C)]: LightGBM's input row (the
-    features, then the codes as numbers), values with ``|x| <= 1e-35`` set to 0 as LightGBM's dense rows
-    do, one ``TreeEnsemble`` with one target per tree (each output is one leaf value, exact), and
-    ``CumSum`` over the trees: each prefix sum is ``previous + next tree`` in float64, LightGBM's order
+    features, then the codes as numbers), features with ``|x| <= 1e-35f`` (:data:`LIGHTGBM_ZERO`) set to
+    0 as LightGBM's dense rows do (where that can change a decision: :func:`zero_test_matters`), one
+    ``TreeEnsemble`` with one target per tree (each output is one leaf value, exact), and ``CumSum``
+    over the trees: each prefix sum is ``previous + next tree`` in float64, LightGBM's order
     (onnxruntime's CumSum adds slice after slice)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -200,12 +220,22 @@ def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, 
     p = prefix
     inits = [
         numpy_helper.from_array(np.array([-1, n_features + n_categorical], dtype=np.int64), f"{p}row_shape"),
-        numpy_helper.from_array(np.array(LIGHTGBM_ZERO, dtype=np.float64), f"{p}zero_threshold"),
-        numpy_helper.from_array(np.array(0.0, dtype=np.float64), f"{p}zero"),
         numpy_helper.from_array(np.array(0, dtype=np.int64), f"{p}axis0"),
         numpy_helper.from_array(np.array(-1, dtype=np.int64), f"{p}last"),
     ]
-    nodes = [helper.make_node("Cast", ["features"], [f"{p}x64"], to=TensorProto.DOUBLE, name=f"{p}cast")]
+    nodes = []
+    if zero_test_matters(a, n_features):  # |x| <= kZeroThreshold to 0, in float32 (the same test)
+        inits += [
+            numpy_helper.from_array(np.array(LIGHTGBM_ZERO, dtype=np.float32), f"{p}zero_threshold"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), f"{p}zero"),
+        ]
+        nodes += [
+            helper.make_node("Abs", ["features"], [f"{p}abs"], name=f"{p}abs"),
+            helper.make_node("LessOrEqual", [f"{p}abs", f"{p}zero_threshold"], [f"{p}tiny"], name=f"{p}tiny"),
+            helper.make_node("Where", [f"{p}tiny", f"{p}zero", "features"], [f"{p}x"], name=f"{p}zeroed"),
+        ]
+    x = f"{p}x" if nodes else "features"
+    nodes.append(helper.make_node("Cast", [x], [f"{p}x64"], to=TensorProto.DOUBLE, name=f"{p}cast"))
     row = f"{p}x64"
     if n_categorical:
         nodes += [
@@ -236,11 +266,8 @@ def tree_nodes(booster: Any, n_trees: int, n_features: int, n_categorical: int, 
         ensemble["membership_values"] = numpy_helper.from_array(np.array(members, dtype=np.float64))
     nodes += [
         helper.make_node("Reshape", [row, f"{p}row_shape"], [f"{p}rows"], name=f"{p}rows"),
-        helper.make_node("Abs", [f"{p}rows"], [f"{p}abs"], name=f"{p}abs"),
-        helper.make_node("LessOrEqual", [f"{p}abs", f"{p}zero_threshold"], [f"{p}tiny"], name=f"{p}tiny"),
-        helper.make_node("Where", [f"{p}tiny", f"{p}zero", f"{p}rows"], [f"{p}input"], name=f"{p}input"),
         helper.make_node(
-            "TreeEnsemble", [f"{p}input"], [f"{p}leaves"], domain="ai.onnx.ml", name=f"{p}trees", **ensemble
+            "TreeEnsemble", [f"{p}rows"], [f"{p}leaves"], domain="ai.onnx.ml", name=f"{p}trees", **ensemble
         ),
         helper.make_node("Transpose", [f"{p}leaves"], [f"{p}by_tree"], perm=[1, 0], name=f"{p}by_tree"),
         helper.make_node("CumSum", [f"{p}by_tree", f"{p}axis0"], [f"{p}prefix"], name=f"{p}prefix"),

@@ -164,75 +164,98 @@ def evaluation_target(split: RerankSplit, rerank_scores: np.ndarray, ideal: str 
 # places are found from their first places (:func:`_run_bounds`): nothing compares all pairs.
 #
 # The tie rule's hash has a second form here: :func:`ctxrank.data.ranking_data.feature_hash` (the
-# reference) views the float32 bits and multiplies in wrapping uint64; ONNX has neither a bit cast nor
-# a wrapping uint64 product, so the graph computes the bits by exact float64 arithmetic
-# (:func:`float32_bits`) and the products on 16-bit limbs (:func:`graph_feature_hash`).
-_POW2 = torch.tensor([2.0**k for k in range(-150, 129)], dtype=torch.float64)  # 2^-150 .. 2^128
-_LIMB = 65536  # 2^16
+# reference) views the float32 bits and multiplies in wrapping uint64; ONNX (opset 17) has neither a bit
+# cast nor a wrapping uint64 product, so the graph computes the bits by exact float32 arithmetic
+# (:func:`float32_bits`) and the products as one exact float64 matrix product on 16-bit limbs
+# (:func:`graph_feature_hash`): a few elementwise operations per feature value, none of them a gather.
+_LN2 = float(np.log(2.0))
+_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def float32_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The IEEE-754 bits of float32 ``x`` (any shape) as two int64 halves ``(bits >> 16, bits & 0xFFFF)``,
-    by exact float64 arithmetic (ONNX has no bit cast): ``|x| = (1 + M / 2^23) 2^(E - 127)`` (normal)
-    or ``M 2^-149`` (subnormal), ``bits = sign 2^31 + E 2^23 + M``. The exponent is ``floor(log2 |x|)``
-    corrected by one comparison with exact powers of two either way. ``-0.0`` keeps its sign bit; every
-    NaN gives the canonical quiet NaN ``0x7FC00000`` (the NaN of ctxrank's readers; ONNX cannot read a
-    NaN's sign or payload)."""
-    x = x.double()
+    """The IEEE-754 bits of float32 ``x`` (any shape) as float32 ``(high, low)`` with ``bits = high 2^23
+    + low`` (``high`` < 2^9, ``low`` < 2^24, both integers), by exact float32 arithmetic (ONNX has no bit
+    cast at opset 17). For ``|x| = (2^23 + M) 2^(E - 150)`` (normal) or ``M 2^-149`` (subnormal):
+    ``e`` = ``floor(log2 |x|)`` or one less (float32's ``log`` with a margin of 0.01, far above its
+    error), clipped to [-126, 126]; ``2^(1 - e)`` from float32's ``exp``, snapped to the exact power
+    (:func:`_nearest_power_of_two`); then ``n = |x| 2^(23 - e)`` is exact: ``2^23 + M`` (or ``M`` when
+    subnormal) times 1 or 2, and ``high = e + 126 (+ 1 when n >= 2^24)``, ``low = n (/ 2)``. ``-0.0``
+    keeps its sign bit; every NaN gives the canonical quiet NaN ``0x7FC00000`` (the NaN of ctxrank's
+    readers; ONNX cannot read a NaN's sign or payload)."""
+    x = x.float()
     a = x.abs()
-    nan, inf, zero = torch.isnan(a), torch.isinf(a), a == 0
-    negative = (x < 0) | (zero & (1.0 / x < 0))  # 1 / -0.0 = -inf
-    safe = torch.where(nan | inf | zero, torch.ones_like(a), a)
-    pow2 = _POW2.to(x.device)
-    e0 = torch.floor(torch.log(safe) / float(np.log(2.0))).clamp(-149.0, 127.0)
-    idx = (e0 + 150.0).long()
-    e = e0 - (safe < pow2[idx]).double() + (safe >= pow2[idx + 1]).double()
-    normal = safe >= 2.0**-126
-    scale = pow2[(e.clamp(-149.0, 127.0) + 150.0).long()]
-    mantissa = torch.where(normal, (safe / scale - 1.0) * 2.0**23, safe * 2.0**149)
-    exponent = torch.where(normal, e + 127.0, torch.zeros_like(e))
-    special = nan | inf | zero
-    mantissa = torch.where(
-        special, torch.where(nan, torch.full_like(a, 2.0**22), torch.zeros_like(a)), mantissa
-    )
-    exponent = torch.where(
-        special, torch.where(zero, torch.zeros_like(a), torch.full_like(a, 255.0)), exponent
-    )
-    high_m = torch.floor(mantissa / _LIMB)
-    low = mantissa - high_m * _LIMB
-    high = negative.double() * 2.0**15 + exponent * 2.0**7 + high_m
-    return high.long(), low.long()
+    e = torch.floor(torch.log(torch.clamp(a, min=2.0**-126)) * (1.0 / _LN2) - 0.01).clamp(-126.0, 126.0)
+    scale = _nearest_power_of_two(torch.exp((1.0 - e) * _LN2)).float()  # 2^(1 - e), exactly
+    n = a * scale * 2.0**22
+    over = n >= 2.0**24  # e = floor(log2 |x|) - 1
+    low = torch.where(over, n * 0.5, n)
+    high = e + 126.0 + over.float()
+    finite = a <= _FLT_MAX  # not inf, not NaN
+    low = torch.where(finite, low, torch.where(torch.isnan(x), 2.0**22, 0.0))
+    high = torch.where(finite, high, 255.0)
+    negative = x + torch.reciprocal(x) < 0  # -0.0 too (1 / -0.0 = -inf), and -inf (-inf + -0.0)
+    return torch.where(negative, high + 256.0, high), low
 
 
-def hash_limbs(mult: np.ndarray) -> torch.Tensor:
-    """int64 (4, F): the 16-bit limbs of uint64 (F,) constants, least significant first."""
-    return torch.from_numpy(
-        np.stack([(mult >> np.uint64(16 * j)) & np.uint64(0xFFFF) for j in range(4)]).astype(np.int64)
-    )
+def _nearest_power_of_two(q: torch.Tensor) -> torch.Tensor:
+    """float64: ``2^k`` for float32 ``q = 2^k (1 + d)``, ``|d| < 2^-10``, ``2^-126 <= q < 2^128``: ``q 2^52
+    + q`` rounds ``q`` to the float64 grid of ``q 2^52`` (spacing ``2^k``, or ``2^(k - 1)`` when ``d <
+    0``), and the difference is exact (Sterbenz). Arithmetic, not a cast pair (float32 to bfloat16 and
+    back), which ONNX Runtime's graph optimisations have removed as a no-op in some versions."""
+    q = q.double()
+    big = q * 2.0**52
+    return (big + q) - big
 
 
-def _floor_div(x: torch.Tensor, d: int) -> torch.Tensor:
-    return torch.div(x, d, rounding_mode="floor")
+def hash_limb_bits(n_features: int) -> int:
+    """The width of the limbs (16, 8, 4, 2 or 1 bits) into which :func:`hash_weights` cuts the hash's
+    constants for F features: the widest whose column sums stay exact in float64, ``F 2^(24 + w) <=
+    2^53``."""
+    for bits in (16, 8, 4, 2, 1):
+        if n_features <= 2 ** (29 - bits):
+            return bits
+    raise ValueError(f"the exported tie rule's hash supports at most 2^28 features, got {n_features}")
 
 
-def graph_feature_hash(features: torch.Tensor, limbs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def hash_weights(mult: np.ndarray) -> torch.Tensor:
+    """float64 (2F, 2K): the uint64 (F,) constants of the tie rule's hash (``feature_hash_multipliers``)
+    cut into K limbs of :func:`hash_limb_bits` bits, least significant first: row f (``high`` of
+    :func:`float32_bits`) holds feature f's limbs in the last K columns, row F + f (``low``) in the
+    first K."""
+    f = mult.size
+    bits = hash_limb_bits(f)
+    k = 64 // bits
+    limbs = np.stack([(mult >> np.uint64(bits * j)) & np.uint64(2**bits - 1) for j in range(k)], axis=1)
+    weights = np.zeros((2 * f, 2 * k))
+    weights[:f, k:] = limbs
+    weights[f:, :k] = limbs
+    return torch.from_numpy(weights)
+
+
+def graph_feature_hash(features: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`ctxrank.data.ranking_data.feature_hash` of float32 rows (..., F) as ``(hash >> 32, hash &
-    0xFFFFFFFF)`` int64 (...,): ``sum_f bits_f * m_f mod 2^64`` on 16-bit limbs (every partial product
-    < 2^32, every column sum < 2^33 F: exact in int64 for F < 2^30), then the carries."""
-    b1, b0 = float32_bits(features)  # (..., F)
-    m0, m1, m2, m3 = limbs[0], limbs[1], limbs[2], limbs[3]
-    c = [
-        (b0 * m0).sum(-1),
-        (b0 * m1 + b1 * m0).sum(-1),
-        (b0 * m2 + b1 * m1).sum(-1),
-        (b0 * m3 + b1 * m2).sum(-1),  # b1 * m3 is a multiple of 2^64
-    ]
-    h, carry = [], torch.zeros_like(c[0])
-    for part in c:
-        total = part + carry
-        carry = _floor_div(total, _LIMB)
-        h.append(total - carry * _LIMB)
-    return h[3] * _LIMB + h[2], h[1] * _LIMB + h[0]
+    0xFFFFFFFF)`` int64 (...,), ``weights`` = :func:`hash_weights`: ``sum_f bits_f m_f mod 2^64`` with
+    ``m_f`` in K limbs of w bits: one float64 matrix product gives ``sum_f low_f limb_j`` and ``sum_f
+    high_f limb_j`` (< 2^53: exact), combined in int64 (``+ 2^23 x`` the second: < 2^62), then the
+    carries from limb to limb."""
+    high, low = float32_bits(features)  # (..., F)
+    k = weights.shape[1] // 2
+    bits = 64 // k
+    sums = (torch.cat([high, low], dim=-1).double() @ weights).long()  # (..., 2K)
+    limb_sums = sums[..., :k] + sums[..., k:] * 2**23  # (..., K): sum_f bits_f limb_j(m_f)
+    digits, carry = [], None
+    for j in range(k):
+        total = limb_sums[..., j] if carry is None else limb_sums[..., j] + carry
+        carry = torch.div(total, 2**bits, rounding_mode="trunc")  # total >= 0: the floor, one ONNX Div
+        digits.append(total - carry * 2**bits)  # bits j w .. (j + 1) w - 1 of the hash
+
+    def half(part: list[torch.Tensor]) -> torch.Tensor:
+        out = part[0]
+        for j, digit in enumerate(part[1:], start=1):
+            out = out + digit * 2 ** (bits * j)
+        return out
+
+    return half(digits[k // 2 :]), half(digits[: k // 2])
 
 
 def hash_key(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
@@ -265,7 +288,7 @@ def tied_items(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(order).scatter(1, order, tied.long()) > 0
 
 
-def tie_keys(features: torch.Tensor, tied: torch.Tensor, limbs: torch.Tensor) -> torch.Tensor:
+def tie_keys(features: torch.Tensor, tied: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """int64 (B, L): :func:`hash_key` of the raw float32 features (B, L, F) of the ``tied`` items (B, L),
     the key of hash 0 elsewhere: the hash is computed for the tied items alone (gathered, a dynamic
     count), as the others' places do not depend on it."""
@@ -273,7 +296,7 @@ def tie_keys(features: torch.Tensor, tied: torch.Tensor, limbs: torch.Tensor) ->
     spare_tied = torch.cat([tied.reshape(-1), torch.ones_like(tied.reshape(-1)[:1])])  # (B L + 1,)
     rows = torch.nonzero(spare_tied)[:, 0]
     flat = features.reshape(-1, features.shape[-1])
-    hashed = hash_key(*graph_feature_hash(torch.cat([flat, flat[:1]]).index_select(0, rows), limbs))
+    hashed = hash_key(*graph_feature_hash(torch.cat([flat, flat[:1]]).index_select(0, rows), weights))
     keys = torch.full_like(spare_tied, -(2**63), dtype=torch.long)  # the key of hash 0
     return keys.scatter(0, rows, hashed)[:-1].reshape(tied.shape)
 
@@ -295,13 +318,14 @@ def initial_places(
 def _run_bounds(new_run: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(run, start, end)`` int64 (B, L) of each place of rows cut into runs of consecutive places
     (``new_run`` bool (B, L): a run starts there; place 0 always does): the run's index, its first
-    place and the place after its last. The runs' first places come out of one sort."""
+    place and the place after its last. The runs' first places are scattered to their runs' indices
+    (the other places to distinct spare slots, L + 1 and after), in a row of L: after the last run, L."""
     row = torch.cumsum(torch.ones_like(new_run, dtype=torch.long), dim=1) - 1
     length = row[:, -1:] + 1  # (B, 1) L, a tensor: the exported length stays dynamic
-    starts = torch.sort(torch.where(new_run, row, row + length), dim=1).values  # (B, L): runs' firsts
     run = torch.cumsum(new_run.long(), dim=1) - 1
-    end = torch.minimum(torch.gather(torch.cat([starts, length], dim=1), 1, run + 1), length)
-    return run, torch.gather(starts, 1, run), end
+    firsts = torch.cat([row, row, row[:, :1]], dim=1) * 0 + length  # (B, 2 L + 1) all L
+    firsts = firsts.scatter(1, torch.where(new_run, run, row + length + 1), row)
+    return run, torch.gather(firsts, 1, run), torch.gather(firsts, 1, run + 1)
 
 
 def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -316,10 +340,13 @@ def average_ranks(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x`` (B, L[, D]) at the positions ``index`` (B, M) of each row -> (B, M[, D])."""
+    """``x`` (B, L[, D]) at the positions ``index`` (B, M) of each row -> (B, M[, D]); with D, whole rows
+    of the flattened (B L, D) (ONNX ``Gather``, a copy per row, not one index per value)."""
     if x.dim() == 2:
         return torch.gather(x, 1, index)
-    return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+    b, length = x.shape[0], x.shape[1]
+    rows = index + torch.arange(b, device=index.device).unsqueeze(1) * length
+    return x.reshape(b * length, x.shape[-1]).index_select(0, rows.reshape(-1)).reshape(b, -1, x.shape[-1])
 
 
 class GraphCut(NamedTuple):
@@ -341,12 +368,17 @@ class GraphCut(NamedTuple):
 
 
 def graph_cut(
-    features: torch.Tensor, mask: torch.Tensor, initial_scores: torch.Tensor, limbs: torch.Tensor, top_k: int
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    initial_scores: torch.Tensor,
+    weights: torch.Tensor,
+    top_k: int,
 ) -> GraphCut:
     """:func:`prepare_split`'s cut of padded lists: raw float32 features (B, L, F), mask bool (B, L),
     float64 initial scores (B, L) -> each row ordered by :func:`initial_places` (the tie rule's hash
-    from ``limbs`` = :func:`hash_limbs` of ``feature_hash_multipliers(F)``), its first ``top_k`` kept."""
-    keys = tie_keys(features, tied_items(initial_scores, mask), limbs)
+    from ``weights`` = :func:`hash_weights` of ``feature_hash_multipliers(F)``), its first ``top_k``
+    kept."""
+    keys = tie_keys(features, tied_items(initial_scores, mask), weights)
     place, order = initial_places(initial_scores, mask, keys)
     kept = order[:, :top_k]  # (B, L') with L' = min(L, k)
     return GraphCut(place, order, kept, take(mask, kept), top_k)
@@ -390,7 +422,7 @@ def graph_merge(
     by_place = torch.where(row < top_k, torch.gather(kept_rank, 1, row.clamp(max=top_k - 1)), row)
     best = _best_over_interchangeable_graph(by_place, cut.order, features, mask, initial_scores)
     rank = torch.gather(best, 1, cut.place)  # back to the input's rows
-    return torch.where(mask, -rank.float(), torch.zeros_like(features[..., 0]))
+    return torch.where(mask, -rank.float(), 0.0)
 
 
 def _best_over_interchangeable_graph(
@@ -403,13 +435,17 @@ def _best_over_interchangeable_graph(
     """int64 (B, L) ``by_place`` (a rank per place) with each run of interchangeable rows (adjacent in
     the initial order, same score, identical features) given the run's best rank."""
     row = torch.cumsum(torch.ones_like(order), dim=1) - 1
-    previous = torch.cat([order[:, :1], order[:, :-1]], dim=1)
+    real, placed_scores, placed = take(mask, order), take(scores, order), take(features, order)
+
+    def previous(x: torch.Tensor) -> torch.Tensor:  # x by place -> x of the previous place (place 0: its own)
+        return torch.cat([x[:, :1], x[:, :-1]], dim=1)
+
     same = (
         (row > 0)
-        & take(mask, order)
-        & take(mask, previous)
-        & (take(scores, order) == take(scores, previous))
-        & (take(features, order) == take(features, previous)).all(dim=-1)
+        & real
+        & previous(real)
+        & (placed_scores == previous(placed_scores))
+        & ((placed == previous(placed)).float().amin(dim=-1) > 0)  # all features equal
     )
     # the minimum of each run: sorted by (run, rank), a run's first sorted place holds it
     run, start, _ = _run_bounds(~same)
