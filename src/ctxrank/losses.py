@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -988,71 +989,6 @@ def chamfer_block_shape(
     return 1, per_pair_fit
 
 
-class _GroupMinDot(torch.autograd.Function):
-    """``m[i, k] = min_{j in group k} (c_j - 2 a_i . b_j)`` with a sparse backward.
-
-    Shapes: ``a (n1, D)``, ``b (K G, D)`` (K groups of G rows), ``c (K G,)`` -> ``(n1, K)``; ``c = |b_j|^2``
-    (``+inf`` at padding) turns ``m + |a_i|^2`` into the squared distance from ``a_i`` to its nearest ``b_j``.
-
-    Why by hand: autograd through a dense ``min`` of the ``(n1, K G)`` product spends two more dense
-    products of that size in backward for a gradient with one non-zero per ``(i, k)``. Here the backward is
-    two sparse products with ``n1 K`` non-zeros: O(n1 K D) instead of O(n1 K G D).
-    """
-
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, groups: int) -> torch.Tensor:
-        size = b.shape[0] // max(groups, 1)  # G rows a group
-        part = torch.addmm(c.unsqueeze(0), a, b.T, alpha=-2.0).view(a.shape[0], groups, size)
-        values, j = part.min(-1)  # (n1, K)
-        j += torch.arange(groups, device=j.device).mul_(size)  # row of b
-        ctx.save_for_backward(a, b, j)
-        return values
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        a, b, j = ctx.saved_tensors
-        n1, K = j.shape
-        rows = torch.arange(n1, device=j.device).repeat_interleave(K)
-        # (n1, K G) with grad[i, k] at (i, j[i, k]); the indices are unique and sorted (row, then group)
-        sel = torch.sparse_coo_tensor(
-            torch.stack([rows, j.reshape(-1)]),
-            grad.reshape(-1),
-            (n1, b.shape[0]),
-            check_invariants=False,
-            is_coalesced=True,
-        )
-        grad_a = grad_b = grad_c = None
-        if ctx.needs_input_grad[0]:
-            grad_a = torch.sparse.mm(sel, b).mul_(-2.0)
-        if ctx.needs_input_grad[1]:
-            grad_b = torch.sparse.mm(sel.t(), a).mul_(-2.0)
-        if ctx.needs_input_grad[2]:
-            grad_c = torch.zeros(b.shape[0], dtype=grad.dtype, device=grad.device)
-            grad_c.index_add_(0, j.reshape(-1), grad.reshape(-1))
-        return grad_a, grad_b, grad_c, None
-
-
-def _chamfer_rows(
-    a: torch.Tensor, b: torch.Tensor, sq_a: torch.Tensor, sq_b: torch.Tensor, weight_a: torch.Tensor
-) -> torch.Tensor:
-    """A block of the one-directional Chamfer matrix ``m[q1, q2] = sum_{i in q1} w_i min_{j in q2}
-    ||h_i - h_j||^2`` (diagonal not fixed up): ``a (c1, L1, D)`` the items of the ``q1`` lists, ``b
-    (c2, L2, D)`` those of the ``q2`` lists, ``sq_a (c1, L1)`` = ``|a_i|^2``, ``sq_b (c2, L2)`` =
-    ``|b_j|^2`` with ``+inf`` at padding, ``weight_a (c1, L1)`` (0 at padding) -> ``(c1, c2)``.
-
-    ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: one ``addmm`` per block
-    (:class:`_GroupMinDot`). Autograd keeps only the argmin indices ``(c1 L1, c2)`` and views of the
-    inputs, never the ``(c1 L1, c2 L2)`` block. A ``q2`` list without a real item contributes 0.
-    """
-    c1, L1, D = a.shape
-    c2, L2, _ = b.shape
-    m = _GroupMinDot.apply(a.reshape(c1 * L1, D), b.reshape(c2 * L2, D), sq_b.reshape(-1), c2)
-    nearest = m.view(c1, L1, c2) + sq_a[:, :, None]  # (c1, L1, c2)
-    empty = torch.isinf(sq_b).all(-1)  # (c2,)
-    nearest = nearest.clamp(min=0.0).masked_fill(empty[None, None, :], 0.0)
-    return (weight_a[:, :, None] * nearest).sum(1)  # (c1, c2)
-
-
 class _PairMins(torch.autograd.Function):
     """Nearest-neighbour squared distances of a block of query pairs, both directions, with a sparse
     backward.
@@ -1225,18 +1161,101 @@ def _chamfer_group_size(extents: list[int], dim: int, max_side: int) -> int:
 
 
 class _ListGroup(NamedTuple):
-    """Consecutive lists of the length-sorted batch, cut to the longest of them (``n`` items)."""
+    """Consecutive lists ``[start, stop)`` of the length-sorted batch and the items they keep: ``n`` =
+    the longest extent among them (every block cuts the group to its first ``n`` items)."""
 
-    size: int  # lists
-    h: torch.Tensor  # (size, n, D)
-    sq: torch.Tensor  # (size, n)
-    sq_j: torch.Tensor  # (size, n), +inf at padding
-    weight: torch.Tensor  # (size, n)
+    start: int
+    stop: int
+    n: int
+
+
+def _group_operands(h: torch.Tensor, sq_j: torch.Tensor, g: _ListGroup) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(left, right)``, each ``(size n, D + 2)``, with ``left_i . right_j = |h_i|^2 + |h_j|^2 - 2 h_i.h_j``
+    for items ``i``, ``j`` of the group (``+inf`` where either is padding): ``left = [h, |h|^2, 1]``,
+    ``right = [-2 h, 1, |h|^2]``, so one matrix product gives the squared distances with no bias pass."""
+    hg, sq = h[g.start : g.stop, : g.n], sq_j[g.start : g.stop, : g.n, None]
+    one = torch.ones_like(sq)
+    left = torch.cat([hg, sq, one], -1)
+    right = torch.cat([hg * -2.0, one, sq], -1)
+    return left.view(-1, left.shape[-1]), right.view(-1, right.shape[-1])
+
+
+class _NearestInLists(torch.autograd.Function):
+    """Every item's squared distance to its nearest item in every list, with a sparse backward.
+
+    ``h (B, L, D)`` (0 at padding), ``sq_j (B, L)`` = ``|h|^2`` with ``+inf`` at padding (no gradient
+    taken through it), ``groups``: consecutive :class:`_ListGroup` covering the ``B`` lists ->
+    ``(B, L, B)``: ``out[q1, i, q2] = min_{j in q2} ||h[q1, i] - h[q2, j]||^2``, 0 where ``i`` is
+    padding or ``q2`` has no real item.
+
+    Each unordered pair of groups is one ``(n1, n2)`` block of squared distances (one matrix product,
+    :func:`_group_operands`): its row minima over each ``q2`` give ``out`` for the items of the first
+    group, its column minima over each ``q1`` the items of the second group (a group with itself: the row
+    minima only), so every distance is computed once for both directions.
+
+    Why by hand: autograd through dense ``min`` of the blocks spends dense block-sized products in backward
+    for a gradient with one non-zero per ``(i, q2)``: ``d ||h_i - h_j||^2 = 2 (h_i - h_j) . (dh_i -
+    dh_j)`` at the argmin ``j``. With ``S`` the ``(B L, B L)`` sparse matrix of the incoming gradient at
+    ``(i, j)``, the gradient is ``2 (r + c) h - 2 (S + S^T) h`` (``r``, ``c`` its row and column sums):
+    two sparse products with ``B L B`` non-zeros, O(B L B D) instead of O(B L B L D). Only the argmin
+    indices are kept (``(B, L, B)``); where ``out`` is 0 by definition the index is the item itself, so
+    whatever gradient arrives there contributes nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, sq_j: torch.Tensor, groups: list[_ListGroup]) -> torch.Tensor:
+        B, L, _ = h.shape
+        out = h.new_zeros(B, L, B)
+        own = torch.arange(B * L, device=h.device).view(B, L, 1)
+        near = own.expand(B, L, B).clone()  # flat row of h.view(B L, D) of the nearest item
+        operands = [_group_operands(h, sq_j, g) for g in groups]
+        for a, (g1, (left, _)) in enumerate(zip(groups, operands)):
+            s1 = g1.stop - g1.start
+            first1 = torch.arange(g1.start, g1.stop, device=h.device) * L  # (s1,): flat row of each list
+            for g2, (_, right) in zip(groups[a:], operands[a:]):
+                s2 = g2.stop - g2.start
+                dist = torch.mm(left, right.T)  # (s1 n1, s2 n2)
+                values, j = dist.view(s1 * g1.n, s2, g2.n).min(-1)  # over the items of each q2
+                first2 = torch.arange(g2.start, g2.stop, device=h.device) * L
+                out[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = values.view(s1, g1.n, s2)
+                near[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = (j + first2).view(s1, g1.n, s2)
+                if g2 is not g1:  # over the items of each q1: (s1, s2 n2) -> (s2, n2, s1)
+                    values, i = dist.view(s1, g1.n, s2 * g2.n).min(1)
+                    out[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = values.T.view(s2, g2.n, s1)
+                    near[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = (i + first1[:, None]).T.view(
+                        s2, g2.n, s1
+                    )
+        real = torch.isfinite(sq_j)  # (B, L)
+        valid = real[:, :, None] & real.any(-1)[None, None, :]  # (B, L, B)
+        out = torch.where(valid, out, 0.0)
+        near = torch.where(valid, near, own)
+        ctx.save_for_backward(h, near)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, near = ctx.saved_tensors
+        B, L, D = h.shape
+        flat = h.reshape(B * L, D)
+        g, cols = grad.reshape(-1), near.reshape(-1)  # entry e: row e // B, column cols[e]
+        weight = grad.sum(-1).reshape(-1) + torch.zeros_like(flat[:, 0]).index_add_(0, cols, g)  # (B L,)
+        row_starts = torch.arange(0, B * L * B + 1, B, device=h.device)  # B entries a row, columns ascending
+        by_col = torch.argsort(cols, stable=True)
+        col_starts = torch.zeros_like(row_starts)
+        col_starts[1:] = torch.bincount(cols, minlength=B * L).cumsum(0)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            S = torch.sparse_csr_tensor(row_starts, cols, g, (B * L, B * L), check_invariants=False)
+            S_t = torch.sparse_csr_tensor(
+                col_starts, by_col.div(B, rounding_mode="floor"), g[by_col], (B * L, B * L), check_invariants=False
+            )
+        grad_h = weight[:, None] * flat - S @ flat - S_t @ flat
+        return (2.0 * grad_h).view_as(h), None, None
 
 
 def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction: str) -> torch.Tensor:
-    """Every ordered pair: the one-directional matrix ``m`` block by block, then ``m + m^T`` (QILCM
-    eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form.
+    """Every ordered pair: the one-directional matrix ``m`` (:class:`_NearestInLists`), then ``m + m^T``
+    (QILCM eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form.
 
     The lists are taken in the order of their extent (last real item + 1), in groups of at most
     ``max_side`` (:func:`_chamfer_group_size`), each group cut to its longest list, so padding is
@@ -1249,24 +1268,12 @@ def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction:
     extent = torch.where(x.mask, positions, 0).amax(-1)  # (B,)
     order = torch.argsort(extent, stable=True)
     ext = extent[order].tolist()
-    h, sq, sq_j, weight = (t[order] for t in (x.h, x.sq, x.sq_j, x.weight))
-    step = _chamfer_group_size(ext, h.shape[-1], max_side)
-    # each group cut once to its longest list (the last one) and shared by all its blocks, so autograd
-    # scatters one slice per group back, not one per block
-    groups = [
-        _ListGroup(
-            min(start + step, B) - start,
-            *(t[start : start + step, : ext[min(start + step, B) - 1]] for t in (h, sq, sq_j, weight)),
-        )
-        for start in range(0, B, step)
-    ]
-
-    def block(g1: _ListGroup, g2: _ListGroup) -> torch.Tensor:
-        if g1.h.shape[1] == 0 or g2.h.shape[1] == 0:  # only empty lists on one side: d = 0
-            return g1.h[:, :0].sum((1, 2))[:, None].expand(-1, g2.size)  # zeros, still in the graph
-        return _chamfer_rows(g1.h, g2.h, g1.sq, g2.sq_j, g1.weight)
-
-    sorted_matrix = torch.cat([torch.cat([block(g1, g2) for g2 in groups], 1) for g1 in groups], 0)  # (B, B)
+    step = _chamfer_group_size(ext, x.h.shape[-1], max_side)
+    groups = [_ListGroup(s, min(s + step, B), ext[min(s + step, B) - 1]) for s in range(0, B, step)]
+    groups = [g for g in groups if g.n > 0]  # lists without a real item: every distance to them is 0
+    h, sq_j, weight = x.h[order], x.sq_j[order], x.weight[order]
+    nearest = _NearestInLists.apply(h, sq_j.detach(), groups)  # (B, L, B)
+    sorted_matrix = (weight[:, :, None] * nearest.clamp(min=0.0)).sum(1)  # (B, B)
     back = torch.argsort(order)
     return _chamfer_reduce(sorted_matrix[back][:, back], x, two_sided, reduction)
 
