@@ -1082,8 +1082,6 @@ class _ChamferInputs(NamedTuple):
 
     h: torch.Tensor  # (B, L, D) centered on the batch's mean real item, 0 at padding
     mask: torch.Tensor  # (B, L) bool, True = real item
-    sq: torch.Tensor  # (B, L) squared norms, 0 at padding
-    sq_j: torch.Tensor  # (B, L) squared norms, +inf at padding (a padded item is never the nearest)
     weight: torch.Tensor  # (B, L) weight of item i of q in the sum over q's items
     nonempty: torch.Tensor  # (B,) bool
     n_lists: int  # |B|: lists with at least one real item
@@ -1120,10 +1118,9 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
     norms, with them the round-off of the expansion) and the per-item weights of ``form``."""
     D = reps.shape[-1]
     zero = torch.zeros((), dtype=reps.dtype, device=reps.device)
-    h = torch.where(mask[..., None], reps, zero)  # (B, L, D): padded rows never reach the math
-    center = (h.detach().sum((0, 1)) / mask.sum().clamp(min=1)).to(h.dtype)  # (D,)
-    h = torch.where(mask[..., None], h - center, zero)
-    sq = (h * h).sum(-1)  # (B, L)
+    with torch.no_grad():
+        center = (torch.where(mask[..., None], reps, zero).sum((0, 1)) / mask.sum().clamp(min=1)).to(reps.dtype)
+    h = torch.where(mask[..., None], reps - center, zero)  # (B, L, D): padded rows never reach the math
     n_items = mask.sum(-1)  # (B,)
     weight = mask.to(reps.dtype)
     if form == "mean":
@@ -1131,8 +1128,6 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
     return _ChamferInputs(
         h=h,
         mask=mask,
-        sq=sq,
-        sq_j=torch.where(mask, sq, float("inf")),
         weight=weight,
         nonempty=n_items > 0,
         n_lists=int((n_items > 0).sum()),
@@ -1140,22 +1135,24 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
 
 
 #: the fixed cost of one block of the exact Chamfer matrix (forward and backward), in multiply-adds
-#: of its distance product: about 3 ms on one CPU core (estimated from the step-time differences of
-#: benchmarks/bench_qilcm_step.py runs with 16 and 64 blocks, not measured directly)
-CHAMFER_BLOCK_COST = 10**8
+#: of its distance product: about 0.2 ms on one CPU core (estimated from the times of the exact term on
+#: 80 x 100 x 472 with 4 to 20 lists a group side, fastest at 8 to 10, not measured directly)
+CHAMFER_BLOCK_COST = 2 * 10**7
 
 
 def _chamfer_group_size(extents: list[int], dim: int, max_side: int) -> int:
-    """Lists a side of the blocks of the exact Chamfer matrix, for lists sorted by ``extents``: the
-    size (at most ``max_side``) minimizing the multiply-adds of the blocks cut to their longest list,
-    ``D (sum over groups of size x longest)^2``, plus :data:`CHAMFER_BLOCK_COST` per block. Mixed
-    lengths favour small groups (less padding), equal lengths large ones (fewer blocks)."""
+    """Lists a group of the exact Chamfer matrix, for lists sorted by ``extents``: the size (at most
+    ``max_side``) minimizing the multiply-adds of one block per unordered pair of groups (a group with
+    itself included), each cut to its groups' longest lists: ``D (S^2 + sum_g s_g^2) / 2`` with ``s_g`` =
+    lists x longest extent of group ``g`` and ``S`` their sum, plus :data:`CHAMFER_BLOCK_COST` per
+    block. Mixed lengths favour small groups (less padding), equal lengths a few lists (the blocks of a
+    group with itself compute both orders of its pairs, the overhead favours fewer blocks)."""
     B = len(extents)
 
     def cost(size: int) -> float:
-        padded = sum((min(g + size, B) - g) * extents[min(g + size, B) - 1] for g in range(0, B, size))
-        n = -(-B // size)
-        return dim * padded**2 + CHAMFER_BLOCK_COST * n * n
+        sides = [(min(g + size, B) - g) * extents[min(g + size, B) - 1] for g in range(0, B, size)]
+        n = len(sides)
+        return dim * (sum(sides) ** 2 + sum(s * s for s in sides)) / 2 + CHAMFER_BLOCK_COST * n * (n + 1) / 2
 
     return min(range(1, max(1, min(max_side, B)) + 1), key=cost)
 
@@ -1180,13 +1177,22 @@ def _group_operands(h: torch.Tensor, sq_j: torch.Tensor, g: _ListGroup) -> tuple
     return left.view(-1, left.shape[-1]), right.view(-1, right.shape[-1])
 
 
+def _min_last(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x.min(-1)``: the minima over the last dimension and the index of the first of each. On the CPU
+    by NumPy's ``argmin`` (vectorized; torch's CPU ``min`` with indices is a scalar loop, about twice as
+    long), the values gathered at those indices."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+        return x.min(-1)
+    index = torch.from_numpy(x.numpy().argmin(-1))
+    return x.gather(-1, index.unsqueeze(-1)).squeeze(-1), index
+
+
 class _NearestInLists(torch.autograd.Function):
     """Every item's squared distance to its nearest item in every list, with a sparse backward.
 
-    ``h (B, L, D)`` (0 at padding), ``sq_j (B, L)`` = ``|h|^2`` with ``+inf`` at padding (no gradient
-    taken through it), ``groups``: consecutive :class:`_ListGroup` covering the ``B`` lists ->
-    ``(B, L, B)``: ``out[q1, i, q2] = min_{j in q2} ||h[q1, i] - h[q2, j]||^2``, 0 where ``i`` is
-    padding or ``q2`` has no real item.
+    ``h (B, L, D)`` (0 at padding), ``mask (B, L)``, ``groups``: consecutive :class:`_ListGroup` covering
+    the lists with a real item -> ``(B, L, B)``: ``out[q1, i, q2] = min_{j in q2} ||h[q1, i] -
+    h[q2, j]||^2``, 0 where ``i`` is padding or ``q2`` has no real item.
 
     Each unordered pair of groups is one ``(n1, n2)`` block of squared distances (one matrix product,
     :func:`_group_operands`): its row minima over each ``q2`` give ``out`` for the items of the first
@@ -1203,10 +1209,12 @@ class _NearestInLists(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, sq_j: torch.Tensor, groups: list[_ListGroup]) -> torch.Tensor:
+    def forward(ctx, h: torch.Tensor, mask: torch.Tensor, groups: list[_ListGroup]) -> torch.Tensor:
         B, L, _ = h.shape
+        index = torch.int32 if B * L * B < 2**31 else torch.int64  # the sparse matrices' index type
+        sq_j = torch.where(mask, (h * h).sum(-1), float("inf"))  # (B, L): a padded item is never the nearest
         out = h.new_zeros(B, L, B)
-        own = torch.arange(B * L, device=h.device).view(B, L, 1)
+        own = torch.arange(B * L, dtype=index, device=h.device).view(B, L, 1)
         near = own.expand(B, L, B).clone()  # flat row of h.view(B L, D) of the nearest item
         operands = [_group_operands(h, sq_j, g) for g in groups]
         for a, (g1, (left, _)) in enumerate(zip(groups, operands)):
@@ -1215,7 +1223,7 @@ class _NearestInLists(torch.autograd.Function):
             for g2, (_, right) in zip(groups[a:], operands[a:]):
                 s2 = g2.stop - g2.start
                 dist = torch.mm(left, right.T)  # (s1 n1, s2 n2)
-                values, j = dist.view(s1 * g1.n, s2, g2.n).min(-1)  # over the items of each q2
+                values, j = _min_last(dist.view(s1 * g1.n, s2, g2.n))  # over the items of each q2
                 first2 = torch.arange(g2.start, g2.stop, device=h.device) * L
                 out[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = values.view(s1, g1.n, s2)
                 near[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = (j + first2).view(s1, g1.n, s2)
@@ -1225,8 +1233,7 @@ class _NearestInLists(torch.autograd.Function):
                     near[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = (i + first1[:, None]).T.view(
                         s2, g2.n, s1
                     )
-        real = torch.isfinite(sq_j)  # (B, L)
-        valid = real[:, :, None] & real.any(-1)[None, None, :]  # (B, L, B)
+        valid = mask[:, :, None] & mask.any(-1)[None, None, :]  # (B, L, B)
         out = torch.where(valid, out, 0.0)
         near = torch.where(valid, near, own)
         ctx.save_for_backward(h, near)
@@ -1236,21 +1243,22 @@ class _NearestInLists(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         h, near = ctx.saved_tensors
         B, L, D = h.shape
-        flat = h.reshape(B * L, D)
-        g, cols = grad.reshape(-1), near.reshape(-1)  # entry e: row e // B, column cols[e]
-        weight = grad.sum(-1).reshape(-1) + torch.zeros_like(flat[:, 0]).index_add_(0, cols, g)  # (B L,)
-        row_starts = torch.arange(0, B * L * B + 1, B, device=h.device)  # B entries a row, columns ascending
-        by_col = torch.argsort(cols, stable=True)
+        n = B * L
+        flat = h.reshape(n, D)
+        g, cols = grad.reshape(-1) * -2.0, near.reshape(-1)  # entry e: row e // B, column cols[e]
+        weight = grad.sum(-1).reshape(-1) + torch.zeros_like(flat[:, 0]).index_add_(0, cols, grad.reshape(-1))
+        row_starts = torch.arange(0, n * B + 1, B, dtype=cols.dtype, device=h.device)  # columns ascending
+        by_col = torch.argsort(cols, stable=True)  # the transpose's rows, each row's columns ascending
         col_starts = torch.zeros_like(row_starts)
-        col_starts[1:] = torch.bincount(cols, minlength=B * L).cumsum(0)
+        col_starts[1:] = torch.bincount(cols, minlength=n).cumsum(0)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            S = torch.sparse_csr_tensor(row_starts, cols, g, (B * L, B * L), check_invariants=False)
-            S_t = torch.sparse_csr_tensor(
-                col_starts, by_col.div(B, rounding_mode="floor"), g[by_col], (B * L, B * L), check_invariants=False
-            )
-        grad_h = weight[:, None] * flat - S @ flat - S_t @ flat
-        return (2.0 * grad_h).view_as(h), None, None
+            S = torch.sparse_csr_tensor(row_starts, cols, g, (n, n), check_invariants=False)
+            rows_of_col = by_col.div(B, rounding_mode="floor").to(cols.dtype)
+            S_t = torch.sparse_csr_tensor(col_starts, rows_of_col, g[by_col], (n, n), check_invariants=False)
+        # 2 (r + c) h - 2 S h - 2 S^T h, the -2 in the sparse values (plain products: no bias pass)
+        grad_h = (S @ flat).add_(S_t @ flat).addcmul_(flat, (2.0 * weight)[:, None])
+        return grad_h.view_as(h), None, None
 
 
 def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction: str) -> torch.Tensor:
@@ -1271,8 +1279,8 @@ def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction:
     step = _chamfer_group_size(ext, x.h.shape[-1], max_side)
     groups = [_ListGroup(s, min(s + step, B), ext[min(s + step, B) - 1]) for s in range(0, B, step)]
     groups = [g for g in groups if g.n > 0]  # lists without a real item: every distance to them is 0
-    h, sq_j, weight = x.h[order], x.sq_j[order], x.weight[order]
-    nearest = _NearestInLists.apply(h, sq_j.detach(), groups)  # (B, L, B)
+    h, mask, weight = x.h[order], x.mask[order], x.weight[order]
+    nearest = _NearestInLists.apply(h, mask, groups)  # (B, L, B)
     sorted_matrix = (weight[:, :, None] * nearest.clamp(min=0.0)).sum(1)  # (B, B)
     back = torch.argsort(order)
     return _chamfer_reduce(sorted_matrix[back][:, back], x, two_sided, reduction)
