@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -1247,20 +1246,19 @@ class _NearestInLists(torch.autograd.Function):
         flat = h.reshape(n, D)
         g, cols = grad.reshape(-1) * -2.0, near.reshape(-1)  # entry e: row e // B, column cols[e]
         weight = grad.sum(-1).reshape(-1) + torch.zeros_like(flat[:, 0]).index_add_(0, cols, grad.reshape(-1))
-        row_starts = torch.arange(0, n * B + 1, B, dtype=cols.dtype, device=h.device)  # columns ascending
-        by_col = torch.argsort(cols, stable=True)  # the transpose's rows, each row's columns ascending
+        # S h: row i sums g_e h[cols[e]] over its B entries; S^T h: row j over the entries with cols[e] = j
+        row_starts = torch.arange(0, n * B, B, dtype=cols.dtype, device=h.device)
+        by_col = torch.argsort(cols, stable=True)
         col_starts = torch.zeros_like(row_starts)
-        col_starts[1:] = torch.bincount(cols, minlength=n).cumsum(0)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            S = torch.sparse_csr_tensor(row_starts, cols, g, (n, n), check_invariants=False)
-            rows_of_col = by_col.div(B, rounding_mode="floor").to(cols.dtype)
-            S_t = torch.sparse_csr_tensor(col_starts, rows_of_col, g[by_col], (n, n), check_invariants=False)
-        # 2 (r + c) h - 2 S h - 2 S^T h, the -2 in the sparse values (plain products: no bias pass)
+        col_starts[1:] = torch.bincount(cols, minlength=n)[:-1].cumsum(0)
+        rows_of_col, g_by_col = by_col.div(B, rounding_mode="floor").to(cols.dtype), g[by_col]
+        # 2 (r + c) h - 2 S h - 2 S^T h, the -2 in the sparse values
         grad_h = torch.empty_like(flat)
         for span in _column_slices(flat):
             part = flat[:, span].contiguous()
-            grad_h[:, span] = (S @ part).add_(S_t @ part)
+            S_h = F.embedding_bag(cols, part, row_starts, mode="sum", per_sample_weights=g)
+            S_t_h = F.embedding_bag(rows_of_col, part, col_starts, mode="sum", per_sample_weights=g_by_col)
+            grad_h[:, span] = S_h.add_(S_t_h)
         return grad_h.addcmul_(flat, (2.0 * weight)[:, None]).view_as(h), None, None
 
 
@@ -1270,10 +1268,10 @@ SPARSE_PRODUCT_BYTES = 2**20
 
 
 def _column_slices(x: torch.Tensor) -> list[slice]:
-    """Slices of the columns of ``x (n, D)`` for sparse products ``S @ x`` one slice at a time: on the CPU,
-    slices of about :data:`SPARSE_PRODUCT_BYTES` (a product gathers rows of ``x`` at random, and a
-    slice that stays in cache took 0.4x the time of the whole ``(8000, 472)`` float32 matrix at once);
-    elsewhere all columns at once."""
+    """Slices of the columns of ``x (n, D)`` for sparse products (gathers of weighted rows) one slice at a
+    time: on the CPU, slices of about :data:`SPARSE_PRODUCT_BYTES` (the products gather rows of ``x`` at
+    random, and slices that stay in cache took 0.4x the time of the whole ``(8000, 472)`` float32 matrix
+    at once); elsewhere all columns at once."""
     n, D = x.shape
     width = D if x.device.type != "cpu" else max(8, SPARSE_PRODUCT_BYTES // max(n * x.element_size(), 1))
     return [slice(start, start + width) for start in range(0, D, width)]

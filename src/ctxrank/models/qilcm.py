@@ -276,7 +276,8 @@ class QILCM(RankingModule):
         else:
             normalized = torch.cat([c * h, h], dim=-1)  # eq. 5: (B, L, 2D)
         c = c.squeeze(1)
-        normalized = normalized * mask.unsqueeze(-1)  # padded rows exactly 0 (never used, kept clean)
+        if per_item.index is not None:  # padded rows exactly 0 (never used, kept clean)
+            normalized = normalized * mask.unsqueeze(-1)
         scores = per_item(self.mlp_rank, normalized).squeeze(-1)  # eq. 9 logits
         return QILCMOutput(scores=scores, attention=a, context=c, normalized=normalized)
 
