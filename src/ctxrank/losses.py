@@ -1117,9 +1117,13 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
     norms, with them the round-off of the expansion) and the per-item weights of ``form``."""
     D = reps.shape[-1]
     zero = torch.zeros((), dtype=reps.dtype, device=reps.device)
+    padded = not bool(mask.all())  # without padding the masks change nothing: their passes are skipped
     with torch.no_grad():
-        center = (torch.where(mask[..., None], reps, zero).sum((0, 1)) / mask.sum().clamp(min=1)).to(reps.dtype)
-    h = torch.where(mask[..., None], reps - center, zero)  # (B, L, D): padded rows never reach the math
+        real = torch.where(mask[..., None], reps, zero) if padded else reps
+        center = (real.sum((0, 1)) / mask.sum().clamp(min=1)).to(reps.dtype)  # (D,)
+    h = reps - center  # (B, L, D)
+    if padded:  # padded rows never reach the math
+        h = torch.where(mask[..., None], h, zero)
     n_items = mask.sum(-1)  # (B,)
     weight = mask.to(reps.dtype)
     if form == "mean":
@@ -1232,9 +1236,10 @@ class _NearestInLists(torch.autograd.Function):
                     near[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = (i + first1[:, None]).T.view(
                         s2, g2.n, s1
                     )
-        valid = mask[:, :, None] & mask.any(-1)[None, None, :]  # (B, L, B)
-        out = torch.where(valid, out, 0.0)
-        near = torch.where(valid, near, own)
+        if not bool(mask.all()):
+            valid = mask[:, :, None] & mask.any(-1)[None, None, :]  # (B, L, B)
+            out = torch.where(valid, out, 0.0)
+            near = torch.where(valid, near, own)
         ctx.save_for_backward(h, near)
         return out
 
