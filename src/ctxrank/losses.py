@@ -1220,10 +1220,10 @@ class _NearestInLists(torch.autograd.Function):
         own = torch.arange(B * L, dtype=index, device=h.device).view(B, L, 1)
         near = own.expand(B, L, B).clone()  # flat row of h.view(B L, D) of the nearest item
         operands = [_group_operands(h, sq_j, g) for g in groups]
-        for a, (g1, (left, _)) in enumerate(zip(groups, operands)):
+        for a, (g1, (left, _)) in enumerate(zip(groups, operands, strict=True)):
             s1 = g1.stop - g1.start
             first1 = torch.arange(g1.start, g1.stop, device=h.device) * L  # (s1,): flat row of each list
-            for g2, (_, right) in zip(groups[a:], operands[a:]):
+            for g2, (_, right) in zip(groups[a:], operands[a:], strict=True):
                 s2 = g2.stop - g2.start
                 dist = torch.mm(left, right.T)  # (s1 n1, s2 n2)
                 values, j = _min_along(dist.view(s1 * g1.n, s2, g2.n), -1)  # over the items of each q2
