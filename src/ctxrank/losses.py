@@ -86,6 +86,7 @@ SoftRank's ``pi`` table, plus its O(B L min(k, L) sqrt(L)) rank distributions).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -1295,16 +1296,22 @@ def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction:
         return _chamfer_reduce(x.h.reshape(-1)[:0].view(0, 0), x, two_sided, reduction)
     positions = torch.arange(1, x.mask.shape[1] + 1, device=x.mask.device)
     extent = torch.where(x.mask, positions, 0).amax(-1)  # (B,)
-    order = torch.argsort(extent, stable=True)
-    ext = extent[order].tolist()
+    ext = extent.tolist()
+    in_order = all(a <= b for a, b in itertools.pairwise(ext))  # e.g. lists of one length: no reordering
+    order = None if in_order else torch.argsort(extent, stable=True)
+    h, mask, weight = x.h, x.mask, x.weight
+    if order is not None:
+        ext = extent[order].tolist()
+        h, mask, weight = h[order], mask[order], weight[order]
     step = _chamfer_group_size(ext, x.h.shape[-1], max_side)
     groups = [_ListGroup(s, min(s + step, B), ext[min(s + step, B) - 1]) for s in range(0, B, step)]
     groups = [g for g in groups if g.n > 0]  # lists without a real item: every distance to them is 0
-    h, mask, weight = x.h[order], x.mask[order], x.weight[order]
     nearest = _NearestInLists.apply(h, mask, groups)  # (B, L, B)
-    sorted_matrix = (weight[:, :, None] * nearest.clamp(min=0.0)).sum(1)  # (B, B)
-    back = torch.argsort(order)
-    return _chamfer_reduce(sorted_matrix[back][:, back], x, two_sided, reduction)
+    matrix = (weight[:, :, None] * nearest.clamp(min=0.0)).sum(1)  # (B, B), lists in extent order
+    if order is not None:
+        back = torch.argsort(order)
+        matrix = matrix[back][:, back]
+    return _chamfer_reduce(matrix, x, two_sided, reduction)
 
 
 def _chamfer_reduce(matrix: torch.Tensor, x: _ChamferInputs, two_sided: bool, reduction: str) -> torch.Tensor:
