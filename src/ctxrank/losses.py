@@ -1400,11 +1400,13 @@ def chamfer_confusion(
     Exact: the one-directional matrix ``m[q1, q2] = sum_{i in q1} min_{j in q2} ||.||^2`` is computed and
     the two-sided one is ``m + m^T`` (no second pass). The ``(B, L, B, L)`` tensor is never built:
     the lists, sorted by length, are cut into groups, each group trimmed to its longest list, and the
-    blocks (group x group, within the budget of :func:`chamfer_block_shape`) are computed one at a
-    time, so padding is mostly never multiplied; autograd keeps only the argmin indices, ``(B, L, B)``
-    integers at most, so training memory is bounded too. On top of the block budget come tensors of
-    the size of ``reps`` (a masked copy, its gradient). Ties in the min send the gradient to one nearest
-    point (a valid subgradient).
+    blocks (one per unordered pair of groups, within the budget of :func:`chamfer_block_shape`) are
+    computed one at a time, so padding is mostly never multiplied; a block's row minima give one
+    direction and its column minima the other, so each distance is computed once. Autograd keeps only
+    the argmin indices, ``(B, L, B)`` integers at most, so training memory is bounded too; the backward
+    is two sparse products with ``B L B`` non-zeros (:class:`_NearestInLists`). On top of the block
+    budget come tensors of the size of ``reps`` (a masked copy, its gradient). Ties in the min send the
+    gradient to the first nearest point (a valid subgradient).
 
     Sampled estimate (``pairs=P``): ``P`` ordered pairs ``(q1, q2)`` are drawn uniformly with replacement
     from the non-empty lists (``q1 == q2`` allowed, value 0). Each draw has expectation
