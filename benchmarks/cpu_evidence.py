@@ -42,10 +42,12 @@ def _scale_problems(blob: dict) -> list[str]:
 
 
 def _attn_step_problems(blob: dict) -> list[str]:
-    """allRank's rows, the ratios and the same-weights check."""
+    """allRank's rows, the ratios and the same-weights check; a row per list kind for each ctxrank model
+    of ``--models`` (runs before that option timed ``attn`` alone) and for each of allRank's two."""
     if not (blob["allrank"]["available"] and blob["ratios"] and blob["forward_check"]):
         return ["allRank's rows, the ratios or the same-weights check are missing"]
-    return [] if len(blob["results"]) == 3 * len(blob["lengths"]) else ["a row is missing"]
+    rows = (len(set(blob.get("models", ["attn"]))) + 2) * len(blob["lengths"])
+    return [] if len(blob["results"]) == rows else ["a row is missing"]
 
 
 def _missing_problems(blob: dict) -> list[str]:

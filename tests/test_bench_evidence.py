@@ -63,6 +63,21 @@ def test_every_stored_benchmark_run_backs_a_block_and_is_complete():
         assert mine <= named, f"stored files no block shows: {sorted(mine - named)}"
 
 
+def test_an_attn_step_run_with_other_models_is_complete_with_a_row_per_model():
+    """``bench_attn_step.py --models attn,qilcm``: a row per model and list kind besides allRank's two."""
+    entry = cpu_evidence.BY_SCRIPT["bench_attn_step"]
+    stored = next(blob for blob in STORED_RUNS.values() if blob["benchmark"] == "bench_attn_step")
+    assert "models" not in stored and entry.problems_of(stored) == []  # a run from before --models
+    run = json.loads(json.dumps(stored))
+    run["models"] = ["attn", "qilcm"]
+    for kind in run["lengths"]:
+        attn_row = run["results"][f"ctxrank attn + ctxrank lambdaloss, {kind}"]
+        run["results"][f"ctxrank qilcm + attrank, {kind}"] = attn_row
+    assert entry.problems_of(run) == []
+    del run["results"][f"allRank + ctxrank lambdaloss, {run['lengths'][0]}"]
+    assert entry.problems_of(run) == ["a row is missing"]
+
+
 def test_publish_rewrites_a_stale_block(tmp_path):
     """A block whose numbers were edited by hand is put back from the files."""
     name = next(iter(_blocks()))[1].group(2)

@@ -10,8 +10,10 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from ctxrank import losses as losses_module
 from ctxrank.losses import (
     LOSSES,
+    _min_along,
     approxndcg,
     attrank,
     chamfer_block_shape,
@@ -779,6 +781,72 @@ def test_chamfer_blocks_cut_to_their_longest_list_match_the_dense_form():
     perm = torch.randperm(B, generator=g)
     permuted = chamfer_confusion(clean[perm], mask[perm], reduction="none")
     torch.testing.assert_close(permuted, got.detach()[perm][:, perm], rtol=1e-10, atol=1e-10)
+
+
+def test_chamfer_exact_computes_each_unordered_pair_of_list_groups_once():
+    """12 lists in groups of 3: one distance product per unordered pair of groups (4 x 5 / 2 = 10), whose
+    row minima give one direction and column minima the other, not one per ordered pair (16)."""
+    g = torch.Generator().manual_seed(3)
+    reps, mask = torch.randn(12, 5, 4, generator=g), torch.ones(12, 5, dtype=torch.bool)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        chamfer_confusion(reps, mask, chunk_size=3)
+    products = [e.name for e in prof.events() if e.name in ("aten::mm", "aten::addmm", "aten::bmm")]
+    assert len(products) == 10, products
+
+
+@pytest.mark.parametrize("slice_bytes", [None, 64])  # the backward's columns all at once, 8 at a time
+@pytest.mark.parametrize("chunk", [None, 1, 2, 3])
+def test_chamfer_exact_with_ties_and_padding_equals_the_dense_minimum(chunk, slice_bytes, monkeypatch):
+    """Integers summing to 0 (every distance exact in float64 after the term's centering, so ties are
+    exact too: repeated items within and across lists), padding inside and after the items, an empty
+    list, mixed lengths: the exact term's matrix and gradients equal those of the dense ``(B, L, B, L)``
+    distances through ``torch.min``, which sends a tie's gradient to its first item, as the term's
+    argmins do (rows and columns of a block)."""
+    if slice_bytes is not None:
+        monkeypatch.setattr(losses_module, "SPARSE_PRODUCT_BYTES", slice_bytes)
+    g = torch.Generator().manual_seed(11)
+    B, L, D = 9, 7, 20
+    reps = torch.randint(-1, 2, (B, L, D), generator=g).to(F64)
+    reps[1, 3] = reps[1, 0]  # a tie within a list
+    reps[4, :3] = reps[0, 2]  # ties across lists
+    mask = torch.rand(B, L, generator=g) > 0.25
+    mask[:, 0] = True
+    mask[5] = False  # an empty list
+    mask[6, 2:] = False  # a short list
+    mask[7, 1] = False  # a hole
+    reps[~mask] = 0.0
+    reps[8, 0] -= reps.sum((0, 1))  # the real items sum to 0: the term's centering changes nothing
+    reps[~mask] = float("nan")  # padded rows hold garbage
+
+    def dense(r):
+        h = torch.where(mask[..., None], r, 0.0)
+        dist = ((h[:, :, None, None, :] - h[None, None, :, :, :]) ** 2).sum(-1)  # (B, L, B, L)
+        dist = dist.masked_fill(~mask[None, None, :, :], float("inf"))
+        nearest = dist.min(-1).values  # (B, L, B): the first of tied items gets the gradient
+        nearest = torch.where(mask[:, :, None] & mask.any(-1)[None, None, :], nearest, 0.0)
+        m = nearest.sum(1).masked_fill(torch.eye(B, dtype=torch.bool), 0.0)
+        return m + m.T
+
+    r1 = reps.clone().requires_grad_(True)
+    expected = dense(r1)
+    (g1,) = torch.autograd.grad((expected * torch.arange(B * B, dtype=F64).view(B, B)).sum(), r1)
+    r2 = reps.clone().requires_grad_(True)
+    got = chamfer_confusion(r2, mask, reduction="none", chunk_size=chunk)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-9)
+    (g2,) = torch.autograd.grad((got * torch.arange(B * B, dtype=F64).view(B, B)).sum(), r2)
+    torch.testing.assert_close(g2[mask], g1[mask], rtol=1e-12, atol=1e-9)
+    assert torch.equal(g2[~mask], torch.zeros_like(g2[~mask]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64, torch.bfloat16])
+def test_chamfer_min_along_either_dimension_is_torchs_min_ties_included(dtype):
+    """The blocks' minima (NumPy's argmin on the CPU): torch.min's values and first indices of ties."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (6, 5, 7), generator=g).to(dtype)  # many ties
+    for dim in (-1, 1):
+        values, index = _min_along(x, dim)
+        expected = x.min(dim)
+        assert torch.equal(values, expected.values) and torch.equal(index, expected.indices)
 
 
 def test_chamfer_gradcheck():

@@ -86,6 +86,7 @@ SoftRank's ``pi`` table, plus its O(B L min(k, L) sqrt(L)) rank distributions).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -988,71 +989,6 @@ def chamfer_block_shape(
     return 1, per_pair_fit
 
 
-class _GroupMinDot(torch.autograd.Function):
-    """``m[i, k] = min_{j in group k} (c_j - 2 a_i . b_j)`` with a sparse backward.
-
-    Shapes: ``a (n1, D)``, ``b (K G, D)`` (K groups of G rows), ``c (K G,)`` -> ``(n1, K)``; ``c = |b_j|^2``
-    (``+inf`` at padding) turns ``m + |a_i|^2`` into the squared distance from ``a_i`` to its nearest ``b_j``.
-
-    Why by hand: autograd through a dense ``min`` of the ``(n1, K G)`` product spends two more dense
-    products of that size in backward for a gradient with one non-zero per ``(i, k)``. Here the backward is
-    two sparse products with ``n1 K`` non-zeros: O(n1 K D) instead of O(n1 K G D).
-    """
-
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, groups: int) -> torch.Tensor:
-        size = b.shape[0] // max(groups, 1)  # G rows a group
-        part = torch.addmm(c.unsqueeze(0), a, b.T, alpha=-2.0).view(a.shape[0], groups, size)
-        values, j = part.min(-1)  # (n1, K)
-        j += torch.arange(groups, device=j.device).mul_(size)  # row of b
-        ctx.save_for_backward(a, b, j)
-        return values
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        a, b, j = ctx.saved_tensors
-        n1, K = j.shape
-        rows = torch.arange(n1, device=j.device).repeat_interleave(K)
-        # (n1, K G) with grad[i, k] at (i, j[i, k]); the indices are unique and sorted (row, then group)
-        sel = torch.sparse_coo_tensor(
-            torch.stack([rows, j.reshape(-1)]),
-            grad.reshape(-1),
-            (n1, b.shape[0]),
-            check_invariants=False,
-            is_coalesced=True,
-        )
-        grad_a = grad_b = grad_c = None
-        if ctx.needs_input_grad[0]:
-            grad_a = torch.sparse.mm(sel, b).mul_(-2.0)
-        if ctx.needs_input_grad[1]:
-            grad_b = torch.sparse.mm(sel.t(), a).mul_(-2.0)
-        if ctx.needs_input_grad[2]:
-            grad_c = torch.zeros(b.shape[0], dtype=grad.dtype, device=grad.device)
-            grad_c.index_add_(0, j.reshape(-1), grad.reshape(-1))
-        return grad_a, grad_b, grad_c, None
-
-
-def _chamfer_rows(
-    a: torch.Tensor, b: torch.Tensor, sq_a: torch.Tensor, sq_b: torch.Tensor, weight_a: torch.Tensor
-) -> torch.Tensor:
-    """A block of the one-directional Chamfer matrix ``m[q1, q2] = sum_{i in q1} w_i min_{j in q2}
-    ||h_i - h_j||^2`` (diagonal not fixed up): ``a (c1, L1, D)`` the items of the ``q1`` lists, ``b
-    (c2, L2, D)`` those of the ``q2`` lists, ``sq_a (c1, L1)`` = ``|a_i|^2``, ``sq_b (c2, L2)`` =
-    ``|b_j|^2`` with ``+inf`` at padding, ``weight_a (c1, L1)`` (0 at padding) -> ``(c1, c2)``.
-
-    ``min_j ||a - b_j||^2 = |a|^2 + min_j (|b_j|^2 - 2 a.b_j)``: one ``addmm`` per block
-    (:class:`_GroupMinDot`). Autograd keeps only the argmin indices ``(c1 L1, c2)`` and views of the
-    inputs, never the ``(c1 L1, c2 L2)`` block. A ``q2`` list without a real item contributes 0.
-    """
-    c1, L1, D = a.shape
-    c2, L2, _ = b.shape
-    m = _GroupMinDot.apply(a.reshape(c1 * L1, D), b.reshape(c2 * L2, D), sq_b.reshape(-1), c2)
-    nearest = m.view(c1, L1, c2) + sq_a[:, :, None]  # (c1, L1, c2)
-    empty = torch.isinf(sq_b).all(-1)  # (c2,)
-    nearest = nearest.clamp(min=0.0).masked_fill(empty[None, None, :], 0.0)
-    return (weight_a[:, :, None] * nearest).sum(1)  # (c1, c2)
-
-
 class _PairMins(torch.autograd.Function):
     """Nearest-neighbour squared distances of a block of query pairs, both directions, with a sparse
     backward.
@@ -1146,8 +1082,6 @@ class _ChamferInputs(NamedTuple):
 
     h: torch.Tensor  # (B, L, D) centered on the batch's mean real item, 0 at padding
     mask: torch.Tensor  # (B, L) bool, True = real item
-    sq: torch.Tensor  # (B, L) squared norms, 0 at padding
-    sq_j: torch.Tensor  # (B, L) squared norms, +inf at padding (a padded item is never the nearest)
     weight: torch.Tensor  # (B, L) weight of item i of q in the sum over q's items
     nonempty: torch.Tensor  # (B,) bool
     n_lists: int  # |B|: lists with at least one real item
@@ -1184,10 +1118,13 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
     norms, with them the round-off of the expansion) and the per-item weights of ``form``."""
     D = reps.shape[-1]
     zero = torch.zeros((), dtype=reps.dtype, device=reps.device)
-    h = torch.where(mask[..., None], reps, zero)  # (B, L, D): padded rows never reach the math
-    center = (h.detach().sum((0, 1)) / mask.sum().clamp(min=1)).to(h.dtype)  # (D,)
-    h = torch.where(mask[..., None], h - center, zero)
-    sq = (h * h).sum(-1)  # (B, L)
+    padded = not bool(mask.all())  # without padding the masks change nothing: their passes are skipped
+    with torch.no_grad():
+        real = torch.where(mask[..., None], reps, zero) if padded else reps
+        center = (real.sum((0, 1)) / mask.sum().clamp(min=1)).to(reps.dtype)  # (D,)
+    h = reps - center  # (B, L, D)
+    if padded:  # padded rows never reach the math
+        h = torch.where(mask[..., None], h, zero)
     n_items = mask.sum(-1)  # (B,)
     weight = mask.to(reps.dtype)
     if form == "mean":
@@ -1195,8 +1132,6 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
     return _ChamferInputs(
         h=h,
         mask=mask,
-        sq=sq,
-        sq_j=torch.where(mask, sq, float("inf")),
         weight=weight,
         nonempty=n_items > 0,
         n_lists=int((n_items > 0).sum()),
@@ -1204,39 +1139,153 @@ def _chamfer_inputs(reps: torch.Tensor, mask: torch.Tensor, form: str) -> _Chamf
 
 
 #: the fixed cost of one block of the exact Chamfer matrix (forward and backward), in multiply-adds
-#: of its distance product: about 3 ms on one CPU core (estimated from the step-time differences of
-#: benchmarks/bench_qilcm_step.py runs with 16 and 64 blocks, not measured directly)
-CHAMFER_BLOCK_COST = 10**8
+#: of its distance product: about 0.2 ms on one CPU core (estimated from the times of the exact term on
+#: 80 x 100 x 472 with 4 to 20 lists a group side, fastest at 8 to 10, not measured directly)
+CHAMFER_BLOCK_COST = 2 * 10**7
 
 
 def _chamfer_group_size(extents: list[int], dim: int, max_side: int) -> int:
-    """Lists a side of the blocks of the exact Chamfer matrix, for lists sorted by ``extents``: the
-    size (at most ``max_side``) minimizing the multiply-adds of the blocks cut to their longest list,
-    ``D (sum over groups of size x longest)^2``, plus :data:`CHAMFER_BLOCK_COST` per block. Mixed
-    lengths favour small groups (less padding), equal lengths large ones (fewer blocks)."""
+    """Lists a group of the exact Chamfer matrix, for lists sorted by ``extents``: the size (at most
+    ``max_side``) minimizing the multiply-adds of one block per unordered pair of groups (a group with
+    itself included), each cut to its groups' longest lists: ``D (S^2 + sum_g s_g^2) / 2`` with ``s_g`` =
+    lists x longest extent of group ``g`` and ``S`` their sum, plus :data:`CHAMFER_BLOCK_COST` per
+    block. Mixed lengths favour small groups (less padding), equal lengths a few lists (the blocks of a
+    group with itself compute both orders of its pairs, the overhead favours fewer blocks)."""
     B = len(extents)
 
     def cost(size: int) -> float:
-        padded = sum((min(g + size, B) - g) * extents[min(g + size, B) - 1] for g in range(0, B, size))
-        n = -(-B // size)
-        return dim * padded**2 + CHAMFER_BLOCK_COST * n * n
+        sides = [(min(g + size, B) - g) * extents[min(g + size, B) - 1] for g in range(0, B, size)]
+        n = len(sides)
+        return dim * (sum(sides) ** 2 + sum(s * s for s in sides)) / 2 + CHAMFER_BLOCK_COST * n * (n + 1) / 2
 
     return min(range(1, max(1, min(max_side, B)) + 1), key=cost)
 
 
 class _ListGroup(NamedTuple):
-    """Consecutive lists of the length-sorted batch, cut to the longest of them (``n`` items)."""
+    """Consecutive lists ``[start, stop)`` of the length-sorted batch and the items they keep: ``n`` =
+    the longest extent among them (every block cuts the group to its first ``n`` items)."""
 
-    size: int  # lists
-    h: torch.Tensor  # (size, n, D)
-    sq: torch.Tensor  # (size, n)
-    sq_j: torch.Tensor  # (size, n), +inf at padding
-    weight: torch.Tensor  # (size, n)
+    start: int
+    stop: int
+    n: int
+
+
+def _group_operands(h: torch.Tensor, sq_j: torch.Tensor, g: _ListGroup) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(left, right)``, each ``(size n, D + 2)``, with ``left_i . right_j = |h_i|^2 + |h_j|^2 - 2 h_i.h_j``
+    for items ``i``, ``j`` of the group (``+inf`` where either is padding): ``left = [h, |h|^2, 1]``,
+    ``right = [-2 h, 1, |h|^2]``, so one matrix product gives the squared distances with no bias pass."""
+    hg, sq = h[g.start : g.stop, : g.n], sq_j[g.start : g.stop, : g.n, None]
+    one = torch.ones_like(sq)
+    left = torch.cat([hg, sq, one], -1)
+    right = torch.cat([hg * -2.0, one, sq], -1)
+    return left.view(-1, left.shape[-1]), right.view(-1, right.shape[-1])
+
+
+def _min_along(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x.min(dim)``: the minima along ``dim`` and the index of the first of each. On the CPU by NumPy's
+    ``argmin`` (vectorized; torch's CPU ``min`` with indices is a scalar loop, 1.2x to 2.4x as long on
+    a block of squared distances), the values gathered at those indices."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+        return x.min(dim)
+    index = torch.from_numpy(x.numpy().argmin(dim))
+    return x.gather(dim, index.unsqueeze(dim)).squeeze(dim), index
+
+
+class _NearestInLists(torch.autograd.Function):
+    """Every item's squared distance to its nearest item in every list, with a sparse backward.
+
+    ``h (B, L, D)`` (0 at padding), ``mask (B, L)``, ``groups``: consecutive :class:`_ListGroup` covering
+    the lists with a real item -> ``(B, L, B)``: ``out[q1, i, q2] = min_{j in q2} ||h[q1, i] -
+    h[q2, j]||^2``, 0 where ``i`` is padding or ``q2`` has no real item.
+
+    Each unordered pair of groups is one ``(n1, n2)`` block of squared distances (one matrix product,
+    :func:`_group_operands`): its row minima over each ``q2`` give ``out`` for the items of the first
+    group, its column minima over each ``q1`` the items of the second group (a group with itself: the row
+    minima only), so every distance is computed once for both directions.
+
+    Why by hand: autograd through dense ``min`` of the blocks spends dense block-sized products in backward
+    for a gradient with one non-zero per ``(i, q2)``: ``d ||h_i - h_j||^2 = 2 (h_i - h_j) . (dh_i -
+    dh_j)`` at the argmin ``j``. With ``S`` the ``(B L, B L)`` sparse matrix of the incoming gradient at
+    ``(i, j)``, the gradient is ``2 (r + c) h - 2 (S + S^T) h`` (``r``, ``c`` its row and column sums):
+    two sparse products with ``B L B`` non-zeros, O(B L B D) instead of O(B L B L D). Only the argmin
+    indices are kept (``(B, L, B)``); where ``out`` is 0 by definition the index is the item itself, so
+    whatever gradient arrives there contributes nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, mask: torch.Tensor, groups: list[_ListGroup]) -> torch.Tensor:
+        B, L, _ = h.shape
+        index = torch.int32 if B * L * B < 2**31 else torch.int64  # the sparse matrices' index type
+        sq_j = torch.where(mask, (h * h).sum(-1), float("inf"))  # (B, L): a padded item is never the nearest
+        out = h.new_zeros(B, L, B)
+        own = torch.arange(B * L, dtype=index, device=h.device).view(B, L, 1)
+        near = own.expand(B, L, B).clone()  # flat row of h.view(B L, D) of the nearest item
+        operands = [_group_operands(h, sq_j, g) for g in groups]
+        for a, (g1, (left, _)) in enumerate(zip(groups, operands, strict=True)):
+            s1 = g1.stop - g1.start
+            first1 = torch.arange(g1.start, g1.stop, device=h.device) * L  # (s1,): flat row of each list
+            for g2, (_, right) in zip(groups[a:], operands[a:], strict=True):
+                s2 = g2.stop - g2.start
+                dist = torch.mm(left, right.T)  # (s1 n1, s2 n2)
+                values, j = _min_along(dist.view(s1 * g1.n, s2, g2.n), -1)  # over the items of each q2
+                first2 = torch.arange(g2.start, g2.stop, device=h.device) * L
+                out[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = values.view(s1, g1.n, s2)
+                near[g1.start : g1.stop, : g1.n, g2.start : g2.stop] = (j + first2).view(s1, g1.n, s2)
+                if g2 is not g1:  # over the items of each q1: (s1, s2 n2) -> (s2, n2, s1)
+                    values, i = _min_along(dist.view(s1, g1.n, s2 * g2.n), 1)
+                    out[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = values.T.view(s2, g2.n, s1)
+                    near[g2.start : g2.stop, : g2.n, g1.start : g1.stop] = (i + first1[:, None]).T.view(
+                        s2, g2.n, s1
+                    )
+        if not bool(mask.all()):
+            valid = mask[:, :, None] & mask.any(-1)[None, None, :]  # (B, L, B)
+            out = torch.where(valid, out, 0.0)
+            near = torch.where(valid, near, own)
+        ctx.save_for_backward(h, near)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, near = ctx.saved_tensors
+        B, L, D = h.shape
+        n = B * L
+        flat = h.reshape(n, D)
+        g, cols = grad.reshape(-1) * -2.0, near.reshape(-1)  # entry e: row e // B, column cols[e]
+        weight = grad.sum(-1).reshape(-1) + torch.zeros_like(flat[:, 0]).index_add_(0, cols, grad.reshape(-1))
+        # S h: row i sums g_e h[cols[e]] over its B entries; S^T h: row j over the entries with cols[e] = j
+        row_starts = torch.arange(0, n * B, B, dtype=cols.dtype, device=h.device)
+        by_col = torch.argsort(cols, stable=True)
+        col_starts = torch.zeros_like(row_starts)
+        col_starts[1:] = torch.bincount(cols, minlength=n)[:-1].cumsum(0)
+        rows_of_col, g_by_col = by_col.div(B, rounding_mode="floor").to(cols.dtype), g[by_col]
+        # 2 (r + c) h - 2 S h - 2 S^T h, the -2 in the sparse values
+        grad_h = torch.empty_like(flat)
+        for span in _column_slices(flat):
+            part = flat[:, span].contiguous()
+            S_h = F.embedding_bag(cols, part, row_starts, mode="sum", per_sample_weights=g)
+            S_t_h = F.embedding_bag(rows_of_col, part, col_starts, mode="sum", per_sample_weights=g_by_col)
+            grad_h[:, span] = S_h.add_(S_t_h)
+        return grad_h.addcmul_(flat, (2.0 * weight)[:, None]).view_as(h), None, None
+
+
+#: bytes of the columns of a dense matrix that a sparse product on the CPU takes at a time
+#: (:func:`_column_slices`): about a core's L2 cache
+SPARSE_PRODUCT_BYTES = 2**20
+
+
+def _column_slices(x: torch.Tensor) -> list[slice]:
+    """Slices of the columns of ``x (n, D)`` for sparse products (gathers of weighted rows) one slice at a
+    time: on the CPU, slices of about :data:`SPARSE_PRODUCT_BYTES` (the products gather rows of ``x`` at
+    random, and slices that stay in cache took 0.4x the time of the whole ``(8000, 472)`` float32 matrix
+    at once); elsewhere all columns at once."""
+    n, D = x.shape
+    width = D if x.device.type != "cpu" else max(8, SPARSE_PRODUCT_BYTES // max(n * x.element_size(), 1))
+    return [slice(start, start + width) for start in range(0, D, width)]
 
 
 def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction: str) -> torch.Tensor:
-    """Every ordered pair: the one-directional matrix ``m`` block by block, then ``m + m^T`` (QILCM
-    eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form.
+    """Every ordered pair: the one-directional matrix ``m`` (:class:`_NearestInLists`), then ``m + m^T``
+    (QILCM eq. 14: ``d(q1, q2) = m[q1, q2] + m[q2, q1]``) for the two-sided form.
 
     The lists are taken in the order of their extent (last real item + 1), in groups of at most
     ``max_side`` (:func:`_chamfer_group_size`), each group cut to its longest list, so padding is
@@ -1247,28 +1296,22 @@ def _chamfer_exact(x: _ChamferInputs, max_side: int, two_sided: bool, reduction:
         return _chamfer_reduce(x.h.reshape(-1)[:0].view(0, 0), x, two_sided, reduction)
     positions = torch.arange(1, x.mask.shape[1] + 1, device=x.mask.device)
     extent = torch.where(x.mask, positions, 0).amax(-1)  # (B,)
-    order = torch.argsort(extent, stable=True)
-    ext = extent[order].tolist()
-    h, sq, sq_j, weight = (t[order] for t in (x.h, x.sq, x.sq_j, x.weight))
-    step = _chamfer_group_size(ext, h.shape[-1], max_side)
-    # each group cut once to its longest list (the last one) and shared by all its blocks, so autograd
-    # scatters one slice per group back, not one per block
-    groups = [
-        _ListGroup(
-            min(start + step, B) - start,
-            *(t[start : start + step, : ext[min(start + step, B) - 1]] for t in (h, sq, sq_j, weight)),
-        )
-        for start in range(0, B, step)
-    ]
-
-    def block(g1: _ListGroup, g2: _ListGroup) -> torch.Tensor:
-        if g1.h.shape[1] == 0 or g2.h.shape[1] == 0:  # only empty lists on one side: d = 0
-            return g1.h[:, :0].sum((1, 2))[:, None].expand(-1, g2.size)  # zeros, still in the graph
-        return _chamfer_rows(g1.h, g2.h, g1.sq, g2.sq_j, g1.weight)
-
-    sorted_matrix = torch.cat([torch.cat([block(g1, g2) for g2 in groups], 1) for g1 in groups], 0)  # (B, B)
-    back = torch.argsort(order)
-    return _chamfer_reduce(sorted_matrix[back][:, back], x, two_sided, reduction)
+    ext = extent.tolist()
+    in_order = all(a <= b for a, b in itertools.pairwise(ext))  # e.g. lists of one length: no reordering
+    order = None if in_order else torch.argsort(extent, stable=True)
+    h, mask, weight = x.h, x.mask, x.weight
+    if order is not None:
+        ext = extent[order].tolist()
+        h, mask, weight = h[order], mask[order], weight[order]
+    step = _chamfer_group_size(ext, x.h.shape[-1], max_side)
+    groups = [_ListGroup(s, min(s + step, B), ext[min(s + step, B) - 1]) for s in range(0, B, step)]
+    groups = [g for g in groups if g.n > 0]  # lists without a real item: every distance to them is 0
+    nearest = _NearestInLists.apply(h, mask, groups)  # (B, L, B)
+    matrix = (weight[:, :, None] * nearest.clamp(min=0.0)).sum(1)  # (B, B), lists in extent order
+    if order is not None:
+        back = torch.argsort(order)
+        matrix = matrix[back][:, back]
+    return _chamfer_reduce(matrix, x, two_sided, reduction)
 
 
 def _chamfer_reduce(matrix: torch.Tensor, x: _ChamferInputs, two_sided: bool, reduction: str) -> torch.Tensor:
@@ -1357,11 +1400,13 @@ def chamfer_confusion(
     Exact: the one-directional matrix ``m[q1, q2] = sum_{i in q1} min_{j in q2} ||.||^2`` is computed and
     the two-sided one is ``m + m^T`` (no second pass). The ``(B, L, B, L)`` tensor is never built:
     the lists, sorted by length, are cut into groups, each group trimmed to its longest list, and the
-    blocks (group x group, within the budget of :func:`chamfer_block_shape`) are computed one at a
-    time, so padding is mostly never multiplied; autograd keeps only the argmin indices, ``(B, L, B)``
-    integers at most, so training memory is bounded too. On top of the block budget come tensors of
-    the size of ``reps`` (a masked copy, its gradient). Ties in the min send the gradient to one nearest
-    point (a valid subgradient).
+    blocks (one per unordered pair of groups, within the budget of :func:`chamfer_block_shape`) are
+    computed one at a time, so padding is mostly never multiplied; a block's row minima give one
+    direction and its column minima the other, so each distance is computed once. Autograd keeps only
+    the argmin indices, ``(B, L, B)`` integers at most, so training memory is bounded too; the backward
+    is two sparse products with ``B L B`` non-zeros (:class:`_NearestInLists`). On top of the block
+    budget come tensors of the size of ``reps`` (a masked copy, its gradient). Ties in the min send the
+    gradient to the first nearest point (a valid subgradient).
 
     Sampled estimate (``pairs=P``): ``P`` ordered pairs ``(q1, q2)`` are drawn uniformly with replacement
     from the non-empty lists (``q1 == q2`` allowed, value 0). Each draw has expectation

@@ -1,11 +1,14 @@
 """ctxrank.models._dropout: PyTorch's CPU dropout arithmetic, bitwise for the same keep decisions, drawn
-from one int32 draw an element with the same keep rate and scale, keeping a bool mask for backward.
+from one 32-bit PCG64DXSM word an element with the same keep rate and scale, keeping a bool mask for backward.
 
 The bitwise tests draw the keep decisions as ``F.dropout`` does (fixture ``torchs_draws``), so that they
 compare the arithmetic with PyTorch's own kernels, generator state included."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -183,23 +186,27 @@ def test_keep_mask_keeps_each_element_with_probability_1_minus_p_and_scales_by_i
     assert torch.equal(dropout(x, p, True), out)  # seeded: the same draws again
 
 
-def test_keep_mask_draws_one_int32_an_element_not_a_float_bernoulli():
-    """The mask costs one 32-bit draw of the default generator an element (about 3 ns on the CPU),
-    not PyTorch's float ``bernoulli_`` (about 13 ns): the generator is where an int32 ``random_`` of as
-    many elements leaves it; the attention's dropout draws the same way."""
+def test_keep_mask_is_a_pcg64dxsm_stream_seeded_by_one_draw_of_torchs_generator():
+    """The keep decisions are 32-bit words of NumPy's PCG64DXSM (about 1 ns an element with the comparison,
+    where torch's int32 ``random_`` takes 2-3 ns and its float ``bernoulli_`` about 13) below
+    ``round((1 - p) 2^32)``, seeded by one 63-bit draw of torch's default generator: a call leaves the
+    generator where that one draw does, whatever the size; the attention's dropout draws the same way."""
     from ctxrank.models._attention import attend_with_dropout
 
-    x = torch.randn(8, 50, 16, requires_grad=True)
+    def expected(shape, p):
+        torch.manual_seed(5)
+        seed = int(torch.randint(2**63 - 1, ()))
+        n = math.prod(shape)
+        words = np.random.PCG64DXSM(seed).random_raw(-(-n // 2)).view(np.uint32)[:n]
+        return torch.from_numpy(words < round((1 - p) * 2**32)).view(shape), torch.get_rng_state()
+
+    x = torch.rand(8, 50, 17, requires_grad=True) + 0.5  # no zeros: the kept elements are the non-zeros
+    keep, state = expected(x.shape, 0.3)
     torch.manual_seed(5)
-    torch.empty(x.numel(), dtype=torch.int32).random_()
-    expected = torch.get_rng_state()
-    torch.manual_seed(5)
-    dropout(x, 0.3, True)
-    assert torch.equal(torch.get_rng_state(), expected)
+    assert torch.equal(dropout(x, 0.3, True) != 0, keep)
+    assert torch.equal(torch.get_rng_state(), state)
     q = torch.randn(2, 3, 7, 4, requires_grad=True)
-    torch.manual_seed(5)
-    torch.empty(2 * 3 * 7 * 7, dtype=torch.int32).random_()
-    expected = torch.get_rng_state()
+    _, state = expected((2, 3, 7, 7), 0.3)
     torch.manual_seed(5)
     attend_with_dropout(q, q, q, None, 0.3)
-    assert torch.equal(torch.get_rng_state(), expected)
+    assert torch.equal(torch.get_rng_state(), state)

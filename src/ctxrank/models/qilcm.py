@@ -272,11 +272,12 @@ class QILCM(RankingModule):
             v = torch.bmm(a.unsqueeze(1), d_.square())  # (B, 1, D)
             centered = torch.cat([c * d_, d_], dim=-1)  # (B, L, 2D)
             sigma = torch.sqrt(torch.cat([c * c * v, v], dim=-1) + cfg.var_floor)  # (B, 1, 2D)
-            normalized = centered / (sigma + cfg.eps)  # eq. 8
+            normalized = centered * (1.0 / (sigma + cfg.eps))  # eq. 8: a (B, 1, 2D) reciprocal, fewer passes
         else:
             normalized = torch.cat([c * h, h], dim=-1)  # eq. 5: (B, L, 2D)
         c = c.squeeze(1)
-        normalized = normalized * mask.unsqueeze(-1)  # padded rows exactly 0 (never used, kept clean)
+        if per_item.index is not None:  # padded rows exactly 0 (never used, kept clean)
+            normalized = normalized * mask.unsqueeze(-1)
         scores = per_item(self.mlp_rank, normalized).squeeze(-1)  # eq. 9 logits
         return QILCMOutput(scores=scores, attention=a, context=c, normalized=normalized)
 
