@@ -64,17 +64,27 @@ def test_every_stored_benchmark_run_backs_a_block_and_is_complete():
 
 
 def test_an_attn_step_run_with_other_models_is_complete_with_a_row_per_model():
-    """``bench_attn_step.py --models attn,qilcm``: a row per model and list kind besides allRank's two."""
+    """``bench_attn_step.py --models attn,qilcm``: a row per model and list kind besides allRank's two; a
+    run from before ``--models`` (no ``models`` key) timed ``attn`` alone."""
     entry = cpu_evidence.BY_SCRIPT["bench_attn_step"]
     stored = next(blob for blob in STORED_RUNS.values() if blob["benchmark"] == "bench_attn_step")
-    assert "models" not in stored and entry.problems_of(stored) == []  # a run from before --models
-    run = json.loads(json.dumps(stored))
+    assert entry.problems_of(stored) == []
+    kinds = stored["lengths"]
+    before = json.loads(json.dumps(stored))
+    before.pop("models", None)
+    before["results"] = {
+        name: row for name, row in stored["results"].items() if not name.startswith("ctxrank ")
+    }
+    for kind in kinds:
+        before["results"][f"ctxrank attn + ctxrank lambdaloss, {kind}"] = {}
+    assert entry.problems_of(before) == []
+    run = json.loads(json.dumps(before))
     run["models"] = ["attn", "qilcm"]
-    for kind in run["lengths"]:
-        attn_row = run["results"][f"ctxrank attn + ctxrank lambdaloss, {kind}"]
-        run["results"][f"ctxrank qilcm + attrank, {kind}"] = attn_row
+    assert entry.problems_of(run) == ["a row is missing"]
+    for kind in kinds:
+        run["results"][f"ctxrank qilcm + attrank, {kind}"] = {}
     assert entry.problems_of(run) == []
-    del run["results"][f"allRank + ctxrank lambdaloss, {run['lengths'][0]}"]
+    del run["results"][f"allRank + ctxrank lambdaloss, {kinds[0]}"]
     assert entry.problems_of(run) == ["a row is missing"]
 
 
