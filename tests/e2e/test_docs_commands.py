@@ -586,6 +586,12 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "ctxrank experiment clicks-mq2008 --dataset ohsumed --set name=clicks-ohsumed --set 'title=Learning "
     "from simulated clicks (PBM eta 1, noise 0.1) on OHSUMED: naive vs IPS vs DLA vs PAL vs LightGBM "
     "debiasing vs the skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
+    "ctxrank experiment clicks-mq2008 --set name=clicks-mq2008-eta0.5 --set clicks.params.eta=0.5 --set "
+    "models.mlp-ips.train.propensity_eta=0.5 --set models.listnet-ips.train.propensity_eta=0.5 --set "
+    "models.qilcm-ips.train.propensity_eta=0.5 --set models.dlcm-ips.train.propensity_eta=0.5 --set "
+    "models.attn-ips.train.propensity_eta=0.5 --set models.lambdamart-ips.train.propensity_eta=0.5 --set "
+    "'title=Learning from simulated clicks (PBM eta 0.5, noise 0.1) on MQ2008: naive vs IPS vs DLA vs PAL"
+    " vs LightGBM debiasing vs the skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
     "ctxrank experiment clicks-mq2008 --set name=clicks-mq2008-eta2 --set clicks.params.eta=2.0 --set "
     "models.mlp-ips.train.propensity_eta=2.0 --set models.listnet-ips.train.propensity_eta=2.0 --set "
     "models.qilcm-ips.train.propensity_eta=2.0 --set models.dlcm-ips.train.propensity_eta=2.0 --set "
