@@ -72,6 +72,15 @@ def test_identity_rerank_reproduces_the_initial_ranking():
         np.testing.assert_allclose(a[k], b[k], atol=1e-12)
 
 
+def test_merged_scores_are_never_negative_zero():
+    """Each query's first item scores 0.0, not -0.0: ``ctxrank predict`` writes the text the exported
+    graph's scores give (a file diff of the two is empty)."""
+    s = prepare_split(_data(), INITIAL, k=3)
+    merged = merge_scores(s, np.array([0.0, 0.0, 1.0, 0.0, 1.0]))
+    assert (merged == 0).sum() == 2  # one first item a query
+    assert not np.signbit(merged[merged == 0]).any()
+
+
 def test_merge_errors():
     s = prepare_split(_data(), INITIAL, k=3)
     with pytest.raises(ValueError, match="expected 5 re-ranking scores"):

@@ -120,7 +120,8 @@ def merge_scores(split: RerankSplit, rerank_scores: np.ndarray) -> np.ndarray:
         starts = np.searchsorted(cq, cq, side="left")
         kept_per_query = split.top.query_lengths  # min(length, k)
         final_rank[cut_sorted] = kept_per_query[cq] + np.arange(cut_rows.size) - starts
-    return -_best_over_interchangeable(full, split.initial_scores, order0, final_rank)
+    # 0.0 - rank, not -rank: the first item scores 0.0, as the exported graph writes it, not -0.0
+    return 0.0 - _best_over_interchangeable(full, split.initial_scores, order0, final_rank)
 
 
 def _best_over_interchangeable(
