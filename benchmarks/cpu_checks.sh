@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU benchmarks whose runs are stored as evidence, one after the other at their evidence settings,
 # for an otherwise IDLE machine (docs/benchmarks.md, "CPU benchmarks stored as evidence"). Each step has
-# its own time limit (expected seconds on an idle 2-core machine, then the limit; about 9 minutes
-# expected in all, at most the sum of the limits, 23 minutes); a step that fails or runs out of time is
+# its own time limit (expected seconds on an idle 2-core machine, then the limit; about 10 minutes
+# expected in all, at most the sum of the limits, 27 minutes); a step that fails or runs out of time is
 # reported and the others still run. Writes STEP.json and STEP.log of each step into OUTDIR; then
 #   python benchmarks/cpu_evidence.py --store OUTDIR
 # stores the runs as evidence/bench/NAME-DATE.json and rewrites the docs' blocks from them.
@@ -18,6 +18,8 @@
 #                      against in-process session.run                                          80 s (200)
 #   5. startup         bench_startup.py: predict on an ONNX file, the estimators' import       140 s (240)
 #   6. batch-predict   bench_batch_predict.py: Ray Data with 1 and 2 workers vs one process     60 s (240)
+#   7. clicks-step     bench_clicks.py: a training step with each train.debias method against
+#                      naive training, context models and short linear steps                  60 s (240)
 #
 # LIMIT_SCALE=N multiplies every limit (a slower or busy machine, e.g. the --quick check beside other work).
 # --quick runs every step at tiny sizes (seconds each): a check that the steps run; its JSON files are
@@ -78,6 +80,7 @@ step serving-avx2 45 150 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 O
 step serve 80 200 -- benchmarks/bench_serve.py --seconds 5
 step startup 140 240 -- benchmarks/bench_startup.py --repeats 20
 step batch-predict 60 240 -- benchmarks/bench_batch_predict.py --queries 400 --items 50 --shards 8 --repeats 3
+step clicks-step 60 240 -- benchmarks/bench_clicks.py --threads 1
 
 echo
 echo "cpu_checks: done in ${SECONDS} s"

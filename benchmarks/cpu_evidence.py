@@ -105,6 +105,8 @@ STORED = (
            section="## Start-up: `ctxrank --version` and `--help`"),
     Stored("bench_batch_predict", "bench-batch-predict", stem="batch-predict",
            section="## Batch scoring on Ray Data"),
+    Stored("bench_clicks", "bench-clicks", stem="clicks-step",
+           section="## Debiased training: the step's cost"),
 )  # fmt: skip
 BY_SCRIPT = {s.script: s for s in STORED}
 

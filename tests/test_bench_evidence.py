@@ -111,6 +111,7 @@ FIXTURE_OF = {  # a tiny real run of each (not --quick; sizes far below the evid
     "bench_serve": "serve.json",
     "bench_startup": "startup.json",
     "bench_batch_predict": "batch_predict.json",
+    "bench_clicks": "clicks_step.json",
 }
 #: what each benchmark's run loses to stop being evidence (``evidence_problems`` must name it)
 INCOMPLETE = {
@@ -119,6 +120,7 @@ INCOMPLETE = {
     "bench_serve": lambda b: b["served_v2"].pop("64"),
     "bench_startup": lambda b: b["results"].pop("from ctxrank import QILCMRanker"),
     "bench_batch_predict": lambda b: b["results"].pop("Ray Data, 2 workers"),
+    "bench_clicks": lambda b: b["results"].pop(),
 }
 
 
@@ -200,8 +202,9 @@ def test_store_shows_each_run_in_its_section_and_refuses_what_is_no_evidence(tmp
     (out / "serving_old.json").write_text(json.dumps(old))
     names, notes = cpu_evidence.store(out, "2026-12-07", page)
     assert sorted(names) == [
-        "batch-predict-2026-12-07.json", "pipeline-graph-2026-12-07.json", "serve-2026-12-07.json",
-        "serving-avx2-2026-12-07.json", "serving-avx512-2026-12-07.json", "startup-2026-12-07.json",
+        "batch-predict-2026-12-07.json", "clicks-step-2026-12-07.json", "pipeline-graph-2026-12-07.json",
+        "serve-2026-12-07.json", "serving-avx2-2026-12-07.json", "serving-avx512-2026-12-07.json",
+        "startup-2026-12-07.json",
     ]  # fmt: skip
     assert notes == [
         "serve_quick.json: not stored: a --quick run (a smoke test) is not evidence",
@@ -218,8 +221,8 @@ def test_store_shows_each_run_in_its_section_and_refuses_what_is_no_evidence(tmp
     assert "QILCM TorchScript p50 / matmul p50, both AVX2: " in serving.group(3)  # the AVX2 figure
     # the same date again: nothing is replaced
     again, notes = cpu_evidence.store(out, "2026-12-07", page)
-    assert again == [] and len(notes) == 8
-    assert sum("exists: a stored run is never replaced" in n for n in notes) == 6
+    assert again == [] and len(notes) == 2 + len(names)
+    assert sum("exists: a stored run is never replaced" in n for n in notes) == len(names)
     assert page.read_text() == text
 
 
@@ -256,8 +259,9 @@ def test_cpu_checks_reports_a_failed_step_and_still_runs_the_others(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     calls = log.read_text().splitlines()
-    assert len(calls) == 6 and all("--quick --json" in c for c in calls)
-    assert [c.split()[0] for c in calls] == ["default", "default", "avx2", "default", "default", "default"]
+    steps = (REPO / "benchmarks" / "cpu_checks.sh").read_text().count("\nstep ")  # one call each
+    assert len(calls) == steps == len(CHECKED) + 1 and all("--quick --json" in c for c in calls)
+    assert [c.split()[0] for c in calls] == ["default", "default", "avx2"] + ["default"] * (steps - 3)
     assert "serve: FAILED, exit 3 (see " in proc.stdout and "the server did not start" in proc.stdout
     assert "batch-predict: ok" in proc.stdout and "startup: ok" in proc.stdout
     assert not (tmp_path / "o" / "serve.json").exists() and (tmp_path / "o" / "startup.json").exists()

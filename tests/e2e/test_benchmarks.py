@@ -149,6 +149,16 @@ def test_recurrence_backward(tmp_path):
         assert r["max_abs_difference"] <= 1e-6 and r["speedup"] > 0
 
 
+def test_clicks_step(tmp_path):
+    """Each debiasing method's step against naive training on the same batch, for every configuration."""
+    blob = run_bench("bench_clicks.py", tmp_path, "--threads", "1")
+    assert [r["model"] for r in blob["results"]] == ["mlp", "listnet", "listnet", "qilcm", "dlcm", "attn"]
+    for r in blob["results"]:
+        assert set(r["ratio_to_naive"]) == {"none", "ips", "dla", "pal"}
+        assert r["ratio_to_naive"]["none"] == pytest.approx(1.0)
+        assert all(t > 0 for t in r["seconds_per_step"].values())
+
+
 def test_startup(tmp_path):
     blob = run_bench("bench_startup.py", tmp_path)
     results = blob["results"]
