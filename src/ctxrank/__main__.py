@@ -1,5 +1,5 @@
 """``python -m ctxrank``: the same as the ``ctxrank`` console script."""
 
-from ctxrank.cli import main
+from ctxrank.cli import program
 
-raise SystemExit(main())
+program()

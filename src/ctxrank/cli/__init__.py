@@ -26,7 +26,8 @@ Errors from the library (``ValueError``, ``OSError``) print as ``ctxrank: error:
 options an ``OptionError`` names by their field names written as their flags) and exit with status 2, as
 does running out of memory (``MemoryError``, PyTorch's allocation failure, ``ENOMEM``: ``ctxrank: error:
 out of memory: <what>``, whatever operation failed); ``--debug`` shows the traceback instead.
-:func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it in-process.
+:func:`main` returns the exit status and never raises ``SystemExit``, so tests can call it in-process;
+:func:`program` (the console script, ``python -m ctxrank``) owns its process and exits with it.
 Ctrl-C exits with status 130 (``ctxrank: interrupted``) and SIGTERM (``kill``, ``timeout``, a
 scheduler's preemption) with 143 (``ctxrank: terminated``), both after the command's cleanup: its
 temporary files removed, its locks released, a running experiment's evidence written
@@ -41,9 +42,11 @@ module, which builds CMD's parser and imports at module level what CMD needs.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -51,14 +54,14 @@ import threading
 import traceback
 import warnings
 from collections.abc import Collection, Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from ctxrank._allocator import limit_heap_growth
 from ctxrank._checks import Field, OptionError, OptionText
 from ctxrank._declare import declared_keys, flag_of
 from ctxrank._version import __version__
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main", "program"]
 
 
 class Command(NamedTuple):
@@ -317,3 +320,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         terminated = isinstance(exc, Terminated)
         print(f"ctxrank: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         return 143 if terminated else 130
+
+
+def program() -> NoReturn:
+    """The ``ctxrank`` program (the console script, ``python -m ctxrank``): :func:`main` on the process's
+    arguments, its status the process's exit status.
+
+    A torchrun worker ends with ``os._exit`` once its streams are flushed and the ``atexit`` functions
+    have run, skipping the interpreter's finalization and C++'s static destructors. PyTorch keeps the gloo
+    group of a ``DistributedDataParallel`` module alive after ``destroy_process_group`` (its
+    ``pt_gloo_runloop`` and ``gloo_tcp_loop`` threads still run; ``tests/training/test_distributed.py``
+    checks it), and the process's ordinary exit then aborted now and then after a complete run ("terminate
+    called without an active exception", SIGABRT), failing the torchrun job that had written its model.
+    """
+    status = main()
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        atexit._run_exitfuncs()  # what an ordinary exit runs and os._exit does not
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)
+    raise SystemExit(status)
