@@ -28,7 +28,10 @@ uniform in [items / 5, items], seed 0: both models mask the padding) or ``both``
 at its defaults with its default loss (``attn``: ``lambdaloss``, the row above) gets a row ``ctxrank
 NAME + LOSS`` timed the same way on the same batch (QILCM: its exact query-confusion term over all
 pairs; its features are the batch's), and its queries/s ratio over each allRank row: the issue's CPU
-targets compare every context model's step with allRank's.
+targets compare every context model's step with allRank's. ``setrank@allrank`` is SetRank at allRank's
+configuration (width 128, 4 blocks, 4 heads, d_ff 512, dropout 0.3; SetRank's defaults, 6 blocks of width
+256 with 8 heads, do about six times allRank's multiply-adds an item): the same arithmetic, so its ratio
+measures the code.
 
 **On a loaded machine** (``--alternate``): every row is built in this one process and the rows take one
 step each in turn, the order reversed every other time, so that a change of the machine's load within
@@ -56,7 +59,7 @@ allRank rows are skipped and the reason is printed and recorded (``allrank.error
 
     .venv/bin/python benchmarks/bench_attn_step.py [--allrank DIR] [--threads 2] [--batch 64]
         [--items 100] [--features 136] [--lengths both|full|mixed] [--rounds 3] [--repeats 5]
-        [--models attn,setrank,dasalc,qilcm] [--alternate]
+        [--models attn,setrank,setrank@allrank,dasalc,qilcm] [--alternate]
         [--device cpu|cuda] [--json FILE]
 """
 
@@ -92,16 +95,36 @@ ROWS = {
     "allrank-same-loss": "allRank + ctxrank lambdaloss",
     "allrank-own": "allRank + allRank lambdaLoss (its own step)",
 }
-#: ctxrank models ``--models`` may name besides ``attn`` (each at its defaults, with its default loss)
-OTHER_MODELS = ("setrank", "dasalc", "qilcm", "dlcm", "mlp", "listnet")
+#: ctxrank models ``--models`` may name besides ``attn`` (each at its defaults, with its default loss;
+#: ``NAME@allrank``: at allRank's configuration, :data:`AT_ALLRANK`)
+OTHER_MODELS = ("setrank", "setrank@allrank", "dasalc", "qilcm", "dlcm", "mlp", "listnet")
+
+
+def _setrank_at_allrank(cfg: dict) -> dict:
+    """SetRank's MSAB blocks at allRank's width, blocks, heads, feed-forward width and dropout."""
+    t = cfg["transformer"]
+    width = cfg["fc_model"]["sizes"][-1]
+    return {"d_model": width, "blocks": t["N"], "heads": t["h"], "d_ff": t["d_ff"], "dropout": t["dropout"]}
+
+
+#: ``NAME@allrank`` -> the model parameters that give NAME allRank's configuration (:data:`ALLRANK_CONFIG`):
+#: the same arithmetic an item, so the step measures the code, not the model's size
+AT_ALLRANK = {"setrank": _setrank_at_allrank}
+
+
+def model_of_row(row: str) -> tuple[str, dict]:
+    """``(model name, model parameters)`` of a ``ctxrank-NAME`` or ``ctxrank-NAME@allrank`` row."""
+    name, _, size = row.removeprefix("ctxrank-").partition("@")
+    return name, (AT_ALLRANK[name](ALLRANK_CONFIG) if size else {})
 
 
 def row_label(row: str) -> str:
     """The printed name of a row: :data:`ROWS`, or ``ctxrank NAME + LOSS`` for ``ctxrank-NAME``."""
     if row in ROWS:
         return ROWS[row]
-    name = row.removeprefix("ctxrank-")
-    return f"ctxrank {name} + {default_loss_name(name)}"
+    name, params = model_of_row(row)
+    size = " at allRank's configuration" if params else ""
+    return f"ctxrank {name}{size} + {default_loss_name(name)}"
 
 
 def default_loss_name(name: str) -> str:
@@ -189,11 +212,11 @@ def build_step(spec: dict):
         from ctxrank.models.base import with_default_options
         from ctxrank.registry import get_model
 
-        name = spec["row"].removeprefix("ctxrank-")
+        name, params = model_of_row(spec["row"])
         traits = get_model(name).traits
         loss_name = traits.default_loss or "listnet"
         loss_fn = with_default_options(get_loss(loss_name), loss_name, traits.default_loss_params)
-        model = make_model(name, F).to(device)
+        model = make_model(name, F, params).to(device)
         batch = ListBatch(features=x, labels=y, mask=mask, query_index=torch.arange(B, device=device))
 
         def loss_of_step():

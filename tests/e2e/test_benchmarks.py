@@ -141,6 +141,22 @@ def test_attn_step(tmp_path):
         assert blob["ratios"] == {} and blob["forward_check"] is None
 
 
+def test_attn_step_times_setrank_at_allranks_configuration(tmp_path):
+    """``--models setrank@allrank``: SetRank's blocks at allRank's width, depth, heads, feed-forward width
+    and dropout, so its step does the arithmetic of allRank's (and ``attn``'s) and measures the code."""
+    from ctxrank.registry import make_model
+
+    blob = run_bench(
+        "bench_attn_step.py", tmp_path, "--isolate", "none", "--threads", "1", "--models", "setrank@allrank"
+    )
+    rows = [r for k, r in blob["results"].items() if k.startswith("ctxrank setrank at allRank's configuration")]
+    assert len(rows) == 2 and all(r["queries_per_s"] > 0 for r in rows)
+    same_size = sum(p.numel() for p in make_model("attn", blob["features"]).parameters())
+    assert all(abs(r["parameters"] / same_size - 1) < 1e-3 for r in rows)  # allRank's size, not SetRank's 5.9x
+    defaults = sum(p.numel() for p in make_model("setrank", blob["features"]).parameters())
+    assert defaults > 5 * same_size
+
+
 def test_recurrence_backward(tmp_path):
     # the script exits non-zero if the fixed loops and the reference differ in the loss or a gradient
     blob = run_bench("bench_recurrence_backward.py", tmp_path, "--threads", "1")
