@@ -26,6 +26,7 @@ from ctxrank.clicks.weighting import DEBIAS
 from ctxrank.experiments import stats
 from ctxrank.experiments.evidence import restore_runs
 from ctxrank.experiments.report import _fmt_p, _pair, collect, run_means
+from ctxrank.experiments.spec import ClicksSpec
 
 __all__ = ["Family", "debiasing_table", "families", "gap_closed"]
 
@@ -54,16 +55,14 @@ def families(spec: Mapping[str, Any]) -> list[Family]:
     for name, m in spec["models"].items():
         key = json.dumps([m["model"], m.get("model_params") or {}], sort_keys=True)
         group = groups.setdefault(key, {"model": m["model"], "naive": [], "methods": {}, "skyline": []})
-        debias = (m.get("train") or {}).get("debias", "none")
-        if name in skyline:
-            group["skyline"].append(name)
-        elif debias == "none":
-            group["naive"].append(name)
-        elif debias in group["methods"]:
-            first = group["methods"][debias]
-            raise ValueError(f"runs {first!r} and {name!r} of one model both debias by {debias}")
+        method = ClicksSpec.method(name in skyline, (m.get("train") or {}).get("debias", "none"))
+        if method in ("skyline", "naive"):
+            group[method].append(name)
+        elif method in group["methods"]:
+            first = group["methods"][method]
+            raise ValueError(f"runs {first!r} and {name!r} of one model both debias by {method}")
         else:
-            group["methods"][debias] = name
+            group["methods"][method] = name
     out = []
     for g in groups.values():
         if len(g["naive"]) != 1 or len(g["skyline"]) > 1:

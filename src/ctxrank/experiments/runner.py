@@ -197,9 +197,7 @@ def click_method(spec: ExperimentSpec, model: str, config: Any) -> dict[str, str
     ``skyline``, ``naive``, or the debiasing, ``train.debias``)."""
     assert spec.clicks is not None
     labels = spec.clicks.labels(model)
-    debias = config.train.debias
-    method = "skyline" if labels == "true" else ("naive" if debias == "none" else debias)
-    return {"labels": labels, "method": method}
+    return {"labels": labels, "method": spec.clicks.method(labels == "true", config.train.debias)}
 
 
 def _fold_unit(spec: ExperimentSpec, seed: int, fold: int) -> Unit:

@@ -547,6 +547,12 @@ class ClicksSpec:
         """What ``model`` trains on: ``"true"`` (a skyline) or ``"clicks"``."""
         return "true" if model in self.skyline else "clicks"
 
+    @staticmethod
+    def method(skyline: bool, debias: str) -> str:
+        """How a run learns: ``"skyline"`` (true labels, whatever its ``train.debias``), ``"naive"``
+        (clicks, ``debias = "none"``) or its ``train.debias`` method."""
+        return "skyline" if skyline else ("naive" if debias == "none" else debias)
+
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
