@@ -598,6 +598,16 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "models.attn-ips.train.propensity_eta=2.0 --set models.lambdamart-ips.train.propensity_eta=2.0 --set "
     "'title=Learning from simulated clicks (PBM eta 2, noise 0.1) on MQ2008: naive vs IPS vs DLA vs PAL "
     "vs LightGBM debiasing vs the skyline' --jobs 2": Elsewhere(CLICK_CONDITIONS),
+    'ctxrank experiment clicks-mq2008 --set name=clicks-mq2008-estimated --set '
+    '\'models.mlp-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    '\'models.listnet-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    '\'models.qilcm-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    '\'models.dlcm-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    '\'models.attn-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    '\'models.lambdamart-ips.train={debias="ips", propensity="estimate:regression-em"}\' --set '
+    "'title=Learning from simulated clicks (PBM eta 1, noise 0.1) on MQ2008, IPS with propensities "
+    "estimated by regression-EM: naive vs IPS vs DLA vs PAL vs LightGBM debiasing vs the skyline' "
+    '--jobs 2': Elsewhere(CLICK_CONDITIONS),
     "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
     "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
     '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
