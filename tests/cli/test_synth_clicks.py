@@ -44,7 +44,8 @@ def test_writes_a_log_that_reads_back_as_one(capsys, letor, tmp_path):
     frame = pd.read_csv(out)
     assert list(frame.columns) == ["session", "query", "item", "position", "click", "f1", "f2"]
     truth = pd.read_csv(tmp_path / "log.truth.csv")
-    assert list(truth.columns) == ["session", "item", "position", "true_label", "click_probability"]
+    columns = ["session", "item", "position", "original_position", "true_label", "click_probability"]
+    assert list(truth.columns) == columns
     assert frame["session"].nunique() == 300 and set(frame["position"]) == {1, 2, 3, 4}
     assert frame["item"].str.match(r"d\d+-\d$").all() and set(frame["click"]) <= {0, 1}
     log = RankingData.from_frame(frame, query="session", label="click", numeric=["f1", "f2"])

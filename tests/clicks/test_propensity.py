@@ -7,12 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ctxrank.clicks.click_models import PositionBasedModel
 from ctxrank.clicks.propensity import (
     Propensities,
     from_harvesting,
     from_randomized,
     from_regression_em,
 )
+from ctxrank.clicks.simulate import simulate_clicks
 from ctxrank.data.ranking_data import RankingData
 
 
@@ -223,3 +225,24 @@ def test_estimators_name_what_is_missing():
         from_randomized(dataclasses.replace(log, shown_positions=None))
     with pytest.raises(ValueError, match="n_resamples: expected an integer >= 2"):
         from_randomized(log, n_resamples=1)
+
+
+def test_randomized_sessions_compare_each_position_with_position_1_of_the_lists_that_reach_it():
+    """Lists of 3 and 6 items, the short lists' top items the more relevant: position 1's click rate
+    over every session would mix them in, and positions 4-6 (shown only in the long lists) came out at a
+    tenth of their examination."""
+    labels, qid, scores = [], [], []
+    for q in range(20):
+        n, top = (3, 4.0) if q % 2 else (6, 1.0)
+        labels += [top] + [0.0] * (n - 1)
+        qid += [f"q{q}"] * n
+        scores += list(range(n, 0, -1))
+    data = RankingData.from_arrays(np.zeros((len(labels), 2)), np.array(labels, np.float32), np.array(qid))
+    model = PositionBasedModel(eta=1.0, eps_minus=0.0)
+    made = simulate_clicks(
+        data, np.array(scores, float), model, sessions=40_000, top_k=6, randomize="swap", seed=0
+    )
+    props = from_randomized(made.log, original_positions=made.original_positions, n_resamples=200, seed=0)
+    curve = 1.0 / np.arange(1, 7)
+    np.testing.assert_allclose(props.values, curve, atol=0.03)
+    assert _covers(props, curve).sum() >= 5

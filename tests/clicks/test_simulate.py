@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from ctxrank.clicks.click_models import CascadeModel, PositionBasedModel, label_relevance
+from ctxrank.clicks.propensity import from_randomized
 from ctxrank.clicks.simulate import (
     LOG_COLUMNS,
     log_frames,
@@ -18,6 +19,7 @@ from ctxrank.clicks.simulate import (
     write_log_parts,
 )
 from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.synth import LetorShape, synthetic_letor
 
 # query a: 6 items, distinct scores (best first: rows 5, 4, ..., 0); query b: 3 items, all tied
 LABELS = np.array([0, 1, 0, 2, 0, 2, 1, 0, 2], np.float32)
@@ -101,6 +103,39 @@ def test_randomisation_permutes_what_it_says(randomize):
     else:  # the top 3 shuffled uniformly, position 4 kept
         assert not moved[:, 3].any()
         np.testing.assert_allclose(np.bincount(shown[:, 0], minlength=6)[3:] / len(shown), 1 / 3, atol=0.04)
+
+
+@pytest.mark.parametrize("randomize", ["none", "swap", "swap_pair", "shuffle_top"])
+def test_each_row_keeps_the_position_the_logging_ranker_gave_it_before_the_randomisation(randomize):
+    made = simulate(randomize=randomize, shuffle_n=3 if randomize == "shuffle_top" else None, sessions=500)
+    top = [5, 4, 3, 2]  # query a's rows by score: the logging ranker's positions 1..4
+    for q, rows in enumerate(rows_by_session(made)):
+        if made.log.group_ids[q] == "a":
+            original = made.original_positions[made.log.query_slice(q)]
+            assert original.tolist() == [top.index(r) + 1 for r in rows]
+    if randomize == "none":
+        np.testing.assert_array_equal(made.original_positions, made.log.shown_positions)
+    else:
+        assert (made.original_positions != made.log.shown_positions).any()
+    frame, truth = log_frames(made)
+    assert "original_position" not in frame.columns  # a reader would take it for a feature
+    np.testing.assert_array_equal(truth["original_position"], made.original_positions)
+
+
+def test_a_simulated_swap_log_gives_the_position_curve_with_its_original_positions():
+    """The swap intervention of Joachims et al. 2017 on a simulated log: the top item's click rate at
+    each position over its rate at position 1 estimates the examination curve (1/r)^eta."""
+    data = synthetic_letor(LetorShape(queries=200, items=10, features=5), seed=1)
+    model = PositionBasedModel(eta=1.0, eps_minus=0.0)
+    scores = logging_scores(data)
+    made = simulate_clicks(data, scores, model, sessions=30_000, top_k=6, randomize="swap", seed=2)
+    props = from_randomized(made.log, original_positions=made.original_positions, n_resamples=300, seed=0)
+    curve = (1.0 / np.arange(1, 7)) ** 1.0
+    covered = (np.asarray(props.lower) <= curve) & (curve <= np.asarray(props.upper))
+    assert covered.sum() >= 5 and np.abs(np.asarray(props.values) - curve).max() < 0.05, props
+    # without them every row counts as shuffled, which a swap log is not: position 2 is off by > 0.1
+    naive = from_randomized(made.log, n_resamples=50, seed=0)
+    assert abs(naive.values[1] - curve[1]) > 0.1
 
 
 def test_per_position_click_rates_follow_the_click_model_on_the_true_labels():

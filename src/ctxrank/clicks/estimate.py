@@ -56,7 +56,8 @@ def _check_randomized(log: RankingData) -> None:
             f"shuffled uniformly, but this log was simulated with randomize = {randomize!r}"
             + (
                 " (a swap moves only the logging ranker's top item, and the log does not say which row it "
-                "was)"
+                "was; its truth file's original_position does: estimate with `ctxrank clicks propensity "
+                "--method randomized --original-position-col` and give --propensity FILE)"
                 if randomize in ("swap", "swap_pair")
                 else ""
             )

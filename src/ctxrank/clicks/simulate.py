@@ -66,12 +66,16 @@ class ClickLog:
         click_probability: float64 (N,) the click model's exact probability of the click on each logged
             row, given its session's shown list (``model.click_probability``): the truth the offline
             estimators are checked against.
+        original_positions: int32 (N,) the 1-based position the logging ranker gave each row before the
+            randomisation (``randomize``; the shown position without one): what a swap experiment
+            records, and ``from_randomized(log, original_positions=...)`` reads.
     """
 
     log: RankingData
     true_labels: np.ndarray
     source_rows: np.ndarray
     click_probability: np.ndarray
+    original_positions: np.ndarray
 
     def skyline(self) -> RankingData:
         """The log with its true labels: the full-information run on the same sessions."""
@@ -252,7 +256,8 @@ def _chunk(
     queries = rng.integers(0, data.n_queries, sessions)
     shown = _shown(data, scores, queries, min(top_k, int(data.query_lengths.max())), tie_rng)
     mask = shown >= 0
-    shown = np.take_along_axis(shown, _permutation(mask, randomize, shuffle_n, rng), axis=1)
+    perm = _permutation(mask, randomize, shuffle_n, rng)  # row j shows the item the ranker put at perm[j]
+    shown = np.take_along_axis(shown, perm, axis=1)
     source = np.where(mask, data.query_offsets[queries][:, None] + shown, 0)
     rel = np.where(mask, label_relevance(data.labels[source], max_label, relevance), 0.0)
     clicks = model.sample(rel, mask, rng)
@@ -280,7 +285,8 @@ def _chunk(
         group_ids=data.query_ids[queries],
         shown_positions=np.broadcast_to(np.arange(1, mask.shape[1] + 1, dtype=np.int32), mask.shape)[mask],
     )
-    return ClickLog(log, data.labels[rows], rows.astype(np.int64), probability)
+    original = (perm + 1).astype(np.int32)[mask]
+    return ClickLog(log, data.labels[rows], rows.astype(np.int64), probability, original)
 
 
 def simulate_clicks(
@@ -346,6 +352,7 @@ def simulate_clicks(
         np.concatenate([p.true_labels for p in parts]),
         np.concatenate([p.source_rows for p in parts]),
         np.concatenate([p.click_probability for p in parts]),
+        np.concatenate([p.original_positions for p in parts]),
     )
 
 
@@ -358,7 +365,9 @@ def _settings(model: _ClickModel, **options: Any) -> dict[str, Any]:
 
 def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
     """``(log, truth)`` DataFrames: the log's columns :data:`LOG_COLUMNS` then the features (by name)
-    and categorical codes; the truth's ``session, item, position, true_label, click_probability``.
+    and categorical codes; the truth's ``session, item, position, original_position, true_label,
+    click_probability`` (the original position is the logging ranker's, before any randomisation: kept out
+    of the log, whose every other column a reader takes as a feature).
 
     Raises:
         ValueError: a feature named like a key column.
@@ -384,6 +393,7 @@ def log_frames(clicks: ClickLog) -> tuple[Any, Any]:
             "session": session,
             "item": item,
             "position": log.shown_positions,
+            "original_position": clicks.original_positions,
             "true_label": clicks.true_labels,
             "click_probability": clicks.click_probability,
         }
