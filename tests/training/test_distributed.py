@@ -190,7 +190,7 @@ def test_pytorch_still_keeps_a_ddp_gloo_group_running_after_destroy_process_grou
 
 _EXIT_AS_A_TORCHRUN_WORKER = """
 import atexit, sys
-atexit.register(lambda: print("atexit ran", flush=True))
+atexit.register(lambda: print("atexit ran"))
 sys.argv = ["ctxrank", *sys.argv[1:]]
 from ctxrank.cli import program
 program()
@@ -202,6 +202,7 @@ program()
 def test_the_program_exits_with_mains_status_its_output_and_atexit_functions_kept(worker, argv, status):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("TORCHELASTIC_RUN_ID", None)
+    env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered into the pipe: os._exit would lose it
     if worker:
         env["TORCHELASTIC_RUN_ID"] = "test"  # what torchrun sets in each worker
     command = [sys.executable, "-c", _EXIT_AS_A_TORCHRUN_WORKER, *argv]
