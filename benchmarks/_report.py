@@ -32,6 +32,14 @@ def stored_report(names: str, report_text) -> str:
     return "```text\n" + "\n".join(reports) + "```\n"
 
 
+def stored_blocks(tag: str, report_text):
+    """``(BLOCK, block_text)`` of a benchmark whose pages show its stored runs in ``<!-- TAG: FILES -->``
+    ... ``<!-- /TAG -->`` blocks: the blocks' regex (:func:`block_pattern`) and the text of a block's
+    files (:func:`stored_report` with the script's ``report_text``), which ``--publish``,
+    cpu_evidence.py and tests/test_bench_evidence.py read."""
+    return block_pattern(tag), lambda names: stored_report(names, report_text)
+
+
 def add_stored_args(ap, tag: str) -> None:
     """``--from-json FILE`` (print a stored run's report) and ``--publish`` (rewrite the ``tag`` blocks)."""
     ap.add_argument("--from-json", metavar="FILE", help="print the report of a stored run; runs nothing")

@@ -73,14 +73,13 @@ from pathlib import Path
 
 from _common import PeakCUDA, PeakRSS, add_common_args, child_main, cuda_info, run_case, summarize
 from _report import (
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
     publish_docs,
-    stored_report,
+    stored_blocks,
 )
 
 STUBS = Path(__file__).resolve().parent / "_allrank_stubs"
@@ -473,12 +472,7 @@ def report_text(blob: dict) -> str:
 # A page states a stored run between ``<!-- bench-attn-step: FILE -->`` and ``<!-- /bench-attn-step -->``
 # (FILE: a ``--json`` file under evidence/bench/); ``--publish`` rewrites each block from its file, and
 # tests/test_bench_evidence.py fails when a block differs from what its file gives.
-BLOCK = block_pattern("bench-attn-step")
-
-
-def block_text(name: str) -> str:
-    """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
-    return stored_report(name, report_text)
+BLOCK, block_text = stored_blocks("bench-attn-step", report_text)
 
 
 def ratios_of(results: dict[str, dict], kinds: tuple[str, ...]) -> dict[str, dict[str, float]]:

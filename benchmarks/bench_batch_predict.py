@@ -30,13 +30,12 @@ from _common import add_common_args, summarize
 from _report import (
     add_stored_args,
     answer_stored_args,
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    stored_report,
+    stored_blocks,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,12 +172,7 @@ def report_text(blob: dict) -> str:
 
 # A page states a stored run between ``<!-- bench-batch-predict: FILE -->`` and
 # ``<!-- /bench-batch-predict -->``; ``--publish`` rewrites each block from its file.
-BLOCK = block_pattern("bench-batch-predict")
-
-
-def block_text(names: str) -> str:
-    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
-    return stored_report(names, report_text)
+BLOCK, block_text = stored_blocks("bench-batch-predict", report_text)
 
 
 def evidence_problems(blob: dict) -> list[str]:

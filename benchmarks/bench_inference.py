@@ -42,13 +42,12 @@ from _common import add_common_args, summarize, synthetic_ranking_data
 from _report import (
     add_stored_args,
     answer_stored_args,
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    stored_report,
+    stored_blocks,
 )
 
 TARGET_QILCM_ONE_LIST_P50_S = 1e-3  # QILCM scoring one list, p50 target
@@ -298,12 +297,7 @@ def report_text(blob: dict) -> str:
 
 # A page states a stored run's serving section between ``<!-- bench-serving: FILE ... -->`` and
 # ``<!-- /bench-serving -->``; ``--publish`` rewrites each block from its files.
-BLOCK = block_pattern("bench-serving")
-
-
-def block_text(names: str) -> str:
-    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
-    return stored_report(names, report_text)
+BLOCK, block_text = stored_blocks("bench-serving", report_text)
 
 
 def evidence_problems(blob: dict) -> list[str]:

@@ -42,13 +42,12 @@ from _common import add_common_args, synthetic_ranking_data
 from _report import (
     add_stored_args,
     answer_stored_args,
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    stored_report,
+    stored_blocks,
 )
 
 CASES = ("mq2008", "1000", "tied-mq2008", "tied-1000")
@@ -244,12 +243,7 @@ def evidence_problems(blob: dict) -> list[str]:
 # A page states a stored run between ``<!-- bench-pipeline-graph: FILE -->`` and
 # ``<!-- /bench-pipeline-graph -->`` (FILE: a ``--json`` file under evidence/bench/); ``--publish``
 # rewrites each block from its file.
-BLOCK = block_pattern("bench-pipeline-graph")
-
-
-def block_text(name: str) -> str:
-    """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
-    return stored_report(name, report_text)
+BLOCK, block_text = stored_blocks("bench-pipeline-graph", report_text)
 
 
 def main(argv=None) -> int:

@@ -53,13 +53,12 @@ from _common import summarize, synthetic_ranking_data
 from _report import (
     add_stored_args,
     answer_stored_args,
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    stored_report,
+    stored_blocks,
 )
 
 TARGET_ONE_CLIENT_OVER_IN_PROCESS = 1.5  # p50 at one client within 1.5x of in-process
@@ -451,12 +450,7 @@ def report_text(blob: dict) -> str:
 
 # A page states a stored run between ``<!-- bench-serve: FILE -->`` and ``<!-- /bench-serve -->``;
 # ``--publish`` rewrites each block from its file (tests/test_bench_evidence.py checks them).
-BLOCK = block_pattern("bench-serve")
-
-
-def block_text(names: str) -> str:
-    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
-    return stored_report(names, report_text)
+BLOCK, block_text = stored_blocks("bench-serve", report_text)
 
 
 def evidence_problems(blob: dict) -> list[str]:

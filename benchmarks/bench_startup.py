@@ -29,13 +29,12 @@ from _common import add_common_args, summarize
 from _report import (
     add_stored_args,
     answer_stored_args,
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     machine_line,
     markdown_table,
-    stored_report,
+    stored_blocks,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,12 +148,7 @@ def report_text(blob: dict) -> str:
 
 # A page states a stored run between ``<!-- bench-startup: FILE -->`` and ``<!-- /bench-startup -->``;
 # ``--publish`` rewrites each block from its file (tests/test_bench_evidence.py checks them).
-BLOCK = block_pattern("bench-startup")
-
-
-def block_text(names: str) -> str:
-    """A block's content: :func:`report_text` of the files ``names`` of evidence/bench/, in a code fence."""
-    return stored_report(names, report_text)
+BLOCK, block_text = stored_blocks("bench-startup", report_text)
 
 
 def evidence_problems(blob: dict) -> list[str]:

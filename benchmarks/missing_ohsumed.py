@@ -33,12 +33,11 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import (
-    block_pattern,
     code_of_tree,
     emit_json,
     machine_info,
     publish_docs,
-    stored_report,
+    stored_blocks,
 )
 from null_fill_ohsumed import null_cells, write_null_file
 
@@ -120,12 +119,7 @@ def report_text(blob: dict) -> str:
 
 # A page states a stored run between ``<!-- bench-missing: FILE -->`` and ``<!-- /bench-missing -->``
 # (FILE: a ``--json`` file under evidence/bench/); tests/test_bench_evidence.py checks each block.
-BLOCK = block_pattern("bench-missing")
-
-
-def block_text(name: str) -> str:
-    """A block's content: :func:`report_text` of the file ``name`` of evidence/bench/, in a code fence."""
-    return stored_report(name, report_text)
+BLOCK, block_text = stored_blocks("bench-missing", report_text)
 
 
 def main(argv: list[str] | None = None) -> int:
