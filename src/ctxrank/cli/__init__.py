@@ -249,6 +249,11 @@ class Terminated(KeyboardInterrupt):
     ``finally`` blocks run (:func:`_sigterm_as_interrupt`)."""
 
 
+def _torchrun_worker() -> bool:
+    """Whether this process is a worker torchrun started (its agent sets ``TORCHELASTIC_RUN_ID``)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM raises :class:`Terminated` instead of ending the process on the
@@ -259,7 +264,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        or "TORCHELASTIC_RUN_ID" in os.environ
+        or _torchrun_worker()
     ):
         yield
         return
@@ -334,7 +339,7 @@ def program() -> NoReturn:
     called without an active exception", SIGABRT), failing the torchrun job that had written its model.
     """
     status = main()
-    if "TORCHELASTIC_RUN_ID" in os.environ:
+    if _torchrun_worker():
         atexit._run_exitfuncs()  # what an ordinary exit runs and os._exit does not
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
