@@ -245,6 +245,37 @@ def test_unseen_and_missing_values_at_predict_time(qilcm_run, table, tmp_path, c
     np.testing.assert_allclose(np.loadtxt(scores), values, rtol=1e-6, atol=1e-7)
 
 
+def test_a_run_refused_before_its_first_epoch_leaves_nothing_that_blocks_the_corrected_command(
+    table, tmp_path, capsys
+):
+    """A table with a missing number, trained by qilcm without a missing-value strategy, is refused once
+    the data are read (after the run's record was written): the refusal must not leave an "unfinished
+    run" that the corrected command would have to --resume (with the refused config) or --overwrite."""
+    holed = table.copy()
+    holed.iloc[5, holed.columns.get_loc("price")] = None
+    path = tmp_path / "holed.csv"
+    holed.to_csv(path, index=False)
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "--model",
+        "qilcm",
+        "--data",
+        str(path),
+        *COLS,
+        *CAT,
+        "--out",
+        str(out),
+        *SMALL_QILCM,
+        *QUICK,
+    ]
+    assert main(argv) == 2
+    assert "missing feature value(s)" in capsys.readouterr().err
+    assert not (out / "resume").exists()
+    assert main([*argv, "--set", "train.missing=indicator"]) == 0
+    assert (out / "ctxrank.json").is_file() and not (out / "resume").exists()
+
+
 def test_predictions_are_in_file_row_order(mlp_run, table, tmp_path, capsys):
     shuffled = table.sample(frac=1.0, random_state=0).reset_index(drop=True)  # sessions interleaved
     files = {"sorted": tmp_path / "sorted.csv", "shuffled": tmp_path / "shuffled.csv"}
@@ -445,6 +476,27 @@ def test_letor_reader_options_given_for_a_table_are_refused_not_ignored(csv_file
     train = ["train", "--model", "mlp", "--data", str(csv_file), *COLS, *CAT, *extra]
     assert main([*train, "--out", str(csv_file.parent / "m")]) == 2
     assert f"{flag} applies to LETOR / SVMlight files" in capsys.readouterr().err
+
+
+def test_data_info_summarises_each_categorical_column(table, tmp_path, capsys):
+    """data-info names each categorical column with its distinct values and its missing cells, counted
+    from the table itself, and says how many of the features are numeric."""
+    holed = table.copy()
+    holed.loc[holed.index[:7], "cabin"] = None
+    path = tmp_path / "holed.csv"
+    holed.to_csv(path, index=False)
+    assert main(["data-info", str(path), *COLS, *CAT, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    expected = {
+        name: {"values": int(holed[name].nunique()), "missing": int(holed[name].isna().sum())}
+        for name in ("airline", "cabin")
+    }
+    assert info["categorical"] == expected and expected["cabin"]["missing"] == 7
+    assert main(["data-info", str(path), *COLS, *CAT]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert f"features {info['features']} numeric, 2 categorical" in lines
+    cabin = expected["cabin"]
+    assert f"categorical cabin {cabin['values']} values, 7 cells missing or unseen" in lines
 
 
 def test_max_dense_bytes_bounds_a_table_too(csv_file, tmp_path, capsys):

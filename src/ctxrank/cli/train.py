@@ -41,7 +41,7 @@ from ctxrank.registry import MODELS
 from ctxrank.tracking import RunLog, TrackedRun, Tracking, flat_params
 from ctxrank.training.distributed import init_from_env, resolve_device, world
 from ctxrank.training.loop import NonFiniteLossError
-from ctxrank.training.memory import MemoryBudgetError, check_model_size
+from ctxrank.training.memory import check_model_size
 from ctxrank.training.request import FLAGS, TrainRequest
 from ctxrank.training.resume import RUN_FILE, STATE_FILE, StateDir
 from ctxrank.training.run import check_reads_categorical, check_streaming, run_training
@@ -235,8 +235,9 @@ class _Run:
             if self.debug:
                 raise
             return self._non_finite(exc)
-        except MemoryBudgetError:
-            self._forget()  # refused before training: the same command with another budget starts afresh
+        except Exception:
+            if not StateDir(self.state_dir).exists():
+                self._forget()  # refused or failed before an epoch was saved: the same --out starts afresh
             raise
         self._summary_line(result.summary, time.perf_counter() - t0)
         test = self._test_report(result, td) if result.test_metrics is not None else None
