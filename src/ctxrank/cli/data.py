@@ -184,11 +184,12 @@ def summary_text(s: dict[str, Any]) -> str:
     labels = "  ".join(f"{k}: {v:,} ({100.0 * v / n_items:.1f}%)" for k, v in s["label_histogram"].items())
     ll = s["list_length"]
     nr = s["queries_without_relevant"]
+    cat = s.get("categorical", {})
     rows = [
         ("source", s["source"]),
         ("queries", f"{s['queries']:,}"),
         ("items", f"{n_items:,}"),
-        ("features", f"{s['features']:,}"),
+        ("features", f"{s['features']:,}" + (f" numeric, {len(cat)} categorical" if cat else "")),
         ("labels", labels),
         ("list length", f"min {ll['min']}  median {ll['median']:g}  mean {ll['mean']:.2f}  max {ll['max']}"),
         (
@@ -199,6 +200,9 @@ def summary_text(s: dict[str, Any]) -> str:
     ]
     if s["missing"]:  # kept missing (null_fill = keep): said only when there are some
         rows.append(("missing (NaN) cells", f"{s['missing']:,}"))
+    for name, c in cat.items():
+        missing = f"{c['missing']:,} cells missing or unseen"
+        rows.append((f"categorical {name}", f"{c['values']:,} values, {missing}"))
     if "log" in s:  # an interaction log (--position-col)
         rows.extend(_log_rows(s["log"]))
     return key_value_lines(rows)

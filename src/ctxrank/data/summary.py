@@ -37,7 +37,19 @@ def data_summary(data: Any, threshold: float = 1.0) -> dict[str, Any]:
         "null_filled": int(data.info.get("null_filled", data.info.get("missing_filled", 0))),
         # cells kept missing (NaN: null_fill = "keep"), which only LambdaMART reads
         "missing": int(np.count_nonzero(np.isnan(data.features))),
+        **({"categorical": categorical_summary(data)} if data.categorical is not None else {}),
         **({"log": log_summary(data)} if getattr(data, "shown_positions", None) is not None else {}),
+    }
+
+
+def categorical_summary(data: Any) -> dict[str, dict[str, int]]:
+    """Each categorical column of a table: its distinct values (``values``, the reserved code 0 not
+    counted) and its cells with code 0 (``missing``: missing or, on data the encoder was not fitted on,
+    unseen)."""
+    codes, cards = data.categorical, data.categorical_cardinalities
+    return {
+        name: {"values": int(card) - 1, "missing": int(np.count_nonzero(codes[:, j] == 0))}
+        for j, (name, card) in enumerate(zip(data.categorical_names, cards, strict=True))
     }
 
 
