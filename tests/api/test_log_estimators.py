@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ctxrank.api import LambdaMARTRanker, load
+from ctxrank.api import LambdaMARTRanker, ListNetRanker, load
 from ctxrank.api._inputs import to_ranking_data
 
 
@@ -55,6 +55,26 @@ def test_position_column_is_dropped_from_the_features_and_from_prediction(log, t
     again = load(tmp_path / "m")
     assert again.position_column == "pos"
     np.testing.assert_allclose(again.predict(log[["session", "pos", "f1", "f2"]]), with_position)
+
+
+@pytest.mark.parametrize("kind", ["lambdamart", "neural"])
+def test_a_model_directory_read_by_load_model_points_a_dataframe_to_the_estimator_loader(log, tmp_path, kind):
+    """``ctxrank.load_model(dir)`` gives the model object, which scores RankingData: a DataFrame given to
+    it is refused in one TypeError naming what reads DataFrames (``ctxrank.api.load``), not with an
+    AttributeError from inside; ``load`` then scores that DataFrame as the estimator did."""
+    from ctxrank import load_model
+
+    X = log[["session", "f1", "f2"]]
+    if kind == "lambdamart":
+        est = LambdaMARTRanker(n_estimators=3, query_column="session")
+    else:
+        est = ListNetRanker(max_epochs=1, query_column="session", threads=1)
+    est.fit(X, log["click"]).save(tmp_path / "m")
+    refused = r"data must be a RankingData, got \w+: .*ctxrank\.api\.load\(PATH\)"
+    for bad in (X, X.to_numpy(), [[0.1, 0.2]]):
+        with pytest.raises(TypeError, match=refused):
+            load_model(tmp_path / "m").predict(bad)
+    np.testing.assert_allclose(load(tmp_path / "m").predict(X), est.predict(X))
 
 
 @pytest.mark.parametrize(

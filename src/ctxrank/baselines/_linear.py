@@ -20,7 +20,7 @@ import numpy as np
 from ctxrank._checks import is_int
 from ctxrank._modeldir import META_FILE, read_meta
 from ctxrank.baselines.lambdamart import FittedBaseline, _normalize_no_relevant
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, require_ranking_data
 from ctxrank.data.transforms import GlobalMinMax, Transform
 from ctxrank.metrics import evaluate_queries, format_metric, parse_metric
 
@@ -55,9 +55,7 @@ def check_params(cls: type, params: Mapping[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------- data
 def check_data(data: Any, what: str) -> RankingData:
-    if not isinstance(data, RankingData):
-        raise TypeError(f"{what} must be a RankingData, got {type(data).__name__}")
-    return data
+    return require_ranking_data(data, what)
 
 
 def check_same_features(train: RankingData, valid: RankingData | None) -> None:

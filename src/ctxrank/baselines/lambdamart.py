@@ -92,7 +92,7 @@ from ctxrank._modeldir import (
 from ctxrank._propensity import capped_inverse, curve, is_clip, is_eta, is_probability, pairwise_item_weights
 from ctxrank._version import __version__
 from ctxrank.baselines._lgbtext import MAX_TREES, check_model_text
-from ctxrank.data.ranking_data import RankingData, check_feature_count
+from ctxrank.data.ranking_data import RankingData, check_feature_count, require_ranking_data
 from ctxrank.data.transforms import QueryZScore
 
 __all__ = [
@@ -219,8 +219,6 @@ class FittedBaseline:
     def _predict_data(self, data: Any) -> RankingData:
         """``data`` checked for :meth:`predict`: fitted, a RankingData, the training feature count."""
         self._check_fitted()
-        if not isinstance(data, RankingData):
-            raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
         check_feature_count(data, self.n_features_in_)
         return data
 
@@ -271,8 +269,7 @@ def _check_lgb_name(name: str) -> None:
 
 
 def _check_data(data: Any, what: str) -> RankingData:
-    if not isinstance(data, RankingData):
-        raise TypeError(f"{what} must be a RankingData, got {type(data).__name__}")
+    require_ranking_data(data, what)
     longest = int(data.query_lengths.max())
     if longest > MAX_QUERY_LENGTH:
         q = int(np.argmax(data.query_lengths))

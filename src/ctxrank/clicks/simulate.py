@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from ctxrank._io import atomic_write
 from ctxrank.baselines.lambdamart import LambdaMART
 from ctxrank.clicks.click_models import RELEVANCE_RULES, _ClickModel, label_relevance
-from ctxrank.data.ranking_data import RankingData
+from ctxrank.data.ranking_data import RankingData, require_ranking_data
 
 __all__ = [
     "LOG_COLUMNS",
@@ -144,8 +144,7 @@ def check_options(
 
 def _checked_scores(data: RankingData, scores: Any, model: Any) -> np.ndarray:
     """float64 (N,) scores, after checking the data, the scores and the model."""
-    if not isinstance(data, RankingData):
-        raise TypeError(f"data must be a RankingData, got {type(data).__name__}")
+    require_ranking_data(data)
     if not isinstance(model, _ClickModel):
         raise TypeError(f"model must be a click model (click_model(name, ...)), got {type(model).__name__}")
     if data.shown_positions is not None:

@@ -509,9 +509,26 @@ def query_ids_of(n: int, qid: Any, group: Any) -> np.ndarray:
     return np.repeat(np.arange(sizes.size), sizes)
 
 
+def require_ranking_data(data: Any, what: str = "data") -> RankingData:
+    """``data`` when it is a :class:`RankingData`; else a TypeError (the one message of every model
+    object that scores RankingData, e.g. what ``ctxrank.load_model`` returns), which tells a caller with
+    a DataFrame or arrays what takes them."""
+    if isinstance(data, RankingData):
+        return data
+    hint = ""
+    if hasattr(data, "columns") or hasattr(data, "shape") or isinstance(data, list | tuple):
+        hint = (
+            ": a DataFrame or arrays are scored by an estimator (ctxrank.QILCMRanker(...), "
+            "ctxrank.LambdaMARTRanker(...)) or by a model directory loaded with ctxrank.api.load(PATH), "
+            "which read them as fit did; or read a table with ctxrank.read_table first"
+        )
+    raise TypeError(f"{what} must be a RankingData, got {type(data).__name__}{hint}")
+
+
 def check_feature_count(data: RankingData, n_features: int) -> None:
     """A model trained on ``n_features`` features refuses ``data`` of another width, saying how to
     give it the training layout (the one message of every model)."""
+    require_ranking_data(data)
     if data.n_features == n_features:
         return
     raise ValueError(
