@@ -71,14 +71,18 @@ class PositionTower(nn.Module):
             return torch.exp(self.logit - self.logit[0])
 
 
+def _shown_first(shown: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """int64 ``(B, 1)``: the column of the item shown first in each list (its smallest shown position)."""
+    return torch.where(mask, shown.float(), math.inf).argmin(-1, keepdim=True)  # float: fast argmin
+
+
 def _relative_to_first(
-    values: torch.Tensor, shown: torch.Tensor, mask: torch.Tensor, clip: float | None
+    values: torch.Tensor, first: torch.Tensor, mask: torch.Tensor, clip: float | None
 ) -> torch.Tensor:
     """``(B, L)`` ``exp(v_first - v_i)``: the inverse of item ``i``'s softmax share relative to the item
-    shown first in its list (the smallest shown position), computed in log space and capped at ``clip``
-    (``log`` of it before ``exp``: no overflow); 0 on padding."""
+    shown first in its list (column ``first``, :func:`_shown_first`), computed in log space and capped
+    at ``clip`` (``log`` of it before ``exp``: no overflow); 0 on padding."""
     v = values.detach().float()
-    first = torch.where(mask, shown.float(), math.inf).argmin(-1, keepdim=True)  # (B, 1); float: fast argmin
     log_ratio = v.gather(-1, first) - v  # (B, L)
     top = math.log(clip) if clip is not None else 80.0  # exp(80) is finite in float32
     log_ratio = torch.where(mask, log_ratio, torch.zeros((), device=v.device)).clamp(max=top)
@@ -140,8 +144,9 @@ class Debias(nn.Module):
         def dla(scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
             assert self.tower is not None
             logits = self.tower(shown)  # (B, L)
-            to_ranker = normalise_weights(_relative_to_first(logits, shown, mask, clip), labels, mask, clip)
-            to_tower = normalise_weights(_relative_to_first(scores, shown, mask, clip), labels, mask, clip)
+            first = _shown_first(shown, mask)
+            to_ranker = normalise_weights(_relative_to_first(logits, first, mask, clip), labels, mask, clip)
+            to_tower = normalise_weights(_relative_to_first(scores, first, mask, clip), labels, mask, clip)
             ranker = loss_fn(scores, labels, mask, weights=to_ranker, **kw)
             tower = listnet(logits, labels.float(), mask, label_transform="identity", weights=to_tower)
             return ranker + tower

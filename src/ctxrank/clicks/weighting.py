@@ -155,7 +155,7 @@ def ips_weights(
         propensity: float ``(P,)`` examination probabilities of positions ``1..P``, in ``(0, 1]``.
         clip: the largest weight ``1 / p`` (None: no cap).
     """
-    if bool((shown_positions[mask] > propensity.numel()).any()):
+    if bool((shown_positions > propensity.numel()).any()):  # padding holds 0: no mask needed
         raise ValueError(
             f"a batch shows items at positions up to {int(shown_positions[mask].max())}, beyond the "
             f"{propensity.numel()} propensities of train.propensity"
