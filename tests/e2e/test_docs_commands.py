@@ -612,6 +612,10 @@ COMMANDS: dict[str, Run | Elsewhere] = {
     "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
     '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
     "features=136}'": Elsewhere(MSLR_CLICKS),
+    "ctxrank experiment clicks-mq2008 --set name=clicks-mslr-synth --set 'title=Learning from simulated "
+    "clicks on MSLR-shaped SYNTHETIC lists (1/6 of WEB30K)' --set data.dataset= --set data.synth=letor "
+    '--set \'data.letor={queries=5000, lengths="mslr", labels="mslr", '
+    "features=136}' --set runs.count=3 --jobs 2": Elsewhere(CLICK_CONDITIONS),
     "ctxrank experiment qilcm-table2 --dataset ohsumed --set data.root=../shared/data": Run(
         smoke("qilcm-table2")
     ),
