@@ -161,6 +161,9 @@ def test_torchrun_refuses_a_baseline_with_a_pointer_to_lightgbm_dask(tmp_path):
     cmd += [str(tmp_path / "va.txt"), "--out", str(tmp_path / "lm")]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode != 0 and "lightgbm.dask" in res.stderr
+    # each rank prints its own line, saying which rank it is
+    for rank in (0, 1):
+        assert f"ctxrank: error (rank {rank} of 2): " in res.stderr, res.stderr[-2000:]
 
 
 _GLOO_THREADS_AFTER_DESTROY = """

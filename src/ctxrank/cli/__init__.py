@@ -254,6 +254,14 @@ def _torchrun_worker() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ
 
 
+def _rank_tag() -> str:
+    """`` (rank R of W)`` in a torchrun worker, whose every rank prints its own error line (torchrun's
+    ``RANK`` and ``WORLD_SIZE``); empty elsewhere."""
+    if not _torchrun_worker():
+        return ""
+    return f" (rank {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')})"
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM raises :class:`Terminated` instead of ending the process on the
@@ -317,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.clear_frames(exc.__traceback__)  # the failed step's tensors go before the message
         # an OptionError's options named by their flags
         text = flag_text(exc.text if isinstance(exc, OptionError) else str(exc))
-        print(f"ctxrank: error: {_memory_message(exc, command) if memory else text}", file=sys.stderr)
+        message = _memory_message(exc, command) if memory else text
+        print(f"ctxrank: error{_rank_tag()}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         if args.debug:
