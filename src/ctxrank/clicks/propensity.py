@@ -356,8 +356,7 @@ def from_randomized(
     clicked = (log.labels[compared] > 0).astype(np.float64)
     clicks = _per_session(session, col, clicked, (log.n_queries, k))
     counts = _per_session(session, col, np.ones_like(clicked), (log.n_queries, k))
-    depth = np.zeros(log.n_queries)  # each session's deepest shown position
-    np.maximum.at(depth, log.query_index, shown)
+    depth = np.maximum.reduceat(shown, log.query_offsets[:-1]).astype(np.float64)  # each session's deepest
     used = counts.sum(1) > 0
     clicks, counts, depth = clicks[used], counts[used], np.repeat(depth[used, None], k, axis=1)
     per_position = (counts > 0).sum(0)
